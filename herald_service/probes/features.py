@@ -1,0 +1,128 @@
+"""Trajectory features: seven geometric summaries of a cross-layer projection trajectory (DESIGN section 1.4).
+
+Vocabulary: ``batch`` prompts, ``layer`` decoder layers (L). A trajectory ``s`` has shape ``(batch, layer)``; each
+row holds the normalized projections ``s_l`` (units: within-class standard deviations, positive = harmful side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import rankdata
+
+FEATURE_SET = "herald-v1"
+FEATURE_NAMES: tuple[str, ...] = (
+    "slope",
+    "curvature",
+    "monotonicity",
+    "onset",
+    "late_level",
+    "peak",
+    "volatility",
+)
+
+
+def layer_positions(num_layers: int) -> np.ndarray:
+    """Return ``x_l = (l - 1) / (L - 1)`` for l = 1..L, shape ``(layer,)`` float64, in [0, 1]."""
+    if num_layers < 3:
+        raise ValueError(f"num_layers must be >= 3 for a quadratic fit, got {num_layers}")
+    return np.linspace(0.0, 1.0, num_layers)
+
+
+def late_window(num_layers: int) -> int:
+    """Number of layers in the "last quarter" used by ``late_level``: ``max(1, L // 4)``."""
+    return max(1, num_layers // 4)
+
+
+def _spearman_rows(s: np.ndarray) -> np.ndarray:
+    """Spearman correlation of each row with the layer index; 0 where a row is constant. Shape ``(batch,)``."""
+    n = s.shape[1]
+    ranks = rankdata(s, axis=1)  # average ranks for ties
+    x_rank = np.arange(1, n + 1, dtype=np.float64)
+    rc = ranks - ranks.mean(axis=1, keepdims=True)
+    xc = x_rank - x_rank.mean()
+    denom = np.sqrt((rc**2).sum(axis=1) * (xc**2).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (rc @ xc) / denom
+    return np.where(denom > 0, rho, 0.0)
+
+
+def _onset(s: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x and 0-based index of the first layer from which ``s`` stays > 0 to the end; (1.0, -1) if ``s_L <= 0``."""
+    positive = s > 0
+    # Suffix-all: True at l when every layer from l to L is positive.
+    suffix_all = np.flip(np.cumprod(np.flip(positive, axis=1), axis=1), axis=1).astype(bool)
+    has_onset = suffix_all[:, -1]
+    first = np.argmax(suffix_all, axis=1)
+    index = np.where(has_onset, first, -1)
+    onset_x = np.where(has_onset, x[first], 1.0)
+    return onset_x, index
+
+
+def compute_features(s: np.ndarray) -> np.ndarray:
+    """Compute the ``herald-v1`` features of projection trajectories.
+
+    Args:
+        s: trajectories, shape ``(batch, layer)`` (or ``(layer,)`` for one), any float dtype. L >= 3.
+
+    Returns:
+        ndarray of shape ``(batch, 7)`` float64, columns in :data:`FEATURE_NAMES` order: least-squares slope of s on
+        x, quadratic coefficient of a least-squares quadratic fit, Spearman correlation of s with x (0 if s is
+        constant), onset x (1.0 if ``s_L <= 0``), mean of the last ``max(1, L // 4)`` layers, max, and population
+        standard deviation of the first differences.
+
+    Raises:
+        ValueError: if ``s`` is not 1-D or 2-D, has fewer than 3 layers, or holds non-finite values.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    if s.ndim == 1:
+        s = s[None, :]
+    if s.ndim != 2:
+        raise ValueError(f"trajectories must have shape (batch, layer), got {s.shape}")
+    if not np.isfinite(s).all():
+        raise ValueError("trajectories hold non-finite values")
+    n_layers = s.shape[1]
+    x = layer_positions(n_layers)
+
+    # Least-squares fits for every row at once: coefficients = pinv(V) @ s.
+    v1 = np.stack([x, np.ones_like(x)], axis=1)
+    v2 = np.stack([x**2, x, np.ones_like(x)], axis=1)
+    slope = (np.linalg.pinv(v1) @ s.T)[0]
+    curvature = (np.linalg.pinv(v2) @ s.T)[0]
+
+    monotonicity = _spearman_rows(s)
+    onset_x, _ = _onset(s, x)
+    late_level = s[:, -late_window(n_layers) :].mean(axis=1)
+    peak = s.max(axis=1)
+    volatility = np.diff(s, axis=1).std(axis=1)
+    return np.stack([slope, curvature, monotonicity, onset_x, late_level, peak, volatility], axis=1)
+
+
+def onset_layers(s: np.ndarray) -> list[int | None]:
+    """1-based decoder layer from which each trajectory stays positive; ``None`` where ``s_L <= 0``.
+
+    Args:
+        s: shape ``(batch, layer)``.
+    """
+    s = np.atleast_2d(np.asarray(s, dtype=np.float64))
+    _, index = _onset(s, layer_positions(s.shape[1]))
+    return [int(i) + 1 if i >= 0 else None for i in index]
+
+
+@dataclass(frozen=True)
+class FeatureStats:
+    """Training mean and std of each feature, shape ``(7,)`` float32, used to standardize scorer input."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fit(cls, features: np.ndarray) -> "FeatureStats":
+        """Standardization stats of ``features`` ``(n_samples, 7)``; a zero std becomes 1 so nothing divides by 0."""
+        std = features.std(axis=0)
+        return cls(features.mean(axis=0).astype(np.float32), np.where(std > 0, std, 1.0).astype(np.float32))
+
+    def transform(self, features: np.ndarray) -> np.ndarray:
+        """Standardize ``(n, 7)`` features; returns float32 ``(n, 7)``."""
+        return ((features - self.mean) / self.std).astype(np.float32)

@@ -1,0 +1,108 @@
+"""Core value types shared by every layer (plain frozen dataclasses; pydantic lives only at the HTTP edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn."""
+
+    role: str
+    content: str
+
+
+Conversation = tuple[Message, ...]
+"""A prompt: one user turn or a whole conversation, rendered with the backbone's chat template."""
+
+
+def user_turn(text: str) -> Conversation:
+    """A single-user-turn conversation."""
+    return (Message("user", text),)
+
+
+@dataclass(frozen=True)
+class BackboneInfo:
+    """Identity of a loaded backbone, recorded in and checked against a probe manifest (DESIGN section 2).
+
+    Attributes:
+        model_id: human-readable id (an HF repo id or a local path's name).
+        revision: content hash of the weights source (sha256 of the GGUF file, or of the weight files' names and
+            sizes for a folder).
+        num_layers: decoder layers L.
+        hidden_size: residual stream width d_model.
+        config_hash: sha256 of the architecture-defining config keys (see ``backbone.loader.config_hash``).
+        chat_template_hash: sha256 of the chat template text, or None when the backbone has none (raw text).
+        slug: folder name under ``models/`` for this backbone's probe.
+    """
+
+    model_id: str
+    revision: str
+    num_layers: int
+    hidden_size: int
+    config_hash: str
+    chat_template_hash: str | None
+    slug: str
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    """Probe verdicts for a batch of prompts.
+
+    Attributes:
+        trajectories: ``(batch, layer)`` float64 normalized projections s_l.
+        features: ``(batch, 7)`` float64 trajectory features, in ``FEATURE_NAMES`` order.
+        logits: ``(batch,)`` float64 scorer outputs before the threshold offset.
+        scores: ``(batch,)`` float64 ``sigmoid(logit - threshold)`` in [0, 1].
+        flagged: ``(batch,)`` bool, ``scores >= 0.5``.
+        onset_layers: 1-based decoder layer from which s stays positive, or None.
+    """
+
+    trajectories: np.ndarray
+    features: np.ndarray
+    logits: np.ndarray
+    scores: np.ndarray
+    flagged: np.ndarray
+    onset_layers: list[int | None]
+    threshold: float
+
+
+@dataclass
+class Timing:
+    """Seconds spent per stage for one prompt (feeds metrics and ``x-*-time`` headers)."""
+
+    tokenize_s: float = 0.0
+    queue_s: float = 0.0
+    forward_s: float = 0.0
+    score_s: float = 0.0
+    batch_size: int = 0
+
+    def merge(self, other: "Timing") -> "Timing":
+        """Stage-wise max: a multi-prompt request waits for its slowest prompt in each stage."""
+        return Timing(
+            max(self.tokenize_s, other.tokenize_s),
+            max(self.queue_s, other.queue_s),
+            max(self.forward_s, other.forward_s),
+            max(self.score_s, other.score_s),
+            max(self.batch_size, other.batch_size),
+        )
+
+
+@dataclass(frozen=True)
+class Classification:
+    """One prompt's verdict as the engine returns it."""
+
+    flagged: bool
+    score: float
+    logit: float
+    threshold: float
+    tokens: int
+    features: dict[str, float]
+    trajectory: list[float]
+    onset_layer: int | None
+    timing: Timing = field(default_factory=Timing, compare=False)
