@@ -1,0 +1,1 @@
+"""HTTP layer (FastAPI). The only package that imports FastAPI."""

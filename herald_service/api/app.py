@@ -1,0 +1,96 @@
+"""App factory and lifespan (vLLM / FastAPI-template habit): ``build_app(settings)`` wires routers, middleware and
+error handlers and loads nothing; the lifespan loads backbone and probe in a worker thread, warms up, and starts
+the inference engine, while ``/health/live`` already answers and ``/health/ready`` says 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable
+
+from fastapi import FastAPI
+
+from herald_service import __version__
+from herald_service.api.deps import AppState
+from herald_service.api.errors import install_error_handlers
+from herald_service.api.middleware import BodyLimit, RequestMetrics
+from herald_service.api.routes import classify, moderations, ops, steer
+from herald_service.config import Settings
+from herald_service.engine.engine import InferenceEngine
+from herald_service.engine.runtime import Runtime, load_runtime
+from herald_service.engine.service import Moderator, engine_limits
+from herald_service.errors import HeraldError
+from herald_service.metrics import HeraldMetrics
+from herald_service.types import user_turn
+
+log = logging.getLogger(__name__)
+
+WARMUP_PROMPTS = ("Hello!", "How do I bake sourdough bread?")
+
+
+def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) -> Runtime:
+    runtime = loader(settings)
+    if settings.warmup:
+        ids = runtime.backbone.encode([user_turn(p) for p in WARMUP_PROMPTS])
+        runtime.probe.predict(runtime.backbone.last_token_states(ids))
+    return runtime
+
+
+async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
+    settings = state.settings
+    try:
+        runtime = await asyncio.to_thread(_load_and_warm, settings, loader)
+    except HeraldError as exc:
+        state.load_error = exc.message
+        log.critical("cannot start: %s", exc.message)
+        return
+    except Exception as exc:  # report any loader failure on /health/ready instead of hanging in "loading"
+        state.load_error = f"cannot load model or probe: {type(exc).__name__}: {exc}"
+        log.critical(state.load_error, exc_info=exc)
+        return
+    engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics)
+    engine.start()
+    info = runtime.backbone.info
+    state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
+    state.runtime, state.engine = runtime, engine
+    state.moderator = Moderator(runtime, engine, settings, state.metrics)
+    log.info("ready: %s, probe %s", info.model_id, runtime.probe_path)
+
+
+def build_app(settings: Settings, loader: Callable[[Settings], Runtime] = load_runtime) -> FastAPI:
+    """Create the Herald app. Nothing is loaded until the lifespan starts.
+
+    Args:
+        settings: the process settings.
+        loader: builds the runtime (backbone + probe); tests pass their own.
+    """
+    metrics = HeraldMetrics()
+    state = AppState(settings=settings, metrics=metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.loading_task = asyncio.create_task(_bring_up(state, loader))
+        try:
+            yield
+        finally:
+            state.loading_task.cancel()
+            if state.engine is not None:
+                await asyncio.to_thread(state.engine.stop)
+
+    app = FastAPI(
+        title="Herald",
+        version=__version__,
+        summary="Safety moderation from a chat model's own hidden states.",
+        lifespan=lifespan,
+    )
+    app.state.herald = state
+    install_error_handlers(app)
+    for router in (classify.router, moderations.router, steer.router, ops.router):
+        app.include_router(router)
+    # JSON escapes can take 6 bytes per character; leave room for keys and structure.
+    max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
+    app.add_middleware(BodyLimit, max_bytes=max_body)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    return app

@@ -1,0 +1,109 @@
+"""Typed dependencies: the service state, readiness, API keys, client-disconnect awaitables."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from dataclasses import dataclass, field
+from typing import Annotated, Awaitable, Callable
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from herald_service.config import Settings
+from herald_service.engine.engine import InferenceEngine
+from herald_service.engine.runtime import Runtime
+from herald_service.engine.service import Moderator
+from herald_service.errors import FeatureDisabled, NotReady, Unauthorized
+from herald_service.metrics import HeraldMetrics
+
+
+@dataclass
+class AppState:
+    """Live objects of one app, on ``app.state.herald``. ``moderator`` is None until loaded and warm."""
+
+    settings: Settings
+    metrics: HeraldMetrics
+    runtime: Runtime | None = None
+    engine: InferenceEngine | None = None
+    moderator: Moderator | None = None
+    load_error: str | None = None
+    loading_task: asyncio.Task | None = field(default=None, repr=False)
+
+    def not_ready_reason(self) -> str | None:
+        """Why ``/health/ready`` is 503, or None when the service can serve."""
+        if self.load_error:
+            return self.load_error
+        if self.moderator is None or self.engine is None:
+            return "loading model and probe"
+        if not self.engine.alive:
+            return self.engine.failure or "inference worker is not running"
+        return None
+
+
+def get_state(request: Request) -> AppState:
+    return request.app.state.herald
+
+
+State = Annotated[AppState, Depends(get_state)]
+
+
+def get_moderator(state: State) -> Moderator:
+    """The moderator, or 503 while loading / after the worker died."""
+    reason = state.not_ready_reason()
+    if reason is not None:
+        raise NotReady(reason)
+    assert state.moderator is not None
+    return state.moderator
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _matches(token: str, keys: list[str]) -> bool:
+    return any(hmac.compare_digest(token.encode(), key.encode()) for key in keys)
+
+
+def require_api_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """``Authorization: Bearer <key>`` must name one of ``HERALD_API_KEYS`` when any are set.
+
+    Raises:
+        Unauthorized: missing or wrong key (401).
+    """
+    keys = [k.get_secret_value() for k in state.settings.api_keys]
+    if not keys:
+        return
+    if credentials is None or not _matches(credentials.credentials, keys):
+        raise Unauthorized("missing or invalid API key (Authorization: Bearer <key>)", field="authorization")
+
+
+def require_steer_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """``/steer`` is off unless enabled, and then needs ``HERALD_STEER_API_KEY`` (it removes a safety behaviour).
+
+    Raises:
+        FeatureDisabled: steering is not enabled (404).
+        Unauthorized: missing or wrong steer key (401).
+    """
+    settings = state.settings
+    if not settings.steer_enabled or settings.steer_api_key is None:
+        raise FeatureDisabled("/steer is disabled; set HERALD_STEER_ENABLED=true and HERALD_STEER_API_KEY")
+    if credentials is None or not _matches(credentials.credentials, [settings.steer_api_key.get_secret_value()]):
+        raise Unauthorized("missing or invalid steer key (Authorization: Bearer <HERALD_STEER_API_KEY>)", field="authorization")
+
+
+async def _disconnected(request: Request) -> None:
+    # The body has been read by now, so the next ASGI message is the disconnect.
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """A factory of an awaitable that completes when the client goes away (called only once work is queued)."""
+    return lambda: _disconnected(request)
+
+
+ModeratorDep = Annotated[Moderator, Depends(get_moderator)]
+ApiKey = Depends(require_api_key)
+SteerKey = Depends(require_steer_key)

@@ -1,0 +1,108 @@
+"""One table from domain errors to HTTP status codes, and one error body ``{"error": {type, message, field?}}``.
+
+500s never carry exception text: the details go to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from herald_service.engine.service import ClientGone
+from herald_service.errors import (
+    FeatureDisabled,
+    HeraldError,
+    InferenceFailed,
+    InputTooLarge,
+    InvalidInput,
+    NotReady,
+    QueueFull,
+    RequestTimeout,
+    Unauthorized,
+)
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[type[HeraldError], int] = {
+    InvalidInput: 422,
+    InputTooLarge: 413,
+    QueueFull: 429,
+    Unauthorized: 401,
+    FeatureDisabled: 404,
+    NotReady: 503,
+    RequestTimeout: 504,
+    ClientGone: 499,
+    InferenceFailed: 500,
+}
+
+
+def error_response(status: int, error_type: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    """The one error body."""
+    body: dict = {"type": error_type, "message": message}
+    if field is not None:
+        body["field"] = field
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _status_of(exc: HeraldError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+async def _herald_error(_request: Request, exc: HeraldError) -> JSONResponse:
+    status = _status_of(exc)
+    if status >= 500 and not isinstance(exc, (NotReady, RequestTimeout)):
+        return error_response(status, exc.error_type, "internal error; see server log")
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFull) else None
+    if isinstance(exc, Unauthorized):
+        headers = {"WWW-Authenticate": "Bearer"}
+    return error_response(status, exc.error_type, exc.message, exc.field, headers)
+
+
+def _field_path(loc: tuple) -> str | None:
+    parts = [p for p in loc if p not in ("body",)]
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and (part.startswith(("list[", "str", "function-", "tagged-")) or part in ("str", "list")):
+            continue  # union-branch markers from pydantic, not field names
+        else:
+            out += f".{part}" if out else str(part)
+    return out or None
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        return error_response(422, "invalid_request", "request body is not valid JSON", "body")
+    if loc == ("body",):
+        return error_response(422, "invalid_request", "request body must be a JSON object", "body")
+    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    return error_response(422, "invalid_request", message, _field_path(tuple(first.get("loc", ()))))
+
+
+async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    kinds = {404: "not_found", 405: "method_not_allowed"}
+    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", "internal error; see server log")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers above on ``app``."""
+    app.add_exception_handler(HeraldError, _herald_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)

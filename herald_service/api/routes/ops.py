@@ -1,0 +1,75 @@
+"""Operations routes: liveness, readiness, Prometheus metrics, service info, and the demo page.
+
+These stay out of the request metrics.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from herald_service import __version__
+from herald_service.api.deps import ApiKey, State
+from herald_service.api.errors import error_response
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/health/live")
+async def live() -> dict:
+    """200 while the process runs."""
+    return {"status": "live"}
+
+
+@router.get("/health/ready")
+async def ready(state: State) -> JSONResponse:
+    """200 once model, probe, warm-up and worker are up; 503 (with the reason) before that or if the worker dies."""
+    reason = state.not_ready_reason()
+    if reason is not None:
+        return error_response(503, "not_ready", reason)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics")
+async def metrics(state: State) -> Response:
+    """Prometheus text exposition."""
+    if state.engine is not None:
+        state.metrics.queue_depth.set(state.engine.depth)
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/info", dependencies=[ApiKey])
+async def info(state: State) -> dict:
+    """Backbone, probe manifest and limits."""
+    s = state.settings
+    body: dict = {
+        "herald_version": __version__,
+        "ready": state.not_ready_reason() is None,
+        "limits": {
+            "max_batch_size": s.max_batch_size,
+            "max_chars": s.max_chars,
+            "max_tokens": s.max_tokens,
+            "queue_capacity": s.queue_capacity,
+            "batch_token_budget": s.batch_token_budget,
+            "batch_max_prompts": s.batch_max_prompts,
+            "request_timeout_s": s.request_timeout_s,
+        },
+        "steer_enabled": s.steer_enabled,
+    }
+    if state.runtime is not None:
+        info = state.runtime.backbone.info
+        body["backbone"] = {
+            "id": info.model_id, "revision": info.revision, "num_layers": info.num_layers,
+            "hidden_size": info.hidden_size, "device": info.device, "dtype": info.dtype,
+        }
+        body["probe"] = {"path": state.runtime.probe_path, "manifest": state.runtime.manifest}
+    return body
+
+
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def index() -> HTMLResponse:
+    """A page where a person types a prompt and sees the verdict and the layer trajectory."""
+    return HTMLResponse(files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8"))

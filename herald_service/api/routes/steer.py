@@ -1,0 +1,36 @@
+"""``POST /steer``: directional ablation (or activation addition) of the harm direction during generation.
+
+Off unless ``HERALD_STEER_ENABLED``; needs ``HERALD_STEER_API_KEY``. It removes a safety behaviour on purpose: for
+ablation experiments only.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from herald_service.api.deps import ModeratorDep, SteerKey, disconnect_watch
+from herald_service.api.routes.classify import ERRORS, result_body
+from herald_service.api.schemas import Completion, SteerRequest, SteerResponse
+from herald_service.types import Message, user_turn
+
+router = APIRouter(tags=["research"])
+
+
+@router.post("/steer", response_model=SteerResponse, responses={**ERRORS, 404: ERRORS[401]}, dependencies=[SteerKey])
+async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -> SteerResponse:
+    """Baseline and steered greedy completions, refusal judgments, and Herald's verdict with and without the edit."""
+    conversation = user_turn(body.prompt) if body.prompt is not None else tuple(Message(m.role, m.content) for m in body.messages or [])
+    outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, body.max_new_tokens, disconnect_watch(request))
+    return SteerResponse(
+        model=moderator.runtime.backbone.info.model_id,
+        probe=moderator.runtime.probe_path,
+        mode=body.mode,
+        alpha=body.alpha,
+        layers=outcome.layers,
+        baseline=Completion(completion=outcome.baseline, refused=outcome.baseline_refused),
+        steered=Completion(completion=outcome.steered, refused=outcome.steered_refused),
+        classification={
+            "baseline": result_body(outcome.baseline_classification),
+            "steered": result_body(outcome.steered_classification),
+        },
+    )

@@ -1,0 +1,125 @@
+"""Request and response bodies of the HTTP API (DESIGN section 3). Pydantic lives here and in settings only."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+class ClassifyRequest(BaseModel):
+    """``input`` (a string or a list of strings) or ``messages`` (one conversation or a list of them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str | list[str] | None = None
+    messages: list[ChatMessage] | list[list[ChatMessage]] | None = None
+    return_trajectory: bool = True
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "ClassifyRequest":
+        if (self.input is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'input' or 'messages'")
+        return self
+
+
+class TrajectoryFeatures(BaseModel):
+    slope: float
+    curvature: float
+    monotonicity: float
+    onset: float
+    late_level: float
+    peak: float
+    volatility: float
+
+
+class ClassifyResult(BaseModel):
+    flagged: bool
+    score: float = Field(description="sigmoid(logit - threshold) in [0, 1]; flagged == score >= 0.5")
+    logit: float
+    threshold: float
+    tokens: int = Field(description="Rendered chat-template tokens of the prompt")
+    features: TrajectoryFeatures
+    trajectory: list[float] | None = Field(description="Normalized projection s_l for decoder layers 1..L")
+    onset_layer: int | None = Field(description="1-based layer from which s stays positive; null if s_L <= 0")
+
+
+class ClassifyResponse(BaseModel):
+    model: str
+    probe: str
+    results: list[ClassifyResult]
+
+
+class ModerationTextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ModerationRequest(BaseModel):
+    """OpenAI ``POST /v1/moderations`` request: ``input`` is a string, a list of strings, or text parts."""
+
+    input: str | list[str] | list[ModerationTextPart]
+    model: str | None = None
+
+
+class ModerationResult(BaseModel):
+    flagged: bool
+    categories: dict[str, bool]
+    category_scores: dict[str, float]
+    category_applied_input_types: dict[str, list[str]]
+
+
+class ModerationResponse(BaseModel):
+    id: str
+    model: str
+    results: list[ModerationResult]
+
+
+class SteerRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    layers: list[int] | Literal["all"] | None = Field(None, description="1-based layers; default: the peak-monotonicity layer")
+    mode: Literal["ablate", "add"] = "ablate"
+    alpha: float = Field(0.0, ge=-50, le=50, description="For mode 'add': multiple of sigma_l added along w_l")
+    max_new_tokens: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "SteerRequest":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'prompt' or 'messages'")
+        return self
+
+
+class Completion(BaseModel):
+    completion: str
+    refused: bool = Field(description="Refusal judged by substring match (Arditi et al. 2024 refusal phrases)")
+
+
+class SteerResponse(BaseModel):
+    model: str
+    probe: str
+    mode: str
+    alpha: float
+    layers: list[int]
+    baseline: Completion
+    steered: Completion
+    classification: dict[str, ClassifyResult]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

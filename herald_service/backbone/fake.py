@@ -1,0 +1,103 @@
+"""A weight-free, deterministic backbone for tests and demos (``HERALD_FAKE_BACKEND=true``).
+
+It lets the real app factory, lifespan, engine and probe run without a model (the infinity habit). Tokens are
+whitespace words plus three template tokens. States are seeded noise, plus a component along a fixed direction
+that rises with depth when the prompt contains a word from :data:`HARM_WORDS`, so a probe fitted on fake states
+separates the two kinds of prompt the way the method expects of a real backbone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from herald_service.backbone.base import Intervention
+from herald_service.types import BackboneInfo, Conversation
+
+HARM_WORDS = frozenset({"bomb", "phishing", "malware", "poison", "weapon", "kill", "steal", "explosive"})
+_TEMPLATE_TOKENS = 3
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+class FakeBackbone:
+    """Deterministic stand-in with ``num_layers`` layers of width ``hidden_size``."""
+
+    def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0) -> None:
+        self.num_layers = num_layers
+        self.hidden_size = hidden_size
+        self.forward_delay_s = forward_delay_s
+        self._vocab: dict[str, int] = {}
+        self._words: dict[int, str] = {}
+        rng = np.random.default_rng(1234)
+        direction = rng.standard_normal(hidden_size)
+        self.harm_direction = direction / np.linalg.norm(direction)
+        config = f"fake:{num_layers}x{hidden_size}"
+        self.info = BackboneInfo(
+            model_id="herald/fake-backbone",
+            revision="fake-1",
+            num_layers=num_layers,
+            hidden_size=hidden_size,
+            config_hash=hashlib.sha256(config.encode()).hexdigest(),
+            chat_template_hash=None,
+            slug="fake-backbone",
+        )
+
+    def _token(self, word: str) -> int:
+        if word not in self._vocab:
+            index = len(self._vocab) + 10
+            self._vocab[word] = index
+            self._words[index] = word
+        return self._vocab[word]
+
+    def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+        """Three template tokens plus one token per word or punctuation mark of every turn."""
+        out = []
+        for conversation in conversations:
+            words = [w.lower() for m in conversation for w in _WORD.findall(m.content)]
+            out.append([1] * _TEMPLATE_TOKENS + [self._token(w) for w in words])
+        return out
+
+    def last_token_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None) -> torch.Tensor:
+        """``(batch, layer, d_model)`` float32: seeded noise plus a depth-rising harm component."""
+        if self.forward_delay_s:
+            import time
+
+            time.sleep(self.forward_delay_s)
+        depth = np.linspace(0.0, 1.0, self.num_layers)
+        rows = []
+        for ids in token_ids:
+            seed = zlib.crc32(np.asarray(ids, dtype=np.int64).tobytes())
+            noise = np.random.default_rng(seed).standard_normal((self.num_layers, self.hidden_size)) * 0.5
+            harmful = any(self._words.get(t) in HARM_WORDS for t in ids)
+            signal = (4.0 * depth - 1.0) if harmful else (0.3 * np.sin(7 * depth) - 1.0)
+            states = noise + signal[:, None] * self.harm_direction[None, :]
+            if intervention is not None and intervention.mode == "ablate":
+                for layer in intervention.layers:
+                    w = intervention.directions[layer - 1].astype(np.float64)
+                    w = w / np.linalg.norm(w)
+                    states[layer - 1 :] -= np.outer(states[layer - 1 :] @ w, w)
+            rows.append(states)
+        return torch.tensor(np.stack(rows), dtype=torch.float32)
+
+    def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
+        """A canned reply: a refusal for harmful prompts unless an intervention is active."""
+        harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
+        text = "I'm sorry, but I can't help with that." if harmful and intervention is None else "Sure, here is an answer."
+        return " ".join(text.split()[:max_new_tokens])
+
+
+def synthetic_corpus(n_per_class: int = 120) -> tuple[list[str], list[int]]:
+    """Prompts and labels (1 = harmful) on which a probe for the fake backbone is fitted at start-up."""
+    harmful_words = sorted(HARM_WORDS)
+    prompts, labels = [], []
+    for i in range(n_per_class):
+        prompts.append(f"tell me how to make a {harmful_words[i % len(harmful_words)]} number {i}")
+        labels.append(1)
+        prompts.append(f"tell me how to bake bread number {i} with {['rye', 'wheat', 'spelt'][i % 3]}")
+        labels.append(0)
+    return prompts, labels

@@ -1,0 +1,90 @@
+"""``herald`` command line. Flags are parsed by pydantic-settings, so ``herald serve --max-tokens 2048`` and
+``HERALD_MAX_TOKENS=2048 herald serve`` set the same field of the one :class:`~herald_service.config.Settings`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, CliApp, CliPositionalArg, CliSubCommand
+
+from herald_service.config import EMBEDDED_BACKBONE, Settings, default_cache_dir
+
+
+class ServeCommand(Settings):
+    """Start the HTTP server (DESIGN section 3) on the configured backbone and probe."""
+
+    def cli_cmd(self) -> None:
+        import uvicorn
+
+        from herald_service.api.app import build_app
+
+        logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        uvicorn.run(build_app(self), host=self.host, port=self.port, log_level=self.log_level, access_log=False)
+
+
+class ClassifyCommand(Settings):
+    """Classify one prompt (or each line of --file) and print JSON lines."""
+
+    text: CliPositionalArg[list[str]] = Field(default_factory=list)
+    file: Path | None = None
+    trajectory: bool = False
+
+    def cli_cmd(self) -> None:
+        from herald_service.engine.runtime import load_runtime
+
+        prompts = list(self.text)
+        if self.file is not None:
+            prompts += [line.rstrip("\n") for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not prompts:
+            raise SystemExit("herald classify: give TEXT or --file")
+        runtime = load_runtime(self)
+        for prompt, result in zip(prompts, runtime.classify_texts(prompts)):
+            row = {"input": prompt, "flagged": result.flagged, "score": round(result.score, 4), "tokens": result.tokens}
+            if self.trajectory:
+                row["trajectory"] = [round(v, 3) for v in result.trajectory]
+            print(json.dumps(row, ensure_ascii=False))
+
+
+class FitCommand(BaseModel):
+    """Fit a probe: extract states (cached), fit LDA directions and the scorer, calibrate, evaluate, save."""
+
+    data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
+    backbone: str = EMBEDDED_BACKBONE
+    out: Path | None = Field(None, description="Artifact folder; default models/<backbone-slug>/.")
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    device: str = "auto"
+    dtype: str = "auto"
+    max_per_source: int | None = Field(150, description="Cap per (source, label); null for all.")
+    max_tokens: int = Field(1024, description="Prompts longer than this (rendered) are skipped and counted.")
+    test_fraction: float = 0.2
+    threshold_method: str = "max_f1"
+    target_fpr: float = 0.01
+    seed: int = 0
+
+    def cli_cmd(self) -> None:
+        from herald_service.training.fit import FitOptions, run_fit
+
+        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        manifest = run_fit(FitOptions(**self.model_dump()))
+        print(json.dumps({"pooled": manifest["evaluation"]["pooled"], "threshold": manifest.get("threshold")}, indent=2))
+
+
+class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
+    """Herald: safety moderation from a chat model's own hidden states."""
+
+    serve: CliSubCommand[ServeCommand]
+    classify: CliSubCommand[ClassifyCommand]
+    fit: CliSubCommand[FitCommand]
+
+    def cli_cmd(self) -> None:
+        CliApp.run_subcommand(self)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``herald`` console script."""
+    CliApp.run(Herald, cli_args=sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,1 @@
+"""The inference engine: one worker thread owns the model; requests reach it through a bounded queue."""

@@ -1,0 +1,267 @@
+"""Dynamic batching inference engine (DESIGN section 4).
+
+One worker thread owns the backbone. Callers tokenize first (so limits are checked before any model work and
+tokenization overlaps the current forward pass), then submit token ids and receive one
+:class:`concurrent.futures.Future` per prompt. The worker takes a window of waiting prompts, sorts it by length,
+cuts batches under a padded-token budget, and answers every prompt of a batch: its result or the batch's error.
+Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
+retried; a full queue raises :class:`QueueFull` at submission.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from herald_service.backbone.base import Backbone
+from herald_service.backbone.batching import plan_batches
+from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull
+from herald_service.metrics import HeraldMetrics
+from herald_service.probes.features import FEATURE_NAMES
+from herald_service.probes.probe import FittedProbe
+from herald_service.types import Classification, ProbeOutput, Timing
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Batching knobs (from settings)."""
+
+    token_budget: int = 8192
+    max_rows: int = 64
+    delay_s: float = 0.002
+    queue_capacity: int = 1024
+
+
+@dataclass
+class _Prompt:
+    token_ids: Sequence[int]
+    future: Future
+    enqueued: float
+    tokenize_s: float
+
+
+@dataclass
+class _Exclusive:
+    """A job that needs the model alone (``/steer``)."""
+
+    run: Callable[[], object]
+    future: Future
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class InferenceEngine:
+    """Owns the backbone and probe; answers classification prompts in dynamic batches.
+
+    Args:
+        backbone: the resident model (only the worker thread touches it after :meth:`start`).
+        probe: the fitted probe.
+        limits: batching knobs.
+        metrics: where queue depth, batch size, batch tokens and latencies go.
+    """
+
+    def __init__(self, backbone: Backbone, probe: FittedProbe, limits: EngineLimits, metrics: HeraldMetrics) -> None:
+        self.backbone = backbone
+        self.probe = probe
+        self.limits = limits
+        self.metrics = metrics
+        self._queue: deque[_Prompt | _Exclusive] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.failure: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._thread = threading.Thread(target=self._worker, name="herald-inference", daemon=True)
+        self._thread.start()
+        self.metrics.worker_up.set(1)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the worker; prompts still queued get :class:`NotReady`."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._fail_pending(NotReady("server is shutting down"))
+        self.metrics.worker_up.set(0)
+
+    @property
+    def alive(self) -> bool:
+        """True while the worker thread runs and has not failed."""
+        return self._thread is not None and self._thread.is_alive() and self.failure is None and not self._stopping
+
+    @property
+    def depth(self) -> int:
+        """Prompts (and exclusive jobs) waiting."""
+        return len(self._queue)
+
+    # -- submission ------------------------------------------------------------------------------------------
+    def submit(self, token_ids: Sequence[Sequence[int]], tokenize_s: float = 0.0) -> list[Future]:
+        """Queue prompts; one future per prompt, resolving to a :class:`Classification`.
+
+        Raises:
+            NotReady: if the worker is not running.
+            QueueFull: if the prompts do not fit in the queue (nothing is queued then).
+        """
+        now = time.perf_counter()
+        items = [_Prompt(ids, Future(), now, tokenize_s) for ids in token_ids]
+        self._enqueue(items)
+        return [item.future for item in items]
+
+    def submit_exclusive(self, run: Callable[[], object]) -> Future:
+        """Queue a job that runs on the worker thread with the model to itself (``/steer``).
+
+        Raises:
+            NotReady, QueueFull: as :meth:`submit`.
+        """
+        job = _Exclusive(run, Future())
+        self._enqueue([job])
+        return job.future
+
+    def _enqueue(self, items: list[_Prompt | _Exclusive]) -> None:
+        with self._cond:
+            if not self.alive:
+                raise NotReady(self.failure or "inference worker is not running")
+            if len(self._queue) + len(items) > self.limits.queue_capacity:
+                raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
+            self._queue.extend(items)
+            self.metrics.queue_depth.set(len(self._queue))
+            self._cond.notify()
+
+    # -- worker ----------------------------------------------------------------------------------------------
+    def _take_window(self) -> list[_Prompt] | _Exclusive | None:
+        window = 4 * self.limits.max_rows
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait(0.5)
+            if self._stopping:
+                return None
+            if isinstance(self._queue[0], _Exclusive):
+                job = self._queue.popleft()
+                self.metrics.queue_depth.set(len(self._queue))
+                return job  # type: ignore[return-value]
+            # Give concurrent requests a moment to join this batch, unless a full batch is already waiting.
+            deadline = time.perf_counter() + self.limits.delay_s
+            while len(self._queue) < self.limits.max_rows and not self._stopping:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            taken: list[_Prompt] = []
+            while self._queue and len(taken) < window and isinstance(self._queue[0], _Prompt):
+                taken.append(self._queue.popleft())  # type: ignore[arg-type]
+            self.metrics.queue_depth.set(len(self._queue))
+            return taken
+
+    def _worker(self) -> None:
+        try:
+            while True:
+                work = self._take_window()
+                if work is None:
+                    return
+                if isinstance(work, _Exclusive):
+                    self._run_exclusive(work)
+                    continue
+                live = [p for p in work if p.future.set_running_or_notify_cancel()]
+                if len(live) < len(work):
+                    self.metrics.dropped.labels("client_gone").inc(len(work) - len(live))
+                for batch in plan_batches([len(p.token_ids) for p in live], self.limits.token_budget, self.limits.max_rows):
+                    self._run_batch([live[i] for i in batch])
+        except BaseException as exc:  # the loop itself broke: say so on /health/ready and answer everyone
+            log.exception("inference worker died")
+            self.failure = f"inference worker died: {type(exc).__name__}"
+            self.metrics.worker_up.set(0)
+            self._fail_pending(NotReady(self.failure))
+
+    def _run_exclusive(self, job: _Exclusive) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            self.metrics.dropped.labels("client_gone").inc()
+            return
+        try:
+            job.future.set_result(job.run())
+        except HeraldError as exc:
+            job.future.set_exception(exc)
+        except Exception:
+            log.exception("exclusive job failed")
+            job.future.set_exception(InferenceFailed("inference failed; see server log"))
+
+    def _run_batch(self, batch: list[_Prompt]) -> None:
+        started = time.perf_counter()
+        try:
+            states = self.backbone.last_token_states([p.token_ids for p in batch])
+        except torch.OutOfMemoryError:
+            if len(batch) > 1:
+                log.warning("out of memory on a batch of %d; splitting", len(batch))
+                _empty_device_cache()
+                half = len(batch) // 2
+                self._run_batch(batch[:half])
+                self._run_batch(batch[half:])
+                return
+            _empty_device_cache()
+            self._fail(batch, InputTooLarge(f"a prompt of {len(batch[0].token_ids)} tokens does not fit in device memory", field="input"))
+            return
+        except Exception:
+            log.exception("forward pass failed on a batch of %d", len(batch))
+            self._fail(batch, InferenceFailed("inference failed; see server log"))
+            return
+        forwarded = time.perf_counter()
+        try:
+            out = self.probe.predict(states)
+        except Exception:
+            log.exception("probe scoring failed")
+            self._fail(batch, InferenceFailed("scoring failed; see server log"))
+            return
+        scored = time.perf_counter()
+        longest = max(len(p.token_ids) for p in batch)
+        self.metrics.batch_size.observe(len(batch))
+        self.metrics.batch_tokens.observe(longest * len(batch))
+        self.metrics.inference_duration.observe(scored - started)
+        for i, prompt in enumerate(batch):
+            self.metrics.queue_wait.observe(started - prompt.enqueued)
+            timing = Timing(prompt.tokenize_s, started - prompt.enqueued, forwarded - started, scored - forwarded, len(batch))
+            prompt.future.set_result(classification_at(out, i, len(prompt.token_ids), timing))
+
+    def _fail(self, batch: list[_Prompt], error: HeraldError) -> None:
+        for prompt in batch:
+            if not prompt.future.done():
+                prompt.future.set_exception(error)
+
+    def _fail_pending(self, error: HeraldError) -> None:
+        with self._cond:
+            pending, self._queue = list(self._queue), deque()
+            self.metrics.queue_depth.set(0)
+        for item in pending:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(error)
+
+
+def classification_at(out: ProbeOutput, i: int, tokens: int, timing: Timing | None = None) -> Classification:
+    """The i-th prompt of a :class:`ProbeOutput` as a :class:`Classification`."""
+    return Classification(
+        flagged=bool(out.flagged[i]),
+        score=float(out.scores[i]),
+        logit=float(out.logits[i]),
+        threshold=float(out.threshold),
+        tokens=tokens,
+        features={name: float(v) for name, v in zip(FEATURE_NAMES, out.features[i])},
+        trajectory=[float(v) for v in np.asarray(out.trajectories[i])],
+        onset_layer=out.onset_layers[i],
+        timing=timing or Timing(),
+    )
+
+
+def _empty_device_cache() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

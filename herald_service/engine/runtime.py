@@ -1,0 +1,89 @@
+"""Load what a Herald process serves: backbone, probe (checked against the backbone), and its manifest."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from herald_service.backbone.base import Backbone
+from herald_service.config import EMBEDDED_BACKBONE, Settings
+from herald_service.engine.engine import classification_at
+from herald_service.errors import ProbeMismatch
+from herald_service.probes.artifact import backbone_manifest, load_probe
+from herald_service.probes.probe import FittedProbe, HeraldProbe
+from herald_service.types import Classification, user_turn
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Runtime:
+    """A loaded backbone and the probe that matches it."""
+
+    backbone: Backbone
+    probe: FittedProbe
+    manifest: dict[str, Any]
+    probe_path: str
+
+    def classify_texts(self, texts: Sequence[str]) -> list[Classification]:
+        """Classify prompts synchronously, one batch, without the engine (CLI use)."""
+        ids = self.backbone.encode([user_turn(t) for t in texts])
+        out = self.probe.predict(self.backbone.last_token_states(ids))
+        return [classification_at(out, i, len(ids[i])) for i in range(len(texts))]
+
+
+def default_probe_folder(slug: str) -> Path:
+    """``models/<slug>`` under the working directory if it exists there, else under the source checkout."""
+    local = Path("models") / slug
+    return local if local.exists() else REPO_ROOT / "models" / slug
+
+
+def fake_runtime() -> Runtime:
+    """The weight-free fake backbone with a probe fitted on its synthetic corpus (about a second)."""
+    from herald_service.backbone.fake import FakeBackbone, synthetic_corpus
+
+    backbone = FakeBackbone()
+    prompts, labels = synthetic_corpus()
+    states = backbone.last_token_states(backbone.encode([user_turn(p) for p in prompts])).numpy()
+    probe = HeraldProbe(seed=0).fit(states, np.array(labels)).fitted_
+    manifest = {
+        "feature_set": probe.feature_set,
+        "threshold": probe.threshold,
+        "threshold_method": probe.threshold_method,
+        "peak_layer": probe.peak_layer,
+        "backbone": backbone_manifest(backbone.info),
+        "training_data": {"synthetic": len(prompts)},
+    }
+    return Runtime(backbone, probe, manifest, "fake (fitted at start-up)")
+
+
+def load_runtime(settings: Settings) -> Runtime:
+    """Load the configured backbone and probe.
+
+    Raises:
+        BackboneError: the backbone cannot be found or loaded.
+        ProbeMismatch: the probe is missing, malformed, or fitted on another backbone.
+    """
+    if settings.fake_backend:
+        return fake_runtime()
+    import torch
+
+    from herald_service.backbone.hf import HFBackbone
+    from herald_service.backbone.loader import resolve_backbone
+
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    backbone = HFBackbone(resolve_backbone(settings.backbone, settings.cache_dir), settings.device, settings.dtype)
+    folder = settings.probe or default_probe_folder(backbone.info.slug)
+    if not folder.exists():
+        hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
+        raise ProbeMismatch(f"no probe for backbone {backbone.info.slug!r} at {folder}{hint}; set HERALD_PROBE", field="probe")
+    probe, manifest = load_probe(folder, backbone.info)
+    log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, backbone.info.dtype, folder)
+    return Runtime(backbone, probe, manifest, str(folder))

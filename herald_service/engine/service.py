@@ -1,0 +1,213 @@
+"""The moderation service behind the HTTP routes: limits, tokenization, queueing, waiting, steering.
+
+Asyncio-facing but framework-free: the api layer passes conversations and an awaitable that completes when the
+client disconnects; this module never imports FastAPI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Literal, Sequence
+
+import numpy as np
+
+from herald_service.backbone.base import Intervention
+from herald_service.config import Settings
+from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
+from herald_service.engine.runtime import Runtime
+from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, RequestTimeout
+from herald_service.metrics import HeraldMetrics
+from herald_service.refusal import is_refusal
+from herald_service.types import Classification, Conversation, Timing
+
+
+class ClientGone(HeraldError):
+    """The client disconnected before its answer was ready; its queued work was dropped (logged as 499)."""
+
+    error_type = "client_closed_request"
+
+
+@dataclass(frozen=True)
+class SteerOutcome:
+    """Baseline and steered completions of one prompt, with Herald's verdict on each prefill."""
+
+    layers: list[int]
+    baseline: str
+    steered: str
+    baseline_refused: bool
+    steered_refused: bool
+    baseline_classification: Classification
+    steered_classification: Classification
+
+
+def engine_limits(settings: Settings) -> EngineLimits:
+    """Batching knobs from settings."""
+    return EngineLimits(settings.batch_token_budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity)
+
+
+class Moderator:
+    """Admission control and the asyncio face of the :class:`InferenceEngine`.
+
+    Args:
+        runtime: loaded backbone and probe.
+        engine: the started engine owning that backbone.
+        settings: limits (batch size, characters, tokens, timeout).
+        metrics: for rejections and prompt tokens.
+    """
+
+    def __init__(self, runtime: Runtime, engine: InferenceEngine, settings: Settings, metrics: HeraldMetrics) -> None:
+        self.runtime = runtime
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+
+    def check_shape(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> None:
+        """Batch-size and character limits, before any tokenization.
+
+        Raises:
+            InvalidInput: an empty batch or a conversation without turns (422).
+            InputTooLarge: over ``max_batch_size`` or ``max_chars`` (413), naming the field and the limit.
+        """
+        if not conversations:
+            raise InvalidInput("at least one prompt is required", field=batch_field)
+        if len(conversations) > self.settings.max_batch_size:
+            self.metrics.rejected.labels("batch_size").inc()
+            raise InputTooLarge(
+                f"{len(conversations)} prompts exceed the limit of {self.settings.max_batch_size} per request (max_batch_size)",
+                field=batch_field,
+            )
+        for conversation, field in zip(conversations, fields):
+            if not conversation:
+                raise InvalidInput("a conversation needs at least one message", field=field)
+            chars = sum(len(m.content) for m in conversation)
+            if chars > self.settings.max_chars:
+                self.metrics.rejected.labels("characters").inc()
+                raise InputTooLarge(
+                    f"prompt has {chars} characters; the limit is {self.settings.max_chars} (max_chars)", field=field
+                )
+
+    async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str]) -> tuple[list[list[int]], float]:
+        """Render and tokenize off the event loop, then apply the token limit.
+
+        Returns:
+            token ids per prompt and the seconds it took.
+
+        Raises:
+            InputTooLarge: a prompt over ``max_tokens`` (413); prompts are never silently truncated.
+        """
+        started = time.perf_counter()
+        ids = await asyncio.to_thread(self.runtime.backbone.encode, conversations)
+        elapsed = time.perf_counter() - started
+        for token_ids, field in zip(ids, fields):
+            if len(token_ids) > self.settings.max_tokens:
+                self.metrics.rejected.labels("tokens").inc()
+                raise InputTooLarge(
+                    f"prompt renders to {len(token_ids)} tokens; the limit is {self.settings.max_tokens} (max_tokens)", field=field
+                )
+        for token_ids in ids:
+            self.metrics.prompt_tokens.observe(len(token_ids))
+        return ids, elapsed
+
+    async def classify(
+        self,
+        conversations: Sequence[Conversation],
+        fields: Sequence[str],
+        batch_field: str,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+    ) -> tuple[list[Classification], Timing]:
+        """Classify prompts through the engine; results in input order, plus the request's merged timing.
+
+        Raises:
+            InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`.
+            QueueFull: the engine's queue is full (429).
+            RequestTimeout: no answer within ``request_timeout_s`` (504).
+            ClientGone: the client disconnected first; its prompts are cancelled.
+            InferenceFailed, NotReady: the batch failed or the worker is down.
+        """
+        self.check_shape(conversations, fields, batch_field)
+        ids, tokenize_s = await self.tokenize(conversations, fields)
+        try:
+            futures = self.engine.submit(ids, tokenize_s)
+        except HeraldError:
+            self.metrics.rejected.labels("queue_full").inc()
+            raise
+        results = await self._wait(futures, disconnected)
+        timing = Timing()
+        for result in results:
+            timing = timing.merge(result.timing)
+        return results, timing
+
+    async def steer(
+        self,
+        conversation: Conversation,
+        mode: Literal["ablate", "add"],
+        layers: list[int] | Literal["all"] | None,
+        alpha: float,
+        max_new_tokens: int,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+    ) -> SteerOutcome:
+        """Generate with and without a residual intervention on the harm direction (DESIGN section 1.7).
+
+        Raises:
+            InvalidInput: a layer outside 1..L or too many new tokens (422).
+            plus the errors of :meth:`classify`.
+        """
+        num_layers = self.runtime.backbone.info.num_layers
+        if max_new_tokens > self.settings.steer_max_new_tokens:
+            raise InvalidInput(
+                f"max_new_tokens {max_new_tokens} exceeds the limit of {self.settings.steer_max_new_tokens} (steer_max_new_tokens)",
+                field="max_new_tokens",
+            )
+        if layers == "all":
+            chosen = list(range(1, num_layers + 1))
+        elif layers is None:
+            chosen = [self.runtime.probe.peak_layer]
+        else:
+            bad = [layer for layer in layers if not 1 <= layer <= num_layers]
+            if bad or not layers:
+                raise InvalidInput(f"layers must be a non-empty list within 1..{num_layers}", field="layers")
+            chosen = sorted(set(layers))
+        self.check_shape([conversation], ["messages" if len(conversation) > 1 else "prompt"], "prompt")
+        (ids,), _ = await self.tokenize([conversation], ["prompt"])
+        directions = self.runtime.probe.directions
+        intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
+        backbone, probe = self.runtime.backbone, self.runtime.probe
+
+        def job() -> SteerOutcome:
+            baseline = backbone.generate(ids, max_new_tokens)
+            steered = backbone.generate(ids, max_new_tokens, intervention)
+            plain = probe.predict(backbone.last_token_states([ids]))
+            edited = probe.predict(backbone.last_token_states([ids], intervention))
+            return SteerOutcome(
+                chosen, baseline, steered, is_refusal(baseline), is_refusal(steered),
+                classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),
+            )
+
+        self.metrics.steer_runs.labels(mode).inc()
+        (outcome,) = await self._wait([self.engine.submit_exclusive(job)], disconnected)
+        return outcome
+
+    async def _wait(self, futures: list, disconnected: Callable[[], Awaitable[Any]] | None) -> list:
+        wrapped = [asyncio.wrap_future(f) for f in futures]
+        gathered = asyncio.gather(*wrapped, return_exceptions=True)
+        watcher = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+        waiters = {gathered} | ({watcher} if watcher else set())
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=self.settings.request_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if gathered not in done:
+            for future in futures:
+                future.cancel()
+            gathered.cancel()
+            if watcher is not None and watcher in done:
+                raise ClientGone("client disconnected")
+            raise RequestTimeout(f"no answer within {self.settings.request_timeout_s} s (request_timeout_s)")
+        results = gathered.result()
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results

@@ -1,0 +1,148 @@
+"""Probe artifact: ``probe.safetensors`` (tensors) + ``probe.json`` (manifest). No pickle (DESIGN section 2).
+
+Tensors: ``directions`` fp16 ``(layer, d_model)``; ``centers``, ``scales`` fp32 ``(layer,)``; ``feature_mean``,
+``feature_std`` fp32 ``(7,)``; ``scorer.mlp.0.weight`` ``(32, 7)``, ``scorer.mlp.0.bias`` ``(32,)``,
+``scorer.mlp.2.weight`` ``(1, 32)`` fp32.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+from herald_service import __version__
+from herald_service.errors import ProbeMismatch
+from herald_service.probes.directions import LayerDirections
+from herald_service.probes.features import FEATURE_NAMES, FEATURE_SET, FeatureStats
+from herald_service.probes.probe import FittedProbe
+from herald_service.probes.scorer import TrajectoryScorer
+from herald_service.types import BackboneInfo
+
+FORMAT_VERSION = 1
+TENSORS_FILE = "probe.safetensors"
+MANIFEST_FILE = "probe.json"
+SUPPORTED_FEATURE_SETS = {FEATURE_SET}
+
+
+def backbone_manifest(info: BackboneInfo) -> dict[str, Any]:
+    """The manifest's ``backbone`` block for a loaded backbone."""
+    return {
+        "id": info.model_id,
+        "revision": info.revision,
+        "num_layers": info.num_layers,
+        "hidden_size": info.hidden_size,
+        "config_hash": info.config_hash,
+        "chat_template_hash": info.chat_template_hash,
+        "slug": info.slug,
+    }
+
+
+def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> None:
+    """Write ``probe.safetensors`` and ``probe.json`` into ``folder`` (created if needed).
+
+    Args:
+        manifest: must hold ``backbone`` (see :func:`backbone_manifest`); training data, metrics and the command
+            go in as given. Format version, feature set, threshold, peak layer and Herald version are filled in here.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {f"scorer.{k}": v.detach().cpu().numpy().astype(np.float32) for k, v in probe.scorer.state_dict().items()}
+    tensors = {
+        "directions": probe.directions.directions.astype(np.float16),
+        "centers": probe.directions.centers.astype(np.float32),
+        "scales": probe.directions.scales.astype(np.float32),
+        "feature_mean": probe.feature_stats.mean.astype(np.float32),
+        "feature_std": probe.feature_stats.std.astype(np.float32),
+        **state,
+    }
+    save_file(tensors, str(folder / TENSORS_FILE), metadata={"format": "herald-probe", "format_version": str(FORMAT_VERSION)})
+    full = {
+        "format_version": FORMAT_VERSION,
+        "herald_version": __version__,
+        "feature_set": probe.feature_set,
+        "feature_names": list(FEATURE_NAMES),
+        "threshold": probe.threshold,
+        "threshold_method": probe.threshold_method,
+        "peak_layer": probe.peak_layer,
+        "directions_bytes": int(tensors["directions"].nbytes),
+        **manifest,
+    }
+    (folder / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Parse ``probe.json``.
+
+    Raises:
+        ProbeMismatch: if the folder or file is missing or not valid JSON.
+    """
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProbeMismatch(f"{path} is not valid JSON: {exc}", field="probe") from exc
+
+
+def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
+    """Refuse a probe fitted on another backbone.
+
+    Raises:
+        ProbeMismatch: naming what differs (layer count, hidden size, config hash, format or feature set).
+    """
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ProbeMismatch(f"probe format {manifest.get('format_version')} is not supported (need {FORMAT_VERSION})", field="probe")
+    if manifest.get("feature_set") not in SUPPORTED_FEATURE_SETS:
+        raise ProbeMismatch(f"probe feature set {manifest.get('feature_set')!r} is unknown to Herald {__version__}", field="probe")
+    fitted = manifest.get("backbone", {})
+    problems = []
+    if fitted.get("num_layers") != info.num_layers:
+        problems.append(f"num_layers {fitted.get('num_layers')} != backbone's {info.num_layers}")
+    if fitted.get("hidden_size") != info.hidden_size:
+        problems.append(f"hidden_size {fitted.get('hidden_size')} != backbone's {info.hidden_size}")
+    if fitted.get("config_hash") != info.config_hash:
+        problems.append("config hash differs (another architecture or size)")
+    if problems:
+        raise ProbeMismatch(
+            f"probe was fitted on {fitted.get('id')!r} but the backbone is {info.model_id!r}: " + "; ".join(problems)
+            + ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`.",
+            field="probe",
+        )
+
+
+def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedProbe, dict[str, Any]]:
+    """Load a probe; with ``info``, first check it matches that backbone.
+
+    Returns:
+        The probe and its manifest.
+
+    Raises:
+        ProbeMismatch: missing files, wrong shapes, or a backbone mismatch.
+    """
+    manifest = read_manifest(folder)
+    if info is not None:
+        check_compatible(manifest, info)
+    path = folder / TENSORS_FILE
+    if not path.is_file():
+        raise ProbeMismatch(f"no probe tensors at {path}", field="probe")
+    tensors = load_file(str(path))
+    layers, width = manifest["backbone"]["num_layers"], manifest["backbone"]["hidden_size"]
+    if tensors["directions"].shape != (layers, width):
+        raise ProbeMismatch(f"directions have shape {tensors['directions'].shape}, manifest says ({layers}, {width})", field="probe")
+    scorer = TrajectoryScorer()
+    scorer.load_state_dict({k.removeprefix("scorer."): torch.from_numpy(v) for k, v in tensors.items() if k.startswith("scorer.")})
+    probe = FittedProbe(
+        directions=LayerDirections(tensors["directions"], tensors["centers"], tensors["scales"]),
+        feature_stats=FeatureStats(tensors["feature_mean"], tensors["feature_std"]),
+        scorer=scorer.eval(),
+        threshold=float(manifest["threshold"]),
+        threshold_method=str(manifest["threshold_method"]),
+        peak_layer=int(manifest["peak_layer"]),
+        feature_set=str(manifest["feature_set"]),
+    )
+    return probe, manifest

@@ -1,0 +1,125 @@
+"""The HERALD probe as a scikit-learn-style estimator: states in, verdicts out.
+
+Shapes: ``X`` is ``(n_samples, n_layers, d_model)`` last-token residual states; ``y`` is ``(n_samples,)`` with
+1 = harmful, 0 = benign.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
+from herald_service.probes.features import FEATURE_SET, FeatureStats, compute_features, onset_layers
+from herald_service.probes.scorer import TrajectoryScorer, calibrate_threshold, train_scorer
+from herald_service.types import ProbeOutput
+
+
+@dataclass(frozen=True)
+class FittedProbe:
+    """Everything a served probe needs; :mod:`.artifact` saves and loads exactly this."""
+
+    directions: LayerDirections
+    feature_stats: FeatureStats
+    scorer: TrajectoryScorer
+    threshold: float
+    threshold_method: str
+    peak_layer: int
+    feature_set: str = FEATURE_SET
+
+    def trajectories(self, states: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Normalized projections ``(batch, layer)`` of states ``(batch, layer, d_model)``."""
+        return self.directions.project(states)
+
+    def logits(self, features: np.ndarray) -> np.ndarray:
+        """Scorer outputs ``(batch,)`` float64 for raw features ``(batch, 7)``."""
+        with torch.inference_mode():
+            x = torch.as_tensor(self.feature_stats.transform(features))
+            return self.scorer(x).double().numpy()
+
+    def predict(self, states: np.ndarray | torch.Tensor) -> ProbeOutput:
+        """Score states ``(batch, layer, d_model)``; see :class:`herald_service.types.ProbeOutput`."""
+        s = self.trajectories(states)
+        features = compute_features(s)
+        logits = self.logits(features)
+        scores = 1.0 / (1.0 + np.exp(-(logits - self.threshold)))
+        return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold)
+
+
+class HeraldProbe:
+    """Estimator that fits a :class:`FittedProbe` (directions, feature stats, scorer, threshold, peak layer).
+
+    Recipe: LDA directions are fitted on the ``fit`` part of the training data; the scorer on the trajectories of
+    the same part; the threshold on a disjoint calibration part (``calibration_fraction``), stratified by
+    ``groups`` (e.g. source x label) so every source is represented in both.
+
+    Args:
+        shrinkage: LDA shrinkage (``"auto"``: Ledoit-Wolf).
+        calibration_fraction: share of training rows held out for threshold calibration.
+        threshold_method: ``"max_f1"`` or ``"target_fpr"``.
+        target_fpr: used by ``"target_fpr"``.
+        seed: split and scorer-initialization seed.
+    """
+
+    def __init__(
+        self,
+        shrinkage: str | float = "auto",
+        calibration_fraction: float = 0.25,
+        threshold_method: str = "max_f1",
+        target_fpr: float = 0.01,
+        seed: int = 0,
+    ) -> None:
+        self.shrinkage = shrinkage
+        self.calibration_fraction = calibration_fraction
+        self.threshold_method = threshold_method
+        self.target_fpr = target_fpr
+        self.seed = seed
+
+    def fit(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        groups: np.ndarray | None = None,
+        sample_weight: np.ndarray | None = None,
+    ) -> "HeraldProbe":
+        """Fit on states ``X`` ``(n_samples, n_layers, d_model)`` and labels ``y`` ``(n_samples,)``.
+
+        Args:
+            groups: ``(n_samples,)`` strata for the calibration split (default: the labels).
+            sample_weight: ``(n_samples,)`` weights for the scorer loss (e.g. inverse source frequency).
+
+        Returns:
+            self, with ``fitted_`` (a :class:`FittedProbe`) and ``calibration_index_`` set.
+
+        Raises:
+            ValueError: if a class is missing in either part.
+        """
+        y = np.asarray(y).astype(int)
+        groups = y.astype(str) if groups is None else np.asarray(groups)
+        rng = np.random.default_rng(self.seed)
+        calibration = np.zeros(len(y), dtype=bool)
+        for group in np.unique(groups):
+            members = np.nonzero(groups == group)[0]
+            rng.shuffle(members)
+            take = int(round(len(members) * self.calibration_fraction))
+            if len(members) >= 2:
+                calibration[members[:take]] = True
+        fit_rows = ~calibration
+        directions = fit_directions(X[fit_rows], y[fit_rows], self.shrinkage)
+        s_fit = directions.project(X[fit_rows])
+        features_fit = compute_features(s_fit)
+        stats = FeatureStats.fit(features_fit)
+        weights = None if sample_weight is None else np.asarray(sample_weight)[fit_rows]
+        scorer = train_scorer(stats.transform(features_fit), y[fit_rows], weights, seed=self.seed)
+        partial = FittedProbe(directions, stats, scorer, 0.0, self.threshold_method, peak_monotonicity_layer(s_fit, y[fit_rows]))
+        calib_logits = partial.logits(compute_features(directions.project(X[calibration])))
+        threshold = calibrate_threshold(calib_logits, y[calibration], self.threshold_method, self.target_fpr)
+        self.fitted_ = FittedProbe(directions, stats, scorer, threshold, self.threshold_method, partial.peak_layer)
+        self.calibration_index_ = np.nonzero(calibration)[0]
+        return self
+
+    def predict(self, X: np.ndarray) -> ProbeOutput:
+        """Verdicts for states ``X`` ``(n_samples, n_layers, d_model)``."""
+        return self.fitted_.predict(X)

@@ -1,0 +1,1 @@
+"""Fitting and evaluating probes offline. Never imported by the serving path."""

@@ -1,0 +1,73 @@
+"""Extract last-token residual states for a corpus, with a progress bar and an on-disk cache.
+
+Cache layout: ``<cache_dir>/states/<key>/<hh>/<sha256>.npy``, one float32 ``(layer, d_model)`` array per prompt,
+where ``key`` hashes the backbone revision and config hash and the file name hashes the prompt's token ids. A
+second fit, eval or baseline over the same prompts reads states instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from herald_service.backbone.base import Backbone
+from herald_service.backbone.batching import plan_batches
+from herald_service.types import Conversation
+
+
+class StateCache:
+    """Per-prompt state files keyed by backbone identity and token ids."""
+
+    def __init__(self, root: Path, backbone: Backbone) -> None:
+        key = hashlib.sha256(f"{backbone.info.revision}|{backbone.info.config_hash}|{backbone.info.dtype}".encode()).hexdigest()[:16]
+        self.folder = root / "states" / key
+
+    def path(self, token_ids: Sequence[int]) -> Path:
+        digest = hashlib.sha256(np.asarray(token_ids, dtype=np.int64).tobytes()).hexdigest()
+        return self.folder / digest[:2] / f"{digest}.npy"
+
+    def get(self, token_ids: Sequence[int]) -> np.ndarray | None:
+        path = self.path(token_ids)
+        return np.load(path) if path.is_file() else None
+
+    def put(self, token_ids: Sequence[int], states: np.ndarray) -> None:
+        path = self.path(token_ids)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with tmp.open("wb") as fh:
+            np.save(fh, states.astype(np.float32))
+        os.replace(tmp, path)
+
+
+def extract_states(
+    backbone: Backbone,
+    conversations: Sequence[Conversation],
+    cache: StateCache | None,
+    token_budget: int = 4096,
+    max_rows: int = 32,
+    desc: str = "extracting states",
+) -> tuple[np.ndarray, np.ndarray]:
+    """States of every conversation, computing only those missing from the cache.
+
+    Returns:
+        ``(states, tokens)``: ``(batch, layer, d_model)`` float32 and ``(batch,)`` int token counts.
+    """
+    token_ids = backbone.encode(conversations)
+    states: list[np.ndarray | None] = [cache.get(ids) if cache else None for ids in token_ids]
+    missing = [i for i, s in enumerate(states) if s is None]
+    batches = plan_batches([len(token_ids[i]) for i in missing], token_budget, max_rows)
+    with tqdm(total=len(missing), desc=desc, unit="prompt", disable=not missing) as bar:
+        for batch in batches:
+            rows = [missing[j] for j in batch]
+            out = backbone.last_token_states([token_ids[i] for i in rows]).numpy()
+            for i, row_states in zip(rows, out):
+                states[i] = row_states
+                if cache:
+                    cache.put(token_ids[i], row_states)
+            bar.update(len(rows))
+    return np.stack(states), np.array([len(t) for t in token_ids])

@@ -1,0 +1,126 @@
+"""``herald fit``: extract states, fit directions and scorer, calibrate, evaluate on a held-out split, save."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.loader import resolve_backbone
+from herald_service.probes.artifact import backbone_manifest, save_probe
+from herald_service.probes.probe import HeraldProbe
+from herald_service.training.corpus import (
+    Example,
+    cap_per_group,
+    corpus_hash,
+    default_data_files,
+    file_manifest,
+    load_corpus,
+    stratified_split,
+)
+from herald_service.training.evaluation import metrics_by_source
+from herald_service.training.extract import StateCache, extract_states
+from herald_service.types import user_turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Inputs of one fit run (mirrors the ``herald fit`` flags)."""
+
+    data: list[Path]
+    backbone: str
+    out: Path | None
+    cache_dir: Path
+    device: str = "auto"
+    dtype: str = "auto"
+    max_per_source: int | None = 150
+    max_tokens: int = 1024
+    test_fraction: float = 0.2
+    threshold_method: str = "max_f1"
+    target_fpr: float = 0.01
+    seed: int = 0
+    token_budget: int = 4096
+
+
+def expand_data(paths: list[Path]) -> list[Path]:
+    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file."""
+    files: list[Path] = []
+    for path in paths:
+        files.extend(default_data_files(path) if path.is_dir() else [path])
+    if not files:
+        raise ValueError("--data names no JSONL files")
+    return files
+
+
+def source_balanced_weights(examples: list[Example]) -> np.ndarray:
+    """Weights that give every (source, label) group the same total weight within its class."""
+    counts = Counter((e.source, e.label) for e in examples)
+    groups_per_label = Counter(label for _, label in counts)
+    return np.array([1.0 / (counts[(e.source, e.label)] * groups_per_label[e.label]) for e in examples]) * len(examples)
+
+
+def run_fit(options: FitOptions) -> dict:
+    """Fit and save a probe; returns the manifest written to ``probe.json``.
+
+    Raises:
+        BackboneError: if the backbone cannot be loaded.
+        ValueError: if the data has one class only.
+    """
+    started = time.perf_counter()
+    files = expand_data(options.data)
+    backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
+    out = options.out or Path("models") / backbone.info.slug
+    examples = cap_per_group(load_corpus(files), options.max_per_source, options.seed)
+    conversations = [user_turn(e.prompt) for e in examples]
+    lengths = [len(ids) for ids in backbone.encode(conversations)]
+    too_long = Counter(e.source for e, n in zip(examples, lengths) if n > options.max_tokens)
+    kept = [i for i, n in enumerate(lengths) if n <= options.max_tokens]
+    examples = [examples[i] for i in kept]
+    conversations = [conversations[i] for i in kept]
+    log.info("%d prompts after caps (%d over %d tokens skipped)", len(examples), sum(too_long.values()), options.max_tokens)
+
+    states, tokens = extract_states(backbone, conversations, StateCache(options.cache_dir, backbone), options.token_budget)
+    labels = np.array([e.label for e in examples])
+    sources = [e.source for e in examples]
+    train, test = stratified_split(examples, options.test_fraction, options.seed)
+    groups = np.array([f"{e.source}|{e.label}" for e in examples])
+    weights = source_balanced_weights([examples[i] for i in train])
+    probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed)
+    probe.fit(states[train], labels[train], groups=groups[train], sample_weight=weights)
+    held_out = probe.predict(states[test])
+    metrics = metrics_by_source(labels[test], held_out.scores, held_out.flagged, [sources[i] for i in test])
+
+    counts = Counter((e.source, "harmful" if e.label else "benign") for e in examples)
+    manifest = {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["herald", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("herald") else None,
+        "backbone": backbone_manifest(backbone.info),
+        "training_data": {
+            "files": file_manifest(files),
+            "corpus_sha256": corpus_hash(files),
+            "max_per_source_and_label": options.max_per_source,
+            "max_tokens": options.max_tokens,
+            "skipped_over_max_tokens": dict(sorted(too_long.items())),
+            "seed": options.seed,
+            "counts": [{"source": s, "label": l, "n": n} for (s, l), n in sorted(counts.items())],
+            "split": {"method": "stratified by (source, label)", "test_fraction": options.test_fraction,
+                      "train": int(len(train)), "test": int(len(test)),
+                      "calibration": int(len(probe.calibration_index_))},
+            "sample_weighting": "each (source, label) group has equal total weight within its class",
+        },
+        "evaluation": {"split": "held-out (random, stratified by source and label)", **metrics},
+        "fit_seconds": round(time.perf_counter() - started, 1),
+        "mean_prompt_tokens": float(tokens.mean()),
+    }
+    save_probe(probe.fitted_, out, manifest)
+    return manifest

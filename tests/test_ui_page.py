@@ -1,0 +1,126 @@
+"""Static checks on the single-file web UI served at ``GET /`` (no server needed)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+PAGE = Path(__file__).resolve().parents[1] / "herald_service" / "api" / "static" / "index.html"
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+# SVG namespace URI is an identifier, not a fetched resource.
+ALLOWED_URLS = {"http://www.w3.org/2000/svg"}
+
+
+class _Checker(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in VOID:
+            self.stack.append(tag)
+        self._in_script = tag == "script"
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"unexpected </{tag}> (open: {self.stack[-3:]})")
+            if tag in self.stack:
+                while self.stack and self.stack.pop() != tag:
+                    pass
+            return
+        self.stack.pop()
+        self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+
+@pytest.fixture(scope="module")
+def text() -> str:
+    assert PAGE.is_file(), f"missing {PAGE}"
+    return PAGE.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def parsed(text) -> _Checker:
+    p = _Checker()
+    p.feed(text)
+    p.close()
+    return p
+
+
+@pytest.fixture(scope="module")
+def script(parsed) -> str:
+    return "\n".join(parsed.scripts)
+
+
+def test_parses_with_balanced_tags(parsed, text):
+    assert text.lstrip().lower().startswith("<!doctype html>")
+    assert parsed.errors == []
+    assert parsed.stack == [], f"unclosed tags: {parsed.stack}"
+    names = [t for t, _ in parsed.tags]
+    for tag in ("html", "head", "body", "main", "form", "textarea", "button", "script", "style"):
+        assert tag in names, tag
+
+
+def test_no_external_resources(parsed, text):
+    for tag, attrs in parsed.tags:
+        for attr in ("src", "href", "action", "data", "poster"):
+            val = (attrs.get(attr) or "").strip().lower()
+            assert not re.match(r"^(https?:)?//", val), f"<{tag} {attr}={val!r}> points off-site"
+        if tag == "script":
+            assert "src" not in attrs, "scripts must be inline"
+        if tag == "link":
+            assert attrs.get("rel") not in ("stylesheet", "preload", "modulepreload"), "styles must be inline"
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", text))
+    assert urls <= ALLOWED_URLS, f"external URLs: {urls - ALLOWED_URLS}"
+    assert "@import" not in text and not re.search(r"url\(\s*['\"]?(https?:)?//", text)
+
+
+def test_posts_to_relative_classify(script):
+    m = re.search(r"fetch\(\s*([\"'])([^\"']+)\1\s*,\s*\{[^}]*method:\s*\"POST\"", script)
+    assert m, "no POST fetch found"
+    assert m.group(2) in ("./classify", "classify"), m.group(2)
+    assert "return_trajectory: true" in script
+    assert re.search(r"fetch\(\s*[\"']\./v1/info[\"']", script)
+    assert '"Bearer " + key' in script
+
+
+def test_server_strings_use_textcontent(script):
+    assert "innerHTML" not in script and "outerHTML" not in script
+    assert "insertAdjacentHTML" not in script and "document.write" not in script
+    assert "eval(" not in script and "new Function" not in script
+    # message/field of errors, backbone id, model and probe names all go through textContent.
+    assert "createTextNode(String(message" in script
+    assert '"Field: " + String(field)' in script
+    assert re.search(r'\$\("info"\)\.textContent\s*=\s*"Backbone " \+ String\(b\.id\)', script)
+    assert re.search(r'\$\("meta"\)\.textContent\s*=\s*"model " \+ String\(body\.model\)', script)
+
+
+def test_ui_features(text, script):
+    for name in ("slope", "curvature", "monotonicity", "onset", "late_level", "peak", "volatility"):
+        assert f'"{name}"' in script
+    assert "x-total-time" in script
+    assert "FLAGGED" in script and "ALLOWED" in script
+    assert "boundary" in script and "stroke-dasharray" in script
+    assert "button.disabled = true" in script
+    assert "ctrlKey" in script
+    assert 'get("q")' in script
+    assert 'role="alert"' in text and 'for="prompt"' in text and 'for="apikey"' in text
+    assert 'type="password"' in text
+    assert len(text.splitlines()) < 320
