@@ -84,7 +84,7 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     loc = tuple(first.get("loc", ()))
     if first.get("type") == "json_invalid":
         return error_response(422, "invalid_request", "request body is not valid JSON", "body")
-    if loc == ("body",):
+    if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return error_response(422, "invalid_request", "request body must be a JSON object", "body")
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     return error_response(422, "invalid_request", message, _field_path(tuple(first.get("loc", ()))))

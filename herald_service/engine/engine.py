@@ -166,11 +166,13 @@ class InferenceEngine:
             return taken
 
     def _worker(self) -> None:
+        in_hand: list[_Prompt | _Exclusive] = []
         try:
             while True:
                 work = self._take_window()
                 if work is None:
                     return
+                in_hand = [work] if isinstance(work, _Exclusive) else list(work)
                 if isinstance(work, _Exclusive):
                     self._run_exclusive(work)
                     continue
@@ -183,7 +185,11 @@ class InferenceEngine:
             log.exception("inference worker died")
             self.failure = f"inference worker died: {type(exc).__name__}"
             self.metrics.worker_up.set(0)
-            self._fail_pending(NotReady(self.failure))
+            error = NotReady(self.failure)
+            for item in in_hand:  # taken from the queue but not answered yet
+                if not item.future.done():
+                    item.future.set_exception(error)
+            self._fail_pending(error)
 
     def _run_exclusive(self, job: _Exclusive) -> None:
         if not job.future.set_running_or_notify_cancel():

@@ -1,0 +1,203 @@
+"""The real app factory, lifespan, engine and probe on the weight-free fake backend."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import wait_ready
+from herald_service.api.app import build_app
+from herald_service.config import Settings
+
+STEER_KEY = "steer-key-0123456789"
+API_KEY = "client-key-0123456789"
+
+
+def client_for(**overrides) -> TestClient:
+    settings = Settings(_env_file=None, fake_backend=True, **overrides)
+    return TestClient(build_app(settings))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with client_for(max_chars=200, max_tokens=40, max_batch_size=4, steer_enabled=True, steer_api_key=STEER_KEY) as c:
+        wait_ready(c)
+        yield c
+
+
+def test_classify_flags_harmful_and_passes_benign_in_input_order(client):
+    r = client.post("/classify", json={"input": ["how do I bake bread", "how do I build a bomb"]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["model"] == "herald/fake-backbone"
+    first, second = body["results"]
+    assert (first["flagged"], second["flagged"]) == (False, True)
+    assert second["score"] >= 0.5 > first["score"]
+    assert len(second["trajectory"]) == 8
+    assert set(second["features"]) == {"slope", "curvature", "monotonicity", "onset", "late_level", "peak", "volatility"}
+    assert second["onset_layer"] is not None and first["onset_layer"] is None
+    assert first["tokens"] == 3 + 5  # template tokens + words
+    for header in ("x-queue-time", "x-inference-time", "x-tokenize-time", "x-total-time"):
+        assert float(r.headers[header]) >= 0
+
+
+def test_score_is_sigmoid_of_logit_minus_threshold(client):
+    import math
+
+    result = client.post("/classify", json={"input": "write a phishing email"}).json()["results"][0]
+    assert result["score"] == pytest.approx(1 / (1 + math.exp(-(result["logit"] - result["threshold"]))))
+    assert result["flagged"] == (result["score"] >= 0.5)
+
+
+def test_messages_and_trajectory_opt_out(client):
+    one = client.post("/classify", json={"messages": [{"role": "user", "content": "steal a car"}], "return_trajectory": False})
+    assert one.status_code == 200 and one.json()["results"][0]["trajectory"] is None
+    many = client.post("/classify", json={"messages": [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "poison"}]]})
+    assert [r["flagged"] for r in many.json()["results"]] == [False, True]
+
+
+@pytest.mark.parametrize(
+    "body, status, field, words",
+    [
+        ({"input": ["a"] * 5}, 413, "input", "limit of 4"),
+        ({"input": ["ok", "x" * 201]}, 413, "input[1]", "limit is 200"),
+        ({"input": " ".join(["w"] * 50)}, 413, "input", "limit is 40"),
+        ({"input": []}, 422, "input", "at least one"),
+        ({"input": 7}, 422, "input", "valid string"),
+        ({"input": "a", "messages": []}, 422, None, "exactly one"),
+        ({}, 422, None, "exactly one"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, 422, "messages[0].role", "user"),
+        ({"messages": [[]]}, 422, "messages[0]", "at least one message"),
+        ({"input": "a", "surprise": 1}, 422, "surprise", "Extra inputs"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx_naming_the_field(client, body, status, field, words):
+    r = client.post("/classify", json=body)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert words in error["message"]
+    assert error.get("field") == field
+
+
+def test_malformed_json_and_wrong_method(client):
+    r = client.post("/classify", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "body"
+    assert client.get("/classify").status_code == 405
+    assert client.get("/classify").json()["error"]["type"] == "method_not_allowed"
+
+
+def test_oversized_body_is_refused_before_parsing(client):
+    r = client.post("/classify", content=b"x" * (4 * 200 * 6 + 70_000), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["field"] == "body"
+
+
+def test_openai_moderations_shape(client):
+    r = client.post("/v1/moderations", json={"input": ["hello there", "make a bomb"], "model": "omni-moderation-latest"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["id"].startswith("modr-") and body["model"] == "omni-moderation-latest"
+    assert [x["flagged"] for x in body["results"]] == [False, True]
+    assert body["results"][1]["categories"] == {"harmful": True}
+    assert 0.5 <= body["results"][1]["category_scores"]["harmful"] <= 1
+    parts = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "kill"}]})
+    assert parts.json()["results"][0]["flagged"] is True
+    image = client.post("/v1/moderations", json={"input": [{"type": "image_url", "image_url": {"url": "x"}}]})
+    assert image.status_code == 422
+
+
+def test_steer_needs_its_key_and_returns_both_completions(client):
+    assert client.post("/steer", json={"prompt": "make a bomb"}).status_code == 401
+    wrong = client.post("/steer", json={"prompt": "make a bomb"}, headers={"Authorization": "Bearer nope-nope-nope"})
+    assert wrong.status_code == 401
+    r = client.post("/steer", json={"prompt": "make a bomb", "max_new_tokens": 20}, headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["baseline"]["refused"] is True and body["steered"]["refused"] is False
+    assert body["layers"] == [client.get("/v1/info").json()["probe"]["manifest"]["peak_layer"]]
+    assert body["classification"]["baseline"]["flagged"] is True
+    assert body["classification"]["steered"]["score"] < body["classification"]["baseline"]["score"]
+    bad = client.post("/steer", json={"prompt": "x", "layers": [0, 99]}, headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "layers"
+    long = client.post("/steer", json={"prompt": "x", "max_new_tokens": 100_000}, headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert long.status_code == 422 and long.json()["error"]["field"] == "max_new_tokens"
+
+
+def test_steer_is_off_by_default():
+    with client_for() as c:
+        wait_ready(c)
+        r = c.post("/steer", json={"prompt": "x"})
+        assert r.status_code == 404 and "HERALD_STEER_ENABLED" in r.json()["error"]["message"]
+
+
+def test_api_keys_guard_moderation_but_not_probes():
+    with client_for(api_keys=API_KEY) as c:
+        wait_ready(c)
+        assert c.post("/classify", json={"input": "hi"}).status_code == 401
+        assert c.post("/v1/moderations", json={"input": "hi"}, headers={"Authorization": "Bearer wrong-key-000000"}).status_code == 401
+        ok = c.post("/classify", json={"input": "hi"}, headers={"Authorization": f"Bearer {API_KEY}"})
+        assert ok.status_code == 200
+        assert c.get("/health/ready").status_code == 200
+        assert c.get("/metrics").status_code == 200
+
+
+def test_metrics_move_with_traffic(client):
+    def value(text, prefix):
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    before = client.get("/metrics").text
+    client.post("/classify", json={"input": ["build a bomb", "bake a cake", "bake a pie"]})
+    client.post("/classify", json={"input": ["x" * 500]})
+    after = client.get("/metrics").text
+    flagged = 'herald_moderation_decisions_total{decision="flagged",route="/classify"}'
+    allowed = 'herald_moderation_decisions_total{decision="allowed",route="/classify"}'
+    assert value(after, flagged) - value(before, flagged) == 1
+    assert value(after, allowed) - value(before, allowed) == 2
+    ok = 'herald_requests_total{route="/classify",status="200"}'
+    too_large = 'herald_requests_total{route="/classify",status="413"}'
+    assert value(after, ok) - value(before, ok) == 1
+    assert value(after, too_large) - value(before, too_large) == 1
+    assert value(after, "herald_batch_size_prompts_count") > value(before, "herald_batch_size_prompts_count")
+    assert value(after, "herald_prompt_tokens_count") - value(before, "herald_prompt_tokens_count") == 3
+    assert 'herald_rejected_requests_total{reason="characters"}' in after
+    assert "herald_worker_up 1.0" in after
+    assert "/health" not in "".join(l for l in after.splitlines() if l.startswith("herald_requests_total"))
+
+
+def test_info_and_page(client):
+    info = client.get("/v1/info").json()
+    assert info["backbone"]["num_layers"] == 8 and info["limits"]["max_tokens"] == 40
+    assert info["probe"]["manifest"]["feature_set"] == "herald-v1"
+    page = client.get("/")
+    assert page.status_code == 200 and "classify" in page.text
+
+
+def test_not_ready_until_loaded_then_ready():
+    import threading
+
+    from herald_service.engine.runtime import fake_runtime
+
+    gate = threading.Event()
+
+    def slow_loader(_settings):
+        gate.wait(10)
+        return fake_runtime()
+
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=slow_loader)) as c:
+        assert c.get("/health/live").status_code == 200
+        r = c.get("/health/ready")
+        assert r.status_code == 503 and "loading" in r.json()["error"]["message"]
+        assert c.post("/classify", json={"input": "hi"}).status_code == 503
+        gate.set()
+        wait_ready(c)
+
+
+def test_load_failure_is_reported_not_hung():
+    from herald_service.errors import ProbeMismatch
+
+    def failing_loader(_settings):
+        raise ProbeMismatch("probe was fitted on 'a' but the backbone is 'b'", field="probe")
+
+    with TestClient(build_app(Settings(_env_file=None), loader=failing_loader)) as c:
+        for _ in range(100):
+            r = c.get("/health/ready")
+            if "fitted" in r.text:
+                break
+        assert r.status_code == 503 and "fitted on 'a'" in r.json()["error"]["message"]

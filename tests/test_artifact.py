@@ -1,0 +1,72 @@
+"""Probe artifact: safetensors + JSON round trip, and refusal of a probe from another backbone (DESIGN section 2)."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from herald_service.backbone.fake import FakeBackbone, synthetic_corpus
+from herald_service.errors import ProbeMismatch
+from herald_service.probes.artifact import backbone_manifest, load_probe, save_probe
+from herald_service.probes.probe import HeraldProbe
+from herald_service.types import user_turn
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    backbone = FakeBackbone()
+    prompts, labels = synthetic_corpus(60)
+    states = backbone.last_token_states(backbone.encode([user_turn(p) for p in prompts])).numpy()
+    return backbone, HeraldProbe().fit(states, np.array(labels)).fitted_, states
+
+
+def test_round_trip_gives_identical_verdicts(tmp_path, fitted):
+    backbone, probe, states = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info), "training_data": {"n": len(states)}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]
+    loaded, manifest = load_probe(tmp_path, backbone.info)
+    before, after = probe.predict(states), loaded.predict(states)
+    assert np.array_equal(before.flagged, after.flagged)
+    assert np.allclose(before.scores, after.scores, atol=1e-6)
+    assert manifest["feature_set"] == "herald-v1"
+    assert manifest["peak_layer"] == probe.peak_layer
+    assert manifest["threshold"] == pytest.approx(probe.threshold)
+    assert manifest["directions_bytes"] == backbone.info.num_layers * backbone.info.hidden_size * 2
+
+
+def test_artifact_has_no_pickle(tmp_path, fitted):
+    backbone, probe, _ = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    raw = (tmp_path / "probe.safetensors").read_bytes()
+    assert b"\x80\x04\x95" not in raw[:64]  # a pickle protocol-4 header
+    header_len = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + header_len])
+    assert header["directions"]["dtype"] == "F16"
+    assert header["directions"]["shape"] == [backbone.info.num_layers, backbone.info.hidden_size]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"num_layers": 9}, "num_layers"),
+        ({"hidden_size": 32}, "hidden_size"),
+        ({"config_hash": "0" * 64}, "config hash"),
+    ],
+)
+def test_mismatched_backbone_is_refused(tmp_path, fitted, change, message):
+    backbone, probe, _ = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    other = dataclasses.replace(backbone.info, **change)
+    with pytest.raises(ProbeMismatch, match=message):
+        load_probe(tmp_path, other)
+
+
+def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):
+    backbone, probe, _ = fitted
+    with pytest.raises(ProbeMismatch, match="probe.json is missing"):
+        load_probe(tmp_path / "nowhere", backbone.info)
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    (tmp_path / "probe.json").write_text("{not json")
+    with pytest.raises(ProbeMismatch, match="not valid JSON"):
+        load_probe(tmp_path, backbone.info)

@@ -1,0 +1,33 @@
+"""Settings refuse unsafe values at start-up."""
+
+import pytest
+from pydantic import ValidationError
+
+from herald_service.config import Settings
+
+
+def test_env_names_are_the_contract(monkeypatch):
+    monkeypatch.setenv("HERALD_PORT", "9100")
+    monkeypatch.setenv("HERALD_API_KEYS", "key-one-abcdefgh, key-two-abcdefgh")
+    monkeypatch.setenv("HERALD_MAX_TOKENS", "512")
+    s = Settings(_env_file=None)
+    assert s.port == 9100
+    assert [k.get_secret_value() for k in s.api_keys] == ["key-one-abcdefgh", "key-two-abcdefgh"]
+    assert s.max_tokens == 512
+
+
+@pytest.mark.parametrize("key", ["changeme", "short"])
+def test_placeholder_or_short_keys_are_refused(key):
+    with pytest.raises(ValidationError, match="at least 12 characters"):
+        Settings(api_keys=key, _env_file=None)
+
+
+def test_steer_needs_its_own_key():
+    with pytest.raises(ValidationError, match="HERALD_STEER_API_KEY"):
+        Settings(steer_enabled=True, _env_file=None)
+    assert Settings(steer_enabled=True, steer_api_key="steer-key-0123456789", _env_file=None).steer_enabled
+
+
+def test_token_limit_must_fit_a_batch():
+    with pytest.raises(ValidationError, match="batch_token_budget"):
+        Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None)

@@ -1,0 +1,135 @@
+"""The inference engine: every prompt answered, bounded queue, dropped cancellations, OOM splitting, worker death."""
+
+import threading
+import time
+from concurrent.futures import Future, wait
+
+import pytest
+import torch
+
+from herald_service.backbone.fake import FakeBackbone
+from herald_service.engine.engine import EngineLimits, InferenceEngine
+from herald_service.engine.runtime import fake_runtime
+from herald_service.errors import InferenceFailed, NotReady, QueueFull
+from herald_service.metrics import HeraldMetrics
+from herald_service.types import user_turn
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return fake_runtime()
+
+
+def make_engine(runtime, backbone=None, **limits):
+    engine = InferenceEngine(backbone or runtime.backbone, runtime.probe, EngineLimits(**limits), HeraldMetrics())
+    engine.start()
+    return engine
+
+
+def ids(runtime, texts):
+    return runtime.backbone.encode([user_turn(t) for t in texts])
+
+
+def test_every_prompt_of_concurrent_submitters_gets_its_own_answer(runtime):
+    engine = make_engine(runtime, token_budget=64, max_rows=4, delay_s=0.001)
+    texts = [("make a bomb now" if i % 3 == 0 else f"bake bread {i}") for i in range(60)]
+    futures: list[Future] = []
+    lock = threading.Lock()
+
+    def submit(chunk):
+        fs = engine.submit(ids(runtime, chunk))
+        with lock:
+            futures.extend(zip(chunk, fs))
+
+    threads = [threading.Thread(target=submit, args=(texts[i : i + 6],)) for i in range(0, 60, 6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    done, not_done = wait([f for _, f in futures], timeout=30)
+    engine.stop()
+    assert not not_done and len(done) == 60
+    for text, future in futures:
+        assert future.result().flagged == ("bomb" in text)
+        assert future.result().timing.batch_size <= 4
+
+
+def test_full_queue_refuses_before_queueing(runtime):
+    slow = FakeBackbone(forward_delay_s=0.2)
+    slow._vocab, slow._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, slow, queue_capacity=3, max_rows=1, delay_s=0.0)
+    first = engine.submit(ids(runtime, ["a"]))  # taken by the worker
+    time.sleep(0.05)
+    queued = engine.submit(ids(runtime, ["b", "c", "d"]))
+    with pytest.raises(QueueFull):
+        engine.submit(ids(runtime, ["e"]))
+    assert engine.depth == 3  # the refused prompt was not queued
+    wait(first + queued, timeout=10)
+    assert all(f.done() and f.exception() is None for f in first + queued)
+    engine.stop()
+
+
+def test_cancelled_prompt_never_reaches_the_model(runtime):
+    calls = []
+
+    class Recording(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            calls.append(len(token_ids))
+            time.sleep(0.1)
+            return super().last_token_states(token_ids, intervention)
+
+    backbone = Recording()
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, backbone, max_rows=1, delay_s=0.0)
+    busy = engine.submit(ids(runtime, ["first"]))
+    time.sleep(0.02)
+    (gone,) = engine.submit(ids(runtime, ["client went away"]))
+    assert gone.cancel()
+    wait(busy, timeout=5)
+    time.sleep(0.3)
+    engine.stop()
+    assert calls == [1]
+    assert engine.metrics.dropped.labels("client_gone")._value.get() == 1
+
+
+def test_out_of_memory_batch_is_split_and_retried(runtime):
+    class SmallMemory(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            if len(token_ids) > 2:
+                raise torch.OutOfMemoryError("fake OOM")
+            return super().last_token_states(token_ids, intervention)
+
+    backbone = SmallMemory()
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, backbone, max_rows=8, delay_s=0.05)
+    futures = engine.submit(ids(runtime, [f"prompt {i}" for i in range(8)]))
+    wait(futures, timeout=10)
+    engine.stop()
+    assert all(f.result().timing.batch_size <= 2 for f in futures)
+
+
+def test_failed_batch_answers_each_member_with_the_error(runtime):
+    class Broken(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            raise RuntimeError("kernel exploded")
+
+    engine = make_engine(runtime, Broken(), delay_s=0.01)
+    futures = engine.submit(ids(runtime, ["a", "b", "c"]))
+    wait(futures, timeout=5)
+    assert all(isinstance(f.exception(), InferenceFailed) for f in futures)
+    assert "kernel" not in str(futures[0].exception())  # no internals leak to clients
+    assert engine.alive  # one bad batch does not kill the worker
+    engine.stop()
+
+
+def test_dead_worker_answers_pending_and_reports_not_alive(runtime):
+    engine = make_engine(runtime, delay_s=0.0)
+    engine._run_batch = lambda batch: (_ for _ in ()).throw(SystemError("loop broke"))
+    futures = engine.submit(ids(runtime, ["a"]))
+    done, _ = wait(futures, timeout=5)
+    assert len(done) == 1 and isinstance(futures[0].exception(), NotReady)
+    deadline = time.monotonic() + 5
+    while engine.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not engine.alive
+    assert "worker died" in (engine.failure or "")
+    with pytest.raises(NotReady):
+        engine.submit(ids(runtime, ["b"]))
