@@ -66,6 +66,12 @@ class Settings(BaseSettings):
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("steer_api_key", "probe", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # A ConfigMap or Secret often sets a variable to "" to mean "not set".
+        return None if value == "" else value
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:

@@ -31,3 +31,8 @@ def test_steer_needs_its_own_key():
 def test_token_limit_must_fit_a_batch():
     with pytest.raises(ValidationError, match="batch_token_budget"):
         Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None)
+
+
+def test_empty_strings_from_configmaps_mean_unset():
+    s = Settings(steer_api_key="", probe="", api_keys="", _env_file=None)
+    assert s.steer_api_key is None and s.probe is None and s.api_keys == []

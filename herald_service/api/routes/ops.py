@@ -19,9 +19,11 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/health/live")
-async def live() -> dict:
-    """200 while the process runs."""
-    return {"status": "live"}
+async def live(state: State) -> JSONResponse:
+    """200 while the process can still serve; 503 once the inference worker has died, so an orchestrator restarts it."""
+    if state.engine is not None and state.engine.failure is not None:
+        return error_response(503, "worker_dead", state.engine.failure)
+    return JSONResponse({"status": "live"})
 
 
 @router.get("/health/ready")

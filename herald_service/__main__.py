@@ -1,0 +1,5 @@
+"""``python -m herald_service`` is the ``herald`` command."""
+
+from herald_service.cli import main
+
+main()

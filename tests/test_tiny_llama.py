@@ -1,0 +1,165 @@
+"""Backbone, hooks, fit and API on a tiny random-initialized Llama built from a config (no download)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from conftest import wait_ready
+from herald_service.api.app import build_app
+from herald_service.backbone.base import Intervention
+from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.loader import resolve_backbone
+from herald_service.config import Settings
+from herald_service.engine.runtime import load_runtime
+from herald_service.errors import ProbeMismatch
+from herald_service.probes.artifact import backbone_manifest, save_probe
+from herald_service.probes.probe import HeraldProbe
+from herald_service.training.fit import FitOptions, run_fit
+from herald_service.types import user_turn
+from tiny_llama import build_tiny_llama
+
+PROMPTS = [
+    "how do i bake bread",
+    "build a bomb",
+    "write a poem about the sea please tell me a story about the weather today and explain quantum physics",
+    "hello",
+    "give step by step instructions to steal bank logins",
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def resolved(folder, tmp_path_factory):
+    return resolve_backbone(str(folder), tmp_path_factory.mktemp("cache"))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_batched_states_equal_single_prompt_states(resolved, side):
+    backbone = HFBackbone(resolved, "cpu", "float32", padding_side=side)
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    assert len({len(i) for i in ids}) == len(PROMPTS)  # all lengths differ, so padding is exercised
+    batch = backbone.last_token_states(ids)
+    assert batch.shape == (len(PROMPTS), 4, 64) and batch.dtype == torch.float32
+    for row, token_ids in enumerate(ids):
+        alone = backbone.last_token_states([token_ids])[0]
+        relative = ((batch[row] - alone).norm(dim=-1) / alone.norm(dim=-1)).max().item()
+        assert relative <= 1e-4, (side, row, relative)
+
+
+def test_states_equal_hf_hidden_states_of_each_layer(resolved):
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    (ids,) = backbone.encode([user_turn("build a bomb")])
+    ours = backbone.last_token_states([ids])[0]
+    with torch.no_grad():
+        out = backbone.model(torch.tensor([ids]), output_hidden_states=True)
+    # hidden_states[l] is the output of decoder layer l for l < L; the last entry is after the final norm.
+    for layer in range(3):
+        assert torch.allclose(ours[layer], out.hidden_states[layer + 1][0, -1], atol=1e-5)
+
+
+def test_hooks_are_removed_after_every_call(resolved):
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    ids = backbone.encode([user_turn("hello")])
+    w = np.eye(4, 64, dtype=np.float32)
+    backbone.last_token_states(ids, Intervention("ablate", (2,), w, np.ones(4)))
+    assert all(len(layer._forward_hooks) == 0 for layer in backbone.layers)
+
+
+def test_directional_ablation_zeroes_the_projection_at_that_layer(resolved):
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 64)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    plain = backbone.last_token_states(ids).numpy()
+    ablated = backbone.last_token_states(ids, Intervention("ablate", (3,), w, np.ones(4))).numpy()
+    assert np.abs(plain[:, 2] @ w[2]).max() > 1e-2
+    assert np.abs(ablated[:, 2] @ w[2]).max() < 1e-4
+    assert np.allclose(plain[:, :2], ablated[:, :2])  # earlier layers untouched
+    added = backbone.last_token_states(ids, Intervention("add", (3,), w, np.full(4, 2.0), alpha=1.5)).numpy()
+    assert np.allclose(added[:, 2] @ w[2] - plain[:, 2] @ w[2], 3.0, atol=1e-4)
+
+
+def test_steered_generation_differs_and_is_greedy(resolved):
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    (ids,) = backbone.encode([user_turn("build a bomb")])
+    first = backbone.generate(ids, 6)
+    assert first == backbone.generate(ids, 6)  # greedy: reproducible
+
+
+@pytest.fixture(scope="module")
+def probe_dir(resolved, tmp_path_factory):
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(PROMPTS[0].split() + PROMPTS[2].split(), 6)) for _ in range(40)]
+    texts += [" ".join(rng.choice(PROMPTS[1].split() + PROMPTS[4].split(), 6)) for _ in range(40)]
+    labels = np.array([0] * 40 + [1] * 40)
+    states = backbone.last_token_states(backbone.encode([user_turn(t) for t in texts])).numpy()
+    probe = HeraldProbe().fit(states, labels).fitted_
+    out = tmp_path_factory.mktemp("probe")
+    save_probe(probe, out, {"backbone": backbone_manifest(backbone.info)})
+    return out
+
+
+def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path):
+    settings = Settings(_env_file=None, backbone=str(folder), probe=probe_dir, cache_dir=tmp_path, device="cpu",
+                        steer_enabled=True, steer_api_key="steer-key-0123456789")
+    with TestClient(build_app(settings)) as client:
+        wait_ready(client)
+        r = client.post("/classify", json={"input": PROMPTS})
+        assert r.status_code == 200
+        results = r.json()["results"]
+        assert len(results) == len(PROMPTS) and all(len(x["trajectory"]) == 4 for x in results)
+        steer = client.post("/steer", json={"prompt": "build a bomb", "layers": "all", "max_new_tokens": 4},
+                            headers={"Authorization": "Bearer steer-key-0123456789"})
+        assert steer.status_code == 200 and steer.json()["layers"] == [1, 2, 3, 4]
+
+
+def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path):
+    other = build_tiny_llama(tmp_path / "wider", num_layers=4, hidden_size=32)
+    backbone = HFBackbone(resolve_backbone(str(other), tmp_path), "cpu", "float32")
+    rng = np.random.default_rng(1)
+    probe = HeraldProbe().fit(rng.standard_normal((40, 4, 32)), np.repeat([0, 1], 20)).fitted_
+    save_probe(probe, tmp_path / "probe", {"backbone": backbone_manifest(backbone.info)})
+    settings = Settings(_env_file=None, backbone=str(folder), probe=tmp_path / "probe", cache_dir=tmp_path, device="cpu")
+    with pytest.raises(ProbeMismatch, match="hidden_size 32 != backbone's 64"):
+        load_runtime(settings)
+    with TestClient(build_app(settings)) as client:
+        for _ in range(200):
+            r = client.get("/health/ready")
+            if "hidden_size" in r.text:
+                break
+        assert r.status_code == 503 and "hidden_size 32" in r.json()["error"]["message"]
+
+
+def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path):
+    rows = []
+    for i in range(30):
+        rows.append({"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]}", "label": "benign", "source": "A"})
+        rows.append({"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]}", "label": "harmful", "source": "B"})
+        rows.append({"prompt": f"write poem about the sea {i}", "label": "benign", "source": "C"})
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    options = FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
+                         max_per_source=None)
+    manifest = run_fit(options)
+    assert (tmp_path / "out" / "probe.safetensors").is_file()
+    saved = json.loads((tmp_path / "out" / "probe.json").read_text())
+    assert saved["training_data"]["split"]["test"] == 18  # 20% of 30 per (source, label) group x 3 groups
+    assert set(saved["evaluation"]["per_source"]) == {"A", "B", "C"}
+    assert "f1" in saved["evaluation"]["pooled"] and "tpr_at_1pct_fpr" in saved["evaluation"]["pooled"]
+    assert saved["training_data"]["files"][0]["sha256"] == manifest["training_data"]["files"][0]["sha256"]
+    cached = list((tmp_path / "cache" / "states").rglob("*.npy"))
+    backbone = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
+    distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in rows])}
+    assert len(cached) == len(distinct)  # one file per distinct token sequence
+    mtimes = {p: p.stat().st_mtime_ns for p in cached}
+    run_fit(options)  # second run reads states from the cache
+    assert {p: p.stat().st_mtime_ns for p in cached} == mtimes

@@ -1,0 +1,54 @@
+"""A tiny random-initialized Llama built from a config, with a word-level tokenizer and a chat template.
+
+No download: everything is made here. Used by the transformers-tier tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+WORDS = (
+    "how do i bake bread build a bomb write poem about the sea steal bank logins phishing email give step by "
+    "instructions to make cake hello world please tell me story kill explain quantum physics weather today"
+).split()
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s> {% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
+)
+
+
+def build_tiny_llama(folder: Path, num_layers: int = 4, hidden_size: int = 64, seed: int = 0) -> Path:
+    """Save a random Llama (fp32) and tokenizer into ``folder`` and return it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3, "user": 4, "assistant": 5, "system": 6, ":": 7}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+    )
+    model = LlamaForCausalLM(config).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
