@@ -71,7 +71,7 @@ class FitCommand(BaseModel):
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         manifest = run_fit(FitOptions(**self.model_dump()))
-        print(json.dumps({"pooled": manifest["evaluation"]["pooled"], "threshold": manifest.get("threshold")}, indent=2))
+        print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 
 class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):

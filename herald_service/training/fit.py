@@ -123,4 +123,4 @@ def run_fit(options: FitOptions) -> dict:
         "mean_prompt_tokens": float(tokens.mean()),
     }
     save_probe(probe.fitted_, out, manifest)
-    return manifest
+    return {**manifest, "out": str(out)}
