@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
+from typing import Literal
+
+import numpy as np
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, CliApp, CliPositionalArg, CliSubCommand
@@ -74,12 +78,53 @@ class FitCommand(BaseModel):
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 
+class PlotCommand(Settings):
+    """Classify prompts and write their layer trajectories as a PNG."""
+
+    text: CliPositionalArg[list[str]] = Field(default_factory=list)
+    out: Path = Path("trajectory.png")
+
+    def cli_cmd(self) -> None:
+        from herald_service.analysis.trajectory_plot import plot_trajectories
+        from herald_service.engine.runtime import load_runtime
+
+        if not self.text:
+            raise SystemExit("herald plot: give one or more prompts")
+        results = load_runtime(self).classify_texts(self.text)
+        path = plot_trajectories(
+            np.array([r.trajectory for r in results]), self.text, [r.flagged for r in results], self.out
+        )
+        print(path)
+
+
+class SteerEvalCommand(Settings):
+    """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL)."""
+
+    file: CliPositionalArg[Path]
+    layers: list[int] | None = None
+    mode: Literal["ablate", "add"] = "ablate"
+    alpha: float = 0.0
+    max_new_tokens: int = 48
+    limit: int | None = 50
+
+    def cli_cmd(self) -> None:
+        from herald_service.analysis.steer_eval import steer_eval
+        from herald_service.engine.runtime import load_runtime
+
+        lines = [line for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        prompts = [json.loads(line)["prompt"] if line.lstrip().startswith("{") else line for line in lines]
+        result = steer_eval(load_runtime(self), prompts[: self.limit], self.layers, self.mode, self.alpha, self.max_new_tokens)
+        print(json.dumps(dataclasses.asdict(result), indent=2))
+
+
 class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
     """Herald: safety moderation from a chat model's own hidden states."""
 
     serve: CliSubCommand[ServeCommand]
     classify: CliSubCommand[ClassifyCommand]
     fit: CliSubCommand[FitCommand]
+    plot: CliSubCommand[PlotCommand]
+    steer_eval: CliSubCommand[SteerEvalCommand]
 
     def cli_cmd(self) -> None:
         CliApp.run_subcommand(self)

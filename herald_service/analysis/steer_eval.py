@@ -1,0 +1,58 @@
+"""Refusal rate with and without directional ablation of the harm direction over a prompt file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from herald_service.backbone.base import Intervention
+from herald_service.engine.runtime import Runtime
+from herald_service.refusal import is_refusal
+from herald_service.types import user_turn
+
+
+@dataclass(frozen=True)
+class SteerEvalResult:
+    """Refusal rates in [0, 1] over ``n`` prompts, and the mean probe score before and after the intervention."""
+
+    n: int
+    layers: list[int]
+    mode: str
+    baseline_refusal_rate: float
+    steered_refusal_rate: float
+    baseline_mean_score: float
+    steered_mean_score: float
+
+
+def steer_eval(
+    runtime: Runtime,
+    prompts: Sequence[str],
+    layers: list[int] | None = None,
+    mode: Literal["ablate", "add"] = "ablate",
+    alpha: float = 0.0,
+    max_new_tokens: int = 48,
+) -> SteerEvalResult:
+    """Greedy completions of every prompt with and without the intervention; refusals by substring match.
+
+    Args:
+        layers: 1-based layers; default: the probe's peak-monotonicity layer.
+    """
+    chosen = layers or [runtime.probe.peak_layer]
+    d = runtime.probe.directions
+    intervention = Intervention(mode, tuple(chosen), d.directions.astype(np.float32), d.scales, alpha)
+    backbone = runtime.backbone
+    refused = np.zeros((len(prompts), 2), dtype=bool)
+    scores = np.zeros((len(prompts), 2))
+    for i, prompt in enumerate(tqdm(prompts, desc="steer-eval", unit="prompt")):
+        (ids,) = backbone.encode([user_turn(prompt)])
+        for j, edit in enumerate((None, intervention)):
+            refused[i, j] = is_refusal(backbone.generate(ids, max_new_tokens, edit))
+            scores[i, j] = runtime.probe.predict(backbone.last_token_states([ids], edit)).scores[0]
+    return SteerEvalResult(
+        len(prompts), chosen, mode,
+        float(refused[:, 0].mean()), float(refused[:, 1].mean()),
+        float(scores[:, 0].mean()), float(scores[:, 1].mean()),
+    )
