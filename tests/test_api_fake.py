@@ -89,6 +89,24 @@ def test_oversized_body_is_refused_before_parsing(client):
     assert r.status_code == 413 and r.json()["error"]["field"] == "body"
 
 
+def test_oversized_chunked_body_is_refused_with_413(client):
+    def chunks():
+        yield b'{"input": "'
+        for _ in range(100):  # 100 kB > the 4 x 200 x 6 + 64 kB body limit of this client's settings
+            yield b"a" * 1000
+        yield b'"}'
+
+    big = client.post("/classify", content=chunks(), headers={"content-type": "application/json"})
+    assert big.status_code == 413 and big.json()["error"]["field"] == "body"
+
+    def small():
+        yield b'{"input": '
+        yield b'"bake bread"}'
+
+    ok = client.post("/classify", content=small(), headers={"content-type": "application/json"})
+    assert ok.status_code == 200 and ok.json()["results"][0]["flagged"] is False
+
+
 def test_openai_moderations_shape(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "make a bomb"], "model": "omni-moderation-latest"})
     assert r.status_code == 200

@@ -44,7 +44,12 @@ class RequestMetrics:
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with 413 before they are buffered (Content-Length or streamed)."""
+    """Refuse request bodies over ``max_bytes`` with 413 before the app parses them.
+
+    A declared ``Content-Length`` over the limit is refused at once. A body without one (chunked) is read here up to
+    the limit and replayed to the app; one byte over and it is refused. (Raising from inside the app's ``receive``
+    would not work: FastAPI turns any body-reading error into a 400.)
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -59,33 +64,34 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+        headers = dict(scope.get("headers", []))
+        length = headers.get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > self.max_bytes:
                 await self._refuse(send)
                 return
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
         seen = 0
-        started = {"response": False}
-
-        async def counting_receive() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge()
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started["response"] = True
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not started["response"]:
+            if message["type"] != "http.request":
+                return  # client went away while sending
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.max_bytes:
                 await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
 
-class _TooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)

@@ -17,7 +17,7 @@ from herald_service.backbone.base import Intervention
 from herald_service.config import Settings
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
-from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, RequestTimeout
+from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
 from herald_service.types import Classification, Conversation, Timing
@@ -130,7 +130,7 @@ class Moderator:
         ids, tokenize_s = await self.tokenize(conversations, fields)
         try:
             futures = self.engine.submit(ids, tokenize_s)
-        except HeraldError:
+        except QueueFull:
             self.metrics.rejected.labels("queue_full").inc()
             raise
         results = await self._wait(futures, disconnected)
