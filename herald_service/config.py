@@ -94,4 +94,9 @@ class Settings(BaseSettings):
                 f"max_tokens ({self.max_tokens}) must not exceed batch_token_budget ({self.batch_token_budget}):"
                 " a prompt at the limit must fit in one forward pass"
             )
+        if self.max_batch_size > self.queue_capacity:
+            raise ValueError(
+                f"max_batch_size ({self.max_batch_size}) must not exceed queue_capacity ({self.queue_capacity}):"
+                " a request at the limit must fit in the queue"
+            )
         return self

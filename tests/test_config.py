@@ -36,3 +36,8 @@ def test_token_limit_must_fit_a_batch():
 def test_empty_strings_from_configmaps_mean_unset():
     s = Settings(steer_api_key="", probe="", api_keys="", _env_file=None)
     assert s.steer_api_key is None and s.probe is None and s.api_keys == []
+
+
+def test_a_full_size_request_must_fit_the_queue():
+    with pytest.raises(ValidationError, match="queue_capacity"):
+        Settings(max_batch_size=64, queue_capacity=16, _env_file=None)
