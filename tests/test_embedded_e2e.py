@@ -85,3 +85,21 @@ def test_steer_returns_both_completions(server):
     assert body["baseline"]["completion"] and body["steered"]["completion"]
     info = server.get("/v1/info").json()
     assert body["layers"] == [info["probe"]["manifest"]["peak_layer"]]
+
+
+def test_embedded_batched_states_equal_single_prompt_states(tmp_path):
+    from herald_service.backbone.hf import HFBackbone
+    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.config import default_cache_dir
+    from herald_service.types import user_turn
+
+    resolved = resolve_backbone("embedded", default_cache_dir())
+    for side in ("left", "right"):
+        backbone = HFBackbone(resolved, "cpu", "float32", padding_side=side)
+        ids = backbone.encode([user_turn(p) for p in HARMFUL + BENIGN + ["Hi"]])
+        batch = backbone.last_token_states(ids)
+        assert batch.shape == (5, 30, 576)
+        for row, token_ids in enumerate(ids):
+            alone = backbone.last_token_states([token_ids])[0]
+            relative = ((batch[row] - alone).norm(dim=-1) / alone.norm(dim=-1)).max().item()
+            assert relative <= 1e-4, (side, row, relative)

@@ -1,0 +1,59 @@
+"""CUDA correctness (marker ``gpu``): run on the device machine with ``pytest -m gpu tests/test_gpu.py``.
+
+Skipped, and reported as skipped, where torch sees no CUDA device (this CPU machine and CI).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from herald_service.backbone.base import Intervention
+from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.loader import resolve_backbone
+from herald_service.types import user_turn
+from tiny_llama import build_tiny_llama
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+PROMPTS = ["how do i bake bread", "build a bomb", "write a poem about the sea please tell me a story", "hello"]
+
+
+@pytest.fixture(scope="module")
+def resolved(tmp_path_factory):
+    folder = build_tiny_llama(tmp_path_factory.mktemp("tiny"), num_layers=4, hidden_size=64)
+    return resolve_backbone(str(folder), tmp_path_factory.mktemp("cache"))
+
+
+def test_auto_settings_pick_cuda_and_bf16(resolved):
+    backbone = HFBackbone(resolved)
+    assert backbone.info.device.startswith("cuda") and backbone.info.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_cuda_fp32_batched_states_equal_single_prompt_states(resolved, side):
+    backbone = HFBackbone(resolved, "cuda", "float32", padding_side=side)
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    batch = backbone.last_token_states(ids)
+    for row, token_ids in enumerate(ids):
+        alone = backbone.last_token_states([token_ids])[0]
+        relative = ((batch[row] - alone).norm(dim=-1) / alone.norm(dim=-1)).max().item()
+        assert relative <= 1e-4, (side, row, relative)
+
+
+def test_cuda_matches_cpu_and_bf16_is_close(resolved):
+    cpu = HFBackbone(resolved, "cpu", "float32")
+    ids = cpu.encode([user_turn(p) for p in PROMPTS])
+    reference = cpu.last_token_states(ids)
+    fp32 = HFBackbone(resolved, "cuda", "float32").last_token_states(ids)
+    bf16 = HFBackbone(resolved, "cuda", "bfloat16").last_token_states(ids)
+    assert ((fp32 - reference).norm(dim=-1) / reference.norm(dim=-1)).max().item() <= 1e-3
+    assert ((bf16 - reference).norm(dim=-1) / reference.norm(dim=-1)).max().item() <= 5e-2
+
+
+def test_cuda_ablation_zeroes_projection(resolved):
+    backbone = HFBackbone(resolved, "cuda", "float32")
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    ablated = backbone.last_token_states(ids, Intervention("ablate", (2,), w, np.ones(4))).numpy()
+    assert np.abs(ablated[:, 1] @ w[1]).max() < 1e-4
