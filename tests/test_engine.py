@@ -133,3 +133,26 @@ def test_dead_worker_answers_pending_and_reports_not_alive(runtime):
     assert "worker died" in (engine.failure or "")
     with pytest.raises(NotReady):
         engine.submit(ids(runtime, ["b"]))
+
+
+def test_prompt_cancelled_while_earlier_batches_of_its_window_run_is_dropped(runtime):
+    calls = []
+
+    class Slow(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            calls.append(len(token_ids))
+            time.sleep(0.3)
+            return super().last_token_states(token_ids, intervention)
+
+    backbone = Slow()
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    # max_rows=1: three prompts taken in one window become three batches, run one after another.
+    engine = make_engine(runtime, backbone, max_rows=1, delay_s=0.05)
+    futures = engine.submit(ids(runtime, ["one", "two", "three"]))
+    time.sleep(0.15)  # the first batch is running; the other two wait in the worker's window
+    assert futures[2].cancel()
+    wait(futures[:2], timeout=5)
+    time.sleep(0.4)
+    engine.stop()
+    assert calls == [1, 1]
+    assert engine.metrics.dropped.labels("client_gone")._value.get() == 1

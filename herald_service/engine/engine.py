@@ -38,7 +38,7 @@ class EngineLimits:
 
     token_budget: int = 8192
     max_rows: int = 64
-    delay_s: float = 0.002
+    delay_s: float = 0.0
     queue_capacity: int = 1024
 
 
@@ -176,11 +176,14 @@ class InferenceEngine:
                 if isinstance(work, _Exclusive):
                     self._run_exclusive(work)
                     continue
-                live = [p for p in work if p.future.set_running_or_notify_cancel()]
-                if len(live) < len(work):
-                    self.metrics.dropped.labels("client_gone").inc(len(work) - len(live))
-                for batch in plan_batches([len(p.token_ids) for p in live], self.limits.token_budget, self.limits.max_rows):
-                    self._run_batch([live[i] for i in batch])
+                for batch in plan_batches([len(p.token_ids) for p in work], self.limits.token_budget, self.limits.max_rows):
+                    # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
+                    # timed out while earlier batches of this window ran is still cancellable, and is dropped here.
+                    live = [work[i] for i in batch if work[i].future.set_running_or_notify_cancel()]
+                    if len(live) < len(batch):
+                        self.metrics.dropped.labels("client_gone").inc(len(batch) - len(live))
+                    if live:
+                        self._run_batch(live)
         except BaseException as exc:  # the loop itself broke: say so on /health/ready and answer everyone
             log.exception("inference worker died")
             self.failure = f"inference worker died: {type(exc).__name__}"
