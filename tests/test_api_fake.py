@@ -219,3 +219,35 @@ def test_load_failure_is_reported_not_hung():
             if "fitted" in r.text:
                 break
         assert r.status_code == 503 and "fitted on 'a'" in r.json()["error"]["message"]
+
+
+def test_lone_surrogate_is_a_422_naming_the_field(client):
+    r = client.post("/classify", content=b'{"input": ["ok", "build a bomb \\ud83d"]}', headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "input[1]"
+    assert "surrogate" in r.json()["error"]["message"]
+
+
+def test_unexpected_error_is_a_500_without_internals():
+    from herald_service.engine.runtime import fake_runtime
+
+    def loader(_settings):
+        runtime = fake_runtime()
+
+        real_encode = runtime.backbone.encode
+
+        def broken_encode(conversations):
+            if any("boom" in m.content for c in conversations for m in c):
+                raise TypeError("secret internals")
+            return real_encode(conversations)
+
+        runtime.backbone.encode = broken_encode
+        return runtime
+
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=loader), raise_server_exceptions=False) as c:
+        wait_ready(c)
+        r = c.post("/classify", json={"input": "boom"})
+        assert r.status_code == 500
+        assert r.json() == {"error": {"type": "internal_error", "message": "internal error; see server log"}}
+        assert c.get("/health/ready").status_code == 200
+        metrics = c.get("/metrics").text
+        assert 'herald_requests_total{route="/classify",status="500"} 1.0' in metrics

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald_service.metrics import HeraldMetrics
+
+log = logging.getLogger(__name__)
 
 UNMETERED = {"/metrics", "/health/live", "/health/ready"}
 
@@ -25,9 +28,11 @@ class RequestMetrics:
             return
         started = time.perf_counter()
         status = {"code": 500}
+        started_response = {"response": False}
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
+                started_response["response"] = True
                 status["code"] = message["status"]
                 elapsed = time.perf_counter() - started
                 message.setdefault("headers", [])
@@ -36,6 +41,15 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except Exception:
+            # Answer here instead of letting Starlette's ServerErrorMiddleware re-raise to the server, which logs a
+            # second traceback and drops the client's keep-alive connection.
+            log.exception("unhandled error on %s", scope["path"])
+            if not started_response["response"]:
+                body = json.dumps({"error": {"type": "internal_error", "message": "internal error; see server log"}}).encode()
+                await send_wrapper({"type": "http.response.start", "status": 500,
+                                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"

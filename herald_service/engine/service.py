@@ -42,6 +42,15 @@ class SteerOutcome:
     steered_classification: Classification
 
 
+def _is_valid_unicode(text: str) -> bool:
+    # JSON may carry "\ud800" escapes that Python decodes into lone surrogates; tokenizers cannot encode them.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def engine_limits(settings: Settings) -> EngineLimits:
     """Batching knobs from settings."""
     return EngineLimits(settings.batch_token_budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity)
@@ -81,6 +90,9 @@ class Moderator:
         for conversation, field in zip(conversations, fields):
             if not conversation:
                 raise InvalidInput("a conversation needs at least one message", field=field)
+            for message in conversation:
+                if not _is_valid_unicode(message.content):
+                    raise InvalidInput("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", field=field)
             chars = sum(len(m.content) for m in conversation)
             if chars > self.settings.max_chars:
                 self.metrics.rejected.labels("characters").inc()
