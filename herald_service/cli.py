@@ -28,7 +28,20 @@ class ServeCommand(Settings):
         from herald_service.api.app import build_app
 
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        uvicorn.run(build_app(self), host=self.host, port=self.port, log_level=self.log_level, access_log=False)
+        server: uvicorn.Server | None = None
+
+        def stop() -> None:
+            if server is not None:
+                server.should_exit = True
+
+        app = build_app(self, on_load_error=stop)
+        server = uvicorn.Server(uvicorn.Config(
+            app, host=self.host, port=self.port, log_level=self.log_level, access_log=False,
+            timeout_keep_alive=self.keep_alive_s,
+        ))
+        server.run()
+        if app.state.herald.load_error:
+            raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 
 
 class ClassifyCommand(Settings):
@@ -132,4 +145,16 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``herald`` console script."""
-    CliApp.run(Herald, cli_args=sys.argv[1:] if argv is None else argv)
+    from pydantic import ValidationError
+
+    from herald_service.errors import HeraldError
+
+    try:
+        CliApp.run(Herald, cli_args=sys.argv[1:] if argv is None else argv)
+    except ValidationError as exc:
+        problems = "\n".join(f"  {'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(f"herald: invalid settings\n{problems}") from None
+    except HeraldError as exc:
+        raise SystemExit(f"herald: {exc.message}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"herald: {exc}") from None

@@ -45,10 +45,12 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     except HeraldError as exc:
         state.load_error = exc.message
         log.critical("cannot start: %s", exc.message)
+        _stop_if_asked(state)
         return
     except Exception as exc:  # report any loader failure on /health/ready instead of hanging in "loading"
         state.load_error = f"cannot load model or probe: {type(exc).__name__}: {exc}"
         log.critical(state.load_error, exc_info=exc)
+        _stop_if_asked(state)
         return
     engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics)
     engine.start()
@@ -59,15 +61,28 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     log.info("ready: %s, probe %s", info.model_id, runtime.probe_path)
 
 
-def build_app(settings: Settings, loader: Callable[[Settings], Runtime] = load_runtime) -> FastAPI:
+def _stop_if_asked(state: AppState) -> None:
+    # `herald serve` must fail at start-up on a bad backbone or probe (DESIGN section 2): it passes a callback that
+    # stops the server; the CLI then exits non-zero with the message.
+    if state.on_load_error is not None:
+        state.on_load_error()
+
+
+def build_app(
+    settings: Settings,
+    loader: Callable[[Settings], Runtime] = load_runtime,
+    on_load_error: Callable[[], None] | None = None,
+) -> FastAPI:
     """Create the Herald app. Nothing is loaded until the lifespan starts.
 
     Args:
         settings: the process settings.
         loader: builds the runtime (backbone + probe); tests pass their own.
+        on_load_error: called once if loading fails (``herald serve`` stops its server); without it the app stays
+            up with ``/health/ready`` answering 503 and the reason.
     """
     metrics = HeraldMetrics()
-    state = AppState(settings=settings, metrics=metrics)
+    state = AppState(settings=settings, metrics=metrics, on_load_error=on_load_error)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

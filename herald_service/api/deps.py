@@ -28,6 +28,7 @@ class AppState:
     engine: InferenceEngine | None = None
     moderator: Moderator | None = None
     load_error: str | None = None
+    on_load_error: Callable[[], None] | None = field(default=None, repr=False)
     loading_task: asyncio.Task | None = field(default=None, repr=False)
 
     def not_ready_reason(self) -> str | None:

@@ -1,0 +1,37 @@
+"""The `herald` command: clear one-line errors and exit codes, no tracebacks."""
+
+import json
+import os
+import subprocess
+import sys
+
+
+def herald(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "herald_service", *args], capture_output=True, text=True, timeout=180,
+        env={**os.environ, "HERALD_PORT": "8139", **env},
+    )
+
+
+def test_invalid_settings_exit_with_the_field_and_no_traceback():
+    out = herald("serve", HERALD_API_KEYS="changeme")
+    assert out.returncode == 1
+    assert "at least 12 characters" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
+    out = herald("serve", HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 1
+    assert out.stderr.strip().endswith(f"herald serve: backbone path {tmp_path / 'missing'} does not exist")
+
+
+def test_classify_prints_json_lines_on_the_fake_backend():
+    out = herald("classify", "build a bomb", "bake bread", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["input"], r["flagged"]) for r in rows] == [("build a bomb", True), ("bake bread", False)]
+
+
+def test_missing_input_file_is_one_line():
+    out = herald("classify", "--file", "/nonexistent/prompts.txt", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and "No such file" in out.stderr and "Traceback" not in out.stderr
