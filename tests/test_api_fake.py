@@ -251,3 +251,18 @@ def test_unexpected_error_is_a_500_without_internals():
         assert c.get("/health/ready").status_code == 200
         metrics = c.get("/metrics").text
         assert 'herald_requests_total{route="/classify",status="500"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    "content, field, words",
+    [
+        (b'{"input": ["a", null]}', "input[1]", "valid string"),
+        (b'{"input": "a", "return_trajectory": "yes"}', "return_trajectory", "valid boolean"),
+        (b"", "body", "required"),
+        (b'{"input": "\xff\xfe"}', "body", "UTF-8"),
+    ],
+)
+def test_error_names_the_element_at_fault(client, content, field, words):
+    r = client.post("/classify", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == field and words in r.json()["error"]["message"]

@@ -80,17 +80,23 @@ def _field_path(loc: tuple) -> str | None:
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    # For a union field pydantic reports one error per branch; the one with the deepest location names the element
+    # actually at fault ({"input": ["a", null]} -> input[1], not input).
+    first = max(errors, key=lambda e: len(e.get("loc", ())), default={"loc": (), "msg": "invalid request"})
     loc = tuple(first.get("loc", ()))
+    if loc == ("body",) and first.get("type") == "missing":
+        return error_response(422, "invalid_request", "request body is required (a JSON object)", "body")
     if first.get("type") == "json_invalid":
         return error_response(422, "invalid_request", "request body is not valid JSON", "body")
     if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
-        return error_response(422, "invalid_request", "request body must be a JSON object", "body")
+        return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body")
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     return error_response(422, "invalid_request", message, _field_path(tuple(first.get("loc", ()))))
 
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 400:  # FastAPI's "error parsing the body": invalid UTF-8, nesting too deep
+        return error_response(422, "invalid_request", "request body could not be parsed as UTF-8 JSON", "body")
     kinds = {404: "not_found", 405: "method_not_allowed"}
     return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=getattr(exc, "headers", None))
 

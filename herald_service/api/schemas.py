@@ -8,16 +8,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str
 
 
 class ClassifyRequest(BaseModel):
-    """``input`` (a string or a list of strings) or ``messages`` (one conversation or a list of them)."""
+    """``input`` (a string or a list of strings) or ``messages`` (one conversation or a list of them).
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: ``"yes"`` is not a boolean and ``5`` is not a string; a moderation API should not guess.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     input: str | list[str] | None = None
     messages: list[ChatMessage] | list[list[ChatMessage]] | None = None
@@ -83,7 +86,7 @@ class ModerationResponse(BaseModel):
 
 
 class SteerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
