@@ -70,3 +70,13 @@ def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):
     (tmp_path / "probe.json").write_text("{not json")
     with pytest.raises(ProbeMismatch, match="not valid JSON"):
         load_probe(tmp_path, backbone.info)
+
+
+def test_served_logits_equal_the_torch_scorer(fitted):
+    import torch
+
+    _, probe, states = fitted
+    features = probe.predict(states).features
+    with torch.no_grad():
+        reference = probe.scorer(torch.as_tensor(probe.feature_stats.transform(features))).double().numpy()
+    assert np.allclose(probe.logits(features), reference, atol=1e-5)

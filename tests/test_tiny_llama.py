@@ -40,7 +40,7 @@ def resolved(folder, tmp_path_factory):
     return resolve_backbone(str(folder), tmp_path_factory.mktemp("cache"))
 
 
-@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("side", ["left", "right", "packed"])
 def test_batched_states_equal_single_prompt_states(resolved, side):
     backbone = HFBackbone(resolved, "cpu", "float32", padding_side=side)
     ids = backbone.encode([user_turn(p) for p in PROMPTS])

@@ -42,14 +42,16 @@ class AppState:
         return None
 
 
-def get_state(request: Request) -> AppState:
+# Dependencies are `async def` so FastAPI calls them on the event loop instead of hopping to a worker thread for
+# each one (benchmarks/overhead.py profiling: thousands of thread-pool hops per few hundred requests).
+async def get_state(request: Request) -> AppState:
     return request.app.state.herald
 
 
 State = Annotated[AppState, Depends(get_state)]
 
 
-def get_moderator(state: State) -> Moderator:
+async def get_moderator(state: State) -> Moderator:
     """The moderator, or 503 while loading / after the worker died."""
     reason = state.not_ready_reason()
     if reason is not None:
@@ -65,7 +67,7 @@ def _matches(token: str, keys: list[str]) -> bool:
     return any(hmac.compare_digest(token.encode(), key.encode()) for key in keys)
 
 
-def require_api_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_api_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     """``Authorization: Bearer <key>`` must name one of ``HERALD_API_KEYS`` when any are set.
 
     Raises:
@@ -78,7 +80,7 @@ def require_api_key(state: State, credentials: Annotated[HTTPAuthorizationCreden
         raise Unauthorized("missing or invalid API key (Authorization: Bearer <key>)", field="authorization")
 
 
-def require_steer_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_steer_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     """``/steer`` is off unless enabled, and then needs ``HERALD_STEER_API_KEY`` (it removes a safety behaviour).
 
     Raises:

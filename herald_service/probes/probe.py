@@ -6,6 +6,7 @@ Shapes: ``X`` is ``(n_samples, n_layers, d_model)`` last-token residual states; 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,10 +35,19 @@ class FittedProbe:
         return self.directions.project(states)
 
     def logits(self, features: np.ndarray) -> np.ndarray:
-        """Scorer outputs ``(batch,)`` float64 for raw features ``(batch, 7)``."""
-        with torch.inference_mode():
-            x = torch.as_tensor(self.feature_stats.transform(features))
-            return self.scorer(x).double().numpy()
+        """Scorer outputs ``(batch,)`` float64 for raw features ``(batch, 7)``.
+
+        Computed in numpy from the scorer's weights: for a 288-parameter MLP, torch's per-call dispatch cost more
+        than the arithmetic (20 of 32 ms per batch in ``benchmarks/overhead.py`` profiling).
+        """
+        w1, b1, w2 = self._weights
+        hidden = np.maximum(self.feature_stats.transform(features).astype(np.float64) @ w1.T + b1, 0.0)
+        return hidden @ w2[0]
+
+    @functools.cached_property
+    def _weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        state = {k: v.detach().cpu().double().numpy() for k, v in self.scorer.state_dict().items()}
+        return state["mlp.0.weight"], state["mlp.0.bias"], state["mlp.2.weight"]
 
     def predict(self, states: np.ndarray | torch.Tensor) -> ProbeOutput:
         """Score states ``(batch, layer, d_model)``; see :class:`herald_service.types.ProbeOutput`."""
