@@ -17,6 +17,10 @@ from herald_service.types import BackboneInfo, Conversation
 
 log = logging.getLogger(__name__)
 
+GRAPH_BUCKETS = (32, 64, 128, 256, 512)
+"""Prompt lengths (tokens) with a captured one-prompt CUDA graph; longer prompts run eagerly (launch overhead is
+small next to their compute)."""
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -55,22 +59,62 @@ class HFBackbone:
     Args:
         resolved: the folder to load (see ``loader.resolve_backbone``).
         device, dtype: settings values (``auto`` allowed).
-        padding_side: ``"left"`` (default: the last token sits at index -1 of every row) or ``"right"``.
+        padding_side: how a batch of prompts of different lengths becomes one forward pass:
+            ``"left"`` pads on the left and passes an attention mask; ``"right"`` (default) pads on the right and passes
+            no mask at all: in a causal decoder a real token never attends to the padding after it, so its states are
+            exact, and attention runs on the plain causal kernel (flash/SDPA ``is_causal``) instead of a masked one;
+            ``"packed"`` concatenates the prompts into one row with restarting position ids (transformers builds a
+            block-diagonal mask), so no padding at all is computed. ``benchmarks/hardware_limit.py`` measures all three.
+        cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
+            removes the kernel-launch overhead that dominates a small prefill on a large GPU (``None``: on when the
+            device is CUDA and ``padding_side`` is ``"right"``).
 
     Raises:
         BackboneError: if the folder cannot be loaded as a causal LM.
     """
 
-    def __init__(self, resolved: ResolvedBackbone, device: str = "auto", dtype: str = "auto", padding_side: str = "left") -> None:
+    def __init__(
+        self,
+        resolved: ResolvedBackbone,
+        device: str = "auto",
+        dtype: str = "auto",
+        padding_side: str = "right",
+        cuda_graphs: bool | None = None,
+    ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.device, self.dtype = pick_device_dtype(device, dtype)
+        torch_device, torch_dtype = pick_device_dtype(device, dtype)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
-            self.model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=self.dtype)
+            tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
+            model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
         except (OSError, ValueError) as exc:
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {exc}", field="backbone") from exc
-        self.model.to(self.device).eval()
+        self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: nn.Module,
+        tokenizer: object,
+        resolved: ResolvedBackbone,
+        padding_side: str = "right",
+        cuda_graphs: bool | None = None,
+    ) -> "HFBackbone":
+        """Wrap an already-built causal LM and tokenizer (benchmarks: a random-initialized model built on the GPU).
+
+        The model's own device and dtype are used; ``resolved.folder`` is not read.
+        """
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, resolved, padding_side, cuda_graphs)
+        return self
+
+    def _setup(self, model: nn.Module, tokenizer: object, resolved: ResolvedBackbone, padding_side: str, cuda_graphs: bool | None) -> None:
+        if padding_side not in ("left", "right", "packed"):
+            raise ValueError(f"padding_side must be left, right or packed, not {padding_side!r}")
+        self.tokenizer = tokenizer
+        self.model = model.eval()
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
         self.padding_side = padding_side
         text_config = self.model.config.get_text_config()
         num_layers = int(text_config.num_hidden_layers)
@@ -90,6 +134,9 @@ class HFBackbone:
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
         )
+        if cuda_graphs is None:
+            cuda_graphs = self.device.type == "cuda" and padding_side == "right"
+        self.graphs = PrefillGraphs(self) if cuda_graphs else None
 
     def render(self, conversation: Conversation) -> str:
         """Chat-template text with the generation prompt (DESIGN section 1.1); raw text without a template."""
@@ -105,6 +152,7 @@ class HFBackbone:
         return self.tokenizer(texts, add_special_tokens=add_special)["input_ids"]
 
     def _pad(self, token_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Padded ``ids`` and ``mask`` ``(batch, pos)`` and each row's last real index ``(batch,)``, on the CPU."""
         lengths = torch.tensor([len(t) for t in token_ids])
         width = int(lengths.max())
         ids = torch.full((len(token_ids), width), self.pad_id, dtype=torch.long)
@@ -123,7 +171,7 @@ class HFBackbone:
     def last_token_states(
         self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None
     ) -> torch.Tensor:
-        """One padded prefill through the decoder stack (no LM head, no KV cache).
+        """One prefill through the decoder stack (no LM head, no KV cache).
 
         Args:
             token_ids: ``batch`` token-id lists of any lengths (each >= 1).
@@ -133,11 +181,32 @@ class HFBackbone:
             ``(batch, layer, d_model)`` float32 on the CPU: each decoder layer's residual-stream output at the last
             prompt token. Position ids count only real tokens, so padding does not shift RoPE positions.
         """
+        if intervention is None and self.graphs is not None and len(token_ids) == 1:
+            states = self.graphs.run(token_ids[0])
+            if states is not None:
+                return states
+        if self.padding_side == "packed":
+            return self._packed_states(token_ids, intervention)
         ids, mask, last = self._pad(token_ids)
-        ids, mask, last = ids.to(self.device), mask.to(self.device), last.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, last = ids.to(self.device), last.to(self.device)
+        if self.padding_side == "left":
+            mask = mask.to(self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            kwargs = {"attention_mask": mask, "position_ids": positions}
+        else:
+            kwargs = {}  # causal attention alone keeps right padding out of every real token's state
         with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture:
-            self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+            self.decoder(input_ids=ids, use_cache=False, **kwargs)
+        return capture.stacked()
+
+    def _packed_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
+        lengths = [len(t) for t in token_ids]
+        ids = torch.tensor([[t for seq in token_ids for t in seq]], device=self.device)
+        positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0).to(self.device)
+        ends = torch.tensor(lengths).cumsum(0) - 1
+        # Rows of the capture are the prompts: index (row 0, end of prompt i) for each i.
+        with intervene(self.layers, intervention), capture_last_token(self.layers, ends.to(self.device), rows=torch.zeros_like(ends).to(self.device)) as capture:
+            self.decoder(input_ids=ids, position_ids=positions, use_cache=False)
         return capture.stacked()
 
     @torch.inference_mode()
@@ -153,3 +222,62 @@ class HFBackbone:
                 pad_token_id=self.pad_id,
             )
         return self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+class PrefillGraphs:
+    """CUDA graphs of the one-prompt prefill, one per length bucket of :data:`GRAPH_BUCKETS`.
+
+    A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`), and its
+    last-token rows are copied by the capture hooks into a static ``(1, layer, d_model)`` buffer. Graphs are
+    captured once, longest first, sharing one memory pool. If capture fails (a model whose forward synchronizes
+    with the host), graphs are switched off and the eager path serves.
+    """
+
+    def __init__(self, backbone: HFBackbone, buckets: Sequence[int] = GRAPH_BUCKETS) -> None:
+        self.backbone = backbone
+        self.buckets = tuple(sorted(buckets))
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        try:
+            pool = None
+            for width in sorted(self.buckets, reverse=True):
+                pool = self._capture(width, pool)
+        except Exception:  # capture is an optimization: never let it stop the service from loading
+            log.warning("CUDA graph capture failed; one-prompt prefill runs eagerly", exc_info=True)
+            self._graphs.clear()
+
+    @torch.inference_mode()
+    def _capture(self, width: int, pool: object) -> object:
+        b = self.backbone
+        ids = torch.full((1, width), b.pad_id, dtype=torch.long, device=b.device)
+        last = torch.zeros(1, dtype=torch.long, device=b.device)
+        out = torch.zeros((1, b.info.num_layers, b.info.hidden_size), dtype=b.dtype, device=b.device)
+
+        def forward() -> None:
+            with capture_last_token(b.layers, last, out=out):
+                b.decoder(input_ids=ids, use_cache=False)
+
+        side = torch.cuda.Stream(device=b.device)
+        side.wait_stream(torch.cuda.current_stream(b.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                forward()
+        torch.cuda.current_stream(b.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            forward()
+        self._graphs[width] = (graph, ids, last, out)
+        return graph.pool()
+
+    @torch.inference_mode()
+    def run(self, token_ids: Sequence[int]) -> torch.Tensor | None:
+        """States ``(1, layer, d_model)`` float32 on the CPU, or None when the prompt is longer than every bucket."""
+        n = len(token_ids)
+        width = next((w for w in self.buckets if w >= n and w in self._graphs), None)
+        if width is None:
+            return None
+        graph, ids, last, out = self._graphs[width]
+        ids.fill_(self.backbone.pad_id)
+        ids[0, :n].copy_(torch.tensor(token_ids, dtype=torch.long))
+        last.fill_(n - 1)
+        graph.replay()
+        return out.to(device="cpu", dtype=torch.float32)

@@ -44,24 +44,37 @@ class LastTokenCapture:
 
 
 @contextmanager
-def capture_last_token(layers: Sequence[nn.Module], positions: torch.Tensor) -> Iterator[LastTokenCapture]:
-    """Capture each decoder layer's residual-stream output at one position per row.
+def capture_last_token(
+    layers: Sequence[nn.Module],
+    positions: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> Iterator[LastTokenCapture]:
+    """Capture each decoder layer's residual-stream output at one position per prompt.
 
     Only the selected row ``(batch, d_model)`` is kept per layer, never all positions, so memory is O(L x d) per
     prompt. Hooks are removed in ``finally``.
 
     Args:
         layers: the L decoder layer modules, in order.
-        positions: ``(batch,)`` long, the index of each row's last prompt token (``-1`` everywhere for left padding).
+        positions: ``(batch,)`` long, the index of each prompt's last token along ``pos``.
+        rows: ``(batch,)`` long, the ``batch`` row holding each prompt (default ``arange(batch)``; all zeros when
+            the prompts are packed into one row).
+        out: optional ``(batch, layer, d_model)`` buffer the rows are copied into (a CUDA graph's static output);
+            then ``LastTokenCapture.rows`` stays empty.
     """
     capture = LastTokenCapture(len(layers))
     handles = []
-    rows = torch.arange(positions.shape[0], device=positions.device)
+    if rows is None:
+        rows = torch.arange(positions.shape[0], device=positions.device)
 
     def make_hook(index: int):
         def hook(_module: nn.Module, _inputs: object, output: object) -> None:
-            hidden = _hidden(output)
-            capture.rows[index] = hidden[rows, positions].detach()
+            picked = _hidden(output)[rows, positions].detach()
+            if out is None:
+                capture.rows[index] = picked
+            else:
+                out[:, index].copy_(picked)
 
         return hook
 
