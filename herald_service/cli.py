@@ -95,7 +95,7 @@ class PlotCommand(Settings):
     """Classify prompts and write their layer trajectories as a PNG."""
 
     text: CliPositionalArg[list[str]] = Field(default_factory=list)
-    out: Path = Path("trajectory.png")
+    out: Path = Field(Path("trajectory.png"), description="PNG path (.png is added when missing).")
 
     def cli_cmd(self) -> None:
         from herald_service.analysis.trajectory_plot import plot_trajectories
@@ -105,7 +105,8 @@ class PlotCommand(Settings):
             raise SystemExit("herald plot: give one or more prompts")
         results = load_runtime(self).classify_texts(self.text)
         path = plot_trajectories(
-            np.array([r.trajectory for r in results]), self.text, [r.flagged for r in results], self.out
+            np.array([r.trajectory for r in results]), self.text, [r.flagged for r in results],
+            self.out if self.out.suffix == ".png" else self.out.with_name(self.out.name + ".png"),
         )
         print(path)
 
