@@ -131,6 +131,108 @@ class SteerEvalCommand(Settings):
         print(json.dumps(dataclasses.asdict(result), indent=2))
 
 
+class EvalCommand(BaseModel):
+    """Evaluate Herald against latent and guard-style baselines on cached states: random split, leave-one-source-out,
+    learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
+
+    data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
+    test_data: list[Path] = Field(default_factory=list, description="Extra labeled JSONL files, never trained on.")
+    backbone: str = EMBEDDED_BACKBONE
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    out: Path = Path("docs/eval/results.json")
+    device: str = "auto"
+    dtype: str = "auto"
+    max_per_source: int | None = Field(150, description="Cap per (source, label), as in `herald fit`.")
+    max_tokens: int = 1024
+    test_fraction: float = 0.2
+    seed: int = 0
+    methods: list[str] = Field(default_factory=lambda: ["herald", "lda_best_layer", "logreg_last", "logreg_mid",
+                                                        "features_logreg", "mlpm"])
+    loso: bool = True
+    curve_sizes: list[int] = Field(default_factory=lambda: [25, 50, 100, 250, 500, 1000])
+    curve_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    replicates: int = 1000
+    jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
+    jailbreak_n: int = 40
+    jailbreak_max_chars: int = 2500
+    guard_per_source: int = Field(20, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
+    guard_max_tokens: int = 768
+    threads: int = Field(1, description="torch and BLAS threads; 1 is fastest for these small fits on a shared CPU.")
+
+    def cli_cmd(self) -> None:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        from herald_service.training.eval import EvalOptions, run_eval
+
+        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        torch.set_num_threads(self.threads)
+        threadpool_limits(self.threads)  # BLAS threads spin-wait on a shared CPU: one thread is 4x faster here
+        fields = self.model_dump(exclude={"threads"})
+        for key in ("methods", "curve_sizes", "curve_seeds"):
+            fields[key] = tuple(fields[key])
+        if fields["jailbreak_templates"] is not None and not fields["jailbreak_templates"].is_file():
+            fields["jailbreak_templates"] = None
+        results = run_eval(EvalOptions(**fields))
+        summary = {name: {"random_split_auroc": round(r["pooled"]["auroc"]["value"], 4)} for name, r in results["random_split"].items()}
+        for name, r in results.get("loso", {}).get("pooled", {}).items():
+            summary[name]["loso_pooled_auroc"] = round(r["auroc"]["value"], 4)
+            summary[name]["loso_pooled_f1"] = round(r["f1"]["value"], 4)
+        print(json.dumps({"out": str(self.out), "summary": summary}, indent=2))
+
+
+class RecipesCommand(BaseModel):
+    """Compare Herald training recipes (shipped, hard negatives, templated benign prompts) on leave-one-source-out
+    evaluation; writes one JSON file that `herald report` includes."""
+
+    data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
+    backbone: str = EMBEDDED_BACKBONE
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    out: Path = Path("docs/eval/recipes.json")
+    recipes: list[str] = Field(default_factory=lambda: ["shipped", "hardneg", "templated", "templated+hardneg",
+                                                        "logreg_last", "logreg_last+templated"])
+    templated_n: int = 150
+    device: str = "auto"
+    dtype: str = "auto"
+    max_per_source: int | None = 150
+    max_tokens: int = 1024
+    seed: int = 0
+    replicates: int = 1000
+    jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
+    threads: int = 1
+
+    def cli_cmd(self) -> None:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        from herald_service.training.recipes import RecipeOptions, run_recipes
+
+        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        torch.set_num_threads(self.threads)
+        threadpool_limits(self.threads)
+        fields = self.model_dump(exclude={"threads"})
+        fields["recipes"] = tuple(fields["recipes"])
+        if fields["jailbreak_templates"] is not None and not fields["jailbreak_templates"].is_file():
+            fields["jailbreak_templates"] = None
+        out = run_recipes(RecipeOptions(**fields))
+        print(json.dumps({name: {"loso_pooled_f1": round(r["loso_pooled"]["f1"]["value"], 4),
+                                 "loso_pooled_auroc": round(r["loso_pooled"]["auroc"]["value"], 4)}
+                          for name, r in out["results"].items()}, indent=2))
+
+
+class ReportCommand(BaseModel):
+    """Write docs/EVALUATION.md and its PNG plots from the JSON that `herald eval` wrote."""
+
+    results: Path = Path("docs/eval/results.json")
+    out: Path = Path("docs/EVALUATION.md")
+    plots: Path = Path("docs/eval")
+
+    def cli_cmd(self) -> None:
+        from herald_service.training.report import write_report
+
+        print(write_report(self.results, self.out, self.plots))
+
+
 class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
     """Herald: safety moderation from a chat model's own hidden states."""
 
@@ -139,6 +241,9 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
     fit: CliSubCommand[FitCommand]
     plot: CliSubCommand[PlotCommand]
     steer_eval: CliSubCommand[SteerEvalCommand]
+    eval: CliSubCommand[EvalCommand]
+    recipes: CliSubCommand[RecipesCommand]
+    report: CliSubCommand[ReportCommand]
 
     def cli_cmd(self) -> None:
         CliApp.run_subcommand(self)

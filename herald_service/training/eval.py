@@ -1,0 +1,345 @@
+"""``herald eval``: Herald against latent and guard-style baselines on the same cached states and splits.
+
+Protocols (see :mod:`.protocol`): the random stratified split of ``herald fit`` (saturated; reported for reference),
+leave-one-source-out for every source, a learning curve, jailbreak-wrapped held-out harmful requests, and a
+guard-style baseline on a per-source subsample. Every number carries a 95% stratified bootstrap interval.
+
+The compute part (:func:`evaluate_states`) is pure numpy on arrays, so tests run it on synthetic states; the I/O part
+(:func:`run_eval`) loads the corpus, reads states from the :class:`~.extract.StateCache` (computing only misses)
+and writes one JSON file that ``herald report`` turns into ``docs/EVALUATION.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from herald_service.training.bootstrap import bootstrap_metrics
+from herald_service.training.methods import FACTORIES, LATENT_BASELINES, Method, make_method
+from herald_service.training.protocol import class_sample, loso_folds
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METHODS = ("herald", *LATENT_BASELINES)
+CURVE_SIZES = (25, 50, 100, 250, 500, 1000)
+CURVE_SEEDS = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class LabeledStates:
+    """States and labels of a set of prompts.
+
+    Attributes:
+        states: ``(n, layer, d_model)`` float32.
+        labels: ``(n,)`` int, 1 = harmful.
+        sources: ``(n,)`` str.
+        tokens: ``(n,)`` int rendered token counts.
+        prompts: ``(n,)`` prompt texts (for the guard baseline and the report's examples).
+    """
+
+    states: np.ndarray
+    labels: np.ndarray
+    sources: np.ndarray
+    tokens: np.ndarray
+    prompts: list[str] = field(default_factory=list)
+
+    def take(self, index: np.ndarray) -> "LabeledStates":
+        return LabeledStates(self.states[index], self.labels[index], self.sources[index], self.tokens[index],
+                             [self.prompts[i] for i in index] if self.prompts else [])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`evaluate_states` runs."""
+
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    loso: bool = True
+    curve_sizes: tuple[int, ...] = CURVE_SIZES
+    curve_seeds: tuple[int, ...] = CURVE_SEEDS
+    replicates: int = 1000
+    seed: int = 0
+
+
+def groups_of(data: LabeledStates) -> np.ndarray:
+    return np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
+
+
+def fit_method(name: str, data: LabeledStates, seed: int) -> Method:
+    return make_method(name, seed).fit(data.states, data.labels, groups_of(data))
+
+
+def margins(method: Method, states: np.ndarray) -> np.ndarray:
+    """``score - threshold``: 0 is each method's own decision boundary, so margins from different fits pool."""
+    return method.score(states) - method.threshold_
+
+
+def boot(labels, m, replicates, seed=0) -> dict:
+    return bootstrap_metrics(labels, m, m >= 0, replicates=replicates, seed=seed)
+
+
+def by_source(labels: np.ndarray, m: np.ndarray, sources: np.ndarray, replicates: int) -> dict:
+    return {s: boot(labels[sources == s], m[sources == s], replicates) for s in sorted(set(sources.tolist()))}
+
+
+def trajectory_summary(s: np.ndarray, labels: np.ndarray, sources: np.ndarray) -> dict:
+    """Mean and 10/25/75/90th percentiles of trajectories ``(n, layer)`` per class, and per-source means."""
+    out = {}
+    for name, value in (("benign", 0), ("harmful", 1)):
+        rows = s[labels == value]
+        if len(rows):
+            q = np.percentile(rows, [10, 25, 75, 90], axis=0)
+            out[name] = {"mean": rows.mean(0).tolist(), "p10": q[0].tolist(), "p25": q[1].tolist(),
+                         "p75": q[2].tolist(), "p90": q[3].tolist(), "n": int(len(rows))}
+    out["per_source_mean"] = {src: s[sources == src].mean(0).tolist() for src in sorted(set(sources.tolist()))}
+    return out
+
+
+def evaluate_states(
+    data: LabeledStates,
+    train_index: np.ndarray,
+    test_index: np.ndarray,
+    plan: Plan,
+    extra_sets: dict[str, LabeledStates] | None = None,
+    progress: Callable[[str], None] = log.info,
+) -> dict:
+    """Run every protocol of ``plan`` on one set of states.
+
+    Args:
+        data: the corpus states.
+        train_index, test_index: the random split (LOSO folds and curve draws are carved from it).
+        extra_sets: named sets scored by the models fitted on the random split's train part (e.g. jailbreak-wrapped
+            prompts, or files given with ``--test-data``); never trained on.
+
+    Returns:
+        A JSON-ready dict with ``random_split``, ``extra``, ``loso`` (``folds`` and ``pooled``), ``learning_curve``,
+        ``trajectories`` and, for the guard comparison, ``loso_margins`` (every row's margin from the fold that
+        held its source out).
+    """
+    extra_sets = extra_sets or {}
+    results: dict = {"random_split": {}, "extra": {name: {} for name in extra_sets}}
+    train, test = data.take(train_index), data.take(test_index)
+    timing = {}
+    for name in plan.methods:
+        started = time.perf_counter()
+        method = fit_method(name, train, plan.seed)
+        timing[name] = round(time.perf_counter() - started, 2)
+        m = margins(method, test.states)
+        results["random_split"][name] = {"pooled": boot(test.labels, m, plan.replicates),
+                                         "per_source": by_source(test.labels, m, test.sources, plan.replicates)}
+        if name == "herald":
+            results["trajectories"] = trajectory_summary(method.trajectories(test.states), test.labels, test.sources)
+            results["herald_peak_layer"] = int(method.fitted_.peak_layer)
+        if name == "lda_best_layer":
+            results["lda_best_layer_layer"] = int(method.layer_) + 1
+        for set_name, extra in extra_sets.items():
+            em = margins(method, extra.states)
+            results["extra"][set_name][name] = {"pooled": boot(extra.labels, em, plan.replicates),
+                                                "per_source": by_source(extra.labels, em, extra.sources, plan.replicates)}
+        progress(f"random split: {name} fitted in {timing[name]} s")
+    results["fit_seconds"] = timing
+
+    if plan.loso:
+        results["loso"], results["loso_margins"] = _loso(data, train_index, test_index, plan, progress)
+    if plan.curve_sizes:
+        results["learning_curve"] = _learning_curve(data, train_index, test_index, plan, progress)
+    return results
+
+
+def _loso(data, train_index, test_index, plan: Plan, progress) -> tuple[dict, dict]:
+    folds_out: dict = {}
+    held_margins = {name: np.full(len(data.labels), np.nan) for name in plan.methods}
+    folds = loso_folds(data.sources, data.labels, train_index, test_index)
+    for fold in folds:
+        train = data.take(fold.train_index)
+        if len(set(train.labels.tolist())) < 2:
+            continue
+        fold_out = {"n_train": int(len(fold.train_index)), "n_held_out": int(len(fold.held_out_index)),
+                    "n_contrast": int(len(fold.contrast_index)), "methods": {}}
+        for name in plan.methods:
+            method = fit_method(name, train, plan.seed)
+            test_idx = fold.test_index
+            m = margins(method, data.states[test_idx])
+            held = m[: len(fold.held_out_index)]
+            held_margins[name][fold.held_out_index] = held
+            fold_out["methods"][name] = {
+                "held_out": boot(data.labels[fold.held_out_index], held, plan.replicates),
+                "with_contrast": boot(data.labels[test_idx], m, plan.replicates),
+            }
+        folds_out[fold.source] = fold_out
+        progress(f"LOSO fold done: {fold.source}")
+    done = ~np.isnan(held_margins[plan.methods[0]])
+    pooled = {name: boot(data.labels[done], held_margins[name][done], plan.replicates) for name in plan.methods}
+    margins_json = {name: [None if np.isnan(v) else round(float(v), 5) for v in held_margins[name]] for name in plan.methods}
+    return {"folds": folds_out, "pooled": pooled}, margins_json
+
+
+def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict:
+    test = data.take(test_index)
+    out: dict = {"sizes": list(plan.curve_sizes), "seeds": list(plan.curve_seeds), "methods": {}, "actual_per_class": {}}
+    for size in plan.curve_sizes:
+        for seed in plan.curve_seeds:
+            pick = class_sample(data.labels, train_index, size, seed)
+            sub = data.take(pick)
+            out["actual_per_class"][str(size)] = {"benign": int((sub.labels == 0).sum()), "harmful": int((sub.labels == 1).sum())}
+            for name in plan.methods:
+                m = margins(fit_method(name, sub, seed), test.states)
+                point = bootstrap_metrics(test.labels, m, m >= 0, replicates=1)
+                row = out["methods"].setdefault(name, {}).setdefault(str(size), {"auroc": [], "f1": [], "false_positive_rate": []})
+                for key in row:
+                    row[key].append(point[key]["value"])
+        progress(f"learning curve: {size} per class done")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# I/O: corpus, states, guard, and the command.
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Inputs of ``herald eval`` (mirrors its flags)."""
+
+    data: list[Path]
+    backbone: str
+    cache_dir: Path
+    out: Path = Path("docs/eval/results.json")
+    test_data: list[Path] = field(default_factory=list)
+    device: str = "auto"
+    dtype: str = "auto"
+    max_per_source: int | None = 150
+    max_tokens: int = 1024
+    test_fraction: float = 0.2
+    seed: int = 0
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    loso: bool = True
+    curve_sizes: tuple[int, ...] = CURVE_SIZES
+    curve_seeds: tuple[int, ...] = CURVE_SEEDS
+    replicates: int = 1000
+    jailbreak_templates: Path | None = None
+    jailbreak_n: int = 40
+    jailbreak_max_chars: int = 2500
+    guard_per_source: int = 0
+    guard_max_tokens: int = 768
+
+
+def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
+    from herald_service.training.extract import extract_states
+    from herald_service.types import user_turn
+
+    conversations = [user_turn(e.prompt) for e in examples]
+    lengths = [len(ids) for ids in backbone.encode(conversations)]
+    kept = [i for i, n in enumerate(lengths) if n <= max_tokens]
+    skipped = Counter(examples[i].source for i, n in enumerate(lengths) if n > max_tokens)
+    examples = [examples[i] for i in kept]
+    states, tokens = extract_states(backbone, [conversations[i] for i in kept], cache, desc=desc)
+    data = LabeledStates(states, np.array([e.label for e in examples]), np.array([e.source for e in examples]),
+                         tokens, [e.prompt for e in examples])
+    return data, examples, dict(sorted(skipped.items()))
+
+
+def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, max_tokens: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    picks = []
+    for source in sorted(set(data.sources[index].tolist())):
+        members = index[(data.sources[index] == source) & (data.tokens[index] <= max_tokens)]
+        picks.extend(rng.permutation(members)[:per_source].tolist())
+    return np.array(sorted(picks), dtype=int)
+
+
+def run_eval(options: EvalOptions) -> dict:
+    """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``."""
+    from herald_service.backbone.hf import HFBackbone
+    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.probes.artifact import backbone_manifest
+    from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
+    from herald_service.training.corpus import cap_per_group, corpus_hash, load_corpus, stratified_split
+    from herald_service.training.extract import StateCache
+    from herald_service.training.fit import expand_data
+
+    started = time.perf_counter()
+    files = expand_data(options.data)
+    backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
+    cache = StateCache(options.cache_dir, backbone)
+    everything = load_corpus(files)
+    capped = cap_per_group(everything, options.max_per_source, options.seed)
+    data, examples, skipped = _states_for(backbone, capped, cache, options.max_tokens, "corpus states")
+    train_index, test_index = stratified_split(examples, options.test_fraction, options.seed)
+
+    extra: dict[str, LabeledStates] = {}
+    if options.jailbreak_templates is not None and options.jailbreak_n > 0:
+        templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
+        wrapped = wrap_requests(templates, held_out_requests(everything, capped), options.jailbreak_n, options.seed)
+        extra["jailbreak_wrapped"], _, _ = _states_for(backbone, wrapped, cache, options.max_tokens, "jailbreak states")
+    for path in options.test_data:
+        extra[path.name], _, _ = _states_for(backbone, load_corpus([path]), cache, options.max_tokens, path.name)
+
+    plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed)
+    results = evaluate_states(data, train_index, test_index, plan, extra)
+
+    if options.guard_per_source > 0:
+        results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
+
+    results["meta"] = {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "backbone": backbone_manifest(backbone.info),
+        "corpus_sha256": corpus_hash(files),
+        "files": [p.name for p in files],
+        "max_per_source_and_label": options.max_per_source,
+        "max_tokens": options.max_tokens,
+        "skipped_over_max_tokens": skipped,
+        "seed": options.seed,
+        "command": shlex.join(["herald", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("herald") else None,
+        "jailbreak_max_chars": options.jailbreak_max_chars,
+        "test_fraction": options.test_fraction,
+        "n": int(len(data.labels)), "n_train": int(len(train_index)), "n_test": int(len(test_index)),
+        "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
+        "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
+        "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},
+        "methods": list(options.methods),
+        "replicates": options.replicates,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    results.pop("loso_margins", None)
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_index, results, extra) -> dict:
+    """Guard scores on a per-source subsample of the test part (+ jailbreak rows), beside the latent methods'
+    source-held-out (LOSO) margins on the very same rows."""
+    from herald_service.training.guard import GUARD_INSTRUCTION, GuardScorer
+
+    scorer = GuardScorer(backbone, options.cache_dir / "guard" / f"{backbone.info.slug}.jsonl")
+    pick = _guard_subsample(data, test_index, options.guard_per_source, options.guard_max_tokens, options.seed)
+    labels, sources = data.labels[pick], data.sources[pick]
+    guard = scorer.scores([data.prompts[i] for i in pick])
+    out = {"instruction": GUARD_INSTRUCTION, "n": int(len(pick)), "per_source_cap": options.guard_per_source,
+           "max_tokens": options.guard_max_tokens, "corpus": {}, "jailbreak_wrapped": {}}
+    out["corpus"]["guard"] = {"pooled": boot(labels, guard, options.replicates),
+                              "per_source": by_source(labels, guard, sources, options.replicates)}
+    for name, held in results.get("loso_margins", {}).items():
+        m = np.array([np.nan if v is None else v for v in held])[pick]
+        ok = ~np.isnan(m)
+        out["corpus"][f"{name} (LOSO)"] = {"pooled": boot(labels[ok], m[ok], options.replicates),
+                                          "per_source": by_source(labels[ok], m[ok], sources[ok], options.replicates)}
+    if "jailbreak_wrapped" in extra:
+        jb = extra["jailbreak_wrapped"]
+        keep = np.nonzero(jb.tokens <= options.guard_max_tokens)[0][: options.guard_per_source]
+        g = scorer.scores([jb.prompts[i] for i in keep])
+        out["jailbreak_wrapped"]["guard"] = boot(jb.labels[keep], g, options.replicates)
+    return out
+
+
+def available_methods() -> list[str]:
+    return sorted(FACTORIES)

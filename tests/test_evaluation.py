@@ -1,0 +1,165 @@
+"""Evaluation machinery on synthetic states: bootstrap intervals, LOSO indices, baselines, the report command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import f1_score, roc_auc_score
+from threadpoolctl import threadpool_limits
+
+from herald_service.training.bootstrap import bootstrap_metrics
+from herald_service.training.corpus import Example, stratified_split
+from herald_service.training.eval import LabeledStates, Plan, evaluate_states
+from herald_service.training.evaluation import tpr_at_fpr
+from herald_service.probes.probe import HeraldProbe
+from herald_service.training.methods import FACTORIES, balanced_weights, calibration_mask, make_method
+from herald_service.training.protocol import class_sample, loso_folds
+from herald_service.training.report import write_report
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # The 288-parameter scorer and the small BLAS calls run far faster on one thread than on a contended pool.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(before)
+
+
+def synthetic(n: int = 240, layers: int = 5, width: int = 8, seed: int = 0, noise_flip: int = 15) -> LabeledStates:
+    """Four sources: s0, s1 mostly harmful; s2, s3 mostly benign; harm shifts coordinate 0, growing with depth."""
+    rng = np.random.default_rng(seed)
+    sources = np.array([f"s{i % 4}" for i in range(n)])
+    labels = np.isin(sources, ["s0", "s1"]).astype(int)
+    labels[::noise_flip] = 1 - labels[::noise_flip]
+    states = rng.normal(size=(n, layers, width)).astype(np.float32)
+    states[:, :, 0] += 3.0 * labels[:, None] * np.linspace(0.6, 1.0, layers)
+    return LabeledStates(states, labels, sources, np.full(n, 12), [f"prompt {i}" for i in range(n)])
+
+
+def split(data: LabeledStates):
+    examples = [Example("p", int(y), s, None, "f") for y, s in zip(data.labels, data.sources)]
+    return stratified_split(examples, 0.25, 0)
+
+
+def test_bootstrap_point_matches_sklearn_and_interval_contains_it():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 400)
+    s = y + rng.normal(0, 1.0, 400)
+    flagged = s >= 0.5
+    out = bootstrap_metrics(y, s, flagged, replicates=300)
+    assert out["f1"]["value"] == pytest.approx(f1_score(y, flagged))
+    assert out["auroc"]["value"] == pytest.approx(roc_auc_score(y, s))
+    assert out["tpr_at_1pct_fpr"]["value"] == pytest.approx(tpr_at_fpr(y, s, 0.01))
+    for name in ("f1", "precision", "recall", "false_positive_rate", "auroc", "tpr_at_1pct_fpr"):
+        assert out[name]["lo"] <= out[name]["value"] <= out[name]["hi"], name
+    assert 0.7 < out["auroc"]["value"] < 0.85
+
+
+def test_bootstrap_interval_narrows_with_n():
+    rng = np.random.default_rng(2)
+    widths = []
+    for n in (100, 1600):
+        y = rng.integers(0, 2, n)
+        s = y + rng.normal(0, 1.0, n)
+        out = bootstrap_metrics(y, s, s >= 0.5, replicates=300)
+        widths.append(out["auroc"]["hi"] - out["auroc"]["lo"])
+    # Interval width shrinks like 1/sqrt(n): 16x the data should give roughly a quarter of the width.
+    assert widths[1] < widths[0] / 2.5
+
+
+def test_single_label_sets_report_recall_or_fpr_only():
+    harmful = bootstrap_metrics(np.ones(10), np.arange(10.0), np.arange(10) >= 3, replicates=50)
+    assert set(harmful) == {"n", "n_harmful", "recall"} and harmful["recall"]["value"] == pytest.approx(0.7)
+    benign = bootstrap_metrics(np.zeros(8), np.zeros(8), np.array([1, 0, 0, 0, 0, 0, 0, 1], bool), replicates=50)
+    assert set(benign) == {"n", "n_harmful", "false_positive_rate"} and benign["false_positive_rate"]["value"] == 0.25
+
+
+def test_loso_never_trains_on_the_held_out_source():
+    data = synthetic()
+    train, test = split(data)
+    folds = loso_folds(data.sources, data.labels, train, test)
+    assert [f.source for f in folds] == ["s0", "s1", "s2", "s3"]
+    for fold in folds:
+        assert not np.isin(fold.train_index, np.nonzero(data.sources == fold.source)[0]).any()
+        assert set(fold.train_index) <= set(train)  # random-split test rows are never trained on either
+        assert set(fold.held_out_index) == set(np.nonzero(data.sources == fold.source)[0])
+        assert not set(fold.contrast_index) & set(fold.train_index)
+        assert set(fold.contrast_index) <= set(test)
+        assert (data.sources[fold.contrast_index] != fold.source).all()
+        # every other-source train row stays in training
+        assert len(fold.train_index) == int((data.sources[train] != fold.source).sum())
+
+
+def test_loso_contrast_rows_have_the_missing_label():
+    sources = np.array(["a"] * 4 + ["b"] * 4 + ["c"] * 4)
+    labels = np.array([1] * 4 + [0] * 4 + [1, 1, 0, 0])
+    train, test = np.array([0, 1, 2, 4, 5, 6, 8, 10]), np.array([3, 7, 9, 11])
+    folds = {f.source: f for f in loso_folds(sources, labels, train, test)}
+    assert folds["a"].contrast_index.tolist() == [7, 11]  # benign test rows of b and c
+    assert folds["b"].contrast_index.tolist() == [3, 9]
+    assert folds["c"].contrast_index.tolist() == []  # c has both labels
+
+
+def test_class_sample_and_weights():
+    labels = np.array([0] * 30 + [1] * 10)
+    pick = class_sample(labels, np.arange(40), 8, seed=0)
+    assert (labels[pick] == 0).sum() == 8 and (labels[pick] == 1).sum() == 8
+    assert (labels[class_sample(labels, np.arange(40), 20, 0)] == 1).sum() == 10  # capped at what exists
+    groups = np.array(["a|0"] * 20 + ["b|0"] * 10 + ["c|1"] * 10)
+    w = balanced_weights(groups, labels)
+    assert w[:20].sum() == pytest.approx(w[20:30].sum())  # two benign groups weigh the same
+    assert w[:30].sum() == pytest.approx(w[30:].sum())  # and the classes weigh the same
+    mask = calibration_mask(groups, 0.25, 0)
+    assert mask[:20].sum() == 5 and mask[20:30].sum() == 2 and mask[30:].sum() == 2
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_every_method_beats_chance_on_a_separable_problem(name):
+    data = synthetic(n=320)
+    train, test = split(data)
+    groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
+    method = make_method(name, 0).fit(data.states[train], data.labels[train], groups[train])
+    scores = method.score(data.states[test])
+    assert roc_auc_score(data.labels[test], scores) > 0.85
+    flagged = scores >= method.threshold_
+    assert f1_score(data.labels[test], flagged) > 0.7
+
+
+def test_herald_method_reproduces_herald_probe():
+    data = synthetic(n=200)
+    groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
+    weights = balanced_weights(groups, data.labels)
+    probe = HeraldProbe(seed=3).fit(data.states, data.labels, groups=groups, sample_weight=weights)
+    method = make_method("herald", 3).fit(data.states, data.labels, groups)
+    assert method.threshold_ == pytest.approx(probe.fitted_.threshold)
+    assert method.fitted_.peak_layer == probe.fitted_.peak_layer
+    np.testing.assert_allclose(method.score(data.states), probe.predict(data.states).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
+    data = synthetic()
+    train, test = split(data)
+    plan = Plan(methods=("herald", "logreg_last", "mlpm", "lda_best_layer"), curve_sizes=(10, 40), curve_seeds=(0,), replicates=50)
+    results = evaluate_states(data, train, test, plan, {"jailbreak_wrapped": data.take(np.nonzero(data.labels == 1)[0][:20])})
+    assert set(results["loso"]["folds"]) == {"s0", "s1", "s2", "s3"}
+    pooled = results["loso"]["pooled"]["herald"]
+    assert pooled["n"]["value"] == len(data.labels)  # every row is held out exactly once
+    assert pooled["auroc"]["value"] > 0.8
+    assert results["learning_curve"]["actual_per_class"]["10"] == {"benign": 10, "harmful": 10}
+    assert len(results["trajectories"]["harmful"]["mean"]) == 5
+    assert results["extra"]["jailbreak_wrapped"]["herald"]["pooled"]["recall"]["value"] > 0.8
+    results.pop("loso_margins")
+    results["meta"] = {"n": len(data.labels), "replicates": 50}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    md = write_report(path, tmp_path / "EVALUATION.md", tmp_path / "eval")
+    text = md.read_text()
+    assert "## Leave-one-source-out" in text and "## Targets of issue 3" in text and "not the paper's benchmarks" in text
+    assert "| s0 |" in text.replace("| s0 | ", "| s0 |")
+    for png in ("learning_curve.png", "trajectories_by_class.png", "loso_per_source.png"):
+        assert (tmp_path / "eval" / png).stat().st_size > 5_000
