@@ -348,6 +348,13 @@ def http_one(client: object, text: str) -> tuple[float, object]:
 
 
 # -- output --------------------------------------------------------------------------------------------------------
+def run_benchmark(doc: str, run: Callable, report: Callable) -> None:
+    """Command-line entry of one benchmark module: parse ``--target/--quick/--out``, run, print and write results."""
+    args = parse_args(doc.splitlines()[0])
+    target = build_target(args.target)
+    report(target, run(target, args.quick), args.out)
+
+
 def parse_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--target", choices=["cpu", "h200", "tiny"], default="cpu")

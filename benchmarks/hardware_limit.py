@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from benchmarks.common import Target, bare_prefill, build_target, exact_prompts, figure, parse_args, print_table, prompt_mix, timed, token_pool, write
+from benchmarks.common import Target, bare_prefill, exact_prompts, figure, print_table, prompt_mix, timed, token_pool, write, run_benchmark
 from herald_service.backbone.batching import plan_batches
 
 SHAPES = {
@@ -184,9 +184,7 @@ def report(target: Target, result: dict, out) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    target = build_target(args.target)
-    report(target, run(target, args.quick), args.out)
+    run_benchmark(__doc__, run, report)
 
 
 if __name__ == "__main__":

@@ -22,16 +22,15 @@ from benchmarks.common import (
     Target,
     bare_prefill,
     bare_throughput,
-    build_target,
     figure,
     http_load,
     http_one,
-    parse_args,
     percentile,
     print_table,
     prompt_mix,
     timed,
     write,
+    run_benchmark,
 )
 
 PLAN = {
@@ -171,9 +170,7 @@ def report(target: Target, result: dict, out) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    target = build_target(args.target)
-    report(target, run(target, args.quick), args.out)
+    run_benchmark(__doc__, run, report)
 
 
 if __name__ == "__main__":

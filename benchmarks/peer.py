@@ -14,7 +14,7 @@ import statistics
 
 import torch
 
-from benchmarks.common import Target, build_target, exact_prompts, figure, parse_args, percentile, print_table, timed, token_pool, write
+from benchmarks.common import Target, exact_prompts, figure, percentile, print_table, timed, token_pool, write, run_benchmark
 from herald_service.types import user_turn
 
 CATEGORIES = """S1: Violent Crimes.
@@ -138,9 +138,7 @@ def report(target: Target, result: dict, out) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    target = build_target(args.target)
-    report(target, run(target, args.quick), args.out)
+    run_benchmark(__doc__, run, report)
 
 
 if __name__ == "__main__":

@@ -22,17 +22,16 @@ from benchmarks.common import (
     Server,
     Target,
     bare_prefill,
-    build_target,
     exact_prompts,
     figure,
     http_load,
-    parse_args,
     percentile,
     print_table,
     prompt_mix,
     timed,
     token_pool,
     write,
+    run_benchmark,
 )
 from benchmarks.overhead import BATCHING
 
@@ -147,9 +146,7 @@ def report(target: Target, result: dict, out) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    target = build_target(args.target)
-    report(target, run(target, args.quick), args.out)
+    run_benchmark(__doc__, run, report)
 
 
 if __name__ == "__main__":
