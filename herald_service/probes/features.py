@@ -6,6 +6,7 @@ row holds the normalized projections ``s_l`` (units: within-class standard devia
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,16 @@ def _onset(s: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return onset_x, index
 
 
+@functools.lru_cache(maxsize=16)
+def _fit_operators(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pseudo-inverses of the linear and quadratic Vandermonde matrices on ``layer_positions`` (an SVD each, so
+    computed once per layer count instead of once per batch)."""
+    x = layer_positions(num_layers)
+    v1 = np.stack([x, np.ones_like(x)], axis=1)
+    v2 = np.stack([x**2, x, np.ones_like(x)], axis=1)
+    return np.linalg.pinv(v1), np.linalg.pinv(v2)
+
+
 def compute_features(s: np.ndarray) -> np.ndarray:
     """Compute the ``herald-v1`` features of projection trajectories.
 
@@ -86,10 +97,9 @@ def compute_features(s: np.ndarray) -> np.ndarray:
     x = layer_positions(n_layers)
 
     # Least-squares fits for every row at once: coefficients = pinv(V) @ s.
-    v1 = np.stack([x, np.ones_like(x)], axis=1)
-    v2 = np.stack([x**2, x, np.ones_like(x)], axis=1)
-    slope = (np.linalg.pinv(v1) @ s.T)[0]
-    curvature = (np.linalg.pinv(v2) @ s.T)[0]
+    pinv_line, pinv_quadratic = _fit_operators(n_layers)
+    slope = (pinv_line @ s.T)[0]
+    curvature = (pinv_quadratic @ s.T)[0]
 
     monotonicity = _spearman_rows(s)
     onset_x, _ = _onset(s, x)
