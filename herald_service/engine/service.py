@@ -23,10 +23,6 @@ from herald_service.refusal import is_refusal
 from herald_service.types import Classification, Conversation, Timing
 
 
-INLINE_TOKENIZE_CHARS = 4096
-"""Requests with at most this many characters are tokenized on the event loop; larger ones in a worker thread."""
-
-
 class ClientGone(HeraldError):
     """The client disconnected before its answer was ready; its queued work was dropped (logged as 499)."""
 
@@ -114,12 +110,7 @@ class Moderator:
             InputTooLarge: a prompt over ``max_tokens`` (413); prompts are never silently truncated.
         """
         started = time.perf_counter()
-        chars = sum(len(m.content) for c in conversations for m in c)
-        if chars <= INLINE_TOKENIZE_CHARS:
-            # A short request tokenizes in well under a millisecond: cheaper on the event loop than a thread hop.
-            ids = self.runtime.backbone.encode(conversations)
-        else:
-            ids = await asyncio.to_thread(self.runtime.backbone.encode, conversations)
+        ids = await asyncio.to_thread(self.runtime.backbone.encode, conversations)
         elapsed = time.perf_counter() - started
         for token_ids, field in zip(ids, fields):
             if len(token_ids) > self.settings.max_tokens:
