@@ -58,6 +58,23 @@ class FittedProbe:
         return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold)
 
 
+def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Boolean ``(n_samples,)`` mask of the rows held out for threshold calibration.
+
+    ``round(fraction x size)`` rows of every group (e.g. source x label) are drawn with ``seed``; groups of one row
+    stay in the fitting part.
+    """
+    rng = np.random.default_rng(seed)
+    calibration = np.zeros(len(groups), dtype=bool)
+    for group in np.unique(groups):
+        members = np.nonzero(groups == group)[0]
+        rng.shuffle(members)
+        take = int(round(len(members) * fraction))
+        if len(members) >= 2:
+            calibration[members[:take]] = True
+    return calibration
+
+
 class HeraldProbe:
     """Estimator that fits a :class:`FittedProbe` (directions, feature stats, scorer, threshold, peak layer).
 
@@ -108,14 +125,7 @@ class HeraldProbe:
         """
         y = np.asarray(y).astype(int)
         groups = y.astype(str) if groups is None else np.asarray(groups)
-        rng = np.random.default_rng(self.seed)
-        calibration = np.zeros(len(y), dtype=bool)
-        for group in np.unique(groups):
-            members = np.nonzero(groups == group)[0]
-            rng.shuffle(members)
-            take = int(round(len(members) * self.calibration_fraction))
-            if len(members) >= 2:
-                calibration[members[:take]] = True
+        calibration = calibration_mask(groups, self.calibration_fraction, self.seed)
         fit_rows = ~calibration
         directions = fit_directions(X[fit_rows], y[fit_rows], self.shrinkage)
         s_fit = directions.project(X[fit_rows])

@@ -18,7 +18,6 @@ from herald_service.backbone.loader import resolve_backbone
 from herald_service.probes.artifact import backbone_manifest, save_probe
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.corpus import (
-    Example,
     cap_per_group,
     corpus_hash,
     default_data_files,
@@ -28,6 +27,7 @@ from herald_service.training.corpus import (
 )
 from herald_service.training.evaluation import metrics_by_source
 from herald_service.training.extract import StateCache, extract_states
+from herald_service.training.methods import balanced_weights
 from herald_service.types import user_turn
 
 log = logging.getLogger(__name__)
@@ -62,13 +62,6 @@ def expand_data(paths: list[Path]) -> list[Path]:
     return files
 
 
-def source_balanced_weights(examples: list[Example]) -> np.ndarray:
-    """Weights that give every (source, label) group the same total weight within its class."""
-    counts = Counter((e.source, e.label) for e in examples)
-    groups_per_label = Counter(label for _, label in counts)
-    return np.array([1.0 / (counts[(e.source, e.label)] * groups_per_label[e.label]) for e in examples]) * len(examples)
-
-
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
@@ -94,7 +87,7 @@ def run_fit(options: FitOptions) -> dict:
     sources = [e.source for e in examples]
     train, test = stratified_split(examples, options.test_fraction, options.seed)
     groups = np.array([f"{e.source}|{e.label}" for e in examples])
-    weights = source_balanced_weights([examples[i] for i in train])
+    weights = balanced_weights(groups[train], labels[train])
     probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed)
     probe.fit(states[train], labels[train], groups=groups[train], sample_weight=weights)
     held_out = probe.predict(states[test])

@@ -30,25 +30,12 @@ from sklearn.preprocessing import StandardScaler
 
 from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
 from herald_service.probes.features import FeatureStats, compute_features
-from herald_service.probes.probe import FittedProbe
+from herald_service.probes.probe import FittedProbe, calibration_mask
 from herald_service.probes.scorer import calibrate_threshold, train_scorer
 
 CALIBRATION_FRACTION = 0.25
 LOGREG_C = 0.1
 """Fixed (not tuned on any test data): moderate L2 for 576-wide standardized states and ~2,000 rows."""
-
-
-def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """Boolean ``(n,)`` mask of the calibration rows; the same draw as ``HeraldProbe.fit`` for the same inputs."""
-    rng = np.random.default_rng(seed)
-    calibration = np.zeros(len(groups), dtype=bool)
-    for group in np.unique(groups):
-        members = np.nonzero(groups == group)[0]
-        rng.shuffle(members)
-        take = int(round(len(members) * fraction))
-        if len(members) >= 2:
-            calibration[members[:take]] = True
-    return calibration
 
 
 def balanced_weights(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
