@@ -60,7 +60,7 @@ class ClassifyCommand(Settings):
         if not prompts:
             raise SystemExit("herald classify: give TEXT or --file")
         runtime = load_runtime(self)
-        for prompt, result in zip(prompts, runtime.classify_texts(prompts)):
+        for prompt, result in zip(prompts, runtime.classify_texts(prompts, self.max_tokens)):
             row = {"input": prompt, "flagged": result.flagged, "score": round(result.score, 4), "tokens": result.tokens}
             if self.trajectory:
                 row["trajectory"] = [round(v, 3) for v in result.trajectory]

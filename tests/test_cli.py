@@ -35,3 +35,8 @@ def test_classify_prints_json_lines_on_the_fake_backend():
 def test_missing_input_file_is_one_line():
     out = herald("classify", "--file", "/nonexistent/prompts.txt", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and "No such file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_classify_applies_the_token_limit():
+    out = herald("classify", "one two three four five six seven eight nine ten", "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and "the limit is 8 (max_tokens)" in out.stderr and "Traceback" not in out.stderr

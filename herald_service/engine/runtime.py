@@ -12,7 +12,7 @@ import numpy as np
 from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, Settings
 from herald_service.engine.engine import classification_at
-from herald_service.errors import ProbeMismatch
+from herald_service.errors import InputTooLarge, ProbeMismatch
 from herald_service.probes.artifact import backbone_manifest, load_probe
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
@@ -31,9 +31,16 @@ class Runtime:
     manifest: dict[str, Any]
     probe_path: str
 
-    def classify_texts(self, texts: Sequence[str]) -> list[Classification]:
-        """Classify prompts synchronously, one batch, without the engine (CLI use)."""
+    def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> list[Classification]:
+        """Classify prompts synchronously, one batch, without the engine (CLI use).
+
+        Raises:
+            InputTooLarge: a prompt renders to more than ``max_tokens`` tokens (never silently truncated).
+        """
         ids = self.backbone.encode([user_turn(t) for t in texts])
+        for i, token_ids in enumerate(ids):
+            if max_tokens is not None and len(token_ids) > max_tokens:
+                raise InputTooLarge(f"prompt {i} renders to {len(token_ids)} tokens; the limit is {max_tokens} (max_tokens)", field=f"text[{i}]")
         out = self.probe.predict(self.backbone.last_token_states(ids))
         return [classification_at(out, i, len(ids[i])) for i in range(len(texts))]
 
