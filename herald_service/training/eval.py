@@ -233,18 +233,13 @@ class EvalOptions:
 
 
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
-    from herald_service.training.extract import extract_states
-    from herald_service.types import user_turn
+    from herald_service.training.extract import extract_corpus_states
 
-    conversations = [user_turn(e.prompt) for e in examples]
-    lengths = [len(ids) for ids in backbone.encode(conversations)]
-    kept = [i for i, n in enumerate(lengths) if n <= max_tokens]
-    skipped = Counter(examples[i].source for i, n in enumerate(lengths) if n > max_tokens)
-    examples = [examples[i] for i in kept]
-    states, tokens = extract_states(backbone, [conversations[i] for i in kept], cache, desc=desc)
-    data = LabeledStates(states, np.array([e.label for e in examples]), np.array([e.source for e in examples]),
-                         tokens, [e.prompt for e in examples])
-    return data, examples, dict(sorted(skipped.items()))
+    corpus = extract_corpus_states(backbone, examples, cache, max_tokens, desc=desc)
+    kept = corpus.examples
+    data = LabeledStates(corpus.states, np.array([e.label for e in kept]), np.array([e.source for e in kept]),
+                         corpus.tokens, [e.prompt for e in kept])
+    return data, kept, corpus.skipped
 
 
 def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, max_tokens: int, seed: int) -> np.ndarray:

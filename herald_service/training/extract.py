@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -17,7 +19,8 @@ from tqdm import tqdm
 
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
-from herald_service.types import Conversation
+from herald_service.training.corpus import Example
+from herald_service.types import Conversation, user_turn
 
 
 class StateCache:
@@ -58,6 +61,49 @@ def extract_states(
         ``(states, tokens)``: ``(batch, layer, d_model)`` float32 and ``(batch,)`` int token counts.
     """
     token_ids = backbone.encode(conversations)
+    return _states_of(backbone, token_ids, cache, token_budget, max_rows, desc), np.array([len(t) for t in token_ids])
+
+
+@dataclass(frozen=True)
+class CorpusStates:
+    """Labeled examples within the token limit and their states.
+
+    Attributes:
+        examples: the kept examples, in input order.
+        states: ``(batch, layer, d_model)`` float32.
+        tokens: ``(batch,)`` rendered token counts.
+        skipped: examples over the limit, counted per source.
+    """
+
+    examples: list[Example]
+    states: np.ndarray
+    tokens: np.ndarray
+    skipped: dict[str, int]
+
+
+def extract_corpus_states(
+    backbone: Backbone,
+    examples: Sequence[Example],
+    cache: StateCache | None,
+    max_tokens: int,
+    token_budget: int = 4096,
+    desc: str = "extracting states",
+) -> CorpusStates:
+    """Render each example as one user turn, skip (and count) those over ``max_tokens``, and extract the rest.
+
+    Each prompt is tokenized once.
+    """
+    token_ids = backbone.encode([user_turn(e.prompt) for e in examples])
+    kept = [i for i, ids in enumerate(token_ids) if len(ids) <= max_tokens]
+    skipped = Counter(e.source for e, ids in zip(examples, token_ids) if len(ids) > max_tokens)
+    kept_ids = [token_ids[i] for i in kept]
+    states = _states_of(backbone, kept_ids, cache, token_budget, 32, desc)
+    return CorpusStates([examples[i] for i in kept], states, np.array([len(t) for t in kept_ids]), dict(sorted(skipped.items())))
+
+
+def _states_of(
+    backbone: Backbone, token_ids: Sequence[Sequence[int]], cache: StateCache | None, token_budget: int, max_rows: int, desc: str
+) -> np.ndarray:
     states: list[np.ndarray | None] = [cache.get(ids) if cache else None for ids in token_ids]
     missing = [i for i, s in enumerate(states) if s is None]
     batches = plan_batches([len(token_ids[i]) for i in missing], token_budget, max_rows)
@@ -70,4 +116,4 @@ def extract_states(
                 if cache:
                     cache.put(token_ids[i], row_states)
             bar.update(len(rows))
-    return np.stack(states), np.array([len(t) for t in token_ids])
+    return np.stack(states)

@@ -26,9 +26,8 @@ from herald_service.training.corpus import (
     stratified_split,
 )
 from herald_service.training.evaluation import metrics_by_source
-from herald_service.training.extract import StateCache, extract_states
+from herald_service.training.extract import StateCache, extract_corpus_states
 from herald_service.training.methods import balanced_weights
-from herald_service.types import user_turn
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +72,12 @@ def run_fit(options: FitOptions) -> dict:
     files = expand_data(options.data)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
-    examples = cap_per_group(load_corpus(files), options.max_per_source, options.seed)
-    conversations = [user_turn(e.prompt) for e in examples]
-    lengths = [len(ids) for ids in backbone.encode(conversations)]
-    too_long = Counter(e.source for e, n in zip(examples, lengths) if n > options.max_tokens)
-    kept = [i for i, n in enumerate(lengths) if n <= options.max_tokens]
-    examples = [examples[i] for i in kept]
-    conversations = [conversations[i] for i in kept]
-    log.info("%d prompts after caps (%d over %d tokens skipped)", len(examples), sum(too_long.values()), options.max_tokens)
-
-    states, tokens = extract_states(backbone, conversations, StateCache(options.cache_dir, backbone), options.token_budget)
+    capped = cap_per_group(load_corpus(files), options.max_per_source, options.seed)
+    corpus = extract_corpus_states(
+        backbone, capped, StateCache(options.cache_dir, backbone), options.max_tokens, options.token_budget
+    )
+    examples, states, tokens = corpus.examples, corpus.states, corpus.tokens
+    log.info("%d prompts after caps (%d over %d tokens skipped)", len(examples), sum(corpus.skipped.values()), options.max_tokens)
     labels = np.array([e.label for e in examples])
     sources = [e.source for e in examples]
     train, test = stratified_split(examples, options.test_fraction, options.seed)
@@ -103,7 +98,7 @@ def run_fit(options: FitOptions) -> dict:
             "corpus_sha256": corpus_hash(files),
             "max_per_source_and_label": options.max_per_source,
             "max_tokens": options.max_tokens,
-            "skipped_over_max_tokens": dict(sorted(too_long.items())),
+            "skipped_over_max_tokens": corpus.skipped,
             "seed": options.seed,
             "counts": [{"source": s, "label": l, "n": n} for (s, l), n in sorted(counts.items())],
             "split": {"method": "stratified by (source, label)", "test_fraction": options.test_fraction,
