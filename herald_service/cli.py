@@ -88,7 +88,7 @@ class FitCommand(BaseModel):
         from herald_service.training.fit import FitOptions, run_fit
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        manifest = run_fit(FitOptions(**self.model_dump()))
+        manifest = run_fit(FitOptions(**self.model_dump(), command=shlex.join(["herald", *sys.argv[1:]])))
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 

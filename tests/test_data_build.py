@@ -218,6 +218,16 @@ def test_source_table_matches_the_packages_and_paths_of_sources_md():
             assert member.rsplit("/", 1)[0] in line, (source.file, member)  # the folder SOURCES.md names
 
 
+@needs_shared_data
+def test_shipped_probe_records_the_corpus_hash_and_command():
+    manifest = json.loads((REPO / "models" / "smollm2-135m-instruct" / "probe.json").read_text())
+    data = manifest["training_data"]
+    assert data["corpus_sha256"] == corpus_sha256([SHARED_DATA])
+    assert data["command"] == manifest["command"] == "herald fit --max-per-source 150"
+    for entry in data["files"]:
+        assert entry["sha256"] == sha((SHARED_DATA / entry["file"]).read_bytes()), entry["file"]
+
+
 # --- the real build ---------------------------------------------------------------------------------------------
 
 @needs_shared_data

@@ -13,6 +13,7 @@ from herald_service.backbone.base import Intervention
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import Settings
+from herald_service.data.hashing import corpus_sha256
 from herald_service.engine.runtime import load_runtime
 from herald_service.errors import ProbeMismatch
 from herald_service.probes.artifact import backbone_manifest, save_probe
@@ -148,7 +149,7 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     data = tmp_path / "data.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     options = FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
-                         max_per_source=None)
+                         max_per_source=None, command="herald fit --data data.jsonl")
     manifest = run_fit(options)
     assert (tmp_path / "out" / "probe.safetensors").is_file()
     saved = json.loads((tmp_path / "out" / "probe.json").read_text())
@@ -156,6 +157,8 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     assert set(saved["evaluation"]["per_source"]) == {"A", "B", "C"}
     assert "f1" in saved["evaluation"]["pooled"] and "tpr_at_1pct_fpr" in saved["evaluation"]["pooled"]
     assert saved["training_data"]["files"][0]["sha256"] == manifest["training_data"]["files"][0]["sha256"]
+    assert saved["training_data"]["corpus_sha256"] == corpus_sha256([data])
+    assert saved["training_data"]["command"] == saved["command"] == "herald fit --data data.jsonl"
     cached = list((tmp_path / "cache" / "states").rglob("*.npy"))
     backbone = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
     distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in rows])}

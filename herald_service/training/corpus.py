@@ -108,11 +108,3 @@ def file_manifest(paths: list[Path]) -> list[dict]:
         out.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": data.count(b"\n")})
     return out
 
-
-def corpus_hash(paths: list[Path]) -> str:
-    """One sha256 over the files' names and contents, in name order."""
-    digest = hashlib.sha256()
-    for path in sorted(paths, key=lambda p: p.name):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()

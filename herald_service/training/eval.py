@@ -255,9 +255,10 @@ def run_eval(options: EvalOptions) -> dict:
     """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``."""
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
+    from herald_service.data.hashing import corpus_sha256
     from herald_service.probes.artifact import backbone_manifest
     from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
-    from herald_service.training.corpus import cap_per_group, corpus_hash, load_corpus, stratified_split
+    from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
     from herald_service.training.extract import StateCache
     from herald_service.training.fit import expand_data
 
@@ -287,7 +288,7 @@ def run_eval(options: EvalOptions) -> dict:
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "backbone": backbone_manifest(backbone.info),
-        "corpus_sha256": corpus_hash(files),
+        "corpus_sha256": corpus_sha256(files),
         "files": [p.name for p in files],
         "max_per_source_and_label": options.max_per_source,
         "max_tokens": options.max_tokens,

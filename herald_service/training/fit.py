@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shlex
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -15,11 +13,11 @@ import numpy as np
 
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
+from herald_service.data.hashing import corpus_sha256
 from herald_service.probes.artifact import backbone_manifest, save_probe
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.corpus import (
     cap_per_group,
-    corpus_hash,
     default_data_files,
     file_manifest,
     load_corpus,
@@ -49,6 +47,8 @@ class FitOptions:
     target_fpr: float = 0.01
     seed: int = 0
     token_budget: int = 4096
+    command: str | None = None
+    """The command line to record in the manifest (``herald fit ...``); None outside the CLI."""
 
 
 def expand_data(paths: list[Path]) -> list[Path]:
@@ -91,11 +91,14 @@ def run_fit(options: FitOptions) -> dict:
     counts = Counter((e.source, "harmful" if e.label else "benign") for e in examples)
     manifest = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["herald", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("herald") else None,
+        "command": options.command,  # where it always was (/v1/info shows it); training_data repeats it
         "backbone": backbone_manifest(backbone.info),
         "training_data": {
             "files": file_manifest(files),
-            "corpus_sha256": corpus_hash(files),
+            # The corpus the files came from (a --data folder means all its *.jsonl, the jailbreak templates
+            # included): equal to MANIFEST.json's corpus_sha256 when the folder was made by `herald data build`.
+            "corpus_sha256": corpus_sha256(options.data),
+            "command": options.command,
             "max_per_source_and_label": options.max_per_source,
             "max_tokens": options.max_tokens,
             "skipped_over_max_tokens": corpus.skipped,
