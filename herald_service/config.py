@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    padding_side: Literal["auto", "right", "left", "packed", "varlen"] = Field(
+        "auto", description="How prompts of different lengths share a forward pass; auto: varlen (padding-free flash"
+        " attention) on CUDA in bf16/fp16, right padding elsewhere (HFBackbone; benchmarks/hardware_limit.py)."
+    )
     cache_dir: Path = Field(default_factory=default_cache_dir)
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
@@ -56,7 +60,7 @@ class Settings(BaseSettings):
     max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
 
-    batch_token_budget: int = Field(8192, ge=64, description="Padded tokens (rows x longest) in one forward pass.")
+    batch_token_budget: int = Field(8192, ge=64, description="Tokens in one forward pass: rows x longest when padded, real tokens when packed (varlen).")
     batch_max_prompts: int = Field(64, ge=1, description="Prompts in one forward pass.")
     # 0 ms, from benchmarks/overhead.py (docs/PERFORMANCE.md): batches fill while the previous forward runs, so a
     # wait only adds to idle latency (a 128-token prompt on the H200: 19 ms through HTTP against 12 ms engine work

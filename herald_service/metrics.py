@@ -34,7 +34,7 @@ class HeraldMetrics:
         self.score = Histogram("herald_moderation_score_ratio", "Moderation score in [0, 1].", buckets=_SCORE_BUCKETS, registry=r)
         self.batch_size = Histogram("herald_batch_size_prompts", "Prompts per forward pass.", buckets=_BATCH_BUCKETS, registry=r)
         self.batch_tokens = Histogram(
-            "herald_batch_tokens", "Padded tokens (rows x longest) per forward pass.", buckets=_TOKEN_BUCKETS, registry=r
+            "herald_batch_tokens", "Tokens per forward pass: rows x longest when padded, real tokens when packed (varlen).", buckets=_TOKEN_BUCKETS, registry=r
         )
         self.prompt_tokens = Histogram("herald_prompt_tokens", "Rendered tokens per prompt.", buckets=_TOKEN_BUCKETS, registry=r)
         self.queue_depth = Gauge("herald_queue_depth_prompts", "Prompts waiting for the worker.", registry=r)

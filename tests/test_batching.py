@@ -24,3 +24,21 @@ def test_sorted_by_length_cuts_padding():
 
 def test_oversized_prompt_gets_its_own_batch():
     assert plan_batches([5000, 3], token_budget=100, max_rows=4) == [[1], [0]]
+
+
+def test_packed_batches_are_cut_by_real_tokens():
+    rng = random.Random(1)
+    lengths = [rng.randint(1, 300) for _ in range(500)]
+    packed = plan_batches(lengths, token_budget=1024, max_rows=16, packed=True)
+    assert sorted(i for b in packed for i in b) == list(range(500))
+    for batch in packed:
+        assert len(batch) <= 16 and sum(lengths[i] for i in batch) <= 1024
+    # Real tokens fill a budget that padding wastes, so packing needs fewer forward passes for the same prompts.
+    assert len(packed) < len(plan_batches(lengths, token_budget=1024, max_rows=16))
+
+
+def test_packed_batch_closes_at_the_budget_not_at_rows_x_longest():
+    # padded: 3 x 100 = 300 > 250 splits after two prompts; packed: 10 + 20 + 100 = 130 fits in one batch.
+    assert plan_batches([100, 10, 20], token_budget=250, max_rows=8) == [[1, 2], [0]]
+    assert plan_batches([100, 10, 20], token_budget=250, max_rows=8, packed=True) == [[1, 2, 0]]
+    assert plan_batches([100, 10, 20, 200], token_budget=250, max_rows=8, packed=True) == [[1, 2, 0], [3]]

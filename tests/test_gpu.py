@@ -57,3 +57,35 @@ def test_cuda_ablation_zeroes_projection(resolved):
     w /= np.linalg.norm(w, axis=1, keepdims=True)
     ablated = backbone.last_token_states(ids, Intervention("ablate", (2,), w, np.ones(4))).numpy()
     assert np.abs(ablated[:, 1] @ w[1]).max() < 1e-4
+
+
+def _relative(a, b):
+    return ((a - b).norm(dim=-1) / b.norm(dim=-1)).max().item()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_varlen_batch_matches_the_fp32_reference_like_any_half_precision_batch(resolved, dtype):
+    cpu = HFBackbone(resolved, "cpu", "float32")
+    ids = cpu.encode([user_turn(p) for p in PROMPTS])
+    assert len({len(i) for i in ids}) == len(PROMPTS)
+    reference = cpu.last_token_states(ids)
+    varlen = HFBackbone(resolved, "cuda", dtype)  # auto -> varlen
+    assert varlen.padding_side == "varlen"
+    packed = varlen.last_token_states(ids)
+    padded = HFBackbone(resolved, "cuda", dtype, padding_side="right", cuda_graphs=False).last_token_states(ids)
+    # Same tolerance as test_cuda_matches_cpu_and_bf16_is_close; and no worse than right padding in that precision.
+    assert _relative(packed, reference) <= 5e-2
+    assert _relative(packed, reference) <= 1.5 * _relative(padded, reference) + 1e-3
+    for row, token_ids in enumerate(ids):  # each row is its own prompt: no attention across the packed boundary
+        assert _relative(packed[row : row + 1], varlen.last_token_states([token_ids])) <= 5e-2
+
+
+def test_varlen_restores_the_attention_implementation_and_keeps_interventions(resolved):
+    backbone = HFBackbone(resolved, "cuda", "bfloat16")
+    before = backbone.decoder.config._attn_implementation
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    ablated = backbone.last_token_states(ids, Intervention("ablate", (2,), w, np.ones(4))).numpy()
+    assert backbone.decoder.config._attn_implementation == before
+    assert np.abs(ablated[:, 1] @ w[1]).max() < 2e-2 * np.abs(ablated[:, 1]).max()

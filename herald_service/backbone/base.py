@@ -34,6 +34,8 @@ class Backbone(Protocol):
     """What the engine needs from a model. Implementations: ``hf.HFBackbone``, ``fake.FakeBackbone``."""
 
     info: BackboneInfo
+    packs_batches: bool
+    """True when a batch costs its real tokens (packed/varlen layout) rather than rows x longest (padding)."""
 
     def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
         """Render each conversation (chat template + generation prompt, or raw text) and tokenize it."""

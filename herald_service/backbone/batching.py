@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def plan_batches(lengths: Sequence[int], token_budget: int, max_rows: int) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], token_budget: int, max_rows: int, packed: bool = False) -> list[list[int]]:
     """Group prompt indices into batches sorted by length.
 
-    A batch's cost is its padded size, ``rows x longest``; each batch keeps that <= ``token_budget`` and rows <=
-    ``max_rows``. Sorting by length first cuts padding (the infinity / TEI habit). A single prompt longer than the
-    budget still gets a batch of its own (limits are enforced earlier, at admission).
+    A batch's cost is its padded size, ``rows x longest`` (or, ``packed``, the sum of its prompts' lengths: a
+    packed/varlen batch computes no padding); each batch keeps that <= ``token_budget`` and rows <= ``max_rows``.
+    Sorting by length first cuts padding (the infinity / TEI habit). A single prompt longer than the budget still gets
+    a batch of its own (limits are enforced earlier, at admission).
 
     Args:
         lengths: token count of each prompt.
+        packed: cost batches by real tokens instead of padded tokens (HFBackbone ``padding_side`` packed or varlen).
 
     Returns:
         Lists of indices into ``lengths``, shortest prompts first.
@@ -21,14 +23,15 @@ def plan_batches(lengths: Sequence[int], token_budget: int, max_rows: int) -> li
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = 0
+    longest = total = 0
     for index in order:
         width = max(longest, lengths[index])
-        if current and (width * (len(current) + 1) > token_budget or len(current) >= max_rows):
+        cost = total + lengths[index] if packed else width * (len(current) + 1)
+        if current and (cost > token_budget or len(current) >= max_rows):
             batches.append(current)
-            current, width = [], lengths[index]
+            current, width, total = [], lengths[index], 0
         current.append(index)
-        longest = width
+        longest, total = width, total + lengths[index]
     if current:
         batches.append(current)
     return batches

@@ -27,6 +27,8 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 class FakeBackbone:
     """Deterministic stand-in with ``num_layers`` layers of width ``hidden_size``."""
 
+    packs_batches = False
+
     def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0) -> None:
         self.num_layers = num_layers
         self.hidden_size = hidden_size

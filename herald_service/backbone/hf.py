@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -22,6 +24,70 @@ GRAPH_BUCKETS = (32, 64, 128, 256, 512)
 small next to their compute)."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+PADDING_SIDES = ("auto", "right", "left", "packed", "varlen")
+
+VARLEN_ATTENTION = "herald_varlen"
+"""Name under which :func:`varlen_attention` is registered with transformers' attention and mask interfaces."""
+
+
+def varlen_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention within each prompt of a packed row, by PyTorch's flash-attention varlen kernel.
+
+    A transformers attention function (``AttentionInterface``): ``query`` is ``(1, heads, tokens, head_dim)`` and
+    ``key``/``value`` ``(1, kv_heads, tokens, head_dim)``, bf16 or fp16 on CUDA, holding several prompts back to back;
+    ``kwargs`` carries ``herald_cu_seqlens`` (int32 ``(prompts + 1,)``, cumulative prompt lengths in tokens) and
+    ``herald_max_len`` (tokens). Returns ``(1, tokens, heads, head_dim)``. No padding is computed and no mask is
+    built: the kernel bounds each prompt by the offsets (``torch.nn.attention.varlen.varlen_attn``, PyTorch >= 2.10).
+    Grouped-query key/value heads are repeated to the query heads (the 2.11 kernel takes equal head counts).
+    """
+    from torch.nn.attention.varlen import varlen_attn
+
+    offsets, longest = kwargs["herald_cu_seqlens"], int(kwargs["herald_max_len"])  # type: ignore[arg-type]
+    q, k, v = query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1)
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    out = varlen_attn(q, k, v, offsets, offsets, longest, longest, scale=scaling, window_size=(-1, 0))
+    return out.unsqueeze(0), None
+
+
+def _no_mask(*args: object, **kwargs: object) -> None:
+    return None  # varlen_attention bounds prompts by their offsets; a (tokens x tokens) mask would be wasted work
+
+
+@functools.cache
+def _register_varlen() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(VARLEN_ATTENTION, varlen_attention)
+    AttentionMaskInterface.register(VARLEN_ATTENTION, _no_mask)
+
+
+def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype) -> str:
+    """``auto`` becomes ``varlen`` on CUDA in bf16/fp16 (the flash varlen kernel's domain) and ``right`` elsewhere.
+
+    Raises:
+        BackboneError: an unknown value, or ``varlen`` off CUDA or in float32 (the kernel does not run there).
+    """
+    if padding_side not in PADDING_SIDES:
+        raise BackboneError(f"padding_side must be one of {', '.join(PADDING_SIDES)}, not {padding_side!r}", field="padding_side")
+    half = dtype in (torch.bfloat16, torch.float16)
+    if padding_side == "auto":
+        return "varlen" if device.type == "cuda" and half else "right"
+    if padding_side == "varlen" and not (device.type == "cuda" and half):
+        raise BackboneError(f"padding_side varlen needs CUDA and bfloat16/float16, not {device.type} {dtype}", field="padding_side")
+    return padding_side
 
 
 def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
@@ -64,10 +130,13 @@ class HFBackbone:
             no mask at all: in a causal decoder a real token never attends to the padding after it, so its states are
             exact, and attention runs on the plain causal kernel (flash/SDPA ``is_causal``) instead of a masked one;
             ``"packed"`` concatenates the prompts into one row with restarting position ids (transformers builds a
-            block-diagonal mask), so no padding at all is computed. ``benchmarks/hardware_limit.py`` measures all three.
+            block-diagonal mask), so no padding at all is computed; ``"varlen"`` packs the same way but runs attention
+            with the flash varlen kernel and no mask (:func:`varlen_attention`; CUDA, bf16/fp16); ``"auto"``
+            (default) is ``varlen`` where it runs and ``right`` elsewhere. ``benchmarks/hardware_limit.py`` measures
+            them.
         cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
             removes the kernel-launch overhead that dominates a small prefill on a large GPU (``None``: on when the
-            device is CUDA and ``padding_side`` is ``"right"``).
+            device is CUDA and ``padding_side`` is ``"right"`` or ``"varlen"``).
 
     Raises:
         BackboneError: if the folder cannot be loaded as a causal LM.
@@ -78,7 +147,7 @@ class HFBackbone:
         resolved: ResolvedBackbone,
         device: str = "auto",
         dtype: str = "auto",
-        padding_side: str = "right",
+        padding_side: str = "auto",
         cuda_graphs: bool | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,7 +166,7 @@ class HFBackbone:
         model: nn.Module,
         tokenizer: object,
         resolved: ResolvedBackbone,
-        padding_side: str = "right",
+        padding_side: str = "auto",
         cuda_graphs: bool | None = None,
     ) -> "HFBackbone":
         """Wrap an already-built causal LM and tokenizer (benchmarks: a random-initialized model built on the GPU).
@@ -109,13 +178,11 @@ class HFBackbone:
         return self
 
     def _setup(self, model: nn.Module, tokenizer: object, resolved: ResolvedBackbone, padding_side: str, cuda_graphs: bool | None) -> None:
-        if padding_side not in ("left", "right", "packed"):
-            raise ValueError(f"padding_side must be left, right or packed, not {padding_side!r}")
         self.tokenizer = tokenizer
         self.model = model.eval()
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.padding_side = padding_side
+        self.padding_side = padding_side = resolve_padding_side(padding_side, self.device, self.dtype)
         text_config = self.model.config.get_text_config()
         num_layers = int(text_config.num_hidden_layers)
         self.decoder = self.model.base_model  # the decoder stack without the LM head
@@ -135,7 +202,7 @@ class HFBackbone:
             dtype=str(self.dtype).removeprefix("torch."),
         )
         if cuda_graphs is None:
-            cuda_graphs = self.device.type == "cuda" and padding_side == "right"
+            cuda_graphs = self.device.type == "cuda" and padding_side in ("right", "varlen")
         self.graphs = PrefillGraphs(self) if cuda_graphs else None
 
     def render(self, conversation: Conversation) -> str:
@@ -185,7 +252,7 @@ class HFBackbone:
             states = self.graphs.run(token_ids[0])
             if states is not None:
                 return states
-        if self.padding_side == "packed":
+        if self.padding_side in ("packed", "varlen") and len(token_ids) > 1:
             return self._packed_states(token_ids, intervention)
         ids, mask, last = self._pad(token_ids)
         ids, last = ids.to(self.device), last.to(self.device)
@@ -199,15 +266,53 @@ class HFBackbone:
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
         return capture.stacked()
 
-    def _packed_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
+    @property
+    def packs_batches(self) -> bool:
+        """True for the packed and varlen layouts: a batch computes its real tokens only, no padding."""
+        return self.padding_side in ("packed", "varlen")
+
+    def packed_inputs(self, token_ids: Sequence[Sequence[int]]) -> dict[str, object]:
+        """Decoder kwargs for prompts packed into one row: ``input_ids`` and ``position_ids`` ``(1, tokens)`` int64
+        with positions restarting at 0 per prompt, and for ``varlen`` the int32 ``(prompts + 1,)`` token offsets and
+        the longest prompt (tokens) that :func:`varlen_attention` reads."""
         lengths = [len(t) for t in token_ids]
-        ids = torch.tensor([[t for seq in token_ids for t in seq]], device=self.device)
-        positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0).to(self.device)
-        ends = torch.tensor(lengths).cumsum(0) - 1
+        inputs: dict[str, object] = {
+            "input_ids": torch.tensor([[t for seq in token_ids for t in seq]], device=self.device),
+            "position_ids": torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0).to(self.device),
+        }
+        if self.padding_side == "varlen":
+            inputs["herald_cu_seqlens"] = torch.tensor([0, *lengths]).cumsum(0).to(self.device, torch.int32)
+            inputs["herald_max_len"] = max(lengths)
+        return inputs
+
+    def _packed_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
+        ends = torch.tensor([len(t) for t in token_ids]).cumsum(0) - 1
         # Rows of the capture are the prompts: index (row 0, end of prompt i) for each i.
-        with intervene(self.layers, intervention), capture_last_token(self.layers, ends.to(self.device), rows=torch.zeros_like(ends).to(self.device)) as capture:
-            self.decoder(input_ids=ids, position_ids=positions, use_cache=False)
+        with (
+            intervene(self.layers, intervention),
+            capture_last_token(self.layers, ends.to(self.device), rows=torch.zeros_like(ends).to(self.device)) as capture,
+            self.attention_for_layout(),
+        ):
+            self.decoder(use_cache=False, **self.packed_inputs(token_ids))
         return capture.stacked()
+
+    @contextmanager
+    def attention_for_layout(self) -> Iterator[None]:
+        """While open, the decoder runs :func:`varlen_attention` if the layout is ``varlen`` (else unchanged).
+
+        Only the thread that owns the model (the engine's worker) may use it: the setting is the model config's.
+        """
+        if self.padding_side != "varlen":
+            yield
+            return
+        _register_varlen()
+        config = self.decoder.config
+        previous = config._attn_implementation
+        config._attn_implementation = VARLEN_ATTENTION
+        try:
+            yield
+        finally:
+            config._attn_implementation = previous
 
     @torch.inference_mode()
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:

@@ -176,7 +176,8 @@ class InferenceEngine:
                 if isinstance(work, _Exclusive):
                     self._run_exclusive(work)
                     continue
-                for batch in plan_batches([len(p.token_ids) for p in work], self.limits.token_budget, self.limits.max_rows):
+                lengths = [len(p.token_ids) for p in work]
+                for batch in plan_batches(lengths, self.limits.token_budget, self.limits.max_rows, self.backbone.packs_batches):
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
                     # timed out while earlier batches of this window ran is still cancellable, and is dropped here.
                     live = [work[i] for i in batch if work[i].future.set_running_or_notify_cancel()]
@@ -233,9 +234,9 @@ class InferenceEngine:
             self._fail(batch, InferenceFailed("scoring failed; see server log"))
             return
         scored = time.perf_counter()
-        longest = max(len(p.token_ids) for p in batch)
+        lengths = [len(p.token_ids) for p in batch]
         self.metrics.batch_size.observe(len(batch))
-        self.metrics.batch_tokens.observe(longest * len(batch))
+        self.metrics.batch_tokens.observe(sum(lengths) if self.backbone.packs_batches else max(lengths) * len(batch))
         self.metrics.inference_duration.observe(scored - started)
         for i, prompt in enumerate(batch):
             self.metrics.queue_wait.observe(started - prompt.enqueued)
