@@ -92,8 +92,8 @@ def random_probe(num_layers: int, hidden_size: int, seed: int = 0) -> FittedProb
     return FittedProbe(directions, stats, TrajectoryScorer().eval(), 0.0, "random", num_layers // 2)
 
 
-def build_target(name: str, padding_side: str = "right", cuda_graphs: bool | None = None) -> Target:
-    """Load the backbone, probe and runtime for ``cpu`` or ``h200``."""
+def build_target(name: str, padding_side: str = "auto", cuda_graphs: bool | None = None) -> Target:
+    """Load the backbone, probe and runtime for ``cpu`` or ``h200`` (padding ``auto``: varlen on the GPU, right on the CPU)."""
     from herald_service.config import default_cache_dir
     from herald_service.probes.artifact import load_probe
 
@@ -231,9 +231,19 @@ def exact_prompts(target: Target, pool: Sequence[int], rows: int, length: int, o
 
 # -- the bare prefill baseline -------------------------------------------------------------------------------------
 @torch.inference_mode()
-def bare_prefill(target: Target, batch: Sequence[Sequence[int]]) -> None:
-    """The decoder stack alone on one right-padded batch: no hooks, no probe, no copy back (the floor Herald builds on)."""
+def bare_prefill(target: Target, batch: Sequence[Sequence[int]], layout: str = "right") -> None:
+    """The decoder stack alone on one batch: no hooks, no probe, no copy back (the floor Herald builds on).
+
+    ``layout="right"`` is plain transformers: right-padded rows with SDPA. ``layout="varlen"`` is the same prompts
+    packed into one row with the flash varlen kernel (the engine's own layout on the GPU), so a ratio against it
+    isolates the service's overhead from the layout's gain.
+    """
     b = target.backbone
+    if layout == "varlen" and len(batch) > 1:
+        with b.attention_for_layout():
+            b.decoder(use_cache=False, **b.packed_inputs(batch))
+        target.sync()
+        return
     width = max(len(t) for t in batch)
     ids = torch.full((len(batch), width), b.pad_id, dtype=torch.long)
     for row, seq in enumerate(batch):
@@ -242,11 +252,11 @@ def bare_prefill(target: Target, batch: Sequence[Sequence[int]]) -> None:
     target.sync()
 
 
-def bare_throughput(target: Target, ids: Sequence[Sequence[int]], token_budget: int, max_rows: int) -> float:
+def bare_throughput(target: Target, ids: Sequence[Sequence[int]], token_budget: int, max_rows: int, layout: str = "right") -> float:
     """Seconds for the bare prefill of ``ids`` cut into the engine's batches (sorted by length, same budget)."""
     started = time.perf_counter()
-    for batch in plan_batches([len(t) for t in ids], token_budget, max_rows):
-        bare_prefill(target, [ids[i] for i in batch])
+    for batch in plan_batches([len(t) for t in ids], token_budget, max_rows, packed=layout == "varlen"):
+        bare_prefill(target, [ids[i] for i in batch], layout)
     return time.perf_counter() - started
 
 
@@ -310,40 +320,88 @@ class Server:
         self.thread.join(30)
 
 
-async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, list[float], dict[int, int]]:
-    import httpx
+async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict]:
+    import aiohttp
 
     latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    queue = list(enumerate(texts))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+    statuses: dict = {}
+    queue = list(reversed(texts))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
 
         async def worker() -> None:
             while queue:
-                _, text = queue.pop()
+                text = queue.pop()
                 started = time.perf_counter()
                 try:
-                    response = await client.post("/classify", json={"input": text, "return_trajectory": False})
-                    status: int | str = response.status_code
-                except httpx.TransportError as exc:  # counted, never hidden: the answer was lost on the wire
+                    async with session.post("/classify", json={"input": text, "return_trajectory": False}) as response:
+                        await response.read()
+                        status: int | str = response.status
+                except aiohttp.ClientError as exc:  # counted, never hidden: the answer was lost on the wire
                     status = type(exc).__name__
                 latencies.append(time.perf_counter() - started)
                 statuses[status] = statuses.get(status, 0) + 1
 
-        started = time.perf_counter()
+        started = time.time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return time.perf_counter() - started, latencies, statuses
+        return started, time.time(), latencies, statuses
 
 
-def http_load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, list[float], dict[int, int]]:
-    """Send every text as one ``/classify`` request, ``concurrency`` at a time: (seconds, latencies, status counts)."""
+def http_load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict]:
+    """Send every text as one ``/classify`` request, ``concurrency`` at a time, from this process.
+
+    Returns:
+        (wall-clock start, wall-clock end) in epoch seconds, per-request latencies in seconds, status counts (an
+        HTTP status, or the name of the transport error that lost the answer).
+    """
     return asyncio.run(_load(url, texts, concurrency))
 
 
-def http_one(client: object, text: str) -> tuple[float, object]:
+class LoadClient:
+    """An HTTP load generator in ``processes`` separate processes (never in the server's process or GIL).
+
+    aiohttp, not httpx: with httpx's async pool, one client process served 207 requests/s at 8 in flight but 111 at 32
+    and 60 at 256 against the same server (its pool scans every connection per request), so an httpx client measured
+    itself. aiohttp held ~200/s at 8, 32 and 256 on the same 2-core machine. Several processes keep a fast server
+    from being capped by one client core (the GPU host has 16).
+    """
+
+    def __init__(self, processes: int = 1) -> None:
+        import concurrent.futures
+        import multiprocessing
+
+        self.processes = processes
+        self.pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+
+    def __enter__(self) -> "LoadClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown()
+
+    def run(self, url: str, texts: Sequence[str], concurrency: int) -> tuple[float, list[float], dict]:
+        """Every text once, ``concurrency`` in flight in total: (seconds from first send to last answer, latencies, statuses)."""
+        parts = min(self.processes, concurrency, len(texts))
+        shares = [concurrency // parts + (1 if i < concurrency % parts else 0) for i in range(parts)]
+        jobs = [self.pool.submit(http_load, url, list(texts[i::parts]), shares[i]) for i in range(parts)]
+        results = [job.result() for job in jobs]
+        latencies = [x for r in results for x in r[2]]
+        statuses: dict = {}
+        for r in results:
+            for key, count in r[3].items():
+                statuses[key] = statuses.get(key, 0) + count
+        return max(r[1] for r in results) - min(r[0] for r in results), latencies, statuses
+
+    def warm(self, url: str, texts: Sequence[str]) -> None:
+        """Start every client process and open connections (not timed)."""
+        for job in [self.pool.submit(http_load, url, list(texts[:4]), 2) for _ in range(self.processes)]:
+            job.result()
+
+
+def http_one(session: object, text: str) -> tuple[float, object]:
+    """One ``/classify`` request on an open keep-alive ``httpx.Client``: (seconds, response)."""
     started = time.perf_counter()
-    response = client.post("/classify", json={"input": text, "return_trajectory": False})  # type: ignore[attr-defined]
+    response = session.post("/classify", json={"input": text, "return_trajectory": False})  # type: ignore[attr-defined]
     return time.perf_counter() - started, response
 
 

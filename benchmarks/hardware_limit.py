@@ -78,7 +78,7 @@ def padding_variants(target: Target, repeats: int) -> list[dict]:
     saved = target.backbone.padding_side, target.backbone.graphs
     target.backbone.graphs = None
     try:
-        for side in ("right", "left", "packed"):
+        for side in ("right", "left", "packed", "varlen") if target.cuda else ("right", "left", "packed"):
             target.backbone.padding_side = side
             run = lambda: [target.backbone.last_token_states(b) for b in batches]  # noqa: E731
             states = run()

@@ -12,8 +12,6 @@ Run: ``python -m benchmarks.scaling --target cpu`` (or ``--target h200``).
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import statistics
 
 import torch
@@ -24,7 +22,7 @@ from benchmarks.common import (
     bare_prefill,
     exact_prompts,
     figure,
-    http_load,
+    LoadClient,
     percentile,
     print_table,
     prompt_mix,
@@ -37,8 +35,8 @@ from benchmarks.overhead import BATCHING
 
 LENGTHS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 PLAN = {
-    "cpu": {"repeats": 2, "levels": [1, 4, 16, 64], "requests": [4, 8, 16, 64], "mix_tokens": 128, "memory_rows": [1, 4], "max_length": 1024},
-    "h200": {"repeats": 10, "levels": [1, 4, 16, 64, 256], "requests": [64, 256, 512, 1024, 2048], "mix_tokens": 1024, "memory_rows": [4, 8, 16, 32, 64, 128], "max_length": 4096},
+    "cpu": {"repeats": 2, "levels": [1, 4, 16, 64], "requests": [4, 8, 16, 64], "mix_tokens": 128, "memory_rows": [1, 4], "max_length": 1024, "client_processes": 1},
+    "h200": {"repeats": 10, "levels": [1, 4, 16, 64, 256], "requests": [64, 256, 512, 1024, 2048], "mix_tokens": 1024, "memory_rows": [4, 8, 16, 32, 64, 128], "max_length": 4096, "client_processes": 4},
 }
 PLAN["tiny"] = PLAN["cpu"]
 
@@ -60,11 +58,10 @@ def latency(target: Target, pool: list[int], repeats: int, max_length: int) -> l
 def concurrency(target: Target, plan: dict) -> list[dict]:
     texts, _ = prompt_mix(target, max(plan["requests"]), plan["mix_tokens"], seed=1)
     rows = []
-    ctx = multiprocessing.get_context("spawn")
-    with Server(target, **BATCHING[target.name]) as server, concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as client:
-        client.submit(http_load, server.url, texts[:4], 2).result()
+    with Server(target, **BATCHING[target.name]) as server, LoadClient(plan["client_processes"]) as client:
+        client.warm(server.url, texts)
         for level, n in zip(plan["levels"], plan["requests"]):
-            seconds, lat, statuses = client.submit(http_load, server.url, texts[:n], level).result()
+            seconds, lat, statuses = client.run(server.url, texts[:n], level)
             rows.append({"concurrency": level, "requests": n, "prompts_per_s": n / seconds, "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99), "statuses": statuses})
             print(rows[-1], flush=True)
     return rows
