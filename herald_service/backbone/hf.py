@@ -55,8 +55,12 @@ def varlen_attention(
     offsets, longest = kwargs["herald_cu_seqlens"], int(kwargs["herald_max_len"])  # type: ignore[arg-type]
     q, k, v = query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1)
     if k.shape[1] != q.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        # expand + reshape, not repeat_interleave: with an int count that one computes its output size on the host,
+        # a device sync per call, i.e. two per layer, which stalls the GPU whenever this thread waits for the GIL.
+        tokens, kv_heads, head_dim = k.shape
+        group = q.shape[1] // kv_heads
+        k = k[:, :, None, :].expand(tokens, kv_heads, group, head_dim).reshape(tokens, kv_heads * group, head_dim)
+        v = v[:, :, None, :].expand(tokens, kv_heads, group, head_dim).reshape(tokens, kv_heads * group, head_dim)
     out = varlen_attn(q, k, v, offsets, offsets, longest, longest, scale=scaling, window_size=(-1, 0))
     return out.unsqueeze(0), None
 
@@ -131,7 +135,8 @@ class HFBackbone:
             exact, and attention runs on the plain causal kernel (flash/SDPA ``is_causal``) instead of a masked one;
             ``"packed"`` concatenates the prompts into one row with restarting position ids (transformers builds a
             block-diagonal mask), so no padding at all is computed; ``"varlen"`` packs the same way but runs attention
-            with the flash varlen kernel and no mask (:func:`varlen_attention`; CUDA, bf16/fp16); ``"auto"``
+            with the flash varlen kernel and no mask (:func:`varlen_attention`; CUDA, bf16/fp16). Both pack only
+            batches of unequal lengths: an equal-length batch has no padding and runs the plain causal kernel. ``"auto"``
             (default) is ``varlen`` where it runs and ``right`` elsewhere. ``benchmarks/hardware_limit.py`` measures
             them.
         cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
@@ -252,7 +257,8 @@ class HFBackbone:
             states = self.graphs.run(token_ids[0])
             if states is not None:
                 return states
-        if self.padding_side in ("packed", "varlen") and len(token_ids) > 1:
+        if self.packs_batches and len({len(t) for t in token_ids}) > 1:
+            # Equal lengths need no padding: the padded path then runs the plain causal kernel, which is faster.
             return self._packed_states(token_ids, intervention)
         ids, mask, last = self._pad(token_ids)
         ids, last = ids.to(self.device), last.to(self.device)
