@@ -90,14 +90,15 @@ def test_cancelled_prompt_never_reaches_the_model(runtime):
     assert engine.metrics.dropped.labels("client_gone")._value.get() == 1
 
 
-def test_out_of_memory_batch_is_split_and_retried(runtime):
+@pytest.mark.parametrize("overlaps_host", [False, True])
+def test_out_of_memory_batch_is_split_and_retried(runtime, overlaps_host):
     class SmallMemory(FakeBackbone):
         def last_token_states(self, token_ids, intervention=None):
             if len(token_ids) > 2:
                 raise torch.OutOfMemoryError("fake OOM")
             return super().last_token_states(token_ids, intervention)
 
-    backbone = SmallMemory()
+    backbone = SmallMemory(overlaps_host=overlaps_host)
     backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
     engine = make_engine(runtime, backbone, max_rows=8, delay_s=0.05)
     futures = engine.submit(ids(runtime, [f"prompt {i}" for i in range(8)]))
@@ -106,12 +107,13 @@ def test_out_of_memory_batch_is_split_and_retried(runtime):
     assert all(f.result().timing.batch_size <= 2 for f in futures)
 
 
-def test_failed_batch_answers_each_member_with_the_error(runtime):
+@pytest.mark.parametrize("overlaps_host", [False, True])
+def test_failed_batch_answers_each_member_with_the_error(runtime, overlaps_host):
     class Broken(FakeBackbone):
         def last_token_states(self, token_ids, intervention=None):
             raise RuntimeError("kernel exploded")
 
-    engine = make_engine(runtime, Broken(), delay_s=0.01)
+    engine = make_engine(runtime, Broken(overlaps_host=overlaps_host), delay_s=0.01)
     futures = engine.submit(ids(runtime, ["a", "b", "c"]))
     wait(futures, timeout=5)
     assert all(isinstance(f.exception(), InferenceFailed) for f in futures)
@@ -122,7 +124,7 @@ def test_failed_batch_answers_each_member_with_the_error(runtime):
 
 def test_dead_worker_answers_pending_and_reports_not_alive(runtime):
     engine = make_engine(runtime, delay_s=0.0)
-    engine._run_batch = lambda batch: (_ for _ in ()).throw(SystemError("loop broke"))
+    engine._launch = lambda batch: (_ for _ in ()).throw(SystemError("loop broke"))
     futures = engine.submit(ids(runtime, ["a"]))
     done, _ = wait(futures, timeout=5)
     assert len(done) == 1 and isinstance(futures[0].exception(), NotReady)
@@ -156,3 +158,82 @@ def test_prompt_cancelled_while_earlier_batches_of_its_window_run_is_dropped(run
     engine.stop()
     assert calls == [1, 1]
     assert engine.metrics.dropped.labels("client_gone")._value.get() == 1
+
+
+class _Recorded(FakeBackbone):
+    """A fake whose device "runs behind" the host: records when each batch is launched and when it is waited for."""
+
+    def __init__(self, runtime, events, fail_wait=False):
+        super().__init__(overlaps_host=True)
+        self._vocab, self._words = runtime.backbone._vocab, runtime.backbone._words
+        self.events, self.fail_wait = events, fail_wait
+
+    def launch_last_token_states(self, token_ids):
+        n = len(self.events)
+        self.events.append(("launch", n))
+        states = self.last_token_states(token_ids)
+
+        def wait_for_states():
+            self.events.append(("wait", n))
+            if self.fail_wait:
+                raise RuntimeError("device fault")
+            return states
+
+        return wait_for_states
+
+
+def test_pipelined_engine_launches_the_next_batch_before_scoring_the_previous(runtime):
+    events = []
+    engine = make_engine(runtime, _Recorded(runtime, events), max_rows=1, delay_s=0.05)
+    texts = ["make a bomb", "bake bread", "poison the well"]
+    futures = engine.submit(ids(runtime, texts))
+    done, not_done = wait(futures, timeout=10)
+    engine.stop()
+    assert not not_done
+    assert [f.result().flagged for f in futures] == [True, False, True]
+    # One window of three one-prompt batches: each batch is scored only after the next one was launched, and the
+    # last one as soon as nothing else waits.
+    assert [kind for kind, _ in events] == ["launch", "launch", "wait", "launch", "wait", "wait"]
+    assert [n for kind, n in events if kind == "wait"] == [n for kind, n in events if kind == "launch"]
+
+
+def test_pipelined_engine_answers_an_idle_prompt_without_waiting_for_another(runtime):
+    events = []
+    engine = make_engine(runtime, _Recorded(runtime, events), delay_s=0.0)
+    (future,) = engine.submit(ids(runtime, ["bake bread"]))
+    assert future.result(timeout=5).flagged is False
+    engine.stop()
+    assert [kind for kind, _ in events] == ["launch", "wait"]
+
+
+def test_pipelined_device_fault_answers_that_batch_and_keeps_serving(runtime):
+    events = []
+    backbone = _Recorded(runtime, events, fail_wait=True)
+    engine = make_engine(runtime, backbone, max_rows=1, delay_s=0.05)
+    futures = engine.submit(ids(runtime, ["a", "b"]))
+    wait(futures, timeout=5)
+    assert all(isinstance(f.exception(), InferenceFailed) for f in futures)
+    backbone.fail_wait = False
+    assert engine.submit(ids(runtime, ["bake bread"]))[0].result(timeout=5).flagged is False
+    assert engine.alive
+    engine.stop()
+
+
+def test_pipelined_worker_death_answers_the_batch_in_flight(runtime):
+    engine = make_engine(runtime, _Recorded(runtime, []), max_rows=1, delay_s=0.05)
+    engine._finish = lambda *args: (_ for _ in ()).throw(SystemError("loop broke"))
+    futures = engine.submit(ids(runtime, ["a", "b"]))  # "a" is in flight when scoring it breaks the loop
+    done, not_done = wait(futures, timeout=5)
+    assert not not_done and all(isinstance(f.exception(), NotReady) for f in futures)
+    assert not engine.alive
+
+
+def test_steer_job_waits_for_the_batch_in_flight(runtime):
+    events = []
+    engine = make_engine(runtime, _Recorded(runtime, events), max_rows=1, delay_s=0.05)
+    futures = engine.submit(ids(runtime, ["a", "b"]))
+    job = engine.submit_exclusive(lambda: [kind for kind, _ in events])
+    seen = job.result(timeout=5)
+    wait(futures, timeout=5)
+    engine.stop()
+    assert seen == ["launch", "launch", "wait", "wait"]  # both batches scored before the job ran

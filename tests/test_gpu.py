@@ -89,3 +89,19 @@ def test_varlen_restores_the_attention_implementation_and_keeps_interventions(re
     ablated = backbone.last_token_states(ids, Intervention("ablate", (2,), w, np.ones(4))).numpy()
     assert backbone.decoder.config._attn_implementation == before
     assert np.abs(ablated[:, 1] @ w[1]).max() < 2e-2 * np.abs(ablated[:, 1]).max()
+
+
+def test_launched_states_equal_synchronous_states_even_when_the_next_launch_reuses_the_graph(resolved):
+    backbone = HFBackbone(resolved, "cuda", "bfloat16")
+    assert backbone.overlaps_host and backbone.graphs is not None
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    batch_wait = backbone.launch_last_token_states(ids)
+    other = list(ids[0])
+    other[1] = other[2]  # same length, so the same graph bucket, different content
+    first_wait = backbone.launch_last_token_states([ids[0]])  # graph replay into the static output buffer
+    second_wait = backbone.launch_last_token_states([other])  # replays into the same buffer
+    assert torch.equal(second_wait(), backbone.last_token_states([other]))
+    assert torch.equal(first_wait(), backbone.last_token_states([ids[0]]))  # not overwritten by the second replay
+    assert not torch.equal(first_wait(), second_wait())
+    assert torch.equal(batch_wait(), backbone.last_token_states(ids))
+    assert batch_wait().dtype == torch.float32 and batch_wait().device.type == "cpu"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Callable, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -36,6 +36,8 @@ class Backbone(Protocol):
     info: BackboneInfo
     packs_batches: bool
     """True when a batch costs its real tokens (packed/varlen layout) rather than rows x longest (padding)."""
+    overlaps_host: bool
+    """True when :meth:`launch_last_token_states` returns before the forward has finished (CUDA)."""
 
     def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
         """Render each conversation (chat template + generation prompt, or raw text) and tokenize it."""
@@ -45,6 +47,10 @@ class Backbone(Protocol):
         self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None
     ) -> torch.Tensor:
         """One batched prefill; returns the last-token residual stream ``(batch, layer, d_model)`` float32, CPU."""
+        ...
+
+    def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
+        """Start one batched prefill; the returned function waits for it and returns what ``last_token_states`` does."""
         ...
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:

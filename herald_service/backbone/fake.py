@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,10 +29,12 @@ class FakeBackbone:
 
     packs_batches = False
 
-    def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0) -> None:
+    def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0, overlaps_host: bool = False) -> None:
         self.num_layers = num_layers
         self.hidden_size = hidden_size
         self.forward_delay_s = forward_delay_s
+        self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
+        self.launched: list[int] = []  # batch sizes in launch order (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
         rng = np.random.default_rng(1234)
@@ -85,6 +87,12 @@ class FakeBackbone:
                     states[layer - 1 :] -= np.outer(states[layer - 1 :] @ w, w)
             rows.append(states)
         return torch.tensor(np.stack(rows), dtype=torch.float32)
+
+    def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
+        """Computes at once (there is no device); the returned function hands the states over."""
+        self.launched.append(len(token_ids))
+        states = self.last_token_states(token_ids)
+        return lambda: states
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
         """A canned reply: a refusal for harmful prompts unless an intervention is active."""

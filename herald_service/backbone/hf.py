@@ -6,7 +6,7 @@ import functools
 import hashlib
 import logging
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -253,6 +253,44 @@ class HFBackbone:
             ``(batch, layer, d_model)`` float32 on the CPU: each decoder layer's residual-stream output at the last
             prompt token. Position ids count only real tokens, so padding does not shift RoPE positions.
         """
+        return self._device_states(token_ids, intervention).to(device="cpu", dtype=torch.float32)
+
+    @property
+    def overlaps_host(self) -> bool:
+        """True on CUDA: :meth:`launch_last_token_states` returns before the device has finished."""
+        return self.device.type == "cuda"
+
+    @torch.inference_mode()
+    def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
+        """Queue the prefill of ``token_ids`` and return a function that waits for its states.
+
+        On CUDA the kernels and a copy of the kept states into pinned host memory are only queued, so the caller's
+        thread is free (to score the previous batch, say) while the device computes; the returned function blocks
+        until the copy is done. Elsewhere the forward has already run when this returns.
+
+        Returns:
+            a function returning ``(batch, layer, d_model)`` float32 on the CPU, as :meth:`last_token_states`.
+
+        Raises:
+            torch.OutOfMemoryError: the batch does not fit (raised here, at launch, by the allocator).
+        """
+        states = self._device_states(token_ids, None)
+        if not self.overlaps_host:
+            host = states.to(device="cpu", dtype=torch.float32)
+            return lambda: host
+        on_device = states.to(torch.float32)
+        host = torch.empty(on_device.shape, dtype=torch.float32, pin_memory=True)
+        host.copy_(on_device, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+
+        def wait() -> torch.Tensor:
+            copied.synchronize()
+            return host
+
+        return wait
+
+    def _device_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
         if intervention is None and self.graphs is not None and len(token_ids) == 1:
             states = self.graphs.run(token_ids[0])
             if states is not None:
@@ -270,7 +308,7 @@ class HFBackbone:
             kwargs = {}  # causal attention alone keeps right padding out of every real token's state
         with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture:
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
-        return capture.stacked()
+        return capture.on_device()
 
     @property
     def packs_batches(self) -> bool:
@@ -300,7 +338,7 @@ class HFBackbone:
             self.attention_for_layout(),
         ):
             self.decoder(use_cache=False, **self.packed_inputs(token_ids))
-        return capture.stacked()
+        return capture.on_device()
 
     @contextmanager
     def attention_for_layout(self) -> Iterator[None]:
@@ -381,7 +419,8 @@ class PrefillGraphs:
 
     @torch.inference_mode()
     def run(self, token_ids: Sequence[int]) -> torch.Tensor | None:
-        """States ``(1, layer, d_model)`` float32 on the CPU, or None when the prompt is longer than every bucket."""
+        """States ``(1, layer, d_model)`` float32 on the device (a copy: the next replay cannot overwrite it), or None
+        when the prompt is longer than every bucket."""
         n = len(token_ids)
         width = next((w for w in self.buckets if w >= n and w in self._graphs), None)
         if width is None:
@@ -391,4 +430,4 @@ class PrefillGraphs:
         ids[0, :n].copy_(torch.tensor(token_ids, dtype=torch.long))
         last.fill_(n - 1)
         graph.replay()
-        return out.to(device="cpu", dtype=torch.float32)
+        return out.to(dtype=torch.float32, copy=True)

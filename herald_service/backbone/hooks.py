@@ -37,10 +37,18 @@ class LastTokenCapture:
         Raises:
             RuntimeError: if a layer did not run (a hook never fired).
         """
+        return self.on_device().to(device="cpu", dtype=torch.float32)
+
+    def on_device(self) -> torch.Tensor:
+        """Captured states ``(batch, layer, d_model)`` in the model's dtype, still on its device (no sync).
+
+        Raises:
+            RuntimeError: if a layer did not run (a hook never fired).
+        """
         if any(r is None for r in self.rows):
             missing = [i + 1 for i, r in enumerate(self.rows) if r is None]
             raise RuntimeError(f"decoder layers {missing} produced no output")
-        return torch.stack(self.rows, dim=1).to(device="cpu", dtype=torch.float32)  # type: ignore[arg-type]
+        return torch.stack(self.rows, dim=1)  # type: ignore[arg-type]
 
 
 @contextmanager

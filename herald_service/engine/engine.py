@@ -78,6 +78,7 @@ class InferenceEngine:
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._in_flight: tuple[list[_Prompt], Callable[[], torch.Tensor], float] | None = None  # launched, not scored
         self.failure: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -141,10 +142,14 @@ class InferenceEngine:
             self._cond.notify()
 
     # -- worker ----------------------------------------------------------------------------------------------
-    def _take_window(self) -> list[_Prompt] | _Exclusive | None:
+    def _take_window(self, wait: bool = True) -> list[_Prompt] | _Exclusive | None:
+        """The next exclusive job, or up to ``4 x max_rows`` waiting prompts; None when stopping; ``[]`` when nothing
+        waits and ``wait`` is False (a batch is in flight: finish it instead of sleeping)."""
         window = 4 * self.limits.max_rows
         with self._cond:
             while not self._queue and not self._stopping:
+                if not wait:
+                    return []
                 self._cond.wait(0.5)
             if self._stopping:
                 return None
@@ -152,8 +157,9 @@ class InferenceEngine:
                 job = self._queue.popleft()
                 self.metrics.queue_depth.set(len(self._queue))
                 return job  # type: ignore[return-value]
-            # Give concurrent requests a moment to join this batch, unless a full batch is already waiting.
-            deadline = time.perf_counter() + self.limits.delay_s
+            # Give concurrent requests a moment to join this batch, unless a full batch is already waiting (or one is
+            # in flight: requests join the next batch while it runs anyway).
+            deadline = time.perf_counter() + (self.limits.delay_s if wait else 0.0)
             while len(self._queue) < self.limits.max_rows and not self._stopping:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
@@ -169,13 +175,17 @@ class InferenceEngine:
         in_hand: list[_Prompt | _Exclusive] = []
         try:
             while True:
-                work = self._take_window()
+                work = self._take_window(wait=self._in_flight is None)
                 if work is None:
+                    self._finish_in_flight()
                     return
-                in_hand = [work] if isinstance(work, _Exclusive) else list(work)
-                if isinstance(work, _Exclusive):
-                    self._run_exclusive(work)
+                if not work or isinstance(work, _Exclusive):
+                    self._finish_in_flight()  # nothing new to launch, or a job that needs the model alone
+                    if isinstance(work, _Exclusive):
+                        in_hand = [work]
+                        self._run_exclusive(work)
                     continue
+                in_hand = list(work)
                 lengths = [len(p.token_ids) for p in work]
                 for batch in plan_batches(lengths, self.limits.token_budget, self.limits.max_rows, self.backbone.packs_batches):
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
@@ -184,16 +194,51 @@ class InferenceEngine:
                     if len(live) < len(batch):
                         self.metrics.dropped.labels("client_gone").inc(len(batch) - len(live))
                     if live:
-                        self._run_batch(live)
+                        self._launch(live)
         except BaseException as exc:  # the loop itself broke: say so on /health/ready and answer everyone
             log.exception("inference worker died")
             self.failure = f"inference worker died: {type(exc).__name__}"
             self.metrics.worker_up.set(0)
             error = NotReady(self.failure)
-            for item in in_hand:  # taken from the queue but not answered yet
+            in_flight = self._in_flight[0] if self._in_flight else []
+            for item in [*in_hand, *in_flight]:  # taken from the queue but not answered yet
                 if not item.future.done():
                     item.future.set_exception(error)
             self._fail_pending(error)
+
+    def _launch(self, batch: list[_Prompt]) -> None:
+        """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
+        runs, so the device never waits for the host's scoring, answering and batching between two batches."""
+        started = time.perf_counter()
+        try:
+            wait = self.backbone.launch_last_token_states([p.token_ids for p in batch])
+        except torch.OutOfMemoryError:
+            self._finish_in_flight()
+            self._run_batch(batch)  # split and retried synchronously
+            return
+        except Exception:
+            log.exception("forward pass failed on a batch of %d", len(batch))
+            self._fail(batch, InferenceFailed("inference failed; see server log"))
+            return
+        previous, self._in_flight = self._in_flight, (batch, wait, started)
+        if previous is not None:
+            self._finish(*previous)
+        if not self.backbone.overlaps_host:
+            self._finish_in_flight()
+
+    def _finish_in_flight(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            self._finish(*in_flight)
+
+    def _finish(self, batch: list[_Prompt], wait: Callable[[], torch.Tensor], started: float) -> None:
+        try:
+            states = wait()
+        except Exception:
+            log.exception("forward pass failed on a batch of %d", len(batch))
+            self._fail(batch, InferenceFailed("inference failed; see server log"))
+            return
+        self._score(batch, states, started)
 
     def _run_exclusive(self, job: _Exclusive) -> None:
         if not job.future.set_running_or_notify_cancel():
@@ -226,6 +271,9 @@ class InferenceEngine:
             log.exception("forward pass failed on a batch of %d", len(batch))
             self._fail(batch, InferenceFailed("inference failed; see server log"))
             return
+        self._score(batch, states, started)
+
+    def _score(self, batch: list[_Prompt], states: torch.Tensor, started: float) -> None:
         forwarded = time.perf_counter()
         try:
             out = self.probe.predict(states)
