@@ -34,7 +34,6 @@ class FakeBackbone:
         self.hidden_size = hidden_size
         self.forward_delay_s = forward_delay_s
         self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
-        self.launched: list[int] = []  # batch sizes in launch order (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
         rng = np.random.default_rng(1234)
@@ -90,7 +89,6 @@ class FakeBackbone:
 
     def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
         """Computes at once (there is no device); the returned function hands the states over."""
-        self.launched.append(len(token_ids))
         states = self.last_token_states(token_ids)
         return lambda: states
 

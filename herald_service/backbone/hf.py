@@ -48,7 +48,7 @@ def varlen_attention(
     ``kwargs`` carries ``herald_cu_seqlens`` (int32 ``(prompts + 1,)``, cumulative prompt lengths in tokens) and
     ``herald_max_len`` (tokens). Returns ``(1, tokens, heads, head_dim)``. No padding is computed and no mask is
     built: the kernel bounds each prompt by the offsets (``torch.nn.attention.varlen.varlen_attn``, PyTorch >= 2.10).
-    Grouped-query key/value heads are repeated to the query heads (the 2.11 kernel takes equal head counts).
+    Grouped-query key/value heads are repeated to the query heads (the 2.11 signature has no grouped-query option).
     """
     from torch.nn.attention.varlen import varlen_attn
 
