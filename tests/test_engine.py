@@ -237,3 +237,23 @@ def test_steer_job_waits_for_the_batch_in_flight(runtime):
     wait(futures, timeout=5)
     engine.stop()
     assert seen == ["launch", "launch", "wait", "wait"]  # both batches scored before the job ran
+
+
+def test_pipelined_worker_death_while_scoring_a_batch_of_an_earlier_window_answers_it(runtime):
+    second_queued = threading.Event()
+
+    class Gated(_Recorded):
+        def launch_last_token_states(self, token_ids):
+            if not self.events:  # hold the first launch until the second prompt waits in a new window
+                second_queued.wait(5)
+            return super().launch_last_token_states(token_ids)
+
+    engine = make_engine(runtime, Gated(runtime, []), max_rows=1, delay_s=0.0)
+    engine._score = lambda batch, states, started: (_ for _ in ()).throw(SystemError("scoring broke"))
+    (first,) = engine.submit(ids(runtime, ["a"]))  # window 1
+    time.sleep(0.1)
+    (second,) = engine.submit(ids(runtime, ["b"]))  # window 2: launching it scores "a", which breaks the loop
+    second_queued.set()
+    assert isinstance(first.exception(timeout=5), NotReady)  # "a" belongs to neither the window nor the flight
+    assert isinstance(second.exception(timeout=5), NotReady)
+    assert not engine.alive

@@ -79,6 +79,7 @@ class InferenceEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._in_flight: tuple[list[_Prompt], Callable[[], torch.Tensor], float] | None = None  # launched, not scored
+        self._finishing: list[_Prompt] = []  # the batch being scored (answered by the death handler if scoring dies)
         self.failure: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ class InferenceEngine:
             self.metrics.worker_up.set(0)
             error = NotReady(self.failure)
             in_flight = self._in_flight[0] if self._in_flight else []
-            for item in [*in_hand, *in_flight]:  # taken from the queue but not answered yet
+            for item in [*in_hand, *in_flight, *self._finishing]:  # taken from the queue but not answered yet
                 if not item.future.done():
                     item.future.set_exception(error)
             self._fail_pending(error)
@@ -232,6 +233,7 @@ class InferenceEngine:
             self._finish(*in_flight)
 
     def _finish(self, batch: list[_Prompt], wait: Callable[[], torch.Tensor], started: float) -> None:
+        self._finishing = batch
         try:
             states = wait()
         except Exception:
@@ -239,6 +241,7 @@ class InferenceEngine:
             self._fail(batch, InferenceFailed("inference failed; see server log"))
             return
         self._score(batch, states, started)
+        self._finishing = []
 
     def _run_exclusive(self, job: _Exclusive) -> None:
         if not job.future.set_running_or_notify_cancel():
