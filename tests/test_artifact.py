@@ -80,3 +80,17 @@ def test_served_logits_equal_the_torch_scorer(fitted):
     with torch.no_grad():
         reference = probe.scorer(torch.as_tensor(probe.feature_stats.transform(features))).double().numpy()
     assert np.allclose(probe.logits(features), reference, atol=1e-5)
+
+
+def test_eval_scores_extra_sets_with_a_saved_probe_at_its_own_threshold(tmp_path, fitted):
+    from herald_service.training.eval import LabeledStates, score_saved_probe
+
+    backbone, probe, states = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    n = len(states)
+    extra = {"set.jsonl": LabeledStates(states, np.zeros(n, int), np.array(["S"] * n), np.full(n, 10))}
+    out = score_saved_probe(tmp_path, backbone.info, extra, replicates=20)
+    assert out["threshold"] == pytest.approx(probe.threshold)
+    flagged = probe.predict(states).flagged
+    assert out["sets"]["set.jsonl"]["pooled"]["false_positive_rate"]["value"] == pytest.approx(flagged.mean())
+    assert set(out["sets"]["set.jsonl"]["per_source"]) == {"S"}

@@ -13,7 +13,8 @@ from herald_service.training.attacks import JAILBREAK_SOURCE, held_out_requests,
 from herald_service.training.corpus import Example, cap_per_group, stratified_split
 from herald_service.training.eval import LabeledStates
 from herald_service.training.methods import make_method
-from herald_service.training.recipes import recipe_loso
+from herald_service.training.eval import fit_method
+from herald_service.training.recipes import RECIPES, held_out_sets, recipe_loso, uses_sensitive
 from herald_service.training.report import recipe_decision
 from herald_service.training.templated import SOURCE, TEMPLATES, TASKS, templated_benign
 
@@ -93,6 +94,32 @@ def test_recipe_loso_pools_every_row_and_augmentation_helps_a_style_shortcut():
     fpr_augmented = augmented["folds"]["style"]["false_positive_rate"]["value"]
     assert fpr_plain > 0.5  # trained without benign rows in harmful phrasing, the probe learns the phrasing
     assert fpr_augmented < fpr_plain - 0.2
+
+
+def _sensitive_sets(seed: int = 7) -> LabeledStates:
+    """Two benign sets in the harmful phrasing (like ``style``), as ``--sensitive-data`` would give."""
+    rng = np.random.default_rng(seed)
+    states = rng.normal(size=(80, 4, 6)).astype(np.float32)
+    states[:, :, 1] += 3.0
+    return LabeledStates(states, np.zeros(80, int), np.array(["law"] * 40 + ["health"] * 40), np.full(80, 10), [""] * 80)
+
+
+def test_held_out_sets_score_each_sensitive_set_with_a_model_that_never_saw_it():
+    data = _style_shortcut_data()
+    examples = [Example("p", int(y), s, None, "f") for y, s in zip(data.labels, data.sources)]
+    train_index, _ = stratified_split(examples, 0.2, 0)
+    train_index = train_index[data.sources[train_index] != "style"]  # no benign rows in the harmful phrasing
+    train, sensitive = data.take(train_index), _sensitive_sets()
+    model = fit_method("logreg_last", train, 0)
+    without = held_out_sets(train, [], sensitive, "logreg_last", False, model, replicates=50)
+    assert set(without) == {"health", "law"} and without["law"]["n"]["value"] == 40
+    assert without["law"]["false_positive_rate"]["value"] > 0.5  # the phrasing shortcut flags them
+    # trained on the other set (never on the scored one), the shortcut goes away for both
+    held = held_out_sets(train, [], sensitive, "logreg_last", True, None, replicates=50)
+    for name in ("health", "law"):
+        assert held[name]["false_positive_rate"]["value"] < without[name]["false_positive_rate"]["value"] - 0.2
+    assert uses_sensitive("sensitive") and uses_sensitive("logreg_last+sensitive") and not uses_sensitive("shipped")
+    assert RECIPES["sensitive"] == ("herald", False)
 
 
 def test_hard_negative_herald_repeats_training_false_positives():

@@ -230,6 +230,7 @@ class EvalOptions:
     jailbreak_max_chars: int = 2500
     guard_per_source: int = 0
     guard_max_tokens: int = 768
+    probe: Path | None = None
 
 
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
@@ -284,6 +285,8 @@ def run_eval(options: EvalOptions) -> dict:
 
     if options.guard_per_source > 0:
         results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
+    if options.probe is not None:
+        results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates)
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -334,6 +337,25 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
         keep = np.nonzero(jb.tokens <= options.guard_max_tokens)[0][: options.guard_per_source]
         g = scorer.scores([jb.prompts[i] for i in keep])
         out["jailbreak_wrapped"]["guard"] = boot(jb.labels[keep], g, options.replicates)
+    return out
+
+
+def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int) -> dict:
+    """Score the extra sets with a saved probe artifact (e.g. the shipped one, fitted on the whole capped corpus)
+    at its own stored threshold; margins are ``logit - threshold`` as in :func:`margins`.
+
+    Returns:
+        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``.
+    """
+    from herald_service.probes.artifact import load_probe
+
+    probe, _ = load_probe(folder, info)
+    out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "sets": {}}
+    for name, extra in extra_sets.items():
+        output = probe.predict(extra.states)
+        m = np.asarray(output.logits, dtype=np.float64) - probe.threshold
+        out["sets"][name] = {"pooled": boot(extra.labels, m, replicates),
+                             "per_source": by_source(extra.labels, m, extra.sources, replicates)}
     return out
 
 

