@@ -124,6 +124,8 @@ def test_incomplete_shards_are_refused(tmp_path: Path):
     _shards(tmp_path, "tiny-model")[1].unlink()
     with pytest.raises(BackboneError, match="incomplete"):
         find_gguf(tmp_path)
+    other = _shards(tmp_path, "other-model")
+    assert find_gguf(other[0]).files == tuple(other)  # pointing at one complete set ignores the broken one
 
 
 def test_a_folder_with_two_models_names_them(whole: Path, tmp_path: Path):

@@ -176,6 +176,8 @@ def find_gguf(path: Path) -> GGUFSource | None:
             chunks.setdefault(chunk["stem"], []).append(p)
     models = [GGUFSource("file", (p,), p.stem) for p in files.values()]
     for stem, found in shards.items():
+        if wanted is not None and stem != wanted:
+            continue  # another model's shards beside the one pointed at are not checked
         found.sort()
         count = found[0][1]
         if [index for index, _, _ in found] != list(range(1, count + 1)) or {c for _, c, _ in found} != {count}:
