@@ -94,6 +94,16 @@ def test_byte_chunks_in_natural_order_join_to_the_original(whole: Path, tmp_path
     assert not joined.exists()
 
 
+def test_a_missing_numbered_chunk_is_named(whole: Path, tmp_path: Path):
+    parts = _chunk(whole, tmp_path, 4)
+    parts[2].unlink()
+    with pytest.raises(BackboneError, match="numbered 2 are missing"):
+        find_gguf(tmp_path)
+    parts[0].unlink()  # chunks may count from 0 or 1: part1, part3 still misses 2
+    with pytest.raises(BackboneError, match="numbered 2 are missing"):
+        find_gguf(parts[1])
+
+
 def test_chunks_that_are_not_a_gguf_are_refused(tmp_path: Path):
     (tmp_path / "x.gguf.part00").write_bytes(b"PK\x03\x04 not a gguf")
     (tmp_path / "x.gguf.part01").write_bytes(b"more")

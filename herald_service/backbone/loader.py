@@ -196,6 +196,14 @@ def find_gguf(path: Path) -> GGUFSource | None:
         return None
     model = models[0]
     if model.kind == "chunks":
+        numbers = [re.search(r"(\d+)$", p.name) for p in model.files]
+        if all(numbers):  # numbered chunks: a gap means a piece is missing, and the join would be silently wrong
+            found = [int(m[1]) for m in numbers]  # type: ignore[index]
+            first = min(found[0], 1)
+            missing = sorted(set(range(first, found[-1] + 1)) - set(found))
+            if missing:
+                raise BackboneError(f"{path}: byte chunks of {model.stem}.gguf numbered {', '.join(map(str, missing))} are"
+                                    " missing; every chunk is needed", field="backbone")
         with model.files[0].open("rb") as fh:
             if fh.read(4) != _GGUF_MAGIC:
                 names = ", ".join(p.name for p in model.files)
@@ -284,14 +292,19 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
     leaves a half-written cache.
 
     Raises:
-        BackboneError: if transformers cannot read the GGUF (architecture not supported by the installed version).
+        BackboneError: if transformers cannot read the GGUF (architecture not supported by the installed version), or
+            the cache folder cannot be created.
     """
     if isinstance(source, Path):
         source = GGUFSource("file", (source,), source.stem)
     target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
     if (target / "config.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackboneError(f"cannot create the backbone cache folder {target.parent}: {exc.strerror} (set HERALD_CACHE_DIR"
+                            " to a writable folder)", field="cache_dir") from None
     with single_gguf(source, target.parent) as gguf:
         return _convert(gguf, source, target, sha256)
 
