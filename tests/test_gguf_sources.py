@@ -182,3 +182,11 @@ def test_resolve_refuses_what_is_not_a_model(tmp_path: Path):
         resolve_backbone(str(tmp_path), tmp_path / "cache")
     with pytest.raises(BackboneError, match="not a model"):
         resolve_backbone(str(tmp_path / "notes.txt"), tmp_path / "cache")
+
+
+def test_an_unwritable_cache_folder_is_one_error_naming_the_setting(whole: Path):
+    from herald_service.backbone.loader import convert_gguf
+
+    with pytest.raises(BackboneError, match="HERALD_CACHE_DIR") as info:
+        convert_gguf(whole, Path("/proc/no-such-cache"), "0" * 64)
+    assert info.value.field == "cache_dir"
