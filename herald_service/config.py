@@ -74,11 +74,11 @@ class Settings(BaseSettings):
     # wait only adds to idle latency (a 128-token prompt on the H200: 19 ms through HTTP against 12 ms engine work
     # with a 2 ms wait). Token budget and prompt cap are unchanged: the H200 holds 65% MFU from 8k batch tokens up
     # (benchmarks/hardware_limit.py), so 8k is past the knee there; the CPU was not re-measured beyond 1k.
-    batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, description="How long the worker waits to fill a batch.")
+    batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="How long the worker waits to fill a batch.")
     queue_capacity: int = Field(1024, ge=1, description="Prompts waiting for the worker before 429.")
-    request_timeout_s: float = Field(60.0, gt=0)
+    request_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
     keep_alive_s: float = Field(
-        75.0, gt=0, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
+        75.0, gt=0, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
         " a client never reuses a connection the server is closing (uvicorn's 5 s default raced under load)."
     )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice.")
@@ -107,6 +107,8 @@ class Settings(BaseSettings):
         for key in keys:
             if _is_placeholder(key) or len(key) < 12:
                 raise ValueError("API keys must be at least 12 characters and not a placeholder such as 'changeme'")
+        if self.padding_side == "varlen" and (self.device == "cpu" or self.dtype == "float32"):
+            raise ValueError(f"padding_side varlen needs CUDA and bfloat16/float16, not device={self.device} dtype={self.dtype}")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
         if self.max_tokens > self.batch_token_budget:

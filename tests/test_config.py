@@ -52,3 +52,16 @@ def test_empty_environment_values_mean_unset(monkeypatch, name):
     monkeypatch.setenv(name, "")
     field = name.removeprefix("HERALD_").lower()
     assert getattr(Settings(), field) == Settings.model_fields[field].get_default(call_default_factory=True)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_non_finite_durations_are_refused_as_such(monkeypatch, value):
+    monkeypatch.setenv("HERALD_BATCH_DELAY_MS", value)
+    with pytest.raises(ValidationError, match="finite number"):
+        Settings(_env_file=None)
+
+
+@pytest.mark.parametrize(("device", "dtype"), [("cpu", "auto"), ("auto", "float32")])
+def test_varlen_where_it_cannot_run_is_refused_before_loading(device, dtype):
+    with pytest.raises(ValidationError, match="varlen needs CUDA"):
+        Settings(_env_file=None, padding_side="varlen", device=device, dtype=dtype)

@@ -92,7 +92,7 @@ class SteerRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     layers: list[int] | Literal["all"] | None = Field(None, description="1-based layers; default: the peak-monotonicity layer")
     mode: Literal["ablate", "add"] = "ablate"
-    alpha: float = Field(0.0, ge=-50, le=50, description="For mode 'add': multiple of sigma_l added along w_l")
+    alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, description="For mode 'add': multiple of sigma_l added along w_l")
     max_new_tokens: int = Field(64, ge=1)
 
     @model_validator(mode="after")
