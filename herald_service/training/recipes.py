@@ -47,7 +47,10 @@ on the ``--sensitive-data`` sets (:func:`uses_sensitive`)."""
 
 
 def uses_sensitive(recipe: str) -> bool:
+    """True for recipes that also train on the ``--sensitive-data`` sets (named ``*sensitive``)."""
     return recipe.endswith("sensitive")
+
+
 INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
                       "ChatterBot", "WritingBench", "LongBench-Write")
 
