@@ -239,7 +239,7 @@ def bare_prefill(target: Target, batch: Sequence[Sequence[int]], layout: str = "
     isolates the service's overhead from the layout's gain.
     """
     b = target.backbone
-    if layout == "varlen" and len({len(t) for t in batch}) > 1:  # as HFBackbone: equal lengths run padded
+    if layout == "varlen" and b.packs(batch):
         with b.attention_for_layout():
             b.decoder(use_cache=False, **b.packed_inputs(batch))
         target.sync()

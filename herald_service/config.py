@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     @field_validator("steer_api_key", "probe", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
-        # A ConfigMap or Secret often sets a variable to "" to mean "not set".
+        # Environment values are covered by env_ignore_empty; this covers "" given as a flag or argument.
         return None if value == "" else value
 
     @field_validator("api_keys", mode="before")

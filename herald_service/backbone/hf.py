@@ -295,8 +295,7 @@ class HFBackbone:
             states = self.graphs.run(token_ids[0])
             if states is not None:
                 return states
-        if self.packs_batches and len({len(t) for t in token_ids}) > 1:
-            # Equal lengths need no padding: the padded path then runs the plain causal kernel, which is faster.
+        if self.packs(token_ids):
             return self._packed_states(token_ids, intervention)
         ids, mask, last = self._pad(token_ids)
         ids, last = ids.to(self.device), last.to(self.device)
@@ -314,6 +313,11 @@ class HFBackbone:
     def packs_batches(self) -> bool:
         """True for the packed and varlen layouts: a batch computes its real tokens only, no padding."""
         return self.padding_side in ("packed", "varlen")
+
+    def packs(self, token_ids: Sequence[Sequence[int]]) -> bool:
+        """True when this batch runs packed: a packing layout and unequal lengths (equal lengths need no padding, and
+        the padded path then runs the plain causal kernel, which is faster)."""
+        return self.packs_batches and len({len(t) for t in token_ids}) > 1
 
     def packed_inputs(self, token_ids: Sequence[Sequence[int]]) -> dict[str, object]:
         """Decoder kwargs for prompts packed into one row: ``input_ids`` and ``position_ids`` ``(1, tokens)`` int64

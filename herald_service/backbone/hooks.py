@@ -31,14 +31,6 @@ class LastTokenCapture:
     def __init__(self, num_layers: int) -> None:
         self.rows: list[torch.Tensor | None] = [None] * num_layers
 
-    def stacked(self) -> torch.Tensor:
-        """Captured states ``(batch, layer, d_model)`` float32 on the CPU.
-
-        Raises:
-            RuntimeError: if a layer did not run (a hook never fired).
-        """
-        return self.on_device().to(device="cpu", dtype=torch.float32)
-
     def on_device(self) -> torch.Tensor:
         """Captured states ``(batch, layer, d_model)`` in the model's dtype, still on its device (no sync).
 

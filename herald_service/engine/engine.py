@@ -218,8 +218,7 @@ class InferenceEngine:
             self._run_batch(batch)  # split and retried synchronously
             return
         except Exception:
-            log.exception("forward pass failed on a batch of %d", len(batch))
-            self._fail(batch, InferenceFailed("inference failed; see server log"))
+            self._forward_failed(batch)
             return
         previous, self._in_flight = self._in_flight, (batch, wait, started)
         if previous is not None:
@@ -237,8 +236,7 @@ class InferenceEngine:
         try:
             states = wait()
         except Exception:
-            log.exception("forward pass failed on a batch of %d", len(batch))
-            self._fail(batch, InferenceFailed("inference failed; see server log"))
+            self._forward_failed(batch)
             return
         self._score(batch, states, started)
         self._finishing = []
@@ -271,8 +269,7 @@ class InferenceEngine:
             self._fail(batch, InputTooLarge(f"a prompt of {len(batch[0].token_ids)} tokens does not fit in device memory", field="input"))
             return
         except Exception:
-            log.exception("forward pass failed on a batch of %d", len(batch))
-            self._fail(batch, InferenceFailed("inference failed; see server log"))
+            self._forward_failed(batch)
             return
         self._score(batch, states, started)
 
@@ -293,6 +290,10 @@ class InferenceEngine:
             self.metrics.queue_wait.observe(started - prompt.enqueued)
             timing = Timing(prompt.tokenize_s, started - prompt.enqueued, forwarded - started, scored - forwarded, len(batch))
             prompt.future.set_result(classification_at(out, i, len(prompt.token_ids), timing))
+
+    def _forward_failed(self, batch: list[_Prompt]) -> None:
+        log.exception("forward pass failed on a batch of %d", len(batch))
+        self._fail(batch, InferenceFailed("inference failed; see server log"))
 
     def _fail(self, batch: list[_Prompt], error: HeraldError) -> None:
         for prompt in batch:
