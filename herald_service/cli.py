@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, CliApp, CliPositionalArg, CliSubCommand
 
 from herald_service.config import EMBEDDED_BACKBONE, Settings, default_cache_dir
@@ -83,6 +83,16 @@ class FitCommand(BaseModel):
     threshold_method: str = "max_f1"
     target_fpr: float = 0.01
     seed: int = 0
+    feature_set: str = Field("herald-v1", description=(
+        "Trajectory features of the scorer, recorded in the manifest (herald_service/probes/features.py "
+        "FEATURE_SETS; docs/eval/feature_sets.md compares them on leave-one-source-out)."))
+
+    @field_validator("feature_set")
+    @classmethod
+    def _known_feature_set(cls, name: str) -> str:
+        from herald_service.probes.features import get_feature_set
+
+        return get_feature_set(name).name  # an unknown name is one line before any model loads
 
     def cli_cmd(self) -> None:
         from herald_service.training.fit import FitOptions, run_fit

@@ -56,7 +56,7 @@ class ProbeOutput:
 
     Attributes:
         trajectories: ``(batch, layer)`` float64 normalized projections s_l.
-        features: ``(batch, 7)`` float64 trajectory features, in ``FEATURE_NAMES`` order.
+        features: ``(batch, 7)`` float64 trajectory features of the probe's feature set, in its ``feature_names`` order.
         logits: ``(batch,)`` float64 scorer outputs before the threshold offset.
         scores: ``(batch,)`` float64 ``sigmoid(logit - threshold)`` in [0, 1].
         flagged: ``(batch,)`` bool, ``scores >= 0.5``.

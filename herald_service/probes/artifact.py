@@ -18,7 +18,7 @@ from safetensors.numpy import load_file, save_file
 from herald_service import __version__
 from herald_service.errors import ProbeMismatch
 from herald_service.probes.directions import LayerDirections
-from herald_service.probes.features import FEATURE_NAMES, FEATURE_SET, FeatureStats
+from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
 from herald_service.probes.scorer import TrajectoryScorer
 from herald_service.types import BackboneInfo
@@ -26,7 +26,6 @@ from herald_service.types import BackboneInfo
 FORMAT_VERSION = 1
 TENSORS_FILE = "probe.safetensors"
 MANIFEST_FILE = "probe.json"
-SUPPORTED_FEATURE_SETS = {FEATURE_SET}
 
 
 def backbone_manifest(info: BackboneInfo) -> dict[str, Any]:
@@ -64,7 +63,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "format_version": FORMAT_VERSION,
         "herald_version": __version__,
         "feature_set": probe.feature_set,
-        "feature_names": list(FEATURE_NAMES),
+        "feature_names": list(probe.feature_names),
         "threshold": probe.threshold,
         "threshold_method": probe.threshold_method,
         "peak_layer": probe.peak_layer,
@@ -89,6 +88,27 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise ProbeMismatch(f"{path} is not valid JSON: {exc}", field="probe") from exc
 
 
+def check_feature_set(manifest: dict[str, Any]) -> str:
+    """The manifest's feature set; a manifest without one predates selectable sets and means ``herald-v1``.
+
+    Raises:
+        ProbeMismatch: for a feature set this Herald cannot compute (e.g. a probe from a newer version), or
+            ``feature_names`` that disagree with the set's.
+    """
+    name = manifest.get("feature_set", FEATURE_SET)
+    if name not in FEATURE_SETS:
+        raise ProbeMismatch(
+            f"probe feature set {name!r} is unknown to Herald {__version__} (known: {', '.join(sorted(FEATURE_SETS))}); "
+            "use a Herald version that has it, or refit the probe with `herald fit --feature-set`",
+            field="probe",
+        )
+    names = manifest.get("feature_names")
+    if names is not None and tuple(names) != FEATURE_SETS[name].names:
+        raise ProbeMismatch(f"probe feature_names {names} do not match feature set {name!r} {list(FEATURE_SETS[name].names)}",
+                            field="probe")
+    return name
+
+
 def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
     """Refuse a probe fitted on another backbone.
 
@@ -97,8 +117,7 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
     """
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ProbeMismatch(f"probe format {manifest.get('format_version')} is not supported (need {FORMAT_VERSION})", field="probe")
-    if manifest.get("feature_set") not in SUPPORTED_FEATURE_SETS:
-        raise ProbeMismatch(f"probe feature set {manifest.get('feature_set')!r} is unknown to Herald {__version__}", field="probe")
+    check_feature_set(manifest)
     fitted = manifest.get("backbone", {})
     problems = []
     if fitted.get("num_layers") != info.num_layers:
@@ -122,9 +141,10 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         The probe and its manifest.
 
     Raises:
-        ProbeMismatch: missing files, wrong shapes, or a backbone mismatch.
+        ProbeMismatch: missing files, wrong shapes, an unknown feature set, or a backbone mismatch.
     """
     manifest = read_manifest(folder)
+    feature_set = check_feature_set(manifest)
     if info is not None:
         check_compatible(manifest, info)
     path = folder / TENSORS_FILE
@@ -143,6 +163,6 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         threshold=float(manifest["threshold"]),
         threshold_method=str(manifest["threshold_method"]),
         peak_layer=int(manifest["peak_layer"]),
-        feature_set=str(manifest["feature_set"]),
+        feature_set=feature_set,
     )
     return probe, manifest

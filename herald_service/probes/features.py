@@ -1,18 +1,25 @@
-"""Trajectory features: seven geometric summaries of a cross-layer projection trajectory (DESIGN section 1.4).
+"""Trajectory features: seven summaries of a cross-layer projection trajectory (DESIGN section 1.4).
 
 Vocabulary: ``batch`` prompts, ``layer`` decoder layers (L). A trajectory ``s`` has shape ``(batch, layer)``; each
 row holds the normalized projections ``s_l`` (units: within-class standard deviations, positive = harmful side).
+
+Feature sets are named and versioned (:data:`FEATURE_SETS`); a probe's manifest records the one it was fitted with
+and the scorer computes exactly that set. ``herald-v1`` (DESIGN section 1.4) is the default. Every set has seven
+features, so the 288-parameter scorer is the same for all of them.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy.stats import rankdata
 
 FEATURE_SET = "herald-v1"
+"""The default feature set: the one DESIGN section 1.4 defines and every probe fitted before feature sets were
+selectable was fitted with."""
 FEATURE_NAMES: tuple[str, ...] = (
     "slope",
     "curvature",
@@ -71,28 +78,8 @@ def _fit_operators(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
     return np.linalg.pinv(v1), np.linalg.pinv(v2)
 
 
-def compute_features(s: np.ndarray) -> np.ndarray:
-    """Compute the ``herald-v1`` features of projection trajectories.
-
-    Args:
-        s: trajectories, shape ``(batch, layer)`` (or ``(layer,)`` for one), any float dtype. L >= 3.
-
-    Returns:
-        ndarray of shape ``(batch, 7)`` float64, columns in :data:`FEATURE_NAMES` order: least-squares slope of s on
-        x, quadratic coefficient of a least-squares quadratic fit, Spearman correlation of s with x (0 if s is
-        constant), onset x (1.0 if ``s_L <= 0``), mean of the last ``max(1, L // 4)`` layers, max, and population
-        standard deviation of the first differences.
-
-    Raises:
-        ValueError: if ``s`` is not 1-D or 2-D, has fewer than 3 layers, or holds non-finite values.
-    """
-    s = np.asarray(s, dtype=np.float64)
-    if s.ndim == 1:
-        s = s[None, :]
-    if s.ndim != 2:
-        raise ValueError(f"trajectories must have shape (batch, layer), got {s.shape}")
-    if not np.isfinite(s).all():
-        raise ValueError("trajectories hold non-finite values")
+def _herald_v1(s: np.ndarray) -> np.ndarray:
+    """``herald-v1`` on validated trajectories ``(batch, layer)`` float64; see :func:`compute_features`."""
     n_layers = s.shape[1]
     x = layer_positions(n_layers)
 
@@ -107,6 +94,74 @@ def compute_features(s: np.ndarray) -> np.ndarray:
     peak = s.max(axis=1)
     volatility = np.diff(s, axis=1).std(axis=1)
     return np.stack([slope, curvature, monotonicity, onset_x, late_level, peak, volatility], axis=1)
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """A named, versioned set of seven trajectory features.
+
+    Attributes:
+        name: the name a probe manifest records (``feature_set``), e.g. ``"herald-v1"``.
+        names: the seven feature names, in column order (``feature_names`` in the manifest and the API).
+        min_layers: the fewest layers the set is defined for.
+        compute: validated trajectories ``(batch, layer)`` float64 -> features ``(batch, 7)`` float64.
+    """
+
+    name: str
+    names: tuple[str, ...]
+    min_layers: int
+    compute: Callable[[np.ndarray], np.ndarray]
+
+
+FEATURE_SETS: dict[str, FeatureSet] = {
+    FEATURE_SET: FeatureSet(FEATURE_SET, FEATURE_NAMES, 3, _herald_v1),
+}
+"""Every feature set Herald can fit and serve, by name."""
+
+
+def get_feature_set(name: str) -> FeatureSet:
+    """The feature set called ``name``.
+
+    Raises:
+        ValueError: for a name not in :data:`FEATURE_SETS`, naming the known ones.
+    """
+    try:
+        return FEATURE_SETS[name]
+    except KeyError:
+        raise ValueError(f"unknown feature set {name!r}; known: {', '.join(sorted(FEATURE_SETS))}") from None
+
+
+def compute_features(s: np.ndarray, feature_set: str = FEATURE_SET) -> np.ndarray:
+    """Compute the seven features of ``feature_set`` (default ``herald-v1``) for projection trajectories.
+
+    ``herald-v1`` (DESIGN section 1.4), in :data:`FEATURE_NAMES` order: least-squares slope of s on x, quadratic
+    coefficient of a least-squares quadratic fit, Spearman correlation of s with x (0 if s is constant), onset x (1.0
+    if ``s_L <= 0``), mean of the last ``max(1, L // 4)`` layers, max, and population standard deviation of the
+    first differences. Other sets: see :data:`FEATURE_SETS`.
+
+    Args:
+        s: trajectories, shape ``(batch, layer)`` (or ``(layer,)`` for one), any float dtype, units of within-class
+            std. At least the set's ``min_layers`` layers (3 for ``herald-v1``).
+        feature_set: a name in :data:`FEATURE_SETS`.
+
+    Returns:
+        ndarray of shape ``(batch, 7)`` float64, columns in the set's ``names`` order.
+
+    Raises:
+        ValueError: for an unknown feature set, or if ``s`` is not 1-D or 2-D, has too few layers, or holds
+            non-finite values.
+    """
+    spec = get_feature_set(feature_set)
+    s = np.asarray(s, dtype=np.float64)
+    if s.ndim == 1:
+        s = s[None, :]
+    if s.ndim != 2:
+        raise ValueError(f"trajectories must have shape (batch, layer), got {s.shape}")
+    if s.shape[1] < spec.min_layers:
+        raise ValueError(f"feature set {spec.name} needs >= {spec.min_layers} layers, got {s.shape[1]}")
+    if not np.isfinite(s).all():
+        raise ValueError("trajectories hold non-finite values")
+    return spec.compute(s)
 
 
 def onset_layers(s: np.ndarray) -> list[int | None]:

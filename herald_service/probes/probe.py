@@ -13,14 +13,18 @@ import numpy as np
 import torch
 
 from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
-from herald_service.probes.features import FEATURE_SET, FeatureStats, compute_features, onset_layers
+from herald_service.probes.features import FEATURE_SET, FeatureStats, compute_features, get_feature_set, onset_layers
 from herald_service.probes.scorer import TrajectoryScorer, calibrate_threshold, train_scorer
 from herald_service.types import ProbeOutput
 
 
 @dataclass(frozen=True)
 class FittedProbe:
-    """Everything a served probe needs; :mod:`.artifact` saves and loads exactly this."""
+    """Everything a served probe needs; :mod:`.artifact` saves and loads exactly this.
+
+    ``feature_set`` names the trajectory features the scorer was trained on (:data:`~.features.FEATURE_SETS`);
+    :meth:`features` and :meth:`predict` compute exactly that set.
+    """
 
     directions: LayerDirections
     feature_stats: FeatureStats
@@ -29,6 +33,18 @@ class FittedProbe:
     threshold_method: str
     peak_layer: int
     feature_set: str = FEATURE_SET
+
+    def __post_init__(self) -> None:
+        get_feature_set(self.feature_set)  # an unknown name fails here, not at the first request
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """Names of the seven features, in column order."""
+        return get_feature_set(self.feature_set).names
+
+    def features(self, s: np.ndarray) -> np.ndarray:
+        """This probe's features ``(batch, 7)`` float64 of trajectories ``s`` ``(batch, layer)``."""
+        return compute_features(s, self.feature_set)
 
     def trajectories(self, states: np.ndarray | torch.Tensor) -> np.ndarray:
         """Normalized projections ``(batch, layer)`` of states ``(batch, layer, d_model)``."""
@@ -52,7 +68,7 @@ class FittedProbe:
     def predict(self, states: np.ndarray | torch.Tensor) -> ProbeOutput:
         """Score states ``(batch, layer, d_model)``; see :class:`herald_service.types.ProbeOutput`."""
         s = self.trajectories(states)
-        features = compute_features(s)
+        features = self.features(s)
         logits = self.logits(features)
         scores = 1.0 / (1.0 + np.exp(-(logits - self.threshold)))
         return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold)
@@ -88,6 +104,7 @@ class HeraldProbe:
         threshold_method: ``"max_f1"`` or ``"target_fpr"``.
         target_fpr: used by ``"target_fpr"``.
         seed: split and scorer-initialization seed.
+        feature_set: trajectory features the scorer is trained on (a name in :data:`~.features.FEATURE_SETS`).
     """
 
     def __init__(
@@ -97,12 +114,14 @@ class HeraldProbe:
         threshold_method: str = "max_f1",
         target_fpr: float = 0.01,
         seed: int = 0,
+        feature_set: str = FEATURE_SET,
     ) -> None:
         self.shrinkage = shrinkage
         self.calibration_fraction = calibration_fraction
         self.threshold_method = threshold_method
         self.target_fpr = target_fpr
         self.seed = seed
+        self.feature_set = feature_set
 
     def fit(
         self,
@@ -129,14 +148,16 @@ class HeraldProbe:
         fit_rows = ~calibration
         directions = fit_directions(X[fit_rows], y[fit_rows], self.shrinkage)
         s_fit = directions.project(X[fit_rows])
-        features_fit = compute_features(s_fit)
+        features_fit = compute_features(s_fit, self.feature_set)
         stats = FeatureStats.fit(features_fit)
         weights = None if sample_weight is None else np.asarray(sample_weight)[fit_rows]
         scorer = train_scorer(stats.transform(features_fit), y[fit_rows], weights, seed=self.seed)
-        partial = FittedProbe(directions, stats, scorer, 0.0, self.threshold_method, peak_monotonicity_layer(s_fit, y[fit_rows]))
-        calib_logits = partial.logits(compute_features(directions.project(X[calibration])))
+        partial = FittedProbe(directions, stats, scorer, 0.0, self.threshold_method,
+                              peak_monotonicity_layer(s_fit, y[fit_rows]), self.feature_set)
+        calib_logits = partial.logits(partial.features(directions.project(X[calibration])))
         threshold = calibrate_threshold(calib_logits, y[calibration], self.threshold_method, self.target_fpr)
-        self.fitted_ = FittedProbe(directions, stats, scorer, threshold, self.threshold_method, partial.peak_layer)
+        self.fitted_ = FittedProbe(directions, stats, scorer, threshold, self.threshold_method, partial.peak_layer,
+                                   self.feature_set)
         self.calibration_index_ = np.nonzero(calibration)[0]
         return self
 

@@ -15,6 +15,7 @@ from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.data.hashing import corpus_sha256
 from herald_service.probes.artifact import backbone_manifest, save_probe
+from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.corpus import (
     cap_per_group,
@@ -46,6 +47,8 @@ class FitOptions:
     threshold_method: str = "max_f1"
     target_fpr: float = 0.01
     seed: int = 0
+    feature_set: str = FEATURE_SET
+    """Trajectory features of the scorer (a name in ``FEATURE_SETS``); recorded in the manifest."""
     token_budget: int = 4096
     command: str | None = None
     """The command line to record in the manifest (``herald fit ...``); None outside the CLI."""
@@ -66,9 +69,10 @@ def run_fit(options: FitOptions) -> dict:
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if the data has one class only.
+        ValueError: if the data has one class only, or the feature set is unknown.
     """
     started = time.perf_counter()
+    get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     files = expand_data(options.data)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
@@ -83,7 +87,8 @@ def run_fit(options: FitOptions) -> dict:
     train, test = stratified_split(examples, options.test_fraction, options.seed)
     groups = np.array([f"{e.source}|{e.label}" for e in examples])
     weights = balanced_weights(groups[train], labels[train])
-    probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed)
+    probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed,
+                        feature_set=options.feature_set)
     probe.fit(states[train], labels[train], groups=groups[train], sample_weight=weights)
     held_out = probe.predict(states[test])
     metrics = metrics_by_source(labels[test], held_out.scores, held_out.flagged, [sources[i] for i in test])

@@ -8,6 +8,7 @@ at maximum F1 on that part. No method ever sees a test row while fitting or cali
 Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
 
 - ``herald``: the shipped recipe (per-layer LDA, herald-v1 features, 288-parameter MLP, source-balanced weights).
+- ``herald:<set>``: the same recipe with another feature set of :data:`~herald_service.probes.features.FEATURE_SETS`.
 - ``lda_best_layer``: one layer's LDA projection; the layer with the best calibration-part AUROC.
 - ``logreg_last`` / ``logreg_mid``: L2 logistic regression on the standardized states of the last / middle layer.
 - ``features_logreg``: Herald's directions and seven features, scored by logistic regression instead of the MLP.
@@ -29,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
 from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
-from herald_service.probes.features import FeatureStats, compute_features
+from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats, compute_features
 from herald_service.probes.probe import FittedProbe, calibration_mask
 from herald_service.probes.scorer import calibrate_threshold, train_scorer
 
@@ -105,12 +106,16 @@ class HeraldMethod:
 
     Step for step what ``HeraldProbe.fit`` does (a test checks the two agree), except that the per-layer LDA fit
     comes from :func:`shared_directions`, so baselines fitted on the same rows reuse it.
+
+    Args:
+        feature_set: the trajectory features (:data:`~herald_service.probes.features.FEATURE_SETS`); the method is
+            named ``herald`` for the default set and ``herald:<set>`` for another.
     """
 
-    name = "herald"
-
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, feature_set: str = FEATURE_SET) -> None:
         self.seed = seed
+        self.feature_set = feature_set
+        self.name = "herald" if feature_set == FEATURE_SET else f"herald:{feature_set}"
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HeraldMethod":
         y = np.asarray(y).astype(int)
@@ -124,17 +129,18 @@ class HeraldMethod:
     def _fit_parts(self, X_fit, y_fit, w_fit, X_calib, y_calib) -> None:
         directions = shared_directions(X_fit, y_fit)
         s_fit = directions.project(X_fit)
-        features = compute_features(s_fit)
+        features = compute_features(s_fit, self.feature_set)
         stats = FeatureStats.fit(features)
         scorer = train_scorer(stats.transform(features), y_fit, w_fit, seed=self.seed)
-        partial = FittedProbe(directions, stats, scorer, 0.0, "max_f1", peak_monotonicity_layer(s_fit, y_fit))
-        threshold = calibrate_threshold(partial.logits(compute_features(directions.project(X_calib))), y_calib, "max_f1")
-        self.fitted_ = FittedProbe(directions, stats, scorer, threshold, "max_f1", partial.peak_layer)
+        partial = FittedProbe(directions, stats, scorer, 0.0, "max_f1", peak_monotonicity_layer(s_fit, y_fit),
+                              self.feature_set)
+        threshold = calibrate_threshold(partial.logits(partial.features(directions.project(X_calib))), y_calib, "max_f1")
+        self.fitted_ = FittedProbe(directions, stats, scorer, threshold, "max_f1", partial.peak_layer, self.feature_set)
         self.threshold_ = threshold
 
     def score(self, X: np.ndarray) -> np.ndarray:
         """Scorer logits ``(n,)``; flagged where ``>= threshold_`` (the served ``score >= 0.5``)."""
-        return self.fitted_.logits(compute_features(self.fitted_.trajectories(X)))
+        return self.fitted_.logits(self.fitted_.features(self.fitted_.trajectories(X)))
 
     def trajectories(self, X: np.ndarray) -> np.ndarray:
         """Normalized projections ``(n, layer)``."""
@@ -149,10 +155,9 @@ class HardNegativeHerald(HeraldMethod):
     is still chosen on rows the fit never saw.
     """
 
-    name = "herald_hardneg"
-
     def __init__(self, seed: int = 0, repeats: int = 2) -> None:
         super().__init__(seed)
+        self.name = "herald_hardneg"
         self.repeats = repeats
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HardNegativeHerald":
@@ -279,6 +284,7 @@ FACTORIES: dict[str, Callable[[int], Method]] = {
     "features_logreg": lambda seed: FeatureLogistic(seed),
     "mlpm": lambda seed: MahalanobisPrototypes(seed),
     "herald_hardneg": lambda seed: HardNegativeHerald(seed),
+    **{f"herald:{name}": (lambda seed, name=name: HeraldMethod(seed, name)) for name in FEATURE_SETS if name != FEATURE_SET},
 }
 
 
