@@ -166,3 +166,43 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
     run_fit(options)  # second run reads states from the cache
     assert {p: p.stat().st_mtime_ns for p in cached} == mtimes
+
+
+def test_causal_attention_gives_the_default_states_and_restores_the_setting(resolved):
+    from herald_service.backbone.hf import CAUSAL_ATTENTION
+
+    backbone = HFBackbone(resolved, "cpu", "float32", padding_side="right")
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    before = backbone.decoder.config._attn_implementation
+    default = backbone.last_token_states(ids)
+    with backbone.attention(CAUSAL_ATTENTION):
+        assert backbone.decoder.config._attn_implementation == CAUSAL_ATTENTION
+        causal = backbone.last_token_states(ids)
+    assert backbone.decoder.config._attn_implementation == before
+    assert torch.allclose(causal, default, atol=1e-5)  # right padding needs no mask: the causal kernel is exact
+
+
+def test_compiled_forwards_are_installed_only_inside_the_context(resolved):
+    from herald_service.backbone.hf import compiled_forwards
+
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    own = lambda *a, **k: None  # noqa: E731 - a layer whose forward was already replaced (accelerate does this)
+    backbone.layers[1].forward = own
+    with compiled_forwards(backbone.layers):
+        assert all("forward" in layer.__dict__ and layer.forward is not own for layer in backbone.layers)
+    assert "forward" not in backbone.layers[0].__dict__ and backbone.layers[1].forward is own
+    with compiled_forwards(backbone.layers, enabled=False):
+        assert "forward" not in backbone.layers[0].__dict__
+
+
+def test_graph_buckets_stop_at_a_sliding_attention_window(resolved):
+    from herald_service.backbone.hf import GRAPH_BUCKETS, PrefillGraphs
+
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    backbone.decoder.config.sliding_window = 100
+    try:
+        graphs = PrefillGraphs(backbone)  # no CUDA here: capture fails and is logged, the buckets are still chosen
+    finally:
+        backbone.decoder.config.sliding_window = None
+    assert graphs.buckets == tuple(w for w in GRAPH_BUCKETS if w <= 100) == (32, 64)
+    assert graphs.run([5, 6, 7]) is None and not graphs.compiled

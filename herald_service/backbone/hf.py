@@ -66,16 +66,43 @@ def varlen_attention(
 
 
 def _no_mask(*args: object, **kwargs: object) -> None:
-    return None  # varlen_attention bounds prompts by their offsets; a (tokens x tokens) mask would be wasted work
+    return None  # the registered attentions need no mask: varlen bounds prompts by offsets, causal by is_causal
+
+
+CAUSAL_ATTENTION = "herald_causal"
+"""Name under which :func:`causal_attention` is registered with transformers' attention and mask interfaces."""
+
+
+def causal_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention with no mask, i.e. the plain causal kernel (flash, ``is_causal=True``).
+
+    The one-prompt CUDA graphs run with it: a prompt right-padded to its bucket needs no mask (a real token never
+    attends to the padding after it), yet under stream capture transformers builds one anyway (its ``is_tracing``
+    counts capture as tracing), which would put a masked kernel into every replay and, with compiled layers,
+    trigger a recompile during capture. Shapes: ``query`` ``(batch, heads, tokens, head_dim)``, ``key``/``value``
+    ``(batch, kv_heads, tokens, head_dim)``; returns ``(batch, tokens, heads, head_dim)``.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
 
 
 @functools.cache
-def _register_varlen() -> None:
+def _register_attention() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(VARLEN_ATTENTION, varlen_attention)
     AttentionMaskInterface.register(VARLEN_ATTENTION, _no_mask)
+    AttentionInterface.register(CAUSAL_ATTENTION, causal_attention)
+    AttentionMaskInterface.register(CAUSAL_ATTENTION, _no_mask)
 
 
 def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype) -> str:
@@ -142,6 +169,8 @@ class HFBackbone:
         cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
             removes the kernel-launch overhead that dominates a small prefill on a large GPU (``None``: on when the
             device is CUDA and ``padding_side`` is ``"right"`` or ``"varlen"``).
+        compile_graphs: capture those graphs from decoder layers compiled by ``torch.compile`` (fewer, fused
+            kernels per replay; about 2-3 s of compile per bucket at load on an H200). See :class:`PrefillGraphs`.
 
     Raises:
         BackboneError: if the folder cannot be loaded as a causal LM.
@@ -154,6 +183,7 @@ class HFBackbone:
         dtype: str = "auto",
         padding_side: str = "auto",
         cuda_graphs: bool | None = None,
+        compile_graphs: bool = False,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -163,7 +193,7 @@ class HFBackbone:
             model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
         except (OSError, ValueError) as exc:
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {exc}", field="backbone") from exc
-        self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs)
+        self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs, compile_graphs)
 
     @classmethod
     def from_model(
@@ -173,16 +203,20 @@ class HFBackbone:
         resolved: ResolvedBackbone,
         padding_side: str = "auto",
         cuda_graphs: bool | None = None,
+        compile_graphs: bool = False,
     ) -> "HFBackbone":
         """Wrap an already-built causal LM and tokenizer (benchmarks: a random-initialized model built on the GPU).
 
         The model's own device and dtype are used; ``resolved.folder`` is not read.
         """
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, resolved, padding_side, cuda_graphs)
+        self._setup(model, tokenizer, resolved, padding_side, cuda_graphs, compile_graphs)
         return self
 
-    def _setup(self, model: nn.Module, tokenizer: object, resolved: ResolvedBackbone, padding_side: str, cuda_graphs: bool | None) -> None:
+    def _setup(
+        self, model: nn.Module, tokenizer: object, resolved: ResolvedBackbone, padding_side: str, cuda_graphs: bool | None,
+        compile_graphs: bool,
+    ) -> None:
         self.tokenizer = tokenizer
         self.model = model.eval()
         param = next(model.parameters())
@@ -208,7 +242,7 @@ class HFBackbone:
         )
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda" and padding_side in ("right", "varlen")
-        self.graphs = PrefillGraphs(self) if cuda_graphs else None
+        self.graphs = PrefillGraphs(self, compile_layers=compile_graphs) if cuda_graphs else None
 
     def render(self, conversation: Conversation) -> str:
         """Chat-template text with the generation prompt (DESIGN section 1.1); raw text without a template."""
@@ -353,10 +387,17 @@ class HFBackbone:
         if self.padding_side != "varlen":
             yield
             return
-        _register_varlen()
+        with self.attention(VARLEN_ATTENTION):
+            yield
+
+    @contextmanager
+    def attention(self, name: str) -> Iterator[None]:
+        """While open, the decoder runs the registered attention ``name`` (:data:`VARLEN_ATTENTION` or
+        :data:`CAUSAL_ATTENTION`); the model's own setting is restored on exit. Worker thread only, as above."""
+        _register_attention()
         config = self.decoder.config
         previous = config._attn_implementation
-        config._attn_implementation = VARLEN_ATTENTION
+        config._attn_implementation = name
         try:
             yield
         finally:
@@ -380,23 +421,41 @@ class HFBackbone:
 class PrefillGraphs:
     """CUDA graphs of the one-prompt prefill, one per length bucket of :data:`GRAPH_BUCKETS`.
 
-    A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`), and its
-    last-token rows are copied by the capture hooks into a static ``(1, layer, d_model)`` buffer. Graphs are
-    captured once, longest first, sharing one memory pool. If capture fails (a model whose forward synchronizes
-    with the host), graphs are switched off and the eager path serves.
+    A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`): the graphs run
+    :func:`causal_attention`, and buckets longer than a sliding attention window are left out (the window would need
+    its mask). The last-token rows are copied by the capture hooks into a static ``(1, layer, d_model)`` buffer.
+    Graphs are captured once, longest first, sharing one memory pool. If capture fails (a model whose forward
+    synchronizes with the host), graphs are captured again without compiled layers, and if that fails too they are
+    switched off and the eager path serves.
+
+    Args:
+        compile_layers: capture each decoder layer's forward compiled by ``torch.compile`` (TorchInductor fuses
+            the norms, rotary embedding and activation into a few kernels; one compile per bucket, shared by all
+            layers). The compiled forwards are used only while capturing; the eager batched path is unchanged.
+            ``benchmarks/hardware_limit.py`` reports what it gives.
     """
 
-    def __init__(self, backbone: HFBackbone, buckets: Sequence[int] = GRAPH_BUCKETS) -> None:
+    def __init__(self, backbone: HFBackbone, buckets: Sequence[int] = GRAPH_BUCKETS, compile_layers: bool = False) -> None:
         self.backbone = backbone
-        self.buckets = tuple(sorted(buckets))
+        window = getattr(backbone.decoder.config.get_text_config(), "sliding_window", None)
+        self.buckets = tuple(sorted(w for w in buckets if not window or w <= int(window)))
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.compiled = compile_layers and self._capture_all(True)
+        if not self.compiled and not self._capture_all(False):
+            log.warning("one-prompt prefill runs eagerly")
+
+    def _capture_all(self, compile_layers: bool) -> bool:
+        """Capture every bucket; on any failure keep none and return False."""
         try:
-            pool = None
-            for width in sorted(self.buckets, reverse=True):
-                pool = self._capture(width, pool)
+            with self.backbone.attention(CAUSAL_ATTENTION), compiled_forwards(self.backbone.layers, compile_layers):
+                pool = None
+                for width in sorted(self.buckets, reverse=True):
+                    pool = self._capture(width, pool)
+            return True
         except Exception:  # capture is an optimization: never let it stop the service from loading
-            log.warning("CUDA graph capture failed; one-prompt prefill runs eagerly", exc_info=True)
+            log.warning("CUDA graph capture failed (compiled layers: %s)", compile_layers, exc_info=True)
             self._graphs.clear()
+            return False
 
     @torch.inference_mode()
     def _capture(self, width: int, pool: object) -> object:
@@ -412,7 +471,7 @@ class PrefillGraphs:
         side = torch.cuda.Stream(device=b.device)
         side.wait_stream(torch.cuda.current_stream(b.device))
         with torch.cuda.stream(side):
-            for _ in range(2):
+            for _ in range(2):  # the first call also compiles, when compiling
                 forward()
         torch.cuda.current_stream(b.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
@@ -435,3 +494,28 @@ class PrefillGraphs:
         last.fill_(n - 1)
         graph.replay()
         return out.to(dtype=torch.float32, copy=True)
+
+
+@contextmanager
+def compiled_forwards(layers: Sequence[nn.Module], enabled: bool = True) -> Iterator[None]:
+    """While open, each decoder layer's ``forward`` is ``torch.compile(forward, dynamic=False)``; restored on exit.
+
+    Hooks stay outside the compiled code (``nn.Module`` runs them around ``forward``). Compiled code is shared by
+    layers of one class, so a shape compiles once for the whole stack; the recompile limit is raised while open so
+    that every graph bucket gets its own static-shape kernels.
+    """
+    if not enabled:
+        yield
+        return
+    own = [layer.__dict__.get("forward") for layer in layers]
+    try:
+        with torch._dynamo.config.patch(recompile_limit=64):
+            for layer in layers:
+                layer.forward = torch.compile(layer.forward, dynamic=False)
+            yield
+    finally:
+        for layer, previous in zip(layers, own):
+            if previous is None:
+                layer.__dict__.pop("forward", None)
+            else:
+                layer.forward = previous

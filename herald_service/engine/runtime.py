@@ -86,7 +86,10 @@ def load_runtime(settings: Settings) -> Runtime:
 
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
-    backbone = HFBackbone(resolve_backbone(settings.backbone, settings.cache_dir), settings.device, settings.dtype, settings.padding_side)
+    backbone = HFBackbone(
+        resolve_backbone(settings.backbone, settings.cache_dir), settings.device, settings.dtype, settings.padding_side,
+        compile_graphs=settings.compile_graphs,
+    )
     folder = settings.probe or default_probe_folder(backbone.info.slug)
     if not folder.exists():
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
