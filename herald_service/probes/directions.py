@@ -5,6 +5,7 @@ Shapes: ``states`` ``(batch, layer, d_model)``; directions ``(layer, d_model)``;
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,12 @@ class LayerDirections:
     def hidden_size(self) -> int:
         return int(self.directions.shape[1])
 
+    @functools.cached_property
+    def _directions_float32(self) -> torch.Tensor:
+        """``(layer, d_model)`` float32 CPU copy of the directions, made once: converting them per call was most of
+        the time of scoring one prompt at 32 x 4096 (``predict`` 2.5 ms -> 0.9 ms on this 2-core CPU)."""
+        return torch.from_numpy(self.directions.astype(np.float32))
+
     def project(self, states: np.ndarray | torch.Tensor) -> np.ndarray:
         """Normalized projections ``s_l = (w_l . h_l - c_l) / sigma_l``.
 
@@ -50,7 +57,7 @@ class LayerDirections:
             ValueError: if the layer count or hidden size does not match the directions.
         """
         if isinstance(states, torch.Tensor):
-            w = torch.as_tensor(self.directions, device=states.device).to(torch.float32)
+            w = self._directions_float32.to(states.device)  # no copy on the CPU, where the engine scores
             raw = torch.einsum("bld,ld->bl", states.to(torch.float32), w).double().cpu().numpy()
         else:
             states = np.asarray(states)
