@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 
-import httpx
 import numpy as np
 
 from benchmarks.common import (
@@ -21,8 +20,9 @@ from benchmarks.common import (
     bare_prefill,
     bare_throughput,
     figure,
+    KeepAliveClient,
     LoadClient,
-    http_one,
+    SERVER_TIMES,
     percentile,
     print_table,
     prompt_mix,
@@ -84,18 +84,15 @@ def saturation(target: Target, server: Server, texts: list[str], ids: list[list[
 
 def idle(target: Target, server: Server, texts: list[str], ids: list[list[int]]) -> dict:
     rows = []
-    with httpx.Client(base_url=server.url, timeout=600) as client:
-        http_one(client, texts[0])
+    with KeepAliveClient(server.url) as client:
+        client.classify(texts[0])
         bare_prefill(target, [ids[0]])
         for text, token_ids in zip(texts, ids):
             bare = min(timed(lambda: bare_prefill(target, [token_ids]), target.sync) for _ in range(2))
             engine = min(timed(lambda: target.probe.predict(target.backbone.last_token_states([token_ids])), target.sync) for _ in range(2))
-            http = []
-            for _ in range(2):
-                seconds, response = http_one(client, text)
-                assert response.status_code == 200, response.text
-                http.append(seconds)
-            rows.append({"tokens": len(token_ids), "bare_s": bare, "engine_s": engine, "http_s": min(http), "ratio": min(http) / bare})
+            http = min((client.classify(text) for _ in range(3)), key=lambda r: r[0])
+            rows.append({"tokens": len(token_ids), "bare_s": bare, "engine_s": engine, "http_s": http[0], "ratio": http[0] / bare,
+                         "server_ms": http[2]})
     ratios = [r["ratio"] for r in rows]
     return {
         "per_prompt": rows,
@@ -103,6 +100,8 @@ def idle(target: Target, server: Server, texts: list[str], ids: list[list[int]])
         "ratio_of_sums": sum(r["http_s"] for r in rows) / sum(r["bare_s"] for r in rows),
         "median_http_s": statistics.median(r["http_s"] for r in rows),
         "median_bare_s": statistics.median(r["bare_s"] for r in rows),
+        "median_engine_s": statistics.median(r["engine_s"] for r in rows),
+        "median_server_ms": {h: statistics.median(r["server_ms"][h] for r in rows) for h in SERVER_TIMES},
     }
 
 
@@ -145,6 +144,11 @@ def report(target: Target, result: dict, out) -> None:
         r = result["idle_128"]
         rows.append({"measure": "128-token idle latency s", "herald_http": r["median_http_s"], "bare_prefill": r["median_bare_s"], "ratio": r["median_ratio"], "target": "<= 0.010 s"})
     print_table(f"overhead on {target.name} (statuses {sat['statuses']})", rows)
+    for key in ("idle", "idle_128"):
+        if key in result:
+            times = result[key]["median_server_ms"]
+            print(f"{key}: median server-side ms " + ", ".join(f"{h.removeprefix('x-').removesuffix('-time')} {times[h]:.2f}" for h in SERVER_TIMES)
+                  + f"; engine alone {result[key]['median_engine_s'] * 1000:.2f}, round trip {result[key]['median_http_s'] * 1000:.2f}")
     write(out, "overhead", target, result)
     fig = figure(out, "overhead", target)
     ax = fig.fig.add_subplot(1, 2, 1)
