@@ -124,3 +124,20 @@ def test_graph_replay_matches_the_fp32_reference_with_and_without_compiled_layer
     # Capture leaves the model as it found it: no compiled forward left on a layer, the attention setting restored.
     assert not any("forward" in layer.__dict__ for layer in backbone.layers)
     assert backbone.decoder.config._attn_implementation == eager.decoder.config._attn_implementation
+
+
+def test_launching_a_batch_never_waits_for_the_device(resolved):
+    # The pipelined worker launches batch k+1 while batch k runs; any host sync at launch (a pageable copy, mask
+    # preparation reading the device) would serialize them. CUDA's sync debug mode turns every sync into an error.
+    backbone = HFBackbone(resolved, "cuda", "bfloat16")  # varlen
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    reference = backbone.last_token_states(ids)
+    backbone.launch_last_token_states(ids)()  # warm: first-call allocations
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        wait = backbone.launch_last_token_states(ids)
+        single = backbone.launch_last_token_states([ids[1]])  # the graph path
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(wait(), reference)
+    assert torch.equal(single(), backbone.last_token_states([ids[1]]))

@@ -206,3 +206,25 @@ def test_graph_buckets_stop_at_a_sliding_attention_window(resolved):
         backbone.decoder.config.sliding_window = None
     assert graphs.buckets == tuple(w for w in GRAPH_BUCKETS if w <= 100) == (32, 64)
     assert graphs.run([5, 6, 7]) is None and not graphs.compiled
+
+
+def test_registered_attentions_skip_transformers_mask_preparation(resolved, monkeypatch):
+    import transformers.masking_utils as masking
+
+    from herald_service.backbone.hf import CAUSAL_ATTENTION
+
+    def fail(*args, **kwargs):
+        raise AssertionError("mask preparation ran (it reads packed position ids with a device sync on CUDA)")
+
+    backbone = HFBackbone(resolved, "cpu", "float32", padding_side="right")
+    ids = backbone.encode([user_turn(p) for p in PROMPTS[:2]])
+    expected = backbone.last_token_states(ids)
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", fail)
+    monkeypatch.setattr(masking, "sdpa_mask", fail)
+    monkeypatch.setitem(masking.ALL_MASK_ATTENTION_FUNCTIONS._global_mapping, "sdpa", fail)
+    with backbone.attention(CAUSAL_ATTENTION):
+        assert torch.allclose(backbone.last_token_states(ids), expected, atol=1e-5)
+        positions = torch.arange(len(ids[0]))[None]  # position ids given: transformers would look for packing
+        backbone.decoder(input_ids=torch.tensor([ids[0]]), position_ids=positions, use_cache=False)
+    with pytest.raises(AssertionError, match="mask preparation ran"):  # the check itself can fail
+        backbone.last_token_states(ids)

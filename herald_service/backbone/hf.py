@@ -28,7 +28,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 PADDING_SIDES = ("auto", "right", "left", "packed", "varlen")
 
 VARLEN_ATTENTION = "herald_varlen"
-"""Name under which :func:`varlen_attention` is registered with transformers' attention and mask interfaces."""
+"""Name under which :func:`varlen_attention` is registered with transformers' attention interface."""
 
 
 def varlen_attention(
@@ -65,12 +65,8 @@ def varlen_attention(
     return out.unsqueeze(0), None
 
 
-def _no_mask(*args: object, **kwargs: object) -> None:
-    return None  # the registered attentions need no mask: varlen bounds prompts by offsets, causal by is_causal
-
-
 CAUSAL_ATTENTION = "herald_causal"
-"""Name under which :func:`causal_attention` is registered with transformers' attention and mask interfaces."""
+"""Name under which :func:`causal_attention` is registered with transformers' attention interface."""
 
 
 def causal_attention(
@@ -96,13 +92,16 @@ def causal_attention(
 
 @functools.cache
 def _register_attention() -> None:
+    """Register :func:`varlen_attention` and :func:`causal_attention` with transformers' ``AttentionInterface``.
+
+    Neither gets a mask function: for an attention name without one, transformers skips mask preparation entirely
+    (``masking_utils._preprocess_mask_arguments`` exits early). Registering a function that returns None is not the
+    same: the preparation then still runs, and for packed position ids it checks them with a host sync.
+    """
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(VARLEN_ATTENTION, varlen_attention)
-    AttentionMaskInterface.register(VARLEN_ATTENTION, _no_mask)
     AttentionInterface.register(CAUSAL_ATTENTION, causal_attention)
-    AttentionMaskInterface.register(CAUSAL_ATTENTION, _no_mask)
 
 
 def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype) -> str:
@@ -332,9 +331,9 @@ class HFBackbone:
         if self.packs(token_ids):
             return self._packed_states(token_ids, intervention)
         ids, mask, last = self._pad(token_ids)
-        ids, last = ids.to(self.device), last.to(self.device)
+        ids, last = self._upload(ids), self._upload(last)
         if self.padding_side == "left":
-            mask = mask.to(self.device)
+            mask = self._upload(mask)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             kwargs = {"attention_mask": mask, "position_ids": positions}
         else:
@@ -342,6 +341,17 @@ class HFBackbone:
         with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture:
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
         return capture.on_device()
+
+    def _upload(self, host: torch.Tensor) -> torch.Tensor:
+        """``host`` (a small CPU tensor: token ids, positions, offsets) on the model's device without a host sync.
+
+        A plain ``.to("cuda")`` from pageable memory waits for everything queued on the stream, i.e. for the batch
+        still running, which is what the pipelined worker must not do: py-spy on the H200 (saturation, prompt mix)
+        found the worker blocked there 55% of the time. From pinned memory the copy is queued like a kernel.
+        """
+        if self.device.type != "cuda":
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
 
     @property
     def packs_batches(self) -> bool:
@@ -359,11 +369,11 @@ class HFBackbone:
         the longest prompt (tokens) that :func:`varlen_attention` reads."""
         lengths = [len(t) for t in token_ids]
         inputs: dict[str, object] = {
-            "input_ids": torch.tensor([[t for seq in token_ids for t in seq]], device=self.device),
-            "position_ids": torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0).to(self.device),
+            "input_ids": self._upload(torch.tensor([[t for seq in token_ids for t in seq]])),
+            "position_ids": self._upload(torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)),
         }
         if self.padding_side == "varlen":
-            inputs["herald_cu_seqlens"] = torch.tensor([0, *lengths]).cumsum(0).to(self.device, torch.int32)
+            inputs["herald_cu_seqlens"] = self._upload(torch.tensor([0, *lengths]).cumsum(0).to(torch.int32))
             inputs["herald_max_len"] = max(lengths)
         return inputs
 
@@ -372,7 +382,7 @@ class HFBackbone:
         # Rows of the capture are the prompts: index (row 0, end of prompt i) for each i.
         with (
             intervene(self.layers, intervention),
-            capture_last_token(self.layers, ends.to(self.device), rows=torch.zeros_like(ends).to(self.device)) as capture,
+            capture_last_token(self.layers, self._upload(ends), rows=torch.zeros(len(ends), dtype=torch.long, device=self.device)) as capture,
             self.attention_for_layout(),
         ):
             self.decoder(use_cache=False, **self.packed_inputs(token_ids))
@@ -490,7 +500,7 @@ class PrefillGraphs:
             return None
         graph, ids, last, out = self._graphs[width]
         ids.fill_(self.backbone.pad_id)
-        ids[0, :n].copy_(torch.tensor(token_ids, dtype=torch.long))
+        ids[0, :n].copy_(self.backbone._upload(torch.tensor(token_ids, dtype=torch.long)))
         last.fill_(n - 1)
         graph.replay()
         return out.to(dtype=torch.float32, copy=True)
