@@ -323,11 +323,12 @@ class Server:
         self.thread.join(30)
 
 
-async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict]:
+async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict, list[float]]:
     import aiohttp
 
     latencies: list[float] = []
     statuses: dict = {}
+    finished: list[float] = []
     queue = list(reversed(texts))
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
@@ -343,21 +344,35 @@ async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float
                 except aiohttp.ClientError as exc:  # counted, never hidden: the answer was lost on the wire
                     status = type(exc).__name__
                 latencies.append(time.perf_counter() - started)
+                finished.append(time.time())
                 statuses[status] = statuses.get(status, 0) + 1
 
         started = time.time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return started, time.time(), latencies, statuses
+        return started, time.time(), latencies, statuses, finished
 
 
-def http_load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict]:
+def http_load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict, list[float]]:
     """Send every text as one ``/classify`` request, ``concurrency`` at a time, from this process.
 
     Returns:
         (wall-clock start, wall-clock end) in epoch seconds, per-request latencies in seconds, status counts (an
-        HTTP status, or the name of the transport error that lost the answer).
+        HTTP status, or the name of the transport error that lost the answer), each answer's arrival (epoch seconds).
     """
     return asyncio.run(_load(url, texts, concurrency))
+
+
+@dataclass
+class LoadResult:
+    """One load run: ``seconds`` from first send to last answer, per-request ``latencies`` (seconds), ``statuses``
+    (counts by HTTP status or transport error), and ``steady_per_s``: answers per second between the 10th and the 90th
+    percentile answer, i.e. without the pipeline's fill at the start and drain at the end (a batch prefill has
+    neither: all its prompts are there from the start)."""
+
+    seconds: float
+    latencies: list[float]
+    statuses: dict
+    steady_per_s: float
 
 
 class LoadClient:
@@ -382,8 +397,8 @@ class LoadClient:
     def __exit__(self, *exc: object) -> None:
         self.pool.shutdown()
 
-    def run(self, url: str, texts: Sequence[str], concurrency: int) -> tuple[float, list[float], dict]:
-        """Every text once, ``concurrency`` in flight in total: (seconds from first send to last answer, latencies, statuses)."""
+    def run(self, url: str, texts: Sequence[str], concurrency: int) -> LoadResult:
+        """Every text once, ``concurrency`` in flight in total."""
         parts = min(self.processes, concurrency, len(texts))
         shares = [concurrency // parts + (1 if i < concurrency % parts else 0) for i in range(parts)]
         jobs = [self.pool.submit(http_load, url, list(texts[i::parts]), shares[i]) for i in range(parts)]
@@ -393,7 +408,13 @@ class LoadClient:
         for r in results:
             for key, count in r[3].items():
                 statuses[key] = statuses.get(key, 0) + count
-        return max(r[1] for r in results) - min(r[0] for r in results), latencies, statuses
+        finished = sorted(x for r in results for x in r[4])
+        # Answers arrive a batch at a time: count those after the 10th-percentile answer's arrival up to the
+        # 90th's, over the time between the two (whole batches on both ends, so no batch is counted without its time).
+        t_lo, t_hi = (finished[int(0.1 * len(finished))], finished[int(0.9 * len(finished)) - 1]) if finished else (0.0, 0.0)
+        inside = sum(1 for t in finished if t_lo < t <= t_hi)
+        steady = inside / (t_hi - t_lo) if t_hi > t_lo else float("nan")
+        return LoadResult(max(r[1] for r in results) - min(r[0] for r in results), latencies, statuses, steady)
 
     def warm(self, url: str, texts: Sequence[str]) -> None:
         """Start every client process and open connections (not timed)."""

@@ -61,8 +61,9 @@ def concurrency(target: Target, plan: dict) -> list[dict]:
     with Server(target, **BATCHING[target.name]) as server, LoadClient(plan["client_processes"]) as client:
         client.warm(server.url, texts)
         for level, n in zip(plan["levels"], plan["requests"]):
-            seconds, lat, statuses = client.run(server.url, texts[:n], level)
-            rows.append({"concurrency": level, "requests": n, "prompts_per_s": n / seconds, "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99), "statuses": statuses})
+            load = client.run(server.url, texts[:n], level)
+            rows.append({"concurrency": level, "requests": n, "prompts_per_s": n / load.seconds, "steady_prompts_per_s": load.steady_per_s,
+                         "p50_s": percentile(load.latencies, 50), "p99_s": percentile(load.latencies, 99), "statuses": load.statuses})
             print(rows[-1], flush=True)
     return rows
 
