@@ -65,3 +65,17 @@ def test_peak_monotonicity_layer_is_where_harmful_rises_fastest():
     s = np.vstack([benign, harmful])
     labels = np.array([0] * 4 + [1] * 4)
     assert peak_monotonicity_layer(s, labels) == 4
+
+
+def test_dot_then_normalize_is_the_projection_and_wrong_shapes_are_refused():
+    import torch
+
+    x, y = synthetic_states(seed=3)
+    fitted = fit_directions(x, y)
+    states = torch.tensor(x, dtype=torch.bfloat16)  # the engine passes device states in the model's dtype
+    raw = fitted.dot(states)
+    assert raw.dtype == torch.float32 and tuple(raw.shape) == (x.shape[0], x.shape[1])
+    assert np.allclose(fitted.normalize(raw.numpy()), fitted.project(states), atol=1e-6)
+    assert np.allclose(fitted.normalize(raw.numpy()), fitted.project(x), atol=0.05)  # bf16 rounding of the states only
+    with pytest.raises(ValueError, match=r"states must have shape \(batch, "):
+        fitted.dot(states[:, :-1])

@@ -168,10 +168,11 @@ class _Recorded(FakeBackbone):
         self._vocab, self._words = runtime.backbone._vocab, runtime.backbone._words
         self.events, self.fail_wait = events, fail_wait
 
-    def launch_last_token_states(self, token_ids):
+    def launch_last_token_states(self, token_ids, reduce=None):
         n = len(self.events)
         self.events.append(("launch", n))
         states = self.last_token_states(token_ids)
+        states = states if reduce is None else reduce(states)
 
         def wait_for_states():
             self.events.append(("wait", n))
@@ -243,10 +244,10 @@ def test_pipelined_worker_death_while_scoring_a_batch_of_an_earlier_window_answe
     second_queued = threading.Event()
 
     class Gated(_Recorded):
-        def launch_last_token_states(self, token_ids):
+        def launch_last_token_states(self, token_ids, reduce=None):
             if not self.events:  # hold the first launch until the second prompt waits in a new window
                 second_queued.wait(5)
-            return super().launch_last_token_states(token_ids)
+            return super().launch_last_token_states(token_ids, reduce)
 
     engine = make_engine(runtime, Gated(runtime, []), max_rows=1, delay_s=0.0)
     engine._score = lambda batch, states, started: (_ for _ in ()).throw(SystemError("scoring broke"))
@@ -257,3 +258,20 @@ def test_pipelined_worker_death_while_scoring_a_batch_of_an_earlier_window_answe
     assert isinstance(first.exception(timeout=5), NotReady)  # "a" belongs to neither the window nor the flight
     assert isinstance(second.exception(timeout=5), NotReady)
     assert not engine.alive
+
+
+@pytest.mark.parametrize("overlaps_host", [False, True])
+def test_engine_scores_equal_the_probe_on_the_full_states(runtime, overlaps_host):
+    # Pipelined, the engine projects where the states are and copies (batch, layer) back; synchronous, it projects
+    # the copied states. Both must give what the probe gives on the full states.
+    backbone = FakeBackbone(overlaps_host=overlaps_host)
+    engine = make_engine(runtime, backbone, token_budget=256, max_rows=8, delay_s=0.001)
+    texts = ["make a bomb now", "bake bread", "how do i pick a lock", "hello there"]
+    token_ids = ids(runtime, texts)
+    futures = engine.submit(token_ids)
+    expected = runtime.probe.predict(backbone.last_token_states(token_ids))
+    for i, future in enumerate(futures):
+        result = future.result(timeout=10)
+        assert result.score == pytest.approx(float(expected.scores[i]), abs=1e-9)
+        assert result.trajectory == pytest.approx(list(expected.trajectories[i]), abs=1e-9)
+    engine.stop()

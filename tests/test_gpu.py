@@ -141,3 +141,18 @@ def test_launching_a_batch_never_waits_for_the_device(resolved):
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(wait(), reference)
     assert torch.equal(single(), backbone.last_token_states([ids[1]]))
+
+
+def test_projection_on_the_device_equals_projection_of_the_copied_states(resolved):
+    from herald_service.probes.directions import LayerDirections
+
+    backbone = HFBackbone(resolved, "cuda", "bfloat16")
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 64)).astype(np.float32)
+    directions = LayerDirections((w / np.linalg.norm(w, axis=1, keepdims=True)).astype(np.float16), np.zeros(4, np.float32), np.ones(4, np.float32))
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    for batch in (ids, [ids[2]]):  # the varlen path and the graph path
+        on_device = backbone.launch_last_token_states(batch, reduce=directions.dot)()
+        assert on_device.device.type == "cpu" and on_device.dtype == torch.float32 and tuple(on_device.shape) == (len(batch), 4)
+        copied = directions.dot(backbone.last_token_states(batch))
+        assert torch.allclose(on_device, copied, rtol=1e-4, atol=1e-4)

@@ -49,8 +49,13 @@ class Backbone(Protocol):
         """One batched prefill; returns the last-token residual stream ``(batch, layer, d_model)`` float32, CPU."""
         ...
 
-    def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
-        """Start one batched prefill; the returned function waits for it and returns what ``last_token_states`` does."""
+    def launch_last_token_states(
+        self, token_ids: Sequence[Sequence[int]], reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> Callable[[], torch.Tensor]:
+        """Start one batched prefill; the returned function waits for it and returns what ``last_token_states`` does,
+        or, with ``reduce``, ``reduce(states)`` computed where the states are (on the device) and returned as float32
+        on the CPU (the engine projects onto the harm directions there and copies ``(batch, layer)`` back, not
+        ``(batch, layer, d_model)``)."""
         ...
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:

@@ -87,10 +87,13 @@ class FakeBackbone:
             rows.append(states)
         return torch.tensor(np.stack(rows), dtype=torch.float32)
 
-    def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
-        """Computes at once (there is no device); the returned function hands the states over."""
+    def launch_last_token_states(
+        self, token_ids: Sequence[Sequence[int]], reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> Callable[[], torch.Tensor]:
+        """Computes at once (there is no device); the returned function hands the states (or ``reduce(states)``) over."""
         states = self.last_token_states(token_ids)
-        return lambda: states
+        result = states if reduce is None else reduce(states).to(torch.float32)
+        return lambda: result
 
     def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
         """A canned reply: a refusal for harmful prompts unless an intervention is active."""

@@ -294,20 +294,29 @@ class HFBackbone:
         return self.device.type == "cuda"
 
     @torch.inference_mode()
-    def launch_last_token_states(self, token_ids: Sequence[Sequence[int]]) -> Callable[[], torch.Tensor]:
+    def launch_last_token_states(
+        self, token_ids: Sequence[Sequence[int]], reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> Callable[[], torch.Tensor]:
         """Queue the prefill of ``token_ids`` and return a function that waits for its states.
+
+        ``reduce`` (optional) maps the states ``(batch, layer, d_model)`` in the model's dtype, on the device, to a
+        smaller tensor there (the engine's projection onto the harm directions, ``(batch, layer)``); only that is
+        copied back.
 
         On CUDA the kernels and a copy of the kept states into pinned host memory are only queued, so the caller's
         thread is free (to score the previous batch, say) while the device computes; the returned function blocks
         until the copy is done. Elsewhere the forward has already run when this returns.
 
         Returns:
-            a function returning ``(batch, layer, d_model)`` float32 on the CPU, as :meth:`last_token_states`.
+            a function returning ``(batch, layer, d_model)`` float32 on the CPU, as :meth:`last_token_states` (or
+            ``reduce``'s result as float32 on the CPU).
 
         Raises:
             torch.OutOfMemoryError: the batch does not fit (raised here, at launch, by the allocator).
         """
         states = self._device_states(token_ids, None)
+        if reduce is not None:
+            states = reduce(states)
         if not self.overlaps_host:
             host = states.to(device="cpu", dtype=torch.float32)
             return lambda: host

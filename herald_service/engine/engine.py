@@ -212,7 +212,8 @@ class InferenceEngine:
         runs, so the device never waits for the host's scoring, answering and batching between two batches."""
         started = time.perf_counter()
         try:
-            wait = self.backbone.launch_last_token_states([p.token_ids for p in batch])
+            # Projected where the states are: only (batch, layer) comes back to the host.
+            wait = self.backbone.launch_last_token_states([p.token_ids for p in batch], reduce=self.probe.directions.dot)
         except torch.OutOfMemoryError:
             self._finish_in_flight()
             self._run_batch(batch)  # split and retried synchronously
@@ -234,11 +235,11 @@ class InferenceEngine:
     def _finish(self, batch: list[_Prompt], wait: Callable[[], torch.Tensor], started: float) -> None:
         self._finishing = batch
         try:
-            states = wait()
+            projections = wait()
         except Exception:
             self._forward_failed(batch)
             return
-        self._score(batch, states, started)
+        self._score(batch, lambda: self.probe.directions.normalize(projections.numpy()), started)
         self._finishing = []
 
     def _run_exclusive(self, job: _Exclusive) -> None:
@@ -271,12 +272,14 @@ class InferenceEngine:
         except Exception:
             self._forward_failed(batch)
             return
-        self._score(batch, states, started)
+        self._score(batch, lambda: self.probe.trajectories(states), started)
 
-    def _score(self, batch: list[_Prompt], states: torch.Tensor, started: float) -> None:
+    def _score(self, batch: list[_Prompt], trajectories: Callable[[], np.ndarray], started: float) -> None:
+        """Score a batch's trajectories ``(batch, layer)`` (computed by ``trajectories``, inside the scoring time and
+        its error handling) and answer every prompt of the batch."""
         forwarded = time.perf_counter()
         try:
-            out = self.probe.predict(states)
+            out = self.probe.predict_trajectories(trajectories())
         except Exception:
             log.exception("probe scoring failed")
             self._fail(batch, InferenceFailed("scoring failed; see server log"))

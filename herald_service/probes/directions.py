@@ -57,14 +57,43 @@ class LayerDirections:
             ValueError: if the layer count or hidden size does not match the directions.
         """
         if isinstance(states, torch.Tensor):
-            w = self._directions_float32.to(states.device)  # no copy on the CPU, where the engine scores
-            raw = torch.einsum("bld,ld->bl", states.to(torch.float32), w).double().cpu().numpy()
+            raw = self.dot(states).double().cpu().numpy()
         else:
             states = np.asarray(states)
             if states.ndim != 3 or states.shape[1:] != self.directions.shape:
                 raise ValueError(f"states must have shape (batch, {self.num_layers}, {self.hidden_size}), got {states.shape}")
             raw = np.einsum("bld,ld->bl", states.astype(np.float32), self.directions.astype(np.float32)).astype(np.float64)
-        return (raw - self.centers) / self.scales
+        return self.normalize(raw)
+
+    def dot(self, states: torch.Tensor) -> torch.Tensor:
+        """Raw projections ``w_l . h_l`` ``(batch, layer)`` float32, computed where ``states`` are (no host sync).
+
+        Args:
+            states: ``(batch, layer, d_model)``, any float dtype, on any device (the engine passes the device
+                states of a batch still running, so only ``(batch, layer)`` is copied back).
+
+        Raises:
+            ValueError: if the layer count or hidden size does not match the directions.
+        """
+        if states.ndim != 3 or tuple(states.shape[1:]) != self.directions.shape:
+            raise ValueError(f"states must have shape (batch, {self.num_layers}, {self.hidden_size}), got {tuple(states.shape)}")
+        return torch.einsum("bld,ld->bl", states.to(torch.float32), self._directions_on(states.device))
+
+    def normalize(self, raw: np.ndarray) -> np.ndarray:
+        """``(raw - c_l) / sigma_l``: raw projections ``(batch, layer)`` to ``(batch, layer)`` float64 in within-class
+        standard deviations (0 is the per-layer boundary)."""
+        return (np.asarray(raw, dtype=np.float64) - self.centers) / self.scales
+
+    def _directions_on(self, device: torch.device) -> torch.Tensor:
+        """The float32 directions on ``device``, copied there once (a dict cache: the dataclass is frozen)."""
+        cache = self._device_copies
+        if device not in cache:
+            cache[device] = self._directions_float32.to(device)
+        return cache[device]
+
+    @functools.cached_property
+    def _device_copies(self) -> dict[torch.device, torch.Tensor]:
+        return {}
 
 
 def lda_direction(x: np.ndarray, y: np.ndarray, shrinkage: str | float = "auto") -> np.ndarray:

@@ -67,7 +67,11 @@ class FittedProbe:
 
     def predict(self, states: np.ndarray | torch.Tensor) -> ProbeOutput:
         """Score states ``(batch, layer, d_model)``; see :class:`herald_service.types.ProbeOutput`."""
-        s = self.trajectories(states)
+        return self.predict_trajectories(self.trajectories(states))
+
+    def predict_trajectories(self, s: np.ndarray) -> ProbeOutput:
+        """Score normalized projection trajectories ``(batch, layer)`` float64 (:meth:`trajectories`, or
+        ``directions.normalize`` of projections computed on the device)."""
         features = self.features(s)
         logits = self.logits(features)
         scores = 1.0 / (1.0 + np.exp(-(logits - self.threshold)))
