@@ -4,7 +4,11 @@ no prompt text or ids in labels. The Grafana dashboard and alert rules in ``dock
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from herald_service.types import Classification
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
@@ -46,3 +50,24 @@ class HeraldMetrics:
             "herald_model_info", "Loaded backbone and probe (value 1).",
             ["backbone", "revision", "probe_feature_set", "device", "dtype", "version"], registry=r,
         )
+        # Labelled children of the per-request series, looked up once: ``.labels()`` validates and joins its label
+        # values under a lock on every call and cost more than the update itself (benchmarks/host_cost.py).
+        self._request_series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+        self._decision_series: dict[tuple[str, bool], Counter] = {}
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """Count one HTTP request by route template and status, and observe its latency."""
+        series = self._request_series.get((route, status))
+        if series is None:
+            series = self._request_series[(route, status)] = (self.requests.labels(route, str(status)), self.request_duration.labels(route))
+        series[0].inc()
+        series[1].observe(seconds)
+
+    def observe_decisions(self, route: str, results: Sequence[Classification]) -> None:
+        """Count each verdict as ``flagged`` or ``allowed`` and observe its score."""
+        for result in results:
+            counter = self._decision_series.get((route, result.flagged))
+            if counter is None:
+                counter = self._decision_series[(route, result.flagged)] = self.decisions.labels(route, "flagged" if result.flagged else "allowed")
+            counter.inc()
+            self.score.observe(result.score)

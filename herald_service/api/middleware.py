@@ -51,10 +51,8 @@ class RequestMetrics:
                                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(template, str(status["code"])).inc()
-            self.metrics.request_duration.labels(template).observe(time.perf_counter() - started)
+            template = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe_request(template, status["code"], time.perf_counter() - started)
 
 
 class BodyLimit:
