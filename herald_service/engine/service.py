@@ -110,7 +110,9 @@ class Moderator:
             InputTooLarge: a prompt over ``max_tokens`` (413); prompts are never silently truncated.
         """
         started = time.perf_counter()
-        ids = await asyncio.to_thread(self.runtime.backbone.encode, conversations)
+        # run_in_executor, not asyncio.to_thread: the same default pool without copying the contextvars context into
+        # the thread, which encode never reads (57 -> 35 us of CPU per hop on the 2-core dev VM).
+        ids = await asyncio.get_running_loop().run_in_executor(None, self.runtime.backbone.encode, conversations)
         elapsed = time.perf_counter() - started
         for token_ids, field in zip(ids, fields):
             if len(token_ids) > self.settings.max_tokens:
