@@ -266,3 +266,115 @@ def test_error_names_the_element_at_fault(client, content, field, words):
     r = client.post("/classify", content=content, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == field and words in r.json()["error"]["message"]
+
+
+# -- the moderation routes build their body once (benchmarks/host_cost.py): same bytes, headers and metrics ----------
+TIMING_HEADERS = ("x-tokenize-time", "x-queue-time", "x-inference-time", "x-score-time", "x-total-time")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": "how do I build a bomb"},
+        {"input": ["how do I bake bread", "make a bomb", "poison the well"], "return_trajectory": False},
+        {"messages": [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "steal a car"}]]},
+    ],
+)
+def test_classify_body_is_byte_for_byte_what_the_response_model_writes(client, body):
+    from herald_service.api.schemas import ClassifyResponse
+
+    r = client.post("/classify", json=body)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    # The bytes FastAPI wrote when the route returned a ClassifyResponse: field order, float format, nulls.
+    assert r.content == ClassifyResponse.model_validate_json(r.content).model_dump_json().encode()
+    results = r.json()["results"]
+    assert list(results[0]) == ["flagged", "score", "logit", "threshold", "tokens", "features", "trajectory", "onset_layer"]
+    assert list(results[0]["features"]) == ["slope", "curvature", "monotonicity", "onset", "late_level", "peak", "volatility"]
+    with_trajectory = body.get("return_trajectory", True)
+    assert all((len(x["trajectory"]) == 8) if with_trajectory else (x["trajectory"] is None) for x in results)
+    assert int(r.headers["content-length"]) == len(r.content)
+    for header in TIMING_HEADERS:
+        assert float(r.headers[header]) >= 0
+    assert 1 <= int(r.headers["x-batch-size"]) <= len(results)
+
+
+def test_moderations_body_is_byte_for_byte_what_the_response_model_writes(client):
+    from herald_service.api.schemas import ModerationResponse
+
+    first = client.post("/v1/moderations", json={"input": ["hello there", "make a bomb"]})
+    second = client.post("/v1/moderations", json={"input": "hello"})
+    assert first.status_code == second.status_code == 200
+    assert first.content == ModerationResponse.model_validate_json(first.content).model_dump_json().encode()
+    ids = [r.json()["id"] for r in (first, second)]
+    assert all(i.startswith("modr-") and len(i) == 5 + 32 and int(i[5:], 16) >= 0 for i in ids) and ids[0] != ids[1]
+    assert first.json()["model"] == "herald/fake-backbone"
+    for header in TIMING_HEADERS:
+        assert float(first.headers[header]) >= 0
+
+
+def test_json_answer_writes_non_finite_floats_as_null_like_pydantic():
+    from herald_service.api.routes.classify import json_answer
+    from herald_service.api.schemas import ClassifyResult
+    from herald_service.types import Timing
+
+    fields = {"flagged": False, "score": float("nan"), "logit": float("-inf"), "threshold": 0.5, "tokens": 3,
+              "features": dict.fromkeys(["slope", "curvature", "monotonicity", "onset", "late_level", "peak", "volatility"], 0.25),
+              "trajectory": [1e-07, float("inf")], "onset_layer": None}
+    response = json_answer(fields, Timing(0.001, 0.002, 0.003, 0.004, 2))
+    assert response.body == ClassifyResult(**fields).model_dump_json().encode()
+    assert b'"score":null' in response.body
+    headers = dict(response.headers)
+    assert (headers["x-tokenize-time"], headers["x-queue-time"], headers["x-inference-time"], headers["x-score-time"]) == ("1.00", "2.00", "3.00", "4.00")
+    assert headers["x-batch-size"] == "2"
+
+
+def test_moderation_routes_still_count_requests_latency_decisions_and_scores(client):
+    def value(text, prefix):
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    before = client.get("/metrics").text
+    for _ in range(2):
+        assert client.post("/v1/moderations", json={"input": ["make a bomb", "bake a cake"]}).status_code == 200
+    assert client.post("/classify", json={"input": "bake a pie"}).status_code == 200
+    after = client.get("/metrics").text
+    moved = {
+        'herald_requests_total{route="/v1/moderations",status="200"}': 2,
+        'herald_request_duration_seconds_count{route="/v1/moderations"}': 2,
+        'herald_requests_total{route="/classify",status="200"}': 1,
+        'herald_request_duration_seconds_count{route="/classify"}': 1,
+        'herald_moderation_decisions_total{decision="flagged",route="/v1/moderations"}': 2,
+        'herald_moderation_decisions_total{decision="allowed",route="/v1/moderations"}': 2,
+        'herald_moderation_decisions_total{decision="allowed",route="/classify"}': 1,
+        "herald_moderation_score_ratio_count": 5,
+    }
+    assert {k: value(after, k) - value(before, k) for k in moved} == moved
+
+
+def test_api_key_is_checked_before_readiness_and_before_the_body():
+    import threading
+
+    from herald_service.engine.runtime import fake_runtime
+
+    gate = threading.Event()
+
+    def slow_loader(_settings):
+        gate.wait(10)
+        return fake_runtime()
+
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True, api_keys=API_KEY), loader=slow_loader)) as c:
+        for path in ("/classify", "/v1/moderations"):
+            assert c.post(path, json={"bad": 1}).status_code == 401  # no key: 401, not 503 or 422
+            r = c.post(path, json={"input": "hi"}, headers={"Authorization": f"Bearer {API_KEY}"})
+            assert r.status_code == 503 and r.json()["error"]["type"] == "not_ready"
+        gate.set()
+        wait_ready(c)
+        r = c.post("/classify", json={"bad": 1}, headers={"Authorization": f"Bearer {API_KEY}"})
+        assert r.status_code == 422
+
+
+def test_moderation_routes_still_document_the_bearer_scheme_and_their_models():
+    spec = build_app(Settings(_env_file=None, fake_backend=True)).openapi()
+    for path, model in (("/classify", "ClassifyResponse"), ("/v1/moderations", "ModerationResponse")):
+        operation = spec["paths"][path]["post"]
+        assert {"HTTPBearer": []} in operation["security"]
+        assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(model)

@@ -51,8 +51,7 @@ async def get_state(request: Request) -> AppState:
 State = Annotated[AppState, Depends(get_state)]
 
 
-async def get_moderator(state: State) -> Moderator:
-    """The moderator, or 503 while loading / after the worker died."""
+def _ready_moderator(state: AppState) -> Moderator:
     reason = state.not_ready_reason()
     if reason is not None:
         raise NotReady(reason)
@@ -60,27 +59,51 @@ async def get_moderator(state: State) -> Moderator:
     return state.moderator
 
 
+async def get_moderator(state: State) -> Moderator:
+    """The moderator, or 503 while loading / after the worker died."""
+    return _ready_moderator(state)
+
+
 _bearer = HTTPBearer(auto_error=False)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 def _matches(token: str, keys: list[str]) -> bool:
     return any(hmac.compare_digest(token.encode(), key.encode()) for key in keys)
 
 
-async def require_api_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+def _check_api_key(state: AppState, credentials: HTTPAuthorizationCredentials | None) -> None:
+    keys = [k.get_secret_value() for k in state.settings.api_keys]
+    if keys and (credentials is None or not _matches(credentials.credentials, keys)):
+        raise Unauthorized("missing or invalid API key (Authorization: Bearer <key>)", field="authorization")
+
+
+async def require_api_key(state: State, credentials: Credentials) -> None:
     """``Authorization: Bearer <key>`` must name one of ``HERALD_API_KEYS`` when any are set.
 
     Raises:
         Unauthorized: missing or wrong key (401).
     """
-    keys = [k.get_secret_value() for k in state.settings.api_keys]
-    if not keys:
-        return
-    if credentials is None or not _matches(credentials.credentials, keys):
-        raise Unauthorized("missing or invalid API key (Authorization: Bearer <key>)", field="authorization")
+    _check_api_key(state, credentials)
 
 
-async def require_steer_key(state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def serving_moderator(request: Request, credentials: Credentials) -> Moderator:
+    """The moderation routes' one dependency: the API key is checked first, then readiness.
+
+    One dependency instead of three (key, state, moderator): FastAPI derives every sub-dependency's cache key and
+    kind again on each request, and that was the largest single host cost of a ``/classify`` call
+    (benchmarks/host_cost.py). ``credentials`` stays a dependency so OpenAPI still shows the bearer scheme.
+
+    Raises:
+        Unauthorized: missing or wrong key (401).
+        NotReady: loading, or the worker died (503).
+    """
+    state: AppState = request.app.state.herald
+    _check_api_key(state, credentials)
+    return _ready_moderator(state)
+
+
+async def require_steer_key(state: State, credentials: Credentials) -> None:
     """``/steer`` is off unless enabled, and then needs ``HERALD_STEER_API_KEY`` (it removes a safety behaviour).
 
     Raises:
@@ -108,5 +131,6 @@ def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
 
 
 ModeratorDep = Annotated[Moderator, Depends(get_moderator)]
+ServingModerator = Annotated[Moderator, Depends(serving_moderator)]
 ApiKey = Depends(require_api_key)
 SteerKey = Depends(require_steer_key)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Any
 
-from herald_service.api.deps import ApiKey, ModeratorDep, State, disconnect_watch
-from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ClassifyResult, ErrorBody
+from fastapi import APIRouter, Request, Response
+from pydantic_core import to_json
+
+from herald_service.api.deps import ServingModerator, disconnect_watch
+from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody, TrajectoryFeatures
 from herald_service.types import Classification, Conversation, Message, Timing, user_turn
 
 router = APIRouter(tags=["moderation"])
 
 ERRORS = {code: {"model": ErrorBody} for code in (401, 413, 422, 429, 503, 504)}
+_FEATURES = tuple(TrajectoryFeatures.model_fields)
 
 
 def to_conversations(body: ClassifyRequest) -> tuple[list[Conversation], list[str], str]:
@@ -29,48 +33,54 @@ def _conversation(messages: list[ChatMessage]) -> Conversation:
     return tuple(Message(m.role, m.content) for m in messages)
 
 
-def result_body(result: Classification, with_trajectory: bool = True) -> ClassifyResult:
-    """The HTTP shape of one verdict."""
-    return ClassifyResult(
-        flagged=result.flagged,
-        score=result.score,
-        logit=result.logit,
-        threshold=result.threshold,
-        tokens=result.tokens,
-        features=result.features,  # type: ignore[arg-type]
-        trajectory=result.trajectory if with_trajectory else None,
-        onset_layer=result.onset_layer,
-    )
+def result_fields(result: Classification, with_trajectory: bool = True) -> dict[str, Any]:
+    """The HTTP shape of one verdict (:class:`~herald_service.api.schemas.ClassifyResult`'s fields, in its order)."""
+    return {
+        "flagged": result.flagged,
+        "score": result.score,
+        "logit": result.logit,
+        "threshold": result.threshold,
+        "tokens": result.tokens,
+        "features": {name: result.features[name] for name in _FEATURES},
+        "trajectory": result.trajectory if with_trajectory else None,
+        "onset_layer": result.onset_layer,
+    }
 
 
-def timing_headers(response: Response, timing: Timing) -> None:
-    """``x-*-time`` headers in milliseconds (TEI style)."""
-    for name, seconds in (
-        ("x-tokenize-time", timing.tokenize_s),
-        ("x-queue-time", timing.queue_s),
-        ("x-inference-time", timing.forward_s),
-        ("x-score-time", timing.score_s),
-    ):
-        response.headers[name] = f"{seconds * 1000:.2f}"
-    response.headers["x-batch-size"] = str(timing.batch_size)
+def timing_headers(timing: Timing) -> dict[str, str]:
+    """``x-*-time`` headers in milliseconds (TEI style), and the batch size."""
+    return {
+        "x-tokenize-time": f"{timing.tokenize_s * 1000:.2f}",
+        "x-queue-time": f"{timing.queue_s * 1000:.2f}",
+        "x-inference-time": f"{timing.forward_s * 1000:.2f}",
+        "x-score-time": f"{timing.score_s * 1000:.2f}",
+        "x-batch-size": str(timing.batch_size),
+    }
 
 
-def record_decisions(state: State, route: str, results: list[Classification]) -> None:
-    for result in results:
-        state.metrics.decisions.labels(route, "flagged" if result.flagged else "allowed").inc()
-        state.metrics.score.observe(result.score)
+def json_answer(fields: dict[str, Any], timing: Timing) -> Response:
+    """A 200 whose body is ``fields`` encoded once.
+
+    The routes build plain dicts in their response model's field order and return this instead of a model: FastAPI
+    would validate a returned model against ``response_model`` again and then serialize it, twice the work for a
+    body the route has just built from typed engine output. ``pydantic_core.to_json`` is the encoder pydantic itself
+    uses, so the bytes equal ``model.model_dump_json()`` (non-finite floats as ``null``, as pydantic writes them).
+    """
+    return Response(to_json(fields, inf_nan_mode="null"), media_type="application/json", headers=timing_headers(timing))
 
 
-@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, dependencies=[ApiKey])
-async def classify(body: ClassifyRequest, request: Request, response: Response, moderator: ModeratorDep, state: State) -> ClassifyResponse:
+@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
+async def classify(body: ClassifyRequest, request: Request, moderator: ServingModerator) -> Response:
     """Classify one or more prompts or conversations; results in input order."""
     conversations, fields, batch_field = to_conversations(body)
     results, timing = await moderator.classify(conversations, fields, batch_field, disconnect_watch(request))
-    timing_headers(response, timing)
-    record_decisions(state, "/classify", results)
+    moderator.metrics.observe_decisions("/classify", results)
     runtime = moderator.runtime
-    return ClassifyResponse(
-        model=runtime.backbone.info.model_id,
-        probe=runtime.probe_path,
-        results=[result_body(r, body.return_trajectory) for r in results],
+    return json_answer(
+        {
+            "model": runtime.backbone.info.model_id,
+            "probe": runtime.probe_path,
+            "results": [result_fields(r, body.return_trajectory) for r in results],
+        },
+        timing,
     )

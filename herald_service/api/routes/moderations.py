@@ -6,13 +6,13 @@ Herald measures one thing, harmfulness, so ``categories`` and ``category_scores`
 
 from __future__ import annotations
 
-import uuid
+import secrets
 
 from fastapi import APIRouter, Request, Response
 
-from herald_service.api.deps import ApiKey, ModeratorDep, State, disconnect_watch
-from herald_service.api.routes.classify import ERRORS, record_decisions, timing_headers
-from herald_service.api.schemas import ModerationRequest, ModerationResponse, ModerationResult
+from herald_service.api.deps import ServingModerator, disconnect_watch
+from herald_service.api.routes.classify import ERRORS, json_answer
+from herald_service.api.schemas import ModerationRequest, ModerationResponse
 from herald_service.types import user_turn
 
 router = APIRouter(tags=["moderation"])
@@ -20,8 +20,8 @@ router = APIRouter(tags=["moderation"])
 CATEGORY = "harmful"
 
 
-@router.post("/v1/moderations", response_model=ModerationResponse, responses=ERRORS, dependencies=[ApiKey])
-async def moderations(body: ModerationRequest, request: Request, response: Response, moderator: ModeratorDep, state: State) -> ModerationResponse:
+@router.post("/v1/moderations", response_model=ModerationResponse, responses=ERRORS)
+async def moderations(body: ModerationRequest, request: Request, moderator: ServingModerator) -> Response:
     """OpenAI-compatible moderation of a string, a list of strings, or a list of text parts."""
     if isinstance(body.input, str):
         texts, fields = [body.input], ["input"]
@@ -29,18 +29,20 @@ async def moderations(body: ModerationRequest, request: Request, response: Respo
         texts = [item if isinstance(item, str) else item.text for item in body.input]
         fields = [f"input[{i}]" for i in range(len(texts))]
     results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request))
-    timing_headers(response, timing)
-    record_decisions(state, "/v1/moderations", results)
-    return ModerationResponse(
-        id=f"modr-{uuid.uuid4().hex}",
-        model=body.model or f"herald/{moderator.runtime.backbone.info.slug}",
-        results=[
-            ModerationResult(
-                flagged=r.flagged,
-                categories={CATEGORY: r.flagged},
-                category_scores={CATEGORY: r.score},
-                category_applied_input_types={CATEGORY: ["text"]},
-            )
-            for r in results
-        ],
+    moderator.metrics.observe_decisions("/v1/moderations", results)
+    return json_answer(
+        {
+            "id": f"modr-{secrets.token_hex(16)}",  # 32 random hex digits, as uuid4().hex gave, without building a UUID
+            "model": body.model or f"herald/{moderator.runtime.backbone.info.slug}",
+            "results": [
+                {
+                    "flagged": r.flagged,
+                    "categories": {CATEGORY: r.flagged},
+                    "category_scores": {CATEGORY: r.score},
+                    "category_applied_input_types": {CATEGORY: ["text"]},
+                }
+                for r in results
+            ],
+        },
+        timing,
     )

@@ -9,8 +9,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from herald_service.api.deps import ModeratorDep, SteerKey, disconnect_watch
-from herald_service.api.routes.classify import ERRORS, result_body
-from herald_service.api.schemas import Completion, SteerRequest, SteerResponse
+from herald_service.api.routes.classify import ERRORS, result_fields
+from herald_service.api.schemas import ClassifyResult, Completion, SteerRequest, SteerResponse
 from herald_service.types import Message, user_turn
 
 router = APIRouter(tags=["research"])
@@ -30,7 +30,7 @@ async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -
         baseline=Completion(completion=outcome.baseline, refused=outcome.baseline_refused),
         steered=Completion(completion=outcome.steered, refused=outcome.steered_refused),
         classification={
-            "baseline": result_body(outcome.baseline_classification),
-            "steered": result_body(outcome.steered_classification),
+            "baseline": ClassifyResult.model_validate(result_fields(outcome.baseline_classification)),
+            "steered": ClassifyResult.model_validate(result_fields(outcome.steered_classification)),
         },
     )
