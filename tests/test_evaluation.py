@@ -121,7 +121,7 @@ def test_class_sample_and_weights():
 
 @pytest.mark.parametrize("name", sorted(FACTORIES))
 def test_every_method_beats_chance_on_a_separable_problem(name):
-    data = synthetic(n=320, layers=8)  # 8: the candidate sets need >= 7 layers
+    data = synthetic(n=320)
     train, test = split(data)
     groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
     method = make_method(name, 0).fit(data.states[train], data.labels[train], groups[train])

@@ -60,7 +60,7 @@ def test_too_few_layers_for_a_set_is_refused(edge_set):
 
 
 def test_fitted_probe_refuses_an_unknown_set(fake_states):
-    backbone, states, labels = fake_states
+    _, states, labels = fake_states
     fitted = HeraldProbe().fit(states, labels).fitted_
     with pytest.raises(ValueError, match="unknown feature set 'nope'"):
         FittedProbe(fitted.directions, fitted.feature_stats, fitted.scorer, 0.0, "max_f1", 1, "nope")
@@ -143,43 +143,3 @@ def test_fit_refuses_an_unknown_set_in_one_line():
     assert out.returncode == 1
     assert "unknown feature set 'herald-v9'" in out.stderr and "Traceback" not in out.stderr
 
-
-# Candidate sets tried against herald-v1 on leave-one-source-out (docs/eval/feature_sets.md), on known answers.
-
-
-def test_candidate_bands_are_band_means():
-    f = compute_features(np.arange(14.0), "cand-bands")[0]  # 7 bands of 2 layers
-    np.testing.assert_allclose(f, [0.5, 2.5, 4.5, 6.5, 8.5, 10.5, 12.5])
-
-
-def test_candidate_legendre_recovers_polynomial_coefficients():
-    t = np.linspace(-1, 1, 30)
-    np.testing.assert_allclose(compute_features(3 + 2 * t, "cand-legendre")[0], [3, 2, 0, 0, 0, 0, 0], atol=1e-9)
-    np.testing.assert_allclose(compute_features((3 * t**2 - 1) / 2, "cand-legendre")[0], [0, 0, 1, 0, 0, 0, 0],
-                               atol=1e-9)
-
-
-def test_candidate_quantiles_ignore_layer_order():
-    s = np.random.default_rng(1).permutation(np.arange(11.0))
-    np.testing.assert_allclose(compute_features(s, "cand-quantiles")[0], [0, 1, 2.5, 5, 7.5, 9, 10])
-
-
-def test_candidate_summary():
-    s = np.array([0, 1, 2, 3, 10.0])
-    f = dict(zip(FEATURE_SETS["cand-summary"].names, compute_features(s, "cand-summary")[0]))
-    assert f["mean_level"] == pytest.approx(3.2)
-    assert f["level_std"] == pytest.approx(np.std(s))
-    assert (f["peak"], f["trough"], f["peak_position"]) == (10, 0, 1.0)
-    assert f["late_minus_early"] == pytest.approx(10.0)  # one layer each end (5 // 4)
-    # Pairwise slopes: six pairs on the line have slope 4, the four with the last layer 10, 12, 16, 28.
-    assert f["robust_slope"] == pytest.approx(4.0)
-
-
-def test_candidate_v1_levels_reuses_v1_columns():
-    s = np.array([-1, 0, 1, 2, 3.0, 5.0, 4.0, 2.0])
-    v1 = dict(zip(FEATURE_NAMES, compute_features(s)[0]))
-    f = dict(zip(FEATURE_SETS["cand-v1-levels"].names, compute_features(s, "cand-v1-levels")[0]))
-    for name in ("slope", "monotonicity", "late_level", "peak", "volatility"):
-        assert f[name] == v1[name]
-    assert f["mean_level"] == pytest.approx(2.0)
-    assert f["early_level"] == pytest.approx(-0.5)  # first 8 // 4 = 2 layers

@@ -96,59 +96,6 @@ def _herald_v1(s: np.ndarray) -> np.ndarray:
     return np.stack([slope, curvature, monotonicity, onset_x, late_level, peak, volatility], axis=1)
 
 
-def _bands(s: np.ndarray) -> np.ndarray:
-    """Mean of s over 7 contiguous depth bands (``np.array_split`` of the layers): a band-averaged trajectory."""
-    return np.stack([band.mean(axis=1) for band in np.array_split(s, 7, axis=1)], axis=1)
-
-
-@functools.lru_cache(maxsize=16)
-def _legendre_operator(num_layers: int) -> np.ndarray:
-    """Pseudo-inverse ``(7, layer)`` of the Legendre Vandermonde matrix (degrees 0..6) on ``t = 2x - 1``."""
-    t = 2.0 * layer_positions(num_layers) - 1.0
-    return np.linalg.pinv(np.polynomial.legendre.legvander(t, 6))
-
-
-def _legendre(s: np.ndarray) -> np.ndarray:
-    """Least-squares Legendre coefficients (degrees 0..6) of s on ``t = 2x - 1``: level, slope, bend, ... ."""
-    return (_legendre_operator(s.shape[1]) @ s.T).T
-
-
-QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-
-
-def _quantiles(s: np.ndarray) -> np.ndarray:
-    """Quantiles :data:`QUANTILES` of each row's values (linear interpolation), ignoring layer order."""
-    return np.quantile(s, QUANTILES, axis=1).T
-
-
-def _theil_sen_slope(s: np.ndarray) -> np.ndarray:
-    """Median of the pairwise slopes ``(s_j - s_i) / (x_j - x_i)``, i < j: a slope robust to a few wild layers."""
-    x = layer_positions(s.shape[1])
-    i, j = np.triu_indices(s.shape[1], k=1)
-    return np.median((s[:, j] - s[:, i]) / (x[j] - x[i]), axis=1)
-
-
-def _early_late(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Means of the first and the last ``max(1, L // 4)`` layers."""
-    k = late_window(s.shape[1])
-    return s[:, :k].mean(axis=1), s[:, -k:].mean(axis=1)
-
-
-def _level_summary(s: np.ndarray) -> np.ndarray:
-    """mean, std, max, min, x of the max, late-minus-early difference, Theil-Sen slope."""
-    early, late = _early_late(s)
-    peak_x = layer_positions(s.shape[1])[np.argmax(s, axis=1)]
-    return np.stack([s.mean(axis=1), s.std(axis=1), s.max(axis=1), s.min(axis=1), peak_x, late - early,
-                     _theil_sen_slope(s)], axis=1)
-
-
-def _v1_levels(s: np.ndarray) -> np.ndarray:
-    """herald-v1 without curvature and onset, with the mean level and the early level instead."""
-    v1 = _herald_v1(s)
-    early, _ = _early_late(s)
-    return np.concatenate([v1[:, [0, 2, 4, 5, 6]], s.mean(axis=1, keepdims=True), early[:, None]], axis=1)
-
-
 @dataclass(frozen=True)
 class FeatureSet:
     """A named, versioned set of seven trajectory features.
@@ -168,13 +115,6 @@ class FeatureSet:
 
 FEATURE_SETS: dict[str, FeatureSet] = {
     FEATURE_SET: FeatureSet(FEATURE_SET, FEATURE_NAMES, 3, _herald_v1),
-    "cand-bands": FeatureSet("cand-bands", tuple(f"band_{i}" for i in range(1, 8)), 7, _bands),
-    "cand-legendre": FeatureSet("cand-legendre", tuple(f"legendre_{i}" for i in range(7)), 7, _legendre),
-    "cand-quantiles": FeatureSet("cand-quantiles", tuple(f"q{round(100 * q):02d}" for q in QUANTILES), 3, _quantiles),
-    "cand-summary": FeatureSet("cand-summary", ("mean_level", "level_std", "peak", "trough", "peak_position",
-                                                "late_minus_early", "robust_slope"), 3, _level_summary),
-    "cand-v1-levels": FeatureSet("cand-v1-levels", ("slope", "monotonicity", "late_level", "peak", "volatility",
-                                                    "mean_level", "early_level"), 3, _v1_levels),
 }
 """Every feature set Herald can fit and serve, by name."""
 
