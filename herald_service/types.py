@@ -61,6 +61,8 @@ class ProbeOutput:
         scores: ``(batch,)`` float64 ``sigmoid(logit - threshold)`` in [0, 1].
         flagged: ``(batch,)`` bool, ``scores >= 0.5``.
         onset_layers: 1-based decoder layer from which s stays positive, or None.
+        threshold: the probe's calibrated logit threshold.
+        feature_names: names of the seven ``features`` columns (the probe's feature set).
     """
 
     trajectories: np.ndarray
@@ -70,6 +72,7 @@ class ProbeOutput:
     flagged: np.ndarray
     onset_layers: list[int | None]
     threshold: float
+    feature_names: tuple[str, ...]
 
 
 @dataclass

@@ -143,3 +143,15 @@ def test_fit_refuses_an_unknown_set_in_one_line():
     assert out.returncode == 1
     assert "unknown feature set 'herald-v9'" in out.stderr and "Traceback" not in out.stderr
 
+
+
+def test_served_features_are_named_by_the_probes_set(fake_states, edge_set):
+    from herald_service.engine.engine import classification_at
+
+    _backbone, states, labels = fake_states
+    probe = HeraldProbe(feature_set="test-edges").fit(states, labels).fitted_
+    out = probe.predict(states[:2])
+    assert out.feature_names == edge_set.names
+    served = classification_at(out, 1, tokens=5)
+    assert list(served.features) == list(edge_set.names)  # not herald-v1's names
+    assert list(served.features.values()) == pytest.approx(list(out.features[1]))

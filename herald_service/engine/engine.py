@@ -25,7 +25,6 @@ from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
 from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull
 from herald_service.metrics import HeraldMetrics
-from herald_service.probes.features import FEATURE_NAMES
 from herald_service.probes.probe import FittedProbe
 from herald_service.types import Classification, ProbeOutput, Timing
 
@@ -320,7 +319,7 @@ def classification_at(out: ProbeOutput, i: int, tokens: int, timing: Timing | No
         logit=float(out.logits[i]),
         threshold=float(out.threshold),
         tokens=tokens,
-        features={name: float(v) for name, v in zip(FEATURE_NAMES, out.features[i])},
+        features={name: float(v) for name, v in zip(out.feature_names, out.features[i], strict=True)},
         trajectory=[float(v) for v in np.asarray(out.trajectories[i])],
         onset_layer=out.onset_layers[i],
         timing=timing or Timing(),

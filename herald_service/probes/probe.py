@@ -75,7 +75,7 @@ class FittedProbe:
         features = self.features(s)
         logits = self.logits(features)
         scores = 1.0 / (1.0 + np.exp(-(logits - self.threshold)))
-        return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold)
+        return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold, self.feature_names)
 
 
 def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
