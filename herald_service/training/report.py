@@ -427,13 +427,16 @@ def _recipe_section(results: dict) -> list[str]:
     if not recipes:
         return []
     out = ["## Training recipe: before and after (source-held-out)", "", recipes.get("description", ""), ""]
+    blocks = recipes["results"].values()
+    # Rows read from `herald eval` get today's highlights, rows from an older recipes.json those of its day: a column
+    # is shown only when every row has it, so no row's numbers slide under another column's name.
+    columns = [k for k in next(iter(blocks)).get("highlights", {}) if all(k in b.get("highlights", {}) for b in blocks)]
     rows = []
     for name, block in recipes["results"].items():
         pooled = block["loso_pooled"]
         rows.append([name, _fmt(pooled["f1"]), _fmt(pooled["auroc"]), _fmt(pooled["false_positive_rate"], pct=True),
-                     _fmt(pooled["recall"], pct=True)] + [f"{_val(v) * 100:.1f}" for v in block.get("highlights", {}).values()])
-    first = next(iter(recipes["results"].values()))
-    out += [_table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + list(first.get("highlights", {})), rows), ""]
+                     _fmt(pooled["recall"], pct=True)] + [f"{_val(block['highlights'][k]) * 100:.1f}" for k in columns])
+    out += [_table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + columns, rows), ""]
     out += [recipe_decision(recipes), ""]
     notes = recipes.get("notes") or []
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
