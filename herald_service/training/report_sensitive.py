@@ -1,4 +1,5 @@
-"""Tables for ``docs/eval/benign_sensitive.md`` from the JSON of ``herald eval --test-data ... --probe ...`` and
+"""The benign sensitive-topic section of ``docs/EVALUATION.md`` (``herald report``) and the tables of
+``docs/eval/benign_sensitive.md``, from the JSON of ``herald eval --test-data ... --probe ...`` and
 ``herald recipes --sensitive-data ...`` (docs/BENIGN_SENSITIVE.md): false-positive rates on the held-out benign
 sensitive-topic sets, and what training on them does on source-held-out evaluation.
 
@@ -79,6 +80,49 @@ def recipe_table(recipes: dict) -> str:
     lines.append("| all corpus folds, pooled | F1 | " + " | ".join(f"{b['loso_pooled']['f1']['value']:.3f}" for b in results.values()) + " |")
     lines.append("| all corpus folds, pooled | AUROC | " + " | ".join(f"{b['loso_pooled']['auroc']['value']:.3f}" for b in results.values()) + " |")
     return "\n".join(lines)
+
+
+def held_out_fprs(results: dict) -> tuple[str, dict[str, dict]]:
+    """Who scored the held-out benign sets, and each set's FPR metric by set name (``.jsonl`` dropped).
+
+    The saved (shipped) probe when ``herald eval --probe`` scored them, else Herald fitted on the random split.
+    """
+    saved = results.get("saved_probe", {}).get("sets", {})
+    names = sorted(k for k in results["extra"] if k != "jailbreak_wrapped")
+    if saved:
+        return "shipped probe", {n.removesuffix(".jsonl"): saved[n]["pooled"]["false_positive_rate"] for n in names if n in saved}
+    return "Herald (split fit)", {n.removesuffix(".jsonl"): results["extra"][n]["herald"]["pooled"]["false_positive_rate"]
+                                  for n in names if "herald" in results["extra"][n]}
+
+
+def section(results: dict | None, recipes: dict | None) -> list[str]:
+    """Markdown lines of the report's section; one line saying what is missing when ``results`` is ``None``."""
+    out = ["## Benign prompts on sensitive topics (held-out sets)", ""]
+    if results is None:
+        return out + ["Not in this report: there is no `benign_sensitive/results.json` beside the results file "
+                      "(`herald eval --test-data ... --probe ...`, docs/BENIGN_SENSITIVE.md).", ""]
+    meta = results.get("meta", {})
+    who, fprs = held_out_fprs(results)
+    out += [f"Shows: the false-positive rate on {len(fprs)} sets of benign prompts on sensitive topics (health, law, "
+            "security, refusal hard negatives; sources, licenses and filtering in docs/BENIGN_SENSITIVE.md) that no fit "
+            f"trained on, for the {who} and for every method fitted on the random split, each at its own calibrated "
+            f"threshold, every row of each set scored ({meta.get('replicates')}-replicate bootstrap intervals; backbone "
+            f"`{meta.get('backbone', {}).get('id', '?')}`)"
+            + (", and what adding the sets to training does on leave-one-source-out (`herald recipes`)" if recipes else "")
+            + ". Does not show: a refit of the shipped probe, other backbones, the guard-style baseline, or which "
+            "prompts are flagged and why (docs/eval/benign_sensitive.md reads these tables).", "",
+            "### False-positive rate on the held-out sets (percent)", "",
+            f"From `{meta.get('command', 'herald eval')}`. The last row is the jailbreak-wrapped harmful set, scored by "
+            "recall.", "", fpr_table(results), ""]
+    if recipes is None:
+        return out + ["No `benign_sensitive/recipes.json` (`herald recipes --sensitive-data ...`): the recipe "
+                      "comparison is not in this report.", ""]
+    out += ["### Training on the sets: recipe `sensitive` (source-held-out, percent)", "",
+            "`sensitive` and `logreg_last+sensitive` add the sets to every fold's training rows; each set S is scored "
+            "by a fit that never saw S, and every corpus source by the LOSO fold that left it out. The other recipes "
+            "score the sets with their random-split fit. The recipe runs cap each set at `--max-per-source` rows "
+            "(150 by default), so a larger set's FPR can differ slightly from the table above.", "", recipe_table(recipes), ""]
+    return out
 
 
 def main(argv: list[str]) -> None:

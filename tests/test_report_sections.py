@@ -1,0 +1,114 @@
+"""The report's sections that read JSON beside results.json: benign sensitive-topic sets and feature sets, from small
+hand-written files whose every number is known, and one line each when those files are absent."""
+
+import json
+
+from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
+
+SPLIT = {"seed": 0, "corpus_sha256": "c0ffee", "max_per_source_and_label": 150, "max_tokens": 1024,
+         "backbone": {"id": "tiny"}}
+
+
+def m(value, lo=None, hi=None):
+    return {"value": value, "lo": lo, "hi": hi}
+
+
+def pooled(f1, auroc, fpr=0.1, recall=0.4):
+    return {"f1": m(f1, f1 - 0.05, f1 + 0.05), "auroc": m(auroc, auroc - 0.02, auroc + 0.02),
+            "false_positive_rate": m(fpr, fpr - 0.01, fpr + 0.01), "recall": m(recall, recall - 0.1, recall + 0.1),
+            "tpr_at_1pct_fpr": m(0.2, 0.1, 0.3)}
+
+
+def loso(methods: dict[str, tuple[dict, float, float]]) -> dict:
+    """methods: name -> (pooled metrics, AUROC on fold `A harmful`, AUROC on fold `B benign`)."""
+    folds = {"A harmful": {"n_held_out": 20, "methods": {}}, "B benign": {"n_held_out": 30, "methods": {}}}
+    for name, (_, a, b) in methods.items():
+        folds["A harmful"]["methods"][name] = {"held_out": {"n": m(20), "recall": m(0.5, 0.3, 0.7)},
+                                               "with_contrast": {"auroc": m(a)}}
+        folds["B benign"]["methods"][name] = {"held_out": {"n": m(30), "false_positive_rate": m(0.1, 0.0, 0.2)},
+                                              "with_contrast": {"auroc": m(b)}}
+    return {"folds": folds, "pooled": {name: p for name, (p, _, _) in methods.items()}}
+
+
+def main_results() -> dict:
+    return {"meta": {**SPLIT, "command": "herald eval --out r.json", "replicates": 10, "n": 50},
+            "random_split": {name: {"pooled": pooled(0.9, 0.99), "per_source": {}} for name in ("herald", "logreg_last")},
+            "loso": loso({"herald": (pooled(0.5, 0.7), 0.90, 0.80), "logreg_last": (pooled(0.6, 0.8), 0.93, 0.85)})}
+
+
+def feature_set_runs() -> list[dict]:
+    seed0 = {"meta": {**SPLIT, "command": "herald eval --methods cand0"},
+             "loso": loso({"herald": (pooled(0.5, 0.7), 0.90, 0.80), "herald:cand-x": (pooled(0.52, 0.69), 0.95, 0.70)})}
+    seed1 = {"meta": {**SPLIT, "seed": 1, "command": "herald eval --seed 1 --methods cand1"},
+             "loso": loso({"herald": (pooled(0.4, 0.6), 0.80, 0.80), "herald:cand-x": (pooled(0.45, 0.65), 0.85, 0.90),
+                           "logreg_last": (pooled(0.55, 0.75), 0.88, 0.86)})}
+    return [seed0, seed1]
+
+
+def write(folder, name, data):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(data))
+
+
+def test_feature_set_runs_merge_by_split_and_borrow_the_results_baselines():
+    splits = feature_set_splits(feature_set_runs(), main_results())
+    assert [(s["seed"], s["from_results"], sorted(s["pooled"])) for s in splits] == [
+        (0, True, ["herald", "herald:cand-x", "logreg_last"]), (1, False, ["herald", "herald:cand-x", "logreg_last"])]
+    assert splits[0]["auroc"] == {"A harmful": {"herald": 0.90, "herald:cand-x": 0.95, "logreg_last": 0.93},
+                                  "B benign": {"herald": 0.80, "herald:cand-x": 0.70, "logreg_last": 0.85}}
+    # cand-x gains F1 but loses AUROC on seed 0: no winner, though it wins both on seed 1.
+    assert feature_set_decision(splits).startswith("No candidate beats `herald-v1`")
+    assert feature_set_decision(splits[1:]).endswith(": `cand-x`.")
+
+
+def test_report_has_both_sections_with_their_numbers(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    for i, run in enumerate(feature_set_runs()):
+        write(tmp_path / "feature_sets", f"seed{i}.json", run)
+    write(tmp_path / "benign_sensitive", "results.json", {
+        "extra": {"law.jsonl": {"herald": {"pooled": {"n": m(40), "false_positive_rate": m(0.05, 0.01, 0.09)}}},
+                  "health.jsonl": {"herald": {"pooled": {"n": m(10), "false_positive_rate": m(0.2, 0.1, 0.3)}}}},
+        "meta": {"command": "herald eval --test-data law.jsonl", "replicates": 30, "backbone": {"id": "tiny"}}})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    assert lines[2].endswith("(`herald eval --out r.json`) and from `benign_sensitive/`, `feature_sets/` beside it "
+                             "(commands in their sections); do not edit by hand.")
+    # Targets: the held-out sets (no saved probe, so Herald's split fit) and the candidates on the results' split.
+    assert ("| Benign sensitive-topic held-out sets (never trained on, Herald (split fit)): FPR <= 15% | 1/2 sets; "
+            "max 20.0% (health) | not met | health 20.0%; law 5.0% |") in lines
+    assert ("| LOSO, any candidate feature set: AUROC >= best latent baseline, every fold | best cand-x: 1/2 folds | "
+            "not met | seed 0; section Trajectory feature sets |") in lines
+    assert ("| LOSO, any candidate feature set: pooled F1 >= best latent + 2 points | best cand-x 52.0 vs logreg_last "
+            "60.0 | not met | seed 0; section Trajectory feature sets |") in lines
+
+    assert "| health | 10 | - | 20.0 [10.0, 30.0] |" in lines and "| law | 40 | - | 5.0 [1.0, 9.0] |" in lines
+    assert lines[lines.index("| law | 40 | - | 5.0 [1.0, 9.0] |") + 2].startswith("No `benign_sensitive/recipes.json`")
+
+    at = lines.index("### Seed 0 (the split of the results above)")
+    assert lines[at + 2] == "From `herald eval --methods cand0`; latent baselines from the results file (same split)."
+    assert lines[at + 6:at + 9] == [
+        "| Herald, `herald-v1` | 0.500 [0.450, 0.550] | 0.700 [0.680, 0.720] | 0.100 | 0.400 | 0/2 | – | 0.850 |",
+        "| Herald, `cand-x` | 0.520 [0.470, 0.570] | 0.690 [0.670, 0.710] | 0.100 | 0.400 | 1/2 | 1/2 | 0.825 |",
+        "| logistic, last layer | 0.600 [0.550, 0.650] | 0.800 [0.780, 0.820] | 0.100 | 0.400 | 2/2 | 2/2 | 0.890 |"]
+    at = lines.index("### Seed 1")
+    assert lines[at + 7] == "| Herald, `cand-x` | 0.450 [0.400, 0.500] | 0.650 [0.630, 0.670] | 0.100 | 0.400 | 1/2 | 2/2 | 0.875 |"
+    shows = next(line for line in lines if line.startswith("Shows: Herald's recipe"))
+    assert "with the candidate set of seven trajectory features in place of `herald-v1`, on 2 splits (seed 0, 1)," in shows
+    assert "`cand-x` is not a registered feature set now" in shows and "Does not show:" in shows
+    assert "No candidate beats `herald-v1` on both pooled LOSO F1 and AUROC on every split it ran on. Registered feature sets now: `herald-v1`." in lines
+    assert any("held-out benign sensitive-topic sets (section above) were only scored" in line for line in lines)
+
+
+def test_report_without_the_files_says_so_in_one_line_each(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    lines = text.splitlines()
+    for heading, note in (("## Benign prompts on sensitive topics (held-out sets)",
+                           "Not in this report: there is no `benign_sensitive/results.json` beside the results file"),
+                          ("## Trajectory feature sets (source-held-out)",
+                           "Not in this report: there is no `feature_sets/` folder")):
+        at = lines.index(heading)
+        assert lines[at + 2].startswith(note) and lines[at + 4].startswith("## ")
+    assert lines[2].endswith("(`herald eval --out r.json`); do not edit by hand.")
+    assert "candidate feature set" not in text and "held-out sets (never trained on" not in text
+    assert "no new benign sensitive-topic sets were added from the registries" in text
