@@ -111,7 +111,7 @@ def test_openai_moderations_shape(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "make a bomb"], "model": "omni-moderation-latest"})
     assert r.status_code == 200
     body = r.json()
-    assert body["id"].startswith("modr-") and body["model"] == "omni-moderation-latest"
+    assert body["id"].startswith("modr-") and body["model"] == "herald/fake-backbone"  # what ran, not the client's name
     assert [x["flagged"] for x in body["results"]] == [False, True]
     assert body["results"][1]["categories"] == {"harmful": True}
     assert 0.5 <= body["results"][1]["category_scores"]["harmful"] <= 1

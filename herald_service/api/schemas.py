@@ -69,7 +69,8 @@ class ModerationRequest(BaseModel):
     """OpenAI ``POST /v1/moderations`` request: ``input`` is a string, a list of strings, or text parts."""
 
     input: str | list[str] | list[ModerationTextPart]
-    model: str | None = None
+    model: str | None = Field(None, description="Accepted for OpenAI compatibility and ignored: the answer names the"
+                              " model that ran (herald/<backbone slug>).")
 
 
 class ModerationResult(BaseModel):

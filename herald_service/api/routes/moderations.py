@@ -33,7 +33,7 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
     return json_answer(
         {
             "id": f"modr-{secrets.token_hex(16)}",  # 32 random hex digits, as uuid4().hex gave, without building a UUID
-            "model": body.model or f"herald/{moderator.runtime.backbone.info.slug}",
+            "model": f"herald/{moderator.runtime.backbone.info.slug}",  # what ran, not the client's model name
             "results": [
                 {
                     "flagged": r.flagged,
