@@ -6,6 +6,7 @@ from fastapi.testclient import TestClient
 from conftest import wait_ready
 from herald_service.api.app import build_app
 from herald_service.config import Settings
+from herald_service.engine.runtime import fake_runtime
 
 STEER_KEY = "steer-key-0123456789"
 API_KEY = "client-key-0123456789"
@@ -378,3 +379,14 @@ def test_moderation_routes_still_document_the_bearer_scheme_and_their_models():
         operation = spec["paths"][path]["post"]
         assert {"HTTPBearer": []} in operation["security"]
         assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(model)
+
+
+def test_objects_loaded_at_start_up_are_frozen_out_of_garbage_collection(monkeypatch):
+    import gc
+
+    from herald_service.api.app import _load_and_warm
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    runtime = _load_and_warm(Settings(fake_backend=True), lambda s: fake_runtime())
+    assert frozen == [True] and runtime.backbone.info.slug == "fake-backbone"

@@ -6,6 +6,7 @@ the inference engine, while ``/health/live`` already answers and ``/health/ready
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
@@ -35,6 +36,11 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
     if settings.warmup:
         ids = runtime.backbone.encode([user_turn(p) for p in WARMUP_PROMPTS])
         runtime.probe.predict(runtime.backbone.last_token_states(ids))
+    # Everything loaded so far (model, tokenizer, libraries) lives as long as the process. Frozen, a full garbage
+    # collection no longer walks it: with the embedded backbone loaded (442k tracked objects) one took 409 ms with the
+    # GIL held on the dev VM, a stall of the model worker and of every request in flight; frozen, under 0.1 ms.
+    gc.collect()
+    gc.freeze()
     return runtime
 
 
@@ -93,6 +99,7 @@ def build_app(
             state.loading_task.cancel()
             if state.engine is not None:
                 await asyncio.to_thread(state.engine.stop)
+            gc.unfreeze()  # an app built again in this process (tests, reloads) must not inherit a frozen old model
 
     app = FastAPI(
         title="Herald",
