@@ -169,7 +169,9 @@ class HFBackbone:
             removes the kernel-launch overhead that dominates a small prefill on a large GPU (``None``: on when the
             device is CUDA and ``padding_side`` is ``"right"`` or ``"varlen"``).
         compile_graphs: capture those graphs from decoder layers compiled by ``torch.compile`` (fewer, fused
-            kernels per replay; about 2-3 s of compile per bucket at load on an H200). See :class:`PrefillGraphs`.
+            kernels per replay: 128 tokens 8.4 -> 5.8 ms on an H200, for ~20 s more at load for the five buckets;
+            ``benchmarks/results/graph_capture_h200.json``). Off here; the service turns it on through
+            ``Settings.compile_graphs`` (``HERALD_COMPILE_GRAPHS``, default true). See :class:`PrefillGraphs`.
 
     Raises:
         BackboneError: if the folder cannot be loaded as a causal LM.
@@ -451,7 +453,7 @@ class PrefillGraphs:
         compile_layers: capture each decoder layer's forward compiled by ``torch.compile`` (TorchInductor fuses
             the norms, rotary embedding and activation into a few kernels; one compile per bucket, shared by all
             layers). The compiled forwards are used only while capturing; the eager batched path is unchanged.
-            ``benchmarks/hardware_limit.py`` reports what it gives.
+            ``benchmarks/graph_capture.py`` measures what it gives.
     """
 
     def __init__(self, backbone: HFBackbone, buckets: Sequence[int] = GRAPH_BUCKETS, compile_layers: bool = False) -> None:
