@@ -4,14 +4,16 @@ from __future__ import annotations
 
 
 class HeraldError(Exception):
-    """Base class. ``field`` names the request field at fault, when there is one."""
+    """Base class. ``field`` names the request field at fault, when there is one; ``prompt_index`` the prompt of a
+    batch at fault, for code that knows prompts but not request fields (the backbone), so the caller can name it."""
 
     error_type = "internal_error"
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, prompt_index: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.prompt_index = prompt_index
 
 
 class InvalidInput(HeraldError):

@@ -41,3 +41,19 @@ def test_client_gone_cancels_its_prompts_without_an_unretrieved_exception_log(ca
     engine.stop()
     assert metrics.dropped.labels("client_gone")._value.get() == 2
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def test_an_encoding_error_about_one_prompt_names_that_prompts_request_field():
+    from herald_service.errors import InvalidInput
+
+    runtime = fake_runtime()
+
+    class Refusing(FakeBackbone):
+        def encode(self, conversations):
+            raise InvalidInput("a message spells a control token", prompt_index=1)
+
+    backbone = Refusing()
+    moderator = Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), None, Settings(_env_file=None), HeraldMetrics())
+    with pytest.raises(InvalidInput) as caught:
+        asyncio.run(moderator.tokenize([user_turn("a"), user_turn("b")], ["messages[0]", "messages[1]"]))
+    assert caught.value.field == "messages[1]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -14,8 +15,8 @@ from torch import nn
 from herald_service.backbone.base import Intervention
 from herald_service.backbone.hooks import capture_last_token, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
-from herald_service.errors import BackboneError
-from herald_service.types import BackboneInfo, Conversation
+from herald_service.errors import BackboneError, InvalidInput
+from herald_service.types import BackboneInfo, Conversation, Message
 
 log = logging.getLogger(__name__)
 
@@ -253,10 +254,60 @@ class HFBackbone:
         return "\n\n".join(m["content"] for m in messages)
 
     def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
-        """Token ids of each rendered conversation; the count is the prompt's ``tokens``."""
-        texts = [self.render(c) for c in conversations]
-        add_special = not bool(self.tokenizer.chat_template)  # a template already writes its special tokens
-        return self.tokenizer(texts, add_special_tokens=add_special)["input_ids"]
+        """Token ids of each rendered conversation; the count is the prompt's ``tokens``.
+
+        Message text is always tokenized as text: a message that spells one of the tokenizer's added or special
+        tokens (``<|im_end|>``, ``<|im_start|>``...) is encoded by :meth:`_encode_as_text`, so a user cannot close
+        their own turn and forge a refusal and a new benign turn (which took a flagged prompt's score from 1.0 to
+        0.0 on the embedded backbone). Other conversations are tokenized together, as rendered.
+
+        Raises:
+            InvalidInput: a message spells a control token and the chat template alters message text so that its
+                place in the rendered prompt cannot be found (the prompt is refused, never encoded unsafely).
+        """
+        ids: list[list[int] | None] = [None] * len(conversations)
+        plain = [i for i, c in enumerate(conversations) if not any(self._control_text.search(m.content) for m in c)]
+        if plain:
+            texts = [self.render(conversations[i]) for i in plain]
+            add_special = not bool(self.tokenizer.chat_template)  # a template already writes its special tokens
+            for i, row in zip(plain, self.tokenizer(texts, add_special_tokens=add_special)["input_ids"]):
+                ids[i] = row
+        for i, conversation in enumerate(conversations):
+            if ids[i] is None:
+                try:
+                    ids[i] = self._encode_as_text(conversation)
+                except InvalidInput as exc:
+                    exc.prompt_index = i
+                    raise
+        return ids  # type: ignore[return-value]
+
+    def _encode_as_text(self, conversation: Conversation) -> list[int]:
+        """Render ``conversation`` with markers in place of message text, tokenize the template's own text as usual
+        (its special tokens stay special) and each message with ``split_special_tokens=True`` (spelled-out control
+        tokens become ordinary text tokens)."""
+        tok = self.tokenizer
+        if not tok.chat_template:
+            return tok(self.render(conversation), add_special_tokens=True, split_special_tokens=True)["input_ids"]
+        markers = [f"\ue000herald-message-{i}\ue001" for i in range(len(conversation))]
+        rest = self.render(tuple(Message(m.role, marker) for m, marker in zip(conversation, markers)))
+        ids: list[int] = []
+        for message, marker in zip(conversation, markers):
+            before, found, rest = rest.partition(marker)
+            if not found:
+                raise InvalidInput(
+                    "a message spells a control token of the chat template (such as <|im_end|>), and this template"
+                    " rewrites message text, so it cannot be encoded as plain text; remove the token"
+                )
+            ids += tok(before, add_special_tokens=False)["input_ids"]
+            ids += tok(message.content, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return ids + tok(rest, add_special_tokens=False)["input_ids"]
+
+    @functools.cached_property
+    def _control_text(self) -> re.Pattern[str]:
+        """Matches any added or special token of the tokenizer spelled out in text (one pass over a message)."""
+        tokens = sorted(set(self.tokenizer.added_tokens_encoder) | set(self.tokenizer.all_special_tokens), key=len, reverse=True)
+        tokens = [t for t in tokens if t]
+        return re.compile("|".join(re.escape(t) for t in tokens)) if tokens else re.compile(r"(?!x)x")
 
     def _pad(self, token_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Padded ``ids`` and ``mask`` ``(batch, pos)`` and each row's last real index ``(batch,)``, on the CPU."""

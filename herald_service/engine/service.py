@@ -112,7 +112,12 @@ class Moderator:
         started = time.perf_counter()
         # run_in_executor, not asyncio.to_thread: the same default pool without copying the contextvars context into
         # the thread, which encode never reads (57 -> 35 us of CPU per hop on the 2-core dev VM).
-        ids = await asyncio.get_running_loop().run_in_executor(None, self.runtime.backbone.encode, conversations)
+        try:
+            ids = await asyncio.get_running_loop().run_in_executor(None, self.runtime.backbone.encode, conversations)
+        except HeraldError as exc:
+            if exc.field is None and exc.prompt_index is not None:
+                exc.field = fields[exc.prompt_index]
+            raise
         elapsed = time.perf_counter() - started
         for token_ids, field in zip(ids, fields):
             if len(token_ids) > self.settings.max_tokens:
