@@ -390,3 +390,31 @@ def test_objects_loaded_at_start_up_are_frozen_out_of_garbage_collection(monkeyp
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
     runtime = _load_and_warm(Settings(fake_backend=True), lambda s: fake_runtime())
     assert frozen == [True] and runtime.backbone.info.slug == "fake-backbone"
+
+
+def test_without_a_key_nothing_about_the_body_is_read_or_reported():
+    key = {"Authorization": f"Bearer {API_KEY}"}
+    with client_for(api_keys=API_KEY, max_batch_size=2, max_chars=100) as c:
+        wait_ready(c)
+        for path in ("/classify", "/v1/moderations"):
+            for content in (b'{"input":', b'{"input":"\xff"}', b"[" * 3000, b'{"input":"' + b"x" * 2_000_000 + b'"}'):
+                r = c.post(path, content=content, headers={"content-type": "application/json"})
+                assert r.status_code == 401, (path, content[:20], r.status_code, r.text[:200])
+                assert r.json()["error"]["field"] == "authorization" and r.headers["www-authenticate"] == "Bearer"
+            # with the key, the same malformed body is reported as such
+            r = c.post(path, content=b'{"input":', headers={"content-type": "application/json", **key})
+            assert r.status_code == 422
+        # two Authorization headers: refused whichever comes first
+        for pair in ([("authorization", f"Bearer {API_KEY}"), ("authorization", "Bearer wrong-wrong-wrong")],
+                     [("authorization", "Bearer wrong-wrong-wrong"), ("authorization", f"Bearer {API_KEY}")]):
+            r = c.post("/classify", json={"input": "hi"}, headers=pair)
+            assert r.status_code == 401 and "exactly one Authorization header" in r.json()["error"]["message"]
+        assert c.post("/classify", json={"input": "hi"}, headers={"Authorization": f"bearer  {API_KEY}"}).status_code == 200
+
+
+def test_an_unknown_field_is_named_even_when_it_starts_like_a_type_name(client):
+    for name in ("stream", "strength", "list"):
+        r = client.post("/classify", json={"input": "x", name: True})
+        assert r.status_code == 422 and r.json()["error"]["field"] == name, r.text
+    r = client.post("/classify", json={"messages": [{"role": "user", "content": "x", "strict": 1}]})
+    assert r.json()["error"]["field"] == "messages[0].strict", r.text

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from herald_service import __version__
 from herald_service.api.deps import AppState
 from herald_service.api.errors import install_error_handlers
-from herald_service.api.middleware import BodyLimit, RequestMetrics
+from herald_service.api.middleware import BearerGate, BodyLimit, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
 from herald_service.engine.engine import InferenceEngine
@@ -114,5 +114,8 @@ def build_app(
     # JSON escapes can take 6 bytes per character; leave room for keys and structure.
     max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
     app.add_middleware(BodyLimit, max_bytes=max_body)
+    api_keys = [k.get_secret_value() for k in settings.api_keys]
+    steer_keys = [settings.steer_api_key.get_secret_value()] if settings.steer_enabled and settings.steer_api_key else []
+    app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys})
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app

@@ -71,8 +71,8 @@ def _field_path(loc: tuple) -> str | None:
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and (part.startswith(("list[", "str", "function-", "tagged-")) or part in ("str", "list")):
-            continue  # union-branch markers from pydantic, not field names
+        elif isinstance(part, str) and (part == "str" or "[" in part or part.startswith("function-")):
+            continue  # union-branch markers from pydantic ("str", "list[str]", "function-after[...]"), not field names
         else:
             out += f".{part}" if out else str(part)
     return out or None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from herald_service.api.errors import error_response
 from herald_service.metrics import HeraldMetrics
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,36 @@ class RequestMetrics:
         finally:
             template = getattr(scope.get("route"), "path", None) or "unmatched"
             self.metrics.observe_request(template, status["code"], time.perf_counter() - started)
+
+
+class BearerGate:
+    """401 for a protected route before its body is read, when the route has keys.
+
+    Without it the API key is checked in a dependency, which FastAPI runs after reading and parsing the body: a
+    client without a key got 422 for malformed JSON and 413 for an oversize body, and could make the server read and
+    parse bodies of up to ``max_bytes``. The dependencies still check the key (and describe it in OpenAPI); this gate
+    answers first. More than one ``Authorization`` header is refused (the dependency would read only the first).
+
+    Args:
+        keys_by_path: request path -> accepted bearer tokens; a path with no tokens is not gated.
+    """
+
+    def __init__(self, app: ASGIApp, keys_by_path: dict[str, list[str]]) -> None:
+        self.app = app
+        self.keys_by_path = {path: [k.encode() for k in keys] for path, keys in keys_by_path.items() if keys}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        keys = self.keys_by_path.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if keys:
+            values = [v for k, v in scope.get("headers", []) if k == b"authorization"]
+            scheme, _, token = values[0].strip().partition(b" ") if len(values) == 1 else (b"", b"", b"")
+            if not (scheme.lower() == b"bearer" and any(hmac.compare_digest(token.strip(), key) for key in keys)):
+                message = ("send exactly one Authorization header" if len(values) > 1
+                           else "missing or invalid API key (Authorization: Bearer <key>)")
+                response = error_response(401, "unauthorized", message, "authorization", {"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:
