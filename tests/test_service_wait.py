@@ -57,3 +57,33 @@ def test_an_encoding_error_about_one_prompt_names_that_prompts_request_field():
     with pytest.raises(InvalidInput) as caught:
         asyncio.run(moderator.tokenize([user_turn("a"), user_turn("b")], ["messages[0]", "messages[1]"]))
     assert caught.value.field == "messages[1]"
+
+
+def test_a_full_queue_is_refused_before_tokenizing():
+    from herald_service.errors import QueueFull
+
+    runtime = fake_runtime()
+    encoded = []
+
+    class Counting(FakeBackbone):
+        def encode(self, conversations):
+            encoded.append(len(conversations))
+            return super().encode(conversations)
+
+    backbone = Counting()
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    settings = Settings(_env_file=None, queue_capacity=2, max_batch_size=2)
+    metrics = HeraldMetrics()
+
+    class Full(InferenceEngine):
+        alive = True  # not started: the queue keeps what it is given
+
+        def __init__(self):
+            super().__init__(backbone, runtime.probe, engine_limits(settings), metrics)
+            self._queue.extend([object(), object()])
+
+    moderator = Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), Full(), settings, metrics)
+    with pytest.raises(QueueFull):
+        asyncio.run(moderator.classify([user_turn("a long prompt " * 50)], ["input"], "input"))
+    assert encoded == []  # refused before any work
+    assert metrics.rejected.labels("queue_full")._value.get() == 1

@@ -131,12 +131,26 @@ class InferenceEngine:
         self._enqueue([job])
         return job.future
 
+    def check_room(self, prompts: int) -> None:
+        """Refuse now if ``prompts`` would not fit in the queue as it is (a cheap check before any work; :meth:`submit`
+        checks again, since the queue can fill in between).
+
+        Raises:
+            NotReady: if the worker is not running.
+            QueueFull: if they do not fit.
+        """
+        with self._cond:
+            self._check_room(prompts)
+
+    def _check_room(self, prompts: int) -> None:
+        if not self.alive:
+            raise NotReady(self.failure or "inference worker is not running")
+        if len(self._queue) + prompts > self.limits.queue_capacity:
+            raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
+
     def _enqueue(self, items: list[_Prompt | _Exclusive]) -> None:
         with self._cond:
-            if not self.alive:
-                raise NotReady(self.failure or "inference worker is not running")
-            if len(self._queue) + len(items) > self.limits.queue_capacity:
-                raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
+            self._check_room(len(items))
             self._queue.extend(items)
             self.metrics.queue_depth.set(len(self._queue))
             self._cond.notify()

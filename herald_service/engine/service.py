@@ -146,8 +146,9 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
-        ids, tokenize_s = await self.tokenize(conversations, fields)
         try:
+            self.engine.check_room(len(conversations))  # 429 before any work (DESIGN section 4), not after tokenizing
+            ids, tokenize_s = await self.tokenize(conversations, fields)
             futures = self.engine.submit(ids, tokenize_s)
         except QueueFull:
             self.metrics.rejected.labels("queue_full").inc()
