@@ -60,6 +60,13 @@ class ClassifyCommand(Settings):
             prompts += [line.rstrip("\n") for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not prompts:
             raise SystemExit("herald classify: give TEXT or --file")
+        for i, prompt in enumerate(prompts):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
+                raise SystemExit(f"herald classify: prompt {i + 1} is not valid UTF-8 text") from None
+            if len(prompt) > self.max_chars:
+                raise SystemExit(f"herald classify: prompt {i + 1} has {len(prompt)} characters; the limit is {self.max_chars} (max_chars)")
         runtime = load_runtime(self)
         for prompt, result in zip(prompts, runtime.classify_texts(prompts, self.max_tokens)):
             row = {"input": prompt, "flagged": result.flagged, "score": round(result.score, 4), "tokens": result.tokens}

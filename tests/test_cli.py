@@ -53,3 +53,13 @@ def test_top_level_help_describes_every_subcommand():
     for name, words in [("serve", "start the HTTP server"), ("fit", "fit a probe on labeled JSONL data"),
                         ("steer-eval", "refusal rate with and without"), ("data", "the labeled prompt corpus")]:
         assert f" {name} {words}" in listing, (name, listing)
+
+
+def test_classify_refuses_non_utf8_and_over_long_text_in_one_line():
+    bad = subprocess.run(
+        [sys.executable.encode(), b"-m", b"herald_service", b"classify", b"abc\xff"], capture_output=True, timeout=180,
+        env={**os.environ, "HERALD_FAKE_BACKEND": "true"},
+    )
+    assert bad.returncode == 1 and b"prompt 1 is not valid UTF-8 text" in bad.stderr and b"Traceback" not in bad.stderr
+    out = herald("classify", "x" * 50, "--max-chars", "10", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and "the limit is 10 (max_chars)" in out.stderr and "Traceback" not in out.stderr
