@@ -418,3 +418,19 @@ def test_an_unknown_field_is_named_even_when_it_starts_like_a_type_name(client):
         assert r.status_code == 422 and r.json()["error"]["field"] == name, r.text
     r = client.post("/classify", json={"messages": [{"role": "user", "content": "x", "strict": 1}]})
     assert r.json()["error"]["field"] == "messages[0].strict", r.text
+
+
+def test_requests_answered_before_routing_are_counted_under_their_route():
+    with client_for(api_keys=API_KEY, max_batch_size=1, max_chars=10) as c:
+        wait_ready(c)
+        key = {"Authorization": f"Bearer {API_KEY}", "content-type": "application/json"}
+        assert c.post("/classify", content=b'{"input":"' + b"x" * 200_000 + b'"}', headers=key).status_code == 413
+        assert c.post("/v1/moderations", json={"input": "hi"}).status_code == 401
+        assert c.get("/openapi.json").status_code == 200
+        assert c.get("/no/such/path").status_code == 404
+        metrics = c.get("/metrics").text
+    assert 'herald_requests_total{route="/classify",status="413"} 1.0' in metrics
+    assert 'herald_requests_total{route="/v1/moderations",status="401"} 1.0' in metrics
+    assert 'herald_requests_total{route="/openapi.json",status="200"} 1.0' in metrics
+    assert 'herald_requests_total{route="unmatched",status="404"} 1.0' in metrics
+    assert 'herald_rejected_requests_total{reason="body_size"} 1.0' in metrics

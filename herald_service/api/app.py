@@ -109,13 +109,15 @@ def build_app(
     )
     app.state.herald = state
     install_error_handlers(app)
-    for router in (classify.router, moderations.router, steer.router, ops.router):
+    routers = (classify.router, moderations.router, steer.router, ops.router)
+    for router in routers:
         app.include_router(router)
+    paths = {r.path for router in routers for r in router.routes} | {r.path for r in app.routes if isinstance(getattr(r, "path", None), str)}
     # JSON escapes can take 6 bytes per character; leave room for keys and structure.
     max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
-    app.add_middleware(BodyLimit, max_bytes=max_body)
+    app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics)
     api_keys = [k.get_secret_value() for k in settings.api_keys]
     steer_keys = [settings.steer_api_key.get_secret_value()] if settings.steer_enabled and settings.steer_api_key else []
     app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys})
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths))
     return app

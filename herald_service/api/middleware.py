@@ -18,11 +18,17 @@ UNMETERED = {"/metrics", "/health/live", "/health/ready"}
 
 
 class RequestMetrics:
-    """Counts requests by route template and status and observes their latency; probes stay out (vLLM habit)."""
+    """Counts requests by route template and status and observes their latency; probes stay out (vLLM habit).
 
-    def __init__(self, app: ASGIApp, metrics: HeraldMetrics) -> None:
+    ``paths``: the app's route paths. A request answered before routing (401 from :class:`BearerGate`, 413 from
+    :class:`BodyLimit`) or by a route that does not record itself is counted under its path when that is one of
+    them, and as ``unmatched`` only when it is not (so stray paths cannot create label values).
+    """
+
+    def __init__(self, app: ASGIApp, metrics: HeraldMetrics, paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.metrics = metrics
+        self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in UNMETERED:
@@ -53,7 +59,7 @@ class RequestMetrics:
                                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
         finally:
-            template = getattr(scope.get("route"), "path", None) or "unmatched"
+            template = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "unmatched")
             self.metrics.observe_request(template, status["code"], time.perf_counter() - started)
 
 
@@ -95,11 +101,14 @@ class BodyLimit:
     would not work: FastAPI turns any body-reading error into a 400.)
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, metrics: HeraldMetrics | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.metrics = metrics
 
     async def _refuse(self, send: Send) -> None:
+        if self.metrics is not None:
+            self.metrics.rejected.labels("body_size").inc()
         body = json.dumps({"error": {"type": "input_too_large", "message": f"request body exceeds {self.max_bytes} bytes", "field": "body"}}).encode()
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
