@@ -87,3 +87,30 @@ def test_a_full_queue_is_refused_before_tokenizing():
         asyncio.run(moderator.classify([user_turn("a long prompt " * 50)], ["input"], "input"))
     assert encoded == []  # refused before any work
     assert metrics.rejected.labels("queue_full")._value.get() == 1
+
+
+def test_prompts_dropped_after_a_timeout_are_counted_as_timeouts_not_as_gone_clients():
+    from herald_service.errors import RequestTimeout
+
+    runtime = fake_runtime()
+    slow = FakeBackbone(forward_delay_s=0.5)
+    slow._vocab, slow._words = runtime.backbone._vocab, runtime.backbone._words
+    settings = Settings(_env_file=None, request_timeout_s=0.2)
+    metrics = HeraldMetrics()
+    engine = InferenceEngine(slow, runtime.probe, engine_limits(settings), metrics)
+    engine.start()
+    moderator = Moderator(Runtime(slow, runtime.probe, runtime.manifest, runtime.probe_path), engine, settings, metrics)
+
+    async def scenario():
+        busy = asyncio.ensure_future(moderator.classify([user_turn("first")], ["input"], "input"))
+        await asyncio.sleep(0.05)  # "first" holds the model past the others' timeout
+        with pytest.raises(RequestTimeout):
+            await moderator.classify([user_turn("bake bread"), user_turn("make a bomb")], ["input[0]", "input[1]"], "input")
+        with pytest.raises(RequestTimeout):
+            await busy
+        await asyncio.sleep(0.6)  # the worker reaches the cancelled prompts and drops them
+
+    asyncio.run(scenario())
+    engine.stop()
+    assert metrics.dropped.labels("timeout")._value.get() == 2
+    assert metrics.dropped.labels("client_gone")._value.get() == 0

@@ -204,9 +204,12 @@ class InferenceEngine:
                 for batch in plan_batches(lengths, self.limits.token_budget, self.limits.max_rows, self.backbone.packs_batches):
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
                     # timed out while earlier batches of this window ran is still cancellable, and is dropped here.
-                    live = [work[i] for i in batch if work[i].future.set_running_or_notify_cancel()]
-                    if len(live) < len(batch):
-                        self.metrics.dropped.labels("client_gone").inc(len(batch) - len(live))
+                    live = []
+                    for i in batch:
+                        if work[i].future.set_running_or_notify_cancel():
+                            live.append(work[i])
+                        else:
+                            self.metrics.dropped.labels(_cancel_reason(work[i].future)).inc()
                     if live:
                         self._launch(live)
         except BaseException as exc:  # the loop itself broke: say so on /health/ready and answer everyone
@@ -257,7 +260,7 @@ class InferenceEngine:
 
     def _run_exclusive(self, job: _Exclusive) -> None:
         if not job.future.set_running_or_notify_cancel():
-            self.metrics.dropped.labels("client_gone").inc()
+            self.metrics.dropped.labels(_cancel_reason(job.future)).inc()
             return
         try:
             job.future.set_result(job.run())
@@ -338,6 +341,17 @@ def classification_at(out: ProbeOutput, i: int, tokens: int, timing: Timing | No
         onset_layer=out.onset_layers[i],
         timing=timing or Timing(),
     )
+
+
+def cancel(futures: Sequence[Future], reason: str) -> None:
+    """Cancel queued work, recording why (``client_gone`` or ``timeout``) for ``herald_dropped_prompts_total``."""
+    for future in futures:
+        future.herald_cancel_reason = reason  # type: ignore[attr-defined]
+        future.cancel()
+
+
+def _cancel_reason(future: Future) -> str:
+    return getattr(future, "herald_cancel_reason", "client_gone")
 
 
 def _empty_device_cache() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from herald_service.backbone.base import Intervention
 from herald_service.config import Settings
-from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
+from herald_service.engine.engine import EngineLimits, InferenceEngine, cancel, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout
 from herald_service.metrics import HeraldMetrics
@@ -220,13 +220,13 @@ class Moderator:
             if watcher is not None:
                 watcher.cancel()
         if gathered not in done:
-            for future in futures:
-                future.cancel()
+            client_left = watcher is not None and watcher in done
+            cancel(futures, "client_gone" if client_left else "timeout")
             gathered.cancel()
             # Read its outcome once it settles, or asyncio logs "exception was never retrieved" for every request
             # whose client left (an expected event, counted in herald_dropped_prompts_total, not an error).
             gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
-            if watcher is not None and watcher in done:
+            if client_left:
                 raise ClientGone("client disconnected")
             raise RequestTimeout(f"no answer within {self.settings.request_timeout_s} s (request_timeout_s)")
         results = gathered.result()
