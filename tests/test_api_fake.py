@@ -1,5 +1,7 @@
 """The real app factory, lifespan, engine and probe on the weight-free fake backend."""
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -434,3 +436,11 @@ def test_requests_answered_before_routing_are_counted_under_their_route():
     assert 'herald_requests_total{route="/openapi.json",status="200"} 1.0' in metrics
     assert 'herald_requests_total{route="unmatched",status="404"} 1.0' in metrics
     assert 'herald_rejected_requests_total{reason="body_size"} 1.0' in metrics
+
+
+def test_every_error_body_is_the_same_compact_json(client):
+    too_big = client.post("/classify", content=b'{"input":"' + b"x" * 5_000_000 + b'"}', headers={"content-type": "application/json"})
+    invalid = client.post("/classify", json={"input": None})
+    assert too_big.status_code == 413 and invalid.status_code == 422
+    for r in (too_big, invalid):
+        assert r.content == json.dumps(r.json(), separators=(",", ":")).encode(), r.content

@@ -54,7 +54,7 @@ class RequestMetrics:
             # second traceback and drops the client's keep-alive connection.
             log.exception("unhandled error on %s", scope["path"])
             if not started_response["response"]:
-                body = json.dumps({"error": {"type": "internal_error", "message": "internal error; see server log"}}).encode()
+                body = json.dumps({"error": {"type": "internal_error", "message": "internal error; see server log"}}, separators=(",", ":")).encode()
                 await send_wrapper({"type": "http.response.start", "status": 500,
                                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
@@ -109,7 +109,7 @@ class BodyLimit:
     async def _refuse(self, send: Send) -> None:
         if self.metrics is not None:
             self.metrics.rejected.labels("body_size").inc()
-        body = json.dumps({"error": {"type": "input_too_large", "message": f"request body exceeds {self.max_bytes} bytes", "field": "body"}}).encode()
+        body = json.dumps({"error": {"type": "input_too_large", "message": f"request body exceeds {self.max_bytes} bytes", "field": "body"}}, separators=(",", ":")).encode()
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
