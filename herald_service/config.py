@@ -100,7 +100,10 @@ class Settings(BaseSettings):
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
-            return [k.strip() for k in value.split(",") if k.strip()]
+            keys = [k.strip() for k in value.split(",") if k.strip()]
+            if not keys and value.strip():  # " , ": meant to set keys, would silently leave the service open
+                raise ValueError("holds separators but no key; set comma-separated keys, or leave it empty to run without keys")
+            return keys
         return value
 
     @model_validator(mode="after")

@@ -65,3 +65,12 @@ def test_non_finite_durations_are_refused_as_such(monkeypatch, value):
 def test_varlen_where_it_cannot_run_is_refused_before_loading(device, dtype):
     with pytest.raises(ValidationError, match="varlen needs CUDA"):
         Settings(_env_file=None, padding_side="varlen", device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("value", [" , ", ",", " ,, "])
+def test_api_keys_of_only_separators_are_refused_not_read_as_open(monkeypatch, value):
+    monkeypatch.setenv("HERALD_API_KEYS", value)
+    with pytest.raises(ValidationError, match="separators but no key"):
+        Settings(_env_file=None)
+    monkeypatch.setenv("HERALD_API_KEYS", "")
+    assert Settings(_env_file=None).api_keys == []  # empty still means open, as documented
