@@ -444,3 +444,11 @@ def test_every_error_body_is_the_same_compact_json(client):
     assert too_big.status_code == 413 and invalid.status_code == 422
     for r in (too_big, invalid):
         assert r.content == json.dumps(r.json(), separators=(",", ":")).encode(), r.content
+
+
+def test_undecodable_or_too_deeply_nested_bodies_say_which_it_may_be(client):
+    for content in (b'{"input":"\xff"}', b'{"input":' + b"[" * 3000 + b"]" * 3000 + b"}"):
+        r = client.post("/classify", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == {"type": "invalid_request", "field": "body",
+                                     "message": "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply"}

@@ -96,7 +96,7 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if exc.status_code == 400:  # FastAPI's "error parsing the body": invalid UTF-8, nesting too deep
-        return error_response(422, "invalid_request", "request body could not be parsed as UTF-8 JSON", "body")
+        return error_response(422, "invalid_request", "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply", "body")
     kinds = {404: "not_found", 405: "method_not_allowed"}
     return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=getattr(exc, "headers", None))
 
