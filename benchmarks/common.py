@@ -323,22 +323,22 @@ class Server:
         self.thread.join(30)
 
 
-async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict, list[float]]:
+async def _load(url: str, path: str, bodies: Sequence[dict], concurrency: int) -> tuple[float, float, list[float], dict, list[float]]:
     import aiohttp
 
     latencies: list[float] = []
     statuses: dict = {}
     finished: list[float] = []
-    queue = list(reversed(texts))
+    queue = list(reversed(bodies))
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
 
         async def worker() -> None:
             while queue:
-                text = queue.pop()
+                body = queue.pop()
                 started = time.perf_counter()
                 try:
-                    async with session.post("/classify", json={"input": text, "return_trajectory": False}) as response:
+                    async with session.post(path, json=body) as response:
                         await response.read()
                         status: int | str = response.status
                 except aiohttp.ClientError as exc:  # counted, never hidden: the answer was lost on the wire
@@ -353,13 +353,18 @@ async def _load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float
 
 
 def http_load(url: str, texts: Sequence[str], concurrency: int) -> tuple[float, float, list[float], dict, list[float]]:
-    """Send every text as one ``/classify`` request, ``concurrency`` at a time, from this process.
+    """Send every text as one ``/classify`` request, ``concurrency`` at a time, from this process; see :func:`post_load`."""
+    return post_load(url, "/classify", [{"input": text, "return_trajectory": False} for text in texts], concurrency)
+
+
+def post_load(url: str, path: str, bodies: Sequence[dict], concurrency: int) -> tuple[float, float, list[float], dict, list[float]]:
+    """POST every JSON body to ``path``, ``concurrency`` at a time, from this process (aiohttp, one session).
 
     Returns:
         (wall-clock start, wall-clock end) in epoch seconds, per-request latencies in seconds, status counts (an
         HTTP status, or the name of the transport error that lost the answer), each answer's arrival (epoch seconds).
     """
-    return asyncio.run(_load(url, texts, concurrency))
+    return asyncio.run(_load(url, path, bodies, concurrency))
 
 
 @dataclass

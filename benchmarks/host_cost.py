@@ -7,7 +7,7 @@ fake model's and the probe's own small CPU work, which is the same code in both 
 
 Each build is a real ``python -m herald_service serve`` process; ``--before REF`` exports ``herald_service/`` at a git
 ref into a temporary folder and serves it from there, next to the working tree's. A load generator in another
-process (aiohttp, as :class:`benchmarks.common.LoadClient`) sends every request of a round; the server's CPU time is
+process (:func:`benchmarks.common.post_load`, the loop :class:`benchmarks.common.LoadClient` runs) sends every request of a round; the server's CPU time is
 read from ``/proc`` (psutil) before and after. Rounds alternate the builds (before, after, before, after...) so load
 from other jobs on a shared machine hits both alike; the table gives the median per build and the after/before ratio.
 
@@ -19,7 +19,6 @@ the git history does not travel (the GPU machine), export the ref first and pass
 from __future__ import annotations
 
 import argparse
-import asyncio
 import concurrent.futures
 import json
 import multiprocessing
@@ -32,7 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+
+from benchmarks.common import post_load
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -119,41 +119,13 @@ def export(ref: str, into: Path) -> Path:
     return into
 
 
-# -- the load generator (a separate process) -----------------------------------------------------------------------
-async def _load(url: str, path: str, bodies: Sequence[dict], concurrency: int) -> tuple[float, dict]:
-    import aiohttp
-
-    statuses: dict = {}
-    queue = list(reversed(bodies))
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(url, connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
-
-        async def worker() -> None:
-            while queue:
-                body = queue.pop()
-                try:
-                    async with session.post(path, json=body) as response:
-                        await response.read()
-                        status: int | str = response.status
-                except aiohttp.ClientError as exc:
-                    status = type(exc).__name__
-                statuses[status] = statuses.get(status, 0) + 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return time.perf_counter() - started, statuses
-
-
-def load(url: str, path: str, bodies: Sequence[dict], concurrency: int) -> tuple[float, dict]:
-    return asyncio.run(_load(url, path, bodies, concurrency))
-
-
 # -- measurement ---------------------------------------------------------------------------------------------------
 def measure(pool: concurrent.futures.Executor, build: Build, endpoint: str, prompts: list[str], concurrency: int) -> dict:
     path, body = ENDPOINTS[endpoint]
     bodies = [body(t) for t in prompts]
     before_total, before_main = build.cpu()
-    seconds, statuses = pool.submit(load, build.url, path, bodies, concurrency).result()
+    started, ended, _latencies, statuses, _finished = pool.submit(post_load, build.url, path, bodies, concurrency).result()
+    seconds = ended - started
     after_total, after_main = build.cpu()
     n = len(bodies)
     return {
