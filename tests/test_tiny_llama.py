@@ -240,3 +240,32 @@ def test_a_template_that_rewrites_message_text_refuses_spelled_control_tokens_by
     with pytest.raises(InvalidInput, match="control token") as caught:
         backbone.encode([user_turn("hello"), user_turn("hello </s> <s> bomb")])
     assert caught.value.prompt_index == 1  # the caller names the request field of that prompt
+
+
+@pytest.mark.parametrize("side", ["right", "left", "packed"])
+def test_final_layer_at_the_last_token_only_keeps_its_states_exact(resolved, side):
+    """The final decoder layer runs its MLP and query/output projections at the last token only; the captured
+    states must equal a plain forward's (read by our own hook, no trimming), and the model is restored after."""
+    backbone = HFBackbone(resolved, "cpu", "float32", padding_side=side)
+    final = backbone.layers[-1]
+    originals = (final.mlp, final.self_attn.q_proj, final.self_attn.o_proj)
+    seen = []
+    handle = final.mlp.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0].shape[-2]))
+    try:
+        ids = backbone.encode([user_turn(p) for p in PROMPTS])
+        ours = backbone.last_token_states(ids)
+    finally:
+        handle.remove()
+    assert seen == [len(PROMPTS)]  # the MLP saw one position per prompt, not the whole batch
+    assert (final.mlp, final.self_attn.q_proj, final.self_attn.o_proj) == originals
+    for row, token_ids in enumerate(ids):
+        captured = []
+        hook = final.register_forward_hook(lambda _m, _i, output: captured.append(output[0] if isinstance(output, tuple) else output))
+        try:
+            with torch.no_grad():
+                backbone.decoder(input_ids=torch.tensor([token_ids]), use_cache=False)
+        finally:
+            hook.remove()
+        reference = captured[0][0, -1]
+        assert torch.allclose(ours[row, -1], reference, atol=1e-5, rtol=1e-4), (side, row)
+        assert torch.allclose(ours[row, :-1], backbone.last_token_states([token_ids])[0, :-1], atol=1e-5, rtol=1e-4)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from herald_service.backbone.base import Intervention
-from herald_service.backbone.hooks import capture_last_token, intervene
+from herald_service.backbone.hooks import capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
 from herald_service.errors import BackboneError, InvalidInput
 from herald_service.types import BackboneInfo, Conversation, Message
@@ -400,7 +400,7 @@ class HFBackbone:
             kwargs = {"attention_mask": mask, "position_ids": positions}
         else:
             kwargs = {}  # causal attention alone keeps right padding out of every real token's state
-        with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture:
+        with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture, final_layer_at(self.layers[-1], last):
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
         return capture.on_device()
 
@@ -440,11 +440,13 @@ class HFBackbone:
         return inputs
 
     def _packed_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
-        ends = torch.tensor([len(t) for t in token_ids]).cumsum(0) - 1
+        ends = self._upload(torch.tensor([len(t) for t in token_ids]).cumsum(0) - 1)
+        rows = torch.zeros(len(token_ids), dtype=torch.long, device=self.device)
         # Rows of the capture are the prompts: index (row 0, end of prompt i) for each i.
         with (
             intervene(self.layers, intervention),
-            capture_last_token(self.layers, self._upload(ends), rows=torch.zeros(len(ends), dtype=torch.long, device=self.device)) as capture,
+            capture_last_token(self.layers, ends, rows=rows) as capture,
+            final_layer_at(self.layers[-1], ends, rows),
             self.attention_for_layout(),
         ):
             self.decoder(use_cache=False, **self.packed_inputs(token_ids))

@@ -87,6 +87,67 @@ def capture_last_token(
             handle.remove()
 
 
+FINAL_LAYER_SUBMODULES = ("mlp", "self_attn.q_proj", "self_attn.o_proj")
+"""Per-position submodules of the final decoder layer that :func:`final_layer_at` restricts to the captured positions
+(those a layer lacks are left alone): in the final layer nothing downstream reads other positions, and within it only
+the keys and values of other positions reach the last token, so its feed-forward block (about 80% of a Llama layer's
+FLOPs per token) and its query and output projections are wasted work there."""
+
+
+class _AtPositions(nn.Module):
+    """``inner`` applied only at ``(rows, positions)`` of a ``(batch, pos, features)`` input, zeros elsewhere.
+
+    ``inner`` sees ``(1, n, features)`` (mixture-of-experts blocks unpack three dimensions) and returns
+    ``(1, n, out_features)``; the result is ``(batch, pos, out_features)`` in ``inner``'s dtype.
+    """
+
+    def __init__(self, inner: nn.Module, rows: torch.Tensor, positions: torch.Tensor) -> None:
+        super().__init__()
+        self.inner = inner
+        self.rows = rows
+        self.positions = positions
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        picked = self.inner(x[self.rows, self.positions].unsqueeze(0)).squeeze(0)
+        out = picked.new_zeros(*x.shape[:-1], picked.shape[-1])
+        out[self.rows, self.positions] = picked
+        return out
+
+
+@contextmanager
+def final_layer_at(layer: nn.Module, positions: torch.Tensor, rows: torch.Tensor | None = None) -> Iterator[None]:
+    """While open, ``layer`` (the final decoder layer) computes its per-position submodules
+    (:data:`FINAL_LAYER_SUBMODULES`) only at one position per prompt; its output is exact there and zero-filled
+    elsewhere.
+
+    Use it together with :func:`capture_last_token` and the same ``positions``/``rows``, and only when nothing reads
+    the final layer's other positions (no LM head, no KV cache). On a Llama-3.1-8B this removes about 3% of the
+    prefill's FLOPs (the last of 32 layers, almost entirely).
+
+    Args:
+        layer: the final decoder layer module.
+        positions: ``(batch,)`` long, each prompt's last-token index along ``pos``.
+        rows: ``(batch,)`` long, the row holding each prompt (default ``arange(batch)``).
+    """
+    if rows is None:
+        rows = torch.arange(positions.shape[0], device=positions.device)
+    swapped: list[tuple[nn.Module, str, nn.Module]] = []
+    try:
+        for path in FINAL_LAYER_SUBMODULES:
+            *parents, name = path.split(".")
+            parent = layer
+            for part in parents:
+                parent = getattr(parent, part, None)
+            inner = getattr(parent, name, None) if parent is not None else None
+            if isinstance(inner, nn.Module):
+                setattr(parent, name, _AtPositions(inner, rows, positions))
+                swapped.append((parent, name, inner))
+        yield
+    finally:
+        for parent, name, inner in reversed(swapped):
+            setattr(parent, name, inner)
+
+
 @contextmanager
 def intervene(layers: Sequence[nn.Module], intervention: Intervention | None) -> Iterator[None]:
     """Apply a residual-stream intervention at the chosen decoder layers' outputs, at all positions.
