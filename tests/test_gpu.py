@@ -71,6 +71,7 @@ def test_varlen_batch_matches_the_fp32_reference_like_any_half_precision_batch(r
     reference = cpu.last_token_states(ids)
     varlen = HFBackbone(resolved, "cuda", dtype)  # auto -> varlen
     assert varlen.padding_side == "varlen"
+    varlen.eager_floor_s = None  # the varlen kernel is under test: no per-prompt graph replays for small batches
     packed = varlen.last_token_states(ids)
     padded = HFBackbone(resolved, "cuda", dtype, padding_side="right", cuda_graphs=False).last_token_states(ids)
     # Same tolerance as test_cuda_matches_cpu_and_bf16_is_close; and no worse than right padding in that precision.
@@ -94,6 +95,7 @@ def test_varlen_restores_the_attention_implementation_and_keeps_interventions(re
 def test_launched_states_equal_synchronous_states_even_when_the_next_launch_reuses_the_graph(resolved):
     backbone = HFBackbone(resolved, "cuda", "bfloat16")
     assert backbone.overlaps_host and backbone.graphs is not None
+    backbone.eager_floor_s = None  # the batch below runs the eager varlen forward
     ids = backbone.encode([user_turn(p) for p in PROMPTS])
     batch_wait = backbone.launch_last_token_states(ids)
     other = list(ids[0])
@@ -131,16 +133,42 @@ def test_launching_a_batch_never_waits_for_the_device(resolved):
     # preparation reading the device) would serialize them. CUDA's sync debug mode turns every sync into an error.
     backbone = HFBackbone(resolved, "cuda", "bfloat16")  # varlen
     ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    assert backbone._replays_cheaper(ids)  # a tiny model: replaying per prompt beats its eager floor
+    floor, backbone.eager_floor_s = backbone.eager_floor_s, None
     reference = backbone.last_token_states(ids)
     backbone.launch_last_token_states(ids)()  # warm: first-call allocations
     torch.cuda.set_sync_debug_mode("error")
     try:
-        wait = backbone.launch_last_token_states(ids)
+        wait = backbone.launch_last_token_states(ids)  # the eager varlen path
         single = backbone.launch_last_token_states([ids[1]])  # the graph path
+        backbone.eager_floor_s = floor
+        replays = backbone.launch_last_token_states(ids)  # one replay per prompt
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(wait(), reference)
     assert torch.equal(single(), backbone.last_token_states([ids[1]]))
+    assert torch.equal(replays(), backbone.last_token_states(ids))
+
+
+def test_small_batches_replay_the_graph_per_prompt_only_when_measured_cheaper(resolved):
+    cpu = HFBackbone(resolved, "cpu", "float32")
+    ids = cpu.encode([user_turn(p) for p in PROMPTS])
+    reference = cpu.last_token_states(ids)
+    backbone = HFBackbone(resolved, "cuda", "bfloat16")
+    graphs = backbone.graphs
+    assert graphs is not None and sorted(graphs.replay_s) == list(graphs.buckets) and backbone.eager_floor_s > 0
+    replays = graphs.replay_seconds([len(t) for t in ids])
+    assert replays is not None and backbone._replays_cheaper(ids) == (replays < backbone.eager_floor_s)
+    assert backbone._replays_cheaper(ids)  # 4 layers of d=64: a replay is far below an eager pass's launch floor
+    replayed = backbone.last_token_states(ids)
+    eager = backbone._eager_states(ids, None).float().cpu()
+    assert _relative(replayed, reference) <= 5e-2 and _relative(eager, reference) <= 5e-2
+    for row, token_ids in enumerate(ids):  # row i is prompt i's own replay
+        assert torch.equal(replayed[row : row + 1], backbone.last_token_states([token_ids]))
+    too_long = [ids[0], list(ids[1]) * (max(graphs.buckets) // len(ids[1]) + 1)]
+    assert graphs.replay_seconds([len(t) for t in too_long]) is None and not backbone._replays_cheaper(too_long)
+    backbone.eager_floor_s = 0.0  # were an eager pass free, replays would never be chosen
+    assert not backbone._replays_cheaper(ids)
 
 
 def test_projection_on_the_device_equals_projection_of_the_copied_states(resolved):
@@ -151,7 +179,7 @@ def test_projection_on_the_device_equals_projection_of_the_copied_states(resolve
     w = rng.standard_normal((4, 64)).astype(np.float32)
     directions = LayerDirections((w / np.linalg.norm(w, axis=1, keepdims=True)).astype(np.float16), np.zeros(4, np.float32), np.ones(4, np.float32))
     ids = backbone.encode([user_turn(p) for p in PROMPTS])
-    for batch in (ids, [ids[2]]):  # the varlen path and the graph path
+    for batch in (ids, [ids[2]]):  # the small-batch replays and the one-prompt graph path
         on_device = backbone.launch_last_token_states(batch, reduce=directions.dot)()
         assert on_device.device.type == "cpu" and on_device.dtype == torch.float32 and tuple(on_device.shape) == (len(batch), 4)
         copied = directions.dot(backbone.last_token_states(batch))

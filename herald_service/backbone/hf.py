@@ -6,6 +6,8 @@ import functools
 import hashlib
 import logging
 import re
+import statistics
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -20,9 +22,10 @@ from herald_service.types import BackboneInfo, Conversation, Message
 
 log = logging.getLogger(__name__)
 
-GRAPH_BUCKETS = (32, 64, 128, 256, 512)
+GRAPH_BUCKETS = (32, 64, 128, 256, 512, 1024)
 """Prompt lengths (tokens) with a captured one-prompt CUDA graph; longer prompts run eagerly (launch overhead is
-small next to their compute)."""
+small next to their compute). 1,024 is included because on an H200 host the eager Llama-3.1-8B forward stays
+launch-bound up to about that length, with run-to-run spread of +-30% (``benchmarks/results/scaling_h200.json``)."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -167,8 +170,9 @@ class HFBackbone:
             (default) is ``varlen`` where it runs and ``right`` elsewhere. ``benchmarks/hardware_limit.py`` measures
             them.
         cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
-            removes the kernel-launch overhead that dominates a small prefill on a large GPU (``None``: on when the
-            device is CUDA and ``padding_side`` is ``"right"`` or ``"varlen"``).
+            removes the kernel-launch overhead that dominates a small prefill on a large GPU, and replay them once per
+            prompt for a small batch when that is measured (at load) to beat the eager forward's floor
+            (``None``: on when the device is CUDA and ``padding_side`` is ``"right"`` or ``"varlen"``).
         compile_graphs: capture those graphs from decoder layers compiled by ``torch.compile`` (fewer, fused
             kernels per replay: 128 tokens 8.4 -> 5.8 ms on an H200, for ~20 s more at load for the five buckets;
             ``benchmarks/results/graph_capture_h200.json``). Off here; the service turns it on through
@@ -245,6 +249,7 @@ class HFBackbone:
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda" and padding_side in ("right", "varlen")
         self.graphs = PrefillGraphs(self, compile_layers=compile_graphs) if cuda_graphs else None
+        self.eager_floor_s = self._measure_eager_floor() if self.graphs is not None and self.graphs.replay_s else None
 
     def render(self, conversation: Conversation) -> str:
         """Chat-template text with the generation prompt (DESIGN section 1.1); raw text without a template."""
@@ -386,10 +391,16 @@ class HFBackbone:
         return wait
 
     def _device_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
-        if intervention is None and self.graphs is not None and len(token_ids) == 1:
-            states = self.graphs.run(token_ids[0])
-            if states is not None:
-                return states
+        if intervention is None and self.graphs is not None:
+            if len(token_ids) == 1:
+                states = self.graphs.run(token_ids[0])
+                if states is not None:
+                    return states
+            elif self._replays_cheaper(token_ids):
+                return torch.cat([self.graphs.run(t) for t in token_ids])  # type: ignore[misc]
+        return self._eager_states(token_ids, intervention)
+
+    def _eager_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
         if self.packs(token_ids):
             return self._packed_states(token_ids, intervention)
         ids, mask, last = self._pad(token_ids)
@@ -403,6 +414,30 @@ class HFBackbone:
         with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture, final_layer_at(self.layers[-1], last):
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
         return capture.on_device()
+
+    def _replays_cheaper(self, token_ids: Sequence[Sequence[int]]) -> bool:
+        """True when replaying the one-prompt graph once per prompt is measured to take less time than the eager
+        batched forward could at best (:attr:`eager_floor_s`): a small batch on a large GPU, where the eager pass is
+        bound by kernel launches (Llama-3.1-8B on an H200: about 30 ms eager for any short batch, 5-6 ms per replay;
+        ``benchmarks/results/scaling_h200.json``, throughput at concurrency 4 below that at 1 before this rule)."""
+        if self.eager_floor_s is None or self.graphs is None:
+            return False
+        replays = self.graphs.replay_seconds([len(t) for t in token_ids])
+        return replays is not None and replays < self.eager_floor_s
+
+    @torch.inference_mode()
+    def _measure_eager_floor(self, repeats: int = 3) -> float:
+        """Seconds for the eager forward of two 16-token prompts (median of ``repeats`` after one warm-up): the least
+        any eager batch costs here, since a short batch is bound by kernel launches, not arithmetic."""
+        batch = [[self.pad_id] * 16] * 2
+        times = []
+        for _ in range(repeats + 1):
+            torch.cuda.synchronize(self.device)
+            started = time.perf_counter()
+            self._eager_states(batch, None)
+            torch.cuda.synchronize(self.device)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times[1:])
 
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         """``host`` (a small CPU tensor: token ids, positions, offsets) on the model's device without a host sync.
@@ -517,6 +552,29 @@ class PrefillGraphs:
         self.compiled = compile_layers and self._capture_all(True)
         if not self.compiled and not self._capture_all(False):
             log.warning("one-prompt prefill runs eagerly")
+        self.replay_s = {width: self._time_replay(width) for width in self._graphs}
+        """Seconds per replay of each captured bucket (median of three, measured at capture)."""
+
+    def replay_seconds(self, lengths: Sequence[int]) -> float | None:
+        """Measured seconds to replay one graph per prompt of these lengths (tokens); None if one is too long."""
+        total = 0.0
+        for n in lengths:
+            width = next((w for w in self.buckets if w >= n and w in self.replay_s), None)
+            if width is None:
+                return None
+            total += self.replay_s[width]
+        return total
+
+    def _time_replay(self, width: int, repeats: int = 3) -> float:
+        graph = self._graphs[width][0]
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize(self.backbone.device)
+            started = time.perf_counter()
+            graph.replay()
+            torch.cuda.synchronize(self.backbone.device)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
 
     def _capture_all(self, compile_layers: bool) -> bool:
         """Capture every bucket; on any failure keep none and return False."""
