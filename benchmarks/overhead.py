@@ -11,8 +11,11 @@ Run: ``python -m benchmarks.overhead --target cpu`` (or ``--target h200`` on the
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
+
+from herald_service.backbone.batching import plan_batches
 
 from benchmarks.common import (
     Server,
@@ -34,7 +37,7 @@ from benchmarks.common import (
 PLAN = {
     # prompts at saturation, longest prompt, client concurrency, saturation rounds, idle prompts, client processes
     "cpu": {"n": 24, "max_tokens": 128, "concurrency": 24, "rounds": 2, "idle": 6, "client_processes": 1},
-    "h200": {"n": 2000, "max_tokens": 4096, "concurrency": 256, "rounds": 2, "idle": 30, "client_processes": 4},
+    "h200": {"n": 2000, "max_tokens": 4096, "concurrency": 256, "rounds": 2, "idle": 30, "client_processes": 4, "decompose": True},
 }
 BATCHING = {"cpu": {}, "tiny": {}, "h200": {"batch_token_budget": 16384, "batch_max_prompts": 256}}
 PLAN["tiny"] = PLAN["cpu"]
@@ -44,13 +47,15 @@ def saturation(target: Target, server: Server, texts: list[str], ids: list[list[
     settings = server.settings
     budget, rows = settings.batch_token_budget, settings.batch_max_prompts
     layout = target.backbone.padding_side
-    bare_s, same_s, http_s, steady, latencies, statuses = [], [], [], [], [], {}
+    bare_s, same_s, http_s, engine_s, shaped_s, steady, latencies, statuses = [], [], [], [], [], [], [], {}
     with LoadClient(plan["client_processes"]) as client:
         client.warm(server.url, texts)
         for _ in range(plan["rounds"]):
             bare_s.append(bare_throughput(target, ids, budget, rows))
             if layout == "varlen":
                 same_s.append(bare_throughput(target, ids, budget, rows, layout))
+            if plan.get("decompose"):
+                engine_s.append(engine_alone(target, server, ids))
             load = client.run(server.url, texts, plan["concurrency"])
             http_s.append(load.seconds)
             steady.append(load.steady_per_s)
@@ -59,6 +64,10 @@ def saturation(target: Target, server: Server, texts: list[str], ids: list[list[
                 statuses[k] = statuses.get(k, 0) + v
     batches = batch_means(server.url)
     n = len(texts)
+    if plan.get("decompose") and layout == "varlen" and batches["mean_prompts"]:
+        # The bare prefill again, but in batches shaped like the service's: arrival order, windows of the server's
+        # mean batch size, each sorted and cut as the engine cuts it.
+        shaped_s = [service_shaped_bare(target, ids, budget, rows, round(batches["mean_prompts"]), layout) for _ in range(plan["rounds"])]
     bare_rate, http_rate = n / statistics.median(bare_s), n / statistics.median(http_s)
     return {
         "prompts": n,
@@ -74,6 +83,10 @@ def saturation(target: Target, server: Server, texts: list[str], ids: list[list[
         "bare_same_layout_prompts_per_s": n / statistics.median(same_s) if same_s else None,
         "ratio_vs_same_layout": (n / statistics.median(http_s)) / (n / statistics.median(same_s)) if same_s else None,
         "http_seconds": http_s,
+        "engine_alone_seconds": engine_s,
+        "engine_alone_prompts_per_s": n / statistics.median(engine_s) if engine_s else None,
+        "bare_service_shaped_seconds": shaped_s,
+        "bare_service_shaped_prompts_per_s": n / statistics.median(shaped_s) if shaped_s else None,
         "bare_prompts_per_s": bare_rate,
         "http_prompts_per_s": http_rate,
         "http_tokens_per_s": sum(len(i) for i in ids) / statistics.median(http_s),
@@ -86,6 +99,38 @@ def saturation(target: Target, server: Server, texts: list[str], ids: list[list[
         "statuses": statuses,
         "server_batches": batches,
     }
+
+
+def engine_alone(target: Target, server: Server, ids: list[list[int]]) -> float:
+    """Seconds for the engine without HTTP: every prompt submitted at once to an :class:`InferenceEngine` with the
+    server's batching limits on the same backbone and probe (the server is idle meanwhile), all answers awaited."""
+    from herald_service.engine.engine import InferenceEngine
+    from herald_service.engine.service import engine_limits
+    from herald_service.metrics import HeraldMetrics
+
+    engine = InferenceEngine(target.backbone, target.probe, engine_limits(server.settings), HeraldMetrics())
+    engine.start()
+    try:
+        started = time.perf_counter()
+        futures = engine.submit(ids)
+        for future in futures:
+            future.result()
+        return time.perf_counter() - started
+    finally:
+        engine.stop()
+
+
+def service_shaped_bare(target: Target, ids: list[list[int]], budget: int, rows: int, window: int, layout: str) -> float:
+    """Seconds for the bare prefill of ``ids`` taken ``window`` prompts at a time in a shuffled (arrival-like) order,
+    each window sorted and cut under ``budget`` / ``rows`` like the engine's: the batch composition the service sees
+    under a closed loop of clients, without the service."""
+    order = np.random.default_rng(0).permutation(len(ids))
+    started = time.perf_counter()
+    for start in range(0, len(ids), max(window, 1)):
+        chunk = [ids[i] for i in order[start : start + window]]
+        for batch in plan_batches([len(t) for t in chunk], budget, rows, packed=layout == "varlen"):
+            bare_prefill(target, [chunk[i] for i in batch], layout)
+    return time.perf_counter() - started
 
 
 def batch_means(url: str) -> dict:
@@ -143,7 +188,7 @@ def run(target: Target, quick: bool = False) -> dict:
         if target.name == "h200":
             # Closed-loop check: 256 clients keep at most ~2 of the 16k-token batches outstanding, so the pipelined
             # worker can find its queue empty; with 1,024 in flight it cannot.
-            result["saturation_1024"] = saturation(target, server, texts, ids, {**plan, "concurrency": 1024, "rounds": 1})
+            result["saturation_1024"] = saturation(target, server, texts, ids, {**plan, "concurrency": 1024, "rounds": 1, "decompose": False})
         idle_texts, idle_ids = texts[: plan["idle"]], ids[: plan["idle"]]
         result["idle"] = idle(target, server, idle_texts, idle_ids)
     if target.name == "h200":
@@ -172,6 +217,12 @@ def report(target: Target, result: dict, out) -> None:
                         "bare_prefill": sat["bare_same_layout_prompts_per_s"], "ratio": sat["steady_ratio_vs_same_layout"], "target": ""})
         rows.insert(1, {"measure": f"saturation vs bare {sat['engine_layout']} prefill", "herald_http": sat["http_prompts_per_s"],
                         "bare_prefill": sat["bare_same_layout_prompts_per_s"], "ratio": sat["ratio_vs_same_layout"], "target": "(service overhead alone)"})
+    if sat.get("engine_alone_prompts_per_s"):
+        rows.insert(1, {"measure": f"engine alone (no HTTP) vs bare {sat['engine_layout']}", "herald_http": sat["engine_alone_prompts_per_s"],
+                        "bare_prefill": sat["bare_same_layout_prompts_per_s"], "ratio": sat["engine_alone_prompts_per_s"] / sat["bare_same_layout_prompts_per_s"], "target": "(decomposition)"})
+    if sat.get("bare_service_shaped_prompts_per_s"):
+        rows.insert(1, {"measure": f"bare {sat['engine_layout']} in service-shaped batches", "herald_http": sat["bare_service_shaped_prompts_per_s"],
+                        "bare_prefill": sat["bare_same_layout_prompts_per_s"], "ratio": sat["bare_service_shaped_prompts_per_s"] / sat["bare_same_layout_prompts_per_s"], "target": "(decomposition)"})
     if "saturation_1024" in result:
         s1 = result["saturation_1024"]
         rows.insert(1, {"measure": "saturation prompts/s, 1,024 in flight", "herald_http": s1["http_prompts_per_s"], "bare_prefill": s1["bare_prompts_per_s"],
