@@ -1,0 +1,46 @@
+"""Per-fold features for the scorer study: the fit / calibration / test parts and LDA directions of `herald eval`'s
+LOSO on split SEED (HeraldMethod(seed=SEED) step for step), saved so every scorer recipe trains on the same features.
+
+Usage (repository root, venv active): python docs/eval/scorer_training/prep.py SEED [OUT_DIR]  (default /tmp/st/folds_seed<SEED>)
+"""
+import sys, time
+from pathlib import Path
+import numpy as np
+from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.loader import resolve_backbone
+from herald_service.config import EMBEDDED_BACKBONE, default_cache_dir
+from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
+from herald_service.training.extract import StateCache
+from herald_service.training.fit import expand_data
+from herald_service.training.eval import _states_for, groups_of
+from herald_service.training.protocol import loso_folds
+from herald_service.training.methods import balanced_weights, CALIBRATION_FRACTION
+from herald_service.probes.probe import calibration_mask
+from herald_service.probes.directions import fit_directions
+from herald_service.probes.features import compute_features
+
+seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(f"/tmp/st/folds_seed{seed}"); out.mkdir(parents=True, exist_ok=True)
+cache_dir = default_cache_dir()
+files = expand_data([Path("../shared/data")])
+backbone = HFBackbone(resolve_backbone(EMBEDDED_BACKBONE, cache_dir), "cpu", "auto")
+capped = cap_per_group(load_corpus(files), 150, seed)
+data, examples, skipped = _states_for(backbone, capped, StateCache(cache_dir, backbone), 1024, "corpus")
+train_index, test_index = stratified_split(examples, 0.2, seed)
+print("n", len(data.labels), len(train_index), len(test_index), flush=True)
+np.savez(out / "meta.npz", labels=data.labels, sources=data.sources)
+for k, fold in enumerate(loso_folds(data.sources, data.labels, train_index, test_index)):
+    t = time.time()
+    tr = data.take(fold.train_index)
+    y = tr.labels.astype(int); groups = groups_of(tr)
+    calib = calibration_mask(groups, CALIBRATION_FRACTION, seed)  # HeraldMethod(seed) uses its seed here
+    fit = ~calib
+    w = balanced_weights(groups, y)
+    d = fit_directions(tr.states[fit], y[fit])
+    test = fold.test_index
+    np.savez(out / f"fold{k:02d}.npz", source=fold.source,
+             F_fit=compute_features(d.project(tr.states[fit])), y_fit=y[fit], w_fit=w[fit], g_fit=groups[fit],
+             F_cal=compute_features(d.project(tr.states[calib])), y_cal=y[calib],
+             F_test=compute_features(d.project(data.states[test])), y_test=data.labels[test],
+             test_index=test, n_held=len(fold.held_out_index))
+    print(k, fold.source, round(time.time() - t, 1), flush=True)
