@@ -3,6 +3,7 @@ hand-written files whose every number is known, and one line each when those fil
 
 import json
 
+from herald_service.training import report_scorer
 from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
 
 SPLIT = {"seed": 0, "corpus_sha256": "c0ffee", "max_per_source_and_label": 150, "max_tokens": 1024,
@@ -112,3 +113,50 @@ def test_report_without_the_files_says_so_in_one_line_each(tmp_path):
     assert lines[2].endswith("(`herald eval --out r.json`); do not edit by hand.")
     assert "candidate feature set" not in text and "held-out sets (never trained on" not in text
     assert "no new benign sensitive-topic sets were added from the registries" in text
+
+
+def scorer_split(seed: int, current_auroc: list[float], other: dict[str, list[float]]) -> dict:
+    """A scorer-training split: `current` and other recipes over three init seeds; F1 = AUROC - 0.2 for all."""
+    def block(auroc):
+        return {"seeds": [0, 1, 2], "f1": [a - 0.2 for a in auroc], "auroc": auroc, "false_positive_rate": [0.1] * 3,
+                "recall": [0.5] * 3, "folds_at_best_latent": [1, 2, 3], "mean_fold_auroc": [0.9] * 3, "n_folds": 4}
+    return {"seed": seed, "baselines_from": f"seed{seed}.json",
+            "recipes": {"current": block(current_auroc), **{k: block(v) for k, v in other.items()}}}
+
+
+def test_scorer_rule_needs_a_gain_above_noise_and_never_picks_a_diagnostic_row():
+    split = scorer_split(0, [0.70, 0.72, 0.74], {
+        "steady": [0.73, 0.75, 0.77],   # +0.03 on every seed: std 0 -> passes
+        "noisy": [0.70, 0.76, 0.75],    # paired gains 0, .04, .01: mean 0.017 < 2 std (0.042): fails
+        "tiny": [0.705, 0.725, 0.745],  # +0.005 on every seed: below the 0.01 floor
+        "worse": [0.69, 0.71, 0.73],
+        "l2=0.1": [0.80, 0.82, 0.84],   # best of all, but chosen on the outer folds
+    })
+    assert report_scorer.winners(split) == ["steady"]
+
+
+def test_report_has_the_scorer_section_with_a_link_to_its_doc(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    write(tmp_path / "scorer_training", "summary.json", {"splits": [
+        scorer_split(0, [0.70, 0.72, 0.74], {"noisy": [0.70, 0.76, 0.75]}),
+        scorer_split(1, [0.70, 0.72, 0.74], {"noisy": [0.73, 0.75, 0.77]})]})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    assert lines[2].endswith("and from `scorer_training/` beside it (commands in their sections); do not edit by hand.")
+    at = lines.index("### Split seed 0 (the split of the results above; the comparison split)")
+    assert lines[at + 2].startswith("Latent baselines from `seed0.json`. No recipe passes the rule")
+    assert lines[at + 6:at + 8] == [
+        "| `current` | 3 | 0.520 ± 0.020 | 0.720 ± 0.020 | – | – | 0.100 | 0.500 | 2.0 (1–3) / 4 | 0.900 |",
+        "| `noisy` | 3 | 0.537 ± 0.032 | 0.737 ± 0.032 | +0.017 ± 0.021 | +0.017 ± 0.021 | 0.100 | 0.500 | 2.0 (1–3) / 4 | 0.900 |"]
+    at = lines.index("### Split seed 1 (a check; selects nothing)")
+    assert lines[at + 2].endswith("higher by > 0.01 and > 2 std of the paired difference): `noisy`.")
+    assert any("([eval/scorer_training.md](eval/scorer_training.md))" in line for line in lines)
+
+
+def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    at = lines.index("## Scorer training recipes (source-held-out)")
+    assert lines[at + 2] == ("Not in this report: there is no `scorer_training/summary.json` beside the results file "
+                             "([eval/scorer_training.md](eval/scorer_training.md)).")
+    assert lines[at + 4].startswith("## ")

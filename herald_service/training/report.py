@@ -1,8 +1,9 @@
 """``herald report``: turn the JSON of ``herald eval`` into ``docs/EVALUATION.md`` and PNG plots.
 
 Run ``python -m herald_service.training.report [RESULTS.json]`` or ``herald report``. Everything in the report is
-computed from the results file and the JSON beside it (``recipes.json``, ``benign_sensitive/``, ``feature_sets/``; a
-section whose files are absent says so in one line); nothing is typed in by hand except the fixed text about scope.
+computed from the results file and the JSON beside it (``recipes.json``, ``benign_sensitive/``, ``feature_sets/``,
+``scorer_training/``; a section whose files are absent says so in one line); nothing is typed in by hand except the
+fixed text about scope.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from herald_service.training import report_sensitive
+from herald_service.training import report_scorer, report_sensitive
 
 METHOD_LABELS = {
     "herald": "Herald (LDA trajectory + 288-param MLP)",
@@ -335,6 +336,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     sensitive = results.get("benign_sensitive") or {}
     out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"))
     out += _feature_set_section(results)
+    out += report_scorer.section(results.get("scorer_training"), rel(md_path.parent / "eval" / "scorer_training.md"),
+                                 meta.get("seed"))
     out += _not_shown(results)
     return "\n".join(out)
 
@@ -637,6 +640,10 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     if "feature_sets" not in results and runs:
         results["feature_sets"] = [json.loads(f.read_text()) for f in runs]
         beside.append("feature_sets/")
+    scorer = folder / "scorer_training" / "summary.json"
+    if "scorer_training" not in results and scorer.is_file():
+        results["scorer_training"] = json.loads(scorer.read_text())
+        beside.append("scorer_training/")
     plot_dir.mkdir(parents=True, exist_ok=True)
     plots = {
         "learning_curve": plot_learning_curve(results, plot_dir / "learning_curve.png"),
