@@ -92,9 +92,12 @@ def random_probe(num_layers: int, hidden_size: int, seed: int = 0) -> FittedProb
     return FittedProbe(directions, stats, TrajectoryScorer().eval(), 0.0, "random", num_layers // 2)
 
 
-def build_target(name: str, padding_side: str = "auto", cuda_graphs: bool | None = None, compile_graphs: bool = True) -> Target:
+def build_target(
+    name: str, padding_side: str = "auto", cuda_graphs: bool | None = None, compile_graphs: bool = True, compile_batches: bool = True
+) -> Target:
     """Load the backbone, probe and runtime for ``cpu`` or ``h200`` (padding ``auto``: varlen on the GPU, right on the CPU;
-    ``compile_graphs``: the service's default, ``HERALD_COMPILE_GRAPHS=true``)."""
+    ``compile_graphs`` and ``compile_batches``: the service's defaults, ``HERALD_COMPILE_GRAPHS/_BATCHES=true``, which
+    apply on the GPU only). The bare baselines call the decoder directly and never run compiled."""
     from herald_service.config import default_cache_dir
     from herald_service.probes.artifact import load_probe
 
@@ -126,7 +129,8 @@ def build_target(name: str, padding_side: str = "auto", cuda_graphs: bool | None
         print(f"random Llama-3.1-8B built on the GPU in {time.perf_counter() - started:.1f} s", flush=True)
         resolved = ResolvedBackbone(Path("."), "random-init Llama-3.1-8B architecture", "random-seed-0", "llama-3.1-8b-random")
         backbone = HFBackbone.from_model(
-            model, tokenizer, resolved, padding_side=padding_side, cuda_graphs=cuda_graphs, compile_graphs=compile_graphs
+            model, tokenizer, resolved, padding_side=padding_side, cuda_graphs=cuda_graphs, compile_graphs=compile_graphs,
+            compile_batches=compile_batches and device == "cuda",
         )
         probe = random_probe(backbone.info.num_layers, backbone.info.hidden_size)
         manifest = {"feature_set": probe.feature_set, "threshold": 0.0, "peak_layer": probe.peak_layer, "note": "random probe"}

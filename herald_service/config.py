@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         True, description="On CUDA, capture the one-prompt CUDA graphs from torch.compile'd decoder layers: 128-token"
         " prefill 8.4 -> 5.8 ms on an H200 (Llama-3.1-8B), for about 20 s more at start (HFBackbone, PrefillGraphs)."
     )
+    compile_batches: bool = Field(
+        True, description="On CUDA, run batched prefills through torch.compile'd decoder layers (dynamic shapes, compiled"
+        " and warmed at start): 64 x 128 tokens 233.4 -> 189.6 ms on an H200 (Llama-3.1-8B; benchmarks/compile_batches.py),"
+        " for about 20-30 s more at start (HFBackbone). Ignored on the CPU, where compiling takes minutes."
+    )
     cache_dir: Path = Field(default_factory=default_cache_dir)
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)

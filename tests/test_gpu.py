@@ -184,3 +184,29 @@ def test_projection_on_the_device_equals_projection_of_the_copied_states(resolve
         assert on_device.device.type == "cpu" and on_device.dtype == torch.float32 and tuple(on_device.shape) == (len(batch), 4)
         copied = directions.dot(backbone.last_token_states(batch))
         assert torch.allclose(on_device, copied, rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_batches_match_the_reference_and_never_compile_after_the_warmup(resolved):
+    from torch._dynamo.utils import counters
+
+    cpu = HFBackbone(resolved, "cpu", "float32")
+    ids = cpu.encode([user_turn(p) for p in PROMPTS])
+    equal = [ids[0], list(reversed(ids[0])), ids[0]]  # equal lengths: the padded path
+    single = (list(ids[2]) * 200)[:1100]  # longer than every graph bucket: the eager one-prompt path
+    batches = [ids, ids[:3], equal, [single]]
+    references = [cpu.last_token_states(batch) for batch in batches]
+    backbone = HFBackbone(resolved, "cuda", "bfloat16", compile_batches=True)  # varlen
+    assert backbone.batch_forwards is not None
+    backbone.eager_floor_s = None  # small batches run the compiled batched forward, not per-prompt graph replays
+    before = counters["stats"]["unique_graphs"]
+    for batch, reference in zip(batches, references):
+        assert _relative(backbone.last_token_states(batch), reference) <= 5e-2
+    assert counters["stats"]["unique_graphs"] == before  # the warm-up at load covered every shape seen here
+    assert not any("forward" in layer.__dict__ for layer in backbone.layers)  # compiled forwards only while running
+    backbone.launch_last_token_states(ids)()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        wait = backbone.launch_last_token_states(ids)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(wait(), backbone.last_token_states(ids))

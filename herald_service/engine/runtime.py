@@ -89,6 +89,7 @@ def load_runtime(settings: Settings) -> Runtime:
     backbone = HFBackbone(
         resolve_backbone(settings.backbone, settings.cache_dir), settings.device, settings.dtype, settings.padding_side,
         compile_graphs=settings.compile_graphs,
+        compile_batches=settings.compile_batches and settings.device != "cpu" and torch.cuda.is_available(),
     )
     folder = settings.probe or default_probe_folder(backbone.info.slug)
     if not folder.exists():
