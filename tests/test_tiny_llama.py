@@ -269,3 +269,17 @@ def test_final_layer_at_the_last_token_only_keeps_its_states_exact(resolved, sid
         reference = captured[0][0, -1]
         assert torch.allclose(ours[row, -1], reference, atol=1e-5, rtol=1e-4), (side, row)
         assert torch.allclose(ours[row, :-1], backbone.last_token_states([token_ids])[0, :-1], atol=1e-5, rtol=1e-4)
+
+
+def test_ablation_at_the_final_layer_still_applies_with_the_final_layer_trimmed(resolved):
+    """The final layer computes only the last token's MLP (final_layer_at); an intervention on its output must still
+    zero the projection of the captured row."""
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    w = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    plain = backbone.last_token_states(ids).numpy()
+    ablated = backbone.last_token_states(ids, Intervention("ablate", (4,), w, np.ones(4))).numpy()
+    assert np.abs(plain[:, 3] @ w[3]).max() > 1e-2
+    assert np.abs(ablated[:, 3] @ w[3]).max() < 1e-4
+    assert np.allclose(plain[:, :3], ablated[:, :3])
