@@ -1,4 +1,9 @@
-"""Overhead: what the service costs on top of the bare prefill, measured in one run.
+"""Overhead: the service through HTTP against the bare prefill of the same backbone, measured in one run.
+
+The bare prefill is plain transformers (the decoder stack alone, eager, every position of every layer), as the issue
+defines the baseline; the service's own forward does less work than that (the final layer at the last token only,
+CUDA graphs, compiled layers), so the ratios mix the service's overhead with those savings. The decomposition rows
+(GPU) separate them: the engine alone without HTTP, and the bare prefill in the service's batch shapes.
 
 1. Saturation: every prompt of the mix as its own ``POST /classify`` through a real uvicorn server, many in flight
    (client in a separate process), against the bare batched prefill of the same prompts cut into the engine's

@@ -44,3 +44,22 @@ def test_setting_reaches_the_backbone_from_the_environment(monkeypatch):
     monkeypatch.setenv("HERALD_PADDING_SIDE", "diagonal")
     with pytest.raises(ValueError, match="padding_side"):
         Settings()
+
+
+def test_a_sliding_window_model_never_gets_varlen():
+    # varlen_attention attends over the whole prompt: on Gemma-3 (512-token window) it would be wrong past 512 tokens
+    assert resolve_padding_side("auto", CUDA, torch.bfloat16, sliding_window=512) == "right"
+    with pytest.raises(BackboneError, match="no sliding attention window.*512 tokens") as info:
+        resolve_padding_side("varlen", CUDA, torch.bfloat16, sliding_window=512)
+    assert info.value.field == "padding_side"
+    assert resolve_padding_side("packed", CUDA, torch.bfloat16, sliding_window=512) == "packed"  # transformers' masks
+
+
+def test_sliding_window_of_reads_the_config_and_its_switch():
+    from types import SimpleNamespace
+
+    from herald_service.backbone.hf import sliding_window_of
+
+    assert sliding_window_of(SimpleNamespace(sliding_window=512)) == 512  # Gemma-3
+    assert sliding_window_of(SimpleNamespace(sliding_window=4096, use_sliding_window=False)) is None  # Qwen2
+    assert sliding_window_of(SimpleNamespace(sliding_window=None)) is None and sliding_window_of(SimpleNamespace()) is None

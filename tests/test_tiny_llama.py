@@ -283,3 +283,63 @@ def test_ablation_at_the_final_layer_still_applies_with_the_final_layer_trimmed(
     assert np.abs(plain[:, 3] @ w[3]).max() > 1e-2
     assert np.abs(ablated[:, 3] @ w[3]).max() < 1e-4
     assert np.allclose(plain[:, :3], ablated[:, :3])
+
+
+def _tiny_bloom(resolved):
+    from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
+    torch.manual_seed(0)
+    model = BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=2, n_head=2)).eval()
+    return HFBackbone.from_model(model, tokenizer, resolved)
+
+
+def test_final_layer_trimming_is_checked_at_load(resolved, monkeypatch, caplog):
+    """Trimming the final layer is allowed only for listed layer classes and only if the trimmed forward equals the
+    full one at load; an architecture whose MLP does not fit the wrapper (BLOOM's takes the residual too) is served
+    untrimmed instead of failing."""
+    from herald_service.backbone import hooks
+
+    assert HFBackbone(resolved, "cpu", "float32").trims_final_layer  # Llama: listed, and equal when trimmed
+    bloom = _tiny_bloom(resolved)
+    assert not bloom.trims_final_layer
+    ids = bloom.encode([user_turn(p) for p in PROMPTS])
+    assert bloom.last_token_states(ids).shape == (len(PROMPTS), 2, 32)
+    # Listed by mistake: the wrapper raises inside the check, which turns trimming off and logs why.
+    monkeypatch.setattr(hooks, "TRIMMABLE_LAYERS", hooks.TRIMMABLE_LAYERS | {"BloomBlock"})
+    monkeypatch.setattr("herald_service.backbone.hf.TRIMMABLE_LAYERS", hooks.TRIMMABLE_LAYERS)
+    with caplog.at_level("WARNING"):
+        assert not _tiny_bloom(resolved).trims_final_layer
+    assert "trimming the final decoder layer failed" in caplog.text
+    # A trimmed forward that runs but differs (here: the wrapped MLP's output doubled) is refused too.
+    original = hooks._AtPositions.forward
+    monkeypatch.setattr(hooks._AtPositions, "forward", lambda self, x: 2 * original(self, x))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert not HFBackbone(resolved, "cpu", "float32").trims_final_layer
+    assert "differs from the full one" in caplog.text
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="TorchInductor on the CPU needs a C++ compiler")
+def test_compiled_batches_match_eager_and_never_compile_after_the_warmup(resolved):
+    """compile_batches on the CPU (the service turns it on on CUDA only; the mechanism is the same): states equal the
+    eager forward's, shapes unseen at load (1-token prompts, a long single prompt, an intervention) compile nothing
+    new, and a guard the warm-up could not foresee (grad mode on) runs eagerly instead of compiling."""
+    from torch._dynamo.utils import counters
+
+    eager = HFBackbone(resolved, "cpu", "float32")
+    backbone = HFBackbone(resolved, "cpu", "float32", compile_batches=True)
+    assert backbone.batch_forwards is not None and len(backbone.batch_forwards) == len(backbone.layers)
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    w = np.eye(4, 64, dtype=np.float32)
+    ablate = Intervention("ablate", (2,), w, np.ones(4))
+    batches = [ids, ids[1:4], [ids[0], ids[0][::-1]], [ids[2] * 3], [[5]], [[5], [6]]]
+    before = counters["stats"]["unique_graphs"]
+    for batch in batches:
+        assert torch.allclose(backbone.last_token_states(batch), eager.last_token_states(batch), atol=1e-5, rtol=1e-4)
+    assert torch.allclose(backbone.last_token_states(ids, ablate), eager.last_token_states(ids, ablate), atol=1e-5, rtol=1e-4)
+    assert counters["stats"]["unique_graphs"] == before
+    with torch.enable_grad():  # not inference mode: every compiled graph's guard fails
+        assert torch.allclose(backbone._eager_states(ids, None), eager.last_token_states(ids), atol=1e-5, rtol=1e-4)
+    assert counters["stats"]["unique_graphs"] == before  # ran eagerly under the eager_on_recompile stance
+    assert not any("forward" in layer.__dict__ for layer in backbone.layers)

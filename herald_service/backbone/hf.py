@@ -8,14 +8,14 @@ import logging
 import re
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from herald_service.backbone.base import Intervention
-from herald_service.backbone.hooks import capture_last_token, final_layer_at, intervene
+from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
 from herald_service.errors import BackboneError, InvalidInput
 from herald_service.types import BackboneInfo, Conversation, Message
@@ -53,6 +53,8 @@ def varlen_attention(
     ``herald_max_len`` (tokens). Returns ``(1, tokens, heads, head_dim)``. No padding is computed and no mask is
     built: the kernel bounds each prompt by the offsets (``torch.nn.attention.varlen.varlen_attn``, PyTorch >= 2.10).
     Grouped-query key/value heads are repeated to the query heads (the 2.11 signature has no grouped-query option).
+    Every position attends to its whole prompt: there is no sliding window, so :func:`resolve_padding_side` never
+    picks this layout for a model that has one.
     """
     from torch.nn.attention.varlen import varlen_attn
 
@@ -108,20 +110,41 @@ def _register_attention() -> None:
     AttentionInterface.register(CAUSAL_ATTENTION, causal_attention)
 
 
-def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` becomes ``varlen`` on CUDA in bf16/fp16 (the flash varlen kernel's domain) and ``right`` elsewhere.
+def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype, sliding_window: int | None = None) -> str:
+    """``auto`` becomes ``varlen`` on CUDA in bf16/fp16 (the flash varlen kernel's domain) for a model without a
+    sliding attention window, and ``right`` elsewhere: :func:`varlen_attention` attends over the whole prompt, so
+    on a model with sliding-window layers (Gemma-3: 512 tokens) it would be wrong for longer prompts, while right
+    padding keeps transformers' own windowed masks.
+
+    Args:
+        sliding_window: the model's sliding attention window in tokens, if it uses one.
 
     Raises:
-        BackboneError: an unknown value, or ``varlen`` off CUDA or in float32 (the kernel does not run there).
+        BackboneError: an unknown value, ``varlen`` off CUDA or in float32 (the kernel does not run there), or
+            ``varlen`` for a model with a sliding window.
     """
     if padding_side not in PADDING_SIDES:
         raise BackboneError(f"padding_side must be one of {', '.join(PADDING_SIDES)}, not {padding_side!r}", field="padding_side")
     half = dtype in (torch.bfloat16, torch.float16)
     if padding_side == "auto":
-        return "varlen" if device.type == "cuda" and half else "right"
+        return "varlen" if device.type == "cuda" and half and not sliding_window else "right"
     if padding_side == "varlen" and not (device.type == "cuda" and half):
         raise BackboneError(f"padding_side varlen needs CUDA and bfloat16/float16, not {device.type} {dtype}", field="padding_side")
+    if padding_side == "varlen" and sliding_window:
+        raise BackboneError(
+            f"padding_side varlen has no sliding attention window and this model uses one of {sliding_window} tokens;"
+            " use right or auto", field="padding_side"
+        )
     return padding_side
+
+
+def sliding_window_of(text_config: object) -> int | None:
+    """The sliding attention window (tokens) a text config's layers use, or None (``use_sliding_window`` false,
+    as in Qwen2 configs that carry a window they do not apply, counts as none)."""
+    window = getattr(text_config, "sliding_window", None)
+    if not window or getattr(text_config, "use_sliding_window", True) is False:
+        return None
+    return int(window)
 
 
 def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
@@ -238,8 +261,8 @@ class HFBackbone:
         self.model = model.eval()
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.padding_side = padding_side = resolve_padding_side(padding_side, self.device, self.dtype)
         text_config = self.model.config.get_text_config()
+        self.padding_side = padding_side = resolve_padding_side(padding_side, self.device, self.dtype, sliding_window_of(text_config))
         num_layers = int(text_config.num_hidden_layers)
         self.decoder = self.model.base_model  # the decoder stack without the LM head
         self.layers = find_decoder_layers(self.decoder, num_layers)
@@ -257,6 +280,10 @@ class HFBackbone:
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
         )
+        positions = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
+        self.max_positions: int | None = int(positions) if positions else None
+        self.trims_final_layer = False
+        self.trims_final_layer = self._check_final_layer_trim()
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda" and padding_side in ("right", "varlen")
         self.graphs = PrefillGraphs(self, compile_layers=compile_graphs) if cuda_graphs else None
@@ -417,15 +444,18 @@ class HFBackbone:
             return self._forward_states(token_ids, intervention)
 
     @contextmanager
-    def _compiled_layers(self) -> Iterator[None]:
-        """While open, each decoder layer's ``forward`` is its compiled one from :meth:`_compile_batches` (if any)."""
+    def _compiled_layers(self, stance: str = "eager_on_recompile") -> Iterator[None]:
+        """While open, each decoder layer's ``forward`` is its compiled one from :meth:`_compile_batches` (if any),
+        under ``torch.compiler`` stance ``stance``: after the warm-up at load, a shape it missed runs eagerly instead
+        of stalling every request behind a compile on the worker thread."""
         if self.batch_forwards is None:
             yield
             return
         try:
             for layer, forward in zip(self.layers, self.batch_forwards):
                 layer.forward = forward
-            yield
+            with torch.compiler.set_stance(stance):
+                yield
         finally:
             for layer in self.layers:
                 layer.__dict__.pop("forward", None)
@@ -433,19 +463,31 @@ class HFBackbone:
     @torch.inference_mode()  # as every real call: grad mode is part of what a compiled graph is guarded on
     def _compile_batches(self) -> list[Callable] | None:
         """Compile each decoder layer's forward with dynamic shapes and run the batch shapes this layout takes once
-        (two-prompt and three-prompt batches of equal and of unequal lengths, one prompt longer than every graph
-        bucket), so that every variant is compiled before the first request. None, and a warning, if that fails."""
+        (two-prompt and three-prompt batches of equal and of unequal lengths, of one token each, and one prompt
+        longer than every graph bucket, capped at the model's positions), so that every variant is compiled before
+        the first request; requests then run under the ``eager_on_recompile`` stance (:meth:`_compiled_layers`).
+
+        Returns:
+            the compiled forwards, one per decoder layer; None (and a warning) if anything fails, and the eager
+            forward serves.
+        """
         if any("forward" in layer.__dict__ for layer in self.layers):
-            return None  # someone else's forward is installed on a layer: leave the model alone
-        # One code object (the layer class's forward) holds the graphs' static compiles and these dynamic ones.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.batch_forwards = [torch.compile(layer.forward, dynamic=True) for layer in self.layers]
+            log.warning("a decoder layer already has its own forward installed; the batched prefill runs eagerly")
+            return None
         longest = max(self.graphs.buckets, default=0) + 16 if self.graphs is not None else 40
-        shapes = [(16, 24), (19, 28, 12), (16, 16), (19, 19, 19), (longest,)]  # even and odd sizes
+        if self.max_positions:
+            longest = min(longest, self.max_positions)
+        shapes = [(16, 24), (19, 28, 12), (16, 16), (19, 19, 19), (1, 1), (1,), (longest,)]  # even, odd, 1-token sizes
         started = time.perf_counter()
         try:
-            for lengths in shapes:
-                self._eager_states([[self.pad_id] * n for n in lengths], None)
+            # One code object (the layer class's forward) holds the graphs' static compiles and these dynamic ones,
+            # more than dynamo's default limit of 8 entries: raised for the process (it is checked whenever a frame
+            # misses its cache, also after the warm-up; this was the configuration measured on the H200).
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            self.batch_forwards = [torch.compile(layer.forward, dynamic=True) for layer in self.layers]
+            with self._compiled_layers(stance="default"):
+                for lengths in shapes:
+                    self._forward_states([[self.pad_id] * n for n in lengths], None)
         except Exception:  # an optimization: never let it stop the service from loading
             log.warning("compiling the batched prefill failed; it runs eagerly", exc_info=True)
             self.batch_forwards = None
@@ -464,9 +506,43 @@ class HFBackbone:
             kwargs = {"attention_mask": mask, "position_ids": positions}
         else:
             kwargs = {}  # causal attention alone keeps right padding out of every real token's state
-        with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture, final_layer_at(self.layers[-1], last):
+        with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture, self._final_layer_at(last):
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
         return capture.on_device()
+
+    def _final_layer_at(self, positions: torch.Tensor, rows: torch.Tensor | None = None) -> AbstractContextManager[None]:
+        """:func:`final_layer_at` on the final decoder layer where :meth:`_check_final_layer_trim` allowed it, else a
+        no-op context."""
+        return final_layer_at(self.layers[-1], positions, rows) if self.trims_final_layer else nullcontext()
+
+    @torch.inference_mode()
+    def _check_final_layer_trim(self) -> bool:
+        """Whether the final decoder layer may compute at the last token only (:func:`final_layer_at`): its class is
+        in :data:`TRIMMABLE_LAYERS`, and two short prompts of unequal lengths give the same captured final-layer rows
+        trimmed and untrimmed (relative difference <= 1e-4 in float32, 2e-2 in half precision: the trimmed matrix
+        multiplies have fewer rows, so they may round differently). Anything else, including an exception, leaves
+        the layer untrimmed (logged)."""
+        name = type(self.layers[-1]).__name__
+        if name not in TRIMMABLE_LAYERS:
+            log.info("final decoder layer %s is not in TRIMMABLE_LAYERS: it computes every position", name)
+            return False
+        vocab = int(self.model.config.get_text_config().vocab_size)
+        batch = [[(7 * i + 3) % vocab for i in range(n)] for n in (5, 9)]
+        try:
+            full = self._forward_states(batch, None)[:, -1].float()
+            self.trims_final_layer = True
+            trimmed = self._forward_states(batch, None)[:, -1].float()
+        except Exception:
+            log.warning("trimming the final decoder layer failed; it computes every position", exc_info=True)
+            return False
+        finally:
+            self.trims_final_layer = False
+        relative = ((trimmed - full).norm(dim=-1) / full.norm(dim=-1).clamp_min(1e-12)).max().item()
+        tolerance = 1e-4 if self.dtype == torch.float32 else 2e-2
+        if not relative <= tolerance:
+            log.warning("trimmed final decoder layer differs from the full one by %.2e (> %.0e); not trimming", relative, tolerance)
+            return False
+        return True
 
     def _replays_cheaper(self, token_ids: Sequence[Sequence[int]]) -> bool:
         """True when replaying the one-prompt graph once per prompt is measured to take less time than the eager
@@ -534,7 +610,7 @@ class HFBackbone:
         with (
             intervene(self.layers, intervention),
             capture_last_token(self.layers, ends, rows=rows) as capture,
-            final_layer_at(self.layers[-1], ends, rows),
+            self._final_layer_at(ends, rows),
             self.attention_for_layout(),
         ):
             self.decoder(use_cache=False, **self.packed_inputs(token_ids))
@@ -584,8 +660,9 @@ class PrefillGraphs:
     """CUDA graphs of the one-prompt prefill, one per length bucket of :data:`GRAPH_BUCKETS`.
 
     A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`): the graphs run
-    :func:`causal_attention`, and buckets longer than a sliding attention window are left out (the window would need
-    its mask). The last-token rows are copied by the capture hooks into a static ``(1, layer, d_model)`` buffer.
+    :func:`causal_attention`, and buckets longer than a sliding attention window (the window would need its mask)
+    or than the model's position table (``max_position_embeddings``/``n_positions``: learned positions past it would
+    index out of range on the device) are left out. The last-token rows are copied by the capture hooks into a static ``(1, layer, d_model)`` buffer.
     Graphs are captured once, longest first, sharing one memory pool. If capture fails (a model whose forward
     synchronizes with the host), graphs are captured again without compiled layers, and if that fails too they are
     switched off and the eager path serves.
@@ -599,8 +676,9 @@ class PrefillGraphs:
 
     def __init__(self, backbone: HFBackbone, buckets: Sequence[int] = GRAPH_BUCKETS, compile_layers: bool = False) -> None:
         self.backbone = backbone
-        window = getattr(backbone.decoder.config.get_text_config(), "sliding_window", None)
-        self.buckets = tuple(sorted(w for w in buckets if not window or w <= int(window)))
+        window = sliding_window_of(backbone.decoder.config.get_text_config())
+        limit = min(window or 1 << 62, backbone.max_positions or 1 << 62)  # no padding past the positions
+        self.buckets = tuple(sorted(w for w in buckets if w <= limit))
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.compiled = compile_layers and self._capture_all(True)
         if not self.compiled and not self._capture_all(False):

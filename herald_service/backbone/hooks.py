@@ -89,9 +89,21 @@ def capture_last_token(
 
 FINAL_LAYER_SUBMODULES = ("mlp", "self_attn.q_proj", "self_attn.o_proj")
 """Per-position submodules of the final decoder layer that :func:`final_layer_at` restricts to the captured positions
-(those a layer lacks are left alone): in the final layer nothing downstream reads other positions, and within it only
-the keys and values of other positions reach the last token, so its feed-forward block (about 80% of a Llama layer's
-FLOPs per token) and its query and output projections are wasted work there."""
+(those a layer lacks are left alone): in the final layer of the architectures in :data:`TRIMMABLE_LAYERS` nothing
+downstream reads other positions, and within it only the keys and values of other positions reach the last token, so
+its feed-forward block (about 80% of a Llama layer's FLOPs per token) and its query and output projections are
+wasted work there."""
+
+TRIMMABLE_LAYERS = frozenset({
+    "LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "GemmaDecoderLayer",
+    "Gemma2DecoderLayer", "Gemma3DecoderLayer", "Phi3DecoderLayer", "GraniteDecoderLayer", "OlmoDecoderLayer",
+    "Olmo2DecoderLayer",
+})
+"""Decoder-layer classes whose ``mlp`` maps one tensor to one tensor position by position and whose attention reads
+other positions only through keys and values (no convolution over the projections, no router outputs). Others are
+never trimmed: a review found GPT-OSS (its MLP returns router scores), BLOOM (its MLP takes the residual) and
+Kimi-Linear (a causal convolution over q/k/v) break under it. :class:`HFBackbone` also checks the trimmed forward
+against the full one at load."""
 
 
 class _AtPositions(nn.Module):
@@ -108,7 +120,10 @@ class _AtPositions(nn.Module):
         self.positions = positions
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        picked = self.inner(x[self.rows, self.positions].unsqueeze(0)).squeeze(0)
+        picked = self.inner(x[self.rows, self.positions].unsqueeze(0))
+        if not isinstance(picked, torch.Tensor):
+            raise TypeError(f"{type(self.inner).__name__} returned {type(picked).__name__}, not a tensor: cannot trim it")
+        picked = picked.squeeze(0)
         out = picked.new_zeros(*x.shape[:-1], picked.shape[-1])
         out[self.rows, self.positions] = picked
         return out
