@@ -55,7 +55,8 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     padding_side: Literal["auto", "right", "left", "packed", "varlen"] = Field(
         "auto", description="How prompts of different lengths share a forward pass; auto: varlen (padding-free flash"
-        " attention) on CUDA in bf16/fp16, right padding elsewhere (HFBackbone; benchmarks/hardware_limit.py)."
+        " attention) on CUDA in bf16/fp16 for models without a sliding attention window, right padding elsewhere"
+        " (HFBackbone; benchmarks/hardware_limit.py)."
     )
     compile_graphs: bool = Field(
         True, description="On CUDA, capture the one-prompt CUDA graphs from torch.compile'd decoder layers: 128-token"
