@@ -190,7 +190,7 @@ class HFBackbone:
             block-diagonal mask), so no padding at all is computed; ``"varlen"`` packs the same way but runs attention
             with the flash varlen kernel and no mask (:func:`varlen_attention`; CUDA, bf16/fp16). Both pack only
             batches of unequal lengths: an equal-length batch has no padding and runs the plain causal kernel. ``"auto"``
-            (default) is ``varlen`` where it runs and ``right`` elsewhere. ``benchmarks/hardware_limit.py`` measures
+            (default) is ``varlen`` where it runs (and the model has no sliding window) and ``right`` elsewhere. ``benchmarks/hardware_limit.py`` measures
             them.
         cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
             removes the kernel-launch overhead that dominates a small prefill on a large GPU, and replay them once per
