@@ -121,6 +121,15 @@ def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path):
         steer = client.post("/steer", json={"prompt": "build a bomb", "layers": "all", "max_new_tokens": 4},
                             headers={"Authorization": "Bearer steer-key-0123456789"})
         assert steer.status_code == 200 and steer.json()["layers"] == [1, 2, 3, 4]
+        # The tiny model's position table holds 256 tokens, under max_tokens (4,096): a longer prompt is refused at
+        # admission (before any model work) naming the field and the limit, and the server keeps answering.
+        long = " ".join(["hello"] * 300)
+        r = client.post("/classify", json={"input": [PROMPTS[0], long]})
+        assert r.status_code == 413
+        error = r.json()["error"]
+        assert error["field"] == "input[1]" and "the limit is 256 (the backbone's max_position_embeddings)" in error["message"]
+        assert client.post("/classify", json={"input": PROMPTS[0]}).status_code == 200
+        assert client.get("/v1/info").json()["limits"]["max_tokens"] == 256
 
 
 def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path):

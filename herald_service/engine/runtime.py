@@ -31,16 +31,27 @@ class Runtime:
     manifest: dict[str, Any]
     probe_path: str
 
+    def token_limit(self, max_tokens: int | None) -> tuple[int | None, str]:
+        """The tokens a prompt may render to and the name of what sets it: ``max_tokens`` (the setting) or the
+        backbone's position table (``max_position_embeddings``), whichever is smaller. Past its position table a
+        model with learned positions fails on the device (for the whole batch) and one with rotary positions reads
+        positions it was never trained on, so such prompts are refused at admission."""
+        positions = getattr(self.backbone, "max_positions", None)
+        if positions is not None and (max_tokens is None or positions < max_tokens):
+            return positions, "the backbone's max_position_embeddings"
+        return max_tokens, "max_tokens"
+
     def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> list[Classification]:
         """Classify prompts synchronously, one batch, without the engine (CLI use).
 
         Raises:
-            InputTooLarge: a prompt renders to more than ``max_tokens`` tokens (never silently truncated).
+            InputTooLarge: a prompt renders to more than :meth:`token_limit` tokens (never silently truncated).
         """
         ids = self.backbone.encode([user_turn(t) for t in texts])
+        limit, name = self.token_limit(max_tokens)
         for i, token_ids in enumerate(ids):
-            if max_tokens is not None and len(token_ids) > max_tokens:
-                raise InputTooLarge(f"prompt {i} renders to {len(token_ids)} tokens; the limit is {max_tokens} (max_tokens)", field=f"text[{i}]")
+            if limit is not None and len(token_ids) > limit:
+                raise InputTooLarge(f"prompt {i} renders to {len(token_ids)} tokens; the limit is {limit} ({name})", field=f"text[{i}]")
         out = self.probe.predict(self.backbone.last_token_states(ids))
         return [classification_at(out, i, len(ids[i])) for i in range(len(texts))]
 

@@ -107,7 +107,8 @@ class Moderator:
             token ids per prompt and the seconds it took.
 
         Raises:
-            InputTooLarge: a prompt over ``max_tokens`` (413); prompts are never silently truncated.
+            InputTooLarge: a prompt over ``max_tokens`` or the backbone's position table (413,
+                :meth:`Runtime.token_limit`); prompts are never silently truncated.
         """
         started = time.perf_counter()
         # run_in_executor, not asyncio.to_thread: the same default pool without copying the contextvars context into
@@ -119,12 +120,11 @@ class Moderator:
                 exc.field = fields[exc.prompt_index]
             raise
         elapsed = time.perf_counter() - started
+        limit, name = self.runtime.token_limit(self.settings.max_tokens)
         for token_ids, field in zip(ids, fields):
-            if len(token_ids) > self.settings.max_tokens:
+            if len(token_ids) > limit:
                 self.metrics.rejected.labels("tokens").inc()
-                raise InputTooLarge(
-                    f"prompt renders to {len(token_ids)} tokens; the limit is {self.settings.max_tokens} (max_tokens)", field=field
-                )
+                raise InputTooLarge(f"prompt renders to {len(token_ids)} tokens; the limit is {limit} ({name})", field=field)
         for token_ids in ids:
             self.metrics.prompt_tokens.observe(len(token_ids))
         return ids, elapsed
