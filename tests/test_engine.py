@@ -90,6 +90,28 @@ def test_cancelled_prompt_never_reaches_the_model(runtime):
     assert engine.metrics.dropped.labels("client_gone")._value.get() == 1
 
 
+def test_cancelled_prompts_free_their_queue_places_at_once(runtime):
+    """A client that times out or leaves must not keep its place: new clients would get 429 while only abandoned
+    prompts wait (found by a breaker run: queue depth stayed at capacity after every client had gone)."""
+    slow = FakeBackbone(forward_delay_s=0.3)
+    slow._vocab, slow._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, slow, queue_capacity=4, max_rows=1, delay_s=0.0)
+    busy = engine.submit(ids(runtime, ["first"]))  # taken by the worker
+    time.sleep(0.05)
+    abandoned = engine.submit(ids(runtime, ["a", "b", "c", "d"]))
+    with pytest.raises(QueueFull):
+        engine.check_room(1)
+    engine.cancel(abandoned, "timeout")
+    assert engine.depth == 0 and engine.metrics.queue_depth._value.get() == 0
+    assert engine.metrics.dropped.labels("timeout")._value.get() == 4
+    (fresh,) = engine.submit(ids(runtime, ["a new client"]))
+    assert fresh.result(timeout=5).tokens > 0
+    wait(busy, timeout=5)
+    engine.stop()
+    assert all(f.cancelled() for f in abandoned)
+    assert engine.metrics.dropped.labels("timeout")._value.get() == 4  # the worker did not count them again
+
+
 @pytest.mark.parametrize("overlaps_host", [False, True])
 def test_out_of_memory_batch_is_split_and_retried(runtime, overlaps_host):
     class SmallMemory(FakeBackbone):

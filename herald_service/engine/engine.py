@@ -142,6 +142,27 @@ class InferenceEngine:
         with self._cond:
             self._check_room(prompts)
 
+    def cancel(self, futures: Sequence[Future], reason: str) -> None:
+        """Cancel work whose client left or timed out, recording why (``client_gone`` or ``timeout``) in
+        ``herald_dropped_prompts_total``, and free its queue places at once: a cancelled prompt still in the queue no
+        longer counts toward ``queue_capacity`` (before, 429s answered new clients while only abandoned prompts were
+        waiting). Prompts already taken by the worker are dropped, and counted, when it reaches them; running or
+        finished ones are left to finish."""
+        cancelled = set()
+        for future in futures:
+            future.herald_cancel_reason = reason  # type: ignore[attr-defined]
+            if future.cancel():
+                cancelled.add(id(future))
+        if not cancelled:
+            return
+        with self._cond:
+            before = len(self._queue)
+            self._queue = deque(item for item in self._queue if id(item.future) not in cancelled)
+            removed = before - len(self._queue)
+            self.metrics.queue_depth.set(len(self._queue))
+        if removed:
+            self.metrics.dropped.labels(reason).inc(removed)
+
     def _check_room(self, prompts: int) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
@@ -341,13 +362,6 @@ def classification_at(out: ProbeOutput, i: int, tokens: int, timing: Timing | No
         onset_layer=out.onset_layers[i],
         timing=timing or Timing(),
     )
-
-
-def cancel(futures: Sequence[Future], reason: str) -> None:
-    """Cancel queued work, recording why (``client_gone`` or ``timeout``) for ``herald_dropped_prompts_total``."""
-    for future in futures:
-        future.herald_cancel_reason = reason  # type: ignore[attr-defined]
-        future.cancel()
 
 
 def _cancel_reason(future: Future) -> str:

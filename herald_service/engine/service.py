@@ -15,7 +15,7 @@ import numpy as np
 
 from herald_service.backbone.base import Intervention
 from herald_service.config import Settings
-from herald_service.engine.engine import EngineLimits, InferenceEngine, cancel, classification_at
+from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout
 from herald_service.metrics import HeraldMetrics
@@ -221,7 +221,7 @@ class Moderator:
                 watcher.cancel()
         if gathered not in done:
             client_left = watcher is not None and watcher in done
-            cancel(futures, "client_gone" if client_left else "timeout")
+            self.engine.cancel(futures, "client_gone" if client_left else "timeout")
             gathered.cancel()
             # Read its outcome once it settles, or asyncio logs "exception was never retrieved" for every request
             # whose client left (an expected event, counted in herald_dropped_prompts_total, not an error).
