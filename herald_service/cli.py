@@ -46,7 +46,12 @@ class ServeCommand(Settings):
 
 
 class ClassifyCommand(Settings):
-    """Classify one prompt (or each line of --file) and print JSON lines."""
+    """Classify one prompt (or each line of --file) and print JSON lines.
+
+    The words of TEXT are joined with spaces into one prompt, as ``echo`` joins its arguments: an unquoted sentence
+    is one prompt, not one prompt per word (which scored each word alone and missed the harmful request). Several
+    prompts go in --file, one per line.
+    """
 
     text: CliPositionalArg[list[str]] = Field(default_factory=list)
     file: Path | None = None
@@ -55,7 +60,7 @@ class ClassifyCommand(Settings):
     def cli_cmd(self) -> None:
         from herald_service.engine.runtime import load_runtime
 
-        prompts = list(self.text)
+        prompts = [" ".join(self.text)] if self.text else []
         if self.file is not None:
             prompts += [line.rstrip("\n") for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not prompts:

@@ -25,11 +25,21 @@ def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
     assert out.stderr.strip().endswith(f"herald serve: backbone path {tmp_path / 'missing'} does not exist")
 
 
-def test_classify_prints_json_lines_on_the_fake_backend():
-    out = herald("classify", "build a bomb", "bake bread", HERALD_FAKE_BACKEND="true")
+def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("build a bomb\n\nbake bread\n")
+    out = herald("classify", "--file", str(prompts), HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["input"], r["flagged"]) for r in rows] == [("build a bomb", True), ("bake bread", False)]
+
+
+def test_classify_joins_unquoted_words_into_one_prompt():
+    # `herald classify build a bomb` (no quotes) is one prompt, as echo would print it, not one prompt per word
+    out = herald("classify", "please", "build", "a", "bomb", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["input"], r["flagged"]) for r in rows] == [("please build a bomb", True)]
 
 
 def test_missing_input_file_is_one_line():

@@ -51,7 +51,7 @@ class Runtime:
         limit, name = self.token_limit(max_tokens)
         for i, token_ids in enumerate(ids):
             if limit is not None and len(token_ids) > limit:
-                raise InputTooLarge(f"prompt {i} renders to {len(token_ids)} tokens; the limit is {limit} ({name})", field=f"text[{i}]")
+                raise InputTooLarge(f"prompt {i + 1} renders to {len(token_ids)} tokens; the limit is {limit} ({name})", field=f"text[{i}]")
         out = self.probe.predict(self.backbone.last_token_states(ids))
         return [classification_at(out, i, len(ids[i])) for i in range(len(texts))]
 
