@@ -76,6 +76,10 @@ class Settings(BaseSettings):
 
     max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request.")
     max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
+    max_messages: int = Field(
+        256, ge=1, description="Messages in one conversation. Empty messages cost no characters but still render and"
+        " tokenize (a breaker's 64 x 5,600 empty turns took 11 s of CPU before the token limit refused them)."
+    )
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
 
     batch_token_budget: int = Field(8192, ge=64, description="Tokens in one forward pass: rows x longest when padded, real tokens when packed (varlen).")

@@ -77,7 +77,8 @@ class Moderator:
 
         Raises:
             InvalidInput: an empty batch or a conversation without turns (422).
-            InputTooLarge: over ``max_batch_size`` or ``max_chars`` (413), naming the field and the limit.
+            InputTooLarge: over ``max_batch_size``, ``max_messages`` or ``max_chars`` (413), naming the field and the
+                limit.
         """
         if not conversations:
             raise InvalidInput("at least one prompt is required", field=batch_field)
@@ -90,6 +91,11 @@ class Moderator:
         for conversation, field in zip(conversations, fields):
             if not conversation:
                 raise InvalidInput("a conversation needs at least one message", field=field)
+            if len(conversation) > self.settings.max_messages:
+                self.metrics.rejected.labels("messages").inc()
+                raise InputTooLarge(
+                    f"conversation has {len(conversation)} messages; the limit is {self.settings.max_messages} (max_messages)", field=field
+                )
             for message in conversation:
                 if not _is_valid_unicode(message.content):
                     raise InvalidInput("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", field=field)

@@ -53,6 +53,7 @@ async def info(state: State) -> dict:
         "limits": {
             "max_batch_size": s.max_batch_size,
             "max_chars": s.max_chars,
+            "max_messages": s.max_messages,
             "max_tokens": s.max_tokens if state.runtime is None else state.runtime.token_limit(s.max_tokens)[0],
             "queue_capacity": s.queue_capacity,
             "batch_token_budget": s.batch_token_budget,
