@@ -72,6 +72,28 @@ def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):
         load_probe(tmp_path, backbone.info)
 
 
+def test_truncated_or_incomplete_tensors_are_a_clear_error_naming_the_file(tmp_path, fitted):
+    from safetensors.numpy import load_file, save_file
+
+    from herald_service.probes.artifact import TENSORS_FILE
+
+    backbone, probe, _ = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    path = tmp_path / TENSORS_FILE
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # a copy cut short
+    with pytest.raises(ProbeMismatch, match=f"cannot read probe tensors {path}.*HERALD_PROBE"):
+        load_probe(tmp_path, backbone.info)
+    path.write_bytes(whole)
+    tensors = load_file(str(path))
+    save_file({k: v for k, v in tensors.items() if not k.startswith("scorer.")}, str(path))
+    with pytest.raises(ProbeMismatch, match="no valid 288-parameter scorer"):
+        load_probe(tmp_path, backbone.info)
+    save_file({k: v for k, v in tensors.items() if k != "scales"}, str(path))
+    with pytest.raises(ProbeMismatch, match="lack scales"):
+        load_probe(tmp_path, backbone.info)
+
+
 def test_served_logits_equal_the_torch_scorer(fitted):
     import torch
 

@@ -141,7 +141,8 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         The probe and its manifest.
 
     Raises:
-        ProbeMismatch: missing files, wrong shapes, an unknown feature set, or a backbone mismatch.
+        ProbeMismatch: missing, unreadable or incomplete files, wrong shapes, an unknown feature set, or a backbone
+            mismatch.
     """
     manifest = read_manifest(folder)
     feature_set = check_feature_set(manifest)
@@ -150,12 +151,21 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
     path = folder / TENSORS_FILE
     if not path.is_file():
         raise ProbeMismatch(f"no probe tensors at {path}", field="probe")
-    tensors = load_file(str(path))
+    try:
+        tensors = load_file(str(path))
+    except Exception as exc:  # safetensors raises its own SafetensorError (truncated, corrupt header)
+        raise ProbeMismatch(f"cannot read probe tensors {path}: {type(exc).__name__}: {exc} (HERALD_PROBE)", field="probe") from exc
+    missing = sorted({"directions", "centers", "scales", "feature_mean", "feature_std"} - set(tensors))
+    if missing:
+        raise ProbeMismatch(f"probe tensors {path} lack {', '.join(missing)} (HERALD_PROBE)", field="probe")
     layers, width = manifest["backbone"]["num_layers"], manifest["backbone"]["hidden_size"]
     if tensors["directions"].shape != (layers, width):
         raise ProbeMismatch(f"directions have shape {tensors['directions'].shape}, manifest says ({layers}, {width})", field="probe")
     scorer = TrajectoryScorer()
-    scorer.load_state_dict({k.removeprefix("scorer."): torch.from_numpy(v) for k, v in tensors.items() if k.startswith("scorer.")})
+    try:
+        scorer.load_state_dict({k.removeprefix("scorer."): torch.from_numpy(v) for k, v in tensors.items() if k.startswith("scorer.")})
+    except RuntimeError as exc:  # missing or misshapen scorer weights
+        raise ProbeMismatch(f"probe tensors {path} hold no valid 288-parameter scorer: {exc} (HERALD_PROBE)", field="probe") from exc
     probe = FittedProbe(
         directions=LayerDirections(tensors["directions"], tensors["centers"], tensors["scales"]),
         feature_stats=FeatureStats(tensors["feature_mean"], tensors["feature_std"]),
