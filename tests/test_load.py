@@ -94,3 +94,7 @@ def test_twice_saturation_every_request_answered_none_lost(server_url):
 
     metrics = httpx.get(server_url + "/metrics").text
     assert "herald_queue_depth_prompts 0.0" in metrics  # nothing left behind in the queue
+    # Prompt tokens are counted for accepted prompts only, never for the 429s (some of which were tokenized when a
+    # concurrent request filled the queue between the room check and the submission).
+    counted = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("herald_prompt_tokens_count"))
+    assert counted == len(served)

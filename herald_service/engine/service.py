@@ -131,9 +131,12 @@ class Moderator:
             if len(token_ids) > limit:
                 self.metrics.rejected.labels("tokens").inc()
                 raise InputTooLarge(f"prompt renders to {len(token_ids)} tokens; the limit is {limit} ({name})", field=field)
+        return ids, elapsed
+
+    def _observe_tokens(self, ids: Sequence[Sequence[int]]) -> None:
+        """``herald_prompt_tokens`` for prompts the engine accepted (not for those refused with 429 after tokenizing)."""
         for token_ids in ids:
             self.metrics.prompt_tokens.observe(len(token_ids))
-        return ids, elapsed
 
     async def classify(
         self,
@@ -159,6 +162,7 @@ class Moderator:
         except QueueFull:
             self.metrics.rejected.labels("queue_full").inc()
             raise
+        self._observe_tokens(ids)
         results = await self._wait(futures, disconnected)
         timing = Timing()
         for result in results:
@@ -212,7 +216,9 @@ class Moderator:
             )
 
         self.metrics.steer_runs.labels(mode).inc()
-        (outcome,) = await self._wait([self.engine.submit_exclusive(job)], disconnected)
+        submitted = self.engine.submit_exclusive(job)
+        self._observe_tokens([ids])
+        (outcome,) = await self._wait([submitted], disconnected)
         return outcome
 
     async def _wait(self, futures: list, disconnected: Callable[[], Awaitable[Any]] | None) -> list:
