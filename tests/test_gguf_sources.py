@@ -190,3 +190,30 @@ def test_an_unwritable_cache_folder_is_one_error_naming_the_setting(whole: Path)
     with pytest.raises(BackboneError, match="HERALD_CACHE_DIR") as info:
         convert_gguf(whole, Path("/proc/no-such-cache"), "0" * 64)
     assert info.value.field == "cache_dir"
+
+
+def test_interrupted_conversions_are_cleaned_and_a_concurrent_one_is_kept(tmp_path: Path):
+    import os
+    import time
+
+    stale, fresh = tmp_path / ".convert-old", tmp_path / ".convert-new"
+    for folder in (stale, fresh):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 10)
+    hours_ago = time.time() - 2 * loader.STALE_CONVERSION_S
+    os.utime(stale, (hours_ago, hours_ago))
+    loader._remove_stale_conversions(tmp_path)
+    assert not stale.exists() and fresh.exists()  # a young one may belong to a running conversion
+
+    target = tmp_path / "model-abc"
+    target.mkdir()
+    (target / "config.json").write_text("{}")  # another server finished first
+    mine = tmp_path / ".convert-mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": true}')
+    loader._publish(mine, target)  # no error: theirs is kept
+    assert (target / "config.json").read_text() == "{}"
+    (target / "config.json").unlink()
+    (target / "partial").write_text("")
+    with pytest.raises(OSError):
+        loader._publish(mine, target)  # a non-empty folder that is not a conversion is not silently accepted

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,6 +323,7 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None
+    _remove_stale_conversions(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
@@ -329,10 +331,41 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
         (tmp / "herald_source.json").write_text(json.dumps({
             "gguf": str(source.files[0]), "kind": source.kind, "files": [str(p) for p in source.files], "sha256": sha256,
         }))
-        os.replace(tmp, target)
+        _publish(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Move a finished conversion ``tmp`` to ``target``; if another process (a second server starting at once) put
+    a complete conversion there first, keep that one.
+
+    Raises:
+        OSError: ``target`` exists but holds no ``config.json``.
+    """
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        log.info("another process converted %s first; using its folder", target)
+
+
+STALE_CONVERSION_S = 3600.0
+"""A ``.convert-*`` folder untouched this long (seconds) is a conversion whose process was killed (one takes about
+30 s), removed before the next conversion in the same cache; younger ones may belong to a running process."""
+
+
+def _remove_stale_conversions(folder: Path) -> None:
+    now = time.time()
+    for leftover in folder.glob(".convert-*"):
+        try:
+            if now - leftover.stat().st_mtime > STALE_CONVERSION_S:
+                shutil.rmtree(leftover, ignore_errors=True)
+                log.info("removed %s, left by an interrupted conversion", leftover)
+        except OSError:
+            pass
 
 
 def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
