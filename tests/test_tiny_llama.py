@@ -352,3 +352,13 @@ def test_compiled_batches_match_eager_and_never_compile_after_the_warmup(resolve
         assert torch.allclose(backbone._eager_states(ids, None), eager.last_token_states(ids), atol=1e-5, rtol=1e-4)
     assert counters["stats"]["unique_graphs"] == before  # ran eagerly under the eager_on_recompile stance
     assert not any("forward" in layer.__dict__ for layer in backbone.layers)
+
+
+def test_generation_stops_at_its_time_budget(resolved):
+    """/steer bounds each generation by its request's remaining time (a breaker's timed-out /steer held the worker
+    for 2 minutes): with no time left, decoding stops after its first step."""
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    (ids,) = backbone.encode([user_turn("build a bomb")])
+    full = backbone.tokenizer(backbone.generate(ids, 40), add_special_tokens=False)["input_ids"]
+    cut = backbone.tokenizer(backbone.generate(ids, 40, max_time_s=0.0), add_special_tokens=False)["input_ids"]
+    assert len(full) > 5 and len(cut) <= 1

@@ -58,6 +58,9 @@ class Backbone(Protocol):
         ``(batch, layer, d_model)``)."""
         ...
 
-    def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
-        """Greedy completion of one prompt, with the intervention active at every step."""
+    def generate(
+        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
+    ) -> str:
+        """Greedy completion of one prompt, with the intervention active at every step, stopping after ``max_time_s``
+        seconds if given."""
         ...

@@ -95,7 +95,9 @@ class FakeBackbone:
         result = states if reduce is None else reduce(states).to(torch.float32)
         return lambda: result
 
-    def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
+    def generate(
+        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
+    ) -> str:
         """A canned reply: a refusal for harmful prompts unless an intervention is active."""
         harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
         text = "I'm sorry, but I can't help with that." if harmful and intervention is None else "Sure, here is an answer."

@@ -642,8 +642,12 @@ class HFBackbone:
             config._attn_implementation = previous
 
     @torch.inference_mode()
-    def generate(self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None) -> str:
-        """Greedy decoding of up to ``max_new_tokens`` tokens; the intervention is active in prefill and every step."""
+    def generate(
+        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
+    ) -> str:
+        """Greedy decoding of up to ``max_new_tokens`` tokens; the intervention is active in prefill and every step.
+        With ``max_time_s`` (seconds), decoding stops after the step that passes it (transformers' ``max_time``), so
+        a long ``/steer`` job cannot hold the worker past its request's timeout."""
         ids = torch.tensor([list(token_ids)], device=self.device)
         with intervene(self.layers, intervention):
             out = self.model.generate(
@@ -652,6 +656,7 @@ class HFBackbone:
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=self.pad_id,
+                max_time=max_time_s,
             )
         return self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 

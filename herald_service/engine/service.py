@@ -205,9 +205,13 @@ class Moderator:
         intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
         backbone, probe = self.runtime.backbone, self.runtime.probe
 
+        deadline = time.perf_counter() + self.settings.request_timeout_s
+
         def job() -> SteerOutcome:
-            baseline = backbone.generate(ids, max_new_tokens)
-            steered = backbone.generate(ids, max_new_tokens, intervention)
+            # Generation cannot be interrupted from outside: bound it by the request's deadline instead, or a timed-out
+            # /steer keeps the worker (and all moderation) busy for minutes (a breaker's 4k-token prompt: 2 minutes).
+            baseline = backbone.generate(ids, max_new_tokens, max_time_s=max(deadline - time.perf_counter(), 0.0) / 2)
+            steered = backbone.generate(ids, max_new_tokens, intervention, max_time_s=max(deadline - time.perf_counter(), 0.0))
             plain = probe.predict(backbone.last_token_states([ids]))
             edited = probe.predict(backbone.last_token_states([ids], intervention))
             return SteerOutcome(
