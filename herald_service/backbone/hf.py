@@ -667,8 +667,8 @@ class PrefillGraphs:
     A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`): the graphs run
     :func:`causal_attention`, and buckets longer than a sliding attention window (the window would need its mask)
     or than the model's position table (``max_position_embeddings``/``n_positions``: learned positions past it would
-    index out of range on the device) are left out. The last-token rows are copied by the capture hooks into a static ``(1, layer, d_model)`` buffer.
-    Graphs are captured once, longest first, sharing one memory pool. If capture fails (a model whose forward
+    index out of range on the device) are left out. The last-token rows are copied by the capture hooks into a
+    static ``(1, layer, d_model)`` buffer. Graphs are captured once, longest first, sharing one memory pool. If capture fails (a model whose forward
     synchronizes with the host), graphs are captured again without compiled layers, and if that fails too they are
     switched off and the eager path serves.
 
