@@ -20,8 +20,6 @@ import time
 
 import numpy as np
 
-from herald_service.backbone.batching import plan_batches
-
 from benchmarks.common import (
     Server,
     Target,
@@ -130,12 +128,9 @@ def service_shaped_bare(target: Target, ids: list[list[int]], budget: int, rows:
     each window sorted and cut under ``budget`` / ``rows`` like the engine's: the batch composition the service sees
     under a closed loop of clients, without the service."""
     order = np.random.default_rng(0).permutation(len(ids))
-    started = time.perf_counter()
-    for start in range(0, len(ids), max(window, 1)):
-        chunk = [ids[i] for i in order[start : start + window]]
-        for batch in plan_batches([len(t) for t in chunk], budget, rows, packed=layout == "varlen"):
-            bare_prefill(target, [chunk[i] for i in batch], layout)
-    return time.perf_counter() - started
+    window = max(window, 1)
+    return sum(bare_throughput(target, [ids[i] for i in order[start : start + window]], budget, rows, layout)
+               for start in range(0, len(ids), window))
 
 
 def batch_means(url: str) -> dict:

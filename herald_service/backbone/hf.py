@@ -451,14 +451,8 @@ class HFBackbone:
         if self.batch_forwards is None:
             yield
             return
-        try:
-            for layer, forward in zip(self.layers, self.batch_forwards):
-                layer.forward = forward
-            with torch.compiler.set_stance(stance):
-                yield
-        finally:
-            for layer in self.layers:
-                layer.__dict__.pop("forward", None)
+        with installed_forwards(self.layers, self.batch_forwards), torch.compiler.set_stance(stance):
+            yield
 
     @torch.inference_mode()  # as every real call: grad mode is part of what a compiled graph is guarded on
     def _compile_batches(self) -> list[Callable] | None:
@@ -559,14 +553,7 @@ class HFBackbone:
         """Seconds for the eager forward of two 16-token prompts (median of ``repeats`` after one warm-up): the least
         any eager batch costs here, since a short batch is bound by kernel launches, not arithmetic."""
         batch = [[self.pad_id] * 16] * 2
-        times = []
-        for _ in range(repeats + 1):
-            torch.cuda.synchronize(self.device)
-            started = time.perf_counter()
-            self._eager_states(batch, None)
-            torch.cuda.synchronize(self.device)
-            times.append(time.perf_counter() - started)
-        return statistics.median(times[1:])
+        return _median_cuda_seconds(lambda: self._eager_states(batch, None), self.device, repeats, warmup=1)
 
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         """``host`` (a small CPU tensor: token ids, positions, offsets) on the model's device without a host sync.
@@ -695,22 +682,18 @@ class PrefillGraphs:
         """Measured seconds to replay one graph per prompt of these lengths (tokens); None if one is too long."""
         total = 0.0
         for n in lengths:
-            width = next((w for w in self.buckets if w >= n and w in self.replay_s), None)
+            width = self._bucket(n)
             if width is None:
                 return None
             total += self.replay_s[width]
         return total
 
+    def _bucket(self, tokens: int) -> int | None:
+        """The smallest captured bucket that holds a prompt of ``tokens``, or None."""
+        return next((w for w in self.buckets if w >= tokens and w in self._graphs), None)
+
     def _time_replay(self, width: int, repeats: int = 3) -> float:
-        graph = self._graphs[width][0]
-        times = []
-        for _ in range(repeats):
-            torch.cuda.synchronize(self.backbone.device)
-            started = time.perf_counter()
-            graph.replay()
-            torch.cuda.synchronize(self.backbone.device)
-            times.append(time.perf_counter() - started)
-        return statistics.median(times)
+        return _median_cuda_seconds(self._graphs[width][0].replay, self.backbone.device, repeats)
 
     def _capture_all(self, compile_layers: bool) -> bool:
         """Capture every bucket; on any failure keep none and return False."""
@@ -753,7 +736,7 @@ class PrefillGraphs:
         """States ``(1, layer, d_model)`` float32 on the device (a copy: the next replay cannot overwrite it), or None
         when the prompt is longer than every bucket."""
         n = len(token_ids)
-        width = next((w for w in self.buckets if w >= n and w in self._graphs), None)
+        width = self._bucket(n)
         if width is None:
             return None
         graph, ids, last, out = self._graphs[width]
@@ -775,15 +758,38 @@ def compiled_forwards(layers: Sequence[nn.Module], enabled: bool = True) -> Iter
     if not enabled:
         yield
         return
+    with torch._dynamo.config.patch(recompile_limit=64):
+        with installed_forwards(layers, [torch.compile(layer.forward, dynamic=False) for layer in layers]):
+            yield
+
+
+@contextmanager
+def installed_forwards(layers: Sequence[nn.Module], forwards: Sequence[Callable]) -> Iterator[None]:
+    """While open, ``layers[i].forward`` is ``forwards[i]`` (an instance attribute, so ``nn.Module`` still runs the
+    hooks around it); whatever each layer had before, its own instance forward or none, is restored on exit."""
     own = [layer.__dict__.get("forward") for layer in layers]
     try:
-        with torch._dynamo.config.patch(recompile_limit=64):
-            for layer in layers:
-                layer.forward = torch.compile(layer.forward, dynamic=False)
-            yield
+        for layer, forward in zip(layers, forwards):
+            layer.forward = forward
+        yield
     finally:
         for layer, previous in zip(layers, own):
             if previous is None:
                 layer.__dict__.pop("forward", None)
             else:
                 layer.forward = previous
+
+
+def _median_cuda_seconds(run: Callable[[], object], device: torch.device, repeats: int, warmup: int = 0) -> float:
+    """Median wall-clock seconds of ``run()`` over ``repeats`` calls after ``warmup`` untimed ones, the device
+    synchronized before and after each (load-time measurements that pick a path; CUDA only)."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        run()
+        torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
