@@ -139,8 +139,23 @@ def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | floa
         raise ValueError("labels must contain both classes (0 = benign, 1 = harmful)")
     n_layers = states.shape[1]
     directions = np.stack([lda_direction(states[:, l], labels, shrinkage) for l in range(n_layers)])
-    directions = directions.astype(STORAGE_DTYPE)
-    raw = np.einsum("bld,ld->bl", states.astype(np.float32), directions.astype(np.float32)).astype(np.float64)
+    return with_centers_and_scales(directions, states, labels)
+
+
+def with_centers_and_scales(directions: np.ndarray, states: np.ndarray, labels: np.ndarray) -> LayerDirections:
+    """Round unit ``directions`` ``(layer, d_model)`` to fp16 and add each layer's center and scale.
+
+    Center: midpoint of the two class-mean projections; scale: pooled within-class standard deviation of the
+    projections, both computed on the fp16-rounded directions that are stored and served.
+
+    Args:
+        directions: ``(layer, d_model)`` float unit vectors, positive toward the harmful class.
+        states: ``(batch, layer, d_model)`` last-token residual stream of the fitting prompts.
+        labels: ``(batch,)`` ints, 1 = harmful, 0 = benign; both classes present.
+    """
+    directions = np.asarray(directions).astype(STORAGE_DTYPE)
+    labels = np.asarray(labels).astype(int)
+    raw = np.einsum("bld,ld->bl", np.asarray(states).astype(np.float32), directions.astype(np.float32)).astype(np.float64)
     harm, benign = raw[labels == 1], raw[labels == 0]
     centers = (harm.mean(axis=0) + benign.mean(axis=0)) / 2
     pooled_var = (((harm - harm.mean(0)) ** 2).sum(0) + ((benign - benign.mean(0)) ** 2).sum(0)) / max(len(raw) - 2, 1)

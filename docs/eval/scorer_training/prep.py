@@ -1,7 +1,10 @@
 """Per-fold features for the scorer study: the fit / calibration / test parts and LDA directions of `herald eval`'s
 LOSO on split SEED (HeraldMethod(seed=SEED) step for step), saved so every scorer recipe trains on the same features.
 
-Usage (repository root, venv active): python docs/eval/scorer_training/prep.py SEED [OUT_DIR]  (default /tmp/st/folds_seed<SEED>)
+Usage (repository root, venv active): python docs/eval/scorer_training/prep.py SEED [OUT_DIR [ESTIMATOR]]
+(default /tmp/st/folds_seed<SEED>, ESTIMATOR lw). ESTIMATOR picks the per-layer direction (the direction-estimator study,
+docs/eval/direction_estimators.md): lw = the shipped LDA with Ledoit-Wolf shrinkage; s<float> = LDA with that fixed
+shrinkage (s1.0 = difference of class means); balanced-mean-diff = difference of source-balanced class means.
 """
 import sys, time
 from pathlib import Path
@@ -16,11 +19,30 @@ from herald_service.training.eval import _states_for, groups_of
 from herald_service.training.protocol import loso_folds
 from herald_service.training.methods import balanced_weights, CALIBRATION_FRACTION
 from herald_service.probes.probe import calibration_mask
-from herald_service.probes.directions import fit_directions
+from herald_service.probes.directions import fit_directions, with_centers_and_scales
 from herald_service.probes.features import compute_features
 
 seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(f"/tmp/st/folds_seed{seed}"); out.mkdir(parents=True, exist_ok=True)
+estimator = sys.argv[3] if len(sys.argv) > 3 else "lw"
+
+
+def directions_for(states, y, groups):
+    """Per-layer directions of ESTIMATOR on the fit rows (states (n, layer, d), y (n,), groups (n,) source|label)."""
+    if estimator == "lw":
+        return fit_directions(states, y)
+    if estimator.startswith("s"):
+        return fit_directions(states, y, float(estimator[1:]))
+    if estimator == "balanced-mean-diff":
+        means = {g: states[groups == g].astype(np.float64).mean(0) for g in sorted(set(groups.tolist()))}
+        label_of = {g: int(y[groups == g][0]) for g in means}
+        harm = np.mean([m for g, m in means.items() if label_of[g] == 1], axis=0)
+        benign = np.mean([m for g, m in means.items() if label_of[g] == 0], axis=0)
+        diff = harm - benign
+        return with_centers_and_scales(diff / np.linalg.norm(diff, axis=1, keepdims=True), states, y)
+    raise KeyError(estimator)
+
+
 cache_dir = default_cache_dir()
 files = expand_data([Path("../shared/data")])
 backbone = HFBackbone(resolve_backbone(EMBEDDED_BACKBONE, cache_dir), "cpu", "auto")
@@ -36,7 +58,7 @@ for k, fold in enumerate(loso_folds(data.sources, data.labels, train_index, test
     calib = calibration_mask(groups, CALIBRATION_FRACTION, seed)  # HeraldMethod(seed) uses its seed here
     fit = ~calib
     w = balanced_weights(groups, y)
-    d = fit_directions(tr.states[fit], y[fit])
+    d = directions_for(tr.states[fit], y[fit], groups[fit])
     test = fold.test_index
     np.savez(out / f"fold{k:02d}.npz", source=fold.source,
              F_fit=compute_features(d.project(tr.states[fit])), y_fit=y[fit], w_fit=w[fit], g_fit=groups[fit],
