@@ -65,8 +65,8 @@ def test_messages_and_trajectory_opt_out(client):
         ({"input": " ".join(["w"] * 50)}, 413, "input", "limit is 40"),
         ({"input": []}, 422, "input", "at least one"),
         ({"input": 7}, 422, "input", "valid string"),
-        ({"input": "a", "messages": []}, 422, None, "exactly one"),
-        ({}, 422, None, "exactly one"),
+        ({"input": "a", "messages": []}, 422, "messages", "exactly one"),
+        ({}, 422, "input", "exactly one"),
         ({"messages": [{"role": "robot", "content": "x"}]}, 422, "messages[0].role", "user"),
         ({"messages": [[]]}, 422, "messages[0]", "at least one message"),
         ({"input": "a", "surprise": 1}, 422, "surprise", "Extra inputs"),
@@ -139,6 +139,10 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "layers"
     long = client.post("/steer", json={"prompt": "x", "max_new_tokens": 100_000}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert long.status_code == 422 and long.json()["error"]["field"] == "max_new_tokens"
+    both = client.post("/steer", json={"prompt": "x", "messages": [{"role": "user", "content": "x"}]},
+                       headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert both.status_code == 422 and both.json()["error"]["field"] == "messages"
+    assert "exactly one of 'prompt' or 'messages'" in both.json()["error"]["message"]
 
 
 def test_steer_is_off_by_default():

@@ -91,7 +91,8 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body")
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-    return error_response(422, "invalid_request", message, _field_path(tuple(first.get("loc", ()))))
+    field = getattr(first.get("ctx", {}).get("error"), "field", None) or _field_path(loc)  # schemas.FieldConflict
+    return error_response(422, "invalid_request", message, field)
 
 
 async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

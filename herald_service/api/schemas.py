@@ -7,6 +7,23 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+class FieldConflict(ValueError):
+    """A whole-body rule broken by one field (e.g. both ``input`` and ``messages`` given); ``field`` names it, so the
+    422 answer can name it too (pydantic puts errors of model validators at the body's location)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def exactly_one(body: BaseModel, first: str, second: str) -> None:
+    """Raise :class:`FieldConflict` unless exactly one of the fields ``first`` and ``second`` is set: naming ``first``
+    when neither is given, ``second`` when both are."""
+    has_first, has_second = getattr(body, first) is not None, getattr(body, second) is not None
+    if has_first == has_second:
+        raise FieldConflict(f"give exactly one of '{first}' or '{second}'", second if has_first else first)
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -28,8 +45,7 @@ class ClassifyRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> "ClassifyRequest":
-        if (self.input is None) == (self.messages is None):
-            raise ValueError("give exactly one of 'input' or 'messages'")
+        exactly_one(self, "input", "messages")
         return self
 
 
@@ -98,8 +114,7 @@ class SteerRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> "SteerRequest":
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of 'prompt' or 'messages'")
+        exactly_one(self, "prompt", "messages")
         return self
 
 
