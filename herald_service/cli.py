@@ -14,10 +14,25 @@ from typing import Literal
 
 import numpy as np
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, CliApp, CliPositionalArg, CliSubCommand
+from typing_extensions import Annotated
 
-from herald_service.config import EMBEDDED_BACKBONE, Settings, default_cache_dir
+from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Settings, default_cache_dir
+
+
+def _words_as_text(value: object) -> object:
+    """Shell words back to text: pydantic-settings reads each list item of the command line as JSON when it can, so
+    ``herald classify true`` arrived as the boolean ``True`` and was refused as "not a valid string". JSON scalars are
+    written back (``true``, ``null``, ``1.50``); a JSON string loses its quotes and a JSON list is split into words
+    (give such text in --file, where lines are read verbatim)."""
+    if isinstance(value, list):
+        return [item if isinstance(item, str) else json.dumps(item) for item in value]
+    return value
+
+
+PromptWords = CliPositionalArg[Annotated[list[str], BeforeValidator(_words_as_text)]]
+"""TEXT words of ``herald classify`` and ``herald plot``."""
 
 
 class ServeCommand(Settings):
@@ -45,7 +60,7 @@ class ServeCommand(Settings):
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 
 
-class ClassifyCommand(Settings):
+class ClassifyCommand(BackboneSettings):
     """Classify one prompt (or each line of --file) and print JSON lines.
 
     The words of TEXT are joined with spaces into one prompt, as ``echo`` joins its arguments: an unquoted sentence
@@ -53,7 +68,7 @@ class ClassifyCommand(Settings):
     prompts go in --file, one per line.
     """
 
-    text: CliPositionalArg[list[str]] = Field(default_factory=list)
+    text: PromptWords = Field(default_factory=list)
     file: Path | None = None
     trajectory: bool = False
 
@@ -114,10 +129,10 @@ class FitCommand(BaseModel):
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 
-class PlotCommand(Settings):
+class PlotCommand(BackboneSettings):
     """Classify prompts and write their layer trajectories as a PNG."""
 
-    text: CliPositionalArg[list[str]] = Field(default_factory=list)
+    text: PromptWords = Field(default_factory=list)
     out: Path = Field(Path("trajectory.png"), description="PNG path (.png is added when missing).")
 
     def cli_cmd(self) -> None:
@@ -134,7 +149,7 @@ class PlotCommand(Settings):
         print(path)
 
 
-class SteerEvalCommand(Settings):
+class SteerEvalCommand(BackboneSettings):
     """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL)."""
 
     file: CliPositionalArg[Path]
@@ -224,6 +239,12 @@ class RecipesCommand(BaseModel):
     seed: int = 0
     replicates: int = 1000
     jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
+    jailbreak_extra_n: int = Field(80, description=(
+        "Rows added to the n=40 jailbreak-wrapped set on templates split off from training (enlarged set)."))
+    jailbreak_train_per_class: int = Field(80, description=(
+        "Wrapped training rows per label in each fold of the `*jailbreak` recipes (docs/eval/jailbreak_recipe.md)."))
+    fit_seed: int | None = Field(None, description=(
+        "Seed of each fit (calibration split, initialisation); corpus sample, split and folds keep --seed."))
     sensitive_data: list[Path] = Field(default_factory=list, description=(
         "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
         "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out."))

@@ -26,6 +26,11 @@ def _is_placeholder(key: str) -> bool:
     return any(word in letters for word in _PLACEHOLDER_WORDS)
 
 
+def _none_if_empty(value: object) -> object:
+    """``""`` given as a flag or argument means "not set" (environment values are covered by ``env_ignore_empty``)."""
+    return None if value == "" else value
+
+
 def default_cache_dir() -> Path:
     """Folder for converted backbones and extracted-state caches: ``$XDG_CACHE_HOME/herald`` or ``~/.cache/herald``."""
     import os
@@ -34,21 +39,17 @@ def default_cache_dir() -> Path:
     return Path(base) / "herald"
 
 
-class Settings(BaseSettings):
-    """Every knob of a Herald process. Field names map to ``HERALD_<NAME>`` environment variables.
-
-    Limits and batching defaults were chosen from ``benchmarks/`` runs on the embedded backbone (2-core CPU).
+class BackboneSettings(BaseSettings):
+    """The knobs of any Herald process that loads a backbone and a probe: ``herald serve`` and the local commands
+    (``herald classify``, ``plot``, ``steer-eval``). Field names map to ``HERALD_<NAME>`` environment variables.
 
     Raises:
-        pydantic.ValidationError: at construction, for unsafe or inconsistent values (a placeholder API key, steering
-            enabled without its key, limits that cannot be met).
+        pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32).
     """
 
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".
     model_config = SettingsConfigDict(env_prefix="HERALD_", env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True)
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=1, le=65535)
     backbone: str = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
     probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -69,18 +70,48 @@ class Settings(BaseSettings):
     )
     cache_dir: Path = Field(default_factory=default_cache_dir)
 
+    max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
+    max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice.")
+    fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("probe", mode="before")
+    @classmethod
+    def _empty_probe_is_unset(cls, value: object) -> object:
+        return _none_if_empty(value)
+
+    @model_validator(mode="after")
+    def _refuse_inconsistent_backbone(self) -> "BackboneSettings":
+        if self.padding_side == "varlen" and (self.device == "cpu" or self.dtype == "float32"):
+            raise ValueError(f"padding_side varlen needs CUDA and bfloat16/float16, not device={self.device} dtype={self.dtype}")
+        return self
+
+
+class Settings(BackboneSettings):
+    """Every knob of the ``herald serve`` process: :class:`BackboneSettings` plus the HTTP server, its keys, limits
+    and batching. Field names map to ``HERALD_<NAME>`` environment variables.
+
+    Limits and batching defaults were chosen from ``benchmarks/`` runs on the embedded backbone (2-core CPU).
+
+    Raises:
+        pydantic.ValidationError: at construction, for unsafe or inconsistent values (a placeholder API key, steering
+            enabled without its key, limits that cannot be met).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     steer_enabled: bool = False
     steer_api_key: SecretStr | None = None
     steer_max_new_tokens: int = Field(128, ge=1, le=2048)
 
     max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request.")
-    max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
     max_messages: int = Field(
         256, ge=1, description="Messages in one conversation. Empty messages cost no characters but still render and"
         " tokenize (a breaker's 64 x 5,600 empty turns took 11 s of CPU before the token limit refused them)."
     )
-    max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
 
     batch_token_budget: int = Field(8192, ge=64, description="Tokens in one forward pass: rows x longest when padded, real tokens when packed (varlen).")
     batch_max_prompts: int = Field(64, ge=1, description="Prompts in one forward pass.")
@@ -95,16 +126,12 @@ class Settings(BaseSettings):
         75.0, gt=0, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
         " a client never reuses a connection the server is closing (uvicorn's 5 s default raced under load)."
     )
-    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice.")
     warmup: bool = True
-    fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("steer_api_key", "probe", mode="before")
+    @field_validator("steer_api_key", mode="before")
     @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        # Environment values are covered by env_ignore_empty; this covers "" given as a flag or argument.
-        return None if value == "" else value
+    def _empty_key_is_unset(cls, value: object) -> object:
+        return _none_if_empty(value)
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -124,8 +151,6 @@ class Settings(BaseSettings):
         for key in keys:
             if _is_placeholder(key) or len(key) < 12:
                 raise ValueError("API keys must be at least 12 characters and not a placeholder such as 'changeme'")
-        if self.padding_side == "varlen" and (self.device == "cpu" or self.dtype == "float32"):
-            raise ValueError(f"padding_side varlen needs CUDA and bfloat16/float16, not device={self.device} dtype={self.dtype}")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
         if self.max_tokens > self.batch_token_budget:

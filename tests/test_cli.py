@@ -73,3 +73,22 @@ def test_classify_refuses_non_utf8_and_over_long_text_in_one_line():
     assert bad.returncode == 1 and b"prompt 1 is not valid UTF-8 text" in bad.stderr and b"Traceback" not in bad.stderr
     out = herald("classify", "x" * 50, "--max-chars", "10", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and "the limit is 10 (max_chars)" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_classify_help_lists_only_what_classify_uses():
+    out = herald("classify", "--help")
+    assert out.returncode == 0, out.stderr
+    for used in ("--backbone", "--probe", "--max-tokens", "--max-chars", "--file", "--trajectory"):
+        assert used in out.stdout
+    for server_only in ("--port", "--api-keys", "--steer-api-key", "--queue-capacity", "--batch-delay-ms"):
+        assert server_only not in out.stdout, server_only
+
+
+def test_classify_keeps_words_that_look_like_json_as_text():
+    # pydantic-settings reads list items as JSON: `herald classify true` used to fail with "not a valid string"
+    out = herald("classify", "true", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["input"] == "true"
+    out = herald("classify", "null", "1.50", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["input"] == "null 1.50"

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from herald_service.backbone.base import Backbone
-from herald_service.config import EMBEDDED_BACKBONE, Settings
+from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
 from herald_service.probes.artifact import backbone_manifest, load_probe
@@ -81,7 +81,7 @@ def fake_runtime() -> Runtime:
     return Runtime(backbone, probe, manifest, "fake (fitted at start-up)")
 
 
-def load_runtime(settings: Settings) -> Runtime:
+def load_runtime(settings: BackboneSettings) -> Runtime:
     """Load the configured backbone and probe.
 
     Raises:
