@@ -9,6 +9,7 @@ import json
 import logging
 import shlex
 import sys
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -332,6 +333,24 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
         CliApp.run_subcommand(self)
 
 
+def _setting_name(loc: tuple) -> str:
+    """A validation error's location as the user wrote it: ``("serve", "max_tokens")`` ->
+    ``max_tokens (--max-tokens or HERALD_MAX_TOKENS)``; the environment variable only for commands whose options are
+    settings (serve, classify, plot, steer-eval); the bare command name for a rule over several fields."""
+    parts = [str(p) for p in loc]
+    if not parts:
+        return "settings"
+    command = Herald.model_fields.get(parts[0])
+    if len(parts) == 1 or command is None:
+        return parts[0].replace("_", "-") + " settings" if command is not None else ".".join(parts)
+    field = parts[1]
+    where = f"--{field.replace('_', '-')}"
+    command_class = next((a for a in typing.get_args(command.annotation) if isinstance(a, type)), None)
+    if command_class is not None and issubclass(command_class, BackboneSettings):
+        where += f" or HERALD_{field.upper()}"
+    return ".".join([field, *parts[2:]]) + f" ({where})"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``herald`` console script."""
     from pydantic import ValidationError
@@ -341,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         CliApp.run(Herald, cli_args=sys.argv[1:] if argv is None else argv)
     except ValidationError as exc:
-        problems = "\n".join(f"  {'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors())
+        problems = "\n".join(f"  {_setting_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise SystemExit(f"herald: invalid settings\n{problems}") from None
     except HeraldError as exc:
         raise SystemExit(f"herald: {exc.message}") from None

@@ -92,3 +92,11 @@ def test_classify_keeps_words_that_look_like_json_as_text():
     out = herald("classify", "null", "1.50", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["input"] == "null 1.50"
+
+
+def test_invalid_setting_names_its_flag_and_environment_variable():
+    out = herald("serve", HERALD_MAX_TOKENS="3")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "max_tokens (--max-tokens or HERALD_MAX_TOKENS): Input should be greater than or equal to 8" in out.stderr
+    fit = herald("fit", "--max-tokens", "abc")  # fit's options are flags only: no environment variable to name
+    assert fit.returncode == 1 and "max_tokens (--max-tokens): Input should be a valid integer" in fit.stderr
