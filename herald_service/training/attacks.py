@@ -3,12 +3,18 @@
 ``pyrit_jailbreak_templates.jsonl`` rows are wrappers with a ``{{ prompt }}`` slot (SOURCES.md). We fill each picked
 template with one harmful request that is *not* in the training pool (rows the per-source cap left out), so a probe
 cannot have seen the request itself. Templates with extra slots are skipped.
+
+For training on wrapped requests (``herald recipes --recipes jailbreak``, docs/eval/jailbreak_recipe.md) the templates
+are split by identity: :func:`split_templates` keeps the evaluation's templates, and every near-duplicate of them,
+out of training, and marks templates linked to the in-the-wild jailbreak corpus source (:func:`itw_linked`) so the
+leave-one-source-out fold that holds that source out never trains on them (:func:`fold_rows`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +25,15 @@ SLOT = re.compile(r"\{\{\s*prompt\s*\}\}")
 OTHER_SLOT = re.compile(r"\{\{\s*(?!prompt\s*\}\})\w+\s*\}\}")
 JAILBREAK_SOURCE = "Jailbreak-wrapped held-out harmful requests (PyRIT templates)"
 REQUEST_SOURCES = ("AdvBench", "HarmBench")
+ITW_TEMPLATE_ORIGIN = "TrustAIRLab"
+"""``template_source`` of the PyRIT templates taken from the in-the-wild jailbreak prompts (Shen et al.)."""
+ITW_SOURCE_KEY = "In-the-wild"
+"""Substring naming the in-the-wild jailbreak corpus source (a leave-one-source-out fold)."""
+KEY_CHARS = 60
+"""Templates whose normalized text starts alike over this many characters count as one (many in-the-wild templates
+are light edits of one another: 425 templates of <= 2500 characters have 325 distinct 60-character keys)."""
+WRAPPED_HARMFUL_SOURCE = "Jailbreak-wrapped training requests (augmentation)"
+WRAPPED_BENIGN_SOURCE = "Jailbreak-wrapped benign training prompts (augmentation)"
 
 
 def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
@@ -38,14 +53,176 @@ def held_out_requests(all_examples: list[Example], training_pool: list[Example])
     ]
 
 
+def evaluation_picks(n_templates: int, n_requests: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Template and request indices of :func:`wrap_requests` (the same draws, so splits can name its templates)."""
+    rng = np.random.default_rng(seed)
+    return rng.permutation(n_templates)[:n], rng.permutation(n_requests)[:n]
+
+
+def fill(template: dict, request: str) -> str:
+    return SLOT.sub(lambda _: request, template["prompt"])
+
+
 def wrap_requests(templates: list[dict], requests: list[Example], n: int, seed: int = 0) -> list[Example]:
     """``n`` harmful examples: template i (random order) filled with request i (random order)."""
+    t_order, r_order = evaluation_picks(len(templates), len(requests), n, seed)
+    return [Example(fill(templates[ti], requests[ri].prompt), 1, JAILBREAK_SOURCE, origin(templates[ti]), "jailbreak")
+            for ti, ri in zip(t_order, r_order)]
+
+
+def origin(template: dict) -> str | None:
+    return template.get("template_source") or template.get("category")
+
+
+def template_key(text: str, chars: int = KEY_CHARS) -> str:
+    """Lower-case alphanumeric words of ``text`` (slot removed), first ``chars`` characters: near-duplicates collide."""
+    words = re.sub(r"[^a-z0-9]+", " ", SLOT.sub(" ", text).lower()).strip()
+    return words[:chars]
+
+
+def itw_linked(templates: list[dict], itw_prompts: list[str]) -> np.ndarray:
+    """``(n_templates,)`` bool: taken from the in-the-wild prompts, or starting like a row of that corpus source.
+
+    The second test matters: 50 of the 117 non-TrustAIRLab templates (jailbreakchat and others) share their
+    60-character key with a row of the in-the-wild corpus source.
+    """
+    corpus_keys = {template_key(p) for p in itw_prompts}
+    return np.array([ITW_TEMPLATE_ORIGIN in (t.get("template_source") or "") or template_key(t["prompt"]) in corpus_keys
+                     for t in templates])
+
+
+@dataclass(frozen=True)
+class TemplateSplit:
+    """Template indices (into the list given to :func:`split_templates`) by use.
+
+    Attributes:
+        test: the templates of :func:`wrap_requests` (the evaluation set), in its order.
+        extra_test: one template per near-duplicate group held out for the enlarged evaluation set, random order.
+        train: one template per near-duplicate group for training, random order.
+        linked: ``(n_templates,)`` bool, :func:`itw_linked` spread to every member of a near-duplicate group.
+    """
+
+    test: np.ndarray
+    extra_test: np.ndarray
+    train: np.ndarray
+    linked: np.ndarray
+
+
+def split_templates(templates: list[dict], itw_prompts: list[str], n_requests: int, test_n: int,
+                    seed: int = 0) -> TemplateSplit:
+    """Split templates by identity: evaluation, extra evaluation, training; near-duplicates never straddle the split.
+
+    Groups of templates sharing a :func:`template_key` are the units. Every group holding one of the evaluation's
+    ``test_n`` templates (``wrap_requests(templates, requests, test_n, seed)`` with ``len(requests) == n_requests``)
+    is kept out of both other parts. The remaining groups are shuffled with ``seed`` and dealt alternately to training
+    and extra evaluation, separately for in-the-wild-linked and unlinked groups (so both parts hold both kinds); a
+    group is linked when any member is. Each group is represented by its first template.
+    """
+    keys = [template_key(t["prompt"]) for t in templates]
+    test, _ = evaluation_picks(len(templates), n_requests, test_n, seed)
+    linked_one = itw_linked(templates, itw_prompts)
+    linked_keys = {k for k, flag in zip(keys, linked_one) if flag}
+    linked = np.array([k in linked_keys for k in keys])
+    test_keys = {keys[i] for i in test}
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
     rng = np.random.default_rng(seed)
-    t_order = rng.permutation(len(templates))[:n]
-    r_order = rng.permutation(len(requests))[:n]
+    train, extra = [], []
+    for want_linked in (False, True):
+        reps = np.array([i for k, i in first.items() if k not in test_keys and linked[i] == want_linked], dtype=int)
+        reps = rng.permutation(reps)
+        train += reps[0::2].tolist()
+        extra += reps[1::2].tolist()
+    return TemplateSplit(np.asarray(test), rng.permutation(np.array(extra, dtype=int)),
+                         rng.permutation(np.array(train, dtype=int)), linked)
+
+
+def extended_test_set(templates: list[dict], split: TemplateSplit, requests: list[Example], test_n: int,
+                      extra_n: int, seed: int = 0) -> list[Example]:
+    """The evaluation set of :func:`wrap_requests` plus ``extra_n`` rows on the split's extra templates.
+
+    The extra rows fill ``split.extra_test[:extra_n]`` with held-out requests that the first ``test_n`` rows do not use.
+    """
+    base = wrap_requests(templates, requests, test_n, seed)
+    _, used = evaluation_picks(len(templates), len(requests), test_n, seed)
+    free = np.setdiff1d(np.arange(len(requests)), used)
+    picks = np.random.default_rng(seed + 1).permutation(free)[:extra_n]
+    extra = [Example(fill(templates[ti], requests[ri].prompt), 1, JAILBREAK_SOURCE, origin(templates[ti]), "jailbreak")
+             for ti, ri in zip(split.extra_test[:extra_n], picks)]
+    return base + extra
+
+
+@dataclass(frozen=True)
+class WrappedRow:
+    """A training prompt wrapped in a training template, with what decides which folds may train on it."""
+
+    example: Example
+    request_source: str
+    template: int
+    linked: bool
+
+
+def wrap_training_prompts(templates: list[dict], split: TemplateSplit, harmful: list[Example], benign: list[Example],
+                          per_class: int, seed: int = 0) -> list[WrappedRow]:
+    """Training-template wrappers around training prompts: ``2 * per_class`` rows of each label, in random order.
+
+    Every fold of :func:`fold_rows` can then find ``per_class`` eligible rows per label:
+
+    - harmful rows: four equal cells, request from AdvBench or HarmBench x template linked or not, so the fold holding
+      out one request source (or the in-the-wild source) still has ``per_class`` rows;
+    - benign rows: half on unlinked templates, requests drawn from all of ``benign``.
+
+    Args:
+        harmful: training rows of :data:`REQUEST_SOURCES` (label 1); never the evaluation's held-out requests.
+        benign: training rows of label 0.
+
+    Raises:
+        ValueError: no linked or no unlinked training template, or no request of a kind.
+    """
+    rng = np.random.default_rng(seed)
+    pools = {flag: [int(i) for i in split.train if split.linked[i] == flag] for flag in (False, True)}
+    if not pools[False] or not pools[True]:
+        raise ValueError("need linked and unlinked training templates")
+    half = per_class // 2
+
+    def cycle(flag: bool, n: int) -> list[int]:
+        pool = pools[flag]
+        order = [pool[j] for j in rng.permutation(len(pool))]
+        return [order[j % len(order)] for j in range(n)]
+
+    def draw(rows: list[Example], n: int) -> list[Example]:
+        # Too few requests (HarmBench: 57 in the seed-0 train part) are reused, each time in another template.
+        if not rows:
+            raise ValueError("no requests to wrap")
+        order = rng.permutation(len(rows))
+        return [rows[order[j % len(rows)]] for j in range(n)]
+
     out = []
-    for ti, ri in zip(t_order, r_order):
-        template = templates[ti]
-        text = SLOT.sub(lambda _: requests[ri].prompt, template["prompt"])
-        out.append(Example(text, 1, JAILBREAK_SOURCE, template.get("template_source") or template.get("category"), "jailbreak"))
-    return out
+    for source in REQUEST_SOURCES:
+        requests = draw([e for e in harmful if e.source == source], per_class)
+        for flag, chunk in ((False, requests[:half]), (True, requests[half:])):
+            for ti, e in zip(cycle(flag, len(chunk)), chunk):
+                out.append(WrappedRow(Example(fill(templates[ti], e.prompt), 1, WRAPPED_HARMFUL_SOURCE,
+                                              e.source, "jailbreak-train"), e.source, ti, flag))
+    requests = draw(benign, 2 * per_class)
+    for flag, chunk in ((False, requests[:per_class]), (True, requests[per_class:])):
+        for ti, e in zip(cycle(flag, len(chunk)), chunk):
+            out.append(WrappedRow(Example(fill(templates[ti], e.prompt), 0, WRAPPED_BENIGN_SOURCE, e.source,
+                                          "jailbreak-train"), e.source, ti, flag))
+    return [out[j] for j in rng.permutation(len(out))]
+
+
+def fold_rows(rows: list[WrappedRow], held_out: str | None, per_class: int, labels: tuple[int, ...] = (1, 0)) -> np.ndarray:
+    """Indices into ``rows`` a fold may train on: the first ``per_class`` eligible rows of each label in ``labels``.
+
+    Eligible: the request is not from ``held_out`` (the fold's held-out source; None for the random split), and, when
+    ``held_out`` is the in-the-wild jailbreak source, the template is not linked to it.
+    """
+    itw = held_out is not None and ITW_SOURCE_KEY in held_out
+    keep = []
+    for label in labels:
+        ok = [i for i, r in enumerate(rows)
+              if r.example.label == label and r.request_source != held_out and not (itw and r.linked)]
+        keep += ok[:per_class]
+    return np.array(sorted(keep), dtype=int)

@@ -7,6 +7,9 @@ Recipes:
 - ``templated+hardneg``: both.
 - ``sensitive``: training rows plus benign prompts on sensitive topics (``--sensitive-data``, e.g. the
   ``benign_sensitive/`` sets of ``herald data build``), each set held out of the fold that scores it.
+- ``jailbreak``: training rows plus the fold's own harmful training requests wrapped in jailbreak templates disjoint
+  from the evaluation's (:func:`.attacks.split_templates`); ``jailbreak+benign`` also wraps benign training prompts in
+  the same templates. Built per fold by :class:`WrappedPool` (docs/eval/jailbreak_recipe.md).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -41,14 +44,26 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logreg_last+templated": ("logreg_last", True),
     "sensitive": ("herald", False),
     "logreg_last+sensitive": ("logreg_last", False),
+    "jailbreak": ("herald", False),
+    "jailbreak+benign": ("herald", False),
+    "logreg_last+jailbreak": ("logreg_last", False),
+    "logreg_last+jailbreak+benign": ("logreg_last", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
-on the ``--sensitive-data`` sets (:func:`uses_sensitive`)."""
+on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
+(:func:`jailbreak_labels`)."""
 
 
 def uses_sensitive(recipe: str) -> bool:
     """True for recipes that also train on the ``--sensitive-data`` sets (named ``*sensitive``)."""
     return recipe.endswith("sensitive")
+
+
+def jailbreak_labels(recipe: str) -> tuple[int, ...]:
+    """Labels of the jailbreak-wrapped rows a recipe trains on: (1,) for ``*jailbreak``, (1, 0) for ``*jailbreak+benign``."""
+    if "jailbreak" not in recipe:
+        return ()
+    return (1, 0) if recipe.endswith("jailbreak+benign") else (1,)
 
 
 INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
@@ -60,15 +75,43 @@ def concat(a: LabeledStates, b: LabeledStates) -> LabeledStates:
                          np.concatenate([a.sources, b.sources]), np.concatenate([a.tokens, b.tokens]), a.prompts + b.prompts)
 
 
+@dataclass(frozen=True)
+class WrappedPool:
+    """Jailbreak-wrapped training prompts (:func:`.attacks.wrap_training_prompts`) and their states.
+
+    Attributes:
+        states: the rows whose states were extracted (rows over the token limit are dropped).
+        rows: ``rows[i]`` describes ``states`` row i.
+        per_class: rows of each label a fold trains on.
+    """
+
+    states: LabeledStates
+    rows: list
+    per_class: int
+
+    def for_fold(self, held_out: str | None, labels: tuple[int, ...]) -> LabeledStates:
+        """The rows a fold holding out ``held_out`` (None: the random split) may train on (:func:`.attacks.fold_rows`)."""
+        from herald_service.training.attacks import fold_rows
+
+        return self.states.take(fold_rows(self.rows, held_out, self.per_class, labels))
+
+
 def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augment: LabeledStates | None,
-                seed: int = 0, replicates: int = 1000) -> dict:
-    """LOSO for one recipe: per-fold held-out metrics and the pooled metrics over every held-out row."""
+                seed: int = 0, replicates: int = 1000, wrapped: WrappedPool | None = None,
+                wrapped_labels: tuple[int, ...] = ()) -> dict:
+    """LOSO for one recipe: per-fold held-out metrics and the pooled metrics over every held-out row.
+
+    ``augment`` joins every fold's training set; with ``wrapped_labels``, so do the rows of ``wrapped`` that the fold
+    may see (:meth:`WrappedPool.for_fold`).
+    """
     held = np.full(len(data.labels), np.nan)
     per_fold = {}
     for fold in loso_folds(data.sources, data.labels, train_index, test_index):
         train = data.take(fold.train_index)
         if augment is not None:
             train = concat(train, augment)
+        if wrapped_labels:
+            train = concat(train, wrapped.for_fold(fold.source, wrapped_labels))
         if len(set(train.labels.tolist())) < 2:
             continue
         m = margins(fit_method(method, train, seed), data.states[fold.held_out_index])
@@ -121,6 +164,9 @@ class RecipeOptions:
     jailbreak_templates: Path | None = None
     jailbreak_n: int = 40
     jailbreak_max_chars: int = 2500
+    jailbreak_extra_n: int = 80
+    jailbreak_train_per_class: int = 80
+    fit_seed: int | None = None
     sensitive_data: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -143,30 +189,42 @@ def run_recipes(options: RecipeOptions) -> dict:
     data, examples, _ = _states_for(backbone, capped, cache, options.max_tokens, "corpus states")
     train_index, test_index = stratified_split(examples, options.test_fraction, options.seed)
     augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
-    jailbreak = None
+    jailbreak = jailbreak_extended = pool = None
+    needs_pool = any(jailbreak_labels(name) for name in options.recipes)
     if options.jailbreak_templates is not None:
         templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
         wrapped = wrap_requests(templates, held_out_requests(everything, capped), options.jailbreak_n, options.seed)
         jailbreak, _, _ = _states_for(backbone, wrapped, cache, options.max_tokens, "jailbreak states")
+        if options.jailbreak_extra_n > 0 or needs_pool:
+            extended, rows = jailbreak_sets(templates, everything, capped, [examples[i] for i in train_index], options)
+            jailbreak_extended, _, _ = _states_for(backbone, extended, cache, options.max_tokens, "jailbreak states, enlarged")
+            if needs_pool:
+                pool = wrapped_pool(backbone, cache, rows, options)
+    if needs_pool and pool is None:
+        raise ValueError("jailbreak recipes need --jailbreak-templates")
     sensitive = None
     if options.sensitive_data:
         rows = cap_per_group(load_corpus(expand_data(options.sensitive_data)), options.max_per_source, options.seed)
         sensitive, _, _ = _states_for(backbone, rows, cache, options.max_tokens, "sensitive-topic states")
 
+    fit_seed = options.seed if options.fit_seed is None else options.fit_seed
     results = {}
     for name in options.recipes:
         method, use_augment = RECIPES[name]
+        wrapped_labels = jailbreak_labels(name)
         with_sensitive = uses_sensitive(name)
         if with_sensitive and sensitive is None:
             raise ValueError(f"recipe {name} needs --sensitive-data")
         extra = [augment] if use_augment else []
         t0 = time.perf_counter()
         loso = recipe_loso(data, train_index, test_index, method, _join(extra + [sensitive] * with_sensitive),
-                           options.seed, options.replicates)
+                           fit_seed, options.replicates, pool, wrapped_labels)
         train = data.take(train_index)
         for more in extra + [sensitive] * with_sensitive:
             train = concat(train, more)
-        model = fit_method(method, train, options.seed)
+        if wrapped_labels:
+            train = concat(train, pool.for_fold(None, wrapped_labels))
+        model = fit_method(method, train, fit_seed)
         test = data.take(test_index)
         m = margins(model, test.states)
         block = {"loso_pooled": loso["pooled"], "loso_folds": loso["folds"], "highlights": highlights(loso["folds"]),
@@ -175,14 +233,48 @@ def run_recipes(options: RecipeOptions) -> dict:
             jm = margins(model, jailbreak.states)
             block["jailbreak_wrapped"] = bootstrap_metrics(jailbreak.labels, jm, jm >= 0, replicates=options.replicates)
             block["highlights"]["recall jailbreak-wrapped"] = block["jailbreak_wrapped"]["recall"]
+        if jailbreak_extended is not None:
+            jm = margins(model, jailbreak_extended.states)
+            block["jailbreak_wrapped_enlarged"] = bootstrap_metrics(jailbreak_extended.labels, jm, jm >= 0,
+                                                                    replicates=options.replicates)
         if sensitive is not None:
             block["held_out_sets"] = held_out_sets(data.take(train_index), extra, sensitive, method, with_sensitive,
-                                                   model, options.seed, options.replicates)
+                                                   model, fit_seed, options.replicates)
         results[name] = block
         log.info("recipe %s done in %.0f s: LOSO pooled F1 %.3f AUROC %.3f", name, time.perf_counter() - t0,
                  loso["pooled"]["f1"]["value"], loso["pooled"]["auroc"]["value"])
         _write(options, results, augment, started)  # after every recipe: a long run keeps what it finished
     return _write(options, results, augment, started)
+
+
+def jailbreak_sets(templates: list[dict], everything: list, capped: list, train_rows: list,
+                   options: RecipeOptions) -> tuple[list, list]:
+    """The enlarged jailbreak-wrapped evaluation set and the wrapped training prompts (before state extraction).
+
+    Requests of the evaluation sets are never in the capped corpus; training prompts come from ``train_rows`` (the
+    random split's train part) only, with the filters of :func:`.attacks.held_out_requests` for harmful rows and at
+    most 500 characters for benign ones.
+    """
+    from herald_service.training.attacks import (ITW_SOURCE_KEY, REQUEST_SOURCES, extended_test_set, held_out_requests,
+                                                 split_templates, wrap_training_prompts)
+
+    requests = held_out_requests(everything, capped)
+    itw = [e.prompt for e in everything if ITW_SOURCE_KEY in e.source]
+    split = split_templates(templates, itw, len(requests), options.jailbreak_n, options.seed)
+    extended = extended_test_set(templates, split, requests, options.jailbreak_n, options.jailbreak_extra_n, options.seed)
+    harmful = [e for e in train_rows if e.label == 1 and e.source in REQUEST_SOURCES
+               and (e.category or "") != "copyright" and "\n\n" not in e.prompt]
+    benign = [e for e in train_rows if e.label == 0 and len(e.prompt) <= 500]
+    rows = wrap_training_prompts(templates, split, harmful, benign, options.jailbreak_train_per_class, options.seed)
+    return extended, rows
+
+
+def wrapped_pool(backbone, cache, rows: list, options: RecipeOptions) -> WrappedPool:
+    from herald_service.training.eval import _states_for
+
+    states, kept, _ = _states_for(backbone, [r.example for r in rows], cache, options.max_tokens, "wrapped training states")
+    by_prompt = {r.example.prompt: r for r in rows}
+    return WrappedPool(states, [by_prompt[e.prompt] for e in kept], options.jailbreak_train_per_class)
 
 
 def _join(sets: list[LabeledStates]) -> LabeledStates | None:
@@ -218,7 +310,11 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates, starte
                         "model that never saw it; pooled over all sources). `templated` adds "
                         f"{len(augment.labels)} templated benign prompts (herald_service/training/templated.py) to every "
                         "fold's training set; `hardneg` repeats training false positives twice in a second fit. "
-                        "The last-layer logistic probe is shown with and without the same data."),
+                        "The last-layer logistic probe is shown with and without the same data."
+                        + (" `jailbreak` adds the fold's harmful training requests wrapped in jailbreak templates "
+                           "disjoint from the evaluation's, `+benign` also benign training prompts in them "
+                           "(docs/eval/jailbreak_recipe.md)." if any(map(jailbreak_labels, results)) else "")),
+        "fit_seed": options.seed if options.fit_seed is None else options.fit_seed,
         "results": results,
         "templated_n": int(len(augment.labels)),
         "seconds": round(time.perf_counter() - started, 1),
