@@ -8,10 +8,11 @@ from fastapi import APIRouter, Request, Response
 from pydantic_core import to_json
 
 from herald_service.api.deps import ServingModerator, disconnect_watch
+from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody, TrajectoryFeatures
 from herald_service.types import Classification, Conversation, Message, Timing, user_turn
 
-router = APIRouter(tags=["moderation"])
+router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 
 ERRORS = {code: {"model": ErrorBody} for code in (401, 413, 422, 429, 503, 504)}
 _FEATURES = tuple(TrajectoryFeatures.model_fields)

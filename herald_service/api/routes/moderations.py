@@ -11,11 +11,12 @@ import secrets
 from fastapi import APIRouter, Request, Response
 
 from herald_service.api.deps import ServingModerator, disconnect_watch
+from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.routes.classify import ERRORS, json_answer
 from herald_service.api.schemas import ModerationRequest, ModerationResponse
 from herald_service.types import user_turn
 
-router = APIRouter(tags=["moderation"])
+router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 
 CATEGORY = "harmful"
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from herald_service.api.deps import ModeratorDep, SteerKey, disconnect_watch
+from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.routes.classify import ERRORS, result_fields
 from herald_service.api.schemas import ClassifyResult, Completion, SteerRequest, SteerResponse
 from herald_service.types import Message, user_turn
 
-router = APIRouter(tags=["research"])
+router = APIRouter(tags=["research"], route_class=UniqueKeysRoute)
 
 
 @router.post("/steer", response_model=SteerResponse, responses={**ERRORS, 404: ERRORS[401]}, dependencies=[SteerKey])
