@@ -160,3 +160,32 @@ def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):
     assert lines[at + 2] == ("Not in this report: there is no `scorer_training/summary.json` beside the results file "
                              "([eval/scorer_training.md](eval/scorer_training.md)).")
     assert lines[at + 4].startswith("## ")
+
+
+def direction_runs(d_f1: list[float], d_auroc: list[float]) -> list[dict]:
+    return [{"seed": i, "f1": 0.5 + f, "auroc": 0.7 + a, "d_f1": f, "d_auroc": a, "fpr": 0.1, "recall": 0.5,
+             "folds_at_best_latent": 3, "max_instruction_fpr": 0.2, "mean_instruction_fpr": 0.08}
+            for i, (f, a) in enumerate(zip(d_f1, d_auroc))]
+
+
+def test_direction_rule_needs_both_metrics_not_worse_and_one_gain_above_noise():
+    from herald_service.training import report_directions
+
+    assert report_directions.passes(direction_runs([0.0, 0.01, 0.0], [0.03, 0.03, 0.03]))      # AUROC +0.03, std 0
+    assert not report_directions.passes(direction_runs([-0.01, -0.01, 0.0], [0.05, 0.05, 0.05]))  # F1 worse on average
+    assert not report_directions.passes(direction_runs([0.0, 0.0, 0.0], [0.0, 0.06, 0.0]))      # +0.02 < 2 std (2 x 0.035)
+    assert not report_directions.passes(direction_runs([0.005] * 3, [0.008] * 3))               # below the 0.01 floor
+
+
+def test_report_has_the_direction_section_with_its_verdict(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    write(tmp_path / "direction_estimators", "summary.json", {"estimators": {
+        "lw": {"current": direction_runs([0.0] * 3, [0.0] * 3)},
+        "s1.0": {"current": direction_runs([-0.1, -0.12, -0.11], [-0.16, -0.17, -0.15])}}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    lines = text.splitlines()
+    at = lines.index("## Per-layer direction estimators (source-held-out)")
+    assert lines[at + 4].startswith("No estimator passes the rule")
+    assert lines[at + 8] == "| `lw` | `current` | 0.500 ± 0.000 | 0.700 ± 0.000 | – | – | 0.100 | 0.500 | 3.0 | 20.0% | 8.0% |"
+    assert lines[at + 9].startswith("| `s1.0` | `current` | 0.390 ± 0.010 | 0.540 ± 0.010 | -0.110 ± 0.010 | -0.160 ± 0.010 |")
+    assert "direction_estimators/" in lines[2]

@@ -2,8 +2,8 @@
 
 Run ``python -m herald_service.training.report [RESULTS.json]`` or ``herald report``. Everything in the report is
 computed from the results file and the JSON beside it (``recipes.json``, ``benign_sensitive/``, ``feature_sets/``,
-``scorer_training/``; a section whose files are absent says so in one line); nothing is typed in by hand except the
-fixed text about scope.
+``scorer_training/``, ``direction_estimators/``; a section whose files are absent says so in one line); nothing is
+typed in by hand except the fixed text about scope.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from herald_service.training import report_scorer, report_sensitive
+from herald_service.training import report_directions, report_scorer, report_sensitive
 
 METHOD_LABELS = {
     "herald": "Herald (LDA trajectory + 288-param MLP)",
@@ -338,6 +338,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += _feature_set_section(results)
     out += report_scorer.section(results.get("scorer_training"), rel(md_path.parent / "eval" / "scorer_training.md"),
                                  meta.get("seed"))
+    out += report_directions.section(results.get("direction_estimators"),
+                                     rel(md_path.parent / "eval" / "direction_estimators.md"))
     out += _not_shown(results)
     return "\n".join(out)
 
@@ -644,6 +646,10 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     if "scorer_training" not in results and scorer.is_file():
         results["scorer_training"] = json.loads(scorer.read_text())
         beside.append("scorer_training/")
+    directions = folder / "direction_estimators" / "summary.json"
+    if "direction_estimators" not in results and directions.is_file():
+        results["direction_estimators"] = json.loads(directions.read_text())
+        beside.append("direction_estimators/")
     plot_dir.mkdir(parents=True, exist_ok=True)
     plots = {
         "learning_curve": plot_learning_curve(results, plot_dir / "learning_curve.png"),
