@@ -189,3 +189,31 @@ def test_report_has_the_direction_section_with_its_verdict(tmp_path):
     assert lines[at + 8] == "| `lw` | `current` | 0.500 ± 0.000 | 0.700 ± 0.000 | – | – | 0.100 | 0.500 | 3.0 | 20.0% | 8.0% |"
     assert lines[at + 9].startswith("| `s1.0` | `current` | 0.390 ± 0.010 | 0.540 ± 0.010 | -0.110 ± 0.010 | -0.160 ± 0.010 |")
     assert "direction_estimators/" in lines[2]
+
+
+def jailbreak_block(recall40: float, recall120: float, f1: float, auroc: float, max_fpr: float, instruction: list[float]) -> dict:
+    metric = lambda v: {"value": v, "lo": v, "hi": v}  # noqa: E731
+    folds = {f"AlpacaEval part {i}": {"false_positive_rate": metric(v)} for i, v in enumerate(instruction)}
+    folds["AdvBench"] = {"recall": metric(0.9)}
+    highlights = {"max FPR, instruction/chat sources": metric(max_fpr), "mean FPR, instruction/chat sources": metric(0.08),
+                  "recall in-the-wild jailbreaks": metric(0.1), "mean recall, harmful sources": metric(0.4)}
+    return {"jailbreak_wrapped": {"recall": metric(recall40)}, "jailbreak_wrapped_enlarged": {"recall": metric(recall120)},
+            "loso_pooled": {"f1": metric(f1), "auroc": metric(auroc)}, "loso_folds": folds, "highlights": highlights}
+
+
+def test_jailbreak_rule_checks_recall_on_both_sets_loso_within_spread_and_fpr_slack():
+    from herald_service.training import report_jailbreak
+
+    runs = {seed: {"shipped": jailbreak_block(0.90, 0.85, 0.53 + 0.02 * seed, 0.74 + 0.04 * seed, 0.20, [0.05, 0.12]),
+                   "jailbreak": jailbreak_block(0.99, 0.97, 0.52, 0.73, 0.21, [0.15, 0.12]),     # F1/AUROC within spread
+                   "jailbreak+benign": jailbreak_block(0.99, 0.94, 0.55, 0.76, 0.19, [0.05, 0.05])}  # n=120 below 95%
+            for seed in (0, 1, 2)}
+    table = report_jailbreak.seed_table(runs)
+    assert table["shipped"]["instr. folds <= 10% FPR"] == [1.0, 1.0, 1.0]
+    assert report_jailbreak.verdicts(table) == {"jailbreak": {"a": True, "b": True, "c": True},
+                                                "jailbreak+benign": {"a": False, "b": True, "c": True}}
+    runs[1]["jailbreak"] = jailbreak_block(0.99, 0.97, 0.52, 0.73, 0.30, [0.15, 0.12])  # max FPR seed mean 0.240 > 0.22
+    assert report_jailbreak.verdicts(report_jailbreak.seed_table(runs))["jailbreak"]["c"] is False
+    lines = report_jailbreak.section(runs, None, "eval/jailbreak_recipe.md")
+    assert "| `jailbreak` | 0.990 (0.000) | 0.970 (0.000) | 0.520 (0.000) | 0.730 (0.000) | 0.240 (0.090) | 0.080 (0.000) | 0.0 / 2 (0) |" in "\n".join(lines)
+    assert "- `jailbreak`: (a) pass, (b) pass, (c) fail: does not pass." in lines
