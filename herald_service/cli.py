@@ -15,25 +15,45 @@ from typing import Literal
 
 import numpy as np
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator
-from pydantic_settings import BaseSettings, CliApp, CliPositionalArg, CliSubCommand
-from typing_extensions import Annotated
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
+                               EnvSettingsSource, PydanticBaseSettingsSource)
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Settings, default_cache_dir
 
 
-def _words_as_text(value: object) -> object:
-    """Shell words back to text: pydantic-settings reads each list item of the command line as JSON when it can, so
-    ``herald classify true`` arrived as the boolean ``True`` and was refused as "not a valid string". JSON scalars are
-    written back (``true``, ``null``, ``1.50``); a JSON string loses its quotes and a JSON list is split into words
-    (give such text in --file, where lines are read verbatim)."""
-    if isinstance(value, list):
-        return [item if isinstance(item, str) else json.dumps(item) for item in value]
-    return value
+def prompt_words(words: list[str], command: str) -> list[str]:
+    """TEXT words exactly as the shell passed them (commas, quotes, brackets and spaces kept).
+
+    TEXT is taken as pydantic-settings' unknown arguments (``CliUnknownArgs``), because its list parsing splits words
+    at commas and reads them as JSON (``herald classify "Explain, step by step, ..."`` lost its commas and got another
+    verdict; ``'he said "hi"'`` ended in a traceback). So an option this command does not know arrives here too: a
+    word starting with ``--`` is refused as an unknown option, unless it comes after a ``--`` word.
+
+    Raises:
+        SystemExit: an unknown option, named.
+    """
+    cut = words.index("--") if "--" in words else len(words)
+    for word in words[:cut]:
+        if word.startswith("--"):
+            raise SystemExit(f"herald {command}: unknown option {word.split('=', 1)[0]} (see herald {command} --help; "
+                             "put -- before text that starts with --)")
+    return words[:cut] + words[cut + 1:]
 
 
-PromptWords = CliPositionalArg[Annotated[list[str], BeforeValidator(_words_as_text)]]
-"""TEXT words of ``herald classify`` and ``herald plot``."""
+class LocalCommand(BackboneSettings):
+    """Base of the commands that load a backbone and a probe in-process (classify, plot, steer-eval).
+
+    Only the backbone settings come from ``HERALD_*`` variables and ``.env``; the command's own options (``--file``,
+    ``--out``, ``--layers`` ...) come from the command line only, so a ``HERALD_FILE`` left in a ``.env`` cannot add
+    prompts to ``herald classify``.
+    """
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, EnvSettingsSource(BackboneSettings), DotEnvSettingsSource(BackboneSettings), file_secret_settings
 
 
 class ServeCommand(Settings):
@@ -61,22 +81,23 @@ class ServeCommand(Settings):
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 
 
-class ClassifyCommand(BackboneSettings):
-    """Classify one prompt (or each line of --file) and print JSON lines.
+class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
+    """Classify one prompt (or each line of --file) and print JSON lines: herald classify [options] TEXT ...
 
     The words of TEXT are joined with spaces into one prompt, as ``echo`` joins its arguments: an unquoted sentence
     is one prompt, not one prompt per word (which scored each word alone and missed the harmful request). Several
     prompts go in --file, one per line.
     """
 
-    text: PromptWords = Field(default_factory=list)
+    text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
     file: Path | None = None
     trajectory: bool = False
 
     def cli_cmd(self) -> None:
         from herald_service.engine.runtime import load_runtime
 
-        prompts = [" ".join(self.text)] if self.text else []
+        words = prompt_words(self.text, "classify")
+        prompts = [" ".join(words)] if words else []
         if self.file is not None:
             prompts += [line.rstrip("\n") for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not prompts:
@@ -130,27 +151,29 @@ class FitCommand(BaseModel):
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 
-class PlotCommand(BackboneSettings):
-    """Classify prompts and write their layer trajectories as a PNG."""
+class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
+    """Classify prompts and write their layer trajectories as a PNG: herald plot [options] PROMPT ... (one word or
+    quoted sentence per prompt)."""
 
-    text: PromptWords = Field(default_factory=list)
+    text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
     out: Path = Field(Path("trajectory.png"), description="PNG path (.png is added when missing).")
 
     def cli_cmd(self) -> None:
         from herald_service.analysis.trajectory_plot import plot_trajectories
         from herald_service.engine.runtime import load_runtime
 
-        if not self.text:
+        texts = prompt_words(self.text, "plot")
+        if not texts:
             raise SystemExit("herald plot: give one or more prompts")
-        results = load_runtime(self).classify_texts(self.text)
+        results = load_runtime(self).classify_texts(texts)
         path = plot_trajectories(
-            np.array([r.trajectory for r in results]), self.text, [r.flagged for r in results],
+            np.array([r.trajectory for r in results]), texts, [r.flagged for r in results],
             self.out if self.out.suffix == ".png" else self.out.with_name(self.out.name + ".png"),
         )
         print(path)
 
 
-class SteerEvalCommand(BackboneSettings):
+class SteerEvalCommand(LocalCommand):
     """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL)."""
 
     file: CliPositionalArg[Path]
@@ -335,8 +358,9 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
 
 def _setting_name(loc: tuple) -> str:
     """A validation error's location as the user wrote it: ``("serve", "max_tokens")`` ->
-    ``max_tokens (--max-tokens or HERALD_MAX_TOKENS)``; the environment variable only for commands whose options are
-    settings (serve, classify, plot, steer-eval); the bare command name for a rule over several fields."""
+    ``max_tokens (--max-tokens or HERALD_MAX_TOKENS)``; the environment variable only for options read from it (every
+    serve option, the backbone settings of classify, plot and steer-eval); the command's name for a rule over several
+    fields."""
     parts = [str(p) for p in loc]
     if not parts:
         return "settings"
@@ -346,7 +370,12 @@ def _setting_name(loc: tuple) -> str:
     field = parts[1]
     where = f"--{field.replace('_', '-')}"
     command_class = next((a for a in typing.get_args(command.annotation) if isinstance(a, type)), None)
-    if command_class is not None and issubclass(command_class, BackboneSettings):
+    from_env: dict = {}
+    if command_class is not None and issubclass(command_class, LocalCommand):
+        from_env = BackboneSettings.model_fields
+    elif command_class is not None and issubclass(command_class, BackboneSettings):
+        from_env = command_class.model_fields
+    if field in from_env:
         where += f" or HERALD_{field.upper()}"
     return ".".join([field, *parts[2:]]) + f" ({where})"
 

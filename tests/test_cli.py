@@ -84,14 +84,27 @@ def test_classify_help_lists_only_what_classify_uses():
         assert server_only not in out.stdout, server_only
 
 
-def test_classify_keeps_words_that_look_like_json_as_text():
-    # pydantic-settings reads list items as JSON: `herald classify true` used to fail with "not a valid string"
-    out = herald("classify", "true", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["input"] == "true"
-    out = herald("classify", "null", "1.50", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["input"] == "null 1.50"
+def test_classify_keeps_text_exactly_as_given():
+    # pydantic-settings' list parsing split words at commas and read them as JSON: "Explain, step by step, ..." lost its
+    # commas (and got another verdict on the real backbone), 'he said "hi"' ended in a traceback, `true` was refused
+    for words, expected in [(["Explain, step by step, how to pick a lock"], "Explain, step by step, how to pick a lock"),
+                            (['he said "hi"', "{a}", "[1,"], 'he said "hi" {a} [1,'),
+                            (['{"a":1,"a":2}', "  spaced  "], '{"a":1,"a":2}   spaced  '),
+                            (["true", "null", "1.50"], "true null 1.50")]:
+        out = herald("classify", *words, HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["input"] == expected
+
+
+def test_classify_refuses_unknown_options_and_reads_its_own_options_only_from_flags(tmp_path):
+    out = herald("classify", "--port", "5", "hi", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and "unknown option --port" in out.stderr and "Traceback" not in out.stderr
+    literal = herald("classify", "--", "--port", "5", HERALD_FAKE_BACKEND="true")
+    assert literal.returncode == 0 and json.loads(literal.stdout)["input"] == "--port 5"
+    extra = tmp_path / "extra.txt"
+    extra.write_text("build a bomb\n")
+    leaked = herald("classify", "hi", HERALD_FAKE_BACKEND="true", HERALD_FILE=str(extra))  # not a backbone setting
+    assert [json.loads(line)["input"] for line in leaked.stdout.splitlines()] == ["hi"]
 
 
 def test_invalid_setting_names_its_flag_and_environment_variable():
