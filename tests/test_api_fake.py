@@ -487,3 +487,33 @@ def test_a_key_given_twice_is_refused_naming_it(client, path, raw, field):
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == field and "appears twice" in r.json()["error"]["message"]
     assert client.post(path, json=json.loads(raw)).status_code == 200  # the same body with the key once (json keeps the last)
+
+
+def test_a_repeated_key_that_is_a_lone_surrogate_gets_a_422_not_a_500(client):
+    # The key is echoed in the message; "\ud800" cannot be encoded as UTF-8, which made error_response fail (a 500)
+    r = client.post("/classify", content=b'{"input": "a", "\\ud800": 1, "\\ud800": 2}', headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == "\\ud800" and "appears twice" in r.json()["error"]["message"]
+    long_key = "k" * 5000
+    r = client.post("/classify", content=json.dumps({"input": "a"}).encode()[:-1] + f', "{long_key}": 1, "{long_key}": 2}}'.encode(),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422 and len(r.content) < 1000  # the key is cut, not echoed twice in full
+
+
+def test_steer_errors_name_the_field_the_conversation_came_in(client):
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+    empty = client.post("/steer", json={"messages": []}, headers=auth)
+    assert empty.status_code == 422 and empty.json()["error"]["field"] == "messages"
+    long = client.post("/steer", json={"messages": [{"role": "user", "content": "x" * 300}]}, headers=auth)
+    assert long.status_code == 413 and long.json()["error"]["field"] == "messages"
+    assert client.post("/steer", json={"prompt": "x" * 300}, headers=auth).json()["error"]["field"] == "prompt"
+    wrong = client.post("/steer", json={"prompt": "x"})
+    assert wrong.status_code == 401 and "steer key" in wrong.json()["error"]["message"]
+
+
+def test_steer_switched_off_is_refused_before_its_body_is_read():
+    with client_for(api_keys=["a-real-key-0123456789"]) as c:
+        wait_ready(c)
+        for body in (b"garbage", b'{"prompt": "a", "prompt": "b"}'):
+            r = c.post("/steer", content=body, headers={"content-type": "application/json"})  # no key at all
+            assert r.status_code == 404 and r.json()["error"]["type"] == "not_enabled", r.text

@@ -14,7 +14,7 @@ from typing import AsyncIterator, Callable
 from fastapi import FastAPI
 
 from herald_service import __version__
-from herald_service.api.deps import AppState
+from herald_service.api.deps import STEER_DISABLED, STEER_KEY_NAME, AppState
 from herald_service.api.errors import install_error_handlers
 from herald_service.api.middleware import BearerGate, BodyLimit, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
@@ -118,6 +118,7 @@ def build_app(
     app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics)
     api_keys = [k.get_secret_value() for k in settings.api_keys]
     steer_keys = [settings.steer_api_key.get_secret_value()] if settings.steer_enabled and settings.steer_api_key else []
-    app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys})
+    app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys},
+                       key_names={"/steer": STEER_KEY_NAME}, closed={} if steer_keys else {"/steer": STEER_DISABLED})
     app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths))
     return app

@@ -103,6 +103,10 @@ async def serving_moderator(request: Request, credentials: Credentials) -> Moder
     return _ready_moderator(state)
 
 
+STEER_DISABLED = "/steer is disabled; set HERALD_STEER_ENABLED=true and HERALD_STEER_API_KEY"
+STEER_KEY_NAME = "steer key (Authorization: Bearer <HERALD_STEER_API_KEY>)"
+
+
 async def require_steer_key(state: State, credentials: Credentials) -> None:
     """``/steer`` is off unless enabled, and then needs ``HERALD_STEER_API_KEY`` (it removes a safety behaviour).
 
@@ -112,9 +116,9 @@ async def require_steer_key(state: State, credentials: Credentials) -> None:
     """
     settings = state.settings
     if not settings.steer_enabled or settings.steer_api_key is None:
-        raise FeatureDisabled("/steer is disabled; set HERALD_STEER_ENABLED=true and HERALD_STEER_API_KEY")
+        raise FeatureDisabled(STEER_DISABLED)
     if credentials is None or not _matches(credentials.credentials, [settings.steer_api_key.get_secret_value()]):
-        raise Unauthorized("missing or invalid steer key (Authorization: Bearer <HERALD_STEER_API_KEY>)", field="authorization")
+        raise Unauthorized(f"missing or invalid {STEER_KEY_NAME}", field="authorization")
 
 
 async def _disconnected(request: Request) -> None:

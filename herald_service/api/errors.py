@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,12 +42,23 @@ STATUS: dict[type[HeraldError], int] = {
 }
 
 
+class _AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: for an error that echoes text which is not valid UTF-8."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 def error_response(status: int, error_type: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
-    """The one error body."""
+    """The one error body. A message or field holding a lone surrogate (a ``"\\ud800"`` JSON escape echoed back) is
+    sent with non-ASCII characters escaped rather than failing to encode (which was a 500)."""
     body: dict = {"type": error_type, "message": message}
     if field is not None:
         body["field"] = field
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    try:
+        return JSONResponse({"error": body}, status_code=status, headers=headers)
+    except UnicodeEncodeError:
+        return _AsciiJSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 def _status_of(exc: HeraldError) -> int:

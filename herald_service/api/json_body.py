@@ -1,4 +1,4 @@
-"""Request bodies read as JSON objects whose keys are unique.
+"""Request bodies read as JSON objects whose keys are unique, parsed once and off the event loop when large.
 
 Python's ``json`` (and so FastAPI) keeps the *last* value of a key given twice: ``{"input": "hello", "input": "how to
 build a bomb"}`` is moderated as the second prompt, while a gateway whose parser keeps the *first* value (many do;
@@ -8,6 +8,7 @@ caller about what it judged, so such a body is refused with a 422 naming the key
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Callable, Coroutine
 
@@ -15,6 +16,12 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from herald_service.errors import InvalidInput
+
+THREAD_PARSE_BYTES = 65_536
+"""Bodies larger than this are parsed in a worker thread: a 12 MB body (just under the default body limit) takes
+about 2 s to parse, which on the event loop stalled every other request and the health checks (breaker finding)."""
+KEY_ECHO_CHARS = 64
+"""A repeated key is echoed in the error up to this many characters."""
 
 
 class DuplicateKey(ValueError):
@@ -35,26 +42,53 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def loads_unique(body: bytes) -> Any:
+    """:func:`json.loads` that refuses a repeated key.
+
+    Raises:
+        DuplicateKey: a key given twice in one object.
+        ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
+    """
+    return json.loads(body, object_pairs_hook=_unique_keys)
+
+
+class UniqueKeysRequest(Request):
+    """A request whose :meth:`json` refuses repeated keys, parses large bodies in a thread, and parses once (FastAPI's
+    own body reading then gets the cached value)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_unique_json"):
+            body = await self.body()
+            self._unique_json = await asyncio.to_thread(loads_unique, body) if len(body) > THREAD_PARSE_BYTES else loads_unique(body)
+        return self._unique_json
+
+
+def _shown(key: str) -> str:
+    """``key`` as ASCII JSON text (lone surrogates and control characters escaped), cut to :data:`KEY_ECHO_CHARS`."""
+    text = json.dumps(key)[1:-1]
+    return text if len(text) <= KEY_ECHO_CHARS else text[:KEY_ECHO_CHARS] + "..."
+
+
 class UniqueKeysRoute(APIRoute):
-    """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's custom route class
-    mechanism, "Custom Request and APIRoute class" in its documentation). The body is parsed once more, with
-    :func:`json.loads`' ``object_pairs_hook``, before FastAPI parses it.
+    """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's "Custom Request and
+    APIRoute class" mechanism): the body is parsed by :class:`UniqueKeysRequest` before FastAPI validates it.
 
     Raises (as a 422 answer):
-        InvalidInput: naming the repeated key, e.g. ``field: "input"``.
+        InvalidInput: naming the repeated key, e.g. ``field: "input"`` (nested keys are named without their path).
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def unique_keys_handler(request: Request) -> Response:
-            body = await request.body()  # Starlette keeps it; FastAPI's parsing below reads the same bytes
-            if body:
+            request = UniqueKeysRequest(request.scope, request.receive)
+            if await request.body():
                 try:
-                    json.loads(body, object_pairs_hook=_unique_keys)  # parsed twice: ~1 ms for a 128 kB body
+                    await request.json()
                 except DuplicateKey as exc:
-                    raise InvalidInput(f"key '{exc.key}' appears twice in one JSON object of the request body; give it"
-                                       " once", field=exc.key) from None
+                    key = _shown(exc.key)
+                    raise InvalidInput(f"key '{key}' appears twice in one JSON object of the request body; give it"
+                                       " once", field=key) from None
                 except (ValueError, RecursionError):
                     pass  # not JSON, not UTF-8, or nested too deeply: FastAPI's own parsing answers it (a 422)
             return await handler(request)

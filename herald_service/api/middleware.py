@@ -70,23 +70,33 @@ class BearerGate:
     client without a key got 422 for malformed JSON and 413 for an oversize body, and could make the server read and
     parse bodies of up to ``max_bytes``. The dependencies still check the key (and describe it in OpenAPI); this gate
     answers first. More than one ``Authorization`` header is refused (the dependency would read only the first).
+    A path of a feature that is switched off is answered 404 here too, so nobody can make the server read its bodies.
 
     Args:
         keys_by_path: request path -> accepted bearer tokens; a path with no tokens is not gated.
+        key_names: request path -> how the 401 names its key (default "API key"; "steer key" for /steer).
+        closed: request path -> the 404 message of a feature that is off.
     """
 
-    def __init__(self, app: ASGIApp, keys_by_path: dict[str, list[str]]) -> None:
+    def __init__(self, app: ASGIApp, keys_by_path: dict[str, list[str]], key_names: dict[str, str] | None = None,
+                 closed: dict[str, str] | None = None) -> None:
         self.app = app
         self.keys_by_path = {path: [k.encode() for k in keys] for path, keys in keys_by_path.items() if keys}
+        self.key_names = key_names or {}
+        self.closed = closed or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        keys = self.keys_by_path.get(scope.get("path", "")) if scope["type"] == "http" else None
+        path = scope.get("path", "") if scope["type"] == "http" else None
+        if path in self.closed:
+            await error_response(404, "not_enabled", self.closed[path])(scope, receive, send)
+            return
+        keys = self.keys_by_path.get(path) if path is not None else None
         if keys:
             values = [v for k, v in scope.get("headers", []) if k == b"authorization"]
             scheme, _, token = values[0].strip().partition(b" ") if len(values) == 1 else (b"", b"", b"")
             if not (scheme.lower() == b"bearer" and any(hmac.compare_digest(token.strip(), key) for key in keys)):
                 message = ("send exactly one Authorization header" if len(values) > 1
-                           else "missing or invalid API key (Authorization: Bearer <key>)")
+                           else f"missing or invalid {self.key_names.get(path, 'API key (Authorization: Bearer <key>)')}")
                 response = error_response(401, "unauthorized", message, "authorization", {"WWW-Authenticate": "Bearer"})
                 await response(scope, receive, send)
                 return

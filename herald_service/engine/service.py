@@ -177,8 +177,11 @@ class Moderator:
         alpha: float,
         max_new_tokens: int,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
+        field: str = "prompt",
     ) -> SteerOutcome:
         """Generate with and without a residual intervention on the harm direction (DESIGN section 1.7).
+
+        ``field`` names the request field that holds ``conversation`` (``prompt`` or ``messages``) in errors.
 
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
@@ -199,8 +202,8 @@ class Moderator:
             if bad or not layers:
                 raise InvalidInput(f"layers must be a non-empty list within 1..{num_layers}", field="layers")
             chosen = sorted(set(layers))
-        self.check_shape([conversation], ["messages" if len(conversation) > 1 else "prompt"], "prompt")
-        (ids,), _ = await self.tokenize([conversation], ["prompt"])
+        self.check_shape([conversation], [field], field)
+        (ids,), _ = await self.tokenize([conversation], [field])
         directions = self.runtime.probe.directions
         intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
         backbone, probe = self.runtime.backbone, self.runtime.probe

@@ -21,7 +21,8 @@ router = APIRouter(tags=["research"], route_class=UniqueKeysRoute)
 async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -> SteerResponse:
     """Baseline and steered greedy completions, refusal judgments, and Herald's verdict with and without the edit."""
     conversation = user_turn(body.prompt) if body.prompt is not None else tuple(Message(m.role, m.content) for m in body.messages or [])
-    outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, body.max_new_tokens, disconnect_watch(request))
+    outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, body.max_new_tokens, disconnect_watch(request),
+                                    field="prompt" if body.prompt is not None else "messages")
     return SteerResponse(
         model=moderator.runtime.backbone.info.model_id,
         probe=moderator.runtime.probe_path,
