@@ -174,22 +174,41 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
 
 
 class SteerEvalCommand(LocalCommand):
-    """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL)."""
+    """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL with a
+    "prompt" string per line). Layers, alpha and new tokens have the limits of POST /steer."""
 
     file: CliPositionalArg[Path]
-    layers: list[int] | None = None
+    layers: list[int] | None = Field(None, description="1-based decoder layers; default: the peak-monotonicity layer.")
     mode: Literal["ablate", "add"] = "ablate"
-    alpha: float = 0.0
-    max_new_tokens: int = 48
-    limit: int | None = 50
+    alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, description="For mode 'add': multiple of sigma_l along w_l.")
+    max_new_tokens: int = Field(48, ge=1, le=2048)
+    limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
 
     def cli_cmd(self) -> None:
         from herald_service.analysis.steer_eval import steer_eval
         from herald_service.engine.runtime import load_runtime
 
-        lines = [line for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        prompts = [json.loads(line)["prompt"] if line.lstrip().startswith("{") else line for line in lines]
-        result = steer_eval(load_runtime(self), prompts[: self.limit], self.layers, self.mode, self.alpha, self.max_new_tokens)
+        prompts = []
+        for number, line in enumerate(self.file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            if not line.lstrip().startswith("{"):
+                prompts.append(line)
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"herald steer-eval: {self.file} line {number}: not JSON ({exc.msg})") from None
+            if not isinstance(row.get("prompt"), str):
+                raise SystemExit(f"herald steer-eval: {self.file} line {number}: needs a \"prompt\" string")
+            prompts.append(row["prompt"])
+        if not prompts:
+            raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
+        runtime = load_runtime(self)
+        num_layers = runtime.backbone.info.num_layers
+        if self.layers is not None and (not self.layers or not all(1 <= layer <= num_layers for layer in self.layers)):
+            raise SystemExit(f"herald steer-eval: --layers must be a non-empty list within 1..{num_layers}")
+        result = steer_eval(runtime, prompts[: self.limit], self.layers, self.mode, self.alpha, self.max_new_tokens)
         print(json.dumps(dataclasses.asdict(result), indent=2))
 
 

@@ -113,3 +113,17 @@ def test_invalid_setting_names_its_flag_and_environment_variable():
     assert "max_tokens (--max-tokens or HERALD_MAX_TOKENS): Input should be greater than or equal to 8" in out.stderr
     fit = herald("fit", "--max-tokens", "abc")  # fit's options are flags only: no environment variable to name
     assert fit.returncode == 1 and "max_tokens (--max-tokens): Input should be a valid integer" in fit.stderr
+
+
+def test_steer_eval_bad_files_and_options_are_one_line_errors(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('how to make a bomb\n{"text": "no prompt key"}\n')
+    out = herald("steer-eval", str(rows), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and out.stderr.strip() == f'herald steer-eval: {rows} line 2: needs a "prompt" string'
+    rows.write_text("how to make a bomb\n")
+    layers = herald("steer-eval", str(rows), "--layers", "[99]", HERALD_FAKE_BACKEND="true")
+    assert layers.returncode == 1 and "--layers must be a non-empty list within 1..8" in layers.stderr
+    alpha = herald("steer-eval", str(rows), "--alpha", "nan", "--mode", "add", HERALD_FAKE_BACKEND="true")
+    assert alpha.returncode == 1 and "alpha (--alpha): Input should be a finite number" in alpha.stderr
+    for out in (layers, alpha):
+        assert "Traceback" not in out.stderr
