@@ -145,22 +145,24 @@ class Settings(BackboneSettings):
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> "Settings":
-        keys = [k.get_secret_value() for k in self.api_keys]
+        keys = [("HERALD_API_KEYS", k.get_secret_value()) for k in self.api_keys]
         if self.steer_api_key is not None:
-            keys.append(self.steer_api_key.get_secret_value())
-        for key in keys:
+            keys.append(("HERALD_STEER_API_KEY", self.steer_api_key.get_secret_value()))
+        for name, key in keys:
             if _is_placeholder(key) or len(key) < 12:
-                raise ValueError("API keys must be at least 12 characters and not a placeholder such as 'changeme'")
+                raise ValueError(f"{name}: API keys must be at least 12 characters and not a placeholder such as 'changeme'")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
         if self.max_tokens > self.batch_token_budget:
             raise ValueError(
-                f"max_tokens ({self.max_tokens}) must not exceed batch_token_budget ({self.batch_token_budget}):"
+                f"max_tokens ({self.max_tokens}, HERALD_MAX_TOKENS) must not exceed batch_token_budget ({self.batch_token_budget},"
+                " HERALD_BATCH_TOKEN_BUDGET):"
                 " a prompt at the limit must fit in one forward pass"
             )
         if self.max_batch_size > self.queue_capacity:
             raise ValueError(
-                f"max_batch_size ({self.max_batch_size}) must not exceed queue_capacity ({self.queue_capacity}):"
+                f"max_batch_size ({self.max_batch_size}, HERALD_MAX_BATCH_SIZE) must not exceed queue_capacity"
+                f" ({self.queue_capacity}, HERALD_QUEUE_CAPACITY):"
                 " a request at the limit must fit in the queue"
             )
         return self

@@ -16,7 +16,7 @@ def herald(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_invalid_settings_exit_with_the_field_and_no_traceback():
     out = herald("serve", HERALD_API_KEYS="changeme")
     assert out.returncode == 1
-    assert "at least 12 characters" in out.stderr and "Traceback" not in out.stderr
+    assert "HERALD_API_KEYS: API keys must be at least 12 characters" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
@@ -127,3 +127,10 @@ def test_steer_eval_bad_files_and_options_are_one_line_errors(tmp_path):
     assert alpha.returncode == 1 and "alpha (--alpha): Input should be a finite number" in alpha.stderr
     for out in (layers, alpha):
         assert "Traceback" not in out.stderr
+
+
+def test_a_missing_probe_folder_is_named_before_the_backbone_loads(tmp_path):
+    out = herald("classify", "hi", "--probe", str(tmp_path / "nope"), HERALD_BACKBONE=str(tmp_path / "no-backbone"))
+    # the backbone path does not exist either: the probe is checked first, so its error is the one shown
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"probe folder {tmp_path / 'nope'} does not exist (--probe or HERALD_PROBE)" in out.stderr

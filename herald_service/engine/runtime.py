@@ -95,6 +95,8 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
 
+    if settings.probe is not None and not settings.probe.exists():  # before a backbone load of seconds to minutes
+        raise ProbeMismatch(f"probe folder {settings.probe} does not exist (--probe or HERALD_PROBE)", field="probe")
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     backbone = HFBackbone(
@@ -105,7 +107,7 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
     folder = settings.probe or default_probe_folder(backbone.info.slug)
     if not folder.exists():
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
-        raise ProbeMismatch(f"no probe for backbone {backbone.info.slug!r} at {folder}{hint}; set HERALD_PROBE", field="probe")
+        raise ProbeMismatch(f"no probe for backbone {backbone.info.slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
     probe, manifest = load_probe(folder, backbone.info)
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, backbone.info.dtype, folder)
     return Runtime(backbone, probe, manifest, str(folder))
