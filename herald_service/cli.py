@@ -168,7 +168,7 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         results = load_runtime(self).classify_texts(texts)
         path = plot_trajectories(
             np.array([r.trajectory for r in results]), texts, [r.flagged for r in results],
-            self.out if self.out.suffix == ".png" else self.out.with_name(self.out.name + ".png"),
+            self.out if self.out.suffix.lower() == ".png" else self.out.with_name(self.out.name + ".png"),
         )
         print(path)
 

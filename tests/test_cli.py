@@ -134,3 +134,10 @@ def test_a_missing_probe_folder_is_named_before_the_backbone_loads(tmp_path):
     # the backbone path does not exist either: the probe is checked first, so its error is the one shown
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"probe folder {tmp_path / 'nope'} does not exist (--probe or HERALD_PROBE)" in out.stderr
+
+
+def test_plot_keeps_an_upper_case_png_suffix(tmp_path):
+    out = herald("plot", "Hello, world", "bake bread", "--out", str(tmp_path / "traj.PNG"), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(tmp_path / "traj.PNG") and (tmp_path / "traj.PNG").stat().st_size > 1000
+    assert not (tmp_path / "traj.PNG.png").exists()
