@@ -17,7 +17,8 @@ def plot_trajectories(
 ) -> Path:
     """Write a PNG of trajectories ``(batch, layer)`` (units: within-class standard deviations).
 
-    Flagged prompts are drawn in red, allowed ones in blue; the dashed line at 0 is the per-layer LDA boundary.
+    Flagged prompts are drawn in shades of red, allowed ones in shades of blue, each with its own marker and its verdict
+    in the legend; the dashed line at 0 is the per-layer LDA boundary.
 
     Returns:
         ``out``.
@@ -30,9 +31,18 @@ def plot_trajectories(
     trajectories = np.atleast_2d(trajectories)
     layers = np.arange(1, trajectories.shape[1] + 1)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
-    for row, label, is_flagged in zip(trajectories, labels, flagged):
-        short = label if len(label) <= 48 else label[:45] + "..."
-        ax.plot(layers, row, marker="o", markersize=3, color="#c0392b" if is_flagged else "#2e86c1", label=short)
+    flagged = list(flagged)
+    shades = {True: plt.get_cmap("Reds"), False: plt.get_cmap("Blues")}
+    counts = {kind: max(sum(f == kind for f in flagged), 1) for kind in (True, False)}
+    seen = {True: 0, False: 0}
+    markers = "os^Dv<>pPX*"
+    for i, (row, label, is_flagged) in enumerate(zip(trajectories, labels, flagged)):
+        short = label if len(label) <= 44 else label[:41] + "..."
+        # one shade per prompt within its verdict's colour, and a marker per prompt, so the legend tells lines apart
+        shade = shades[is_flagged](0.45 + 0.5 * seen[is_flagged] / counts[is_flagged])
+        seen[is_flagged] += 1
+        ax.plot(layers, row, marker=markers[i % len(markers)], markersize=3, color=shade,
+                label=("[flagged] " if is_flagged else "[allowed] ") + short)
     ax.axhline(0.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("decoder layer")
     ax.set_ylabel("projection s_l (std devs)")
