@@ -217,3 +217,18 @@ def test_jailbreak_rule_checks_recall_on_both_sets_loso_within_spread_and_fpr_sl
     lines = report_jailbreak.section(runs, None, "eval/jailbreak_recipe.md")
     assert "| `jailbreak` | 0.990 (0.000) | 0.970 (0.000) | 0.520 (0.000) | 0.730 (0.000) | 0.240 (0.090) | 0.080 (0.000) | 0.0 / 2 (0) |" in "\n".join(lines)
     assert "- `jailbreak`: (a) pass, (b) pass, (c) fail: does not pass." in lines
+
+
+def test_sensitive_seed_lines_judge_the_gain_against_the_shipped_seed_spread():
+    from herald_service.training import report_sensitive
+
+    def recipes(shipped: tuple[float, float], sensitive: tuple[float, float]) -> dict:
+        block = lambda f1, auroc: {"loso_pooled": {"f1": {"value": f1}, "auroc": {"value": auroc}}}  # noqa: E731
+        return {"results": {"shipped": block(*shipped), "sensitive": block(*sensitive)}}
+
+    assert report_sensitive.seed_lines(recipes((0.5, 0.70), (0.6, 0.80)), {}) == []  # one seed: nothing to say
+    lucky = report_sensitive.seed_lines(recipes((0.5, 0.70), (0.6, 0.80)), {1: recipes((0.5, 0.78), (0.45, 0.69))})
+    assert "- `sensitive`: pooled LOSO F1 0.600 / 0.450 (mean 0.525); AUROC 0.800 / 0.690 (mean 0.745)" in lucky
+    assert any("+0.005 against a `shipped` seed spread of 0.080; the seed-0 gain does not hold" in line for line in lucky)
+    steady = report_sensitive.seed_lines(recipes((0.5, 0.70), (0.6, 0.80)), {1: recipes((0.5, 0.72), (0.6, 0.81))})
+    assert any("; it holds over seeds" in line for line in steady)

@@ -339,7 +339,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += _guard_section(results)
     out += _recipe_section(results)
     sensitive = results.get("benign_sensitive") or {}
-    out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"))
+    out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"), sensitive.get("recipes_fit_seeds"))
     out += _feature_set_section(results)
     out += report_scorer.section(results.get("scorer_training"), rel(md_path.parent / "eval" / "scorer_training.md"),
                                  meta.get("seed"))
@@ -644,6 +644,8 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     sensitive = {name: json.loads(f.read_text()) for name in ("results", "recipes")
                  if (f := folder / "benign_sensitive" / f"{name}.json").is_file()}
     if "benign_sensitive" not in results and sensitive:
+        seeds = sorted((folder / "benign_sensitive").glob("recipes_fitseed*.json"))
+        sensitive["recipes_fit_seeds"] = {int(f.stem.removeprefix("recipes_fitseed")): json.loads(f.read_text()) for f in seeds}
         results["benign_sensitive"] = sensitive
         beside.append("benign_sensitive/")
     runs = sorted((folder / "feature_sets").glob("*.json"))

