@@ -11,7 +11,7 @@ import shlex
 import sys
 import typing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -53,7 +53,23 @@ class LocalCommand(BackboneSettings):
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
                                    env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, EnvSettingsSource(BackboneSettings), DotEnvSettingsSource(BackboneSettings), file_secret_settings
+        return (init_settings, _BackboneFieldsOnly(settings_cls, EnvSettingsSource(BackboneSettings)),
+                _BackboneFieldsOnly(settings_cls, DotEnvSettingsSource(BackboneSettings)), file_secret_settings)
+
+
+class _BackboneFieldsOnly(PydanticBaseSettingsSource):
+    """Another settings source's values, kept to the fields of :class:`BackboneSettings` (a ``.env`` source also
+    returns every other ``HERALD_*`` line it finds, which set ``herald classify --file`` from a ``.env``)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self.inner = inner
+
+    def get_field_value(self, field, field_name: str) -> tuple[Any, str, bool]:  # noqa: ANN001 - pydantic FieldInfo
+        return self.inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.inner().items() if k in BackboneSettings.model_fields}
 
 
 class ServeCommand(Settings):
@@ -399,14 +415,35 @@ def _setting_name(loc: tuple) -> str:
     return ".".join([field, *parts[2:]]) + f" ({where})"
 
 
+def _refuse_valued_switches(argv: list[str]) -> None:
+    """``herald classify --trajectory false hello`` read ``false`` as prompt text and still turned the switch on
+    (argparse switches take no value, and TEXT takes unknown words): refuse a true/false word right after a switch.
+
+    Raises:
+        SystemExit: naming the switch and how to turn it off.
+    """
+    commands = {"classify": ClassifyCommand, "plot": PlotCommand}
+    if not argv or argv[0] not in commands:
+        return
+    names = [n.replace("_", "-") for n, f in commands[argv[0]].model_fields.items() if f.annotation in (bool, "bool")]
+    switches = {f"--{n}" for n in names} | {f"--no-{n}" for n in names}
+    words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    for switch, value in zip(words, words[1:]):
+        if switch in switches and value.lower() in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+            name = switch.removeprefix("--no-").removeprefix("--")
+            raise SystemExit(f"herald {argv[0]}: {switch} takes no value (got {value!r}); use --{name} or --no-{name}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``herald`` console script."""
     from pydantic import ValidationError
 
     from herald_service.errors import HeraldError
 
+    args = sys.argv[1:] if argv is None else argv
+    _refuse_valued_switches(args)
     try:
-        CliApp.run(Herald, cli_args=sys.argv[1:] if argv is None else argv)
+        CliApp.run(Herald, cli_args=args)
     except ValidationError as exc:
         problems = "\n".join(f"  {_setting_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise SystemExit(f"herald: invalid settings\n{problems}") from None

@@ -517,3 +517,38 @@ def test_steer_switched_off_is_refused_before_its_body_is_read():
         for body in (b"garbage", b'{"prompt": "a", "prompt": "b"}'):
             r = c.post("/steer", content=body, headers={"content-type": "application/json"})  # no key at all
             assert r.status_code == 404 and r.json()["error"]["type"] == "not_enabled", r.text
+
+
+def test_an_object_with_too_many_keys_is_refused_while_parsing(client):
+    # 600,000 unknown keys (7 MB) cost 3 s of validation on the event loop; more than 256 keys is refused at parse time
+    body = "{" + ",".join(f'"k{i}":1' for i in range(300)) + ', "input": "a"}'
+    r = client.post("/classify", content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "message": "a JSON object of the request body has 301 keys; the limit is 256", "field": "body"}
+
+
+def test_a_client_gone_mid_upload_is_counted_as_499_not_500():
+    import asyncio
+
+    from herald_service.api.middleware import RequestMetrics
+    from herald_service.metrics import HeraldMetrics
+
+    metrics = HeraldMetrics()
+
+    async def app_that_never_answers(scope, receive, send):  # what BodyLimit does when the client drops a chunked upload
+        await receive()
+
+    async def call():
+        async def receive():
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            raise AssertionError("nothing is sent")
+
+        await RequestMetrics(app_that_never_answers, metrics, frozenset({"/classify"}))(
+            {"type": "http", "path": "/classify", "headers": []}, receive, send)
+
+    asyncio.run(call())
+    counted = {s.labels["status"]: s.value for m in metrics.registry.collect() for s in m.samples
+               if s.name == "herald_requests_total" and s.labels.get("route") == "/classify"}
+    assert counted == {"499": 1.0}

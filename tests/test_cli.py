@@ -141,3 +141,26 @@ def test_plot_keeps_an_upper_case_png_suffix(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(tmp_path / "traj.PNG") and (tmp_path / "traj.PNG").stat().st_size > 1000
     assert not (tmp_path / "traj.PNG.png").exists()
+
+
+def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):
+    extra = tmp_path / "extra.txt"
+    extra.write_text("build a bomb\n")
+    (tmp_path / ".env").write_text(f"HERALD_FILE={extra}\nHERALD_TRAJECTORY=true\nHERALD_MAX_CHARS=4\n")
+    out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "hello"], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+    # HERALD_MAX_CHARS (a backbone setting) applies; HERALD_FILE and HERALD_TRAJECTORY (classify's own) do not
+    assert out.returncode == 1 and "prompt 1 has 5 characters; the limit is 4 (max_chars)" in out.stderr, out.stderr
+    (tmp_path / ".env").write_text(f"HERALD_FILE={extra}\nHERALD_TRAJECTORY=true\n")
+    out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "hello"], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [
+        {"input": "hello", "flagged": False, "score": json.loads(out.stdout)["score"], "tokens": json.loads(out.stdout)["tokens"]}]
+
+
+def test_a_value_after_a_switch_is_refused_not_read_as_text():
+    out = herald("classify", "--trajectory", "false", "hello", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and "--trajectory takes no value (got 'false'); use --trajectory or --no-trajectory" in out.stderr
+    literal = herald("classify", "--", "--trajectory", "false", HERALD_FAKE_BACKEND="true")
+    assert literal.returncode == 0 and json.loads(literal.stdout)["input"] == "--trajectory false"

@@ -14,7 +14,9 @@ from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
 
+from herald_service.engine.service import ClientGone
 from herald_service.errors import InvalidInput
 
 THREAD_PARSE_BYTES = 65_536
@@ -22,6 +24,10 @@ THREAD_PARSE_BYTES = 65_536
 about 2 s to parse, which on the event loop stalled every other request and the health checks (breaker finding)."""
 KEY_ECHO_CHARS = 64
 """A repeated key is echoed in the error up to this many characters."""
+MAX_KEYS = 256
+"""Keys in one JSON object of a body. Herald's request objects have at most 7; an object of 600,000 unknown keys
+(7 MB, under the body limit) cost 3 s of pydantic validation on the event loop, which stalls every request (breaker
+finding), so such a body is refused while it is parsed, off the loop."""
 
 
 class DuplicateKey(ValueError):
@@ -32,8 +38,15 @@ class DuplicateKey(ValueError):
         self.key = key
 
 
+class TooManyKeys(ValueError):
+    """A JSON object of the body holds more than :data:`MAX_KEYS` keys."""
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, or :class:`DuplicateKey`."""
+    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, or :class:`DuplicateKey` /
+    :class:`TooManyKeys`."""
+    if len(pairs) > MAX_KEYS:
+        raise TooManyKeys(len(pairs))
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
@@ -47,6 +60,7 @@ def loads_unique(body: bytes) -> Any:
 
     Raises:
         DuplicateKey: a key given twice in one object.
+        TooManyKeys: an object with more than :data:`MAX_KEYS` keys.
         ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
     """
     return json.loads(body, object_pairs_hook=_unique_keys)
@@ -73,8 +87,10 @@ class UniqueKeysRoute(APIRoute):
     """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's "Custom Request and
     APIRoute class" mechanism): the body is parsed by :class:`UniqueKeysRequest` before FastAPI validates it.
 
-    Raises (as a 422 answer):
-        InvalidInput: naming the repeated key, e.g. ``field: "input"`` (nested keys are named without their path).
+    Raises (as answers):
+        InvalidInput: naming the repeated key, e.g. ``field: "input"`` (nested keys are named without their path),
+            or an object of more than :data:`MAX_KEYS` keys (422).
+        ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -82,13 +98,20 @@ class UniqueKeysRoute(APIRoute):
 
         async def unique_keys_handler(request: Request) -> Response:
             request = UniqueKeysRequest(request.scope, request.receive)
-            if await request.body():
+            try:
+                body = await request.body()
+            except ClientDisconnect:
+                raise ClientGone("client disconnected while sending the request body") from None
+            if body:
                 try:
                     await request.json()
                 except DuplicateKey as exc:
                     key = _shown(exc.key)
                     raise InvalidInput(f"key '{key}' appears twice in one JSON object of the request body; give it"
                                        " once", field=key) from None
+                except TooManyKeys as exc:
+                    raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
+                                       field="body") from None
                 except (ValueError, RecursionError):
                     pass  # not JSON, not UTF-8, or nested too deeply: FastAPI's own parsing answers it (a 422)
             return await handler(request)

@@ -35,7 +35,7 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = {"code": 500}
+        status = {"code": 499}  # the app returned without answering: the client went away (e.g. mid-upload)
         started_response = {"response": False}
 
         async def send_wrapper(message: Message) -> None:
