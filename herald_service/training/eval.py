@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -243,6 +243,60 @@ def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
     return data, kept, corpus.skipped
 
 
+@dataclass(frozen=True)
+class CorpusStates:
+    """The capped corpus, its last-token states and the random split that ``herald eval`` and ``herald recipes`` share.
+
+    Attributes:
+        backbone: the loaded :class:`~herald_service.backbone.hf.HFBackbone`; ``cache`` its state cache.
+        files: the corpus JSONL files read; ``everything``: all their rows; ``capped``: the rows kept by the
+            per-(source, label) cap.
+        data: states of the capped rows that fit ``max_tokens``; ``examples``: those rows, in ``data`` order;
+            ``skipped``: rows over ``max_tokens``.
+        train_index, test_index: the stratified split of ``examples``.
+    """
+
+    backbone: Any
+    cache: Any
+    files: list[Path]
+    everything: list
+    capped: list
+    data: LabeledStates
+    examples: list
+    skipped: int
+    train_index: np.ndarray
+    test_index: np.ndarray
+
+
+def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
+                       max_per_source: int | None = 150, max_tokens: int = 1024, test_fraction: float = 0.2,
+                       seed: int = 0) -> CorpusStates:
+    """Load the backbone, read and cap the corpus, extract (or read cached) states, split: the common start of
+    ``herald eval``, ``herald recipes`` and the studies in docs/eval/.
+
+    Args:
+        data: JSONL files or folders (:func:`~herald_service.training.fit.expand_data`).
+        max_tokens: rendered tokens; longer prompts are skipped and counted.
+
+    Raises:
+        BackboneError: the backbone cannot be loaded.
+    """
+    from herald_service.backbone.hf import HFBackbone
+    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
+    from herald_service.training.extract import StateCache
+    from herald_service.training.fit import expand_data
+
+    files = expand_data(data)
+    loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
+    cache = StateCache(cache_dir, loaded)
+    everything = load_corpus(files)
+    capped = cap_per_group(everything, max_per_source, seed)
+    states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
+    train_index, test_index = stratified_split(examples, test_fraction, seed)
+    return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index)
+
+
 def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, max_tokens: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     picks = []
@@ -254,23 +308,16 @@ def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, ma
 
 def run_eval(options: EvalOptions) -> dict:
     """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``."""
-    from herald_service.backbone.hf import HFBackbone
-    from herald_service.backbone.loader import resolve_backbone
     from herald_service.data.hashing import corpus_sha256
     from herald_service.probes.artifact import backbone_manifest
     from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
-    from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
-    from herald_service.training.extract import StateCache
-    from herald_service.training.fit import expand_data
+    from herald_service.training.corpus import load_corpus
 
     started = time.perf_counter()
-    files = expand_data(options.data)
-    backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
-    cache = StateCache(options.cache_dir, backbone)
-    everything = load_corpus(files)
-    capped = cap_per_group(everything, options.max_per_source, options.seed)
-    data, examples, skipped = _states_for(backbone, capped, cache, options.max_tokens, "corpus states")
-    train_index, test_index = stratified_split(examples, options.test_fraction, options.seed)
+    corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
+                                options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
+    backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
+    data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
 
     extra: dict[str, LabeledStates] = {}
     if options.jailbreak_templates is not None and options.jailbreak_n > 0:

@@ -172,22 +172,17 @@ class RecipeOptions:
 
 
 def run_recipes(options: RecipeOptions) -> dict:
-    from herald_service.backbone.hf import HFBackbone
-    from herald_service.backbone.loader import resolve_backbone
     from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
-    from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
-    from herald_service.training.eval import _states_for
-    from herald_service.training.extract import StateCache
+    from herald_service.training.corpus import cap_per_group, load_corpus
+    from herald_service.training.eval import _states_for, load_corpus_states
     from herald_service.training.fit import expand_data
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
-    backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
-    cache = StateCache(options.cache_dir, backbone)
-    everything = load_corpus(expand_data(options.data))
-    capped = cap_per_group(everything, options.max_per_source, options.seed)
-    data, examples, _ = _states_for(backbone, capped, cache, options.max_tokens, "corpus states")
-    train_index, test_index = stratified_split(examples, options.test_fraction, options.seed)
+    corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
+                                options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
+    backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
+    data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
     jailbreak = jailbreak_extended = pool = None
     needs_pool = any(jailbreak_labels(name) for name in options.recipes)

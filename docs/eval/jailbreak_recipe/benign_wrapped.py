@@ -15,16 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from herald_service.backbone.hf import HFBackbone
-from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import EMBEDDED_BACKBONE, default_cache_dir
 from herald_service.training.attacks import (ITW_SOURCE_KEY, evaluation_picks, fill, held_out_requests, load_templates,
                                              split_templates)
 from herald_service.training.bootstrap import bootstrap_metrics
-from herald_service.training.corpus import Example, cap_per_group, load_corpus, stratified_split
-from herald_service.training.eval import _states_for, fit_method, margins
-from herald_service.training.extract import StateCache
-from herald_service.training.fit import expand_data
+from herald_service.training.corpus import Example
+from herald_service.training.eval import _states_for, fit_method, load_corpus_states, margins
 from herald_service.training.recipes import (RECIPES, RecipeOptions, concat, jailbreak_labels, jailbreak_sets,
                                              wrapped_pool)
 
@@ -37,12 +33,10 @@ def main() -> None:
     torch.set_num_threads(1)
     o = RecipeOptions(data=[Path("../shared/data")], backbone=EMBEDDED_BACKBONE, cache_dir=default_cache_dir(),
                       jailbreak_templates=Path("../shared/data/pyrit_jailbreak_templates.jsonl"), recipes=("jailbreak",))
-    backbone = HFBackbone(resolve_backbone(o.backbone, o.cache_dir), o.device, o.dtype)
-    cache = StateCache(o.cache_dir, backbone)
-    everything = load_corpus(expand_data(o.data))
-    capped = cap_per_group(everything, o.max_per_source, o.seed)
-    data, examples, _ = _states_for(backbone, capped, cache, o.max_tokens, "corpus states")
-    train_index, test_index = stratified_split(examples, o.test_fraction, o.seed)
+    corpus = load_corpus_states(o.data, o.backbone, o.cache_dir, o.device, o.dtype, o.max_per_source, o.max_tokens,
+                                o.test_fraction, o.seed)
+    backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
+    data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     templates = load_templates(o.jailbreak_templates, o.jailbreak_max_chars)
     _, rows = jailbreak_sets(templates, everything, capped, [examples[i] for i in train_index], o)
     pool = wrapped_pool(backbone, cache, rows, o)

@@ -9,13 +9,8 @@ shrinkage (s1.0 = difference of class means); balanced-mean-diff = difference of
 import sys, time
 from pathlib import Path
 import numpy as np
-from herald_service.backbone.hf import HFBackbone
-from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import EMBEDDED_BACKBONE, default_cache_dir
-from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
-from herald_service.training.extract import StateCache
-from herald_service.training.fit import expand_data
-from herald_service.training.eval import _states_for, groups_of
+from herald_service.training.eval import groups_of, load_corpus_states
 from herald_service.training.protocol import loso_folds
 from herald_service.training.methods import balanced_weights, CALIBRATION_FRACTION
 from herald_service.probes.probe import calibration_mask
@@ -43,12 +38,8 @@ def directions_for(states, y, groups):
     raise KeyError(estimator)
 
 
-cache_dir = default_cache_dir()
-files = expand_data([Path("../shared/data")])
-backbone = HFBackbone(resolve_backbone(EMBEDDED_BACKBONE, cache_dir), "cpu", "auto")
-capped = cap_per_group(load_corpus(files), 150, seed)
-data, examples, skipped = _states_for(backbone, capped, StateCache(cache_dir, backbone), 1024, "corpus")
-train_index, test_index = stratified_split(examples, 0.2, seed)
+corpus = load_corpus_states([Path("../shared/data")], EMBEDDED_BACKBONE, default_cache_dir(), "cpu", "auto", 150, 1024, 0.2, seed)
+data, train_index, test_index = corpus.data, corpus.train_index, corpus.test_index
 print("n", len(data.labels), len(train_index), len(test_index), flush=True)
 np.savez(out / "meta.npz", labels=data.labels, sources=data.sources)
 for k, fold in enumerate(loso_folds(data.sources, data.labels, train_index, test_index)):
