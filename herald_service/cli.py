@@ -425,7 +425,7 @@ def _refuse_valued_switches(argv: list[str]) -> None:
     commands = {"classify": ClassifyCommand, "plot": PlotCommand}
     if not argv or argv[0] not in commands:
         return
-    names = [n.replace("_", "-") for n, f in commands[argv[0]].model_fields.items() if f.annotation in (bool, "bool")]
+    names = [n.replace("_", "-") for n, f in commands[argv[0]].model_fields.items() if f.annotation is bool]
     switches = {f"--{n}" for n in names} | {f"--no-{n}" for n in names}
     words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     for switch, value in zip(words, words[1:]):

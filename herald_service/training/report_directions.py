@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from herald_service.training.report_scorer import beats_by_rule
+
 SHIPPED = "lw"
 SCORER = "current"
-MIN_GAIN = 0.01
 
 
 def passes(runs: list[dict]) -> bool:
-    """The split-0 part of the rule: seed-mean ΔF1 and ΔAUROC both >= 0, one of them > :data:`MIN_GAIN` and > twice
-    the std over seeds of the paired difference."""
-    diffs = [np.array([r[k] for r in runs]) for k in ("d_f1", "d_auroc")]
-    if len(runs) < 2 or min(d.mean() for d in diffs) < 0:
-        return False
-    return any(d.mean() > MIN_GAIN and d.mean() > 2 * d.std(ddof=1) for d in diffs)
+    """The split-0 part of the rule: the scorer study's gain rule (:func:`.report_scorer.beats_by_rule`) on the
+    per-seed paired differences ``d_f1`` and ``d_auroc`` against ``lw``."""
+    return beats_by_rule([np.array([r[k] for r in runs]) for k in ("d_f1", "d_auroc")])
 
 
 def _cell(runs: list[dict], key: str, fmt: str = ".3f", pct: bool = False) -> str:

@@ -24,6 +24,15 @@ def _paired(block: dict, base: dict, key: str) -> np.ndarray:
     return np.array([v - theirs[s] for s, v in zip(block["seeds"], block[key]) if s in theirs])
 
 
+def beats_by_rule(diffs: list[np.ndarray]) -> bool:
+    """The gain rule of docs/eval/scorer_training.md (and docs/eval/direction_estimators.md) on paired differences
+    over seeds, one array per metric (F1, AUROC): every mean >= 0, and at least one mean above :data:`MIN_GAIN` and
+    above twice the standard deviation (over seeds) of its differences. Fewer than two seeds never pass."""
+    if any(len(d) < 2 for d in diffs) or min(d.mean() for d in diffs) < 0:
+        return False
+    return any(d.mean() > MIN_GAIN and d.mean() > 2 * d.std(ddof=1) for d in diffs)
+
+
 def winners(split: dict) -> list[str]:
     """Eligible recipes that pass the rule of docs/eval/scorer_training.md against ``current`` on one split.
 
@@ -38,10 +47,7 @@ def winners(split: dict) -> list[str]:
     for name, block in recipes.items():
         if name == CURRENT or name.startswith(DIAGNOSTIC_PREFIX):
             continue
-        diffs = {k: _paired(block, base, k) for k in ("f1", "auroc")}
-        if any(len(d) < 2 for d in diffs.values()) or min(d.mean() for d in diffs.values()) < 0:
-            continue
-        if any(d.mean() > MIN_GAIN and d.mean() > 2 * d.std(ddof=1) for d in diffs.values()):
+        if beats_by_rule([_paired(block, base, k) for k in ("f1", "auroc")]):
             out.append(name)
     return out
 
