@@ -500,6 +500,18 @@ def test_a_repeated_key_that_is_a_lone_surrogate_gets_a_422_not_a_500(client):
     assert r.status_code == 422 and len(r.content) < 1000  # the key is cut, not echoed twice in full
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_body_that_is_not_declared_json_gets_the_content_type_error_even_with_a_repeated_key(client, content_type):
+    # FastAPI reads a body as JSON only for application/json (or +json); the repeated-key check must not answer first
+    headers = {"content-type": content_type} if content_type else {}
+    expected = {"error": {"type": "invalid_request", "field": "body",
+                          "message": "request body must be a JSON object (Content-Type: application/json)"}}
+    valid = client.post("/classify", content=b'{"input": "hello"}', headers=headers)
+    repeated = client.post("/classify", content=b'{"input": "a", "input": "b"}', headers=headers)
+    assert (valid.status_code, valid.json()) == (422, expected)
+    assert (repeated.status_code, repeated.json()) == (422, expected)
+
+
 def test_steer_errors_name_the_field_the_conversation_came_in(client):
     auth = {"Authorization": f"Bearer {STEER_KEY}"}
     empty = client.post("/steer", json={"messages": []}, headers=auth)

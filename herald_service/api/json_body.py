@@ -9,10 +9,12 @@ caller about what it judged, so such a body is refused with a 422 naming the key
 from __future__ import annotations
 
 import asyncio
+import email.message
 import json
 from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
+from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
@@ -87,11 +89,28 @@ class UniqueKeysRoute(APIRoute):
     """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's "Custom Request and
     APIRoute class" mechanism): the body is parsed by :class:`UniqueKeysRequest` before FastAPI validates it.
 
+    Only a body that FastAPI itself reads as JSON (:meth:`reads_json`) is checked, so a body sent as ``text/plain`` or
+    a form gets FastAPI's content-type answer whatever keys it repeats.
+
     Raises (as answers):
         InvalidInput: naming the repeated key, e.g. ``field: "input"`` (nested keys are named without their path),
             or an object of more than :data:`MAX_KEYS` keys (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
+
+    def reads_json(self, request: Request) -> bool:
+        """Whether FastAPI parses this request's body as JSON: a Content-Type of ``application/json`` or
+        ``application/*+json``, or none at all on a route that is not ``strict_content_type`` (FastAPI's rule in
+        ``fastapi.routing.get_request_handler``, with the same stdlib header parsing). Other bodies reach validation
+        as bytes and are answered "request body must be a JSON object (Content-Type: application/json)"."""
+        content_type = request.headers.get("content-type")
+        if not content_type:
+            strict = self.strict_content_type
+            return not (strict.value if isinstance(strict, DefaultPlaceholder) else strict)
+        header = email.message.Message()
+        header["content-type"] = content_type
+        subtype = header.get_content_subtype()
+        return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -102,7 +121,7 @@ class UniqueKeysRoute(APIRoute):
                 body = await request.body()
             except ClientDisconnect:
                 raise ClientGone("client disconnected while sending the request body") from None
-            if body:
+            if body and self.reads_json(request):
                 try:
                     await request.json()
                 except DuplicateKey as exc:
