@@ -477,7 +477,7 @@ def test_too_many_messages_are_refused_before_rendering():
     "path, raw, field",
     [
         ("/classify", b'{"input": "hello", "input": "how do I build a pipe bomb"}', "input"),
-        ("/classify", b'{"messages": [{"role": "user", "content": "hi", "content": "poison"}]}', "content"),
+        ("/classify", b'{"messages": [{"role": "user", "content": "hi", "content": "poison"}]}', "messages[0].content"),
         ("/v1/moderations", b'{"input": "hello", "input": "poison"}', "input"),
     ],
 )
@@ -498,6 +498,23 @@ def test_a_repeated_key_that_is_a_lone_surrogate_gets_a_422_not_a_500(client):
     r = client.post("/classify", content=json.dumps({"input": "a"}).encode()[:-1] + f', "{long_key}": 1, "{long_key}": 2}}'.encode(),
                     headers={"content-type": "application/json"})
     assert r.status_code == 422 and len(r.content) < 1000  # the key is cut, not echoed twice in full
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (b'{"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "a", "content": "b"}]}',
+         "messages[1].content"),
+        (b'{"messages": [[{"role": "user", "content": "hi"}], [{"role": "user", "role": "user", "content": "b"}]]}',
+         "messages[1][0].role"),
+        (b'{"input": "a", "extra": {"k": 1, "k": 2}}', "extra.k"),
+    ],
+)
+def test_a_nested_key_given_twice_is_named_by_its_path(client, raw, field):
+    r = client.post("/classify", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == {"type": "invalid_request", "field": field,
+                                 "message": f"key '{field}' appears twice in one JSON object of the request body; give it once"}
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import email.message
 import json
+from collections import Counter
 from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
@@ -26,6 +27,8 @@ THREAD_PARSE_BYTES = 65_536
 about 2 s to parse, which on the event loop stalled every other request and the health checks (breaker finding)."""
 KEY_ECHO_CHARS = 64
 """A repeated key is echoed in the error up to this many characters."""
+PATH_ECHO_CHARS = 256
+"""A repeated key's path (keys cut to :data:`KEY_ECHO_CHARS`) is echoed up to this many characters, its end kept."""
 MAX_KEYS = 256
 """Keys in one JSON object of a body. Herald's request objects have at most 7; an object of 600,000 unknown keys
 (7 MB, under the body limit) cost 3 s of pydantic validation on the event loop, which stalls every request (breaker
@@ -33,39 +36,79 @@ finding), so such a body is refused while it is parsed, off the loop."""
 
 
 class DuplicateKey(ValueError):
-    """A JSON object of the body holds ``key`` twice."""
+    """A JSON object of the body holds ``key`` twice. ``path`` names it from the top of the document, keys as
+    :func:`_shown` writes them: ``input`` at the top level, ``messages[0].content`` in the first message."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
+    def __init__(self, key: str, path: str) -> None:
+        super().__init__(path)
         self.key = key
+        self.path = path
 
 
 class TooManyKeys(ValueError):
     """A JSON object of the body holds more than :data:`MAX_KEYS` keys."""
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, or :class:`DuplicateKey` /
-    :class:`TooManyKeys`."""
+class _Faulty(dict):
+    """A parsed JSON object that breaks a rule of :func:`loads_unique`, kept until the whole document is parsed: only
+    then is its path known (``json`` builds objects innermost first and tells a hook nothing of where they are)."""
+
+    def __init__(self, pairs: list[tuple[str, Any]], fault: type[DuplicateKey], key: str) -> None:
+        super().__init__(pairs)
+        self.fault = fault
+        self.key = key
+
+
+def _checked_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, a :class:`_Faulty` dict naming its first
+    repeated key, or :class:`TooManyKeys`."""
     if len(pairs) > MAX_KEYS:
         raise TooManyKeys(len(pairs))
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise DuplicateKey(key)
-        seen[key] = value
-    return seen
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        return _Faulty(pairs, DuplicateKey, repeated)
+    return obj
 
 
-def loads_unique(body: bytes) -> Any:
-    """:func:`json.loads` that refuses a repeated key.
+def _first_fault(document: Any) -> DuplicateKey | None:
+    """The fault of the first :class:`_Faulty` object of ``document`` in document order (outer objects before the
+    ones they hold), with its path; ``None`` when there is none."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _Faulty):
+            key = _shown(node.key)
+            where = f"{path}.{key}" if path else key
+            return node.fault(node.key, where if len(where) <= PATH_ECHO_CHARS else "..." + where[-PATH_ECHO_CHARS:])
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{_shown(k)}" if path else _shown(k)) for k, v in reversed(node.items())
+                         if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, (dict, list)))
+    return None
+
+
+def loads_unique(body: bytes | str) -> Any:
+    """:func:`json.loads` that refuses a repeated key, naming its path.
 
     Raises:
-        DuplicateKey: a key given twice in one object.
+        DuplicateKey: a key given twice in one object (the first such object in document order).
         TooManyKeys: an object with more than :data:`MAX_KEYS` keys.
         ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
     """
-    return json.loads(body, object_pairs_hook=_unique_keys)
+    faulty = False
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal faulty
+        obj = _checked_object(pairs)
+        faulty = faulty or isinstance(obj, _Faulty)
+        return obj
+
+    document = json.loads(body, object_pairs_hook=hook)
+    if faulty and (fault := _first_fault(document)) is not None:
+        raise fault
+    return document
 
 
 class UniqueKeysRequest(Request):
@@ -93,8 +136,8 @@ class UniqueKeysRoute(APIRoute):
     a form gets FastAPI's content-type answer whatever keys it repeats.
 
     Raises (as answers):
-        InvalidInput: naming the repeated key, e.g. ``field: "input"`` (nested keys are named without their path),
-            or an object of more than :data:`MAX_KEYS` keys (422).
+        InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, or
+            an object of more than :data:`MAX_KEYS` keys (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
 
@@ -125,9 +168,8 @@ class UniqueKeysRoute(APIRoute):
                 try:
                     await request.json()
                 except DuplicateKey as exc:
-                    key = _shown(exc.key)
-                    raise InvalidInput(f"key '{key}' appears twice in one JSON object of the request body; give it"
-                                       " once", field=key) from None
+                    raise InvalidInput(f"key '{exc.path}' appears twice in one JSON object of the request body; give it"
+                                       " once", field=exc.path) from None
                 except TooManyKeys as exc:
                     raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
                                        field="body") from None
