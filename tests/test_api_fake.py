@@ -529,6 +529,23 @@ def test_a_body_that_is_not_declared_json_gets_the_content_type_error_even_with_
     assert (repeated.status_code, repeated.json()) == (422, expected)
 
 
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (b'{"input": "a", "\\ud800": 1}', "\\ud800"),
+        (b'{"messages": [{"role": "user", "content": "x", "x\\udfffy": 2}]}', "messages[0].x\\udfffy"),
+        (b'{"input": {"\\ud800": 1}}', "input.\\ud800"),
+    ],
+)
+def test_a_key_holding_a_lone_surrogate_is_named_by_its_path(client, raw, field):
+    r = client.post("/classify", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == {"type": "invalid_request", "field": field, "message":
+                                 f"key '{field}' of the request body holds a lone UTF-16 surrogate (not valid Unicode);"
+                                 " send well-formed UTF-8"}
+    assert client.post("/v1/moderations", content=raw, headers={"content-type": "application/json"}).status_code == 422
+
+
 def test_steer_errors_name_the_field_the_conversation_came_in(client):
     auth = {"Authorization": f"Bearer {STEER_KEY}"}
     empty = client.post("/steer", json={"messages": []}, headers=auth)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import email.message
 import json
+import re
 from collections import Counter
 from typing import Any, Callable, Coroutine
 
@@ -29,6 +30,9 @@ KEY_ECHO_CHARS = 64
 """A repeated key is echoed in the error up to this many characters."""
 PATH_ECHO_CHARS = 256
 """A repeated key's path (keys cut to :data:`KEY_ECHO_CHARS`) is echoed up to this many characters, its end kept."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+"""A UTF-16 surrogate code point: ``json`` decodes a lone ``"\\ud800"`` escape into one (a valid pair becomes one
+character)."""
 MAX_KEYS = 256
 """Keys in one JSON object of a body. Herald's request objects have at most 7; an object of 600,000 unknown keys
 (7 MB, under the body limit) cost 3 s of pydantic validation on the event loop, which stalls every request (breaker
@@ -45,6 +49,17 @@ class DuplicateKey(ValueError):
         self.path = path
 
 
+class InvalidKey(ValueError):
+    """A key of a JSON object of the body is not valid Unicode: it holds a lone UTF-16 surrogate (a ``"\\ud800"``
+    escape), which pydantic cannot read as a string ("Input should be a valid string", naming no field) and no
+    tokenizer can encode. ``key`` and ``path`` as for :class:`DuplicateKey`."""
+
+    def __init__(self, key: str, path: str) -> None:
+        super().__init__(path)
+        self.key = key
+        self.path = path
+
+
 class TooManyKeys(ValueError):
     """A JSON object of the body holds more than :data:`MAX_KEYS` keys."""
 
@@ -53,7 +68,7 @@ class _Faulty(dict):
     """A parsed JSON object that breaks a rule of :func:`loads_unique`, kept until the whole document is parsed: only
     then is its path known (``json`` builds objects innermost first and tells a hook nothing of where they are)."""
 
-    def __init__(self, pairs: list[tuple[str, Any]], fault: type[DuplicateKey], key: str) -> None:
+    def __init__(self, pairs: list[tuple[str, Any]], fault: type[DuplicateKey] | type[InvalidKey], key: str) -> None:
         super().__init__(pairs)
         self.fault = fault
         self.key = key
@@ -61,17 +76,18 @@ class _Faulty(dict):
 
 def _checked_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, a :class:`_Faulty` dict naming its first
-    repeated key, or :class:`TooManyKeys`."""
+    repeated key or else its first key that is not valid Unicode, or :class:`TooManyKeys`."""
     if len(pairs) > MAX_KEYS:
         raise TooManyKeys(len(pairs))
     obj = dict(pairs)
     if len(obj) < len(pairs):
         repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
         return _Faulty(pairs, DuplicateKey, repeated)
-    return obj
+    invalid = next((key for key in obj if not key.isascii() and _SURROGATE.search(key)), None)
+    return obj if invalid is None else _Faulty(pairs, InvalidKey, invalid)
 
 
-def _first_fault(document: Any) -> DuplicateKey | None:
+def _first_fault(document: Any) -> DuplicateKey | InvalidKey | None:
     """The fault of the first :class:`_Faulty` object of ``document`` in document order (outer objects before the
     ones they hold), with its path; ``None`` when there is none."""
     stack: list[tuple[Any, str]] = [(document, "")]
@@ -90,10 +106,11 @@ def _first_fault(document: Any) -> DuplicateKey | None:
 
 
 def loads_unique(body: bytes | str) -> Any:
-    """:func:`json.loads` that refuses a repeated key, naming its path.
+    """:func:`json.loads` that refuses a repeated key or a key that is not valid Unicode, naming its path.
 
     Raises:
-        DuplicateKey: a key given twice in one object (the first such object in document order).
+        DuplicateKey: a key given twice in one object (the first faulty object in document order).
+        InvalidKey: a key holding a lone UTF-16 surrogate (the first faulty object in document order).
         TooManyKeys: an object with more than :data:`MAX_KEYS` keys.
         ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
     """
@@ -136,8 +153,8 @@ class UniqueKeysRoute(APIRoute):
     a form gets FastAPI's content-type answer whatever keys it repeats.
 
     Raises (as answers):
-        InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, or
-            an object of more than :data:`MAX_KEYS` keys (422).
+        InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, a
+            key holding a lone UTF-16 surrogate by its path, or an object of more than :data:`MAX_KEYS` keys (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
 
@@ -170,6 +187,9 @@ class UniqueKeysRoute(APIRoute):
                 except DuplicateKey as exc:
                     raise InvalidInput(f"key '{exc.path}' appears twice in one JSON object of the request body; give it"
                                        " once", field=exc.path) from None
+                except InvalidKey as exc:
+                    raise InvalidInput(f"key '{exc.path}' of the request body holds a lone UTF-16 surrogate (not valid"
+                                       " Unicode); send well-formed UTF-8", field=exc.path) from None
                 except TooManyKeys as exc:
                     raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
                                        field="body") from None
