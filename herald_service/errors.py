@@ -74,6 +74,12 @@ class BackboneError(HeraldError):
     error_type = "backbone_error"
 
 
+class SettingsFileError(HeraldError):
+    """A settings file (``.env``) cannot be read as settings: it is not UTF-8 (start-up)."""
+
+    error_type = "settings_error"
+
+
 class ProbeMismatch(HeraldError):
     """A probe artifact does not match the loaded backbone, or is malformed (start-up)."""
 

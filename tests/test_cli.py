@@ -164,3 +164,14 @@ def test_a_value_after_a_switch_is_refused_not_read_as_text():
     assert out.returncode == 1 and "--trajectory takes no value (got 'false'); use --trajectory or --no-trajectory" in out.stderr
     literal = herald("classify", "--", "--trajectory", "false", HERALD_FAKE_BACKEND="true")
     assert literal.returncode == 0 and json.loads(literal.stdout)["input"] == "--trajectory false"
+
+
+def test_a_dotenv_that_is_not_utf8_is_named_in_one_line(tmp_path):
+    # python-dotenv's codec error named no file; serve and the local commands read the same .env
+    (tmp_path / ".env").write_bytes(b"HERALD_LOG_LEVEL=info\nHERALD_PORT=80\xff81\n")
+    for args in (("serve",), ("classify", "hello"), ("plot", "hello"), ("steer-eval", "prompts.txt")):
+        out = subprocess.run([sys.executable, "-m", "herald_service", *args], capture_output=True, text=True, timeout=180,
+                             cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+        assert out.returncode == 1, (args, out.stderr)
+        assert out.stderr.strip() == (f"herald: settings file {tmp_path / '.env'} is not UTF-8 text (line 2: byte 0xff);"
+                                      " save it as UTF-8"), (args, out.stderr)

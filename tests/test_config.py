@@ -74,3 +74,14 @@ def test_api_keys_of_only_separators_are_refused_not_read_as_open(monkeypatch, v
         Settings(_env_file=None)
     monkeypatch.setenv("HERALD_API_KEYS", "")
     assert Settings(_env_file=None).api_keys == []  # empty still means open, as documented
+
+
+def test_a_dotenv_that_is_not_utf8_is_named(tmp_path, monkeypatch):
+    from herald_service.errors import SettingsFileError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_bytes("HERALD_HOST=caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(SettingsFileError) as caught:
+        Settings()
+    assert caught.value.message == f"settings file {tmp_path / '.env'} is not UTF-8 text (line 1: byte 0xe9); save it as UTF-8"
+    assert Settings(_env_file=None).host == "127.0.0.1"
