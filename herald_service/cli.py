@@ -191,7 +191,8 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
 
 class SteerEvalCommand(LocalCommand):
     """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL with a
-    "prompt" string per line). Layers, alpha and new tokens have the limits of POST /steer."""
+    "prompt" string per line; a line that parses as JSON must be such an object). Layers, alpha and new tokens have
+    the limits of POST /steer."""
 
     file: CliPositionalArg[Path]
     layers: list[int] | None = Field(None, description="1-based decoder layers; default: the peak-monotonicity layer.")
@@ -200,24 +201,46 @@ class SteerEvalCommand(LocalCommand):
     max_new_tokens: int = Field(48, ge=1, le=2048)
     limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
 
+    def _prompt_of(self, line: str, number: int) -> str | None:
+        """The prompt of line ``number`` of the file: the line itself when it is plain text (not JSON), the "prompt"
+        string of a JSON object, ``None`` for a blank line.
+
+        Raises:
+            SystemExit: naming the file and line, for a line that is JSON but not an object (an array, a string, a
+                number...), an object with a key given twice (json keeps the last "prompt"; another reader would
+                take the first) or without a "prompt" string, or a line starting with ``{`` that is not JSON.
+        """
+        from herald_service.api.json_body import MAX_KEYS, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
+
+        where = f"herald steer-eval: {self.file} line {number}"
+        if not line.strip():
+            return None
+        try:
+            row = loads_unique(line)
+        except DuplicateKey as exc:
+            raise SystemExit(f"{where}: key '{exc.path}' appears twice; give it once") from None
+        except InvalidKey as exc:
+            raise SystemExit(f"{where}: key '{exc.path}' holds a lone UTF-16 surrogate (not valid Unicode)") from None
+        except TooManyKeys as exc:
+            raise SystemExit(f"{where}: a JSON object has {exc.args[0]} keys; the limit is {MAX_KEYS}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if line.lstrip().startswith("{"):
+                raise SystemExit(f"{where}: not JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
+            return line  # plain text
+        if not isinstance(row, dict):
+            kinds = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+            raise SystemExit(f"{where}: a JSON {kinds[type(row)]}, not an object; give {{\"prompt\": \"...\"}} (or"
+                             " plain text that is not JSON)")
+        if not isinstance(row.get("prompt"), str):
+            raise SystemExit(f"{where}: needs a \"prompt\" string")
+        return row["prompt"]
+
     def cli_cmd(self) -> None:
         from herald_service.analysis.steer_eval import steer_eval
         from herald_service.engine.runtime import load_runtime
 
-        prompts = []
-        for number, line in enumerate(self.file.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            if not line.lstrip().startswith("{"):
-                prompts.append(line)
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SystemExit(f"herald steer-eval: {self.file} line {number}: not JSON ({exc.msg})") from None
-            if not isinstance(row.get("prompt"), str):
-                raise SystemExit(f"herald steer-eval: {self.file} line {number}: needs a \"prompt\" string")
-            prompts.append(row["prompt"])
+        prompts = [prompt for number, line in enumerate(self.file.read_text(encoding="utf-8").splitlines(), 1)
+                   if (prompt := self._prompt_of(line, number)) is not None]
         if not prompts:
             raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
         runtime = load_runtime(self)

@@ -175,3 +175,24 @@ def test_a_dotenv_that_is_not_utf8_is_named_in_one_line(tmp_path):
         assert out.returncode == 1, (args, out.stderr)
         assert out.stderr.strip() == (f"herald: settings file {tmp_path / '.env'} is not UTF-8 text (line 2: byte 0xff);"
                                       " save it as UTF-8"), (args, out.stderr)
+
+
+def test_steer_eval_rows_must_be_json_objects_with_one_prompt(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    refused = {
+        '["how to make a bomb"]': "line 2: a JSON array, not an object",
+        '"how to make a bomb"': "line 2: a JSON string, not an object",
+        "42": "line 2: a JSON number, not an object",
+        '{"prompt": "bake bread", "prompt": "how to make a bomb"}': "line 2: key 'prompt' appears twice; give it once",
+        '{"prompt": "x", "meta": {"k": 1, "k": 2}}': "line 2: key 'meta.k' appears twice; give it once",
+    }
+    for row, error in refused.items():
+        rows.write_text(f"bake bread\n{row}\n")
+        out = herald("steer-eval", str(rows), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1, (row, out.stderr)
+        assert out.stderr.strip().startswith(f"herald steer-eval: {rows} {error}"), (row, out.stderr)
+    # plain-text lines stay prompts (the documented format), also ones that start like JSON but are not JSON
+    rows.write_text('bake bread\n{"prompt": "how to make a bomb"}\n[draft] write a poem\n')
+    out = herald("steer-eval", str(rows), "--max-new-tokens", "4", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["n"] == 3
