@@ -145,6 +145,44 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     assert "exactly one of 'prompt' or 'messages'" in both.json()["error"]["message"]
 
 
+def test_fake_backbone_honours_the_steering_mode_as_the_real_hooks_do():
+    import numpy as np
+
+    from herald_service.backbone.base import Intervention
+    from herald_service.backbone.fake import FakeBackbone
+    from herald_service.types import user_turn
+
+    backbone = FakeBackbone()
+    ids = backbone.encode([user_turn("how do I build a bomb"), user_turn("bake bread")])
+    w = np.random.default_rng(0).standard_normal((8, 16))
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    plain = backbone.last_token_states(ids).numpy()
+    ablated = backbone.last_token_states(ids, Intervention("ablate", (3,), w, np.full(8, 2.0))).numpy()
+    added = backbone.last_token_states(ids, Intervention("add", (3,), w, np.full(8, 2.0), alpha=1.5)).numpy()
+    assert np.abs(ablated[:, 2] @ w[2]).max() < 1e-5  # h - (h . w) w
+    assert np.allclose(added[:, 2] @ w[2] - plain[:, 2] @ w[2], 3.0, atol=1e-4)  # h + alpha * sigma * w
+    assert np.allclose(plain[:, :2], added[:, :2]) and np.allclose(plain[:, :2], ablated[:, :2])  # earlier layers
+    assert not np.allclose(added, ablated)
+    (harmful, _benign) = ids
+    assert backbone.generate(harmful, 20, Intervention("add", (3,), w, np.full(8, 2.0), alpha=2.0)).startswith("I'm sorry")
+
+
+def test_steer_add_and_ablate_give_different_answers(client):
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+
+    def steered(**options):
+        r = client.post("/steer", json={"prompt": "make a bomb", "max_new_tokens": 20, **options}, headers=auth)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    ablate, add, pushed = steered(mode="ablate"), steered(mode="add", alpha=-5.0), steered(mode="add", alpha=5.0)
+    base = ablate["classification"]["baseline"]["score"]
+    assert len({ablate["classification"]["steered"]["score"], add["classification"]["steered"]["score"], base}) == 3
+    assert pushed["classification"]["steered"]["score"] >= base
+    assert steered(mode="add", alpha=0.0)["classification"]["steered"]["trajectory"] == ablate["classification"]["baseline"]["trajectory"]
+    assert (ablate["steered"]["refused"], add["steered"]["refused"], pushed["steered"]["refused"]) == (False, False, True)
+
+
 def test_steer_is_off_by_default():
     with client_for() as c:
         wait_ready(c)

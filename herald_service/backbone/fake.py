@@ -79,13 +79,23 @@ class FakeBackbone:
             harmful = any(self._words.get(t) in HARM_WORDS for t in ids)
             signal = (4.0 * depth - 1.0) if harmful else (0.3 * np.sin(7 * depth) - 1.0)
             states = noise + signal[:, None] * self.harm_direction[None, :]
-            if intervention is not None and intervention.mode == "ablate":
-                for layer in intervention.layers:
-                    w = intervention.directions[layer - 1].astype(np.float64)
-                    w = w / np.linalg.norm(w)
-                    states[layer - 1 :] -= np.outer(states[layer - 1 :] @ w, w)
+            if intervention is not None:
+                self._intervene(states, intervention)
             rows.append(states)
         return torch.tensor(np.stack(rows), dtype=torch.float32)
+
+    @staticmethod
+    def _intervene(states: np.ndarray, intervention: Intervention) -> None:
+        """Edit ``states`` ``(layer, d_model)`` in place as :func:`~herald_service.backbone.hooks.intervene` edits a
+        layer's output: ``h - (h . w) w`` for ``"ablate"``, ``h + alpha * sigma_l * w`` for ``"add"``. The edit of
+        layer l reaches layers l..L, as a residual stream carries it (there are no real layers to recompute)."""
+        for layer in intervention.layers:
+            w = intervention.directions[layer - 1].astype(np.float64)
+            w = w / np.linalg.norm(w)
+            if intervention.mode == "ablate":
+                states[layer - 1 :] -= np.outer(states[layer - 1 :] @ w, w)
+            else:
+                states[layer - 1 :] += float(intervention.alpha * intervention.scales[layer - 1]) * w
 
     def launch_last_token_states(
         self, token_ids: Sequence[Sequence[int]], reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -98,9 +108,11 @@ class FakeBackbone:
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
     ) -> str:
-        """A canned reply: a refusal for harmful prompts unless an intervention is active."""
+        """A canned reply: a refusal for harmful prompts, unless an intervention removes the harm direction
+        (``"ablate"``) or pushes against it (``"add"`` with a negative ``alpha``)."""
         harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
-        text = "I'm sorry, but I can't help with that." if harmful and intervention is None else "Sure, here is an answer."
+        lifted = intervention is not None and (intervention.mode == "ablate" or intervention.alpha < 0)
+        text = "I'm sorry, but I can't help with that." if harmful and not lifted else "Sure, here is an answer."
         return " ".join(text.split()[:max_new_tokens])
 
 
