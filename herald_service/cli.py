@@ -134,7 +134,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
 
 
 class FitCommand(BaseModel):
-    """Fit a probe: extract states (cached), fit LDA directions and the scorer, calibrate, evaluate, save."""
+    """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
     data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
     backbone: str = EMBEDDED_BACKBONE
@@ -151,6 +151,10 @@ class FitCommand(BaseModel):
     feature_set: str = Field("herald-v1", description=(
         "Trajectory features of the scorer, recorded in the manifest (herald_service/probes/features.py "
         "FEATURE_SETS; docs/eval/feature_sets.md compares them on leave-one-source-out)."))
+    direction_estimator: Literal["lda", "logistic"] = Field("lda", description=(
+        "Per-layer direction estimator, recorded in the manifest: lda (Ledoit-Wolf LDA, DESIGN 1.3) or logistic "
+        "(L2 logistic regression, source-balanced weights: better on unseen sources, worse on jailbreak-wrapped "
+        "requests; docs/eval/direction_estimators.md, round 2)."))
 
     @field_validator("feature_set")
     @classmethod

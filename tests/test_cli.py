@@ -196,3 +196,9 @@ def test_steer_eval_rows_must_be_json_objects_with_one_prompt(tmp_path):
     out = herald("steer-eval", str(rows), "--max-new-tokens", "4", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["n"] == 3
+
+
+def test_fit_refuses_an_unknown_direction_estimator_by_name_before_loading_anything():
+    out = herald("fit", "--direction-estimator", "pca")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "direction_estimator (--direction-estimator): Input should be 'lda' or 'logistic'" in out.stderr

@@ -1,10 +1,12 @@
-"""LDA directions, projections and the peak-monotonicity layer (DESIGN sections 1.3 and 1.6)."""
+"""Per-layer directions (LDA and logistic), projections and the peak-monotonicity layer (DESIGN sections 1.3, 1.6)."""
 
 import numpy as np
 import pytest
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
 
-from herald_service.probes.directions import fit_directions, peak_monotonicity_layer
+from herald_service.probes.directions import DIRECTION_ESTIMATORS, fit_directions, peak_monotonicity_layer
 
 
 def synthetic_states(n=300, layers=4, d=24, seed=0):
@@ -51,6 +53,50 @@ def test_directions_storage_is_l_times_d_times_two_bytes():
     x, y = synthetic_states(layers=3, d=8)
     assert fit_directions(x, y).directions.nbytes == 3 * 8 * 2
     assert 32 * 4096 * 2 == 262_144  # DESIGN: a 32-layer d=4096 model
+
+
+def test_logistic_direction_is_the_standardized_logistic_coefficient_mapped_to_state_space():
+    x, y = synthetic_states()
+    x[:, :, 3] *= 40.0  # one wide, uninformative coordinate: standardization must undo it
+    weights = np.where(y == 1, 3.0, 1.0)
+    fitted = fit_directions(x, y, estimator="logistic", sample_weight=weights)
+    for layer in range(x.shape[1]):
+        scaler = StandardScaler().fit(x[:, layer])
+        model = LogisticRegression(C=0.1, max_iter=2000).fit(scaler.transform(x[:, layer]), y,
+                                                            sample_weight=weights / weights.mean())
+        reference = model.coef_[0] / scaler.scale_
+        reference /= np.linalg.norm(reference)
+        w = fitted.directions[layer].astype(np.float64)
+        assert w @ reference / np.linalg.norm(w) > 0.9999
+        assert abs(w[3]) < 0.05  # the wide coordinate gets no weight
+    s = fitted.project(x)
+    assert s[y == 1, -1].mean() > 1 > -1 > s[y == 0, -1].mean()  # harmful side positive
+
+
+def test_logistic_direction_ignores_the_scale_of_the_weights():
+    x, y = synthetic_states(layers=2)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
+    a = fit_directions(x, y, estimator="logistic", sample_weight=weights)
+    b = fit_directions(x, y, estimator="logistic", sample_weight=weights * 50)
+    np.testing.assert_array_equal(a.directions, b.directions)
+    plain = fit_directions(x, y, estimator="logistic")
+    assert not np.array_equal(a.directions, plain.directions)  # the weights do act
+
+
+def test_estimator_and_weight_shape_are_checked():
+    x, y = synthetic_states(layers=2)
+    assert DIRECTION_ESTIMATORS[0] == "lda"  # the default stays DESIGN's (docs/eval/direction_estimators.md)
+    with pytest.raises(ValueError, match="one of lda, logistic; got 'pca'"):
+        fit_directions(x, y, estimator="pca")
+    with pytest.raises(ValueError, match="sample_weight must have shape"):
+        fit_directions(x, y, estimator="logistic", sample_weight=np.ones(3))
+
+
+def test_classes_with_identical_states_are_refused_by_name_not_with_nan():
+    x = np.ones((10, 3, 4))  # every prompt of both classes gives the same states
+    y = np.repeat([0, 1], 5)
+    with pytest.raises(ValueError, match="decoder layer 1: no direction separates the classes"):
+        fit_directions(x, y)
 
 
 def test_one_class_is_refused():

@@ -14,9 +14,8 @@ from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.corpus import Example, stratified_split
 from herald_service.training.eval import LabeledStates, Plan, evaluate_states
 from herald_service.training.evaluation import tpr_at_fpr
-from herald_service.probes.probe import HeraldProbe
-from herald_service.probes.probe import calibration_mask
-from herald_service.training.methods import FACTORIES, balanced_weights, make_method
+from herald_service.probes.probe import HeraldProbe, balanced_weights, calibration_mask
+from herald_service.training.methods import FACTORIES, make_method
 from herald_service.training.protocol import class_sample, loso_folds
 from herald_service.training.report import write_report
 
@@ -131,12 +130,14 @@ def test_every_method_beats_chance_on_a_separable_problem(name):
     assert f1_score(data.labels[test], flagged) > 0.7
 
 
-def test_herald_method_reproduces_herald_probe():
+@pytest.mark.parametrize(("estimator", "method_name"), [("lda", "herald"), ("logistic", "herald_logistic")])
+def test_herald_method_reproduces_herald_probe(estimator, method_name):
     data = synthetic(n=200)
     groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
     weights = balanced_weights(groups, data.labels)
-    probe = HeraldProbe(seed=3).fit(data.states, data.labels, groups=groups, sample_weight=weights)
-    method = make_method("herald", 3).fit(data.states, data.labels, groups)
+    probe = HeraldProbe(seed=3, direction_estimator=estimator).fit(data.states, data.labels, groups=groups,
+                                                                   sample_weight=weights)
+    method = make_method(method_name, 3).fit(data.states, data.labels, groups)
     assert method.threshold_ == pytest.approx(probe.fitted_.threshold)
     assert method.fitted_.peak_layer == probe.fitted_.peak_layer
     np.testing.assert_allclose(method.score(data.states), probe.predict(data.states).logits, rtol=1e-5, atol=1e-5)

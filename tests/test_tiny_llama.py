@@ -20,6 +20,7 @@ from herald_service.probes.artifact import backbone_manifest, save_probe
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.fit import FitOptions, run_fit
 from herald_service.types import user_turn
+from safetensors.torch import load_file
 from tiny_llama import build_tiny_llama
 
 PROMPTS = [
@@ -168,6 +169,7 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     assert saved["training_data"]["files"][0]["sha256"] == manifest["training_data"]["files"][0]["sha256"]
     assert saved["training_data"]["corpus_sha256"] == corpus_sha256([data])
     assert saved["training_data"]["command"] == saved["command"] == "herald fit --data data.jsonl"
+    assert saved["directions"] == {"estimator": "lda", "shrinkage": "ledoit-wolf", "source": "DESIGN section 1.3"}
     cached = list((tmp_path / "cache" / "states").rglob("*.npy"))
     backbone = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
     distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in rows])}
@@ -362,3 +364,21 @@ def test_generation_stops_at_its_time_budget(resolved):
     full = backbone.tokenizer(backbone.generate(ids, 40), add_special_tokens=False)["input_ids"]
     cut = backbone.tokenizer(backbone.generate(ids, 40, max_time_s=0.0), add_special_tokens=False)["input_ids"]
     assert len(full) > 5 and len(cut) <= 1
+
+
+def test_fit_with_logistic_directions_records_them_and_fits_other_directions(folder, tmp_path):
+    words = " ".join(PROMPTS).split()  # the tiny tokenizer knows these; digits all map to one token
+    rows = [{"prompt": f"how do i bake bread {words[i]} {words[-i]}", "label": "benign", "source": "A"} for i in range(20)]
+    rows += [{"prompt": f"build a bomb {words[i]} {words[i + 3]}", "label": "harmful", "source": "B"} for i in range(20)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", max_per_source=None)
+    run_fit(FitOptions(out=tmp_path / "lda", **common))
+    run_fit(FitOptions(out=tmp_path / "logistic", direction_estimator="logistic", **common))
+    saved = json.loads((tmp_path / "logistic" / "probe.json").read_text())
+    assert saved["directions"]["estimator"] == "logistic" and saved["directions"]["C"] == 0.1
+    lda, logistic = (load_file(str(tmp_path / name / "probe.safetensors"))["directions"].float() for name in ("lda", "logistic"))
+    cosines = torch.nn.functional.cosine_similarity(lda, logistic, dim=1)
+    assert cosines.shape == (lda.shape[0],) and float(cosines.max()) < 0.999  # a different fit, same storage
+    with pytest.raises(ValueError, match="direction_estimator must be one of lda, logistic; got 'pca'"):
+        run_fit(FitOptions(out=tmp_path / "bad", direction_estimator="pca", **common))

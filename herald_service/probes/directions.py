@@ -1,6 +1,15 @@
-"""Per-layer LDA harm directions and normalized projections (DESIGN section 1.3).
+"""Per-layer harm directions and normalized projections (DESIGN section 1.3).
 
 Shapes: ``states`` ``(batch, layer, d_model)``; directions ``(layer, d_model)``; centers and scales ``(layer,)``.
+
+Two estimators fit the direction of each decoder layer (:data:`DIRECTION_ESTIMATORS`):
+
+- ``"lda"`` (the default): DESIGN's closed-form LDA with Ledoit-Wolf shrinkage; unweighted.
+- ``"logistic"``: L2 logistic regression on the standardized states, ``C = 0.1``, with the caller's sample weights
+  (source-balanced in ``herald fit``); the ``logreg_last`` baseline's estimator, fitted at every layer. Convex and
+  deterministic (L-BFGS), not closed form. On leave-one-source-out it raises Herald's pooled AUROC from 0.73 to 0.84,
+  but a probe fitted with it misses more jailbreak-wrapped harmful requests (75% vs 90%), so it is an option of
+  ``herald fit``, not the default (docs/eval/direction_estimators.md, round 2).
 """
 
 from __future__ import annotations
@@ -11,9 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
 
 STORAGE_DTYPE = np.float16
 """Directions are stored in fp16: L x d x 2 bytes (262,144 bytes for 32 x 4096)."""
+DIRECTION_ESTIMATORS = ("lda", "logistic")
+"""Per-layer direction estimators; the first is the default of ``herald fit``."""
+LOGISTIC_C = 0.1
+"""Inverse L2 strength of the ``"logistic"`` estimator: the ``logreg_last`` baseline's value, fixed before the
+direction-estimator study (docs/eval/direction_estimators.md, round 2) and not tuned on any held-out data."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +130,50 @@ def lda_direction(x: np.ndarray, y: np.ndarray, shrinkage: str | float = "auto")
     coef = lda.coef_[0]
     if lda.classes_[1] != 1:  # coef_ points toward classes_[1]
         coef = -coef
-    return coef / np.linalg.norm(coef)
+    return _unit(coef)
 
 
-def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | float = "auto") -> LayerDirections:
-    """Fit one LDA direction per decoder layer, then its center and scale.
+def _unit(coef: np.ndarray) -> np.ndarray:
+    """``coef`` scaled to unit L2 norm; ValueError when it has none (nothing separates the classes)."""
+    norm = float(np.linalg.norm(coef))
+    if not np.isfinite(norm) or norm == 0.0:
+        raise ValueError("no direction separates the classes: their states do not vary within a class or do not "
+                         "differ between classes (too few distinct prompts?)")
+    return coef / norm
+
+
+def logistic_direction(x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None,
+                       C: float = LOGISTIC_C) -> np.ndarray:
+    """Unit direction of an L2 logistic regression on the standardized states of one layer.
+
+    scikit-learn's ``StandardScaler`` then ``LogisticRegression(C=C)``; the coefficient ``w`` on standardized
+    states is mapped back to state space (``w / scale``: ``w . (x - m) / scale`` is that direction's projection up
+    to a constant), so the served projection is a plain dot product. Positive projections point to ``y == 1``.
+
+    Args:
+        x: ``(batch, d_model)`` float states of one layer.
+        y: ``(batch,)`` int labels in {0, 1}; both classes must be present.
+        sample_weight: ``(batch,)`` non-negative weights (None: all 1); rescaled to mean 1, so ``C`` keeps its
+            meaning whatever their scale.
+        C: inverse L2 strength.
+
+    Returns:
+        ndarray ``(d_model,)`` float64 with unit L2 norm.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64) / np.mean(sample_weight)
+    scaler = StandardScaler().fit(x)
+    model = LogisticRegression(C=C, max_iter=2000).fit(scaler.transform(x), y, sample_weight=sample_weight)
+    coef = model.coef_[0] / scaler.scale_
+    if model.classes_[1] != 1:  # coef_ points toward classes_[1]
+        coef = -coef
+    return _unit(coef)
+
+
+def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | float = "auto", *,
+                   estimator: str = "lda", sample_weight: np.ndarray | None = None) -> LayerDirections:
+    """Fit one direction per decoder layer, then its center and scale.
 
     Centers and scales are computed from projections onto the fp16-rounded directions, the ones that are stored
     and served, so a served projection equals a training projection.
@@ -126,20 +181,34 @@ def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | floa
     Args:
         states: ``(batch, layer, d_model)`` last-token residual stream.
         labels: ``(batch,)`` ints, 1 = harmful, 0 = benign.
-        shrinkage: passed to scikit-learn's LDA.
+        shrinkage: passed to scikit-learn's LDA (estimator ``"lda"``).
+        estimator: a name in :data:`DIRECTION_ESTIMATORS` (module docstring).
+        sample_weight: ``(batch,)`` weights of the ``"logistic"`` estimator; LDA ignores them.
 
     Raises:
-        ValueError: if a class is missing or shapes disagree.
+        ValueError: if a class is missing, shapes disagree, the estimator is unknown, or at some layer no
+            direction separates the classes (e.g. every prompt of a class is the same).
     """
     states = np.asarray(states)
     labels = np.asarray(labels).astype(int)
+    if estimator not in DIRECTION_ESTIMATORS:
+        raise ValueError(f"direction estimator must be one of {', '.join(DIRECTION_ESTIMATORS)}; got {estimator!r}")
     if states.ndim != 3 or states.shape[0] != labels.shape[0]:
         raise ValueError(f"states (batch, layer, d_model) and labels (batch,) disagree: {states.shape} vs {labels.shape}")
     if set(np.unique(labels)) != {0, 1}:
         raise ValueError("labels must contain both classes (0 = benign, 1 = harmful)")
+    if sample_weight is not None and np.shape(sample_weight) != labels.shape:
+        raise ValueError(f"sample_weight must have shape {labels.shape}, got {np.shape(sample_weight)}")
     n_layers = states.shape[1]
-    directions = np.stack([lda_direction(states[:, l], labels, shrinkage) for l in range(n_layers)])
-    return with_centers_and_scales(directions, states, labels)
+    fit_one = (lambda l: logistic_direction(states[:, l], labels, sample_weight)) if estimator == "logistic" else (
+        lambda l: lda_direction(states[:, l], labels, shrinkage))
+    directions = []
+    for layer in range(n_layers):
+        try:
+            directions.append(fit_one(layer))
+        except ValueError as exc:
+            raise ValueError(f"decoder layer {layer + 1}: {exc}") from None
+    return with_centers_and_scales(np.stack(directions), states, labels)
 
 
 def with_centers_and_scales(directions: np.ndarray, states: np.ndarray, labels: np.ndarray) -> LayerDirections:

@@ -7,12 +7,13 @@ Shapes: ``X`` is ``(n_samples, n_layers, d_model)`` last-token residual states; 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
+from herald_service.probes.directions import DIRECTION_ESTIMATORS, LayerDirections, fit_directions, peak_monotonicity_layer
 from herald_service.probes.features import FEATURE_SET, FeatureStats, compute_features, get_feature_set, onset_layers
 from herald_service.probes.scorer import TrajectoryScorer, calibrate_threshold, train_scorer
 from herald_service.types import ProbeOutput
@@ -78,6 +79,15 @@ class FittedProbe:
         return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold, self.feature_names)
 
 
+def balanced_weights(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``(n,)`` float64 weights giving every group (e.g. source x label) the same total weight within its class,
+    and each class the same total weight; mean 1."""
+    counts = Counter(groups.tolist())
+    per_label = Counter(labels[np.unique(groups, return_index=True)[1]].tolist())
+    w = np.array([1.0 / (counts[g] * per_label[int(y)]) for g, y in zip(groups, labels)])
+    return w * len(w) / w.sum()
+
+
 def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     """Boolean ``(n_samples,)`` mask of the rows held out for threshold calibration.
 
@@ -98,12 +108,15 @@ def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarr
 class HeraldProbe:
     """Estimator that fits a :class:`FittedProbe` (directions, feature stats, scorer, threshold, peak layer).
 
-    Recipe: LDA directions are fitted on the ``fit`` part of the training data; the scorer on the trajectories of
-    the same part; the threshold on a disjoint calibration part (``calibration_fraction``), stratified by
-    ``groups`` (e.g. source x label) so every source is represented in both.
+    Recipe: per-layer directions are fitted on the ``fit`` part of the training data (``direction_estimator``; the
+    logistic one weights the fit rows with :func:`balanced_weights` over ``groups``); the scorer on the
+    trajectories of the same part; the threshold on a disjoint calibration part (``calibration_fraction``),
+    stratified by ``groups`` (e.g. source x label) so every source is represented in both.
 
     Args:
-        shrinkage: LDA shrinkage (``"auto"``: Ledoit-Wolf).
+        direction_estimator: a name in :data:`~.directions.DIRECTION_ESTIMATORS` (default: the first, ``lda``;
+            docs/eval/direction_estimators.md compares them).
+        shrinkage: LDA shrinkage (``"auto"``: Ledoit-Wolf), for the ``lda`` estimator.
         calibration_fraction: share of training rows held out for threshold calibration.
         threshold_method: ``"max_f1"`` or ``"target_fpr"``.
         target_fpr: used by ``"target_fpr"``.
@@ -119,7 +132,9 @@ class HeraldProbe:
         target_fpr: float = 0.01,
         seed: int = 0,
         feature_set: str = FEATURE_SET,
+        direction_estimator: str = DIRECTION_ESTIMATORS[0],
     ) -> None:
+        self.direction_estimator = direction_estimator
         self.shrinkage = shrinkage
         self.calibration_fraction = calibration_fraction
         self.threshold_method = threshold_method
@@ -144,13 +159,14 @@ class HeraldProbe:
             self, with ``fitted_`` (a :class:`FittedProbe`) and ``calibration_index_`` set.
 
         Raises:
-            ValueError: if a class is missing in either part.
+            ValueError: if a class is missing in either part, or the direction estimator is unknown.
         """
         y = np.asarray(y).astype(int)
         groups = y.astype(str) if groups is None else np.asarray(groups)
         calibration = calibration_mask(groups, self.calibration_fraction, self.seed)
         fit_rows = ~calibration
-        directions = fit_directions(X[fit_rows], y[fit_rows], self.shrinkage)
+        directions = fit_directions(X[fit_rows], y[fit_rows], self.shrinkage, estimator=self.direction_estimator,
+                                    sample_weight=balanced_weights(groups[fit_rows], y[fit_rows]))
         s_fit = directions.project(X[fit_rows])
         features_fit = compute_features(s_fit, self.feature_set)
         stats = FeatureStats.fit(features_fit)

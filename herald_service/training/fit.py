@@ -15,6 +15,7 @@ from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.data.hashing import corpus_sha256
 from herald_service.probes.artifact import backbone_manifest, save_probe
+from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.corpus import (
@@ -26,7 +27,7 @@ from herald_service.training.corpus import (
 )
 from herald_service.training.evaluation import metrics_by_source
 from herald_service.training.extract import StateCache, extract_corpus_states
-from herald_service.training.methods import balanced_weights
+from herald_service.probes.probe import balanced_weights
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,26 @@ class FitOptions:
     seed: int = 0
     feature_set: str = FEATURE_SET
     """Trajectory features of the scorer (a name in ``FEATURE_SETS``); recorded in the manifest."""
+    direction_estimator: str = DIRECTION_ESTIMATORS[0]
+    """Per-layer direction estimator (a name in ``DIRECTION_ESTIMATORS``); recorded in the manifest."""
     token_budget: int = 4096
     command: str | None = None
     """The command line to record in the manifest (``herald fit ...``); None outside the CLI."""
+
+
+def direction_manifest(estimator: str) -> dict:
+    """The manifest's record of how the per-layer directions were fitted (probe.json ``directions``).
+
+    Raises:
+        ValueError: for a name not in ``DIRECTION_ESTIMATORS``.
+    """
+    if estimator == "logistic":
+        return {"estimator": "logistic", "C": LOGISTIC_C, "standardized": True,
+                "sample_weighting": "each (source, label) group of the fit rows has equal total weight within its class",
+                "source": "docs/eval/direction_estimators.md, round 2"}
+    if estimator == "lda":
+        return {"estimator": "lda", "shrinkage": "ledoit-wolf", "source": "DESIGN section 1.3"}
+    raise ValueError(f"direction_estimator must be one of {', '.join(DIRECTION_ESTIMATORS)}; got {estimator!r}")
 
 
 def expand_data(paths: list[Path]) -> list[Path]:
@@ -69,10 +87,11 @@ def run_fit(options: FitOptions) -> dict:
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if the data has one class only, or the feature set is unknown.
+        ValueError: if the data has one class only, or the feature set or direction estimator is unknown.
     """
     started = time.perf_counter()
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
+    direction_manifest(options.direction_estimator)  # likewise
     files = expand_data(options.data)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
@@ -88,7 +107,7 @@ def run_fit(options: FitOptions) -> dict:
     groups = np.array([f"{e.source}|{e.label}" for e in examples])
     weights = balanced_weights(groups[train], labels[train])
     probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed,
-                        feature_set=options.feature_set)
+                        feature_set=options.feature_set, direction_estimator=options.direction_estimator)
     probe.fit(states[train], labels[train], groups=groups[train], sample_weight=weights)
     held_out = probe.predict(states[test])
     metrics = metrics_by_source(labels[test], held_out.scores, held_out.flagged, [sources[i] for i in test])
@@ -114,6 +133,7 @@ def run_fit(options: FitOptions) -> dict:
                       "calibration": int(len(probe.calibration_index_))},
             "sample_weighting": "each (source, label) group has equal total weight within its class",
         },
+        "directions": direction_manifest(options.direction_estimator),
         "evaluation": {"split": "held-out (random, stratified by source and label)", **metrics},
         "fit_seconds": round(time.perf_counter() - started, 1),
         "mean_prompt_tokens": float(tokens.mean()),

@@ -20,7 +20,7 @@ Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
 from __future__ import annotations
 
 import hashlib
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from typing import Callable, Protocol
 
 import numpy as np
@@ -29,9 +29,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
-from herald_service.probes.directions import LayerDirections, fit_directions, peak_monotonicity_layer
+from herald_service.probes.directions import DIRECTION_ESTIMATORS, LayerDirections, fit_directions, peak_monotonicity_layer
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats, compute_features
-from herald_service.probes.probe import FittedProbe, calibration_mask
+from herald_service.probes.probe import FittedProbe, balanced_weights, calibration_mask
 from herald_service.probes.scorer import calibrate_threshold, train_scorer
 
 CALIBRATION_FRACTION = 0.25
@@ -39,29 +39,28 @@ LOGREG_C = 0.1
 """Fixed (not tuned on any test data): moderate L2 for 576-wide standardized states and ~2,000 rows."""
 
 
-def balanced_weights(groups: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """``(n,)`` weights giving every group the same total weight within its class (mean 1)."""
-    counts = Counter(groups.tolist())
-    per_label = Counter(labels[np.unique(groups, return_index=True)[1]].tolist())
-    w = np.array([1.0 / (counts[g] * per_label[int(y)]) for g, y in zip(groups, labels)])
-    return w * len(w) / w.sum()
-
-
 _DIRECTIONS_MEMO: "OrderedDict[str, LayerDirections]" = OrderedDict()
 
 
-def shared_directions(X: np.ndarray, y: np.ndarray) -> LayerDirections:
-    """``fit_directions(X, y)``, memoized on the bytes of ``X`` and ``y``.
+def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimator: str = "lda") -> LayerDirections:
+    """Per-layer directions of ``estimator`` on fit rows ``X`` ``(n, layer, d_model)``, ``y``, ``groups`` ``(n,)``,
+    memoized on the bytes of the inputs.
 
-    Herald, the best-layer LDA and the feature-logistic baseline fit per-layer LDA on the very same fit rows; one
-    fit (30 layers x 576 wide: about 10 s on one core) then serves all three. Two entries are kept.
+    The logistic estimator weights the rows with :func:`balanced_weights` over ``groups`` (``HeraldProbe.fit``
+    does the same). Herald and the feature-logistic baseline fit the same directions on the very same fit rows,
+    and the best-layer baseline the LDA ones; one fit (30 layers x 576 wide: 3-10 s on one core) serves each
+    pair. Four entries are kept.
+
+    Raises:
+        ValueError: as :func:`~herald_service.probes.directions.fit_directions`.
     """
     digest = hashlib.sha1(np.ascontiguousarray(X).tobytes())
     digest.update(np.ascontiguousarray(y).astype(np.int64).tobytes())
-    key = digest.hexdigest()
+    digest.update("\0".join(map(str, groups)).encode())
+    key = f"{estimator}:{digest.hexdigest()}"
     if key not in _DIRECTIONS_MEMO:
-        _DIRECTIONS_MEMO[key] = fit_directions(X, y)
-        while len(_DIRECTIONS_MEMO) > 2:
+        _DIRECTIONS_MEMO[key] = fit_directions(X, y, estimator=estimator, sample_weight=balanced_weights(groups, y))
+        while len(_DIRECTIONS_MEMO) > 4:
             _DIRECTIONS_MEMO.popitem(last=False)
     return _DIRECTIONS_MEMO[key]
 
@@ -104,18 +103,24 @@ class _Calibrated:
 class HeraldMethod:
     """The Herald recipe of ``herald fit``: source-balanced scorer weights, max-F1 threshold on the calibration part.
 
-    Step for step what ``HeraldProbe.fit`` does (a test checks the two agree), except that the per-layer LDA fit
-    comes from :func:`shared_directions`, so baselines fitted on the same rows reuse it.
+    Step for step what ``HeraldProbe.fit`` does (a test checks the two agree), except that the per-layer direction
+    fit comes from :func:`shared_directions`, so baselines fitted on the same rows reuse it.
 
     Args:
         feature_set: the trajectory features (:data:`~herald_service.probes.features.FEATURE_SETS`); the method is
             named ``herald`` for the default set and ``herald:<set>`` for another.
+        direction_estimator: a name in :data:`~herald_service.probes.directions.DIRECTION_ESTIMATORS` (default: the
+            first, that of ``herald fit``); another than the default adds ``_<estimator>`` to the name.
     """
 
-    def __init__(self, seed: int = 0, feature_set: str = FEATURE_SET) -> None:
+    def __init__(self, seed: int = 0, feature_set: str = FEATURE_SET,
+                 direction_estimator: str = DIRECTION_ESTIMATORS[0]) -> None:
         self.seed = seed
         self.feature_set = feature_set
+        self.direction_estimator = direction_estimator
         self.name = "herald" if feature_set == FEATURE_SET else f"herald:{feature_set}"
+        if direction_estimator != DIRECTION_ESTIMATORS[0]:
+            self.name += f"_{direction_estimator}"
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HeraldMethod":
         y = np.asarray(y).astype(int)
@@ -123,11 +128,11 @@ class HeraldMethod:
         calib = calibration_mask(groups, CALIBRATION_FRACTION, self.seed)
         fit = ~calib
         weights = balanced_weights(groups, y)
-        self._fit_parts(X[fit], y[fit], weights[fit], X[calib], y[calib])
+        self._fit_parts(X[fit], y[fit], weights[fit], groups[fit], X[calib], y[calib])
         return self
 
-    def _fit_parts(self, X_fit, y_fit, w_fit, X_calib, y_calib) -> None:
-        directions = shared_directions(X_fit, y_fit)
+    def _fit_parts(self, X_fit, y_fit, w_fit, g_fit, X_calib, y_calib) -> None:
+        directions = shared_directions(X_fit, y_fit, g_fit, self.direction_estimator)
         s_fit = directions.project(X_fit)
         features = compute_features(s_fit, self.feature_set)
         stats = FeatureStats.fit(features)
@@ -166,11 +171,11 @@ class HardNegativeHerald(HeraldMethod):
         calib = calibration_mask(groups, CALIBRATION_FRACTION, self.seed)
         fit = np.nonzero(~calib)[0]
         weights = balanced_weights(groups, y)
-        self._fit_parts(X[fit], y[fit], weights[fit], X[calib], y[calib])
+        self._fit_parts(X[fit], y[fit], weights[fit], groups[fit], X[calib], y[calib])
         hard = fit[(y[fit] == 0) & (self.score(X[fit]) >= self.threshold_)]
         rows = np.concatenate([fit] + [hard] * self.repeats)
         self.hard_negatives_ = int(len(hard))
-        self._fit_parts(X[rows], y[rows], weights[rows], X[calib], y[calib])
+        self._fit_parts(X[rows], y[rows], weights[rows], groups[rows], X[calib], y[calib])
         return self
 
 
@@ -180,7 +185,7 @@ class LDABestLayer(_Calibrated):
     name = "lda_best_layer"
 
     def _fit(self, X, y, groups, X_calib, y_calib) -> None:
-        self.directions_ = shared_directions(X, y)
+        self.directions_ = shared_directions(X, y, groups, "lda")
         s = self.directions_.project(X_calib)
         aurocs = [roc_auc_score(y_calib, s[:, l]) for l in range(s.shape[1])]
         self.layer_ = int(np.argmax(aurocs))
@@ -219,12 +224,13 @@ class LayerLogistic(_Calibrated):
 
 
 class FeatureLogistic(_Calibrated):
-    """Herald's seven trajectory features scored by logistic regression: isolates the MLP's contribution."""
+    """Herald's directions (its default estimator) and seven features scored by logistic regression: isolates the
+    MLP's contribution."""
 
     name = "features_logreg"
 
     def _fit(self, X, y, groups, X_calib, y_calib) -> None:
-        self.directions_ = shared_directions(X, y)
+        self.directions_ = shared_directions(X, y, groups, DIRECTION_ESTIMATORS[0])
         features = compute_features(self.directions_.project(X))
         self.scaler_ = StandardScaler().fit(features)
         self.model_ = LogisticRegression(C=1.0, max_iter=2000)
@@ -284,6 +290,7 @@ FACTORIES: dict[str, Callable[[int], Method]] = {
     "features_logreg": lambda seed: FeatureLogistic(seed),
     "mlpm": lambda seed: MahalanobisPrototypes(seed),
     "herald_hardneg": lambda seed: HardNegativeHerald(seed),
+    "herald_logistic": lambda seed: HeraldMethod(seed, direction_estimator="logistic"),
     **{f"herald:{name}": (lambda seed, name=name: HeraldMethod(seed, name)) for name in FEATURE_SETS if name != FEATURE_SET},
 }
 

@@ -4,7 +4,9 @@ LOSO on split SEED (HeraldMethod(seed=SEED) step for step), saved so every score
 Usage (repository root, venv active): python docs/eval/scorer_training/prep.py SEED [OUT_DIR [ESTIMATOR]]
 (default /tmp/st/folds_seed<SEED>, ESTIMATOR lw). ESTIMATOR picks the per-layer direction (the direction-estimator study,
 docs/eval/direction_estimators.md): lw = the shipped LDA with Ledoit-Wolf shrinkage; s<float> = LDA with that fixed
-shrinkage (s1.0 = difference of class means); balanced-mean-diff = difference of source-balanced class means.
+shrinkage (s1.0 = difference of class means); balanced-mean-diff = difference of source-balanced class means;
+logistic = the logreg_last estimator at every layer; nuisance<float> = LDA with lambda x the between-source
+within-class scatter added to its within-class covariance (round 2).
 """
 import sys, time
 from pathlib import Path
@@ -12,10 +14,14 @@ import numpy as np
 from herald_service.config import EMBEDDED_BACKBONE, default_cache_dir
 from herald_service.training.eval import groups_of, load_corpus_states
 from herald_service.training.protocol import loso_folds
-from herald_service.training.methods import balanced_weights, CALIBRATION_FRACTION
-from herald_service.probes.probe import calibration_mask
+from herald_service.training.methods import CALIBRATION_FRACTION
+from herald_service.probes.probe import balanced_weights, calibration_mask
 from herald_service.probes.directions import fit_directions, with_centers_and_scales
 from herald_service.probes.features import compute_features
+from herald_service.training.methods import LOGREG_C
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
 
 seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(f"/tmp/st/folds_seed{seed}"); out.mkdir(parents=True, exist_ok=True)
@@ -35,6 +41,32 @@ def directions_for(states, y, groups):
         benign = np.mean([m for g, m in means.items() if label_of[g] == 0], axis=0)
         diff = harm - benign
         return with_centers_and_scales(diff / np.linalg.norm(diff, axis=1, keepdims=True), states, y)
+    if estimator == "logistic":
+        w = balanced_weights(groups, y)
+        rows = []
+        for l in range(states.shape[1]):
+            x = states[:, l].astype(np.float64)
+            scaler = StandardScaler().fit(x)
+            model = LogisticRegression(C=LOGREG_C, max_iter=2000).fit(scaler.transform(x), y, sample_weight=w)
+            rows.append(model.coef_[0] / scaler.scale_)  # w . (x - m) / s = (w / s) . x + const
+        rows = np.stack(rows)
+        return with_centers_and_scales(rows / np.linalg.norm(rows, axis=1, keepdims=True), states, y)
+    if estimator.startswith("nuisance"):
+        lam = float(estimator[len("nuisance"):])
+        names = sorted(set(groups.tolist()))
+        rows = []
+        for l in range(states.shape[1]):
+            x = states[:, l].astype(np.float64)
+            lda = LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto", store_covariance=True).fit(x, y)
+            class_mean = {c: x[y == c].mean(0) for c in (0, 1)}
+            scatter = np.zeros((x.shape[1], x.shape[1]))
+            for g in names:
+                member = groups == g
+                offset = x[member].mean(0) - class_mean[int(y[member][0])]
+                scatter += member.mean() * np.outer(offset, offset)
+            direction = np.linalg.solve(lda.covariance_ + lam * scatter, class_mean[1] - class_mean[0])
+            rows.append(direction / np.linalg.norm(direction))
+        return with_centers_and_scales(np.stack(rows), states, y)
     raise KeyError(estimator)
 
 
