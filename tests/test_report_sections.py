@@ -186,9 +186,35 @@ def test_report_has_the_direction_section_with_its_verdict(tmp_path):
     lines = text.splitlines()
     at = lines.index("## Per-layer direction estimators (source-held-out)")
     assert lines[at + 4].startswith("No estimator passes the rule")
-    assert lines[at + 8] == "| `lw` | `current` | 0.500 ± 0.000 | 0.700 ± 0.000 | – | – | 0.100 | 0.500 | 3.0 | 20.0% | 8.0% |"
-    assert lines[at + 9].startswith("| `s1.0` | `current` | 0.390 ± 0.010 | 0.540 ± 0.010 | -0.110 ± 0.010 | -0.160 ± 0.010 |")
+    assert lines[at + 6] == "### Split seed 0 (the split of the results above)"
+    assert lines[at + 10] == "| `lw` | `current` | 0.500 ± 0.000 | 0.700 ± 0.000 | – | – | 0.100 | 0.500 | 3.0 | 20.0% | 8.0% |"
+    assert lines[at + 11].startswith("| `s1.0` | `current` | 0.390 ± 0.010 | 0.540 ± 0.010 | -0.110 ± 0.010 | -0.160 ± 0.010 |")
+    assert "### Split seed 1" not in text
     assert "direction_estimators/" in lines[2]
+
+
+def test_a_split0_winner_is_shipped_only_when_split1_instruction_fpr_and_the_refitted_probe_pass():
+    from herald_service.training import report_directions
+
+    winner = direction_runs([0.05, 0.06, 0.05], [0.10, 0.11, 0.10])
+    summary = {"estimators": {"lw": {"current": direction_runs([0.0] * 3, [0.0] * 3)}, "logistic": {"current": winner}},
+               "splits": {"1": {"baselines_from": "seed1.json", "estimators": {
+                   "lw": {"current": direction_runs([0.0] * 3, [0.0] * 3)},
+                   "logistic": {"current": direction_runs([0.04] * 3, [-0.01] * 3)}}}},  # split-1 AUROC lower
+               "probe_checks": {"logistic": {"max_fpr": 0.18, "shipped_max_fpr": 0.16, "jailbreak_recall": 0.75,
+                                             "shipped_jailbreak_recall": 0.90, "passes": False}}}
+    checks = report_directions.later_checks("logistic", summary)
+    assert checks == [("split 1: F1 0.540 vs 0.500, AUROC 0.690 vs 0.700", False),
+                      ("largest held-out instruction/chat FPR 20.0% (limit 25.0%)", True),
+                      ("refitted probe: largest held-out benign-set FPR 18.0% (limit 21.0%), jailbreak-wrapped recall "
+                       "75.0% (limit 85.0%)", False)]
+    lines = report_directions.section(summary, "d.md")
+    verdict = next(line for line in lines if line.startswith("`logistic` passes the split-0 rule"))
+    assert verdict.endswith("(limit 85.0%): FAIL. It is not shipped; the Ledoit-Wolf LDA stays the default, and "
+                            "`herald fit --direction-estimator logistic` fits it.")
+    assert "### Split seed 1 (a check of a split-0 winner)" in lines
+    del summary["probe_checks"], summary["splits"]
+    assert [ok for _, ok in report_directions.later_checks("logistic", summary)] == [None, True, None]
 
 
 def jailbreak_block(recall40: float, recall120: float, f1: float, auroc: float, max_fpr: float, instruction: list[float]) -> dict:

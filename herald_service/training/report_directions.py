@@ -1,12 +1,15 @@
 """The direction-estimator section of ``docs/EVALUATION.md`` (``herald report``), from
 ``docs/eval/direction_estimators/summary.json``: Herald's trajectory built from per-layer directions of other
-estimators (fixed LDA shrinkage, class-mean difference, source-balanced mean difference), everything else shipped,
-judged on leave-one-source-out over several scorer-initialisation seeds (docs/eval/direction_estimators.md has the
-candidates, the rule fixed before the runs and the commands).
+estimators (round 1: fixed LDA shrinkage, class-mean difference, source-balanced mean difference; round 2: per-layer
+logistic regression, a source-invariant LDA), everything else shipped, judged on leave-one-source-out over several
+scorer-initialisation seeds (docs/eval/direction_estimators.md has the candidates, the rules fixed before the runs
+and the commands).
 
-Summary layout: ``{"estimators": {name: {scorer: [{"seed", "f1", "auroc", "d_f1", "d_auroc", "fpr", "recall",
-"folds_at_best_latent", "max_instruction_fpr", "mean_instruction_fpr"}, ...]}}}``; ``d_*`` are paired by seed
-against the shipped estimator ``lw`` with the shipped scorer recipe ``current``.
+Summary layout (written by docs/eval/direction_estimators/summarize.py): ``{"estimators": {name: {scorer: [{"seed",
+"f1", "auroc", "d_f1", "d_auroc", "fpr", "recall", "folds_at_best_latent", "max_instruction_fpr",
+"mean_instruction_fpr"}, ...]}}, "splits": {"1": {"baselines_from", "estimators": {...}}}, "probe_checks": {name:
+{"max_fpr", "shipped_max_fpr", "jailbreak_recall", "shipped_jailbreak_recall", "passes", ...}}}``; ``d_*`` are paired
+by seed against the shipped estimator ``lw`` with the shipped scorer recipe ``current`` of the same split.
 """
 
 from __future__ import annotations
@@ -33,28 +36,39 @@ def _cell(runs: list[dict], key: str, fmt: str = ".3f", pct: bool = False) -> st
     return f"{values[0]:{fmt}}{unit}"
 
 
-def section(summary: dict | None, doc: str) -> list[str]:
-    """Markdown lines of the section; one line when there is no summary.
+def later_checks(name: str, summary: dict) -> list[tuple[str, bool | None]]:
+    """Round 2's rules 2-4 for an estimator that passed the split-0 rule (docs/eval/direction_estimators.md):
+    ``[(description, passed or None when not run)]``.
 
-    Args:
-        doc: path of docs/eval/direction_estimators.md relative to the report.
+    2: split-1 seed-mean F1 and AUROC >= ``lw``'s; 3: split-0 seed-mean largest held-out instruction/chat FPR <=
+    ``lw``'s + 5 points; 4: the probe refitted with it (``probe_checks``): largest held-out benign-set FPR <= the
+    shipped probe's + 5 points and jailbreak-wrapped recall >= the shipped probe's - 5 points.
     """
-    out = ["## Per-layer direction estimators (source-held-out)", ""]
-    if not summary:
-        return out + ["Not in this report: there is no `direction_estimators/summary.json` beside the results file "
-                      f"([{doc}]({doc})).", ""]
-    estimators = summary["estimators"]
-    won = [name for name, runs in estimators.items() if name != SHIPPED and passes(runs[SCORER])]
-    verdict = (f"Passes the split-0 part of the rule: {', '.join(f'`{w}`' for w in won)}." if won else
-               "No estimator passes the rule (seed-mean F1 and AUROC >= the shipped `lw`, one of them higher by > 0.01 "
-               "and > 2 std of the paired difference); the shipped Ledoit-Wolf LDA stays.")
-    out += ["Shows: Herald with its per-layer directions fitted by other estimators (everything else shipped), on the "
-            "LOSO folds of the results above, 5 scorer-initialisation seeds each (`current`: the shipped scorer; "
-            "`logreg-embed`: logistic regression on the same seven features, deterministic): pooled F1 and AUROC, the "
-            "change against the shipped `lw` paired by seed, the folds reaching the best latent baseline, and the "
-            "largest and mean false-positive rate over held-out benign instruction/chat sources. Does not show: the "
-            f"estimators' definitions, the rule and the commands ([{doc}]({doc})), a second split (not run: no "
-            "estimator passed the first), bootstrap intervals, or other backbones.", "", verdict, ""]
+    mean = lambda runs, key: float(np.mean([r[key] for r in runs]))  # noqa: E731
+    out: list[tuple[str, bool | None]] = []
+    split1 = summary.get("splits", {}).get("1", {}).get("estimators", {})
+    if name in split1 and SHIPPED in split1:
+        mine, ref = split1[name][SCORER], split1[SHIPPED][SCORER]
+        ok = all(mean(mine, k) >= mean(ref, k) for k in ("f1", "auroc"))
+        out.append((f"split 1: F1 {mean(mine, 'f1'):.3f} vs {mean(ref, 'f1'):.3f}, AUROC {mean(mine, 'auroc'):.3f} vs "
+                    f"{mean(ref, 'auroc'):.3f}", ok))
+    else:
+        out.append(("split 1: not run", None))
+    mine, ref = summary["estimators"][name][SCORER], summary["estimators"][SHIPPED][SCORER]
+    worst, limit = mean(mine, "max_instruction_fpr"), mean(ref, "max_instruction_fpr") + 0.05
+    out.append((f"largest held-out instruction/chat FPR {100 * worst:.1f}% (limit {100 * limit:.1f}%)", worst <= limit + 1e-9))
+    check = summary.get("probe_checks", {}).get(name)
+    if check:
+        out.append((f"refitted probe: largest held-out benign-set FPR {100 * check['max_fpr']:.1f}% (limit "
+                    f"{100 * (check['shipped_max_fpr'] + 0.05):.1f}%), jailbreak-wrapped recall "
+                    f"{100 * check['jailbreak_recall']:.1f}% (limit {100 * (check['shipped_jailbreak_recall'] - 0.05):.1f}%)",
+                    bool(check["passes"])))
+    else:
+        out.append(("refitted probe: not run", None))
+    return out
+
+
+def _table(estimators: dict, out: list[str]) -> None:
     head = ["estimator", "scorer", "pooled F1", "pooled AUROC", "ΔF1 vs lw", "ΔAUROC vs lw", "FPR", "recall",
             "folds: AUROC >= best latent", "max instruction FPR", "mean instruction FPR"]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -68,4 +82,46 @@ def section(summary: dict | None, doc: str) -> list[str]:
                 f"{100 * np.mean([r['max_instruction_fpr'] for r in runs]):.1f}%",
                 f"{100 * np.mean([r['mean_instruction_fpr'] for r in runs]):.1f}%",
             ]) + " |")
+
+
+def section(summary: dict | None, doc: str) -> list[str]:
+    """Markdown lines of the section; one line when there is no summary.
+
+    Args:
+        doc: path of docs/eval/direction_estimators.md relative to the report.
+    """
+    out = ["## Per-layer direction estimators (source-held-out)", ""]
+    if not summary:
+        return out + ["Not in this report: there is no `direction_estimators/summary.json` beside the results file "
+                      f"([{doc}]({doc})).", ""]
+    estimators = summary["estimators"]
+    won = [name for name, runs in estimators.items() if name != SHIPPED and passes(runs[SCORER])]
+    if not won:
+        verdict = ["No estimator passes the rule (seed-mean F1 and AUROC >= the shipped `lw`, one of them higher by "
+                   "> 0.01 and > 2 std of the paired difference); the shipped Ledoit-Wolf LDA stays."]
+    else:
+        verdict = []
+        for name in won:
+            checks = later_checks(name, summary)
+            shipped = all(ok for _, ok in checks)
+            verdict.append(f"`{name}` passes the split-0 rule (seed-mean F1 and AUROC >= `lw`, one higher by > 0.01 and "
+                           "> 2 std of the paired difference); then " + "; ".join(
+                               f"{text}: {'pass' if ok else 'not run' if ok is None else 'FAIL'}" for text, ok in checks)
+                           + (". It passes every rule." if shipped else ". It is not shipped; the Ledoit-Wolf LDA stays "
+                              f"the default, and `herald fit --direction-estimator {name}` fits it."
+                              if name == "logistic" else ". It is not shipped."))
+    out += ["Shows: Herald with its per-layer directions fitted by other estimators (everything else shipped), on the "
+            "LOSO folds of the results above, 5 scorer-initialisation seeds each (`current`: the shipped scorer; "
+            "`logreg-embed`: logistic regression on the same seven features, deterministic): pooled F1 and AUROC, the "
+            "change against the shipped `lw` paired by seed, the folds reaching the best latent baseline, and the "
+            "largest and mean false-positive rate over held-out benign instruction/chat sources; the second split for "
+            "an estimator that passed the first. Does not show: the estimators' definitions, the rules and the commands "
+            f"([{doc}]({doc})), bootstrap intervals, or other backbones.", "", *verdict, ""]
+    out += ["### Split seed 0 (the split of the results above)", ""]
+    _table(estimators, out)
+    split1 = summary.get("splits", {}).get("1")
+    if split1:
+        out += ["", "### Split seed 1 (a check of a split-0 winner)", "",
+                f"Latent baselines from `{split1['baselines_from']}`.", ""]
+        _table(split1["estimators"], out)
     return out + [""]
