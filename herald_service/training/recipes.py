@@ -48,10 +48,14 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "jailbreak+benign": ("herald", False),
     "logreg_last+jailbreak": ("logreg_last", False),
     "logreg_last+jailbreak+benign": ("logreg_last", False),
+    "logistic": ("herald_logistic", False),
+    "logistic+jailbreak": ("herald_logistic", False),
+    "logistic+jailbreak+benign": ("herald_logistic", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
-(:func:`jailbreak_labels`)."""
+(:func:`jailbreak_labels`); recipes named ``logistic*`` fit Herald with logistic directions
+(docs/eval/direction_estimators.md, round 3)."""
 
 
 def uses_sensitive(recipe: str) -> bool:
