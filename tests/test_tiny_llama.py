@@ -253,6 +253,18 @@ def test_a_template_that_rewrites_message_text_refuses_spelled_control_tokens_by
     assert caught.value.prompt_index == 1  # the caller names the request field of that prompt
 
 
+def test_an_empty_prompt_that_renders_to_no_token_is_refused_by_prompt(resolved):
+    from herald_service.errors import InvalidInput
+
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    backbone.tokenizer.chat_template = None  # raw text, and this tokenizer adds no BOS: "" has no token
+    assert backbone.tokenizer("", add_special_tokens=True)["input_ids"] == []
+    assert len(backbone.encode([user_turn("hello")])[0]) == 1
+    with pytest.raises(InvalidInput, match="prompt renders to 0 tokens on this backbone") as caught:
+        backbone.encode([user_turn("hello"), user_turn("")])
+    assert caught.value.prompt_index == 1  # the caller names the request field of that prompt
+
+
 @pytest.mark.parametrize("side", ["right", "left", "packed"])
 def test_final_layer_at_the_last_token_only_keeps_its_states_exact(resolved, side):
     """The final decoder layer runs its MLP and query/output projections at the last token only; the captured

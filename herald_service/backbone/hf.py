@@ -307,7 +307,9 @@ class HFBackbone:
 
         Raises:
             InvalidInput: a message spells a control token and the chat template alters message text so that its
-                place in the rendered prompt cannot be found (the prompt is refused, never encoded unsafely).
+                place in the rendered prompt cannot be found (the prompt is refused, never encoded unsafely); or a
+                prompt renders to no token at all (empty text on a backbone with neither a chat template nor a BOS
+                token), which has no last-token state to read.
         """
         ids: list[list[int] | None] = [None] * len(conversations)
         plain = [i for i, c in enumerate(conversations) if not any(self._control_text.search(m.content) for m in c)]
@@ -323,6 +325,10 @@ class HFBackbone:
                 except InvalidInput as exc:
                     exc.prompt_index = i
                     raise
+        for i, row in enumerate(ids):
+            if not row:
+                raise InvalidInput("prompt renders to 0 tokens on this backbone (no chat template, no BOS token); "
+                                   "send at least one character", prompt_index=i)
         return ids  # type: ignore[return-value]
 
     def _encode_as_text(self, conversation: Conversation) -> list[int]:
