@@ -258,3 +258,53 @@ def test_sensitive_seed_lines_judge_the_gain_against_the_shipped_seed_spread():
     assert any("+0.005 against a `shipped` seed spread of 0.080; the seed-0 gain does not hold" in line for line in lucky)
     steady = report_sensitive.seed_lines(recipes((0.5, 0.70), (0.6, 0.80)), {1: recipes((0.5, 0.72), (0.6, 0.81))})
     assert any("; it holds over seeds" in line for line in steady)
+
+
+def test_round3_rule_needs_recall_a_lof_gain_instruction_folds_wrapper_fpr_and_sensitive_sets():
+    from herald_service.training import report_directions
+
+    def block(recall, f1, auroc, instruction, sensitive_fpr):
+        b = jailbreak_block(recall, recall, f1, auroc, max(instruction), instruction)
+        b["held_out_sets"] = {"HealthBench": {"false_positive_rate": {"value": sensitive_fpr}}}
+        return b
+
+    shipped = {s: {"shipped": block(0.88, 0.53, 0.74, [0.05, 0.12], 0.16)} for s in (0, 1, 2)}
+    runs = {s: {"logistic": block(0.75, 0.58, 0.84, [0.05, 0.05], 0.18),
+                "logistic+jailbreak": block(0.96, 0.60, 0.85, [0.05, 0.08], 0.20),          # passes everything
+                "logistic+jailbreak+benign": block(0.96, 0.60, 0.85, [0.15, 0.15], 0.25)}   # (c) and (e) fail
+            for s in (0, 1, 2)}
+    diag = {"results": {n: {str(s): {"value": v} for s in (0, 1, 2)}
+                        for n, v in (("logistic", 0.5), ("logistic+jailbreak", 0.6), ("logistic+jailbreak+benign", 0.2))}}
+    shipped_diag = {"results": {"shipped": {str(s): {"value": 0.62} for s in (0, 1, 2)}}}
+    table = report_directions.round3_table(runs, shipped, diag, shipped_diag)
+    assert list(table) == ["shipped", "logistic", "logistic+jailbreak", "logistic+jailbreak+benign"]
+    assert table["shipped"]["instr. folds <= 10% FPR"] == [1.0, 1.0, 1.0]
+    assert table["logistic+jailbreak"]["max held-out sensitive-set FPR"] == [0.20, 0.20, 0.20]
+    verdicts = report_directions.round3_verdicts(table, [0, 1, 2])
+    assert verdicts == {"logistic+jailbreak": {"a": True, "b": True, "c": True, "d": True, "e": True},
+                        "logistic+jailbreak+benign": {"a": True, "b": True, "c": False, "d": True, "e": False}}
+    runs[1]["logistic+jailbreak"] = block(0.96, 0.54, 0.85, [0.05, 0.08], 0.20)  # F1 seed mean 0.58 >= 0.53 + 0.02
+    assert report_directions.round3_verdicts(report_directions.round3_table(runs, shipped, diag, shipped_diag),
+                                             [0, 1, 2])["logistic+jailbreak"]["b"]
+    runs[1]["logistic+jailbreak"] = block(0.96, 0.40, 0.85, [0.05, 0.08], 0.20)  # F1 seed mean 0.533 < 0.55
+    assert not report_directions.round3_verdicts(report_directions.round3_table(runs, shipped, diag, shipped_diag),
+                                                 [0, 1, 2])["logistic+jailbreak"]["b"]
+    lines = report_directions.round3_section(table, [0, 1, 2], "d.md")
+    assert lines[0] == "### Round 3: logistic directions with jailbreak-augmented training"
+    assert "- `logistic+jailbreak`: (a) pass, (b) pass, (c) pass, (d) pass, (e) pass: passes the rule." in lines
+
+
+def test_report_reads_round3_files_into_the_direction_section_and_the_target_row(tmp_path):
+    results = main_results()
+    results["extra"] = {"jailbreak_wrapped": {"herald": {"pooled": {"n": {"value": 40}, "recall": {"value": 0.9}}}}}
+    write(tmp_path, "results.json", results)
+    write(tmp_path / "direction_estimators", "summary.json", {"estimators": {"lw": {"current": direction_runs([0.0] * 3, [0.0] * 3)}}})
+    for seed in (0, 1):
+        write(tmp_path / "jailbreak_recipe", f"seed{seed}.json",
+              {"results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
+        write(tmp_path / "direction_estimators" / "round3", f"seed{seed}.json",
+              {"results": {"logistic+jailbreak": jailbreak_block(0.95 + 0.02 * seed, 0.96, 0.6, 0.82, 0.1, [0.05, 0.08])}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "### Round 3: logistic directions with jailbreak-augmented training" in text
+    assert "recipe `logistic+jailbreak` (not shipped): 96.0% (n=40), seed mean" in text  # mean of 0.95 and 0.97
+    assert "- `logistic+jailbreak`: (a) pass, (b) pass, (c) pass, (d) fail, (e) fail: does not pass." in text  # no diagnostic, no sets

@@ -2,8 +2,8 @@
 
 Run ``python -m herald_service.training.report [RESULTS.json]`` or ``herald report``. Everything in the report is
 computed from the results file and the JSON beside it (``recipes.json``, ``benign_sensitive/``, ``feature_sets/``,
-``scorer_training/``, ``direction_estimators/``, ``jailbreak_recipe/``; a section whose files are absent says so in
-one line); nothing is typed in by hand except the fixed text about scope.
+``scorer_training/``, ``direction_estimators/`` (and its ``round3/``), ``jailbreak_recipe/``; a section whose files are
+absent says so in one line); nothing is typed in by hand except the fixed text about scope.
 """
 
 from __future__ import annotations
@@ -233,6 +233,12 @@ def _targets(results: dict) -> list[list[str]]:
         if "jailbreak" in study:
             detail = (f"recipe `jailbreak` (not shipped): {sum(study['jailbreak']['recall n=40']) / len(study['jailbreak']['recall n=40']):.1%}"
                       " (n=40), seed mean; section Jailbreak-augmented training")
+        round3 = results.get("direction_round3") or {}
+        if round3.get("runs") and results.get("jailbreak_recipe"):
+            table = report_directions.round3_table(round3["runs"], results["jailbreak_recipe"]["runs"], {}, {})
+            if "logistic+jailbreak" in table:
+                detail += (f"; recipe `logistic+jailbreak` (not shipped): {np.mean(table['logistic+jailbreak']['recall n=40']):.1%}"
+                           " (n=40), seed mean; section Per-layer direction estimators, round 3")
         rows.append(["Jailbreak-wrapped held-out harmful requests: recall >= 95%", f"{r * 100:.1f}% (n={jb['pooled']['n']['value']})",
                      "met" if r >= 0.95 else "not met", detail])
     return rows
@@ -343,9 +349,16 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += _feature_set_section(results)
     out += report_scorer.section(results.get("scorer_training"), rel(md_path.parent / "eval" / "scorer_training.md"),
                                  meta.get("seed"))
-    out += report_directions.section(results.get("direction_estimators"),
-                                     rel(md_path.parent / "eval" / "direction_estimators.md"))
     study = results.get("jailbreak_recipe") or {}
+    round3 = results.get("direction_round3") or {}
+    round3_lines: list[str] = []
+    if round3.get("runs") and study.get("runs"):
+        seeds = sorted(round3["runs"])
+        table = report_directions.round3_table(round3["runs"], study["runs"], round3.get("benign_wrapped") or {},
+                                               study.get("benign_wrapped") or {})
+        round3_lines = report_directions.round3_section(table, seeds, rel(md_path.parent / "eval" / "direction_estimators.md"))
+    out += report_directions.section(results.get("direction_estimators"),
+                                     rel(md_path.parent / "eval" / "direction_estimators.md"), round3_lines)
     out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"),
                                     rel(md_path.parent / "eval" / "jailbreak_recipe.md"))
     out += _not_shown(results)
@@ -660,6 +673,12 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     if "direction_estimators" not in results and directions.is_file():
         results["direction_estimators"] = json.loads(directions.read_text())
         beside.append("direction_estimators/")
+    round3_files = sorted((folder / "direction_estimators" / "round3").glob("seed*.json"))
+    if "direction_round3" not in results and round3_files:
+        diagnostic = folder / "direction_estimators" / "round3" / "benign_wrapped.json"
+        results["direction_round3"] = {
+            "runs": {int(f.stem.removeprefix("seed")): json.loads(f.read_text())["results"] for f in round3_files},
+            "benign_wrapped": json.loads(diagnostic.read_text()) if diagnostic.is_file() else None}
     seed_files = sorted((folder / "jailbreak_recipe").glob("seed*.json"))
     if "jailbreak_recipe" not in results and seed_files:
         diagnostic = folder / "jailbreak_recipe" / "benign_wrapped.json"

@@ -5,10 +5,12 @@ are each filled with one benign prompt of the random split's *test* part (<= 500
 random-split model (as `herald recipes` fits it, per fit seed) scores them. Writes benign_wrapped.json beside this file.
 
 Run: `OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python docs/eval/jailbreak_recipe/benign_wrapped.py`
+(`--recipes A B ... --out PATH` scores other recipes, e.g. round 3 of docs/eval/direction_estimators.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -30,6 +32,10 @@ SEEDS = (0, 1, 2)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="False positives on benign prompts inside unseen jailbreak templates.")
+    parser.add_argument("--recipes", nargs="+", default=list(NAMES), choices=sorted(RECIPES))
+    parser.add_argument("--out", type=Path, default=HERE / "benign_wrapped.json")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     o = RecipeOptions(data=[Path("../shared/data")], backbone=EMBEDDED_BACKBONE, cache_dir=default_cache_dir(),
                       jailbreak_templates=Path("../shared/data/pyrit_jailbreak_templates.jsonl"), recipes=("jailbreak",))
@@ -53,7 +59,7 @@ def main() -> None:
     diag, _, _ = _states_for(backbone, wrapped, cache, o.max_tokens, "benign wrapped states")
 
     out = {"n": int(len(diag.labels)), "results": {}}
-    for name in NAMES:
+    for name in args.recipes:
         method, _ = RECIPES[name]
         train = data.take(train_index)
         if jailbreak_labels(name):
@@ -64,7 +70,7 @@ def main() -> None:
             per_seed[seed] = bootstrap_metrics(diag.labels, m, m >= 0, replicates=1000)["false_positive_rate"]
         out["results"][name] = per_seed
         print(name, {s: round(v["value"], 3) for s, v in per_seed.items()}, flush=True)
-    (HERE / "benign_wrapped.json").write_text(json.dumps(out, indent=1) + "\n")
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":
