@@ -7,9 +7,10 @@ Two estimators fit the direction of each decoder layer (:data:`DIRECTION_ESTIMAT
 - ``"lda"`` (the default): DESIGN's closed-form LDA with Ledoit-Wolf shrinkage; unweighted.
 - ``"logistic"``: L2 logistic regression on the standardized states, ``C = 0.1``, with the caller's sample weights
   (source-balanced in ``herald fit``); the ``logreg_last`` baseline's estimator, fitted at every layer. Convex and
-  deterministic (L-BFGS), not closed form. On leave-one-source-out it raises Herald's pooled AUROC from 0.73 to 0.84,
-  but a probe fitted with it misses more jailbreak-wrapped harmful requests (75% vs 90%), so it is an option of
-  ``herald fit``, not the default (docs/eval/direction_estimators.md, round 2).
+  deterministic (L-BFGS), not closed form. On leave-one-source-out with SmolLM2 it raises Herald's pooled AUROC from
+  0.73 to 0.84, but a probe fitted with it misses more jailbreak-wrapped harmful requests (75% vs 90%), and with
+  Gemma-3-270M it lowers AUROC (0.76 to 0.73); so it is an option of ``herald fit``, not the default
+  (docs/eval/direction_estimators.md, rounds 2-3 and the second-backbone check).
 """
 
 from __future__ import annotations
