@@ -252,6 +252,29 @@ def test_not_ready_until_loaded_then_ready():
         wait_ready(c)
 
 
+def test_health_probes_answer_head_with_the_status_of_get():
+    # Load balancers and uptime checkers send HEAD; it was a 405, which reads as "down" to some of them
+    import threading
+
+    from herald_service.engine.runtime import fake_runtime
+
+    gate = threading.Event()
+
+    def slow_loader(_settings):
+        gate.wait(10)
+        return fake_runtime()
+
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=slow_loader)) as c:
+        live, ready = c.head("/health/live"), c.head("/health/ready")
+        assert (live.status_code, ready.status_code) == (200, 503)
+        assert live.content == b"" and ready.content == b"" and ready.headers["content-type"] == "application/json"
+        gate.set()
+        wait_ready(c)
+        assert (c.head("/health/live").status_code, c.head("/health/ready").status_code) == (200, 200)
+        assert c.post("/health/live").status_code == 405  # only GET and HEAD
+        assert "/health" not in "".join(l for l in c.get("/metrics").text.splitlines() if l.startswith("herald_requests_total"))
+
+
 def test_load_failure_is_reported_not_hung():
     from herald_service.errors import ProbeMismatch
 

@@ -1,6 +1,7 @@
 """Operations routes: liveness, readiness, Prometheus metrics, service info, and the demo page.
 
-These stay out of the request metrics.
+These stay out of the request metrics. The health probes also answer ``HEAD`` (same status and headers, no body;
+the server drops the body of a HEAD answer), which some load balancers and uptime checkers send.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from herald_service.api.errors import error_response
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/health/live")
+@router.api_route("/health/live", methods=["GET", "HEAD"])
 async def live(state: State) -> JSONResponse:
     """200 while the process can still serve; 503 once the inference worker has died, so an orchestrator restarts it."""
     if state.engine is not None and state.engine.failure is not None:
@@ -26,7 +27,7 @@ async def live(state: State) -> JSONResponse:
     return JSONResponse({"status": "live"})
 
 
-@router.get("/health/ready")
+@router.api_route("/health/ready", methods=["GET", "HEAD"])
 async def ready(state: State) -> JSONResponse:
     """200 once model, probe, warm-up and worker are up; 503 (with the reason) before that or if the worker dies."""
     reason = state.not_ready_reason()
