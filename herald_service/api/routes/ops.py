@@ -19,7 +19,8 @@ from herald_service.api.errors import error_response
 router = APIRouter(tags=["operations"])
 
 
-@router.api_route("/health/live", methods=["GET", "HEAD"])
+@router.get("/health/live")
+@router.head("/health/live", include_in_schema=False)  # one operation id per method: the schema keeps GET only
 async def live(state: State) -> JSONResponse:
     """200 while the process can still serve; 503 once the inference worker has died, so an orchestrator restarts it."""
     if state.engine is not None and state.engine.failure is not None:
@@ -27,7 +28,8 @@ async def live(state: State) -> JSONResponse:
     return JSONResponse({"status": "live"})
 
 
-@router.api_route("/health/ready", methods=["GET", "HEAD"])
+@router.get("/health/ready")
+@router.head("/health/ready", include_in_schema=False)
 async def ready(state: State) -> JSONResponse:
     """200 once model, probe, warm-up and worker are up; 503 (with the reason) before that or if the worker dies."""
     reason = state.not_ready_reason()
