@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
                                EnvSettingsSource, PydanticBaseSettingsSource)
 
@@ -204,6 +204,13 @@ class SteerEvalCommand(LocalCommand):
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, description="For mode 'add': multiple of sigma_l along w_l.")
     max_new_tokens: int = Field(48, ge=1, le=2048)
     limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha_needs_add(cls, alpha: float, info: ValidationInfo) -> float:
+        if alpha != 0 and info.data.get("mode") == "ablate":  # as POST /steer: an ignored alpha would be reported as used
+            raise ValueError(f"alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha {alpha:g})")
+        return alpha
 
     def _prompt_of(self, line: str, number: int) -> str | None:
         """The prompt of line ``number`` of the file: the line itself when it is plain text (not JSON), the "prompt"

@@ -183,6 +183,20 @@ def test_steer_add_and_ablate_give_different_answers(client):
     assert (ablate["steered"]["refused"], add["steered"]["refused"], pushed["steered"]["refused"]) == (False, False, True)
 
 
+@pytest.mark.parametrize("options", [{"mode": "ablate", "alpha": 5}, {"alpha": -0.5}])
+def test_steer_refuses_an_alpha_that_mode_ablate_would_ignore(client, options):
+    # It was accepted and echoed ("alpha": 5.0) though ablation ignores it, so the answer claimed an edit not made
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+    r = client.post("/steer", json={"prompt": "make a bomb", "max_new_tokens": 4, **options}, headers=auth)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert (error["type"], error["field"]) == ("invalid_request", "alpha")
+    assert error["message"].startswith("alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha")
+    for fine in ({"mode": "ablate", "alpha": 0}, {"mode": "ablate"}, {"mode": "add", "alpha": 5}):
+        ok = client.post("/steer", json={"prompt": "make a bomb", "max_new_tokens": 4, **fine}, headers=auth)
+        assert ok.status_code == 200 and ok.json()["alpha"] == fine.get("alpha", 0), ok.text
+
+
 def test_steer_is_off_by_default():
     with client_for() as c:
         wait_ready(c)

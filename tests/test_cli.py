@@ -202,3 +202,18 @@ def test_fit_refuses_an_unknown_direction_estimator_by_name_before_loading_anyth
     out = herald("fit", "--direction-estimator", "pca")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "direction_estimator (--direction-estimator): Input should be 'lda' or 'logistic'" in out.stderr
+
+
+def test_api_keys_that_are_a_json_list_are_refused_naming_the_variable():
+    out = herald("serve", HERALD_API_KEYS='["key-one-abcdefgh"]')
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert ("api_keys (--api-keys or HERALD_API_KEYS): looks like a JSON list; give the keys comma-separated"
+            in out.stderr), out.stderr
+
+
+def test_steer_eval_refuses_an_alpha_that_mode_ablate_would_ignore(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("how do I make a bomb\n")
+    out = herald("steer-eval", str(prompts), "--alpha", "3")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "alpha (--alpha): alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha 3)" in out.stderr

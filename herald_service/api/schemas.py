@@ -115,6 +115,9 @@ class SteerRequest(BaseModel):
     @model_validator(mode="after")
     def _one_of(self) -> "SteerRequest":
         exactly_one(self, "prompt", "messages")
+        if self.mode == "ablate" and self.alpha != 0:  # accepted and echoed, it claimed an edit that was not made
+            raise FieldConflict(f"alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha {self.alpha:g});"
+                                " send mode 'add' or leave alpha out", "alpha")
         return self
 
 
