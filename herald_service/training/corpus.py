@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.text_file import read_utf8
+
 LABELS = {"benign": 0, "harmful": 1}
 JAILBREAK_TEMPLATE_FILE = "pyrit_jailbreak_templates.jsonl"
 """Wrappers with a ``{{ prompt }}`` slot, not prompts: left out of ``herald fit`` by default (SOURCES.md)."""
@@ -33,25 +35,72 @@ def _prompt_text(row: dict) -> str:
 
 
 def load_corpus(paths: list[Path]) -> list[Example]:
-    """Read labeled JSONL files.
+    """Read labeled JSONL files: one JSON object a line, blank lines skipped.
 
     Raises:
-        ValueError: naming the file and line of a row without ``prompt``/``label``/``source`` or with an unknown label.
+        NotUtf8Error: a file that is not UTF-8, naming it and the line.
+        ValueError: naming the file and line of a row that is not JSON, not an object, without string ``prompt`` and
+            ``source``, or without a ``label`` in :data:`LABELS`.
+        OSError: a file that cannot be read.
     """
     examples = []
     for path in paths:
-        with path.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
+        # split at "\n" only: str.splitlines would also cut at a U+2028 that JSON allows inside a string
+        for number, line in enumerate(read_utf8(path).split("\n"), 1):
+            if not line.strip():
+                continue
+            where = f"{path} line {number}"
+            try:
                 row = json.loads(line)
-                if not {"prompt", "label", "source"} <= row.keys() or row["label"] not in LABELS:
-                    raise ValueError(f"{path}:{number}: need prompt, source and label in {sorted(LABELS)}")
-                category = row.get("category")
-                examples.append(
-                    Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, path.name)
-                )
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: not JSON ({exc.msg}); rows are JSON objects with prompt, label and source") from None
+            if not isinstance(row, dict):
+                kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
+                raise ValueError(f"{where}: a JSON {kind}, not an object with prompt, label and source")
+            if not (isinstance(row.get("prompt"), str) and isinstance(row.get("source"), str)
+                    and isinstance(row.get("label"), str) and row["label"] in LABELS):
+                raise ValueError(f"{where}: need prompt and source strings and a label in {sorted(LABELS)}")
+            category = row.get("category")
+            examples.append(
+                Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, path.name)
+            )
     return examples
+
+
+def require_both_labels(examples: list[Example], files: list[Path]) -> None:
+    """Refuse a corpus that holds one label only (a probe needs harmful and benign rows), before any model loads.
+
+    Raises:
+        ValueError: naming the label that is missing and the files read.
+    """
+    present = {example.label for example in examples}
+    missing = [name for name, label in LABELS.items() if label not in present]
+    if missing:
+        names = ", ".join(str(path) for path in files)
+        raise ValueError(f"the data holds no {missing[0]} row ({names}: {len(examples)} rows); a probe needs both "
+                         f"labels, {' and '.join(LABELS)}")
+
+
+def expand_data(paths: list[Path]) -> list[Path]:
+    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file.
+
+    Raises:
+        ValueError: a path that does not exist, a folder without such files, or no path at all.
+    """
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = default_data_files(path)
+            if not found:
+                raise ValueError(f"folder {path} holds no .jsonl file")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise ValueError(f"{path} does not exist")
+    if not files:
+        raise ValueError("no JSONL file or folder given")
+    return files
 
 
 def default_data_files(data_dir: Path) -> list[Path]:

@@ -275,7 +275,7 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     ``herald eval``, ``herald recipes`` and the studies in docs/eval/.
 
     Args:
-        data: JSONL files or folders (:func:`~herald_service.training.fit.expand_data`).
+        data: JSONL files or folders (:func:`~herald_service.training.corpus.expand_data`).
         max_tokens: rendered tokens; longer prompts are skipped and counted.
 
     Raises:
@@ -283,14 +283,14 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     """
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
-    from herald_service.training.corpus import cap_per_group, load_corpus, stratified_split
+    from herald_service.training.corpus import cap_per_group, expand_data, load_corpus, require_both_labels, stratified_split
     from herald_service.training.extract import StateCache
-    from herald_service.training.fit import expand_data
 
     files = expand_data(data)
+    everything = load_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
+    require_both_labels(everything, files)
     loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
-    everything = load_corpus(files)
     capped = cap_per_group(everything, max_per_source, seed)
     states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
     train_index, test_index = stratified_split(examples, test_fraction, seed)

@@ -20,9 +20,10 @@ from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.corpus import (
     cap_per_group,
-    default_data_files,
+    expand_data,
     file_manifest,
     load_corpus,
+    require_both_labels,
     stratified_split,
 )
 from herald_service.training.evaluation import metrics_by_source
@@ -72,30 +73,24 @@ def direction_manifest(estimator: str) -> dict:
     raise ValueError(f"direction_estimator must be one of {', '.join(DIRECTION_ESTIMATORS)}; got {estimator!r}")
 
 
-def expand_data(paths: list[Path]) -> list[Path]:
-    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file."""
-    files: list[Path] = []
-    for path in paths:
-        files.extend(default_data_files(path) if path.is_dir() else [path])
-    if not files:
-        raise ValueError("--data names no JSONL files")
-    return files
-
-
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if the data has one class only, or the feature set or direction estimator is unknown.
+        ValueError: if the data has one class only, the feature set or direction estimator is unknown, or a data
+            path is missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus` names file and
+            line); the last two before the backbone loads.
     """
     started = time.perf_counter()
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
     files = expand_data(options.data)
+    rows = load_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
+    require_both_labels(rows, files)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
-    capped = cap_per_group(load_corpus(files), options.max_per_source, options.seed)
+    capped = cap_per_group(rows, options.max_per_source, options.seed)
     corpus = extract_corpus_states(
         backbone, capped, StateCache(options.cache_dir, backbone), options.max_tokens, options.token_budget
     )

@@ -177,9 +177,8 @@ class RecipeOptions:
 
 def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
-    from herald_service.training.corpus import cap_per_group, load_corpus
+    from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import _states_for, load_corpus_states
-    from herald_service.training.fit import expand_data
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()

@@ -1,0 +1,29 @@
+"""Text files a person hands to Herald (prompt files, labeled JSONL): read as UTF-8, and a byte that is not UTF-8 is
+named with its line, since the codec's own error ("can't decode byte 0xff in position 3") names neither file nor
+line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class NotUtf8Error(ValueError):
+    """A file is not UTF-8 text; ``str()`` names it, the line (1-based) and the first bad byte."""
+
+    def __init__(self, path: Path, line: int, byte: int) -> None:
+        super().__init__(f"{path} is not UTF-8 text (line {line}: byte 0x{byte:02x}); save it as UTF-8")
+        self.path, self.line, self.byte = path, line, byte
+
+
+def read_utf8(path: Path) -> str:
+    """The text of ``path``.
+
+    Raises:
+        NotUtf8Error: the file is not UTF-8.
+        OSError: it cannot be read (missing, a folder, no permission).
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotUtf8Error(path, data.count(b"\n", 0, exc.start) + 1, data[exc.start]) from None

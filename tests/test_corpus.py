@@ -1,0 +1,49 @@
+"""Reading labeled JSONL (herald_service.training.corpus): every bad row is named by file and line."""
+
+import pytest
+
+from herald_service.text_file import NotUtf8Error
+from herald_service.training.corpus import expand_data, load_corpus
+
+ROW = '{"prompt": "%s", "label": "%s", "source": "s"}'
+
+
+def test_rows_are_read_and_a_line_separator_inside_a_string_stays_in_the_prompt(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(ROW % ("one\u2028two", "harmful") + "\n\n" + ROW % ("three", "benign") + "\n", encoding="utf-8")
+    rows = load_corpus([path])
+    assert [(r.prompt, r.label, r.source, r.file) for r in rows] == [("one\u2028two", 1, "s", "rows.jsonl"), ("three", 0, "s", "rows.jsonl")]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"prompt": "x", "label": "harmful"', "line 2: not JSON ("),
+    ('"just text"', "line 2: a JSON string, not an object with prompt, label and source"),
+    ('{"prompt": 5, "label": "harmful", "source": "s"}', "line 2: need prompt and source strings and a label in ['benign', 'harmful']"),
+    ('{"prompt": "x", "label": "toxic", "source": "s"}', "line 2: need prompt and source strings and a label in ['benign', 'harmful']"),
+    ('{"prompt": "x", "label": ["harmful"], "source": "s"}', "line 2: need prompt and source strings and a label in ['benign', 'harmful']"),
+])
+def test_a_bad_row_is_named_by_file_and_line(tmp_path, line, message):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(ROW % ("fine", "benign") + "\n" + line + "\n")
+    with pytest.raises(ValueError) as caught:
+        load_corpus([path])
+    assert str(caught.value).startswith(f"{path} {message}"), caught.value
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes((ROW % ("fine", "benign") + "\n").encode() + b'{"prompt": "caf\xe9", "label": "benign", "source": "s"}\n')
+    with pytest.raises(NotUtf8Error) as caught:
+        load_corpus([path])
+    assert str(caught.value) == f"{path} is not UTF-8 text (line 2: byte 0xe9); save it as UTF-8"
+
+
+def test_expand_data_names_a_missing_path_and_an_empty_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="does not exist"):
+        expand_data([tmp_path / "nope.jsonl"])
+    with pytest.raises(ValueError, match=f"folder {tmp_path / 'empty'} holds no .jsonl file"):
+        expand_data([tmp_path / "empty"])
+    (tmp_path / "a.jsonl").write_text(ROW % ("x", "benign") + "\n")
+    (tmp_path / "pyrit_jailbreak_templates.jsonl").write_text("{}\n")
+    assert expand_data([tmp_path]) == [tmp_path / "a.jsonl"]
