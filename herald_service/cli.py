@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
                                EnvSettingsSource, PydanticBaseSettingsSource)
 
-from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Settings, default_cache_dir
+from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
 
 
 def prompt_words(words: list[str], command: str) -> list[str]:
@@ -140,13 +140,15 @@ class FitCommand(BaseModel):
     backbone: str = EMBEDDED_BACKBONE
     out: Path | None = Field(None, description="Artifact folder; default models/<backbone-slug>/.")
     cache_dir: Path = Field(default_factory=default_cache_dir)
-    device: str = "auto"
-    dtype: str = "auto"
-    max_per_source: int | None = Field(150, description="Cap per (source, label); null for all.")
-    max_tokens: int = Field(1024, description="Prompts longer than this (rendered) are skipped and counted.")
-    test_fraction: float = 0.2
-    threshold_method: str = "max_f1"
-    target_fpr: float = 0.01
+    device: Device = "auto"
+    dtype: DType = "auto"
+    max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label); null for all.")
+    max_tokens: int = Field(1024, ge=1, description="Prompts longer than this (rendered) are skipped and counted.")
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="Share of each (source, label) held out for the report.")
+    threshold_method: Literal["max_f1", "target_fpr"] = Field("max_f1", description=(
+        "max_f1: the threshold with the best F1 on the calibration split; target_fpr: the lowest threshold whose "
+        "false-positive rate is at most --target-fpr."))
+    target_fpr: float = Field(0.01, gt=0, lt=1, description="For --threshold-method target_fpr.")
     seed: int = 0
     feature_set: str = Field("herald-v1", description=(
         "Trajectory features of the scorer, recorded in the manifest (herald_service/probes/features.py "
@@ -271,26 +273,43 @@ class EvalCommand(BaseModel):
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir)
     out: Path = Path("docs/eval/results.json")
-    device: str = "auto"
-    dtype: str = "auto"
-    max_per_source: int | None = Field(150, description="Cap per (source, label), as in `herald fit`.")
-    max_tokens: int = 1024
-    test_fraction: float = 0.2
+    device: Device = "auto"
+    dtype: DType = "auto"
+    max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label), as in `herald fit`.")
+    max_tokens: int = Field(1024, ge=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
     methods: list[str] = Field(default_factory=lambda: ["herald", "lda_best_layer", "logreg_last", "logreg_mid",
                                                         "features_logreg", "mlpm"])
     loso: bool = True
     curve_sizes: list[int] = Field(default_factory=lambda: [25, 50, 100, 250, 500, 1000])
     curve_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
-    replicates: int = 1000
+    replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
     jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
-    jailbreak_n: int = 40
-    jailbreak_max_chars: int = 2500
-    guard_per_source: int = Field(20, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
-    guard_max_tokens: int = 768
+    jailbreak_n: int = Field(40, ge=0)
+    jailbreak_max_chars: int = Field(2500, ge=1)
+    guard_per_source: int = Field(20, ge=0, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
+    guard_max_tokens: int = Field(768, ge=1)
     probe: Path | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
                                                  "and the jailbreak-wrapped set at its own threshold.")
-    threads: int = Field(1, description="torch and BLAS threads; 1 is fastest for these small fits on a shared CPU.")
+    threads: int = Field(1, ge=1, description="torch and BLAS threads; 1 is fastest for these small fits on a shared CPU.")
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, names: list[str]) -> list[str]:
+        from herald_service.training.eval import available_methods
+
+        unknown = [n for n in names if n not in available_methods()]
+        if unknown or not names:  # refused here, not after the backbone load and the state extraction
+            raise ValueError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(available_methods())}")
+        return names
+
+    @field_validator("curve_sizes")
+    @classmethod
+    def _curve_sizes(cls, sizes: list[int]) -> list[int]:
+        if any(size < 2 for size in sizes):
+            raise ValueError(f"each learning-curve size is prompts per class, at least 2; got {sizes}")
+        return sizes
 
     def cli_cmd(self) -> None:
         import torch
@@ -324,13 +343,13 @@ class RecipesCommand(BaseModel):
     out: Path = Path("docs/eval/recipes.json")
     recipes: list[str] = Field(default_factory=lambda: ["shipped", "hardneg", "templated", "templated+hardneg",
                                                         "logreg_last", "logreg_last+templated"])
-    templated_n: int = 150
-    device: str = "auto"
-    dtype: str = "auto"
-    max_per_source: int | None = 150
-    max_tokens: int = 1024
+    templated_n: int = Field(150, ge=0)
+    device: Device = "auto"
+    dtype: DType = "auto"
+    max_per_source: int | None = Field(150, ge=1)
+    max_tokens: int = Field(1024, ge=1)
     seed: int = 0
-    replicates: int = 1000
+    replicates: int = Field(1000, ge=10)
     jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
     jailbreak_extra_n: int = Field(80, description=(
         "Rows added to the n=40 jailbreak-wrapped set on templates split off from training (enlarged set)."))
@@ -341,7 +360,17 @@ class RecipesCommand(BaseModel):
     sensitive_data: list[Path] = Field(default_factory=list, description=(
         "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
         "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out."))
-    threads: int = 1
+    threads: int = Field(1, ge=1)
+
+    @field_validator("recipes")
+    @classmethod
+    def _known_recipes(cls, names: list[str]) -> list[str]:
+        from herald_service.training.recipes import RECIPES
+
+        unknown = [n for n in names if n not in RECIPES]
+        if unknown or not names:
+            raise ValueError(f"unknown recipe {', '.join(unknown) or '(none given)'}; choose from {', '.join(RECIPES)}")
+        return names
 
     def cli_cmd(self) -> None:
         import torch
@@ -484,4 +513,6 @@ def main(argv: list[str] | None = None) -> None:
     except HeraldError as exc:
         raise SystemExit(f"herald: {exc.message}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"herald: {exc}") from None
+    except ValueError as exc:  # fit and eval name what is wrong with the data ("labels must contain both classes")
         raise SystemExit(f"herald: {exc}") from None

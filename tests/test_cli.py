@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def herald(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -217,3 +219,40 @@ def test_steer_eval_refuses_an_alpha_that_mode_ablate_would_ignore(tmp_path):
     out = herald("steer-eval", str(prompts), "--alpha", "3")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "alpha (--alpha): alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha 3)" in out.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("fit", "--threshold-method", "best"), "threshold_method (--threshold-method): Input should be 'max_f1' or 'target_fpr'"),
+    (("fit", "--test-fraction", "1.5"), "test_fraction (--test-fraction): Input should be less than 1"),
+    (("fit", "--target-fpr", "0"), "target_fpr (--target-fpr): Input should be greater than 0"),
+    (("fit", "--device", "gpu"), "device (--device): Input should be 'auto', 'cpu' or 'cuda'"),
+    (("fit", "--max-per-source", "0"), "max_per_source (--max-per-source): Input should be greater than or equal to 1"),
+    (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
+    (("eval", "--replicates", "0"), "replicates (--replicates): Input should be greater than or equal to 10"),
+    (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
+    (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 2"),
+    (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
+])
+def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path, args, expected):
+    # these were accepted and failed (or silently did something else) after the backbone load and state extraction
+    out = herald(*args, "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert expected in out.stderr, out.stderr
+    assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+
+
+def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n["not", "a", "row"]\n')
+    out = herald("fit", "--data", str(bad), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == f"herald: {bad} line 2: a JSON array, not an object with prompt, label and source"
+    benign = tmp_path / "benign.jsonl"
+    benign.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n\n{"prompt": "yo", "label": "benign", "source": "b"}\n')
+    out = herald("fit", "--data", str(benign), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == (f"herald: the data holds no harmful row ({benign}: 2 rows); a probe needs both labels,"
+                                  " benign and harmful")
+    out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == f"herald: {tmp_path / 'missing.jsonl'} does not exist", out.stderr
+    assert not (tmp_path / "cache").exists()
