@@ -17,7 +17,7 @@ from herald_service.data.hashing import corpus_sha256
 from herald_service.probes.artifact import backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
-from herald_service.probes.probe import HeraldProbe
+from herald_service.probes.probe import HeraldProbe, balanced_weights
 from herald_service.training.corpus import (
     cap_per_group,
     expand_data,
@@ -28,7 +28,6 @@ from herald_service.training.corpus import (
 )
 from herald_service.training.evaluation import metrics_by_source
 from herald_service.training.extract import StateCache, extract_corpus_states
-from herald_service.probes.probe import balanced_weights
 
 log = logging.getLogger(__name__)
 
