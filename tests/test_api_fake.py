@@ -121,7 +121,7 @@ def test_openai_moderations_shape(client):
     parts = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "kill"}]})
     assert parts.json()["results"][0]["flagged"] is True
     image = client.post("/v1/moderations", json={"input": [{"type": "image_url", "image_url": {"url": "x"}}]})
-    assert image.status_code == 422
+    assert image.status_code == 422 and image.json()["error"]["field"] == "input[0].type"
 
 
 def test_steer_needs_its_key_and_returns_both_completions(client):

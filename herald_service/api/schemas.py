@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class FieldConflict(ValueError):
@@ -82,11 +82,34 @@ class ModerationTextPart(BaseModel):
 
 
 class ModerationRequest(BaseModel):
-    """OpenAI ``POST /v1/moderations`` request: ``input`` is a string, a list of strings, or text parts."""
+    """OpenAI ``POST /v1/moderations`` request: ``input`` is a string, a list of strings (one result each), or a list
+    of content parts, which OpenAI reads as *one* multimodal input (one result). Herald moderates text only: a part of
+    type ``image_url`` is refused naming it (``input[1].type``), not skipped, since judging a request on part of it
+    would pass whatever the image carries."""
 
-    input: str | list[str] | list[ModerationTextPart]
+    input: str | list[str] | list[ModerationTextPart] = Field(
+        description="A prompt, a list of prompts (one result each), or the content parts of one prompt (type 'text'"
+        " only; their texts are joined with newlines and give one result)."
+    )
     model: str | None = Field(None, description="Accepted for OpenAI compatibility and ignored: the answer names the"
                               " model that ran (herald/<backbone slug>).")
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value: object) -> object:
+        # Before the union is tried: an image part would otherwise be reported by whichever branch pydantic lists
+        # first ("Input should be a valid string" at input[1]), not as the unsupported part it is.
+        if isinstance(value, list):
+            for i, part in enumerate(value):
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    raise FieldConflict("Herald moderates text only: parts of type 'image_url' are not supported; send"
+                                        " the text parts alone", f"input[{i}].type")
+            if value and isinstance(value[0], (str, dict)):
+                odd = next((i for i, item in enumerate(value) if isinstance(item, str) != isinstance(value[0], str)), None)
+                if odd is not None:  # pydantic named whichever element its first union branch tripped on
+                    raise FieldConflict("input mixes strings and content parts: give a list of strings (one result"
+                                        " each) or a list of parts (one input)", f"input[{odd}]")
+        return value
 
 
 class ModerationResult(BaseModel):

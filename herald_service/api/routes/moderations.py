@@ -23,11 +23,15 @@ CATEGORY = "harmful"
 
 @router.post("/v1/moderations", response_model=ModerationResponse, responses=ERRORS)
 async def moderations(body: ModerationRequest, request: Request, moderator: ServingModerator) -> Response:
-    """OpenAI-compatible moderation of a string, a list of strings, or a list of text parts."""
+    """OpenAI-compatible moderation of a string, a list of strings (one result each), or the text parts of one
+    multimodal input (one result)."""
     if isinstance(body.input, str):
         texts, fields = [body.input], ["input"]
+    elif body.input and not isinstance(body.input[0], str):
+        # OpenAI's content parts are one input (as in a chat message): one result for all of them, not one per part.
+        texts, fields = ["\n".join(part.text for part in body.input)], ["input"]  # type: ignore[union-attr]
     else:
-        texts = [item if isinstance(item, str) else item.text for item in body.input]
+        texts = list(body.input)  # type: ignore[arg-type]
         fields = [f"input[{i}]" for i in range(len(texts))]
     results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request))
     moderator.metrics.observe_decisions("/v1/moderations", results)
