@@ -72,6 +72,44 @@ class _BackboneFieldsOnly(PydanticBaseSettingsSource):
         return {k: v for k, v in self.inner().items() if k in BackboneSettings.model_fields}
 
 
+def refuse_unusable_address(host: str, port: int) -> None:
+    """Bind, then release, every address uvicorn will listen on, with the options of asyncio's ``create_server``
+    (which uvicorn calls): SO_REUSEADDR on POSIX, IPV6_V6ONLY on IPv6 sockets, one socket per address ``host``
+    resolves to, all interfaces for an empty host.
+
+    uvicorn binds only after the lifespan has started loading the backbone, so a port already in use failed after
+    seconds, with exit status 3 and uvicorn's log line; this runs first. Another process can still take the port
+    between this check and uvicorn's bind; uvicorn then reports it as before.
+
+    Raises:
+        SystemExit: naming ``host:port`` and the setting to change, if the host does not resolve or an address cannot
+            be bound (already in use, not an address of this machine, a privileged port).
+    """
+    import errno
+    import os
+    import socket
+
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise SystemExit(f"herald serve: cannot resolve host {host!r} ({exc.strerror}); set HERALD_HOST or --host") from None
+    for family, kind, proto, _, address in dict.fromkeys(addresses):  # create_server skips duplicates too
+        with socket.socket(family, kind, proto) as sock:
+            if os.name == "posix" and sys.platform != "cygwin":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise SystemExit(f"herald serve: {shown} is already in use; set HERALD_PORT or --port, or stop the"
+                                     " other process") from None
+                raise SystemExit(f"herald serve: cannot listen on {shown} ({exc.strerror}); set HERALD_HOST or --host,"
+                                 " HERALD_PORT or --port") from None
+
+
 class ServeCommand(Settings):
     """Start the HTTP server (DESIGN section 3) on the configured backbone and probe."""
 
@@ -80,6 +118,7 @@ class ServeCommand(Settings):
 
         from herald_service.api.app import build_app
 
+        refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         server: uvicorn.Server | None = None
 

@@ -256,3 +256,24 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == f"herald: {tmp_path / 'missing.jsonl'} does not exist", out.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_serve_refuses_a_port_in_use_before_the_backbone_loads(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # the backbone path does not exist either: the port is checked first, so its error is the one shown
+        out = herald("serve", HERALD_PORT=str(port), HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == (f"herald serve: 127.0.0.1:{port} is already in use; set HERALD_PORT or --port, or stop"
+                                  " the other process")
+
+
+def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
+    out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1, not ours
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == ("herald serve: cannot listen on 192.0.2.1:8139 (Cannot assign requested address);"
+                                  " set HERALD_HOST or --host, HERALD_PORT or --port")
