@@ -62,3 +62,68 @@ def test_strings_and_parts_do_not_mix(client, items, field):
     assert r.status_code == 422 and r.json()["error"] == {
         "type": "invalid_request", "field": field, "message": "input mixes strings and content parts: give a list of"
         " strings (one result each) or a list of parts (one input)"}
+
+
+STEER = {"Authorization": f"Bearer {STEER_KEY}", "content-type": "application/json"}
+
+
+@pytest.mark.parametrize("raw, field, message", [
+    (b'{"prompt": "hi", "max_new_tokens": ' + b"9" * 5000 + b"}", "max_new_tokens",  # int() refuses > 4,300 digits
+     "the number at 'max_new_tokens' is too large to represent: an integer of 5000 digits; integers must lie within"
+     " -2^63..2^63-1"),
+    (b'{"prompt": "hi", "layers": [3, ' + b"9" * 4000 + b"]}", "layers[1]",  # was echoed back, all 4,000 digits
+     "the number at 'layers[1]' is too large to represent: an integer of 4000 digits; integers must lie within"
+     " -2^63..2^63-1"),
+    (b'{"prompt": "hi", "max_new_tokens": -9223372036854775809}', "max_new_tokens",
+     "the number at 'max_new_tokens' is too large to represent: an integer of 19 digits; integers must lie within"
+     " -2^63..2^63-1"),
+    (b'{"prompt": "hi", "mode": "add", "alpha": 1e999}', "alpha",
+     "the number at 'alpha' (1e999) is too large to represent: it overflows a 64-bit float"),
+    (b'{"prompt": "hi", "mode": "add", "alpha": -' + b"9" * 400 + b'.5}', "alpha",
+     "the number at 'alpha' (-99999999999999999999999...) is too large to represent: it overflows a 64-bit float"),
+    (b'{"prompt": "hi", "mode": "add", "alpha": NaN}', "alpha",
+     "the number at 'alpha' is NaN, which is not JSON (RFC 8259 has no NaN or Infinity); send a finite number"),
+    (b'{"prompt": "hi", "mode": "add", "alpha": -Infinity}', "alpha",
+     "the number at 'alpha' is -Infinity, which is not JSON (RFC 8259 has no NaN or Infinity); send a finite number"),
+])
+def test_a_number_python_cannot_hold_is_a_422_naming_its_field(client, raw, field, message):
+    r = client.post("/steer", content=raw, headers=STEER)
+    assert r.status_code == 422, r.text
+    assert r.json() == {"error": {"type": "invalid_request", "message": message, "field": field}}
+
+
+@pytest.mark.parametrize("path, raw, field", [
+    ("/classify", b'{"input": "hi", "return_trajectory": 1e400}', "return_trajectory"),
+    ("/classify", b'{"messages": [{"role": "user", "content": "hi", "n": ' + b"1" * 5000 + b"}]}", "messages[0].n"),
+    ("/v1/moderations", b'{"input": "hi", "model": ' + b"7" * 30 + b"}", "model"),
+    ("/classify", b"1e999", "body"),
+])
+def test_every_json_route_names_the_number_it_cannot_hold(client, path, raw, field):
+    r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    assert "too large to represent" in r.json()["error"]["message"]
+
+
+def test_numbers_at_the_edges_still_reach_validation(client):
+    edge = client.post("/steer", content=b'{"prompt": "hi", "max_new_tokens": 9223372036854775807}', headers=STEER)
+    assert edge.status_code == 422 and edge.json()["error"] == {  # in range: the steer limit answers, not the parser
+        "type": "invalid_request", "field": "max_new_tokens",
+        "message": "max_new_tokens 9223372036854775807 exceeds the limit of 128 (steer_max_new_tokens)"}
+    tiny = client.post("/steer", content=b'{"prompt": "hi", "mode": "add", "alpha": 1e-999, "max_new_tokens": 4}',
+                       headers=STEER)
+    assert tiny.status_code == 200 and tiny.json()["alpha"] == 0.0  # underflow to zero is a value, not an error
+
+
+def test_the_413_for_a_large_body_names_its_settings_and_limit(client):
+    limit = 4 * 200 * 6 + 65_536
+    expected = {"error": {"type": "input_too_large", "field": "body", "message": f"request body exceeds the limit of"
+                          f" {limit} bytes, set by HERALD_MAX_BATCH_SIZE (4) x HERALD_MAX_CHARS (200) x 6 + 65536"}}
+    declared = client.post("/classify", content=b"x" * (limit + 1), headers={"content-type": "application/json"})
+    assert (declared.status_code, declared.json()) == (413, expected)
+
+    def chunked():
+        yield b"x" * limit
+        yield b"x"
+
+    streamed = client.post("/classify", content=chunked(), headers={"content-type": "application/json"})
+    assert (streamed.status_code, streamed.json()) == (413, expected)

@@ -115,7 +115,8 @@ def build_app(
     paths = {r.path for router in routers for r in router.routes} | {r.path for r in app.routes if isinstance(getattr(r, "path", None), str)}
     # JSON escapes can take 6 bytes per character; leave room for keys and structure.
     max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
-    app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics)
+    set_by = f"HERALD_MAX_BATCH_SIZE ({settings.max_batch_size}) x HERALD_MAX_CHARS ({settings.max_chars}) x 6 + 65536"
+    app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics, set_by=set_by)
     api_keys = [k.get_secret_value() for k in settings.api_keys]
     steer_keys = [settings.steer_api_key.get_secret_value()] if settings.steer_enabled and settings.steer_api_key else []
     app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys},

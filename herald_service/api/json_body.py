@@ -64,6 +64,58 @@ class TooManyKeys(ValueError):
     """A JSON object of the body holds more than :data:`MAX_KEYS` keys."""
 
 
+class BadNumber(ValueError):
+    """A number of the body that Python cannot hold as JSON means it: an integer outside 64 bits (``json`` fails
+    on one of over 4,300 digits with a ``ValueError`` that FastAPI answered "nested too deeply", and echoed a 4,000-digit
+    one back), a float that overflows to infinity (``1e999``), or a ``NaN``/``Infinity`` token, which ``json``
+    accepts but RFC 8259 does not. ``path`` names it as for :class:`DuplicateKey` (``body`` for a bare number);
+    ``message`` says which."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(path)
+        self.message = message
+        self.path = path
+
+
+class _Unrepresentable:
+    """Stands in for a number :class:`BadNumber` refuses until the document is parsed and its path is known.
+    ``problem`` completes "the number at <path> ..."."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+INT_LIMIT = 2**63
+"""Integers of a body must lie in [-2^63, 2^63): any field that takes one means a count or an index."""
+NUMBER_ECHO_CHARS = 24
+"""A refused number is echoed up to this many characters."""
+
+
+def _parse_int(text: str) -> int | _Unrepresentable:
+    # JSON integers have no leading zeros, so more than 20 characters ("-" and 19 digits) is out of range for sure;
+    # int() is never asked to convert one (it refuses over 4,300 digits, and is slow well before that).
+    value = int(text) if len(text) <= 20 else None
+    if value is not None and -INT_LIMIT <= value < INT_LIMIT:
+        return value
+    digits = len(text.lstrip("-"))
+    return _Unrepresentable(f"is too large to represent: an integer of {digits} digits; integers must lie within"
+                            " -2^63..2^63-1")
+
+
+def _parse_float(text: str) -> float | _Unrepresentable:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        shown = text if len(text) <= NUMBER_ECHO_CHARS else text[:NUMBER_ECHO_CHARS] + "..."
+        return _Unrepresentable(f"({shown}) is too large to represent: it overflows a 64-bit float")
+    return value
+
+
+def _parse_constant(text: str) -> _Unrepresentable:
+    return _Unrepresentable(f"is {text}, which is not JSON (RFC 8259 has no NaN or Infinity); send a finite number")
+
+
 class _Faulty(dict):
     """A parsed JSON object that breaks a rule of :func:`loads_unique`, kept until the whole document is parsed: only
     then is its path known (``json`` builds objects innermost first and tells a hook nothing of where they are)."""
@@ -87,30 +139,40 @@ def _checked_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj if invalid is None else _Faulty(pairs, InvalidKey, invalid)
 
 
-def _first_fault(document: Any) -> DuplicateKey | InvalidKey | None:
-    """The fault of the first :class:`_Faulty` object of ``document`` in document order (outer objects before the
-    ones they hold), with its path; ``None`` when there is none."""
+def _cut_path(path: str) -> str:
+    return path if len(path) <= PATH_ECHO_CHARS else "..." + path[-PATH_ECHO_CHARS:]
+
+
+def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
+    """The fault of the first :class:`_Faulty` object or :class:`_Unrepresentable` number of ``document`` in document
+    order (outer objects before the ones they hold), with its path; ``None`` when there is none."""
+    held = (dict, list, _Unrepresentable)
     stack: list[tuple[Any, str]] = [(document, "")]
     while stack:
         node, path = stack.pop()
+        if isinstance(node, _Unrepresentable):
+            where = _cut_path(path or "body")
+            return BadNumber(f"the number at '{where}' {node.problem}", where)
         if isinstance(node, _Faulty):
             key = _shown(node.key)
-            where = f"{path}.{key}" if path else key
-            return node.fault(node.key, where if len(where) <= PATH_ECHO_CHARS else "..." + where[-PATH_ECHO_CHARS:])
+            return node.fault(node.key, _cut_path(f"{path}.{key}" if path else key))
         if isinstance(node, dict):
             stack.extend((v, f"{path}.{_shown(k)}" if path else _shown(k)) for k, v in reversed(node.items())
-                         if isinstance(v, (dict, list)))
+                         if isinstance(v, held))
         elif isinstance(node, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, (dict, list)))
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, held))
     return None
 
 
-def loads_unique(body: bytes | str) -> Any:
-    """:func:`json.loads` that refuses a repeated key or a key that is not valid Unicode, naming its path.
+def loads_unique(body: bytes | str, check_numbers: bool = False) -> Any:
+    """:func:`json.loads` that refuses a repeated key or a key that is not valid Unicode, naming its path, and with
+    ``check_numbers`` a number Python cannot hold as the JSON means it.
 
     Raises:
-        DuplicateKey: a key given twice in one object (the first faulty object in document order).
-        InvalidKey: a key holding a lone UTF-16 surrogate (the first faulty object in document order).
+        DuplicateKey: a key given twice in one object (the first fault in document order).
+        InvalidKey: a key holding a lone UTF-16 surrogate (the first fault in document order).
+        BadNumber: with ``check_numbers``, an integer outside 64 bits, a float overflowing to infinity, or
+            ``NaN``/``Infinity`` (the first fault in document order).
         TooManyKeys: an object with more than :data:`MAX_KEYS` keys.
         ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
     """
@@ -122,20 +184,33 @@ def loads_unique(body: bytes | str) -> Any:
         faulty = faulty or isinstance(obj, _Faulty)
         return obj
 
-    document = json.loads(body, object_pairs_hook=hook)
+    if not check_numbers:
+        document = json.loads(body, object_pairs_hook=hook)
+    else:
+        def number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+            def checked(text: str) -> Any:
+                nonlocal faulty
+                value = parse(text)
+                faulty = faulty or isinstance(value, _Unrepresentable)
+                return value
+            return checked
+
+        document = json.loads(body, object_pairs_hook=hook, parse_float=number(_parse_float),
+                              parse_int=number(_parse_int), parse_constant=number(_parse_constant))
     if faulty and (fault := _first_fault(document)) is not None:
         raise fault
     return document
 
 
 class UniqueKeysRequest(Request):
-    """A request whose :meth:`json` refuses repeated keys, parses large bodies in a thread, and parses once (FastAPI's
+    """A request whose :meth:`json` refuses repeated keys and unrepresentable numbers, parses large bodies in a thread, and parses once (FastAPI's
     own body reading then gets the cached value)."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_unique_json"):
             body = await self.body()
-            self._unique_json = await asyncio.to_thread(loads_unique, body) if len(body) > THREAD_PARSE_BYTES else loads_unique(body)
+            self._unique_json = (await asyncio.to_thread(loads_unique, body, True) if len(body) > THREAD_PARSE_BYTES
+                                 else loads_unique(body, True))
         return self._unique_json
 
 
@@ -154,7 +229,8 @@ class UniqueKeysRoute(APIRoute):
 
     Raises (as answers):
         InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, a
-            key holding a lone UTF-16 surrogate by its path, or an object of more than :data:`MAX_KEYS` keys (422).
+            key holding a lone UTF-16 surrogate or a number :class:`BadNumber` refuses by its path, or an object of
+            more than :data:`MAX_KEYS` keys (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
 
@@ -190,6 +266,8 @@ class UniqueKeysRoute(APIRoute):
                 except InvalidKey as exc:
                     raise InvalidInput(f"key '{exc.path}' of the request body holds a lone UTF-16 surrogate (not valid"
                                        " Unicode); send well-formed UTF-8", field=exc.path) from None
+                except BadNumber as exc:
+                    raise InvalidInput(exc.message, field=exc.path) from None
                 except TooManyKeys as exc:
                     raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
                                        field="body") from None

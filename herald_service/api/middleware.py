@@ -104,22 +104,26 @@ class BearerGate:
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with 413 before the app parses them.
+    """Refuse request bodies over ``max_bytes`` with 413 before the app parses them; ``set_by`` says in the answer
+    which settings give the limit.
 
     A declared ``Content-Length`` over the limit is refused at once. A body without one (chunked) is read here up to
     the limit and replayed to the app; one byte over and it is refused. (Raising from inside the app's ``receive``
     would not work: FastAPI turns any body-reading error into a 400.)
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, metrics: HeraldMetrics | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, metrics: HeraldMetrics | None = None, set_by: str = "") -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.metrics = metrics
+        self.set_by = set_by
 
     async def _refuse(self, send: Send) -> None:
         if self.metrics is not None:
             self.metrics.rejected.labels("body_size").inc()
-        body = json.dumps({"error": {"type": "input_too_large", "message": f"request body exceeds {self.max_bytes} bytes", "field": "body"}}, separators=(",", ":")).encode()
+        # The operator who reads the 413 needs to know which setting to raise, not just the number.
+        limit = f"request body exceeds the limit of {self.max_bytes} bytes" + (f", set by {self.set_by}" if self.set_by else "")
+        body = json.dumps({"error": {"type": "input_too_large", "message": limit, "field": "body"}}, separators=(",", ":")).encode()
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
