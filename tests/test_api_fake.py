@@ -592,16 +592,18 @@ def test_a_nested_key_given_twice_is_named_by_its_path(client, raw, field):
                                  "message": f"key '{field}' appears twice in one JSON object of the request body; give it once"}
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
-def test_a_body_that_is_not_declared_json_gets_the_content_type_error_even_with_a_repeated_key(client, content_type):
+@pytest.mark.parametrize("content_type, got", [("text/plain", "not 'text/plain'"),
+                                              ("application/x-www-form-urlencoded", "not 'application/x-www-form-urlencoded'"),
+                                              (None, "none was given")])
+def test_a_body_that_is_not_declared_json_gets_the_content_type_error_even_with_a_repeated_key(client, content_type, got):
     # FastAPI reads a body as JSON only for application/json (or +json); the repeated-key check must not answer first
     headers = {"content-type": content_type} if content_type else {}
-    expected = {"error": {"type": "invalid_request", "field": "body",
-                          "message": "request body must be a JSON object (Content-Type: application/json)"}}
+    expected = {"error": {"type": "unsupported_media_type", "field": "content-type",
+                          "message": f"request body must be JSON: Content-Type application/json is required ({got})"}}
     valid = client.post("/classify", content=b'{"input": "hello"}', headers=headers)
     repeated = client.post("/classify", content=b'{"input": "a", "input": "b"}', headers=headers)
-    assert (valid.status_code, valid.json()) == (422, expected)
-    assert (repeated.status_code, repeated.json()) == (422, expected)
+    assert (valid.status_code, valid.json()) == (415, expected)
+    assert (repeated.status_code, repeated.json()) == (415, expected)
 
 
 @pytest.mark.parametrize(

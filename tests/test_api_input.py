@@ -127,3 +127,48 @@ def test_the_413_for_a_large_body_names_its_settings_and_limit(client):
 
     streamed = client.post("/classify", content=chunked(), headers={"content-type": "application/json"})
     assert (streamed.status_code, streamed.json()) == (413, expected)
+
+
+@pytest.mark.parametrize("encoding, shown", [("gzip", "gzip"), ("br", "br"), ("identity, deflate", "deflate"),
+                                             ("x" * 100, "x" * 64 + "...")])
+def test_a_compressed_body_is_refused_naming_content_encoding(client, encoding, shown):
+    import gzip
+
+    r = client.post("/classify", content=gzip.compress(b'{"input": "hi"}'),
+                    headers={"content-type": "application/json", "content-encoding": encoding})
+    assert r.status_code == 415, r.text
+    assert r.json() == {"error": {"type": "unsupported_media_type", "field": "content-encoding", "message":
+                                  f"Content-Encoding '{shown}' is not supported: Herald does not decompress request"
+                                  " bodies; send the JSON uncompressed"}}
+
+
+@pytest.mark.parametrize("headers", [{"content-encoding": "identity"}, {"content-type": "application/json; charset=utf-8"},
+                                     {"content-type": "application/merge-patch+json"}])
+def test_identity_encoding_and_json_content_types_are_read(client, headers):
+    r = client.post("/v1/moderations", content=b'{"input": "hello"}', headers={"content-type": "application/json", **headers})
+    assert r.status_code == 200 and r.json()["results"][0]["flagged"] is False
+
+
+@pytest.mark.parametrize("path", ["/classify", "/v1/moderations"])
+def test_a_form_or_text_body_is_refused_naming_content_type(client, path):
+    form = client.post(path, data={"input": "hello"})
+    assert form.status_code == 415 and form.json()["error"] == {
+        "type": "unsupported_media_type", "field": "content-type", "message": "request body must be JSON: Content-Type"
+        " application/json is required (not 'application/x-www-form-urlencoded')"}
+    text = client.post(path, content=b"hello", headers={"content-type": "text/plain; charset=utf-8"})
+    assert text.status_code == 415 and "(not 'text/plain; charset=utf-8')" in text.json()["error"]["message"]
+
+
+def test_content_checks_come_after_the_key_and_before_the_body_is_read():
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True, api_keys=["a-real-key-0123456789"]))) as c:
+        wait_ready(c)
+        no_key = c.post("/classify", content=b"x", headers={"content-type": "text/plain"})
+        assert no_key.status_code == 401  # nothing about the request is reported to a client without a key
+        key = {"Authorization": "Bearer a-real-key-0123456789"}
+        huge = c.post("/classify", content=b"x" * 20_000_000, headers={"content-encoding": "gzip", **key,
+                                                                       "content-type": "application/json"})
+        assert huge.status_code == 415  # refused on its headers; its 20 MB (over the 12 MB limit) were never read
+        assert c.get("/classify", headers=key).status_code == 405  # other methods are not JSON bodies
+        metrics = c.get("/metrics").text
+    assert 'herald_rejected_requests_total{reason="content_encoding"} 1.0' in metrics
+    assert 'herald_requests_total{route="/classify",status="415"} 1.0' in metrics

@@ -220,6 +220,15 @@ def _shown(key: str) -> str:
     return text if len(text) <= KEY_ECHO_CHARS else text[:KEY_ECHO_CHARS] + "..."
 
 
+def is_json_content_type(content_type: str) -> bool:
+    """Whether a ``Content-Type`` value is ``application/json`` or ``application/*+json`` (parameters such as
+    ``charset`` allowed), parsed as FastAPI parses it (``fastapi.routing.get_request_handler``, stdlib headers)."""
+    header = email.message.Message()
+    header["content-type"] = content_type
+    subtype = header.get_content_subtype()
+    return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
 class UniqueKeysRoute(APIRoute):
     """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's "Custom Request and
     APIRoute class" mechanism): the body is parsed by :class:`UniqueKeysRequest` before FastAPI validates it.
@@ -238,15 +247,13 @@ class UniqueKeysRoute(APIRoute):
         """Whether FastAPI parses this request's body as JSON: a Content-Type of ``application/json`` or
         ``application/*+json``, or none at all on a route that is not ``strict_content_type`` (FastAPI's rule in
         ``fastapi.routing.get_request_handler``, with the same stdlib header parsing). Other bodies reach validation
-        as bytes and are answered "request body must be a JSON object (Content-Type: application/json)"."""
+        as bytes and are answered "request body must be a JSON object (Content-Type: application/json)" (in Herald's
+        app :class:`~herald_service.api.middleware.JsonBodies` answers them 415 before they are read)."""
         content_type = request.headers.get("content-type")
         if not content_type:
             strict = self.strict_content_type
             return not (strict.value if isinstance(strict, DefaultPlaceholder) else strict)
-        header = email.message.Message()
-        header["content-type"] = content_type
-        subtype = header.get_content_subtype()
-        return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+        return is_json_content_type(content_type)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -10,6 +10,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald_service.api.errors import error_response
+from herald_service.api.json_body import is_json_content_type
 from herald_service.metrics import HeraldMetrics
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,58 @@ class BearerGate:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+HEADER_ECHO_CHARS = 64
+"""A refused header value is echoed up to this many characters."""
+
+
+class JsonBodies:
+    """415 for a request to a JSON route whose body Herald would not read as the client meant it, before it is read.
+
+    - ``Content-Encoding`` other than ``identity``: Herald does not decompress, and a gzip body was answered as if it
+      were JSON that is "not UTF-8, or nested too deeply".
+    - ``Content-Type`` other than ``application/json`` (or ``application/*+json``), or none: a ``text/plain`` or form
+      body was answered 422 after it was read in full; FastAPI already refused a body without a Content-Type (its
+      ``strict_content_type``), and now says so with the same 415.
+
+    Args:
+        methods_by_path: request path -> the methods whose requests carry a JSON body there (other methods pass, so
+            ``GET /classify`` still gets its 405).
+    """
+
+    def __init__(self, app: ASGIApp, methods_by_path: dict[str, frozenset[str]], metrics: HeraldMetrics | None = None) -> None:
+        self.app = app
+        self.methods_by_path = methods_by_path
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.methods_by_path.get(scope["path"], ()):
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers", [])
+        encodings = [t.strip() for k, v in headers if k == b"content-encoding" for t in v.decode("latin-1").split(",")]
+        encodings = [t for t in encodings if t and t.lower() != "identity"]
+        types = [v.decode("latin-1") for k, v in headers if k == b"content-type"]
+        if encodings:
+            reason, field = "content_encoding", "content-encoding"
+            message = (f"Content-Encoding '{_cut(', '.join(encodings))}' is not supported: Herald does not decompress"
+                       " request bodies; send the JSON uncompressed")
+        elif len(types) != 1 or not is_json_content_type(types[0]):
+            reason, field = "content_type", "content-type"
+            got = ("none was given" if not types else f"got {len(types)} Content-Type headers" if len(types) > 1
+                   else f"not '{_cut(types[0])}'")
+            message = f"request body must be JSON: Content-Type application/json is required ({got})"
+        else:
+            await self.app(scope, receive, send)
+            return
+        if self.metrics is not None:
+            self.metrics.rejected.labels(reason).inc()
+        await error_response(415, "unsupported_media_type", message, field)(scope, receive, send)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= HEADER_ECHO_CHARS else text[:HEADER_ECHO_CHARS] + "..."
 
 
 class BodyLimit:
