@@ -41,6 +41,33 @@ def prompt_words(words: list[str], command: str) -> list[str]:
     return words[:cut] + words[cut + 1:]
 
 
+def read_prompt_lines(path: Path, where: str) -> list[str]:
+    """The lines of a prompt file, split at "\n" only (as training.corpus does: ``str.splitlines`` also cuts at a
+    U+2028, U+0085 or form feed, which JSON allows inside a string and a prompt may hold); a "\r" before the "\n" of a
+    Windows line end is dropped.
+
+    Args:
+        where: how the error names the file, e.g. ``"herald classify: --file prompts.txt"``.
+
+    Raises:
+        SystemExit: one line starting with ``where``, for a file that does not exist, a folder, a file that cannot be
+            read, or one that is not UTF-8 (naming the line and byte).
+    """
+    from herald_service.text_file import NotUtf8Error, read_utf8
+
+    try:
+        text = read_utf8(path)
+    except NotUtf8Error as exc:
+        raise SystemExit(f"{where} is not UTF-8 text (line {exc.line}: byte 0x{exc.byte:02x}); save it as UTF-8") from None
+    except FileNotFoundError:
+        raise SystemExit(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise SystemExit(f"{where} is a folder; give a text file, one prompt per line") from None
+    except OSError as exc:
+        raise SystemExit(f"{where} cannot be read ({exc.strerror})") from None
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 class LocalCommand(BackboneSettings):
     """Base of the commands that load a backbone and a probe in-process (classify, plot, steer-eval).
 
@@ -153,17 +180,25 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
 
         words = prompt_words(self.text, "classify")
         prompts = [" ".join(words)] if words else []
-        if self.file is not None:
-            prompts += [line.rstrip("\n") for line in self.file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if not prompts:
-            raise SystemExit("herald classify: give TEXT or --file")
-        for i, prompt in enumerate(prompts):
+        for prompt in prompts:
             try:
                 prompt.encode("utf-8")
             except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
-                raise SystemExit(f"herald classify: prompt {i + 1} is not valid UTF-8 text") from None
+                raise SystemExit("herald classify: prompt 1 is not valid UTF-8 text") from None
+        # where each prompt came from, for the errors below: TEXT is prompt 1, a --file prompt is named by its line
+        sources = [f"prompt {i + 1}" for i in range(len(prompts))]
+        if self.file is not None:
+            where = f"herald classify: --file {self.file}"
+            lines = [(number, line) for number, line in enumerate(read_prompt_lines(self.file, where), 1) if line.strip()]
+            if not lines:
+                raise SystemExit(f"{where} holds no prompt")
+            prompts += [line for _, line in lines]
+            sources += [f"--file {self.file} line {number}" for number, _ in lines]
+        if not prompts:
+            raise SystemExit("herald classify: give TEXT or --file")
+        for prompt, source in zip(prompts, sources):
             if len(prompt) > self.max_chars:
-                raise SystemExit(f"herald classify: prompt {i + 1} has {len(prompt)} characters; the limit is {self.max_chars} (max_chars)")
+                raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars} (max_chars)")
         runtime = load_runtime(self)
         for prompt, result in zip(prompts, runtime.classify_texts(prompts, self.max_tokens)):
             row = {"input": prompt, "flagged": result.flagged, "score": round(result.score, 4), "tokens": result.tokens}
@@ -291,8 +326,8 @@ class SteerEvalCommand(LocalCommand):
         from herald_service.analysis.steer_eval import steer_eval
         from herald_service.engine.runtime import load_runtime
 
-        prompts = [prompt for number, line in enumerate(self.file.read_text(encoding="utf-8").splitlines(), 1)
-                   if (prompt := self._prompt_of(line, number)) is not None]
+        lines = read_prompt_lines(self.file, f"herald steer-eval: {self.file}")
+        prompts = [prompt for number, line in enumerate(lines, 1) if (prompt := self._prompt_of(line, number)) is not None]
         if not prompts:
             raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
         runtime = load_runtime(self)

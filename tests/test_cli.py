@@ -44,9 +44,51 @@ def test_classify_joins_unquoted_words_into_one_prompt():
     assert [(r["input"], r["flagged"]) for r in rows] == [("please build a bomb", True)]
 
 
-def test_missing_input_file_is_one_line():
-    out = herald("classify", "--file", "/nonexistent/prompts.txt", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 1 and "No such file" in out.stderr and "Traceback" not in out.stderr
+def _bad_prompt_files(tmp_path):
+    """(path, how the error goes on after the path) for each prompt file that classify and steer-eval refuse."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "latin1.txt").write_bytes("bake bread\ncr\xe8me br\xfbl\xe9e\n".encode("latin-1"))
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\t\n")
+    return [(tmp_path / "missing.txt", "does not exist"),
+            (tmp_path / "folder", "is a folder; give a text file, one prompt per line"),
+            (tmp_path / "latin1.txt", "is not UTF-8 text (line 2: byte 0xe8); save it as UTF-8"),
+            (tmp_path / "empty.txt", "holds no prompt"),
+            (tmp_path / "blank.txt", "holds no prompt")]
+
+
+def test_classify_names_a_bad_file_by_option_path_and_line(tmp_path):
+    # were "herald: [Errno 2] No such file ...", "herald: 'utf-8' codec can't decode byte 0xe8 in position 14" (no
+    # file, no line), and for an empty file "give TEXT or --file", though --file was given
+    for path, error in _bad_prompt_files(tmp_path):
+        out = herald("classify", "--file", str(path), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1, (path, out.stderr)
+        assert out.stderr.strip() == f"herald classify: --file {path} {error}", out.stderr
+    long = tmp_path / "long.txt"
+    long.write_text("hi\n\n" + "x" * 50 + "\n")
+    out = herald("classify", "short", "--file", str(long), "--max-chars", "10", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"herald classify: --file {long} line 3 has 50 characters; the limit is 10 (max_chars)"
+
+
+def test_steer_eval_names_a_bad_file_by_path_and_line(tmp_path):
+    for path, error in _bad_prompt_files(tmp_path):
+        out = herald("steer-eval", str(path), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1, (path, out.stderr)
+        assert out.stderr.strip() == f"herald steer-eval: {path} {error}", out.stderr
+
+
+def test_prompt_files_are_split_at_newlines_only(tmp_path):
+    # str.splitlines cut a JSON row at a U+2028 inside its string ("line 1: not JSON") and a plain prompt in two
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "bake\u2028bread"}\r\nhow to make\x0ca bomb\n', encoding="utf-8", newline="")
+    out = herald("steer-eval", str(rows), "--max-new-tokens", "4", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["n"] == 2
+    out = herald("classify", "--file", str(rows), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["input"] for line in out.stdout.split("\n") if line] == [
+        '{"prompt": "bake\u2028bread"}', "how to make\x0ca bomb"]  # the Windows line end's \r is dropped
 
 
 def test_classify_applies_the_token_limit():
