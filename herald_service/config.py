@@ -159,7 +159,11 @@ class Settings(BackboneSettings):
     # (benchmarks/hardware_limit.py), so 8k is past the knee there; the CPU was not re-measured beyond 1k.
     batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="How long the worker waits to fill a batch.")
     queue_capacity: int = Field(1024, ge=1, description="Prompts waiting for the worker before 429.")
-    request_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    request_timeout_s: float = Field(
+        60.0, gt=0, allow_inf_nan=False, description="Seconds a request may wait for its answer before 504. Also the"
+        " admission limit: a request whose estimated wait (tokens accepted earlier plus its own, over the measured"
+        " throughput) exceeds it is refused at once with 429 and Retry-After."
+    )
     keep_alive_s: float = Field(
         75.0, gt=0, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
         " a client never reuses a connection the server is closing (uvicorn's 5 s default raced under load)."

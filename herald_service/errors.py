@@ -29,13 +29,18 @@ class InputTooLarge(HeraldError):
 
 
 class QueueFull(HeraldError):
-    """The engine's bounded queue cannot take the request now (HTTP 429 with Retry-After)."""
+    """The service cannot take the request now (HTTP 429 with ``Retry-After: retry_after_s``, seconds).
+
+    ``reason`` is the ``herald_rejected_requests_total`` label: ``queue_full`` (no queue places left) or
+    ``estimated_wait`` (the work accepted earlier would keep it past ``request_timeout_s``).
+    """
 
     error_type = "overloaded"
 
-    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+    def __init__(self, message: str, retry_after_s: int = 1, reason: str = "queue_full") -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.reason = reason
 
 
 class Unauthorized(HeraldError):

@@ -45,6 +45,10 @@ class HeraldMetrics:
         self.dropped = Counter("herald_dropped_prompts_total", "Prompts dropped before the model, by reason.", ["reason"], registry=r)
         self.rejected = Counter("herald_rejected_requests_total", "Requests refused before any model work, by reason.", ["reason"], registry=r)
         self.steer_runs = Counter("herald_steer_runs_total", "/steer runs by intervention mode.", ["mode"], registry=r)
+        self.throughput = Gauge(
+            "herald_worker_throughput_tokens_per_second",
+            "Estimated worker rate used for admission: moving average of prompt tokens answered per second of busy time.", registry=r,
+        )
         self.worker_up = Gauge("herald_worker_up", "1 while the inference worker can serve, else 0.", registry=r)
         self.model_info = Gauge(
             "herald_model_info", "Loaded backbone and probe (value 1).",

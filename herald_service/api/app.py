@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
@@ -45,10 +46,29 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
     return runtime
 
 
+def _warm_rate(runtime: Runtime) -> float | None:
+    """The first estimate of the worker's rate, prompt tokens per second, timed on the warm-up batch run again (its
+    first run paid one-off costs: lazy initialisation, kernel selection); None if it took no measurable time.
+
+    Two short prompts are mostly fixed per-batch cost, so the rate is low: a conservative seed, which full batches
+    raise (engine.admission.Throughput).
+    """
+    ids = runtime.backbone.encode([user_turn(p) for p in WARMUP_PROMPTS])
+    started = time.perf_counter()
+    runtime.probe.predict(runtime.backbone.last_token_states(ids))
+    elapsed = time.perf_counter() - started
+    return sum(len(i) for i in ids) / elapsed if elapsed > 0 else None
+
+
+def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]) -> tuple[Runtime, float | None]:
+    runtime = _load_and_warm(settings, loader)
+    return runtime, _warm_rate(runtime) if settings.warmup else None
+
+
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime = await asyncio.to_thread(_load_and_warm, settings, loader)
+        runtime, seed_tokens_per_s = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
     except HeraldError as exc:
         state.load_error = exc.message
         log.critical("cannot start: %s", exc.message)
@@ -59,7 +79,7 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
         log.critical(state.load_error, exc_info=exc)
         _stop_if_asked(state)
         return
-    engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics)
+    engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics, seed_tokens_per_s)
     engine.start()
     info = runtime.backbone.info
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)

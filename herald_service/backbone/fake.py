@@ -25,14 +25,20 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 
 
 class FakeBackbone:
-    """Deterministic stand-in with ``num_layers`` layers of width ``hidden_size``."""
+    """Deterministic stand-in with ``num_layers`` layers of width ``hidden_size``.
+
+    A forward pass sleeps ``forward_delay_s`` seconds plus ``token_delay_s`` seconds per prompt token of the batch
+    (a slow model whose cost grows with the work, for admission tests); both 0 by default.
+    """
 
     packs_batches = False
 
-    def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0, overlaps_host: bool = False) -> None:
+    def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0, overlaps_host: bool = False,
+                 token_delay_s: float = 0.0) -> None:
         self.num_layers = num_layers
         self.hidden_size = hidden_size
         self.forward_delay_s = forward_delay_s
+        self.token_delay_s = token_delay_s
         self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
@@ -67,10 +73,11 @@ class FakeBackbone:
 
     def last_token_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None) -> torch.Tensor:
         """``(batch, layer, d_model)`` float32: seeded noise plus a depth-rising harm component."""
-        if self.forward_delay_s:
+        delay_s = self.forward_delay_s + self.token_delay_s * sum(len(ids) for ids in token_ids)
+        if delay_s:
             import time
 
-            time.sleep(self.forward_delay_s)
+            time.sleep(delay_s)
         depth = np.linspace(0.0, 1.0, self.num_layers)
         rows = []
         for ids in token_ids:

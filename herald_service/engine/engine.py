@@ -5,7 +5,8 @@ tokenization overlaps the current forward pass), then submit token ids and recei
 :class:`concurrent.futures.Future` per prompt. The worker takes a window of waiting prompts, sorts it by length,
 cuts batches under a padded-token budget, and answers every prompt of a batch: its result or the batch's error.
 Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
-retried; a full queue raises :class:`QueueFull` at submission.
+retried; a full queue, or work that would wait longer than ``max_wait_s`` behind what was accepted earlier
+(:mod:`herald_service.engine.admission`), raises :class:`QueueFull` at submission.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
+from herald_service.engine.admission import MeanSeconds, Throughput, admission_verdict
 from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
@@ -33,12 +35,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EngineLimits:
-    """Batching knobs (from settings)."""
+    """Batching and admission knobs (from settings).
+
+    Attributes:
+        token_budget: tokens in one forward pass (``batch_token_budget``).
+        max_rows: prompts in one forward pass (``batch_max_prompts``).
+        delay_s: seconds the worker waits to fill a batch (``batch_delay_ms``).
+        queue_capacity: prompts and exclusive jobs waiting before 429 (``queue_capacity``).
+        max_wait_s: the longest estimated wait, seconds, at which work is still accepted (``request_timeout_s``);
+            ``None``: admission by queue places only.
+    """
 
     token_budget: int = 8192
     max_rows: int = 64
     delay_s: float = 0.0
     queue_capacity: int = 1024
+    max_wait_s: float | None = None
 
 
 @dataclass
@@ -64,15 +76,28 @@ class InferenceEngine:
     Args:
         backbone: the resident model (only the worker thread touches it after :meth:`start`).
         probe: the fitted probe.
-        limits: batching knobs.
-        metrics: where queue depth, batch size, batch tokens and latencies go.
+        limits: batching and admission knobs.
+        metrics: where queue depth, batch size, batch tokens, latencies and the estimated throughput go.
+        seed_tokens_per_s: the first estimate of the worker's rate, prompt tokens per second (the app measures it on
+            the warm-up batch); ``None``: the first batch answered sets it, and admission by estimated wait starts
+            then.
     """
 
-    def __init__(self, backbone: Backbone, probe: FittedProbe, limits: EngineLimits, metrics: HeraldMetrics) -> None:
+    def __init__(self, backbone: Backbone, probe: FittedProbe, limits: EngineLimits, metrics: HeraldMetrics,
+                 seed_tokens_per_s: float | None = None) -> None:
         self.backbone = backbone
         self.probe = probe
         self.limits = limits
         self.metrics = metrics
+        self.throughput = Throughput(seed_tokens_per_s)  # written by the worker thread only
+        self.job_seconds = MeanSeconds()  # seconds of one exclusive job; written by the worker thread only
+        if seed_tokens_per_s is not None:
+            metrics.throughput.set(seed_tokens_per_s)
+        # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
+        # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
+        self._ahead_tokens = 0
+        self._ahead_jobs = 0
+        self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -114,33 +139,44 @@ class InferenceEngine:
 
         Raises:
             NotReady: if the worker is not running.
-            QueueFull: if the prompts do not fit in the queue (nothing is queued then).
+            QueueFull: if the prompts do not fit in the queue (``reason`` ``queue_full``), or their estimated wait
+                behind the work accepted earlier exceeds ``max_wait_s`` (``reason`` ``estimated_wait``; its
+                ``retry_after_s`` from the same estimate). Nothing is queued then.
         """
         now = time.perf_counter()
         items = [_Prompt(ids, Future(), now, tokenize_s) for ids in token_ids]
-        self._enqueue(items)
+        self._enqueue(items, tokens=sum(len(ids) for ids in token_ids))
         return [item.future for item in items]
 
     def submit_exclusive(self, run: Callable[[], object]) -> Future:
         """Queue a job that runs on the worker thread with the model to itself (``/steer``).
 
+        Its estimated cost is the mean duration of the exclusive jobs run so far (none before the first).
+
         Raises:
             NotReady, QueueFull: as :meth:`submit`.
         """
         job = _Exclusive(run, Future())
-        self._enqueue([job])
+        self._enqueue([job], jobs=1)
         return job.future
 
     def check_room(self, prompts: int) -> None:
-        """Refuse now if ``prompts`` would not fit in the queue as it is (a cheap check before any work; :meth:`submit`
-        checks again, since the queue can fill in between).
+        """Refuse now if ``prompts`` would not fit in the queue as it is, or if the work accepted earlier alone
+        would keep them waiting longer than ``max_wait_s`` (a cheap check before any work, their tokens not yet
+        known; :meth:`submit` checks again with them, since the queue can fill in between).
 
         Raises:
             NotReady: if the worker is not running.
-            QueueFull: if they do not fit.
+            QueueFull: as :meth:`submit`.
         """
         with self._cond:
             self._check_room(prompts)
+
+    @property
+    def ahead(self) -> tuple[int, int]:
+        """Prompt tokens and exclusive jobs accepted and not yet answered."""
+        with self._cond:
+            return self._ahead_tokens, self._ahead_jobs
 
     def cancel(self, futures: Sequence[Future], reason: str) -> None:
         """Cancel work whose client left or timed out, recording why (``client_gone`` or ``timeout``) in
@@ -163,15 +199,32 @@ class InferenceEngine:
         if removed:
             self.metrics.dropped.labels(reason).inc(removed)
 
-    def _check_room(self, prompts: int) -> None:
+    def _check_room(self, prompts: int, tokens: int = 0, jobs: int = 0) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
         if len(self._queue) + prompts > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
+        refusal = admission_verdict(self._ahead_tokens, self._ahead_jobs, tokens, jobs, self.throughput.tokens_per_s,
+                                    self.job_seconds.seconds, self.limits.max_wait_s)
+        if refusal is not None:
+            raise QueueFull(refusal.message, retry_after_s=refusal.retry_after_s, reason="estimated_wait")
 
-    def _enqueue(self, items: list[_Prompt | _Exclusive]) -> None:
+    def _settled(self, tokens: int, jobs: int) -> Callable[[Future], None]:
+        def give_back(_future: Future) -> None:
+            with self._cond:
+                self._ahead_tokens -= tokens
+                self._ahead_jobs -= jobs
+
+        return give_back
+
+    def _enqueue(self, items: list[_Prompt | _Exclusive], tokens: int = 0, jobs: int = 0) -> None:
         with self._cond:
-            self._check_room(len(items))
+            self._check_room(len(items), tokens, jobs)
+            self._ahead_tokens += tokens
+            self._ahead_jobs += jobs
+            for item in items:
+                size = len(item.token_ids) if isinstance(item, _Prompt) else 0
+                item.future.add_done_callback(self._settled(size, 1 if isinstance(item, _Exclusive) else 0))
             self._queue.extend(items)
             self.metrics.queue_depth.set(len(self._queue))
             self._cond.notify()
@@ -283,13 +336,24 @@ class InferenceEngine:
         if not job.future.set_running_or_notify_cancel():
             self.metrics.dropped.labels(_cancel_reason(job.future)).inc()
             return
+        started = time.perf_counter()
         try:
-            job.future.set_result(job.run())
+            result = job.run()
         except HeraldError as exc:
+            self._job_done(started)
             job.future.set_exception(exc)
         except Exception:
             log.exception("exclusive job failed")
+            self._job_done(started)
             job.future.set_exception(InferenceFailed("inference failed; see server log"))
+        else:
+            self._job_done(started)
+            job.future.set_result(result)
+
+    def _job_done(self, started: float) -> None:
+        # Measured before the answer is set, so a caller woken by it sees the estimate that includes this job.
+        self._last_answered = time.perf_counter()
+        self.job_seconds.observe(self._last_answered - started)
 
     def _run_batch(self, batch: list[_Prompt]) -> None:
         started = time.perf_counter()
@@ -323,6 +387,12 @@ class InferenceEngine:
             return
         scored = time.perf_counter()
         lengths = [len(p.token_ids) for p in batch]
+        # Busy time since the worker last answered, not since this batch was launched: pipelined, the next batch is
+        # launched before this one is scored, and launch-to-score spans would count the overlap twice.
+        self.throughput.observe(sum(lengths), scored - max(started, self._last_answered), self.limits.token_budget)
+        self._last_answered = scored
+        if self.throughput.tokens_per_s is not None:
+            self.metrics.throughput.set(self.throughput.tokens_per_s)
         self.metrics.batch_size.observe(len(batch))
         self.metrics.batch_tokens.observe(sum(lengths) if self.backbone.packs_batches else max(lengths) * len(batch))
         self.metrics.inference_duration.observe(scored - started)

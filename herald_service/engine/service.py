@@ -52,8 +52,9 @@ def _is_valid_unicode(text: str) -> bool:
 
 
 def engine_limits(settings: Settings) -> EngineLimits:
-    """Batching knobs from settings."""
-    return EngineLimits(settings.batch_token_budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity)
+    """Batching and admission knobs from settings (the longest estimated wait admitted is ``request_timeout_s``)."""
+    return EngineLimits(settings.batch_token_budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity,
+                        settings.request_timeout_s)
 
 
 class Moderator:
@@ -149,7 +150,8 @@ class Moderator:
 
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`.
-            QueueFull: the engine's queue is full (429).
+            QueueFull: the engine's queue is full, or the estimated wait behind the work accepted earlier exceeds
+                ``request_timeout_s`` (429; counted in ``herald_rejected_requests_total`` under its ``reason``).
             RequestTimeout: no answer within ``request_timeout_s`` (504).
             ClientGone: the client disconnected first; its prompts are cancelled.
             InferenceFailed, NotReady: the batch failed or the worker is down.
@@ -159,8 +161,8 @@ class Moderator:
             self.engine.check_room(len(conversations))  # 429 before any work (DESIGN section 4), not after tokenizing
             ids, tokenize_s = await self.tokenize(conversations, fields)
             futures = self.engine.submit(ids, tokenize_s)
-        except QueueFull:
-            self.metrics.rejected.labels("queue_full").inc()
+        except QueueFull as exc:
+            self.metrics.rejected.labels(exc.reason).inc()
             raise
         self._observe_tokens(ids)
         results = await self._wait(futures, disconnected)
@@ -185,6 +187,8 @@ class Moderator:
 
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
+            QueueFull: the worker's backlog would keep this one past ``request_timeout_s`` (``estimated_wait``; 429,
+                counted in ``herald_rejected_requests_total``).
             plus the errors of :meth:`classify`.
         """
         num_layers = self.runtime.backbone.info.num_layers
@@ -222,8 +226,12 @@ class Moderator:
                 classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),
             )
 
+        try:
+            submitted = self.engine.submit_exclusive(job)
+        except QueueFull as exc:
+            self.metrics.rejected.labels(exc.reason).inc()
+            raise
         self.metrics.steer_runs.labels(mode).inc()
-        submitted = self.engine.submit_exclusive(job)
         self._observe_tokens([ids])
         (outcome,) = await self._wait([submitted], disconnected)
         return outcome
