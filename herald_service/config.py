@@ -168,6 +168,11 @@ class Settings(BackboneSettings):
         75.0, gt=0, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
         " a client never reuses a connection the server is closing (uvicorn's 5 s default raced under load)."
     )
+    body_timeout_s: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="Seconds from a request's headers to the last byte of its body;"
+        " past it, 408 and the connection is closed. Bounds a client that trickles its body to hold a connection"
+        " (slowloris); raise it for clients that send large batches over slow links."
+    )
     warmup: bool = True
 
     @field_validator("steer_api_key", mode="before")

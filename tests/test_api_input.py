@@ -172,3 +172,157 @@ def test_content_checks_come_after_the_key_and_before_the_body_is_read():
         metrics = c.get("/metrics").text
     assert 'herald_rejected_requests_total{reason="content_encoding"} 1.0' in metrics
     assert 'herald_requests_total{route="/classify",status="415"} 1.0' in metrics
+
+
+def _asgi_post(app, chunks, content_length: int | None):
+    """Drive ``app`` with a POST /classify whose body is ``chunks`` and then nothing more (a client that stalls);
+    return the messages it sent and the seconds it took."""
+    import asyncio
+    import time
+
+    headers = [(b"content-type", b"application/json")]
+    if content_length is not None:
+        headers.append((b"content-length", str(content_length).encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/classify", "raw_path": b"/classify", "query_string": b"", "headers": headers,
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000), "root_path": ""}
+    pending = list(chunks)
+    sent = []
+
+    async def receive():
+        if pending:
+            return {"type": "http.request", "body": pending.pop(0), "more_body": True}
+        await asyncio.sleep(3600)  # the rest of the body never comes
+
+    async def send(message):
+        sent.append(message)
+
+    async def run():
+        started = time.monotonic()
+        await asyncio.wait_for(app(scope, receive, send), 30)
+        return time.monotonic() - started
+
+    return sent, asyncio.run(run())
+
+
+@pytest.mark.parametrize("content_length", [100, None])  # declared length (read by the route) or chunked (BodyLimit)
+def test_a_body_that_stalls_is_answered_408_naming_the_setting(content_length):
+    import json
+
+    app = build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.3))
+    sent, took = _asgi_post(app, [b'{"input": "he', b"llo"], content_length)
+    start, body = sent[0], sent[1]
+    assert start["status"] == 408 and 0.3 <= took < 5
+    assert (b"connection", b"close") in start["headers"]  # the server drops the connection and the rest of the body
+    assert json.loads(body["body"]) == {"error": {"type": "request_timeout", "field": "body", "message":
+                                                  "request body not received within 0.3 s (HERALD_BODY_TIMEOUT_S)"}}
+    assert len(sent) == 2  # one answer
+    metrics = app.state.herald.metrics
+    assert metrics.rejected.labels("body_timeout")._value.get() == 1
+
+
+def test_body_timeout_is_a_positive_setting(monkeypatch):
+    monkeypatch.setenv("HERALD_BODY_TIMEOUT_S", "2.5")
+    assert Settings(_env_file=None).body_timeout_s == 2.5
+    assert Settings(_env_file=None, fake_backend=True).body_timeout_s == 2.5
+    monkeypatch.delenv("HERALD_BODY_TIMEOUT_S")
+    assert Settings(_env_file=None).body_timeout_s == 10.0
+    for bad in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="body_timeout_s"):
+            Settings(_env_file=None, body_timeout_s=bad)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A real uvicorn server on 127.0.0.1 with a 0.5 s body timeout: (host, port)."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    app = build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    else:
+        pytest.fail("server never became ready")
+    yield "127.0.0.1", port
+    uv.should_exit = True
+    thread.join(10)
+
+
+def _read_all(sock, timeout_s: float) -> bytes:
+    """What the server sends until it closes the connection (or ``timeout_s`` passes)."""
+    import socket
+    import time
+
+    sock.settimeout(0.2)
+    data, deadline = b"", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")
+
+
+def test_a_slowloris_client_is_cut_off_and_others_are_served(server):
+    import json
+    import socket
+    import time
+
+    import httpx
+
+    slow = socket.create_connection(server)
+    body = b'{"input": "hello there"}'
+    slow.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body[:3])
+    started = time.monotonic()
+    for byte in body[3:8]:  # trickle: one byte every 0.2 s keeps the connection busy but never finishes in time
+        time.sleep(0.2)
+        try:
+            slow.sendall(bytes([byte]))
+        except OSError:
+            break
+    answer = _read_all(slow, 5)  # the server answers and then closes: the connection does not linger
+    slow.close()
+    took = time.monotonic() - started
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower(), answer
+    assert 0.5 <= took < 3
+    assert json.loads(payload)["error"] == {"type": "request_timeout", "field": "body",
+                                           "message": "request body not received within 0.5 s (HERALD_BODY_TIMEOUT_S)"}
+    ok = httpx.post(f"http://{server[0]}:{server[1]}/classify", json={"input": "hello"}, timeout=5)
+    assert ok.status_code == 200
+
+
+def test_a_body_sent_slowly_but_in_time_is_served(server):
+    import socket
+    import time
+
+    body = b'{"input": "hello there"}'
+    with socket.create_connection(server) as sock:
+        sock.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body))
+        for part in (body[:8], body[8:16], body[16:]):
+            time.sleep(0.1)
+            sock.sendall(part)
+        answer = _read_all(sock, 5)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    assert b'"flagged":false' in answer

@@ -18,7 +18,7 @@ from herald_service import __version__
 from herald_service.api.deps import STEER_DISABLED, STEER_KEY_NAME, AppState
 from herald_service.api.errors import install_error_handlers
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.middleware import BearerGate, BodyLimit, JsonBodies, RequestMetrics
+from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
 from herald_service.engine.engine import InferenceEngine
@@ -138,6 +138,7 @@ def build_app(
     max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
     set_by = f"HERALD_MAX_BATCH_SIZE ({settings.max_batch_size}) x HERALD_MAX_CHARS ({settings.max_chars}) x 6 + 65536"
     app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics, set_by=set_by)
+    app.add_middleware(BodyDeadline, timeout_s=settings.body_timeout_s, metrics=metrics, setting="HERALD_BODY_TIMEOUT_S")
     json_routes = [r for router in routers for r in router.routes if isinstance(r, UniqueKeysRoute)]
     app.add_middleware(JsonBodies, methods_by_path={r.path: frozenset(r.methods) for r in json_routes}, metrics=metrics)
     api_keys = [k.get_secret_value() for k in settings.api_keys]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -102,6 +103,67 @@ class BearerGate:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class _BodyTimedOut(Exception):
+    """Raised from :class:`BodyDeadline`'s ``receive`` through the app, which has no handler for it, back to the
+    middleware that answers it."""
+
+
+class BodyDeadline:
+    """408 for a request whose body has not fully arrived ``timeout_s`` seconds after the app got its headers.
+
+    A client that sends headers and then trickles its body a byte at a time (slowloris) held its request, and its
+    connection, for as long as it liked: uvicorn bounds idle keep-alive time, not the time to read a body. Every
+    ``receive`` of the body, here or by the middleware and routes inside, waits only until the deadline; past it the
+    request is answered 408 with ``Connection: close``, so the server also drops the connection and the rest of the
+    body. Once the body is complete ``receive`` is not bounded (the routes wait on it for a disconnect while the
+    model works).
+
+    Args:
+        timeout_s: seconds from the request's start to the body's last byte.
+        setting: how the 408 names the setting to raise.
+    """
+
+    def __init__(self, app: ASGIApp, timeout_s: float, metrics: HeraldMetrics | None = None, setting: str = "") -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+        self.metrics = metrics
+        self.setting = setting
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        body_done = False
+        started = False
+
+        async def timed_receive() -> Message:
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - asyncio.get_running_loop().time(), 0.0))
+            except asyncio.TimeoutError:
+                raise _BodyTimedOut from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, tracked_send)
+        except _BodyTimedOut:
+            if started:  # an app that answers before reading its whole body; nothing more can be said
+                return
+            if self.metrics is not None:
+                self.metrics.rejected.labels("body_timeout").inc()
+            message = f"request body not received within {self.timeout_s:g} s" + (f" ({self.setting})" if self.setting else "")
+            await error_response(408, "request_timeout", message, "body", {"Connection": "close"})(scope, receive, send)
 
 
 HEADER_ECHO_CHARS = 64

@@ -14,7 +14,7 @@ from herald_service.types import Classification, Conversation, Message, Timing, 
 
 router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 
-ERRORS = {code: {"model": ErrorBody} for code in (401, 413, 415, 422, 429, 503, 504)}
+ERRORS = {code: {"model": ErrorBody} for code in (401, 408, 413, 415, 422, 429, 503, 504)}
 _FEATURES = tuple(TrajectoryFeatures.model_fields)
 
 
