@@ -261,12 +261,17 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         texts = prompt_words(self.text, "plot")
         if not texts:
             raise SystemExit("herald plot: give one or more prompts")
+        out = self.out if self.out.suffix.lower() == ".png" else self.out.with_name(self.out.name + ".png")
+        # checked before the backbone loads; savefig failed after it (a folder), or the folder was made silently
+        if self.out.is_dir() or out.is_dir():
+            folder = self.out if self.out.is_dir() else out
+            raise SystemExit(f"herald plot: --out {self.out} is a folder; give a file path such as --out "
+                             f"{folder / 'trajectory.png'}")
+        if not out.parent.is_dir():
+            state = "is not a folder" if out.parent.exists() else "does not exist"
+            raise SystemExit(f"herald plot: --out {self.out}: folder {out.parent} {state}; create it or choose another path")
         results = load_runtime(self).classify_texts(texts)
-        path = plot_trajectories(
-            np.array([r.trajectory for r in results]), texts, [r.flagged for r in results],
-            self.out if self.out.suffix.lower() == ".png" else self.out.with_name(self.out.name + ".png"),
-        )
-        print(path)
+        print(plot_trajectories(np.array([r.trajectory for r in results]), texts, [r.flagged for r in results], out))
 
 
 class SteerEvalCommand(LocalCommand):

@@ -319,3 +319,40 @@ def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip() == ("herald serve: cannot listen on 192.0.2.1:8139 (Cannot assign requested address);"
                                   " set HERALD_HOST or --host, HERALD_PORT or --port")
+
+
+def test_plot_refuses_an_out_it_cannot_write_before_the_backbone_loads(tmp_path):
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "notes.txt").write_text("")
+    refused = {
+        # a folder was written next to itself as charts.png; charts.png/ failed in savefig after the backbone load
+        tmp_path / "charts": f"is a folder; give a file path such as --out {tmp_path / 'charts' / 'trajectory.png'}",
+        # a missing folder was created silently, so a typo in it went unnoticed
+        tmp_path / "chrats" / "t.png": f": folder {tmp_path / 'chrats'} does not exist; create it or choose another path",
+        tmp_path / "notes.txt" / "t.png": f": folder {tmp_path / 'notes.txt'} is not a folder; create it or choose another path",
+    }
+    for out_path, error in refused.items():
+        # the backbone path does not exist either: --out is checked first, so its error is the one shown
+        out = herald("plot", "bake bread", "--out", str(out_path), HERALD_BACKBONE=str(tmp_path / "missing"))
+        assert out.returncode == 1, (out_path, out.stderr)
+        assert out.stderr.strip() == f"herald plot: --out {out_path}{'' if error.startswith(':') else ' '}{error}"
+    assert not (tmp_path / "chrats").exists() and not (tmp_path / "charts.png").exists()
+
+
+def test_plot_legend_stays_on_the_figure_with_many_long_prompts():
+    import numpy as np
+
+    from herald_service.analysis.trajectory_plot import LABEL_CHARS, LEGEND_ENTRIES, trajectory_figure
+
+    prompts = [f"prompt {i}: please explain,\nstep by step, how bread is baked at home" for i in range(40)]
+    fig = trajectory_figure(np.random.default_rng(0).normal(size=(40, 8)), prompts, [i % 3 == 0 for i in range(40)])
+    fig.draw_without_rendering()
+    legend = fig.axes[0].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert len(texts) == LEGEND_ENTRIES == 12 and texts[-1] == "+29 more prompts"
+    assert texts[0] == "[flagged] prompt 0: please explain, step by step, how\u2026"  # one line, cut with an ellipsis
+    assert all(len(t.split("] ", 1)[1]) <= LABEL_CHARS for t in texts[:-1])
+    assert len(fig.axes[0].get_lines()) == 40 + 1  # every prompt is drawn (and the boundary at 0)
+    box, page, axes = legend.get_window_extent(), fig.bbox, fig.axes[0].get_window_extent()
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    assert box.x0 >= axes.x1  # beside the axes, covering no line
