@@ -144,6 +144,10 @@ class Settings(BackboneSettings):
     steer_enabled: bool = False
     steer_api_key: SecretStr | None = None
     steer_max_new_tokens: int = Field(128, ge=1, le=2048)
+    steer_max_concurrent: int = Field(
+        1, ge=1, description="/steer requests at once; one more gets 429 with Retry-After. Generation holds the worker"
+        " (and all moderation) for seconds per request, so more at once only queue /classify behind them."
+    )
 
     max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request.")
     max_messages: int = Field(

@@ -31,8 +31,9 @@ class InputTooLarge(HeraldError):
 class QueueFull(HeraldError):
     """The service cannot take the request now (HTTP 429 with ``Retry-After: retry_after_s``, seconds).
 
-    ``reason`` is the ``herald_rejected_requests_total`` label: ``queue_full`` (no queue places left) or
-    ``estimated_wait`` (the work accepted earlier would keep it past ``request_timeout_s``).
+    ``reason`` is the ``herald_rejected_requests_total`` label: ``queue_full`` (no queue places left),
+    ``estimated_wait`` (the work accepted earlier would keep it past ``request_timeout_s``) or
+    ``steer_concurrency`` (``steer_max_concurrent`` /steer requests already run).
     """
 
     error_type = "overloaded"

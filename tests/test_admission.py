@@ -1,4 +1,4 @@
-"""Admission by estimated wait: overload is answered 429 with Retry-After at once,
+"""Admission by estimated wait and the /steer concurrency cap: overload is answered 429 with Retry-After at once,
 not 504 after ``request_timeout_s``; every accepted request still gets exactly one answer."""
 
 import threading
@@ -7,6 +7,7 @@ from concurrent.futures import wait
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from conftest import wait_ready
 from herald_service.api.app import build_app
@@ -18,6 +19,8 @@ from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.errors import QueueFull
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
+
+STEER_KEY = "steer-key-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +196,43 @@ def test_overload_is_answered_429_with_retry_after_and_no_admitted_request_times
         assert metrics.registry.get_sample_value("herald_worker_throughput_tokens_per_second") > 0
         # Drained, the service takes work again.
         assert client.post("/classify", json={"input": "hi"}).status_code == 200
+
+
+def test_a_steer_request_over_steer_max_concurrent_is_answered_429_and_the_slot_frees_after(runtime):
+    generating, release = threading.Event(), threading.Event()
+
+    class Held(FakeBackbone):
+        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None):
+            generating.set()
+            release.wait(10)
+            return super().generate(token_ids, max_new_tokens, intervention, max_time_s)
+
+    backbone = sharing_vocab(runtime, Held())
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+    with slow_app(runtime, backbone, steer_enabled=True, steer_api_key=STEER_KEY, request_timeout_s=30.0) as client:
+        wait_ready(client)
+        first = []
+        thread = threading.Thread(target=lambda: first.append(client.post("/steer", json={"prompt": "make a bomb"}, headers=auth)))
+        thread.start()
+        assert generating.wait(10)
+        over = client.post("/steer", json={"prompt": "bake bread"}, headers=auth)
+        release.set()
+        thread.join(10)
+        assert over.status_code == 429, over.text
+        error = over.json()["error"]
+        assert error["type"] == "overloaded"
+        assert "steer_max_concurrent" in error["message"] and "HERALD_STEER_MAX_CONCURRENT" in error["message"]
+        assert 1 <= int(over.headers["Retry-After"]) <= 30  # no job measured yet: bounded by request_timeout_s
+        assert first[0].status_code == 200
+        metrics = client.app.state.herald.metrics
+        assert rejected(metrics, "steer_concurrency") == 1
+        assert metrics.registry.get_sample_value("herald_steer_runs_total", {"mode": "ablate"}) == 1  # the refused one did not run
+        assert client.post("/steer", json={"prompt": "bake bread"}, headers=auth).status_code == 200
+
+
+def test_steer_max_concurrent_is_read_from_the_environment_and_must_be_at_least_one(monkeypatch):
+    monkeypatch.setenv("HERALD_STEER_MAX_CONCURRENT", "3")
+    assert Settings(_env_file=None).steer_max_concurrent == 3
+    assert Settings(_env_file=None, steer_max_concurrent=1).steer_max_concurrent == 1
+    with pytest.raises(ValidationError, match="steer_max_concurrent"):
+        Settings(_env_file=None, steer_max_concurrent=0)

@@ -7,7 +7,10 @@ client disconnects; this module never imports FastAPI.
 from __future__ import annotations
 
 import asyncio
+import math
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal, Sequence
 
@@ -63,7 +66,7 @@ class Moderator:
     Args:
         runtime: loaded backbone and probe.
         engine: the started engine owning that backbone.
-        settings: limits (batch size, characters, tokens, timeout).
+        settings: limits (batch size, characters, tokens, timeout, /steer requests at once).
         metrics: for rejections and prompt tokens.
     """
 
@@ -72,6 +75,10 @@ class Moderator:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
+        # /steer requests holding a slot, by slot, with when each took it (perf_counter seconds). A slot is given back
+        # when its request has ended and its job has left the worker (the worker thread may be the one to do it).
+        self._steer_slots: dict[object, float] = {}
+        self._steer_lock = threading.Lock()
 
     def check_shape(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> None:
         """Batch-size and character limits, before any tokenization.
@@ -185,10 +192,14 @@ class Moderator:
 
         ``field`` names the request field that holds ``conversation`` (``prompt`` or ``messages``) in errors.
 
+        At most ``steer_max_concurrent`` run at once, from admission until the worker has finished the request's job
+        (even after the request itself timed out).
+
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
-            QueueFull: the worker's backlog would keep this one past ``request_timeout_s`` (``estimated_wait``; 429,
-                counted in ``herald_rejected_requests_total``).
+            QueueFull: ``steer_max_concurrent`` /steer requests already run (``reason`` ``steer_concurrency``), or the
+                worker's backlog would keep this one past ``request_timeout_s`` (``estimated_wait``); 429, counted in
+                ``herald_rejected_requests_total`` under the reason.
             plus the errors of :meth:`classify`.
         """
         num_layers = self.runtime.backbone.info.num_layers
@@ -207,6 +218,20 @@ class Moderator:
                 raise InvalidInput(f"layers must be a non-empty list within 1..{num_layers}", field="layers")
             chosen = sorted(set(layers))
         self.check_shape([conversation], [field], field)
+        slot = self._take_steer_slot()
+        submitted = None
+        try:
+            submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens)
+            (outcome,) = await self._wait([submitted], disconnected)
+            return outcome
+        finally:
+            if submitted is None:
+                self._give_back_steer_slot(slot)
+            else:  # a running job cannot be stopped: the slot stays taken until the worker is done with it
+                submitted.add_done_callback(lambda _future: self._give_back_steer_slot(slot))
+
+    async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
+                            alpha: float, max_new_tokens: int) -> Future:
         (ids,), _ = await self.tokenize([conversation], [field])
         directions = self.runtime.probe.directions
         intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
@@ -233,8 +258,39 @@ class Moderator:
             raise
         self.metrics.steer_runs.labels(mode).inc()
         self._observe_tokens([ids])
-        (outcome,) = await self._wait([submitted], disconnected)
-        return outcome
+        return submitted
+
+    def _take_steer_slot(self) -> object:
+        """A slot for one /steer request.
+
+        Raises:
+            QueueFull: all ``steer_max_concurrent`` slots are taken (``reason`` ``steer_concurrency``). Its
+                ``retry_after_s`` is when the oldest slot should free: the mean duration of the worker's exclusive
+                jobs so far less the time that slot has been held, bounded by ``request_timeout_s`` (which bounds
+                generation), rounded up, at least 1.
+        """
+        limit = self.settings.steer_max_concurrent
+        with self._steer_lock:
+            if len(self._steer_slots) < limit:
+                slot = object()
+                self._steer_slots[slot] = time.perf_counter()
+                return slot
+            held_s = time.perf_counter() - min(self._steer_slots.values())
+        remaining_s = max(self.settings.request_timeout_s - held_s, 0.0)
+        mean_s = self.engine.job_seconds.seconds
+        if mean_s is not None:
+            remaining_s = min(remaining_s, max(mean_s - held_s, 0.0))
+        retry_after_s = max(1, math.ceil(remaining_s))
+        self.metrics.rejected.labels("steer_concurrency").inc()
+        raise QueueFull(
+            f"{limit} /steer request{'s' if limit > 1 else ''} already running; the limit is {limit} at once"
+            f" (steer_max_concurrent, HERALD_STEER_MAX_CONCURRENT); retry in {retry_after_s} s",
+            retry_after_s=retry_after_s, reason="steer_concurrency",
+        )
+
+    def _give_back_steer_slot(self, slot: object) -> None:
+        with self._steer_lock:
+            self._steer_slots.pop(slot, None)
 
     async def _wait(self, futures: list, disconnected: Callable[[], Awaitable[Any]] | None) -> list:
         wrapped = [asyncio.wrap_future(f) for f in futures]
