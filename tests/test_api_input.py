@@ -221,6 +221,10 @@ def test_a_body_that_stalls_is_answered_408_naming_the_setting(content_length):
     assert metrics.rejected.labels("body_timeout")._value.get() == 1
 
 
+def test_info_reports_the_body_timeout(client):
+    assert client.get("/v1/info").json()["limits"]["body_timeout_s"] == 10.0
+
+
 def test_body_timeout_is_a_positive_setting(monkeypatch):
     monkeypatch.setenv("HERALD_BODY_TIMEOUT_S", "2.5")
     assert Settings(_env_file=None).body_timeout_s == 2.5

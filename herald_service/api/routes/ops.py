@@ -62,6 +62,7 @@ async def info(state: State) -> dict:
             "batch_token_budget": s.batch_token_budget,
             "batch_max_prompts": s.batch_max_prompts,
             "request_timeout_s": s.request_timeout_s,
+            "body_timeout_s": s.body_timeout_s,
         },
         "steer_enabled": s.steer_enabled,
     }
