@@ -241,6 +241,7 @@ def test_metrics_move_with_traffic(client):
 def test_info_and_page(client):
     info = client.get("/v1/info").json()
     assert info["backbone"]["num_layers"] == 8 and info["limits"]["max_tokens"] == 40
+    assert info["steer_enabled"] is True and info["limits"]["steer_max_concurrent"] == 1
     assert info["probe"]["manifest"]["feature_set"] == "herald-v1"
     page = client.get("/")
     assert page.status_code == 200 and "classify" in page.text

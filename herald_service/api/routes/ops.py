@@ -66,6 +66,8 @@ async def info(state: State) -> dict:
         },
         "steer_enabled": s.steer_enabled,
     }
+    if s.steer_enabled:
+        body["limits"]["steer_max_concurrent"] = s.steer_max_concurrent
     if state.runtime is not None:
         info = state.runtime.backbone.info
         body["backbone"] = {
