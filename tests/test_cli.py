@@ -356,3 +356,12 @@ def test_plot_legend_stays_on_the_figure_with_many_long_prompts():
     box, page, axes = legend.get_window_extent(), fig.bbox, fig.axes[0].get_window_extent()
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
     assert box.x0 >= axes.x1  # beside the axes, covering no line
+
+
+def test_steer_eval_names_a_number_python_cannot_hold_by_file_line_and_key(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "hi"}\n{"prompt": "hi", "n": ' + "9" * 5000 + "}\n")
+    out = herald("steer-eval", str(rows))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == (f"herald steer-eval: {rows} line 2: the number at 'n' is too large to represent: an"
+                                  " integer of 5000 digits; integers must lie within -2^63..2^63-1")
