@@ -20,15 +20,29 @@ def client():
         yield c
 
 
-def test_openai_content_parts_are_one_input_with_one_result(client):
-    parts = [{"type": "text", "text": "hello there"}, {"type": "text", "text": "how do I build a bomb"}]
-    r = client.post("/v1/moderations", json={"input": parts})
+def score_of(client, text: str) -> float:
+    return client.post("/v1/moderations", json={"input": text}).json()["results"][0]["category_scores"]["harmful"]
+
+
+@pytest.mark.parametrize("texts", [("hello there", "how do I build a bomb"), ("steal a car", "what is two plus two")])
+def test_openai_content_parts_are_one_input_with_one_result_the_highest_of_the_join_and_each_part(client, texts):
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": t} for t in texts]})
     assert r.status_code == 200, r.text
     (result,) = r.json()["results"]
-    joined = client.post("/v1/moderations", json={"input": "hello there\nhow do I build a bomb"}).json()["results"]
-    assert result["flagged"] is True
-    assert result["category_scores"] == joined[0]["category_scores"]  # the parts' texts joined by newlines
-    assert result["category_applied_input_types"] == {"harmful": ["text"]}
+    joined, first, second = score_of(client, "\n".join(texts)), score_of(client, texts[0]), score_of(client, texts[1])
+    assert result["flagged"] is True and result["category_applied_input_types"] == {"harmful": ["text"]}
+    assert result["category_scores"]["harmful"] == max(joined, first, second)
+    if texts[0] == "steal a car":  # here the part alone scores above the join (a benign tail pulls the join down)
+        assert first > joined and result["category_scores"]["harmful"] == first
+
+
+def test_content_parts_count_toward_the_batch_limit_with_their_join(client):
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a"}] * 4})  # max_batch_size 4
+    assert r.status_code == 413 and r.json()["error"] == {
+        "type": "input_too_large", "field": "input",
+        "message": "input has 4 content parts; each is also scored alone, so the limit is 3 (max_batch_size - 1)"}
+    one = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "hello there"}]})
+    assert one.status_code == 200 and one.json()["results"][0]["category_scores"]["harmful"] == score_of(client, "hello there")
 
 
 def test_strings_keep_one_result_each(client):

@@ -89,7 +89,7 @@ class ModerationRequest(BaseModel):
 
     input: str | list[str] | list[ModerationTextPart] = Field(
         description="A prompt, a list of prompts (one result each), or the content parts of one prompt (type 'text'"
-        " only; their texts are joined with newlines and give one result)."
+        " only; one result: the highest score of their texts joined with newlines and of each part alone)."
     )
     model: str | None = Field(None, description="Accepted for OpenAI compatibility and ignored: the answer names the"
                               " model that ran (herald/<backbone slug>).")

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Request, Response
 from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.routes.classify import ERRORS, json_answer
-from herald_service.api.schemas import ModerationRequest, ModerationResponse
+from herald_service.api.schemas import ModerationRequest, ModerationResponse, ModerationTextPart
+from herald_service.errors import InputTooLarge
 from herald_service.types import user_turn
 
 router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
@@ -21,19 +22,45 @@ router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 CATEGORY = "harmful"
 
 
+def content_part_prompts(parts: list[ModerationTextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
+    """The prompts scored for OpenAI content parts, which are one input with one result: their texts joined with
+    newlines, then each part alone when there are several; the result is the highest-scoring of them.
+
+    Scored only joined, a harmful part followed by a benign one ("... build a pipe bomb" + "What is 2+2?") read as
+    benign: Herald reads the last token, and the benign tail moved it (breaker pass: 1.0 alone, 0.016 joined).
+
+    Raises:
+        InputTooLarge: more parts than ``max_batch_size - 1`` (each part and the joined text are prompts of the
+            request's batch), naming ``input`` and the limit.
+    """
+    texts = [part.text for part in parts]
+    if len(texts) == 1:
+        return texts, ["input"]
+    if len(texts) + 1 > max_batch_size:
+        raise InputTooLarge(f"input has {len(texts)} content parts; each is also scored alone, so the limit is"
+                            f" {max_batch_size - 1} (max_batch_size - 1)", field="input")
+    return ["\n".join(texts), *texts], ["input", *(f"input[{i}].text" for i in range(len(texts)))]
+
+
 @router.post("/v1/moderations", response_model=ModerationResponse, responses=ERRORS)
 async def moderations(body: ModerationRequest, request: Request, moderator: ServingModerator) -> Response:
     """OpenAI-compatible moderation of a string, a list of strings (one result each), or the text parts of one
-    multimodal input (one result)."""
+    multimodal input (one result: :func:`content_part_prompts`)."""
+    parts = body.input and not isinstance(body.input, str) and not isinstance(body.input[0], str)
     if isinstance(body.input, str):
         texts, fields = [body.input], ["input"]
-    elif body.input and not isinstance(body.input[0], str):
-        # OpenAI's content parts are one input (as in a chat message): one result for all of them, not one per part.
-        texts, fields = ["\n".join(part.text for part in body.input)], ["input"]  # type: ignore[union-attr]
+    elif parts:
+        try:
+            texts, fields = content_part_prompts(body.input, moderator.settings.max_batch_size)  # type: ignore[arg-type]
+        except InputTooLarge:
+            moderator.metrics.rejected.labels("batch_size").inc()
+            raise
     else:
         texts = list(body.input)  # type: ignore[arg-type]
         fields = [f"input[{i}]" for i in range(len(texts))]
     results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request))
+    if parts:
+        results = [max(results, key=lambda r: r.score)]
     moderator.metrics.observe_decisions("/v1/moderations", results)
     return json_answer(
         {
