@@ -302,7 +302,7 @@ class SteerEvalCommand(LocalCommand):
                 number...), an object with a key given twice (json keeps the last "prompt"; another reader would
                 take the first) or without a "prompt" string, or a line starting with ``{`` that is not JSON.
         """
-        from herald_service.api.json_body import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
+        from herald_service.strict_json import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
 
         where = f"herald steer-eval: {self.file} line {number}"
         if not line.strip():

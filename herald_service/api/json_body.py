@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import email.message
-import json
-import re
-from collections import Counter
 from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
@@ -22,184 +19,11 @@ from starlette.requests import ClientDisconnect
 
 from herald_service.engine.service import ClientGone
 from herald_service.errors import InvalidInput
+from herald_service.strict_json import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
 
 THREAD_PARSE_BYTES = 65_536
 """Bodies larger than this are parsed in a worker thread: a 12 MB body (just under the default body limit) takes
 about 2 s to parse, which on the event loop stalled every other request and the health checks (breaker finding)."""
-KEY_ECHO_CHARS = 64
-"""A repeated key is echoed in the error up to this many characters."""
-PATH_ECHO_CHARS = 256
-"""A repeated key's path (keys cut to :data:`KEY_ECHO_CHARS`) is echoed up to this many characters, its end kept."""
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-"""A UTF-16 surrogate code point: ``json`` decodes a lone ``"\\ud800"`` escape into one (a valid pair becomes one
-character)."""
-MAX_KEYS = 256
-"""Keys in one JSON object of a body. Herald's request objects have at most 7; an object of 600,000 unknown keys
-(7 MB, under the body limit) cost 3 s of pydantic validation on the event loop, which stalls every request (breaker
-finding), so such a body is refused while it is parsed, off the loop."""
-
-
-class DuplicateKey(ValueError):
-    """A JSON object of the body holds ``key`` twice. ``path`` names it from the top of the document, keys as
-    :func:`_shown` writes them: ``input`` at the top level, ``messages[0].content`` in the first message."""
-
-    def __init__(self, key: str, path: str) -> None:
-        super().__init__(path)
-        self.key = key
-        self.path = path
-
-
-class InvalidKey(ValueError):
-    """A key of a JSON object of the body is not valid Unicode: it holds a lone UTF-16 surrogate (a ``"\\ud800"``
-    escape), which pydantic cannot read as a string ("Input should be a valid string", naming no field) and no
-    tokenizer can encode. ``key`` and ``path`` as for :class:`DuplicateKey`."""
-
-    def __init__(self, key: str, path: str) -> None:
-        super().__init__(path)
-        self.key = key
-        self.path = path
-
-
-class TooManyKeys(ValueError):
-    """A JSON object of the body holds more than :data:`MAX_KEYS` keys."""
-
-
-class BadNumber(ValueError):
-    """A number of the body that Python cannot hold as JSON means it: an integer outside 64 bits (``json`` fails
-    on one of over 4,300 digits with a ``ValueError`` that FastAPI answered "nested too deeply", and echoed a 4,000-digit
-    one back), a float that overflows to infinity (``1e999``), or a ``NaN``/``Infinity`` token, which ``json``
-    accepts but RFC 8259 does not. ``path`` names it as for :class:`DuplicateKey` (``body`` for a bare number);
-    ``message`` says which."""
-
-    def __init__(self, message: str, path: str) -> None:
-        super().__init__(path)
-        self.message = message
-        self.path = path
-
-
-class _Unrepresentable:
-    """Stands in for a number :class:`BadNumber` refuses until the document is parsed and its path is known.
-    ``problem`` completes "the number at <path> ..."."""
-
-    __slots__ = ("problem",)
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-
-
-INT_LIMIT = 2**63
-"""Integers of a body must lie in [-2^63, 2^63): any field that takes one means a count or an index."""
-NUMBER_ECHO_CHARS = 24
-"""A refused number is echoed up to this many characters."""
-
-
-def _parse_int(text: str) -> int | _Unrepresentable:
-    # JSON integers have no leading zeros, so more than 20 characters ("-" and 19 digits) is out of range for sure;
-    # int() is never asked to convert one (it refuses over 4,300 digits, and is slow well before that).
-    value = int(text) if len(text) <= 20 else None
-    if value is not None and -INT_LIMIT <= value < INT_LIMIT:
-        return value
-    digits = len(text.lstrip("-"))
-    return _Unrepresentable(f"is too large to represent: an integer of {digits} digits; integers must lie within"
-                            " -2^63..2^63-1")
-
-
-def _parse_float(text: str) -> float | _Unrepresentable:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        shown = text if len(text) <= NUMBER_ECHO_CHARS else text[:NUMBER_ECHO_CHARS] + "..."
-        return _Unrepresentable(f"({shown}) is too large to represent: it overflows a 64-bit float")
-    return value
-
-
-def _parse_constant(text: str) -> _Unrepresentable:
-    return _Unrepresentable(f"is {text}, which is not JSON (RFC 8259 has no NaN or Infinity); send a finite number")
-
-
-class _Faulty(dict):
-    """A parsed JSON object that breaks a rule of :func:`loads_unique`, kept until the whole document is parsed: only
-    then is its path known (``json`` builds objects innermost first and tells a hook nothing of where they are)."""
-
-    def __init__(self, pairs: list[tuple[str, Any]], fault: type[DuplicateKey] | type[InvalidKey], key: str) -> None:
-        super().__init__(pairs)
-        self.fault = fault
-        self.key = key
-
-
-def _checked_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, a :class:`_Faulty` dict naming its first
-    repeated key or else its first key that is not valid Unicode, or :class:`TooManyKeys`."""
-    if len(pairs) > MAX_KEYS:
-        raise TooManyKeys(len(pairs))
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
-        return _Faulty(pairs, DuplicateKey, repeated)
-    invalid = next((key for key in obj if not key.isascii() and _SURROGATE.search(key)), None)
-    return obj if invalid is None else _Faulty(pairs, InvalidKey, invalid)
-
-
-def _cut_path(path: str) -> str:
-    return path if len(path) <= PATH_ECHO_CHARS else "..." + path[-PATH_ECHO_CHARS:]
-
-
-def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
-    """The fault of the first :class:`_Faulty` object or :class:`_Unrepresentable` number of ``document`` in document
-    order (outer objects before the ones they hold), with its path; ``None`` when there is none."""
-    held = (dict, list, _Unrepresentable)
-    stack: list[tuple[Any, str]] = [(document, "")]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, _Unrepresentable):
-            where = _cut_path(path or "body")
-            return BadNumber(f"the number at '{where}' {node.problem}", where)
-        if isinstance(node, _Faulty):
-            key = _shown(node.key)
-            return node.fault(node.key, _cut_path(f"{path}.{key}" if path else key))
-        if isinstance(node, dict):
-            stack.extend((v, f"{path}.{_shown(k)}" if path else _shown(k)) for k, v in reversed(node.items())
-                         if isinstance(v, held))
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, held))
-    return None
-
-
-def loads_unique(body: bytes | str, check_numbers: bool = False) -> Any:
-    """:func:`json.loads` that refuses a repeated key or a key that is not valid Unicode, naming its path, and with
-    ``check_numbers`` a number Python cannot hold as the JSON means it.
-
-    Raises:
-        DuplicateKey: a key given twice in one object (the first fault in document order).
-        InvalidKey: a key holding a lone UTF-16 surrogate (the first fault in document order).
-        BadNumber: with ``check_numbers``, an integer outside 64 bits, a float overflowing to infinity, or
-            ``NaN``/``Infinity`` (the first fault in document order).
-        TooManyKeys: an object with more than :data:`MAX_KEYS` keys.
-        ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
-    """
-    faulty = False
-
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal faulty
-        obj = _checked_object(pairs)
-        faulty = faulty or isinstance(obj, _Faulty)
-        return obj
-
-    if not check_numbers:
-        document = json.loads(body, object_pairs_hook=hook)
-    else:
-        def number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-            def checked(text: str) -> Any:
-                nonlocal faulty
-                value = parse(text)
-                faulty = faulty or isinstance(value, _Unrepresentable)
-                return value
-            return checked
-
-        document = json.loads(body, object_pairs_hook=hook, parse_float=number(_parse_float),
-                              parse_int=number(_parse_int), parse_constant=number(_parse_constant))
-    if faulty and (fault := _first_fault(document)) is not None:
-        raise fault
-    return document
 
 
 class UniqueKeysRequest(Request):
@@ -213,11 +37,6 @@ class UniqueKeysRequest(Request):
                                  else loads_unique(body, True))
         return self._unique_json
 
-
-def _shown(key: str) -> str:
-    """``key`` as ASCII JSON text (lone surrogates and control characters escaped), cut to :data:`KEY_ECHO_CHARS`."""
-    text = json.dumps(key)[1:-1]
-    return text if len(text) <= KEY_ECHO_CHARS else text[:KEY_ECHO_CHARS] + "..."
 
 
 def is_json_content_type(content_type: str) -> bool:
