@@ -18,9 +18,9 @@ def test_rows_are_read_and_a_line_separator_inside_a_string_stays_in_the_prompt(
 @pytest.mark.parametrize(("line", "message"), [
     ('{"prompt": "x", "label": "harmful"', "line 2: not JSON ("),
     ('"just text"', "line 2: a JSON string, not an object with prompt, label and source"),
-    ('{"prompt": 5, "label": "harmful", "source": "s"}', "line 2: need prompt and source strings and a label in ['benign', 'harmful']"),
-    ('{"prompt": "x", "label": "toxic", "source": "s"}', "line 2: need prompt and source strings and a label in ['benign', 'harmful']"),
-    ('{"prompt": "x", "label": ["harmful"], "source": "s"}', "line 2: need prompt and source strings and a label in ['benign', 'harmful']"),
+    ('{"prompt": 5, "label": "harmful", "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
+    ('{"prompt": "x", "label": "toxic", "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
+    ('{"prompt": "x", "label": ["harmful"], "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
 ])
 def test_a_bad_row_is_named_by_file_and_line(tmp_path, line, message):
     path = tmp_path / "rows.jsonl"
@@ -47,3 +47,19 @@ def test_expand_data_names_a_missing_path_and_an_empty_folder(tmp_path):
     (tmp_path / "a.jsonl").write_text(ROW % ("x", "benign") + "\n")
     (tmp_path / "pyrit_jailbreak_templates.jsonl").write_text("{}\n")
     assert expand_data([tmp_path]) == [tmp_path / "a.jsonl"]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"prompt": "x", "prompt": "y", "label": "benign", "source": "s"}', "line 1: key 'prompt' appears twice; give it once"),
+    ('{"prompt": "\\ud800", "label": "benign", "source": "s"}', "line 1: prompt holds a lone UTF-16 surrogate"),
+    ('{"prompt": "x", "label": "benign", "source": "s", "n": ' + "9" * 5000 + "}", "line 1: the number at 'n' is too large"),
+    ('{"prompt": "x", "label": "benign", "source": "s", "context": 5}', "line 1: need prompt and source strings (context, if"),
+])
+def test_rows_are_parsed_strictly(tmp_path, line, message):
+    # a repeated key kept its last value; a surrogate failed in the tokenizer after the backbone load with a
+    # traceback; a 5,000-digit integer raised json's ValueError naming no file (breaker pass)
+    path = tmp_path / "rows.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError) as caught:
+        load_corpus([path])
+    assert str(caught.value).startswith(f"{path} {message}"), caught.value

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.strict_json import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
 from herald_service.text_file import read_utf8
 
 LABELS = {"benign": 0, "harmful": 1}
@@ -35,36 +36,60 @@ def _prompt_text(row: dict) -> str:
 
 
 def load_corpus(paths: list[Path]) -> list[Example]:
-    """Read labeled JSONL files: one JSON object a line, blank lines skipped.
+    """Read labeled JSONL files: one JSON object a line, blank lines skipped, parsed strictly
+    (:func:`~herald_service.strict_json.loads_unique`: a key given twice would otherwise keep its last value).
 
     Raises:
         NotUtf8Error: a file that is not UTF-8, naming it and the line.
-        ValueError: naming the file and line of a row that is not JSON, not an object, without string ``prompt`` and
-            ``source``, or without a ``label`` in :data:`LABELS`.
+        ValueError: naming the file and line of a row that is not JSON, not an object, repeats a key, holds a number
+            Python cannot hold or a lone UTF-16 surrogate, lacks string ``prompt`` and ``source`` (and ``context``,
+            when given), or lacks a ``label`` in :data:`LABELS`.
         OSError: a file that cannot be read.
     """
     examples = []
     for path in paths:
         # split at "\n" only: str.splitlines would also cut at a U+2028 that JSON allows inside a string
         for number, line in enumerate(read_utf8(path).split("\n"), 1):
-            if not line.strip():
-                continue
-            where = f"{path} line {number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not JSON ({exc.msg}); rows are JSON objects with prompt, label and source") from None
-            if not isinstance(row, dict):
-                kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
-                raise ValueError(f"{where}: a JSON {kind}, not an object with prompt, label and source")
-            if not (isinstance(row.get("prompt"), str) and isinstance(row.get("source"), str)
-                    and isinstance(row.get("label"), str) and row["label"] in LABELS):
-                raise ValueError(f"{where}: need prompt and source strings and a label in {sorted(LABELS)}")
-            category = row.get("category")
-            examples.append(
-                Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, path.name)
-            )
+            if line.strip():
+                examples.append(_row_example(line, f"{path} line {number}", path.name))
     return examples
+
+
+def _row_example(line: str, where: str, file: str) -> Example:
+    """The :class:`Example` of one JSONL line; ValueError naming ``where`` (file and line) and what is wrong."""
+    try:
+        row = loads_unique(line, check_numbers=True)
+    except DuplicateKey as exc:
+        raise ValueError(f"{where}: key '{exc.path}' appears twice; give it once") from None
+    except InvalidKey as exc:
+        raise ValueError(f"{where}: key '{exc.path}' holds a lone UTF-16 surrogate (not valid Unicode)") from None
+    except BadNumber as exc:
+        raise ValueError(f"{where}: {exc.message}") from None
+    except TooManyKeys as exc:
+        raise ValueError(f"{where}: a JSON object has {exc.args[0]} keys; the limit is {MAX_KEYS}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{where}: not JSON ({getattr(exc, 'msg', 'nested too deeply')}); rows are JSON objects with"
+                         " prompt, label and source") from None
+    if not isinstance(row, dict):
+        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
+        raise ValueError(f"{where}: a JSON {kind}, not an object with prompt, label and source")
+    context = row.get("context")
+    if not (isinstance(row.get("prompt"), str) and isinstance(row.get("source"), str)
+            and isinstance(row.get("label"), str) and row["label"] in LABELS and (context is None or isinstance(context, str))):
+        raise ValueError(f"{where}: need prompt and source strings (context, if given, a string) and a label in {sorted(LABELS)}")
+    for field in ("prompt", "context", "source"):
+        if isinstance(row.get(field), str) and not _is_unicode(row[field]):
+            raise ValueError(f"{where}: {field} holds a lone UTF-16 surrogate (not valid Unicode); no tokenizer can encode it")
+    category = row.get("category")
+    return Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, file)
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def require_both_labels(examples: list[Example], files: list[Path]) -> None:
