@@ -218,6 +218,15 @@ class Settings(BackboneSettings):
         for name, key in keys:
             if _is_placeholder(key) or len(key) < 12:
                 raise ValueError(f"{name}: API keys must be at least 12 characters and not a placeholder such as 'changeme'")
+            # A client sends "Authorization: Bearer <key>": a key holding these can never match, and every request
+            # would get 401 with nothing said at start-up (keys split by spaces or newlines, quoted, or pasted with
+            # the scheme).
+            if key.lower().startswith("bearer "):
+                raise ValueError(f"{name}: give the key without the 'Bearer ' scheme; clients send 'Authorization: Bearer <key>'")
+            if any(c.isspace() for c in key):
+                raise ValueError(f"{name}: a key holds a space or a line break; separate keys with commas: key1,key2")
+            if key[0] in "\"'" or key[-1] in "\"'":
+                raise ValueError(f"{name}: a key starts or ends with a quote; give keys without quotes: key1,key2")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
         if self.max_tokens > self.batch_token_budget:

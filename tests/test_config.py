@@ -101,3 +101,20 @@ def test_api_keys_as_a_json_list_or_with_an_empty_key_are_refused(monkeypatch, v
     with pytest.raises(ValidationError, match="api_keys") as caught:
         Settings(_env_file=None)
     assert error in str(caught.value)
+
+
+@pytest.mark.parametrize(("variable", "value", "error"), [
+    ("HERALD_API_KEYS", "key-one-abcdefgh key-two-abcdefgh", "HERALD_API_KEYS: a key holds a space or a line break"),
+    ("HERALD_API_KEYS", "key-one-abcdefgh\nkey-two-abcdefgh", "HERALD_API_KEYS: a key holds a space or a line break"),
+    ("HERALD_API_KEYS", '"key-one-abcdefgh"', "HERALD_API_KEYS: a key starts or ends with a quote"),
+    ("HERALD_API_KEYS", "Bearer key-one-abcdefgh", "HERALD_API_KEYS: give the key without the 'Bearer ' scheme"),
+    ("HERALD_STEER_API_KEY", "bearer steer-key-abcdefgh", "HERALD_STEER_API_KEY: give the key without the 'Bearer ' scheme"),
+])
+def test_keys_no_client_could_send_are_refused_at_start_up(monkeypatch, variable, value, error):
+    # each was accepted, and every request then got 401 with nothing said at start-up (breaker pass)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None)
+    assert error in str(caught.value)
+    monkeypatch.setenv(variable, "key-one-abcdefgh")
+    assert Settings(_env_file=None) is not None
