@@ -218,11 +218,11 @@ class FitCommand(BaseModel):
     dtype: DType = "auto"
     max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label); null for all.")
     max_tokens: int = Field(1024, ge=1, description="Prompts longer than this (rendered) are skipped and counted.")
-    test_fraction: float = Field(0.2, gt=0, lt=1, description="Share of each (source, label) held out for the report.")
+    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False, description="Share of each (source, label) held out for the report.")
     threshold_method: Literal["max_f1", "target_fpr"] = Field("max_f1", description=(
         "max_f1: the threshold with the best F1 on the calibration split; target_fpr: the lowest threshold whose "
         "false-positive rate is at most --target-fpr."))
-    target_fpr: float = Field(0.01, gt=0, lt=1, description="For --threshold-method target_fpr.")
+    target_fpr: float = Field(0.01, gt=0, lt=1, allow_inf_nan=False, description="For --threshold-method target_fpr.")
     seed: int = 0
     feature_set: str = Field("herald-v1", description=(
         "Trajectory features of the scorer, recorded in the manifest (herald_service/probes/features.py "
@@ -261,6 +261,8 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         texts = prompt_words(self.text, "plot")
         if not texts:
             raise SystemExit("herald plot: give one or more prompts")
+        if not self.out.name:  # "" and "." name no file (with_name raised "PosixPath('.') has an empty name")
+            raise SystemExit(f"herald plot: --out {str(self.out)!r} names no file; give a path such as --out trajectory.png")
         out = self.out if self.out.suffix.lower() == ".png" else self.out.with_name(self.out.name + ".png")
         # checked before the backbone loads; savefig failed after it (a folder), or the folder was made silently
         if self.out.is_dir() or out.is_dir():
@@ -358,7 +360,7 @@ class EvalCommand(BaseModel):
     dtype: DType = "auto"
     max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label), as in `herald fit`.")
     max_tokens: int = Field(1024, ge=1)
-    test_fraction: float = Field(0.2, gt=0, lt=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False)
     seed: int = 0
     methods: list[str] = Field(default_factory=lambda: ["herald", "lda_best_layer", "logreg_last", "logreg_mid",
                                                         "features_logreg", "mlpm"])

@@ -89,7 +89,8 @@ def _parse_int(text: str) -> int | _Unrepresentable:
     if value is not None and -INT_LIMIT <= value < INT_LIMIT:
         return value
     digits = len(text.lstrip("-"))
-    return _Unrepresentable(f"is too large to represent: an integer of {digits} digits; integers must lie within"
+    size = "too small" if text.startswith("-") else "too large"
+    return _Unrepresentable(f"is {size} to represent: an integer of {digits} digits; integers must lie within"
                             " -2^63..2^63-1")
 
 

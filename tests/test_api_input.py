@@ -89,7 +89,7 @@ STEER = {"Authorization": f"Bearer {STEER_KEY}", "content-type": "application/js
      "the number at 'layers[1]' is too large to represent: an integer of 4000 digits; integers must lie within"
      " -2^63..2^63-1"),
     (b'{"prompt": "hi", "max_new_tokens": -9223372036854775809}', "max_new_tokens",
-     "the number at 'max_new_tokens' is too large to represent: an integer of 19 digits; integers must lie within"
+     "the number at 'max_new_tokens' is too small to represent: an integer of 19 digits; integers must lie within"
      " -2^63..2^63-1"),
     (b'{"prompt": "hi", "mode": "add", "alpha": 1e999}', "alpha",
      "the number at 'alpha' (1e999) is too large to represent: it overflows a 64-bit float"),

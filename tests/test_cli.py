@@ -267,6 +267,7 @@ def test_steer_eval_refuses_an_alpha_that_mode_ablate_would_ignore(tmp_path):
     (("fit", "--threshold-method", "best"), "threshold_method (--threshold-method): Input should be 'max_f1' or 'target_fpr'"),
     (("fit", "--test-fraction", "1.5"), "test_fraction (--test-fraction): Input should be less than 1"),
     (("fit", "--target-fpr", "0"), "target_fpr (--target-fpr): Input should be greater than 0"),
+    (("fit", "--test-fraction", "nan"), "test_fraction (--test-fraction): Input should be a finite number"),
     (("fit", "--device", "gpu"), "device (--device): Input should be 'auto', 'cpu' or 'cuda'"),
     (("fit", "--max-per-source", "0"), "max_per_source (--max-per-source): Input should be greater than or equal to 1"),
     (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
@@ -365,3 +366,9 @@ def test_steer_eval_names_a_number_python_cannot_hold_by_file_line_and_key(tmp_p
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip() == (f"herald steer-eval: {rows} line 2: the number at 'n' is too large to represent: an"
                                   " integer of 5000 digits; integers must lie within -2^63..2^63-1")
+
+
+def test_plot_refuses_an_out_that_names_no_file():
+    out = herald("plot", "--out", "", "hello", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == "herald plot: --out '.' names no file; give a path such as --out trajectory.png"
