@@ -156,6 +156,18 @@ def test_a_compressed_body_is_refused_naming_content_encoding(client, encoding, 
                                   " bodies; send the JSON uncompressed"}}
 
 
+def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):
+    # JSON is UTF-8 (RFC 8259 section 8.1); a latin-1 body passed the gate and was answered "not UTF-8, or nested too
+    # deeply" (breaker pass)
+    r = client.post("/classify", content='{"input": "café"}'.encode("latin-1"),
+                    headers={"content-type": "application/json; charset=ISO-8859-1"})
+    assert r.status_code == 415 and r.json()["error"] == {
+        "type": "unsupported_media_type", "field": "content-type",
+        "message": "request body must be UTF-8 JSON: charset 'iso-8859-1' is not supported; send UTF-8"}
+    fine = client.post("/classify", content='{"input": "café"}'.encode(), headers={"content-type": "application/json; charset=UTF-8"})
+    assert fine.status_code == 200, fine.text
+
+
 @pytest.mark.parametrize("headers", [{"content-encoding": "identity"}, {"content-type": "application/json; charset=utf-8"},
                                      {"content-type": "application/merge-patch+json"}])
 def test_identity_encoding_and_json_content_types_are_read(client, headers):

@@ -48,6 +48,14 @@ def is_json_content_type(content_type: str) -> bool:
     return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
+def json_charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a ``Content-Type`` value, lower case; ``None`` when it has none."""
+    header = email.message.Message()
+    header["content-type"] = content_type
+    charset = header.get_param("charset")
+    return charset.lower() if isinstance(charset, str) else None
+
+
 class UniqueKeysRoute(APIRoute):
     """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's "Custom Request and
     APIRoute class" mechanism): the body is parsed by :class:`UniqueKeysRequest` before FastAPI validates it.

@@ -11,7 +11,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald_service.api.errors import error_response
-from herald_service.api.json_body import is_json_content_type
+from herald_service.api.json_body import is_json_content_type, json_charset
 from herald_service.metrics import HeraldMetrics
 
 log = logging.getLogger(__name__)
@@ -206,6 +206,10 @@ class JsonBodies:
             got = ("none was given" if not types else f"got {len(types)} Content-Type headers" if len(types) > 1
                    else f"not '{_cut(types[0])}'")
             message = f"request body must be JSON: Content-Type application/json is required ({got})"
+        elif (charset := json_charset(types[0])) not in (None, "utf-8", "utf8"):
+            # JSON is UTF-8 (RFC 8259 section 8.1); a latin-1 body was answered "not UTF-8, or nested too deeply"
+            reason, field = "content_type", "content-type"
+            message = f"request body must be UTF-8 JSON: charset '{_cut(charset)}' is not supported; send UTF-8"
         else:
             await self.app(scope, receive, send)
             return
