@@ -28,6 +28,13 @@ class InputTooLarge(HeraldError):
     error_type = "input_too_large"
 
 
+class WorkTooLarge(InputTooLarge):
+    """A request whose own estimated model time exceeds ``request_timeout_s``, so it could only time out, even on an
+    idle worker (HTTP 413; ``reason`` is its ``herald_rejected_requests_total`` label)."""
+
+    reason = "estimated_work"
+
+
 class QueueFull(HeraldError):
     """The service cannot take the request now (HTTP 429 with ``Retry-After: retry_after_s``, seconds).
 

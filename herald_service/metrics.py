@@ -45,9 +45,13 @@ class HeraldMetrics:
         self.dropped = Counter("herald_dropped_prompts_total", "Prompts dropped before the model, by reason.", ["reason"], registry=r)
         self.rejected = Counter("herald_rejected_requests_total", "Requests refused before any model work, by reason.", ["reason"], registry=r)
         self.steer_runs = Counter("herald_steer_runs_total", "/steer runs by intervention mode.", ["mode"], registry=r)
-        self.throughput = Gauge(
-            "herald_worker_throughput_tokens_per_second",
-            "Estimated worker rate used for admission: moving average of prompt tokens answered per second of busy time.", registry=r,
+        self.worker_cost = Gauge(
+            "herald_worker_cost_seconds",
+            "Admission's model of the worker: busy seconds per prompt and per prompt token of a batch (fitted online).", ["per"], registry=r,
+        )
+        self.estimated_wait = Gauge(
+            "herald_estimated_wait_seconds",
+            "Estimated seconds until the worker has answered the work accepted so far (at most request_timeout_s).", registry=r,
         )
         self.worker_up = Gauge("herald_worker_up", "1 while the inference worker can serve, else 0.", registry=r)
         self.model_info = Gauge(

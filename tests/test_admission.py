@@ -5,6 +5,7 @@ import threading
 import time
 from concurrent.futures import wait
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
@@ -13,10 +14,10 @@ from conftest import wait_ready
 from herald_service.api.app import build_app
 from herald_service.backbone.fake import FakeBackbone
 from herald_service.config import Settings
-from herald_service.engine.admission import Throughput, admission_verdict
+from herald_service.engine.admission import BatchCost, BatchTiming, Refusal, TooMuchWork, Work, admission_verdict, ahead_seconds, job_seconds
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
-from herald_service.errors import QueueFull
+from herald_service.errors import QueueFull, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
 
@@ -43,93 +44,200 @@ def rejected(metrics: HeraldMetrics, reason: str) -> float:
     return metrics.registry.get_sample_value("herald_rejected_requests_total", {"reason": reason}) or 0.0
 
 
-# -- the estimate (pure arithmetic) -------------------------------------------------------------------------------
+# -- the cost model (pure arithmetic) ----------------------------------------------------------------------------
+def timing(prompts: int, tokens: int, per_prompt_s: float, per_token_s: float, noise: float = 0.0) -> BatchTiming:
+    return BatchTiming(prompts, tokens, (per_prompt_s * prompts + per_token_s * tokens) * (1.0 + noise))
+
+
+def test_the_cost_model_recovers_known_coefficients_from_batches_of_mixed_shapes():
+    rng = np.random.default_rng(0)
+    cost = BatchCost()
+    for _ in range(60):
+        prompts = int(rng.integers(1, 65))
+        tokens = prompts * int(rng.integers(5, 400))
+        cost.observe(timing(prompts, tokens, 0.02, 0.0005, noise=float(rng.normal(0, 0.02))))
+    per_prompt_s, per_token_s = cost.coefficients
+    assert per_prompt_s == pytest.approx(0.02, rel=0.15)
+    assert per_token_s == pytest.approx(0.0005, rel=0.05)
+    assert cost.seconds(10, 1000) == pytest.approx(0.7, rel=0.05)
+
+
+def test_the_warm_up_timings_alone_are_the_fit_until_a_batch_is_measured():
+    cost = BatchCost((timing(2, 70, 0.03, 0.0007), timing(8, 728, 0.03, 0.0007)))
+    assert cost.coefficients == pytest.approx((0.03, 0.0007))
+    assert BatchCost().coefficients is None and BatchCost().seconds(1, 10) is None
+
+
+def test_a_coefficient_that_comes_out_negative_is_set_to_zero_and_the_other_fitted_alone():
+    # Seconds that fall with tokens at a fixed prompt count: the per-token term would be negative.
+    batches = [BatchTiming(4, 100, 0.4), BatchTiming(4, 400, 0.3), BatchTiming(8, 200, 0.8)]
+    cost = BatchCost(forgetting=1.0)
+    for batch in batches:
+        cost.observe(batch)
+    per_prompt_s, per_token_s = cost.coefficients
+    assert per_token_s == 0.0
+    assert per_prompt_s == pytest.approx(sum(b.prompts * b.seconds for b in batches) / sum(b.prompts**2 for b in batches))
+    # And the other way round: a per-prompt term that would be negative.
+    batches = [BatchTiming(1, 400, 0.4), BatchTiming(8, 400, 0.35), BatchTiming(2, 100, 0.1)]
+    cost = BatchCost(forgetting=1.0)
+    for batch in batches:
+        cost.observe(batch)
+    per_prompt_s, per_token_s = cost.coefficients
+    assert per_prompt_s == 0.0
+    assert per_token_s == pytest.approx(sum(b.tokens * b.seconds for b in batches) / sum(b.tokens**2 for b in batches))
+
+
+def test_the_warm_up_prior_keeps_the_fit_finite_when_every_batch_has_the_same_shape():
+    cost = BatchCost((timing(2, 70, 0.03, 0.0007), timing(8, 728, 0.03, 0.0007)))
+    for _ in range(500):
+        cost.observe(BatchTiming(10, 500, 0.4))
+    per_prompt_s, per_token_s = cost.coefficients
+    assert np.isfinite([per_prompt_s, per_token_s]).all() and per_prompt_s >= 0 and per_token_s >= 0
+    assert cost.seconds(10, 500) == pytest.approx(0.4, rel=0.01)  # the live shape is what the fit answers to
+    # Without a prior one shape cannot be split: all of it goes per token, which grows with the work.
+    alone = BatchCost()
+    alone.observe(BatchTiming(10, 500, 0.4))
+    alone.observe(BatchTiming(10, 500, 0.4))
+    assert alone.coefficients == pytest.approx((0.0, 0.4 / 500))
+
+
+def test_forgetting_lets_the_fit_follow_a_change_of_speed():
+    cost = BatchCost((timing(2, 70, 0.03, 0.0007), timing(8, 728, 0.03, 0.0007)))
+    shapes = [(1, 40), (8, 700), (32, 1600), (4, 2000), (16, 300)]
+    for i in range(50):
+        cost.observe(timing(*shapes[i % 5], 0.01, 0.0002))
+    assert cost.coefficients == pytest.approx((0.01, 0.0002), rel=0.05)
+    for i in range(50):  # the device got three times slower (another tenant, thermal throttling)
+        cost.observe(timing(*shapes[i % 5], 0.03, 0.0006))
+    assert cost.coefficients == pytest.approx((0.03, 0.0006), rel=0.05)
+
+
+def test_batches_of_no_prompts_or_no_time_are_ignored():
+    cost = BatchCost((timing(2, 70, 0.03, 0.0007), timing(8, 728, 0.03, 0.0007)))
+    for batch in (BatchTiming(0, 0, 1.0), BatchTiming(3, 30, 0.0), BatchTiming(3, 30, float("nan"))):
+        cost.observe(batch)
+    assert cost.coefficients == pytest.approx((0.03, 0.0007))
+
+
+@pytest.mark.parametrize("prior", [BatchTiming(1, 10, 0.0), BatchTiming(0, 10, 1.0), BatchTiming(1, 10, float("inf"))])
+def test_a_prior_timing_that_measures_nothing_is_refused(prior):
+    with pytest.raises(ValueError, match="prior timing"):
+        BatchCost((prior,))
+
+
+# -- the verdict (pure arithmetic) --------------------------------------------------------------------------------
+EXACT = (0.5, 0.125)  # per prompt, per token: binary fractions, so sums at the limit are exact
+
+
 def test_a_request_behind_more_work_than_the_timeout_is_refused_with_the_seconds_until_it_would_fit():
-    # 300 tokens ahead at 100 tokens/s: 3 s; a 5-token prompt waits 3.05 s against a 1 s limit; after 2.05 s of
-    # draining it would fit, so Retry-After is 3.
-    refusal = admission_verdict(300, 0, 5, 0, tokens_per_s=100.0, job_s=None, limit_s=1.0)
-    assert refusal is not None
-    assert refusal.wait_s == pytest.approx(3.05)
-    assert refusal.retry_after_s == 3
-    assert "exceeds request_timeout_s 1 s" in refusal.message and "retry in 3 s" in refusal.message
+    # 8 s ahead; the request's own 4 s make 12 s against a 10 s limit; after 2 s of draining it would fit.
+    refusal = admission_verdict(Work(4, 48), Work(2, 24), EXACT, job_s=None, limit_s=10.0)
+    assert isinstance(refusal, Refusal)
+    assert refusal.wait_s == pytest.approx(12.0)
+    assert refusal.retry_after_s == 2
+    assert "estimated wait 12.0 s exceeds request_timeout_s 10 s" in refusal.message and "retry in 2 s" in refusal.message
 
 
 def test_a_request_within_the_timeout_is_admitted_up_to_the_limit_itself():
-    assert admission_verdict(50, 0, 50, 0, tokens_per_s=100.0, job_s=None, limit_s=1.0) is None
-    assert admission_verdict(50, 0, 51, 0, tokens_per_s=100.0, job_s=None, limit_s=1.0) is not None
+    assert admission_verdict(Work(2, 8), Work(2, 48), EXACT, job_s=None, limit_s=9.0) is None  # 2 + 7 = 9 s
+    assert isinstance(admission_verdict(Work(2, 8), Work(2, 56), EXACT, job_s=None, limit_s=9.0), Refusal)  # 2 + 8
 
 
-def test_a_request_with_nothing_ahead_is_admitted_however_large():
-    # Refusing it would not make it faster; answering it measures the rate.
-    assert admission_verdict(0, 0, 10_000, 0, tokens_per_s=100.0, job_s=None, limit_s=1.0) is None
+def test_a_request_whose_own_work_exceeds_the_limit_is_refused_413_even_on_an_idle_worker():
+    # The breaker's case: 64 prompts x 4,030 tokens on the CPU backbone against 60 s; it could only time out.
+    verdict = admission_verdict(Work(), Work(64, 257_920), (0.0, 0.0025), job_s=None, limit_s=60.0)
+    assert isinstance(verdict, TooMuchWork)
+    assert verdict.message == (
+        "this request is estimated at 645 s of model time on this backbone (64 prompts, 257,920 tokens); the limit is"
+        " request_timeout_s 60 s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts"
+    )
+    # Checked before tokenizing, its prompts alone are a lower bound.
+    assert isinstance(admission_verdict(Work(), Work(64), (1.0, 0.0), job_s=None, limit_s=60.0), TooMuchWork)
+    assert "(1 prompt)" in TooMuchWork(61.0, 60.0, Work(1)).message
 
 
-def test_a_request_too_large_for_the_limit_alone_is_told_to_retry_once_the_work_ahead_has_drained():
-    refusal = admission_verdict(250, 0, 500, 0, tokens_per_s=100.0, job_s=None, limit_s=1.0)
-    assert refusal is not None and refusal.retry_after_s == 3  # 2.5 s ahead, not 7.5 - 1 = 6.5 s
+@pytest.mark.parametrize("own", [Work(1, 4), Work(30, 400), Work(64, 470)])
+@pytest.mark.parametrize("ahead", [Work(64, 257_920), Work(1, 10**9, 5), Work(jobs=40)])
+def test_retry_after_is_never_above_the_limit_however_much_was_accepted(ahead, own):
+    # Accepted work is cancelled at its deadline: the worker is free within request_timeout_s, whatever it holds.
+    refusal = admission_verdict(ahead, own, (0.01, 0.0025), job_s=50.0, limit_s=60.0)
+    assert isinstance(refusal, Refusal)
+    assert refusal.wait_s <= 120.0
+    assert 1 <= refusal.retry_after_s <= 60
 
 
-def test_exclusive_jobs_ahead_count_at_their_mean_duration():
-    # One /steer job ahead at 2 s, plus 10 tokens at 100 tokens/s: 2.1 s against 1 s; fits after 1.1 s -> 2.
-    refusal = admission_verdict(0, 1, 10, 0, tokens_per_s=100.0, job_s=2.0, limit_s=1.0)
-    assert refusal is not None and refusal.retry_after_s == 2
-    # Before any job was measured they count as free.
-    assert admission_verdict(0, 1, 10, 0, tokens_per_s=100.0, job_s=None, limit_s=1.0) is None
+def test_the_work_ahead_counts_only_until_its_latest_deadline():
+    ahead = Work(64, 257_920)
+    assert ahead_seconds(ahead, (0.0, 0.0025), None, limit_s=60.0) == 60.0
+    assert ahead_seconds(ahead, (0.0, 0.0025), None, limit_s=60.0, horizon_s=5.0) == 5.0
+    # 5 s until the last accepted request's deadline: a 40 s request fits behind it.
+    assert admission_verdict(ahead, Work(1, 16_000), (0.0, 0.0025), job_s=None, limit_s=60.0, horizon_s=5.0) is None
 
 
-def test_without_a_measured_rate_or_a_limit_everything_is_admitted():
-    assert admission_verdict(10**6, 0, 10, 0, tokens_per_s=None, job_s=None, limit_s=1.0) is None
-    assert admission_verdict(10**6, 0, 10, 0, tokens_per_s=1.0, job_s=None, limit_s=None) is None
+def test_exclusive_jobs_ahead_count_at_their_mean_duration_and_at_half_the_limit_before_one_was_measured():
+    # One /steer job ahead at 2 s, plus 10 tokens at 100 tokens/s: 2.1 s, admitted against 10 s.
+    assert admission_verdict(Work(jobs=1), Work(1, 10), (0.0, 0.01), job_s=2.0, limit_s=10.0) is None
+    # Against 1 s the job counts at most 1 s (its generation stops at its deadline): 1.1 s; fits after 0.1 s -> 1.
+    refusal = admission_verdict(Work(jobs=1), Work(1, 10), (0.0, 0.01), job_s=2.0, limit_s=1.0)
+    assert isinstance(refusal, Refusal) and refusal.wait_s == pytest.approx(1.1) and refusal.retry_after_s == 1
+    # Before any job was measured one counts as half the limit (it used to count as free).
+    assert job_seconds(None, 60.0) == 30.0 and job_seconds(2.0, 60.0) == 2.0 and job_seconds(90.0, 60.0) == 60.0
+    refusal = admission_verdict(Work(jobs=1), Work(1, 60), (0.0, 0.01), job_s=None, limit_s=1.0)  # 0.5 + 0.6 s
+    assert isinstance(refusal, Refusal) and refusal.wait_s == pytest.approx(1.1)
+    assert admission_verdict(Work(jobs=1), Work(1, 40), (0.0, 0.01), job_s=None, limit_s=1.0) is None  # 0.5 + 0.4 s
 
 
-def test_a_full_batch_moves_the_rate_by_the_smoothing_and_a_small_one_in_proportion():
-    rate = Throughput(seed_tokens_per_s=1000.0, smoothing=0.3)
-    rate.observe(8192, 8192 / 2000.0, token_budget=8192)  # a full batch at 2000 tokens/s
-    assert rate.tokens_per_s == pytest.approx(1000 + 0.3 * 1000)
-    rate = Throughput(seed_tokens_per_s=1000.0, smoothing=0.3)
-    rate.observe(82, 82 / 2000.0, token_budget=8192)  # 1% of the budget: mostly per-batch cost, 1% of the weight
-    assert rate.tokens_per_s == pytest.approx(1000 + 0.3 * 0.01 * 1000, rel=1e-3)
-
-
-def test_without_a_seed_the_first_batch_sets_the_rate():
-    rate = Throughput()
-    assert rate.tokens_per_s is None
-    rate.observe(10, 0.5, token_budget=8192)
-    assert rate.tokens_per_s == pytest.approx(20.0)
-    rate.observe(0, 0.5, token_budget=8192)  # nothing answered: no information
-    assert rate.tokens_per_s == pytest.approx(20.0)
-
-
-@pytest.mark.parametrize("seed", [0.0, -5.0, float("inf"), float("nan")])
-def test_a_seed_that_is_not_a_positive_rate_is_refused(seed):
-    with pytest.raises(ValueError, match="seed_tokens_per_s"):
-        Throughput(seed)
+def test_without_a_measurement_or_a_limit_everything_is_admitted():
+    assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), None, job_s=None, limit_s=1.0) is None
+    assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), (1.0, 1.0), job_s=None, limit_s=None) is None
 
 
 # -- the engine -------------------------------------------------------------------------------------------------
-def test_a_one_word_prompt_behind_a_long_backlog_is_refused_at_once_then_served_once_it_drains(runtime):
-    # The breaker's case: long prompts hold the worker; a later "hi" was accepted and timed out (504). 100 tokens/s,
-    # seeded with the true rate; a 1 s limit.
+PER_TOKEN = (BatchTiming(1, 100, 1.0), BatchTiming(2, 100, 1.0))  # a prior of 0 s per prompt, 10 ms per token
+
+
+def test_a_prompt_behind_a_long_backlog_is_refused_at_once_then_served_once_it_drains(runtime):
+    # The breaker's case: long prompts hold the worker; a later prompt was accepted and timed out (504). 100 tokens/s,
+    # seeded with the true cost; a 2 s limit.
     slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
-    engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=1.0), HeraldMetrics(), seed_tokens_per_s=100.0)
+    metrics = HeraldMetrics()
+    engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=2.0), metrics, seed=PER_TOKEN)
+    # The seeded model is on /metrics from the start.
+    assert metrics.registry.get_sample_value("herald_worker_cost_seconds", {"per": "token"}) == pytest.approx(0.01)
+    assert metrics.registry.get_sample_value("herald_worker_cost_seconds", {"per": "prompt"}) == pytest.approx(0.0)
     engine.start()
-    (long,) = engine.submit(slow.encode([user_turn(prompt_of(150))]))  # 1.5 s alone, admitted: nothing was ahead
+    (long,) = engine.submit(slow.encode([user_turn(prompt_of(150))]))  # 1.5 s
     with pytest.raises(QueueFull) as refused:
-        engine.submit(slow.encode([user_turn("hi")]))  # 4 tokens: 1.54 s > 1 s
+        engine.submit(slow.encode([user_turn(prompt_of(100))]))  # 1 s more: 2.5 s > 2 s
     assert refused.value.reason == "estimated_wait"
-    assert refused.value.retry_after_s == 1  # fits after 0.54 s of draining
-    assert "estimated wait 1.5 s exceeds request_timeout_s 1 s" in refused.value.message
-    assert engine.ahead == (150, 0)  # the refused prompt was not queued
-    with pytest.raises(QueueFull):
-        engine.check_room(1)  # refused before tokenizing too: the 1.5 s ahead alone exceed 1 s
+    assert refused.value.retry_after_s == 1  # fits after 0.5 s of draining
+    assert "estimated wait 2.5 s exceeds request_timeout_s 2 s" in refused.value.message
+    assert engine.ahead == Work(1, 150, 0)  # the refused prompt was not queued
+    assert 0 < engine.estimated_wait_s() <= 1.5
     long.result(timeout=10)
-    assert engine.ahead == (0, 0)
-    (hi,) = engine.submit(slow.encode([user_turn("hi")]))
-    assert hi.result(timeout=10).tokens == 4
+    assert engine.ahead == Work()
+    assert engine.estimated_wait_s() == 0.0
+    assert metrics.registry.get_sample_value("herald_estimated_wait_seconds") == 0.0  # set after the batch
+    (later,) = engine.submit(slow.encode([user_turn(prompt_of(100))]))
+    assert later.result(timeout=10).tokens == 100
     engine.stop()
 
 
-def test_work_accepted_and_then_cancelled_or_failed_gives_its_tokens_back(runtime):
+def test_prompts_whose_own_work_exceeds_the_limit_are_refused_on_an_idle_engine_and_nothing_is_queued(runtime):
+    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=PER_TOKEN)
+    engine.start()
+    with pytest.raises(WorkTooLarge) as refused:
+        engine.submit(slow.encode([user_turn(prompt_of(120))] * 2))  # 2.4 s of work against 2 s, nothing ahead
+    assert refused.value.reason == "estimated_work"
+    assert "estimated at 2.4 s of model time on this backbone (2 prompts, 240 tokens)" in refused.value.message
+    assert engine.ahead == Work() and engine.depth == 0
+    (fits,) = engine.submit(slow.encode([user_turn(prompt_of(20))]))
+    assert fits.result(timeout=10).tokens == 20
+    engine.stop()
+
+
+def test_work_accepted_and_then_cancelled_or_failed_gives_its_share_back(runtime):
     gate = threading.Event()
 
     class Gated(FakeBackbone):
@@ -146,13 +254,13 @@ def test_work_accepted_and_then_cancelled_or_failed_gives_its_tokens_back(runtim
     time.sleep(0.1)
     queued = engine.submit(backbone.encode([user_turn("a b c d"), user_turn("bake bread")]))  # 7 (fails) + 5
     cancelled = engine.submit(backbone.encode([user_turn("x y z")]))  # 6
-    assert engine.ahead == (23, 0)
+    assert engine.ahead == Work(4, 23, 0)
     engine.cancel(cancelled, "client_gone")
-    assert engine.ahead == (17, 0)  # a cancelled queued prompt frees its tokens at once
+    assert engine.ahead == Work(3, 17, 0)  # a cancelled queued prompt frees its share at once
     gate.set()
     wait([first, *queued], timeout=10)
     assert queued[0].exception() is not None and queued[1].exception() is None
-    assert engine.ahead == (0, 0)
+    assert engine.ahead == Work()
     engine.stop()
 
 
@@ -162,23 +270,34 @@ def slow_app(runtime, backbone, **overrides) -> TestClient:
     return TestClient(build_app(settings, loader=lambda s: Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path)))
 
 
-def test_overload_is_answered_429_with_retry_after_and_no_admitted_request_times_out(runtime):
-    # 200 tokens/s (the warm-up measures it), one prompt per batch, a 2 s limit; each request is 150 tokens (0.75 s),
-    # so about two fit behind each other and the rest of a burst of 10 must be refused at once.
-    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.005))
-    with slow_app(runtime, slow, request_timeout_s=2.0, batch_max_prompts=1) as client:
-        wait_ready(client)
-        answers = []
-        lock = threading.Lock()
+def burst(client: TestClient, clients: int, requests: int, body: dict) -> list:
+    """``clients`` threads each posting ``body`` to /classify ``requests`` times, one after the other."""
+    answers = []
+    lock = threading.Lock()
 
-        def post():
-            r = client.post("/classify", json={"input": prompt_of(150)})
+    def post():
+        for _ in range(requests):
+            r = client.post("/classify", json=body)
             with lock:
                 answers.append(r)
 
-        threads = [threading.Thread(target=post) for _ in range(10)]
-        [t.start() for t in threads]
-        [t.join(30) for t in threads]
+    threads = [threading.Thread(target=post) for _ in range(clients)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    return answers
+
+
+def status_count(metrics: HeraldMetrics, status: str) -> float:
+    return metrics.registry.get_sample_value("herald_requests_total", {"route": "/classify", "status": status}) or 0.0
+
+
+def test_overload_is_answered_429_with_retry_after_and_no_admitted_request_times_out(runtime):
+    # 2 ms a token, one prompt per batch, a 2 s limit; each request is 350 tokens (0.7 s), so two fit behind each
+    # other and the rest of a burst of 10 must be refused at once.
+    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.002))
+    with slow_app(runtime, slow, request_timeout_s=2.0, batch_max_prompts=1) as client:
+        wait_ready(client)
+        answers = burst(client, 10, 1, {"input": prompt_of(350)})
         statuses = sorted(r.status_code for r in answers)
         assert len(answers) == 10 and set(statuses) <= {200, 429}, statuses
         assert statuses.count(200) >= 2 and statuses.count(429) >= 1, statuses
@@ -189,13 +308,56 @@ def test_overload_is_answered_429_with_retry_after_and_no_admitted_request_times
                 assert "estimated wait" in error["message"] and "exceeds request_timeout_s 2 s" in error["message"]
                 assert 1 <= int(r.headers["Retry-After"]) <= 2
             else:
-                assert r.json()["results"][0]["tokens"] == 150
+                assert r.json()["results"][0]["tokens"] == 350
         metrics = client.app.state.herald.metrics
         assert rejected(metrics, "estimated_wait") == statuses.count(429)
-        assert metrics.registry.get_sample_value("herald_requests_total", {"route": "/classify", "status": "504"}) is None
-        assert metrics.registry.get_sample_value("herald_worker_throughput_tokens_per_second") > 0
+        assert status_count(metrics, "504") == 0
         # Drained, the service takes work again.
         assert client.post("/classify", json={"input": "hi"}).status_code == 200
+
+
+def test_a_burst_the_worker_answers_well_within_the_limit_gets_no_429(runtime):
+    # The breaker's case B: a batch costs 50 ms plus 0.2 ms a token, so two short warm-up prompts (mostly fixed
+    # cost) measured 283 tokens/s, and the old rate refused 10 clients x 100 tokens (3.5 s by it) against 2 s,
+    # while a batch of all 10 takes 0.25 s. Fitted per prompt and per token, every request is admitted.
+    slow = sharing_vocab(runtime, FakeBackbone(forward_delay_s=0.05, token_delay_s=0.0002))
+    with slow_app(runtime, slow, request_timeout_s=2.0) as client:
+        wait_ready(client)
+        metrics = client.app.state.herald.metrics
+        assert metrics.registry.get_sample_value("herald_worker_cost_seconds", {"per": "prompt"}) > 0  # seeded
+        answers = burst(client, 10, 6, {"input": prompt_of(100)})
+        statuses = [r.status_code for r in answers]
+        assert statuses == [200] * 60, sorted(statuses)
+        assert rejected(metrics, "estimated_wait") == 0 and status_count(metrics, "504") == 0
+        scraped = client.get("/metrics").text
+        assert "herald_estimated_wait_seconds 0.0" in scraped  # drained
+        assert 'herald_worker_cost_seconds{per="prompt"}' in scraped and 'herald_worker_cost_seconds{per="token"}' in scraped
+        assert "herald_worker_throughput_tokens_per_second" not in scraped
+
+
+def test_a_request_too_large_for_the_limit_is_refused_413_on_an_idle_server_and_the_next_one_is_answered(runtime):
+    # The breaker's case A: one request whose own work exceeds the limit held the worker until its 504, and everyone
+    # else got 429 meanwhile. 1 ms a token: 8 x 200 tokens are 1.6 s against 1 s.
+    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.001))
+    with slow_app(runtime, slow, request_timeout_s=1.0) as client:
+        wait_ready(client)
+        metrics = client.app.state.herald.metrics
+        big = client.post("/classify", json={"input": [prompt_of(200)] * 8})
+        assert big.status_code == 413, big.text
+        error = big.json()["error"]
+        assert error["type"] == "input_too_large" and error["field"] == "input"
+        assert "s of model time on this backbone (8 prompts, 1,600 tokens)" in error["message"]
+        assert "the limit is request_timeout_s 1 s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts" in error["message"]
+        assert "Retry-After" not in big.headers
+        assert rejected(metrics, "estimated_work") == 1
+        assert metrics.registry.get_sample_value("herald_batch_size_prompts_count") == 0  # no model work
+        small = client.post("/classify", json={"input": prompt_of(20)})
+        assert small.status_code == 200, small.text
+        assert small.json()["results"][0]["tokens"] == 20
+        # /v1/moderations names its field the same way.
+        big = client.post("/v1/moderations", json={"input": [prompt_of(200)] * 8})
+        assert big.status_code == 413 and big.json()["error"]["field"] == "input"
+        assert rejected(metrics, "estimated_work") == 2
 
 
 def test_a_steer_request_over_steer_max_concurrent_is_answered_429_and_the_slot_frees_after(runtime):
@@ -222,7 +384,7 @@ def test_a_steer_request_over_steer_max_concurrent_is_answered_429_and_the_slot_
         error = over.json()["error"]
         assert error["type"] == "overloaded"
         assert "steer_max_concurrent" in error["message"] and "HERALD_STEER_MAX_CONCURRENT" in error["message"]
-        assert 1 <= int(over.headers["Retry-After"]) <= 30  # no job measured yet: bounded by request_timeout_s
+        assert 1 <= int(over.headers["Retry-After"]) <= 15  # no job measured yet: half of request_timeout_s
         assert first[0].status_code == 200
         metrics = client.app.state.herald.metrics
         assert rejected(metrics, "steer_concurrency") == 1

@@ -21,6 +21,7 @@ from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
+from herald_service.engine.admission import BatchTiming
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, engine_limits
@@ -31,6 +32,11 @@ from herald_service.types import user_turn
 log = logging.getLogger(__name__)
 
 WARMUP_PROMPTS = ("Hello!", "How do I bake sourdough bread?")
+COST_PROMPTS = (" ".join([WARMUP_PROMPTS[1]] * 8),) * 8
+"""The second shape timed at warm-up: 8 prompts of the second warm-up prompt said 8 times, 94 tokens each on the
+embedded backbone against the warm-up prompts' 35, so that the per-prompt and the per-token cost are both identified
+(engine.admission.BatchCost). No new words: the fake backbone numbers words as it first meets them, and its scores in
+tests stay those of the warm-up prompts alone."""
 
 
 def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) -> Runtime:
@@ -46,29 +52,33 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
     return runtime
 
 
-def _warm_rate(runtime: Runtime) -> float | None:
-    """The first estimate of the worker's rate, prompt tokens per second, timed on the warm-up batch run again (its
-    first run paid one-off costs: lazy initialisation, kernel selection); None if it took no measurable time.
+def _warm_cost(runtime: Runtime) -> tuple[BatchTiming, ...]:
+    """The cost model's seed: two batch shapes, each timed once, after the warm-up run (which paid the one-off costs:
+    lazy initialisation, kernel selection): the warm-up prompts (two short prompts, mostly fixed per-batch cost) and
+    :data:`COST_PROMPTS`. One shape alone cannot tell the per-prompt from the per-token cost (a tokens-per-second rate
+    from the warm-up batch alone was a third of the real one on the CPU, and refused bursts the worker would have
+    answered in a seventh of the timeout). Shapes that took no measurable time are left out."""
+    timings = []
+    for prompts in (WARMUP_PROMPTS, COST_PROMPTS):
+        ids = runtime.backbone.encode([user_turn(p) for p in prompts])
+        started = time.perf_counter()
+        runtime.probe.predict(runtime.backbone.last_token_states(ids))
+        elapsed = time.perf_counter() - started
+        if elapsed > 0:
+            timings.append(BatchTiming(len(ids), sum(len(i) for i in ids), elapsed))
+    log.info("batch cost seeded on %s", ", ".join(f"{t.prompts} prompts of {t.tokens} tokens in {t.seconds:.3f} s" for t in timings))
+    return tuple(timings)
 
-    Two short prompts are mostly fixed per-batch cost, so the rate is low: a conservative seed, which full batches
-    raise (engine.admission.Throughput).
-    """
-    ids = runtime.backbone.encode([user_turn(p) for p in WARMUP_PROMPTS])
-    started = time.perf_counter()
-    runtime.probe.predict(runtime.backbone.last_token_states(ids))
-    elapsed = time.perf_counter() - started
-    return sum(len(i) for i in ids) / elapsed if elapsed > 0 else None
 
-
-def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]) -> tuple[Runtime, float | None]:
+def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]) -> tuple[Runtime, tuple[BatchTiming, ...]]:
     runtime = _load_and_warm(settings, loader)
-    return runtime, _warm_rate(runtime) if settings.warmup else None
+    return runtime, _warm_cost(runtime) if settings.warmup else ()
 
 
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed_tokens_per_s = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
+        runtime, seed = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
     except HeraldError as exc:
         state.load_error = exc.message
         log.critical("cannot start: %s", exc.message)
@@ -79,7 +89,7 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
         log.critical(state.load_error, exc_info=exc)
         _stop_if_asked(state)
         return
-    engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics, seed_tokens_per_s)
+    engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics, seed)
     engine.start()
     info = runtime.backbone.info
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)

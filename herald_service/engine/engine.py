@@ -5,8 +5,9 @@ tokenization overlaps the current forward pass), then submit token ids and recei
 :class:`concurrent.futures.Future` per prompt. The worker takes a window of waiting prompts, sorts it by length,
 cuts batches under a padded-token budget, and answers every prompt of a batch: its result or the batch's error.
 Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
-retried; a full queue, or work that would wait longer than ``max_wait_s`` behind what was accepted earlier
-(:mod:`herald_service.engine.admission`), raises :class:`QueueFull` at submission.
+retried. At submission (:mod:`herald_service.engine.admission`), work whose own estimated cost exceeds ``max_wait_s``
+raises :class:`WorkTooLarge`; a full queue, or work that would wait longer than ``max_wait_s`` behind what was
+accepted earlier, raises :class:`QueueFull`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import torch
 
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
-from herald_service.engine.admission import MeanSeconds, Throughput, admission_verdict
-from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull
+from herald_service.engine.admission import BatchCost, BatchTiming, MeanSeconds, Refusal, Work, admission_verdict, ahead_seconds
+from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
 from herald_service.types import Classification, ProbeOutput, Timing
@@ -77,26 +78,24 @@ class InferenceEngine:
         backbone: the resident model (only the worker thread touches it after :meth:`start`).
         probe: the fitted probe.
         limits: batching and admission knobs.
-        metrics: where queue depth, batch size, batch tokens, latencies and the estimated throughput go.
-        seed_tokens_per_s: the first estimate of the worker's rate, prompt tokens per second (the app measures it on
-            the warm-up batch); ``None``: the first batch answered sets it, and admission by estimated wait starts
-            then.
+        metrics: where queue depth, batch size, batch tokens, latencies, the cost model and the estimated wait go.
+        seed: batches timed at warm-up, of two shapes (the app measures them), the cost model's prior
+            (:class:`BatchCost`); empty: the first batch answered starts the model, and admission by estimated work
+            starts then.
     """
 
     def __init__(self, backbone: Backbone, probe: FittedProbe, limits: EngineLimits, metrics: HeraldMetrics,
-                 seed_tokens_per_s: float | None = None) -> None:
+                 seed: tuple[BatchTiming, ...] = ()) -> None:
         self.backbone = backbone
         self.probe = probe
         self.limits = limits
         self.metrics = metrics
-        self.throughput = Throughput(seed_tokens_per_s)  # written by the worker thread only
+        self.cost = BatchCost(seed)  # written by the worker thread only
         self.job_seconds = MeanSeconds()  # seconds of one exclusive job; written by the worker thread only
-        if seed_tokens_per_s is not None:
-            metrics.throughput.set(seed_tokens_per_s)
         # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
         # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
-        self._ahead_tokens = 0
-        self._ahead_jobs = 0
+        self._ahead = Work()
+        self._latest_deadline = 0.0  # perf_counter of the latest deadline of the work accepted (max_wait_s after it)
         self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
         self._cond = threading.Condition()
@@ -105,6 +104,7 @@ class InferenceEngine:
         self._in_flight: tuple[list[_Prompt], Callable[[], torch.Tensor], float] | None = None  # launched, not scored
         self._finishing: list[_Prompt] = []  # the batch being scored (answered by the death handler if scoring dies)
         self.failure: str | None = None
+        self._export_estimates()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,44 +139,59 @@ class InferenceEngine:
 
         Raises:
             NotReady: if the worker is not running.
+            WorkTooLarge: if the prompts' own estimated cost exceeds ``max_wait_s``: they could only time out.
             QueueFull: if the prompts do not fit in the queue (``reason`` ``queue_full``), or their estimated wait
                 behind the work accepted earlier exceeds ``max_wait_s`` (``reason`` ``estimated_wait``; its
                 ``retry_after_s`` from the same estimate). Nothing is queued then.
         """
         now = time.perf_counter()
         items = [_Prompt(ids, Future(), now, tokenize_s) for ids in token_ids]
-        self._enqueue(items, tokens=sum(len(ids) for ids in token_ids))
+        self._enqueue(items, Work(len(items), sum(len(ids) for ids in token_ids)))
         return [item.future for item in items]
 
     def submit_exclusive(self, run: Callable[[], object]) -> Future:
         """Queue a job that runs on the worker thread with the model to itself (``/steer``).
 
-        Its estimated cost is the mean duration of the exclusive jobs run so far (none before the first).
+        Its estimated cost is the mean duration of the exclusive jobs run so far (half of ``max_wait_s`` before the
+        first; :func:`~herald_service.engine.admission.job_seconds`).
 
         Raises:
             NotReady, QueueFull: as :meth:`submit`.
         """
         job = _Exclusive(run, Future())
-        self._enqueue([job], jobs=1)
+        self._enqueue([job], Work(jobs=1))
         return job.future
 
     def check_room(self, prompts: int) -> None:
-        """Refuse now if ``prompts`` would not fit in the queue as it is, or if the work accepted earlier alone
-        would keep them waiting longer than ``max_wait_s`` (a cheap check before any work, their tokens not yet
-        known; :meth:`submit` checks again with them, since the queue can fill in between).
+        """Refuse now if ``prompts`` would not fit in the queue as it is, or if they alone, or the work accepted
+        earlier and they, would take longer than ``max_wait_s`` (a cheap check before any work, their tokens not yet
+        known and counted as none; :meth:`submit` checks again with them, since the queue can fill in between).
 
         Raises:
             NotReady: if the worker is not running.
-            QueueFull: as :meth:`submit`.
+            WorkTooLarge, QueueFull: as :meth:`submit`.
         """
         with self._cond:
-            self._check_room(prompts)
+            self._check_room(Work(prompts))
 
     @property
-    def ahead(self) -> tuple[int, int]:
-        """Prompt tokens and exclusive jobs accepted and not yet answered."""
+    def ahead(self) -> Work:
+        """Prompts, their tokens and exclusive jobs accepted and not yet answered."""
         with self._cond:
-            return self._ahead_tokens, self._ahead_jobs
+            return self._ahead
+
+    def estimated_wait_s(self) -> float:
+        """Estimated seconds until the worker has answered the work accepted so far, at most ``max_wait_s``
+        (:func:`~herald_service.engine.admission.ahead_seconds`); 0 before any measurement."""
+        with self._cond:
+            ahead, horizon_s = self._ahead, self._horizon_s()
+        return ahead_seconds(ahead, self.cost.coefficients, self.job_seconds.seconds, self.limits.max_wait_s, horizon_s)
+
+    def _horizon_s(self) -> float | None:
+        # An upper bound: a deadline stays the latest after its work was answered, until a later one is accepted.
+        if self.limits.max_wait_s is None:
+            return None
+        return max(self._latest_deadline - time.perf_counter(), 0.0)
 
     def cancel(self, futures: Sequence[Future], reason: str) -> None:
         """Cancel work whose client left or timed out, recording why (``client_gone`` or ``timeout``) in
@@ -199,32 +214,36 @@ class InferenceEngine:
         if removed:
             self.metrics.dropped.labels(reason).inc(removed)
 
-    def _check_room(self, prompts: int, tokens: int = 0, jobs: int = 0) -> None:
+    def _check_room(self, own: Work) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
-        if len(self._queue) + prompts > self.limits.queue_capacity:
+        if len(self._queue) + own.prompts + own.jobs > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
-        refusal = admission_verdict(self._ahead_tokens, self._ahead_jobs, tokens, jobs, self.throughput.tokens_per_s,
-                                    self.job_seconds.seconds, self.limits.max_wait_s)
-        if refusal is not None:
-            raise QueueFull(refusal.message, retry_after_s=refusal.retry_after_s, reason="estimated_wait")
+        verdict = admission_verdict(self._ahead, own, self.cost.coefficients, self.job_seconds.seconds, self.limits.max_wait_s,
+                                    self._horizon_s())
+        if isinstance(verdict, Refusal):
+            raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
+        if verdict is not None:
+            raise WorkTooLarge(verdict.message)
 
-    def _settled(self, tokens: int, jobs: int) -> Callable[[Future], None]:
+    def _settled(self, share: Work) -> Callable[[Future], None]:
         def give_back(_future: Future) -> None:
             with self._cond:
-                self._ahead_tokens -= tokens
-                self._ahead_jobs -= jobs
+                ahead = self._ahead
+                self._ahead = Work(ahead.prompts - share.prompts, ahead.tokens - share.tokens, ahead.jobs - share.jobs)
 
         return give_back
 
-    def _enqueue(self, items: list[_Prompt | _Exclusive], tokens: int = 0, jobs: int = 0) -> None:
+    def _enqueue(self, items: list[_Prompt | _Exclusive], own: Work) -> None:
         with self._cond:
-            self._check_room(len(items), tokens, jobs)
-            self._ahead_tokens += tokens
-            self._ahead_jobs += jobs
+            self._check_room(own)
+            if self.limits.max_wait_s is not None:
+                self._latest_deadline = max(self._latest_deadline, time.perf_counter() + self.limits.max_wait_s)
+            ahead = self._ahead
+            self._ahead = Work(ahead.prompts + own.prompts, ahead.tokens + own.tokens, ahead.jobs + own.jobs)
             for item in items:
-                size = len(item.token_ids) if isinstance(item, _Prompt) else 0
-                item.future.add_done_callback(self._settled(size, 1 if isinstance(item, _Exclusive) else 0))
+                share = Work(1, len(item.token_ids)) if isinstance(item, _Prompt) else Work(jobs=1)
+                item.future.add_done_callback(self._settled(share))
             self._queue.extend(items)
             self.metrics.queue_depth.set(len(self._queue))
             self._cond.notify()
@@ -354,6 +373,7 @@ class InferenceEngine:
         # Measured before the answer is set, so a caller woken by it sees the estimate that includes this job.
         self._last_answered = time.perf_counter()
         self.job_seconds.observe(self._last_answered - started)
+        self._export_estimates()
 
     def _run_batch(self, batch: list[_Prompt]) -> None:
         started = time.perf_counter()
@@ -389,10 +409,8 @@ class InferenceEngine:
         lengths = [len(p.token_ids) for p in batch]
         # Busy time since the worker last answered, not since this batch was launched: pipelined, the next batch is
         # launched before this one is scored, and launch-to-score spans would count the overlap twice.
-        self.throughput.observe(sum(lengths), scored - max(started, self._last_answered), self.limits.token_budget)
+        self.cost.observe(BatchTiming(len(batch), sum(lengths), scored - max(started, self._last_answered)))
         self._last_answered = scored
-        if self.throughput.tokens_per_s is not None:
-            self.metrics.throughput.set(self.throughput.tokens_per_s)
         self.metrics.batch_size.observe(len(batch))
         self.metrics.batch_tokens.observe(sum(lengths) if self.backbone.packs_batches else max(lengths) * len(batch))
         self.metrics.inference_duration.observe(scored - started)
@@ -400,6 +418,15 @@ class InferenceEngine:
             self.metrics.queue_wait.observe(started - prompt.enqueued)
             timing = Timing(prompt.tokenize_s, started - prompt.enqueued, forwarded - started, scored - forwarded, len(batch))
             prompt.future.set_result(classification_at(out, i, len(prompt.token_ids), timing))
+        self._export_estimates()
+
+    def _export_estimates(self) -> None:
+        """The cost model's coefficients and the estimated wait of the work ahead, to their gauges."""
+        coefficients = self.cost.coefficients
+        if coefficients is not None:
+            self.metrics.worker_cost.labels("prompt").set(coefficients[0])
+            self.metrics.worker_cost.labels("token").set(coefficients[1])
+        self.metrics.estimated_wait.set(self.estimated_wait_s())
 
     def _forward_failed(self, batch: list[_Prompt]) -> None:
         log.exception("forward pass failed on a batch of %d", len(batch))

@@ -18,9 +18,10 @@ import numpy as np
 
 from herald_service.backbone.base import Intervention
 from herald_service.config import Settings
+from herald_service.engine.admission import job_seconds
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
-from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout
+from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
 from herald_service.types import Classification, Conversation, Timing
@@ -157,6 +158,8 @@ class Moderator:
 
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`.
+            WorkTooLarge: the prompts' own estimated model time exceeds ``request_timeout_s`` (413 naming
+                ``batch_field``; counted in ``herald_rejected_requests_total`` under ``estimated_work``).
             QueueFull: the engine's queue is full, or the estimated wait behind the work accepted earlier exceeds
                 ``request_timeout_s`` (429; counted in ``herald_rejected_requests_total`` under its ``reason``).
             RequestTimeout: no answer within ``request_timeout_s`` (504).
@@ -168,8 +171,10 @@ class Moderator:
             self.engine.check_room(len(conversations))  # 429 before any work (DESIGN section 4), not after tokenizing
             ids, tokenize_s = await self.tokenize(conversations, fields)
             futures = self.engine.submit(ids, tokenize_s)
-        except QueueFull as exc:
+        except (QueueFull, WorkTooLarge) as exc:
             self.metrics.rejected.labels(exc.reason).inc()
+            if isinstance(exc, WorkTooLarge):
+                exc.field = batch_field
             raise
         self._observe_tokens(ids)
         results = await self._wait(futures, disconnected)
@@ -266,8 +271,8 @@ class Moderator:
         Raises:
             QueueFull: all ``steer_max_concurrent`` slots are taken (``reason`` ``steer_concurrency``). Its
                 ``retry_after_s`` is when the oldest slot should free: the mean duration of the worker's exclusive
-                jobs so far less the time that slot has been held, bounded by ``request_timeout_s`` (which bounds
-                generation), rounded up, at least 1.
+                jobs so far (half of ``request_timeout_s`` before the first has finished) less the time that slot has
+                been held, bounded by ``request_timeout_s`` (which bounds generation), rounded up, at least 1.
         """
         limit = self.settings.steer_max_concurrent
         with self._steer_lock:
@@ -276,10 +281,7 @@ class Moderator:
                 self._steer_slots[slot] = time.perf_counter()
                 return slot
             held_s = time.perf_counter() - min(self._steer_slots.values())
-        remaining_s = max(self.settings.request_timeout_s - held_s, 0.0)
-        mean_s = self.engine.job_seconds.seconds
-        if mean_s is not None:
-            remaining_s = min(remaining_s, max(mean_s - held_s, 0.0))
+        remaining_s = max(job_seconds(self.engine.job_seconds.seconds, self.settings.request_timeout_s) - held_s, 0.0)
         retry_after_s = max(1, math.ceil(remaining_s))
         self.metrics.rejected.labels("steer_concurrency").inc()
         raise QueueFull(

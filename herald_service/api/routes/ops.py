@@ -43,6 +43,7 @@ async def metrics(state: State) -> Response:
     """Prometheus text exposition."""
     if state.engine is not None:
         state.metrics.queue_depth.set(state.engine.depth)
+        state.metrics.estimated_wait.set(state.engine.estimated_wait_s())
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
