@@ -47,7 +47,8 @@ class HeraldMetrics:
         self.steer_runs = Counter("herald_steer_runs_total", "/steer runs by intervention mode.", ["mode"], registry=r)
         self.worker_cost = Gauge(
             "herald_worker_cost_seconds",
-            "Admission's model of the worker: busy seconds per prompt and per prompt token of a batch (fitted online).", ["per"], registry=r,
+            "Admission's model of the worker: busy seconds of a batch per batch, prompt, prompt token and squared prompt"
+            " token (fitted online; engine.admission.BatchCost).", ["per"], registry=r,
         )
         self.estimated_wait = Gauge(
             "herald_estimated_wait_seconds",

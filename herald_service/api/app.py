@@ -32,11 +32,11 @@ from herald_service.types import user_turn
 log = logging.getLogger(__name__)
 
 WARMUP_PROMPTS = ("Hello!", "How do I bake sourdough bread?")
-COST_PROMPTS = (" ".join([WARMUP_PROMPTS[1]] * 8),) * 8
-"""The second shape timed at warm-up: 8 prompts of the second warm-up prompt said 8 times, 94 tokens each on the
-embedded backbone against the warm-up prompts' 35, so that the per-prompt and the per-token cost are both identified
-(engine.admission.BatchCost). No new words: the fake backbone numbers words as it first meets them, and its scores in
-tests stay those of the warm-up prompts alone."""
+COST_SHAPES = ((" ".join([WARMUP_PROMPTS[1]] * 8),) * 8, (" ".join([WARMUP_PROMPTS[1]] * 48),) * 2)
+"""The other shapes timed at warm-up: 8 prompts of the second warm-up prompt said 8 times (94 tokens each on the
+embedded backbone), and 2 of it said 48 times (534 tokens each), so that the per-batch, per-token and per-squared-token
+costs are told apart from the start (engine.admission.BatchCost; about 2 s more on the CPU). No new words: the fake
+backbone numbers words as it first meets them, and its scores in tests stay those of the warm-up prompts alone."""
 
 
 def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) -> Runtime:
@@ -53,19 +53,20 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
 
 
 def _warm_cost(runtime: Runtime) -> tuple[BatchTiming, ...]:
-    """The cost model's seed: two batch shapes, each timed once, after the warm-up run (which paid the one-off costs:
+    """The cost model's seed: three batch shapes, each timed once, after the warm-up run (which paid the one-off costs:
     lazy initialisation, kernel selection): the warm-up prompts (two short prompts, mostly fixed per-batch cost) and
-    :data:`COST_PROMPTS`. One shape alone cannot tell the per-prompt from the per-token cost (a tokens-per-second rate
-    from the warm-up batch alone was a third of the real one on the CPU, and refused bursts the worker would have
-    answered in a seventh of the timeout). Shapes that took no measurable time are left out."""
+    :data:`COST_SHAPES`. Fewer shapes cannot tell the terms apart (a tokens-per-second rate from the warm-up batch
+    alone was a third of the real one on the CPU and refused bursts the worker would have answered in a seventh of
+    the timeout; two shapes without a long one under-estimated 861-token prompts by half). Shapes that took no
+    measurable time are left out."""
     timings = []
-    for prompts in (WARMUP_PROMPTS, COST_PROMPTS):
+    for prompts in (WARMUP_PROMPTS, *COST_SHAPES):
         ids = runtime.backbone.encode([user_turn(p) for p in prompts])
         started = time.perf_counter()
         runtime.probe.predict(runtime.backbone.last_token_states(ids))
         elapsed = time.perf_counter() - started
         if elapsed > 0:
-            timings.append(BatchTiming(len(ids), sum(len(i) for i in ids), elapsed))
+            timings.append(BatchTiming(len(ids), sum(len(i) for i in ids), elapsed, sum(len(i) ** 2 for i in ids)))
     log.info("batch cost seeded on %s", ", ".join(f"{t.prompts} prompts of {t.tokens} tokens in {t.seconds:.3f} s" for t in timings))
     return tuple(timings)
 

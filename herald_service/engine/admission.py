@@ -2,23 +2,41 @@
 
 Counting prompts is not enough: 64 queued prompts of 4k tokens hold the worker for minutes, and a one-word prompt
 accepted behind them only times out (504). The engine keeps the prompts, tokens and exclusive jobs it has accepted
-and not yet answered (:class:`Work`) and a model of what a batch costs it (:class:`BatchCost`, seconds of busy time
-per prompt and per token, fitted online). :func:`admission_verdict` then refuses a request whose own work alone
-exceeds the limit (413: it could only time out, however idle the worker) and one whose wait behind the work ahead
-does (429, with a ``Retry-After`` from the same estimate). Pure arithmetic: no clocks, no threads, no I/O.
+and not yet answered (:class:`Work`) and a model of what a batch costs it (:class:`BatchCost`: seconds per batch, per
+prompt, per token and per squared token, fitted online). :func:`admission_verdict` then refuses a request whose own
+work alone exceeds the limit (413: it could only time out, however idle the worker) and one whose wait
+behind the work ahead exceeds it (429, with a ``Retry-After`` from the same estimate). Pure arithmetic: no clocks,
+no threads, no I/O.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
 
 FORGETTING = 0.9
 """Weight a batch's measurement keeps per batch answered after it (about the last 10 batches count)."""
 
+WINDOW = 64
+"""Live batches kept for the fit (older ones weigh under 0.9^64 = 0.1% and are dropped)."""
+
 PRIOR_WEIGHT = 0.1
 """Weight of each warm-up measurement, permanently: a tenth of one live batch, enough to keep the fit well-posed
 when every live batch has the same shape, too little to hold it against what live batches measure."""
+
+RIDGE_WEIGHT = 1.0
+"""Weight, in batches, that holds each term of the fit to its warm-up value (:meth:`BatchCost._solve`)."""
+
+WAIT_HEADROOM = 0.8
+"""A request is admitted behind other work only while its estimated wait is at most this share of
+``request_timeout_s``: the estimate runs 10-25% short on the CPU for long prompts (attention grows faster than the
+model's squared term follows; a burst of 200 one-prompt requests with 10 of 2,000 tokens, all admitted at full
+limit, ended in five 504s on the embedded backbone), and a 429 with ``Retry-After`` now is better than a 504 a
+minute later. A request whose own work alone is over the headroom is still admitted on an idle worker."""
 
 SMOOTHING = 0.3
 """Weight of the newest duration in :class:`MeanSeconds`."""
@@ -27,37 +45,83 @@ UNMEASURED_JOB_SHARE = 0.5
 """An exclusive job (``/steer``) before any has been measured counts as this share of ``request_timeout_s`` (its
 generation is bounded by the request's deadline; counting it free admitted moderation that could only time out)."""
 
+TERMS = ("batch", "prompt", "token", "token_squared")
+"""The cost model's terms (:class:`CostFit`), in order; the ``per`` label of ``herald_worker_cost_seconds``."""
+
 
 @dataclass(frozen=True)
 class Work:
-    """Work in the worker's units: prompts, their prompt tokens, and exclusive jobs (``/steer``)."""
+    """Work in the worker's units: prompts, their prompt tokens, the sum of their squared lengths (tokens^2, the
+    attention term), and exclusive jobs (``/steer``)."""
 
     prompts: int = 0
     tokens: int = 0
     jobs: int = 0
+    squared_tokens: int = 0
+
+    @classmethod
+    def of_prompts(cls, lengths: list[int]) -> "Work":
+        """The work of prompts of these lengths, tokens."""
+        return cls(len(lengths), sum(lengths), 0, sum(n * n for n in lengths))
+
+    def plus(self, other: "Work", sign: int = 1) -> "Work":
+        """``self + sign * other``, field by field."""
+        return Work(self.prompts + sign * other.prompts, self.tokens + sign * other.tokens, self.jobs + sign * other.jobs,
+                    self.squared_tokens + sign * other.squared_tokens)
 
 
 @dataclass(frozen=True)
 class BatchTiming:
-    """One batch the worker answered: its prompts, their prompt tokens (unpadded) and the seconds of busy time."""
+    """One batch the worker answered: its prompts, their prompt tokens (unpadded), the sum of their squared lengths
+    (tokens^2) and the seconds of busy time."""
 
     prompts: int
     tokens: int
     seconds: float
+    squared_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """Seconds of worker time per batch, per prompt, per token and per squared token (each >= 0), and the batch
+    shape the worker forms (``batch_max_prompts``, ``batch_token_budget``), so work of any size is costed as the
+    batches it will take."""
+
+    per_batch_s: float
+    per_prompt_s: float
+    per_token_s: float
+    per_squared_token_s: float
+    batch_prompts: int
+    batch_tokens: int
+
+    def seconds(self, work: Work) -> float:
+        """Estimated busy seconds for ``work``'s prompts (its jobs are not counted here)."""
+        if work.prompts <= 0:
+            return 0.0
+        batches = max(math.ceil(work.prompts / self.batch_prompts), math.ceil(work.tokens / self.batch_tokens), 1)
+        return (self.per_batch_s * batches + self.per_prompt_s * work.prompts + self.per_token_s * work.tokens
+                + self.per_squared_token_s * work.squared_tokens)
 
 
 class BatchCost:
-    """The worker's busy time per batch, ``seconds ~= per_prompt_s * prompts + per_token_s * tokens``, fitted online.
+    """The worker's busy time per batch, ``seconds ~= per_batch_s + per_prompt_s * prompts + per_token_s * tokens +
+    per_squared_token_s * sum(length^2)``, fitted online by non-negative least squares (scipy.optimize.nnls).
 
-    Least squares over every batch answered, each batch's weight multiplied by ``forgetting`` per later batch (so the
-    fit follows a change of load or device), plus the ``prior`` timings at a small permanent weight. Fixed per-batch
-    costs and padding have no term of their own: under a backlog, which is what admission guards, batches are full and
-    both fold into the per-prompt term (a one-prompt batch puts all of its fixed cost there: conservative).
+    Each term has a cause: the per-batch cost is the fixed cost of a forward pass (kernel launches, the probe), the
+    per-token one the MLPs and projections, the squared one attention (a token attends to every earlier token: on the
+    CPU a 4,000-token prompt cost 2.3 ms a token against 1.3 ms at 52 tokens). A model without the per-batch term
+    put that fixed cost on prompts and, fitted on one-prompt batches, drove the per-token cost to 0, so long prompts
+    were admitted as free and timed out (breaker pass).
+
+    The fit weighs each of the last :data:`WINDOW` live batches by ``forgetting`` per later batch (so it follows a
+    change of load or device) and the ``prior`` timings at a small permanent weight.
 
     Args:
-        prior: timings measured at warm-up, of at least two shapes (prompts per token) so that both coefficients are
-            identified before any live batch; they are the fit until the first live batch. Empty: no estimate until
-            the first batch is measured (admission by estimated work is off until then).
+        prior: timings measured at warm-up, of several shapes, so the terms are told apart before any live batch;
+            they are the fit until the first live batch. Empty: no estimate until the first batch is measured
+            (admission by estimated work is off until then).
+        batch_prompts, batch_tokens: the batch shape the worker forms (``batch_max_prompts``,
+            ``batch_token_budget``).
         forgetting: per-batch forgetting factor, in (0, 1].
         prior_weight: weight of each prior timing, > 0.
 
@@ -66,7 +130,8 @@ class BatchCost:
             (0, 1] or ``prior_weight`` not positive.
     """
 
-    def __init__(self, prior: tuple[BatchTiming, ...] = (), forgetting: float = FORGETTING, prior_weight: float = PRIOR_WEIGHT) -> None:
+    def __init__(self, prior: tuple[BatchTiming, ...] = (), batch_prompts: int = 64, batch_tokens: int = 8192,
+                 forgetting: float = FORGETTING, prior_weight: float = PRIOR_WEIGHT) -> None:
         if not 0 < forgetting <= 1:
             raise ValueError(f"forgetting must be in (0, 1], not {forgetting}")
         if not (math.isfinite(prior_weight) and prior_weight > 0):
@@ -75,56 +140,54 @@ class BatchCost:
             if not _usable(timing):
                 raise ValueError(f"prior timing must be of at least one prompt in a positive finite time, not {timing}")
         self.forgetting = forgetting
-        # Sufficient statistics of the weighted least squares, float64: sums of w*p*p, w*p*t, w*t*t, w*p*s, w*t*s.
-        self._prior = [0.0] * 5
-        self._live = [0.0] * 5
-        for timing in prior:
-            _accumulate(self._prior, timing, prior_weight)
-        self.coefficients: tuple[float, float] | None = _solve(self._prior) if prior else None
-        """``(per_prompt_s, per_token_s)``, both >= 0; ``None`` before any measurement. Replaced whole (one reference
-        assignment), so a reader on another thread never sees one coefficient of one fit and one of another."""
+        self.prior_weight = prior_weight
+        self.batch_prompts, self.batch_tokens = max(batch_prompts, 1), max(batch_tokens, 1)
+        self._prior = tuple(prior)
+        self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
+        self._anchor: np.ndarray | None = None
+        self.fit: CostFit | None = self._solve() if prior else None
+        if self.fit is not None:
+            self._anchor = np.array([self.fit.per_batch_s, self.fit.per_prompt_s, self.fit.per_token_s,
+                                     self.fit.per_squared_token_s])
+        """The current :class:`CostFit`; ``None`` before any measurement. Replaced whole (one reference assignment),
+        so a reader on another thread never sees half of one fit and half of another."""
 
     def observe(self, timing: BatchTiming) -> None:
         """Fold in one batch. A batch of no prompts or no measurable time is ignored."""
         if not _usable(timing):
             return
-        self._live = [self.forgetting * s for s in self._live]
-        _accumulate(self._live, timing, 1.0)
-        self.coefficients = _solve([p + s for p, s in zip(self._prior, self._live)])
+        self._live.append(timing)
+        self.fit = self._solve()
 
-    def seconds(self, prompts: int, tokens: int) -> float | None:
-        """Estimated busy seconds for ``prompts`` prompts of ``tokens`` tokens in all; ``None`` before any measurement."""
-        coefficients = self.coefficients
-        return None if coefficients is None else _cost(coefficients, prompts, tokens)
+    def seconds(self, work: Work) -> float | None:
+        """Estimated busy seconds for ``work``'s prompts; ``None`` before any measurement."""
+        fit = self.fit
+        return None if fit is None else fit.seconds(work)
+
+    def _solve(self) -> CostFit:
+        rows = [(t, self.prior_weight) for t in self._prior]
+        rows += [(t, self.forgetting ** age) for age, t in enumerate(reversed(self._live))]
+        design = np.array([[1.0, t.prompts, t.tokens, t.squared_tokens] for t, _ in rows])
+        seconds = np.array([t.seconds for t, _ in rows])
+        root = np.sqrt([w for _, w in rows])
+        scale = np.maximum(np.abs(design).max(axis=0), 1.0)  # columns of like size: tokens^2 runs to 10^8
+        a, b = design / scale * root[:, None], seconds * root
+        if self._anchor is not None and self._live:
+            # Ridge toward the warm-up fit: live batches of one or two shapes leave some mix of the terms unmeasured
+            # (short prompts say nothing of the squared term), and plain least squares then moved cost from one term
+            # to another at will (one-prompt traffic after 431-token batches left 0 per token and 13x the squared
+            # term: 8 x 2,000 tokens read as 90 s). Each term is held to its warm-up value with the weight of
+            # RIDGE_WEIGHT batches, in units of the term's largest contribution in the window.
+            anchor_rows = np.sqrt(RIDGE_WEIGHT) * np.eye(len(scale))
+            a = np.vstack([a, anchor_rows])
+            b = np.concatenate([b, np.sqrt(RIDGE_WEIGHT) * self._anchor * scale])
+        solution, _ = nnls(a, b)
+        per_batch, per_prompt, per_token, per_squared = (solution / scale).tolist()
+        return CostFit(per_batch, per_prompt, per_token, per_squared, self.batch_prompts, self.batch_tokens)
 
 
 def _usable(timing: BatchTiming) -> bool:
     return timing.prompts > 0 and timing.tokens >= 0 and math.isfinite(timing.seconds) and timing.seconds > 0
-
-
-def _accumulate(stats: list[float], timing: BatchTiming, weight: float) -> None:
-    p, t, s = float(timing.prompts), float(timing.tokens), float(timing.seconds)
-    for i, value in enumerate((p * p, p * t, t * t, p * s, t * s)):
-        stats[i] += weight * value
-
-
-def _solve(stats: list[float]) -> tuple[float, float]:
-    """The 2x2 normal equations, with both coefficients held >= 0: if one comes out negative (or the system is
-    singular: every batch had the same prompts-per-token shape), it is set to 0 and the other fitted alone."""
-    pp, pt, tt, ps, ts = stats
-    det = pp * tt - pt * pt
-    if det > 1e-9 * pp * tt:
-        per_prompt, per_token = (tt * ps - pt * ts) / det, (pp * ts - pt * ps) / det
-        if per_prompt >= 0 and per_token >= 0:
-            return per_prompt, per_token
-        if per_token < 0:
-            return ps / pp, 0.0
-    # A negative per-prompt term, or one shape only: all of it per token, which grows with the work as it should.
-    return (0.0, ts / tt) if tt > 0 else (ps / pp, 0.0)
-
-
-def _cost(coefficients: tuple[float, float], prompts: int, tokens: int) -> float:
-    return coefficients[0] * prompts + coefficients[1] * tokens
 
 
 class MeanSeconds:
@@ -149,17 +212,17 @@ def job_seconds(mean_s: float | None, limit_s: float) -> float:
     return UNMEASURED_JOB_SHARE * limit_s if mean_s is None else min(mean_s, limit_s)
 
 
-def ahead_seconds(ahead: Work, coefficients: tuple[float, float] | None, job_s: float | None, limit_s: float | None,
+def ahead_seconds(ahead: Work, fit: CostFit | None, job_s: float | None, limit_s: float | None,
                   horizon_s: float | None = None) -> float:
     """Estimated seconds until the worker has answered the work ``ahead``, at most ``horizon_s`` (the seconds left
     until the latest deadline of that work) and ``limit_s``: every accepted request is cancelled at its deadline
     (``request_timeout_s`` after it arrived; the worker drops cancelled prompts before the model sees them, and a
     /steer job's generation stops there), so the worker is never busier than that, however much was accepted. 0
     before any measurement. ``limit_s`` ``None``: uncapped, and unmeasured jobs count as free."""
-    if coefficients is None:
+    if fit is None:
         return 0.0
     per_job = (job_s or 0.0) if limit_s is None else job_seconds(job_s, limit_s)
-    seconds = _cost(coefficients, ahead.prompts, ahead.tokens) + ahead.jobs * per_job
+    seconds = fit.seconds(ahead) + ahead.jobs * per_job
     for cap in (limit_s, horizon_s):
         if cap is not None:
             seconds = min(seconds, max(cap, 0.0))
@@ -174,12 +237,17 @@ class Refusal:
     wait_s: float
     limit_s: float
     retry_after_s: int
+    allowed_s: float | None = None
+    """The longest wait admitted (``WAIT_HEADROOM * limit_s`` or the request's own work); ``None``: ``limit_s``."""
 
     @property
     def message(self) -> str:
         """The 429's message."""
-        return (f"estimated wait {self.wait_s:.1f} s exceeds request_timeout_s {self.limit_s:g} s (the worker is"
-                f" busy with work accepted earlier); retry in {self.retry_after_s} s")
+        allowed = self.limit_s if self.allowed_s is None else self.allowed_s
+        bound = (f"request_timeout_s {self.limit_s:g} s" if allowed >= self.limit_s else
+                 f"the {allowed:.1f} s admitted ({WAIT_HEADROOM:.0%} of request_timeout_s {self.limit_s:g} s)")
+        return (f"estimated wait {self.wait_s:.1f} s exceeds {bound} (the worker is busy with work accepted earlier);"
+                f" retry in {self.retry_after_s} s")
 
 
 @dataclass(frozen=True)
@@ -201,32 +269,34 @@ class TooMuchWork:
                 f" request_timeout_s {self.limit_s:g} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
 
 
-def admission_verdict(ahead: Work, own: Work, coefficients: tuple[float, float] | None, job_s: float | None,
+def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, job_s: float | None,
                       limit_s: float | None, horizon_s: float | None = None) -> Refusal | TooMuchWork | None:
     """The refusal for a request, or ``None`` to admit it.
 
     Args:
         ahead: work accepted and not yet answered (queued, taken by the worker, in flight).
         own: the request's work (its tokens 0 when not yet tokenized: a lower bound).
-        coefficients: ``(per_prompt_s, per_token_s)`` of :class:`BatchCost`; ``None``: not measured yet, admit.
+        fit: the cost model (:class:`BatchCost`); ``None``: not measured yet, admit.
         job_s: mean seconds of one exclusive job (:class:`MeanSeconds`); ``None``: none measured yet
             (:func:`job_seconds`).
         limit_s: the longest acceptable wait, seconds (``request_timeout_s``); ``None``: admit.
         horizon_s: seconds until the latest deadline of the work ahead; ``None``: ``limit_s``.
 
-    Own prompts and tokens costing more than ``limit_s`` alone: :class:`TooMuchWork`. Otherwise the estimated wait is
-    :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over ``limit_s``:
-    :class:`Refusal`, whose ``retry_after_s`` is how long until the work ahead has drained enough for this request to
-    fit (the cap falls as fast as the work drains: deadlines come one second closer each second), rounded up, at
-    least 1 s, never above ``limit_s`` rounded up.
+    Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`. Otherwise the estimated wait is
+    :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
+    :data:`WAIT_HEADROOM` x ``limit_s`` (or, for a request whose own work alone is more, over that work: it is
+    admitted on an idle worker): :class:`Refusal`, whose ``retry_after_s`` is how long until the work ahead has
+    drained enough for this request to fit (the cap falls as fast as the work drains: deadlines come one second closer
+    each second), rounded up, at least 1 s, never above ``limit_s`` rounded up.
     """
-    if coefficients is None or limit_s is None:
+    if fit is None or limit_s is None:
         return None
-    own_work_s = _cost(coefficients, own.prompts, own.tokens)
+    own_work_s = fit.seconds(own)
     if own_work_s > limit_s:
         return TooMuchWork(own_work_s, limit_s, own)
-    ahead_s = ahead_seconds(ahead, coefficients, job_s, limit_s, horizon_s)
+    ahead_s = ahead_seconds(ahead, fit, job_s, limit_s, horizon_s)
     wait_s = ahead_s + own_work_s + own.jobs * job_seconds(job_s, limit_s)
-    if wait_s <= limit_s:
+    allowed_s = max(WAIT_HEADROOM * limit_s, own_work_s)
+    if wait_s <= allowed_s:
         return None
-    return Refusal(wait_s, limit_s, max(1, math.ceil(min(wait_s - limit_s, ahead_s))))
+    return Refusal(wait_s, limit_s, max(1, math.ceil(min(wait_s - allowed_s, ahead_s))), allowed_s)

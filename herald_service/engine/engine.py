@@ -25,7 +25,7 @@ import torch
 
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
-from herald_service.engine.admission import BatchCost, BatchTiming, MeanSeconds, Refusal, Work, admission_verdict, ahead_seconds
+from herald_service.engine.admission import TERMS, BatchCost, BatchTiming, MeanSeconds, Refusal, Work, admission_verdict, ahead_seconds
 from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
@@ -90,7 +90,7 @@ class InferenceEngine:
         self.probe = probe
         self.limits = limits
         self.metrics = metrics
-        self.cost = BatchCost(seed)  # written by the worker thread only
+        self.cost = BatchCost(seed, limits.max_rows, limits.token_budget)  # written by the worker thread only
         self.job_seconds = MeanSeconds()  # seconds of one exclusive job; written by the worker thread only
         # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
         # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
@@ -146,7 +146,7 @@ class InferenceEngine:
         """
         now = time.perf_counter()
         items = [_Prompt(ids, Future(), now, tokenize_s) for ids in token_ids]
-        self._enqueue(items, Work(len(items), sum(len(ids) for ids in token_ids)))
+        self._enqueue(items, Work.of_prompts([len(ids) for ids in token_ids]))
         return [item.future for item in items]
 
     def submit_exclusive(self, run: Callable[[], object]) -> Future:
@@ -185,7 +185,7 @@ class InferenceEngine:
         (:func:`~herald_service.engine.admission.ahead_seconds`); 0 before any measurement."""
         with self._cond:
             ahead, horizon_s = self._ahead, self._horizon_s()
-        return ahead_seconds(ahead, self.cost.coefficients, self.job_seconds.seconds, self.limits.max_wait_s, horizon_s)
+        return ahead_seconds(ahead, self.cost.fit, self.job_seconds.seconds, self.limits.max_wait_s, horizon_s)
 
     def _horizon_s(self) -> float | None:
         # An upper bound: a deadline stays the latest after its work was answered, until a later one is accepted.
@@ -219,7 +219,7 @@ class InferenceEngine:
             raise NotReady(self.failure or "inference worker is not running")
         if len(self._queue) + own.prompts + own.jobs > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
-        verdict = admission_verdict(self._ahead, own, self.cost.coefficients, self.job_seconds.seconds, self.limits.max_wait_s,
+        verdict = admission_verdict(self._ahead, own, self.cost.fit, self.job_seconds.seconds, self.limits.max_wait_s,
                                     self._horizon_s())
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
@@ -229,8 +229,7 @@ class InferenceEngine:
     def _settled(self, share: Work) -> Callable[[Future], None]:
         def give_back(_future: Future) -> None:
             with self._cond:
-                ahead = self._ahead
-                self._ahead = Work(ahead.prompts - share.prompts, ahead.tokens - share.tokens, ahead.jobs - share.jobs)
+                self._ahead = self._ahead.plus(share, -1)
 
         return give_back
 
@@ -239,10 +238,9 @@ class InferenceEngine:
             self._check_room(own)
             if self.limits.max_wait_s is not None:
                 self._latest_deadline = max(self._latest_deadline, time.perf_counter() + self.limits.max_wait_s)
-            ahead = self._ahead
-            self._ahead = Work(ahead.prompts + own.prompts, ahead.tokens + own.tokens, ahead.jobs + own.jobs)
+            self._ahead = self._ahead.plus(own)
             for item in items:
-                share = Work(1, len(item.token_ids)) if isinstance(item, _Prompt) else Work(jobs=1)
+                share = Work.of_prompts([len(item.token_ids)]) if isinstance(item, _Prompt) else Work(jobs=1)
                 item.future.add_done_callback(self._settled(share))
             self._queue.extend(items)
             self.metrics.queue_depth.set(len(self._queue))
@@ -409,7 +407,8 @@ class InferenceEngine:
         lengths = [len(p.token_ids) for p in batch]
         # Busy time since the worker last answered, not since this batch was launched: pipelined, the next batch is
         # launched before this one is scored, and launch-to-score spans would count the overlap twice.
-        self.cost.observe(BatchTiming(len(batch), sum(lengths), scored - max(started, self._last_answered)))
+        self.cost.observe(BatchTiming(len(batch), sum(lengths), scored - max(started, self._last_answered),
+                                      sum(n * n for n in lengths)))
         self._last_answered = scored
         self.metrics.batch_size.observe(len(batch))
         self.metrics.batch_tokens.observe(sum(lengths) if self.backbone.packs_batches else max(lengths) * len(batch))
@@ -422,10 +421,11 @@ class InferenceEngine:
 
     def _export_estimates(self) -> None:
         """The cost model's coefficients and the estimated wait of the work ahead, to their gauges."""
-        coefficients = self.cost.coefficients
-        if coefficients is not None:
-            self.metrics.worker_cost.labels("prompt").set(coefficients[0])
-            self.metrics.worker_cost.labels("token").set(coefficients[1])
+        fit = self.cost.fit
+        if fit is not None:
+            values = (fit.per_batch_s, fit.per_prompt_s, fit.per_token_s, fit.per_squared_token_s)
+            for term, value in zip(TERMS, values):
+                self.metrics.worker_cost.labels(term).set(value)
         self.metrics.estimated_wait.set(self.estimated_wait_s())
 
     def _forward_failed(self, batch: list[_Prompt]) -> None:
