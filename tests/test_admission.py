@@ -242,6 +242,14 @@ def test_exclusive_jobs_ahead_count_at_their_mean_duration_and_at_half_the_limit
     assert admission_verdict(Work(jobs=1), Work(1, 20), lin(0.0, 0.01), job_s=None, limit_s=1.0) is None  # 0.5 + 0.2 s
 
 
+def test_an_exclusive_job_near_the_limit_is_admitted_on_an_idle_worker():
+    # One /steer that ran to its deadline made the mean job 10 s of a 10 s limit: every later /steer on an idle
+    # worker was refused 429 "retry in 1 s", forever (third breaker pass).
+    assert admission_verdict(Work(), Work(jobs=1), lin(0.0, 0.01), job_s=10.0, limit_s=10.0) is None
+    refusal = admission_verdict(Work(1, 100), Work(jobs=1), lin(0.0, 0.01), job_s=10.0, limit_s=10.0)
+    assert isinstance(refusal, Refusal) and refusal.retry_after_s == 1  # behind 1 s of work: fits once it drains
+
+
 def test_without_a_measurement_or_a_limit_everything_is_admitted():
     assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), None, job_s=None, limit_s=1.0) is None
     assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), lin(1.0, 1.0), job_s=None, limit_s=None) is None

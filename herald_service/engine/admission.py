@@ -295,8 +295,11 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, job_s: float 
     if own_work_s > limit_s:
         return TooMuchWork(own_work_s, limit_s, own)
     ahead_s = ahead_seconds(ahead, fit, job_s, limit_s, horizon_s)
-    wait_s = ahead_s + own_work_s + own.jobs * job_seconds(job_s, limit_s)
-    allowed_s = max(WAIT_HEADROOM * limit_s, own_work_s)
+    own_s = own_work_s + own.jobs * job_seconds(job_s, limit_s)
+    wait_s = ahead_s + own_s
+    # The request's own prompts and jobs are allowed in full: left out (a /steer job counted at a mean duration near
+    # the limit), an idle worker answered 429 "retry in 1 s" to every /steer until a restart (third breaker pass).
+    allowed_s = max(WAIT_HEADROOM * limit_s, own_s)
     if wait_s <= allowed_s:
         return None
     return Refusal(wait_s, limit_s, max(1, math.ceil(min(wait_s - allowed_s, ahead_s))), allowed_s)
