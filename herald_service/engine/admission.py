@@ -28,8 +28,9 @@ PRIOR_WEIGHT = 0.1
 """Weight of each warm-up measurement, permanently: a tenth of one live batch, enough to keep the fit well-posed
 when every live batch has the same shape, too little to hold it against what live batches measure."""
 
-RIDGE_WEIGHT = 1.0
-"""Weight, in batches, that holds each term of the fit to its warm-up value (:meth:`BatchCost._solve`)."""
+RIDGE_WEIGHT = 0.3
+"""Weight, in batches, that holds each term of the fit to its warm-up value, as a relative change
+(:meth:`BatchCost._solve`)."""
 
 WAIT_HEADROOM = 0.8
 """A request is admitted behind other work only while its estimated wait is at most this share of
@@ -105,7 +106,8 @@ class CostFit:
 
 class BatchCost:
     """The worker's busy time per batch, ``seconds ~= per_batch_s + per_prompt_s * prompts + per_token_s * tokens +
-    per_squared_token_s * sum(length^2)``, fitted online by non-negative least squares (scipy.optimize.nnls).
+    per_squared_token_s * sum(length^2)``, fitted online by non-negative least squares on relative errors
+    (scipy.optimize.nnls).
 
     Each term has a cause: the per-batch cost is the fixed cost of a forward pass (kernel launches, the probe), the
     per-token one the MLPs and projections, the squared one attention (a token attends to every earlier token: on the
@@ -169,18 +171,23 @@ class BatchCost:
         rows += [(t, self.forgetting ** age) for age, t in enumerate(reversed(self._live))]
         design = np.array([[1.0, t.prompts, t.tokens, t.squared_tokens] for t, _ in rows])
         seconds = np.array([t.seconds for t, _ in rows])
-        root = np.sqrt([w for _, w in rows])
+        # Relative errors: each batch counts by its error as a share of its time. In absolute seconds a few long
+        # batches outweighed every short one, and the fit that served them priced 64 chat prompts at 4 s of a real
+        # 19-25 s (third breaker pass).
+        root = np.sqrt([w for _, w in rows]) / seconds
         scale = np.maximum(np.abs(design).max(axis=0), 1.0)  # columns of like size: tokens^2 runs to 10^8
         a, b = design / scale * root[:, None], seconds * root
         if self._anchor is not None and self._live:
-            # Ridge toward the warm-up fit: live batches of one or two shapes leave some mix of the terms unmeasured
-            # (short prompts say nothing of the squared term), and plain least squares then moved cost from one term
-            # to another at will (one-prompt traffic after 431-token batches left 0 per token and 13x the squared
-            # term: 8 x 2,000 tokens read as 90 s). Each term is held to its warm-up value with the weight of
-            # RIDGE_WEIGHT batches, in units of the term's largest contribution in the window.
-            anchor_rows = np.sqrt(RIDGE_WEIGHT) * np.eye(len(scale))
+            # Ridge toward the warm-up fit, on each term's relative change: live batches of one or two shapes leave
+            # some mix of the terms unmeasured (short prompts say nothing of the squared term), and without it the
+            # fit moved cost between terms at will (one-prompt traffic after 431-token batches: 0 per token, 13x
+            # the squared term, 8 x 2,000 tokens read as 89 s against a real ~25 s). RIDGE_WEIGHT is in batches.
+            held = [j for j in range(len(scale)) if self._anchor[j] > 0]
+            anchor_rows = np.zeros((len(held), len(scale)))
+            for row, j in enumerate(held):
+                anchor_rows[row, j] = np.sqrt(RIDGE_WEIGHT) / (self._anchor[j] * scale[j])
             a = np.vstack([a, anchor_rows])
-            b = np.concatenate([b, np.sqrt(RIDGE_WEIGHT) * self._anchor * scale])
+            b = np.concatenate([b, np.full(len(held), np.sqrt(RIDGE_WEIGHT))])
         solution, _ = nnls(a, b)
         per_batch, per_prompt, per_token, per_squared = (solution / scale).tolist()
         return CostFit(per_batch, per_prompt, per_token, per_squared, self.batch_prompts, self.batch_tokens)
