@@ -5,8 +5,8 @@ accepted behind them only times out (504). The engine keeps the prompts, tokens 
 and not yet answered (:class:`Work`) and a model of what a batch costs it (:class:`BatchCost`: seconds per batch, per
 prompt, per token and per squared token, fitted online). :func:`admission_verdict` then refuses a request whose own
 work alone exceeds the limit (413: it could only time out, however idle the worker) and one whose wait
-behind the work ahead exceeds it (429, with a ``Retry-After`` from the same estimate). Pure arithmetic: no clocks,
-no threads, no I/O.
+behind the work ahead exceeds :data:`WAIT_HEADROOM` of it (429, with a ``Retry-After`` from the same estimate). Pure
+arithmetic: no clocks, no threads, no I/O.
 """
 
 from __future__ import annotations
