@@ -28,7 +28,15 @@ MAX_KEYS = 256
 finding), so such a body is refused while it is parsed, off the loop."""
 
 
-class DuplicateKey(ValueError):
+class StrictJsonError(ValueError):
+    """A document :func:`loads_unique` refuses; ``message`` says why in one line, naming the key or number by its
+    path (``herald steer-eval`` and the labeled-corpus reader prefix it with the file and line; the HTTP layer words
+    its own answers)."""
+
+    message: str
+
+
+class DuplicateKey(StrictJsonError):
     """A JSON object of the body holds ``key`` twice. ``path`` names it from the top of the document, keys as
     :func:`_shown` writes them: ``input`` at the top level, ``messages[0].content`` in the first message."""
 
@@ -36,9 +44,10 @@ class DuplicateKey(ValueError):
         super().__init__(path)
         self.key = key
         self.path = path
+        self.message = f"key '{path}' appears twice; give it once"
 
 
-class InvalidKey(ValueError):
+class InvalidKey(StrictJsonError):
     """A key of a JSON object of the body is not valid Unicode: it holds a lone UTF-16 surrogate (a ``"\\ud800"``
     escape), which pydantic cannot read as a string ("Input should be a valid string", naming no field) and no
     tokenizer can encode. ``key`` and ``path`` as for :class:`DuplicateKey`."""
@@ -47,13 +56,18 @@ class InvalidKey(ValueError):
         super().__init__(path)
         self.key = key
         self.path = path
+        self.message = f"key '{path}' holds a lone UTF-16 surrogate (not valid Unicode)"
 
 
-class TooManyKeys(ValueError):
-    """A JSON object of the body holds more than :data:`MAX_KEYS` keys."""
+class TooManyKeys(StrictJsonError):
+    """A JSON object of the body holds more than :data:`MAX_KEYS` keys (``args[0]``: how many)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.message = f"a JSON object has {count} keys; the limit is {MAX_KEYS}"
 
 
-class BadNumber(ValueError):
+class BadNumber(StrictJsonError):
     """A number of the body that Python cannot hold as JSON means it: an integer outside 64 bits (``json`` fails
     on one of over 4,300 digits with a ``ValueError`` that FastAPI answered "nested too deeply", and echoed a 4,000-digit
     one back), a float that overflows to infinity (``1e999``), or a ``NaN``/``Infinity`` token, which ``json``

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from herald_service.strict_json import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
-from herald_service.text_file import read_utf8
+from herald_service.strict_json import StrictJsonError, loads_unique
+from herald_service.text_file import is_valid_unicode, read_utf8
 
 LABELS = {"benign": 0, "harmful": 1}
 JAILBREAK_TEMPLATE_FILE = "pyrit_jailbreak_templates.jsonl"
@@ -59,14 +59,8 @@ def _row_example(line: str, where: str, file: str) -> Example:
     """The :class:`Example` of one JSONL line; ValueError naming ``where`` (file and line) and what is wrong."""
     try:
         row = loads_unique(line, check_numbers=True)
-    except DuplicateKey as exc:
-        raise ValueError(f"{where}: key '{exc.path}' appears twice; give it once") from None
-    except InvalidKey as exc:
-        raise ValueError(f"{where}: key '{exc.path}' holds a lone UTF-16 surrogate (not valid Unicode)") from None
-    except BadNumber as exc:
+    except StrictJsonError as exc:  # a repeated or invalid key, too many keys, a number Python cannot hold
         raise ValueError(f"{where}: {exc.message}") from None
-    except TooManyKeys as exc:
-        raise ValueError(f"{where}: a JSON object has {exc.args[0]} keys; the limit is {MAX_KEYS}") from None
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{where}: not JSON ({getattr(exc, 'msg', 'nested too deeply')}); rows are JSON objects with"
                          " prompt, label and source") from None
@@ -78,18 +72,10 @@ def _row_example(line: str, where: str, file: str) -> Example:
             and isinstance(row.get("label"), str) and row["label"] in LABELS and (context is None or isinstance(context, str))):
         raise ValueError(f"{where}: need prompt and source strings (context, if given, a string) and a label in {sorted(LABELS)}")
     for field in ("prompt", "context", "source"):
-        if isinstance(row.get(field), str) and not _is_unicode(row[field]):
+        if isinstance(row.get(field), str) and not is_valid_unicode(row[field]):
             raise ValueError(f"{where}: {field} holds a lone UTF-16 surrogate (not valid Unicode); no tokenizer can encode it")
     category = row.get("category")
     return Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, file)
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def require_both_labels(examples: list[Example], files: list[Path]) -> None:
