@@ -27,3 +27,13 @@ def read_utf8(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotUtf8Error(path, data.count(b"\n", 0, exc.start) + 1, data[exc.start]) from None
+
+
+def is_valid_unicode(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: JSON may carry ``"\ud800"`` escapes that Python decodes into lone
+    UTF-16 surrogates, which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -24,6 +24,7 @@ from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
+from herald_service.text_file import is_valid_unicode
 from herald_service.types import Classification, Conversation, Timing
 
 
@@ -44,15 +45,6 @@ class SteerOutcome:
     steered_refused: bool
     baseline_classification: Classification
     steered_classification: Classification
-
-
-def _is_valid_unicode(text: str) -> bool:
-    # JSON may carry "\ud800" escapes that Python decodes into lone surrogates; tokenizers cannot encode them.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def engine_limits(settings: Settings) -> EngineLimits:
@@ -106,7 +98,7 @@ class Moderator:
                     f"conversation has {len(conversation)} messages; the limit is {self.settings.max_messages} (max_messages)", field=field
                 )
             for message in conversation:
-                if not _is_valid_unicode(message.content):
+                if not is_valid_unicode(message.content):
                     raise InvalidInput("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", field=field)
             chars = sum(len(m.content) for m in conversation)
             if chars > self.settings.max_chars:
