@@ -3,9 +3,13 @@ Llama built from a config; the real embedded backbone (marker ``backbone``); a r
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
+import socket
+import threading
 import time
+from typing import Iterator
 
 import pytest
 
@@ -20,6 +24,37 @@ def wait_ready(client, timeout_s: float = 120.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"not ready after {timeout_s} s: {last.status_code if last else None} {last.text if last else ''}")
+
+
+@contextlib.contextmanager
+def serving(app, timeout_s: float = 60.0) -> Iterator[int]:
+    """Run ``app`` on a real uvicorn server on 127.0.0.1 (a free port, keep-alive 60 s) in a thread; yields the port
+    once /health/ready answers 200, and stops the server after."""
+    import httpx
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    else:
+        server.should_exit = True
+        pytest.fail("server never became ready")
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def embedded_available() -> bool:

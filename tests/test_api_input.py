@@ -4,7 +4,7 @@ and encodings, numbers JSON can write but Python cannot hold, body size and body
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import wait_ready
+from conftest import serving, wait_ready
 from herald_service.api.app import build_app
 from herald_service.config import Settings
 
@@ -265,33 +265,8 @@ def test_body_timeout_is_a_positive_setting(monkeypatch):
 @pytest.fixture(scope="module")
 def server():
     """A real uvicorn server on 127.0.0.1 with a 0.5 s body timeout: (host, port)."""
-    import socket
-    import threading
-    import time
-
-    import httpx
-    import uvicorn
-
-    app = build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    else:
-        pytest.fail("server never became ready")
-    yield "127.0.0.1", port
-    uv.should_exit = True
-    thread.join(10)
+    with serving(build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5))) as port:
+        yield "127.0.0.1", port
 
 
 def _read_all(sock, timeout_s: float) -> bytes:

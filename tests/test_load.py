@@ -5,14 +5,11 @@ the queue fills; an httpx async client keeps 2 x (queue bound + batch rows) requ
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
 
+from conftest import serving
 from herald_service.api.app import build_app
 from herald_service.config import Settings
 from herald_service.engine.runtime import fake_runtime
@@ -31,27 +28,8 @@ def slow_fake_runtime(_settings: Settings):
 @pytest.fixture(scope="module")
 def server_url():
     settings = Settings(fake_backend=True, queue_capacity=QUEUE, max_batch_size=QUEUE, batch_max_prompts=ROWS, batch_delay_ms=0.0, request_timeout_s=30.0)
-    app = build_app(settings, loader=slow_fake_runtime)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    else:
-        pytest.fail("server never became ready")
-    yield url
-    server.should_exit = True
-    thread.join(10)
+    with serving(build_app(settings, loader=slow_fake_runtime)) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 async def _flood(url: str) -> list[tuple[int, httpx.Response | None, Exception | None]]:
