@@ -13,7 +13,6 @@ import email.message
 from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
-from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 
@@ -60,8 +59,8 @@ class UniqueKeysRoute(APIRoute):
     """An :class:`~fastapi.routing.APIRoute` whose JSON bodies must not repeat a key (FastAPI's "Custom Request and
     APIRoute class" mechanism): the body is parsed by :class:`UniqueKeysRequest` before FastAPI validates it.
 
-    Only a body that FastAPI itself reads as JSON (:meth:`reads_json`) is checked, so a body sent as ``text/plain`` or
-    a form gets FastAPI's content-type answer whatever keys it repeats.
+    A body that is not JSON (``text/plain``, a form, no Content-Type) never reaches it: in Herald's app
+    :class:`~herald_service.api.middleware.JsonBodies` answers it 415 before it is read.
 
     Raises (as answers):
         InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, a
@@ -69,18 +68,6 @@ class UniqueKeysRoute(APIRoute):
             more than :data:`MAX_KEYS` keys (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
-
-    def reads_json(self, request: Request) -> bool:
-        """Whether FastAPI parses this request's body as JSON: a Content-Type of ``application/json`` or
-        ``application/*+json``, or none at all on a route that is not ``strict_content_type`` (FastAPI's rule in
-        ``fastapi.routing.get_request_handler``, with the same stdlib header parsing). Other bodies reach validation
-        as bytes and are answered "request body must be a JSON object (Content-Type: application/json)" (in Herald's
-        app :class:`~herald_service.api.middleware.JsonBodies` answers them 415 before they are read)."""
-        content_type = request.headers.get("content-type")
-        if not content_type:
-            strict = self.strict_content_type
-            return not (strict.value if isinstance(strict, DefaultPlaceholder) else strict)
-        return is_json_content_type(content_type)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -91,7 +78,7 @@ class UniqueKeysRoute(APIRoute):
                 body = await request.body()
             except ClientDisconnect:
                 raise ClientGone("client disconnected while sending the request body") from None
-            if body and self.reads_json(request):
+            if body:
                 try:
                     await request.json()
                 except DuplicateKey as exc:
