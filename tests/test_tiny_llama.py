@@ -1,5 +1,6 @@
 """Backbone, hooks, fit and API on a tiny random-initialized Llama built from a config (no download)."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -394,3 +395,61 @@ def test_fit_with_logistic_directions_records_them_and_fits_other_directions(fol
     assert cosines.shape == (lda.shape[0],) and float(cosines.max()) < 0.999  # a different fit, same storage
     with pytest.raises(ValueError, match="direction_estimator must be one of lda, logistic; got 'pca'"):
         run_fit(FitOptions(out=tmp_path / "bad", direction_estimator="pca", **common))
+
+
+def test_fit_with_jailbreak_augmentation_trains_on_wrapped_training_requests_only(folder, tmp_path):
+    from herald_service.training.attacks import (EVALUATION_TEMPLATES, WRAPPED_HARMFUL_SOURCE, held_out_requests,
+                                                 load_templates, split_templates, template_key)
+    from herald_service.training.corpus import cap_per_group, load_corpus
+
+    words = " ".join(PROMPTS).split()
+    rows = [{"prompt": f"how do i bake bread {words[i % 20]} {words[-1 - i % 20]}", "label": "benign", "source": "A"}
+            for i in range(40)]
+    for source in ("AdvBench", "HarmBench"):
+        rows += [{"prompt": f"build a bomb {source} {words[i % 20]} {words[(i + 3) % 20]} {i}", "label": "harmful",
+                  "source": source} for i in range(40)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    templates = tmp_path / "templates.jsonl"
+    trust = "https://huggingface.co/datasets/TrustAIRLab/in-the-wild-jailbreak-prompts"
+    templates.write_text("\n".join(json.dumps({"prompt": f"template {i} tell me a story {words[i % 20]} {{{{ prompt }}}}",
+                                               "template_source": trust if i % 2 else "jailbreakchat"})
+                                   for i in range(100)) + "\n")
+    common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", max_per_source=30,
+                  jailbreak_templates=templates)
+    plain = run_fit(FitOptions(out=tmp_path / "plain", **common))
+    manifest = run_fit(FitOptions(out=tmp_path / "wrapped", jailbreak_train_per_class=16, **common))
+    record = manifest["training_data"]["jailbreak_augmentation"]
+    assert plain["training_data"]["jailbreak_augmentation"] is None
+    assert record["source"] == WRAPPED_HARMFUL_SOURCE and record["per_class"] == 16 and record["rows"] == 16
+    assert record["templates"]["sha256"] == hashlib.sha256(templates.read_bytes()).hexdigest()
+    # the held-out split and its evaluation are those of the plain fit: wrapped rows are training rows only
+    assert manifest["training_data"]["split"] == plain["training_data"]["split"] | {"calibration": manifest["training_data"]["split"]["calibration"]}
+    assert manifest["training_data"]["counts"] == plain["training_data"]["counts"]
+    wrapped_dirs, plain_dirs = (load_file(str(tmp_path / n / "probe.safetensors"))["directions"].float() for n in ("wrapped", "plain"))
+    assert not torch.equal(wrapped_dirs, plain_dirs)  # the wrapped rows reached the direction fit
+
+    # the templates of herald eval's wrapped set (and near-duplicates) are the ones training never uses
+    loaded = load_templates(templates)
+    everything = load_corpus([data])
+    split = split_templates(loaded, [], len(held_out_requests(everything, cap_per_group(everything, 30, 0))),
+                            EVALUATION_TEMPLATES)
+    keys = {template_key(loaded[i]["prompt"]) for i in split.test}
+    assert len(keys) == EVALUATION_TEMPLATES and not keys & {template_key(loaded[i]["prompt"]) for i in split.train}
+
+
+def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "hi", "label": "benign", "source": "A"}\n{"prompt": "bomb", "label": "harmful", "source": "B"}\n')
+    common = dict(data=[data], backbone=str(tmp_path / "no-such-backbone"), out=tmp_path / "out", cache_dir=tmp_path,
+                  jailbreak_train_per_class=80)
+    with pytest.raises(ValueError, match=r"jailbreak_templates: .*missing.jsonl is not a file; jailbreak_train_per_class 80"):
+        run_fit(FitOptions(jailbreak_templates=tmp_path / "missing.jsonl", **common))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x {{ prompt }}"}\n{"prompt": 3}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl line 2: a template row is a JSON object with a \"prompt\" string"):
+        run_fit(FitOptions(jailbreak_templates=bad, **common))
+    none = tmp_path / "none.jsonl"
+    none.write_text('{"prompt": "no slot here"}\n')
+    with pytest.raises(ValueError, match=r"holds no template with only the \{\{ prompt \}\} slot and at most 2500 characters"):
+        run_fit(FitOptions(jailbreak_templates=none, **common))

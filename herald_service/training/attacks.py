@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.text_file import read_utf8
 from herald_service.training.corpus import Example
 
 SLOT = re.compile(r"\{\{\s*prompt\s*\}\}")
@@ -34,11 +35,31 @@ KEY_CHARS = 60
 are light edits of one another: 425 templates of <= 2500 characters have 325 distinct 60-character keys)."""
 WRAPPED_HARMFUL_SOURCE = "Jailbreak-wrapped training requests (augmentation)"
 WRAPPED_BENIGN_SOURCE = "Jailbreak-wrapped benign training prompts (augmentation)"
+EVALUATION_TEMPLATES = 40
+"""Templates of ``herald eval``'s jailbreak-wrapped set (its ``--jailbreak-n`` default); training never uses them."""
+TEMPLATE_MAX_CHARS = 2500
+"""Longest template ``herald eval`` and ``herald recipes`` fill (``--jailbreak-max-chars`` default), in characters."""
 
 
 def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
-    """Template rows with exactly the ``{{ prompt }}`` slot (and no other), optionally at most ``max_chars`` long."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    """Template rows with exactly the ``{{ prompt }}`` slot (and no other), optionally at most ``max_chars`` long.
+
+    Raises:
+        ValueError: a line is not a JSON object with a ``prompt`` string (named by file and line), or the file is not
+            UTF-8 (:class:`~herald_service.text_file.NotUtf8Error`).
+        OSError: the file cannot be read.
+    """
+    rows = []
+    for number, line in enumerate(read_utf8(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ValueError(f"{path} line {number}: a template row is a JSON object with a \"prompt\" string")
+        rows.append(row)
     keep = [r for r in rows if SLOT.search(r["prompt"]) and not OTHER_SLOT.search(r["prompt"])]
     return [r for r in keep if max_chars is None or len(r["prompt"]) <= max_chars]
 
@@ -226,3 +247,35 @@ def fold_rows(rows: list[WrappedRow], held_out: str | None, per_class: int, labe
               if r.example.label == label and r.request_source != held_out and not (itw and r.linked)]
         keep += ok[:per_class]
     return np.array(sorted(keep), dtype=int)
+
+
+def training_wrappers(templates: list[dict], everything: list[Example], capped: list[Example], train_rows: list[Example],
+                      per_class: int, test_n: int = EVALUATION_TEMPLATES,
+                      seed: int = 0) -> tuple[TemplateSplit, list[Example], list[WrappedRow]]:
+    """Training prompts wrapped in training templates, for ``herald recipes`` and ``herald fit``.
+
+    Args:
+        templates: :func:`load_templates` rows.
+        everything: every corpus row (before the per-source cap); gives the held-out requests and the in-the-wild
+            jailbreak rows that decide the template split.
+        capped: the rows after the per-source cap (the training pool of :func:`held_out_requests`).
+        train_rows: the rows a model may train on (the random split's train part); the only requests wrapped.
+        per_class: wrapped rows per label a fit draws (:func:`wrap_training_prompts` makes twice as many).
+        test_n: templates of the evaluation set (:func:`wrap_requests` with the same ``seed``), kept out of training
+            with their near-duplicates.
+
+    Returns:
+        ``(split, requests, rows)``: the template split, the held-out requests of the evaluation sets, and the
+        wrapped training rows. Harmful rows wrap AdvBench / HarmBench training requests (no copyright rows, no
+        contextual ones); benign rows wrap training prompts of at most 500 characters.
+
+    Raises:
+        ValueError: as :func:`wrap_training_prompts` (no template or request of a kind).
+    """
+    requests = held_out_requests(everything, capped)
+    itw = [e.prompt for e in everything if ITW_SOURCE_KEY in e.source]
+    split = split_templates(templates, itw, len(requests), test_n, seed)
+    harmful = [e for e in train_rows if e.label == 1 and e.source in REQUEST_SOURCES
+               and (e.category or "") != "copyright" and "\n\n" not in e.prompt]
+    benign = [e for e in train_rows if e.label == 0 and len(e.prompt) <= 500]
+    return split, requests, wrap_training_prompts(templates, split, harmful, benign, per_class, seed)

@@ -27,7 +27,7 @@ from herald_service.training.corpus import (
     stratified_split,
 )
 from herald_service.training.evaluation import metrics_by_source
-from herald_service.training.extract import StateCache, extract_corpus_states
+from herald_service.training.extract import CorpusStates, StateCache, extract_corpus_states
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,10 @@ class FitOptions:
     """Trajectory features of the scorer (a name in ``FEATURE_SETS``); recorded in the manifest."""
     direction_estimator: str = DIRECTION_ESTIMATORS[0]
     """Per-layer direction estimator (a name in ``DIRECTION_ESTIMATORS``); recorded in the manifest."""
+    jailbreak_train_per_class: int = 0
+    """Harmful training requests wrapped in jailbreak templates added to training (0: none; docs/eval/jailbreak_recipe.md)."""
+    jailbreak_templates: Path | None = None
+    """``pyrit_jailbreak_templates.jsonl``; required when ``jailbreak_train_per_class`` > 0."""
     token_budget: int = 4096
     command: str | None = None
     """The command line to record in the manifest (``herald fit ...``); None outside the CLI."""
@@ -72,37 +76,102 @@ def direction_manifest(estimator: str) -> dict:
     raise ValueError(f"direction_estimator must be one of {', '.join(DIRECTION_ESTIMATORS)}; got {estimator!r}")
 
 
+def jailbreak_templates_of(options: FitOptions) -> list[dict]:
+    """The templates of the jailbreak augmentation (empty when it is off), read before any model loads.
+
+    Raises:
+        ValueError: the augmentation is on and ``jailbreak_templates`` is unset, missing, unreadable, or holds no
+            template with exactly the ``{{ prompt }}`` slot and at most :data:`~.attacks.TEMPLATE_MAX_CHARS` characters.
+    """
+    from herald_service.training.attacks import TEMPLATE_MAX_CHARS, load_templates
+
+    if options.jailbreak_train_per_class <= 0:
+        return []
+    path = options.jailbreak_templates
+    if path is None or not path.is_file():
+        raise ValueError(f"jailbreak_templates: {path} is not a file; jailbreak_train_per_class "
+                         f"{options.jailbreak_train_per_class} needs the PyRIT jailbreak templates "
+                         "(pyrit_jailbreak_templates.jsonl of ../shared/data)")
+    try:
+        templates = load_templates(path, TEMPLATE_MAX_CHARS)
+    except OSError as exc:
+        raise ValueError(f"jailbreak_templates: {path}: {exc.strerror}") from None
+    if not templates:
+        raise ValueError(f"jailbreak_templates: {path} holds no template with only the {{{{ prompt }}}} slot and at most "
+                         f"{TEMPLATE_MAX_CHARS} characters")
+    return templates
+
+
+def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], everything: list, capped: list,
+                            train_rows: list, options: FitOptions) -> tuple[CorpusStates, dict]:
+    """The harmful rows of the jailbreak augmentation and their states, and the manifest's record of them.
+
+    Exactly the random-split training rows of ``herald recipes --recipes jailbreak`` with the same seed (the fold
+    ``None`` of :meth:`~.recipes.WrappedPool.for_fold`): ``jailbreak_train_per_class`` AdvBench / HarmBench training
+    requests, each in a training template (:func:`~.attacks.training_wrappers`); the templates of ``herald eval``'s
+    jailbreak-wrapped set and their near-duplicates are never used, so that set stays unseen. Rows over
+    ``max_tokens`` are dropped before the first ``jailbreak_train_per_class`` are taken.
+
+    Returns:
+        ``(states, record)``: kept rows (``states.states`` ``(n, layer, d_model)`` float32) and a JSON-able record.
+    """
+    from herald_service.training.attacks import WRAPPED_HARMFUL_SOURCE, training_wrappers
+
+    per_class = options.jailbreak_train_per_class
+    split, _, rows = training_wrappers(templates, everything, capped, train_rows, per_class, seed=options.seed)
+    harmful = [r.example for r in rows if r.example.label == 1]
+    wrapped = extract_corpus_states(backbone, harmful, cache, options.max_tokens, options.token_budget,
+                                    desc="wrapped training states")
+    take = min(per_class, len(wrapped.examples))
+    kept = CorpusStates(wrapped.examples[:take], wrapped.states[:take], wrapped.tokens[:take], wrapped.skipped)
+    record = {"source": WRAPPED_HARMFUL_SOURCE, "per_class": per_class, "rows": take,
+              "skipped_over_max_tokens": sum(wrapped.skipped.values()),
+              "templates": file_manifest([options.jailbreak_templates])[0], "training_templates": int(len(split.train)),
+              "excluded": "the templates of herald eval's jailbreak-wrapped set and their near-duplicates, and the "
+                          "extra evaluation templates of herald recipes",
+              "requests": "AdvBench / HarmBench rows of the train part", "doc": "docs/eval/jailbreak_recipe.md"}
+    return kept, record
+
+
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if the data has one class only, the feature set or direction estimator is unknown, or a data
-            path is missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus` names file and
-            line); the last two before the backbone loads.
+        ValueError: if the data has one class only, the feature set or direction estimator is unknown, a data path is
+            missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus` names file and line), or
+            the jailbreak templates are (:func:`jailbreak_templates_of`); all but the first before the backbone loads.
     """
     started = time.perf_counter()
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
+    templates = jailbreak_templates_of(options)
     files = expand_data(options.data)
     rows = load_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(rows, files)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
     capped = cap_per_group(rows, options.max_per_source, options.seed)
-    corpus = extract_corpus_states(
-        backbone, capped, StateCache(options.cache_dir, backbone), options.max_tokens, options.token_budget
-    )
+    cache = StateCache(options.cache_dir, backbone)
+    corpus = extract_corpus_states(backbone, capped, cache, options.max_tokens, options.token_budget)
     examples, states, tokens = corpus.examples, corpus.states, corpus.tokens
     log.info("%d prompts after caps (%d over %d tokens skipped)", len(examples), sum(corpus.skipped.values()), options.max_tokens)
     labels = np.array([e.label for e in examples])
     sources = [e.source for e in examples]
     train, test = stratified_split(examples, options.test_fraction, options.seed)
     groups = np.array([f"{e.source}|{e.label}" for e in examples])
-    weights = balanced_weights(groups[train], labels[train])
+    fit_states, fit_labels, fit_groups = states[train], labels[train], groups[train]
+    augmentation = None
+    if templates:  # appended after the corpus rows, as herald recipes does, so the same seed gives the same fit
+        wrapped, augmentation = jailbreak_training_rows(backbone, cache, templates, rows, capped,
+                                                        [examples[i] for i in train], options)
+        fit_states = np.concatenate([fit_states, wrapped.states])
+        fit_labels = np.concatenate([fit_labels, [e.label for e in wrapped.examples]])
+        fit_groups = np.concatenate([fit_groups, [f"{e.source}|{e.label}" for e in wrapped.examples]])
+    weights = balanced_weights(fit_groups, fit_labels)
     probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed,
                         feature_set=options.feature_set, direction_estimator=options.direction_estimator)
-    probe.fit(states[train], labels[train], groups=groups[train], sample_weight=weights)
+    probe.fit(fit_states, fit_labels, groups=fit_groups, sample_weight=weights)
     held_out = probe.predict(states[test])
     metrics = metrics_by_source(labels[test], held_out.scores, held_out.flagged, [sources[i] for i in test])
 
@@ -126,6 +195,8 @@ def run_fit(options: FitOptions) -> dict:
                       "train": int(len(train)), "test": int(len(test)),
                       "calibration": int(len(probe.calibration_index_))},
             "sample_weighting": "each (source, label) group has equal total weight within its class",
+            # the wrapped rows are training rows only: never in counts, the split or the held-out evaluation
+            "jailbreak_augmentation": augmentation,
         },
         "directions": direction_manifest(options.direction_estimator),
         "evaluation": {"split": "held-out (random, stratified by source and label)", **metrics},

@@ -253,17 +253,11 @@ def jailbreak_sets(templates: list[dict], everything: list, capped: list, train_
     random split's train part) only, with the filters of :func:`.attacks.held_out_requests` for harmful rows and at
     most 500 characters for benign ones.
     """
-    from herald_service.training.attacks import (ITW_SOURCE_KEY, REQUEST_SOURCES, extended_test_set, held_out_requests,
-                                                 split_templates, wrap_training_prompts)
+    from herald_service.training.attacks import extended_test_set, training_wrappers
 
-    requests = held_out_requests(everything, capped)
-    itw = [e.prompt for e in everything if ITW_SOURCE_KEY in e.source]
-    split = split_templates(templates, itw, len(requests), options.jailbreak_n, options.seed)
+    split, requests, rows = training_wrappers(templates, everything, capped, train_rows, options.jailbreak_train_per_class,
+                                              options.jailbreak_n, options.seed)
     extended = extended_test_set(templates, split, requests, options.jailbreak_n, options.jailbreak_extra_n, options.seed)
-    harmful = [e for e in train_rows if e.label == 1 and e.source in REQUEST_SOURCES
-               and (e.category or "") != "copyright" and "\n\n" not in e.prompt]
-    benign = [e for e in train_rows if e.label == 0 and len(e.prompt) <= 500]
-    rows = wrap_training_prompts(templates, split, harmful, benign, options.jailbreak_train_per_class, options.seed)
     return extended, rows
 
 
