@@ -306,5 +306,6 @@ def test_report_reads_round3_files_into_the_direction_section_and_the_target_row
               {"results": {"logistic+jailbreak": jailbreak_block(0.95 + 0.02 * seed, 0.96, 0.6, 0.82, 0.1, [0.05, 0.08])}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "### Round 3: logistic directions with jailbreak-augmented training" in text
-    assert "recipe `logistic+jailbreak` (not shipped): 96.0% (n=40), seed mean" in text  # mean of 0.95 and 0.97
+    assert ("recipe `logistic+jailbreak` (not shipped): 96.0% (n=40), seed mean, fitted by `herald fit "
+            "--direction-estimator logistic --jailbreak-train-per-class 80`") in text  # mean of 0.95 and 0.97
     assert "- `logistic+jailbreak`: (a) pass, (b) pass, (c) pass, (d) fail, (e) fail: does not pass." in text  # no diagnostic, no sets
