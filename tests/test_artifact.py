@@ -116,3 +116,20 @@ def test_eval_scores_extra_sets_with_a_saved_probe_at_its_own_threshold(tmp_path
     flagged = probe.predict(states).flagged
     assert out["sets"]["set.jsonl"]["pooled"]["false_positive_rate"]["value"] == pytest.approx(flagged.mean())
     assert set(out["sets"]["set.jsonl"]["per_source"]) == {"S"}
+
+
+def test_eval_warns_when_a_jailbreak_augmented_probe_was_fitted_under_another_seed(tmp_path, fitted, caplog):
+    from herald_service.training.eval import LabeledStates, score_saved_probe
+
+    backbone, probe, states = fitted
+    n = len(states)
+    extra = {"jailbreak_wrapped": LabeledStates(states, np.ones(n, int), np.array(["J"] * n), np.full(n, 10))}
+    augmented = {"backbone": backbone_manifest(backbone.info), "training_data": {"seed": 1, "jailbreak_augmentation": {"rows": 80}}}
+    save_probe(probe, tmp_path / "augmented", augmented)
+    out = score_saved_probe(tmp_path / "augmented", backbone.info, extra, replicates=20, seed=0)
+    assert out["warning"].startswith("the probe was fitted with jailbreak-wrapped training rows under --seed 1, "
+                                     "this evaluation uses --seed 0")
+    assert out["warning"] in caplog.text
+    assert "warning" not in score_saved_probe(tmp_path / "augmented", backbone.info, extra, replicates=20, seed=1)
+    save_probe(probe, tmp_path / "plain", {**augmented, "training_data": {"seed": 1, "jailbreak_augmentation": None}})
+    assert "warning" not in score_saved_probe(tmp_path / "plain", backbone.info, extra, replicates=20, seed=0)

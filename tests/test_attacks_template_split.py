@@ -109,13 +109,22 @@ def test_fold_rows_never_hold_the_held_out_source_or_linked_templates_in_the_in_
     assert all(rows[i].example.label == 1 for i in fold_rows(rows, None, 8, (1,)))
 
 
-def test_wrap_training_prompts_needs_both_kinds_of_template():
+def test_wrap_training_prompts_makes_do_with_one_kind_of_template_one_request_source_and_no_benign_rows():
     templates = _templates()
     split = split_templates(templates, [], 30, 10, seed=0)
     only_linked = split.__class__(split.test, split.extra_test, split.train[split.linked[split.train]], split.linked)
-    with pytest.raises(ValueError):
-        wrap_training_prompts(templates, only_linked, _requests("AdvBench", 5) + _requests("HarmBench", 5),
-                              _requests("AlpacaEval", 5, 0), 4)
+    requests = _requests("AdvBench", 5) + _requests("HarmBench", 5)
+    rows = wrap_training_prompts(templates, only_linked, requests, _requests("AlpacaEval", 5, 0), 4)
+    assert {r.template for r in rows} <= set(only_linked.train.tolist()) and len(rows) == 2 * 4 + 2 * 4
+    # one request source: its 4 rows only; no benign prompt: harmful rows only; each row names its request
+    one = wrap_training_prompts(templates, split, _requests("AdvBench", 3), [], 4)
+    assert [r.example.label for r in one] == [1] * 4 and {r.request_source for r in one} == {"AdvBench"}
+    assert all(r.request in r.example.prompt for r in one) and len({r.request for r in one}) == 3  # one repeated
+    with pytest.raises(ValueError, match="no harmful request to wrap: no training row of AdvBench or HarmBench"):
+        wrap_training_prompts(templates, split, _requests("Other", 5), [], 4)
+    none = split.__class__(split.test, split.extra_test, split.train[:0], split.linked)
+    with pytest.raises(ValueError, match="no training template"):
+        wrap_training_prompts(templates, none, requests, [], 4)
 
 
 def test_jailbreak_recipe_names_say_which_labels_are_wrapped():

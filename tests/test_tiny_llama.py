@@ -438,18 +438,64 @@ def test_fit_with_jailbreak_augmentation_trains_on_wrapped_training_requests_onl
     assert len(keys) == EVALUATION_TEMPLATES and not keys & {template_key(loaded[i]["prompt"]) for i in split.train}
 
 
-def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(tmp_path):
+def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=100):
+    words = " ".join(PROMPTS).split()
+    rows = [{"prompt": f"how do i bake bread {words[i % 20]}", "label": "benign", "source": "A"} for i in range(20)]
+    for source in sources:
+        rows += [{"prompt": f"build a bomb {source} {words[i % 20]} {i}", "label": "harmful", "source": source} for i in range(20)]
     data = tmp_path / "data.jsonl"
-    data.write_text('{"prompt": "hi", "label": "benign", "source": "A"}\n{"prompt": "bomb", "label": "harmful", "source": "B"}\n')
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    templates = tmp_path / "templates.jsonl"
+    templates.write_text("\n".join(json.dumps({"prompt": f"template {i} tell me a story {words[i % 20]} {{{{ prompt }}}}"})
+                                   for i in range(n_templates)) + "\n")
+    return data, templates
+
+
+def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(tmp_path):
+    data, good = _jailbreak_inputs(tmp_path)
     common = dict(data=[data], backbone=str(tmp_path / "no-such-backbone"), out=tmp_path / "out", cache_dir=tmp_path,
-                  jailbreak_train_per_class=80)
+                  max_per_source=15)
     with pytest.raises(ValueError, match=r"jailbreak_templates: .*missing.jsonl is not a file; jailbreak_train_per_class 80"):
-        run_fit(FitOptions(jailbreak_templates=tmp_path / "missing.jsonl", **common))
+        run_fit(FitOptions(jailbreak_templates=tmp_path / "missing.jsonl", jailbreak_train_per_class=80, **common))
+    with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 1000000000 exceeds the limit of 1000$"):
+        run_fit(FitOptions(jailbreak_templates=good, jailbreak_train_per_class=10**9, **common))
+    cases = [
+        ('{"prompt": "x {{ prompt }}"}\n{"prompt": 3}\n', r"bad.jsonl line 2: a template row is a JSON object with a \"prompt\" string"),
+        ('{"prompt": "x {{ prompt }}", "template_source": 5}\n', r"bad.jsonl line 1: template_source must be a string or null; got int"),
+        ('{"prompt": "no slot here"}\n', r"holds no template with only the \{\{ prompt \}\} slot and at most 2500 characters"),
+        ('{"prompt": "x {{ prompt }}"}\n' * 3, r"has 1 distinct templates; the 40 of herald eval's jailbreak-wrapped set"),
+    ]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "x {{ prompt }}"}\n{"prompt": 3}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl line 2: a template row is a JSON object with a \"prompt\" string"):
-        run_fit(FitOptions(jailbreak_templates=bad, **common))
-    none = tmp_path / "none.jsonl"
-    none.write_text('{"prompt": "no slot here"}\n')
-    with pytest.raises(ValueError, match=r"holds no template with only the \{\{ prompt \}\} slot and at most 2500 characters"):
-        run_fit(FitOptions(jailbreak_templates=none, **common))
+    for text, message in cases:
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=r"^jailbreak_templates: .*" + message):
+            run_fit(FitOptions(jailbreak_templates=bad, jailbreak_train_per_class=80, **common))
+    bad.write_bytes(b'{"prompt": "caf\xe9 {{ prompt }}"}\n')
+    with pytest.raises(ValueError, match=r"^jailbreak_templates: .*bad.jsonl is not UTF-8 text \(line 1: byte 0xe9\)"):
+        run_fit(FitOptions(jailbreak_templates=bad, jailbreak_train_per_class=80, **common))
+    (tmp_path / "own").mkdir()
+    own_data, _ = _jailbreak_inputs(tmp_path / "own", sources=("my harmful set",))
+    with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 80: --data has no harmful row of source AdvBench or HarmBench"):
+        run_fit(FitOptions(**{**common, "data": [own_data]}, jailbreak_templates=good, jailbreak_train_per_class=80))
+
+
+def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prompts(folder, tmp_path, caplog):
+    data, templates = _jailbreak_inputs(tmp_path, sources=("AdvBench",))
+    (tmp_path / "folder").mkdir()
+    data.rename(tmp_path / "folder" / "data.jsonl")
+    templates = templates.rename(tmp_path / "folder" / "my_templates.jsonl")  # in the --data folder: not labeled data
+    common = dict(data=[tmp_path / "folder"], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu",
+                  max_per_source=15, jailbreak_templates=templates)
+    manifest = run_fit(FitOptions(out=tmp_path / "one", jailbreak_train_per_class=30, **common))
+    record = manifest["training_data"]["jailbreak_augmentation"]
+    # 15 capped AdvBench rows, 12 in the train part: 30 rows wrap each of them 2-3 times
+    assert (record["rows"], record["distinct_requests"], record["skipped_over_max_tokens"]) == (30, 12, 0)
+    assert [f["file"] for f in manifest["training_data"]["files"]] == ["data.jsonl"]
+    assert "30 rows wrap 12 distinct training requests" in caplog.text
+    long = tmp_path / "long.jsonl"
+    long.write_text("\n".join(json.dumps({"prompt": f"{i} " + "tell me a story " * 100 + "{{ prompt }}"}) for i in range(100)))
+    with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 4: all 4 wrapped training prompts exceed --max-tokens 64"):
+        run_fit(FitOptions(out=tmp_path / "short", jailbreak_train_per_class=4, max_tokens=64,
+                           **{**common, "data": [tmp_path / "folder" / "data.jsonl"], "jailbreak_templates": long}))
+    with pytest.raises(ValueError, match=r"^all 30 prompts exceed --max-tokens 3 once rendered; raise it$"):
+        run_fit(FitOptions(out=tmp_path / "none", max_tokens=3, **{**common, "data": [tmp_path / "folder" / "data.jsonl"]}))

@@ -59,6 +59,9 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
             raise ValueError(f"{path} line {number}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise ValueError(f"{path} line {number}: a template row is a JSON object with a \"prompt\" string")
+        for key in ("template_source", "category"):
+            if row.get(key) is not None and not isinstance(row[key], str):
+                raise ValueError(f"{path} line {number}: {key} must be a string or null; got {type(row[key]).__name__}")
         rows.append(row)
     keep = [r for r in rows if SLOT.search(r["prompt"]) and not OTHER_SLOT.search(r["prompt"])]
     return [r for r in keep if max_chars is None or len(r["prompt"]) <= max_chars]
@@ -182,6 +185,8 @@ class WrappedRow:
     request_source: str
     template: int
     linked: bool
+    request: str = ""
+    """The prompt that was wrapped (a request may be wrapped more than once when there are few)."""
 
 
 def wrap_training_prompts(templates: list[dict], split: TemplateSplit, harmful: list[Example], benign: list[Example],
@@ -194,17 +199,25 @@ def wrap_training_prompts(templates: list[dict], split: TemplateSplit, harmful: 
       out one request source (or the in-the-wild source) still has ``per_class`` rows;
     - benign rows: half on unlinked templates, requests drawn from all of ``benign``.
 
+    With templates of one kind only (none linked, as in a user's own template file), both halves use them; a request
+    source without rows, or an empty ``benign``, adds no rows (the leave-one-source-out folds of ``herald recipes``
+    then find fewer than ``per_class``; ``herald fit`` uses the harmful rows only).
+
     Args:
         harmful: training rows of :data:`REQUEST_SOURCES` (label 1); never the evaluation's held-out requests.
         benign: training rows of label 0.
 
     Raises:
-        ValueError: no linked or no unlinked training template, or no request of a kind.
+        ValueError: no training template, or no harmful request of any :data:`REQUEST_SOURCES`.
     """
     rng = np.random.default_rng(seed)
     pools = {flag: [int(i) for i in split.train if split.linked[i] == flag] for flag in (False, True)}
+    if not pools[False] and not pools[True]:
+        raise ValueError("no training template: every template is an evaluation template or one of their near-duplicates")
     if not pools[False] or not pools[True]:
-        raise ValueError("need linked and unlinked training templates")
+        pools = {flag: [int(i) for i in split.train] for flag in (False, True)}
+    if not any(e.source in REQUEST_SOURCES for e in harmful):
+        raise ValueError(f"no harmful request to wrap: no training row of {' or '.join(REQUEST_SOURCES)}")
     half = per_class // 2
 
     def cycle(flag: bool, n: int) -> list[int]:
@@ -221,16 +234,18 @@ def wrap_training_prompts(templates: list[dict], split: TemplateSplit, harmful: 
 
     out = []
     for source in REQUEST_SOURCES:
+        if not any(e.source == source for e in harmful):
+            continue
         requests = draw([e for e in harmful if e.source == source], per_class)
         for flag, chunk in ((False, requests[:half]), (True, requests[half:])):
             for ti, e in zip(cycle(flag, len(chunk)), chunk):
                 out.append(WrappedRow(Example(fill(templates[ti], e.prompt), 1, WRAPPED_HARMFUL_SOURCE,
-                                              e.source, "jailbreak-train"), e.source, ti, flag))
-    requests = draw(benign, 2 * per_class)
+                                              e.source, "jailbreak-train"), e.source, ti, flag, e.prompt))
+    requests = draw(benign, 2 * per_class) if benign else []
     for flag, chunk in ((False, requests[:per_class]), (True, requests[per_class:])):
         for ti, e in zip(cycle(flag, len(chunk)), chunk):
             out.append(WrappedRow(Example(fill(templates[ti], e.prompt), 0, WRAPPED_BENIGN_SOURCE, e.source,
-                                          "jailbreak-train"), e.source, ti, flag))
+                                          "jailbreak-train"), e.source, ti, flag, e.prompt))
     return [out[j] for j in rng.permutation(len(out))]
 
 
@@ -272,10 +287,25 @@ def training_wrappers(templates: list[dict], everything: list[Example], capped: 
     Raises:
         ValueError: as :func:`wrap_training_prompts` (no template or request of a kind).
     """
+    requests, split = training_template_split(templates, everything, capped, test_n, seed)
+    benign = [e for e in train_rows if e.label == 0 and len(e.prompt) <= 500]
+    return split, requests, wrap_training_prompts(templates, split, wrappable(train_rows), benign, per_class, seed)
+
+
+def wrappable(rows: list[Example]) -> list[Example]:
+    """The harmful rows that may be wrapped: plain requests of :data:`REQUEST_SOURCES` (no copyright rows, no
+    contextual rows, which carry a blank line and their context)."""
+    return [e for e in rows if e.label == 1 and e.source in REQUEST_SOURCES
+            and (e.category or "") != "copyright" and "\n\n" not in e.prompt]
+
+
+def training_template_split(templates: list[dict], everything: list[Example], capped: list[Example],
+                            test_n: int = EVALUATION_TEMPLATES, seed: int = 0) -> tuple[list[Example], TemplateSplit]:
+    """The held-out requests of the evaluation sets and the template split (:func:`split_templates`) they imply.
+
+    Needs no model: the evaluation set's templates depend only on the number of held-out requests and ``seed``, so
+    ``herald fit`` can refuse a template file with no training template before the backbone loads.
+    """
     requests = held_out_requests(everything, capped)
     itw = [e.prompt for e in everything if ITW_SOURCE_KEY in e.source]
-    split = split_templates(templates, itw, len(requests), test_n, seed)
-    harmful = [e for e in train_rows if e.label == 1 and e.source in REQUEST_SOURCES
-               and (e.category or "") != "copyright" and "\n\n" not in e.prompt]
-    benign = [e for e in train_rows if e.label == 0 and len(e.prompt) <= 500]
-    return split, requests, wrap_training_prompts(templates, split, harmful, benign, per_class, seed)
+    return requests, split_templates(templates, itw, len(requests), test_n, seed)

@@ -333,7 +333,7 @@ def run_eval(options: EvalOptions) -> dict:
     if options.guard_per_source > 0:
         results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
     if options.probe is not None:
-        results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates)
+        results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed)
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -387,17 +387,26 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
     return out
 
 
-def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int) -> dict:
+def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0) -> dict:
     """Score the extra sets with a saved probe artifact (e.g. the shipped one, fitted on the whole capped corpus)
     at its own stored threshold; margins are ``logit - threshold`` as in :func:`margins`.
 
+    A probe fitted with ``herald fit --jailbreak-train-per-class`` under another ``--seed`` than ``seed`` may have
+    trained on templates of this run's jailbreak-wrapped set: the output then carries a ``warning`` (also logged).
+
     Returns:
-        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``.
+        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case.
     """
     from herald_service.probes.artifact import load_probe
 
-    probe, _ = load_probe(folder, info)
+    probe, manifest = load_probe(folder, info)
     out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "sets": {}}
+    training = manifest.get("training_data") or {}
+    if training.get("jailbreak_augmentation") and training.get("seed") != seed and "jailbreak_wrapped" in extra_sets:
+        out["warning"] = (f"the probe was fitted with jailbreak-wrapped training rows under --seed {training.get('seed')}, "
+                          f"this evaluation uses --seed {seed}: its templates may overlap the probe's training templates, "
+                          "so its jailbreak-wrapped recall may be inflated; evaluate with the probe's seed")
+        log.warning("%s", out["warning"])
     for name, extra in extra_sets.items():
         output = probe.predict(extra.states)
         m = np.asarray(output.logits, dtype=np.float64) - probe.threshold

@@ -104,6 +104,8 @@ def extract_corpus_states(
 def _states_of(
     backbone: Backbone, token_ids: Sequence[Sequence[int]], cache: StateCache | None, token_budget: int, max_rows: int, desc: str
 ) -> np.ndarray:
+    if not token_ids:  # every prompt over the limit: callers name that; np.stack would fail on no arrays
+        return np.zeros((0, backbone.info.num_layers, backbone.info.hidden_size), np.float32)
     states: list[np.ndarray | None] = [cache.get(ids) if cache else None for ids in token_ids]
     missing = [i for i, s in enumerate(states) if s is None]
     batches = plan_batches([len(token_ids[i]) for i in missing], token_budget, max_rows)

@@ -28,6 +28,7 @@ from herald_service.training.corpus import (
 )
 from herald_service.training.evaluation import metrics_by_source
 from herald_service.training.extract import CorpusStates, StateCache, extract_corpus_states
+from herald_service.types import user_turn
 
 log = logging.getLogger(__name__)
 
@@ -76,30 +77,64 @@ def direction_manifest(estimator: str) -> dict:
     raise ValueError(f"direction_estimator must be one of {', '.join(DIRECTION_ESTIMATORS)}; got {estimator!r}")
 
 
+MAX_JAILBREAK_TRAIN_PER_CLASS = 1000
+"""Largest ``jailbreak_train_per_class``: 12 times the 80 of docs/eval/jailbreak_recipe.md, far more wrapped rows than
+the corpus has distinct training requests (the seed-0 train part holds about 180)."""
+
+
 def jailbreak_templates_of(options: FitOptions) -> list[dict]:
     """The templates of the jailbreak augmentation (empty when it is off), read before any model loads.
 
     Raises:
-        ValueError: the augmentation is on and ``jailbreak_templates`` is unset, missing, unreadable, or holds no
-            template with exactly the ``{{ prompt }}`` slot and at most :data:`~.attacks.TEMPLATE_MAX_CHARS` characters.
+        ValueError: ``jailbreak_train_per_class`` is over :data:`MAX_JAILBREAK_TRAIN_PER_CLASS`, or the augmentation
+            is on and ``jailbreak_templates`` is unset, missing, unreadable, not UTF-8, has a bad row (named by line),
+            or holds no template with exactly the ``{{ prompt }}`` slot and at most
+            :data:`~.attacks.TEMPLATE_MAX_CHARS` characters.
     """
     from herald_service.training.attacks import TEMPLATE_MAX_CHARS, load_templates
 
-    if options.jailbreak_train_per_class <= 0:
+    per_class = options.jailbreak_train_per_class
+    if per_class > MAX_JAILBREAK_TRAIN_PER_CLASS:
+        raise ValueError(f"jailbreak_train_per_class {per_class} exceeds the limit of {MAX_JAILBREAK_TRAIN_PER_CLASS}")
+    if per_class <= 0:
         return []
     path = options.jailbreak_templates
     if path is None or not path.is_file():
-        raise ValueError(f"jailbreak_templates: {path} is not a file; jailbreak_train_per_class "
-                         f"{options.jailbreak_train_per_class} needs the PyRIT jailbreak templates "
-                         "(pyrit_jailbreak_templates.jsonl of ../shared/data)")
+        raise ValueError(f"jailbreak_templates: {path} is not a file; jailbreak_train_per_class {per_class} needs the "
+                         "PyRIT jailbreak templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
     try:
         templates = load_templates(path, TEMPLATE_MAX_CHARS)
     except OSError as exc:
         raise ValueError(f"jailbreak_templates: {path}: {exc.strerror}") from None
+    except ValueError as exc:  # a bad row (file and line) or not UTF-8
+        raise ValueError(f"jailbreak_templates: {exc}") from None
     if not templates:
         raise ValueError(f"jailbreak_templates: {path} holds no template with only the {{{{ prompt }}}} slot and at most "
                          f"{TEMPLATE_MAX_CHARS} characters")
     return templates
+
+
+def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list, options: FitOptions) -> None:
+    """Refuse, before the backbone loads, an augmentation that could only fail after the corpus is extracted.
+
+    Raises:
+        ValueError: the capped corpus has no wrappable harmful request (:func:`~.attacks.wrappable`: AdvBench or
+            HarmBench rows, no copyright or contextual ones), or every template is an evaluation template of
+            ``herald eval`` (same ``--seed``) or a near-duplicate of one, leaving none to train on.
+    """
+    from herald_service.training.attacks import (EVALUATION_TEMPLATES, REQUEST_SOURCES, template_key,
+                                                 training_template_split, wrappable)
+
+    per_class = options.jailbreak_train_per_class
+    if not wrappable(capped):
+        raise ValueError(f"jailbreak_train_per_class {per_class}: --data has no harmful row of source "
+                         f"{' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no blank line)")
+    _, split = training_template_split(templates, everything, capped, EVALUATION_TEMPLATES, options.seed)
+    if not len(split.train):
+        distinct = len({template_key(t["prompt"]) for t in templates})
+        raise ValueError(f"jailbreak_templates: {options.jailbreak_templates} has {distinct} distinct templates; the "
+                         f"{EVALUATION_TEMPLATES} of herald eval's jailbreak-wrapped set (with their near-duplicates) "
+                         "and half of the rest are never trained on, which leaves none")
 
 
 def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], everything: list, capped: list,
@@ -108,28 +143,50 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
 
     Exactly the random-split training rows of ``herald recipes --recipes jailbreak`` with the same seed (the fold
     ``None`` of :meth:`~.recipes.WrappedPool.for_fold`): ``jailbreak_train_per_class`` AdvBench / HarmBench training
-    requests, each in a training template (:func:`~.attacks.training_wrappers`); the templates of ``herald eval``'s
-    jailbreak-wrapped set and their near-duplicates are never used, so that set stays unseen. Rows over
-    ``max_tokens`` are dropped before the first ``jailbreak_train_per_class`` are taken.
+    requests, each in a training template (:func:`~.attacks.training_wrappers`). The templates of ``herald eval``'s
+    jailbreak-wrapped set *for the same seed* and their near-duplicates are never used, so that set stays unseen.
+    Prompts over ``max_tokens`` are skipped (by token count, before any extraction) and the first
+    ``jailbreak_train_per_class`` of the rest are extracted. With fewer distinct requests than rows, requests repeat
+    in other templates (logged, and counted in the record).
 
     Returns:
         ``(states, record)``: kept rows (``states.states`` ``(n, layer, d_model)`` float32) and a JSON-able record.
+
+    Raises:
+        ValueError: the train part has no wrappable request, or every wrapped prompt is over ``max_tokens``.
     """
-    from herald_service.training.attacks import WRAPPED_HARMFUL_SOURCE, training_wrappers
+    from herald_service.training.attacks import TEMPLATE_MAX_CHARS, WRAPPED_HARMFUL_SOURCE, training_wrappers
 
     per_class = options.jailbreak_train_per_class
-    split, _, rows = training_wrappers(templates, everything, capped, train_rows, per_class, seed=options.seed)
-    harmful = [r.example for r in rows if r.example.label == 1]
-    wrapped = extract_corpus_states(backbone, harmful, cache, options.max_tokens, options.token_budget,
-                                    desc="wrapped training states")
-    take = min(per_class, len(wrapped.examples))
-    kept = CorpusStates(wrapped.examples[:take], wrapped.states[:take], wrapped.tokens[:take], wrapped.skipped)
-    record = {"source": WRAPPED_HARMFUL_SOURCE, "per_class": per_class, "rows": take,
-              "skipped_over_max_tokens": sum(wrapped.skipped.values()),
-              "templates": file_manifest([options.jailbreak_templates])[0], "training_templates": int(len(split.train)),
-              "excluded": "the templates of herald eval's jailbreak-wrapped set and their near-duplicates, and the "
-                          "extra evaluation templates of herald recipes",
-              "requests": "AdvBench / HarmBench rows of the train part", "doc": "docs/eval/jailbreak_recipe.md"}
+    try:
+        split, _, rows = training_wrappers(templates, everything, capped, train_rows, per_class, seed=options.seed)
+    except ValueError as exc:
+        raise ValueError(f"jailbreak_train_per_class {per_class}: {exc} in the train part") from None
+    harmful = [r for r in rows if r.example.label == 1]
+    lengths = [len(ids) for ids in backbone.encode([user_turn(r.example.prompt) for r in harmful])]
+    fits = [r for r, n in zip(harmful, lengths) if n <= options.max_tokens]
+    if not fits:
+        raise ValueError(f"jailbreak_train_per_class {per_class}: all {len(harmful)} wrapped training prompts exceed "
+                         f"--max-tokens {options.max_tokens} (the longest template allowed is {TEMPLATE_MAX_CHARS} characters)")
+    chosen = fits[:per_class]
+    distinct = len({r.request for r in chosen})
+    if len(chosen) < per_class:
+        log.warning("jailbreak augmentation: %d of %d wrapped rows (the others exceed --max-tokens %d)",
+                    len(chosen), per_class, options.max_tokens)
+    if distinct < len(chosen):
+        log.warning("jailbreak augmentation: %d rows wrap %d distinct training requests (some repeat, in other templates)",
+                    len(chosen), distinct)
+    kept = extract_corpus_states(backbone, [r.example for r in chosen], cache, options.max_tokens,
+                                 options.token_budget, desc="wrapped training states")
+    record = {"source": WRAPPED_HARMFUL_SOURCE, "per_class": per_class, "rows": len(kept.examples),
+              "distinct_requests": distinct, "skipped_over_max_tokens": len(harmful) - len(fits),
+              "templates": file_manifest([options.jailbreak_templates])[0], "usable_templates": len(templates),
+              "max_template_chars": TEMPLATE_MAX_CHARS, "training_templates": int(len(split.train)),
+              "excluded": (f"the templates of herald eval --seed {options.seed}'s jailbreak-wrapped set and their "
+                           "near-duplicates, and the extra evaluation templates of herald recipes"),
+              "requests": "AdvBench / HarmBench rows of the train part",
+              "calibration": "like every training group, about a quarter of these rows calibrate the threshold",
+              "doc": "docs/eval/jailbreak_recipe.md"}
     return kept, record
 
 
@@ -147,13 +204,19 @@ def run_fit(options: FitOptions) -> dict:
     direction_manifest(options.direction_estimator)  # likewise
     templates = jailbreak_templates_of(options)
     files = expand_data(options.data)
+    if templates:  # a template file inside a --data folder is not labeled data
+        files = [f for f in files if f.resolve() != options.jailbreak_templates.resolve()]
     rows = load_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(rows, files)
+    capped = cap_per_group(rows, options.max_per_source, options.seed)
+    if templates:
+        check_jailbreak_inputs(templates, rows, capped, options)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
-    capped = cap_per_group(rows, options.max_per_source, options.seed)
     cache = StateCache(options.cache_dir, backbone)
     corpus = extract_corpus_states(backbone, capped, cache, options.max_tokens, options.token_budget)
+    if not corpus.examples:
+        raise ValueError(f"all {len(capped)} prompts exceed --max-tokens {options.max_tokens} once rendered; raise it")
     examples, states, tokens = corpus.examples, corpus.states, corpus.tokens
     log.info("%d prompts after caps (%d over %d tokens skipped)", len(examples), sum(corpus.skipped.values()), options.max_tokens)
     labels = np.array([e.label for e in examples])
@@ -195,7 +258,7 @@ def run_fit(options: FitOptions) -> dict:
                       "train": int(len(train)), "test": int(len(test)),
                       "calibration": int(len(probe.calibration_index_))},
             "sample_weighting": "each (source, label) group has equal total weight within its class",
-            # the wrapped rows are training rows only: never in counts, the split or the held-out evaluation
+            # training rows only: never in counts, train/test or the held-out evaluation (calibration: see the record)
             "jailbreak_augmentation": augmentation,
         },
         "directions": direction_manifest(options.direction_estimator),
