@@ -1,0 +1,311 @@
+"""Admission: the server's estimate of a request's work against that request's real time, and bursts against the limit.
+
+Why: Herald refuses, at once, a request whose own estimated work exceeds ``request_timeout_s`` (413) and one whose
+estimated wait behind accepted work exceeds 80% of it (429 with ``Retry-After``; engine/admission.py), so that an
+accepted request is answered rather than timed out (504). Those refusals are only as good as the estimate, and the
+estimate is a model fitted on the machine it runs on; this benchmark measures it against the real work, in one run.
+
+How: real ``herald serve`` processes on the embedded backbone (the default; CPU, float32), one HTTP client (httpx)
+in this process.
+
+1. Estimate vs real. Two servers: ``default`` (``request_timeout_s`` as shipped) and ``baseline`` (the same but
+   ``HERALD_REQUEST_TIMEOUT_S`` 3,600 s, so nothing is refused). Each request shape goes to the baseline, then to the
+   default server, in the same order on both, so their cost models see the same traffic: 64 prompts of 71, 431 and
+   831 tokens, then 60 one-prompt requests of a short text and 8 prompts of 4,031 tokens (:data:`SHAPES`). The
+   baseline's wall-clock time for the request is the real work (what ``request_timeout_s`` bounds); the estimate is
+   the one admission makes, :class:`~herald_service.engine.admission.CostFit` on the ``herald_worker_cost_seconds``
+   gauges read just before the request and the token counts the baseline answered (on a 413, also its message's).
+   The shapes fit the shipped per-request limits (64 prompts, 4,096 tokens, 32,000 characters), so none is changed.
+2. Bursts. On a fresh default server, 200 one-prompt requests sent at once: short ones (``s``), then a mix of 150
+   short, 40 of about 300 tokens and 10 of about 2,000 (``mixed``). Counts by status, the median and longest latency
+   of the answered ones and the longest ``Retry-After``, each as a share of the timeout; the claims are no 504, every
+   admitted request answered within the timeout, and ``Retry-After`` never above it.
+
+Servers start one at a time: each times its warm-up batches to seed its cost model, and a second one starting
+alongside would inflate them. The machine may be shared: the load average is recorded before and after, each
+server's warm-up timings (``cost_seeded_on``), and the CPU cores the server used while it worked (``baseline_cores``,
+``server_cores``: 2 on an idle 2-core machine). Other work running while a server seeds its model and not later (or
+the reverse) shows as an estimate off by that factor.
+
+Run: ``python -m benchmarks.admission`` (writes ``benchmarks/results/admission_cpu.json``; about 6 minutes on an idle
+2-core CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from benchmarks.common import RESULTS, hardware, percentile, print_table
+from benchmarks.host_cost import Build
+from herald_service.engine.admission import TERMS, CostFit, Work
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINE_TIMEOUT_S = 3600.0
+CHAT = "Tell me about the history of bread in Europe. "
+SHORT = "how do I make coffee"
+FOX = "The quick brown fox jumps over the lazy dog. "
+BURST_TEXTS = {
+    "s": "How do I bake sourdough bread?",
+    "m": "Tell me about the history of bread. " * 40,  # ~300 tokens
+    "l": "Explain the following text carefully. " + FOX * 200,  # ~2,000 tokens
+}
+BURST_SIZE = 200
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One request of the estimate phase: ``prompts`` copies of ``text``, after ``singles`` one-prompt requests of
+    :data:`SHORT` (to the same server, not timed)."""
+
+    prompts: int
+    text: str
+    singles: int = 0
+
+    def label(self, tokens: int) -> str:
+        return f"{self.prompts} x {tokens} tok" + (f" after {self.singles} singles" if self.singles else "")
+
+
+SHAPES = (Shape(64, CHAT * 4), Shape(64, CHAT * 40), Shape(64, CHAT * 80), Shape(8, FOX * 400, singles=60))
+"""64 prompts of 71, 431 and 831 tokens, then 8 of 4,031 after 60 one-prompt requests (tokens on the embedded
+backbone's chat template)."""
+
+
+class HeraldServer(Build):
+    """One ``herald serve`` process on the embedded backbone, with ``settings`` as ``HERALD_*`` variables (none
+    inherited from this environment); :class:`~benchmarks.host_cost.Build`'s readiness wait and stop, without its
+    fake backend."""
+
+    def __init__(self, name: str, **settings: object) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.name, self.source = name, REPO
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+        env.update({"HERALD_HOST": "127.0.0.1", "HERALD_PORT": str(self.port)})
+        env.update({f"HERALD_{k.upper()}": str(v) for k, v in settings.items()})
+        self.proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], cwd=REPO, env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def __enter__(self) -> "HeraldServer":
+        started = time.perf_counter()
+        try:
+            self.wait_ready(600.0)
+        except BaseException:
+            self.stop()
+            raise
+        print(f"{self.name} server ready in {time.perf_counter() - started:.0f} s", flush=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        # the warm-up timings its cost model was seeded from, as the server logged them
+        log = self.proc.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
+        self.seeded = next((line.split("batch cost seeded on ", 1)[1] for line in log.splitlines()
+                            if "batch cost seeded on " in line), None)
+
+
+# -- reading the server --------------------------------------------------------------------------------------------
+def cost_fit(metrics_text: str, limits: dict) -> CostFit:
+    """The server's cost model from its ``/metrics`` text (``herald_worker_cost_seconds{per=...}``) and the batch
+    shape in its ``/v1/info`` ``limits``."""
+    terms = {m[1]: float(m[2]) for m in re.finditer(r'herald_worker_cost_seconds\{per="(\w+)"\} (\S+)', metrics_text)}
+    return CostFit(*(terms[t] for t in TERMS), limits["batch_max_prompts"], limits["batch_token_budget"])
+
+
+def estimate_in_message(message: str) -> float | None:
+    """Seconds of a 413's "estimated at N s of model time" (admission.TooMuchWork.message); ``None`` if absent."""
+    found = re.search(r"estimated at ([\d,.]+) s", message)
+    return float(found[1].replace(",", "")) if found else None
+
+
+def rejected(metrics_text: str) -> dict[str, float]:
+    """``herald_rejected_requests_total`` by reason."""
+    found = re.finditer(r'herald_rejected_requests_total\{reason="(\w+)"\} (\S+)', metrics_text)
+    return {m[1]: float(m[2]) for m in found}
+
+
+def classify(client: httpx.Client, url: str, texts: list[str]) -> tuple[int, float, dict]:
+    """One ``POST /classify`` of ``texts``: (status, wall-clock seconds, JSON body)."""
+    started = time.perf_counter()
+    response = client.post(url + "/classify", json={"input": texts, "return_trajectory": False})
+    return response.status_code, time.perf_counter() - started, response.json()
+
+
+# -- 1. estimate vs real -------------------------------------------------------------------------------------------
+def estimates(baseline: HeraldServer, default: HeraldServer, limits: dict, quick: bool) -> list[dict]:
+    """Each shape on the baseline server (its real time), then on the default one (its verdict); both servers'
+    estimates from their gauges just before. ``baseline_cores``: CPU seconds the baseline server spent on the request
+    per second of it (2 on an idle 2-core machine; less when other work took a share)."""
+    rows = []
+    with httpx.Client(timeout=BASELINE_TIMEOUT_S) as client:
+        for shape in SHAPES[:2] if quick else SHAPES:
+            texts = [shape.text] * shape.prompts
+            for server in (baseline, default):
+                for _ in range(shape.singles):
+                    classify(client, server.url, [SHORT])
+            baseline_fit = cost_fit(client.get(baseline.url + "/metrics").text, limits)
+            cpu_before, _ = baseline.cpu()
+            status, real_s, body = classify(client, baseline.url, texts)
+            cpu_s = baseline.cpu()[0] - cpu_before
+            if status != 200:
+                raise RuntimeError(f"baseline server answered {status} to {shape}: {body}")
+            work = Work.of_prompts([r["tokens"] for r in body["results"]])
+            fit = cost_fit(client.get(default.url + "/metrics").text, limits)
+            status, answered_s, body = classify(client, default.url, texts)
+            message = body["error"]["message"] if status != 200 else ""
+            est_s = fit.seconds(work)
+            rows.append({
+                "shape": shape.label(round(work.tokens / work.prompts)),
+                "real_s": real_s,
+                "est_s": est_s,
+                "est_over_real": est_s / real_s,
+                "baseline_est_over_real": baseline_fit.seconds(work) / real_s,
+                "baseline_cores": cpu_s / real_s,
+                "status": status,
+                "answered_s": answered_s,
+                "timeout_s": limits["request_timeout_s"],
+                "message_est_s": estimate_in_message(message),
+                "message": message,
+                "fit": fit.__dict__,
+                "baseline_fit": baseline_fit.__dict__,
+            })
+            print(f"{rows[-1]['shape']}: real {real_s:.1f} s, estimate {est_s:.1f} s, default server {status}", flush=True)
+    return rows
+
+
+# -- 2. bursts -----------------------------------------------------------------------------------------------------
+def burst_kinds(mix: str) -> list[str]:
+    """The kinds of the burst's requests in sending order: all ``s``, or 150 ``s``, 40 ``m`` and 10 ``l`` shuffled
+    with a fixed seed."""
+    if mix != "mixed":
+        return [mix] * BURST_SIZE
+    kinds = ["s"] * 150 + ["m"] * 40 + ["l"] * 10
+    random.Random(1).shuffle(kinds)
+    return kinds
+
+
+async def _send(client: httpx.AsyncClient, url: str, kind: str) -> dict:
+    started = time.perf_counter()
+    try:
+        response = await client.post(url + "/classify", json={"input": BURST_TEXTS[kind], "return_trajectory": False})
+        status: int | str = response.status_code
+        retry_after = response.headers.get("retry-after")
+    except httpx.HTTPError as exc:  # counted, never hidden: the answer was lost on the wire
+        status, retry_after = type(exc).__name__, None
+    return {"kind": kind, "status": status, "seconds": time.perf_counter() - started,
+            "retry_after_s": float(retry_after) if retry_after else None}
+
+
+async def _burst(url: str, kinds: list[str]) -> tuple[float, list[dict]]:
+    limits = httpx.Limits(max_connections=len(kinds), max_keepalive_connections=len(kinds))
+    async with httpx.AsyncClient(timeout=BASELINE_TIMEOUT_S, limits=limits) as client:
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(_send(client, url, kind) for kind in kinds))
+        return time.perf_counter() - started, list(answers)
+
+
+def burst(server: HeraldServer, mix: str, timeout_s: float) -> dict:
+    """Every request of the burst at once; counts, latencies and ``Retry-After`` as shares of ``timeout_s``
+    (``max_retry_after/timeout`` ``None``: no ``Retry-After`` was given), the server's CPU seconds per second of the
+    burst (``server_cores``). ``admitted_answered_in_time``: every request not refused (413, 429) was answered 200
+    within the timeout (no 504, no lost answer)."""
+    before, (cpu_before, _) = rejected(httpx.get(server.url + "/metrics").text), server.cpu()
+    seconds, answers = asyncio.run(_burst(server.url, burst_kinds(mix)))
+    after, (cpu_after, _) = rejected(httpx.get(server.url + "/metrics").text), server.cpu()
+    counts = {str(code): 0 for code in (200, 413, 429, 504)} | {"other": 0}
+    for a in answers:
+        counts[str(a["status"]) if str(a["status"]) in counts else "other"] += 1
+    by_kind: dict[str, dict[str, int]] = {}
+    for a in answers:
+        by_kind.setdefault(a["kind"], {}).setdefault(str(a["status"]), 0)
+        by_kind[a["kind"]][str(a["status"])] += 1
+    answered = [a["seconds"] for a in answers if a["status"] == 200]
+    retry_after = [a["retry_after_s"] for a in answers if a["retry_after_s"] is not None]
+    return {
+        "mix": mix,
+        "requests": len(answers),
+        "seconds": seconds,
+        **{f"n_{k}": v for k, v in counts.items()},
+        "p50_answered/timeout": percentile(answered, 50) / timeout_s,
+        "max_answered/timeout": max(answered) / timeout_s,
+        "max_retry_after/timeout": max(retry_after) / timeout_s if retry_after else None,
+        "server_cores": (cpu_after - cpu_before) / seconds,
+        "no_504": counts["504"] == 0,
+        "admitted_answered_in_time": counts["504"] == counts["other"] == 0 and max(answered) <= timeout_s,
+        "retry_after_within_timeout": all(r <= timeout_s for r in retry_after),
+        "by_kind": by_kind,
+        "rejected_by_reason": {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)},
+        "answers": answers,
+    }
+
+
+# -- output --------------------------------------------------------------------------------------------------------
+def report(result: dict, out: Path) -> None:
+    hidden = ("message", "message_est_s", "fit", "baseline_fit")
+    print_table(f"estimate vs real (real: the baseline server, timeout {BASELINE_TIMEOUT_S:g} s; est, status: the"
+                " default server)", [{k: v for k, v in r.items() if k not in hidden} for r in result["estimates"]])
+    print_table(f"bursts of {BURST_SIZE} one-prompt requests at once (default server, timeout"
+                f" {result['request_timeout_s']:g} s)",
+                [{k: v for k, v in b.items() if k not in ("answers", "by_kind", "rejected_by_reason")}
+                 for b in result["bursts"]])
+    cores = [r["baseline_cores"] for r in result["estimates"]] + [b["server_cores"] for b in result["bursts"]]
+    if min(cores) < 0.8 * result["hardware"]["cpu_count"]:
+        print(f"\nnote: a server used as little as {min(cores):.2f} of {result['hardware']['cpu_count']} cores while it"
+              f" worked (load average {result['hardware']['load_average_start']} at the start): other work shared the"
+              " CPU, and an estimate seeded at another level of load than the request ran at is off by that factor")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=float))
+    print(f"wrote {out}")
+
+
+def run(quick: bool) -> dict:
+    hw = hardware()
+    started = time.perf_counter()
+    with HeraldServer("baseline", request_timeout_s=BASELINE_TIMEOUT_S) as baseline, HeraldServer("default") as default:
+        info = httpx.get(default.url + "/v1/info").json()
+        timeout_s = info["limits"]["request_timeout_s"]
+        rows = estimates(baseline, default, info["limits"], quick)
+    with HeraldServer("burst") as burst_server:
+        bursts = [burst(burst_server, mix, timeout_s) for mix in ("s", "mixed")]
+    hw["load_average_end"] = os.getloadavg()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {
+        "benchmark": "admission",
+        "target": "cpu",
+        "backbone": info["backbone"]["id"],
+        "commit": commit,
+        "hardware": hw,
+        "request_timeout_s": timeout_s,
+        "baseline_request_timeout_s": BASELINE_TIMEOUT_S,
+        "limits": info["limits"],
+        "seconds": time.perf_counter() - started,
+        "cost_seeded_on": {s.name: s.seeded for s in (baseline, default, burst_server)},
+        "estimates": rows,
+        "bursts": bursts,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the two shortest shapes only (a smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "admission_cpu.json")
+    args = parser.parse_args()
+    report(run(args.quick), args.out)
+
+
+if __name__ == "__main__":
+    main()
