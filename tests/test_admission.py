@@ -480,3 +480,38 @@ def test_steer_max_concurrent_is_read_from_the_environment_and_must_be_at_least_
     assert Settings(_env_file=None, steer_max_concurrent=1).steer_max_concurrent == 1
     with pytest.raises(ValidationError, match="steer_max_concurrent"):
         Settings(_env_file=None, steer_max_concurrent=0)
+
+
+class _ShapeRecorder:
+    """A backbone stand-in for the warm-up timing: one token per word, records each batch's prompt lengths."""
+
+    def __init__(self, device_type: str, max_positions: int | None) -> None:
+        from types import SimpleNamespace
+
+        self.device, self.max_positions, self.batches = SimpleNamespace(type=device_type), max_positions, []
+
+    def encode(self, conversations):
+        return [[0] * len(conversation[0].content.split()) for conversation in conversations]
+
+    def last_token_states(self, ids):
+        self.batches.append(tuple(len(i) for i in ids))
+        return ids
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_the_cost_seed_times_budget_sized_batches_on_a_gpu_and_skips_shapes_past_the_position_table(device_type):
+    from types import SimpleNamespace
+
+    from herald_service.api.app import WARMUP_TIMINGS, _warm_cost
+
+    backbone = _ShapeRecorder(device_type, max_positions=2000)
+    timings = _warm_cost(SimpleNamespace(backbone=backbone, probe=SimpleNamespace(predict=lambda states: states)))
+    shapes = sorted(set(backbone.batches))
+    assert all(backbone.batches.count(shape) == WARMUP_TIMINGS for shape in shapes)
+    if device_type == "cpu":  # 2 short prompts, 8 x 8 and 2 x 48 repeats of a 6-word prompt
+        assert shapes == [(1, 6), (6 * 8,) * 8, (6 * 48,) * 2] and len(timings) == 3
+    else:  # 64 x 10 and 8 x 90 repeats; 2 x 360 (2,160 words) is past the 2,000 positions and left out
+        assert shapes == [(1, 6), (6 * 10,) * 64, (6 * 90,) * 8] and len(timings) == 3
+    timed = backbone.batches[::WARMUP_TIMINGS]  # in the order timed: one BatchTiming per shape
+    assert [(t.prompts, t.tokens, t.squared_tokens) for t in timings] == [
+        (len(b), sum(b), sum(n * n for n in b)) for b in timed]

@@ -41,6 +41,12 @@ COST_SHAPES = ((" ".join([WARMUP_PROMPTS[1]] * 8),) * 8, (" ".join([WARMUP_PROMP
 embedded backbone), and 2 of it said 48 times (534 tokens each), so that the per-batch, per-token and per-squared-token
 costs are told apart from the start (engine.admission.BatchCost; about 4 s more on the CPU, timed twice). No new words: the fake
 backbone numbers words as it first meets them, and its scores in tests stay those of the warm-up prompts alone."""
+CUDA_COST_SHAPES = ((" ".join([WARMUP_PROMPTS[1]] * 10),) * 64, (" ".join([WARMUP_PROMPTS[1]] * 90),) * 8,
+                    (" ".join([WARMUP_PROMPTS[1]] * 360),) * 2)
+"""The shapes timed instead on a GPU: 64 prompts of about 120 tokens, 8 of about 970 and 2 of about 3,900, each
+batch near the default 8,192-token budget. On the H200, :data:`COST_SHAPES` took 14-39 ms, mostly launch overhead:
+seeded on them, the cost model priced 64 x 431 and 64 x 831 tokens at 1.3-1.5 times their real time and 8 x 4,031
+tokens at 4.4 times (benchmarks/admission.py, ``--target h200``; docs/PERFORMANCE.md)."""
 
 
 def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) -> Runtime:
@@ -57,15 +63,20 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
 
 
 def _warm_cost(runtime: Runtime) -> tuple[BatchTiming, ...]:
-    """The cost model's seed: three batch shapes, each timed once, after the warm-up run (which paid the one-off costs:
-    lazy initialisation, kernel selection): the warm-up prompts (two short prompts, mostly fixed per-batch cost) and
-    :data:`COST_SHAPES`. Fewer shapes cannot tell the terms apart (a tokens-per-second rate from the warm-up batch
-    alone was a third of the real one on the CPU and refused bursts the worker would have answered in a seventh of
-    the timeout; two shapes without a long one under-estimated 861-token prompts by half). Shapes that took no
-    measurable time are left out."""
+    """The cost model's seed: the warm-up prompts (two short prompts, mostly fixed per-batch cost) and the shapes of
+    :data:`COST_SHAPES` (:data:`CUDA_COST_SHAPES` on a GPU), each timed :data:`WARMUP_TIMINGS` times (the fastest
+    kept), after the warm-up run (which paid the one-off costs: lazy initialisation, kernel selection). Fewer shapes
+    cannot tell the terms apart (a tokens-per-second rate from the warm-up batch alone was a third of the real one
+    on the CPU and refused bursts the worker would have answered in a seventh of the timeout; two shapes without a
+    long one under-estimated 861-token prompts by half). Shapes that took no measurable time are left out."""
     timings = []
-    for prompts in (WARMUP_PROMPTS, *COST_SHAPES):
+    device = getattr(runtime.backbone, "device", None)  # the fake backend has none
+    shapes = CUDA_COST_SHAPES if device is not None and device.type == "cuda" else COST_SHAPES
+    positions = getattr(runtime.backbone, "max_positions", None)
+    for prompts in (WARMUP_PROMPTS, *shapes):
         ids = runtime.backbone.encode([user_turn(p) for p in prompts])
+        if positions and max(len(i) for i in ids) > positions:  # a short position table: shape left out
+            continue
         elapsed = min(_timed(runtime, ids) for _ in range(WARMUP_TIMINGS))
         if elapsed > 0:
             timings.append(BatchTiming(len(ids), sum(len(i) for i in ids), elapsed, sum(len(i) ** 2 for i in ids)))
