@@ -116,6 +116,8 @@ def test_wrap_training_prompts_makes_do_with_one_kind_of_template_one_request_so
     requests = _requests("AdvBench", 5) + _requests("HarmBench", 5)
     rows = wrap_training_prompts(templates, only_linked, requests, _requests("AlpacaEval", 5, 0), 4)
     assert {r.template for r in rows} <= set(only_linked.train.tolist()) and len(rows) == 2 * 4 + 2 * 4
+    assert all(r.linked for r in rows)  # each row records its template's link: the in-the-wild fold skips them all
+    assert len(fold_rows(rows, "In-the-wild jailbreak prompts (Shen et al., jailbreak_llms)", 4)) == 0
     # one request source: its 4 rows only; no benign prompt: harmful rows only; each row names its request
     one = wrap_training_prompts(templates, split, _requests("AdvBench", 3), [], 4)
     assert [r.example.label for r in one] == [1] * 4 and {r.request_source for r in one} == {"AdvBench"}

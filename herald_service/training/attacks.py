@@ -199,7 +199,8 @@ def wrap_training_prompts(templates: list[dict], split: TemplateSplit, harmful: 
       out one request source (or the in-the-wild source) still has ``per_class`` rows;
     - benign rows: half on unlinked templates, requests drawn from all of ``benign``.
 
-    With templates of one kind only (none linked, as in a user's own template file), both halves use them; a request
+    With templates of one kind only (none linked, as in a user's own template file), both halves use them (each row
+    records its own template's link, so the in-the-wild fold still never trains on a linked one); a request
     source without rows, or an empty ``benign``, adds no rows (the leave-one-source-out folds of ``herald recipes``
     then find fewer than ``per_class``; ``herald fit`` uses the harmful rows only).
 
@@ -240,12 +241,12 @@ def wrap_training_prompts(templates: list[dict], split: TemplateSplit, harmful: 
         for flag, chunk in ((False, requests[:half]), (True, requests[half:])):
             for ti, e in zip(cycle(flag, len(chunk)), chunk):
                 out.append(WrappedRow(Example(fill(templates[ti], e.prompt), 1, WRAPPED_HARMFUL_SOURCE,
-                                              e.source, "jailbreak-train"), e.source, ti, flag, e.prompt))
+                                              e.source, "jailbreak-train"), e.source, ti, bool(split.linked[ti]), e.prompt))
     requests = draw(benign, 2 * per_class) if benign else []
     for flag, chunk in ((False, requests[:per_class]), (True, requests[per_class:])):
         for ti, e in zip(cycle(flag, len(chunk)), chunk):
             out.append(WrappedRow(Example(fill(templates[ti], e.prompt), 0, WRAPPED_BENIGN_SOURCE, e.source,
-                                          "jailbreak-train"), e.source, ti, flag, e.prompt))
+                                          "jailbreak-train"), e.source, ti, bool(split.linked[ti]), e.prompt))
     return [out[j] for j in rng.permutation(len(out))]
 
 
@@ -275,7 +276,7 @@ def training_wrappers(templates: list[dict], everything: list[Example], capped: 
             jailbreak rows that decide the template split.
         capped: the rows after the per-source cap (the training pool of :func:`held_out_requests`).
         train_rows: the rows a model may train on (the random split's train part); the only requests wrapped.
-        per_class: wrapped rows per label a fit draws (:func:`wrap_training_prompts` makes twice as many).
+        per_class: wrapped rows per label a fit draws (:func:`wrap_training_prompts` makes up to twice as many).
         test_n: templates of the evaluation set (:func:`wrap_requests` with the same ``seed``), kept out of training
             with their near-duplicates.
 
