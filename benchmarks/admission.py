@@ -33,9 +33,10 @@ Run: ``python -m benchmarks.admission`` (writes ``benchmarks/results/admission_c
 GPU: ``python -m benchmarks.admission --target h200 --timeout-s 1 --out $OUT/admission_h200.json`` serves the
 random-initialized Llama-3.1-8B of :func:`benchmarks.common.build_target` (bf16, compiled as the service's defaults)
 from in-process servers (:class:`ThreadServer`: the real app under uvicorn, sharing that one model, so it compiles
-once), with the same shapes and bursts; the burst client then runs in a process of its own (:func:`send_burst`). A request that costs the CPU a minute costs the H200 about a second, so the
-default server's timeout is set low (``--timeout-s``) to put the same shapes on both sides of the limit; the question
-is the same: does the estimate track the real work, and does admission keep 504s away.
+once), with the same shapes and bursts; the burst client then runs in a process of its own (:func:`send_burst`). A
+request that costs the CPU a minute costs the H200 about a second, so the default server's timeout is set low
+(``--timeout-s``) to put the same shapes on both sides of the limit; the question is the same: does the estimate
+track the real work, and does admission keep 504s away.
 """
 
 from __future__ import annotations

@@ -234,8 +234,9 @@ class FitCommand(BaseModel):
     jailbreak_train_per_class: int = Field(0, ge=0, le=1000, description=(
         "Harmful training requests (rows of source AdvBench or HarmBench in the train part; repeated in other "
         "templates when fewer) wrapped in jailbreak templates and added to training; 0 = none. The templates of "
-        "herald eval's jailbreak-wrapped set for the same --seed, and their near-duplicates, are never used. With --direction-estimator logistic, 80 reached 96.7% wrapped recall on the embedded backbone (3 fit seeds), "
-        "but flags benign requests inside jailbreak wrappers too (docs/eval/direction_estimators.md, round 3)."))
+        "herald eval's jailbreak-wrapped set for the same --seed, and their near-duplicates, are never used. With "
+        "--direction-estimator logistic, 80 reached 96.7% wrapped recall on the embedded backbone (3 fit seeds), but "
+        "flags benign requests inside jailbreak wrappers too (docs/eval/direction_estimators.md, round 3)."))
     jailbreak_templates: Path = Field(Path("../shared/data/pyrit_jailbreak_templates.jsonl"), description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class."))
 
