@@ -178,7 +178,10 @@ class Settings(BackboneSettings):
         " past it, 408 and the connection is closed. Bounds a client that trickles its body to hold a connection"
         " (slowloris); raise it for clients that send large batches over slow links."
     )
-    warmup: bool = True
+    warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"
+                         " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"
+                         " admission uses queue places only until the first batch, then a fit of live batches alone,"
+                         " which can misprice long prompts after short-prompt traffic.")
 
     @field_validator("steer_api_key", mode="before")
     @classmethod
