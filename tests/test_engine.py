@@ -67,6 +67,23 @@ def test_full_queue_refuses_before_queueing(runtime):
     engine.stop()
 
 
+def test_prompts_in_the_workers_window_still_count_as_waiting(runtime):
+    # The worker takes up to 4 x max_rows prompts into its window at once. They waited uncounted: the queue-depth
+    # gauge read 0 beside an estimated wait of 47 s, and queue_capacity let capacity + 4 x max_rows prompts wait.
+    slow = FakeBackbone(forward_delay_s=0.2)
+    slow._vocab, slow._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, slow, queue_capacity=6, max_rows=1, delay_s=0.0)
+    futures = engine.submit(ids(runtime, ["a", "b", "c", "d", "e", "f"]))
+    time.sleep(0.1)  # the worker took a window of 4 and runs the first; 3 of them and 2 queued still wait
+    assert engine.depth == 5 and engine.metrics.queue_depth._value.get() == 5
+    with pytest.raises(QueueFull):
+        engine.submit(ids(runtime, ["g", "h"]))
+    wait(futures, timeout=10)
+    assert all(f.exception() is None for f in futures) and engine.depth == 0
+    assert engine.metrics.queue_depth._value.get() == 0
+    engine.stop()
+
+
 def test_cancelled_prompt_never_reaches_the_model(runtime):
     calls = []
 

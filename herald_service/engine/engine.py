@@ -98,6 +98,9 @@ class InferenceEngine:
         self._latest_deadline = 0.0  # perf_counter of the latest deadline of the work accepted (max_wait_s after it)
         self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
+        # Prompts the worker took from the queue into its window (up to 4 x max_rows) and has not launched yet: they
+        # still wait, so they count toward queue_capacity and the queue-depth gauge. Guarded by ``_cond``.
+        self._window_left = 0
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -130,8 +133,8 @@ class InferenceEngine:
 
     @property
     def depth(self) -> int:
-        """Prompts (and exclusive jobs) waiting."""
-        return len(self._queue)
+        """Prompts (and exclusive jobs) waiting: queued, or taken into the worker's window and not launched yet."""
+        return len(self._queue) + self._window_left
 
     # -- submission ------------------------------------------------------------------------------------------
     def submit(self, token_ids: Sequence[Sequence[int]], tokenize_s: float = 0.0) -> list[Future]:
@@ -210,14 +213,14 @@ class InferenceEngine:
             before = len(self._queue)
             self._queue = deque(item for item in self._queue if id(item.future) not in cancelled)
             removed = before - len(self._queue)
-            self.metrics.queue_depth.set(len(self._queue))
+            self.metrics.queue_depth.set(self.depth)
         if removed:
             self.metrics.dropped.labels(reason).inc(removed)
 
     def _check_room(self, own: Work) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
-        if len(self._queue) + own.prompts + own.jobs > self.limits.queue_capacity:
+        if self.depth + own.prompts + own.jobs > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
         verdict = admission_verdict(self._ahead, own, self.cost.fit, self.job_seconds.seconds, self.limits.max_wait_s,
                                     self._horizon_s())
@@ -243,7 +246,7 @@ class InferenceEngine:
                 share = Work.of_prompts([len(item.token_ids)]) if isinstance(item, _Prompt) else Work(jobs=1)
                 item.future.add_done_callback(self._settled(share))
             self._queue.extend(items)
-            self.metrics.queue_depth.set(len(self._queue))
+            self.metrics.queue_depth.set(self.depth)
             self._cond.notify()
 
     # -- worker ----------------------------------------------------------------------------------------------
@@ -260,7 +263,7 @@ class InferenceEngine:
                 return None
             if isinstance(self._queue[0], _Exclusive):
                 job = self._queue.popleft()
-                self.metrics.queue_depth.set(len(self._queue))
+                self.metrics.queue_depth.set(self.depth)
                 return job  # type: ignore[return-value]
             # Give concurrent requests a moment to join this batch, unless a full batch is already waiting (or one is
             # in flight: requests join the next batch while it runs anyway).
@@ -273,7 +276,8 @@ class InferenceEngine:
             taken: list[_Prompt] = []
             while self._queue and len(taken) < window and isinstance(self._queue[0], _Prompt):
                 taken.append(self._queue.popleft())  # type: ignore[arg-type]
-            self.metrics.queue_depth.set(len(self._queue))
+            self._window_left = len(taken)
+            self.metrics.queue_depth.set(self.depth)
             return taken
 
     def _worker(self) -> None:
@@ -301,6 +305,9 @@ class InferenceEngine:
                             live.append(work[i])
                         else:
                             self.metrics.dropped.labels(_cancel_reason(work[i].future)).inc()
+                    with self._cond:  # claimed (answered or dropped): no longer waiting
+                        self._window_left -= len(batch)
+                        self.metrics.queue_depth.set(self.depth)
                     if live:
                         self._launch(live)
         except BaseException as exc:  # the loop itself broke: say so on /health/ready and answer everyone
@@ -440,6 +447,7 @@ class InferenceEngine:
     def _fail_pending(self, error: HeraldError) -> None:
         with self._cond:
             pending, self._queue = list(self._queue), deque()
+            self._window_left = 0
             self.metrics.queue_depth.set(0)
         for item in pending:
             if item.future.set_running_or_notify_cancel():
