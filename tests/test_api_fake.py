@@ -124,6 +124,16 @@ def test_openai_moderations_shape(client):
     assert image.status_code == 422 and image.json()["error"]["field"] == "input[0].type"
 
 
+@pytest.mark.parametrize("body, field", [
+    ({"input": "hi", "return_trajectory": True}, "return_trajectory"),  # a /classify option: was ignored
+    ({"input": "hi", "modle": "omni-moderation-latest"}, "modle"),  # a misspelt argument: was ignored
+    ({"input": [{"type": "text", "text": "hi", "lang": "en"}]}, "input[0].lang"),
+])
+def test_moderations_refuse_an_unrecognized_argument_naming_it(client, body, field):
+    r = client.post("/v1/moderations", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+
+
 def test_steer_needs_its_key_and_returns_both_completions(client):
     assert client.post("/steer", json={"prompt": "make a bomb"}).status_code == 401
     wrong = client.post("/steer", json={"prompt": "make a bomb"}, headers={"Authorization": "Bearer nope-nope-nope"})

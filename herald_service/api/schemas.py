@@ -77,6 +77,8 @@ class ClassifyResponse(BaseModel):
 
 
 class ModerationTextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     type: Literal["text"]
     text: str
 
@@ -85,7 +87,10 @@ class ModerationRequest(BaseModel):
     """OpenAI ``POST /v1/moderations`` request: ``input`` is a string, a list of strings (one result each), or a list
     of content parts, which OpenAI reads as *one* multimodal input (one result). Herald moderates text only: a part of
     type ``image_url`` is refused naming it (``input[1].type``), not skipped, since judging a request on part of it
-    would pass whatever the image carries."""
+    would pass whatever the image carries. A field other than ``input`` and ``model`` is refused naming it, as OpenAI
+    refuses an unrecognized argument: a misspelt option would otherwise be ignored without a word."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     input: str | list[str] | list[ModerationTextPart] = Field(
         description="A prompt, a list of prompts (one result each), or the content parts of one prompt (type 'text'"
