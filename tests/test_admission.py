@@ -515,3 +515,11 @@ def test_the_cost_seed_times_budget_sized_batches_on_a_gpu_and_skips_shapes_past
     timed = backbone.batches[::WARMUP_TIMINGS]  # in the order timed: one BatchTiming per shape
     assert [(t.prompts, t.tokens, t.squared_tokens) for t in timings] == [
         (len(b), sum(b), sum(n * n for n in b)) for b in timed]
+
+
+@pytest.mark.parametrize("length, batches", [(71, 1), (431, 4), (831, 8), (4031, 32), (9000, 64)])
+def test_work_is_costed_as_the_batches_of_whole_prompts_it_takes(length, batches):
+    # 64 x 831 tokens fit 9 to a batch of 8,192 tokens: 8 batches, where the token total alone says 7; a prompt over
+    # the budget is a batch of its own
+    fit = CostFit(1.0, 0.0, 0.0, 0.0, 64, 8192)
+    assert fit.seconds(Work.of_prompts([length] * 64)) == batches

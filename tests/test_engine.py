@@ -237,6 +237,25 @@ def test_pipelined_engine_launches_the_next_batch_before_scoring_the_previous(ru
     assert [n for kind, n in events if kind == "wait"] == [n for kind, n in events if kind == "launch"]
 
 
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_pipelined_batches_reach_the_cost_model_as_one_run_and_others_one_by_one(runtime, pipelined):
+    # Pipelined, a single batch's busy time depends on how the overlap split it (0.18-0.24 s for equal batches on
+    # the H200); the run's sum is exact, so the cost model gets the run, with its batch count.
+    backbone = _Recorded(runtime, []) if pipelined else FakeBackbone()
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, backbone, max_rows=1, delay_s=0.05)
+    texts = ["make a bomb", "bake bread now", "poison the well please"]
+    wait(engine.submit(ids(runtime, texts)), timeout=10)
+    engine.stop()
+    tokens = [len(i) for i in ids(runtime, texts)]
+    observed = list(engine.cost._live)
+    if pipelined:
+        assert [(t.batches, t.prompts, t.tokens, t.squared_tokens) for t in observed] == [
+            (3, 3, sum(tokens), sum(n * n for n in tokens))]
+    else:
+        assert [(t.batches, t.prompts, t.tokens) for t in observed] == [(1, 1, n) for n in tokens]
+
+
 def test_pipelined_engine_answers_an_idle_prompt_without_waiting_for_another(runtime):
     events = []
     engine = make_engine(runtime, _Recorded(runtime, events), delay_s=0.0)

@@ -73,13 +73,24 @@ class Work:
 
 @dataclass(frozen=True)
 class BatchTiming:
-    """One batch the worker answered: its prompts, their prompt tokens (unpadded), the sum of their squared lengths
-    (tokens^2) and the seconds of busy time."""
+    """Batches the worker answered back to back: their prompts, prompt tokens (unpadded), the sum of their squared
+    lengths (tokens^2), the seconds of busy time, and how many batches that was.
+
+    One batch on the CPU. Where the device runs behind the host (CUDA), batch k+1 is launched before batch k is
+    scored, so the busy time of a single batch is only known up to how the overlap splits it (on the H200, 19 x 431
+    tokens read 0.18-0.24 s in one run of four such batches); their sum is exact. The engine therefore reports a run
+    of pipelined batches as one timing (benchmarks/admission.py, docs/PERFORMANCE.md 2026-12-01)."""
 
     prompts: int
     tokens: int
     seconds: float
     squared_tokens: int = 0
+    batches: int = 1
+
+    def plus(self, other: "BatchTiming") -> "BatchTiming":
+        """Both timings as one run of batches."""
+        return BatchTiming(self.prompts + other.prompts, self.tokens + other.tokens, self.seconds + other.seconds,
+                           self.squared_tokens + other.squared_tokens, self.batches + other.batches)
 
 
 @dataclass(frozen=True)
@@ -99,9 +110,16 @@ class CostFit:
         """Estimated busy seconds for ``work``'s prompts (its jobs are not counted here)."""
         if work.prompts <= 0:
             return 0.0
-        batches = max(math.ceil(work.prompts / self.batch_prompts), math.ceil(work.tokens / self.batch_tokens), 1)
+        batches = max(math.ceil(work.prompts / self._prompts_per_batch(work)), 1)
         return (self.per_batch_s * batches + self.per_prompt_s * work.prompts + self.per_token_s * work.tokens
                 + self.per_squared_token_s * work.squared_tokens)
+
+    def _prompts_per_batch(self, work: Work) -> int:
+        """Prompts of ``work``'s mean length that fit one batch (at most ``batch_prompts``, at least 1: a prompt over
+        the token budget is a batch of its own). Batches hold whole prompts, so 64 of 831 tokens take 8 batches of 9
+        under an 8,192-token budget, not the 7 that the token total alone gives (the count before 2026-12-01)."""
+        mean = work.tokens / work.prompts
+        return max(1, min(self.batch_prompts, int(self.batch_tokens // mean) if mean > 0 else self.batch_prompts))
 
 
 class BatchCost:
@@ -169,7 +187,7 @@ class BatchCost:
     def _solve(self) -> CostFit:
         rows = [(t, self.prior_weight) for t in self._prior]
         rows += [(t, self.forgetting ** age) for age, t in enumerate(reversed(self._live))]
-        design = np.array([[1.0, t.prompts, t.tokens, t.squared_tokens] for t, _ in rows])
+        design = np.array([[t.batches, t.prompts, t.tokens, t.squared_tokens] for t, _ in rows])
         seconds = np.array([t.seconds for t, _ in rows])
         # Relative errors: each batch counts by its error as a share of its time. In absolute seconds a few long
         # batches outweighed every short one, and the fit that served them priced 64 chat prompts at 4 s of a real

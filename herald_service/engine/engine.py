@@ -33,6 +33,11 @@ from herald_service.types import Classification, ProbeOutput, Timing
 
 log = logging.getLogger(__name__)
 
+RUN_BATCHES = 8
+"""Pipelined batches (CUDA) observed as one timing at most (:class:`~herald_service.engine.admission.BatchTiming`); a
+run also ends when the pipeline drains. Past a few batches the split error at a run's two ends is a small share of it,
+and the cost model still follows a load that never lets the pipeline drain."""
+
 
 @dataclass(frozen=True)
 class EngineLimits:
@@ -105,6 +110,7 @@ class InferenceEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._in_flight: tuple[list[_Prompt], Callable[[], torch.Tensor], float] | None = None  # launched, not scored
+        self._run: BatchTiming | None = None  # batches answered while the next was already launched, not yet observed
         self._finishing: list[_Prompt] = []  # the batch being scored (answered by the death handler if scoring dies)
         self.failure: str | None = None
         self._export_estimates()
@@ -414,8 +420,13 @@ class InferenceEngine:
         lengths = [len(p.token_ids) for p in batch]
         # Busy time since the worker last answered, not since this batch was launched: pipelined, the next batch is
         # launched before this one is scored, and launch-to-score spans would count the overlap twice.
-        self.cost.observe(BatchTiming(len(batch), sum(lengths), scored - max(started, self._last_answered),
-                                      sum(n * n for n in lengths)))
+        timing = BatchTiming(len(batch), sum(lengths), scored - max(started, self._last_answered), sum(n * n for n in lengths))
+        self._run = timing if self._run is None else self._run.plus(timing)
+        # Observed when the pipeline drains or every RUN_BATCHES batches under steady load: the sum over a run is the
+        # exact time between its first batch's start and its last answer, whatever the overlap did inside it.
+        if self._in_flight is None or self._run.batches >= RUN_BATCHES:
+            self.cost.observe(self._run)
+            self._run = None
         self._last_answered = scored
         self.metrics.batch_size.observe(len(batch))
         self.metrics.batch_tokens.observe(sum(lengths) if self.backbone.packs_batches else max(lengths) * len(batch))
