@@ -36,8 +36,9 @@ WAIT_HEADROOM = 0.8
 """A request is admitted behind other work only while its estimated wait is at most this share of
 ``request_timeout_s``: the estimate is an online fit, 0.89-1.18x the real work of single requests on the embedded
 backbone and short by about 18% for one mixed burst (benchmarks/admission.py, ``admission_cpu.json``); at full
-limit, a burst of 200 one-prompt requests with 10 of 2,000 tokens ended in five 504s. A 429 with ``Retry-After``
-now is better than a 504 a minute later. A request whose own work alone is over the headroom is still admitted on an idle worker."""
+limit, a burst of 200 one-prompt requests with 10 of 2,000 tokens ended in five 504s. A 429 with ``Retry-After`` now
+is better than a 504 a minute later. A request whose own work alone is over the headroom is still admitted on an
+idle worker."""
 
 SMOOTHING = 0.3
 """Weight of the newest duration in :class:`MeanSeconds`."""
