@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -457,6 +458,8 @@ def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(
                   max_per_source=15)
     with pytest.raises(ValueError, match=r"jailbreak_templates: .*missing.jsonl is not a file; jailbreak_train_per_class 80"):
         run_fit(FitOptions(jailbreak_templates=tmp_path / "missing.jsonl", jailbreak_train_per_class=80, **common))
+    with pytest.raises(ValueError, match=r"^jailbreak_templates is empty; jailbreak_train_per_class 80 needs"):
+        run_fit(FitOptions(jailbreak_templates=Path(""), jailbreak_train_per_class=80, **common))
     with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 1000000000 exceeds the limit of 1000$"):
         run_fit(FitOptions(jailbreak_templates=good, jailbreak_train_per_class=10**9, **common))
     cases = [

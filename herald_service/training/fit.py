@@ -99,7 +99,10 @@ def jailbreak_templates_of(options: FitOptions) -> list[dict]:
     if per_class <= 0:
         return []
     path = options.jailbreak_templates
-    if path is None or not path.is_file():
+    if path is None or path == Path("."):  # Path("") reads as "."
+        raise ValueError(f"jailbreak_templates is empty; jailbreak_train_per_class {per_class} needs the PyRIT jailbreak "
+                         "templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
+    if not path.is_file():
         raise ValueError(f"jailbreak_templates: {path} is not a file; jailbreak_train_per_class {per_class} needs the "
                          "PyRIT jailbreak templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
     try:
