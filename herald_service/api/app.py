@@ -79,7 +79,7 @@ def _warm_cost(runtime: Runtime) -> tuple[BatchTiming, ...]:
             continue
         elapsed = min(_timed(runtime, ids) for _ in range(WARMUP_TIMINGS))
         if elapsed > 0:
-            timings.append(BatchTiming(len(ids), sum(len(i) for i in ids), elapsed, sum(len(i) ** 2 for i in ids)))
+            timings.append(BatchTiming.of_prompts([len(i) for i in ids], elapsed))
     log.info("batch cost seeded on %s", ", ".join(f"{t.prompts} prompts of {t.tokens} tokens in {t.seconds:.3f} s" for t in timings))
     return tuple(timings)
 

@@ -88,6 +88,13 @@ class BatchTiming:
     squared_tokens: int = 0
     batches: int = 1
 
+    @classmethod
+    def of_prompts(cls, lengths: list[int], seconds: float) -> "BatchTiming":
+        """One batch of prompts of these lengths, tokens, answered in ``seconds`` (the counts of
+        :meth:`Work.of_prompts`)."""
+        work = Work.of_prompts(lengths)
+        return cls(work.prompts, work.tokens, seconds, work.squared_tokens)
+
     def plus(self, other: "BatchTiming") -> "BatchTiming":
         """Both timings as one run of batches."""
         return BatchTiming(self.prompts + other.prompts, self.tokens + other.tokens, self.seconds + other.seconds,

@@ -84,7 +84,7 @@ class InferenceEngine:
         probe: the fitted probe.
         limits: batching and admission knobs.
         metrics: where queue depth, batch size, batch tokens, latencies, the cost model and the estimated wait go.
-        seed: batches timed at warm-up, of two shapes (the app measures them), the cost model's prior
+        seed: batches timed at warm-up, one per shape (the app measures them), the cost model's prior
             (:class:`BatchCost`); empty: the first batch answered starts the model, and admission by estimated work
             starts then.
     """
@@ -420,8 +420,7 @@ class InferenceEngine:
         lengths = [len(p.token_ids) for p in batch]
         # Busy time since the worker last answered, not since this batch was launched: pipelined, the next batch is
         # launched before this one is scored, and launch-to-score spans would count the overlap twice.
-        timing = BatchTiming(len(batch), sum(lengths), scored - max(started, self._last_answered),
-                             sum(n * n for n in lengths))
+        timing = BatchTiming.of_prompts(lengths, scored - max(started, self._last_answered))
         self._run = timing if self._run is None else self._run.plus(timing)
         # Observed when the pipeline drains or every RUN_BATCHES batches under steady load: the sum over a run is the
         # exact time between its first batch's start and its last answer, whatever the overlap did inside it.
