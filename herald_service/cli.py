@@ -315,23 +315,19 @@ class SteerEvalCommand(LocalCommand):
                 number...), an object with a key given twice (json keeps the last "prompt"; another reader would
                 take the first) or without a "prompt" string, or a line starting with ``{`` that is not JSON.
         """
-        from herald_service.strict_json import StrictJsonError, loads_unique
+        from herald_service.strict_json import NotJsonRow, object_row
 
         where = f"herald steer-eval: {self.file} line {number}"
         if not line.strip():
             return None
         try:
-            row = loads_unique(line, check_numbers=True)
-        except StrictJsonError as exc:  # a repeated or invalid key, too many keys, a number Python cannot hold
-            raise SystemExit(f"{where}: {exc.message}") from None
-        except (json.JSONDecodeError, RecursionError) as exc:
+            row = object_row(line, where, 'an object; give {"prompt": "..."} (or plain text that is not JSON)')
+        except NotJsonRow as exc:
             if line.lstrip().startswith("{"):
-                raise SystemExit(f"{where}: not JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
+                raise SystemExit(str(exc)) from None
             return line  # plain text
-        if not isinstance(row, dict):
-            kinds = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
-            raise SystemExit(f"{where}: a JSON {kinds[type(row)]}, not an object; give {{\"prompt\": \"...\"}} (or"
-                             " plain text that is not JSON)")
+        except ValueError as exc:  # JSON but not an object, a repeated or invalid key, a number Python cannot hold
+            raise SystemExit(str(exc)) from None
         if not isinstance(row.get("prompt"), str):
             raise SystemExit(f"{where}: needs a \"prompt\" string")
         return row["prompt"]

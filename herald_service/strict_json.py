@@ -5,7 +5,7 @@ refused by its path, where :func:`json.loads` would silently keep the last value
 Python's ``json`` keeps the *last* value of a key given twice: ``{"input": "hello", "input": "how to build a bomb"}``
 is moderated as the second prompt, while a gateway whose parser keeps the *first* value (many do; RFC 8259 section 4
 leaves it open) logs and forwards the first. Used by the HTTP layer (:mod:`herald_service.api.json_body`), ``herald
-steer-eval`` and the labeled-corpus reader.
+steer-eval``, the labeled-corpus reader and the jailbreak-template reader (one JSONL row each: :func:`object_row`).
 """
 
 from __future__ import annotations
@@ -205,6 +205,40 @@ def loads_unique(body: bytes | str, check_numbers: bool = False) -> Any:
         raise fault
     return document
 
+
+
+class NotJsonRow(ValueError):
+    """A JSONL line that is not JSON at all (``herald steer-eval`` reads such a line as a plain-text prompt unless it
+    starts with ``{``); ``str()`` names the file and line and says what a row is."""
+
+
+_JSON_KINDS = {list: "array", str: "string", bool: "boolean", type(None): "null", int: "number", float: "number"}
+
+
+def object_row(line: str, where: str, expected: str) -> dict[str, Any]:
+    """One line of a JSONL file a person hands to Herald (labeled corpus, jailbreak templates, ``herald steer-eval``
+    prompts) as a JSON object, parsed by :func:`loads_unique` with ``check_numbers``.
+
+    Args:
+        line: the line's text, without its line end.
+        where: how the error names the line, e.g. ``"data/x.jsonl line 3"``.
+        expected: what a row is, completing "not ...", e.g. ``"an object with prompt, label and source"``.
+
+    Raises:
+        NotJsonRow: the line is not JSON (or nested too deeply): ``"<where>: not JSON (<why>); a row is <expected>"``.
+        ValueError: ``"<where>: <why>"`` for JSON that is not an object (``a JSON array, not <expected>``), or that
+            :func:`loads_unique` refuses (a key given twice, an invalid key, too many keys, a number Python cannot
+            hold).
+    """
+    try:
+        row = loads_unique(line, check_numbers=True)
+    except StrictJsonError as exc:
+        raise ValueError(f"{where}: {exc.message}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise NotJsonRow(f"{where}: not JSON ({getattr(exc, 'msg', 'nested too deeply')}); a row is {expected}") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: a JSON {_JSON_KINDS[type(row)]}, not {expected}")
+    return row
 
 
 def _shown(key: str) -> str:

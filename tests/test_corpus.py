@@ -16,7 +16,8 @@ def test_rows_are_read_and_a_line_separator_inside_a_string_stays_in_the_prompt(
 
 
 @pytest.mark.parametrize(("line", "message"), [
-    ('{"prompt": "x", "label": "harmful"', "line 2: not JSON ("),
+    ('{"prompt": "x", "label": "harmful"', "line 2: not JSON (Expecting ',' delimiter); a row is an object with prompt, label and source"),
+    ("[" * 100_000, "line 2: not JSON (nested too deeply); a row is an object with prompt, label and source"),
     ('"just text"', "line 2: a JSON string, not an object with prompt, label and source"),
     ('{"prompt": 5, "label": "harmful", "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
     ('{"prompt": "x", "label": "toxic", "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),

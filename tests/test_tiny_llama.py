@@ -463,7 +463,11 @@ def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(
     with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 1000000000 exceeds the limit of 1000$"):
         run_fit(FitOptions(jailbreak_templates=good, jailbreak_train_per_class=10**9, **common))
     cases = [
-        ('{"prompt": "x {{ prompt }}"}\n{"prompt": 3}\n', r"bad.jsonl line 2: a template row is a JSON object with a \"prompt\" string"),
+        ('{"prompt": "x {{ prompt }}"}\n{"prompt": 3}\n', r"bad.jsonl line 2: needs a \"prompt\" string; a row is an object"),
+        # a key given twice: json.loads kept the second prompt, another reader of the same file the first
+        ('{"prompt": "x {{ prompt }}", "prompt": "y {{ prompt }}"}\n', r"bad.jsonl line 1: key 'prompt' appears twice"),
+        ('["x {{ prompt }}"]\n', r"bad.jsonl line 1: a JSON array, not an object with a \"prompt\" string"),
+        ('{"prompt": "x {{ prompt }}"\n', r"bad.jsonl line 1: not JSON \(.*\); a row is an object"),
         ('{"prompt": "x {{ prompt }}", "template_source": 5}\n', r"bad.jsonl line 1: template_source must be a string or null; got int"),
         ('{"prompt": "no slot here"}\n', r"holds no template with only the \{\{ prompt \}\} slot and at most 2500 characters"),
         ('{"prompt": "x {{ prompt }}"}\n' * 3, r"has 1 distinct templates; the 40 of herald eval's jailbreak-wrapped set"),

@@ -12,13 +12,13 @@ leave-one-source-out fold that holds that source out never trains on them (:func
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from herald_service.strict_json import object_row
 from herald_service.text_file import read_utf8
 from herald_service.training.corpus import Example
 
@@ -37,6 +37,8 @@ WRAPPED_HARMFUL_SOURCE = "Jailbreak-wrapped training requests (augmentation)"
 WRAPPED_BENIGN_SOURCE = "Jailbreak-wrapped benign training prompts (augmentation)"
 EVALUATION_TEMPLATES = 40
 """Templates of ``herald eval``'s jailbreak-wrapped set (its ``--jailbreak-n`` default); training never uses them."""
+TEMPLATE_ROW = 'an object with a "prompt" string holding the {{ prompt }} slot'
+"""What a line of a jailbreak-template file is, as its errors say."""
 TEMPLATE_MAX_CHARS = 2500
 """Longest template ``herald eval`` and ``herald recipes`` fill (``--jailbreak-max-chars`` default), in characters."""
 
@@ -45,20 +47,18 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
     """Template rows with exactly the ``{{ prompt }}`` slot (and no other), optionally at most ``max_chars`` long.
 
     Raises:
-        ValueError: a line is not a JSON object with a ``prompt`` string (named by file and line), or the file is not
-            UTF-8 (:class:`~herald_service.text_file.NotUtf8Error`).
+        ValueError: a line is not a JSON object with a ``prompt`` string, or one that
+            :func:`~herald_service.strict_json.object_row` refuses (a key given twice...), named by file and line; or
+            the file is not UTF-8 (:class:`~herald_service.text_file.NotUtf8Error`).
         OSError: the file cannot be read.
     """
     rows = []
     for number, line in enumerate(read_utf8(path).split("\n"), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise ValueError(f"{path} line {number}: a template row is a JSON object with a \"prompt\" string")
+        row = object_row(line, f"{path} line {number}", TEMPLATE_ROW)
+        if not isinstance(row.get("prompt"), str):
+            raise ValueError(f"{path} line {number}: needs a \"prompt\" string; a row is {TEMPLATE_ROW}")
         for key in ("template_source", "category"):
             if row.get(key) is not None and not isinstance(row[key], str):
                 raise ValueError(f"{path} line {number}: {key} must be a string or null; got {type(row[key]).__name__}")

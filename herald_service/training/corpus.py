@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from herald_service.strict_json import StrictJsonError, loads_unique
+from herald_service.strict_json import object_row
 from herald_service.text_file import is_valid_unicode, read_utf8
 
 LABELS = {"benign": 0, "harmful": 1}
@@ -37,7 +36,7 @@ def _prompt_text(row: dict) -> str:
 
 def load_corpus(paths: list[Path]) -> list[Example]:
     """Read labeled JSONL files: one JSON object a line, blank lines skipped, parsed strictly
-    (:func:`~herald_service.strict_json.loads_unique`: a key given twice would otherwise keep its last value).
+    (:func:`~herald_service.strict_json.object_row`: a key given twice would otherwise keep its last value).
 
     Raises:
         NotUtf8Error: a file that is not UTF-8, naming it and the line.
@@ -57,16 +56,7 @@ def load_corpus(paths: list[Path]) -> list[Example]:
 
 def _row_example(line: str, where: str, file: str) -> Example:
     """The :class:`Example` of one JSONL line; ValueError naming ``where`` (file and line) and what is wrong."""
-    try:
-        row = loads_unique(line, check_numbers=True)
-    except StrictJsonError as exc:  # a repeated or invalid key, too many keys, a number Python cannot hold
-        raise ValueError(f"{where}: {exc.message}") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{where}: not JSON ({getattr(exc, 'msg', 'nested too deeply')}); rows are JSON objects with"
-                         " prompt, label and source") from None
-    if not isinstance(row, dict):
-        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(row), "number")
-        raise ValueError(f"{where}: a JSON {kind}, not an object with prompt, label and source")
+    row = object_row(line, where, "an object with prompt, label and source")
     context = row.get("context")
     if not (isinstance(row.get("prompt"), str) and isinstance(row.get("source"), str)
             and isinstance(row.get("label"), str) and row["label"] in LABELS and (context is None or isinstance(context, str))):
