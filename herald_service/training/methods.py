@@ -15,6 +15,8 @@ Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
 - ``mlpm``: multi-layer Mahalanobis prototypes (MLPM style): per layer, squared Mahalanobis distances to the benign
   and harmful class means under class-specific Ledoit-Wolf covariances; a logistic regression combines the
   per-layer distance differences (every third layer and the last, to bound the cost).
+- ``<method>+shift``: the method with its threshold moved by the offset that source-held-out margins inside its own
+  training rows call for (:class:`SourceShifted`; docs/eval/threshold_rule.md).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ LOGREG_C = 0.1
 
 
 _DIRECTIONS_MEMO: "OrderedDict[str, LayerDirections]" = OrderedDict()
+DIRECTIONS_MEMO_ENTRIES = 16
+"""Direction fits kept: a ``+shift`` method makes :data:`SHIFT_GROUPS` + 1 of them per estimator, which the next method
+on the same rows reuses (a 30 x 576 fit is ~70 KB)."""
 
 
 def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimator: str = "lda") -> LayerDirections:
@@ -49,7 +54,7 @@ def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimato
     The logistic estimator weights the rows with :func:`balanced_weights` over ``groups`` (``HeraldProbe.fit``
     does the same). Herald and the feature-logistic baseline fit the same directions on the very same fit rows,
     and the best-layer baseline the LDA ones; one fit (30 layers x 576 wide: 3-10 s on one core) serves each
-    pair. Four entries are kept.
+    pair. :data:`DIRECTIONS_MEMO_ENTRIES` entries are kept.
 
     Raises:
         ValueError: as :func:`~herald_service.probes.directions.fit_directions`.
@@ -60,7 +65,7 @@ def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimato
     key = f"{estimator}:{digest.hexdigest()}"
     if key not in _DIRECTIONS_MEMO:
         _DIRECTIONS_MEMO[key] = fit_directions(X, y, estimator=estimator, sample_weight=balanced_weights(groups, y))
-        while len(_DIRECTIONS_MEMO) > 4:
+        while len(_DIRECTIONS_MEMO) > DIRECTIONS_MEMO_ENTRIES:
             _DIRECTIONS_MEMO.popitem(last=False)
     return _DIRECTIONS_MEMO[key]
 
@@ -280,6 +285,77 @@ class MahalanobisPrototypes(_Calibrated):
         return self.model_.decision_function(self.scaler_.transform(self._distances(X)))
 
 
+SHIFT_GROUPS = 5
+"""Source groups of :class:`SourceShifted` (docs/eval/threshold_rule.md: fixed before any run, not tuned)."""
+
+
+def source_groups(sources: np.ndarray, labels: np.ndarray, n_groups: int, seed: int) -> np.ndarray:
+    """Group index ``(n,)`` int of each row: sources holding harmful rows, and sources holding only benign rows, are
+    each shuffled (``seed``) and dealt round robin into ``n_groups`` groups; a source's rows share a group.
+
+    Args:
+        sources: ``(n,)`` source names; labels: ``(n,)`` 1 = harmful.
+    """
+    sources = np.asarray(sources)
+    labels = np.asarray(labels).astype(int)
+    names = sorted(set(sources.tolist()))
+    harmful = [s for s in names if labels[sources == s].max() == 1]
+    benign = [s for s in names if s not in set(harmful)]
+    rng = np.random.default_rng(seed)
+    group_of: dict[str, int] = {}
+    for kind in (harmful, benign):
+        for position, name in enumerate(rng.permutation(np.array(kind, dtype=object)).tolist()):
+            group_of[name] = position % n_groups
+    return np.array([group_of[s] for s in sources.tolist()], dtype=int)
+
+
+class SourceShifted:
+    """A method whose threshold is moved by an offset learned on source-held-out margins inside its training rows.
+
+    The training sources are dealt into :data:`SHIFT_GROUPS` groups (:func:`source_groups`). For each group the base
+    method is fitted (its own calibration part and max-F1 threshold) on the rows outside it and gives the group's rows
+    margins ``score - threshold``; the offset is the max-F1 threshold of those pooled margins. The base method fitted
+    on all rows keeps its score; its threshold plus the offset is this method's. Source: docs/eval/threshold_rule.md
+    (round 4 of issue 3); it mirrors how ``herald eval`` pools LOSO margins.
+
+    Args:
+        base: a name of :data:`FACTORIES` without ``+shift``.
+
+    Raises:
+        ValueError: (from ``fit``) training rows from fewer than two sources, or a group whose removal leaves one class.
+    """
+
+    def __init__(self, base: str, seed: int = 0, n_groups: int = SHIFT_GROUPS) -> None:
+        self.base = base
+        self.seed = seed
+        self.n_groups = n_groups
+        self.name = f"{base}+shift"
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "SourceShifted":
+        """Fit on ``X`` ``(n, layer, d_model)``, ``y`` ``(n,)``, ``groups`` ``(n,)`` (``source|label`` strings)."""
+        y = np.asarray(y).astype(int)
+        groups = np.asarray(groups)
+        sources = np.array([g.rsplit("|", 1)[0] for g in groups.tolist()])
+        if len(set(sources.tolist())) < 2:
+            raise ValueError(f"{self.name} needs training rows from at least two sources")
+        deal = source_groups(sources, y, self.n_groups, self.seed)
+        held = np.full(len(y), np.nan)
+        for g in sorted(set(deal.tolist())):
+            out = deal == g
+            if len(set(y[~out].tolist())) < 2:
+                raise ValueError(f"{self.name}: without source group {g} the training rows hold one class")
+            inner = make_method(self.base, self.seed).fit(X[~out], y[~out], groups[~out])
+            held[out] = inner.score(X[out]) - inner.threshold_
+        self.offset_ = calibrate_threshold(held, y, "max_f1")
+        self.base_ = make_method(self.base, self.seed).fit(X, y, groups)
+        self.threshold_ = self.base_.threshold_ + self.offset_
+        return self
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """The base method's scores ``(n,)``."""
+        return self.base_.score(X)
+
+
 LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 
 FACTORIES: dict[str, Callable[[int], Method]] = {
@@ -293,6 +369,8 @@ FACTORIES: dict[str, Callable[[int], Method]] = {
     "herald_logistic": lambda seed: HeraldMethod(seed, direction_estimator="logistic"),
     **{f"herald:{name}": (lambda seed, name=name: HeraldMethod(seed, name)) for name in FEATURE_SETS if name != FEATURE_SET},
 }
+FACTORIES.update({f"{base}+shift": (lambda seed, base=base: SourceShifted(base, seed))
+                  for base in ("herald", "herald_logistic", *LATENT_BASELINES)})
 
 
 def make_method(name: str, seed: int = 0) -> Method:
