@@ -467,6 +467,7 @@ def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(
         # a key given twice: json.loads kept the second prompt, another reader of the same file the first
         ('{"prompt": "x {{ prompt }}", "prompt": "y {{ prompt }}"}\n', r"bad.jsonl line 1: key 'prompt' appears twice"),
         ('["x {{ prompt }}"]\n', r"bad.jsonl line 1: a JSON array, not an object with a \"prompt\" string"),
+        ('{"prompt": "x \\ud800 {{ prompt }}"}\n', r"bad.jsonl line 1: prompt holds a lone UTF-16 surrogate"),
         ('{"prompt": "x {{ prompt }}"\n', r"bad.jsonl line 1: not JSON \(.*\); a row is an object"),
         ('{"prompt": "x {{ prompt }}", "template_source": 5}\n', r"bad.jsonl line 1: template_source must be a string or null; got int"),
         ('{"prompt": "no slot here"}\n', r"holds no template with only the \{\{ prompt \}\} slot and at most 2500 characters"),

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from herald_service.strict_json import object_row
-from herald_service.text_file import read_utf8
+from herald_service.text_file import is_valid_unicode, read_utf8
 from herald_service.training.corpus import Example
 
 SLOT = re.compile(r"\{\{\s*prompt\s*\}\}")
@@ -59,6 +59,8 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
         row = object_row(line, f"{path} line {number}", TEMPLATE_ROW)
         if not isinstance(row.get("prompt"), str):
             raise ValueError(f"{path} line {number}: needs a \"prompt\" string; a row is {TEMPLATE_ROW}")
+        if not is_valid_unicode(row["prompt"]):  # as the corpus reader: no tokenizer can encode it
+            raise ValueError(f"{path} line {number}: prompt holds a lone UTF-16 surrogate (not valid Unicode)")
         for key in ("template_source", "category"):
             if row.get(key) is not None and not isinstance(row[key], str):
                 raise ValueError(f"{path} line {number}: {key} must be a string or null; got {type(row[key]).__name__}")
