@@ -133,3 +133,78 @@ def test_eval_warns_when_a_jailbreak_augmented_probe_was_fitted_under_another_se
     assert "warning" not in score_saved_probe(tmp_path / "augmented", backbone.info, extra, replicates=20, seed=1)
     save_probe(probe, tmp_path / "plain", {**augmented, "training_data": {"seed": 1, "jailbreak_augmentation": None}})
     assert "warning" not in score_saved_probe(tmp_path / "plain", backbone.info, extra, replicates=20, seed=0)
+
+
+def _saved(tmp_path, fitted):
+    backbone, probe, _ = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    return backbone, json.loads((tmp_path / "probe.json").read_text())
+
+
+@pytest.mark.parametrize("text, message", [
+    # json.loads read NaN, and a NaN threshold served every prompt as "allowed" with score null (breaker finding)
+    ('"threshold": NaN', "the number at 'threshold' is NaN, which is not JSON"),
+    ('"threshold": Infinity', "the number at 'threshold' is Infinity"),
+    ('"threshold": 1e999', r"the number at 'threshold' \(1e999\) is too large to represent"),
+    ('"threshold": 1e308', r"threshold must be a finite number within \+-10000 \(a logit\); got 1e\+308"),
+    ('"threshold": null', "threshold must be a finite number"),
+    ('"threshold": "1.2"', "threshold must be a finite number"),
+    ('"format_version": "1"', r"format_version '1' \(a str\) is not supported; need the integer 1"),
+    ('"format_version": 2', "format_version 2 is not supported; need the integer 1"),
+    ('"peak_layer": 99', r"peak_layer must be an integer decoder layer in 1\.\.8; got 99"),
+    ('"peak_layer": 0', r"peak_layer must be an integer decoder layer in 1\.\.8; got 0"),
+    ('"peak_layer": 2.7', r"peak_layer must be an integer decoder layer in 1\.\.8; got 2\.7"),
+    ('"threshold_method": 3', "threshold_method must be a string; got 3"),
+    ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size"),
+])
+def test_a_manifest_field_out_of_range_is_refused_by_name(tmp_path, fitted, text, message):
+    backbone, manifest = _saved(tmp_path, fitted)
+    key = text.split('"')[1]
+    manifest[key] = "PLACEHOLDER"
+    raw = json.dumps(manifest).replace(f'"{key}": "PLACEHOLDER"', text)
+    (tmp_path / "probe.json").write_text(raw)
+    for info in (backbone.info, None):
+        with pytest.raises(ProbeMismatch, match=message):
+            load_probe(tmp_path, info)
+
+
+def test_a_manifest_that_is_not_an_object_or_lacks_a_served_field_is_refused_by_name(tmp_path, fitted):
+    backbone, manifest = _saved(tmp_path, fitted)
+    (tmp_path / "probe.json").write_text("[1, 2]")
+    with pytest.raises(ProbeMismatch, match=r"probe.json holds a JSON list, not an object"):
+        load_probe(tmp_path, backbone.info)
+    for key, message in (("threshold", "threshold must be a finite number"), ("threshold_method", "threshold_method must be"),
+                         ("peak_layer", "peak_layer must be an integer")):
+        (tmp_path / "probe.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != key}))
+        with pytest.raises(ProbeMismatch, match=message):  # was KeyError with a traceback
+            load_probe(tmp_path, backbone.info)
+    (tmp_path / "probe.json").write_text(json.dumps(manifest)[:-1] + ', "threshold": 0.5}')
+    with pytest.raises(ProbeMismatch, match="key 'threshold' appears twice"):
+        load_probe(tmp_path, backbone.info)
+
+
+@pytest.mark.parametrize("name, change, message", [
+    # zero feature_std made every score NaN, served as "allowed"; int32 directions flagged everything (breaker finding)
+    ("feature_std", lambda v: np.zeros_like(v), "feature_std .* must be positive everywhere"),
+    ("scales", lambda v: -v, "scales .* must be positive everywhere"),
+    ("directions", lambda v: v.astype(np.int32), "directions .* is int32; need a float dtype"),
+    ("feature_mean", lambda v: np.full_like(v, np.inf), "feature_mean .* holds non-finite values"),
+    ("scorer.mlp.2.weight", lambda v: np.full_like(v, np.nan), r"scorer\.mlp\.2\.weight .* holds non-finite values"),
+    ("centers", lambda v: v[:-1], r"centers .* has shape \(7,\); the manifest needs \(8,\)"),
+])
+def test_unusable_tensors_are_refused_by_name(tmp_path, fitted, name, change, message):
+    from safetensors.numpy import load_file, save_file
+
+    backbone, _ = _saved(tmp_path, fitted)
+    tensors = load_file(str(tmp_path / "probe.safetensors"))
+    tensors[name] = change(tensors[name])
+    save_file(tensors, str(tmp_path / "probe.safetensors"))
+    with pytest.raises(ProbeMismatch, match=message):
+        load_probe(tmp_path, backbone.info)
+
+
+def test_a_non_finite_logit_is_an_error_not_an_allowed_prompt(fitted):
+    _, probe, states = fitted
+    broken = dataclasses.replace(probe, feature_stats=dataclasses.replace(probe.feature_stats, std=np.zeros(7, np.float32)))
+    with np.errstate(divide="ignore", invalid="ignore"), pytest.raises(ValueError, match="non-finite logit"):
+        broken.predict(states)

@@ -8,6 +8,7 @@ Tensors: ``directions`` fp16 ``(layer, d_model)``; ``centers``, ``scales`` fp32 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from herald_service.probes.directions import LayerDirections
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
 from herald_service.probes.scorer import TrajectoryScorer
+from herald_service.strict_json import StrictJsonError, loads_unique
 from herald_service.types import BackboneInfo
 
 FORMAT_VERSION = 1
@@ -77,15 +79,21 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """Parse ``probe.json``.
 
     Raises:
-        ProbeMismatch: if the folder or file is missing or not valid JSON.
+        ProbeMismatch: if the folder or file is missing, not valid JSON (NaN and Infinity are not), repeats a key, or
+            is not a JSON object.
     """
     path = folder / MANIFEST_FILE
     if not path.is_file():
         raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProbeMismatch(f"{path} is not valid JSON: {exc}", field="probe") from exc
+        manifest = loads_unique(path.read_bytes(), check_numbers=True)
+    except StrictJsonError as exc:  # NaN, Infinity, 1e999, a key given twice: json.loads took them silently
+        raise ProbeMismatch(f"{path}: {exc.message}", field="probe") from None
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deeply
+        raise ProbeMismatch(f"{path} is not valid JSON: {exc}", field="probe") from None
+    if not isinstance(manifest, dict):
+        raise ProbeMismatch(f"{path} holds a JSON {type(manifest).__name__}, not an object", field="probe")
+    return manifest
 
 
 def check_feature_set(manifest: dict[str, Any]) -> str:
@@ -109,16 +117,82 @@ def check_feature_set(manifest: dict[str, Any]) -> str:
     return name
 
 
-def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
-    """Refuse a probe fitted on another backbone.
+THRESHOLD_LIMIT = 1e4
+"""Largest magnitude of a probe's logit threshold. The 288-parameter scorer's logits on standardized features are in
+the tens (the shipped probes' thresholds are about 1); a threshold of 1e308 passed every prompt (breaker finding)."""
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_manifest(manifest: dict[str, Any]) -> None:
+    """Refuse a ``probe.json`` whose served fields are missing or out of range, naming the field: ``format_version``
+    (the integer :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
+    ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
+    :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string) and ``peak_layer`` (an integer decoder layer,
+    1..num_layers, which ``/steer`` edits by default).
 
     Raises:
-        ProbeMismatch: naming what differs (layer count, hidden size, config hash, format or feature set).
+        ProbeMismatch: naming the first bad field and what it must be.
     """
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ProbeMismatch(f"probe format {manifest.get('format_version')} is not supported (need {FORMAT_VERSION})", field="probe")
+    version = manifest.get("format_version")
+    if not _integer(version) or version != FORMAT_VERSION:
+        shown = f"{version!r} (a {type(version).__name__})" if not _integer(version) else str(version)
+        raise ProbeMismatch(f"probe format_version {shown} is not supported; need the integer {FORMAT_VERSION}", field="probe")
     check_feature_set(manifest)
-    fitted = manifest.get("backbone", {})
+    backbone = manifest.get("backbone")
+    if not isinstance(backbone, dict):
+        raise ProbeMismatch("probe.json backbone must be an object with num_layers and hidden_size", field="probe")
+    for key in ("num_layers", "hidden_size"):
+        if not _integer(backbone.get(key)) or backbone[key] < 1:
+            raise ProbeMismatch(f"probe.json backbone.{key} must be a positive integer; got {backbone.get(key)!r}", field="probe")
+    threshold = manifest.get("threshold")
+    if not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and math.isfinite(threshold)
+            and abs(threshold) <= THRESHOLD_LIMIT):
+        raise ProbeMismatch(f"probe.json threshold must be a finite number within +-{THRESHOLD_LIMIT:g} (a logit); got "
+                            f"{threshold!r}", field="probe")
+    if not isinstance(manifest.get("threshold_method"), str):
+        raise ProbeMismatch(f"probe.json threshold_method must be a string; got {manifest.get('threshold_method')!r}",
+                            field="probe")
+    peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
+    if not _integer(peak) or not 1 <= peak <= layers:
+        raise ProbeMismatch(f"probe.json peak_layer must be an integer decoder layer in 1..{layers}; got {peak!r}",
+                            field="probe")
+
+
+def check_tensors(tensors: dict[str, np.ndarray], layers: int, width: int, n_features: int, path: Path) -> None:
+    """Refuse probe tensors a served probe cannot use: a non-float dtype, a shape other than the manifest's
+    (``directions`` ``(layers, width)``; ``centers``, ``scales`` ``(layers,)``; ``feature_mean``, ``feature_std``
+    ``(n_features,)``), a non-finite value, or a scale or feature std that is not positive (zero std made every score
+    NaN, which served as "allowed": breaker finding).
+
+    Raises:
+        ProbeMismatch: naming the tensor and what is wrong.
+    """
+    shapes = {"directions": (layers, width), "centers": (layers,), "scales": (layers,),
+              "feature_mean": (n_features,), "feature_std": (n_features,)}
+    for name, value in tensors.items():
+        if not np.issubdtype(value.dtype, np.floating):
+            raise ProbeMismatch(f"probe tensor {name} in {path} is {value.dtype}; need a float dtype", field="probe")
+        if name in shapes and value.shape != shapes[name]:
+            raise ProbeMismatch(f"probe tensor {name} in {path} has shape {value.shape}; the manifest needs {shapes[name]}",
+                                field="probe")
+        if not np.isfinite(value).all():
+            raise ProbeMismatch(f"probe tensor {name} in {path} holds non-finite values", field="probe")
+    for name in ("scales", "feature_std"):
+        if not (tensors[name] > 0).all():
+            raise ProbeMismatch(f"probe tensor {name} in {path} must be positive everywhere (it divides)", field="probe")
+
+
+def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
+    """Refuse a probe fitted on another backbone (after :func:`check_manifest`).
+
+    Raises:
+        ProbeMismatch: naming what differs (layer count, hidden size, config hash), or a bad manifest field.
+    """
+    check_manifest(manifest)
+    fitted = manifest["backbone"]
     problems = []
     if fitted.get("num_layers") != info.num_layers:
         problems.append(f"num_layers {fitted.get('num_layers')} != backbone's {info.num_layers}")
@@ -141,10 +215,11 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         The probe and its manifest.
 
     Raises:
-        ProbeMismatch: missing, unreadable or incomplete files, wrong shapes, an unknown feature set, or a backbone
-            mismatch.
+        ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
+            unusable tensors (:func:`check_tensors`), an unknown feature set, or a backbone mismatch.
     """
     manifest = read_manifest(folder)
+    check_manifest(manifest)
     feature_set = check_feature_set(manifest)
     if info is not None:
         check_compatible(manifest, info)
@@ -159,8 +234,7 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
     if missing:
         raise ProbeMismatch(f"probe tensors {path} lack {', '.join(missing)} (HERALD_PROBE)", field="probe")
     layers, width = manifest["backbone"]["num_layers"], manifest["backbone"]["hidden_size"]
-    if tensors["directions"].shape != (layers, width):
-        raise ProbeMismatch(f"directions have shape {tensors['directions'].shape}, manifest says ({layers}, {width})", field="probe")
+    check_tensors(tensors, layers, width, len(FEATURE_SETS[feature_set].names), path)
     scorer = TrajectoryScorer()
     try:
         scorer.load_state_dict({k.removeprefix("scorer."): torch.from_numpy(v) for k, v in tensors.items() if k.startswith("scorer.")})
@@ -171,8 +245,8 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         feature_stats=FeatureStats(tensors["feature_mean"], tensors["feature_std"]),
         scorer=scorer.eval(),
         threshold=float(manifest["threshold"]),
-        threshold_method=str(manifest["threshold_method"]),
-        peak_layer=int(manifest["peak_layer"]),
+        threshold_method=manifest["threshold_method"],
+        peak_layer=manifest["peak_layer"],
         feature_set=feature_set,
     )
     return probe, manifest

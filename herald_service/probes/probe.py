@@ -72,9 +72,16 @@ class FittedProbe:
 
     def predict_trajectories(self, s: np.ndarray) -> ProbeOutput:
         """Score normalized projection trajectories ``(batch, layer)`` float64 (:meth:`trajectories`, or
-        ``directions.normalize`` of projections computed on the device)."""
+        ``directions.normalize`` of projections computed on the device).
+
+        Raises:
+            ValueError: non-finite trajectories (:func:`~.features.compute_features`) or logits: a score that is not a
+                number must not be served as "allowed" (NaN >= 0.5 is false).
+        """
         features = self.features(s)
         logits = self.logits(features)
+        if not np.isfinite(logits).all():
+            raise ValueError("the probe's scorer gave a non-finite logit")
         scores = 1.0 / (1.0 + np.exp(-(logits - self.threshold)))
         return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold, self.feature_names)
 
