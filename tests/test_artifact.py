@@ -25,6 +25,8 @@ def test_round_trip_gives_identical_verdicts(tmp_path, fitted):
     backbone, probe, states = fitted
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info), "training_data": {"n": len(states)}})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]
+    # both files readable as probe.json is (safetensors wrote 0600: another user could not serve the probe)
+    assert (tmp_path / "probe.safetensors").stat().st_mode & 0o777 == (tmp_path / "probe.json").stat().st_mode & 0o777
     loaded, manifest = load_probe(tmp_path, backbone.info)
     before, after = probe.predict(states), loaded.predict(states)
     assert np.array_equal(before.flagged, after.flagged)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,11 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         **state,
     }
     save_file(tensors, str(folder / TENSORS_FILE), metadata={"format": "herald-probe", "format_version": str(FORMAT_VERSION)})
+    # safetensors writes its file 0600; give it the mode probe.json gets (0644 under the usual umask), or a probe fitted
+    # by one user cannot be served by another (the image's uid 10001 on a mounted volume: breaker finding)
+    umask = os.umask(0)
+    os.umask(umask)
+    (folder / TENSORS_FILE).chmod(0o666 & ~umask)
     full = {
         "format_version": FORMAT_VERSION,
         "herald_version": __version__,
