@@ -78,6 +78,17 @@ def test_strings_and_parts_do_not_mix(client, items, field):
         " strings (one result each) or a list of parts (one input)"}
 
 
+@pytest.mark.parametrize("items, field, kind", [(["a", 1], "input[1]", "a number"), (["a", None], "input[1]", "null"),
+                                                ([{"type": "text", "text": "a"}, 5], "input[1]", "a number"),
+                                                ([["a"]], "input[0]", "an array")])
+def test_a_list_item_that_is_neither_a_string_nor_a_part_is_named(client, items, field, kind):
+    # was "input mixes strings and content parts" (1 and null are neither), or "Input should be a valid string"
+    r = client.post("/v1/moderations", json={"input": items})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": field, "message": "each item of input is a string (one result each) or a"
+        f" content part object {{'type': 'text', 'text': ...}}; got {kind}"}
+
+
 STEER = {"Authorization": f"Bearer {STEER_KEY}", "content-type": "application/json"}
 
 

@@ -106,6 +106,10 @@ class ModerationRequest(BaseModel):
         # first ("Input should be a valid string" at input[1]), not as the unsupported part it is.
         if isinstance(value, list):
             for i, part in enumerate(value):
+                if not isinstance(part, (str, dict)):  # was reported as mixing strings and content parts
+                    kind = {list: "an array", bool: "a boolean", type(None): "null"}.get(type(part), "a number")
+                    raise FieldConflict(f"each item of input is a string (one result each) or a content part object"
+                                        f" {{'type': 'text', 'text': ...}}; got {kind}", f"input[{i}]")
                 if isinstance(part, dict) and part.get("type") == "image_url":
                     raise FieldConflict("Herald moderates text only: parts of type 'image_url' are not supported; send"
                                         " the text parts alone", f"input[{i}].type")
