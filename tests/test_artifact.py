@@ -210,3 +210,14 @@ def test_a_non_finite_logit_is_an_error_not_an_allowed_prompt(fitted):
     broken = dataclasses.replace(probe, feature_stats=dataclasses.replace(probe.feature_stats, std=np.zeros(7, np.float32)))
     with np.errstate(divide="ignore", invalid="ignore"), pytest.raises(ValueError, match="non-finite logit"):
         broken.predict(states)
+
+
+def test_a_label_too_thin_for_the_calibration_or_fit_part_is_named(fitted):
+    backbone, _, states = fitted
+    y = np.array([1] * 10 + [0] * 3)
+    X = states[:13]
+    one_row_sources = np.array(["h|1"] * 10 + [f"b{i}|0" for i in range(3)])  # one-row groups never calibrate
+    with pytest.raises(ValueError, match=r"^no benign row in the calibration part: .* give more benign prompts per source$"):
+        HeraldProbe().fit(X, y, groups=one_row_sources)
+    with pytest.raises(ValueError, match=r"^1 benign rows left to fit the directions after the calibration part; need at least 2"):
+        HeraldProbe(calibration_fraction=0.5).fit(X[:12], y[:12], groups=np.array(["h|1"] * 10 + ["b|0"] * 2))

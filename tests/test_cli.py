@@ -296,6 +296,18 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip() == (f"herald: the data holds no harmful row ({benign}: 2 rows); a probe needs both labels,"
                                   " benign and harmful")
+    few = tmp_path / "few.jsonl"  # failed after the backbone load with scikit-learn's "number of samples" message
+    few.write_text("".join(f'{{"prompt": "p{i}", "label": "harmful", "source": "h"}}\n' for i in range(20))
+                   + '{"prompt": "hi", "label": "benign", "source": "a"}\n{"prompt": "yo", "label": "benign", "source": "a"}\n')
+    out = herald("fit", "--data", str(few), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: the data holds 2 benign rows ({few}); a probe needs at least 8 of each label: its test, calibration"
+        " and fit parts each need both"), out.stderr
+    (tmp_path / "taken").write_text("x")  # was "[Errno 17] File exists" after the backbone load and extraction
+    out = herald("fit", "--data", str(few), "--out", str(tmp_path / "taken"), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: out: {tmp_path / 'taken'} is a file; give a folder (the probe is written into it as probe.json and"
+        " probe.safetensors)"), out.stderr
     out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == f"herald: {tmp_path / 'missing.jsonl'} does not exist", out.stderr
     assert not (tmp_path / "cache").exists()

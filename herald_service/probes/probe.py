@@ -166,12 +166,20 @@ class HeraldProbe:
             self, with ``fitted_`` (a :class:`FittedProbe`) and ``calibration_index_`` set.
 
         Raises:
-            ValueError: if a class is missing in either part, or the direction estimator is unknown.
+            ValueError: a class missing from the calibration part or with fewer than 2 rows in the fit part, naming it;
+                or an unknown direction estimator.
         """
         y = np.asarray(y).astype(int)
         groups = y.astype(str) if groups is None else np.asarray(groups)
         calibration = calibration_mask(groups, self.calibration_fraction, self.seed)
         fit_rows = ~calibration
+        for label, name in ((1, "harmful"), (0, "benign")):
+            if not (y[calibration] == label).any():
+                raise ValueError(f"no {name} row in the calibration part: it takes a quarter of each (source, label) group"
+                                 f" of two or more training rows; give more {name} prompts per source")
+            if (y[fit_rows] == label).sum() < 2:
+                raise ValueError(f"{(y[fit_rows] == label).sum()} {name} rows left to fit the directions after the"
+                                 f" calibration part; need at least 2: give more {name} prompts")
         directions = fit_directions(X[fit_rows], y[fit_rows], self.shrinkage, estimator=self.direction_estimator,
                                     sample_weight=balanced_weights(groups[fit_rows], y[fit_rows]))
         s_fit = directions.project(X[fit_rows])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,18 +68,31 @@ def _row_example(line: str, where: str, file: str) -> Example:
     return Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, file)
 
 
+MIN_ROWS_PER_LABEL = 8
+"""Fewest rows of each label ``herald fit`` and ``herald eval`` accept: 8 rows of one source leave 6 after the random
+split's 20% test part, of which the calibration quarter takes 2 and the direction and scorer fit keeps 4. Fewer failed
+after the backbone load with scikit-learn's "The number of samples must be more than the number of classes" or
+"calibration needs both classes" (breaker finding)."""
+
+
 def require_both_labels(examples: list[Example], files: list[Path]) -> None:
-    """Refuse a corpus that holds one label only (a probe needs harmful and benign rows), before any model loads.
+    """Refuse a corpus that holds one label only, or fewer than :data:`MIN_ROWS_PER_LABEL` rows of a label (a probe
+    needs harmful and benign rows in its test, calibration and fit parts), before any model loads.
 
     Raises:
-        ValueError: naming the label that is missing and the files read.
+        ValueError: naming the label that is missing or short and the files read.
     """
-    present = {example.label for example in examples}
-    missing = [name for name, label in LABELS.items() if label not in present]
+    counts = Counter(example.label for example in examples)
+    names = ", ".join(str(path) for path in files)
+    missing = [name for name, label in LABELS.items() if not counts[label]]
     if missing:
-        names = ", ".join(str(path) for path in files)
         raise ValueError(f"the data holds no {missing[0]} row ({names}: {len(examples)} rows); a probe needs both "
                          f"labels, {' and '.join(LABELS)}")
+    short = [(name, counts[label]) for name, label in LABELS.items() if counts[label] < MIN_ROWS_PER_LABEL]
+    if short:
+        name, n = short[0]
+        raise ValueError(f"the data holds {n} {name} row{'s' if n > 1 else ''} ({names}); a probe needs at least "
+                         f"{MIN_ROWS_PER_LABEL} of each label: its test, calibration and fit parts each need both")
 
 
 def expand_data(paths: list[Path]) -> list[Path]:

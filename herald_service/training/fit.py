@@ -198,11 +198,17 @@ def run_fit(options: FitOptions) -> dict:
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if the data has one class only, the feature set or direction estimator is unknown, a data path is
-            missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus` names file and line), or
-            the jailbreak templates are (:func:`jailbreak_templates_of`); all but the first before the backbone loads.
+        ValueError: if ``out`` is a file, the data has fewer than 8 rows of a label
+            (:func:`~herald_service.training.corpus.require_both_labels`), the feature set or direction estimator is
+            unknown, a data path is missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus`
+            names file and line), or the jailbreak templates are (:func:`jailbreak_templates_of`): all before the
+            backbone loads; or, after extraction, a label too thin for the calibration or fit part
+            (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
     """
     started = time.perf_counter()
+    if options.out is not None and options.out.exists() and not options.out.is_dir():
+        raise ValueError(f"out: {options.out} is a file; give a folder (the probe is written into it as "
+                         "probe.json and probe.safetensors)")
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
     templates = jailbreak_templates_of(options)
