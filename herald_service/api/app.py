@@ -158,6 +158,9 @@ def build_app(
         version=__version__,
         summary="Safety moderation from a chat model's own hidden states.",
         lifespan=lifespan,
+        # "POST /classify/" got a bodiless 307 to /classify (a client that does not follow it for a POST saw no
+        # JSON error): now a 404 naming the path, like any other unknown path (breaker finding)
+        redirect_slashes=False,
     )
     app.state.herald = state
     install_error_handlers(app)
