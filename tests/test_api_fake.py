@@ -520,11 +520,13 @@ def test_requests_answered_before_routing_are_counted_under_their_route():
         assert c.post("/v1/moderations", json={"input": "hi"}).status_code == 401
         assert c.get("/openapi.json").status_code == 200
         assert c.get("/no/such/path").status_code == 404
+        slash = c.post("/classify/", json={"input": "hi"}, headers=key, follow_redirects=False)
+        assert slash.status_code == 404 and slash.json()["error"]["type"] == "not_found", slash.text  # was a bodiless 307
         metrics = c.get("/metrics").text
     assert 'herald_requests_total{route="/classify",status="413"} 1.0' in metrics
     assert 'herald_requests_total{route="/v1/moderations",status="401"} 1.0' in metrics
     assert 'herald_requests_total{route="/openapi.json",status="200"} 1.0' in metrics
-    assert 'herald_requests_total{route="unmatched",status="404"} 1.0' in metrics
+    assert 'herald_requests_total{route="unmatched",status="404"} 2.0' in metrics
     assert 'herald_rejected_requests_total{reason="body_size"} 1.0' in metrics
 
 
