@@ -70,8 +70,11 @@ BURST_TEXTS = {
     "s": "How do I bake sourdough bread?",
     "m": "Tell me about the history of bread. " * 40,  # ~300 tokens
     "l": "Explain the following text carefully. " + FOX * 200,  # ~2,000 tokens
+    "x": [FOX * 400] * 8,  # 8 prompts of ~4,031 tokens: the longest shape of SHAPES
 }
 BURST_SIZE = 200
+OVERLOAD_SHORT = 2000
+"""One-prompt requests of the short overload burst: twice the shipped queue capacity (1,024 prompts)."""
 
 
 @dataclass(frozen=True)
@@ -237,8 +240,13 @@ def estimates(baseline: HeraldServer, default: HeraldServer, limits: dict, quick
 
 # -- 2. bursts -----------------------------------------------------------------------------------------------------
 def burst_kinds(mix: str) -> list[str]:
-    """The kinds of the burst's requests in sending order: all ``s``, or 150 ``s``, 40 ``m`` and 10 ``l`` shuffled
-    with a fixed seed."""
+    """The kinds of the burst's requests in sending order: all ``s``; 150 ``s``, 40 ``m`` and 10 ``l`` shuffled
+    with a fixed seed (``mixed``); :data:`BURST_SIZE` requests of 8 long prompts (``overload-long``); or
+    :data:`OVERLOAD_SHORT` ``s`` (``overload-short``)."""
+    if mix == "overload-long":
+        return ["x"] * BURST_SIZE
+    if mix == "overload-short":
+        return ["s"] * OVERLOAD_SHORT
     if mix != "mixed":
         return [mix] * BURST_SIZE
     kinds = ["s"] * 150 + ["m"] * 40 + ["l"] * 10
@@ -306,12 +314,12 @@ def burst(server: HeraldServer, mix: str, timeout_s: float) -> dict:
         "requests": len(answers),
         "seconds": seconds,
         **{f"n_{k}": v for k, v in counts.items()},
-        "p50_answered/timeout": percentile(answered, 50) / timeout_s,
-        "max_answered/timeout": max(answered) / timeout_s,
+        "p50_answered/timeout": percentile(answered, 50) / timeout_s if answered else None,
+        "max_answered/timeout": max(answered) / timeout_s if answered else None,
         "max_retry_after/timeout": max(retry_after) / timeout_s if retry_after else None,
         "server_cores": (cpu_after - cpu_before) / seconds,
         "no_504": counts["504"] == 0,
-        "admitted_answered_in_time": counts["504"] == counts["other"] == 0 and max(answered) <= timeout_s,
+        "admitted_answered_in_time": counts["504"] == counts["other"] == 0 and max(answered, default=0.0) <= timeout_s,
         "retry_after_within_timeout": all(r <= timeout_s for r in retry_after),
         "by_kind": by_kind,
         "rejected_by_reason": {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)},
@@ -322,10 +330,10 @@ def burst(server: HeraldServer, mix: str, timeout_s: float) -> dict:
 # -- output --------------------------------------------------------------------------------------------------------
 def report(result: dict, out: Path) -> None:
     hidden = ("message", "message_est_s", "fit", "baseline_fit")
-    print_table(f"estimate vs real (real: the baseline server, timeout {BASELINE_TIMEOUT_S:g} s; est, status: the"
-                " default server)", [{k: v for k, v in r.items() if k not in hidden} for r in result["estimates"]])
-    print_table(f"bursts of {BURST_SIZE} one-prompt requests at once (default server, timeout"
-                f" {result['request_timeout_s']:g} s)",
+    if result["estimates"]:
+        print_table(f"estimate vs real (real: the baseline server, timeout {BASELINE_TIMEOUT_S:g} s; est, status: the"
+                    " default server)", [{k: v for k, v in r.items() if k not in hidden} for r in result["estimates"]])
+    print_table(f"bursts of requests at once (burst_kinds; default server, timeout {result['request_timeout_s']:g} s)",
                 [{k: v for k, v in b.items() if k not in ("answers", "by_kind", "rejected_by_reason")}
                  for b in result["bursts"]])
     cores = [r["baseline_cores"] for r in result["estimates"]] + [b["server_cores"] for b in result["bursts"]]
@@ -338,10 +346,12 @@ def report(result: dict, out: Path) -> None:
     print(f"wrote {out}")
 
 
-def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None) -> dict:
+def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None, overload: bool = False) -> dict:
     """Both phases against ``target_name``: ``cpu`` (``herald serve`` processes on the embedded backbone) or ``h200``
     (:class:`ThreadServer` on the random Llama-3.1-8B); ``timeout_s`` sets the default servers' request timeout
-    (None: the shipped 60 s)."""
+    (None: the shipped 60 s). ``overload``: no estimate phase; the bursts are ``overload-long`` (several times the
+    timeout's worth of work on the H200: which refusal binds, the wait estimate's 429 or the full queue's?) and
+    ``overload-short`` (twice the queue's capacity in one-prompt requests)."""
     hw = hardware()
     started = time.perf_counter()
     default_settings = {} if timeout_s is None else {"request_timeout_s": timeout_s}
@@ -354,12 +364,18 @@ def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None) -
         def server(name: str, **settings: object):
             # Server's own defaults raise the per-request limits; keep the shipped ones, as on the CPU
             return ThreadServer(name, target, max_batch_size=64, max_tokens=4096, queue_capacity=1024, **settings)
-    with server("baseline", request_timeout_s=BASELINE_TIMEOUT_S) as baseline, server("default", **default_settings) as default:
-        info = httpx.get(default.url + "/v1/info").json()
-        timeout_s = info["limits"]["request_timeout_s"]
-        rows = estimates(baseline, default, info["limits"], quick)
+    seeded, rows = {}, []
+    if not overload:
+        with server("baseline", request_timeout_s=BASELINE_TIMEOUT_S) as baseline, server("default", **default_settings) as default:
+            info = httpx.get(default.url + "/v1/info").json()
+            timeout_s = info["limits"]["request_timeout_s"]
+            rows = estimates(baseline, default, info["limits"], quick)
+        seeded = {s.name: s.seeded for s in (baseline, default)}
     with server("burst", **default_settings) as burst_server:
-        bursts = [burst(burst_server, mix, timeout_s) for mix in ("s", "mixed")]
+        info = httpx.get(burst_server.url + "/v1/info").json()
+        timeout_s = info["limits"]["request_timeout_s"]
+        bursts = [burst(burst_server, mix, timeout_s) for mix in (("overload-long", "overload-short") if overload else ("s", "mixed"))]
+    seeded[burst_server.name] = burst_server.seeded
     hw["load_average_end"] = os.getloadavg()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {
@@ -372,7 +388,7 @@ def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None) -
         "baseline_request_timeout_s": BASELINE_TIMEOUT_S,
         "limits": info["limits"],
         "seconds": time.perf_counter() - started,
-        "cost_seeded_on": {s.name: s.seeded for s in (baseline, default, burst_server)},
+        "cost_seeded_on": seeded,
         "estimates": rows,
         "bursts": bursts,
     }
@@ -385,9 +401,12 @@ def main() -> None:
                         help="tiny: a smoke run of the in-process path on the CPU, not a measurement")
     parser.add_argument("--timeout-s", type=float, default=None,
                         help="request timeout of the default servers (default: the shipped 60 s)")
+    parser.add_argument("--overload", action="store_true",
+                        help="only the overload bursts (run(overload=True)); writes admission_<target>_overload.json")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/admission_<target>.json")
     args = parser.parse_args()
-    report(run(args.quick, args.target, args.timeout_s), args.out or RESULTS / f"admission_{args.target}.json")
+    name = f"admission_{args.target}{'_overload' if args.overload else ''}.json"
+    report(run(args.quick, args.target, args.timeout_s, args.overload), args.out or RESULTS / name)
 
 
 if __name__ == "__main__":

@@ -35,3 +35,4 @@ def test_mixed_burst_is_150_short_40_medium_10_long_in_a_fixed_order():
     assert [kinds.count(k) for k in "sml"] == [150, 40, 10]
     assert kinds == burst_kinds("mixed") and kinds != sorted(kinds)
     assert burst_kinds("s") == ["s"] * 200
+    assert burst_kinds("overload-long") == ["x"] * 200 and burst_kinds("overload-short") == ["s"] * 2000
