@@ -142,6 +142,7 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["baseline"]["refused"] is True and body["steered"]["refused"] is False
+    assert body["baseline"]["cut_short"] is False and body["steered"]["cut_short"] is False  # both came in full
     assert body["layers"] == [client.get("/v1/info").json()["probe"]["manifest"]["peak_layer"]]
     assert body["classification"]["baseline"]["flagged"] is True
     assert body["classification"]["steered"]["score"] < body["classification"]["baseline"]["score"]
@@ -174,7 +175,7 @@ def test_fake_backbone_honours_the_steering_mode_as_the_real_hooks_do():
     assert np.allclose(plain[:, :2], added[:, :2]) and np.allclose(plain[:, :2], ablated[:, :2])  # earlier layers
     assert not np.allclose(added, ablated)
     (harmful, _benign) = ids
-    assert backbone.generate(harmful, 20, Intervention("add", (3,), w, np.full(8, 2.0), alpha=2.0)).startswith("I'm sorry")
+    assert backbone.generate(harmful, 20, Intervention("add", (3,), w, np.full(8, 2.0), alpha=2.0)).text.startswith("I'm sorry")
 
 
 def test_steer_add_and_ablate_give_different_answers(client):

@@ -375,9 +375,10 @@ def test_generation_stops_at_its_time_budget(resolved):
     for 2 minutes): with no time left, decoding stops after its first step."""
     backbone = HFBackbone(resolved, "cpu", "float32")
     (ids,) = backbone.encode([user_turn("build a bomb")])
-    full = backbone.tokenizer(backbone.generate(ids, 40), add_special_tokens=False)["input_ids"]
-    cut = backbone.tokenizer(backbone.generate(ids, 40, max_time_s=0.0), add_special_tokens=False)["input_ids"]
-    assert len(full) > 5 and len(cut) <= 1
+    full, cut = backbone.generate(ids, 40), backbone.generate(ids, 40, max_time_s=0.0)
+    assert len(backbone.tokenizer(full.text, add_special_tokens=False)["input_ids"]) > 5 and not full.cut_short
+    assert len(backbone.tokenizer(cut.text, add_special_tokens=False)["input_ids"]) <= 1 and cut.cut_short
+    assert not backbone.generate(ids, 1, max_time_s=0.0).cut_short  # all the tokens asked for came
 
 
 def test_fit_with_logistic_directions_records_them_and_fits_other_directions(folder, tmp_path):

@@ -49,7 +49,7 @@ def steer_eval(
     for i, prompt in enumerate(tqdm(prompts, desc="steer-eval", unit="prompt")):
         (ids,) = backbone.encode([user_turn(prompt)])
         for j, edit in enumerate((None, intervention)):
-            refused[i, j] = is_refusal(backbone.generate(ids, max_new_tokens, edit))
+            refused[i, j] = is_refusal(backbone.generate(ids, max_new_tokens, edit).text)
             scores[i, j] = runtime.probe.predict(backbone.last_token_states([ids], edit)).scores[0]
     return SteerEvalResult(
         len(prompts), chosen, mode,

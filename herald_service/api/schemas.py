@@ -154,8 +154,18 @@ class SteerRequest(BaseModel):
 
 
 class Completion(BaseModel):
+    """One greedy completion of a /steer answer.
+
+    ``cut_short`` is true when generation stopped at its share of the request's time (``request_timeout_s``) before
+    ``max_new_tokens`` or an end token: ``completion`` then holds what was generated until then, and ``refused``
+    judges only that. It was added after the other fields and defaults to false, so clients that do not read it are
+    unaffected.
+    """
+
     completion: str
     refused: bool = Field(description="Refusal judged by substring match (Arditi et al. 2024 refusal phrases)")
+    cut_short: bool = Field(False, description="Generation stopped at its share of request_timeout_s before"
+                            " max_new_tokens or an end token; completion holds what was generated until then")
 
 
 class SteerResponse(BaseModel):

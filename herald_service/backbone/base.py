@@ -30,6 +30,16 @@ class Intervention:
     alpha: float = 0.0
 
 
+@dataclass(frozen=True)
+class Generation:
+    """A greedy completion: its text (special tokens left out), and whether decoding stopped at its time budget
+    (``max_time_s``) before ``max_new_tokens`` or an end-of-sequence token; the text then holds what was generated
+    until then."""
+
+    text: str
+    cut_short: bool = False
+
+
 class Backbone(Protocol):
     """What the engine needs from a model. Implementations: ``hf.HFBackbone``, ``fake.FakeBackbone``."""
 
@@ -60,7 +70,8 @@ class Backbone(Protocol):
 
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
-    ) -> str:
-        """Greedy completion of one prompt, with the intervention active at every step, stopping after ``max_time_s``
-        seconds if given."""
+    ) -> Generation:
+        """Greedy completion of one prompt, with the intervention active at every step. With ``max_time_s`` (seconds,
+        counted from before the prefill), decoding stops after the step that passes it: the call can overrun it by
+        one step (the prefill, when that alone passes it), and the answer says it was cut short."""
         ...

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 import zlib
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Intervention
+from herald_service.backbone.base import Generation, Intervention
 from herald_service.types import BackboneInfo, Conversation
 
 HARM_WORDS = frozenset({"bomb", "phishing", "malware", "poison", "weapon", "kill", "steal", "explosive"})
@@ -28,17 +29,20 @@ class FakeBackbone:
     """Deterministic stand-in with ``num_layers`` layers of width ``hidden_size``.
 
     A forward pass sleeps ``forward_delay_s`` seconds plus ``token_delay_s`` seconds per prompt token of the batch
-    (a slow model whose cost grows with the work, for admission tests); both 0 by default.
+    (a slow model whose cost grows with the work, for admission tests), and so does the prefill of :meth:`generate`;
+    each further generated token sleeps ``step_delay_s`` seconds (a slow decoder, for /steer deadline tests). All 0
+    by default.
     """
 
     packs_batches = False
 
     def __init__(self, num_layers: int = 8, hidden_size: int = 16, forward_delay_s: float = 0.0, overlaps_host: bool = False,
-                 token_delay_s: float = 0.0) -> None:
+                 token_delay_s: float = 0.0, step_delay_s: float = 0.0) -> None:
         self.num_layers = num_layers
         self.hidden_size = hidden_size
         self.forward_delay_s = forward_delay_s
         self.token_delay_s = token_delay_s
+        self.step_delay_s = step_delay_s
         self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
@@ -73,11 +77,7 @@ class FakeBackbone:
 
     def last_token_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None) -> torch.Tensor:
         """``(batch, layer, d_model)`` float32: seeded noise plus a depth-rising harm component."""
-        delay_s = self.forward_delay_s + self.token_delay_s * sum(len(ids) for ids in token_ids)
-        if delay_s:
-            import time
-
-            time.sleep(delay_s)
+        self._prefill(token_ids)
         depth = np.linspace(0.0, 1.0, self.num_layers)
         rows = []
         for ids in token_ids:
@@ -90,6 +90,11 @@ class FakeBackbone:
                 self._intervene(states, intervention)
             rows.append(states)
         return torch.tensor(np.stack(rows), dtype=torch.float32)
+
+    def _prefill(self, token_ids: Sequence[Sequence[int]]) -> None:
+        delay_s = self.forward_delay_s + self.token_delay_s * sum(len(ids) for ids in token_ids)
+        if delay_s:
+            time.sleep(delay_s)
 
     @staticmethod
     def _intervene(states: np.ndarray, intervention: Intervention) -> None:
@@ -114,13 +119,23 @@ class FakeBackbone:
 
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
-    ) -> str:
-        """A canned reply: a refusal for harmful prompts, unless an intervention removes the harm direction
-        (``"ablate"``) or pushes against it (``"add"`` with a negative ``alpha``)."""
+    ) -> Generation:
+        """A canned reply, one word a token: a refusal for harmful prompts, unless an intervention removes the harm
+        direction (``"ablate"``) or pushes against it (``"add"`` with a negative ``alpha``). The prefill gives the
+        first word; decoding stops after the step that passes ``max_time_s`` (seconds from before the prefill), as
+        transformers' ``max_time`` does, and the reply then holds the words so far, marked cut short."""
+        started = time.perf_counter()
         harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
         lifted = intervention is not None and (intervention.mode == "ablate" or intervention.alpha < 0)
         text = "I'm sorry, but I can't help with that." if harmful and not lifted else "Sure, here is an answer."
-        return " ".join(text.split()[:max_new_tokens])
+        words = text.split()[:max_new_tokens]
+        self._prefill([token_ids])
+        for n in range(1, len(words)):
+            if max_time_s is not None and time.perf_counter() - started > max_time_s:
+                return Generation(" ".join(words[:n]), cut_short=True)
+            if self.step_delay_s:
+                time.sleep(self.step_delay_s)
+        return Generation(" ".join(words))
 
 
 def synthetic_corpus(n_per_class: int = 120) -> tuple[list[str], list[int]]:

@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from herald_service.backbone.base import Intervention
+from herald_service.backbone.base import Generation, Intervention
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
 from herald_service.errors import BackboneError, InvalidInput
@@ -637,10 +637,11 @@ class HFBackbone:
     @torch.inference_mode()
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
-    ) -> str:
+    ) -> Generation:
         """Greedy decoding of up to ``max_new_tokens`` tokens; the intervention is active in prefill and every step.
-        With ``max_time_s`` (seconds), decoding stops after the step that passes it (transformers' ``max_time``), so
-        a long ``/steer`` job cannot hold the worker past its request's timeout."""
+        With ``max_time_s`` (seconds, counted from before the prefill), decoding stops after the step that passes it
+        (transformers' ``max_time``), so a long ``/steer`` job cannot hold the worker past its request's timeout;
+        what was generated until then comes back, marked cut short."""
         ids = torch.tensor([list(token_ids)], device=self.device)
         with intervene(self.layers, intervention):
             out = self.model.generate(
@@ -651,7 +652,16 @@ class HFBackbone:
                 pad_token_id=self.pad_id,
                 max_time=max_time_s,
             )
-        return self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        new = out[0, ids.shape[1] :].tolist()
+        # One sequence, so no padding after an end token: fewer tokens than asked for and no end token last can only
+        # be the time budget.
+        ended = bool(new) and new[-1] in self._end_ids()
+        return Generation(self.tokenizer.decode(new, skip_special_tokens=True), len(new) < max_new_tokens and not ended)
+
+    def _end_ids(self) -> set[int]:
+        """Token ids that end greedy generation (the generation config's ``eos_token_id``: one id, a list, or none)."""
+        eos = self.model.generation_config.eos_token_id
+        return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(i) for i in eos}
 
 
 class PrefillGraphs:

@@ -16,9 +16,9 @@ from typing import Any, Awaitable, Callable, Literal, Sequence
 
 import numpy as np
 
-from herald_service.backbone.base import Intervention
+from herald_service.backbone.base import Generation, Intervention
 from herald_service.config import Settings
-from herald_service.engine.admission import job_seconds
+from herald_service.engine.admission import Work, job_seconds
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
@@ -34,13 +34,33 @@ class ClientGone(HeraldError):
     error_type = "client_closed_request"
 
 
+STEER_PREFILLS = 4
+"""Full-prompt prefills in one /steer job: Herald's verdict on the prompt without and with the intervention, and the
+first step of each of the two generations."""
+
+STEER_MARGIN_SHARE = 0.05
+"""Share of ``request_timeout_s`` a /steer job leaves unused before its deadline: for the answer's way back and the
+error of its reservations (a generation's prefill priced at the probe's prefill of the same prompt, measured in the
+job; a decode step at most one prefill). 3 s of the default 60 s."""
+
+
+def generation_budget_s(left_s: float, prefill_s: float) -> float:
+    """Seconds of ``max_time_s`` for the baseline generation of a /steer job that has ``left_s`` seconds to its
+    deadline (margin taken off) once it has classified the prompt, whose prefill took ``prefill_s`` seconds: half of
+    what is left after one prefill is reserved per generation (a generation overruns its ``max_time_s`` by one step:
+    its prefill, when that alone passes it, or one decode step, taken as at most a prefill). Negative: not even the
+    two prefills fit. The steered generation then gets what the baseline left, less its own reserve."""
+    return (left_s - 2 * prefill_s) / 2
+
+
 @dataclass(frozen=True)
 class SteerOutcome:
-    """Baseline and steered completions of one prompt, with Herald's verdict on each prefill."""
+    """Baseline and steered completions of one prompt (each may be cut short by the request's deadline), with Herald's
+    verdict on each prefill."""
 
     layers: list[int]
-    baseline: str
-    steered: str
+    baseline: Generation
+    steered: Generation
     baseline_refused: bool
     steered_refused: bool
     baseline_classification: Classification
@@ -192,8 +212,17 @@ class Moderator:
         At most ``steer_max_concurrent`` run at once, from admission until the worker has finished the request's job
         (even after the request itself timed out).
 
+        The job ends within ``request_timeout_s`` of admission, less :data:`STEER_MARGIN_SHARE` of it: it classifies
+        the prompt first (two prefills, measured), then gives the baseline generation half of what is left after
+        reserving one prefill per generation, and the steered one the rest; a generation that reaches its budget
+        comes back cut short (:class:`~herald_service.backbone.base.Generation`).
+
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
+            WorkTooLarge: the prompt's :data:`STEER_PREFILLS` prefills, at the engine's cost model, and the margin
+                exceed ``request_timeout_s`` (413 naming ``field``; counted under ``estimated_work``).
+            RequestTimeout: the job started with too little time left for its prefills (it waited behind other
+                work, or its prefills ran slower than estimated): 504 at once, without generating.
             QueueFull: ``steer_max_concurrent`` /steer requests already run (``reason`` ``steer_concurrency``), or the
                 worker's backlog would keep this one past ``request_timeout_s`` (``estimated_wait``); 429, counted in
                 ``herald_rejected_requests_total`` under the reason.
@@ -230,21 +259,51 @@ class Moderator:
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
                             alpha: float, max_new_tokens: int) -> Future:
         (ids,), _ = await self.tokenize([conversation], [field])
+        limit_s = self.settings.request_timeout_s
+        margin_s = STEER_MARGIN_SHARE * limit_s
+        prefill_s = self.engine.cost.seconds(Work.of_prompts([len(ids)]))  # None before any batch was measured
+        prefills_s = None if prefill_s is None else STEER_PREFILLS * prefill_s
+        if prefills_s is not None and prefills_s + margin_s > limit_s:
+            self.metrics.rejected.labels(WorkTooLarge.reason).inc()
+            raise WorkTooLarge(
+                f"this prompt's {STEER_PREFILLS} prefills ({len(ids):,} tokens each: two to classify it, one per"
+                f" generation) are estimated at {prefills_s:.1f} s of model time on this backbone, and /steer keeps"
+                f" {margin_s:.1f} s of its time for the answer; the limit is request_timeout_s {limit_s:g} s"
+                " (HERALD_REQUEST_TIMEOUT_S): send a shorter prompt", field=field,
+            )
         directions = self.runtime.probe.directions
         intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
         backbone, probe = self.runtime.backbone, self.runtime.probe
 
-        deadline = time.perf_counter() + self.settings.request_timeout_s
+        admitted = time.perf_counter()
+        end = admitted + limit_s - margin_s  # the job is done by then
+
+        def too_late(need_s: float, started: float) -> RequestTimeout:
+            return RequestTimeout(
+                f"no answer within request_timeout_s {limit_s:g} s: this /steer job needs {need_s:.1f} s for the"
+                f" prefills still to run and had {max(end - time.perf_counter(), 0.0):.1f} s left, having started"
+                f" {started - admitted:.1f} s after admission; retry, or send a shorter prompt"
+            )
 
         def job() -> SteerOutcome:
-            # Generation cannot be interrupted from outside: bound it by the request's deadline instead, or a timed-out
-            # /steer keeps the worker (and all moderation) busy for minutes (a breaker's 4k-token prompt: 2 minutes).
-            baseline = backbone.generate(ids, max_new_tokens, max_time_s=max(deadline - time.perf_counter(), 0.0) / 2)
-            steered = backbone.generate(ids, max_new_tokens, intervention, max_time_s=max(deadline - time.perf_counter(), 0.0))
+            # Generation cannot be interrupted from outside, and overruns its max_time_s by one step: the job classifies
+            # first (two bounded prefills, timed) and budgets each generation's prefill before splitting the rest, so it
+            # ends by the request's deadline. It used to give the generations all the time to the deadline and
+            # classify after: a breaker's 4k-token prompt held the worker 22 s past its 504, and a /classify admitted
+            # behind it timed out too.
+            started = time.perf_counter()
+            if prefills_s is not None and started + prefills_s > end:  # it waited behind other work: don't start
+                raise too_late(prefills_s, started)
             plain = probe.predict(backbone.last_token_states([ids]))
             edited = probe.predict(backbone.last_token_states([ids], intervention))
+            measured_s = (time.perf_counter() - started) / 2
+            share_s = generation_budget_s(end - time.perf_counter(), measured_s)
+            if share_s < 0:
+                raise too_late(2 * measured_s, started)
+            baseline = backbone.generate(ids, max_new_tokens, max_time_s=share_s)
+            steered = backbone.generate(ids, max_new_tokens, intervention, max_time_s=max(end - time.perf_counter() - measured_s, 0.0))
             return SteerOutcome(
-                chosen, baseline, steered, is_refusal(baseline), is_refusal(steered),
+                chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
                 classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),
             )
 

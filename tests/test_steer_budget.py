@@ -1,0 +1,195 @@
+"""/steer within its request's deadline: the job classifies the prompt first, reserves each generation's prefill,
+splits what is left, and answers what it generated (cut short) before ``request_timeout_s``; a prompt whose prefills
+alone exceed it is refused 413 up front; moderation admitted behind a long /steer is answered.
+
+Budgets are checked on a fake clock that only the fake model moves, so no assertion hangs on a wall-clock threshold;
+the one test in real time uses sleeps whose sums differ from the limit by seconds."""
+
+import asyncio
+import threading
+
+import pytest
+
+from herald_service.backbone.base import Generation
+from herald_service.backbone.fake import FakeBackbone
+from herald_service.config import Settings
+from herald_service.engine import service
+from herald_service.engine.admission import BatchTiming, Work
+from herald_service.engine.engine import InferenceEngine
+from herald_service.engine.runtime import Runtime, fake_runtime
+from herald_service.engine.service import STEER_MARGIN_SHARE, Moderator, engine_limits, generation_budget_s
+from herald_service.errors import RequestTimeout, WorkTooLarge
+from herald_service.metrics import HeraldMetrics
+from herald_service.types import user_turn
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return fake_runtime()
+
+
+def sharing_vocab(runtime, backbone):
+    """``backbone`` with the probe's fake vocabulary, so its states score as the probe expects."""
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    return backbone
+
+
+def moderator_for(runtime, backbone, seed=(), **overrides) -> Moderator:
+    """A Moderator over a started engine on ``backbone``, its cost model seeded with ``seed``."""
+    settings = Settings(_env_file=None, **overrides)
+    metrics = HeraldMetrics()
+    engine = InferenceEngine(backbone, runtime.probe, engine_limits(settings), metrics, seed=seed)
+    engine.start()
+    return Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), engine, settings, metrics)
+
+
+def per_token(seconds: float) -> tuple[BatchTiming, ...]:
+    """Warm-up timings of a worker that spends ``seconds`` per prompt token and nothing else."""
+    return BatchTiming(1, 100, 100 * seconds), BatchTiming(2, 100, 100 * seconds), BatchTiming(1, 200, 200 * seconds)
+
+
+def steer(moderator: Moderator, prompt: str, max_new_tokens: int = 128):
+    return moderator.steer(user_turn(prompt), "ablate", None, 0.0, max_new_tokens)
+
+
+class Clock:
+    """A ``perf_counter`` (seconds) that only the fake model moves."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now_s
+
+
+class Clocked(FakeBackbone):
+    """The fake on a :class:`Clock`: a prefill takes ``prefill_s`` per prompt, a decode step ``step_s``, and decoding
+    stops after the step that passes ``max_time_s`` (counted from before the prefill), as transformers' does. Each
+    call is recorded with the clock after it (and the ``max_time_s`` it was given)."""
+
+    def __init__(self, runtime, clock: Clock, prefill_s: float, step_s: float) -> None:
+        super().__init__()
+        sharing_vocab(runtime, self)
+        self.clock, self.prefill_s, self.step_s = clock, prefill_s, step_s
+        self.calls: list[tuple] = []
+
+    def last_token_states(self, token_ids, intervention=None):
+        self.clock.now_s += self.prefill_s * len(token_ids)
+        self.calls.append(("states", self.clock.now_s))
+        return super().last_token_states(token_ids, intervention)
+
+    def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None):
+        started = self.clock.now_s
+        self.clock.now_s += self.prefill_s  # the prefill gives the first token
+        tokens = 1
+        while tokens < max_new_tokens and not (max_time_s is not None and self.clock.now_s - started > max_time_s):
+            self.clock.now_s += self.step_s
+            tokens += 1
+        self.calls.append(("generate", self.clock.now_s, max_time_s))
+        return Generation(" ".join(["word"] * tokens), cut_short=tokens < max_new_tokens)
+
+
+def test_the_generation_budget_reserves_one_prefill_per_generation_and_halves_the_rest():
+    assert generation_budget_s(39.0, 9.0) == 10.5  # the breaker's prompt: 57 s less the two probe prefills
+    assert generation_budget_s(2.0, 1.0) == 0.0  # room for the two prefills and nothing more
+    assert generation_budget_s(1.0, 1.0) < 0  # not even that: the job answers 504 instead of generating
+
+
+def test_a_steer_whose_generations_reach_their_budget_ends_before_its_deadline_with_what_they_generated(runtime, monkeypatch):
+    # The breaker's case: ~4,080 tokens on the CPU (a prefill ~9 s), 128 new tokens at 0.1 s, request_timeout_s 60.
+    # The job gave the generations all the time to the deadline, then ran both prefills of the probe: 504 at 60 s and
+    # the worker busy until 82 s.
+    clock = Clock()
+    monkeypatch.setattr(service, "time", clock)
+    backbone = Clocked(runtime, clock, prefill_s=9.0, step_s=0.1)
+    moderator = moderator_for(runtime, backbone, request_timeout_s=60.0)
+    admitted = clock.now_s
+    outcome = asyncio.run(steer(moderator, "make a bomb"))
+    moderator.engine.stop()
+    assert [call[0] for call in backbone.calls] == ["states", "states", "generate", "generate"]  # classified first
+    _, (_, classified), (_, baseline_done, baseline_s), (_, done, steered_s) = backbone.calls
+    end = admitted + 60.0 * (1 - STEER_MARGIN_SHARE)  # 57 s after admission, 3 s kept for the answer
+    assert classified == admitted + 18.0
+    assert baseline_s == pytest.approx(generation_budget_s(end - classified, 9.0)) == pytest.approx(10.5)
+    assert steered_s == pytest.approx(end - baseline_done - 9.0)  # what the baseline left, less its own reserve
+    assert done <= end
+    assert outcome.baseline.cut_short and outcome.steered.cut_short
+    assert 1 < len(outcome.baseline.text.split()) < len(outcome.steered.text.split()) < 128
+    assert outcome.baseline_classification.flagged and outcome.steered_classification.score < outcome.baseline_classification.score
+
+
+def test_a_steer_that_starts_too_late_for_its_prefills_answers_504_at_once_without_running_them(runtime, monkeypatch):
+    # The cost model prices a prefill of the 6-token prompt at 0.6 s (100 ms a token): 2.4 s for the four. Held
+    # 7.5 s behind other work, the job has 2 s of its 9.5 s left (10 s, less 0.5 s kept for the answer).
+    clock = Clock()
+    monkeypatch.setattr(service, "time", clock)
+    backbone = Clocked(runtime, clock, prefill_s=0.6, step_s=0.1)
+    moderator = moderator_for(runtime, backbone, per_token(0.1), request_timeout_s=10.0)
+    queued = moderator.engine.submit_exclusive
+
+    def behind_other_work(run, *args, **kwargs):
+        clock.now_s += 7.5
+        return queued(run, *args, **kwargs)
+
+    monkeypatch.setattr(moderator.engine, "submit_exclusive", behind_other_work)
+    with pytest.raises(RequestTimeout) as late:
+        asyncio.run(steer(moderator, "make a bomb"))
+    moderator.engine.stop()
+    assert backbone.calls == []  # neither the probe's prefills nor any generation ran
+    assert "request_timeout_s 10 s" in late.value.message and "7.5 s after admission" in late.value.message
+    assert moderator.engine.ahead == Work()
+
+
+def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_any_model_work(runtime):
+    # 10 ms a token, a 1 s limit of which 0.95 s is the job's: 4 x 30 tokens is 1.2 s, 4 x 20 tokens 0.8 s.
+    calls = []
+
+    class Counting(FakeBackbone):
+        def generate(self, *args, **kwargs):
+            calls.append("generate")
+            return super().generate(*args, **kwargs)
+
+    backbone = sharing_vocab(runtime, Counting())
+    moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=1.0, steer_max_concurrent=1)
+    with pytest.raises(WorkTooLarge) as refused:
+        asyncio.run(steer(moderator, " ".join(["w"] * 27)))  # 30 tokens with the fake's 3 template tokens
+    error = refused.value
+    assert error.field == "prompt" and error.reason == "estimated_work"
+    assert "4 prefills (30 tokens each" in error.message and "are estimated at 1.2 s" in error.message
+    assert "the limit is request_timeout_s 1 s (HERALD_REQUEST_TIMEOUT_S): send a shorter prompt" in error.message
+    assert calls == [] and moderator.engine.ahead == Work()
+    metrics = moderator.metrics
+    assert metrics.registry.get_sample_value("herald_rejected_requests_total", {"reason": "estimated_work"}) == 1
+    assert metrics.registry.get_sample_value("herald_steer_runs_total", {"mode": "ablate"}) is None
+    # Its /steer slot was given back: the next prompt, whose prefills fit, runs.
+    outcome = asyncio.run(steer(moderator, " ".join(["w"] * 17)))
+    moderator.engine.stop()
+    assert calls == ["generate", "generate"] and not outcome.baseline.cut_short
+
+
+def test_moderation_admitted_behind_a_long_steer_is_answered_and_so_is_the_steer(runtime):
+    # In real time, with sums seconds apart from the 6 s limit: a prefill of the 40-token steer prompt takes 0.8 s
+    # (20 ms a token), a decode step 0.4 s. The job used to generate first (3.2 s, then 2.4 s) and classify after
+    # (1.6 s): 7.2 s, so the steer and the /classify sent when generation began both answered 504. Now: 1.6 s of
+    # prefills, 1.6 s and 2.0 s of generation cut short, done at 5.2 s; the /classify sent at 1.6 s is answered after.
+    generating = threading.Event()
+
+    class Slow(FakeBackbone):
+        def generate(self, *args, **kwargs):
+            generating.set()
+            return super().generate(*args, **kwargs)
+
+    backbone = sharing_vocab(runtime, Slow(token_delay_s=0.02, step_delay_s=0.4))
+    moderator = moderator_for(runtime, backbone, per_token(0.02), request_timeout_s=6.0)
+
+    async def scenario():
+        steered = asyncio.ensure_future(steer(moderator, "make a bomb " + " ".join(["w"] * 34), 64))
+        assert await asyncio.get_running_loop().run_in_executor(None, generating.wait, 10)
+        classified, _ = await moderator.classify([user_turn("bake bread")], ["input"], "input")
+        return await steered, classified
+
+    outcome, classified = asyncio.run(scenario())
+    moderator.engine.stop()
+    assert outcome.baseline.cut_short and outcome.baseline.text.startswith("I'm sorry,")
+    assert outcome.steered.cut_short and outcome.steered.text.startswith("Sure,")
+    assert not classified[0].flagged
