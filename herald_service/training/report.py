@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from herald_service.training import report_directions, report_jailbreak, report_scorer, report_sensitive
+from herald_service.training import report_directions, report_jailbreak, report_scorer, report_sensitive, report_threshold
 
 METHOD_LABELS = {
     "herald": "Herald (LDA trajectory + 288-param MLP)",
@@ -396,6 +396,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                                      rel(md_path.parent / "eval" / "direction_estimators.md"), round3_lines)
     out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"),
                                     rel(md_path.parent / "eval" / "jailbreak_recipe.md"))
+    out += report_threshold.section(results.get("threshold_rule"), rel(md_path.parent / "eval" / "threshold_rule.md"))
     out += _not_shown(results)
     return "\n".join(out)
 
@@ -724,6 +725,10 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
             "runs": {int(f.stem.removeprefix("seed")): json.loads(f.read_text())["results"] for f in seed_files},
             "benign_wrapped": json.loads(diagnostic.read_text()) if diagnostic.is_file() else None}
         beside.append("jailbreak_recipe/")
+    threshold_runs = report_threshold.load_runs(folder / "threshold_rule")
+    if "threshold_rule" not in results and threshold_runs:
+        results["threshold_rule"] = threshold_runs
+        beside.append("threshold_rule/")
     plot_dir.mkdir(parents=True, exist_ok=True)
     plots = {
         "learning_curve": plot_learning_curve(results, plot_dir / "learning_curve.png"),
