@@ -201,7 +201,7 @@ EXACT = lin(0.5, 0.125)  # binary fractions, so sums at the limit are exact
 def test_a_request_behind_more_work_than_the_timeout_is_refused_with_the_seconds_until_it_would_fit():
     # 8 s ahead; the request's own 4 s make 12 s against the 8 s admitted under a 10 s limit (WAIT_HEADROOM); after
     # 4 s of draining it would fit.
-    refusal = admission_verdict(Work(4, 48), Work(2, 24), EXACT, job_s=None, limit_s=10.0)
+    refusal = admission_verdict(Work(4, 48), Work(2, 24), EXACT, limit_s=10.0)
     assert isinstance(refusal, Refusal)
     assert refusal.wait_s == pytest.approx(12.0)
     assert refusal.retry_after_s == 4
@@ -211,22 +211,22 @@ def test_a_request_behind_more_work_than_the_timeout_is_refused_with_the_seconds
 
 def test_a_request_within_the_timeout_is_admitted_up_to_the_limit_itself():
     # Up to WAIT_HEADROOM (80%) of the limit: 8 s of 10 s.
-    assert admission_verdict(Work(2, 8), Work(2, 40), EXACT, job_s=None, limit_s=10.0) is None  # 2 + 6 = 8 s
-    assert isinstance(admission_verdict(Work(2, 8), Work(2, 41), EXACT, job_s=None, limit_s=10.0), Refusal)  # 8.125 s
+    assert admission_verdict(Work(2, 8), Work(2, 40), EXACT, limit_s=10.0) is None  # 2 + 6 = 8 s
+    assert isinstance(admission_verdict(Work(2, 8), Work(2, 41), EXACT, limit_s=10.0), Refusal)  # 8.125 s
     # A request whose own work alone is over the headroom (9 s) is admitted on an idle worker, not refused forever.
-    assert admission_verdict(Work(), Work(2, 64), EXACT, job_s=None, limit_s=10.0) is None
+    assert admission_verdict(Work(), Work(2, 64), EXACT, limit_s=10.0) is None
 
 
 def test_a_request_whose_own_work_exceeds_the_limit_is_refused_413_even_on_an_idle_worker():
     # The breaker's case: 64 prompts x 4,030 tokens on the CPU backbone against 60 s; it could only time out.
-    verdict = admission_verdict(Work(), Work(64, 257_920), lin(0.0, 0.0025), job_s=None, limit_s=60.0)
+    verdict = admission_verdict(Work(), Work(64, 257_920), lin(0.0, 0.0025), limit_s=60.0)
     assert isinstance(verdict, TooMuchWork)
     assert verdict.message == (
         "this request is estimated at 645 s of model time on this backbone (64 prompts, 257,920 tokens); the limit is"
         " request_timeout_s 60 s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts"
     )
     # Checked before tokenizing, its prompts alone are a lower bound.
-    assert isinstance(admission_verdict(Work(), Work(80), lin(1.0, 0.0), job_s=None, limit_s=60.0), TooMuchWork)
+    assert isinstance(admission_verdict(Work(), Work(80), lin(1.0, 0.0), limit_s=60.0), TooMuchWork)
     assert "(1 prompt)" in TooMuchWork(61.0, 60.0, Work(1)).message
 
 
@@ -234,7 +234,7 @@ def test_a_request_whose_own_work_exceeds_the_limit_is_refused_413_even_on_an_id
 @pytest.mark.parametrize("ahead", [Work(64, 257_920), Work(1, 10**9, 5), Work(jobs=40)])
 def test_retry_after_is_never_above_the_limit_however_much_was_accepted(ahead, own):
     # Accepted work is cancelled at its deadline: the worker is free within request_timeout_s, whatever it holds.
-    refusal = admission_verdict(ahead, own, lin(0.01, 0.0025), job_s=50.0, limit_s=60.0)
+    refusal = admission_verdict(ahead, own, lin(0.01, 0.0025), limit_s=60.0, jobs_s=50.0 if ahead.jobs else 0.0)
     assert isinstance(refusal, Refusal)
     assert refusal.wait_s <= 120.0
     assert 1 <= refusal.retry_after_s <= 60
@@ -242,36 +242,41 @@ def test_retry_after_is_never_above_the_limit_however_much_was_accepted(ahead, o
 
 def test_the_work_ahead_counts_only_until_its_latest_deadline():
     ahead = Work(64, 257_920)
-    assert ahead_seconds(ahead, lin(0.0, 0.0025), None, limit_s=60.0) == 60.0
-    assert ahead_seconds(ahead, lin(0.0, 0.0025), None, limit_s=60.0, horizon_s=5.0) == 5.0
+    assert ahead_seconds(ahead, lin(0.0, 0.0025), limit_s=60.0) == 60.0
+    assert ahead_seconds(ahead, lin(0.0, 0.0025), limit_s=60.0, horizon_s=5.0) == 5.0
     # 5 s until the last accepted request's deadline: a 40 s request fits behind it.
-    assert admission_verdict(ahead, Work(1, 16_000), lin(0.0, 0.0025), job_s=None, limit_s=60.0, horizon_s=5.0) is None
+    assert admission_verdict(ahead, Work(1, 16_000), lin(0.0, 0.0025), limit_s=60.0, horizon_s=5.0) is None
 
 
-def test_exclusive_jobs_ahead_count_at_their_mean_duration_and_at_half_the_limit_before_one_was_measured():
-    # One /steer job ahead at 2 s, plus 10 tokens at 100 tokens/s: 2.1 s, admitted against 10 s.
-    assert admission_verdict(Work(jobs=1), Work(1, 10), lin(0.0, 0.01), job_s=2.0, limit_s=10.0) is None
-    # Against 1 s the job counts at most 1 s (its generation stops at its deadline): 1.1 s; fits after 0.1 s -> 1.
-    refusal = admission_verdict(Work(jobs=1), Work(1, 10), lin(0.0, 0.01), job_s=2.0, limit_s=1.0)
+def test_exclusive_jobs_ahead_count_until_the_latest_of_their_deadlines():
+    # One /steer job ahead with 2 s to its deadline, plus 10 tokens at 100 tokens/s: 2.1 s, admitted against 10 s.
+    assert admission_verdict(Work(jobs=1), Work(1, 10), lin(0.0, 0.01), limit_s=10.0, jobs_s=2.0) is None
+    # Against 1 s the jobs count at most 1 s: 1.1 s; fits after 0.1 s -> 1.
+    refusal = admission_verdict(Work(jobs=1), Work(1, 10), lin(0.0, 0.01), limit_s=1.0, jobs_s=2.0)
     assert isinstance(refusal, Refusal) and refusal.wait_s == pytest.approx(1.1) and refusal.retry_after_s == 1
-    # Before any job was measured one counts as half the limit (it used to count as free).
+    # Two jobs ahead end by the later deadline: counted once (5 s), not twice.
+    assert admission_verdict(Work(jobs=2), Work(1, 10), lin(0.0, 0.01), limit_s=10.0, jobs_s=5.0) is None
+    # The breaker's case: a /classify 1 s after a long /steer was admitted at the mean of earlier (short) jobs and
+    # timed out behind it. The /steer may run to its deadline, 59 s away: 429, and a retry fits once it is 12 s closer.
+    refusal = admission_verdict(Work(jobs=1), Work(1, 2), lin(0.0, 0.0025), limit_s=60.0, jobs_s=59.0)
+    assert isinstance(refusal, Refusal) and refusal.retry_after_s == 12
+    # The mean duration remains a hint of when a /steer slot frees (half the limit before any job was measured).
     assert job_seconds(None, 60.0) == 30.0 and job_seconds(2.0, 60.0) == 2.0 and job_seconds(90.0, 60.0) == 60.0
-    refusal = admission_verdict(Work(jobs=1), Work(1, 60), lin(0.0, 0.01), job_s=None, limit_s=1.0)  # 0.5 + 0.6 s
-    assert isinstance(refusal, Refusal) and refusal.wait_s == pytest.approx(1.1)
-    assert admission_verdict(Work(jobs=1), Work(1, 20), lin(0.0, 0.01), job_s=None, limit_s=1.0) is None  # 0.5 + 0.2 s
 
 
-def test_an_exclusive_job_near_the_limit_is_admitted_on_an_idle_worker():
-    # One /steer that ran to its deadline made the mean job 10 s of a 10 s limit: every later /steer on an idle
-    # worker was refused 429 "retry in 1 s", forever (third breaker pass).
-    assert admission_verdict(Work(), Work(jobs=1), lin(0.0, 0.01), job_s=10.0, limit_s=10.0) is None
-    refusal = admission_verdict(Work(1, 100), Work(jobs=1), lin(0.0, 0.01), job_s=10.0, limit_s=10.0)
-    assert isinstance(refusal, Refusal) and refusal.retry_after_s == 1  # behind 1 s of work: fits once it drains
+def test_an_exclusive_job_is_admitted_on_an_idle_worker_when_its_least_work_fits():
+    # A /steer job is priced at the least it needs (its prefills and margin): near the limit it is still admitted on
+    # an idle worker (counted at a mean duration near the limit, every later /steer was refused 429 "retry in 1 s",
+    # forever: third breaker pass), and behind 1 s of work it is refused until that drains.
+    assert admission_verdict(Work(), Work(jobs=1), lin(0.0, 0.01), limit_s=10.0, own_job_s=10.0) is None
+    refusal = admission_verdict(Work(1, 100), Work(jobs=1), lin(0.0, 0.01), limit_s=10.0, own_job_s=10.0)
+    assert isinstance(refusal, Refusal) and refusal.retry_after_s == 1
+    assert admission_verdict(Work(1, 100), Work(jobs=1), lin(0.0, 0.01), limit_s=10.0, own_job_s=7.0) is None  # 8 s
 
 
 def test_without_a_measurement_or_a_limit_everything_is_admitted():
-    assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), None, job_s=None, limit_s=1.0) is None
-    assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), lin(1.0, 1.0), job_s=None, limit_s=None) is None
+    assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), None, limit_s=1.0) is None
+    assert admission_verdict(Work(10**6, 10**9), Work(64, 10**6), lin(1.0, 1.0), limit_s=None) is None
 
 
 # -- the engine -------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from herald_service.engine.admission import BatchTiming, Work
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.engine.service import STEER_MARGIN_SHARE, Moderator, engine_limits, generation_budget_s
-from herald_service.errors import RequestTimeout, WorkTooLarge
+from herald_service.errors import QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
 
@@ -193,3 +193,24 @@ def test_moderation_admitted_behind_a_long_steer_is_answered_and_so_is_the_steer
     assert outcome.baseline.cut_short and outcome.baseline.text.startswith("I'm sorry,")
     assert outcome.steered.cut_short and outcome.steered.text.startswith("Sure,")
     assert not classified[0].flagged
+
+
+def test_work_behind_a_running_steer_counts_it_until_its_deadline_not_at_the_mean_of_earlier_jobs(runtime):
+    # 10 ms a token, a 10 s limit. Counted at the mean (half the limit before any job was measured), a 1 s /classify
+    # behind the job was admitted (5 + 1 <= 8 s) and timed out when the job ran to its deadline; the job may run
+    # until 10 s after it was accepted, so now it is refused, and admitted once the job is done.
+    release = threading.Event()
+    moderator = moderator_for(runtime, sharing_vocab(runtime, FakeBackbone()), per_token(0.01), request_timeout_s=10.0)
+    engine = moderator.engine
+    job = engine.submit_exclusive(lambda: release.wait(10), 0.5)
+    assert 8.0 < engine.estimated_wait_s() <= 10.0
+    prompt = runtime.backbone.encode([user_turn(" ".join(["w"] * 97))])  # 100 tokens: 1 s
+    with pytest.raises(QueueFull) as refused:
+        engine.submit(prompt)
+    assert refused.value.reason == "estimated_wait" and 2 <= refused.value.retry_after_s <= 3
+    release.set()
+    job.result(timeout=10)
+    assert engine.ahead == Work() and engine.estimated_wait_s() == 0.0
+    (answered,) = engine.submit(prompt)
+    assert answered.result(timeout=10).tokens == 100
+    engine.stop()

@@ -2,11 +2,11 @@
 
 Counting prompts is not enough: 64 queued prompts of 4k tokens hold the worker for minutes, and a one-word prompt
 accepted behind them only times out (504). The engine keeps the prompts, tokens and exclusive jobs it has accepted
-and not yet answered (:class:`Work`) and a model of what a batch costs it (:class:`BatchCost`: seconds per batch, per
-prompt, per token and per squared token, fitted online). :func:`admission_verdict` then refuses a request whose own
-work alone exceeds the limit (413: it could only time out, however idle the worker) and one whose wait
-behind the work ahead exceeds :data:`WAIT_HEADROOM` of it (429, with a ``Retry-After`` from the same estimate). Pure
-arithmetic: no clocks, no threads, no I/O.
+and not yet answered (:class:`Work`; a job counts until its deadline) and a model of what a batch costs it
+(:class:`BatchCost`: seconds per batch, per prompt, per token and per squared token, fitted online).
+:func:`admission_verdict` then refuses a request whose own work alone exceeds the limit (413: it could only time out,
+however idle the worker) and one whose wait behind the work ahead exceeds :data:`WAIT_HEADROOM` of it (429, with a
+``Retry-After`` from the same estimate). Pure arithmetic: no clocks, no threads, no I/O.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ SMOOTHING = 0.3
 """Weight of the newest duration in :class:`MeanSeconds`."""
 
 UNMEASURED_JOB_SHARE = 0.5
-"""An exclusive job (``/steer``) before any has been measured counts as this share of ``request_timeout_s`` (its
-generation is bounded by the request's deadline; counting it free admitted moderation that could only time out)."""
+"""Before any exclusive job (``/steer``) has been measured, one is expected to last this share of
+``request_timeout_s`` (:func:`job_seconds`: the ``Retry-After`` of a /steer refused for its concurrency cap)."""
 
 TERMS = ("batch", "prompt", "token", "token_squared")
 """The cost model's terms (:class:`CostFit`), in order; the ``per`` label of ``herald_worker_cost_seconds``."""
@@ -225,7 +225,9 @@ def _usable(timing: BatchTiming) -> bool:
 
 class MeanSeconds:
     """Exponentially weighted moving average of a duration in seconds (``None`` until the first observation): the
-    time the worker spends on one exclusive job (``/steer``), which is not measured in prompt tokens."""
+    time the worker spends on one exclusive job (``/steer``), which is not measured in prompt tokens. A hint of when a
+    /steer slot frees (:func:`job_seconds`), not an admission price: a job's length depends on its prompt, and the
+    mean of short ones admitted moderation behind a long one that could only time out (breaker pass)."""
 
     def __init__(self, smoothing: float = SMOOTHING) -> None:
         self.seconds: float | None = None
@@ -240,22 +242,24 @@ class MeanSeconds:
 
 
 def job_seconds(mean_s: float | None, limit_s: float) -> float:
-    """What one exclusive job is counted at: its mean duration (:class:`MeanSeconds`), at most ``limit_s`` (a job is
-    bounded by its request's deadline), or ``UNMEASURED_JOB_SHARE * limit_s`` before any was measured."""
+    """How long one exclusive job is expected to last, seconds: its mean duration (:class:`MeanSeconds`), at most
+    ``limit_s`` (a job ends by its request's deadline), or ``UNMEASURED_JOB_SHARE * limit_s`` before any was
+    measured."""
     return UNMEASURED_JOB_SHARE * limit_s if mean_s is None else min(mean_s, limit_s)
 
 
-def ahead_seconds(ahead: Work, fit: CostFit | None, job_s: float | None, limit_s: float | None,
-                  horizon_s: float | None = None) -> float:
-    """Estimated seconds until the worker has answered the work ``ahead``, at most ``horizon_s`` (the seconds left
-    until the latest deadline of that work) and ``limit_s``: every accepted request is cancelled at its deadline
-    (``request_timeout_s`` after it arrived; the worker drops cancelled prompts before the model sees them, and a
-    /steer job's generation stops there), so the worker is never busier than that, however much was accepted. 0
-    before any measurement. ``limit_s`` ``None``: uncapped, and unmeasured jobs count as free."""
+def ahead_seconds(ahead: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
+                  jobs_s: float = 0.0) -> float:
+    """Estimated seconds until the worker has answered the work ``ahead``: its prompts at the cost model, plus
+    ``jobs_s``, the seconds until its exclusive jobs have ended at the latest (the latest of their deadlines less
+    now: a /steer job cuts its generation to end by its request's deadline, and when generation is slow it runs to
+    it). At most ``horizon_s`` (the seconds left until the latest deadline of that work) and ``limit_s``: every
+    accepted request is cancelled at its deadline (``request_timeout_s`` after it arrived; the worker drops cancelled
+    prompts before the model sees them), so the worker is never busier than that, however much was accepted. 0 before
+    any measurement. ``limit_s`` ``None``: uncapped."""
     if fit is None:
         return 0.0
-    per_job = (job_s or 0.0) if limit_s is None else job_seconds(job_s, limit_s)
-    seconds = fit.seconds(ahead) + ahead.jobs * per_job
+    seconds = fit.seconds(ahead) + jobs_s
     for cap in (limit_s, horizon_s):
         if cap is not None:
             seconds = min(seconds, max(cap, 0.0))
@@ -302,18 +306,19 @@ class TooMuchWork:
                 f" request_timeout_s {self.limit_s:g} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
 
 
-def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, job_s: float | None,
-                      limit_s: float | None, horizon_s: float | None = None) -> Refusal | TooMuchWork | None:
+def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
+                      jobs_s: float = 0.0, own_job_s: float = 0.0) -> Refusal | TooMuchWork | None:
     """The refusal for a request, or ``None`` to admit it.
 
     Args:
         ahead: work accepted and not yet answered (queued, taken by the worker, in flight).
         own: the request's work (its tokens 0 when not yet tokenized: a lower bound).
         fit: the cost model (:class:`BatchCost`); ``None``: not measured yet, admit.
-        job_s: mean seconds of one exclusive job (:class:`MeanSeconds`); ``None``: none measured yet
-            (:func:`job_seconds`).
         limit_s: the longest acceptable wait, seconds (``request_timeout_s``); ``None``: admit.
         horizon_s: seconds until the latest deadline of the work ahead; ``None``: ``limit_s``.
+        jobs_s: seconds until the exclusive jobs ahead have ended at the latest (:func:`ahead_seconds`).
+        own_job_s: the least seconds the request's own exclusive job needs (a /steer job: its prefills and margin;
+            its generation takes what is left until its deadline).
 
     Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`. Otherwise the estimated wait is
     :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
@@ -327,8 +332,8 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, job_s: float 
     own_work_s = fit.seconds(own)
     if own_work_s > limit_s:
         return TooMuchWork(own_work_s, limit_s, own)
-    ahead_s = ahead_seconds(ahead, fit, job_s, limit_s, horizon_s)
-    own_s = own_work_s + own.jobs * job_seconds(job_s, limit_s)
+    ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)
+    own_s = own_work_s + own_job_s
     wait_s = ahead_s + own_s
     # The request's own prompts and jobs are allowed in full: left out (a /steer job counted at a mean duration near
     # the limit), an idle worker answered 429 "retry in 1 s" to every /steer until a restart (third breaker pass).

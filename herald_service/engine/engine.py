@@ -96,10 +96,13 @@ class InferenceEngine:
         self.limits = limits
         self.metrics = metrics
         self.cost = BatchCost(seed, limits.max_rows, limits.token_budget)  # written by the worker thread only
-        self.job_seconds = MeanSeconds()  # seconds of one exclusive job; written by the worker thread only
+        self.job_seconds = MeanSeconds()  # mean seconds of one exclusive job (a /steer slot's Retry-After); worker thread only
         # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
         # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
         self._ahead = Work()
+        # Exclusive jobs accepted and not yet answered: when each must have ended (perf_counter, max_wait_s after it
+        # was accepted). Work behind them counts them as busy until the latest. Guarded by ``_cond``.
+        self._job_deadlines: dict[int, float] = {}
         self._latest_deadline = 0.0  # perf_counter of the latest deadline of the work accepted (max_wait_s after it)
         self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
@@ -158,17 +161,23 @@ class InferenceEngine:
         self._enqueue(items, Work.of_prompts([len(ids) for ids in token_ids]))
         return [item.future for item in items]
 
-    def submit_exclusive(self, run: Callable[[], object]) -> Future:
+    def submit_exclusive(self, run: Callable[[], object], least_s: float = 0.0) -> Future:
         """Queue a job that runs on the worker thread with the model to itself (``/steer``).
 
-        Its estimated cost is the mean duration of the exclusive jobs run so far (half of ``max_wait_s`` before the
-        first; :func:`~herald_service.engine.admission.job_seconds`).
+        The job must end within ``max_wait_s`` of this call (a /steer job cuts its generation to its request's
+        deadline): work accepted after it counts it as busy until then, not at the mean of earlier jobs, which
+        admitted moderation behind a long /steer that could only time out.
+
+        Args:
+            run: the job.
+            least_s: the least seconds the job needs once it starts (a /steer job: its prefills and margin); it is
+                admitted only if its estimated wait and these fit (:func:`~herald_service.engine.admission.admission_verdict`).
 
         Raises:
             NotReady, QueueFull: as :meth:`submit`.
         """
         job = _Exclusive(run, Future())
-        self._enqueue([job], Work(jobs=1))
+        self._enqueue([job], Work(jobs=1), least_s)
         return job.future
 
     def check_room(self, prompts: int) -> None:
@@ -193,14 +202,21 @@ class InferenceEngine:
         """Estimated seconds until the worker has answered the work accepted so far, at most ``max_wait_s``
         (:func:`~herald_service.engine.admission.ahead_seconds`); 0 before any measurement."""
         with self._cond:
-            ahead, horizon_s = self._ahead, self._horizon_s()
-        return ahead_seconds(ahead, self.cost.fit, self.job_seconds.seconds, self.limits.max_wait_s, horizon_s)
+            ahead, horizon_s, jobs_s = self._ahead, self._horizon_s(), self._jobs_s()
+        return ahead_seconds(ahead, self.cost.fit, self.limits.max_wait_s, horizon_s, jobs_s)
 
     def _horizon_s(self) -> float | None:
         # An upper bound: a deadline stays the latest after its work was answered, until a later one is accepted.
         if self.limits.max_wait_s is None:
             return None
         return max(self._latest_deadline - time.perf_counter(), 0.0)
+
+    def _jobs_s(self) -> float:
+        """Seconds until the exclusive jobs accepted and not yet answered have ended at the latest; 0 without any
+        (or without ``max_wait_s``, which bounds them). Under ``_cond``."""
+        if not self._job_deadlines:
+            return 0.0
+        return max(max(self._job_deadlines.values()) - time.perf_counter(), 0.0)
 
     def cancel(self, futures: Sequence[Future], reason: str) -> None:
         """Cancel work whose client left or timed out, recording why (``client_gone`` or ``timeout``) in
@@ -223,33 +239,37 @@ class InferenceEngine:
         if removed:
             self.metrics.dropped.labels(reason).inc(removed)
 
-    def _check_room(self, own: Work) -> None:
+    def _check_room(self, own: Work, own_job_s: float = 0.0) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
         if self.depth + own.prompts + own.jobs > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
-        verdict = admission_verdict(self._ahead, own, self.cost.fit, self.job_seconds.seconds, self.limits.max_wait_s,
-                                    self._horizon_s())
+        verdict = admission_verdict(self._ahead, own, self.cost.fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
+                                    own_job_s)
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
         if verdict is not None:
             raise WorkTooLarge(verdict.message)
 
     def _settled(self, share: Work) -> Callable[[Future], None]:
-        def give_back(_future: Future) -> None:
+        def give_back(future: Future) -> None:
             with self._cond:
                 self._ahead = self._ahead.plus(share, -1)
+                self._job_deadlines.pop(id(future), None)
 
         return give_back
 
-    def _enqueue(self, items: list[_Prompt | _Exclusive], own: Work) -> None:
+    def _enqueue(self, items: list[_Prompt | _Exclusive], own: Work, own_job_s: float = 0.0) -> None:
         with self._cond:
-            self._check_room(own)
-            if self.limits.max_wait_s is not None:
-                self._latest_deadline = max(self._latest_deadline, time.perf_counter() + self.limits.max_wait_s)
+            self._check_room(own, own_job_s)
+            deadline = None if self.limits.max_wait_s is None else time.perf_counter() + self.limits.max_wait_s
+            if deadline is not None:
+                self._latest_deadline = max(self._latest_deadline, deadline)
             self._ahead = self._ahead.plus(own)
             for item in items:
                 share = Work.of_prompts([len(item.token_ids)]) if isinstance(item, _Prompt) else Work(jobs=1)
+                if isinstance(item, _Exclusive) and deadline is not None:
+                    self._job_deadlines[id(item.future)] = deadline
                 item.future.add_done_callback(self._settled(share))
             self._queue.extend(items)
             self.metrics.queue_depth.set(self.depth)

@@ -173,7 +173,8 @@ class Moderator:
             WorkTooLarge: the prompts' own estimated model time exceeds ``request_timeout_s`` (413 naming
                 ``batch_field``; counted in ``herald_rejected_requests_total`` under ``estimated_work``).
             QueueFull: the engine's queue is full, or the estimated wait behind the work accepted earlier exceeds
-                ``request_timeout_s`` (429; counted in ``herald_rejected_requests_total`` under its ``reason``).
+                ``request_timeout_s`` (429; counted in ``herald_rejected_requests_total`` under its ``reason``). A
+                /steer job ahead counts until its deadline, which it may run to.
             RequestTimeout: no answer within ``request_timeout_s`` (504).
             ClientGone: the client disconnected first; its prompts are cancelled.
             InferenceFailed, NotReady: the batch failed or the worker is down.
@@ -224,8 +225,8 @@ class Moderator:
             RequestTimeout: the job started with too little time left for its prefills (it waited behind other
                 work, or its prefills ran slower than estimated): 504 at once, without generating.
             QueueFull: ``steer_max_concurrent`` /steer requests already run (``reason`` ``steer_concurrency``), or the
-                worker's backlog would keep this one past ``request_timeout_s`` (``estimated_wait``); 429, counted in
-                ``herald_rejected_requests_total`` under the reason.
+                worker's backlog would leave this job too little of ``request_timeout_s`` for its prefills and margin
+                (``estimated_wait``); 429, counted in ``herald_rejected_requests_total`` under the reason.
             plus the errors of :meth:`classify`.
         """
         num_layers = self.runtime.backbone.info.num_layers
@@ -308,7 +309,7 @@ class Moderator:
             )
 
         try:
-            submitted = self.engine.submit_exclusive(job)
+            submitted = self.engine.submit_exclusive(job, 0.0 if prefills_s is None else prefills_s + margin_s)
         except QueueFull as exc:
             self.metrics.rejected.labels(exc.reason).inc()
             raise
