@@ -359,7 +359,12 @@ def test_threshold_rule_needs_every_criterion_on_both_splits_and_picks_the_highe
     assert summary["splits"][1]["criteria"]["herald+shift"]["(a) F1 >= ref + 0.02, AUROC >= ref"] is False
     text = "\n".join(section({0: threshold_split(0, split0), 1: threshold_split(1, split1)}))
     assert "**Winner by the rule: Herald, logistic directions `+shift`**" in text
-    assert "Issue target under rule `+shift`: pooled F1 0.660 vs best latent baseline `logreg_last+shift` 0.610 (+2 points: met)" in text
+    assert ("Issue target, pooled F1 >= best latent + 2 points: Herald, logistic directions `+shift` 0.660 vs"
+            " `logreg_last+shift` 0.610: met") in text
+    from herald_service.training.report_threshold import target_rows
+    (row,) = target_rows({0: threshold_split(0, split0), 1: threshold_split(1, split1)})
+    assert row[1] == "split 0: 63.0 vs logreg_last 60.0 (round-4 rule fails (c)); split 1: 63.0 vs logreg_last 60.0"
+    assert row[2] == "met"
     split1["herald_logistic+shift"] = (0.64, 0.85, 0.20, 0.90, 0.20)  # (b): the instruction fold over 10% FPR
     summary = summarize({0: threshold_split(0, split0), 1: threshold_split(1, split1)})
     assert summary["passing"] == [] and summary["winner"] is None

@@ -218,6 +218,7 @@ def _targets(results: dict) -> list[list[str]]:
                      "met" if all(v <= 0.15 for v in values.values()) else "not met",
                      "; ".join(f"{name} {v * 100:.1f}%" for name, v in values.items())])
     rows += _feature_set_targets(results)
+    rows += report_threshold.target_rows(results.get("threshold_rule"))
     curve = results.get("learning_curve")
     if curve and "100" in curve["methods"].get("herald", {}):
         h = np.mean(curve["methods"]["herald"]["100"]["auroc"])
