@@ -210,3 +210,19 @@ def test_compiled_batches_match_the_reference_and_never_compile_after_the_warmup
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(wait(), backbone.last_token_states(ids))
+
+
+def test_cuda_generation_with_and_without_a_time_budget(resolved):
+    # /steer's generations on the GPU: the time budget (transformers' max_time) cuts decoding short and says so
+    from herald_service.backbone.base import Generation
+
+    backbone = HFBackbone(resolved, "cuda", "float32")
+    ids = backbone.encode([user_turn("tell me a story")])[0]
+    full = backbone.generate(ids, 8)
+    assert isinstance(full, Generation) and full.cut_short is False
+    cut = backbone.generate(ids, 8, max_time_s=1e-9)
+    assert cut.cut_short is True and len(backbone.tokenizer(cut.text)["input_ids"]) < 8
+    direction = np.zeros((4, 64), dtype=np.float32)
+    direction[:, 0] = 1.0
+    edited = backbone.generate(ids, 8, Intervention("ablate", (2,), direction, np.ones(4, np.float32)), max_time_s=60.0)
+    assert isinstance(edited, Generation) and edited.cut_short is False
