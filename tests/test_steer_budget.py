@@ -21,17 +21,12 @@ from herald_service.engine.service import STEER_MARGIN_SHARE, Moderator, engine_
 from herald_service.errors import QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
+from test_admission import sharing_vocab  # one copy of the fake-vocabulary helper
 
 
 @pytest.fixture(scope="module")
 def runtime():
     return fake_runtime()
-
-
-def sharing_vocab(runtime, backbone):
-    """``backbone`` with the probe's fake vocabulary, so its states score as the probe expects."""
-    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
-    return backbone
 
 
 def moderator_for(runtime, backbone, seed=(), **overrides) -> Moderator:
