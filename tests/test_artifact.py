@@ -156,8 +156,12 @@ def _saved(tmp_path, fitted):
     ('"peak_layer": 99', r"peak_layer must be an integer decoder layer in 1\.\.8; got 99"),
     ('"peak_layer": 0', r"peak_layer must be an integer decoder layer in 1\.\.8; got 0"),
     ('"peak_layer": 2.7', r"peak_layer must be an integer decoder layer in 1\.\.8; got 2\.7"),
-    ('"threshold_method": 3', "threshold_method must be a string; got 3"),
+    ('"threshold_method": 3', "threshold_method must be a non-empty string; got 3"),
     ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size"),
+    # a list or a number crashed the feature-set lookup with a TypeError traceback (second breaker pass)
+    ('"feature_set": []', r"feature_set must be a string; got \[\]"),
+    ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1'"),
+    ('"threshold_method": ""', "threshold_method must be a non-empty string"),
 ])
 def test_a_manifest_field_out_of_range_is_refused_by_name(tmp_path, fitted, text, message):
     backbone, manifest = _saved(tmp_path, fitted)
@@ -187,12 +191,16 @@ def test_a_manifest_that_is_not_an_object_or_lacks_a_served_field_is_refused_by_
 
 @pytest.mark.parametrize("name, change, message", [
     # zero feature_std made every score NaN, served as "allowed"; int32 directions flagged everything (breaker finding)
-    ("feature_std", lambda v: np.zeros_like(v), "feature_std .* must be positive everywhere"),
-    ("scales", lambda v: -v, "scales .* must be positive everywhere"),
+    ("feature_std", lambda v: np.zeros_like(v), "feature_std .* must be at least 1e-06 everywhere"),
+    ("scales", lambda v: -v, "scales .* must be at least 1e-06 everywhere"),
     ("directions", lambda v: v.astype(np.int32), "directions .* is int32; need a float dtype"),
     ("feature_mean", lambda v: np.full_like(v, np.inf), "feature_mean .* holds non-finite values"),
     ("scorer.mlp.2.weight", lambda v: np.full_like(v, np.nan), r"scorer\.mlp\.2\.weight .* holds non-finite values"),
     ("centers", lambda v: v[:-1], r"centers .* has shape \(7,\); the manifest needs \(8,\)"),
+    # these loaded, then every request failed (a 1e-40 std) or was flagged (zero directions): second breaker pass
+    ("feature_std", lambda v: np.full_like(v, 1e-40), r"feature_std .* must be at least 1e-06 everywhere"),
+    ("directions", lambda v: np.zeros_like(v), r"directions .* must hold unit vectors; layer 1 has norm 0"),
+    ("directions", lambda v: v * 2, r"directions .* must hold unit vectors; layer \d+ has norm 2"),
 ])
 def test_unusable_tensors_are_refused_by_name(tmp_path, fitted, name, change, message):
     from safetensors.numpy import load_file, save_file

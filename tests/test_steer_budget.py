@@ -135,6 +135,21 @@ def test_a_steer_that_starts_too_late_for_its_prefills_answers_504_at_once_witho
     assert moderator.engine.ahead == Work()
 
 
+def test_without_a_cost_model_a_steer_stops_after_the_first_prefill_that_shows_the_rest_cannot_fit(runtime, monkeypatch):
+    # HERALD_WARMUP=false: no seed, so no prefill price, no 413 and no check before the job starts. A 4k-token prompt
+    # (4 s a prefill) with a 10 s limit ran both probe prefills and answered 504 with the worker busy past the deadline
+    # (second breaker pass); now the first prefill shows that three more cannot fit in the 5.5 s left.
+    clock = Clock()
+    monkeypatch.setattr(service, "time", clock)
+    backbone = Clocked(runtime, clock, prefill_s=4.0, step_s=0.1)
+    moderator = moderator_for(runtime, backbone, request_timeout_s=10.0)
+    admitted = clock.now_s
+    with pytest.raises(RequestTimeout):
+        asyncio.run(steer(moderator, "make a bomb"))
+    moderator.engine.stop()
+    assert backbone.calls == [("states", admitted + 4.0)]  # one prefill, then the 504: done before the deadline
+
+
 def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_any_model_work(runtime):
     # 10 ms a token, a 1 s limit of which 0.95 s is the job's: 4 x 30 tokens is 1.2 s, 4 x 20 tokens 0.8 s.
     calls = []

@@ -296,6 +296,9 @@ class Moderator:
             if prefills_s is not None and started + prefills_s > end:  # it waited behind other work: don't start
                 raise too_late(prefills_s, started)
             plain = probe.predict(backbone.last_token_states([ids]))
+            first_s = time.perf_counter() - started
+            if time.perf_counter() + 3 * first_s > end:  # the three prefills to come cannot fit: checked here too since
+                raise too_late(3 * first_s, started)    # an unseeded cost model (HERALD_WARMUP=false) prices none
             edited = probe.predict(backbone.last_token_states([ids], intervention))
             measured_s = (time.perf_counter() - started) / 2
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)

@@ -110,6 +110,8 @@ def check_feature_set(manifest: dict[str, Any]) -> str:
             ``feature_names`` that disagree with the set's.
     """
     name = manifest.get("feature_set", FEATURE_SET)
+    if not isinstance(name, str):  # a list crashed the lookup with "unhashable type" (breaker finding)
+        raise ProbeMismatch(f"probe.json feature_set must be a string; got {name!r}", field="probe")
     if name not in FEATURE_SETS:
         raise ProbeMismatch(
             f"probe feature set {name!r} is unknown to Herald {__version__} (known: {', '.join(sorted(FEATURE_SETS))}); "
@@ -117,7 +119,7 @@ def check_feature_set(manifest: dict[str, Any]) -> str:
             field="probe",
         )
     names = manifest.get("feature_names")
-    if names is not None and tuple(names) != FEATURE_SETS[name].names:
+    if names is not None and (not isinstance(names, list) or tuple(names) != FEATURE_SETS[name].names):
         raise ProbeMismatch(f"probe feature_names {names} do not match feature set {name!r} {list(FEATURE_SETS[name].names)}",
                             field="probe")
     return name
@@ -158,8 +160,8 @@ def check_manifest(manifest: dict[str, Any]) -> None:
             and abs(threshold) <= THRESHOLD_LIMIT):
         raise ProbeMismatch(f"probe.json threshold must be a finite number within +-{THRESHOLD_LIMIT:g} (a logit); got "
                             f"{threshold!r}", field="probe")
-    if not isinstance(manifest.get("threshold_method"), str):
-        raise ProbeMismatch(f"probe.json threshold_method must be a string; got {manifest.get('threshold_method')!r}",
+    if not isinstance(manifest.get("threshold_method"), str) or not manifest["threshold_method"]:
+        raise ProbeMismatch(f"probe.json threshold_method must be a non-empty string; got {manifest.get('threshold_method')!r}",
                             field="probe")
     peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
     if not _integer(peak) or not 1 <= peak <= layers:
@@ -167,11 +169,19 @@ def check_manifest(manifest: dict[str, Any]) -> None:
                             field="probe")
 
 
+MIN_DIVISOR = 1e-6
+"""Smallest ``scales`` or ``feature_std`` entry a probe may hold: both divide, and a 1e-40 loaded, then failed every
+request with a non-finite logit (breaker finding). The committed probes' smallest is 0.0058."""
+DIRECTION_NORM_TOLERANCE = 1e-2
+"""Largest distance from 1 of a direction's L2 norm: directions are unit vectors (fp16 rounding moves the committed
+probes' by under 1e-4); all-zero directions loaded and flagged every prompt (breaker finding)."""
+
+
 def check_tensors(tensors: dict[str, np.ndarray], layers: int, width: int, n_features: int, path: Path) -> None:
     """Refuse probe tensors a served probe cannot use: a non-float dtype, a shape other than the manifest's
     (``directions`` ``(layers, width)``; ``centers``, ``scales`` ``(layers,)``; ``feature_mean``, ``feature_std``
-    ``(n_features,)``), a non-finite value, or a scale or feature std that is not positive (zero std made every score
-    NaN, which served as "allowed": breaker finding).
+    ``(n_features,)``), a non-finite value, a scale or feature std under :data:`MIN_DIVISOR` (zero std made every score
+    NaN, which served as "allowed": breaker finding), or a direction that is not a unit vector.
 
     Raises:
         ProbeMismatch: naming the tensor and what is wrong.
@@ -187,8 +197,14 @@ def check_tensors(tensors: dict[str, np.ndarray], layers: int, width: int, n_fea
         if not np.isfinite(value).all():
             raise ProbeMismatch(f"probe tensor {name} in {path} holds non-finite values", field="probe")
     for name in ("scales", "feature_std"):
-        if not (tensors[name] > 0).all():
-            raise ProbeMismatch(f"probe tensor {name} in {path} must be positive everywhere (it divides)", field="probe")
+        if not (tensors[name] >= MIN_DIVISOR).all():
+            raise ProbeMismatch(f"probe tensor {name} in {path} must be at least {MIN_DIVISOR:g} everywhere (it divides)",
+                                field="probe")
+    norms = np.linalg.norm(tensors["directions"].astype(np.float64), axis=1)
+    if not (np.abs(norms - 1.0) <= DIRECTION_NORM_TOLERANCE).all():
+        layer = int(np.argmax(np.abs(norms - 1.0)))
+        raise ProbeMismatch(f"probe tensor directions in {path} must hold unit vectors; layer {layer + 1} has norm"
+                            f" {norms[layer]:.4g}", field="probe")
 
 
 def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:

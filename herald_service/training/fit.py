@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -193,12 +194,30 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
     return kept, record
 
 
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` the probe cannot be written to, before any model loads (it failed with "[Errno 20] Not a
+    directory" after the extraction and fit: breaker finding): the path or a parent is a file, or the nearest existing
+    folder is not writable.
+
+    Raises:
+        ValueError: naming ``--out`` and the path at fault.
+    """
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"--out {out}: {path} is a file; give a folder (the probe is written into it as "
+                                 "probe.json and probe.safetensors)")
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise ValueError(f"--out {out}: {path} is not writable")
+            return
+
+
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if ``out`` is a file, the data has fewer than 8 rows of a label
+        ValueError: if ``out`` cannot be written (:func:`check_out`), the data has fewer than 8 rows of a label
             (:func:`~herald_service.training.corpus.require_both_labels`), the feature set or direction estimator is
             unknown, a data path is missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus`
             names file and line), or the jailbreak templates are (:func:`jailbreak_templates_of`): all before the
@@ -206,9 +225,8 @@ def run_fit(options: FitOptions) -> dict:
             (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
     """
     started = time.perf_counter()
-    if options.out is not None and options.out.exists() and not options.out.is_dir():
-        raise ValueError(f"out: {options.out} is a file; give a folder (the probe is written into it as "
-                         "probe.json and probe.safetensors)")
+    if options.out is not None:
+        check_out(options.out)
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
     templates = jailbreak_templates_of(options)
