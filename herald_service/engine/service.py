@@ -305,7 +305,8 @@ class Moderator:
             if share_s < 0:
                 raise too_late(2 * measured_s, started)
             baseline = backbone.generate(ids, max_new_tokens, max_time_s=share_s)
-            steered = backbone.generate(ids, max_new_tokens, intervention, max_time_s=max(end - time.perf_counter() - measured_s, 0.0))
+            steered = backbone.generate(ids, max_new_tokens, intervention,
+                                        max_time_s=max(end - time.perf_counter() - measured_s, 0.0))
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
                 classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),

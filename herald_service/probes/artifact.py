@@ -154,7 +154,8 @@ def check_manifest(manifest: dict[str, Any]) -> None:
         raise ProbeMismatch("probe.json backbone must be an object with num_layers and hidden_size", field="probe")
     for key in ("num_layers", "hidden_size"):
         if not _integer(backbone.get(key)) or backbone[key] < 1:
-            raise ProbeMismatch(f"probe.json backbone.{key} must be a positive integer; got {backbone.get(key)!r}", field="probe")
+            raise ProbeMismatch(f"probe.json backbone.{key} must be a positive integer; got {backbone.get(key)!r}",
+                                field="probe")
     threshold = manifest.get("threshold")
     if not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and math.isfinite(threshold)
             and abs(threshold) <= THRESHOLD_LIMIT):

@@ -29,8 +29,10 @@ async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -
         mode=body.mode,
         alpha=body.alpha,
         layers=outcome.layers,
-        baseline=Completion(completion=outcome.baseline.text, refused=outcome.baseline_refused, cut_short=outcome.baseline.cut_short),
-        steered=Completion(completion=outcome.steered.text, refused=outcome.steered_refused, cut_short=outcome.steered.cut_short),
+        baseline=Completion(completion=outcome.baseline.text, refused=outcome.baseline_refused,
+                            cut_short=outcome.baseline.cut_short),
+        steered=Completion(completion=outcome.steered.text, refused=outcome.steered_refused,
+                           cut_short=outcome.steered.cut_short),
         classification={
             "baseline": ClassifyResult.model_validate(result_fields(outcome.baseline_classification)),
             "steered": ClassifyResult.model_validate(result_fields(outcome.steered_classification)),
