@@ -37,6 +37,11 @@ once), with the same shapes and bursts; the burst client then runs in a process 
 request that costs the CPU a minute costs the H200 about a second, so the default server's timeout is set low
 (``--timeout-s``) to put the same shapes on both sides of the limit; the question is the same: does the estimate
 track the real work, and does admission keep 504s away.
+
+Overload: ``python -m benchmarks.admission --target h200 --overload --timeout-s 60`` skips the estimate phase and sends
+two bursts at the shipped timeout: 200 requests of 8 prompts of ~4,031 tokens (minutes of H200 work: does the
+estimated wait or the full queue refuse first?) and 2,000 one-prompt requests (twice the queue's capacity);
+``benchmarks/results/admission_h200_overload.json``.
 """
 
 from __future__ import annotations
