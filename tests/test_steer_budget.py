@@ -84,6 +84,15 @@ class Clocked(FakeBackbone):
         return Generation(" ".join(["word"] * tokens), cut_short=tokens < max_new_tokens)
 
 
+def on_a_clock(runtime, monkeypatch, prefill_s: float, request_timeout_s: float):
+    """A :class:`Clock` standing in for the service's ``time``, a :class:`Clocked` fake on it (0.1 s a decode step) and
+    an unseeded Moderator over it."""
+    clock = Clock()
+    monkeypatch.setattr(service, "time", clock)
+    backbone = Clocked(runtime, clock, prefill_s=prefill_s, step_s=0.1)
+    return clock, backbone, moderator_for(runtime, backbone, request_timeout_s=request_timeout_s)
+
+
 def test_the_generation_budget_reserves_one_prefill_per_generation_and_halves_the_rest():
     assert generation_budget_s(39.0, 9.0) == 10.5  # the breaker's prompt: 57 s less the two probe prefills
     assert generation_budget_s(2.0, 1.0) == 0.0  # room for the two prefills and nothing more
@@ -94,10 +103,7 @@ def test_a_steer_whose_generations_reach_their_budget_ends_before_its_deadline_w
     # The breaker's case: ~4,080 tokens on the CPU (a prefill ~9 s), 128 new tokens at 0.1 s, request_timeout_s 60.
     # The job gave the generations all the time to the deadline, then ran both prefills of the probe: 504 at 60 s and
     # the worker busy until 82 s.
-    clock = Clock()
-    monkeypatch.setattr(service, "time", clock)
-    backbone = Clocked(runtime, clock, prefill_s=9.0, step_s=0.1)
-    moderator = moderator_for(runtime, backbone, request_timeout_s=60.0)
+    clock, backbone, moderator = on_a_clock(runtime, monkeypatch, prefill_s=9.0, request_timeout_s=60.0)
     admitted = clock.now_s
     outcome = asyncio.run(steer(moderator, "make a bomb"))
     moderator.engine.stop()
@@ -139,10 +145,7 @@ def test_without_a_cost_model_a_steer_stops_after_the_first_prefill_that_shows_t
     # HERALD_WARMUP=false: no seed, so no prefill price, no 413 and no check before the job starts. A 4k-token prompt
     # (4 s a prefill) with a 10 s limit ran both probe prefills and answered 504 with the worker busy past the deadline
     # (second breaker pass); now the first prefill shows that three more cannot fit in the 5.5 s left.
-    clock = Clock()
-    monkeypatch.setattr(service, "time", clock)
-    backbone = Clocked(runtime, clock, prefill_s=4.0, step_s=0.1)
-    moderator = moderator_for(runtime, backbone, request_timeout_s=10.0)
+    clock, backbone, moderator = on_a_clock(runtime, monkeypatch, prefill_s=4.0, request_timeout_s=10.0)
     admitted = clock.now_s
     with pytest.raises(RequestTimeout):
         asyncio.run(steer(moderator, "make a bomb"))
