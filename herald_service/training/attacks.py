@@ -70,13 +70,9 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
 
 
 def held_out_requests(all_examples: list[Example], training_pool: list[Example]) -> list[Example]:
-    """Harmful AdvBench / HarmBench-standard requests absent from the training pool (by prompt text)."""
+    """The :func:`wrappable` requests (AdvBench / HarmBench, plain) absent from the training pool (by prompt text)."""
     seen = {e.prompt for e in training_pool}
-    return [
-        e for e in all_examples
-        if e.label == 1 and e.source in REQUEST_SOURCES and e.prompt not in seen
-        and (e.category or "") not in {"copyright"} and "\n\n" not in e.prompt  # contextual rows carry long context
-    ]
+    return [e for e in wrappable(all_examples) if e.prompt not in seen]
 
 
 def evaluation_picks(n_templates: int, n_requests: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
