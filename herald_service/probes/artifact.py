@@ -134,8 +134,8 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_manifest(manifest: dict[str, Any]) -> None:
-    """Refuse a ``probe.json`` whose served fields are missing or out of range, naming the field: ``format_version``
+def check_manifest(manifest: dict[str, Any]) -> str:
+    """The manifest's feature set (:func:`check_feature_set`), after refusing a ``probe.json`` whose served fields are missing or out of range, naming the field: ``format_version``
     (the integer :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
     ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
     :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string) and ``peak_layer`` (an integer decoder layer,
@@ -148,7 +148,7 @@ def check_manifest(manifest: dict[str, Any]) -> None:
     if not _integer(version) or version != FORMAT_VERSION:
         shown = f"{version!r} (a {type(version).__name__})" if not _integer(version) else str(version)
         raise ProbeMismatch(f"probe format_version {shown} is not supported; need the integer {FORMAT_VERSION}", field="probe")
-    check_feature_set(manifest)
+    feature_set = check_feature_set(manifest)
     backbone = manifest.get("backbone")
     if not isinstance(backbone, dict):
         raise ProbeMismatch("probe.json backbone must be an object with num_layers and hidden_size", field="probe")
@@ -168,6 +168,7 @@ def check_manifest(manifest: dict[str, Any]) -> None:
     if not _integer(peak) or not 1 <= peak <= layers:
         raise ProbeMismatch(f"probe.json peak_layer must be an integer decoder layer in 1..{layers}; got {peak!r}",
                             field="probe")
+    return feature_set
 
 
 MIN_DIVISOR = 1e-6
@@ -209,12 +210,12 @@ def check_tensors(tensors: dict[str, np.ndarray], layers: int, width: int, n_fea
 
 
 def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
-    """Refuse a probe fitted on another backbone (after :func:`check_manifest`).
+    """Refuse a probe fitted on another backbone; ``manifest`` has passed :func:`check_manifest` (as
+    :func:`load_probe`'s has).
 
     Raises:
-        ProbeMismatch: naming what differs (layer count, hidden size, config hash), or a bad manifest field.
+        ProbeMismatch: naming what differs (layer count, hidden size, config hash).
     """
-    check_manifest(manifest)
     fitted = manifest["backbone"]
     problems = []
     if fitted.get("num_layers") != info.num_layers:
@@ -242,8 +243,7 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
             unusable tensors (:func:`check_tensors`), an unknown feature set, or a backbone mismatch.
     """
     manifest = read_manifest(folder)
-    check_manifest(manifest)
-    feature_set = check_feature_set(manifest)
+    feature_set = check_manifest(manifest)
     if info is not None:
         check_compatible(manifest, info)
     path = folder / TENSORS_FILE

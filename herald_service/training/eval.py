@@ -309,19 +309,19 @@ def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, ma
 def run_eval(options: EvalOptions) -> dict:
     """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``."""
     from herald_service.data.hashing import corpus_sha256
-    from herald_service.probes.artifact import backbone_manifest, load_probe
+    from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
     from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
     from herald_service.training.corpus import load_corpus
 
     started = time.perf_counter()
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
-        load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
+        _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
     if options.probe is not None:
-        load_probe(options.probe, backbone.info)
+        check_compatible(probe_manifest, backbone.info)
 
     extra: dict[str, LabeledStates] = {}
     if options.jailbreak_templates is not None and options.jailbreak_n > 0:
