@@ -12,10 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
-                      "ChatterBot", "WritingBench", "LongBench-Write")
-"""Held-out benign instruction/chat sources, matched by substring (as :mod:`.report` and :mod:`.recipes`)."""
-LATENT = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 REFERENCE = "herald"
 CANDIDATES = ("herald+shift", "herald_logistic", "herald_logistic+shift")
 WRAPPED_RECALL_MIN = 0.85
@@ -30,6 +26,8 @@ def method_row(results: dict, method: str) -> dict:
     """One method's numbers on one split: pooled LOSO F1, AUROC, FPR, recall; held-out instruction/chat folds at
     <= 10% FPR (count, of how many, largest FPR); jailbreak-wrapped recall and the largest FPR over the extra benign
     sets (random-split fit)."""
+    from herald_service.training.report import INSTRUCTION_BENIGN  # report imports this module
+
     pooled = results["loso"]["pooled"][method]
     instr = [f["methods"][method]["held_out"]["false_positive_rate"]["value"] for s, f in results["loso"]["folds"].items()
              if any(k in s for k in INSTRUCTION_BENIGN) and "false_positive_rate" in f["methods"][method]["held_out"]]
@@ -69,6 +67,8 @@ def summarize(runs: dict[int, dict]) -> dict:
 def comparative_targets(rows: dict) -> list[tuple[str, float, str, float, bool]]:
     """The issue's pooled-F1 target under each rule: (Herald method, its F1, best latent baseline, its F1, met), for
     Herald and Herald with logistic directions, each against the latent baselines under the same rule."""
+    from herald_service.training.report import LATENT  # report imports this module
+
     out = []
     for suffix in ("", "+shift"):
         latent = [b + suffix for b in LATENT if b + suffix in rows]
