@@ -14,8 +14,8 @@ from conftest import wait_ready
 from herald_service.api.app import build_app
 from herald_service.backbone.fake import FakeBackbone
 from herald_service.config import Settings
-from herald_service.engine.admission import (BatchCost, BatchTiming, CostFit, Refusal, TooMuchWork, Work, admission_verdict,
-                                             ahead_seconds, job_seconds)
+from herald_service.engine.admission import (BatchCost, BatchTiming, CostFit, JobClock, Refusal, TooMuchWork, Work,
+                                             admission_verdict, ahead_seconds, job_seconds, jobs_left_s)
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.errors import QueueFull, WorkTooLarge
@@ -246,6 +246,25 @@ def test_the_work_ahead_counts_only_until_its_latest_deadline():
     assert ahead_seconds(ahead, lin(0.0, 0.0025), limit_s=60.0, horizon_s=5.0) == 5.0
     # 5 s until the last accepted request's deadline: a 40 s request fits behind it.
     assert admission_verdict(ahead, Work(1, 16_000), lin(0.0, 0.0025), limit_s=60.0, horizon_s=5.0) is None
+
+
+def test_exclusive_jobs_count_for_their_expected_seconds_at_most_until_the_latest_deadline():
+    now = 100.0
+    assert jobs_left_s([], now) == 0.0
+    # Unknown estimate: until its deadline, 59 s away (a /steer before any decode step was measured).
+    assert jobs_left_s([JobClock(159.0)], now) == 59.0
+    # Queued with a 4 s estimate: 4 s; running for 1.5 s of it: 2.5 s left.
+    assert jobs_left_s([JobClock(159.0, 4.0)], now) == 4.0
+    assert jobs_left_s([JobClock(159.0, 4.0, started=98.5)], now) == 2.5
+    # Running past its estimate: the estimate failed, and the job may run to its deadline.
+    assert jobs_left_s([JobClock(159.0, 4.0, started=95.0)], now) == 59.0
+    # One after another (2.5 + 4 s), at most until the latest deadline (5 s away).
+    assert jobs_left_s([JobClock(159.0, 4.0, started=98.5), JobClock(160.0, 4.0)], now) == 6.5
+    assert jobs_left_s([JobClock(104.0, 4.0, started=98.5), JobClock(105.0, 4.0)], now) == 5.0
+    # One job without an estimate makes the whole run count until the latest deadline.
+    assert jobs_left_s([JobClock(159.0, 4.0), JobClock(130.0)], now) == 59.0
+    # Past every deadline: nothing left.
+    assert jobs_left_s([JobClock(90.0)], now) == 0.0
 
 
 def test_exclusive_jobs_ahead_count_until_the_latest_of_their_deadlines():

@@ -17,7 +17,8 @@ from herald_service.engine import service
 from herald_service.engine.admission import BatchTiming, Work
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
-from herald_service.engine.service import STEER_MARGIN_SHARE, Moderator, engine_limits, generation_budget_s
+from herald_service.engine.service import (STEER_ESTIMATE_SAFETY, STEER_MARGIN_SHARE, Moderator, engine_limits, generation_budget_s,
+                                           steer_job_seconds)
 from herald_service.errors import QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
@@ -81,7 +82,7 @@ class Clocked(FakeBackbone):
             self.clock.now_s += self.step_s
             tokens += 1
         self.calls.append(("generate", self.clock.now_s, max_time_s))
-        return Generation(" ".join(["word"] * tokens), cut_short=tokens < max_new_tokens)
+        return Generation(" ".join(["word"] * tokens), tokens, cut_short=tokens < max_new_tokens)
 
 
 def on_a_clock(runtime, monkeypatch, prefill_s: float, request_timeout_s: float):
@@ -227,3 +228,70 @@ def test_work_behind_a_running_steer_counts_it_until_its_deadline_not_at_the_mea
     (answered,) = engine.submit(prompt)
     assert answered.result(timeout=10).tokens == 100
     engine.stop()
+
+
+def test_a_steer_job_is_expected_to_take_its_prefills_and_decode_steps_at_the_rate_measured_in_earlier_jobs(runtime, monkeypatch):
+    # 0.1 s a decode step on the clock. The first job has no measured rate: counted until its deadline (None). It
+    # measures 0.1 s a step; the next job of 16 new tokens is expected to take 1.5 x (4 prefills of 0.6 s priced by the
+    # cost model, 100 ms a token x 6 tokens, + 2 x 15 steps of 0.1 s) = 8.1 s.
+    clock = Clock()
+    monkeypatch.setattr(service, "time", clock)
+    backbone = Clocked(runtime, clock, prefill_s=0.6, step_s=0.1)
+    moderator = moderator_for(runtime, backbone, per_token(0.1), request_timeout_s=60.0)
+    expected = []
+    queued = moderator.engine.submit_exclusive
+
+    def recorded(run, least_s=0.0, expected_s=None):
+        expected.append(expected_s)
+        return queued(run, least_s, expected_s)
+
+    monkeypatch.setattr(moderator.engine, "submit_exclusive", recorded)
+    assert moderator.decode_step_s.seconds is None
+    asyncio.run(steer(moderator, "make a bomb", 16))
+    assert moderator.decode_step_s.seconds == pytest.approx(0.1)
+    asyncio.run(steer(moderator, "make a bomb", 16))
+    moderator.engine.stop()
+    assert expected[0] is None
+    assert expected[1] == pytest.approx(STEER_ESTIMATE_SAFETY * (4 * 0.6 + 2 * 15 * 0.1)) == pytest.approx(8.1)
+    assert steer_job_seconds(0.6, 16, None) is None and steer_job_seconds(None, 16, 0.1) is None
+
+
+def test_moderation_behind_a_running_steer_with_a_measured_decode_rate_is_admitted_not_refused_for_its_deadline(runtime):
+    # A 10 s limit, 50 ms a decode step, 8 new tokens: a /steer takes well under a second. A 1 s /classify (100 tokens
+    # at 10 ms) is sent while a /steer's steered generation runs. The first /steer has no measured decode rate and
+    # counts until its deadline: 10 + 1 s > the 8 s admitted, 429 (the third breaker pass's trade-off, then for every
+    # /steer). The second is expected to take 1.5 x (4 prefills + 2 x 7 steps of 50 ms), about 1.1 s: admitted.
+    held, release = threading.Event(), threading.Event()
+
+    class Held(FakeBackbone):
+        """Decodes at 50 ms a step; a steered generation waits for ``release``, having set ``held``."""
+
+        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None):
+            if intervention is not None:
+                held.set()
+                release.wait(10)
+            return super().generate(token_ids, max_new_tokens, intervention, max_time_s)
+
+    backbone = sharing_vocab(runtime, Held(step_delay_s=0.05))
+    moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=10.0)
+    prompt = runtime.backbone.encode([user_turn(" ".join(["w"] * 97))])  # 100 tokens: 1 s at the cost model
+
+    async def classify_during_a_steer() -> str:
+        held.clear(), release.clear()
+        steered = asyncio.ensure_future(steer(moderator, "make a bomb", 8))
+        assert await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
+        try:
+            (future,) = moderator.engine.submit(prompt)
+        except QueueFull as refused:
+            release.set()
+            await steered
+            return refused.reason
+        release.set()
+        await steered
+        assert future.result(timeout=10).tokens == 100
+        return "admitted"
+
+    assert asyncio.run(classify_during_a_steer()) == "estimated_wait"
+    assert moderator.decode_step_s.seconds >= 0.05
+    assert asyncio.run(classify_during_a_steer()) == "admitted"
+    moderator.engine.stop()

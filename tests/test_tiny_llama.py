@@ -378,6 +378,7 @@ def test_generation_stops_at_its_time_budget(resolved):
     full, cut = backbone.generate(ids, 40), backbone.generate(ids, 40, max_time_s=0.0)
     assert len(backbone.tokenizer(full.text, add_special_tokens=False)["input_ids"]) > 5 and not full.cut_short
     assert len(backbone.tokenizer(cut.text, add_special_tokens=False)["input_ids"]) <= 1 and cut.cut_short
+    assert cut.tokens == 1 and 5 < full.tokens <= 40  # the prefill's token, then the decode steps /steer times
     assert not backbone.generate(ids, 1, max_time_s=0.0).cut_short  # all the tokens asked for came
 
 

@@ -32,11 +32,12 @@ class Intervention:
 
 @dataclass(frozen=True)
 class Generation:
-    """A greedy completion: its text (special tokens left out), and whether decoding stopped at its time budget
-    (``max_time_s``) before ``max_new_tokens`` or an end-of-sequence token; the text then holds what was generated
-    until then."""
+    """A greedy completion: its text (special tokens left out), how many tokens were generated (the prefill gives the
+    first, each decode step one more), and whether decoding stopped at its time budget (``max_time_s``) before
+    ``max_new_tokens`` or an end-of-sequence token; the text then holds what was generated until then."""
 
     text: str
+    tokens: int
     cut_short: bool = False
 
 

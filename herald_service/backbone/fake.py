@@ -132,10 +132,10 @@ class FakeBackbone:
         self._prefill([token_ids])
         for n in range(1, len(words)):
             if max_time_s is not None and time.perf_counter() - started > max_time_s:
-                return Generation(" ".join(words[:n]), cut_short=True)
+                return Generation(" ".join(words[:n]), n, cut_short=True)
             if self.step_delay_s:
                 time.sleep(self.step_delay_s)
-        return Generation(" ".join(words))
+        return Generation(" ".join(words), len(words))
 
 
 def synthetic_corpus(n_per_class: int = 120) -> tuple[list[str], list[int]]:

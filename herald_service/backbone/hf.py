@@ -656,7 +656,7 @@ class HFBackbone:
         # One sequence, so no padding after an end token: fewer tokens than asked for and no end token last can only
         # be the time budget.
         ended = bool(new) and new[-1] in self._end_ids()
-        return Generation(self.tokenizer.decode(new, skip_special_tokens=True), len(new) < max_new_tokens and not ended)
+        return Generation(self.tokenizer.decode(new, skip_special_tokens=True), len(new), len(new) < max_new_tokens and not ended)
 
     def _end_ids(self) -> set[int]:
         """Token ids that end greedy generation (the generation config's ``eos_token_id``: one id, a list, or none)."""

@@ -2,7 +2,8 @@
 
 Counting prompts is not enough: 64 queued prompts of 4k tokens hold the worker for minutes, and a one-word prompt
 accepted behind them only times out (504). The engine keeps the prompts, tokens and exclusive jobs it has accepted
-and not yet answered (:class:`Work`; a job counts until its deadline) and a model of what a batch costs it
+and not yet answered (:class:`Work`; a job counts for its expected duration, at most until its deadline:
+:func:`jobs_left_s`) and a model of what a batch costs it
 (:class:`BatchCost`: seconds per batch, per prompt, per token and per squared token, fitted online).
 :func:`admission_verdict` then refuses a request whose own work alone exceeds the limit (413: it could only time out,
 however idle the worker) and one whose wait behind the work ahead exceeds :data:`WAIT_HEADROOM` of it (429, with a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -241,6 +243,42 @@ class MeanSeconds:
             self.seconds += self.smoothing * (seconds - self.seconds)
 
 
+@dataclass
+class JobClock:
+    """An exclusive job (``/steer``) accepted and not yet answered: when it must have ended (``deadline``,
+    ``perf_counter`` seconds: its request's), how long it is expected to run once started (``expected_s``, seconds;
+    ``None``: unknown), and when it started (``None``: still queued). Written under the engine's lock."""
+
+    deadline: float
+    expected_s: float | None = None
+    started: float | None = None
+
+
+def jobs_left_s(jobs: Iterable[JobClock], now: float) -> float:
+    """Seconds until the exclusive jobs ``jobs`` have all ended, estimated: their expected durations one after another
+    (a running job's less the seconds it has run), at most until the latest deadline. A job without an estimate, or
+    one running past its estimate (the estimate failed; it may run to its deadline), counts until the latest
+    deadline. 0 without jobs.
+
+    A job ends by its deadline whatever it was expected to take (a /steer job cuts its generation to end by it), so
+    the latest deadline bounds the estimate. Counted until the deadline always, a /steer of a few seconds made the
+    work behind it wait for the whole timeout: moderation in its first 20% of ``request_timeout_s`` was refused
+    (tests/test_steer_budget.py)."""
+    jobs = list(jobs)
+    if not jobs:
+        return 0.0
+    latest_s = max(max(job.deadline for job in jobs) - now, 0.0)
+    total_s = 0.0
+    for job in jobs:
+        if job.expected_s is None:
+            return latest_s
+        left_s = job.expected_s if job.started is None else job.started + job.expected_s - now
+        if left_s <= 0:
+            return latest_s
+        total_s += left_s
+    return min(total_s, latest_s)
+
+
 def job_seconds(mean_s: float | None, limit_s: float) -> float:
     """How long one exclusive job is expected to last, seconds: its mean duration (:class:`MeanSeconds`), at most
     ``limit_s`` (a job ends by its request's deadline), or ``UNMEASURED_JOB_SHARE * limit_s`` before any was
@@ -251,9 +289,8 @@ def job_seconds(mean_s: float | None, limit_s: float) -> float:
 def ahead_seconds(ahead: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
                   jobs_s: float = 0.0) -> float:
     """Estimated seconds until the worker has answered the work ``ahead``: its prompts at the cost model, plus
-    ``jobs_s``, the seconds until its exclusive jobs have ended at the latest (the latest of their deadlines less
-    now: a /steer job cuts its generation to end by its request's deadline, and when generation is slow it runs to
-    it). At most ``horizon_s`` (the seconds left until the latest deadline of that work) and ``limit_s``: every
+    ``jobs_s``, the seconds until its exclusive jobs have ended (:func:`jobs_left_s`: their expected durations, at
+    most until the latest of their deadlines, since a /steer job cuts its generation to end by its request's). At most ``horizon_s`` (the seconds left until the latest deadline of that work) and ``limit_s``: every
     accepted request is cancelled at its deadline (``request_timeout_s`` after it arrived; the worker drops cancelled
     prompts before the model sees them), so the worker is never busier than that, however much was accepted. 0 before
     any measurement. ``limit_s`` ``None``: uncapped."""
@@ -316,7 +353,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
         fit: the cost model (:class:`BatchCost`); ``None``: not measured yet, admit.
         limit_s: the longest acceptable wait, seconds (``request_timeout_s``); ``None``: admit.
         horizon_s: seconds until the latest deadline of the work ahead; ``None``: ``limit_s``.
-        jobs_s: seconds until the exclusive jobs ahead have ended at the latest (:func:`ahead_seconds`).
+        jobs_s: seconds until the exclusive jobs ahead have ended (:func:`jobs_left_s`).
         own_job_s: the least seconds the request's own exclusive job needs (a /steer job: its prefills and margin;
             its generation takes what is left until its deadline).
 

@@ -25,7 +25,9 @@ import torch
 
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
-from herald_service.engine.admission import TERMS, BatchCost, BatchTiming, MeanSeconds, Refusal, Work, admission_verdict, ahead_seconds
+from herald_service.engine.admission import (
+    TERMS, BatchCost, BatchTiming, JobClock, MeanSeconds, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
+)
 from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
@@ -73,6 +75,7 @@ class _Exclusive:
 
     run: Callable[[], object]
     future: Future
+    expected_s: float | None = None  # seconds it is expected to run once started; None: unknown
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -100,9 +103,10 @@ class InferenceEngine:
         # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
         # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
         self._ahead = Work()
-        # Exclusive jobs accepted and not yet answered: when each must have ended (perf_counter, max_wait_s after it
-        # was accepted). Work behind them counts them as busy until the latest. Guarded by ``_cond``.
-        self._job_deadlines: dict[int, float] = {}
+        # Exclusive jobs accepted and not yet answered, by future: when each must have ended (perf_counter, max_wait_s
+        # after it was accepted), how long it is expected to run and when it started. Work behind them counts them as
+        # busy for that long (:func:`jobs_left_s`). Guarded by ``_cond``.
+        self._jobs: dict[int, JobClock] = {}
         self._latest_deadline = 0.0  # perf_counter of the latest deadline of the work accepted (max_wait_s after it)
         self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
@@ -161,22 +165,26 @@ class InferenceEngine:
         self._enqueue(items, Work.of_prompts([len(ids) for ids in token_ids]))
         return [item.future for item in items]
 
-    def submit_exclusive(self, run: Callable[[], object], least_s: float = 0.0) -> Future:
+    def submit_exclusive(self, run: Callable[[], object], least_s: float = 0.0, expected_s: float | None = None) -> Future:
         """Queue a job that runs on the worker thread with the model to itself (``/steer``).
 
         The job must end within ``max_wait_s`` of this call (a /steer job cuts its generation to its request's
-        deadline): work accepted after it counts it as busy until then, not at the mean of earlier jobs, which
-        admitted moderation behind a long /steer that could only time out.
+        deadline). Work accepted after it counts it as busy for ``expected_s`` once it starts, and until that
+        deadline when it has no estimate or runs past it (:func:`~herald_service.engine.admission.jobs_left_s`); not
+        at the mean of earlier jobs, which admitted moderation behind a long /steer that could only time out.
 
         Args:
             run: the job.
             least_s: the least seconds the job needs once it starts (a /steer job: its prefills and margin); it is
                 admitted only if its estimated wait and these fit (:func:`~herald_service.engine.admission.admission_verdict`).
+            expected_s: the seconds it is expected to run once started (a /steer job: its prefills and
+                ``max_new_tokens`` decode steps per generation at the measured rate, with a safety factor); ``None``:
+                unknown, counted until its deadline.
 
         Raises:
             NotReady, QueueFull: as :meth:`submit`.
         """
-        job = _Exclusive(run, Future())
+        job = _Exclusive(run, Future(), expected_s)
         self._enqueue([job], Work(jobs=1), least_s)
         return job.future
 
@@ -212,11 +220,10 @@ class InferenceEngine:
         return max(self._latest_deadline - time.perf_counter(), 0.0)
 
     def _jobs_s(self) -> float:
-        """Seconds until the exclusive jobs accepted and not yet answered have ended at the latest; 0 without any
-        (or without ``max_wait_s``, which bounds them). Under ``_cond``."""
-        if not self._job_deadlines:
-            return 0.0
-        return max(max(self._job_deadlines.values()) - time.perf_counter(), 0.0)
+        """Seconds until the exclusive jobs accepted and not yet answered have ended, estimated
+        (:func:`~herald_service.engine.admission.jobs_left_s`); 0 without any (or without ``max_wait_s``, which
+        bounds them). Under ``_cond``."""
+        return jobs_left_s(self._jobs.values(), time.perf_counter())
 
     def cancel(self, futures: Sequence[Future], reason: str) -> None:
         """Cancel work whose client left or timed out, recording why (``client_gone`` or ``timeout``) in
@@ -255,7 +262,7 @@ class InferenceEngine:
         def give_back(future: Future) -> None:
             with self._cond:
                 self._ahead = self._ahead.plus(share, -1)
-                self._job_deadlines.pop(id(future), None)
+                self._jobs.pop(id(future), None)
 
         return give_back
 
@@ -269,7 +276,7 @@ class InferenceEngine:
             for item in items:
                 share = Work.of_prompts([len(item.token_ids)]) if isinstance(item, _Prompt) else Work(jobs=1)
                 if isinstance(item, _Exclusive) and deadline is not None:
-                    self._job_deadlines[id(item.future)] = deadline
+                    self._jobs[id(item.future)] = JobClock(deadline, item.expected_s)
                 item.future.add_done_callback(self._settled(share))
             self._queue.extend(items)
             self.metrics.queue_depth.set(self.depth)
@@ -387,6 +394,10 @@ class InferenceEngine:
             self.metrics.dropped.labels(_cancel_reason(job.future)).inc()
             return
         started = time.perf_counter()
+        with self._cond:
+            clock = self._jobs.get(id(job.future))
+            if clock is not None:
+                clock.started = started
         try:
             result = job.run()
         except HeraldError as exc:

@@ -18,7 +18,7 @@ import numpy as np
 
 from herald_service.backbone.base import Generation, Intervention
 from herald_service.config import Settings
-from herald_service.engine.admission import Work, job_seconds
+from herald_service.engine.admission import MeanSeconds, Work, job_seconds
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
@@ -42,6 +42,26 @@ STEER_MARGIN_SHARE = 0.05
 """Share of ``request_timeout_s`` a /steer job leaves unused before its deadline: for the answer's way back and the
 error of its reservations (a generation's prefill priced at the probe's prefill of the same prompt, measured in the
 job; a decode step at most one prefill). 3 s of the default 60 s."""
+
+
+STEER_ESTIMATE_SAFETY = 1.5
+"""Factor on a /steer job's expected duration (:func:`steer_job_seconds`) for the work admitted behind it: the decode
+rate is a mean over earlier jobs' steps, a step costs more as the context grows, and the steered generation runs the
+intervention's hooks. A job that runs past its estimate counts until its deadline again
+(:func:`~herald_service.engine.admission.jobs_left_s`), so an estimate too short only admits work behind it a little
+early, never past that work's own deadline."""
+
+
+def steer_job_seconds(prefill_s: float | None, max_new_tokens: int, step_s: float | None) -> float | None:
+    """Seconds a /steer job is expected to run once started, for admitting work behind it: its :data:`STEER_PREFILLS`
+    prefills of ``prefill_s`` seconds (the cost model's price of the prompt) and, in each of its two generations,
+    ``max_new_tokens - 1`` decode steps (the prefill gives the first token) of ``step_s`` seconds (the mean measured in
+    earlier jobs), times :data:`STEER_ESTIMATE_SAFETY`: an upper estimate, since a generation may end sooner at an
+    end-of-sequence token. ``None`` (counted until the request's deadline) while either is unmeasured: before any
+    batch was timed (``HERALD_WARMUP=false``) or before the first /steer job has decoded."""
+    if prefill_s is None or step_s is None:
+        return None
+    return STEER_ESTIMATE_SAFETY * (STEER_PREFILLS * prefill_s + 2 * (max_new_tokens - 1) * step_s)
 
 
 def generation_budget_s(left_s: float, prefill_s: float) -> float:
@@ -92,6 +112,8 @@ class Moderator:
         # when its request has ended and its job has left the worker (the worker thread may be the one to do it).
         self._steer_slots: dict[object, float] = {}
         self._steer_lock = threading.Lock()
+        # Mean seconds of one decode step in /steer generations (:func:`steer_job_seconds`); worker thread only.
+        self.decode_step_s = MeanSeconds()
 
     def check_shape(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> None:
         """Batch-size and character limits, before any tokenization.
@@ -174,7 +196,8 @@ class Moderator:
                 ``batch_field``; counted in ``herald_rejected_requests_total`` under ``estimated_work``).
             QueueFull: the engine's queue is full, or the estimated wait behind the work accepted earlier exceeds
                 ``request_timeout_s`` (429; counted in ``herald_rejected_requests_total`` under its ``reason``). A
-                /steer job ahead counts until its deadline, which it may run to.
+                /steer job ahead counts for its expected duration (:func:`steer_job_seconds`), or until its deadline
+                without an estimate or past it.
             RequestTimeout: no answer within ``request_timeout_s`` (504).
             ClientGone: the client disconnected first; its prompts are cancelled.
             InferenceFailed, NotReady: the batch failed or the worker is down.
@@ -304,22 +327,33 @@ class Moderator:
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)
             if share_s < 0:
                 raise too_late(2 * measured_s, started)
-            baseline = backbone.generate(ids, max_new_tokens, max_time_s=share_s)
-            steered = backbone.generate(ids, max_new_tokens, intervention,
-                                        max_time_s=max(end - time.perf_counter() - measured_s, 0.0))
+            baseline = self._generate_timed(ids, max_new_tokens, None, share_s, measured_s)
+            steered = self._generate_timed(ids, max_new_tokens, intervention,
+                                           max(end - time.perf_counter() - measured_s, 0.0), measured_s)
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
                 classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),
             )
 
         try:
-            submitted = self.engine.submit_exclusive(job, 0.0 if prefills_s is None else prefills_s + margin_s)
+            submitted = self.engine.submit_exclusive(job, 0.0 if prefills_s is None else prefills_s + margin_s,
+                                                     steer_job_seconds(prefill_s, max_new_tokens, self.decode_step_s.seconds))
         except QueueFull as exc:
             self.metrics.rejected.labels(exc.reason).inc()
             raise
         self.metrics.steer_runs.labels(mode).inc()
         self._observe_tokens([ids])
         return submitted
+
+    def _generate_timed(self, ids: list[int], max_new_tokens: int, intervention: Intervention | None, max_time_s: float,
+                        prefill_s: float) -> Generation:
+        """One /steer generation (worker thread), its decode steps timed into :attr:`decode_step_s`: the seconds after
+        its prefill (``prefill_s``, measured by the job's own prefills of the prompt) over its tokens after the first."""
+        started = time.perf_counter()
+        generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s)
+        if generation.tokens >= 2:
+            self.decode_step_s.observe(max(time.perf_counter() - started - prefill_s, 0.0) / (generation.tokens - 1))
+        return generation
 
     def _take_steer_slot(self) -> object:
         """A slot for one /steer request.
