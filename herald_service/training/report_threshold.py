@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
+
 REFERENCE = "herald"
 CANDIDATES = ("herald+shift", "herald_logistic", "herald_logistic+shift")
 WRAPPED_RECALL_MIN = 0.85
@@ -26,11 +28,9 @@ def method_row(results: dict, method: str) -> dict:
     """One method's numbers on one split: pooled LOSO F1, AUROC, FPR, recall; held-out instruction/chat folds at
     <= 10% FPR (count, of how many, largest FPR); jailbreak-wrapped recall and the largest FPR over the extra benign
     sets (random-split fit)."""
-    from herald_service.training.report import INSTRUCTION_BENIGN  # report imports this module
-
     pooled = results["loso"]["pooled"][method]
     instr = [f["methods"][method]["held_out"]["false_positive_rate"]["value"] for s, f in results["loso"]["folds"].items()
-             if any(k in s for k in INSTRUCTION_BENIGN) and "false_positive_rate" in f["methods"][method]["held_out"]]
+             if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f["methods"][method]["held_out"]]
     extra = results.get("extra", {})
     sets = {name.removesuffix(".jsonl"): block[method]["pooled"]["false_positive_rate"]["value"]
             for name, block in extra.items() if name != "jailbreak_wrapped" and method in block}
