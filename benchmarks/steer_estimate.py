@@ -10,8 +10,9 @@ its deadline.
 
 How: in this process, the target's backbone and probe behind the service's own engine and Moderator
 (:class:`~herald_service.engine.service.Moderator`), the cost model seeded by the service's warm-up
-(``herald_service.api.app._warm_cost``) and ``request_timeout_s`` as shipped (60 s). One /steer first, to measure a
-decode rate (its count is the deadline: reported, not in the ratios), then every shape of :data:`SHAPES` (prompt
+(``herald_service.api.app._warm_cost``) and ``request_timeout_s`` as shipped (60 s), and no decode step timed at warm-up (the service times one when steering is
+on: ``herald_service.api.app._warm_decode_step``). One /steer first, to measure a decode rate (its count is the
+deadline: reported, not in the ratios), then every shape of :data:`SHAPES` (prompt
 tokens x ``max_new_tokens``) in turn. For each job: the seconds it ran on the worker (the job itself, timed), the
 seconds it was counted (its expected duration, or the timeout), their ratio (>= 1: counted at least as long as it
 ran), and the tokens each generation produced (a generation ending at an end-of-sequence token runs shorter than

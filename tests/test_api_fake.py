@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import wait_ready
+from test_admission import sharing_vocab  # one copy of the fake-vocabulary helper
 from herald_service.api.app import build_app
 from herald_service.config import Settings
 from herald_service.engine.runtime import fake_runtime
@@ -213,6 +214,21 @@ def test_steer_is_off_by_default():
         wait_ready(c)
         r = c.post("/steer", json={"prompt": "x"})
         assert r.status_code == 404 and "HERALD_STEER_ENABLED" in r.json()["error"]["message"]
+    assert c.app.state.herald.moderator.decode_step_s.seconds is None  # no generation timed at warm-up
+
+
+def test_with_steering_on_the_warm_up_times_a_decode_step_so_the_first_steer_has_an_estimate(client):
+    from herald_service.api.app import STEER_WARMUP_TOKENS, _warm_decode_step
+    from herald_service.backbone.fake import FakeBackbone
+    from herald_service.engine.runtime import Runtime
+
+    assert client.app.state.herald.moderator.decode_step_s.seconds is not None
+    # Timed on a fake at 20 ms a step: its 5-word reply is 4 steps of at least 20 ms each, less a little for the prefill
+    # subtracted (timed with the probe, so a little longer than generation's own); far less than 0.5 s.
+    runtime = fake_runtime()
+    slow = sharing_vocab(runtime, FakeBackbone(step_delay_s=0.02))
+    step_s = _warm_decode_step(Runtime(slow, runtime.probe, runtime.manifest, runtime.probe_path))
+    assert 0.015 <= step_s < 0.5 and STEER_WARMUP_TOKENS == 16
 
 
 def test_api_keys_guard_moderation_but_not_probes():

@@ -24,7 +24,7 @@ from herald_service.config import Settings
 from herald_service.engine.admission import BatchTiming
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime, load_runtime
-from herald_service.engine.service import Moderator, engine_limits
+from herald_service.engine.service import Moderator, decode_step_seconds, engine_limits
 from herald_service.errors import HeraldError
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
@@ -47,6 +47,11 @@ CUDA_COST_SHAPES = ((" ".join([WARMUP_PROMPTS[1]] * 10),) * 64, (" ".join([WARMU
 batch near the default 8,192-token budget. On the H200, :data:`COST_SHAPES` took 14-39 ms, mostly launch overhead:
 seeded on them, the cost model priced 64 x 431 and 64 x 831 tokens at 1.3-1.5 times their real time and 8 x 4,031
 tokens at 4.4 times (benchmarks/admission.py, ``--target h200``; docs/PERFORMANCE.md)."""
+
+
+STEER_WARMUP_TOKENS = 16
+"""New tokens of the generation timed at warm-up when steering is on, for the decode step of the first /steer's
+estimate (:func:`~herald_service.engine.service.steer_job_seconds`); about 1 s more start-up on the CPU."""
 
 
 def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) -> Runtime:
@@ -91,15 +96,32 @@ def _timed(runtime: Runtime, ids: list[list[int]]) -> float:
     return time.perf_counter() - started
 
 
-def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]) -> tuple[Runtime, tuple[BatchTiming, ...]]:
+def _warm_decode_step(runtime: Runtime) -> float | None:
+    """Seconds of one decode step (:func:`~herald_service.engine.service.decode_step_seconds`) of a greedy
+    generation of :data:`STEER_WARMUP_TOKENS` tokens from the first warm-up prompt, after an untimed one of two tokens
+    (which pays generation's one-off costs); ``None`` when it ended before two tokens."""
+    (ids,) = runtime.backbone.encode([user_turn(WARMUP_PROMPTS[0])])
+    runtime.backbone.generate(ids, 2)
+    prefill_s = _timed(runtime, [ids])
+    started = time.perf_counter()
+    generation = runtime.backbone.generate(ids, STEER_WARMUP_TOKENS)
+    return decode_step_seconds(generation, time.perf_counter() - started, prefill_s)
+
+
+def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]
+                           ) -> tuple[Runtime, tuple[BatchTiming, ...], float | None]:
+    """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, one decode step's seconds
+    (:func:`_warm_decode_step`); no seed and no step with ``HERALD_WARMUP=false``."""
     runtime = _load_and_warm(settings, loader)
-    return runtime, _warm_cost(runtime) if settings.warmup else ()
+    if not settings.warmup:
+        return runtime, (), None
+    return runtime, _warm_cost(runtime), _warm_decode_step(runtime) if settings.steer_enabled else None
 
 
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
+        runtime, seed, decode_step_s = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
     except HeraldError as exc:
         state.load_error = exc.message
         log.critical("cannot start: %s", exc.message)
@@ -115,7 +137,7 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     info = runtime.backbone.info
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     state.runtime, state.engine = runtime, engine
-    state.moderator = Moderator(runtime, engine, settings, state.metrics)
+    state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_step_s)
     log.info("ready: %s, probe %s", info.model_id, runtime.probe_path)
 
 

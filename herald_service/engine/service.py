@@ -57,11 +57,21 @@ def steer_job_seconds(prefill_s: float | None, max_new_tokens: int, step_s: floa
     prefills of ``prefill_s`` seconds (the cost model's price of the prompt) and, in each of its two generations,
     ``max_new_tokens - 1`` decode steps (the prefill gives the first token) of ``step_s`` seconds (the mean measured in
     earlier jobs), times :data:`STEER_ESTIMATE_SAFETY`: an upper estimate, since a generation may end sooner at an
-    end-of-sequence token. ``None`` (counted until the request's deadline) while either is unmeasured: before any
-    batch was timed (``HERALD_WARMUP=false``) or before the first /steer job has decoded."""
+    end-of-sequence token. ``None`` (counted until the request's deadline) while either is unmeasured: with
+    ``HERALD_WARMUP=false``, before any batch was timed and before the first /steer job has decoded (the warm-up
+    times both otherwise, a decode step when steering is on)."""
     if prefill_s is None or step_s is None:
         return None
     return STEER_ESTIMATE_SAFETY * (STEER_PREFILLS * prefill_s + 2 * (max_new_tokens - 1) * step_s)
+
+
+def decode_step_seconds(generation: Generation, seconds: float, prefill_s: float) -> float | None:
+    """Seconds of one decode step of a greedy ``generation`` that took ``seconds`` in all, its prefill about
+    ``prefill_s`` (a prefill of the same prompt, timed): the time after the prefill over the tokens after the first,
+    which the prefill gives. ``None`` for fewer than two tokens (no decode step)."""
+    if generation.tokens < 2:
+        return None
+    return max(seconds - prefill_s, 0.0) / (generation.tokens - 1)
 
 
 def generation_budget_s(left_s: float, prefill_s: float) -> float:
@@ -101,9 +111,13 @@ class Moderator:
         engine: the started engine owning that backbone.
         settings: limits (batch size, characters, tokens, timeout, /steer requests at once).
         metrics: for rejections and prompt tokens.
+        decode_step_s: seconds of one decode step timed at warm-up (``herald_service.api.app``, steering on), the
+            first value of :attr:`decode_step_s`; ``None``: the first /steer job measures it, and counts until its
+            deadline meanwhile.
     """
 
-    def __init__(self, runtime: Runtime, engine: InferenceEngine, settings: Settings, metrics: HeraldMetrics) -> None:
+    def __init__(self, runtime: Runtime, engine: InferenceEngine, settings: Settings, metrics: HeraldMetrics,
+                 decode_step_s: float | None = None) -> None:
         self.runtime = runtime
         self.engine = engine
         self.settings = settings
@@ -114,6 +128,8 @@ class Moderator:
         self._steer_lock = threading.Lock()
         # Mean seconds of one decode step in /steer generations (:func:`steer_job_seconds`); worker thread only.
         self.decode_step_s = MeanSeconds()
+        if decode_step_s is not None:
+            self.decode_step_s.observe(decode_step_s)
 
     def check_shape(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> None:
         """Batch-size and character limits, before any tokenization.
@@ -347,12 +363,13 @@ class Moderator:
 
     def _generate_timed(self, ids: list[int], max_new_tokens: int, intervention: Intervention | None, max_time_s: float,
                         prefill_s: float) -> Generation:
-        """One /steer generation (worker thread), its decode steps timed into :attr:`decode_step_s`: the seconds after
-        its prefill (``prefill_s``, measured by the job's own prefills of the prompt) over its tokens after the first."""
+        """One /steer generation (worker thread), its decode steps timed into :attr:`decode_step_s`
+        (:func:`decode_step_seconds`; ``prefill_s`` measured by the job's own prefills of the prompt)."""
         started = time.perf_counter()
         generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s)
-        if generation.tokens >= 2:
-            self.decode_step_s.observe(max(time.perf_counter() - started - prefill_s, 0.0) / (generation.tokens - 1))
+        step_s = decode_step_seconds(generation, time.perf_counter() - started, prefill_s)
+        if step_s is not None:
+            self.decode_step_s.observe(step_s)
         return generation
 
     def _take_steer_slot(self) -> object:
