@@ -290,10 +290,11 @@ def ahead_seconds(ahead: Work, fit: CostFit | None, limit_s: float | None, horiz
                   jobs_s: float = 0.0) -> float:
     """Estimated seconds until the worker has answered the work ``ahead``: its prompts at the cost model, plus
     ``jobs_s``, the seconds until its exclusive jobs have ended (:func:`jobs_left_s`: their expected durations, at
-    most until the latest of their deadlines, since a /steer job cuts its generation to end by its request's). At most ``horizon_s`` (the seconds left until the latest deadline of that work) and ``limit_s``: every
-    accepted request is cancelled at its deadline (``request_timeout_s`` after it arrived; the worker drops cancelled
-    prompts before the model sees them), so the worker is never busier than that, however much was accepted. 0 before
-    any measurement. ``limit_s`` ``None``: uncapped."""
+    most until the latest of their deadlines, since a /steer job cuts its generation to end by its request's). At
+    most ``horizon_s`` (the seconds left until the latest deadline of that work) and ``limit_s``: every accepted
+    request is cancelled at its deadline (``request_timeout_s`` after it arrived; the worker drops cancelled prompts
+    before the model sees them), so the worker is never busier than that, however much was accepted. 0 before any
+    measurement. ``limit_s`` ``None``: uncapped."""
     if fit is None:
         return 0.0
     seconds = fit.seconds(ahead) + jobs_s
