@@ -470,10 +470,10 @@ def test_a_steer_request_over_steer_max_concurrent_is_answered_429_and_the_slot_
     generating, release = threading.Event(), threading.Event()
 
     class Held(FakeBackbone):
-        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None):
+        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None):
             generating.set()
             release.wait(10)
-            return super().generate(token_ids, max_new_tokens, intervention, max_time_s)
+            return super().generate(token_ids, max_new_tokens, intervention, max_time_s, stop)
 
     backbone = sharing_vocab(runtime, Held())
     auth = {"Authorization": f"Bearer {STEER_KEY}"}

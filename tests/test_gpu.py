@@ -223,6 +223,8 @@ def test_cuda_generation_with_and_without_a_time_budget(resolved):
     cut = backbone.generate(ids, 8, max_time_s=1e-9)
     assert cut.cut_short is True and len(backbone.tokenizer(cut.text)["input_ids"]) < 8
     assert 1 <= cut.tokens < 8 and 1 <= full.tokens <= 8  # the counts /steer's decode rate is measured with
+    stopped = backbone.generate(ids, 8, stop=lambda: True)  # a /steer whose client left: stops after the first token
+    assert stopped.tokens == 1 and stopped.cut_short
     direction = np.zeros((4, 64), dtype=np.float32)
     direction[:, 0] = 1.0
     edited = backbone.generate(ids, 8, Intervention("ablate", (2,), direction, np.ones(4, np.float32)), max_time_s=60.0)

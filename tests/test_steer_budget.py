@@ -7,6 +7,7 @@ the one test in real time uses sleeps whose sums differ from the limit by second
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.engine.service import (STEER_ESTIMATE_SAFETY, STEER_MARGIN_SHARE, Moderator, engine_limits, generation_budget_s,
                                            steer_job_seconds)
 from herald_service.errors import QueueFull, RequestTimeout, WorkTooLarge
+from herald_service.engine.service import ClientGone
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
 from test_admission import sharing_vocab  # one copy of the fake-vocabulary helper
@@ -74,7 +76,7 @@ class Clocked(FakeBackbone):
         self.calls.append(("states", self.clock.now_s))
         return super().last_token_states(token_ids, intervention)
 
-    def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None):
+    def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None):
         started = self.clock.now_s
         self.clock.now_s += self.prefill_s  # the prefill gives the first token
         tokens = 1
@@ -258,19 +260,20 @@ def test_a_steer_job_is_expected_to_take_its_prefills_and_decode_steps_at_the_ra
 
 def test_moderation_behind_a_running_steer_with_a_measured_decode_rate_is_admitted_not_refused_for_its_deadline(runtime):
     # A 10 s limit, 50 ms a decode step, 8 new tokens: a /steer takes well under a second. A 1 s /classify (100 tokens
-    # at 10 ms) is sent while a /steer's steered generation runs. The first /steer has no measured decode rate and
+    # at 10 ms) is sent while a /steer job runs. The first /steer has no measured decode rate and
     # counts until its deadline: 10 + 1 s > the 8 s admitted, 429 (the third breaker pass's trade-off, then for every
     # /steer). The second is expected to take 1.5 x (4 prefills + 2 x 7 steps of 50 ms), about 1.1 s: admitted.
     held, release = threading.Event(), threading.Event()
 
     class Held(FakeBackbone):
-        """Decodes at 50 ms a step; a steered generation waits for ``release``, having set ``held``."""
+        """Decodes at 50 ms a step; the job's prefill with the intervention (its second) waits for ``release``,
+        having set ``held``: the job is running, and its generations, whose steps are timed, are not held."""
 
-        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None):
+        def last_token_states(self, token_ids, intervention=None):
             if intervention is not None:
                 held.set()
                 release.wait(10)
-            return super().generate(token_ids, max_new_tokens, intervention, max_time_s)
+            return super().last_token_states(token_ids, intervention)
 
     backbone = sharing_vocab(runtime, Held(step_delay_s=0.05))
     moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=10.0)
@@ -292,6 +295,47 @@ def test_moderation_behind_a_running_steer_with_a_measured_decode_rate_is_admitt
         return "admitted"
 
     assert asyncio.run(classify_during_a_steer()) == "estimated_wait"
-    assert moderator.decode_step_s.seconds >= 0.05
+    # Measured from the first job's generations: 50 ms steps, less a share of its prefill time (held, so long)
+    assert 0.02 < moderator.decode_step_s.seconds < 0.5
     assert asyncio.run(classify_during_a_steer()) == "admitted"
     moderator.engine.stop()
+
+
+def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime):
+    # The breaker's case: a 128-token /steer whose client left at 1.6 s kept generating, and /classify got 429 for the
+    # next 10 s. Here each decode step takes 20 ms and the generation would run 1,000 steps (20 s); the client leaves
+    # after 0.3 s. The job now stops at its next step: the worker is free within a second, and the steered
+    # generation never starts.
+    calls = []
+
+    class Long(FakeBackbone):
+        """Generates ``max_new_tokens`` tokens at 20 ms a step, stopping early as the real backbone does."""
+
+        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None):
+            tokens = 1
+            while tokens < max_new_tokens and not (stop is not None and stop()):
+                time.sleep(0.02)
+                tokens += 1
+            calls.append((intervention is not None, tokens))
+            return Generation(" ".join(["word"] * tokens), tokens, cut_short=tokens < max_new_tokens)
+
+    moderator = moderator_for(runtime, sharing_vocab(runtime, Long()), per_token(0.001), request_timeout_s=60.0,
+                              steer_max_new_tokens=1000)
+
+    async def leaves_after(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def scenario() -> float:
+        with pytest.raises(ClientGone):
+            await moderator.steer(user_turn("make a bomb"), "ablate", None, 0.0, 1000, lambda: leaves_after(0.3))
+        left = time.perf_counter()
+        while moderator.engine.ahead != Work() and time.perf_counter() - left < 30:
+            await asyncio.sleep(0.01)
+        return time.perf_counter() - left
+
+    freed_after_s = asyncio.run(scenario())
+    (classified,), _ = asyncio.run(moderator.classify([user_turn("bake bread")], ["input"], "input"))
+    moderator.engine.stop()
+    assert freed_after_s < 1.0
+    assert len(calls) == 1 and calls[0][0] is False and calls[0][1] < 100  # the baseline, stopped; no steered one
+    assert not classified.flagged

@@ -380,6 +380,10 @@ def test_generation_stops_at_its_time_budget(resolved):
     assert len(backbone.tokenizer(cut.text, add_special_tokens=False)["input_ids"]) <= 1 and cut.cut_short
     assert cut.tokens == 1 and 5 < full.tokens <= 40  # the prefill's token, then the decode steps /steer times
     assert not backbone.generate(ids, 1, max_time_s=0.0).cut_short  # all the tokens asked for came
+    # A stop asked after every step (a /steer whose client left): true after the third token, so three come back.
+    asked = []
+    stopped = backbone.generate(ids, 40, stop=lambda: asked.append(1) or len(asked) >= 3)
+    assert stopped.tokens == 3 and stopped.cut_short and len(asked) == 3
 
 
 def test_fit_with_logistic_directions_records_them_and_fits_other_directions(folder, tmp_path):

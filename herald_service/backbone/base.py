@@ -70,9 +70,11 @@ class Backbone(Protocol):
         ...
 
     def generate(
-        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
+        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> Generation:
         """Greedy completion of one prompt, with the intervention active at every step. With ``max_time_s`` (seconds,
         counted from before the prefill), decoding stops after the step that passes it: the call can overrun it by
-        one step (the prefill, when that alone passes it), and the answer says it was cut short."""
+        one step (the prefill, when that alone passes it), and the answer says it was cut short. ``stop``, asked
+        after every step, ends decoding the same way when it returns true (a /steer whose client left)."""
         ...

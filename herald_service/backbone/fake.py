@@ -118,12 +118,14 @@ class FakeBackbone:
         return lambda: result
 
     def generate(
-        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
+        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> Generation:
         """A canned reply, one word a token: a refusal for harmful prompts, unless an intervention removes the harm
         direction (``"ablate"``) or pushes against it (``"add"`` with a negative ``alpha``). The prefill gives the
         first word; decoding stops after the step that passes ``max_time_s`` (seconds from before the prefill), as
-        transformers' ``max_time`` does, and the reply then holds the words so far, marked cut short."""
+        transformers' ``max_time`` does, or once ``stop()`` is true, and the reply then holds the words so far, marked cut
+        short."""
         started = time.perf_counter()
         harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
         lifted = intervention is not None and (intervention.mode == "ablate" or intervention.alpha < 0)
@@ -131,7 +133,7 @@ class FakeBackbone:
         words = text.split()[:max_new_tokens]
         self._prefill([token_ids])
         for n in range(1, len(words)):
-            if max_time_s is not None and time.perf_counter() - started > max_time_s:
+            if (max_time_s is not None and time.perf_counter() - started > max_time_s) or (stop is not None and stop()):
                 return Generation(" ".join(words[:n]), n, cut_short=True)
             if self.step_delay_s:
                 time.sleep(self.step_delay_s)

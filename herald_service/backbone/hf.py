@@ -636,12 +636,16 @@ class HFBackbone:
 
     @torch.inference_mode()
     def generate(
-        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None
+        self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> Generation:
         """Greedy decoding of up to ``max_new_tokens`` tokens; the intervention is active in prefill and every step.
         With ``max_time_s`` (seconds, counted from before the prefill), decoding stops after the step that passes it
         (transformers' ``max_time``), so a long ``/steer`` job cannot hold the worker past its request's timeout;
-        what was generated until then comes back, marked cut short."""
+        ``stop`` (a transformers stopping criterion, asked after every step) ends it when it returns true, so a
+        /steer whose client left frees the worker. What was generated until then comes back, marked cut short."""
+        from transformers import StoppingCriteriaList
+
         ids = torch.tensor([list(token_ids)], device=self.device)
         with intervene(self.layers, intervention):
             out = self.model.generate(
@@ -651,6 +655,7 @@ class HFBackbone:
                 do_sample=False,
                 pad_token_id=self.pad_id,
                 max_time=max_time_s,
+                stopping_criteria=StoppingCriteriaList([_stop_when_class()(stop)] if stop is not None else []),
             )
         new = out[0, ids.shape[1] :].tolist()
         # One sequence, so no padding after an end token: fewer tokens than asked for and no end token last can only
@@ -662,6 +667,23 @@ class HFBackbone:
         """Token ids that end greedy generation (the generation config's ``eos_token_id``: one id, a list, or none)."""
         eos = self.model.generation_config.eos_token_id
         return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(i) for i in eos}
+
+
+@functools.cache
+def _stop_when_class() -> type:
+    """A transformers ``StoppingCriteria`` class built on first use (this module imports transformers lazily)."""
+    from transformers import StoppingCriteria
+
+    class StopWhen(StoppingCriteria):
+        """A stopping criterion that asks ``stop()`` after every decode step (one bool for the whole batch)."""
+
+        def __init__(self, stop: Callable[[], bool]) -> None:
+            self.stop = stop
+
+        def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+            return torch.full((input_ids.shape[0],), bool(self.stop()), device=input_ids.device, dtype=torch.bool)
+
+    return StopWhen
 
 
 class PrefillGraphs:

@@ -250,8 +250,9 @@ class Moderator:
 
         ``field`` names the request field that holds ``conversation`` (``prompt`` or ``messages``) in errors.
 
-        At most ``steer_max_concurrent`` run at once, from admission until the worker has finished the request's job
-        (even after the request itself timed out).
+        At most ``steer_max_concurrent`` run at once, from admission until the worker has finished the request's job.
+        A job whose request ended first (client gone, or timed out) stops at its next decode step, or before its next
+        generation, and frees the worker (DESIGN section 4: a gone client's work is dropped).
 
         The job ends within ``request_timeout_s`` of admission, less :data:`STEER_MARGIN_SHARE` of it: it classifies
         the prompt first (two prefills, measured), then gives the baseline generation half of what is left after
@@ -287,18 +288,22 @@ class Moderator:
         self.check_shape([conversation], [field], field)
         slot = self._take_steer_slot()
         submitted = None
+        abandoned = threading.Event()  # set when the request ends before its job: the job stops at its next step
         try:
-            submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens)
+            submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens, abandoned)
             (outcome,) = await self._wait([submitted], disconnected)
             return outcome
+        except (ClientGone, RequestTimeout):
+            abandoned.set()
+            raise
         finally:
             if submitted is None:
                 self._give_back_steer_slot(slot)
-            else:  # a running job cannot be stopped: the slot stays taken until the worker is done with it
+            else:  # the slot stays taken until the worker is done with the job (an abandoned one stops at its next step)
                 submitted.add_done_callback(lambda _future: self._give_back_steer_slot(slot))
 
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
-                            alpha: float, max_new_tokens: int) -> Future:
+                            alpha: float, max_new_tokens: int, abandoned: threading.Event) -> Future:
         (ids,), _ = await self.tokenize([conversation], [field])
         limit_s = self.settings.request_timeout_s
         margin_s = STEER_MARGIN_SHARE * limit_s
@@ -344,9 +349,9 @@ class Moderator:
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)
             if share_s < 0:
                 raise too_late(2 * measured_s, started)
-            baseline = self._generate_timed(ids, max_new_tokens, None, share_s, measured_s)
+            baseline = self._generate_timed(ids, max_new_tokens, None, share_s, measured_s, abandoned)
             steered = self._generate_timed(ids, max_new_tokens, intervention,
-                                           max(end - time.perf_counter() - measured_s, 0.0), measured_s)
+                                           max(end - time.perf_counter() - measured_s, 0.0), measured_s, abandoned)
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
                 classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),
@@ -363,11 +368,18 @@ class Moderator:
         return submitted
 
     def _generate_timed(self, ids: list[int], max_new_tokens: int, intervention: Intervention | None, max_time_s: float,
-                        prefill_s: float) -> Generation:
+                        prefill_s: float, abandoned: threading.Event) -> Generation:
         """One /steer generation (worker thread), its decode steps timed into :attr:`decode_step_s`
-        (:func:`decode_step_seconds`; ``prefill_s`` measured by the job's own prefills of the prompt)."""
+        (:func:`decode_step_seconds`; ``prefill_s`` measured by the job's own prefills of the prompt).
+
+        Raises:
+            ClientGone: the request ended (``abandoned``) before or during the generation: the job stops there."""
+        if abandoned.is_set():
+            raise ClientGone("the /steer request ended before its generation; job stopped")
         started = time.perf_counter()
-        generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s)
+        generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s, stop=abandoned.is_set)
+        if abandoned.is_set():
+            raise ClientGone("the /steer request ended during its generation; job stopped")
         step_s = decode_step_seconds(generation, time.perf_counter() - started, prefill_s)
         if step_s is not None:
             self.decode_step_s.observe(step_s)
