@@ -6,6 +6,7 @@ Budgets are checked on a fake clock that only the fake model moves, so no assert
 the one test in real time uses sleeps whose sums differ from the limit by seconds."""
 
 import asyncio
+import math
 import threading
 import time
 
@@ -339,3 +340,41 @@ def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime
     assert freed_after_s < 1.0
     assert len(calls) == 1 and calls[0][0] is False and calls[0][1] < 100  # the baseline, stopped; no steered one
     assert not classified.flagged
+
+
+def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_is_expected_to_end(runtime):
+    # The breaker's case: 2-token jobs made the mean 2 s, and a 128-token /steer then ran 19 s while the next was told
+    # "retry in 2 s" (and before any job had ended, half the timeout: 30 s). Now the running job's own estimate: 60 new
+    # tokens at a measured 0.1 s a step, 1.5 x (4 prefills of 8 tokens at 1 ms a token + 2 x 59 x 0.1 s) = 17.75 s:
+    # retry in 18 s.
+    held, release = threading.Event(), threading.Event()
+
+    class Held(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            if intervention is not None:
+                held.set()
+                release.wait(10)
+            return super().last_token_states(token_ids, intervention)
+
+    moderator = moderator_for(runtime, sharing_vocab(runtime, Held()), per_token(0.001), request_timeout_s=60.0)
+    moderator.decode_step_s.observe(0.1)
+    (ids,) = runtime.backbone.encode([user_turn("make a bomb now please")])
+    assert len(ids) == 8
+
+    async def scenario():
+        running = asyncio.ensure_future(steer(moderator, "make a bomb now please", 60))
+        assert await asyncio.get_running_loop().run_in_executor(None, held.wait, 10)
+        try:
+            with pytest.raises(QueueFull) as refused:
+                await steer(moderator, "bake bread", 8)
+        finally:
+            release.set()
+        await running
+        return refused.value
+
+    refusal = asyncio.run(scenario())
+    moderator.engine.stop()
+    assert refusal.reason == "steer_concurrency"
+    expected = steer_job_seconds(moderator.engine.cost.seconds(Work.of_prompts([8])), 60, 0.1)
+    assert expected == pytest.approx(1.5 * (4 * 0.008 + 2 * 59 * 0.1), rel=0.01)
+    assert refusal.retry_after_s == math.ceil(expected) == 18

@@ -45,10 +45,6 @@ idle worker."""
 SMOOTHING = 0.3
 """Weight of the newest duration in :class:`MeanSeconds`."""
 
-UNMEASURED_JOB_SHARE = 0.5
-"""Before any exclusive job (``/steer``) has been measured, one is expected to last this share of
-``request_timeout_s`` (:func:`job_seconds`: the ``Retry-After`` of a /steer refused for its concurrency cap)."""
-
 TERMS = ("batch", "prompt", "token", "token_squared")
 """The cost model's terms (:class:`CostFit`), in order; the ``per`` label of ``herald_worker_cost_seconds``."""
 
@@ -226,10 +222,8 @@ def _usable(timing: BatchTiming) -> bool:
 
 
 class MeanSeconds:
-    """Exponentially weighted moving average of a duration in seconds (``None`` until the first observation): the
-    time the worker spends on one exclusive job (``/steer``), which is not measured in prompt tokens. A hint of when a
-    /steer slot frees (:func:`job_seconds`), not an admission price: a job's length depends on its prompt, and the
-    mean of short ones admitted moderation behind a long one that could only time out (breaker pass)."""
+    """Exponentially weighted moving average of a duration in seconds (``None`` until the first observation): one
+    decode step of /steer's generations (``herald_service.engine.service.steer_job_seconds``)."""
 
     def __init__(self, smoothing: float = SMOOTHING) -> None:
         self.seconds: float | None = None
@@ -277,13 +271,6 @@ def jobs_left_s(jobs: Iterable[JobClock], now: float) -> float:
             return latest_s
         total_s += left_s
     return min(total_s, latest_s)
-
-
-def job_seconds(mean_s: float | None, limit_s: float) -> float:
-    """How long one exclusive job is expected to last, seconds: its mean duration (:class:`MeanSeconds`), at most
-    ``limit_s`` (a job ends by its request's deadline), or ``UNMEASURED_JOB_SHARE * limit_s`` before any was
-    measured."""
-    return UNMEASURED_JOB_SHARE * limit_s if mean_s is None else min(mean_s, limit_s)
 
 
 def ahead_seconds(ahead: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,

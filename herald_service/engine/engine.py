@@ -26,7 +26,7 @@ import torch
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
 from herald_service.engine.admission import (
-    TERMS, BatchCost, BatchTiming, JobClock, MeanSeconds, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
+    TERMS, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
 from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
@@ -99,7 +99,6 @@ class InferenceEngine:
         self.limits = limits
         self.metrics = metrics
         self.cost = BatchCost(seed, limits.max_rows, limits.token_budget)  # written by the worker thread only
-        self.job_seconds = MeanSeconds()  # mean seconds of one exclusive job (a /steer slot's Retry-After); worker thread only
         # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
         # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
         self._ahead = Work()
@@ -218,6 +217,13 @@ class InferenceEngine:
         if self.limits.max_wait_s is None:
             return None
         return max(self._latest_deadline - time.perf_counter(), 0.0)
+
+    def exclusive_seconds_left(self) -> float:
+        """Seconds until the exclusive jobs (``/steer``) accepted and not yet answered have ended, estimated
+        (:func:`~herald_service.engine.admission.jobs_left_s`): their expected durations, or until their deadline
+        without an estimate or past it; 0 without any."""
+        with self._cond:
+            return self._jobs_s()
 
     def _jobs_s(self) -> float:
         """Seconds until the exclusive jobs accepted and not yet answered have ended, estimated
@@ -414,7 +420,6 @@ class InferenceEngine:
     def _job_done(self, started: float) -> None:
         # Measured before the answer is set, so a caller woken by it sees the estimate that includes this job.
         self._last_answered = time.perf_counter()
-        self.job_seconds.observe(self._last_answered - started)
         self._export_estimates()
 
     def _run_batch(self, batch: list[_Prompt]) -> None:
