@@ -150,6 +150,8 @@ class ServeCommand(Settings):
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for warning in self.start_up_warnings():
+            log.warning(warning)
         server: uvicorn.Server | None = None
 
         def stop() -> None:

@@ -7,14 +7,15 @@ nothing in Herald reads the environment anywhere else.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
-from herald_service.errors import SettingsFileError
+from herald_service.errors import MisspeltSetting, SettingsFileError
 from herald_service.text_file import NotUtf8Error, read_utf8
 
 EMBEDDED_BACKBONE = "embedded"
@@ -43,8 +44,6 @@ def _none_if_empty(value: object) -> object:
 
 def default_cache_dir() -> Path:
     """Folder for converted backbones and extracted-state caches: ``$XDG_CACHE_HOME/herald`` or ``~/.cache/herald``."""
-    import os
-
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "herald"
 
@@ -64,6 +63,55 @@ def _not_utf8(env_file: str | os.PathLike | Sequence[str | os.PathLike] | None) 
             return SettingsFileError(f"settings file {path.absolute()} is not UTF-8 text (line {exc.line}: byte"
                                      f" 0x{exc.byte:02x}); save it as UTF-8")
     return None
+
+
+KUBERNETES_SERVICE_LINK = re.compile(r"HERALD_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")
+"""Names Kubernetes sets in pods for a Service named ``herald`` (service links), which are not Herald settings.
+``HERALD_PORT`` is one of them too (``tcp://<ip>:<port>``): k8s/deployment.yaml switches service links off."""
+
+CLOSE_MATCH = 0.8
+"""difflib similarity at or above which an unknown ``HERALD_*`` name is taken for a misspelt setting and refused:
+``HERALD_API_KEY`` (0.93 to ``api_keys``), ``HERALD_MAX_TOKEN`` (0.95 to ``max_tokens``)."""
+
+
+def _env_file_names(env_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> dict[str, str]:
+    """``HERALD_*`` names set in the ``.env`` file(s) ``env_file`` that exist, each with the file (read by
+    python-dotenv, as pydantic-settings reads them)."""
+    from dotenv import dotenv_values
+
+    if env_file is None:
+        return {}
+    found = {}
+    for name in [env_file] if isinstance(env_file, (str, os.PathLike)) else env_file:
+        path = Path(name).expanduser()
+        if path.is_file():
+            found.update({key.upper(): str(path.absolute()) for key in dotenv_values(path) if key.upper().startswith("HERALD_")})
+    return found
+
+
+def unknown_setting_names(fields: Sequence[str], env_file: str | os.PathLike | Sequence[str | os.PathLike] | None
+                          ) -> tuple[list[str], list[str]]:
+    """``HERALD_*`` names set in the process environment or ``env_file`` that are not ``HERALD_<field>`` of
+    ``fields``: (misspelt, unknown), each a line naming the variable and where it was set. Misspelt ones are within
+    :data:`CLOSE_MATCH` of a field and name it; Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
+    out. pydantic-settings ignores such names (``extra="ignore"``): a typo in ``HERALD_API_KEYS`` left the API open
+    without a word (breaker pass)."""
+    import difflib
+
+    known = {field.lower() for field in fields}
+    names = _env_file_names(env_file)
+    names.update({key.upper(): "the environment" for key in os.environ if key.upper().startswith("HERALD_")})
+    misspelt, unknown = [], []
+    for name, where in sorted(names.items()):
+        field = name.removeprefix("HERALD_").lower()
+        if field in known or KUBERNETES_SERVICE_LINK.fullmatch(name):
+            continue
+        close = difflib.get_close_matches(field, known, n=1, cutoff=CLOSE_MATCH)
+        if close:
+            misspelt.append(f"{name} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}?")
+        else:
+            unknown.append(f"{name} (set in {where}) is not a Herald setting and is ignored")
+    return misspelt, unknown
 
 
 class BackboneSettings(BaseSettings):
@@ -135,7 +183,28 @@ class Settings(BackboneSettings):
     Raises:
         pydantic.ValidationError: at construction, for unsafe or inconsistent values (a placeholder API key, steering
             enabled without its key, limits that cannot be met).
+        MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
+            setting (:func:`unknown_setting_names`); other unknown names are kept for :meth:`start_up_warnings`.
     """
+
+    _unknown_names: list[str] = PrivateAttr(default_factory=list)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        env_file = values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file")
+        misspelt, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
+        if misspelt:
+            raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
+                                  " HERALD_API_KEYS would leave the API open)")
+
+    def start_up_warnings(self) -> list[str]:
+        """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), and that the
+        moderation endpoints are open when no API key is set."""
+        warnings = list(self._unknown_names)
+        if not self.api_keys:
+            warnings.append("no HERALD_API_KEYS: /classify and /v1/moderations answer anyone who can reach"
+                            f" {self.host}:{self.port}")
+        return warnings
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)

@@ -93,6 +93,12 @@ class SettingsFileError(HeraldError):
     error_type = "settings_error"
 
 
+class MisspeltSetting(HeraldError):
+    """A ``HERALD_*`` name set in the environment or ``.env`` is not a setting but nearly one (start-up)."""
+
+    error_type = "settings_error"
+
+
 class ProbeMismatch(HeraldError):
     """A probe artifact does not match the loaded backbone, or is malformed (start-up)."""
 

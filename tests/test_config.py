@@ -118,3 +118,44 @@ def test_keys_no_client_could_send_are_refused_at_start_up(monkeypatch, variable
     assert error in str(caught.value)
     monkeypatch.setenv(variable, "key-one-abcdefgh")
     assert Settings(_env_file=None) is not None
+
+
+def test_a_misspelt_setting_is_refused_naming_it_and_the_setting_meant(monkeypatch, tmp_path):
+    # The breaker's case: HERALD_API_KEY (singular) was ignored, and the API served without a key.
+    from herald_service.errors import MisspeltSetting
+
+    monkeypatch.setenv("HERALD_API_KEY", "abcdefghijklmnop-123")
+    with pytest.raises(MisspeltSetting) as refused:
+        Settings(_env_file=None)
+    assert refused.value.message.startswith("HERALD_API_KEY (set in the environment) is not a setting; did you mean"
+                                            " HERALD_API_KEYS?")
+    monkeypatch.delenv("HERALD_API_KEY")
+    env = tmp_path / ".env"
+    env.write_text("HERALD_MAX_TOKEN=100\nHERALD_PORT=9100\n")
+    with pytest.raises(MisspeltSetting, match=rf"HERALD_MAX_TOKEN \(set in {env}\) is not a setting; did you mean HERALD_MAX_TOKENS\?"):
+        Settings(_env_file=env)
+
+
+def test_other_unknown_names_are_warned_about_and_kubernetes_service_links_are_not(monkeypatch):
+    monkeypatch.setenv("HERALD_SOMETHING_ELSE", "1")
+    for name in ("HERALD_SERVICE_HOST", "HERALD_SERVICE_PORT", "HERALD_SERVICE_PORT_HTTP", "HERALD_PORT_8000_TCP",
+                 "HERALD_PORT_8000_TCP_ADDR", "HERALD_PORT_8000_TCP_PROTO", "HERALD_PORT_8000_TCP_PORT"):
+        monkeypatch.setenv(name, "10.0.0.1")
+    warnings = Settings(_env_file=None).start_up_warnings()
+    assert warnings == [
+        "HERALD_SOMETHING_ELSE (set in the environment) is not a Herald setting and is ignored",
+        "no HERALD_API_KEYS: /classify and /v1/moderations answer anyone who can reach 127.0.0.1:8000",
+    ]
+    assert Settings(api_keys="key-one-abcdefgh", _env_file=None).start_up_warnings() == warnings[:1]
+
+
+def test_herald_serve_exits_on_a_misspelt_setting_before_loading_anything():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    out = subprocess.run([sys.executable, "-m", "herald_service", "serve"], capture_output=True, text=True, timeout=60,
+                         env={**env, "HERALD_APIKEYS": "abcdefghijklmnop-123", "HERALD_PORT": "8141"})
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("herald: HERALD_APIKEYS (set in the environment) is not a setting; did you mean HERALD_API_KEYS?")
