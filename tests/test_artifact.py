@@ -8,7 +8,7 @@ import pytest
 
 from herald_service.backbone.fake import FakeBackbone, synthetic_corpus
 from herald_service.errors import ProbeMismatch
-from herald_service.probes.artifact import backbone_manifest, load_probe, save_probe
+from herald_service.probes.artifact import backbone_manifest, compatibility_warnings, load_probe, save_probe
 from herald_service.probes.probe import HeraldProbe
 from herald_service.types import user_turn
 
@@ -62,6 +62,19 @@ def test_mismatched_backbone_is_refused(tmp_path, fitted, change, message):
     other = dataclasses.replace(backbone.info, **change)
     with pytest.raises(ProbeMismatch, match=message):
         load_probe(tmp_path, other)
+
+
+def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_path, fitted):
+    # Breaker: a probe whose chat_template_hash or revision differs from the backbone's was served without a word.
+    backbone, probe, _ = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    _, manifest = load_probe(tmp_path, backbone.info)
+    assert compatibility_warnings(manifest, backbone.info) == []
+    other = dataclasses.replace(backbone.info, revision="gguf-sha256:" + "0" * 64, chat_template_hash="1" * 64)
+    _, manifest = load_probe(tmp_path, other)  # loads: DESIGN 2 refuses only layers, width and config
+    first, second = compatibility_warnings(manifest, other)
+    assert first.startswith(f"probe was fitted on weights {backbone.info.revision!r}, the backbone's are 'gguf-sha256:000")
+    assert second.startswith("probe was fitted with another chat template (chat_template_hash differs)")
 
 
 def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):

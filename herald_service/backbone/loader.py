@@ -386,7 +386,7 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
         return ResolvedBackbone(convert_gguf(gguf, cache_dir, sha), EMBEDDED_MODEL_ID, f"gguf-sha256:{sha}", EMBEDDED_SLUG)
     path = Path(spec).expanduser()
     if not path.exists():
-        raise BackboneError(f"backbone path {path} does not exist", field="backbone")
+        raise BackboneError(f"backbone path {path} does not exist (--backbone or HERALD_BACKBONE)", field="backbone")
     if path.is_file() or not (path / "config.json").is_file():
         source = find_gguf(path)
         if source is None:

@@ -13,7 +13,7 @@ from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import backbone_manifest, load_probe
+from herald_service.probes.artifact import backbone_manifest, compatibility_warnings, load_probe
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
 
@@ -109,5 +109,7 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
         raise ProbeMismatch(f"no probe for backbone {backbone.info.slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
     probe, manifest = load_probe(folder, backbone.info)
+    for warning in compatibility_warnings(manifest, backbone.info):
+        log.warning("%s (probe %s)", warning, folder)
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, backbone.info.dtype, folder)
     return Runtime(backbone, probe, manifest, str(folder))

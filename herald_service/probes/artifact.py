@@ -232,6 +232,22 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
         )
 
 
+def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list[str]:
+    """What differs between the backbone a probe was fitted on and ``info`` without making the probe unusable
+    (:func:`check_compatible` refuses the rest): the weights' revision (fine-tuned or re-quantized weights of the same
+    architecture: the directions may no longer hold) and the chat template's hash (it decides which token is last, so
+    the trajectory differs). Lines for ``herald serve``'s log; empty when both match."""
+    fitted = manifest["backbone"]
+    lines = []
+    if fitted.get("revision") != info.revision:
+        lines.append(f"probe was fitted on weights {fitted.get('revision')!r}, the backbone's are {info.revision!r}:"
+                     " its directions and threshold may not hold for these weights; refit with `herald fit`")
+    if fitted.get("chat_template_hash") != info.chat_template_hash:
+        lines.append("probe was fitted with another chat template (chat_template_hash differs): prompts end on other"
+                     " tokens than at fit time, so scores may shift; refit with `herald fit`")
+    return lines
+
+
 def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedProbe, dict[str, Any]]:
     """Load a probe; with ``info``, first check it matches that backbone.
 
