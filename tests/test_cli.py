@@ -24,7 +24,7 @@ def test_invalid_settings_exit_with_the_field_and_no_traceback():
 def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
     out = herald("serve", HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
     assert out.returncode == 1
-    assert out.stderr.strip().endswith(f"herald serve: backbone path {tmp_path / 'missing'} does not exist")
+    assert out.stderr.strip().endswith(f"herald serve: backbone path {tmp_path / 'missing'} does not exist (--backbone or HERALD_BACKBONE)")
 
 
 def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
