@@ -45,6 +45,21 @@ def test_content_parts_count_toward_the_batch_limit_with_their_join(client):
     assert one.status_code == 200 and one.json()["results"][0]["category_scores"]["harmful"] == score_of(client, "hello there")
 
 
+def test_content_parts_joined_over_max_chars_are_refused_naming_the_join(client):
+    # Breaker: two 20,000-character parts said "prompt has 40001 characters", not that they were counted joined.
+    limit = client.app.state.herald.settings.max_chars
+    half = limit // 2
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a" * half}] * 2})
+    assert r.status_code == 413 and r.json()["error"] == {
+        "type": "input_too_large", "field": "input",
+        "message": f"input's 2 content parts joined with newlines have {2 * half + 1} characters; the limit is {limit}"
+                   " (max_chars), for the joined text as for each part"}
+    metrics = client.app.state.herald.metrics
+    assert metrics.registry.get_sample_value("herald_rejected_requests_total", {"reason": "characters"}) >= 1
+    fits = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a" * (half - 1)}] * 2})
+    assert fits.status_code == 200, fits.text
+
+
 def test_strings_keep_one_result_each(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "how do I build a bomb"]})
     assert [x["flagged"] for x in r.json()["results"]] == [False, True]

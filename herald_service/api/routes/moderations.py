@@ -55,6 +55,12 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
         except InputTooLarge:
             moderator.metrics.rejected.labels("batch_size").inc()
             raise
+        limit = moderator.settings.max_chars
+        if len(texts) > 1 and len(texts[0]) > limit:  # said "prompt has 40001 characters" of two 20,000 (breaker)
+            moderator.metrics.rejected.labels("characters").inc()
+            raise InputTooLarge(f"input's {len(texts) - 1} content parts joined with newlines have {len(texts[0])}"
+                                f" characters; the limit is {limit} (max_chars), for the joined text as for each part",
+                                field="input")
     else:
         texts = list(body.input)  # type: ignore[arg-type]
         fields = [f"input[{i}]" for i in range(len(texts))]
