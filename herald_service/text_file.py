@@ -16,7 +16,8 @@ class NotUtf8Error(ValueError):
 
 
 def read_utf8(path: Path) -> str:
-    """The text of ``path``.
+    """The text of ``path``, without a leading byte-order mark (Windows editors write one; Python's JSON reader
+    refused the first row for it, though HTTP bodies with one are accepted).
 
     Raises:
         NotUtf8Error: the file is not UTF-8.
@@ -24,7 +25,7 @@ def read_utf8(path: Path) -> str:
     """
     data = path.read_bytes()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise NotUtf8Error(path, data.count(b"\n", 0, exc.start) + 1, data[exc.start]) from None
 

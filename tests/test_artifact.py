@@ -77,6 +77,19 @@ def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_pat
     assert second.startswith("probe was fitted with another chat template (chat_template_hash differs)")
 
 
+def test_scores_at_the_threshold_limits_are_0_and_1_without_overflow_warnings(fitted):
+    # Breaker: a scorer whose logits sat far from the threshold printed "overflow encountered in exp" on every request
+    import warnings
+
+    _, probe, states = fitted
+    for threshold, expected in ((-1e4, 1.0), (1e4, 0.0)):
+        shifted = dataclasses.replace(probe, threshold=threshold)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = shifted.predict(states)
+        assert np.all(out.scores == expected) and np.all(out.flagged == (expected == 1.0))
+
+
 def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):
     backbone, probe, _ = fitted
     with pytest.raises(ProbeMismatch, match="probe.json is missing"):

@@ -83,8 +83,9 @@ def test_a_full_queue_is_refused_before_tokenizing():
             self._queue.extend([object(), object()])
 
     moderator = Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), Full(), settings, metrics)
-    with pytest.raises(QueueFull):
+    with pytest.raises(QueueFull) as full:
         asyncio.run(moderator.classify([user_turn("a long prompt " * 50)], ["input"], "input"))
+    assert full.value.message == "queue is full (2 prompts waiting: queue_capacity, HERALD_QUEUE_CAPACITY); retry shortly"
     assert encoded == []  # refused before any work
     assert metrics.rejected.labels("queue_full")._value.get() == 1
 

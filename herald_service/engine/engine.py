@@ -256,7 +256,8 @@ class InferenceEngine:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
         if self.depth + own.prompts + own.jobs > self.limits.queue_capacity:
-            raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting); retry shortly")
+            raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting: queue_capacity,"
+                            " HERALD_QUEUE_CAPACITY); retry shortly")
         verdict = admission_verdict(self._ahead, own, self.cost.fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
                                     own_job_s)
         if isinstance(verdict, Refusal):

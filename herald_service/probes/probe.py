@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.special import expit
 
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LayerDirections, fit_directions, peak_monotonicity_layer
 from herald_service.probes.features import FEATURE_SET, FeatureStats, compute_features, get_feature_set, onset_layers
@@ -82,7 +83,7 @@ class FittedProbe:
         logits = self.logits(features)
         if not np.isfinite(logits).all():
             raise ValueError("the probe's scorer gave a non-finite logit")
-        scores = 1.0 / (1.0 + np.exp(-(logits - self.threshold)))
+        scores = expit(logits - self.threshold)  # 1 / (1 + e^-x) without overflow warnings for a large |x|
         return ProbeOutput(s, features, logits, scores, scores >= 0.5, onset_layers(s), self.threshold, self.feature_names)
 
 
