@@ -551,3 +551,17 @@ def test_work_is_costed_as_the_batches_of_whole_prompts_it_takes(length, batches
     # the budget is a batch of its own
     fit = CostFit(1.0, 0.0, 0.0, 0.0, 64, 8192)
     assert fit.seconds(Work.of_prompts([length] * 64)) == batches
+
+
+def test_a_timeout_below_one_short_prompts_estimated_time_is_warned_about_at_start_up(runtime):
+    # Breaker: HERALD_REQUEST_TIMEOUT_S=0.05 gave a ready server that answered every request 413.
+    from herald_service.api.app import timeout_warning
+
+    seed = (BatchTiming(1, 100, 1.0), BatchTiming(2, 100, 1.0), BatchTiming(1, 200, 2.0))  # 10 ms a token
+    engine = InferenceEngine(runtime.backbone, runtime.probe, EngineLimits(8192, 64, 0.0, 64, 0.05), HeraldMetrics(), seed)
+    assert engine.cost.seconds(Work.of_prompts([16])) == pytest.approx(0.16, rel=0.01)
+    assert timeout_warning(engine, 0.05) == ("HERALD_REQUEST_TIMEOUT_S 0.05 s is below one 16-token prompt's estimated"
+                                             " model time (0.16 s) on this backbone: every request will be refused 413")
+    assert timeout_warning(engine, 60.0) is None
+    unseeded = InferenceEngine(runtime.backbone, runtime.probe, EngineLimits(8192, 64, 0.0, 64, 0.05), HeraldMetrics())
+    assert timeout_warning(unseeded, 0.05) is None  # HERALD_WARMUP=false: nothing measured, nothing claimed

@@ -21,7 +21,7 @@ from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
-from herald_service.engine.admission import BatchTiming
+from herald_service.engine.admission import BatchTiming, Work
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_step_seconds, engine_limits
@@ -138,7 +138,26 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     state.runtime, state.engine = runtime, engine
     state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_step_s)
+    unmeetable = timeout_warning(engine, settings.request_timeout_s)
+    if unmeetable:
+        log.warning(unmeetable)
     log.info("ready: %s, probe %s", info.model_id, runtime.probe_path)
+
+
+TIMEOUT_PROBE_TOKENS = 16
+"""Length of the short prompt :func:`timeout_warning` prices: a greeting in a chat template is about this long."""
+
+
+def timeout_warning(engine: InferenceEngine, timeout_s: float) -> str | None:
+    """A start-up warning when ``request_timeout_s`` is below the cost model's price of one short prompt
+    (:data:`TIMEOUT_PROBE_TOKENS` tokens): every request would then be refused 413 by its estimated work while
+    ``/health/ready`` says ready (breaker: ``HERALD_REQUEST_TIMEOUT_S=0.05``). ``None`` when it is met, or before
+    any batch was timed (``HERALD_WARMUP=false``)."""
+    seconds = engine.cost.seconds(Work.of_prompts([TIMEOUT_PROBE_TOKENS]))
+    if seconds is None or seconds <= timeout_s:
+        return None
+    return (f"HERALD_REQUEST_TIMEOUT_S {timeout_s:g} s is below one {TIMEOUT_PROBE_TOKENS}-token prompt's estimated"
+            f" model time ({seconds:.3g} s) on this backbone: every request will be refused 413")
 
 
 def _stop_if_asked(state: AppState) -> None:
