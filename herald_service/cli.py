@@ -524,7 +524,7 @@ class DataCommand(BaseModel):
 
 
 class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
-    """Herald: safety moderation from a chat model's own hidden states."""
+    """Herald: safety moderation from a chat model's own hidden states. `herald --version` prints the version."""
 
     serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
     classify: CliSubCommand[ClassifyCommand] = Field(description="classify prompts from the command line, print JSON lines")
@@ -590,6 +590,11 @@ def main(argv: list[str] | None = None) -> None:
     from herald_service.errors import HeraldError
 
     args = sys.argv[1:] if argv is None else argv
+    if args in (["--version"], ["-V"]):
+        from herald_service import __version__
+
+        print(f"herald {__version__}")
+        return
     _refuse_valued_switches(args)
     try:
         CliApp.run(Herald, cli_args=args)

@@ -159,3 +159,13 @@ def test_herald_serve_exits_on_a_misspelt_setting_before_loading_anything():
                          env={**env, "HERALD_APIKEYS": "abcdefghijklmnop-123", "HERALD_PORT": "8141"})
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.startswith("herald: HERALD_APIKEYS (set in the environment) is not a setting; did you mean HERALD_API_KEYS?")
+
+
+def test_herald_version_prints_the_package_version():
+    import subprocess
+    import sys
+
+    from herald_service import __version__
+
+    out = subprocess.run([sys.executable, "-m", "herald_service", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == f"herald {__version__}\n"
