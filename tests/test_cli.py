@@ -390,3 +390,22 @@ def test_plot_refuses_an_out_that_names_no_file():
     out = herald("plot", "--out", "", "hello", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip() == "herald plot: --out '.' names no file; give a path such as --out trajectory.png"
+
+
+def labeled_rows(path, n: int = 10) -> None:
+    """``n`` harmful and ``n`` benign rows, enough for every check before the backbone loads."""
+    path.write_text("".join(f'{{"prompt": "h{i}", "label": "harmful", "source": "h"}}\n'
+                            f'{{"prompt": "b{i}", "label": "benign", "source": "b"}}\n' for i in range(n)))
+
+
+def test_fit_and_eval_refuse_a_prompt_given_with_both_labels_naming_its_lines(tmp_path):
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"prompt": "b9", "label": "harmful", "source": "x"}\n\n{"prompt": "h0", "label": "benign", "source": "x"}\n')
+    for command in ("fit", "eval"):
+        out = herald(command, "--data", f"{data},{other}", "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: the prompt 'h0' has both labels: {data} line 1 (harmful), {other} line 3 (benign); 2 prompts of"
+            " the data have both labels: give each prompt one label"), out.stderr
+    assert not (tmp_path / "cache").exists()

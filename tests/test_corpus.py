@@ -1,9 +1,14 @@
 """Reading labeled JSONL (herald_service.training.corpus): every bad row is named by file and line."""
 
+import logging
+from pathlib import Path
+
 import pytest
 
 from herald_service.text_file import NotUtf8Error
-from herald_service.training.corpus import expand_data, load_corpus
+from herald_service.training.corpus import expand_data, load_corpus, load_training_corpus
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 ROW = '{"prompt": "%s", "label": "%s", "source": "s"}'
 
@@ -64,3 +69,36 @@ def test_rows_are_parsed_strictly(tmp_path, line, message):
     with pytest.raises(ValueError) as caught:
         load_corpus([path])
     assert str(caught.value).startswith(f"{path} {message}"), caught.value
+
+
+def test_a_prompt_given_with_both_labels_is_refused_naming_its_rows_and_the_count(tmp_path):
+    # both were trained on, and one of them counted wrong in every metric (breaker finding)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(ROW % (p, l) for p, l in [("x", "harmful"), ("y", "harmful"), ("z", "benign")]) + "\n")
+    b.write_text("\n".join(ROW % (p, l) for p, l in [("z", "benign"), ("x", "benign"), ("y", "benign")]) + "\n")
+    with pytest.raises(ValueError) as caught:
+        load_training_corpus([a, b])
+    assert str(caught.value) == (f"the prompt 'x' has both labels: {a} line 1 (harmful), {b} line 2 (benign); 2 prompts"
+                                 " of the data have both labels: give each prompt one label")
+    assert [r.prompt for r in load_corpus([a, b])] == ["x", "y", "z", "z", "x", "y"]  # the plain reader still reads all
+
+
+def test_repeated_prompts_with_one_label_are_kept_and_counted_in_one_warning(tmp_path, caplog):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(ROW % (p, "benign") for p in ["x", "y", "x", "z", "y", "x"]) + "\n")
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"):
+        rows = load_training_corpus([path])
+    assert [r.prompt for r in rows] == ["x", "y", "x", "z", "y", "x"]  # none removed
+    assert [r.getMessage() for r in caplog.records] == [
+        f"2 prompts appear more than once (same label); duplicates can land on both sides of the split (first: {path} "
+        f"line 1 and {path} line 3)"]
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent")
+def test_the_shared_corpus_has_no_prompt_with_both_labels_and_keeps_every_row(caplog):
+    files = expand_data([SHARED_DATA])
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"):
+        rows = load_training_corpus(files)
+    assert rows == load_corpus(files)  # the same rows in the same order: fits on it are unchanged
+    assert len(rows) == 18017
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == ["14 prompts appear more than once (same label)"]

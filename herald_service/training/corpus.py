@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ import numpy as np
 
 from herald_service.strict_json import object_row
 from herald_service.text_file import is_valid_unicode, read_utf8
+
+log = logging.getLogger(__name__)
 
 LABELS = {"benign": 0, "harmful": 1}
 JAILBREAK_TEMPLATE_FILE = "pyrit_jailbreak_templates.jsonl"
@@ -45,13 +48,56 @@ def load_corpus(paths: list[Path]) -> list[Example]:
             when given), or lacks a ``label`` in :data:`LABELS`.
         OSError: a file that cannot be read.
     """
-    examples = []
+    return [example for example, _ in _read_rows(paths)]
+
+
+def _read_rows(paths: list[Path]) -> list[tuple[Example, str]]:
+    """Each row's :class:`Example` and where it is (``"<path> line <n>"``), in file and line order."""
+    rows = []
     for path in paths:
         # split at "\n" only: str.splitlines would also cut at a U+2028 that JSON allows inside a string
         for number, line in enumerate(read_utf8(path).split("\n"), 1):
             if line.strip():
-                examples.append(_row_example(line, f"{path} line {number}", path.name))
-    return examples
+                where = f"{path} line {number}"
+                rows.append((_row_example(line, where, path.name), where))
+    return rows
+
+
+def load_training_corpus(paths: list[Path]) -> list[Example]:
+    """:func:`load_corpus` for the data ``herald fit``, ``eval`` and ``recipes`` train on, checked for repeated prompts.
+
+    A prompt is its text as trained on (a HarmBench context joined to its request). A prompt given with both labels
+    is refused: a probe cannot learn both, and its metrics would count one of them wrong whatever it does. A prompt
+    given more than once with one label is kept as often as given (the shipped corpus has 14, most of them in two
+    sources, and removing them would change its fits) and counted in one warning line: its copies can land on both sides of
+    the random split, on the train part and the held-out one.
+
+    Raises:
+        ValueError: naming the rows (file and line, with their labels) of the first prompt given with both labels, and
+            how many prompts are; and every error of :func:`load_corpus`.
+        NotUtf8Error, OSError: as :func:`load_corpus`.
+    """
+    rows = _read_rows(paths)
+    places: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt -> (label, where) of each row, in order
+    for example, where in rows:
+        places[example.prompt].append((example.label, where))
+    repeated = {prompt: found for prompt, found in places.items() if len(found) > 1}
+    conflicts = [prompt for prompt, found in repeated.items() if len({label for label, _ in found}) > 1]
+    if conflicts:
+        names = {value: name for name, value in LABELS.items()}
+        first = conflicts[0]
+        shown = [f"{where} ({names[label]})" for label, where in places[first][:4]]
+        more = f" and {len(places[first]) - 4} more rows" if len(places[first]) > 4 else ""
+        preview = first if len(first) <= 60 else first[:59] + "…"
+        raise ValueError(f"the prompt {preview!r} has both labels: {', '.join(shown)}{more}; {len(conflicts)} "
+                         f"prompt{'s' if len(conflicts) > 1 else ''} of the data {'have' if len(conflicts) > 1 else 'has'}"
+                         " both labels: give each prompt one label")
+    if repeated:
+        (_, first_at), (_, second_at) = next(iter(repeated.values()))[:2]
+        many = len(repeated) > 1
+        log.warning("%d prompt%s more than once (same label); duplicates can land on both sides of the split "
+                    "(first: %s and %s)", len(repeated), "s appear" if many else " appears", first_at, second_at)
+    return [example for example, _ in rows]
 
 
 def _row_example(line: str, where: str, file: str) -> Example:

@@ -283,11 +283,12 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     """
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
-    from herald_service.training.corpus import cap_per_group, expand_data, load_corpus, require_both_labels, stratified_split
+    from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
+                                                stratified_split)
     from herald_service.training.extract import StateCache
 
     files = expand_data(data)
-    everything = load_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
+    everything = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(everything, files)
     loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)

@@ -23,7 +23,7 @@ from herald_service.training.corpus import (
     cap_per_group,
     expand_data,
     file_manifest,
-    load_corpus,
+    load_training_corpus,
     require_both_labels,
     stratified_split,
 )
@@ -233,7 +233,7 @@ def run_fit(options: FitOptions) -> dict:
     files = expand_data(options.data)
     if templates:  # a template file inside a --data folder is not labeled data
         files = [f for f in files if f.resolve() != options.jailbreak_templates.resolve()]
-    rows = load_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
+    rows = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(rows, files)
     capped = cap_per_group(rows, options.max_per_source, options.seed)
     if templates:
