@@ -217,7 +217,10 @@ class FitCommand(BaseModel):
 
     data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
     backbone: str = EMBEDDED_BACKBONE
-    out: Path | None = Field(None, description="Artifact folder; default models/<backbone-slug>/.")
+    out: Path | None = Field(None, description=(
+        "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
+        "already holds a probe is refused unless --overwrite is given."))
+    overwrite: bool = Field(False, description="Replace the probe already in the --out folder.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     device: Device = "auto"
     dtype: DType = "auto"

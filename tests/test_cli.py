@@ -409,3 +409,35 @@ def test_fit_and_eval_refuse_a_prompt_given_with_both_labels_naming_its_lines(tm
             f"herald: the prompt 'h0' has both labels: {data} line 1 (harmful), {other} line 3 (benign); 2 prompts of"
             " the data have both labels: give each prompt one label"), out.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def herald_in(cwd, *args: str) -> subprocess.CompletedProcess:
+    """`herald ARGS` run from the folder ``cwd`` (the default --data and --out are relative to it)."""
+    return subprocess.run([sys.executable, "-m", "herald_service", *args], capture_output=True, text=True, timeout=180,
+                          cwd=cwd, env={**os.environ, "HERALD_PORT": "8139"})
+
+
+def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_backbone_loads(tmp_path):
+    # `herald fit` without --out replaced the committed models/smollm2-135m-instruct that `herald serve` loads
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    shipped = tmp_path / "models" / "smollm2-135m-instruct"
+    shipped.mkdir(parents=True)
+    (shipped / "probe.json").write_text("{}")
+    out = herald_in(tmp_path, "fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "herald: models/smollm2-135m-instruct (the default --out for this backbone) already holds a probe (probe.json),"
+        " the probe `herald serve` loads by default; pass --out DIR to write the new one elsewhere, or --overwrite to"
+        " replace it"), out.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "probe.safetensors").write_bytes(b"")
+    missing = tmp_path / "missing-backbone"  # loads nothing: shows which check comes first
+    out = herald_in(tmp_path, "fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --out {mine} already holds a probe (probe.safetensors); pass --out DIR to write the new one elsewhere,"
+        " or --overwrite to replace it"), out.stderr
+    out = herald_in(tmp_path, "fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing), "--overwrite")
+    assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, out.stderr
+    assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+    assert (shipped / "probe.json").read_text() == "{}"

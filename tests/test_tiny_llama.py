@@ -1,5 +1,6 @@
 """Backbone, hooks, fit and API on a tiny random-initialized Llama built from a config (no download)."""
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -177,7 +178,7 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in rows])}
     assert len(cached) == len(distinct)  # one file per distinct token sequence
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
-    run_fit(options)  # second run reads states from the cache
+    run_fit(dataclasses.replace(options, overwrite=True))  # second run reads states from the cache (same --out)
     assert {p: p.stat().st_mtime_ns for p in cached} == mtimes
 
 

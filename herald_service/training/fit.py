@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from herald_service.backbone.hf import HFBackbone
-from herald_service.backbone.loader import resolve_backbone
+from herald_service.backbone.loader import EMBEDDED_SLUG, find_gguf, resolve_backbone, slugify
+from herald_service.config import EMBEDDED_BACKBONE
 from herald_service.data.hashing import corpus_sha256
-from herald_service.probes.artifact import backbone_manifest, save_probe
+from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe, balanced_weights
@@ -59,6 +60,8 @@ class FitOptions:
     jailbreak_templates: Path | None = None
     """``pyrit_jailbreak_templates.jsonl``; required when ``jailbreak_train_per_class`` > 0."""
     token_budget: int = 4096
+    overwrite: bool = False
+    """Replace a probe already in the output folder (``--overwrite``); without it :func:`refuse_a_probe_there` refuses."""
     command: str | None = None
     """The command line to record in the manifest (``herald fit ...``); None outside the CLI."""
 
@@ -194,6 +197,29 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
     return kept, record
 
 
+def default_out(backbone: str) -> Path | None:
+    """``models/<slug>``: where ``herald fit`` writes without ``--out``, and the folder ``herald serve`` loads by default
+    for that backbone, named as :func:`~herald_service.backbone.loader.resolve_backbone` names it but without converting
+    a GGUF (the refusal of :func:`refuse_a_probe_there` must come before that, and cost nothing).
+
+    Returns:
+        None when ``backbone`` names no model; ``resolve_backbone`` says why once the data is read.
+
+    Raises:
+        BackboneError: as :func:`~herald_service.backbone.loader.find_gguf`, for a folder of several GGUF models or an
+            incomplete set of shards or chunks.
+    """
+    if backbone == EMBEDDED_BACKBONE:
+        return Path("models") / EMBEDDED_SLUG
+    path = Path(backbone).expanduser()
+    if not path.exists():
+        return None
+    if path.is_dir() and (path / "config.json").is_file():
+        return Path("models") / slugify(path.name)
+    source = find_gguf(path)
+    return None if source is None else Path("models") / slugify(source.stem)
+
+
 def check_out(out: Path) -> None:
     """Refuse an ``--out`` the probe cannot be written to, before any model loads (it failed with "[Errno 20] Not a
     directory" after the extraction and fit: breaker finding): the path or a parent is a file, or the nearest existing
@@ -212,17 +238,38 @@ def check_out(out: Path) -> None:
             return
 
 
+def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) -> None:
+    """Refuse to write into a folder that already holds a probe unless ``overwrite`` (``--overwrite``), before any model
+    loads: ``herald fit`` without ``--out`` silently replaced the committed probe that ``herald serve`` loads (breaker
+    finding).
+
+    Args:
+        served: ``out`` is the folder ``herald serve`` loads by default for this backbone (:func:`default_out`).
+        given: ``out`` came from ``--out``; else it is the default folder.
+
+    Raises:
+        ValueError: naming the folder, the probe files in it, and what to pass instead.
+    """
+    held = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
+    if held and not overwrite:
+        where = f"--out {out}" if given else f"{out} (the default --out for this backbone)"
+        what = ", the probe `herald serve` loads by default" if served else ""
+        raise ValueError(f"{where} already holds a probe ({', '.join(held)}){what}; pass --out DIR to write the new "
+                         "one elsewhere, or --overwrite to replace it")
+
+
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if ``out`` cannot be written (:func:`check_out`), the data has fewer than 8 rows of a label
+        ValueError: if ``out`` cannot be written (:func:`check_out`) or holds a probe and ``overwrite`` is off
+            (:func:`refuse_a_probe_there`), the data has fewer than 8 rows of a label
             (:func:`~herald_service.training.corpus.require_both_labels`), the feature set or direction estimator is
-            unknown, a data path is missing or a row unreadable (:func:`~herald_service.training.corpus.load_corpus`
-            names file and line), or the jailbreak templates are (:func:`jailbreak_templates_of`): all before the
-            backbone loads; or, after extraction, a label too thin for the calibration or fit part
-            (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
+            unknown, a data path is missing, a row unreadable or a prompt given with both labels
+            (:func:`~herald_service.training.corpus.load_training_corpus` names file and line), or the jailbreak
+            templates are (:func:`jailbreak_templates_of`): all before the backbone loads; or, after extraction, a
+            label too thin for the calibration or fit part (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
     """
     started = time.perf_counter()
     if options.out is not None:
@@ -238,6 +285,11 @@ def run_fit(options: FitOptions) -> dict:
     capped = cap_per_group(rows, options.max_per_source, options.seed)
     if templates:
         check_jailbreak_inputs(templates, rows, capped, options)
+    default = default_out(options.backbone)
+    planned = options.out or default
+    if planned is not None:
+        served = default is not None and planned.resolve() == default.resolve()
+        refuse_a_probe_there(planned, options.overwrite, served, given=options.out is not None)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     out = options.out or Path("models") / backbone.info.slug
     cache = StateCache(options.cache_dir, backbone)
