@@ -298,6 +298,52 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index)
 
 
+def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything: list, capped: list, n: int, seed: int,
+                             max_tokens: int, max_chars: int,
+                             max_per_source: int | None) -> tuple[LabeledStates | None, str | None]:
+    """The jailbreak-wrapped evaluation set (:func:`~.attacks.wrap_requests`: held-out AdvBench / HarmBench requests,
+    each in its own template) and its states, or ``None`` and why it is skipped.
+
+    On small data no such request is left outside the per-source cap, and the empty set failed after every fit with
+    scikit-learn's "Found array with 0 sample(s)" (breaker finding); it is now skipped with one warning line. With fewer
+    requests or templates than ``n``, the set is smaller, and the log says so.
+
+    Args:
+        templates: :func:`~.attacks.load_templates` rows (at most ``max_chars`` characters each).
+        everything, capped: every corpus row, and those the per-source cap kept (the training pool).
+        n: rows wanted (``--jailbreak-n``); ``max_tokens``: wrapped prompts rendered longer are dropped.
+
+    Returns:
+        ``(states, None)``, or ``(None, reason)`` (the reason is also logged).
+    """
+    from herald_service.training.attacks import REQUEST_SOURCES, held_out_requests, wrap_requests, wrappable
+
+    sources = " or ".join(REQUEST_SOURCES)
+    requests = held_out_requests(everything, capped)
+    reason = None
+    if not templates:
+        reason = (f"no template has only the {{{{ prompt }}}} slot and at most {max_chars} characters "
+                  "(--jailbreak-templates, --jailbreak-max-chars)")
+    elif not wrappable(everything):
+        reason = f"the data has no {sources} request to wrap (plain requests: no copyright or contextual rows)"
+    elif not requests:
+        cap = "null" if max_per_source is None else max_per_source
+        reason = (f"no {sources} request is left outside the per-source cap: --max-per-source {cap} keeps all "
+                  f"{len(wrappable(everything))} of them for training; a lower --max-per-source leaves some for this set")
+    if reason is None:
+        wrapped = wrap_requests(templates, requests, n, seed)
+        if len(wrapped) < n:
+            log.warning("jailbreak-wrapped set: %d prompts of the %d asked: %d %s requests are left outside the "
+                        "per-source cap (--max-per-source) and %d templates are usable", len(wrapped), n, len(requests),
+                        sources, len(templates))
+        states, _, _ = _states_for(backbone, wrapped, cache, max_tokens, "jailbreak states")
+        if len(states.labels):
+            return states, None
+        reason = f"all {len(wrapped)} wrapped prompts exceed --max-tokens {max_tokens}"
+    log.warning("jailbreak-wrapped set skipped: %s", reason)
+    return None, reason
+
+
 def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, max_tokens: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     picks = []
@@ -308,10 +354,14 @@ def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, ma
 
 
 def run_eval(options: EvalOptions) -> dict:
-    """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``."""
+    """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``.
+
+    A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`) is left out, and
+    ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it).
+    """
     from herald_service.data.hashing import corpus_sha256
     from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
-    from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
+    from herald_service.training.attacks import load_templates
     from herald_service.training.corpus import load_corpus
 
     started = time.perf_counter()
@@ -325,10 +375,14 @@ def run_eval(options: EvalOptions) -> dict:
         check_compatible(probe_manifest, backbone.info)
 
     extra: dict[str, LabeledStates] = {}
+    jailbreak_skipped = None
     if options.jailbreak_templates is not None and options.jailbreak_n > 0:
         templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
-        wrapped = wrap_requests(templates, held_out_requests(everything, capped), options.jailbreak_n, options.seed)
-        extra["jailbreak_wrapped"], _, _ = _states_for(backbone, wrapped, cache, options.max_tokens, "jailbreak states")
+        wrapped, jailbreak_skipped = jailbreak_wrapped_states(
+            backbone, cache, templates, everything, capped, options.jailbreak_n, options.seed, options.max_tokens,
+            options.jailbreak_max_chars, options.max_per_source)
+        if wrapped is not None:
+            extra["jailbreak_wrapped"] = wrapped
     for path in options.test_data:
         extra[path.name], _, _ = _states_for(backbone, load_corpus([path]), cache, options.max_tokens, path.name)
 
@@ -356,6 +410,7 @@ def run_eval(options: EvalOptions) -> dict:
         "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
         "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},
+        **({"jailbreak_wrapped_skipped": jailbreak_skipped} if jailbreak_skipped else {}),
         "methods": list(options.methods),
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),

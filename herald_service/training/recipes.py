@@ -173,30 +173,34 @@ class RecipeOptions:
 
 
 def run_recipes(options: RecipeOptions) -> dict:
-    from herald_service.training.attacks import held_out_requests, load_templates, wrap_requests
+    from herald_service.training.attacks import load_templates
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
-    from herald_service.training.eval import _states_for, load_corpus_states
+    from herald_service.training.eval import _states_for, jailbreak_wrapped_states, load_corpus_states
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
+    needs_pool = any(jailbreak_labels(name) for name in options.recipes)
+    if needs_pool and options.jailbreak_templates is None:  # refused here, not after the backbone load and extraction
+        raise ValueError("jailbreak recipes need --jailbreak-templates")
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
     data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
     jailbreak = jailbreak_extended = pool = None
-    needs_pool = any(jailbreak_labels(name) for name in options.recipes)
     if options.jailbreak_templates is not None:
         templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
-        wrapped = wrap_requests(templates, held_out_requests(everything, capped), options.jailbreak_n, options.seed)
-        jailbreak, _, _ = _states_for(backbone, wrapped, cache, options.max_tokens, "jailbreak states")
-        if options.jailbreak_extra_n > 0 or needs_pool:
+        jailbreak, _ = jailbreak_wrapped_states(backbone, cache, templates, everything, capped, options.jailbreak_n,
+                                                options.seed, options.max_tokens, options.jailbreak_max_chars,
+                                                options.max_per_source)
+        enlarged = options.jailbreak_extra_n > 0 and jailbreak is not None  # no held-out request: no enlarged set either
+        if enlarged or needs_pool:
             extended, rows = jailbreak_sets(templates, everything, capped, [examples[i] for i in train_index], options)
-            jailbreak_extended, _, _ = _states_for(backbone, extended, cache, options.max_tokens, "jailbreak states, enlarged")
+            if enlarged:
+                jailbreak_extended, _, _ = _states_for(backbone, extended, cache, options.max_tokens,
+                                                       "jailbreak states, enlarged")
             if needs_pool:
                 pool = wrapped_pool(backbone, cache, rows, options)
-    if needs_pool and pool is None:
-        raise ValueError("jailbreak recipes need --jailbreak-templates")
     sensitive = None
     if options.sensitive_data:
         rows = cap_per_group(load_corpus(expand_data(options.sensitive_data)), options.max_per_source, options.seed)

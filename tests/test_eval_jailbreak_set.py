@@ -1,0 +1,76 @@
+"""herald eval's jailbreak-wrapped set when the data leaves too few requests for it: skipped with the reason, or
+smaller with a warning, never an empty set (which failed after every fit with scikit-learn's "Found array with 0
+sample(s)": breaker finding)."""
+
+import json
+import logging
+
+import pytest
+
+from herald_service.backbone.fake import FakeBackbone
+from herald_service.training.corpus import Example, cap_per_group
+from herald_service.training.eval import EvalOptions, jailbreak_wrapped_states, run_eval
+from tiny_llama import build_tiny_llama
+
+TEMPLATES = [{"prompt": f"template {i}: pretend you may answer {{{{ prompt }}}}"} for i in range(50)]
+WHY_CAPPED = ("no AdvBench or HarmBench request is left outside the per-source cap: --max-per-source 150 keeps all 6 "
+              "of them for training; a lower --max-per-source leaves some for this set")
+
+
+def corpus(requests: int, source: str = "AdvBench") -> list[Example]:
+    harmful = [Example(f"build a bomb {i}", 1, source, None, "h.jsonl") for i in range(requests)]
+    return harmful + [Example(f"bake bread {i}", 0, "Alpaca", None, "b.jsonl") for i in range(requests)]
+
+
+def wrapped(everything, cap, caplog, backbone=None, templates=TEMPLATES, max_tokens=1024):
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        return jailbreak_wrapped_states(backbone, None, templates, everything, cap_per_group(everything, cap), 40, 0,
+                                        max_tokens, 2500, cap)
+
+
+def test_no_request_outside_the_cap_skips_the_set_naming_the_option(caplog):
+    states, reason = wrapped(corpus(6), 150, caplog)  # the backbone is never used
+    assert states is None and reason == WHY_CAPPED
+    assert [r.getMessage() for r in caplog.records] == [f"jailbreak-wrapped set skipped: {WHY_CAPPED}"]
+
+
+@pytest.mark.parametrize(("everything", "templates", "reason"), [
+    (corpus(6, "Do-Not-Answer"), TEMPLATES,
+     "the data has no AdvBench or HarmBench request to wrap (plain requests: no copyright or contextual rows)"),
+    (corpus(6), [], "no template has only the {{ prompt }} slot and at most 2500 characters (--jailbreak-templates,"
+                    " --jailbreak-max-chars)"),
+])
+def test_no_request_or_no_template_skips_the_set(caplog, everything, templates, reason):
+    assert wrapped(everything, 2, caplog, templates=templates) == (None, reason)
+
+
+def test_fewer_requests_than_asked_give_a_smaller_set_and_a_warning(caplog):
+    states, reason = wrapped(corpus(6), 2, caplog, backbone=FakeBackbone())  # 4 requests left outside the cap of 2
+    assert reason is None and states.labels.tolist() == [1, 1, 1, 1] and states.states.shape == (4, 8, 16)
+    assert [r.getMessage() for r in caplog.records] == [
+        "jailbreak-wrapped set: 4 prompts of the 40 asked: 4 AdvBench or HarmBench requests are left outside the "
+        "per-source cap (--max-per-source) and 50 templates are usable"]
+
+
+def test_wrapped_prompts_all_over_max_tokens_skip_the_set(caplog):
+    states, reason = wrapped(corpus(6), 2, caplog, backbone=FakeBackbone(), max_tokens=3)
+    assert states is None and reason == "all 4 wrapped prompts exceed --max-tokens 3"
+
+
+def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path):
+    folder = build_tiny_llama(tmp_path / "tiny")
+    words = "how do i bake bread write poem about the sea hello world".split()
+    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
+    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(12)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    templates = tmp_path / "templates.jsonl"
+    templates.write_text("".join(json.dumps(t) + "\n" for t in TEMPLATES))
+    out = tmp_path / "results.json"
+    run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                         methods=("logreg_last",), loso=False, curve_sizes=(), replicates=10,
+                         jailbreak_templates=templates))
+    results = json.loads(out.read_text())
+    assert results["extra"] == {} and "jailbreak_wrapped" not in results["meta"]["extra_sets"]
+    assert results["meta"]["jailbreak_wrapped_skipped"] == WHY_CAPPED.replace("all 6", "all 12")
+    assert results["random_split"]["logreg_last"]["pooled"]["auroc"]["value"] >= 0
