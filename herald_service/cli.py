@@ -24,6 +24,8 @@ from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, D
 
 CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
 
+log = logging.getLogger(__name__)
+
 
 def prompt_words(words: list[str], command: str) -> list[str]:
     """TEXT words exactly as the shell passed them (commas, quotes, brackets and spaces kept).
@@ -212,10 +214,53 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             print(json.dumps(row, ensure_ascii=False))
 
 
+DEFAULT_DATA = Path("../shared/data")
+"""The default ``--data`` of fit, eval and recipes: the corpus beside the repository, so relative to its root."""
+DATA_HELP = ("Labeled JSONL files or folders (a folder: its *.jsonl but the jailbreak templates), as --data a.jsonl,b.jsonl "
+             "or --data a.jsonl --data b.jsonl or a JSON list '[\"a.jsonl\",\"b.jsonl\"]'; the default is relative to "
+             "the current directory.")
+
+
+def check_default_data(options: BaseModel) -> None:
+    """Refuse the default ``--data`` when it is not there, saying it is read from the current directory (``herald
+    fit`` outside the repository root said only "../shared/data does not exist": breaker finding). A ``--data`` given
+    is checked by :func:`~herald_service.training.corpus.expand_data`, which names the path.
+
+    Raises:
+        ValueError: naming the default, the current directory and how to give other data.
+    """
+    if "data" in options.model_fields_set or DEFAULT_DATA.exists():
+        return
+    raise ValueError(f"--data defaults to {DEFAULT_DATA}, relative to the current directory ({Path.cwd()}), and it does "
+                     "not exist there; run from the repository root (the corpus sits beside it), or point --data "
+                     "FILE.jsonl,... at other data")
+
+
+def jailbreak_templates_given(options: BaseModel) -> Path | None:
+    """The ``--jailbreak-templates`` file of eval or recipes, checked before any work: a path given that is not a file
+    is refused (it used to drop the jailbreak-wrapped set without a word: breaker finding); a missing default is
+    skipped with one warning line. ``--jailbreak-templates null`` turns the set off.
+
+    Raises:
+        ValueError: naming the option and the path given.
+    """
+    path = options.jailbreak_templates
+    if path is None or path.is_file():
+        return path
+    if "jailbreak_templates" in options.model_fields_set:
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ValueError(f"--jailbreak-templates {path} {what}; give the PyRIT templates file "
+                         "(pyrit_jailbreak_templates.jsonl of ../shared/data), or null to leave the jailbreak-wrapped "
+                         "set out")
+    log.warning("the default --jailbreak-templates %s does not exist (relative to the current directory); the "
+                "jailbreak-wrapped set is skipped", path)
+    return None
+
+
 class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
-    data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
+    data: list[Path] = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = EMBEDDED_BACKBONE
     out: Path | None = Field(None, description=(
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
@@ -259,6 +304,7 @@ class FitCommand(BaseModel):
         from herald_service.training.fit import FitOptions, run_fit
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        check_default_data(self)
         manifest = run_fit(FitOptions(**self.model_dump(), command=shlex.join(["herald", *sys.argv[1:]])))
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
@@ -357,7 +403,7 @@ class EvalCommand(BaseModel):
     """Evaluate Herald against latent and guard-style baselines on cached states: random split, leave-one-source-out,
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
 
-    data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
+    data: list[Path] = Field([DEFAULT_DATA], description=DATA_HELP)
     test_data: list[Path] = Field(default_factory=list, description="Extra labeled JSONL files, never trained on.")
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
@@ -374,7 +420,9 @@ class EvalCommand(BaseModel):
     curve_sizes: list[int] = Field([25, 50, 100, 250, 500, 1000])
     curve_seeds: list[int] = Field([0, 1, 2])
     replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
-    jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
+    jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
+        "Jailbreak templates with a {{ prompt }} slot for the jailbreak-wrapped set; null: no such set. A path given "
+        "must exist; a missing default skips the set with a warning."))
     jailbreak_n: int = Field(40, ge=0)
     jailbreak_max_chars: int = Field(2500, ge=1)
     guard_per_source: int = Field(20, ge=0, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
@@ -407,13 +455,14 @@ class EvalCommand(BaseModel):
         from herald_service.training.eval import EvalOptions, run_eval
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        check_default_data(self)
+        templates = jailbreak_templates_given(self) if self.jailbreak_n > 0 else self.jailbreak_templates
         torch.set_num_threads(self.threads)
         threadpool_limits(self.threads)  # BLAS threads spin-wait on a shared CPU: one thread is 4x faster here
         fields = self.model_dump(exclude={"threads"})
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
-        if fields["jailbreak_templates"] is not None and not fields["jailbreak_templates"].is_file():
-            fields["jailbreak_templates"] = None
+        fields["jailbreak_templates"] = templates
         results = run_eval(EvalOptions(**fields))
         summary = {name: {"random_split_auroc": round(r["pooled"]["auroc"]["value"], 4)} for name, r in results["random_split"].items()}
         for name, r in results.get("loso", {}).get("pooled", {}).items():
@@ -426,7 +475,7 @@ class RecipesCommand(BaseModel):
     """Compare Herald training recipes (shipped, hard negatives, templated benign prompts) on leave-one-source-out
     evaluation; writes one JSON file that `herald report` includes."""
 
-    data: list[Path] = Field([Path("../shared/data")], description="JSONL files or folders.")
+    data: list[Path] = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Path("docs/eval/recipes.json")
@@ -439,7 +488,9 @@ class RecipesCommand(BaseModel):
     max_tokens: int = Field(1024, ge=1)
     seed: int = 0
     replicates: int = Field(1000, ge=10)
-    jailbreak_templates: Path | None = Path("../shared/data/pyrit_jailbreak_templates.jsonl")
+    jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
+        "Jailbreak templates with a {{ prompt }} slot, for the jailbreak-wrapped sets and the `*jailbreak` recipes; "
+        "null: none. A path given must exist; a missing default skips the wrapped sets with a warning."))
     jailbreak_extra_n: int = Field(80, description=(
         "Rows added to the n=40 jailbreak-wrapped set on templates split off from training (enlarged set)."))
     jailbreak_train_per_class: int = Field(80, description=(
@@ -468,12 +519,13 @@ class RecipesCommand(BaseModel):
         from herald_service.training.recipes import RecipeOptions, run_recipes
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        check_default_data(self)
+        templates = jailbreak_templates_given(self)
         torch.set_num_threads(self.threads)
         threadpool_limits(self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
-        if fields["jailbreak_templates"] is not None and not fields["jailbreak_templates"].is_file():
-            fields["jailbreak_templates"] = None
+        fields["jailbreak_templates"] = templates
         out = run_recipes(RecipeOptions(**fields))
         print(json.dumps({name: {"loso_pooled_f1": round(r["loso_pooled"]["f1"]["value"], 4),
                                  "loso_pooled_auroc": round(r["loso_pooled"]["auroc"]["value"], 4)}

@@ -441,3 +441,45 @@ def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_bac
     assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, out.stderr
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
     assert (shipped / "probe.json").read_text() == "{}"
+
+
+def test_the_default_data_is_named_as_relative_to_the_current_directory(tmp_path):
+    # it said only "herald: ../shared/data does not exist"
+    for command in ("fit", "eval", "recipes"):
+        out = herald_in(tmp_path, command, "--max-per-source", "1")
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --data defaults to ../shared/data, relative to the current directory ({tmp_path}), and it does not"
+            " exist there; run from the repository root (the corpus sits beside it), or point --data FILE.jsonl,... at"
+            " other data"), (command, out.stderr)
+
+
+def test_a_jailbreak_templates_path_given_must_exist_and_a_missing_default_is_skipped_with_a_warning(tmp_path):
+    # both dropped the jailbreak-wrapped set without a word
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    for command in ("eval", "recipes"):
+        for path, what in ((tmp_path / "nope.jsonl", "does not exist"), (tmp_path, "is a folder")):
+            out = herald(command, "--data", str(data), "--jailbreak-templates", str(path), "--cache-dir", str(tmp_path / "cache"))
+            assert out.returncode == 1 and out.stderr.strip() == (
+                f"herald: --jailbreak-templates {path} {what}; give the PyRIT templates file (pyrit_jailbreak_templates"
+                ".jsonl of ../shared/data), or null to leave the jailbreak-wrapped set out"), (command, out.stderr)
+    assert not (tmp_path / "cache").exists()
+    one_label = tmp_path / "harmful.jsonl"  # stops right after the warning, before any model loads
+    one_label.write_text('{"prompt": "h", "label": "harmful", "source": "h"}\n')
+    out = herald_in(tmp_path, "eval", "--data", str(one_label))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 2, out.stderr
+    assert lines[0].endswith("WARNING herald_service.cli: the default --jailbreak-templates ../shared/data/pyrit_jailbreak"
+                             "_templates.jsonl does not exist (relative to the current directory); the jailbreak-wrapped"
+                             " set is skipped"), lines[0]
+    assert lines[1].startswith("herald: the data holds no benign row")
+
+
+def test_data_help_shows_the_three_ways_to_give_several_files():
+    for command in ("fit", "eval", "recipes"):
+        out = herald(command, "--help")
+        assert out.returncode == 0, out.stderr
+        text = " ".join(out.stdout.split())  # argparse wraps the help text
+        assert ("--data list[Path] Labeled JSONL files or folders (a folder: its *.jsonl but the jailbreak templates),"
+                " as --data a.jsonl,b.jsonl or --data a.jsonl --data b.jsonl or a JSON list '[\"a.jsonl\",\"b.jsonl\"]';"
+                " the default is relative to the current directory.") in text, (command, text)
