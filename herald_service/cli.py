@@ -236,25 +236,21 @@ def check_default_data(options: BaseModel) -> None:
                      "FILE.jsonl,... at other data")
 
 
-def jailbreak_templates_given(options: BaseModel) -> Path | None:
-    """The ``--jailbreak-templates`` file of eval or recipes, checked before any work: a path given that is not a file
-    is refused (it used to drop the jailbreak-wrapped set without a word: breaker finding); a missing default is
-    skipped with one warning line. ``--jailbreak-templates null`` turns the set off.
+def check_jailbreak_templates(options: BaseModel) -> None:
+    """Refuse a ``--jailbreak-templates`` path given to eval or recipes that is not a file, before any work (it used
+    to drop the jailbreak-wrapped set without a word: breaker finding). The default path is not checked here: when it
+    is missing, the run skips the set with one warning line, once the data is read (``run_eval``, ``run_recipes``).
+    ``--jailbreak-templates null`` turns the set off.
 
     Raises:
         ValueError: naming the option and the path given.
     """
     path = options.jailbreak_templates
-    if path is None or path.is_file():
-        return path
-    if "jailbreak_templates" in options.model_fields_set:
+    if "jailbreak_templates" in options.model_fields_set and path is not None and not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
         raise ValueError(f"--jailbreak-templates {path} {what}; give the PyRIT templates file "
                          "(pyrit_jailbreak_templates.jsonl of ../shared/data), or null to leave the jailbreak-wrapped "
                          "set out")
-    log.warning("the default --jailbreak-templates %s does not exist (relative to the current directory); the "
-                "jailbreak-wrapped set is skipped", path)
-    return None
 
 
 class FitCommand(BaseModel):
@@ -456,13 +452,12 @@ class EvalCommand(BaseModel):
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_default_data(self)
-        templates = jailbreak_templates_given(self) if self.jailbreak_n > 0 else self.jailbreak_templates
+        check_jailbreak_templates(self)
         torch.set_num_threads(self.threads)
         threadpool_limits(self.threads)  # BLAS threads spin-wait on a shared CPU: one thread is 4x faster here
         fields = self.model_dump(exclude={"threads"})
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
-        fields["jailbreak_templates"] = templates
         results = run_eval(EvalOptions(**fields))
         summary = {name: {"random_split_auroc": round(r["pooled"]["auroc"]["value"], 4)} for name, r in results["random_split"].items()}
         for name, r in results.get("loso", {}).get("pooled", {}).items():
@@ -520,12 +515,11 @@ class RecipesCommand(BaseModel):
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_default_data(self)
-        templates = jailbreak_templates_given(self)
+        check_jailbreak_templates(self)
         torch.set_num_threads(self.threads)
         threadpool_limits(self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
-        fields["jailbreak_templates"] = templates
         out = run_recipes(RecipeOptions(**fields))
         print(json.dumps({name: {"loso_pooled_f1": round(r["loso_pooled"]["f1"]["value"], 4),
                                  "loso_pooled_auroc": round(r["loso_pooled"]["auroc"]["value"], 4)}

@@ -453,8 +453,8 @@ def test_the_default_data_is_named_as_relative_to_the_current_directory(tmp_path
             " other data"), (command, out.stderr)
 
 
-def test_a_jailbreak_templates_path_given_must_exist_and_a_missing_default_is_skipped_with_a_warning(tmp_path):
-    # both dropped the jailbreak-wrapped set without a word
+def test_a_jailbreak_templates_path_given_must_exist(tmp_path):
+    # it dropped the jailbreak-wrapped set without a word (a missing default: tests/test_eval_jailbreak_set.py)
     data = tmp_path / "data.jsonl"
     labeled_rows(data)
     for command in ("eval", "recipes"):
@@ -464,15 +464,6 @@ def test_a_jailbreak_templates_path_given_must_exist_and_a_missing_default_is_sk
                 f"herald: --jailbreak-templates {path} {what}; give the PyRIT templates file (pyrit_jailbreak_templates"
                 ".jsonl of ../shared/data), or null to leave the jailbreak-wrapped set out"), (command, out.stderr)
     assert not (tmp_path / "cache").exists()
-    one_label = tmp_path / "harmful.jsonl"  # stops right after the warning, before any model loads
-    one_label.write_text('{"prompt": "h", "label": "harmful", "source": "h"}\n')
-    out = herald_in(tmp_path, "eval", "--data", str(one_label))
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode == 1 and len(lines) == 2, out.stderr
-    assert lines[0].endswith("WARNING herald_service.cli: the default --jailbreak-templates ../shared/data/pyrit_jailbreak"
-                             "_templates.jsonl does not exist (relative to the current directory); the jailbreak-wrapped"
-                             " set is skipped"), lines[0]
-    assert lines[1].startswith("herald: the data holds no benign row")
 
 
 def test_data_help_shows_the_three_ways_to_give_several_files():

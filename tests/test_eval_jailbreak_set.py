@@ -57,7 +57,8 @@ def test_wrapped_prompts_all_over_max_tokens_skip_the_set(caplog):
     assert states is None and reason == "all 4 wrapped prompts exceed --max-tokens 3"
 
 
-def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path):
+@pytest.mark.parametrize("templates_there", [True, False])
+def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path, caplog, templates_there):
     folder = build_tiny_llama(tmp_path / "tiny")
     words = "how do i bake bread write poem about the sea hello world".split()
     rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
@@ -65,12 +66,17 @@ def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     templates = tmp_path / "templates.jsonl"
-    templates.write_text("".join(json.dumps(t) + "\n" for t in TEMPLATES))
+    if templates_there:
+        templates.write_text("".join(json.dumps(t) + "\n" for t in TEMPLATES))
     out = tmp_path / "results.json"
-    run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
-                         methods=("logreg_last",), loso=False, curve_sizes=(), replicates=10,
-                         jailbreak_templates=templates))
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                             methods=("logreg_last",), loso=False, curve_sizes=(), replicates=10,
+                             jailbreak_templates=templates))
     results = json.loads(out.read_text())
-    assert results["extra"] == {} and "jailbreak_wrapped" not in results["meta"]["extra_sets"]
-    assert results["meta"]["jailbreak_wrapped_skipped"] == WHY_CAPPED.replace("all 6", "all 12")
+    why = (WHY_CAPPED.replace("all 6", "all 12") if templates_there else
+           f"--jailbreak-templates {templates} does not exist (relative to the current directory)")
+    assert results["extra"] == {} and results["meta"]["extra_sets"] == {}
+    assert results["meta"]["jailbreak_wrapped_skipped"] == why
+    assert [r.getMessage() for r in caplog.records] == [f"jailbreak-wrapped set skipped: {why}"]
     assert results["random_split"]["logreg_last"]["pooled"]["auroc"]["value"] >= 0

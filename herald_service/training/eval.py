@@ -344,6 +344,13 @@ def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything:
     return None, reason
 
 
+def missing_templates(path: Path) -> str:
+    """Why the jailbreak-wrapped sets are skipped when the templates file ``path`` is missing; logged as a warning."""
+    reason = f"--jailbreak-templates {path} does not exist (relative to the current directory)"
+    log.warning("jailbreak-wrapped set skipped: %s", reason)
+    return reason
+
+
 def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, max_tokens: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     picks = []
@@ -356,8 +363,8 @@ def _guard_subsample(data: LabeledStates, index: np.ndarray, per_source: int, ma
 def run_eval(options: EvalOptions) -> dict:
     """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``.
 
-    A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`) is left out, and
-    ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it).
+    A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`, or a templates file that is missing)
+    is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it).
     """
     from herald_service.data.hashing import corpus_sha256
     from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
@@ -377,12 +384,15 @@ def run_eval(options: EvalOptions) -> dict:
     extra: dict[str, LabeledStates] = {}
     jailbreak_skipped = None
     if options.jailbreak_templates is not None and options.jailbreak_n > 0:
-        templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
-        wrapped, jailbreak_skipped = jailbreak_wrapped_states(
-            backbone, cache, templates, everything, capped, options.jailbreak_n, options.seed, options.max_tokens,
-            options.jailbreak_max_chars, options.max_per_source)
-        if wrapped is not None:
-            extra["jailbreak_wrapped"] = wrapped
+        if options.jailbreak_templates.is_file():
+            templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
+            wrapped, jailbreak_skipped = jailbreak_wrapped_states(
+                backbone, cache, templates, everything, capped, options.jailbreak_n, options.seed, options.max_tokens,
+                options.jailbreak_max_chars, options.max_per_source)
+            if wrapped is not None:
+                extra["jailbreak_wrapped"] = wrapped
+        else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
+            jailbreak_skipped = missing_templates(options.jailbreak_templates)
     for path in options.test_data:
         extra[path.name], _, _ = _states_for(backbone, load_corpus([path]), cache, options.max_tokens, path.name)
 

@@ -175,20 +175,24 @@ class RecipeOptions:
 def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.training.attacks import load_templates
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
-    from herald_service.training.eval import _states_for, jailbreak_wrapped_states, load_corpus_states
+    from herald_service.training.eval import _states_for, jailbreak_wrapped_states, load_corpus_states, missing_templates
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
     needs_pool = any(jailbreak_labels(name) for name in options.recipes)
-    if needs_pool and options.jailbreak_templates is None:  # refused here, not after the backbone load and extraction
-        raise ValueError("jailbreak recipes need --jailbreak-templates")
+    template_file = options.jailbreak_templates
+    if needs_pool and (template_file is None or not template_file.is_file()):  # before the backbone load and extraction
+        raise ValueError("jailbreak recipes need --jailbreak-templates"
+                         + (f"; {template_file} does not exist" if template_file is not None else ""))
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
     data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
     jailbreak = jailbreak_extended = pool = None
-    if options.jailbreak_templates is not None:
+    if template_file is not None and not template_file.is_file():  # the default path: the CLI refuses one given
+        missing_templates(template_file)
+    elif template_file is not None:
         templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
         jailbreak, _ = jailbreak_wrapped_states(backbone, cache, templates, everything, capped, options.jailbreak_n,
                                                 options.seed, options.max_tokens, options.jailbreak_max_chars,
