@@ -403,8 +403,8 @@ def test_fit_and_eval_refuse_a_prompt_given_with_both_labels_naming_its_lines(tm
     labeled_rows(data)
     other = tmp_path / "other.jsonl"
     other.write_text('{"prompt": "b9", "label": "harmful", "source": "x"}\n\n{"prompt": "h0", "label": "benign", "source": "x"}\n')
-    for command in ("fit", "eval"):
-        out = herald(command, "--data", f"{data},{other}", "--cache-dir", str(tmp_path / "cache"))
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):  # never the repo's
+        out = herald(command, "--data", f"{data},{other}", "--out", str(written), "--cache-dir", str(tmp_path / "cache"))
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: the prompt 'h0' has both labels: {data} line 1 (harmful), {other} line 3 (benign); 2 prompts of"
             " the data have both labels: give each prompt one label"), out.stderr
@@ -459,7 +459,8 @@ def test_a_jailbreak_templates_path_given_must_exist(tmp_path):
     labeled_rows(data)
     for command in ("eval", "recipes"):
         for path, what in ((tmp_path / "nope.jsonl", "does not exist"), (tmp_path, "is a folder")):
-            out = herald(command, "--data", str(data), "--jailbreak-templates", str(path), "--cache-dir", str(tmp_path / "cache"))
+            out = herald(command, "--data", str(data), "--jailbreak-templates", str(path), "--cache-dir", str(tmp_path / "cache"),
+                         "--out", str(tmp_path / "results.json"))  # never the repo's docs/eval/
             assert out.returncode == 1 and out.stderr.strip() == (
                 f"herald: --jailbreak-templates {path} {what}; give the PyRIT templates file (pyrit_jailbreak_templates"
                 ".jsonl of ../shared/data), or null to leave the jailbreak-wrapped set out"), (command, out.stderr)
