@@ -26,8 +26,6 @@ METHOD_LABELS = {
 }
 LATENT = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 
-# Source groups for the targets (by substring of the source name).
-
 
 def _short(source: str, width: int = 38) -> str:
     return source if len(source) <= width else source[: width - 1] + "…"
