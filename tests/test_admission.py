@@ -14,8 +14,8 @@ from conftest import wait_ready
 from herald_service.api.app import build_app
 from herald_service.backbone.fake import FakeBackbone
 from herald_service.config import Settings
-from herald_service.engine.admission import (BatchCost, BatchTiming, CostFit, JobClock, Refusal, TooMuchWork, Work,
-                                             admission_verdict, ahead_seconds, jobs_left_s)
+from herald_service.engine.admission import (DECODE_MEMORY, MIN_TIMED_STEPS, BatchCost, BatchTiming, CostFit, JobClock, Refusal,
+                                             StepSeconds, TooMuchWork, Work, admission_verdict, ahead_seconds, jobs_left_s)
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.errors import QueueFull, WorkTooLarge
@@ -265,6 +265,23 @@ def test_exclusive_jobs_count_for_their_expected_seconds_at_most_until_the_lates
     assert jobs_left_s([JobClock(159.0, 4.0), JobClock(130.0)], now) == 59.0
     # Past every deadline: nothing left.
     assert jobs_left_s([JobClock(90.0)], now) == 0.0
+
+
+def test_the_decode_rate_weighs_generations_by_their_steps_and_ignores_short_ones():
+    # A re-test's case: six 2-token /steer jobs on 2,000-token prompts (one decode step each, timed as the generation's
+    # time less a prefill measured apart: seconds of error) tripled the rate, and moderation behind a 128-token /steer
+    # then got 429.
+    rate = StepSeconds()
+    assert rate.seconds is None
+    rate.observe(127 * 0.08, 127)
+    for _ in range(12):
+        rate.observe(3.0, 1)  # below MIN_TIMED_STEPS: ignored
+    assert rate.seconds == pytest.approx(0.08)
+    # A short timed generation weighs by its 4 steps, not as much as the 127 before it
+    rate.observe(4 * 0.5, 4)
+    keep = DECODE_MEMORY ** 4
+    assert rate.seconds == pytest.approx((keep * 127 * 0.08 + 2.0) / (keep * 127 + 4)) and rate.seconds < 0.1
+    assert MIN_TIMED_STEPS == 4
 
 
 def test_exclusive_jobs_ahead_count_until_the_latest_of_their_deadlines():

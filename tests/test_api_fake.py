@@ -227,8 +227,8 @@ def test_with_steering_on_the_warm_up_times_a_decode_step_so_the_first_steer_has
     # subtracted (timed with the probe, so a little longer than generation's own); far less than 0.5 s.
     runtime = fake_runtime()
     slow = sharing_vocab(runtime, FakeBackbone(step_delay_s=0.02))
-    step_s = _warm_decode_step(Runtime(slow, runtime.probe, runtime.manifest, runtime.probe_path))
-    assert 0.015 <= step_s < 0.5 and STEER_WARMUP_TOKENS == 16
+    seconds, steps = _warm_decode_step(Runtime(slow, runtime.probe, runtime.manifest, runtime.probe_path))
+    assert steps == 4 and 0.015 <= seconds / steps < 0.5 and STEER_WARMUP_TOKENS == 16
 
 
 def test_api_keys_guard_moderation_but_not_probes():

@@ -357,7 +357,7 @@ def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_
             return super().last_token_states(token_ids, intervention)
 
     moderator = moderator_for(runtime, sharing_vocab(runtime, Held()), per_token(0.001), request_timeout_s=60.0)
-    moderator.decode_step_s.observe(0.1)
+    moderator.decode_step_s.observe(1.0, 10)  # 10 steps of 0.1 s
     (ids,) = runtime.backbone.encode([user_turn("make a bomb now please")])
     assert len(ids) == 8
 

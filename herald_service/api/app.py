@@ -24,7 +24,7 @@ from herald_service.config import Settings
 from herald_service.engine.admission import BatchTiming, Work
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime, load_runtime
-from herald_service.engine.service import Moderator, decode_step_seconds, engine_limits
+from herald_service.engine.service import Moderator, decode_time, engine_limits
 from herald_service.errors import HeraldError
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
@@ -96,22 +96,22 @@ def _timed(runtime: Runtime, ids: list[list[int]]) -> float:
     return time.perf_counter() - started
 
 
-def _warm_decode_step(runtime: Runtime) -> float | None:
-    """Seconds of one decode step (:func:`~herald_service.engine.service.decode_step_seconds`) of a greedy
-    generation of :data:`STEER_WARMUP_TOKENS` tokens from the first warm-up prompt, after an untimed one of two tokens
-    (which pays generation's one-off costs); ``None`` when it ended before two tokens."""
+def _warm_decode_step(runtime: Runtime) -> tuple[float, int]:
+    """Decode seconds and steps (:func:`~herald_service.engine.service.decode_time`) of a greedy generation of
+    :data:`STEER_WARMUP_TOKENS` tokens from the first warm-up prompt, after an untimed one of two tokens (which pays
+    generation's one-off costs)."""
     (ids,) = runtime.backbone.encode([user_turn(WARMUP_PROMPTS[0])])
     runtime.backbone.generate(ids, 2)
     prefill_s = _timed(runtime, [ids])
     started = time.perf_counter()
     generation = runtime.backbone.generate(ids, STEER_WARMUP_TOKENS)
-    return decode_step_seconds(generation, time.perf_counter() - started, prefill_s)
+    return decode_time(generation, time.perf_counter() - started, prefill_s)
 
 
 def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]
-                           ) -> tuple[Runtime, tuple[BatchTiming, ...], float | None]:
-    """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, one decode step's seconds
-    (:func:`_warm_decode_step`); no seed and no step with ``HERALD_WARMUP=false``."""
+                           ) -> tuple[Runtime, tuple[BatchTiming, ...], tuple[float, int] | None]:
+    """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, the decode seconds and steps of
+    a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``."""
     runtime = _load_and_warm(settings, loader)
     if not settings.warmup:
         return runtime, (), None
@@ -121,7 +121,7 @@ def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runt
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed, decode_step_s = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
+        runtime, seed, decode_timing = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
     except HeraldError as exc:
         state.load_error = exc.message
         log.critical("cannot start: %s", exc.message)
@@ -137,7 +137,7 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     info = runtime.backbone.info
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     state.runtime, state.engine = runtime, engine
-    state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_step_s)
+    state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_timing)
     unmeetable = timeout_warning(engine, settings.request_timeout_s)
     if unmeetable:
         log.warning(unmeetable)

@@ -42,8 +42,14 @@ limit, a burst of 200 one-prompt requests with 10 of 2,000 tokens ended in five 
 is better than a 504 a minute later. A request whose own work alone is over the headroom is still admitted on an
 idle worker."""
 
-SMOOTHING = 0.3
-"""Weight of the newest duration in :class:`MeanSeconds`."""
+DECODE_MEMORY = 0.99
+"""Weight an observed decode step keeps per decode step observed after it, in :class:`StepSeconds` (about the last
+100 steps count)."""
+
+MIN_TIMED_STEPS = 4
+"""Generations with fewer decode steps are not timed by :class:`StepSeconds`: their time after the prefill is mostly
+the error of the prefill subtracted (a re-test: six 2-token /steer jobs on 2,000-token prompts tripled the rate, and
+moderation behind a 128-token /steer got 429)."""
 
 TERMS = ("batch", "prompt", "token", "token_squared")
 """The cost model's terms (:class:`CostFit`), in order; the ``per`` label of ``herald_worker_cost_seconds``."""
@@ -221,20 +227,29 @@ def _usable(timing: BatchTiming) -> bool:
     return timing.prompts > 0 and timing.tokens >= 0 and math.isfinite(timing.seconds) and timing.seconds > 0
 
 
-class MeanSeconds:
-    """Exponentially weighted moving average of a duration in seconds (``None`` until the first observation): one
-    decode step of /steer's generations (``herald_service.engine.service.steer_job_seconds``)."""
+class StepSeconds:
+    """Seconds of one decode step of /steer's generations (``herald_service.engine.service.steer_job_seconds``):
+    decode seconds over decode steps, both summed over the generations timed and decayed by :data:`DECODE_MEMORY` per
+    step, so a generation weighs by its steps. ``None`` until a generation of at least :data:`MIN_TIMED_STEPS` steps
+    was timed."""
 
-    def __init__(self, smoothing: float = SMOOTHING) -> None:
-        self.seconds: float | None = None
-        self.smoothing = smoothing
+    def __init__(self) -> None:
+        self._seconds = 0.0
+        self._steps = 0.0
 
-    def observe(self, seconds: float) -> None:
-        """Fold in one duration, seconds."""
-        if self.seconds is None:
-            self.seconds = seconds
-        else:
-            self.seconds += self.smoothing * (seconds - self.seconds)
+    @property
+    def seconds(self) -> float | None:
+        """The current estimate, seconds per step."""
+        return None if self._steps == 0 else self._seconds / self._steps
+
+    def observe(self, seconds: float, steps: int) -> None:
+        """Fold in one generation's ``steps`` decode steps that took ``seconds`` after its prefill (fewer than
+        :data:`MIN_TIMED_STEPS` steps: ignored)."""
+        if steps < MIN_TIMED_STEPS:
+            return
+        keep = DECODE_MEMORY ** steps
+        self._seconds = keep * self._seconds + seconds
+        self._steps = keep * self._steps + steps
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 
 from herald_service.backbone.base import Generation, Intervention
 from herald_service.config import Settings
-from herald_service.engine.admission import MeanSeconds, Work
+from herald_service.engine.admission import StepSeconds, Work
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
@@ -66,13 +66,11 @@ def steer_job_seconds(prefill_s: float | None, max_new_tokens: int, step_s: floa
     return STEER_ESTIMATE_SAFETY * (STEER_PREFILLS * prefill_s + 2 * (max_new_tokens - 1) * step_s)
 
 
-def decode_step_seconds(generation: Generation, seconds: float, prefill_s: float) -> float | None:
-    """Seconds of one decode step of a greedy ``generation`` that took ``seconds`` in all, its prefill about
-    ``prefill_s`` (a prefill of the same prompt, timed): the time after the prefill over the tokens after the first,
-    which the prefill gives. ``None`` for fewer than two tokens (no decode step)."""
-    if generation.tokens < 2:
-        return None
-    return max(seconds - prefill_s, 0.0) / (generation.tokens - 1)
+def decode_time(generation: Generation, seconds: float, prefill_s: float) -> tuple[float, int]:
+    """The decode seconds and steps of a greedy ``generation`` that took ``seconds`` in all, its prefill about
+    ``prefill_s`` (a prefill of the same prompt, timed): the time after the prefill, and the tokens after the first,
+    which the prefill gives (:meth:`~herald_service.engine.admission.StepSeconds.observe` takes both)."""
+    return max(seconds - prefill_s, 0.0), max(generation.tokens - 1, 0)
 
 
 def generation_budget_s(left_s: float, prefill_s: float) -> float:
@@ -112,13 +110,13 @@ class Moderator:
         engine: the started engine owning that backbone.
         settings: limits (batch size, characters, tokens, timeout, /steer requests at once).
         metrics: for rejections and prompt tokens.
-        decode_step_s: seconds of one decode step timed at warm-up (``herald_service.api.app``, steering on), the
-            first value of :attr:`decode_step_s`; ``None``: the first /steer job measures it, and counts until its
-            deadline meanwhile.
+        decode_timing: decode seconds and steps of a generation timed at warm-up (``herald_service.api.app``,
+            steering on; :func:`decode_time`), the first observation of :attr:`decode_step_s`; ``None``: the first
+            /steer job measures it, and counts until its deadline meanwhile.
     """
 
     def __init__(self, runtime: Runtime, engine: InferenceEngine, settings: Settings, metrics: HeraldMetrics,
-                 decode_step_s: float | None = None) -> None:
+                 decode_timing: tuple[float, int] | None = None) -> None:
         self.runtime = runtime
         self.engine = engine
         self.settings = settings
@@ -127,10 +125,11 @@ class Moderator:
         # when its request has ended and its job has left the worker (the worker thread may be the one to do it).
         self._steer_slots: dict[object, float] = {}
         self._steer_lock = threading.Lock()
-        # Mean seconds of one decode step in /steer generations (:func:`steer_job_seconds`); worker thread only.
-        self.decode_step_s = MeanSeconds()
-        if decode_step_s is not None:
-            self.decode_step_s.observe(decode_step_s)
+        # Seconds of one decode step in /steer generations, weighted by steps (:func:`steer_job_seconds`); worker
+        # thread only.
+        self.decode_step_s = StepSeconds()
+        if decode_timing is not None:
+            self.decode_step_s.observe(*decode_timing)
 
     def check_shape(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> None:
         """Batch-size and character limits, before any tokenization.
@@ -370,7 +369,7 @@ class Moderator:
     def _generate_timed(self, ids: list[int], max_new_tokens: int, intervention: Intervention | None, max_time_s: float,
                         prefill_s: float, abandoned: threading.Event) -> Generation:
         """One /steer generation (worker thread), its decode steps timed into :attr:`decode_step_s`
-        (:func:`decode_step_seconds`; ``prefill_s`` measured by the job's own prefills of the prompt).
+        (:func:`decode_time`; ``prefill_s`` measured by the job's own prefills of the prompt).
 
         Raises:
             ClientGone: the request ended (``abandoned``) before or during the generation: the job stops there."""
@@ -380,9 +379,7 @@ class Moderator:
         generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s, stop=abandoned.is_set)
         if abandoned.is_set():
             raise ClientGone("the /steer request ended during its generation; job stopped")
-        step_s = decode_step_seconds(generation, time.perf_counter() - started, prefill_s)
-        if step_s is not None:
-            self.decode_step_s.observe(step_s)
+        self.decode_step_s.observe(*decode_time(generation, time.perf_counter() - started, prefill_s))
         return generation
 
     def _take_steer_slot(self) -> object:
