@@ -11,11 +11,11 @@ import shlex
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
                                EnvSettingsSource, PydanticBaseSettingsSource)
 
@@ -221,6 +221,26 @@ DATA_HELP = ("Labeled JSONL files or folders (a folder: its *.jsonl but the jail
              "the current directory.")
 
 
+def _no_empty_entries(value: object) -> object:
+    """Refuse an empty ``--data`` entry before it becomes ``Path("")``, which is the current directory: ``--data
+    a.jsonl,`` read every ``*.jsonl`` there (a re-test finding).
+
+    Raises:
+        ValueError: naming the entry's position.
+    """
+    items = [value] if isinstance(value, str) else value
+    if isinstance(items, list):
+        for position, item in enumerate(items, 1):
+            if isinstance(item, str) and not item.strip():
+                raise ValueError(f"entry {position} of {len(items)} is empty (a comma too many?); give files or folders:"
+                                 " --data a.jsonl,b.jsonl")
+    return value
+
+
+DataPaths = Annotated[list[Path], BeforeValidator(_no_empty_entries)]
+"""``--data``: files or folders, none empty."""
+
+
 def check_default_data(options: BaseModel) -> None:
     """Refuse the default ``--data`` when it is not there, saying it is read from the current directory (``herald
     fit`` outside the repository root said only "../shared/data does not exist": breaker finding). A ``--data`` given
@@ -256,7 +276,7 @@ def check_jailbreak_templates(options: BaseModel) -> None:
 class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
-    data: list[Path] = Field([DEFAULT_DATA], description=DATA_HELP)
+    data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = EMBEDDED_BACKBONE
     out: Path | None = Field(None, description=(
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
@@ -399,7 +419,7 @@ class EvalCommand(BaseModel):
     """Evaluate Herald against latent and guard-style baselines on cached states: random split, leave-one-source-out,
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
 
-    data: list[Path] = Field([DEFAULT_DATA], description=DATA_HELP)
+    data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     test_data: list[Path] = Field(default_factory=list, description="Extra labeled JSONL files, never trained on.")
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
@@ -470,7 +490,7 @@ class RecipesCommand(BaseModel):
     """Compare Herald training recipes (shipped, hard negatives, templated benign prompts) on leave-one-source-out
     evaluation; writes one JSON file that `herald report` includes."""
 
-    data: list[Path] = Field([DEFAULT_DATA], description=DATA_HELP)
+    data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Path("docs/eval/recipes.json")

@@ -475,3 +475,11 @@ def test_data_help_shows_the_three_ways_to_give_several_files():
         assert ("--data list[Path] Labeled JSONL files or folders (a folder: its *.jsonl but the jailbreak templates),"
                 " as --data a.jsonl,b.jsonl or --data a.jsonl --data b.jsonl or a JSON list '[\"a.jsonl\",\"b.jsonl\"]';"
                 " the default is relative to the current directory.") in text, (command, text)
+
+
+def test_an_empty_data_entry_is_refused_not_read_as_the_current_directory(tmp_path):
+    # A re-test: `--data adv.jsonl,` became Path(""), the current directory, and every *.jsonl there was trained on
+    out = subprocess.run([sys.executable, "-m", "herald_service", "fit", "--data", "adv.jsonl,", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "entry 2 of 2 is empty (a comma too many?)" in out.stderr

@@ -102,3 +102,14 @@ def test_the_shared_corpus_has_no_prompt_with_both_labels_and_keeps_every_row(ca
     assert rows == load_corpus(files)  # the same rows in the same order: fits on it are unchanged
     assert len(rows) == 18017
     assert [r.getMessage().split(";")[0] for r in caplog.records] == ["14 prompts appear more than once (same label)"]
+
+
+def test_a_data_file_reached_twice_is_read_once_where_it_first_comes(tmp_path):
+    # A re-test: `--data a.jsonl,a.jsonl` (or a file and its folder) read its rows twice, warned of them as duplicates
+    from herald_service.training.corpus import expand_data
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (a, b):
+        path.write_text('{"prompt": "x", "label": "benign", "source": "s"}\n')
+    assert expand_data([b, a, tmp_path / ".." / tmp_path.name / "b.jsonl"]) == [b, a]
+    assert expand_data([a, tmp_path]) == [a, b]

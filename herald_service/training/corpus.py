@@ -142,7 +142,9 @@ def require_both_labels(examples: list[Example], files: list[Path]) -> None:
 
 
 def expand_data(paths: list[Path]) -> list[Path]:
-    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file.
+    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file. A file reached twice
+    (given twice, or given and inside a folder given) is read once, where it first comes (a re-test: its rows were
+    read twice and counted as duplicates).
 
     Raises:
         ValueError: a path that does not exist, a folder without such files, or no path at all.
@@ -160,7 +162,10 @@ def expand_data(paths: list[Path]) -> list[Path]:
             raise ValueError(f"{path} does not exist")
     if not files:
         raise ValueError("no JSONL file or folder given")
-    return files
+    first: dict[Path, Path] = {}
+    for file in files:
+        first.setdefault(file.resolve(), file)
+    return list(first.values())
 
 
 def default_data_files(data_dir: Path) -> list[Path]:
