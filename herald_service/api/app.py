@@ -138,26 +138,24 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     state.runtime, state.engine = runtime, engine
     state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_timing)
-    unmeetable = timeout_warning(engine, settings.request_timeout_s)
+    shortest = len(runtime.backbone.encode([user_turn("")])[0])
+    unmeetable = timeout_warning(engine, settings.request_timeout_s, shortest)
     if unmeetable:
         log.warning(unmeetable)
     log.info("ready: %s, probe %s", info.model_id, runtime.probe_path)
 
 
-TIMEOUT_PROBE_TOKENS = 16
-"""Length of the short prompt :func:`timeout_warning` prices: a greeting in a chat template is about this long."""
-
-
-def timeout_warning(engine: InferenceEngine, timeout_s: float) -> str | None:
-    """A start-up warning when ``request_timeout_s`` is below the cost model's price of one short prompt
-    (:data:`TIMEOUT_PROBE_TOKENS` tokens): every request would then be refused 413 by its estimated work while
-    ``/health/ready`` says ready (breaker: ``HERALD_REQUEST_TIMEOUT_S=0.05``). ``None`` when it is met, or before
-    any batch was timed (``HERALD_WARMUP=false``)."""
-    seconds = engine.cost.seconds(Work.of_prompts([TIMEOUT_PROBE_TOKENS]))
+def timeout_warning(engine: InferenceEngine, timeout_s: float, shortest_tokens: int) -> str | None:
+    """A start-up warning when ``request_timeout_s`` is below the cost model's price of the shortest prompt the
+    backbone renders (``shortest_tokens``: an empty user turn in its chat template): every request would then be
+    refused 413 (or time out) while ``/health/ready`` says ready (breaker: ``HERALD_REQUEST_TIMEOUT_S=0.05``; a re-test
+    found a fixed 16-token price too low for SmolLM2's 30-token empty prompt). ``None`` when it is met, or before any
+    batch was timed (``HERALD_WARMUP=false``)."""
+    seconds = engine.cost.seconds(Work.of_prompts([shortest_tokens]))
     if seconds is None or seconds <= timeout_s:
         return None
-    return (f"HERALD_REQUEST_TIMEOUT_S {timeout_s:g} s is below one {TIMEOUT_PROBE_TOKENS}-token prompt's estimated"
-            f" model time ({seconds:.3g} s) on this backbone: every request will be refused 413")
+    return (f"HERALD_REQUEST_TIMEOUT_S {timeout_s:g} s is below the shortest prompt's estimated model time"
+            f" ({shortest_tokens} tokens, {seconds:.3g} s) on this backbone: every request will be refused or time out")
 
 
 def _stop_if_asked(state: AppState) -> None:
