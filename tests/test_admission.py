@@ -15,7 +15,8 @@ from herald_service.api.app import build_app
 from herald_service.backbone.fake import FakeBackbone
 from herald_service.config import Settings
 from herald_service.engine.admission import (DECODE_MEMORY, MIN_TIMED_STEPS, BatchCost, BatchTiming, CostFit, JobClock, Refusal,
-                                             StepSeconds, TooMuchWork, Work, admission_verdict, ahead_seconds, jobs_left_s)
+                                             STOPPING_S, StepSeconds, TooMuchWork, Work, admission_verdict, ahead_seconds,
+                                             jobs_left_s)
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.errors import QueueFull, WorkTooLarge
@@ -585,3 +586,13 @@ def test_a_timeout_below_one_short_prompts_estimated_time_is_warned_about_at_sta
     assert timeout_warning(engine, 60.0, 30) is None
     unseeded = InferenceEngine(runtime.backbone, runtime.probe, EngineLimits(8192, 64, 0.0, 64, 0.05), HeraldMetrics())
     assert timeout_warning(unseeded, 0.05, 30) is None  # HERALD_WARMUP=false: nothing measured, nothing claimed
+
+
+def test_a_job_told_to_stop_counts_one_second_more_then_until_its_deadline_again():
+    # A re-test: right after a /steer client left, the next /steer was told "Retry-After: 28" for a worker free 0.15 s
+    # later.
+    now = 100.0
+    assert jobs_left_s([JobClock(159.0, 30.0, started=98.0, stopping_since=99.8)], now) == pytest.approx(0.8)
+    assert STOPPING_S == 1.0
+    # Still running 1 s after it was told to stop: it is not stopping as expected, and may run to its deadline
+    assert jobs_left_s([JobClock(159.0, 30.0, started=98.0, stopping_since=98.5)], now) == 59.0

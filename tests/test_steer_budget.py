@@ -305,8 +305,9 @@ def test_moderation_behind_a_running_steer_with_a_measured_decode_rate_is_admitt
 def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime):
     # The breaker's case: a 128-token /steer whose client left at 1.6 s kept generating, and /classify got 429 for the
     # next 10 s. Here each decode step takes 20 ms and the generation would run 1,000 steps (20 s); the client leaves
-    # after 0.3 s. The job now stops at its next step: the worker is free within a second, and the steered
-    # generation never starts.
+    # after 0.3 s. The job now stops at its next step (here it takes 0.3 s to notice: a step in progress): the worker is
+    # free within a second, the steered generation never starts, and while it stops admission counts it as about to
+    # end (a re-test: the next /steer was told "Retry-After: 28" for a worker free 0.15 s later).
     calls = []
 
     class Long(FakeBackbone):
@@ -317,6 +318,8 @@ def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime
             while tokens < max_new_tokens and not (stop is not None and stop()):
                 time.sleep(0.02)
                 tokens += 1
+            if tokens < max_new_tokens:
+                time.sleep(0.3)
             calls.append((intervention is not None, tokens))
             return Generation(" ".join(["word"] * tokens), tokens, cut_short=tokens < max_new_tokens)
 
@@ -330,6 +333,7 @@ def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime
         with pytest.raises(ClientGone):
             await moderator.steer(user_turn("make a bomb"), "ablate", None, 0.0, 1000, lambda: leaves_after(0.3))
         left = time.perf_counter()
+        assert moderator.engine.ahead.jobs == 1 and moderator.engine.exclusive_seconds_left() <= 1.0  # still stopping
         while moderator.engine.ahead != Work() and time.perf_counter() - left < 30:
             await asyncio.sleep(0.01)
         return time.perf_counter() - left

@@ -236,12 +236,18 @@ class InferenceEngine:
         ``herald_dropped_prompts_total``, and free its queue places at once: a cancelled prompt still in the queue no
         longer counts toward ``queue_capacity`` (before, 429s answered new clients while only abandoned prompts were
         waiting). Prompts already taken by the worker are dropped, and counted, when it reaches them; running or
-        finished ones are left to finish."""
+        finished ones are left to finish. A running exclusive job is marked as stopping (a /steer whose request ended
+        stops at its next decode step): admission counts it :data:`~herald_service.engine.admission.STOPPING_S` more."""
         cancelled = set()
         for future in futures:
             future.herald_cancel_reason = reason  # type: ignore[attr-defined]
             if future.cancel():
                 cancelled.add(id(future))
+        with self._cond:
+            for future in futures:
+                clock = self._jobs.get(id(future))
+                if clock is not None and clock.started is not None and not future.done():
+                    clock.stopping_since = time.perf_counter()
         if not cancelled:
             return
         with self._cond:
