@@ -407,3 +407,12 @@ def test_without_shortcut_sources_or_a_guard_run_the_report_says_so_instead_of_e
     assert "| source | metric | Herald, source held out |" not in text
     assert "- The guard-style baseline: not run (`--guard-per-source 0`)." in text
     assert "guard-style baseline uses a per-source subsample" not in text
+
+
+def test_results_without_anything_a_target_needs_say_the_targets_are_not_judged(tmp_path):
+    results = main_results()
+    del results["loso"]  # herald eval --no-loso, no learning curve, no jailbreak-wrapped set
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("## Targets of issue 3\n\nNot judged: they need leave-one-source-out folds, the learning curve's 100-per-class"
+            " point or the jailbreak-wrapped set, and these results have none of them.") in text
