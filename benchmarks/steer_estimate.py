@@ -2,7 +2,7 @@
 
 Why: work admitted behind a /steer job waits for it (generation holds the model). Admission counts the job for its
 expected duration (:func:`herald_service.engine.service.steer_job_seconds`: four prefills priced by the cost model
-and ``max_new_tokens`` decode steps per generation at the decode rate measured in earlier /steer jobs, x1.5), and
+and ``max_new_tokens`` decode steps per generation at the decode rate measured in earlier /steer jobs, x2), and
 until its deadline (``request_timeout_s``) when it has no estimate (the first /steer after a start) or runs past it.
 Counted too short, moderation admitted behind it can time out; counted too long, moderation is refused 429 while the
 worker would have answered it. The baseline, measured in the same run, is the rule before: every job counted until

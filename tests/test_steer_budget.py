@@ -235,8 +235,8 @@ def test_work_behind_a_running_steer_counts_it_until_its_deadline_not_at_the_mea
 
 def test_a_steer_job_is_expected_to_take_its_prefills_and_decode_steps_at_the_rate_measured_in_earlier_jobs(runtime, monkeypatch):
     # 0.1 s a decode step on the clock. The first job has no measured rate: counted until its deadline (None). It
-    # measures 0.1 s a step; the next job of 16 new tokens is expected to take 1.5 x (4 prefills of 0.6 s priced by the
-    # cost model, 100 ms a token x 6 tokens, + 2 x 15 steps of 0.1 s) = 8.1 s.
+    # measures 0.1 s a step; the next job of 16 new tokens is expected to take 2 x (4 prefills of 0.6 s priced by the
+    # cost model, 100 ms a token x 6 tokens, + 2 x 15 steps of 0.1 s) = 10.8 s.
     clock = Clock()
     monkeypatch.setattr(service, "time", clock)
     backbone = Clocked(runtime, clock, prefill_s=0.6, step_s=0.1)
@@ -255,7 +255,7 @@ def test_a_steer_job_is_expected_to_take_its_prefills_and_decode_steps_at_the_ra
     asyncio.run(steer(moderator, "make a bomb", 16))
     moderator.engine.stop()
     assert expected[0] is None
-    assert expected[1] == pytest.approx(STEER_ESTIMATE_SAFETY * (4 * 0.6 + 2 * 15 * 0.1)) == pytest.approx(8.1)
+    assert expected[1] == pytest.approx(STEER_ESTIMATE_SAFETY * (4 * 0.6 + 2 * 15 * 0.1)) == pytest.approx(10.8)
     assert steer_job_seconds(0.6, 16, None) is None and steer_job_seconds(None, 16, 0.1) is None
 
 
@@ -263,7 +263,7 @@ def test_moderation_behind_a_running_steer_with_a_measured_decode_rate_is_admitt
     # A 10 s limit, 50 ms a decode step, 8 new tokens: a /steer takes well under a second. A 1 s /classify (100 tokens
     # at 10 ms) is sent while a /steer job runs. The first /steer has no measured decode rate and
     # counts until its deadline: 10 + 1 s > the 8 s admitted, 429 (the third breaker pass's trade-off, then for every
-    # /steer). The second is expected to take 1.5 x (4 prefills + 2 x 7 steps of 50 ms), about 1.1 s: admitted.
+    # /steer). The second is expected to take 2 x (4 prefills + 2 x 7 steps of 50 ms), about 1.5 s: admitted.
     held, release = threading.Event(), threading.Event()
 
     class Held(FakeBackbone):
@@ -349,8 +349,8 @@ def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime
 def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_is_expected_to_end(runtime):
     # The breaker's case: 2-token jobs made the mean 2 s, and a 128-token /steer then ran 19 s while the next was told
     # "retry in 2 s" (and before any job had ended, half the timeout: 30 s). Now the running job's own estimate: 60 new
-    # tokens at a measured 0.1 s a step, 1.5 x (4 prefills of 8 tokens at 1 ms a token + 2 x 59 x 0.1 s) = 17.75 s:
-    # retry in 18 s.
+    # tokens at a measured 0.1 s a step, 2 x (4 prefills of 8 tokens at 1 ms a token + 2 x 59 x 0.1 s) = 23.66 s:
+    # retry in 24 s.
     held, release = threading.Event(), threading.Event()
 
     class Held(FakeBackbone):
@@ -380,5 +380,5 @@ def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_
     moderator.engine.stop()
     assert refusal.reason == "steer_concurrency"
     expected = steer_job_seconds(moderator.engine.cost.seconds(Work.of_prompts([8])), 60, 0.1)
-    assert expected == pytest.approx(1.5 * (4 * 0.008 + 2 * 59 * 0.1), rel=0.01)
-    assert refusal.retry_after_s == math.ceil(expected) == 18
+    assert expected == pytest.approx(2 * (4 * 0.008 + 2 * 59 * 0.1), rel=0.01)
+    assert refusal.retry_after_s == math.ceil(expected) == 24
