@@ -124,8 +124,8 @@ class FakeBackbone:
         """A canned reply, one word a token: a refusal for harmful prompts, unless an intervention removes the harm
         direction (``"ablate"``) or pushes against it (``"add"`` with a negative ``alpha``). The prefill gives the
         first word; decoding stops after the step that passes ``max_time_s`` (seconds from before the prefill), as
-        transformers' ``max_time`` does, or once ``stop()`` is true, and the reply then holds the words so far, marked cut
-        short."""
+        transformers' ``max_time`` does, or once ``stop()`` is true, and the reply then holds the words so far,
+        marked cut short."""
         started = time.perf_counter()
         harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
         lifted = intervention is not None and (intervention.mode == "ablate" or intervention.alpha < 0)

@@ -57,9 +57,10 @@ about 1.7x the mean of the shorter contexts before it); hence 2.0."""
 def steer_job_seconds(prefill_s: float | None, max_new_tokens: int, step_s: float | None) -> float | None:
     """Seconds a /steer job is expected to run once started, for admitting work behind it: its :data:`STEER_PREFILLS`
     prefills of ``prefill_s`` seconds (the cost model's price of the prompt) and, in each of its two generations,
-    ``max_new_tokens - 1`` decode steps (the prefill gives the first token) of ``step_s`` seconds (the mean timed at
-    warm-up and in earlier jobs), times :data:`STEER_ESTIMATE_SAFETY`: an upper estimate, since a generation may end sooner at an
-    end-of-sequence token. ``None`` (counted until the request's deadline) while either is unmeasured: with
+    ``max_new_tokens - 1`` decode steps (the prefill gives the first token) of ``step_s`` seconds (the step-weighted
+    rate timed at warm-up and in earlier generations), times :data:`STEER_ESTIMATE_SAFETY`. Usually above the real
+    duration (a generation may end sooner at an end-of-sequence token), not a bound: a long context's steps can cost
+    twice the rate (benchmarks/steer_estimate.py). ``None`` (counted until the request's deadline) while either is unmeasured: with
     ``HERALD_WARMUP=false``, before any batch was timed and before the first /steer job has decoded (the warm-up
     times both otherwise, a decode step when steering is on)."""
     if prefill_s is None or step_s is None:
