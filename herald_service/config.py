@@ -48,13 +48,21 @@ def default_cache_dir() -> Path:
     return Path(base) / "herald"
 
 
-def _not_utf8(env_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> SettingsFileError | None:
-    """The error for the first of ``env_file`` (a path, several, or ``None``) that exists and is not UTF-8, naming it,
-    the line and the byte; ``None`` when each is UTF-8 or absent."""
+EnvFiles = str | os.PathLike | Sequence[str | os.PathLike] | None
+"""pydantic-settings' ``env_file``: a path, several, or ``None``."""
+
+
+def _env_paths(env_file: EnvFiles) -> list[Path]:
+    """The paths of ``env_file``, in order, ``~`` expanded."""
     if env_file is None:
-        return None
-    for name in [env_file] if isinstance(env_file, (str, os.PathLike)) else env_file:
-        path = Path(name).expanduser()
+        return []
+    return [Path(name).expanduser() for name in ([env_file] if isinstance(env_file, (str, os.PathLike)) else env_file)]
+
+
+def _not_utf8(env_file: EnvFiles) -> SettingsFileError | None:
+    """The error for the first of ``env_file`` that exists and is not UTF-8, naming it, the line and the byte; ``None``
+    when each is UTF-8 or absent."""
+    for path in _env_paths(env_file):
         try:
             read_utf8(path)
         except OSError:
@@ -74,23 +82,19 @@ CLOSE_MATCH = 0.8
 ``HERALD_API_KEY`` (0.93 to ``api_keys``), ``HERALD_MAX_TOKEN`` (0.95 to ``max_tokens``)."""
 
 
-def _env_file_names(env_file: str | os.PathLike | Sequence[str | os.PathLike] | None) -> dict[str, str]:
+def _env_file_names(env_file: EnvFiles) -> dict[str, str]:
     """``HERALD_*`` names set in the ``.env`` file(s) ``env_file`` that exist, each with the file (read by
     python-dotenv, as pydantic-settings reads them)."""
     from dotenv import dotenv_values
 
-    if env_file is None:
-        return {}
     found = {}
-    for name in [env_file] if isinstance(env_file, (str, os.PathLike)) else env_file:
-        path = Path(name).expanduser()
+    for path in _env_paths(env_file):
         if path.is_file():
             found.update({key.upper(): str(path.absolute()) for key in dotenv_values(path) if key.upper().startswith("HERALD_")})
     return found
 
 
-def unknown_setting_names(fields: Sequence[str], env_file: str | os.PathLike | Sequence[str | os.PathLike] | None
-                          ) -> tuple[list[str], list[str]]:
+def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[list[str], list[str]]:
     """``HERALD_*`` names set in the process environment or ``env_file`` that are not ``HERALD_<field>`` of
     ``fields``: (misspelt, unknown), each a line naming the variable and where it was set. Misspelt ones are within
     :data:`CLOSE_MATCH` of a field and name it; Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left

@@ -414,18 +414,19 @@ class InferenceEngine:
         try:
             result = job.run()
         except HeraldError as exc:
-            self._job_done(started)
+            self._job_done()
             job.future.set_exception(exc)
         except Exception:
             log.exception("exclusive job failed")
-            self._job_done(started)
+            self._job_done()
             job.future.set_exception(InferenceFailed("inference failed; see server log"))
         else:
-            self._job_done(started)
+            self._job_done()
             job.future.set_result(result)
 
-    def _job_done(self, started: float) -> None:
-        # Measured before the answer is set, so a caller woken by it sees the estimate that includes this job.
+    def _job_done(self) -> None:
+        # Before the answer is set, so a caller woken by it sees the worker's busy time start here and the gauges
+        # current.
         self._last_answered = time.perf_counter()
         self._export_estimates()
 

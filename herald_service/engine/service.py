@@ -60,9 +60,9 @@ def steer_job_seconds(prefill_s: float | None, max_new_tokens: int, step_s: floa
     ``max_new_tokens - 1`` decode steps (the prefill gives the first token) of ``step_s`` seconds (the step-weighted
     rate timed at warm-up and in earlier generations), times :data:`STEER_ESTIMATE_SAFETY`. Usually above the real
     duration (a generation may end sooner at an end-of-sequence token), not a bound: a long context's steps can cost
-    twice the rate (benchmarks/steer_estimate.py). ``None`` (counted until the request's deadline) while either is unmeasured: with
-    ``HERALD_WARMUP=false``, before any batch was timed and before the first /steer job has decoded (the warm-up
-    times both otherwise, a decode step when steering is on)."""
+    twice the rate (benchmarks/steer_estimate.py). ``None`` (counted until the request's deadline) while either is
+    unmeasured: with ``HERALD_WARMUP=false``, before any batch was timed and before the first /steer job has decoded
+    (the warm-up times both otherwise, a decode step when steering is on)."""
     if prefill_s is None or step_s is None:
         return None
     return STEER_ESTIMATE_SAFETY * (STEER_PREFILLS * prefill_s + 2 * (max_new_tokens - 1) * step_s)
@@ -123,9 +123,9 @@ class Moderator:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        # /steer requests holding a slot, by slot, with when each took it (perf_counter seconds). A slot is given back
-        # when its request has ended and its job has left the worker (the worker thread may be the one to do it).
-        self._steer_slots: dict[object, float] = {}
+        # /steer requests holding a slot. A slot is given back when its request has ended and its job has left the
+        # worker (the worker thread may be the one to do it).
+        self._steer_slots: set[object] = set()
         self._steer_lock = threading.Lock()
         # Seconds of one decode step in /steer generations, weighted by steps (:func:`steer_job_seconds`); worker
         # thread only.
@@ -378,7 +378,8 @@ class Moderator:
         if abandoned.is_set():
             raise ClientGone("the /steer request ended before its generation; job stopped")
         started = time.perf_counter()
-        generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s, stop=abandoned.is_set)
+        generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s,
+                                                    stop=abandoned.is_set)
         if abandoned.is_set():
             raise ClientGone("the /steer request ended during its generation; job stopped")
         self.decode_step_s.observe(*decode_time(generation, time.perf_counter() - started, prefill_s))
@@ -399,7 +400,7 @@ class Moderator:
         with self._steer_lock:
             if len(self._steer_slots) < limit:
                 slot = object()
-                self._steer_slots[slot] = time.perf_counter()
+                self._steer_slots.add(slot)
                 return slot
         left_s = min(self.engine.exclusive_seconds_left(), self.settings.request_timeout_s)
         retry_after_s = max(1, math.ceil(left_s))
@@ -412,7 +413,7 @@ class Moderator:
 
     def _give_back_steer_slot(self, slot: object) -> None:
         with self._steer_lock:
-            self._steer_slots.pop(slot, None)
+            self._steer_slots.discard(slot)
 
     async def _wait(self, futures: list, disconnected: Callable[[], Awaitable[Any]] | None) -> list:
         wrapped = [asyncio.wrap_future(f) for f in futures]

@@ -135,11 +135,11 @@ def _integer(value: Any) -> bool:
 
 
 def check_manifest(manifest: dict[str, Any]) -> str:
-    """The manifest's feature set (:func:`check_feature_set`), after refusing a ``probe.json`` whose served fields are missing or out of range, naming the field: ``format_version``
-    (the integer :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
-    ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
-    :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string) and ``peak_layer`` (an integer decoder layer,
-    1..num_layers, which ``/steer`` edits by default).
+    """The manifest's feature set (:func:`check_feature_set`), after refusing a ``probe.json`` whose served fields are
+    missing or out of range, naming the field: ``format_version`` (the integer :data:`FORMAT_VERSION`),
+    ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and ``backbone.hidden_size`` (positive
+    integers), ``threshold`` (a finite number of magnitude at most :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a
+    string) and ``peak_layer`` (an integer decoder layer, 1..num_layers, which ``/steer`` edits by default).
 
     Raises:
         ProbeMismatch: naming the first bad field and what it must be.

@@ -319,17 +319,18 @@ def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything:
     from herald_service.training.attacks import REQUEST_SOURCES, held_out_requests, wrap_requests, wrappable
 
     sources = " or ".join(REQUEST_SOURCES)
+    wrappable_rows = wrappable(everything)
     requests = held_out_requests(everything, capped)
     reason = None
     if not templates:
         reason = (f"no template has only the {{{{ prompt }}}} slot and at most {max_chars} characters "
                   "(--jailbreak-templates, --jailbreak-max-chars)")
-    elif not wrappable(everything):
+    elif not wrappable_rows:
         reason = f"the data has no {sources} request to wrap (plain requests: no copyright or contextual rows)"
     elif not requests:
         cap = "null" if max_per_source is None else max_per_source
         reason = (f"no {sources} request is left outside the per-source cap: --max-per-source {cap} keeps all "
-                  f"{len(wrappable(everything))} of them for training; a lower --max-per-source leaves some for this set")
+                  f"{len(wrappable_rows)} of them for training; a lower --max-per-source leaves some for this set")
     if reason is None:
         wrapped = wrap_requests(templates, requests, n, seed)
         if len(wrapped) < n:
