@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from herald_service.backbone import loader
-from herald_service.backbone.loader import find_gguf, gguf_sha256, merge_gguf_shards, resolve_backbone, single_gguf
+from herald_service.backbone.loader import (
+    backbone_slug,
+    find_gguf,
+    gguf_sha256,
+    merge_gguf_shards,
+    resolve_backbone,
+    single_gguf,
+)
 from herald_service.errors import BackboneError
 
 TENSORS = {
@@ -174,6 +181,27 @@ def test_resolve_converts_the_joined_file_once_and_keys_it_by_its_sha(whole: Pat
     assert [p.name for p in (cache / "backbones").iterdir()] == [resolved.folder.name]  # the joined file is gone
     assert resolve_backbone(str(whole), cache).folder == resolved.folder  # same bytes, same cache
     assert len(seen) == 1
+
+
+def test_the_slug_found_without_converting_is_the_resolved_one(whole: Path, tmp_path: Path, monkeypatch):
+    def fake_convert(gguf_path: Path, source, target: Path, sha256: str) -> Path:
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+        return target
+
+    monkeypatch.setattr(loader, "_convert", fake_convert)
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    _chunk(whole, folder, 3)
+    model = tmp_path / "My Model_v2"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    for spec in (str(folder), str(whole), str(model)):
+        assert backbone_slug(spec) == resolve_backbone(spec, tmp_path / "cache").slug, spec
+    assert backbone_slug(str(model)) == "my-model-v2"
+    assert backbone_slug(str(tmp_path / "absent")) is None
+    (tmp_path / "empty").mkdir()
+    assert backbone_slug(str(tmp_path / "empty")) is None
 
 
 def test_resolve_refuses_what_is_not_a_model(tmp_path: Path):

@@ -368,6 +368,34 @@ def _remove_stale_conversions(folder: Path) -> None:
             pass
 
 
+def backbone_slug(spec: str) -> str | None:
+    """The short name of the backbone ``spec`` names (``herald fit`` writes to ``models/<slug>``, ``herald serve``
+    loads from there by default), found without converting anything: the embedded model's slug, a transformers
+    folder's name, or the GGUF's stem (``resolve_backbone`` names a backbone by this rule too).
+
+    Returns:
+        None when ``spec`` names no model; :func:`resolve_backbone` says why.
+
+    Raises:
+        BackboneError: as :func:`find_gguf`, for a folder of several GGUF models or an incomplete set of shards or
+            chunks.
+    """
+    if spec == EMBEDDED_BACKBONE:
+        return EMBEDDED_SLUG
+    path = Path(spec).expanduser()
+    if not path.exists():
+        return None
+    if path.is_dir() and (path / "config.json").is_file():
+        return _slug(path, None)
+    source = find_gguf(path)
+    return None if source is None else _slug(path, source)
+
+
+def _slug(path: Path, source: GGUFSource | None) -> str:
+    """The one naming rule: a GGUF's stem, or the transformers folder's name when ``source`` is None."""
+    return slugify(path.name if source is None else source.stem)
+
+
 def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
     """Turn ``HERALD_BACKBONE`` into a loadable transformers folder.
 
@@ -394,7 +422,8 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
             raise BackboneError(f"{path} is not a model: expected {what}", field="backbone")
         sha = gguf_sha256(source)
         prefix = "gguf-shards-sha256" if source.kind == "shards" else "gguf-sha256"
-        return ResolvedBackbone(convert_gguf(source, cache_dir, sha), source.stem, f"{prefix}:{sha}", slugify(source.stem))
+        converted = convert_gguf(source, cache_dir, sha)
+        return ResolvedBackbone(converted, source.stem, f"{prefix}:{sha}", _slug(path, source))
     config = json.loads((path / "config.json").read_text())
     model_id = config.get("_name_or_path") or path.name
-    return ResolvedBackbone(path, model_id, f"files-sha256:{_folder_revision(path)}", slugify(path.name))
+    return ResolvedBackbone(path, model_id, f"files-sha256:{_folder_revision(path)}", _slug(path, None))

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from herald_service.backbone.hf import HFBackbone
-from herald_service.backbone.loader import EMBEDDED_SLUG, find_gguf, resolve_backbone, slugify
-from herald_service.config import EMBEDDED_BACKBONE
+from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
@@ -199,8 +198,8 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
 
 def default_out(backbone: str) -> Path | None:
     """``models/<slug>``: where ``herald fit`` writes without ``--out``, and the folder ``herald serve`` loads by default
-    for that backbone, named as :func:`~herald_service.backbone.loader.resolve_backbone` names it but without converting
-    a GGUF (the refusal of :func:`refuse_a_probe_there` must come before that, and cost nothing).
+    for that backbone (:func:`~herald_service.backbone.loader.backbone_slug`: no GGUF is converted, so the refusal of
+    :func:`refuse_a_probe_there` comes first and costs nothing).
 
     Returns:
         None when ``backbone`` names no model; ``resolve_backbone`` says why once the data is read.
@@ -209,15 +208,8 @@ def default_out(backbone: str) -> Path | None:
         BackboneError: as :func:`~herald_service.backbone.loader.find_gguf`, for a folder of several GGUF models or an
             incomplete set of shards or chunks.
     """
-    if backbone == EMBEDDED_BACKBONE:
-        return Path("models") / EMBEDDED_SLUG
-    path = Path(backbone).expanduser()
-    if not path.exists():
-        return None
-    if path.is_dir() and (path / "config.json").is_file():
-        return Path("models") / slugify(path.name)
-    source = find_gguf(path)
-    return None if source is None else Path("models") / slugify(source.stem)
+    slug = backbone_slug(backbone)
+    return None if slug is None else Path("models") / slug
 
 
 def check_out(out: Path) -> None:
