@@ -206,7 +206,7 @@ def test_a_request_behind_more_work_than_the_timeout_is_refused_with_the_seconds
     assert isinstance(refusal, Refusal)
     assert refusal.wait_s == pytest.approx(12.0)
     assert refusal.retry_after_s == 4
-    assert refusal.message == ("estimated wait 12.0 s exceeds the 8.0 s admitted (80% of request_timeout_s 10 s) (the"
+    assert refusal.message == ("estimated wait 12 s exceeds the 8.0 s admitted (80% of request_timeout_s 10 s) (the"
                                " worker is busy with work accepted earlier); retry in 4 s")
 
 
@@ -229,6 +229,15 @@ def test_a_request_whose_own_work_exceeds_the_limit_is_refused_413_even_on_an_id
     # Checked before tokenizing, its prompts alone are a lower bound.
     assert isinstance(admission_verdict(Work(), Work(80), lin(1.0, 0.0), limit_s=60.0), TooMuchWork)
     assert "(1 prompt)" in TooMuchWork(61.0, 60.0, Work(1)).message
+
+
+def test_a_refusal_never_prints_its_estimate_as_equal_to_the_limit():
+    # Re-test finding: 0.104 s against a 0.1 s limit read "estimated at 0.1 s ... the limit is request_timeout_s 0.1 s".
+    assert "estimated at 0.104 s" in TooMuchWork(0.104, 0.1, Work(1)).message
+    assert "estimated at 0.2 s" in TooMuchWork(0.16, 0.1, Work(1)).message
+    assert "estimated at 60.4 s" in TooMuchWork(60.4, 60.0, Work(1)).message
+    assert "estimated at 645 s" in TooMuchWork(645.2, 60.0, Work(1)).message
+    assert "estimated wait 0.85 s exceeds the 0.8 s admitted" in Refusal(0.85, 1.0, 1, allowed_s=0.8).message
 
 
 @pytest.mark.parametrize("own", [Work(1, 4), Work(30, 400), Work(64, 470)])

@@ -318,6 +318,15 @@ def ahead_seconds(ahead: Work, fit: CostFit | None, limit_s: float | None, horiz
     return seconds
 
 
+def seconds_above(value_s: float, limit_s: float) -> str:
+    """``value_s`` for a message that says it exceeds ``limit_s``: whole seconds from 10 s, else one decimal, with up to
+    three decimals where fewer would print it no larger than the limit (0.104 s against a 0.1 s limit read "0.1")."""
+    for decimals in range(0 if value_s >= 10 else 1, 4):
+        if round(value_s, decimals) > limit_s:
+            return f"{value_s:,.{decimals}f}"
+    return f"{value_s:,.3f}"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A request that must wait too long behind the work ahead (429): its estimated wait and the seconds after which a
@@ -335,7 +344,7 @@ class Refusal:
         allowed = self.limit_s if self.allowed_s is None else self.allowed_s
         bound = (f"request_timeout_s {self.limit_s:g} s" if allowed >= self.limit_s else
                  f"the {allowed:.1f} s admitted ({WAIT_HEADROOM:.0%} of request_timeout_s {self.limit_s:g} s)")
-        return (f"estimated wait {self.wait_s:.1f} s exceeds {bound} (the worker is busy with work accepted earlier);"
+        return (f"estimated wait {seconds_above(self.wait_s, allowed)} s exceeds {bound} (the worker is busy with work accepted earlier);"
                 f" retry in {self.retry_after_s} s")
 
 
@@ -353,8 +362,7 @@ class TooMuchWork:
         shape = f"{self.own.prompts:,} prompt{'s' if self.own.prompts != 1 else ''}"
         if self.own.tokens:
             shape += f", {self.own.tokens:,} tokens"
-        work = f"{self.work_s:,.0f}" if self.work_s >= 10 else f"{self.work_s:.1f}"
-        return (f"this request is estimated at {work} s of model time on this backbone ({shape}); the limit is"
+        return (f"this request is estimated at {seconds_above(self.work_s, self.limit_s)} s of model time on this backbone ({shape}); the limit is"
                 f" request_timeout_s {self.limit_s:g} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
 
 
