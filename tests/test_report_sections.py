@@ -2,6 +2,8 @@
 hand-written files whose every number is known, and one line each when those files are absent."""
 
 import json
+import re
+from pathlib import Path
 
 from herald_service.training import report_scorer
 from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
@@ -151,7 +153,22 @@ def test_report_has_the_scorer_section_with_a_link_to_its_doc(tmp_path):
         "| `noisy` | 3 | 0.537 ± 0.032 | 0.737 ± 0.032 | +0.017 ± 0.021 | +0.017 ± 0.021 | 0.100 | 0.500 | 2.0 (1–3) / 4 | 0.900 |"]
     at = lines.index("### Split seed 1 (a check; selects nothing)")
     assert lines[at + 2].endswith("higher by > 0.01 and > 2 std of the paired difference): `noisy`.")
-    assert any("([eval/scorer_training.md](eval/scorer_training.md))" in line for line in lines)
+    assert any("([scorer_training.md](scorer_training.md))" in line for line in lines)  # beside results.json
+
+
+def test_links_resolve_from_the_report_wherever_report_plots_and_results_lie(tmp_path):
+    # Review leftover: links assumed docs/EVALUATION.md with plots in docs/eval; another --out crashed
+    # (relative_to) or linked nothing.
+    results = tmp_path / "runs" / "eval"
+    write(results, "results.json", main_results())
+    write(results / "scorer_training", "summary.json", {"splits": [scorer_split(0, [0.7, 0.72, 0.74], {})]})
+    for name in ("scorer_training", "direction_estimators", "jailbreak_recipe", "threshold_rule"):
+        (results / f"{name}.md").write_text("# write-up")
+    md = write_report(results / "results.json", tmp_path / "site" / "report" / "EVAL.md", tmp_path / "plots")
+    links = re.findall(r"\]\(([^)]+\.(?:png|md))\)", md.read_text())
+    assert {Path(link).suffix for link in links} == {".png", ".md"}
+    assert all((md.parent / link).resolve().is_file() for link in links), links
+    assert "../../runs/eval/scorer_training.md" in links
 
 
 def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):
@@ -159,7 +176,7 @@ def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):
     lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
     at = lines.index("## Scorer training recipes (source-held-out)")
     assert lines[at + 2] == ("Not in this report: there is no `scorer_training/summary.json` beside the results file "
-                             "([eval/scorer_training.md](eval/scorer_training.md)).")
+                             "([scorer_training.md](scorer_training.md)).")
     assert lines[at + 4].startswith("## ")
 
 
