@@ -6,6 +6,7 @@ nothing in Herald reads the environment anywhere else.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -73,6 +74,27 @@ def _not_utf8(env_file: EnvFiles) -> SettingsFileError | None:
     return None
 
 
+def _unparsed_line(env_file: EnvFiles) -> SettingsFileError | None:
+    """The error for the first line of ``env_file`` that python-dotenv cannot parse, naming the file, the line and
+    the name it starts with (never the value: it may be a key); ``None`` when every line parses. python-dotenv (which
+    pydantic-settings reads ``.env`` files with) only warns and skips such a line, so ``HERALD_API_KEYS abc...``
+    (a space for ``=``) left the API open with a warning about no keys (breaker pass, 2026-12-01)."""
+    from dotenv.parser import parse_stream
+
+    for path in _env_paths(env_file):
+        try:
+            text = read_utf8(path)
+        except OSError:
+            continue  # absent: pydantic-settings skips it too
+        for binding in parse_stream(io.StringIO(text)):
+            if binding.error:
+                line = binding.original.string.strip()
+                start = re.match(r"[^\s=:]*", line).group(0)[:64]
+                return SettingsFileError(f"settings file {path.absolute()} line {binding.original.line} is not NAME=VALUE"
+                                         f" (it starts {start!r}); write it as NAME=value or remove it")
+    return None
+
+
 KUBERNETES_SERVICE_LINK = re.compile(r"HERALD_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")
 """Names Kubernetes sets in pods for a Service named ``herald`` (service links), which are not Herald settings.
 ``HERALD_PORT`` is one of them too (``tcp://<ip>:<port>``): k8s/deployment.yaml switches service links off."""
@@ -125,7 +147,7 @@ class BackboneSettings(BaseSettings):
     Raises:
         pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32).
         SettingsFileError: at construction, for a ``.env`` file that is not UTF-8 (python-dotenv's codec error names
-            no file).
+            no file) or has a line that is not ``NAME=value`` (python-dotenv skips it with a warning).
     """
 
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".
@@ -158,13 +180,11 @@ class BackboneSettings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def __init__(self, **values: Any) -> None:
-        try:
-            super().__init__(**values)
-        except UnicodeDecodeError as exc:
-            error = _not_utf8(values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file"))
-            if error is None:
-                raise
-            raise error from exc
+        env_file = values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file")
+        error = _not_utf8(env_file) or _unparsed_line(env_file)  # before python-dotenv fails or warns on its own
+        if error is not None:
+            raise error
+        super().__init__(**values)
 
     @field_validator("probe", mode="before")
     @classmethod

@@ -221,6 +221,15 @@ def test_a_dotenv_that_is_not_utf8_is_named_in_one_line(tmp_path):
                                       " save it as UTF-8"), (args, out.stderr)
 
 
+def test_a_dotenv_line_that_is_not_name_equals_value_stops_serve_in_one_line(tmp_path):
+    (tmp_path / ".env").write_text("HERALD_API_KEYS abcdefabcdefabcdef\n")
+    out = subprocess.run([sys.executable, "-m", "herald_service", "serve"], capture_output=True, text=True, timeout=180,
+                         cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == (f"herald: settings file {tmp_path / '.env'} line 1 is not NAME=VALUE (it starts"
+                                  " 'HERALD_API_KEYS'); write it as NAME=value or remove it")
+
+
 def test_steer_eval_rows_must_be_json_objects_with_one_prompt(tmp_path):
     rows = tmp_path / "rows.jsonl"
     refused = {

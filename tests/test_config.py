@@ -87,6 +87,23 @@ def test_a_dotenv_that_is_not_utf8_is_named(tmp_path, monkeypatch):
     assert Settings(_env_file=None).host == "127.0.0.1"
 
 
+@pytest.mark.parametrize("line", ["HERALD_API_KEYS abcdefabcdefabcdef", "HERALD_API_KEYS: abcdefabcdefabcdef",
+                                  "HERALD_API_KEYS='abcdefabcdefabcdef"])
+def test_a_dotenv_line_that_is_not_name_equals_value_is_refused_naming_it(tmp_path, monkeypatch, line):
+    # python-dotenv skips such a line with a warning, so a mistyped HERALD_API_KEYS left the API open (breaker pass)
+    from herald_service.errors import SettingsFileError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"HERALD_LOG_LEVEL=info\n{line}\nHERALD_PORT=8001\n")
+    with pytest.raises(SettingsFileError) as caught:
+        Settings()
+    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 is not NAME=VALUE (it starts"
+                                    " 'HERALD_API_KEYS'); write it as NAME=value or remove it")
+    assert "abcdef" not in caught.value.message  # the value may be a key
+    (tmp_path / ".env").write_text("# a comment\nexport HERALD_PORT=8001\n\nHERALD_API_KEYS=abcdefabcdefabcdef\n")
+    assert Settings().port == 8001 and len(Settings().api_keys) == 1
+
+
 @pytest.mark.parametrize(("value", "error"), [
     ('["key-one-abcdefgh"]', "looks like a JSON list; give the keys comma-separated"),
     (' ["key-one-abcdefgh", "key-two-abcdefgh"] ', "looks like a JSON list; give the keys comma-separated"),
