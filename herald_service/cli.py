@@ -151,6 +151,10 @@ class ServeCommand(Settings):
         from herald_service.api.app import build_app
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
+        if not self.fake_backend:
+            from herald_service.engine.runtime import probe_folder
+
+            probe_folder(self)  # a bad backbone or probe path stops here, not after "Uvicorn running on ..."
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)

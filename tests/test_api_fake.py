@@ -51,6 +51,21 @@ def test_score_is_sigmoid_of_logit_minus_threshold(client):
     assert result["flagged"] == (result["score"] >= 0.5)
 
 
+def test_answers_name_the_probe_folder_not_the_servers_path():
+    # Breaker finding: "probe" echoed HERALD_PROBE (a server path) and /v1/moderations named the backbone, the same
+    # for every probe fitted on it.
+    from herald_service.engine.runtime import Runtime
+
+    fake = fake_runtime()
+    settings = Settings(_env_file=None, fake_backend=True)
+    app = build_app(settings, loader=lambda s: Runtime(fake.backbone, fake.probe, fake.manifest, "/srv/secret/probes/p1"))
+    with TestClient(app) as c:
+        wait_ready(c)
+        assert c.post("/classify", json={"input": "hi"}).json()["probe"] == "p1"
+        assert c.post("/v1/moderations", json={"input": "hi"}).json()["model"] == "herald/p1"
+        assert c.get("/v1/info").json()["probe"]["path"] == "/srv/secret/probes/p1"  # the operator's view keeps it
+
+
 def test_messages_and_trajectory_opt_out(client):
     one = client.post("/classify", json={"messages": [{"role": "user", "content": "steal a car"}], "return_trajectory": False})
     assert one.status_code == 200 and one.json()["results"][0]["trajectory"] is None
@@ -117,8 +132,17 @@ def test_openai_moderations_shape(client):
     body = r.json()
     assert body["id"].startswith("modr-") and body["model"] == "herald/fake-backbone"  # what ran, not the client's name
     assert [x["flagged"] for x in body["results"]] == [False, True]
-    assert body["results"][1]["categories"] == {"harmful": True}
-    assert 0.5 <= body["results"][1]["category_scores"]["harmful"] <= 1
+    # every category name of OpenAI's API carries Herald's one verdict, so a gateway that checks one of them instead
+    # of `flagged` still blocks (with `harmful` alone the SDK's typed fields read None: breaker pass)
+    names = {"harmful", "harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent",
+             "self-harm", "self-harm/intent", "self-harm/instructions", "sexual", "sexual/minors", "violence",
+             "violence/graphic"}
+    benign, harmful = body["results"]
+    assert harmful["categories"] == dict.fromkeys(names, True) and benign["categories"] == dict.fromkeys(names, False)
+    score = harmful["category_scores"]["harmful"]
+    assert 0.5 <= score <= 1 and harmful["category_scores"] == dict.fromkeys(names, score)
+    assert benign["category_scores"]["violence"] < 0.5
+    assert harmful["category_applied_input_types"] == {name: ["text"] for name in names}
     parts = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "kill"}]})
     assert parts.json()["results"][0]["flagged"] is True
     image = client.post("/v1/moderations", json={"input": [{"type": "image_url", "image_url": {"url": "x"}}]})

@@ -24,7 +24,12 @@ def test_invalid_settings_exit_with_the_field_and_no_traceback():
 def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
     out = herald("serve", HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
     assert out.returncode == 1
-    assert out.stderr.strip().endswith(f"herald serve: backbone path {tmp_path / 'missing'} does not exist (--backbone or HERALD_BACKBONE)")
+    # refused before the server starts (it came after "Uvicorn running on ...": breaker pass)
+    assert out.stderr.strip() == f"herald: backbone path {tmp_path / 'missing'} does not exist (--backbone or HERALD_BACKBONE)"
+    for probe, error in ((tmp_path / "nope", f"probe folder {tmp_path / 'nope'} does not exist (--probe or HERALD_PROBE)"),
+                         (tmp_path, f"no probe at {tmp_path}: probe.json is missing (fit one with `herald fit`)")):
+        out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path))
+        assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", out.stderr
 
 
 def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):

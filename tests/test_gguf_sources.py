@@ -199,9 +199,11 @@ def test_the_slug_found_without_converting_is_the_resolved_one(whole: Path, tmp_
     for spec in (str(folder), str(whole), str(model)):
         assert backbone_slug(spec) == resolve_backbone(spec, tmp_path / "cache").slug, spec
     assert backbone_slug(str(model)) == "my-model-v2"
-    assert backbone_slug(str(tmp_path / "absent")) is None
+    with pytest.raises(BackboneError, match="does not exist"):
+        backbone_slug(str(tmp_path / "absent"))
     (tmp_path / "empty").mkdir()
-    assert backbone_slug(str(tmp_path / "empty")) is None
+    with pytest.raises(BackboneError, match="is not a model: expected config.json or one GGUF"):
+        backbone_slug(str(tmp_path / "empty"))
 
 
 def test_resolve_refuses_what_is_not_a_model(tmp_path: Path):

@@ -368,27 +368,35 @@ def _remove_stale_conversions(folder: Path) -> None:
             pass
 
 
-def backbone_slug(spec: str) -> str | None:
+def backbone_slug(spec: str) -> str:
     """The short name of the backbone ``spec`` names (``herald fit`` writes to ``models/<slug>``, ``herald serve``
-    loads from there by default), found without converting anything: the embedded model's slug, a transformers
-    folder's name, or the GGUF's stem (``resolve_backbone`` names a backbone by this rule too).
-
-    Returns:
-        None when ``spec`` names no model; :func:`resolve_backbone` says why.
+    loads from there by default), found without converting or hashing anything, so a bad path is refused before any
+    model loads: the embedded model's slug, a transformers folder's name, or the GGUF's stem (``resolve_backbone``
+    names a backbone by this rule too).
 
     Raises:
-        BackboneError: as :func:`find_gguf`, for a folder of several GGUF models or an incomplete set of shards or
-            chunks.
+        BackboneError: as :func:`resolve_backbone` (the path does not exist or holds no model; the embedded wheel is
+            not installed) and :func:`find_gguf` (a folder of several GGUF models, an incomplete set of shards or
+            chunks).
     """
     if spec == EMBEDDED_BACKBONE:
+        embedded_gguf_path()
         return EMBEDDED_SLUG
+    return _slug(*_locate(spec))
+
+
+def _locate(spec: str) -> tuple[Path, GGUFSource | None]:
+    """``spec`` as a path and its GGUF source, or ``None`` for a transformers folder (``config.json``)."""
     path = Path(spec).expanduser()
     if not path.exists():
-        return None
+        raise BackboneError(f"backbone path {path} does not exist (--backbone or HERALD_BACKBONE)", field="backbone")
     if path.is_dir() and (path / "config.json").is_file():
-        return _slug(path, None)
+        return path, None
     source = find_gguf(path)
-    return None if source is None else _slug(path, source)
+    if source is None:
+        what = "a .gguf file (or a chunk or shard of one)" if path.is_file() else "config.json or one GGUF"
+        raise BackboneError(f"{path} is not a model: expected {what}", field="backbone")
+    return path, source
 
 
 def _slug(path: Path, source: GGUFSource | None) -> str:
@@ -412,14 +420,8 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
         gguf = embedded_gguf_path()
         sha = sha256_file(gguf)
         return ResolvedBackbone(convert_gguf(gguf, cache_dir, sha), EMBEDDED_MODEL_ID, f"gguf-sha256:{sha}", EMBEDDED_SLUG)
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise BackboneError(f"backbone path {path} does not exist (--backbone or HERALD_BACKBONE)", field="backbone")
-    if path.is_file() or not (path / "config.json").is_file():
-        source = find_gguf(path)
-        if source is None:
-            what = "a .gguf file (or a chunk or shard of one)" if path.is_file() else "config.json or one GGUF"
-            raise BackboneError(f"{path} is not a model: expected {what}", field="backbone")
+    path, source = _locate(spec)
+    if source is not None:
         sha = gguf_sha256(source)
         prefix = "gguf-shards-sha256" if source.kind == "shards" else "gguf-sha256"
         converted = convert_gguf(source, cache_dir, sha)

@@ -13,7 +13,7 @@ from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import backbone_manifest, compatibility_warnings, load_probe
+from herald_service.probes.artifact import backbone_manifest, compatibility_warnings, load_probe, read_manifest
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
 
@@ -30,6 +30,11 @@ class Runtime:
     probe: FittedProbe
     manifest: dict[str, Any]
     probe_path: str
+
+    @property
+    def probe_name(self) -> str:
+        """The probe folder's name (``smollm2-135m-instruct``): what answers say ran, without the server's path."""
+        return Path(self.probe_path).name
 
     def token_limit(self, max_tokens: int | None) -> tuple[int | None, str]:
         """The tokens a prompt may render to and the name of what sets it: ``max_tokens`` (the setting) or the
@@ -78,7 +83,31 @@ def fake_runtime() -> Runtime:
         "backbone": backbone_manifest(backbone.info),
         "training_data": {"synthetic": len(prompts)},
     }
-    return Runtime(backbone, probe, manifest, "fake (fitted at start-up)")
+    return Runtime(backbone, probe, manifest, "fake-backbone")  # no folder: fitted at start-up, named as its backbone
+
+
+def probe_folder(settings: BackboneSettings) -> Path:
+    """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), checked without
+    loading the backbone: the backbone path names a model, the folder exists and its ``probe.json`` parses. ``herald
+    serve`` calls it before the server starts listening (these errors came after "Application startup complete", or
+    after the weights loaded: breaker pass); whether the probe fits the backbone is checked once both are loaded.
+
+    Raises:
+        BackboneError: the backbone path does not exist or holds no model
+            (:func:`~herald_service.backbone.loader.backbone_slug`).
+        ProbeMismatch: the folder does not exist, or its ``probe.json`` is missing or not valid JSON.
+    """
+    from herald_service.backbone.loader import backbone_slug
+
+    if settings.probe is not None and not settings.probe.exists():
+        raise ProbeMismatch(f"probe folder {settings.probe} does not exist (--probe or HERALD_PROBE)", field="probe")
+    slug = backbone_slug(settings.backbone)
+    folder = settings.probe or default_probe_folder(slug)
+    if not folder.exists():
+        hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
+        raise ProbeMismatch(f"no probe for backbone {slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
+    read_manifest(folder)
+    return folder
 
 
 def load_runtime(settings: BackboneSettings) -> Runtime:
@@ -95,8 +124,7 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
 
-    if settings.probe is not None and not settings.probe.exists():  # before a backbone load of seconds to minutes
-        raise ProbeMismatch(f"probe folder {settings.probe} does not exist (--probe or HERALD_PROBE)", field="probe")
+    folder = probe_folder(settings)  # before a backbone load of seconds to minutes
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     backbone = HFBackbone(
@@ -104,10 +132,6 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
         compile_graphs=settings.compile_graphs,
         compile_batches=settings.compile_batches and settings.device != "cpu" and torch.cuda.is_available(),
     )
-    folder = settings.probe or default_probe_folder(backbone.info.slug)
-    if not folder.exists():
-        hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
-        raise ProbeMismatch(f"no probe for backbone {backbone.info.slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
     probe, manifest = load_probe(folder, backbone.info)
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)

@@ -15,6 +15,7 @@ import numpy as np
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
+from herald_service.errors import BackboneError
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
@@ -202,14 +203,13 @@ def default_out(backbone: str) -> Path | None:
     :func:`refuse_a_probe_there` comes first and costs nothing).
 
     Returns:
-        None when ``backbone`` names no model; ``resolve_backbone`` says why once the data is read.
-
-    Raises:
-        BackboneError: as :func:`~herald_service.backbone.loader.find_gguf`, for a folder of several GGUF models or an
-            incomplete set of shards or chunks.
+        None when ``backbone`` names no usable model; ``resolve_backbone`` says why once the data is read (data errors
+        are reported first).
     """
-    slug = backbone_slug(backbone)
-    return None if slug is None else Path("models") / slug
+    try:
+        return Path("models") / backbone_slug(backbone)
+    except BackboneError:
+        return None
 
 
 def check_out(out: Path) -> None:

@@ -80,7 +80,7 @@ async def classify(body: ClassifyRequest, request: Request, moderator: ServingMo
     return json_answer(
         {
             "model": runtime.backbone.info.model_id,
-            "probe": runtime.probe_path,
+            "probe": runtime.probe_name,
             "results": [result_fields(r, body.return_trajectory) for r in results],
         },
         timing,

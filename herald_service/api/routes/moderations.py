@@ -1,7 +1,10 @@
 """``POST /v1/moderations``: the OpenAI moderation request/response shape, so gateways switch with a URL change.
 
-Herald measures one thing, harmfulness, so ``categories`` and ``category_scores`` carry one key, ``harmful``;
-``flagged`` is the decision.
+Herald measures one thing, harmfulness: ``flagged`` is the decision, and ``categories`` / ``category_scores`` carry it
+under Herald's own key ``harmful`` and under every category name of OpenAI's API (:data:`OPENAI_CATEGORIES`), each
+with the same verdict and score. A gateway that checks ``categories.violence`` (typed fields of OpenAI's SDK) instead
+of ``flagged`` then blocks what Herald flags; with ``harmful`` alone every such field read ``None`` and the gateway let
+everything through (breaker pass, 2026-12-01). The names say where a verdict is read, not which kind of harm it is.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from herald_service.types import user_turn
 router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 
 CATEGORY = "harmful"
+
+OPENAI_CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent",
+                     "self-harm", "self-harm/intent", "self-harm/instructions", "sexual", "sexual/minors", "violence",
+                     "violence/graphic")
+"""The category names of OpenAI's moderation response (API reference, ``omni-moderation-latest``; the fields of the
+``openai`` SDK's ``Categories``, 2026)."""
+
+CATEGORIES = (CATEGORY, *OPENAI_CATEGORIES)
 
 
 def content_part_prompts(parts: list[ModerationTextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
@@ -71,13 +82,13 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
     return json_answer(
         {
             "id": f"modr-{secrets.token_hex(16)}",  # 32 random hex digits, as uuid4().hex gave, without building a UUID
-            "model": f"herald/{moderator.runtime.backbone.info.slug}",  # what ran, not the client's model name
+            "model": f"herald/{moderator.runtime.probe_name}",  # what ran, not the client's model name
             "results": [
                 {
                     "flagged": r.flagged,
-                    "categories": {CATEGORY: r.flagged},
-                    "category_scores": {CATEGORY: r.score},
-                    "category_applied_input_types": {CATEGORY: ["text"]},
+                    "categories": dict.fromkeys(CATEGORIES, r.flagged),
+                    "category_scores": dict.fromkeys(CATEGORIES, r.score),
+                    "category_applied_input_types": {name: ["text"] for name in CATEGORIES},
                 }
                 for r in results
             ],

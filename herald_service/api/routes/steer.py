@@ -25,7 +25,7 @@ async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -
                                     field="prompt" if body.prompt is not None else "messages")
     return SteerResponse(
         model=moderator.runtime.backbone.info.model_id,
-        probe=moderator.runtime.probe_path,
+        probe=moderator.runtime.probe_name,
         mode=body.mode,
         alpha=body.alpha,
         layers=outcome.layers,
