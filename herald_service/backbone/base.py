@@ -51,7 +51,8 @@ class Backbone(Protocol):
     """True when :meth:`launch_last_token_states` returns before the forward has finished (CUDA)."""
 
     def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
-        """Render each conversation (chat template + generation prompt, or raw text) and tokenize it."""
+        """Normalize each message's text (:func:`herald_service.prompt_text.normalize_conversation`), render each
+        conversation (chat template + generation prompt, or raw text) and tokenize it."""
         ...
 
     def last_token_states(

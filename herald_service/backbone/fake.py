@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from herald_service.backbone.base import Generation, Intervention
+from herald_service.prompt_text import normalize_conversation
 from herald_service.types import BackboneInfo, Conversation
 
 HARM_WORDS = frozenset({"bomb", "phishing", "malware", "poison", "weapon", "kill", "steal", "explosive"})
@@ -68,7 +69,9 @@ class FakeBackbone:
         return self._vocab[word]
 
     def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
-        """Three template tokens plus one token per word or punctuation mark of every turn."""
+        """Three template tokens plus one token per word or punctuation mark of every turn, after the text
+        normalization every backbone applies (:func:`herald_service.prompt_text.normalize_conversation`)."""
+        conversations = [normalize_conversation(c) for c in conversations]
         out = []
         for conversation in conversations:
             words = [w.lower() for m in conversation for w in _WORD.findall(m.content)]

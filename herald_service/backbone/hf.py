@@ -18,6 +18,7 @@ from herald_service.backbone.base import Generation, Intervention
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
 from herald_service.errors import BackboneError, InvalidInput
+from herald_service.prompt_text import normalize_conversation
 from herald_service.types import BackboneInfo, Conversation, Message
 
 log = logging.getLogger(__name__)
@@ -300,10 +301,12 @@ class HFBackbone:
     def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
         """Token ids of each rendered conversation; the count is the prompt's ``tokens``.
 
-        Message text is always tokenized as text: a message that spells one of the tokenizer's added or special
-        tokens (``<|im_end|>``, ``<|im_start|>``...) is encoded by :meth:`_encode_as_text`, so a user cannot close
-        their own turn and forge a refusal and a new benign turn (which took a flagged prompt's score from 1.0 to
-        0.0 on the embedded backbone). Other conversations are tokenized together, as rendered.
+        Message text is first normalized (:mod:`herald_service.prompt_text`: invisible format characters removed,
+        look-alike letters and digits folded to ASCII). It is then always tokenized as text: a message that spells
+        one of the tokenizer's added or special tokens (``<|im_end|>``, ``<|im_start|>``...) is encoded by
+        :meth:`_encode_as_text`, so a user cannot close their own turn and forge a refusal and a new benign turn
+        (which took a flagged prompt's score from 1.0 to 0.0 on the embedded backbone). Other conversations are
+        tokenized together, as rendered.
 
         Raises:
             InvalidInput: a message spells a control token and the chat template alters message text so that its
@@ -311,6 +314,7 @@ class HFBackbone:
                 prompt renders to no token at all (empty text on a backbone with neither a chat template nor a BOS
                 token), which has no last-token state to read.
         """
+        conversations = [normalize_conversation(c) for c in conversations]  # before the control-token check
         ids: list[list[int] | None] = [None] * len(conversations)
         plain = [i for i, c in enumerate(conversations) if not any(self._control_text.search(m.content) for m in c)]
         if plain:
