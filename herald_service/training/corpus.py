@@ -44,8 +44,9 @@ def load_corpus(paths: list[Path]) -> list[Example]:
     Raises:
         NotUtf8Error: a file that is not UTF-8, naming it and the line.
         ValueError: naming the file and line of a row that is not JSON, not an object, repeats a key, holds a number
-            Python cannot hold or a lone UTF-16 surrogate, lacks string ``prompt`` and ``source`` (and ``context``,
-            when given), or lacks a ``label`` in :data:`LABELS`.
+            Python cannot hold or a lone UTF-16 surrogate, lacks a field or holds one of the wrong type (string
+            ``prompt`` and ``source``; ``context``, when given, a string or null), has a ``label`` not in
+            :data:`LABELS`, or an empty or whitespace-only ``prompt``; the message names the field and what it found.
         OSError: a file that cannot be read.
     """
     return [example for example, _ in _read_rows(paths)]
@@ -100,13 +101,44 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
     return [example for example, _ in rows]
 
 
+def _json_kind(value: object) -> str:
+    """How a JSON value reads in an error: ``a list``, ``the number 1``, ``null``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _row_problem(row: dict) -> str | None:
+    """What is wrong with a parsed row's fields, the first fault only (every row got one generic message naming no
+    field: breaker finding), or None. An empty or blank prompt is refused: nothing in it can be labelled."""
+    for name in ("prompt", "label", "source"):
+        if name not in row:
+            return f"missing field {name!r}; a row needs prompt, label and source"
+    for name in ("prompt", "source", "context"):
+        value = row.get(name)
+        if name in row and not isinstance(value, str) and not (name == "context" and value is None):
+            return f"{name} must be a string{' or null' if name == 'context' else ''}, got {_json_kind(value)}"
+    label = row["label"]
+    if not isinstance(label, str):
+        return f"label must be one of {sorted(LABELS)}, got {_json_kind(label)}"
+    if label not in LABELS:
+        shown = label if len(label) <= 40 else label[:39] + "…"
+        return f"label {shown!r} is not one of {sorted(LABELS)}"
+    if not row["prompt"].strip():
+        return "prompt is empty or only whitespace; a moderation prompt needs text to be labelled"
+    return None
+
+
 def _row_example(line: str, where: str, file: str) -> Example:
     """The :class:`Example` of one JSONL line; ValueError naming ``where`` (file and line) and what is wrong."""
     row = object_row(line, where, "an object with prompt, label and source")
-    context = row.get("context")
-    if not (isinstance(row.get("prompt"), str) and isinstance(row.get("source"), str)
-            and isinstance(row.get("label"), str) and row["label"] in LABELS and (context is None or isinstance(context, str))):
-        raise ValueError(f"{where}: need prompt and source strings (context, if given, a string) and a label in {sorted(LABELS)}")
+    problem = _row_problem(row)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
     for field in ("prompt", "context", "source"):
         if isinstance(row.get(field), str) and not is_valid_unicode(row[field]):
             raise ValueError(f"{where}: {field} holds a lone UTF-16 surrogate (not valid Unicode); no tokenizer can encode it")
