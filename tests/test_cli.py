@@ -483,3 +483,33 @@ def test_an_empty_data_entry_is_refused_not_read_as_the_current_directory(tmp_pa
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "entry 2 of 2 is empty (a comma too many?)" in out.stderr
+
+
+def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbone_loads(tmp_path):
+    # `herald fit --max-per-source 3` failed only after the backbone load and the state extraction, with "no harmful
+    # row in the calibration part"
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)  # 10 of each label, one source each
+    missing = tmp_path / "missing-backbone"  # loads nothing: a check that passes shows as this error instead
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(data), "--max-per-source", "3", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --max-per-source 3 leaves 3 benign rows of the data ({data}: at most 3 per source and label); a"
+            " probe needs at least 8 of each label: its test, calibration and fit parts each need both; raise"
+            " --max-per-source or give null for all rows"), (command, out.stderr)
+    sources = tmp_path / "sources.jsonl"  # 4 sources of each label: 12 rows each after the cap, but groups of 3
+    sources.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
+                               for label in ("harmful", "benign") for s in range(4) for i in range(5)))
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(sources), "--max-per-source", "3", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            "herald: --max-per-source 3 (at most 3 rows per source and label) and --test-fraction 0.2 leave no benign"
+            " row in the calibration part: the test part takes a share of each (source, label) group and calibration"
+            " a quarter of the rest, both rounded, so a group of 2 training rows gives calibration none; raise"
+            " --max-per-source or give more benign rows per source"), (command, out.stderr)
+        out = herald(command, "--data", str(sources), "--max-per-source", "4", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+    assert not (tmp_path / "cache").exists()

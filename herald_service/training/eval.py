@@ -280,19 +280,24 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
 
     Raises:
         BackboneError: the backbone cannot be loaded.
+        ValueError: before the load, a data path that is missing, a bad row, a prompt with both labels, fewer than
+            8 rows of a label before or after the ``max_per_source`` cap, or a split that leaves a label out of the
+            probe's calibration or fit part (:mod:`~herald_service.training.corpus`).
     """
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
-                                                stratified_split)
+                                                require_split_parts, stratified_split)
     from herald_service.training.extract import StateCache
 
     files = expand_data(data)
     everything = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(everything, files)
+    capped = cap_per_group(everything, max_per_source, seed)
+    require_both_labels(capped, files, max_per_source)  # the cap can leave too few: named before the load too
+    require_split_parts(capped, test_fraction, seed, max_per_source)
     loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
-    capped = cap_per_group(everything, max_per_source, seed)
     states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
     train_index, test_index = stratified_split(examples, test_fraction, seed)
     return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index)
