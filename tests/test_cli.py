@@ -513,3 +513,51 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
                      str(missing), "--cache-dir", str(tmp_path / "cache"))
         assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
     assert not (tmp_path / "cache").exists()
+
+
+def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_backbone_loads(tmp_path):
+    # without --out they silently replaced the committed docs/eval/results.json and docs/eval/recipes.json
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    (tmp_path / "docs" / "eval").mkdir(parents=True)
+    missing = tmp_path / "missing-backbone"  # loads nothing: a check that passes shows as this error instead
+    for command, default in (("eval", "docs/eval/results.json"), ("recipes", "docs/eval/recipes.json")):
+        (tmp_path / default).write_text("{}")
+        base = (command, "--data", str(data), "--backbone", str(missing), "--jailbreak-templates", "null",
+                "--cache-dir", str(tmp_path / "cache"))
+        out = herald_in(tmp_path, *base)
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --out {default} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
+            " it"), (command, out.stderr)
+        mine = tmp_path / f"{command}.json"
+        mine.write_text("{}")
+        out = herald_in(tmp_path, *base, "--out", str(mine))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --out {mine} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
+            " it"), (command, out.stderr)
+        out = herald_in(tmp_path, *base, "--out", str(tmp_path / "docs"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --out {tmp_path / 'docs'} is a folder; give the JSON file to write"), (command, out.stderr)
+        for more in (("--out", str(mine), "--overwrite"), ("--out", str(tmp_path / "new.json"))):
+            out = herald_in(tmp_path, *base, *more)
+            assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+        assert (tmp_path / default).read_text() == "{}" and mine.read_text() == "{}"
+    assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+
+
+def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_loads(tmp_path):
+    # it printed "herald: [Errno 2] No such file or directory: ..." after the backbone load and the extraction
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    for path, what in ((tmp_path / "mydata" / "nonexist.jsonl", "does not exist (--test-data)"),
+                       (tmp_path, "is a folder (--test-data); give labeled JSONL files")):
+        out = herald("eval", "--data", str(data), "--test-data", str(path), "--out", str(tmp_path / "results.json"),
+                     "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == f"herald: {path} {what}", out.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x", "label": "HARMFUL", "source": "s"}\n')
+    out = herald("eval", "--data", str(data), "--test-data", str(bad), "--out", str(tmp_path / "results.json"),
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: {bad} line 1: label 'HARMFUL' is not one of ['benign', 'harmful']"), out.stderr
+    assert not (tmp_path / "cache").exists()

@@ -231,6 +231,45 @@ class EvalOptions:
     guard_per_source: int = 0
     guard_max_tokens: int = 768
     probe: Path | None = None
+    overwrite: bool = False
+    """Replace an existing ``out`` file (``--overwrite``); without it :func:`refuse_an_existing_out` refuses."""
+
+
+def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
+    ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json
+    (breaker finding), as ``herald fit`` once replaced the shipped probe. A folder is refused whatever ``overwrite``
+    says (writing to it failed after the whole run).
+
+    Raises:
+        ValueError: naming ``--out``, the path, and ``--overwrite``.
+    """
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the JSON file to write")
+    if out.exists() and not overwrite:
+        raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
+
+
+def read_test_data(paths: list[Path]) -> dict[Path, list]:
+    """The rows of each ``--test-data`` file, read before any model loads
+    (:func:`~herald_service.training.corpus.load_corpus`).
+
+    Raises:
+        ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
+            a raw "[Errno 2] No such file or directory": breaker finding), and every error of ``load_corpus``
+            (file and line of a bad row).
+        NotUtf8Error, OSError: as ``load_corpus``.
+    """
+    from herald_service.training.corpus import load_corpus
+
+    rows = {}
+    for path in paths:
+        if not path.exists():
+            raise ValueError(f"{path} does not exist (--test-data)")
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
+        rows[path] = load_corpus([path])
+    return rows
 
 
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
@@ -371,13 +410,21 @@ def run_eval(options: EvalOptions) -> dict:
 
     A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`, or a templates file that is missing)
     is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it).
+
+    Raises:
+        ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`refuse_an_existing_out`),
+            a missing or bad ``--test-data`` file (:func:`read_test_data`), and the data errors of
+            :func:`load_corpus_states`.
+        BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another
+            backbone.
     """
     from herald_service.data.hashing import corpus_sha256
     from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
     from herald_service.training.attacks import load_templates
-    from herald_service.training.corpus import load_corpus
 
     started = time.perf_counter()
+    refuse_an_existing_out(options.out, options.overwrite)
+    test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
@@ -399,8 +446,8 @@ def run_eval(options: EvalOptions) -> dict:
                 extra["jailbreak_wrapped"] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
             jailbreak_skipped = missing_templates(options.jailbreak_templates)
-    for path in options.test_data:
-        extra[path.name], _, _ = _states_for(backbone, load_corpus([path]), cache, options.max_tokens, path.name)
+    for path, rows in test_sets.items():
+        extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
 
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed)
     results = evaluate_states(data, train_index, test_index, plan, extra)
