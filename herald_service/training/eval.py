@@ -272,6 +272,28 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
     return rows
 
 
+def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str, dict]:
+    """For each ``--test-data`` file, how many of its prompts (text as scored: a context joined to its request) are
+    also a prompt of the ``--data`` rows, so may have been trained on; a file with any is logged as a warning (the
+    training file given as --test-data was reported as "never trained on": breaker finding).
+
+    Args:
+        test_sets: :func:`read_test_data`; ``data_rows``: every ``--data`` row, before the per-source cap.
+
+    Returns:
+        ``{file name: {"rows": n, "also_in_data": k}}`` for the results' ``meta.test_data_overlap``.
+    """
+    trained = {example.prompt for example in data_rows}
+    out = {}
+    for path, rows in test_sets.items():
+        shared = sum(example.prompt in trained for example in rows)
+        out[path.name] = {"rows": len(rows), "also_in_data": shared}
+        if shared:
+            log.warning("--test-data %s: %d of its %d prompts also appear in --data; they may have been trained on, "
+                        "so its numbers are not those of unseen prompts", path, shared, len(rows))
+    return out
+
+
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
     from herald_service.training.extract import extract_corpus_states
 
@@ -409,7 +431,8 @@ def run_eval(options: EvalOptions) -> dict:
     """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``.
 
     A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`, or a templates file that is missing)
-    is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it).
+    is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it). ``--test-data`` prompts
+    that are also in ``--data`` are counted in ``meta.test_data_overlap`` (:func:`test_data_overlap`).
 
     Raises:
         ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`refuse_an_existing_out`),
@@ -446,6 +469,7 @@ def run_eval(options: EvalOptions) -> dict:
                 extra["jailbreak_wrapped"] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
             jailbreak_skipped = missing_templates(options.jailbreak_templates)
+    overlap = test_data_overlap(test_sets, everything)
     for path, rows in test_sets.items():
         extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
 
@@ -473,6 +497,7 @@ def run_eval(options: EvalOptions) -> dict:
         "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
         "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},
+        "test_data_overlap": overlap,  # herald report: "k of n prompts also appear in --data", not "never trained on"
         **({"jailbreak_wrapped_skipped": jailbreak_skipped} if jailbreak_skipped else {}),
         "methods": list(options.methods),
         "replicates": options.replicates,
