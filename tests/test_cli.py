@@ -312,9 +312,10 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     assert out.returncode == 1 and out.stderr.strip() == (  # was "[Errno 20] Not a directory" after the fit
         f"herald: --out {tmp_path / 'taken' / 'sub'}: {tmp_path / 'taken'} is a file; give a folder (the probe is written"
         " into it as probe.json and probe.safetensors)"), out.stderr
-    out = herald("eval", "--data", str(few), "--probe", str(tmp_path), "--cache-dir", str(tmp_path / "cache"))
+    results = ("--out", str(tmp_path / "results.json"))  # never the repo's docs/eval/results.json, which is refused
+    out = herald("eval", "--data", str(few), "--probe", str(tmp_path), *results, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and "probe.json is missing" in out.stderr, out.stderr  # was named after every fit
-    out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), *results, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == f"herald: {tmp_path / 'missing.jsonl'} does not exist", out.stderr
     assert not (tmp_path / "cache").exists()
 

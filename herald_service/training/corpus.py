@@ -203,7 +203,7 @@ def require_split_parts(examples: list[Example], test_fraction: float, seed: int
     train, _ = stratified_split(examples, test_fraction, seed)
     labels = np.array([examples[i].label for i in train], dtype=int)
     groups = np.array([f"{examples[i].source}|{examples[i].label}" for i in train])
-    calibration = calibration_mask(groups, HeraldProbe().calibration_fraction, seed) if len(train) else np.zeros(0, bool)
+    calibration = calibration_mask(groups, HeraldProbe().calibration_fraction, seed)
     for name, label in LABELS.items():
         in_calibration = int((labels[calibration] == label).sum())
         in_fit = int((labels[~calibration] == label).sum())
