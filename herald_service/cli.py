@@ -424,10 +424,14 @@ class EvalCommand(BaseModel):
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
-    test_data: list[Path] = Field(default_factory=list, description="Extra labeled JSONL files, never trained on.")
+    test_data: list[Path] = Field(default_factory=list, description=(
+        "Extra labeled JSONL files to score, not trained on; prompts that are also in --data are counted, warned "
+        "about and reported."))
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
-    out: Path = Path("docs/eval/results.json")
+    out: Path = Field(Path("docs/eval/results.json"), description=(
+        "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
+    overwrite: bool = Field(False, description="Replace the --out file if it exists.")
     device: Device = "auto"
     dtype: DType = "auto"
     max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label), as in `herald fit`.")
@@ -497,7 +501,9 @@ class RecipesCommand(BaseModel):
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = EMBEDDED_BACKBONE
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
-    out: Path = Path("docs/eval/recipes.json")
+    out: Path = Field(Path("docs/eval/recipes.json"), description=(
+        "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
+    overwrite: bool = Field(False, description="Replace the --out file if it exists.")
     recipes: list[str] = Field(["shipped", "hardneg", "templated", "templated+hardneg",
                                                         "logreg_last", "logreg_last+templated"])
     templated_n: int = Field(150, ge=0)

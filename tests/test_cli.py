@@ -326,9 +326,10 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     assert out.returncode == 1 and out.stderr.strip() == (  # was "[Errno 20] Not a directory" after the fit
         f"herald: --out {tmp_path / 'taken' / 'sub'}: {tmp_path / 'taken'} is a file; give a folder (the probe is written"
         " into it as probe.json and probe.safetensors)"), out.stderr
-    out = herald("eval", "--data", str(few), "--probe", str(tmp_path), "--cache-dir", str(tmp_path / "cache"))
+    results = ("--out", str(tmp_path / "results.json"))  # never the repo's docs/eval/results.json, which is refused
+    out = herald("eval", "--data", str(few), "--probe", str(tmp_path), *results, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and "probe.json is missing" in out.stderr, out.stderr  # was named after every fit
-    out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), *results, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == f"herald: {tmp_path / 'missing.jsonl'} does not exist", out.stderr
     assert not (tmp_path / "cache").exists()
 
@@ -497,3 +498,81 @@ def test_an_empty_data_entry_is_refused_not_read_as_the_current_directory(tmp_pa
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "entry 2 of 2 is empty (a comma too many?)" in out.stderr
+
+
+def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbone_loads(tmp_path):
+    # `herald fit --max-per-source 3` failed only after the backbone load and the state extraction, with "no harmful
+    # row in the calibration part"
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)  # 10 of each label, one source each
+    missing = tmp_path / "missing-backbone"  # loads nothing: a check that passes shows as this error instead
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(data), "--max-per-source", "3", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --max-per-source 3 leaves 3 benign rows of the data ({data}: at most 3 per source and label); a"
+            " probe needs at least 8 of each label: its test, calibration and fit parts each need both; raise"
+            " --max-per-source or give null for all rows"), (command, out.stderr)
+    sources = tmp_path / "sources.jsonl"  # 4 sources of each label: 12 rows each after the cap, but groups of 3
+    sources.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
+                               for label in ("harmful", "benign") for s in range(4) for i in range(5)))
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(sources), "--max-per-source", "3", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            "herald: --max-per-source 3 (at most 3 rows per source and label) and --test-fraction 0.2 leave no benign"
+            " row in the calibration part: the test part takes a share of each (source, label) group and calibration"
+            " a quarter of the rest, both rounded, so a group of 2 training rows gives calibration none; raise"
+            " --max-per-source or give more benign rows per source"), (command, out.stderr)
+        out = herald(command, "--data", str(sources), "--max-per-source", "4", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_backbone_loads(tmp_path):
+    # without --out they silently replaced the committed docs/eval/results.json and docs/eval/recipes.json
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    (tmp_path / "docs" / "eval").mkdir(parents=True)
+    missing = tmp_path / "missing-backbone"  # loads nothing: a check that passes shows as this error instead
+    for command, default in (("eval", "docs/eval/results.json"), ("recipes", "docs/eval/recipes.json")):
+        (tmp_path / default).write_text("{}")
+        base = (command, "--data", str(data), "--backbone", str(missing), "--jailbreak-templates", "null",
+                "--cache-dir", str(tmp_path / "cache"))
+        out = herald_in(tmp_path, *base)
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --out {default} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
+            " it"), (command, out.stderr)
+        mine = tmp_path / f"{command}.json"
+        mine.write_text("{}")
+        out = herald_in(tmp_path, *base, "--out", str(mine))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --out {mine} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
+            " it"), (command, out.stderr)
+        out = herald_in(tmp_path, *base, "--out", str(tmp_path / "docs"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --out {tmp_path / 'docs'} is a folder; give the JSON file to write"), (command, out.stderr)
+        for more in (("--out", str(mine), "--overwrite"), ("--out", str(tmp_path / "new.json"))):
+            out = herald_in(tmp_path, *base, *more)
+            assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+        assert (tmp_path / default).read_text() == "{}" and mine.read_text() == "{}"
+    assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+
+
+def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_loads(tmp_path):
+    # it printed "herald: [Errno 2] No such file or directory: ..." after the backbone load and the extraction
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    for path, what in ((tmp_path / "mydata" / "nonexist.jsonl", "does not exist (--test-data)"),
+                       (tmp_path, "is a folder (--test-data); give labeled JSONL files")):
+        out = herald("eval", "--data", str(data), "--test-data", str(path), "--out", str(tmp_path / "results.json"),
+                     "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == f"herald: {path} {what}", out.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x", "label": "HARMFUL", "source": "s"}\n')
+    out = herald("eval", "--data", str(data), "--test-data", str(bad), "--out", str(tmp_path / "results.json"),
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: {bad} line 1: label 'HARMFUL' is not one of ['benign', 'harmful']"), out.stderr
+    assert not (tmp_path / "cache").exists()

@@ -24,16 +24,34 @@ def test_rows_are_read_and_a_line_separator_inside_a_string_stays_in_the_prompt(
     ('{"prompt": "x", "label": "harmful"', "line 2: not JSON (Expecting ',' delimiter); a row is an object with prompt, label and source"),
     ("[" * 100_000, "line 2: not JSON (nested too deeply); a row is an object with prompt, label and source"),
     ('"just text"', "line 2: a JSON string, not an object with prompt, label and source"),
-    ('{"prompt": 5, "label": "harmful", "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
-    ('{"prompt": "x", "label": "toxic", "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
-    ('{"prompt": "x", "label": ["harmful"], "source": "s"}', "line 2: need prompt and source strings (context, if given, a string) and a label in ['benign', 'harmful']"),
+    # each of these got one generic message naming no field: "need prompt and source strings ... and a label in"
+    ('{"prompt": 5, "label": "harmful", "source": "s"}', "line 2: prompt must be a string, got the number 5"),
+    ('{"prompt": ["a"], "label": "harmful", "source": "s"}', "line 2: prompt must be a string, got a list"),
+    ('{"prompt": "x", "label": "toxic", "source": "s"}', "line 2: label 'toxic' is not one of ['benign', 'harmful']"),
+    ('{"prompt": "x", "label": "HARMFUL", "source": "s"}', "line 2: label 'HARMFUL' is not one of ['benign', 'harmful']"),
+    ('{"prompt": "x", "label": 1, "source": "s"}', "line 2: label must be one of ['benign', 'harmful'], got the number 1"),
+    ('{"prompt": "x", "label": ["harmful"], "source": "s"}', "line 2: label must be one of ['benign', 'harmful'], got a list"),
+    ('{"label": "harmful", "source": "s"}', "line 2: missing field 'prompt'; a row needs prompt, label and source"),
+    ('{"prompt": "x", "source": "s"}', "line 2: missing field 'label'; a row needs prompt, label and source"),
+    ('{"prompt": "x", "label": "benign"}', "line 2: missing field 'source'; a row needs prompt, label and source"),
+    ('{"prompt": "x", "label": "benign", "source": null}', "line 2: source must be a string, got null"),
+    ('{"prompt": "x", "label": "benign", "source": "s", "context": true}', "line 2: context must be a string or null, got the boolean true"),
+    # empty prompts were trained on silently
+    ('{"prompt": "", "label": "benign", "source": "s"}', "line 2: prompt is empty or only whitespace; a moderation prompt needs text to be labelled"),
+    ('{"prompt": " \\n\\t", "label": "harmful", "source": "s", "context": "c"}', "line 2: prompt is empty or only whitespace; a moderation prompt needs text to be labelled"),
 ])
-def test_a_bad_row_is_named_by_file_and_line(tmp_path, line, message):
+def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, line, message):
     path = tmp_path / "rows.jsonl"
     path.write_text(ROW % ("fine", "benign") + "\n" + line + "\n")
     with pytest.raises(ValueError) as caught:
         load_corpus([path])
-    assert str(caught.value).startswith(f"{path} {message}"), caught.value
+    assert str(caught.value) == f"{path} {message}", caught.value
+
+
+def test_a_null_context_is_no_context(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "x", "label": "benign", "source": "s", "context": null}\n')
+    assert [r.prompt for r in load_corpus([path])] == ["x"]
 
 
 def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
@@ -59,7 +77,7 @@ def test_expand_data_names_a_missing_path_and_an_empty_folder(tmp_path):
     ('{"prompt": "x", "prompt": "y", "label": "benign", "source": "s"}', "line 1: key 'prompt' appears twice; give it once"),
     ('{"prompt": "\\ud800", "label": "benign", "source": "s"}', "line 1: prompt holds a lone UTF-16 surrogate"),
     ('{"prompt": "x", "label": "benign", "source": "s", "n": ' + "9" * 5000 + "}", "line 1: the number at 'n' is too large"),
-    ('{"prompt": "x", "label": "benign", "source": "s", "context": 5}', "line 1: need prompt and source strings (context, if"),
+    ('{"prompt": "x", "label": "benign", "source": "s", "context": 5}', "line 1: context must be a string or null, got the number 5"),
 ])
 def test_rows_are_parsed_strictly(tmp_path, line, message):
     # a repeated key kept its last value; a surrogate failed in the tokenizer after the backbone load with a

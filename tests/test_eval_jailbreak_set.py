@@ -80,3 +80,34 @@ def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path, caplog, 
     assert results["meta"]["jailbreak_wrapped_skipped"] == why
     assert [r.getMessage() for r in caplog.records] == [f"jailbreak-wrapped set skipped: {why}"]
     assert results["random_split"]["logreg_last"]["pooled"]["auroc"]["value"] >= 0
+
+
+def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_and_recorded(tmp_path, caplog):
+    # the training file given as --test-data was scored and reported as "never trained on"
+    folder = build_tiny_llama(tmp_path / "tiny")
+    rows = [{"prompt": f"build a bomb {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
+    rows += [{"prompt": f"bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(12)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mixed = tmp_path / "mixed.jsonl"  # 2 of its 5 prompts are training prompts (one of them outside the cap)
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in [
+        rows[0], rows[23], {"prompt": "make a weapon", "label": "harmful", "source": "x"},
+        {"prompt": "write a poem", "label": "benign", "source": "y"}, {"prompt": "hello", "label": "benign", "source": "y"}]))
+    out = tmp_path / "results.json"
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                             test_data=[data, mixed], max_per_source=10, methods=("logreg_last",), loso=False,
+                             curve_sizes=(), replicates=10, jailbreak_templates=None))
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["test_data_overlap"] == {"data.jsonl": {"rows": 24, "also_in_data": 24},
+                                         "mixed.jsonl": {"rows": 5, "also_in_data": 2}}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--test-data {data}: 24 of its 24 prompts also appear in --data; they may have been trained on, so its"
+        " numbers are not those of unseen prompts",
+        f"--test-data {mixed}: 2 of its 5 prompts also appear in --data; they may have been trained on, so its"
+        " numbers are not those of unseen prompts"]
+    written = out.read_text()
+    with pytest.raises(ValueError) as caught:  # a second run into the same file is refused before any model loads
+        run_eval(EvalOptions(data=[data], backbone=str(tmp_path / "nope"), cache_dir=tmp_path / "cache", out=out))
+    assert str(caught.value) == f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it"
+    assert out.read_text() == written

@@ -433,3 +433,25 @@ def test_results_without_anything_a_target_needs_say_the_targets_are_not_judged(
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert ("## Targets of issue 3\n\nNot judged: they need leave-one-source-out folds, the learning curve's 100-per-class"
             " point or the jailbreak-wrapped set, and these results have none of them.") in text
+
+
+def test_a_test_data_set_that_shares_prompts_with_the_training_data_is_not_called_never_trained_on(tmp_path):
+    # the training file given as --test-data was reported as "never trained on"
+    results = main_results()
+    block = {"herald": {"pooled": {"n": m(20), "f1": m(0.9), "auroc": m(0.95)}}}
+    results["extra"] = {"data.jsonl": block, "fresh.jsonl": block}
+    results["meta"]["extra_sets"] = {"data.jsonl": {"n": 20}, "fresh.jsonl": {"n": 20}}
+    results["meta"]["test_data_overlap"] = {"data.jsonl": {"rows": 20, "also_in_data": 20},
+                                            "fresh.jsonl": {"rows": 20, "also_in_data": 0}}
+    write(tmp_path, "results.json", results)
+    write(tmp_path / "benign_sensitive", "results.json", {
+        "extra": {"law.jsonl": {"herald": {"pooled": {"n": m(40), "false_positive_rate": m(0.05, 0.01, 0.09)}}},
+                  "health.jsonl": {"herald": {"pooled": {"n": m(10), "false_positive_rate": m(0.2, 0.1, 0.3)}}}},
+        "meta": {"command": "herald eval --test-data law.jsonl", "replicates": 30, "backbone": {"id": "tiny"},
+                 "test_data_overlap": {"law.jsonl": {"rows": 40, "also_in_data": 3},
+                                       "health.jsonl": {"rows": 10, "also_in_data": 0}}}})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    assert "### Extra set `data.jsonl` (n = 20), 20 of 20 prompts also appear in --data" in lines
+    assert "### Extra set `fresh.jsonl` (n = 20), never trained on" in lines
+    assert any(line.startswith("| Benign sensitive-topic held-out sets (law: 3 of 40 prompts also appear in --data,"
+                               " Herald (split fit)): FPR <= 15% | 1/2 sets;") for line in lines), lines

@@ -44,8 +44,9 @@ def load_corpus(paths: list[Path]) -> list[Example]:
     Raises:
         NotUtf8Error: a file that is not UTF-8, naming it and the line.
         ValueError: naming the file and line of a row that is not JSON, not an object, repeats a key, holds a number
-            Python cannot hold or a lone UTF-16 surrogate, lacks string ``prompt`` and ``source`` (and ``context``,
-            when given), or lacks a ``label`` in :data:`LABELS`.
+            Python cannot hold or a lone UTF-16 surrogate, lacks a field or holds one of the wrong type (string
+            ``prompt`` and ``source``; ``context``, when given, a string or null), has a ``label`` not in
+            :data:`LABELS`, or an empty or whitespace-only ``prompt``; the message names the field and what it found.
         OSError: a file that cannot be read.
     """
     return [example for example, _ in _read_rows(paths)]
@@ -100,13 +101,44 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
     return [example for example, _ in rows]
 
 
+def _json_kind(value: object) -> str:
+    """How a JSON value reads in an error: ``a list``, ``the number 1``, ``null``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _row_problem(row: dict) -> str | None:
+    """What is wrong with a parsed row's fields, the first fault only (every row got one generic message naming no
+    field: breaker finding), or None. An empty or blank prompt is refused: nothing in it can be labelled."""
+    for name in ("prompt", "label", "source"):
+        if name not in row:
+            return f"missing field {name!r}; a row needs prompt, label and source"
+    for name in ("prompt", "source", "context"):
+        value = row.get(name)
+        if name in row and not isinstance(value, str) and not (name == "context" and value is None):
+            return f"{name} must be a string{' or null' if name == 'context' else ''}, got {_json_kind(value)}"
+    label = row["label"]
+    if not isinstance(label, str):
+        return f"label must be one of {sorted(LABELS)}, got {_json_kind(label)}"
+    if label not in LABELS:
+        shown = label if len(label) <= 40 else label[:39] + "…"
+        return f"label {shown!r} is not one of {sorted(LABELS)}"
+    if not row["prompt"].strip():
+        return "prompt is empty or only whitespace; a moderation prompt needs text to be labelled"
+    return None
+
+
 def _row_example(line: str, where: str, file: str) -> Example:
     """The :class:`Example` of one JSONL line; ValueError naming ``where`` (file and line) and what is wrong."""
     row = object_row(line, where, "an object with prompt, label and source")
-    context = row.get("context")
-    if not (isinstance(row.get("prompt"), str) and isinstance(row.get("source"), str)
-            and isinstance(row.get("label"), str) and row["label"] in LABELS and (context is None or isinstance(context, str))):
-        raise ValueError(f"{where}: need prompt and source strings (context, if given, a string) and a label in {sorted(LABELS)}")
+    problem = _row_problem(row)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
     for field in ("prompt", "context", "source"):
         if isinstance(row.get(field), str) and not is_valid_unicode(row[field]):
             raise ValueError(f"{where}: {field} holds a lone UTF-16 surrogate (not valid Unicode); no tokenizer can encode it")
@@ -121,12 +153,16 @@ after the backbone load with scikit-learn's "The number of samples must be more 
 "calibration needs both classes" (breaker finding)."""
 
 
-def require_both_labels(examples: list[Example], files: list[Path]) -> None:
+def require_both_labels(examples: list[Example], files: list[Path], max_per_source: int | None = None) -> None:
     """Refuse a corpus that holds one label only, or fewer than :data:`MIN_ROWS_PER_LABEL` rows of a label (a probe
     needs harmful and benign rows in its test, calibration and fit parts), before any model loads.
 
+    Args:
+        max_per_source: the ``--max-per-source`` cap that ``examples`` were cut by (:func:`cap_per_group`), named in
+            the message; None for the rows as read.
+
     Raises:
-        ValueError: naming the label that is missing or short and the files read.
+        ValueError: naming the label that is missing or short, the files read, and the cap when one is given.
     """
     counts = Counter(example.label for example in examples)
     names = ", ".join(str(path) for path in files)
@@ -137,8 +173,51 @@ def require_both_labels(examples: list[Example], files: list[Path]) -> None:
     short = [(name, counts[label]) for name, label in LABELS.items() if counts[label] < MIN_ROWS_PER_LABEL]
     if short:
         name, n = short[0]
-        raise ValueError(f"the data holds {n} {name} row{'s' if n > 1 else ''} ({names}); a probe needs at least "
-                         f"{MIN_ROWS_PER_LABEL} of each label: its test, calibration and fit parts each need both")
+        held = f"the data holds {n} {name} row{'s' if n > 1 else ''} ({names})"
+        if max_per_source is not None:
+            held = (f"--max-per-source {max_per_source} leaves {n} {name} row{'s' if n > 1 else ''} of the data "
+                    f"({names}: at most {max_per_source} per source and label)")
+        advice = "; raise --max-per-source or give null for all rows" if max_per_source is not None else ""
+        raise ValueError(f"{held}; a probe needs at least {MIN_ROWS_PER_LABEL} of each label: its test, calibration "
+                         f"and fit parts each need both{advice}")
+
+
+def require_split_parts(examples: list[Example], test_fraction: float, seed: int, max_per_source: int | None) -> None:
+    """Refuse, before any model loads, rows whose random split (:func:`stratified_split`) and calibration split
+    (:func:`~herald_service.probes.probe.calibration_mask`, with ``seed`` as ``herald fit`` draws them) leave a label
+    out of the probe's calibration part or with fewer than 2 rows in its fit part. Both splits round per (source,
+    label) group, so groups of 3 rows (``--max-per-source 3``) give the calibration part none, however many sources
+    there are; this failed after the backbone load and the state extraction (breaker finding). Rows that extraction
+    later skips (over ``--max-tokens``) are counted here; :meth:`~herald_service.probes.probe.HeraldProbe.fit` still
+    refuses what they leave short.
+
+    Args:
+        examples: the rows after :func:`cap_per_group`; ``max_per_source`` the cap (``--max-per-source``) named in
+            the message.
+
+    Raises:
+        ValueError: naming the label, the part, its row count, --max-per-source and --test-fraction.
+    """
+    from herald_service.probes.probe import HeraldProbe, calibration_mask
+
+    train, _ = stratified_split(examples, test_fraction, seed)
+    labels = np.array([examples[i].label for i in train], dtype=int)
+    groups = np.array([f"{examples[i].source}|{examples[i].label}" for i in train])
+    calibration = calibration_mask(groups, HeraldProbe().calibration_fraction, seed)
+    for name, label in LABELS.items():
+        in_calibration = int((labels[calibration] == label).sum())
+        in_fit = int((labels[~calibration] == label).sum())
+        if in_calibration and in_fit >= 2:
+            continue
+        part = (f"no {name} row in the calibration part" if not in_calibration
+                else f"{in_fit} {name} row{'s' if in_fit != 1 else ''} in the fit part (need at least 2)")
+        lead = (f"--max-per-source {max_per_source} (at most {max_per_source} rows per source and label) and "
+                f"--test-fraction {test_fraction} leave" if max_per_source is not None
+                else f"--test-fraction {test_fraction} leaves")
+        advice = "raise --max-per-source or give" if max_per_source is not None else "give"
+        raise ValueError(f"{lead} {part}: the test part takes a share of each (source, label) group and calibration a "
+                         f"quarter of the rest, both rounded, so a group of 2 training rows gives calibration none; "
+                         f"{advice} more {name} rows per source")
 
 
 def expand_data(paths: list[Path]) -> list[Path]:

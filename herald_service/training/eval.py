@@ -231,6 +231,67 @@ class EvalOptions:
     guard_per_source: int = 0
     guard_max_tokens: int = 768
     probe: Path | None = None
+    overwrite: bool = False
+    """Replace an existing ``out`` file (``--overwrite``); without it :func:`refuse_an_existing_out` refuses."""
+
+
+def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
+    ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json
+    (breaker finding), as ``herald fit`` once replaced the shipped probe. A folder is refused whatever ``overwrite``
+    says (writing to it failed after the whole run).
+
+    Raises:
+        ValueError: naming ``--out``, the path, and ``--overwrite``.
+    """
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the JSON file to write")
+    if out.exists() and not overwrite:
+        raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
+
+
+def read_test_data(paths: list[Path]) -> dict[Path, list]:
+    """The rows of each ``--test-data`` file, read before any model loads
+    (:func:`~herald_service.training.corpus.load_corpus`).
+
+    Raises:
+        ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
+            a raw "[Errno 2] No such file or directory": breaker finding), and every error of ``load_corpus``
+            (file and line of a bad row).
+        NotUtf8Error, OSError: as ``load_corpus``.
+    """
+    from herald_service.training.corpus import load_corpus
+
+    rows = {}
+    for path in paths:
+        if not path.exists():
+            raise ValueError(f"{path} does not exist (--test-data)")
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
+        rows[path] = load_corpus([path])
+    return rows
+
+
+def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str, dict]:
+    """For each ``--test-data`` file, how many of its prompts (text as scored: a context joined to its request) are
+    also a prompt of the ``--data`` rows, so may have been trained on; a file with any is logged as a warning (the
+    training file given as --test-data was reported as "never trained on": breaker finding).
+
+    Args:
+        test_sets: :func:`read_test_data`; ``data_rows``: every ``--data`` row, before the per-source cap.
+
+    Returns:
+        ``{file name: {"rows": n, "also_in_data": k}}`` for the results' ``meta.test_data_overlap``.
+    """
+    trained = {example.prompt for example in data_rows}
+    out = {}
+    for path, rows in test_sets.items():
+        shared = sum(example.prompt in trained for example in rows)
+        out[path.name] = {"rows": len(rows), "also_in_data": shared}
+        if shared:
+            log.warning("--test-data %s: %d of its %d prompts also appear in --data; they may have been trained on, "
+                        "so its numbers are not those of unseen prompts", path, shared, len(rows))
+    return out
 
 
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
@@ -280,19 +341,24 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
 
     Raises:
         BackboneError: the backbone cannot be loaded.
+        ValueError: before the load, a data path that is missing, a bad row, a prompt with both labels, fewer than
+            8 rows of a label before or after the ``max_per_source`` cap, or a split that leaves a label out of the
+            probe's calibration or fit part (:mod:`~herald_service.training.corpus`).
     """
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
-                                                stratified_split)
+                                                require_split_parts, stratified_split)
     from herald_service.training.extract import StateCache
 
     files = expand_data(data)
     everything = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(everything, files)
+    capped = cap_per_group(everything, max_per_source, seed)
+    require_both_labels(capped, files, max_per_source)  # the cap can leave too few: named before the load too
+    require_split_parts(capped, test_fraction, seed, max_per_source)
     loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
-    capped = cap_per_group(everything, max_per_source, seed)
     states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
     train_index, test_index = stratified_split(examples, test_fraction, seed)
     return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index)
@@ -365,14 +431,23 @@ def run_eval(options: EvalOptions) -> dict:
     """Load corpus and states, run :func:`evaluate_states`, add the guard comparison, write ``options.out``.
 
     A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`, or a templates file that is missing)
-    is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it).
+    is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it). ``--test-data`` prompts
+    that are also in ``--data`` are counted in ``meta.test_data_overlap`` (:func:`test_data_overlap`).
+
+    Raises:
+        ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`refuse_an_existing_out`),
+            a missing or bad ``--test-data`` file (:func:`read_test_data`), and the data errors of
+            :func:`load_corpus_states`.
+        BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another
+            backbone.
     """
     from herald_service.data.hashing import corpus_sha256
     from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
     from herald_service.training.attacks import load_templates
-    from herald_service.training.corpus import load_corpus
 
     started = time.perf_counter()
+    refuse_an_existing_out(options.out, options.overwrite)
+    test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
@@ -394,8 +469,9 @@ def run_eval(options: EvalOptions) -> dict:
                 extra["jailbreak_wrapped"] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
             jailbreak_skipped = missing_templates(options.jailbreak_templates)
-    for path in options.test_data:
-        extra[path.name], _, _ = _states_for(backbone, load_corpus([path]), cache, options.max_tokens, path.name)
+    overlap = test_data_overlap(test_sets, everything)
+    for path, rows in test_sets.items():
+        extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
 
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed)
     results = evaluate_states(data, train_index, test_index, plan, extra)
@@ -421,6 +497,7 @@ def run_eval(options: EvalOptions) -> dict:
         "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
         "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},
+        "test_data_overlap": overlap,  # herald report: "k of n prompts also appear in --data", not "never trained on"
         **({"jailbreak_wrapped_skipped": jailbreak_skipped} if jailbreak_skipped else {}),
         "methods": list(options.methods),
         "replicates": options.replicates,

@@ -26,6 +26,7 @@ from herald_service.training.corpus import (
     file_manifest,
     load_training_corpus,
     require_both_labels,
+    require_split_parts,
     stratified_split,
 )
 from herald_service.training.evaluation import metrics_by_source
@@ -256,8 +257,10 @@ def run_fit(options: FitOptions) -> dict:
     Raises:
         BackboneError: if the backbone cannot be loaded.
         ValueError: if ``out`` cannot be written (:func:`check_out`) or holds a probe and ``overwrite`` is off
-            (:func:`refuse_a_probe_there`), the data has fewer than 8 rows of a label
-            (:func:`~herald_service.training.corpus.require_both_labels`), the feature set or direction estimator is
+            (:func:`refuse_a_probe_there`), the data has fewer than 8 rows of a label, before or after the
+            ``max_per_source`` cap (:func:`~herald_service.training.corpus.require_both_labels`), the split would
+            leave a label out of the calibration or fit part
+            (:func:`~herald_service.training.corpus.require_split_parts`), the feature set or direction estimator is
             unknown, a data path is missing, a row unreadable or a prompt given with both labels
             (:func:`~herald_service.training.corpus.load_training_corpus` names file and line), or the jailbreak
             templates are (:func:`jailbreak_templates_of`): all before the backbone loads; or, after extraction, a
@@ -275,6 +278,8 @@ def run_fit(options: FitOptions) -> dict:
     rows = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(rows, files)
     capped = cap_per_group(rows, options.max_per_source, options.seed)
+    require_both_labels(capped, files, options.max_per_source)  # the cap can leave too few: named before the load
+    require_split_parts(capped, options.test_fraction, options.seed, options.max_per_source)
     if templates:
         check_jailbreak_inputs(templates, rows, capped, options)
     default = default_out(options.backbone)

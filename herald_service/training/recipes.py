@@ -170,15 +170,27 @@ class RecipeOptions:
     fit_seed: int | None = None
     sensitive_data: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    overwrite: bool = False
+    """Replace an existing ``out`` file (``--overwrite``); without it the run is refused before any model loads."""
 
 
 def run_recipes(options: RecipeOptions) -> dict:
+    """Fit and judge every recipe of ``options.recipes`` on leave-one-source-out; ``out`` is rewritten after each.
+
+    Raises:
+        ValueError: before any model loads, an existing ``out`` without ``overwrite``
+            (:func:`~.eval.refuse_an_existing_out`), jailbreak recipes without a templates file, and the data errors
+            of :func:`~.eval.load_corpus_states`; after it, a ``sensitive`` recipe without ``sensitive_data``.
+        BackboneError: the backbone cannot be loaded.
+    """
     from herald_service.training.attacks import load_templates
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
-    from herald_service.training.eval import _states_for, jailbreak_wrapped_states, load_corpus_states, missing_templates
+    from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
+                                              missing_templates, refuse_an_existing_out)
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
+    refuse_an_existing_out(options.out, options.overwrite)
     needs_pool = any(jailbreak_labels(name) for name in options.recipes)
     template_file = options.jailbreak_templates
     if needs_pool and (template_file is None or not template_file.is_file()):  # before the backbone load and extraction
