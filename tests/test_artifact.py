@@ -96,8 +96,25 @@ def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):
         load_probe(tmp_path / "nowhere", backbone.info)
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
     (tmp_path / "probe.json").write_text("{not json")
-    with pytest.raises(ProbeMismatch, match="not valid JSON"):
+    with pytest.raises(ProbeMismatch, match=f"^probe file {tmp_path / 'probe.json'} is corrupt or hand-edited: not valid"
+                                            r" JSON \(.*\); refit the probe with `herald fit`$"):
         load_probe(tmp_path, backbone.info)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('"threshold": NaN', "the number at 'threshold' is NaN, which is not JSON (RFC 8259 has no NaN or Infinity)"),
+    ('"threshold": -Infinity', "the number at 'threshold' is -Infinity, which is not JSON (RFC 8259 has no NaN or Infinity)"),
+    ('"threshold": 1, "threshold": 2', "key 'threshold' appears twice"),
+])
+def test_a_manifest_json_cannot_hold_is_named_as_a_corrupt_probe_file(tmp_path, fitted, text, problem):
+    # Breaker: a NaN threshold read "... is NaN ...; send a finite number", advice for a request body, not a file
+    backbone, manifest = _saved(tmp_path, fitted)
+    del manifest["threshold"]
+    (tmp_path / "probe.json").write_text(json.dumps(manifest)[:-1] + f", {text}}}")
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, backbone.info)
+    assert refused.value.message == (f"probe file {tmp_path / 'probe.json'} is corrupt or hand-edited: {problem}; refit the"
+                                     " probe with `herald fit`")
 
 
 def test_truncated_or_incomplete_tensors_are_a_clear_error_naming_the_file(tmp_path, fitted):

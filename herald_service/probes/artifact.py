@@ -86,17 +86,20 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
     Raises:
         ProbeMismatch: if the folder or file is missing, not valid JSON (NaN and Infinity are not), repeats a key, or
-            is not a JSON object.
+            is not a JSON object. ``herald fit`` writes none of these, so the message says the file is corrupt or
+            hand-edited and names the field.
     """
     path = folder / MANIFEST_FILE
     if not path.is_file():
         raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    corrupt = f"probe file {path} is corrupt or hand-edited"
     try:
         manifest = loads_unique(path.read_bytes(), check_numbers=True)
     except StrictJsonError as exc:  # NaN, Infinity, 1e999, a key given twice: json.loads took them silently
-        raise ProbeMismatch(f"{path}: {exc.message}", field="probe") from None
+        # exc.problem, not exc.message: the request-body advice ("send a finite number") misled (breaker finding)
+        raise ProbeMismatch(f"{corrupt}: {exc.problem}; refit the probe with `herald fit`", field="probe") from None
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deeply
-        raise ProbeMismatch(f"{path} is not valid JSON: {exc}", field="probe") from None
+        raise ProbeMismatch(f"{corrupt}: not valid JSON ({exc}); refit the probe with `herald fit`", field="probe") from None
     if not isinstance(manifest, dict):
         raise ProbeMismatch(f"{path} holds a JSON {type(manifest).__name__}, not an object", field="probe")
     return manifest
