@@ -49,19 +49,29 @@ def test_artifact_has_no_pickle(tmp_path, fitted):
 
 
 @pytest.mark.parametrize(
-    "change, message",
+    "change, problem",
     [
-        ({"num_layers": 9}, "num_layers"),
-        ({"hidden_size": 32}, "hidden_size"),
-        ({"config_hash": "0" * 64}, "config hash"),
+        ({"num_layers": 9}, "num_layers 8 in probe.json, 9 in the backbone"),
+        ({"hidden_size": 32}, "hidden_size 16 in probe.json, 32 in the backbone"),
+        ({"config_hash": "0" * 64}, "config hash differs (another architecture or size)"),
     ],
 )
-def test_mismatched_backbone_is_refused(tmp_path, fitted, change, message):
+def test_mismatched_backbone_is_refused(tmp_path, fitted, change, problem):
     backbone, probe, _ = fitted
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
-    other = dataclasses.replace(backbone.info, **change)
-    with pytest.raises(ProbeMismatch, match=message):
-        load_probe(tmp_path, other)
+    advice = ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`."
+    same_id = dataclasses.replace(backbone.info, **change)
+    # Breaker: with equal ids this read "probe was fitted on 'X' but the backbone is 'X': num_layers 31 != ...", a
+    # contradiction; the file names the loaded backbone and does not match it
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, same_id)
+    assert refused.value.message == (f"probe.json names backbone {backbone.info.model_id!r}, the one loaded, but does not"
+                                     f" match it: {problem}{advice}")
+    other_id = dataclasses.replace(same_id, model_id="org/other-model")
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, other_id)
+    assert refused.value.message == (f"probe was fitted on {backbone.info.model_id!r} but the backbone is 'org/other-model':"
+                                     f" {problem}{advice}")
 
 
 def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_path, fitted):

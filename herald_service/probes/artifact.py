@@ -217,19 +217,24 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
     :func:`load_probe`'s has).
 
     Raises:
-        ProbeMismatch: naming what differs (layer count, hidden size, config hash).
+        ProbeMismatch: naming what differs (layer count, hidden size, config hash). When ``probe.json`` names the
+            loaded backbone's id, the message says the file does not match that backbone rather than contrasting the
+            two (equal) ids.
     """
     fitted = manifest["backbone"]
     problems = []
-    if fitted.get("num_layers") != info.num_layers:
-        problems.append(f"num_layers {fitted.get('num_layers')} != backbone's {info.num_layers}")
-    if fitted.get("hidden_size") != info.hidden_size:
-        problems.append(f"hidden_size {fitted.get('hidden_size')} != backbone's {info.hidden_size}")
+    for key, ours in (("num_layers", info.num_layers), ("hidden_size", info.hidden_size)):
+        if fitted.get(key) != ours:
+            problems.append(f"{key} {fitted.get(key)} in probe.json, {ours} in the backbone")
     if fitted.get("config_hash") != info.config_hash:
         problems.append("config hash differs (another architecture or size)")
     if problems:
+        # the same id on both sides read as a contradiction ("fitted on 'X' but the backbone is 'X'": breaker finding)
+        head = (f"probe.json names backbone {info.model_id!r}, the one loaded, but does not match it"
+                if fitted.get("id") == info.model_id
+                else f"probe was fitted on {fitted.get('id')!r} but the backbone is {info.model_id!r}")
         raise ProbeMismatch(
-            f"probe was fitted on {fitted.get('id')!r} but the backbone is {info.model_id!r}: " + "; ".join(problems)
+            f"{head}: " + "; ".join(problems)
             + ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`.",
             field="probe",
         )
