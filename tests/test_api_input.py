@@ -149,9 +149,10 @@ def test_numbers_at_the_edges_still_reach_validation(client):
     assert edge.status_code == 422 and edge.json()["error"] == {  # in range: the steer limit answers, not the parser
         "type": "invalid_request", "field": "max_new_tokens",
         "message": "max_new_tokens 9223372036854775807 exceeds the limit of 128 (steer_max_new_tokens)"}
-    tiny = client.post("/steer", content=b'{"prompt": "hi", "mode": "add", "alpha": 1e-999, "max_new_tokens": 4}',
-                       headers=STEER)
+    tiny = client.post("/steer", content=b'{"prompt": "hi", "alpha": 1e-999, "max_new_tokens": 4}', headers=STEER)
     assert tiny.status_code == 200 and tiny.json()["alpha"] == 0.0  # underflow to zero is a value, not an error
+    added = client.post("/steer", content=b'{"prompt": "hi", "mode": "add", "alpha": 1e-999}', headers=STEER)
+    assert added.status_code == 422 and added.json()["error"]["message"].startswith("mode 'add' needs a non-zero alpha")
 
 
 def test_the_413_for_a_large_body_names_its_settings_and_limit(client):
