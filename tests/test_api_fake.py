@@ -638,7 +638,8 @@ def test_a_body_that_is_not_declared_json_gets_the_content_type_error_even_with_
     # FastAPI reads a body as JSON only for application/json (or +json); the repeated-key check must not answer first
     headers = {"content-type": content_type} if content_type else {}
     expected = {"error": {"type": "unsupported_media_type", "field": "content-type",
-                          "message": f"request body must be JSON: Content-Type application/json is required ({got})"}}
+                          "message": "request body must be JSON: Content-Type application/json (or application/*+json)"
+                                     f" is required ({got})"}}
     valid = client.post("/classify", content=b'{"input": "hello"}', headers=headers)
     repeated = client.post("/classify", content=b'{"input": "a", "input": "b"}', headers=headers)
     assert (valid.status_code, valid.json()) == (415, expected)

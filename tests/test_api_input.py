@@ -196,7 +196,10 @@ def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):
 
 
 @pytest.mark.parametrize("headers", [{"content-encoding": "identity"}, {"content-type": "application/json; charset=utf-8"},
-                                     {"content-type": "application/merge-patch+json"}])
+                                     {"content-type": "application/merge-patch+json"},
+                                     # as README says: any +json type, any letter case, unknown parameters
+                                     {"content-type": "application/vnd.api+json"}, {"content-type": "Application/JSON"},
+                                     {"content-type": "application/json; foo=bar"}])
 def test_identity_encoding_and_json_content_types_are_read(client, headers):
     r = client.post("/v1/moderations", content=b'{"input": "hello"}', headers={"content-type": "application/json", **headers})
     assert r.status_code == 200 and r.json()["results"][0]["flagged"] is False
@@ -207,7 +210,7 @@ def test_a_form_or_text_body_is_refused_naming_content_type(client, path):
     form = client.post(path, data={"input": "hello"})
     assert form.status_code == 415 and form.json()["error"] == {
         "type": "unsupported_media_type", "field": "content-type", "message": "request body must be JSON: Content-Type"
-        " application/json is required (not 'application/x-www-form-urlencoded')"}
+        " application/json (or application/*+json) is required (not 'application/x-www-form-urlencoded')"}
     text = client.post(path, content=b"hello", headers={"content-type": "text/plain; charset=utf-8"})
     assert text.status_code == 415 and "(not 'text/plain; charset=utf-8')" in text.json()["error"]["message"]
 
