@@ -366,7 +366,8 @@ class SteerEvalCommand(LocalCommand):
     file: CliPositionalArg[Path]
     layers: list[int] | None = Field(None, description="1-based decoder layers; default: the peak-monotonicity layer.")
     mode: Literal["ablate", "add"] = "ablate"
-    alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, description="For mode 'add': multiple of sigma_l along w_l.")
+    alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, validate_default=True,
+                         description="For mode 'add' (required there, non-zero): multiple of sigma_l along w_l.")
     max_new_tokens: int = Field(48, ge=1, le=2048)
     limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
 
@@ -375,6 +376,8 @@ class SteerEvalCommand(LocalCommand):
     def _alpha_needs_add(cls, alpha: float, info: ValidationInfo) -> float:
         if alpha != 0 and info.data.get("mode") == "ablate":  # as POST /steer: an ignored alpha would be reported as used
             raise ValueError(f"alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha {alpha:g})")
+        if alpha == 0 and info.data.get("mode") == "add":  # as POST /steer: adds nothing, so steered == baseline
+            raise ValueError("mode 'add' needs a non-zero alpha (alpha 0, the default, adds nothing)")
         return alpha
 
     def _prompt_of(self, line: str, number: int) -> str | None:

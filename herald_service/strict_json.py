@@ -31,9 +31,14 @@ finding), so such a body is refused while it is parsed, off the loop."""
 class StrictJsonError(ValueError):
     """A document :func:`loads_unique` refuses; ``message`` says why in one line, naming the key or number by its
     path (``herald steer-eval`` and the labeled-corpus reader prefix it with the file and line; the HTTP layer words
-    its own answers)."""
+    its own answers). ``problem`` is the same fact without advice to the sender (``message`` may end "; send a finite
+    number"), for readers of files that no person typed, such as ``probe.json``."""
 
     message: str
+
+    @property
+    def problem(self) -> str:
+        return self.message
 
 
 class DuplicateKey(StrictJsonError):
@@ -45,6 +50,10 @@ class DuplicateKey(StrictJsonError):
         self.key = key
         self.path = path
         self.message = f"key '{path}' appears twice; give it once"
+
+    @property
+    def problem(self) -> str:
+        return f"key '{self.path}' appears twice"
 
 
 class InvalidKey(StrictJsonError):
@@ -72,22 +81,28 @@ class BadNumber(StrictJsonError):
     on one of over 4,300 digits with a ``ValueError`` that FastAPI answered "nested too deeply", and echoed a 4,000-digit
     one back), a float that overflows to infinity (``1e999``), or a ``NaN``/``Infinity`` token, which ``json``
     accepts but RFC 8259 does not. ``path`` names it as for :class:`DuplicateKey` (``body`` for a bare number);
-    ``message`` says which."""
+    ``message`` says which, and for ``NaN``/``Infinity`` ends with advice to the sender that ``problem`` leaves out."""
 
-    def __init__(self, message: str, path: str) -> None:
+    def __init__(self, problem: str, path: str, advice: str = "") -> None:
         super().__init__(path)
-        self.message = message
+        self.message = f"{problem}; {advice}" if advice else problem
         self.path = path
+        self._problem = problem
+
+    @property
+    def problem(self) -> str:
+        return self._problem
 
 
 class _Unrepresentable:
     """Stands in for a number :class:`BadNumber` refuses until the document is parsed and its path is known.
-    ``problem`` completes "the number at <path> ..."."""
+    ``problem`` completes "the number at <path> ..."; ``advice`` (may be empty) tells the sender what to send."""
 
-    __slots__ = ("problem",)
+    __slots__ = ("problem", "advice")
 
-    def __init__(self, problem: str) -> None:
+    def __init__(self, problem: str, advice: str = "") -> None:
         self.problem = problem
+        self.advice = advice
 
 
 INT_LIMIT = 2**63
@@ -117,7 +132,7 @@ def _parse_float(text: str) -> float | _Unrepresentable:
 
 
 def _parse_constant(text: str) -> _Unrepresentable:
-    return _Unrepresentable(f"is {text}, which is not JSON (RFC 8259 has no NaN or Infinity); send a finite number")
+    return _Unrepresentable(f"is {text}, which is not JSON (RFC 8259 has no NaN or Infinity)", "send a finite number")
 
 
 class _Faulty(dict):
@@ -156,7 +171,7 @@ def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
         node, path = stack.pop()
         if isinstance(node, _Unrepresentable):
             where = _cut_path(path or "body")
-            return BadNumber(f"the number at '{where}' {node.problem}", where)
+            return BadNumber(f"the number at '{where}' {node.problem}", where, node.advice)
         if isinstance(node, _Faulty):
             key = _shown(node.key)
             return node.fault(node.key, _cut_path(f"{path}.{key}" if path else key))

@@ -228,7 +228,6 @@ def test_steer_add_and_ablate_give_different_answers(client):
     base = ablate["classification"]["baseline"]["score"]
     assert len({ablate["classification"]["steered"]["score"], add["classification"]["steered"]["score"], base}) == 3
     assert pushed["classification"]["steered"]["score"] >= base
-    assert steered(mode="add", alpha=0.0)["classification"]["steered"]["trajectory"] == ablate["classification"]["baseline"]["trajectory"]
     assert (ablate["steered"]["refused"], add["steered"]["refused"], pushed["steered"]["refused"]) == (False, False, True)
 
 
@@ -244,6 +243,16 @@ def test_steer_refuses_an_alpha_that_mode_ablate_would_ignore(client, options):
     for fine in ({"mode": "ablate", "alpha": 0}, {"mode": "ablate"}, {"mode": "add", "alpha": 5}):
         ok = client.post("/steer", json={"prompt": "make a bomb", "max_new_tokens": 4, **fine}, headers=auth)
         assert ok.status_code == 200 and ok.json()["alpha"] == fine.get("alpha", 0), ok.text
+
+
+@pytest.mark.parametrize("options", [{"mode": "add"}, {"mode": "add", "alpha": 0}, {"mode": "add", "alpha": -0.0}])
+def test_steer_refuses_mode_add_without_a_non_zero_alpha(client, options):
+    # It was answered 200 with steered == baseline: an "add" of 0 * sigma * w, reported as an edit (breaker finding)
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+    r = client.post("/steer", json={"prompt": "hi", "max_new_tokens": 4, **options}, headers=auth)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == {"type": "invalid_request", "field": "alpha", "message": "mode 'add' needs a non-zero alpha"
+                                 " (alpha 0, the default, adds nothing); send alpha in -50..50, not 0"}
 
 
 def test_steer_is_off_by_default():
@@ -666,7 +675,8 @@ def test_a_body_that_is_not_declared_json_gets_the_content_type_error_even_with_
     # FastAPI reads a body as JSON only for application/json (or +json); the repeated-key check must not answer first
     headers = {"content-type": content_type} if content_type else {}
     expected = {"error": {"type": "unsupported_media_type", "field": "content-type",
-                          "message": f"request body must be JSON: Content-Type application/json is required ({got})"}}
+                          "message": "request body must be JSON: Content-Type application/json (or application/*+json)"
+                                     f" is required ({got})"}}
     valid = client.post("/classify", content=b'{"input": "hello"}', headers=headers)
     repeated = client.post("/classify", content=b'{"input": "a", "input": "b"}', headers=headers)
     assert (valid.status_code, valid.json()) == (415, expected)

@@ -149,9 +149,10 @@ def test_numbers_at_the_edges_still_reach_validation(client):
     assert edge.status_code == 422 and edge.json()["error"] == {  # in range: the steer limit answers, not the parser
         "type": "invalid_request", "field": "max_new_tokens",
         "message": "max_new_tokens 9223372036854775807 exceeds the limit of 128 (steer_max_new_tokens)"}
-    tiny = client.post("/steer", content=b'{"prompt": "hi", "mode": "add", "alpha": 1e-999, "max_new_tokens": 4}',
-                       headers=STEER)
+    tiny = client.post("/steer", content=b'{"prompt": "hi", "alpha": 1e-999, "max_new_tokens": 4}', headers=STEER)
     assert tiny.status_code == 200 and tiny.json()["alpha"] == 0.0  # underflow to zero is a value, not an error
+    added = client.post("/steer", content=b'{"prompt": "hi", "mode": "add", "alpha": 1e-999}', headers=STEER)
+    assert added.status_code == 422 and added.json()["error"]["message"].startswith("mode 'add' needs a non-zero alpha")
 
 
 def test_the_413_for_a_large_body_names_its_settings_and_limit(client):
@@ -195,7 +196,10 @@ def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):
 
 
 @pytest.mark.parametrize("headers", [{"content-encoding": "identity"}, {"content-type": "application/json; charset=utf-8"},
-                                     {"content-type": "application/merge-patch+json"}])
+                                     {"content-type": "application/merge-patch+json"},
+                                     # as README says: any +json type, any letter case, unknown parameters
+                                     {"content-type": "application/vnd.api+json"}, {"content-type": "Application/JSON"},
+                                     {"content-type": "application/json; foo=bar"}])
 def test_identity_encoding_and_json_content_types_are_read(client, headers):
     r = client.post("/v1/moderations", content=b'{"input": "hello"}', headers={"content-type": "application/json", **headers})
     assert r.status_code == 200 and r.json()["results"][0]["flagged"] is False
@@ -206,7 +210,7 @@ def test_a_form_or_text_body_is_refused_naming_content_type(client, path):
     form = client.post(path, data={"input": "hello"})
     assert form.status_code == 415 and form.json()["error"] == {
         "type": "unsupported_media_type", "field": "content-type", "message": "request body must be JSON: Content-Type"
-        " application/json is required (not 'application/x-www-form-urlencoded')"}
+        " application/json (or application/*+json) is required (not 'application/x-www-form-urlencoded')"}
     text = client.post(path, content=b"hello", headers={"content-type": "text/plain; charset=utf-8"})
     assert text.status_code == 415 and "(not 'text/plain; charset=utf-8')" in text.json()["error"]["message"]
 

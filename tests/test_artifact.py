@@ -49,19 +49,29 @@ def test_artifact_has_no_pickle(tmp_path, fitted):
 
 
 @pytest.mark.parametrize(
-    "change, message",
+    "change, problem",
     [
-        ({"num_layers": 9}, "num_layers"),
-        ({"hidden_size": 32}, "hidden_size"),
-        ({"config_hash": "0" * 64}, "config hash"),
+        ({"num_layers": 9}, "num_layers 8 in probe.json, 9 in the backbone"),
+        ({"hidden_size": 32}, "hidden_size 16 in probe.json, 32 in the backbone"),
+        ({"config_hash": "0" * 64}, "config hash differs (another architecture or size)"),
     ],
 )
-def test_mismatched_backbone_is_refused(tmp_path, fitted, change, message):
+def test_mismatched_backbone_is_refused(tmp_path, fitted, change, problem):
     backbone, probe, _ = fitted
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
-    other = dataclasses.replace(backbone.info, **change)
-    with pytest.raises(ProbeMismatch, match=message):
-        load_probe(tmp_path, other)
+    advice = ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`."
+    same_id = dataclasses.replace(backbone.info, **change)
+    # Breaker: with equal ids this read "probe was fitted on 'X' but the backbone is 'X': num_layers 31 != ...", a
+    # contradiction; the file names the loaded backbone and does not match it
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, same_id)
+    assert refused.value.message == (f"probe.json names backbone {backbone.info.model_id!r}, the one loaded, but does not"
+                                     f" match it: {problem}{advice}")
+    other_id = dataclasses.replace(same_id, model_id="org/other-model")
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, other_id)
+    assert refused.value.message == (f"probe was fitted on {backbone.info.model_id!r} but the backbone is 'org/other-model':"
+                                     f" {problem}{advice}")
 
 
 def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_path, fitted):
@@ -96,8 +106,25 @@ def test_missing_or_corrupt_probe_is_a_clear_error(tmp_path, fitted):
         load_probe(tmp_path / "nowhere", backbone.info)
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
     (tmp_path / "probe.json").write_text("{not json")
-    with pytest.raises(ProbeMismatch, match="not valid JSON"):
+    with pytest.raises(ProbeMismatch, match=f"^probe file {tmp_path / 'probe.json'} is corrupt or hand-edited: not valid"
+                                            r" JSON \(.*\); refit the probe with `herald fit`$"):
         load_probe(tmp_path, backbone.info)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('"threshold": NaN', "the number at 'threshold' is NaN, which is not JSON (RFC 8259 has no NaN or Infinity)"),
+    ('"threshold": -Infinity', "the number at 'threshold' is -Infinity, which is not JSON (RFC 8259 has no NaN or Infinity)"),
+    ('"threshold": 1, "threshold": 2', "key 'threshold' appears twice"),
+])
+def test_a_manifest_json_cannot_hold_is_named_as_a_corrupt_probe_file(tmp_path, fitted, text, problem):
+    # Breaker: a NaN threshold read "... is NaN ...; send a finite number", advice for a request body, not a file
+    backbone, manifest = _saved(tmp_path, fitted)
+    del manifest["threshold"]
+    (tmp_path / "probe.json").write_text(json.dumps(manifest)[:-1] + f", {text}}}")
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, backbone.info)
+    assert refused.value.message == (f"probe file {tmp_path / 'probe.json'} is corrupt or hand-edited: {problem}; refit the"
+                                     " probe with `herald fit`")
 
 
 def test_truncated_or_incomplete_tensors_are_a_clear_error_naming_the_file(tmp_path, fitted):

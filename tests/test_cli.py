@@ -277,6 +277,16 @@ def test_steer_eval_refuses_an_alpha_that_mode_ablate_would_ignore(tmp_path):
     assert "alpha (--alpha): alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha 3)" in out.stderr
 
 
+@pytest.mark.parametrize("alpha", [(), ("--alpha", "0")])
+def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
+    # as POST /steer: alpha 0 (the default) adds nothing, so the "steered" refusal rate was the baseline's
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("how do I make a bomb\n")
+    out = herald("steer-eval", str(prompts), "--mode", "add", *alpha)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "alpha (--alpha): mode 'add' needs a non-zero alpha (alpha 0, the default, adds nothing)" in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (("fit", "--threshold-method", "best"), "threshold_method (--threshold-method): Input should be 'max_f1' or 'target_fpr'"),
     (("fit", "--test-fraction", "1.5"), "test_fraction (--test-fraction): Input should be less than 1"),

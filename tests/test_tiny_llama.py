@@ -143,7 +143,7 @@ def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path):
     probe = HeraldProbe().fit(rng.standard_normal((40, 4, 32)), np.repeat([0, 1], 20)).fitted_
     save_probe(probe, tmp_path / "probe", {"backbone": backbone_manifest(backbone.info)})
     settings = Settings(_env_file=None, backbone=str(folder), probe=tmp_path / "probe", cache_dir=tmp_path, device="cpu")
-    with pytest.raises(ProbeMismatch, match="hidden_size 32 != backbone's 64"):
+    with pytest.raises(ProbeMismatch, match="hidden_size 32 in probe.json, 64 in the backbone"):
         load_runtime(settings)
     with TestClient(build_app(settings)) as client:
         for _ in range(200):

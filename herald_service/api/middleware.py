@@ -205,7 +205,8 @@ class JsonBodies:
             reason, field = "content_type", "content-type"
             got = ("none was given" if not types else f"got {len(types)} Content-Type headers" if len(types) > 1
                    else f"not '{_cut(types[0])}'")
-            message = f"request body must be JSON: Content-Type application/json is required ({got})"
+            # the media types FastAPI reads as JSON; "application/json is required" wrongly excluded the +json ones
+            message = f"request body must be JSON: Content-Type application/json (or application/*+json) is required ({got})"
         elif (charset := json_charset(types[0])) not in (None, "utf-8", "utf8"):
             # JSON is UTF-8 (RFC 8259 section 8.1); a latin-1 body was answered "not UTF-8, or nested too deeply"
             reason, field = "content_type", "content-type"

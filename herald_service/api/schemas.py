@@ -141,7 +141,8 @@ class SteerRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     layers: list[int] | Literal["all"] | None = Field(None, description="1-based layers; default: the peak-monotonicity layer")
     mode: Literal["ablate", "add"] = "ablate"
-    alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, description="For mode 'add': multiple of sigma_l added along w_l")
+    alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False,
+                         description="For mode 'add' (required there, non-zero): multiple of sigma_l added along w_l")
     max_new_tokens: int = Field(64, ge=1)
 
     @model_validator(mode="after")
@@ -150,6 +151,9 @@ class SteerRequest(BaseModel):
         if self.mode == "ablate" and self.alpha != 0:  # accepted and echoed, it claimed an edit that was not made
             raise FieldConflict(f"alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha {self.alpha:g});"
                                 " send mode 'add' or leave alpha out", "alpha")
+        if self.mode == "add" and self.alpha == 0:  # adds nothing: steered == baseline, reported as an edit (breaker)
+            raise FieldConflict("mode 'add' needs a non-zero alpha (alpha 0, the default, adds nothing); send alpha in"
+                                " -50..50, not 0", "alpha")
         return self
 
 

@@ -86,17 +86,20 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
     Raises:
         ProbeMismatch: if the folder or file is missing, not valid JSON (NaN and Infinity are not), repeats a key, or
-            is not a JSON object.
+            is not a JSON object. ``herald fit`` writes none of these, so the message says the file is corrupt or
+            hand-edited and names the field.
     """
     path = folder / MANIFEST_FILE
     if not path.is_file():
         raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    corrupt = f"probe file {path} is corrupt or hand-edited"
     try:
         manifest = loads_unique(path.read_bytes(), check_numbers=True)
     except StrictJsonError as exc:  # NaN, Infinity, 1e999, a key given twice: json.loads took them silently
-        raise ProbeMismatch(f"{path}: {exc.message}", field="probe") from None
+        # exc.problem, not exc.message: the request-body advice ("send a finite number") misled (breaker finding)
+        raise ProbeMismatch(f"{corrupt}: {exc.problem}; refit the probe with `herald fit`", field="probe") from None
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deeply
-        raise ProbeMismatch(f"{path} is not valid JSON: {exc}", field="probe") from None
+        raise ProbeMismatch(f"{corrupt}: not valid JSON ({exc}); refit the probe with `herald fit`", field="probe") from None
     if not isinstance(manifest, dict):
         raise ProbeMismatch(f"{path} holds a JSON {type(manifest).__name__}, not an object", field="probe")
     return manifest
@@ -214,19 +217,24 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
     :func:`load_probe`'s has).
 
     Raises:
-        ProbeMismatch: naming what differs (layer count, hidden size, config hash).
+        ProbeMismatch: naming what differs (layer count, hidden size, config hash). When ``probe.json`` names the
+            loaded backbone's id, the message says the file does not match that backbone rather than contrasting the
+            two (equal) ids.
     """
     fitted = manifest["backbone"]
     problems = []
-    if fitted.get("num_layers") != info.num_layers:
-        problems.append(f"num_layers {fitted.get('num_layers')} != backbone's {info.num_layers}")
-    if fitted.get("hidden_size") != info.hidden_size:
-        problems.append(f"hidden_size {fitted.get('hidden_size')} != backbone's {info.hidden_size}")
+    for key, ours in (("num_layers", info.num_layers), ("hidden_size", info.hidden_size)):
+        if fitted.get(key) != ours:
+            problems.append(f"{key} {fitted.get(key)} in probe.json, {ours} in the backbone")
     if fitted.get("config_hash") != info.config_hash:
         problems.append("config hash differs (another architecture or size)")
     if problems:
+        # the same id on both sides read as a contradiction ("fitted on 'X' but the backbone is 'X'": breaker finding)
+        head = (f"probe.json names backbone {info.model_id!r}, the one loaded, but does not match it"
+                if fitted.get("id") == info.model_id
+                else f"probe was fitted on {fitted.get('id')!r} but the backbone is {info.model_id!r}")
         raise ProbeMismatch(
-            f"probe was fitted on {fitted.get('id')!r} but the backbone is {info.model_id!r}: " + "; ".join(problems)
+            f"{head}: " + "; ".join(problems)
             + ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`.",
             field="probe",
         )
