@@ -30,7 +30,8 @@ def test_openai_content_parts_are_one_input_with_one_result_the_highest_of_the_j
     assert r.status_code == 200, r.text
     (result,) = r.json()["results"]
     joined, first, second = score_of(client, "\n".join(texts)), score_of(client, texts[0]), score_of(client, texts[1])
-    assert result["flagged"] is True and result["category_applied_input_types"] == {"harmful": ["text"]}
+    types = result["category_applied_input_types"]
+    assert result["flagged"] is True and types["harmful"] == ["text"] and set(map(tuple, types.values())) == {("text",)}
     assert result["category_scores"]["harmful"] == max(joined, first, second)
     if texts[0] == "steal a car":  # here the part alone scores above the join (a benign tail pulls the join down)
         assert first > joined and result["category_scores"]["harmful"] == first
