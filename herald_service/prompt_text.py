@@ -1,26 +1,31 @@
-"""What the backbone reads of a prompt: message text with invisible format characters removed and look-alike letters
-and digits folded to ASCII, so that a harmful request spelled with them is read as the request it spells.
+"""What the backbone reads of a prompt: message text with invisible format characters removed and look-alike
+characters folded to ASCII, so that a harmful request spelled with them is read as the request it spells.
 
 A breaker pass (2026-12-01) took four plainly harmful prompts that the shipped probe scored 1.0 to 0.001-0.25 by
 inserting a zero-width joiner (U+200D) or zero-width space (U+200B) into the words, or by writing them in fullwidth
 letters (U+FF21...). Readers, and the chat model behind the gateway, still read those prompts as written.
 
-The fold is deliberately narrow, so that ordinary text in any script reads as it did:
+The fold is narrow, so that ordinary text in any script reads as it did:
 
 - **Format characters** (Unicode general category ``Cf``: zero-width space, joiners, direction marks and overrides,
   the byte-order mark, soft hyphen, word joiner...) are removed. The tag characters U+E0020-U+E007E, which spell
   ASCII invisibly ("ASCII smuggling"), become the ASCII they spell rather than nothing.
-- **A character whose NFKC form (Unicode UAX #15 compatibility normalization) is ASCII letters or digits** becomes
-  that form: fullwidth and mathematical alphanumerics, circled and parenthesized letters and digits, superscript
-  digits, ligatures such as U+FB01 "fi". Everything else keeps its code point: accented letters, other scripts, and
-  CJK fullwidth punctuation (NFKC of the whole text would rewrite the punctuation of every Chinese prompt).
+- **A character whose NFKC form (Unicode UAX #15 compatibility normalization) is ASCII** becomes that form:
+  fullwidth letters, digits, punctuation and the ideographic space, mathematical alphanumerics, circled letters and
+  digits, superscript digits, ligatures such as U+FB01 "fi", the no-break and other fixed-width spaces. Everything
+  else keeps its code point: accented letters, other scripts, CJK punctuation without an ASCII form (U+3002 "。").
+  Folding letters alone left a hole: fullwidth punctuation and U+3000 spaces around folded letters still took three
+  of four harmful prompts under 0.02.
 
 Not undone: look-alike letters of other scripts (Cyrillic "а" for Latin "a"; folding them would garble real Russian
 or Greek text) and text written backwards behind a right-to-left override (the override is removed; the reversed
 letters stay reversed). README "Known evasions" lists them.
 
-On ``../shared/data`` (18,672 prompts) the fold changes 84 prompts (0.45%): CJK writing tasks with circled or
-fullwidth digits, a few prompts with zero-width characters or mathematical script letters.
+Measured on ``../shared/data`` (18,672 prompts): the fold changes 656 (3.5%), mostly CJK writing tasks whose
+fullwidth commas and colons become ASCII. Of the 300 of them within 1,024 tokens, the shipped probe's verdict changed
+for 3: two benign ShareGPT prompts and one harmful jailbreak template became flagged (283 benign, 17 harmful; a fold
+of letters and digits alone changed 84 prompts, and one verdict: a harmful template became flagged). Script and
+output: docs/eval/prompt_text/.
 """
 
 from __future__ import annotations
@@ -39,12 +44,12 @@ def _fold_char(char: str) -> str:
     if unicodedata.category(char) == "Cf":
         return chr(ord(char) - 0xE0000) if ord(char) in _TAGS else ""
     folded = unicodedata.normalize("NFKC", char)
-    return folded if folded.isascii() and folded.isalnum() else char
+    return folded if folded.isascii() else char
 
 
 def normalize_prompt_text(text: str) -> str:
-    """``text`` with format characters removed (tag characters decoded to ASCII) and letters and digits whose NFKC
-    form is ASCII folded to it (module docstring). ASCII text is returned unchanged at once.
+    """``text`` with format characters removed (tag characters decoded to ASCII) and every character whose NFKC form
+    is ASCII folded to it (module docstring). ASCII text is returned unchanged at once.
 
     Args:
         text: one message's content (any length; the character limit is checked before, on what the client sent).

@@ -67,10 +67,11 @@ def test_classify_flags_clearly_harmful_and_passes_clearly_benign(server):
 
 def test_zero_width_and_fullwidth_spellings_score_as_the_plain_prompt(server):
     # Breaker finding (2026-12-01): a zero-width joiner inside each word took these prompts from 1.0 to 0.001, a
-    # zero-width space between characters to 0.008-0.25, fullwidth letters to 0.000.
+    # zero-width space between characters to 0.008-0.25, fullwidth letters to 0.000; with letters folded, fullwidth
+    # punctuation and ideographic spaces still took them to 0.001-0.02.
     def variants(text):
         return [" ".join(w[:1] + "\u200d" + w[1:] for w in text.split()), "\u200b".join(text),
-                "".join(chr(ord(c) + 0xFEE0) if c.isascii() and c.isalnum() else c for c in text)]
+                "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else "\u3000" if c == " " else c for c in text)]
 
     for plain in HARMFUL:
         r = server.post("/classify", json={"input": [plain, *variants(plain)], "return_trajectory": False})
