@@ -601,12 +601,21 @@ def test_every_error_body_is_the_same_compact_json(client):
         assert r.content == json.dumps(r.json(), separators=(",", ":")).encode(), r.content
 
 
-def test_undecodable_or_too_deeply_nested_bodies_say_which_it_may_be(client):
-    for content in (b'{"input":"\xff"}', b'{"input":' + b"[" * 3000 + b"]" * 3000 + b"}"):
-        r = client.post("/classify", content=content, headers={"content-type": "application/json"})
-        assert r.status_code == 422, r.text
-        assert r.json()["error"] == {"type": "invalid_request", "field": "body",
-                                     "message": "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply"}
+def test_undecodable_or_too_deeply_nested_bodies_say_which_it_is(client):
+    # one message had covered both, without the byte or the limit (breaker finding)
+    import sys
+
+    for route in ("/classify", "/v1/moderations"):
+        r = client.post(route, content=b'{"input":"caf\xe9"}', headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"] == {
+            "type": "invalid_request", "field": "body",
+            "message": "request body is not UTF-8: byte 0xe9 at offset 13 cannot be decoded; send UTF-8 JSON"}, r.text
+        r = client.post(route, content=b'{"input":' + b"[" * 3000 + b"]" * 3000 + b"}", headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"] == {
+            "type": "invalid_request", "field": "body",
+            "message": "request body's JSON is nested more deeply than the parser allows (about"
+                       f" {sys.getrecursionlimit():,} levels, Python's recursion limit; a Herald request needs fewer than"
+                       " ten)"}, r.text
 
 
 def test_too_many_messages_are_refused_before_rendering():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.message
+import sys
 from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
@@ -64,8 +65,9 @@ class UniqueKeysRoute(APIRoute):
 
     Raises (as answers):
         InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, a
-            key holding a lone UTF-16 surrogate or a number :class:`BadNumber` refuses by its path, or an object of
-            more than :data:`MAX_KEYS` keys (422).
+            key holding a lone UTF-16 surrogate or a number :class:`BadNumber` refuses by its path, an object of
+            more than :data:`MAX_KEYS` keys, a body that is not UTF-8 (the byte and its offset) or JSON nested past
+            the parser's recursion limit (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
 
@@ -92,8 +94,15 @@ class UniqueKeysRoute(APIRoute):
                 except TooManyKeys as exc:
                     raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
                                        field="body") from None
-                except (ValueError, RecursionError):
-                    pass  # not JSON, not UTF-8, or nested too deeply: FastAPI's own parsing answers it (a 422)
+                except UnicodeDecodeError as exc:  # one message had covered this and deep nesting (breaker finding)
+                    raise InvalidInput(f"request body is not UTF-8: byte 0x{body[exc.start]:02x} at offset {exc.start}"
+                                       " cannot be decoded; send UTF-8 JSON", field="body") from None
+                except RecursionError:
+                    raise InvalidInput("request body's JSON is nested more deeply than the parser allows (about"
+                                       f" {sys.getrecursionlimit():,} levels, Python's recursion limit; a Herald request"
+                                       " needs fewer than ten)", field="body") from None
+                except ValueError:
+                    pass  # not JSON: FastAPI's own parsing answers it (a 422, "request body is not valid JSON")
             return await handler(request)
 
         return unique_keys_handler
