@@ -35,6 +35,10 @@ from functools import lru_cache
 
 from herald_service.types import Conversation, Message
 
+PROMPT_TEXT = "nfkc-ascii-v1"
+"""Name of this module's rule, recorded as ``training_data.prompt_text`` in probes ``herald fit`` writes and as
+``meta.prompt_text`` in ``herald eval`` results; files without it were made with the text as written."""
+
 _TAGS = range(0xE0020, 0xE007F)
 """Tag characters that mirror printable ASCII (U+E0020 space ... U+E007E tilde)."""
 

@@ -171,6 +171,15 @@ def test_links_resolve_from_the_report_wherever_report_plots_and_results_lie(tmp
     assert "../../runs/eval/scorer_training.md" in links
 
 
+def test_report_says_whether_the_prompts_were_folded_as_serving_folds_them(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "- **Prompt text as written.** These results predate the prompt-text fold" in text
+    write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"], "prompt_text": "nfkc-ascii-v1"}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "- **Prompt text** was folded as serving folds it (`nfkc-ascii-v1`" in text and "as written" not in text
+
+
 def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):
     write(tmp_path, "results.json", main_results())
     lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()

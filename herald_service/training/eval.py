@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
@@ -488,6 +489,7 @@ def run_eval(options: EvalOptions) -> dict:
         "files": [p.name for p in files],
         "max_per_source_and_label": options.max_per_source,
         "max_tokens": options.max_tokens,
+        "prompt_text": PROMPT_TEXT,
         "skipped_over_max_tokens": skipped,
         "seed": options.seed,
         "command": shlex.join(["herald", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("herald") else None,

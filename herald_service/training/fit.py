@@ -20,6 +20,7 @@ from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe, balanced_weights
+from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.corpus import (
     cap_per_group,
     expand_data,
@@ -327,6 +328,7 @@ def run_fit(options: FitOptions) -> dict:
             "command": options.command,
             "max_per_source_and_label": options.max_per_source,
             "max_tokens": options.max_tokens,
+            "prompt_text": PROMPT_TEXT,
             "skipped_over_max_tokens": corpus.skipped,
             "seed": options.seed,
             "counts": [{"source": s, "label": l, "n": n} for (s, l), n in sorted(counts.items())],
