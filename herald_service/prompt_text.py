@@ -17,21 +17,30 @@ The fold is narrow, so that ordinary text in any script reads as it did:
   Folding letters alone left a hole: fullwidth punctuation and U+3000 spaces around folded letters still took three
   of four harmful prompts under 0.02.
 
-Not undone: look-alike letters of other scripts (Cyrillic "а" for Latin "a"; folding them would garble real Russian
-or Greek text) and text written backwards behind a right-to-left override (the override is removed; the reversed
-letters stay reversed). README "Known evasions" lists them.
+- **Look-alike letters of another script inside a Latin word** ("рhishing" with a Cyrillic "р", "bоmb" with a
+  Cyrillic "о") become the ASCII letter they imitate, by Unicode's confusables data (UTS #39, through the
+  ``confusable-homoglyphs`` package). A word with no Latin letter keeps its letters, so Russian or Greek text reads
+  as written; so does a Latin word's letter whose look-alike is not an ASCII letter.
 
-Measured on ``../shared/data`` (18,672 prompts): the fold changes 656 (3.5%), mostly CJK writing tasks whose
+Not undone: a word spelled wholly in another script's look-alikes (Cyrillic "сору" for "copy") and text written
+backwards behind a right-to-left override (the override is removed; the reversed letters stay reversed). README
+"Known evasions" lists them.
+
+Measured on ``../shared/data`` (18,672 prompts): the character fold changes 656 (3.5%), mostly CJK writing tasks whose
 fullwidth commas and colons become ASCII. Of the 300 of them within 1,024 tokens, the shipped probe's verdict changed
 for 3: two benign ShareGPT prompts and one harmful jailbreak template became flagged (283 benign, 17 harmful; a fold
-of letters and digits alone changed 84 prompts, and one verdict: a harmful template became flagged). Script and
-output: docs/eval/prompt_text/.
+of letters and digits alone changed 84 prompts, and one verdict: a harmful template became flagged). The look-alike
+letters inside Latin words change the text of 6 prompts (4 already changed above; 658 in all) and none of the verdicts
+of the 2 within 1,024 tokens. Scripts and output: docs/eval/prompt_text/.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
+
+from confusable_homoglyphs import categories, confusables
 
 from herald_service.types import Conversation, Message
 
@@ -64,7 +73,36 @@ def normalize_prompt_text(text: str) -> str:
     """
     if text.isascii():
         return text
-    return "".join(_fold_char(char) for char in text)
+    return _WORD.sub(_latin_word, "".join(_fold_char(char) for char in text))
+
+
+_WORD = re.compile(r"[^\W\d_]{2,}")
+"""Runs of two or more letters: the words whose scripts are compared."""
+
+
+def _latin_word(match: re.Match[str]) -> str:
+    """A word mixing ASCII letters with letters of another script that have an ASCII look-alike, with those replaced
+    by it; any other word unchanged (a word with no ASCII letter, such as Russian or Greek text, included)."""
+    word = match.group(0)
+    if word.isascii() or not any("a" <= char.lower() <= "z" for char in word):
+        return word
+    table = _ascii_lookalikes()
+    return "".join(table.get(char, char) for char in word)
+
+
+@lru_cache(maxsize=1)
+def _ascii_lookalikes() -> dict[str, str]:
+    """Letter of a script other than Latin -> the ASCII letter Unicode's confusables data says it looks like
+    (Cyrillic "р" -> "p", Greek "ο" -> "o"): about 200 letters, built once (a lookup per letter; asking the package
+    word by word took 0.3 s for 32,000 characters of mixed words)."""
+    table = {}
+    for char, homoglyphs in confusables.confusables_data.items():
+        if len(char) != 1 or not char.isalpha() or categories.alias(char) == "LATIN":
+            continue
+        ascii_letters = [h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii() and h["c"].isalpha()]
+        if ascii_letters:
+            table[char] = ascii_letters[0]
+    return table
 
 
 def normalize_conversation(conversation: Conversation) -> Conversation:

@@ -68,18 +68,19 @@ def test_classify_flags_clearly_harmful_and_passes_clearly_benign(server):
 def test_zero_width_and_fullwidth_spellings_score_as_the_plain_prompt(server):
     # Breaker finding (2026-12-01): a zero-width joiner inside each word took these prompts from 1.0 to 0.001, a
     # zero-width space between characters to 0.008-0.25, fullwidth letters to 0.000; with letters folded, fullwidth
-    # punctuation and ideographic spaces still took them to 0.001-0.02.
+    # punctuation and ideographic spaces still took them to 0.001-0.02; Cyrillic look-alike letters to 0.001-0.37.
     def variants(text):
         return [" ".join(w[:1] + "\u200d" + w[1:] for w in text.split()), "\u200b".join(text),
-                "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else "\u3000" if c == " " else c for c in text)]
+                "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else "\u3000" if c == " " else c for c in text),
+                " ".join(w[:1] + w[1:].translate(str.maketrans("aeopcxyi", "аеорсхуі")) for w in text.split())]
 
     for plain in HARMFUL:
         r = server.post("/classify", json={"input": [plain, *variants(plain)], "return_trajectory": False})
         assert r.status_code == 200, r.text
         results = r.json()["results"]
-        assert [x["tokens"] for x in results[1:]] == [results[0]["tokens"]] * 3
-        assert [x["flagged"] for x in results] == [True] * 4
-        assert [x["logit"] for x in results[1:]] == pytest.approx([results[0]["logit"]] * 3, abs=1e-3)
+        assert [x["tokens"] for x in results[1:]] == [results[0]["tokens"]] * 4
+        assert [x["flagged"] for x in results] == [True] * 5
+        assert [x["logit"] for x in results[1:]] == pytest.approx([results[0]["logit"]] * 4, abs=1e-3)
 
 
 def test_moderations_metrics_and_bad_input(server):

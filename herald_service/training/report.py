@@ -308,7 +308,7 @@ def _prompt_text_line(meta: dict) -> str:
         return (f"- **Prompt text** was folded as serving folds it (`{rule}`, herald_service/prompt_text.py: invisible "
                 "format characters removed, characters whose NFKC form is ASCII folded to it).")
     return ("- **Prompt text as written.** These results predate the prompt-text fold that serving, `herald fit` and "
-            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 656 of 18,672 prompts, 3.5%, read "
+            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 658 of 18,672 prompts, 3.5%, read "
             "differently, mostly CJK punctuation), and so does the shipped probe; rerun `herald eval` to measure with it.")
 
 
