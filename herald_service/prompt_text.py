@@ -7,16 +7,27 @@ letters (U+FF21...). Readers, and the chat model behind the gateway, still read 
 
 The fold is narrow, so that ordinary text in any script reads as it did:
 
-- **Format characters** (Unicode general category ``Cf``: zero-width space, joiners, direction marks and overrides,
-  the byte-order mark, soft hyphen, word joiner...) are removed. The tag characters U+E0020-U+E007E, which spell
-  ASCII invisibly ("ASCII smuggling"), become the ASCII they spell rather than nothing.
+- **Invisible characters** are removed: format characters (Unicode general category ``Cf``: zero-width space,
+  direction marks and overrides, the byte-order mark, soft hyphen, word joiner...) and the other
+  Default_Ignorable_Code_Point characters (variation selectors, the combining grapheme joiner, Hangul fillers). The
+  tag characters U+E0020-U+E007E, which spell ASCII invisibly ("ASCII smuggling"), become the ASCII they spell rather
+  than nothing. The zero-width joiner and non-joiner stay between two non-ASCII characters, where Persian, Indic
+  scripts and emoji sequences need them. Blank-looking characters (the Ogham space mark, the Braille blank, the
+  Hangul filler) become spaces.
 - **A character whose NFKC form (Unicode UAX #15 compatibility normalization) is ASCII** becomes that form:
   fullwidth letters, digits, punctuation and the ideographic space, mathematical alphanumerics, circled letters and
-  digits, superscript digits, ligatures such as U+FB01 "fi", the no-break and other fixed-width spaces. Everything
-  else keeps its code point: accented letters, other scripts, CJK punctuation without an ASCII form (U+3002 "。").
-  Folding letters alone left a hole: fullwidth punctuation and U+3000 spaces around folded letters still took three
-  of four harmful prompts under 0.02.
-
+  digits, superscript digits, ligatures such as U+FB01 "fi", the no-break and other fixed-width spaces; parenthesized
+  letters ("(a)") become the letter. Other scripts and CJK punctuation without an ASCII form (U+3002 "。") keep
+  their code points. Folding letters alone left a hole: fullwidth punctuation and U+3000 spaces around folded letters
+  still took three of four harmful prompts under 0.02.
+- **A Latin letter with marks becomes the plain letter** ("é" -> "e", "Ẃ" -> "W", combining marks stacked on a
+  letter are dropped), and **Latin small capitals** ("ᴡʀɪᴛᴇ") become lower-case letters, negative circled and
+  squared letters and regional indicators ("🆆", "🇼") upper-case ones (so a flag reads as its country code, "🇺🇸" as
+  "US"): accents on every vowel of
+  four harmful prompts took the shipped probe from 1.0 to 0.000, small capitals to 0.001. The cost is that accented
+  Latin-script languages read unaccented (French "café" as "cafe", Spanish "año" as "ano"), which the English-first
+  embedded backbone reads about as well; marks on letters of other scripts (Devanagari vowel signs, Arabic harakat)
+  are kept.
 - **Look-alike letters of another script inside a Latin word** ("рhishing" with a Cyrillic "р", "bоmb" with a
   Cyrillic "о") become the ASCII letter they imitate, by Unicode's confusables data (UTS #39, through the
   ``confusable-homoglyphs`` package). A word with no Latin letter keeps its letters, so Russian or Greek text reads
@@ -26,12 +37,15 @@ Not undone: a word spelled wholly in another script's look-alikes (Cyrillic "с�
 backwards behind a right-to-left override (the override is removed; the reversed letters stay reversed). README
 "Known evasions" lists them.
 
-Measured on ``../shared/data`` (18,672 prompts): the character fold changes 656 (3.5%), mostly CJK writing tasks whose
+Measured on ``../shared/data`` (18,672 prompts) with ``nfkc-ascii-v1`` (the rule without marks, small capitals and
+non-format invisible characters): the character fold changes 656 (3.5%), mostly CJK writing tasks whose
 fullwidth commas and colons become ASCII. Of the 300 of them within 1,024 tokens, the shipped probe's verdict changed
 for 3: two benign ShareGPT prompts and one harmful jailbreak template became flagged (283 benign, 17 harmful; a fold
 of letters and digits alone changed 84 prompts, and one verdict: a harmful template became flagged). The look-alike
 letters inside Latin words change the text of 6 prompts (4 already changed above; 658 in all) and none of the verdicts
-of the 2 within 1,024 tokens. Scripts and output: docs/eval/prompt_text/.
+of the 2 within 1,024 tokens. ``nfkc-ascii-v2`` (this rule) reads 197 more prompts differently (814 in all), most of
+them accented names and French or Spanish text; none of the verdicts of the 153 within 1,024 tokens changed, and every
+disguise the re-test found now scores as the plain request (evasions.txt). Scripts and output: docs/eval/prompt_text/.
 """
 
 from __future__ import annotations
@@ -44,25 +58,70 @@ from confusable_homoglyphs import categories, confusables
 
 from herald_service.types import Conversation, Message
 
-PROMPT_TEXT = "nfkc-ascii-v1"
+PROMPT_TEXT = "nfkc-ascii-v2"
 """Name of this module's rule, recorded as ``training_data.prompt_text`` in probes ``herald fit`` writes and as
-``meta.prompt_text`` in ``herald eval`` results; files without it were made with the text as written."""
+``meta.prompt_text`` in ``herald eval`` results; files without it were made with the text as written, files with
+``nfkc-ascii-v1`` with the rule before invisible non-format characters, marks on Latin letters and small capitals
+were folded (commit 6be6c90)."""
 
 _TAGS = range(0xE0020, 0xE007F)
 """Tag characters that mirror printable ASCII (U+E0020 space ... U+E007E tilde)."""
 
+_IGNORABLE_NOT_FORMAT = (range(0x034F, 0x0350), range(0x115F, 0x1161), range(0x17B4, 0x17B6), range(0x180B, 0x1810),
+                         range(0xFE00, 0xFE10), range(0xFFF0, 0xFFF9),
+                         range(0xE0000, 0xE1000))
+"""Default_Ignorable_Code_Point characters (Unicode 15 DerivedCoreProperties.txt) outside category ``Cf``: the
+combining grapheme joiner, the conjoining Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors, and the
+reserved blocks U+FFF0-U+FFF8 and U+E0000-U+E0FFF (the Hangul filler and its halfwidth form are in
+:data:`_BLANKS`). Renderers draw nothing for them; the breaker's re-test (2026-12-01)
+took harmful prompts from 1.0 to under 0.03 with a variation selector or U+034F after every letter, and to 0.02-0.84
+with U+3164 for every space."""
+
+_JOINERS = "\u200c\u200d"
+"""Zero-width non-joiner and joiner: kept between two characters that are neither ASCII nor space (Persian
+"\u0645\u06cc\u200c\u062e\u0648\u0627\u0645", Indic conjuncts, emoji sequences such as a family), removed
+elsewhere (inside a Latin word they only hide it)."""
+
+_BLANKS = "\u1680\u2800\u3164\uffa0"
+"""Blank-looking characters without an ASCII NFKC form, read as a space: the Ogham space mark (category ``Zs``), the
+Braille blank, and the Hangul filler and its halfwidth form (default-ignorable, but drawn as a blank and used for
+spaces: "make\u3164a\u3164bomb")."""
+
+
+def _ignorable(code_point: int) -> bool:
+    return any(code_point in block for block in _IGNORABLE_NOT_FORMAT)
+
 
 @lru_cache(maxsize=4096)
 def _fold_char(char: str) -> str:
-    if unicodedata.category(char) == "Cf":
-        return chr(ord(char) - 0xE0000) if ord(char) in _TAGS else ""
+    """One character as the backbone reads it, outside its context (module docstring): ``""`` for an invisible one,
+    the ASCII it imitates, or ``char``. Joiners are left for :func:`_joiner_run` to decide."""
+    if char in _JOINERS:
+        return char
+    code_point = ord(char)
+    if unicodedata.category(char) == "Cf" or _ignorable(code_point):
+        return chr(code_point - 0xE0000) if code_point in _TAGS else ""
+    if char in _BLANKS:
+        return " "
     folded = unicodedata.normalize("NFKC", char)
-    return folded if folded.isascii() else char
+    if folded.isascii():
+        # parenthesized letters (U+249C "(a)" ... U+24B5 "(z)") spell words: "\u24b2\u24ad\u24a4\u24af\u24a0"
+        return folded[1] if len(folded) == 3 and folded[0] == "(" and folded[1].isalpha() else folded
+    decomposed = unicodedata.normalize("NFD", char)
+    if _is_ascii_letter(decomposed[0]) and all(unicodedata.category(mark) == "Mn" for mark in decomposed[1:]):
+        return decomposed[0]  # a Latin letter with marks: "\u00e9" -> "e", "\u1e82" -> "W"
+    return _named_letters().get(char, char)
+
+
+def _is_ascii_letter(char: str) -> bool:
+    return "a" <= char.lower() <= "z"
 
 
 def normalize_prompt_text(text: str) -> str:
-    """``text`` with format characters removed (tag characters decoded to ASCII) and every character whose NFKC form
-    is ASCII folded to it (module docstring). ASCII text is returned unchanged at once.
+    """``text`` as the backbone reads it (module docstring): invisible characters removed (tag characters decoded to
+    ASCII), every character whose NFKC form is ASCII folded to it, marks on Latin letters and small capitals
+    dropped to the plain letter, and another script's look-alike letters inside Latin words replaced by the ASCII
+    letter. ASCII text is returned unchanged at once.
 
     Args:
         text: one message's content (any length; the character limit is checked before, on what the client sent).
@@ -73,7 +132,46 @@ def normalize_prompt_text(text: str) -> str:
     """
     if text.isascii():
         return text
-    return _WORD.sub(_latin_word, "".join(_fold_char(char) for char in text))
+    folded, last = [], ""
+    for char in text:
+        if _is_ascii_letter(last) and unicodedata.category(char) == "Mn":
+            continue  # a combining mark on a Latin letter: "e\u0301", stacked "Zalgo" marks
+        piece = _fold_char(char)
+        folded.append(piece)
+        last = piece[-1:] or last
+    return _WORD.sub(_latin_word, _JOINER_RUN.sub(_joiner_run, "".join(folded)))
+
+
+_JOINER_RUN = re.compile(f"[{_JOINERS}]+")
+
+
+def _joiner_run(match: re.Match[str]) -> str:
+    """A run of joiners: its first kept between two characters that are neither ASCII nor whitespace, else removed."""
+    text, start, end = match.string, match.start(), match.end()
+    before, after = text[start - 1:start], text[end:end + 1]
+    keep = all(side and not side.isascii() and not side.isspace() for side in (before, after))
+    return match.group(0)[0] if keep else ""
+
+
+_LETTER_NAMES = re.compile(r"LATIN LETTER SMALL CAPITAL ([A-Z])|NEGATIVE (?:CIRCLED|SQUARED) LATIN CAPITAL LETTER ([A-Z])"
+                           r"|REGIONAL INDICATOR SYMBOL LETTER ([A-Z])")
+"""Unicode names of letter-like characters that NFKC leaves alone and that read as one ASCII letter: Latin small
+capitals ("\u1d21" W), negative circled and squared letters ("\U0001f166", "\U0001f186") and regional indicator
+letters ("\U0001f1fc", two of which draw a flag)."""
+
+
+@lru_cache(maxsize=1)
+def _named_letters() -> dict[str, str]:
+    """Characters whose Unicode name matches :data:`_LETTER_NAMES` -> their ASCII letter (small capitals lower-case,
+    the others upper-case, as drawn): read from the Unicode names of the blocks holding them, built once."""
+    table = {}
+    for code_point in (*range(0x0250, 0x02B0), *range(0x1D00, 0x1D80), *range(0xA720, 0xA800), *range(0xAB30, 0xAB70),
+                       *range(0x1F100, 0x1F200)):
+        match = _LETTER_NAMES.fullmatch(unicodedata.name(chr(code_point), ""))
+        if match:
+            small, enclosed, regional = match.groups()
+            table[chr(code_point)] = small.lower() if small else enclosed or regional
+    return table
 
 
 _WORD = re.compile(r"[^\W\d_]{2,}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training import report_directions, report_jailbreak, report_scorer, report_sensitive, report_threshold
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, SENSITIVE_BENIGN, SHORTCUT_SOURCES, in_group
 
@@ -302,11 +303,16 @@ def _layers_line(results: dict) -> str:
 
 def _prompt_text_line(meta: dict) -> str:
     """How the prompts were read: ``meta.prompt_text`` names the fold of :mod:`herald_service.prompt_text`; results
-    without it were computed on the text as written, before serving, ``herald fit`` and ``herald eval`` folded it."""
+    without it were computed on the text as written, before serving, ``herald fit`` and ``herald eval`` folded it;
+    results with an earlier rule's name are said to be so."""
     rule = meta.get("prompt_text")
-    if rule:
+    if rule == PROMPT_TEXT:
         return (f"- **Prompt text** was folded as serving folds it (`{rule}`, herald_service/prompt_text.py: invisible "
-                "format characters removed, characters whose NFKC form is ASCII folded to it).")
+                "characters removed, characters whose NFKC form is ASCII folded to it, marks on Latin letters dropped, "
+                "look-alike letters inside Latin words read as ASCII).")
+    if rule:
+        return (f"- **Prompt text** was folded with an earlier rule (`{rule}`); serving, `herald fit` and `herald eval` "
+                f"now apply `{PROMPT_TEXT}` (herald_service/prompt_text.py); rerun `herald eval` to measure with it.")
     return ("- **Prompt text as written.** These results predate the prompt-text fold that serving, `herald fit` and "
             "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 658 of 18,672 prompts, 3.5%, read "
             "differently, mostly CJK punctuation), and so does the shipped probe; rerun `herald eval` to measure with it.")
