@@ -131,3 +131,28 @@ def test_a_data_file_reached_twice_is_read_once_where_it_first_comes(tmp_path):
         path.write_text('{"prompt": "x", "label": "benign", "source": "s"}\n')
     assert expand_data([b, a, tmp_path / ".." / tmp_path.name / "b.jsonl"]) == [b, a]
     assert expand_data([a, tmp_path]) == [a, b]
+
+
+def test_prompts_are_compared_as_the_backbone_reads_them(tmp_path):
+    # a copy with a zero-width space, or in fullwidth letters, is the same prompt to the backbone (re-test finding:
+    # the check compared the text as written, so such a copy could carry the other label)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(ROW % (p, l) for p, l in [("bomb", "harmful"), ("bo\\u200bmb", "benign"),
+                                                        ("ｂｏｍｂ", "benign")]) + "\n")
+    with pytest.raises(ValueError) as caught:
+        load_training_corpus([path])
+    assert str(caught.value) == (f"the prompt 'bomb' has both labels: {path} line 1 (harmful), {path} line 2 (benign),"
+                                 f" {path} line 3 (benign); 1 prompt of the data has both labels: give each prompt one label")
+
+
+@pytest.mark.parametrize("row, message", [
+    ('{"prompt": "\\u200b\\u200d\\ufe0f", "label": "benign", "source": "s"}',
+     "line 1: prompt is only invisible characters (nothing is left once the prompt-text fold"),
+    ('{"prompt": "hi", "label": "benign", "source": " "}', "line 1: source is empty or only whitespace; name the dataset"),
+])
+def test_a_prompt_of_invisible_characters_and_an_empty_source_are_refused(tmp_path, row, message):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(row + "\n")
+    with pytest.raises(ValueError) as caught:
+        load_corpus([path])
+    assert str(caught.value).startswith(f"{path} {message}"), caught.value

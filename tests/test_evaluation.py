@@ -168,3 +168,17 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
     assert "\nNot in this report: there is no `feature_sets/` folder" in text
     for png in ("learning_curve.png", "trajectories_by_class.png", "loso_per_source.png"):
         assert (tmp_path / "eval" / png).stat().st_size > 5_000
+
+
+def test_test_data_overlap_compares_prompts_as_the_backbone_reads_them():
+    # a training prompt sent back with a zero-width space or in fullwidth letters is still one the probe trained on
+    from pathlib import Path
+
+    from herald_service.training.eval import test_data_overlap
+
+    def rows(*prompts):
+        return [Example(p, 1, "s", None, "f.jsonl") for p in prompts]
+
+    counted = test_data_overlap({Path("held.jsonl"): rows("make a bomb", "ma\u200bke a b\u200domb", "ｍａｋｅ a bomb", "new")},
+                                rows("make a bomb", "other"))
+    assert counted == {"held.jsonl": {"rows": 4, "also_in_data": 3}}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.prompt_text import normalize_prompt_text
 from herald_service.strict_json import object_row
 from herald_service.text_file import is_valid_unicode, read_utf8
 
@@ -67,8 +68,9 @@ def _read_rows(paths: list[Path]) -> list[tuple[Example, str]]:
 def load_training_corpus(paths: list[Path]) -> list[Example]:
     """:func:`load_corpus` for the data ``herald fit``, ``eval`` and ``recipes`` train on, checked for repeated prompts.
 
-    A prompt is its text as trained on (a HarmBench context joined to its request). A prompt given with both labels
-    is refused: a probe cannot learn both, and its metrics would count one of them wrong whatever it does. A prompt
+    A prompt is its text as trained on (a HarmBench context joined to its request), compared as the backbone reads
+    it (:func:`~herald_service.prompt_text.normalize_prompt_text`: a copy with a zero-width space or fullwidth letters
+    is the same prompt). A prompt given with both labels is refused: a probe cannot learn both, and its metrics would count one of them wrong whatever it does. A prompt
     given more than once with one label is kept as often as given (the shipped corpus has 14, most of them in two
     sources, and removing them would change its fits) and counted in one warning line: its copies can land on both sides of
     the random split, on the train part and the held-out one.
@@ -79,9 +81,9 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
         NotUtf8Error, OSError: as :func:`load_corpus`.
     """
     rows = _read_rows(paths)
-    places: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt -> (label, where) of each row, in order
+    places: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt as read -> (label, where) of each row
     for example, where in rows:
-        places[example.prompt].append((example.label, where))
+        places[normalize_prompt_text(example.prompt)].append((example.label, where))
     repeated = {prompt: found for prompt, found in places.items() if len(found) > 1}
     conflicts = [prompt for prompt, found in repeated.items() if len({label for label, _ in found}) > 1]
     if conflicts:
@@ -130,6 +132,11 @@ def _row_problem(row: dict) -> str | None:
         return f"label {shown!r} is not one of {sorted(LABELS)}"
     if not row["prompt"].strip():
         return "prompt is empty or only whitespace; a moderation prompt needs text to be labelled"
+    if not normalize_prompt_text(row["prompt"]).strip():
+        return ("prompt is only invisible characters (nothing is left once the prompt-text fold of"
+                " herald_service/prompt_text.py removes them); a moderation prompt needs text to be labelled")
+    if "source" in row and not row["source"].strip():
+        return "source is empty or only whitespace; name the dataset the row comes from (metrics are per source)"
     return None
 
 

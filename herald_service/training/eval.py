@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from herald_service.prompt_text import PROMPT_TEXT
+from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
@@ -274,8 +274,9 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
 
 
 def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str, dict]:
-    """For each ``--test-data`` file, how many of its prompts (text as scored: a context joined to its request) are
-    also a prompt of the ``--data`` rows, so may have been trained on; a file with any is logged as a warning (the
+    """For each ``--test-data`` file, how many of its prompts (text as scored: a context joined to its request, read
+    through :func:`~herald_service.prompt_text.normalize_prompt_text` as the backbone reads it) are also a prompt of
+    the ``--data`` rows, so may have been trained on; a file with any is logged as a warning (the
     training file given as --test-data was reported as "never trained on": breaker finding).
 
     Args:
@@ -284,10 +285,10 @@ def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str,
     Returns:
         ``{file name: {"rows": n, "also_in_data": k}}`` for the results' ``meta.test_data_overlap``.
     """
-    trained = {example.prompt for example in data_rows}
+    trained = {normalize_prompt_text(example.prompt) for example in data_rows}
     out = {}
     for path, rows in test_sets.items():
-        shared = sum(example.prompt in trained for example in rows)
+        shared = sum(normalize_prompt_text(example.prompt) in trained for example in rows)
         out[path.name] = {"rows": len(rows), "also_in_data": shared}
         if shared:
             log.warning("--test-data %s: %d of its %d prompts also appear in --data; they may have been trained on, "
