@@ -174,7 +174,10 @@ def test_steer_eval_bad_files_and_options_are_one_line_errors(tmp_path):
     assert layers.returncode == 1 and "--layers must be a non-empty list within 1..8" in layers.stderr
     alpha = herald("steer-eval", str(rows), "--alpha", "nan", "--mode", "add", HERALD_FAKE_BACKEND="true")
     assert alpha.returncode == 1 and "alpha (--alpha): Input should be a finite number" in alpha.stderr
-    for out in (layers, alpha):
+    tiny = herald("steer-eval", str(rows), "--alpha", "1e-320", "--mode", "add", HERALD_FAKE_BACKEND="true")
+    assert tiny.returncode == 1 and ("alpha (--alpha): mode 'add' needs |alpha| of at least 1e-06 (got alpha 1e-320,"
+                                     " which adds nothing measurable)") in tiny.stderr
+    for out in (layers, alpha, tiny):
         assert "Traceback" not in out.stderr
 
 
