@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,14 @@ def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
                          (tmp_path, f"no probe at {tmp_path}: probe.json is missing (fit one with `herald fit`)")):
         out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path))
         assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", out.stderr
+
+
+def test_serve_names_the_probe_folder_when_given_probe_json(tmp_path):
+    shipped = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct"
+    out = herald("serve", HERALD_PROBE=str(shipped / "probe.json"), HERALD_CACHE_DIR=str(tmp_path))
+    # it said "no probe at .../probe.json: probe.json is missing"
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: HERALD_PROBE must be the probe folder (the one holding probe.json): use {shipped}"), out.stderr
 
 
 def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):

@@ -13,7 +13,8 @@ from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import backbone_manifest, compatibility_warnings, load_probe, read_manifest
+from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, compatibility_warnings, load_probe,
+                                           read_manifest)
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
 
@@ -95,12 +96,18 @@ def probe_folder(settings: BackboneSettings) -> Path:
     Raises:
         BackboneError: the backbone path does not exist or holds no model
             (:func:`~herald_service.backbone.loader.backbone_slug`).
-        ProbeMismatch: the folder does not exist, or its ``probe.json`` is missing or not valid JSON.
+        ProbeMismatch: the folder does not exist, ``settings.probe`` is a file (``probe.json`` itself, say), or the
+            folder's ``probe.json`` is missing or not valid JSON.
     """
     from herald_service.backbone.loader import backbone_slug
 
     if settings.probe is not None and not settings.probe.exists():
         raise ProbeMismatch(f"probe folder {settings.probe} does not exist (--probe or HERALD_PROBE)", field="probe")
+    if settings.probe is not None and settings.probe.is_file():
+        parent = settings.probe.parent
+        advice = f"use {parent}" if (parent / MANIFEST_FILE).is_file() else f"{settings.probe} is a file"
+        raise ProbeMismatch(f"HERALD_PROBE must be the probe folder (the one holding {MANIFEST_FILE}): {advice}",
+                            field="probe")
     slug = backbone_slug(settings.backbone)
     folder = settings.probe or default_probe_folder(slug)
     if not folder.exists():
