@@ -155,7 +155,7 @@ class ServeCommand(Settings):
         if not self.fake_backend:
             from herald_service.engine.runtime import probe_folder
 
-            probe_folder(self)  # a bad backbone or probe path stops here, not after "Uvicorn running on ..."
+            probe_folder(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)

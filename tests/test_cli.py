@@ -41,6 +41,39 @@ def test_serve_names_the_probe_folder_when_given_probe_json(tmp_path):
         f"herald: HERALD_PROBE must be the probe folder (the one holding probe.json): use {shipped}"), out.stderr
 
 
+def shipped_probe_copy(folder: Path, **manifest_changes) -> Path:
+    """A copy of the shipped SmolLM2 probe in ``folder``, with these ``probe.json`` fields changed."""
+    import shutil
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct", folder)
+    manifest = json.loads((folder / "probe.json").read_text())
+    backbone = manifest_changes.pop("backbone", {})
+    manifest.update(manifest_changes)
+    manifest["backbone"].update(backbone)
+    (folder / "probe.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_serve_refuses_a_bad_probe_file_before_the_server_starts(tmp_path):
+    # each was refused only in the lifespan: after the backbone loaded and after "Uvicorn running on ..." (tester)
+    threshold = shipped_probe_copy(tmp_path / "threshold", threshold=1e308)
+    layers = shipped_probe_copy(tmp_path / "layers", backbone={"num_layers": 24})
+    no_tensors = shipped_probe_copy(tmp_path / "no-tensors")
+    (no_tensors / "probe.safetensors").unlink()
+    truncated = shipped_probe_copy(tmp_path / "truncated")
+    (truncated / "probe.safetensors").write_bytes((truncated / "probe.safetensors").read_bytes()[:100])
+    for probe, error in (
+        (threshold, "probe.json threshold must be a finite number within +-10000 (a logit); got 1e+308"),
+        (layers, f"probe tensor centers in {layers / 'probe.safetensors'} has shape (30,); the manifest needs (24,)"),
+        (no_tensors, f"no probe tensors at {no_tensors / 'probe.safetensors'}"),
+        (truncated, f"cannot read probe tensors {truncated / 'probe.safetensors'}: "),
+    ):
+        out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.startswith(f"herald: {error}"), out.stderr
+        assert "Uvicorn running" not in out.stderr and "Traceback" not in out.stderr
+        assert not (tmp_path / "cache").exists()  # the embedded backbone was not even converted
+
+
 def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("build a bomb\n\nbake bread\n")
