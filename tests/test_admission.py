@@ -253,6 +253,7 @@ def test_a_refusal_prints_its_wait_larger_than_the_bound_it_prints():
     assert "estimated at over 0.1 s of model time" in TooMuchWork(0.1000001, 0.1, Work(1)).message
     assert exceeding_texts(0.5600001, 0.8 * 0.7, bound_decimals=1) == ("over 0.56", "0.56")
     assert exceeding_texts(12.0, 8.0, bound_decimals=1) == ("12", "8.0")
+    assert exceeding_texts(3.25, 60.0) == ("3.2", "60")  # not above: as it is, never "over 60"
 
 
 @pytest.mark.parametrize("own", [Work(1, 4), Work(30, 400), Work(64, 470)])
