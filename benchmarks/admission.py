@@ -184,7 +184,7 @@ def cost_fit(metrics_text: str, limits: dict) -> CostFit:
 
 def estimate_in_message(message: str) -> float | None:
     """Seconds of a 413's "estimated at N s of model time" (admission.TooMuchWork.message); ``None`` if absent."""
-    found = re.search(r"estimated at ([\d,.]+) s", message)
+    found = re.search(r"estimated at (?:over )?([\d,.]+) s", message)
     return float(found[1].replace(",", "")) if found else None
 
 

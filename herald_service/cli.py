@@ -20,6 +20,7 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
                                EnvSettingsSource, PydanticBaseSettingsSource)
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
+from herald_service.types import MIN_ADD_ALPHA
 
 
 CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
@@ -154,7 +155,7 @@ class ServeCommand(Settings):
         if not self.fake_backend:
             from herald_service.engine.runtime import probe_folder
 
-            probe_folder(self)  # a bad backbone or probe path stops here, not after "Uvicorn running on ..."
+            probe_folder(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)
@@ -367,7 +368,8 @@ class SteerEvalCommand(LocalCommand):
     layers: list[int] | None = Field(None, description="1-based decoder layers; default: the peak-monotonicity layer.")
     mode: Literal["ablate", "add"] = "ablate"
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, validate_default=True,
-                         description="For mode 'add' (required there, non-zero): multiple of sigma_l along w_l.")
+                         description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"
+                         " sigma_l along w_l.")
     max_new_tokens: int = Field(48, ge=1, le=2048)
     limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
 
@@ -378,6 +380,9 @@ class SteerEvalCommand(LocalCommand):
             raise ValueError(f"alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha {alpha:g})")
         if alpha == 0 and info.data.get("mode") == "add":  # as POST /steer: adds nothing, so steered == baseline
             raise ValueError("mode 'add' needs a non-zero alpha (alpha 0, the default, adds nothing)")
+        if abs(alpha) < MIN_ADD_ALPHA and info.data.get("mode") == "add":  # as POST /steer
+            raise ValueError(f"mode 'add' needs |alpha| of at least {MIN_ADD_ALPHA:g} (got alpha {alpha!r}, which adds"
+                             " nothing measurable)")
         return alpha
 
     def _prompt_of(self, line: str, number: int) -> str | None:

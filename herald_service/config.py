@@ -74,11 +74,26 @@ def _not_utf8(env_file: EnvFiles) -> SettingsFileError | None:
     return None
 
 
+SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A name a ``.env`` line may set: what a shell accepts as a variable name."""
+
+
+def _name_start(line: str) -> str:
+    """The name a ``.env`` line starts with, for an error message: after an ``export`` and an opening quote, up to the
+    first character that no name holds (so never a value, which may be a key), at most 64 characters; ``""`` when
+    the line starts with no name character."""
+    return re.match(r"(?:export\s+)?[\"']?([A-Za-z0-9_]*)", line).group(1)[:64]
+
+
 def _unparsed_line(env_file: EnvFiles) -> SettingsFileError | None:
-    """The error for the first line of ``env_file`` that python-dotenv cannot parse, naming the file, the line and
-    the name it starts with (never the value: it may be a key); ``None`` when every line parses. python-dotenv (which
-    pydantic-settings reads ``.env`` files with) only warns and skips such a line, so ``HERALD_API_KEYS abc...``
-    (a space for ``=``) left the API open with a warning about no keys (breaker pass, 2026-12-01)."""
+    """The error for the first line of ``env_file`` that is not ``NAME=value`` as Herald means it, naming the file, the
+    line and the name it starts with (never the value: it may be a key); ``None`` when every line is. Such lines are:
+    one python-dotenv cannot parse (it only warns and skips it, so ``HERALD_API_KEYS abc...``, a space for ``=``,
+    left the API open with a warning about no keys: breaker pass, 2026-12-01); one whose name is not
+    :data:`SETTING_NAME` (python-dotenv reads ``HERALD_API_KEYS:abc...`` as a name holding the value, which the
+    unknown-name warning then logged, and ``"HERALD_API_KEYS"=abc...`` as a name holding quotes, ignored); and a
+    ``HERALD_*`` name without ``=`` (python-dotenv gives it no value, and pydantic-settings ignored it: the API stayed
+    open)."""
     from dotenv.parser import parse_stream
 
     for path in _env_paths(env_file):
@@ -87,11 +102,16 @@ def _unparsed_line(env_file: EnvFiles) -> SettingsFileError | None:
         except OSError:
             continue  # absent: pydantic-settings skips it too
         for binding in parse_stream(io.StringIO(text)):
-            if binding.error:
-                line = binding.original.string.strip()
-                start = re.match(r"[^\s=:]*", line).group(0)[:64]
-                return SettingsFileError(f"settings file {path.absolute()} line {binding.original.line} is not NAME=VALUE"
-                                         f" (it starts {start!r}); write it as NAME=value or remove it")
+            if binding.key is None and not binding.error:
+                continue  # a blank line or a comment
+            if (binding.error or not SETTING_NAME.fullmatch(binding.key)
+                    or (binding.value is None and binding.key.upper().startswith("HERALD_"))):
+                where = f"settings file {path.absolute()} line {binding.original.line}"
+                start = _name_start(binding.original.string.strip())
+                if not start:
+                    return SettingsFileError(f"{where} has no name (NAME=value); write it as NAME=value or remove it")
+                return SettingsFileError(f"{where} is not NAME=VALUE (it starts {start!r}); write it as NAME=value or"
+                                         " remove it")
     return None
 
 
@@ -118,7 +138,8 @@ def _env_file_names(env_file: EnvFiles) -> dict[str, str]:
 
 def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[list[str], list[str]]:
     """``HERALD_*`` names set in the process environment or ``env_file`` that are not ``HERALD_<field>`` of
-    ``fields``: (misspelt, unknown), each a line naming the variable and where it was set. Misspelt ones are within
+    ``fields``: (misspelt, unknown), each a line naming the variable (up to its first character that is not a
+    letter, digit or ``_``: :func:`_shown_name`) and where it was set. Misspelt ones are within
     :data:`CLOSE_MATCH` of a field and name it; Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
     out. pydantic-settings ignores such names (``extra="ignore"``): a typo in ``HERALD_API_KEYS`` left the API open
     without a word (breaker pass)."""
@@ -132,12 +153,20 @@ def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[li
         field = name.removeprefix("HERALD_").lower()
         if field in known or KUBERNETES_SERVICE_LINK.fullmatch(name):
             continue
+        shown = _shown_name(name)
         close = difflib.get_close_matches(field, known, n=1, cutoff=CLOSE_MATCH)
         if close:
-            misspelt.append(f"{name} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}?")
+            misspelt.append(f"{shown} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}?")
         else:
-            unknown.append(f"{name} (set in {where}) is not a Herald setting and is ignored")
+            unknown.append(f"{shown} (set in {where}) is not a Herald setting and is ignored")
     return misspelt, unknown
+
+
+def _shown_name(name: str) -> str:
+    """``name`` for a log line, cut at the first character no :data:`SETTING_NAME` holds (marked ``...``): a name
+    holding ``:``, ``-`` or ``,`` may hold a value after it (``HERALD_API_KEYS:<key>``), which must not be logged."""
+    cut = re.match(r"[A-Za-z0-9_]*", name).group(0)
+    return name if cut == name else f"{cut}..."
 
 
 class BackboneSettings(BaseSettings):
@@ -147,7 +176,8 @@ class BackboneSettings(BaseSettings):
     Raises:
         pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32).
         SettingsFileError: at construction, for a ``.env`` file that is not UTF-8 (python-dotenv's codec error names
-            no file) or has a line that is not ``NAME=value`` (python-dotenv skips it with a warning).
+            no file) or has a line that is not ``NAME=value`` with a name of letters, digits and ``_``, or a
+            ``HERALD_*`` line without ``=`` (python-dotenv skips, misreads or ignores them: :func:`_unparsed_line`).
     """
 
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".

@@ -94,6 +94,39 @@ class BadNumber(StrictJsonError):
         return self._problem
 
 
+class NotUtf8(StrictJsonError):
+    """A document given as bytes that is not UTF-8 (RFC 8259 section 8.1; a leading byte-order mark is allowed):
+    either ``encoding`` is the UTF-16 or UTF-32 form :func:`json.detect_encoding` reads in its first bytes (``json``
+    decoded those without a word), or ``encoding`` is ``None`` and ``byte`` is the first byte that is not UTF-8, at
+    ``offset`` in the document as given (a byte-order mark counted)."""
+
+    def __init__(self, encoding: str | None = None, offset: int = 0, byte: int = 0) -> None:
+        super().__init__(encoding or offset)
+        self.encoding, self.offset, self.byte = encoding, offset, byte
+        self.message = (f"{encoding.upper()} (by its first bytes), not UTF-8" if encoding is not None else
+                        f"not UTF-8: byte 0x{byte:02x} at offset {offset} cannot be decoded")
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _utf8_text(document: bytes) -> str:
+    """``document`` decoded as UTF-8, without a leading byte-order mark, as :func:`json.loads` decodes it
+    (``surrogatepass``: encoded lone surrogates decode, and :class:`InvalidKey` or the schema names them).
+
+    Raises:
+        NotUtf8: UTF-16 or UTF-32 by its first bytes, or a byte that is not UTF-8 (its offset counts the mark).
+    """
+    encoding = json.detect_encoding(document)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        raise NotUtf8(encoding)
+    start = len(_UTF8_BOM) if document.startswith(_UTF8_BOM) else 0
+    try:
+        return document[start:].decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:  # exc.start counts from after the mark: json.loads gave that, used on the body
+        raise NotUtf8(offset=start + exc.start, byte=document[start + exc.start]) from None
+
+
 class _Unrepresentable:
     """Stands in for a number :class:`BadNumber` refuses until the document is parsed and its path is known.
     ``problem`` completes "the number at <path> ..."; ``advice`` (may be empty) tells the sender what to send."""
@@ -187,14 +220,20 @@ def loads_unique(body: bytes | str, check_numbers: bool = False) -> Any:
     """:func:`json.loads` that refuses a repeated key or a key that is not valid Unicode, naming its path, and with
     ``check_numbers`` a number Python cannot hold as the JSON means it.
 
+    ``body`` as bytes must be UTF-8 (a leading byte-order mark allowed): :func:`json.loads` would also read UTF-16 and
+    UTF-32.
+
     Raises:
+        NotUtf8: ``body`` is bytes in UTF-16 or UTF-32, or holds a byte that is not UTF-8.
         DuplicateKey: a key given twice in one object (the first fault in document order).
         InvalidKey: a key holding a lone UTF-16 surrogate (the first fault in document order).
         BadNumber: with ``check_numbers``, an integer outside 64 bits, a float overflowing to infinity, or
             ``NaN``/``Infinity`` (the first fault in document order).
         TooManyKeys: an object with more than :data:`MAX_KEYS` keys.
-        ValueError, RecursionError: not JSON, not UTF-8, or nested too deeply (as :func:`json.loads`).
+        ValueError, RecursionError: not JSON, or nested too deeply (as :func:`json.loads`).
     """
+    if isinstance(body, (bytes, bytearray)):
+        body = _utf8_text(bytes(body))
     faulty = False
 
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -6,6 +6,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+MIN_ADD_ALPHA = 1e-6
+"""Smallest ``|alpha|`` of an ``"add"`` :class:`~herald_service.backbone.base.Intervention` that ``POST /steer`` and
+``herald steer-eval`` accept. Smaller adds under a millionth of sigma_l along w_l, which no completion shows, so
+steered read the same as baseline while the answer reported an edit: 1e-320 (a denormal) was accepted (tester
+finding), as 0 had been."""
+
 
 @dataclass(frozen=True)
 class Message:

@@ -16,7 +16,7 @@ from herald_service.backbone.fake import FakeBackbone
 from herald_service.config import Settings
 from herald_service.engine.admission import (DECODE_MEMORY, MIN_TIMED_STEPS, BatchCost, BatchTiming, CostFit, JobClock, Refusal,
                                              STOPPING_S, StepSeconds, TooMuchWork, Work, admission_verdict, ahead_seconds,
-                                             jobs_left_s)
+                                             exceeding_texts, jobs_left_s)
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.errors import QueueFull, WorkTooLarge
@@ -238,6 +238,22 @@ def test_a_refusal_never_prints_its_estimate_as_equal_to_the_limit():
     assert "estimated at 60.4 s" in TooMuchWork(60.4, 60.0, Work(1)).message
     assert "estimated at 645 s" in TooMuchWork(645.2, 60.0, Work(1)).message
     assert "estimated wait 0.85 s exceeds the 0.8 s admitted" in Refusal(0.85, 1.0, 1, allowed_s=0.8).message
+
+
+def test_a_refusal_prints_its_wait_larger_than_the_bound_it_prints():
+    # Re-test findings: the admitted bound printed with one decimal ("estimated wait 0.2 s exceeds the 0.2 s
+    # admitted" for 0.17 s against 80% of 0.2 s), and 0.1004 s against 0.1 s read "0.100".
+    assert Refusal(0.17, 0.2, 1, allowed_s=0.8 * 0.2).message.startswith(
+        "estimated wait 0.17 s exceeds the 0.16 s admitted (80% of request_timeout_s 0.2 s)")
+    assert Refusal(0.161, 0.2, 1, allowed_s=0.8 * 0.2).message.startswith("estimated wait 0.161 s exceeds the 0.16 s admitted")
+    assert "estimated at 0.1004 s" in TooMuchWork(0.1004, 0.1, Work(1)).message
+    assert "estimated wait 0.1004 s exceeds request_timeout_s 0.1 s" in Refusal(0.1004, 0.1, 1).message
+    assert "the limit is request_timeout_s 0.25 s" in TooMuchWork(0.26, 0.25, Work(1)).message  # the setting as set
+    # closer than half a microsecond, no decimals can tell them apart
+    assert "estimated at over 0.1 s of model time" in TooMuchWork(0.1000001, 0.1, Work(1)).message
+    assert exceeding_texts(0.5600001, 0.8 * 0.7, bound_decimals=1) == ("over 0.56", "0.56")
+    assert exceeding_texts(12.0, 8.0, bound_decimals=1) == ("12", "8.0")
+    assert exceeding_texts(3.25, 60.0) == ("3.2", "60")  # not above: as it is, never "over 60"
 
 
 @pytest.mark.parametrize("own", [Work(1, 4), Work(30, 400), Work(64, 470)])

@@ -255,6 +255,20 @@ def test_steer_refuses_mode_add_without_a_non_zero_alpha(client, options):
                                  " (alpha 0, the default, adds nothing); send alpha in -50..50, not 0"}
 
 
+@pytest.mark.parametrize("alpha", [1e-320, -1e-320, 5e-7, -9.99e-7])
+def test_steer_refuses_an_add_too_small_to_change_anything(client, alpha):
+    # a denormal 1e-320 was answered 200 with steered == baseline, reported as an edit (as alpha 0 had been)
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+    r = client.post("/steer", json={"prompt": "hi", "max_new_tokens": 4, "mode": "add", "alpha": alpha}, headers=auth)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == {"type": "invalid_request", "field": "alpha", "message": "mode 'add' needs |alpha| of at"
+                                 f" least 1e-06 (got alpha {alpha!r}, which adds nothing measurable); send alpha in"
+                                 " -50..50 with |alpha| >= 1e-06"}
+    for fine in (1e-6, -1e-6):
+        ok = client.post("/steer", json={"prompt": "hi", "max_new_tokens": 4, "mode": "add", "alpha": fine}, headers=auth)
+        assert ok.status_code == 200 and ok.json()["alpha"] == fine, ok.text
+
+
 def test_steer_is_off_by_default():
     with client_for() as c:
         wait_ready(c)

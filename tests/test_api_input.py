@@ -196,6 +196,29 @@ def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):
     assert fine.status_code == 200, fine.text
 
 
+@pytest.mark.parametrize(("body", "offset", "byte"), [(b'{"input": "a\xff"}', 12, 0xFF),
+                                                   (b'\xef\xbb\xbf{"input": "a\xff"}', 15, 0xFF),
+                                                   (b'\xef\xbb\xbf{"input": "\xc3("}', 14, 0xC3)])
+def test_a_body_that_is_not_utf8_is_answered_with_its_byte_and_offset_as_sent(client, body, offset, byte):
+    # after a byte-order mark the offset counted from past the mark and was read in the body with it: the wrong byte
+    r = client.post("/classify", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": "body",
+        "message": f"request body is not UTF-8: byte 0x{byte:02x} at offset {offset} cannot be decoded; send UTF-8 JSON"}
+    assert body[offset] == byte
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+def test_a_utf16_or_utf32_body_is_refused_naming_its_encoding(client, encoding):
+    # json.loads on bytes decodes UTF-16 and UTF-32 too, so such a body was moderated; JSON bodies are UTF-8
+    r = client.post("/classify", content='{"input": "hello"}'.encode(encoding), headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": "body",
+        "message": f"request body is {encoding.upper()} (by its first bytes), not UTF-8; send UTF-8 JSON"}
+    bom = client.post("/classify", content=b"\xef\xbb\xbf" + '{"input": "café"}'.encode(), headers={"content-type": "application/json"})
+    assert bom.status_code == 200 and bom.json()["results"] == client.post("/classify", json={"input": "café"}).json()["results"]
+
+
 @pytest.mark.parametrize("headers", [{"content-encoding": "identity"}, {"content-type": "application/json; charset=utf-8"},
                                      {"content-type": "application/merge-patch+json"},
                                      # as README says: any +json type, any letter case, unknown parameters

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,47 @@ def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
                          (tmp_path, f"no probe at {tmp_path}: probe.json is missing (fit one with `herald fit`)")):
         out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path))
         assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", out.stderr
+
+
+def test_serve_names_the_probe_folder_when_given_probe_json(tmp_path):
+    shipped = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct"
+    out = herald("serve", HERALD_PROBE=str(shipped / "probe.json"), HERALD_CACHE_DIR=str(tmp_path))
+    # it said "no probe at .../probe.json: probe.json is missing"
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: HERALD_PROBE must be the probe folder (the one holding probe.json): use {shipped}"), out.stderr
+
+
+def shipped_probe_copy(folder: Path, **manifest_changes) -> Path:
+    """A copy of the shipped SmolLM2 probe in ``folder``, with these ``probe.json`` fields changed."""
+    import shutil
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct", folder)
+    manifest = json.loads((folder / "probe.json").read_text())
+    backbone = manifest_changes.pop("backbone", {})
+    manifest.update(manifest_changes)
+    manifest["backbone"].update(backbone)
+    (folder / "probe.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_serve_refuses_a_bad_probe_file_before_the_server_starts(tmp_path):
+    # each was refused only in the lifespan: after the backbone loaded and after "Uvicorn running on ..." (tester)
+    threshold = shipped_probe_copy(tmp_path / "threshold", threshold=1e308)
+    layers = shipped_probe_copy(tmp_path / "layers", backbone={"num_layers": 24})
+    no_tensors = shipped_probe_copy(tmp_path / "no-tensors")
+    (no_tensors / "probe.safetensors").unlink()
+    truncated = shipped_probe_copy(tmp_path / "truncated")
+    (truncated / "probe.safetensors").write_bytes((truncated / "probe.safetensors").read_bytes()[:100])
+    for probe, error in (
+        (threshold, "probe.json threshold must be a finite number within +-10000 (a logit); got 1e+308"),
+        (layers, f"probe tensor centers in {layers / 'probe.safetensors'} has shape (30,); the manifest needs (24,)"),
+        (no_tensors, f"no probe tensors at {no_tensors / 'probe.safetensors'}"),
+        (truncated, f"cannot read probe tensors {truncated / 'probe.safetensors'}: "),
+    ):
+        out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.startswith(f"herald: {error}"), out.stderr
+        assert "Uvicorn running" not in out.stderr and "Traceback" not in out.stderr
+        assert not (tmp_path / "cache").exists()  # the embedded backbone was not even converted
 
 
 def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
@@ -174,7 +216,10 @@ def test_steer_eval_bad_files_and_options_are_one_line_errors(tmp_path):
     assert layers.returncode == 1 and "--layers must be a non-empty list within 1..8" in layers.stderr
     alpha = herald("steer-eval", str(rows), "--alpha", "nan", "--mode", "add", HERALD_FAKE_BACKEND="true")
     assert alpha.returncode == 1 and "alpha (--alpha): Input should be a finite number" in alpha.stderr
-    for out in (layers, alpha):
+    tiny = herald("steer-eval", str(rows), "--alpha", "1e-320", "--mode", "add", HERALD_FAKE_BACKEND="true")
+    assert tiny.returncode == 1 and ("alpha (--alpha): mode 'add' needs |alpha| of at least 1e-06 (got alpha 1e-320,"
+                                     " which adds nothing measurable)") in tiny.stderr
+    for out in (layers, alpha, tiny):
         assert "Traceback" not in out.stderr
 
 

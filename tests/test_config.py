@@ -104,6 +104,52 @@ def test_a_dotenv_line_that_is_not_name_equals_value_is_refused_naming_it(tmp_pa
     assert Settings().port == 8001 and len(Settings().api_keys) == 1
 
 
+@pytest.mark.parametrize("line", ["HERALD_API_KEYS:abcdefabcdefabcdef", "HERALD_API_KEYS-abcdefabcdefabcdef",
+                                  "HERALD_API_KEYS,abcdefabcdefabcdef", '"HERALD_API_KEYS"=abcdefabcdefabcdef',
+                                  "HERALD_API_KEYS", "export HERALD_API_KEYS", "herald_api_keys"])
+def test_a_dotenv_line_that_dotenv_misreads_is_refused_naming_it_without_its_value(tmp_path, monkeypatch, line):
+    # python-dotenv read the first three as a name holding the key (logged upper-cased as an unknown setting), the
+    # quoted name as a name holding quotes and a name without '=' as no value: both ignored, the API left open
+    from herald_service.errors import SettingsFileError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"HERALD_LOG_LEVEL=info\n{line}\nHERALD_PORT=8001\n")
+    with pytest.raises(SettingsFileError) as caught:
+        Settings()
+    name = "herald_api_keys" if line.islower() else "HERALD_API_KEYS"
+    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 is not NAME=VALUE (it starts"
+                                    f" {name!r}); write it as NAME=value or remove it")
+    assert "abcdef" not in caught.value.message.lower()
+
+
+def test_a_dotenv_line_without_a_name_says_so(tmp_path, monkeypatch):
+    from herald_service.errors import SettingsFileError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("HERALD_PORT=8001\n=abcdefabcdefabcdef\n")
+    with pytest.raises(SettingsFileError) as caught:
+        Settings()
+    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 has no name (NAME=value); write it as"
+                                    " NAME=value or remove it")
+
+
+def test_dotenv_lines_herald_reads_as_written_still_pass(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("OTHER_TOOL_FLAG\n'HERALD_PORT'=8001\nHERALD_MAX_CHARS=\nHERALD_API_KEYS = abcdefabcdefabcdef\n")
+    settings = Settings()
+    assert (settings.port, settings.max_chars) == (8001, 32_000)
+    assert [k.get_secret_value() for k in settings.api_keys] == ["abcdefabcdefabcdef"]
+
+
+def test_an_unknown_name_is_logged_only_up_to_its_first_character_no_name_holds(monkeypatch):
+    # an environment name can hold ':' (a .env one is refused): what follows may be a key
+    from herald_service.config import unknown_setting_names
+
+    monkeypatch.setenv("HERALD_API_KEYS:abcdefabcdefabcdef", "1")
+    misspelt, unknown = unknown_setting_names(list(Settings.model_fields), None)
+    assert (misspelt, unknown) == ([], ["HERALD_API_KEYS... (set in the environment) is not a Herald setting and is ignored"])
+
+
 @pytest.mark.parametrize(("value", "error"), [
     ('["key-one-abcdefgh"]', "looks like a JSON list; give the keys comma-separated"),
     (' ["key-one-abcdefgh", "key-two-abcdefgh"] ', "looks like a JSON list; give the keys comma-separated"),

@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 
 from herald_service.engine.service import ClientGone
 from herald_service.errors import InvalidInput
-from herald_service.strict_json import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, TooManyKeys, loads_unique
+from herald_service.strict_json import MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, NotUtf8, TooManyKeys, loads_unique
 
 THREAD_PARSE_BYTES = 65_536
 """Bodies larger than this are parsed in a worker thread: a 12 MB body (just under the default body limit) takes
@@ -66,8 +66,8 @@ class UniqueKeysRoute(APIRoute):
     Raises (as answers):
         InvalidInput: naming the repeated key by its path, e.g. ``field: "input"`` or ``"messages[0].content"``, a
             key holding a lone UTF-16 surrogate or a number :class:`BadNumber` refuses by its path, an object of
-            more than :data:`MAX_KEYS` keys, a body that is not UTF-8 (the byte and its offset) or JSON nested past
-            the parser's recursion limit (422).
+            more than :data:`MAX_KEYS` keys, a body that is not UTF-8 (UTF-16 or UTF-32, named; else the byte and
+            its offset in the body as sent) or JSON nested past the parser's recursion limit (422).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
     """
 
@@ -94,9 +94,8 @@ class UniqueKeysRoute(APIRoute):
                 except TooManyKeys as exc:
                     raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
                                        field="body") from None
-                except UnicodeDecodeError as exc:  # one message had covered this and deep nesting (breaker finding)
-                    raise InvalidInput(f"request body is not UTF-8: byte 0x{body[exc.start]:02x} at offset {exc.start}"
-                                       " cannot be decoded; send UTF-8 JSON", field="body") from None
+                except NotUtf8 as exc:  # one message had covered this and deep nesting (breaker finding)
+                    raise InvalidInput(f"request body is {exc.message}; send UTF-8 JSON", field="body") from None
                 except RecursionError:
                     raise InvalidInput("request body's JSON is nested more deeply than the parser allows (about"
                                        f" {sys.getrecursionlimit():,} levels, Python's recursion limit; a Herald request"

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from herald_service.types import MIN_ADD_ALPHA
+
 
 class FieldConflict(ValueError):
     """A whole-body rule broken by one field (e.g. both ``input`` and ``messages`` given); ``field`` names it, so the
@@ -142,7 +144,8 @@ class SteerRequest(BaseModel):
     layers: list[int] | Literal["all"] | None = Field(None, description="1-based layers; default: the peak-monotonicity layer")
     mode: Literal["ablate", "add"] = "ablate"
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False,
-                         description="For mode 'add' (required there, non-zero): multiple of sigma_l added along w_l")
+                         description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"
+                         " sigma_l added along w_l")
     max_new_tokens: int = Field(64, ge=1)
 
     @model_validator(mode="after")
@@ -154,6 +157,10 @@ class SteerRequest(BaseModel):
         if self.mode == "add" and self.alpha == 0:  # adds nothing: steered == baseline, reported as an edit (breaker)
             raise FieldConflict("mode 'add' needs a non-zero alpha (alpha 0, the default, adds nothing); send alpha in"
                                 " -50..50, not 0", "alpha")
+        if self.mode == "add" and abs(self.alpha) < MIN_ADD_ALPHA:  # 1e-320 read as an edit, as 0 had
+            raise FieldConflict(f"mode 'add' needs |alpha| of at least {MIN_ADD_ALPHA:g} (got alpha {self.alpha!r}, which"
+                                f" adds nothing measurable); send alpha in -50..50 with |alpha| >= {MIN_ADD_ALPHA:g}",
+                                "alpha")
         return self
 
 

@@ -318,13 +318,43 @@ def ahead_seconds(ahead: Work, fit: CostFit | None, limit_s: float | None, horiz
     return seconds
 
 
-def seconds_above(value_s: float, limit_s: float) -> str:
-    """``value_s`` for a message that says it exceeds ``limit_s``: whole seconds from 10 s, else one decimal, with up to
-    three decimals where fewer would print it no larger than the limit (0.104 s against a 0.1 s limit read "0.1")."""
-    for decimals in range(0 if value_s >= 10 else 1, 4):
-        if round(value_s, decimals) > limit_s:
-            return f"{value_s:,.{decimals}f}"
-    return f"{value_s:,.3f}"
+BOUND_DECIMALS = 6
+"""Most decimals a bound (a limit, seconds) is printed with in a refusal; fewer where they are zeros."""
+
+
+def _seconds_text(seconds: float, least_decimals: int) -> str:
+    """``seconds`` with at least ``least_decimals`` decimals and at most :data:`BOUND_DECIMALS`, trailing zeros past
+    ``least_decimals`` dropped: 0.16 (80% of 0.2, 0.16000000000000003 in floating point) prints "0.16", 8.0 with one
+    decimal "8.0", 60.0 with none "60"; a positive value that would print as 0 prints in ``g`` format."""
+    whole, _, decimals = f"{seconds:.{BOUND_DECIMALS}f}".partition(".")
+    decimals = decimals.rstrip("0").ljust(least_decimals, "0")
+    text = f"{whole}.{decimals}" if decimals else whole
+    return f"{seconds:g}" if float(text) == 0 and seconds != 0 else text
+
+
+def exceeding_texts(value_s: float, bound_s: float, bound_decimals: int = 0) -> tuple[str, str]:
+    """``value_s`` and ``bound_s`` (seconds, ``value_s > bound_s``) as printed by a message that says the one exceeds
+    the other, so that the printed value always reads larger than the printed bound.
+
+    The bound prints with the decimals it needs, at least ``bound_decimals``, at most :data:`BOUND_DECIMALS`
+    (:func:`_seconds_text`). The value prints in whole seconds from 10 s, else with as many decimals as the bound (at
+    least one), and with more (up to :data:`BOUND_DECIMALS`) where fewer would not read larger than the printed
+    bound: an estimate of 0.17 s against 0.16 s admitted read "0.2 s exceeds the 0.2 s admitted", 0.1004 s against
+    0.1 s "0.100". A value within half a microsecond of the bound prints "over <bound>"; one not above it, with the
+    least decimals.
+
+    Returns:
+        The value's text (thousands separated) and the bound's text.
+    """
+    bound = _seconds_text(bound_s, bound_decimals)
+    bound_places = len(bound.partition(".")[2]) if "e" not in bound else BOUND_DECIMALS
+    least = 0 if value_s >= 10 else max(1, bound_places)
+    if value_s <= bound_s:  # not a refusal's figures (a benchmark's check of the format): the value as it is
+        return f"{value_s:,.{least}f}", bound
+    for decimals in range(least, BOUND_DECIMALS + 1):
+        if round(value_s, decimals) > float(bound):
+            return f"{value_s:,.{decimals}f}", bound
+    return f"over {bound}", bound
 
 
 @dataclass(frozen=True)
@@ -340,11 +370,16 @@ class Refusal:
 
     @property
     def message(self) -> str:
-        """The 429's message."""
+        """The 429's message; its wait always reads larger than the bound it names (:func:`exceeding_texts`)."""
         allowed = self.limit_s if self.allowed_s is None else self.allowed_s
-        bound = (f"request_timeout_s {self.limit_s:g} s" if allowed >= self.limit_s else
-                 f"the {allowed:.1f} s admitted ({WAIT_HEADROOM:.0%} of request_timeout_s {self.limit_s:g} s)")
-        return (f"estimated wait {seconds_above(self.wait_s, allowed)} s exceeds {bound} (the worker is busy with work accepted earlier);"
+        if allowed >= self.limit_s:
+            wait, limit = exceeding_texts(self.wait_s, self.limit_s)
+            bound = f"request_timeout_s {limit} s"
+        else:
+            wait, admitted = exceeding_texts(self.wait_s, allowed, bound_decimals=1)
+            bound = (f"the {admitted} s admitted ({WAIT_HEADROOM:.0%} of request_timeout_s"
+                     f" {_seconds_text(self.limit_s, 0)} s)")
+        return (f"estimated wait {wait} s exceeds {bound} (the worker is busy with work accepted earlier);"
                 f" retry in {self.retry_after_s} s")
 
 
@@ -358,12 +393,14 @@ class TooMuchWork:
 
     @property
     def message(self) -> str:
-        """The 413's message, naming the setting and what to change."""
+        """The 413's message, naming the setting and what to change; its estimate always reads larger than the limit
+        (:func:`exceeding_texts`)."""
         shape = f"{self.own.prompts:,} prompt{'s' if self.own.prompts != 1 else ''}"
         if self.own.tokens:
             shape += f", {self.own.tokens:,} tokens"
-        return (f"this request is estimated at {seconds_above(self.work_s, self.limit_s)} s of model time on this backbone ({shape}); the limit is"
-                f" request_timeout_s {self.limit_s:g} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
+        work, limit = exceeding_texts(self.work_s, self.limit_s)
+        return (f"this request is estimated at {work} s of model time on this backbone ({shape}); the limit is"
+                f" request_timeout_s {limit} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
 
 
 def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,

@@ -13,7 +13,7 @@ from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import backbone_manifest, compatibility_warnings, load_probe, read_manifest
+from herald_service.probes.artifact import MANIFEST_FILE, backbone_manifest, compatibility_warnings, load_probe
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
 
@@ -88,25 +88,36 @@ def fake_runtime() -> Runtime:
 
 def probe_folder(settings: BackboneSettings) -> Path:
     """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), checked without
-    loading the backbone: the backbone path names a model, the folder exists and its ``probe.json`` parses. ``herald
-    serve`` calls it before the server starts listening (these errors came after "Application startup complete", or
-    after the weights loaded: breaker pass); whether the probe fits the backbone is checked once both are loaded.
+    loading the backbone: the backbone path names a model, and the folder holds a probe that :func:`load_probe`
+    loads (``probe.json`` parses and its fields are in range, ``probe.safetensors`` is there, readable and of the
+    shapes the manifest gives, the scorer's weights load). ``herald serve`` calls it before the server starts
+    listening (these errors came after "Application startup complete", or after the weights loaded: breaker pass;
+    a bad ``probe.json`` value or tensor came after "Uvicorn running": tester finding). Whether the probe fits the
+    backbone (layers, hidden size, config hash: :func:`~herald_service.probes.artifact.check_compatible`) is checked
+    once both are loaded: a GGUF backbone, the embedded one included, has no config to compare before it is
+    converted.
 
     Raises:
         BackboneError: the backbone path does not exist or holds no model
             (:func:`~herald_service.backbone.loader.backbone_slug`).
-        ProbeMismatch: the folder does not exist, or its ``probe.json`` is missing or not valid JSON.
+        ProbeMismatch: the folder does not exist, ``settings.probe`` is a file (``probe.json`` itself, say), or
+            :func:`load_probe` refuses the probe.
     """
     from herald_service.backbone.loader import backbone_slug
 
     if settings.probe is not None and not settings.probe.exists():
         raise ProbeMismatch(f"probe folder {settings.probe} does not exist (--probe or HERALD_PROBE)", field="probe")
+    if settings.probe is not None and settings.probe.is_file():
+        parent = settings.probe.parent
+        advice = f"use {parent}" if (parent / MANIFEST_FILE).is_file() else f"{settings.probe} is a file"
+        raise ProbeMismatch(f"HERALD_PROBE must be the probe folder (the one holding {MANIFEST_FILE}): {advice}",
+                            field="probe")
     slug = backbone_slug(settings.backbone)
     folder = settings.probe or default_probe_folder(slug)
     if not folder.exists():
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
         raise ProbeMismatch(f"no probe for backbone {slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
-    read_manifest(folder)
+    load_probe(folder)  # every check that needs no backbone; load_runtime loads it again against the backbone's info
     return folder
 
 
