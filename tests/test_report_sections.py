@@ -2,6 +2,7 @@
 hand-written files whose every number is known, and one line each when those files are absent."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -153,6 +154,12 @@ def test_report_has_the_scorer_section_with_a_link_to_its_doc(tmp_path):
         "| `noisy` | 3 | 0.537 ± 0.032 | 0.737 ± 0.032 | +0.017 ± 0.021 | +0.017 ± 0.021 | 0.100 | 0.500 | 2.0 (1–3) / 4 | 0.900 |"]
     at = lines.index("### Split seed 1 (a check; selects nothing)")
     assert lines[at + 2].endswith("higher by > 0.01 and > 2 std of the paired difference): `noisy`.")
+    # none beside results.json or the report: the write-up this checkout ships in docs/eval/, never a broken link
+    shipped = Path(__file__).resolve().parents[1] / "docs" / "eval" / "scorer_training.md"
+    link = os.path.relpath(shipped, tmp_path.resolve()).replace(os.sep, "/")
+    assert any(f"([{link}]({link}))" in line for line in lines), link
+    (tmp_path / "scorer_training.md").write_text("# a write-up beside the results")
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
     assert any("([scorer_training.md](scorer_training.md))" in line for line in lines)  # beside results.json
 
 
@@ -187,8 +194,10 @@ def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):
     write(tmp_path, "results.json", main_results())
     lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
     at = lines.index("## Scorer training recipes (source-held-out)")
+    link = os.path.relpath(Path(__file__).resolve().parents[1] / "docs" / "eval" / "scorer_training.md",
+                           tmp_path.resolve()).replace(os.sep, "/")  # the write-up this checkout ships
     assert lines[at + 2] == ("Not in this report: there is no `scorer_training/summary.json` beside the results file "
-                             "([scorer_training.md](scorer_training.md)).")
+                             f"([{link}]({link})).")
     assert lines[at + 4].startswith("## ")
 
 
