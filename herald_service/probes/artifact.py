@@ -244,9 +244,18 @@ def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list
     """What differs between the backbone a probe was fitted on and ``info`` without making the probe unusable
     (:func:`check_compatible` refuses the rest): the weights' revision (fine-tuned or re-quantized weights of the same
     architecture: the directions may no longer hold) and the chat template's hash (it decides which token is last, so
-    the trajectory differs). Lines for ``herald serve``'s log; empty when both match."""
+    the trajectory differs), and the prompt-text rule (:mod:`herald_service.prompt_text`) when the probe names one other
+    than the server's (a probe without one predates the rule: README says so for the shipped probe, so no line). Lines
+    for ``herald serve``'s log; empty when all match."""
+    from herald_service.prompt_text import PROMPT_TEXT
+
     fitted = manifest["backbone"]
     lines = []
+    rule = manifest.get("training_data", {}).get("prompt_text")
+    if rule and rule != PROMPT_TEXT:
+        lines.append(f"probe was fitted on prompt text folded by rule {rule!r}; this server folds it by {PROMPT_TEXT!r}"
+                     " (herald_service/prompt_text.py): prompts the rules read differently may score differently;"
+                     " refit with `herald fit`")
     if fitted.get("revision") != info.revision:
         lines.append(f"probe was fitted on weights {fitted.get('revision')!r}, the backbone's are {info.revision!r}:"
                      " its directions and threshold may not hold for these weights; refit with `herald fit`")
