@@ -9,10 +9,10 @@ The fold is narrow, so that ordinary text in any script reads as it did:
 
 - **Invisible characters** are removed: format characters (Unicode general category ``Cf``: zero-width space,
   direction marks and overrides, the byte-order mark, soft hyphen, word joiner...) and the other
-  Default_Ignorable_Code_Point characters (variation selectors, the combining grapheme joiner, Hangul fillers). The
-  tag characters U+E0020-U+E007E, which spell ASCII invisibly ("ASCII smuggling"), become the ASCII they spell rather
+  Default_Ignorable_Code_Point characters (variation selectors, the combining grapheme joiner, Hangul fillers), and
+  private-use characters (no meaning a backbone could know; fonts draw them as boxes or nothing). The tag characters U+E0020-U+E007E, which spell ASCII invisibly ("ASCII smuggling"), become the ASCII they spell rather
   than nothing. The zero-width joiner and non-joiner stay between two non-ASCII characters, where Persian, Indic
-  scripts and emoji sequences need them. Blank-looking characters (the Ogham space mark, the Braille blank, the
+  scripts and emoji sequences need them, and not before a combining mark. Blank-looking characters (the Ogham space mark, the Braille blank, the
   Hangul filler) become spaces.
 - **A character whose NFKC form (Unicode UAX #15 compatibility normalization) is ASCII** becomes that form:
   fullwidth letters, digits, punctuation and the ideographic space, mathematical alphanumerics, circled letters and
@@ -20,22 +20,26 @@ The fold is narrow, so that ordinary text in any script reads as it did:
   letters ("(a)") become the letter. Other scripts and CJK punctuation without an ASCII form (U+3002 "。") keep
   their code points. Folding letters alone left a hole: fullwidth punctuation and U+3000 spaces around folded letters
   still took three of four harmful prompts under 0.02.
-- **A Latin letter with marks becomes the plain letter** ("é" -> "e", "Ẃ" -> "W", combining marks stacked on a
-  letter are dropped), and **Latin small capitals** ("ᴡʀɪᴛᴇ") become lower-case letters, negative circled and
-  squared letters and regional indicators ("🆆", "🇼") upper-case ones (so a flag reads as its country code, "🇺🇸" as
-  "US"): accents on every vowel of
-  four harmful prompts took the shipped probe from 1.0 to 0.000, small capitals to 0.001. The cost is that accented
-  Latin-script languages read unaccented (French "café" as "cafe", Spanish "año" as "ano"), which the English-first
-  embedded backbone reads about as well; marks on letters of other scripts (Devanagari vowel signs, Arabic harakat)
-  are kept.
-- **Look-alike letters of another script inside a Latin word** ("рhishing" with a Cyrillic "р", "bоmb" with a
-  Cyrillic "о") become the ASCII letter they imitate, by Unicode's confusables data (UTS #39, through the
-  ``confusable-homoglyphs`` package). A word with no Latin letter keeps its letters, so Russian or Greek text reads
-  as written; so does a Latin word's letter whose look-alike is not an ASCII letter.
+- **A Latin letter with marks becomes the plain letter**: "é" -> "e", "Ẃ" -> "W", a letter with a stroke or hook
+  by its Unicode name ("ł" -> "l", "ɨ" -> "i"), and every combining mark (``Mn``, ``Me``: accents, stacked "Zalgo"
+  marks, enclosing circles and keycaps) that follows an ASCII character is dropped, checked last so that a joiner or
+  a look-alike letter between a letter and its mark does not keep it. **Latin small capitals** ("ᴡʀɪᴛᴇ") become
+  lower-case letters, negative circled and squared letters and regional indicators ("🆆", "🇼") upper-case ones (so
+  a flag reads as its country code, "🇺🇸" as "US"). Accents on every vowel of four harmful prompts took the shipped
+  probe from 1.0 to 0.000, small capitals to 0.001. The cost is that accented Latin-script languages read unaccented
+  (French "café" as "cafe", Spanish "año" as "ano", Vietnamese without its tones), which the English-first embedded
+  backbone reads about as well; marks on letters of other scripts (Devanagari vowel signs, Arabic harakat) are kept.
+- **Look-alike letters inside a word that has ASCII letters** ("рhishing" with a Cyrillic "р", "bоmb" with a
+  Cyrillic "о", "phıshıng" with a dotless "ı", "ɑ" Latin alpha) become the ASCII letter they imitate, by Unicode's
+  confusables data (UTS #39, through the ``confusable-homoglyphs`` package), with or without marks on them. A word
+  with no ASCII letter keeps its letters, so Russian or Greek text reads as written; so does a letter whose
+  look-alike is not an ASCII letter, and a one-letter word (a Cyrillic "а" between Latin words).
 
-Not undone: a word spelled wholly in another script's look-alikes (Cyrillic "сору" for "copy") and text written
-backwards behind a right-to-left override (the override is removed; the reversed letters stay reversed). README
-"Known evasions" lists them.
+Not undone: a word spelled wholly in another script's look-alikes (Cyrillic "сору" for "copy"), upside-down
+letters ("ʍɹıʇǝ"), and text written backwards behind a right-to-left override (the override is removed; the reversed
+letters stay reversed). Nor, since they are ASCII, spaced, dotted or leetspeak letters ("W r i t e", "Wr1t3"), which
+take the shipped probe's scores to under 0.05: a weakness of the probe, not of the reading. README "Known evasions"
+lists them.
 
 Measured on ``../shared/data`` (18,672 prompts) with ``nfkc-ascii-v1`` (the rule without marks, small capitals and
 non-format invisible characters): the character fold changes 656 (3.5%), mostly CJK writing tasks whose
@@ -43,9 +47,9 @@ fullwidth commas and colons become ASCII. Of the 300 of them within 1,024 tokens
 for 3: two benign ShareGPT prompts and one harmful jailbreak template became flagged (283 benign, 17 harmful; a fold
 of letters and digits alone changed 84 prompts, and one verdict: a harmful template became flagged). The look-alike
 letters inside Latin words change the text of 6 prompts (4 already changed above; 658 in all) and none of the verdicts
-of the 2 within 1,024 tokens. ``nfkc-ascii-v2`` (this rule) reads 197 more prompts differently (814 in all), most of
-them accented names and French or Spanish text; none of the verdicts of the 153 within 1,024 tokens changed, and every
-disguise the re-test found now scores as the plain request (evasions.txt). Scripts and output: docs/eval/prompt_text/.
+of the 2 within 1,024 tokens. ``nfkc-ascii-v2`` (this rule) reads 204 more prompts differently (819 in all), most of
+them accented names and French, Spanish or Vietnamese text; none of the verdicts of the 157 within 1,024 tokens
+changed, and every Unicode disguise the re-tests found now scores as the plain request (evasions.txt). Scripts and output: docs/eval/prompt_text/.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from confusable_homoglyphs import categories, confusables
+from confusable_homoglyphs import confusables
 
 from herald_service.types import Conversation, Message
 
@@ -99,8 +103,11 @@ def _fold_char(char: str) -> str:
     if char in _JOINERS:
         return char
     code_point = ord(char)
-    if unicodedata.category(char) == "Cf" or _ignorable(code_point):
+    category = unicodedata.category(char)
+    if category == "Cf" or _ignorable(code_point):
         return chr(code_point - 0xE0000) if code_point in _TAGS else ""
+    if category == "Co":
+        return ""  # private use: no meaning a backbone could know; a font draws it as a box or nothing
     if char in _BLANKS:
         return " "
     folded = unicodedata.normalize("NFKC", char)
@@ -132,32 +139,49 @@ def normalize_prompt_text(text: str) -> str:
     """
     if text.isascii():
         return text
-    folded, last = [], ""
+    folded = "".join(_fold_char(char) for char in text)
+    folded = _JOINER_RUN.sub(_joiner_run, _WORD.sub(_latin_word, folded))
+    return _without_marks_on_ascii(folded)
+
+
+def _without_marks_on_ascii(text: str) -> str:
+    """``text`` without the combining marks (categories ``Mn``, ``Me``) that follow an ASCII character: accents and
+    stacked "Zalgo" marks on Latin letters, enclosing circles and keycaps (U+20DD, U+20E3) drawn around them. Marks on
+    other scripts' letters stay. Run last, once look-alike letters are ASCII and joiners gone: a joiner or a Cyrillic
+    "о" between a letter and its mark had kept the mark (re-test, 2026-12-01)."""
+    if not any(unicodedata.category(char) in _MARKS for char in text):
+        return text
+    kept, last = [], ""
     for char in text:
-        if _is_ascii_letter(last) and unicodedata.category(char) == "Mn":
-            continue  # a combining mark on a Latin letter: "e\u0301", stacked "Zalgo" marks
-        piece = _fold_char(char)
-        folded.append(piece)
-        last = piece[-1:] or last
-    return _WORD.sub(_latin_word, _JOINER_RUN.sub(_joiner_run, "".join(folded)))
+        if last.isascii() and last and unicodedata.category(char) in _MARKS:
+            continue
+        kept.append(char)
+        last = char
+    return "".join(kept)
+
+
+_MARKS = ("Mn", "Me")
 
 
 _JOINER_RUN = re.compile(f"[{_JOINERS}]+")
 
 
 def _joiner_run(match: re.Match[str]) -> str:
-    """A run of joiners: its first kept between two characters that are neither ASCII nor whitespace, else removed."""
+    """A run of joiners: its first kept between two characters that are neither ASCII nor whitespace, the second not
+    a combining mark either (a joiner before a mark only kept the mark off its letter), else removed."""
     text, start, end = match.string, match.start(), match.end()
     before, after = text[start - 1:start], text[end:end + 1]
-    keep = all(side and not side.isascii() and not side.isspace() for side in (before, after))
+    keep = (all(side and not side.isascii() and not side.isspace() for side in (before, after))
+            and unicodedata.category(after) not in _MARKS)
     return match.group(0)[0] if keep else ""
 
 
 _LETTER_NAMES = re.compile(r"LATIN LETTER SMALL CAPITAL ([A-Z])|NEGATIVE (?:CIRCLED|SQUARED) LATIN CAPITAL LETTER ([A-Z])"
-                           r"|REGIONAL INDICATOR SYMBOL LETTER ([A-Z])")
+                           r"|REGIONAL INDICATOR SYMBOL LETTER ([A-Z])|LATIN (SMALL|CAPITAL) LETTER ([A-Z]) WITH .+")
 """Unicode names of letter-like characters that NFKC leaves alone and that read as one ASCII letter: Latin small
-capitals ("\u1d21" W), negative circled and squared letters ("\U0001f166", "\U0001f186") and regional indicator
-letters ("\U0001f1fc", two of which draw a flag)."""
+capitals ("\u1d21" W), negative circled and squared letters ("\U0001f166", "\U0001f186"), regional indicator
+letters ("\U0001f1fc", two of which draw a flag), and Latin letters with a stroke, hook or bar that does not
+decompose ("\u0268" i with stroke, "\u01ad" t with hook, "\u0142" l with stroke)."""
 
 
 @lru_cache(maxsize=1)
@@ -165,37 +189,56 @@ def _named_letters() -> dict[str, str]:
     """Characters whose Unicode name matches :data:`_LETTER_NAMES` -> their ASCII letter (small capitals lower-case,
     the others upper-case, as drawn): read from the Unicode names of the blocks holding them, built once."""
     table = {}
-    for code_point in (*range(0x0250, 0x02B0), *range(0x1D00, 0x1D80), *range(0xA720, 0xA800), *range(0xAB30, 0xAB70),
-                       *range(0x1F100, 0x1F200)):
+    for code_point in (*range(0x0080, 0x02B0), *range(0x1D00, 0x1F00), *range(0x2C60, 0x2C80), *range(0xA720, 0xA800),
+                       *range(0xAB30, 0xAB70), *range(0x1F100, 0x1F200)):
         match = _LETTER_NAMES.fullmatch(unicodedata.name(chr(code_point), ""))
         if match:
-            small, enclosed, regional = match.groups()
-            table[chr(code_point)] = small.lower() if small else enclosed or regional
+            small_capital, enclosed, regional, case, letter = match.groups()
+            if small_capital:
+                table[chr(code_point)] = small_capital.lower()
+            elif letter:
+                table[chr(code_point)] = letter.lower() if case == "SMALL" else letter
+            else:
+                table[chr(code_point)] = enclosed or regional
     return table
 
 
-_WORD = re.compile(r"[^\W\d_]{2,}")
-"""Runs of two or more letters: the words whose scripts are compared."""
+_COMBINING_BLOCKS = "\u0300-\u036f\u0483-\u0489\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+"""The combining-mark blocks not tied to one script (Unicode chapter 7.9) and the Cyrillic ones."""
+
+_WORD = re.compile(rf"(?:[^\W\d_]|[{_COMBINING_BLOCKS}{_JOINERS}]){{2,}}")
+"""Runs of two or more letters, combining marks of the general blocks and joiners: the words whose scripts are
+compared (a mark or joiner inside a word had cut "b\u043e\u0301mb" into pieces that looked like no mixed word)."""
 
 
 def _latin_word(match: re.Match[str]) -> str:
     """A word mixing ASCII letters with letters of another script that have an ASCII look-alike, with those replaced
     by it; any other word unchanged (a word with no ASCII letter, such as Russian or Greek text, included)."""
     word = match.group(0)
-    if word.isascii() or not any("a" <= char.lower() <= "z" for char in word):
+    if word.isascii() or not any(_is_ascii_letter(char) for char in word):
         return word
+    return "".join(_lookalike(char) for char in word)
+
+
+@lru_cache(maxsize=4096)
+def _lookalike(char: str) -> str:
+    """The ASCII letter ``char`` imitates (:func:`_ascii_lookalikes`), also for one with marks (Greek "\u03cc" is
+    "\u03bf" with an accent: "o"), else ``char``."""
     table = _ascii_lookalikes()
-    return "".join(table.get(char, char) for char in word)
+    if char in table:
+        return table[char]
+    base, *marks = unicodedata.normalize("NFD", char)
+    return table[base] if base in table and marks and all(unicodedata.category(m) in _MARKS for m in marks) else char
 
 
 @lru_cache(maxsize=1)
 def _ascii_lookalikes() -> dict[str, str]:
-    """Letter of a script other than Latin -> the ASCII letter Unicode's confusables data says it looks like
-    (Cyrillic "р" -> "p", Greek "ο" -> "o"): about 200 letters, built once (a lookup per letter; asking the package
-    word by word took 0.3 s for 32,000 characters of mixed words)."""
+    """Letter that is not ASCII -> the ASCII letter Unicode's confusables data says it looks like (Cyrillic "р" -> "p",
+    Greek "ο" -> "o", Latin dotless "ı" -> "i", Latin alpha "ɑ" -> "a"): about 250 letters, built once (a lookup per
+    letter; asking the package word by word took 0.3 s for 32,000 characters of mixed words)."""
     table = {}
     for char, homoglyphs in confusables.confusables_data.items():
-        if len(char) != 1 or not char.isalpha() or categories.alias(char) == "LATIN":
+        if len(char) != 1 or not char.isalpha() or char.isascii():
             continue
         ascii_letters = [h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii() and h["c"].isalpha()]
         if ascii_letters:

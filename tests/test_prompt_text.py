@@ -48,7 +48,7 @@ def test_another_scripts_look_alike_letters_inside_latin_words_become_latin():
 
 
 def test_other_scripts_are_kept_and_cjk_punctuation_keeps_its_meaning():
-    for text in ("Ærø ß ł", "Привет, как дела?", "Ελληνικά κείμενο", "iPhone-сеть", "μm and σ_y", "مرحبا",
+    for text in ("Æ ß Þ", "Привет, как дела?", "Ελληνικά κείμενο", "iPhone-сеть", "μm and σ_y", "مرحبا",
                  "日本語のテキスト。", "½ ⁄ → ∑"):
         assert normalize_prompt_text(text) == text
     assert normalize_prompt_text("写一篇文章，主题：春天（三段）。") == "写一篇文章,主题:春天(三段)。"
@@ -77,14 +77,38 @@ def test_marks_on_latin_letters_and_small_capitals_fold_to_the_letter():
     assert normalize_prompt_text("⒲⒭⒤⒯⒠ ⑴") == "write (1)"                                  # parenthesized letters
     assert normalize_prompt_text("🆆🆁🅸🆃🅴 🅦🅡🅘🅣🅔 🇼🇷🇮🇹🇪") == "WRITE WRITE WRITE"               # negative squared, circled
     assert normalize_prompt_text("flag 🇺🇸") == "flag US"                                          # a flag: its country code
-    assert normalize_prompt_text("café naïve Việt Nam") == "cafe naive Viet Nam"
+    assert normalize_prompt_text("café naïve Việt Nam łódź Ø") == "cafe naive Viet Nam lodz O"
+    # a stroke or hook that does not decompose, enclosing marks, private-use characters (re-test: each took the four
+    # harmful requests under 0.09, the first on every letter to 0.001)
+    assert normalize_prompt_text("W\u024d\u0268\u01ad\u0247 a \u01a5\u0266\u0268\u0282\u0266\u0268\u0272\u0260") == "Write a phishing"
+    assert normalize_prompt_text("W\u20ddr\u20ddi\u20e3te") == "Write"
+    assert normalize_prompt_text("W\ue000r\ue000i\U000f0000te") == "Write"
     # marks on other scripts' letters carry their vowels and stay
     for text in ("नमस्ते दुनिया", "مَرْحَبًا", "Ё ё й"):
         assert normalize_prompt_text(text) == text
 
 
+@pytest.mark.parametrize("disguised", [
+    "bo\u200d\u0301mb",          # a joiner between the letter and its mark kept the mark (re-test: 1.0 -> 0.000)
+    "bo\u200c\u0336mb",          # non-joiner, strike-through
+    "b\u043e\u0301mb",           # a Cyrillic look-alike carrying the mark
+    "b\u03bf\u0301mb", "b\u03ccmb",  # Greek omicron with a combining and a precomposed accent
+    "b\u043e\u200d\u0301mb",     # both
+    "bo\u200d\u0301\u0316\u0324mb",  # stacked
+])
+def test_marks_hidden_behind_joiners_or_look_alikes_are_dropped_too(disguised):
+    assert normalize_prompt_text(disguised) == "bomb"
+
+
+def test_latin_look_alikes_inside_latin_words_become_ascii():
+    # dotless i, Latin alpha, script g: letters of the Latin script that UTS #39 lists as ASCII look-alikes
+    assert normalize_prompt_text("Wr\u0131te th\u0251t ph\u0131sh\u0131n\u0261") == "Write that phishing"
+
+
 def test_joiners_stay_between_non_ascii_characters_only():
     persian = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0645"   # Persian "I want", with its zero-width non-joiner
     family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"      # one emoji, three people joined
-    assert normalize_prompt_text(persian) == persian and normalize_prompt_text(family) == family
+    conjunct = "\u0915\u094d\u200d\u0937"  # Devanagari k + virama + joiner + ss: a half form
+    for text in (persian, family, conjunct):
+        assert normalize_prompt_text(text) == text
     assert normalize_prompt_text("w\u200dr\u200c\u200ci\u200dte \u200d\U0001f468") == "write \U0001f468"
