@@ -329,7 +329,8 @@ class Moderator:
         end = admitted + limit_s - margin_s  # the job is done by then
 
         def too_late(need_s: float, started: float) -> RequestTimeout:
-            need, left = exceeding_texts(need_s, max(end - time.perf_counter(), 0.0), bound_decimals=1)
+            left_s = math.floor(max(end - time.perf_counter(), 0.0) * 1000) / 1000  # measured: whole ms, below the need
+            need, left = exceeding_texts(need_s, left_s, bound_decimals=1)
             return RequestTimeout(
                 f"no answer within request_timeout_s {seconds_text(limit_s, 0)} s: this /steer job needs {need} s for"
                 f" the prefills still to run and had {left} s left, having started {started - admitted:.1f} s after"
