@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -277,6 +278,80 @@ def test_unusable_tensors_are_refused_by_name(tmp_path, fitted, name, change, me
     save_file(tensors, str(tmp_path / "probe.safetensors"))
     with pytest.raises(ProbeMismatch, match=message):
         load_probe(tmp_path, backbone.info)
+
+
+SYNTHETIC = "trajectories of 0, +1, -1 and alternating +-1 per layer"
+ZERO_STATES = "all-zero hidden states"
+
+
+def _with_tensor(folder, name, value):
+    """Set every entry of tensor ``name`` of the probe in ``folder`` to ``value``; the tensors file's path."""
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / "probe.safetensors"
+    tensors = load_file(str(path))
+    tensors[name] = np.full_like(tensors[name], value)
+    save_file(tensors, str(path))
+    return path
+
+
+def _score_problem(message: str) -> tuple[str, float | None]:
+    """``message`` with the logit magnitude it names replaced by ``X``, and that magnitude (``None``: none named)."""
+    found = re.search(r"logits up to (\S+) in magnitude", message)
+    return re.sub(r"logits up to \S+ in", "logits up to X in", message), float(found.group(1)) if found else None
+
+
+@pytest.mark.parametrize("name, value, on, least", [
+    # finite tensors whose scores are not numbers (every request a 500), or not a scorer's (every prompt scored 0 or 1)
+    ("feature_mean", 3e38, SYNTHETIC, None),
+    ("scorer.mlp.0.weight", 3e38, SYNTHETIC, 1e38),
+    ("scorer.mlp.2.weight", -3e38, SYNTHETIC, 1e38),
+    ("scorer.mlp.0.bias", 1e6, SYNTHETIC, 1e5),
+    ("centers", 3e38, ZERO_STATES, 1e37),  # the fake's scales are large enough to keep these scores finite
+])
+def test_finite_tensors_whose_scores_are_not_a_scorers_are_refused_naming_the_file(tmp_path, fitted, name, value, on,
+                                                                                    least):
+    backbone, _ = _saved(tmp_path, fitted)
+    path = _with_tensor(tmp_path, name, value)
+    what = "non-finite scores" if least is None else "logits up to X in magnitude"
+    beyond = "" if least is None else ", beyond +-10000"
+    note = "" if least is None else "a scorer's are in the tens: "
+    for info in (backbone.info, None):
+        with pytest.raises(ProbeMismatch) as refused:
+            load_probe(tmp_path, info)
+        message, magnitude = _score_problem(refused.value.message)
+        assert message == (f"probe file {path} gives {what} on {on}{beyond} ({note}a center, scale, feature statistic or"
+                           " scorer weight is out of range); refit the probe with `herald fit`")
+        assert magnitude is None if least is None else magnitude >= least
+
+
+def test_a_shipped_probe_with_out_of_range_centers_is_refused_at_load(tmp_path):
+    # the tester's case: centers of 3e38 in a shipped probe loaded; with HERALD_WARMUP=false the server said ready and
+    # every /classify was a 500
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "probe"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct", folder)
+    path = _with_tensor(folder, "centers", 3e38)
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(folder)
+    assert refused.value.message == (f"probe file {path} gives non-finite scores on {ZERO_STATES} (a center, scale,"
+                                     " feature statistic or scorer weight is out of range); refit the probe with"
+                                     " `herald fit`")
+
+
+def test_the_shipped_probes_score_the_synthetic_inputs_as_a_scorer_does():
+    # the load-time check must pass real probes by a wide margin: their logits there are single digits
+    from pathlib import Path
+
+    for folder in sorted(Path(__file__).resolve().parents[1].glob("models/*/")):
+        probe, _ = load_probe(folder)
+        layers = probe.directions.num_layers
+        alternating = np.where(np.arange(layers) % 2 == 0, 1.0, -1.0)
+        out = probe.predict_trajectories(np.stack([np.zeros(layers), np.ones(layers), -np.ones(layers), alternating]))
+        assert np.abs(out.logits).max() < 10
+        assert np.isfinite(probe.predict(np.zeros((1, layers, probe.directions.hidden_size), np.float32)).logits).all()
 
 
 def test_a_non_finite_logit_is_an_error_not_an_allowed_prompt(fitted):

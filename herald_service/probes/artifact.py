@@ -75,7 +75,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "threshold": probe.threshold,
         "threshold_method": probe.threshold_method,
         "peak_layer": probe.peak_layer,
-        "directions_bytes": int(tensors["directions"].nbytes),
+        "directions_bytes": int(tensors["directions"].nbytes),  # for people; loading checks the tensor's shape
         **manifest,
     }
     (folder / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
@@ -212,6 +212,40 @@ def check_tensors(tensors: dict[str, np.ndarray], layers: int, width: int, n_fea
                             f" {norms[layer]:.4g}", field="probe")
 
 
+def _check_scores(probe: FittedProbe, path: Path) -> None:
+    """Refuse a probe whose tensors pass :func:`check_tensors` but whose scores are not numbers, or not a scorer's,
+    found by scoring a few synthetic inputs that need no backbone: the trajectories ``(4, layer)`` of zeros, of +1, of
+    -1 and of alternating +-1 (in within-class standard deviations, where prompts' trajectories lie), then all-zero
+    states ``(1, layer, d_model)`` (their trajectory is ``-center / scale`` per layer). Centers of 3e38 loaded,
+    and with ``HERALD_WARMUP=false`` the server said ready and answered every /classify 500 (tester pass); a scorer
+    weight of 3e38 gave logits of 1e39, so every prompt scored 0 (allowed). The logits must be within
+    +-:data:`THRESHOLD_LIMIT` (the shipped probes' are under 6 in magnitude on the trajectories, 14 on zero states).
+
+    Raises:
+        ProbeMismatch: naming ``path`` and the input that gave the bad score.
+    """
+    layers, width = probe.directions.num_layers, probe.directions.hidden_size
+    alternating = np.where(np.arange(layers) % 2 == 0, 1.0, -1.0)
+    trajectories = np.stack([np.zeros(layers), np.ones(layers), -np.ones(layers), alternating])
+    for what, score in (("trajectories of 0, +1, -1 and alternating +-1 per layer",
+                         lambda: probe.predict_trajectories(trajectories)),
+                        ("all-zero hidden states", lambda: probe.predict(np.zeros((1, layers, width), np.float32)))):
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is what is being looked for
+                logits = score().logits
+        except ValueError:  # non-finite trajectories or logits (FittedProbe.predict_trajectories)
+            logits = np.array([np.nan])
+        if not np.isfinite(logits).all():
+            raise ProbeMismatch(f"probe file {path} gives non-finite scores on {what} (a center, scale, feature"
+                                " statistic or scorer weight is out of range); refit the probe with `herald fit`",
+                                field="probe")
+        if not (np.abs(logits) <= THRESHOLD_LIMIT).all():
+            raise ProbeMismatch(f"probe file {path} gives logits up to {np.abs(logits).max():.3g} in magnitude on {what},"
+                                f" beyond +-{THRESHOLD_LIMIT:g} (a scorer's are in the tens: a center, scale, feature"
+                                " statistic or scorer weight is out of range); refit the probe with `herald fit`",
+                                field="probe")
+
+
 def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
     """Refuse a probe fitted on another backbone; ``manifest`` has passed :func:`check_manifest` (as
     :func:`load_probe`'s has).
@@ -273,7 +307,8 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
 
     Raises:
         ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
-            unusable tensors (:func:`check_tensors`), an unknown feature set, or a backbone mismatch.
+            unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
+            backbone mismatch.
     """
     manifest = read_manifest(folder)
     feature_set = check_manifest(manifest)
@@ -305,4 +340,5 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         peak_layer=manifest["peak_layer"],
         feature_set=feature_set,
     )
+    _check_scores(probe, path)
     return probe, manifest
