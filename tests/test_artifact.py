@@ -212,46 +212,72 @@ def _saved(tmp_path, fitted):
 
 @pytest.mark.parametrize("text, message", [
     # json.loads read NaN, and a NaN threshold served every prompt as "allowed" with score null (breaker finding)
-    ('"threshold": NaN', "the number at 'threshold' is NaN, which is not JSON"),
-    ('"threshold": Infinity', "the number at 'threshold' is Infinity"),
-    ('"threshold": 1e999', r"the number at 'threshold' \(1e999\) is too large to represent"),
-    ('"threshold": 1e308', r"threshold must be a finite number within \+-10000 \(a logit\); got 1e\+308"),
-    ('"threshold": null', "threshold must be a finite number"),
-    ('"threshold": "1.2"', "threshold must be a finite number"),
-    ('"format_version": "1"', r"format_version '1' \(a str\) is not supported; need the integer 1"),
-    ('"format_version": 2', "format_version 2 is not supported; need the integer 1"),
-    ('"peak_layer": 99', r"peak_layer must be an integer decoder layer in 1\.\.8; got 99"),
-    ('"peak_layer": 0', r"peak_layer must be an integer decoder layer in 1\.\.8; got 0"),
-    ('"peak_layer": 2.7', r"peak_layer must be an integer decoder layer in 1\.\.8; got 2\.7"),
-    ('"threshold_method": 3', "threshold_method must be a non-empty string; got 3"),
-    ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size"),
-    # a list or a number crashed the feature-set lookup with a TypeError traceback (second breaker pass)
-    ('"feature_set": []', r"feature_set must be a string; got \[\]"),
-    ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1'"),
-    ('"threshold_method": ""', "threshold_method must be a non-empty string"),
+    ('"threshold": NaN', "is corrupt or hand-edited: the number at 'threshold' is NaN, which is not JSON"),
+    ('"threshold": Infinity', "is corrupt or hand-edited: the number at 'threshold' is Infinity"),
+    ('"threshold": 1e999', "is corrupt or hand-edited: the number at 'threshold' (1e999) is too large to represent"),
 ])
-def test_a_manifest_field_out_of_range_is_refused_by_name(tmp_path, fitted, text, message):
+def test_a_manifest_number_json_cannot_hold_is_refused_as_corrupt(tmp_path, fitted, text, message):
+    backbone, manifest = _saved(tmp_path, fitted)
+    manifest["threshold"] = "PLACEHOLDER"
+    (tmp_path / "probe.json").write_text(json.dumps(manifest).replace('"threshold": "PLACEHOLDER"', text))
+    for info in (backbone.info, None):
+        with pytest.raises(ProbeMismatch) as refused:
+            load_probe(tmp_path, info)
+        assert refused.value.message.startswith(f"probe file {tmp_path / 'probe.json'} {message}")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('"threshold": 1e308', "threshold must be a finite number within +-10000 (a logit); got 1e+308"),
+    # JSON null read "got None" (tester pass)
+    ('"threshold": null', "threshold must be a finite number within +-10000 (a logit); got null"),
+    ('"threshold": "1.2"', 'threshold must be a finite number within +-10000 (a logit); got "1.2"'),
+    ('"format_version": "1"', 'format_version "1" is not supported; need the integer 1'),
+    ('"format_version": 2', "format_version 2 is not supported; need the integer 1"),
+    ('"format_version": true', "format_version true is not supported; need the integer 1"),
+    ('"peak_layer": 99', "peak_layer must be an integer decoder layer in 1..8; got 99"),
+    ('"peak_layer": 0', "peak_layer must be an integer decoder layer in 1..8; got 0"),
+    ('"peak_layer": 2.7', "peak_layer must be an integer decoder layer in 1..8; got 2.7"),
+    ('"threshold_method": 3', "threshold_method must be a non-empty string; got 3"),
+    ('"threshold_method": ""', 'threshold_method must be a non-empty string; got ""'),
+    ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size; got [4]"),
+    ('"backbone": {"num_layers": 8}', "backbone.hidden_size is missing; it must be a positive integer"),
+    ('"backbone": {"num_layers": 0, "hidden_size": 16}', "backbone.num_layers must be a positive integer; got 0"),
+    # a list or a number crashed the feature-set lookup with a TypeError traceback (second breaker pass)
+    ('"feature_set": []', "feature_set must be a string; got []"),
+    ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1' ['slope', 'curvature',"
+                           " 'monotonicity', 'onset', 'late_level', 'peak', 'volatility']"),
+])
+def test_a_manifest_field_out_of_range_is_refused_naming_the_file_and_field(tmp_path, fitted, text, message):
     backbone, manifest = _saved(tmp_path, fitted)
     key = text.split('"')[1]
     manifest[key] = "PLACEHOLDER"
     raw = json.dumps(manifest).replace(f'"{key}": "PLACEHOLDER"', text)
     (tmp_path / "probe.json").write_text(raw)
     for info in (backbone.info, None):
-        with pytest.raises(ProbeMismatch, match=message):
+        with pytest.raises(ProbeMismatch) as refused:
             load_probe(tmp_path, info)
+        assert refused.value.message == f"probe file {tmp_path / 'probe.json'}: {message}"
 
 
 def test_a_manifest_that_is_not_an_object_or_lacks_a_served_field_is_refused_by_name(tmp_path, fitted):
     backbone, manifest = _saved(tmp_path, fitted)
-    (tmp_path / "probe.json").write_text("[1, 2]")
-    with pytest.raises(ProbeMismatch, match=r"probe.json holds a JSON list, not an object"):
+    path = tmp_path / "probe.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ProbeMismatch) as refused:
         load_probe(tmp_path, backbone.info)
-    for key, message in (("threshold", "threshold must be a finite number"), ("threshold_method", "threshold_method must be"),
-                         ("peak_layer", "peak_layer must be an integer")):
-        (tmp_path / "probe.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != key}))
-        with pytest.raises(ProbeMismatch, match=message):  # was KeyError with a traceback
+    assert refused.value.message == f"probe file {path} holds a JSON list, not an object"
+    for key, need in (("threshold", "a finite number within +-10000 (a logit)"),  # "got None" (tester pass)
+                      ("threshold_method", "a non-empty string"), ("peak_layer", "an integer decoder layer in 1..8"),
+                      ("backbone", "an object with num_layers and hidden_size")):
+        path.write_text(json.dumps({k: v for k, v in manifest.items() if k != key}))
+        with pytest.raises(ProbeMismatch) as refused:  # was KeyError with a traceback
             load_probe(tmp_path, backbone.info)
-    (tmp_path / "probe.json").write_text(json.dumps(manifest)[:-1] + ', "threshold": 0.5}')
+        assert refused.value.message == f"probe file {path}: {key} is missing; it must be {need}"
+    path.write_text(json.dumps({k: v for k, v in manifest.items() if k != "format_version"}))
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, backbone.info)
+    assert refused.value.message == f"probe file {path}: format_version is missing; need the integer 1"
+    path.write_text(json.dumps(manifest)[:-1] + ', "threshold": 0.5}')
     with pytest.raises(ProbeMismatch, match="key 'threshold' appears twice"):
         load_probe(tmp_path, backbone.info)
 

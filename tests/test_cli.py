@@ -63,7 +63,8 @@ def test_serve_refuses_a_bad_probe_file_before_the_server_starts(tmp_path):
     truncated = shipped_probe_copy(tmp_path / "truncated")
     (truncated / "probe.safetensors").write_bytes((truncated / "probe.safetensors").read_bytes()[:100])
     for probe, error in (
-        (threshold, "probe.json threshold must be a finite number within +-10000 (a logit); got 1e+308"),
+        (threshold, f"probe file {threshold / 'probe.json'}: threshold must be a finite number within +-10000 (a logit);"
+                    " got 1e+308"),
         (layers, f"probe tensor centers in {layers / 'probe.safetensors'} has shape (30,); the manifest needs (24,)"),
         (no_tensors, f"no probe tensors at {no_tensors / 'probe.safetensors'}"),
         (truncated, f"cannot read probe tensors {truncated / 'probe.safetensors'}: "),
