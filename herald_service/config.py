@@ -93,7 +93,10 @@ def _unparsed_line(env_file: EnvFiles) -> SettingsFileError | None:
     :data:`SETTING_NAME` (python-dotenv reads ``HERALD_API_KEYS:abc...`` as a name holding the value, which the
     unknown-name warning then logged, and ``"HERALD_API_KEYS"=abc...`` as a name holding quotes, ignored); and a
     ``HERALD_*`` name without ``=`` (python-dotenv gives it no value, and pydantic-settings ignored it: the API stayed
-    open)."""
+    open). A ``HERALD_*`` line is refused too when its value holds ``${`` (:func:`_expanded_value`), or when its name,
+    in any case, was set on an earlier line of the same file (python-dotenv keeps the last, so ``HERALD_API_KEYS=``
+    below the key opened the API with only the no-keys warning: tester pass); a name set in two files is layering,
+    and the later file wins."""
     from dotenv.parser import parse_stream
 
     for path in _env_paths(env_file):
@@ -101,6 +104,7 @@ def _unparsed_line(env_file: EnvFiles) -> SettingsFileError | None:
             text = read_utf8(path)
         except OSError:
             continue  # absent: pydantic-settings skips it too
+        first_set: dict[str, tuple[str, int]] = {}  # upper-cased HERALD_* name -> (its spelling, its line)
         for binding in parse_stream(io.StringIO(text)):
             if binding.key is None and not binding.error:
                 continue  # a blank line or a comment
@@ -112,7 +116,30 @@ def _unparsed_line(env_file: EnvFiles) -> SettingsFileError | None:
                     return SettingsFileError(f"{where} has no name (NAME=value); write it as NAME=value or remove it")
                 return SettingsFileError(f"{where} is not NAME=VALUE (it starts {start!r}); write it as NAME=value or"
                                          " remove it")
+            name, line = binding.key, binding.original.line
+            if not name.upper().startswith("HERALD_"):
+                continue
+            if name.upper() in first_set:  # pydantic-settings matches names in any case
+                first_name, first_line = first_set[name.upper()]
+                names = name if first_name == name else f"{first_name} (as {name}, case is ignored)"
+                return SettingsFileError(f"settings file {path.absolute()} sets {names} on line {first_line} and again"
+                                         f" on line {line}; only the last would count: keep one line")
+            first_set[name.upper()] = (name, line)
+            if "${" in binding.value:
+                return _expanded_value(path, line, name)
     return None
+
+
+def _expanded_value(path: Path, line: int, name: str) -> SettingsFileError:
+    """The error for line ``line`` of the ``.env`` file ``path``, which sets ``name`` to a value holding ``${`` (never
+    the value: it may be a key). python-dotenv, as pydantic-settings calls it (``dotenv_values`` with its default
+    ``interpolate=True``), replaces ``${NAME}`` in every value, single- and double-quoted ones too, with ``NAME`` from
+    the environment or an earlier line, and with nothing when unset: ``HERALD_API_KEYS=SECRET${NOPE}123`` became
+    ``SECRET123``, and ``HERALD_API_KEYS=${UNSET}`` left the API open (tester pass). A ``.env`` value has no escape for
+    it, so such a value belongs in the environment, which is read as written."""
+    return SettingsFileError(f"settings file {path.absolute()} line {line} sets {name} to a value holding '${{':"
+                             " python-dotenv would replace ${NAME} in it with the environment's NAME (with nothing when"
+                             " unset), in quotes too; set that value in the environment instead")
 
 
 KUBERNETES_SERVICE_LINK = re.compile(r"HERALD_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")
@@ -177,7 +204,8 @@ class BackboneSettings(BaseSettings):
         pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32).
         SettingsFileError: at construction, for a ``.env`` file that is not UTF-8 (python-dotenv's codec error names
             no file) or has a line that is not ``NAME=value`` with a name of letters, digits and ``_``, or a
-            ``HERALD_*`` line without ``=`` (python-dotenv skips, misreads or ignores them: :func:`_unparsed_line`).
+            ``HERALD_*`` line without ``=``, holding ``${``, or setting a name set on an earlier line (python-dotenv
+            skips, misreads, ignores or rewrites them: :func:`_unparsed_line`).
     """
 
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -211,46 +212,72 @@ def _saved(tmp_path, fitted):
 
 @pytest.mark.parametrize("text, message", [
     # json.loads read NaN, and a NaN threshold served every prompt as "allowed" with score null (breaker finding)
-    ('"threshold": NaN', "the number at 'threshold' is NaN, which is not JSON"),
-    ('"threshold": Infinity', "the number at 'threshold' is Infinity"),
-    ('"threshold": 1e999', r"the number at 'threshold' \(1e999\) is too large to represent"),
-    ('"threshold": 1e308', r"threshold must be a finite number within \+-10000 \(a logit\); got 1e\+308"),
-    ('"threshold": null', "threshold must be a finite number"),
-    ('"threshold": "1.2"', "threshold must be a finite number"),
-    ('"format_version": "1"', r"format_version '1' \(a str\) is not supported; need the integer 1"),
-    ('"format_version": 2', "format_version 2 is not supported; need the integer 1"),
-    ('"peak_layer": 99', r"peak_layer must be an integer decoder layer in 1\.\.8; got 99"),
-    ('"peak_layer": 0', r"peak_layer must be an integer decoder layer in 1\.\.8; got 0"),
-    ('"peak_layer": 2.7', r"peak_layer must be an integer decoder layer in 1\.\.8; got 2\.7"),
-    ('"threshold_method": 3', "threshold_method must be a non-empty string; got 3"),
-    ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size"),
-    # a list or a number crashed the feature-set lookup with a TypeError traceback (second breaker pass)
-    ('"feature_set": []', r"feature_set must be a string; got \[\]"),
-    ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1'"),
-    ('"threshold_method": ""', "threshold_method must be a non-empty string"),
+    ('"threshold": NaN', "is corrupt or hand-edited: the number at 'threshold' is NaN, which is not JSON"),
+    ('"threshold": Infinity', "is corrupt or hand-edited: the number at 'threshold' is Infinity"),
+    ('"threshold": 1e999', "is corrupt or hand-edited: the number at 'threshold' (1e999) is too large to represent"),
 ])
-def test_a_manifest_field_out_of_range_is_refused_by_name(tmp_path, fitted, text, message):
+def test_a_manifest_number_json_cannot_hold_is_refused_as_corrupt(tmp_path, fitted, text, message):
+    backbone, manifest = _saved(tmp_path, fitted)
+    manifest["threshold"] = "PLACEHOLDER"
+    (tmp_path / "probe.json").write_text(json.dumps(manifest).replace('"threshold": "PLACEHOLDER"', text))
+    for info in (backbone.info, None):
+        with pytest.raises(ProbeMismatch) as refused:
+            load_probe(tmp_path, info)
+        assert refused.value.message.startswith(f"probe file {tmp_path / 'probe.json'} {message}")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('"threshold": 1e308', "threshold must be a finite number within +-10000 (a logit); got 1e+308"),
+    # JSON null read "got None" (tester pass)
+    ('"threshold": null', "threshold must be a finite number within +-10000 (a logit); got null"),
+    ('"threshold": "1.2"', 'threshold must be a finite number within +-10000 (a logit); got "1.2"'),
+    ('"format_version": "1"', 'format_version "1" is not supported; need the integer 1'),
+    ('"format_version": 2', "format_version 2 is not supported; need the integer 1"),
+    ('"format_version": true', "format_version true is not supported; need the integer 1"),
+    ('"peak_layer": 99', "peak_layer must be an integer decoder layer in 1..8; got 99"),
+    ('"peak_layer": 0', "peak_layer must be an integer decoder layer in 1..8; got 0"),
+    ('"peak_layer": 2.7', "peak_layer must be an integer decoder layer in 1..8; got 2.7"),
+    ('"threshold_method": 3', "threshold_method must be a non-empty string; got 3"),
+    ('"threshold_method": ""', 'threshold_method must be a non-empty string; got ""'),
+    ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size; got [4]"),
+    ('"backbone": {"num_layers": 8}', "backbone.hidden_size is missing; it must be a positive integer"),
+    ('"backbone": {"num_layers": 0, "hidden_size": 16}', "backbone.num_layers must be a positive integer; got 0"),
+    # a list or a number crashed the feature-set lookup with a TypeError traceback (second breaker pass)
+    ('"feature_set": []', "feature_set must be a string; got []"),
+    ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1' ['slope', 'curvature',"
+                           " 'monotonicity', 'onset', 'late_level', 'peak', 'volatility']"),
+])
+def test_a_manifest_field_out_of_range_is_refused_naming_the_file_and_field(tmp_path, fitted, text, message):
     backbone, manifest = _saved(tmp_path, fitted)
     key = text.split('"')[1]
     manifest[key] = "PLACEHOLDER"
     raw = json.dumps(manifest).replace(f'"{key}": "PLACEHOLDER"', text)
     (tmp_path / "probe.json").write_text(raw)
     for info in (backbone.info, None):
-        with pytest.raises(ProbeMismatch, match=message):
+        with pytest.raises(ProbeMismatch) as refused:
             load_probe(tmp_path, info)
+        assert refused.value.message == f"probe file {tmp_path / 'probe.json'}: {message}"
 
 
 def test_a_manifest_that_is_not_an_object_or_lacks_a_served_field_is_refused_by_name(tmp_path, fitted):
     backbone, manifest = _saved(tmp_path, fitted)
-    (tmp_path / "probe.json").write_text("[1, 2]")
-    with pytest.raises(ProbeMismatch, match=r"probe.json holds a JSON list, not an object"):
+    path = tmp_path / "probe.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ProbeMismatch) as refused:
         load_probe(tmp_path, backbone.info)
-    for key, message in (("threshold", "threshold must be a finite number"), ("threshold_method", "threshold_method must be"),
-                         ("peak_layer", "peak_layer must be an integer")):
-        (tmp_path / "probe.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != key}))
-        with pytest.raises(ProbeMismatch, match=message):  # was KeyError with a traceback
+    assert refused.value.message == f"probe file {path} holds a JSON list, not an object"
+    for key, need in (("threshold", "a finite number within +-10000 (a logit)"),  # "got None" (tester pass)
+                      ("threshold_method", "a non-empty string"), ("peak_layer", "an integer decoder layer in 1..8"),
+                      ("backbone", "an object with num_layers and hidden_size")):
+        path.write_text(json.dumps({k: v for k, v in manifest.items() if k != key}))
+        with pytest.raises(ProbeMismatch) as refused:  # was KeyError with a traceback
             load_probe(tmp_path, backbone.info)
-    (tmp_path / "probe.json").write_text(json.dumps(manifest)[:-1] + ', "threshold": 0.5}')
+        assert refused.value.message == f"probe file {path}: {key} is missing; it must be {need}"
+    path.write_text(json.dumps({k: v for k, v in manifest.items() if k != "format_version"}))
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path, backbone.info)
+    assert refused.value.message == f"probe file {path}: format_version is missing; need the integer 1"
+    path.write_text(json.dumps(manifest)[:-1] + ', "threshold": 0.5}')
     with pytest.raises(ProbeMismatch, match="key 'threshold' appears twice"):
         load_probe(tmp_path, backbone.info)
 
@@ -277,6 +304,80 @@ def test_unusable_tensors_are_refused_by_name(tmp_path, fitted, name, change, me
     save_file(tensors, str(tmp_path / "probe.safetensors"))
     with pytest.raises(ProbeMismatch, match=message):
         load_probe(tmp_path, backbone.info)
+
+
+SYNTHETIC = "trajectories of 0, +1, -1 and alternating +-1 per layer"
+ZERO_STATES = "all-zero hidden states"
+
+
+def _with_tensor(folder, name, value):
+    """Set every entry of tensor ``name`` of the probe in ``folder`` to ``value``; the tensors file's path."""
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / "probe.safetensors"
+    tensors = load_file(str(path))
+    tensors[name] = np.full_like(tensors[name], value)
+    save_file(tensors, str(path))
+    return path
+
+
+def _score_problem(message: str) -> tuple[str, float | None]:
+    """``message`` with the logit magnitude it names replaced by ``X``, and that magnitude (``None``: none named)."""
+    found = re.search(r"logits up to (\S+) in magnitude", message)
+    return re.sub(r"logits up to \S+ in", "logits up to X in", message), float(found.group(1)) if found else None
+
+
+@pytest.mark.parametrize("name, value, on, least", [
+    # finite tensors whose scores are not numbers (every request a 500), or not a scorer's (every prompt scored 0 or 1)
+    ("feature_mean", 3e38, SYNTHETIC, None),
+    ("scorer.mlp.0.weight", 3e38, SYNTHETIC, 1e38),
+    ("scorer.mlp.2.weight", -3e38, SYNTHETIC, 1e38),
+    ("scorer.mlp.0.bias", 1e6, SYNTHETIC, 1e5),
+    ("centers", 3e38, ZERO_STATES, 1e37),  # the fake's scales are large enough to keep these scores finite
+])
+def test_finite_tensors_whose_scores_are_not_a_scorers_are_refused_naming_the_file(tmp_path, fitted, name, value, on,
+                                                                                    least):
+    backbone, _ = _saved(tmp_path, fitted)
+    path = _with_tensor(tmp_path, name, value)
+    what = "non-finite scores" if least is None else "logits up to X in magnitude"
+    beyond = "" if least is None else ", beyond +-10000"
+    note = "" if least is None else "a scorer's are in the tens: "
+    for info in (backbone.info, None):
+        with pytest.raises(ProbeMismatch) as refused:
+            load_probe(tmp_path, info)
+        message, magnitude = _score_problem(refused.value.message)
+        assert message == (f"probe file {path} gives {what} on {on}{beyond} ({note}a center, scale, feature statistic or"
+                           " scorer weight is out of range); refit the probe with `herald fit`")
+        assert magnitude is None if least is None else magnitude >= least
+
+
+def test_a_shipped_probe_with_out_of_range_centers_is_refused_at_load(tmp_path):
+    # the tester's case: centers of 3e38 in a shipped probe loaded; with HERALD_WARMUP=false the server said ready and
+    # every /classify was a 500
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "probe"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct", folder)
+    path = _with_tensor(folder, "centers", 3e38)
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(folder)
+    assert refused.value.message == (f"probe file {path} gives non-finite scores on {ZERO_STATES} (a center, scale,"
+                                     " feature statistic or scorer weight is out of range); refit the probe with"
+                                     " `herald fit`")
+
+
+def test_the_shipped_probes_score_the_synthetic_inputs_as_a_scorer_does():
+    # the load-time check must pass real probes by a wide margin: their logits there are single digits
+    from pathlib import Path
+
+    for folder in sorted(Path(__file__).resolve().parents[1].glob("models/*/")):
+        probe, _ = load_probe(folder)
+        layers = probe.directions.num_layers
+        alternating = np.where(np.arange(layers) % 2 == 0, 1.0, -1.0)
+        out = probe.predict_trajectories(np.stack([np.zeros(layers), np.ones(layers), -np.ones(layers), alternating]))
+        assert np.abs(out.logits).max() < 10
+        assert np.isfinite(probe.predict(np.zeros((1, layers, probe.directions.hidden_size), np.float32)).logits).all()
 
 
 def test_a_non_finite_logit_is_an_error_not_an_allowed_prompt(fitted):

@@ -55,6 +55,9 @@ def shipped_probe_copy(folder: Path, **manifest_changes) -> Path:
 
 
 def test_serve_refuses_a_bad_probe_file_before_the_server_starts(tmp_path):
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
     # each was refused only in the lifespan: after the backbone loaded and after "Uvicorn running on ..." (tester)
     threshold = shipped_probe_copy(tmp_path / "threshold", threshold=1e308)
     layers = shipped_probe_copy(tmp_path / "layers", backbone={"num_layers": 24})
@@ -62,11 +65,16 @@ def test_serve_refuses_a_bad_probe_file_before_the_server_starts(tmp_path):
     (no_tensors / "probe.safetensors").unlink()
     truncated = shipped_probe_copy(tmp_path / "truncated")
     (truncated / "probe.safetensors").write_bytes((truncated / "probe.safetensors").read_bytes()[:100])
+    far_centers = shipped_probe_copy(tmp_path / "far-centers")  # finite tensors, non-finite scores (tester pass)
+    tensors = load_file(str(far_centers / "probe.safetensors"))
+    save_file({**tensors, "centers": np.full_like(tensors["centers"], 3e38)}, str(far_centers / "probe.safetensors"))
     for probe, error in (
-        (threshold, "probe.json threshold must be a finite number within +-10000 (a logit); got 1e+308"),
+        (threshold, f"probe file {threshold / 'probe.json'}: threshold must be a finite number within +-10000 (a logit);"
+                    " got 1e+308"),
         (layers, f"probe tensor centers in {layers / 'probe.safetensors'} has shape (30,); the manifest needs (24,)"),
         (no_tensors, f"no probe tensors at {no_tensors / 'probe.safetensors'}"),
         (truncated, f"cannot read probe tensors {truncated / 'probe.safetensors'}: "),
+        (far_centers, f"probe file {far_centers / 'probe.safetensors'} gives non-finite scores on all-zero hidden states"),
     ):
         out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path / "cache"))
         assert out.returncode == 1 and out.stderr.startswith(f"herald: {error}"), out.stderr

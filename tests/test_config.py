@@ -133,6 +133,57 @@ def test_a_dotenv_line_without_a_name_says_so(tmp_path, monkeypatch):
                                     " NAME=value or remove it")
 
 
+@pytest.mark.parametrize("line", ["HERALD_API_KEYS=SECRET${NOPE}123abcdef", "HERALD_API_KEYS=${UNSET}",
+                                  "HERALD_API_KEYS='SECRET${NOPE}123abcdef'", 'HERALD_API_KEYS="SECRET${NOPE}123abcdef"',
+                                  "herald_api_keys=SECRET${HOME}123abcdef"])
+def test_a_dotenv_value_python_dotenv_would_expand_is_refused_naming_it_without_its_value(tmp_path, monkeypatch, line):
+    # python-dotenv replaced ${NOPE} with "" (quoted or not): the first key became SECRET123abcdef, the second left the
+    # API open with only the no-keys warning (tester pass)
+    from dotenv import dotenv_values
+
+    from herald_service.errors import SettingsFileError
+
+    monkeypatch.delenv("NOPE", raising=False)
+    monkeypatch.delenv("UNSET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"HERALD_LOG_LEVEL=info\n{line}\n")
+    assert "${" not in dotenv_values(tmp_path / ".env")[line.split("=")[0]]  # what the check guards against
+    with pytest.raises(SettingsFileError) as caught:
+        Settings()
+    name = line.split("=")[0]
+    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 sets {name} to a value holding '${{':"
+                                    " python-dotenv would replace ${NAME} in it with the environment's NAME (with"
+                                    " nothing when unset), in quotes too; set that value in the environment instead")
+    assert "SECRET" not in caught.value.message and "NOPE" not in caught.value.message
+    (tmp_path / ".env").write_text("OTHER_TOOL=${HOME}/x\nHERALD_API_KEYS=abc$defabcdefabc{x}\n")  # no '${': as written
+    assert [k.get_secret_value() for k in Settings().api_keys] == ["abc$defabcdefabc{x}"]
+    monkeypatch.setenv("HERALD_API_KEYS", "SECRET${NOPE}123abcdef")  # the environment is read as written
+    assert [k.get_secret_value() for k in Settings(_env_file=None).api_keys] == ["SECRET${NOPE}123abcdef"]
+
+
+@pytest.mark.parametrize(("second", "names"), [
+    ("HERALD_API_KEYS=", "HERALD_API_KEYS"),
+    ("export HERALD_API_KEYS=other-key-abcdef", "HERALD_API_KEYS"),
+    ("herald_api_keys=", "HERALD_API_KEYS (as herald_api_keys, case is ignored)"),
+])
+def test_a_dotenv_name_set_twice_is_refused_naming_both_lines_without_values(tmp_path, monkeypatch, second, names):
+    # python-dotenv keeps the last: a later empty HERALD_API_KEYS= opened the API with only the no-keys warning
+    from herald_service.errors import SettingsFileError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"HERALD_API_KEYS=first-key-abcdef\n# later\nHERALD_PORT=8001\n{second}\n")
+    with pytest.raises(SettingsFileError) as caught:
+        Settings()
+    assert caught.value.message == (f"settings file {tmp_path / '.env'} sets {names} on line 1 and again on line 4;"
+                                    " only the last would count: keep one line")
+    assert "key-abcdef" not in caught.value.message
+    # two files set the same name: layering, the later file wins
+    (tmp_path / ".env").write_text("HERALD_API_KEYS=first-key-abcdef\nOTHER=1\nOTHER=2\n")
+    (tmp_path / "local.env").write_text("HERALD_API_KEYS=other-key-abcdef\n")
+    settings = Settings(_env_file=(tmp_path / ".env", tmp_path / "local.env"))
+    assert [k.get_secret_value() for k in settings.api_keys] == ["other-key-abcdef"]
+
+
 def test_dotenv_lines_herald_reads_as_written_still_pass(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_text("OTHER_TOOL_FLAG\n'HERALD_PORT'=8001\nHERALD_MAX_CHARS=\nHERALD_API_KEYS = abcdefabcdefabcdef\n")

@@ -141,7 +141,9 @@ def test_a_steer_that_starts_too_late_for_its_prefills_answers_504_at_once_witho
         asyncio.run(steer(moderator, "make a bomb"))
     moderator.engine.stop()
     assert backbone.calls == []  # neither the probe's prefills nor any generation ran
-    assert "request_timeout_s 10 s" in late.value.message and "7.5 s after admission" in late.value.message
+    assert late.value.message == ("no answer within request_timeout_s 10 s: this /steer job needs 2.4 s for the prefills"
+                                  " still to run and had 2.0 s left, having started 7.5 s after admission; retry, or"
+                                  " send a shorter prompt")
     assert moderator.engine.ahead == Work()
 
 
@@ -172,8 +174,10 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
         asyncio.run(steer(moderator, " ".join(["w"] * 27)))  # 30 tokens with the fake's 3 template tokens
     error = refused.value
     assert error.field == "prompt" and error.reason == "estimated_work"
-    assert "4 prefills (30 tokens each" in error.message and "are estimated at 1.2 s" in error.message
-    assert "the limit is request_timeout_s 1 s (HERALD_REQUEST_TIMEOUT_S): send a shorter prompt" in error.message
+    assert error.message == ("this prompt's 4 prefills (30 tokens each: two to classify it, one per generation) are"
+                             " estimated at 1.20 s of model time on this backbone, more than the 0.95 s /steer has for"
+                             " them: request_timeout_s 1 s (HERALD_REQUEST_TIMEOUT_S), less 0.05 s it keeps for the"
+                             " answer; send a shorter prompt")
     assert calls == [] and moderator.engine.ahead == Work()
     metrics = moderator.metrics
     assert metrics.registry.get_sample_value("herald_rejected_requests_total", {"reason": "estimated_work"}) == 1
@@ -182,6 +186,25 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
     outcome = asyncio.run(steer(moderator, " ".join(["w"] * 17)))
     moderator.engine.stop()
     assert calls == ["generate", "generate"] and not outcome.baseline.cut_short
+
+
+@pytest.mark.parametrize(("words", "estimate"), [(27, "1.200"), (4, "0.290")])
+def test_a_steer_413_prints_figures_that_add_up_however_small_the_limit(runtime, words, estimate):
+    # A 0.3 s limit keeps 0.015 s for the answer: ".1f" printed "estimated at 0.3 s ..., and /steer keeps 0.0 s of its
+    # time for the answer; the limit is request_timeout_s 0.3 s" (tester pass). Now the estimate reads larger than the
+    # 0.285 s left to the prefills, whether far over it (4 x 30 tokens at 10 ms) or just over (4 x 7 tokens, 0.29 s).
+    backbone = sharing_vocab(runtime, FakeBackbone())
+    seconds_a_token = 0.01 if words == 27 else 0.29 / 28
+    moderator = moderator_for(runtime, backbone, per_token(seconds_a_token), request_timeout_s=0.3)
+    with pytest.raises(WorkTooLarge) as refused:
+        asyncio.run(steer(moderator, " ".join(["w"] * words)))
+    moderator.engine.stop()
+    tokens = words + 3  # the fake's 3 template tokens
+    assert refused.value.message == (
+        f"this prompt's 4 prefills ({tokens} tokens each: two to classify it, one per generation) are estimated at"
+        f" {estimate} s of model time on this backbone, more than the 0.285 s /steer has for them: request_timeout_s"
+        " 0.3 s (HERALD_REQUEST_TIMEOUT_S), less 0.015 s it keeps for the answer; send a shorter prompt")
+    assert float(estimate) + 0.015 > 0.3
 
 
 def test_moderation_admitted_behind_a_long_steer_is_answered_and_so_is_the_steer(runtime):

@@ -322,7 +322,7 @@ BOUND_DECIMALS = 6
 """Most decimals a bound (a limit, seconds) is printed with in a refusal; fewer where they are zeros."""
 
 
-def _seconds_text(seconds: float, least_decimals: int) -> str:
+def seconds_text(seconds: float, least_decimals: int) -> str:
     """``seconds`` with at least ``least_decimals`` decimals and at most :data:`BOUND_DECIMALS`, trailing zeros past
     ``least_decimals`` dropped: 0.16 (80% of 0.2, 0.16000000000000003 in floating point) prints "0.16", 8.0 with one
     decimal "8.0", 60.0 with none "60"; a positive value that would print as 0 prints in ``g`` format."""
@@ -337,7 +337,7 @@ def exceeding_texts(value_s: float, bound_s: float, bound_decimals: int = 0) -> 
     the other, so that the printed value always reads larger than the printed bound.
 
     The bound prints with the decimals it needs, at least ``bound_decimals``, at most :data:`BOUND_DECIMALS`
-    (:func:`_seconds_text`). The value prints in whole seconds from 10 s, else with as many decimals as the bound (at
+    (:func:`seconds_text`). The value prints in whole seconds from 10 s, else with as many decimals as the bound (at
     least one), and with more (up to :data:`BOUND_DECIMALS`) where fewer would not read larger than the printed
     bound: an estimate of 0.17 s against 0.16 s admitted read "0.2 s exceeds the 0.2 s admitted", 0.1004 s against
     0.1 s "0.100". A value within half a microsecond of the bound prints "over <bound>"; one not above it, with the
@@ -346,7 +346,7 @@ def exceeding_texts(value_s: float, bound_s: float, bound_decimals: int = 0) -> 
     Returns:
         The value's text (thousands separated) and the bound's text.
     """
-    bound = _seconds_text(bound_s, bound_decimals)
+    bound = seconds_text(bound_s, bound_decimals)
     bound_places = len(bound.partition(".")[2]) if "e" not in bound else BOUND_DECIMALS
     least = 0 if value_s >= 10 else max(1, bound_places)
     if value_s <= bound_s:  # not a refusal's figures (a benchmark's check of the format): the value as it is
@@ -378,7 +378,7 @@ class Refusal:
         else:
             wait, admitted = exceeding_texts(self.wait_s, allowed, bound_decimals=1)
             bound = (f"the {admitted} s admitted ({WAIT_HEADROOM:.0%} of request_timeout_s"
-                     f" {_seconds_text(self.limit_s, 0)} s)")
+                     f" {seconds_text(self.limit_s, 0)} s)")
         return (f"estimated wait {wait} s exceeds {bound} (the worker is busy with work accepted earlier);"
                 f" retry in {self.retry_after_s} s")
 

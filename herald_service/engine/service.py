@@ -18,7 +18,7 @@ import numpy as np
 
 from herald_service.backbone.base import Generation, Intervention
 from herald_service.config import Settings
-from herald_service.engine.admission import StepSeconds, Work
+from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, seconds_text
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
@@ -312,11 +312,14 @@ class Moderator:
         prefills_s = None if prefill_s is None else STEER_PREFILLS * prefill_s
         if prefills_s is not None and prefills_s + margin_s > limit_s:
             self.metrics.rejected.labels(WorkTooLarge.reason).inc()
+            # Printed so that the estimate reads larger than the printed time for it, which with the printed reserve
+            # makes the printed limit: ".1f" read "0.7 s ... keeps 0.0 s ...; the limit is 0.3 s" (tester pass).
+            estimate, room = exceeding_texts(prefills_s, limit_s - margin_s, bound_decimals=1)
             raise WorkTooLarge(
                 f"this prompt's {STEER_PREFILLS} prefills ({len(ids):,} tokens each: two to classify it, one per"
-                f" generation) are estimated at {prefills_s:.1f} s of model time on this backbone, and /steer keeps"
-                f" {margin_s:.1f} s of its time for the answer; the limit is request_timeout_s {limit_s:g} s"
-                " (HERALD_REQUEST_TIMEOUT_S): send a shorter prompt", field=field,
+                f" generation) are estimated at {estimate} s of model time on this backbone, more than the {room} s"
+                f" /steer has for them: request_timeout_s {seconds_text(limit_s, 0)} s (HERALD_REQUEST_TIMEOUT_S), less"
+                f" {seconds_text(margin_s, 1)} s it keeps for the answer; send a shorter prompt", field=field,
             )
         directions = self.runtime.probe.directions
         intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
@@ -326,10 +329,12 @@ class Moderator:
         end = admitted + limit_s - margin_s  # the job is done by then
 
         def too_late(need_s: float, started: float) -> RequestTimeout:
+            left_s = math.floor(max(end - time.perf_counter(), 0.0) * 1000) / 1000  # measured: whole ms, below the need
+            need, left = exceeding_texts(need_s, left_s, bound_decimals=1)
             return RequestTimeout(
-                f"no answer within request_timeout_s {limit_s:g} s: this /steer job needs {need_s:.1f} s for the"
-                f" prefills still to run and had {max(end - time.perf_counter(), 0.0):.1f} s left, having started"
-                f" {started - admitted:.1f} s after admission; retry, or send a shorter prompt"
+                f"no answer within request_timeout_s {seconds_text(limit_s, 0)} s: this /steer job needs {need} s for"
+                f" the prefills still to run and had {left} s left, having started {started - admitted:.1f} s after"
+                " admission; retry, or send a shorter prompt"
             )
 
         def job() -> SteerOutcome:

@@ -75,7 +75,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "threshold": probe.threshold,
         "threshold_method": probe.threshold_method,
         "peak_layer": probe.peak_layer,
-        "directions_bytes": int(tensors["directions"].nbytes),
+        "directions_bytes": int(tensors["directions"].nbytes),  # for people; loading checks the tensor's shape
         **manifest,
     }
     (folder / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
@@ -101,30 +101,47 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deeply
         raise ProbeMismatch(f"{corrupt}: not valid JSON ({exc}); refit the probe with `herald fit`", field="probe") from None
     if not isinstance(manifest, dict):
-        raise ProbeMismatch(f"{path} holds a JSON {type(manifest).__name__}, not an object", field="probe")
+        raise ProbeMismatch(f"probe file {path} holds a JSON {type(manifest).__name__}, not an object", field="probe")
     return manifest
 
 
-def check_feature_set(manifest: dict[str, Any]) -> str:
-    """The manifest's feature set; a manifest without one predates selectable sets and means ``herald-v1``.
+def _json_text(value: Any) -> str:
+    """``value`` as ``probe.json`` writes it (``null``, ``"1"``, ``1e+308``), cut to 60 characters: Python's ``repr``
+    read ``None`` for a JSON null."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bad_field(path: Path, fields: dict[str, Any], key: str, need: str, prefix: str = "") -> ProbeMismatch:
+    """The error for field ``prefix + key`` of ``path`` (``fields`` holds ``key``, or lacks it), which must be
+    ``need``: it says "missing" for an absent field, else shows the value as JSON."""
+    if key not in fields:
+        return ProbeMismatch(f"probe file {path}: {prefix}{key} is missing; it must be {need}", field="probe")
+    return ProbeMismatch(f"probe file {path}: {prefix}{key} must be {need}; got {_json_text(fields[key])}", field="probe")
+
+
+def check_feature_set(manifest: dict[str, Any], path: Path) -> str:
+    """The feature set of ``manifest`` (read from ``path``); a manifest without one predates selectable sets and
+    means ``herald-v1``.
 
     Raises:
-        ProbeMismatch: for a feature set this Herald cannot compute (e.g. a probe from a newer version), or
-            ``feature_names`` that disagree with the set's.
+        ProbeMismatch: naming ``path``, for a feature set this Herald cannot compute (e.g. a probe from a newer
+            version), or ``feature_names`` that disagree with the set's.
     """
     name = manifest.get("feature_set", FEATURE_SET)
     if not isinstance(name, str):  # a list crashed the lookup with "unhashable type" (breaker finding)
-        raise ProbeMismatch(f"probe.json feature_set must be a string; got {name!r}", field="probe")
+        raise _bad_field(path, manifest, "feature_set", "a string")
     if name not in FEATURE_SETS:
         raise ProbeMismatch(
-            f"probe feature set {name!r} is unknown to Herald {__version__} (known: {', '.join(sorted(FEATURE_SETS))}); "
-            "use a Herald version that has it, or refit the probe with `herald fit --feature-set`",
+            f"probe file {path}: feature set {name!r} is unknown to Herald {__version__} (known:"
+            f" {', '.join(sorted(FEATURE_SETS))}); use a Herald version that has it, or refit the probe with"
+            " `herald fit --feature-set`",
             field="probe",
         )
     names = manifest.get("feature_names")
     if names is not None and (not isinstance(names, list) or tuple(names) != FEATURE_SETS[name].names):
-        raise ProbeMismatch(f"probe feature_names {names} do not match feature set {name!r} {list(FEATURE_SETS[name].names)}",
-                            field="probe")
+        raise ProbeMismatch(f"probe file {path}: feature_names {_json_text(names)} do not match feature set {name!r}"
+                            f" {list(FEATURE_SETS[name].names)}", field="probe")
     return name
 
 
@@ -137,40 +154,40 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_manifest(manifest: dict[str, Any]) -> str:
-    """The manifest's feature set (:func:`check_feature_set`), after refusing a ``probe.json`` whose served fields are
-    missing or out of range, naming the field: ``format_version`` (the integer :data:`FORMAT_VERSION`),
-    ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and ``backbone.hidden_size`` (positive
-    integers), ``threshold`` (a finite number of magnitude at most :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a
-    string) and ``peak_layer`` (an integer decoder layer, 1..num_layers, which ``/steer`` edits by default).
+def check_manifest(manifest: dict[str, Any], path: Path) -> str:
+    """The feature set of ``manifest`` (read from ``path``: :func:`check_feature_set`), after refusing one whose served
+    fields are missing or out of range, naming the file and the field: ``format_version`` (the integer
+    :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
+    ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
+    :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string) and ``peak_layer`` (an integer decoder layer,
+    1..num_layers, which ``/steer`` edits by default).
 
     Raises:
-        ProbeMismatch: naming the first bad field and what it must be.
+        ProbeMismatch: naming ``path``, the first bad field, what it must be and its value (or that it is missing).
     """
     version = manifest.get("format_version")
     if not _integer(version) or version != FORMAT_VERSION:
-        shown = f"{version!r} (a {type(version).__name__})" if not _integer(version) else str(version)
-        raise ProbeMismatch(f"probe format_version {shown} is not supported; need the integer {FORMAT_VERSION}", field="probe")
-    feature_set = check_feature_set(manifest)
+        if "format_version" not in manifest:
+            raise ProbeMismatch(f"probe file {path}: format_version is missing; need the integer {FORMAT_VERSION}",
+                                field="probe")
+        raise ProbeMismatch(f"probe file {path}: format_version {_json_text(version)} is not supported; need the integer"
+                            f" {FORMAT_VERSION}", field="probe")
+    feature_set = check_feature_set(manifest, path)
     backbone = manifest.get("backbone")
     if not isinstance(backbone, dict):
-        raise ProbeMismatch("probe.json backbone must be an object with num_layers and hidden_size", field="probe")
+        raise _bad_field(path, manifest, "backbone", "an object with num_layers and hidden_size")
     for key in ("num_layers", "hidden_size"):
         if not _integer(backbone.get(key)) or backbone[key] < 1:
-            raise ProbeMismatch(f"probe.json backbone.{key} must be a positive integer; got {backbone.get(key)!r}",
-                                field="probe")
+            raise _bad_field(path, backbone, key, "a positive integer", prefix="backbone.")
     threshold = manifest.get("threshold")
     if not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and math.isfinite(threshold)
             and abs(threshold) <= THRESHOLD_LIMIT):
-        raise ProbeMismatch(f"probe.json threshold must be a finite number within +-{THRESHOLD_LIMIT:g} (a logit); got "
-                            f"{threshold!r}", field="probe")
+        raise _bad_field(path, manifest, "threshold", f"a finite number within +-{THRESHOLD_LIMIT:g} (a logit)")
     if not isinstance(manifest.get("threshold_method"), str) or not manifest["threshold_method"]:
-        raise ProbeMismatch(f"probe.json threshold_method must be a non-empty string; got {manifest.get('threshold_method')!r}",
-                            field="probe")
+        raise _bad_field(path, manifest, "threshold_method", "a non-empty string")
     peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
     if not _integer(peak) or not 1 <= peak <= layers:
-        raise ProbeMismatch(f"probe.json peak_layer must be an integer decoder layer in 1..{layers}; got {peak!r}",
-                            field="probe")
+        raise _bad_field(path, manifest, "peak_layer", f"an integer decoder layer in 1..{layers}")
     return feature_set
 
 
@@ -210,6 +227,40 @@ def check_tensors(tensors: dict[str, np.ndarray], layers: int, width: int, n_fea
         layer = int(np.argmax(np.abs(norms - 1.0)))
         raise ProbeMismatch(f"probe tensor directions in {path} must hold unit vectors; layer {layer + 1} has norm"
                             f" {norms[layer]:.4g}", field="probe")
+
+
+def _check_scores(probe: FittedProbe, path: Path) -> None:
+    """Refuse a probe whose tensors pass :func:`check_tensors` but whose scores are not numbers, or not a scorer's,
+    found by scoring a few synthetic inputs that need no backbone: the trajectories ``(4, layer)`` of zeros, of +1, of
+    -1 and of alternating +-1 (in within-class standard deviations, where prompts' trajectories lie), then all-zero
+    states ``(1, layer, d_model)`` (their trajectory is ``-center / scale`` per layer). Centers of 3e38 loaded,
+    and with ``HERALD_WARMUP=false`` the server said ready and answered every /classify 500 (tester pass); a scorer
+    weight of 3e38 gave logits of 1e39, so every prompt scored 0 (allowed). The logits must be within
+    +-:data:`THRESHOLD_LIMIT` (the shipped probes' are under 6 in magnitude on the trajectories, 14 on zero states).
+
+    Raises:
+        ProbeMismatch: naming ``path`` and the input that gave the bad score.
+    """
+    layers, width = probe.directions.num_layers, probe.directions.hidden_size
+    alternating = np.where(np.arange(layers) % 2 == 0, 1.0, -1.0)
+    trajectories = np.stack([np.zeros(layers), np.ones(layers), -np.ones(layers), alternating])
+    for what, score in (("trajectories of 0, +1, -1 and alternating +-1 per layer",
+                         lambda: probe.predict_trajectories(trajectories)),
+                        ("all-zero hidden states", lambda: probe.predict(np.zeros((1, layers, width), np.float32)))):
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow is what is being looked for
+                logits = score().logits
+        except ValueError:  # non-finite trajectories or logits (FittedProbe.predict_trajectories)
+            logits = np.array([np.nan])
+        if not np.isfinite(logits).all():
+            raise ProbeMismatch(f"probe file {path} gives non-finite scores on {what} (a center, scale, feature"
+                                " statistic or scorer weight is out of range); refit the probe with `herald fit`",
+                                field="probe")
+        if not (np.abs(logits) <= THRESHOLD_LIMIT).all():
+            raise ProbeMismatch(f"probe file {path} gives logits up to {np.abs(logits).max():.3g} in magnitude on {what},"
+                                f" beyond +-{THRESHOLD_LIMIT:g} (a scorer's are in the tens: a center, scale, feature"
+                                " statistic or scorer weight is out of range); refit the probe with `herald fit`",
+                                field="probe")
 
 
 def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
@@ -273,10 +324,11 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
 
     Raises:
         ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
-            unusable tensors (:func:`check_tensors`), an unknown feature set, or a backbone mismatch.
+            unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
+            backbone mismatch.
     """
     manifest = read_manifest(folder)
-    feature_set = check_manifest(manifest)
+    feature_set = check_manifest(manifest, folder / MANIFEST_FILE)
     if info is not None:
         check_compatible(manifest, info)
     path = folder / TENSORS_FILE
@@ -305,4 +357,5 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         peak_layer=manifest["peak_layer"],
         feature_set=feature_set,
     )
+    _check_scores(probe, path)
     return probe, manifest
