@@ -65,21 +65,19 @@ from herald_service.types import Conversation, Message
 PROMPT_TEXT = "nfkc-ascii-v2"
 """Name of this module's rule, recorded as ``training_data.prompt_text`` in probes ``herald fit`` writes and as
 ``meta.prompt_text`` in ``herald eval`` results; files without it were made with the text as written, files with
-``nfkc-ascii-v1`` with the rule before invisible non-format characters, marks on Latin letters and small capitals
-were folded (commit 6be6c90)."""
+``nfkc-ascii-v1`` with the rule before invisible non-format and private-use characters, marks on Latin letters,
+letters with strokes and hooks, small capitals and Latin look-alikes were folded (commit 6be6c90)."""
 
 _TAGS = range(0xE0020, 0xE007F)
 """Tag characters that mirror printable ASCII (U+E0020 space ... U+E007E tilde)."""
 
 _IGNORABLE_NOT_FORMAT = (range(0x034F, 0x0350), range(0x115F, 0x1161), range(0x17B4, 0x17B6), range(0x180B, 0x1810),
-                         range(0xFE00, 0xFE10), range(0xFFF0, 0xFFF9),
-                         range(0xE0000, 0xE1000))
+                         range(0xFE00, 0xFE10), range(0xFFF0, 0xFFF9), range(0xE0000, 0xE1000))
 """Default_Ignorable_Code_Point characters (Unicode 15 DerivedCoreProperties.txt) outside category ``Cf``: the
-combining grapheme joiner, the conjoining Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors, and the
-reserved blocks U+FFF0-U+FFF8 and U+E0000-U+E0FFF (the Hangul filler and its halfwidth form are in
-:data:`_BLANKS`). Renderers draw nothing for them; the breaker's re-test (2026-12-01)
-took harmful prompts from 1.0 to under 0.03 with a variation selector or U+034F after every letter, and to 0.02-0.84
-with U+3164 for every space."""
+combining grapheme joiner, the conjoining Hangul fillers, Khmer inherent vowels, Mongolian and other variation
+selectors, and the reserved blocks U+FFF0-U+FFF8 and U+E0000-U+E0FFF (the Hangul filler and its halfwidth form are
+in :data:`_BLANKS`). Renderers draw nothing for them; the breaker's re-test (2026-12-01) took harmful prompts from 1.0
+to under 0.03 with a variation selector or U+034F after every letter, and to 0.02-0.84 with U+3164 for every space."""
 
 _JOINERS = "\u200c\u200d"
 """Zero-width non-joiner and joiner: kept between two characters that are neither ASCII nor space (Persian
@@ -126,9 +124,10 @@ def _is_ascii_letter(char: str) -> bool:
 
 def normalize_prompt_text(text: str) -> str:
     """``text`` as the backbone reads it (module docstring): invisible characters removed (tag characters decoded to
-    ASCII), every character whose NFKC form is ASCII folded to it, marks on Latin letters and small capitals
-    dropped to the plain letter, and another script's look-alike letters inside Latin words replaced by the ASCII
-    letter. ASCII text is returned unchanged at once.
+    ASCII), every character whose NFKC form is ASCII folded to it, Latin letters with marks, strokes or hooks and
+    letter-like symbols (small capitals, enclosed letters) read as the plain letter, look-alike letters inside words
+    that have ASCII letters replaced by the ASCII letter, and combining marks after an ASCII character dropped. ASCII
+    text is returned unchanged at once.
 
     Args:
         text: one message's content (any length; the character limit is checked before, on what the client sent).
@@ -212,8 +211,8 @@ compared (a mark or joiner inside a word had cut "b\u043e\u0301mb" into pieces t
 
 
 def _latin_word(match: re.Match[str]) -> str:
-    """A word mixing ASCII letters with letters of another script that have an ASCII look-alike, with those replaced
-    by it; any other word unchanged (a word with no ASCII letter, such as Russian or Greek text, included)."""
+    """A word mixing ASCII letters with other letters that have an ASCII look-alike, with those replaced by it; any
+    other word unchanged (a word with no ASCII letter, such as Russian or Greek text, included)."""
     word = match.group(0)
     if word.isascii() or not any(_is_ascii_letter(char) for char in word):
         return word
@@ -234,7 +233,7 @@ def _lookalike(char: str) -> str:
 @lru_cache(maxsize=1)
 def _ascii_lookalikes() -> dict[str, str]:
     """Letter that is not ASCII -> the ASCII letter Unicode's confusables data says it looks like (Cyrillic "р" -> "p",
-    Greek "ο" -> "o", Latin dotless "ı" -> "i", Latin alpha "ɑ" -> "a"): about 250 letters, built once (a lookup per
+    Greek "ο" -> "o", Latin dotless "ı" -> "i", Latin alpha "ɑ" -> "a"): about 1,100 letters, built once (a lookup per
     letter; asking the package word by word took 0.3 s for 32,000 characters of mixed words)."""
     table = {}
     for char, homoglyphs in confusables.confusables_data.items():
