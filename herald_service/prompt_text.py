@@ -249,18 +249,39 @@ def _named_letters() -> dict[str, str]:
 def _fold_words(text: str) -> str:
     """``text`` with each word (a run of letters, marks, joiners and look-alike symbols) that has an ASCII letter and
     is ASCII but for look-alikes (:func:`_ascii_lookalikes`; marks and joiners aside) spelled in ASCII: "b\u043emb"
-    -> "bomb". A word with no ASCII letter (Russian, Greek) or with a letter that is no look-alike ("Java\u0441\u043a
-    \u0440\u0438\u043f\u0442": "\u043a", "\u0438") keeps its letters."""
-    out, word = [], []
+    -> "bomb". A one-letter word that imitates "a", "A" or "I" is spelled in ASCII when the word before or after it is
+    ASCII (a Cyrillic "\u0406" for the pronoun I took one harmful request from 0.51 to 0.015), unless it is Greek: a
+    lone Greek letter in English text is a symbol ("\u03c3", "\u03b1 = 0.05"). A word with no ASCII letter (Russian,
+    Greek) or with a letter that is no look-alike ("Java\u0441\u043a\u0440\u0438\u043f\u0442": "\u043a",
+    "\u0438") keeps its letters."""
+    tokens, word = [], []  # words as lists of characters, other characters as strings
     for char in text:
         if _in_word(char):
             word.append(char)
             continue
-        out.append(_ascii_word("".join(word)))
-        word = []
-        out.append(char)
-    out.append(_ascii_word("".join(word)))
-    return "".join(out)
+        if word:
+            tokens.append(word)
+            word = []
+        tokens.append(char)
+    if word:
+        tokens.append(word)
+    words = [index for index, token in enumerate(tokens) if isinstance(token, list)]
+    spelled = {index: _ascii_word("".join(tokens[index])) for index in words}
+    for position, index in enumerate(words):
+        letters = [char for char in tokens[index] if not _is_mark(char) and char not in _JOINERS]
+        if len(letters) == 1 and _lookalike(letters[0]) in _ONE_LETTER_WORDS and not _is_greek(letters[0]):
+            neighbours = [spelled[words[p]] for p in (position - 1, position + 1) if 0 <= p < len(words)]
+            if any(neighbour.isascii() and any(c.isalpha() for c in neighbour) for neighbour in neighbours):
+                spelled[index] = "".join(_lookalike(char) for char in tokens[index])
+    return "".join(spelled[index] if index in spelled else token for index, token in enumerate(tokens))
+
+
+_ONE_LETTER_WORDS = ("a", "A", "I")
+"""The English one-letter words, which a look-alike can stand for alone."""
+
+
+def _is_greek(char: str) -> bool:
+    return unicodedata.name(char, "").startswith("GREEK")
 
 
 @lru_cache(maxsize=8192)
