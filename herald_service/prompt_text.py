@@ -267,7 +267,8 @@ def _fold_words(text: str) -> str:
         tokens.append(word)
     words = [index for index, token in enumerate(tokens) if isinstance(token, list)]
     spelled = {index: _ascii_word("".join(tokens[index])) for index in words}
-    for position, index in enumerate(words):
+    for position in (*range(len(words)), *reversed(range(len(words)))):  # both ways: "\u0430 \u0430 word" is "a a word"
+        index = words[position]
         letters = [char for char in tokens[index] if not _is_mark(char) and char not in _JOINERS]
         if len(letters) == 1 and _lookalike(letters[0]) in _ONE_LETTER_WORDS and not _is_greek(letters[0]):
             neighbours = [spelled[words[p]] for p in (position - 1, position + 1) if 0 <= p < len(words)]
