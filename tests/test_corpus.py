@@ -78,6 +78,10 @@ def test_expand_data_names_a_missing_path_and_an_empty_folder(tmp_path):
     ('{"prompt": "\\ud800", "label": "benign", "source": "s"}', "line 1: prompt holds a lone UTF-16 surrogate"),
     ('{"prompt": "x", "label": "benign", "source": "s", "n": ' + "9" * 5000 + "}", "line 1: the number at 'n' is too large"),
     ('{"prompt": "x", "label": "benign", "source": "s", "context": 5}', "line 1: context must be a string or null, got the number 5"),
+    # a prompt the fold empties, and an empty source, were accepted (re-test)
+    ('{"prompt": "\\u200b\\u200d\\ufe0f", "label": "benign", "source": "s"}',
+     "line 1: prompt is only invisible characters (nothing is left once the prompt-text fold"),
+    ('{"prompt": "hi", "label": "benign", "source": " "}', "line 1: source is empty or only whitespace; name the dataset"),
 ])
 def test_rows_are_parsed_strictly(tmp_path, line, message):
     # a repeated key kept its last value; a surrogate failed in the tokenizer after the backbone load with a
@@ -143,16 +147,3 @@ def test_prompts_are_compared_as_the_backbone_reads_them(tmp_path):
         load_training_corpus([path])
     assert str(caught.value) == (f"the prompt 'bomb' has both labels: {path} line 1 (harmful), {path} line 2 (benign),"
                                  f" {path} line 3 (benign); 1 prompt of the data has both labels: give each prompt one label")
-
-
-@pytest.mark.parametrize("row, message", [
-    ('{"prompt": "\\u200b\\u200d\\ufe0f", "label": "benign", "source": "s"}',
-     "line 1: prompt is only invisible characters (nothing is left once the prompt-text fold"),
-    ('{"prompt": "hi", "label": "benign", "source": " "}', "line 1: source is empty or only whitespace; name the dataset"),
-])
-def test_a_prompt_of_invisible_characters_and_an_empty_source_are_refused(tmp_path, row, message):
-    path = tmp_path / "rows.jsonl"
-    path.write_text(row + "\n")
-    with pytest.raises(ValueError) as caught:
-        load_corpus([path])
-    assert str(caught.value).startswith(f"{path} {message}"), caught.value
