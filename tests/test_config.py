@@ -76,14 +76,23 @@ def test_api_keys_of_only_separators_are_refused_not_read_as_open(monkeypatch, v
     assert Settings(_env_file=None).api_keys == []  # empty still means open, as documented
 
 
-def test_a_dotenv_that_is_not_utf8_is_named(tmp_path, monkeypatch):
+def _dotenv_refusal(tmp_path, monkeypatch, text: str | bytes) -> str:
+    """The message of the SettingsFileError that Settings() raises in a folder whose .env holds ``text``."""
     from herald_service.errors import SettingsFileError
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_bytes("HERALD_HOST=caf\u00e9\n".encode("latin-1"))
+    if isinstance(text, bytes):
+        (tmp_path / ".env").write_bytes(text)
+    else:
+        (tmp_path / ".env").write_text(text)
     with pytest.raises(SettingsFileError) as caught:
         Settings()
-    assert caught.value.message == f"settings file {tmp_path / '.env'} is not UTF-8 text (line 1: byte 0xe9); save it as UTF-8"
+    return caught.value.message
+
+
+def test_a_dotenv_that_is_not_utf8_is_named(tmp_path, monkeypatch):
+    message = _dotenv_refusal(tmp_path, monkeypatch, "HERALD_HOST=caf\u00e9\n".encode("latin-1"))
+    assert message == f"settings file {tmp_path / '.env'} is not UTF-8 text (line 1: byte 0xe9); save it as UTF-8"
     assert Settings(_env_file=None).host == "127.0.0.1"
 
 
@@ -91,15 +100,10 @@ def test_a_dotenv_that_is_not_utf8_is_named(tmp_path, monkeypatch):
                                   "HERALD_API_KEYS='abcdefabcdefabcdef"])
 def test_a_dotenv_line_that_is_not_name_equals_value_is_refused_naming_it(tmp_path, monkeypatch, line):
     # python-dotenv skips such a line with a warning, so a mistyped HERALD_API_KEYS left the API open (breaker pass)
-    from herald_service.errors import SettingsFileError
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text(f"HERALD_LOG_LEVEL=info\n{line}\nHERALD_PORT=8001\n")
-    with pytest.raises(SettingsFileError) as caught:
-        Settings()
-    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 is not NAME=VALUE (it starts"
+    message = _dotenv_refusal(tmp_path, monkeypatch, f"HERALD_LOG_LEVEL=info\n{line}\nHERALD_PORT=8001\n")
+    assert message == (f"settings file {tmp_path / '.env'} line 2 is not NAME=VALUE (it starts"
                                     " 'HERALD_API_KEYS'); write it as NAME=value or remove it")
-    assert "abcdef" not in caught.value.message  # the value may be a key
+    assert "abcdef" not in message  # the value may be a key
     (tmp_path / ".env").write_text("# a comment\nexport HERALD_PORT=8001\n\nHERALD_API_KEYS=abcdefabcdefabcdef\n")
     assert Settings().port == 8001 and len(Settings().api_keys) == 1
 
@@ -110,26 +114,16 @@ def test_a_dotenv_line_that_is_not_name_equals_value_is_refused_naming_it(tmp_pa
 def test_a_dotenv_line_that_dotenv_misreads_is_refused_naming_it_without_its_value(tmp_path, monkeypatch, line):
     # python-dotenv read the first three as a name holding the key (logged upper-cased as an unknown setting), the
     # quoted name as a name holding quotes and a name without '=' as no value: both ignored, the API left open
-    from herald_service.errors import SettingsFileError
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text(f"HERALD_LOG_LEVEL=info\n{line}\nHERALD_PORT=8001\n")
-    with pytest.raises(SettingsFileError) as caught:
-        Settings()
+    message = _dotenv_refusal(tmp_path, monkeypatch, f"HERALD_LOG_LEVEL=info\n{line}\nHERALD_PORT=8001\n")
     name = "herald_api_keys" if line.islower() else "HERALD_API_KEYS"
-    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 is not NAME=VALUE (it starts"
+    assert message == (f"settings file {tmp_path / '.env'} line 2 is not NAME=VALUE (it starts"
                                     f" {name!r}); write it as NAME=value or remove it")
-    assert "abcdef" not in caught.value.message.lower()
+    assert "abcdef" not in message.lower()
 
 
 def test_a_dotenv_line_without_a_name_says_so(tmp_path, monkeypatch):
-    from herald_service.errors import SettingsFileError
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text("HERALD_PORT=8001\n=abcdefabcdefabcdef\n")
-    with pytest.raises(SettingsFileError) as caught:
-        Settings()
-    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 has no name (NAME=value); write it as"
+    message = _dotenv_refusal(tmp_path, monkeypatch, "HERALD_PORT=8001\n=abcdefabcdefabcdef\n")
+    assert message == (f"settings file {tmp_path / '.env'} line 2 has no name (NAME=value); write it as"
                                     " NAME=value or remove it")
 
 
@@ -141,20 +135,15 @@ def test_a_dotenv_value_python_dotenv_would_expand_is_refused_naming_it_without_
     # API open with only the no-keys warning (tester pass)
     from dotenv import dotenv_values
 
-    from herald_service.errors import SettingsFileError
-
     monkeypatch.delenv("NOPE", raising=False)
     monkeypatch.delenv("UNSET", raising=False)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text(f"HERALD_LOG_LEVEL=info\n{line}\n")
+    message = _dotenv_refusal(tmp_path, monkeypatch, f"HERALD_LOG_LEVEL=info\n{line}\n")
     assert "${" not in dotenv_values(tmp_path / ".env")[line.split("=")[0]]  # what the check guards against
-    with pytest.raises(SettingsFileError) as caught:
-        Settings()
     name = line.split("=")[0]
-    assert caught.value.message == (f"settings file {tmp_path / '.env'} line 2 sets {name} to a value holding '${{':"
+    assert message == (f"settings file {tmp_path / '.env'} line 2 sets {name} to a value holding '${{':"
                                     " python-dotenv would replace ${NAME} in it with the environment's NAME (with"
                                     " nothing when unset), in quotes too; set that value in the environment instead")
-    assert "SECRET" not in caught.value.message and "NOPE" not in caught.value.message
+    assert "SECRET" not in message and "NOPE" not in message
     (tmp_path / ".env").write_text("OTHER_TOOL=${HOME}/x\nHERALD_API_KEYS=abc$defabcdefabc{x}\n")  # no '${': as written
     assert [k.get_secret_value() for k in Settings().api_keys] == ["abc$defabcdefabc{x}"]
     monkeypatch.setenv("HERALD_API_KEYS", "SECRET${NOPE}123abcdef")  # the environment is read as written
@@ -168,15 +157,10 @@ def test_a_dotenv_value_python_dotenv_would_expand_is_refused_naming_it_without_
 ])
 def test_a_dotenv_name_set_twice_is_refused_naming_both_lines_without_values(tmp_path, monkeypatch, second, names):
     # python-dotenv keeps the last: a later empty HERALD_API_KEYS= opened the API with only the no-keys warning
-    from herald_service.errors import SettingsFileError
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / ".env").write_text(f"HERALD_API_KEYS=first-key-abcdef\n# later\nHERALD_PORT=8001\n{second}\n")
-    with pytest.raises(SettingsFileError) as caught:
-        Settings()
-    assert caught.value.message == (f"settings file {tmp_path / '.env'} sets {names} on line 1 and again on line 4;"
+    message = _dotenv_refusal(tmp_path, monkeypatch, f"HERALD_API_KEYS=first-key-abcdef\n# later\nHERALD_PORT=8001\n{second}\n")
+    assert message == (f"settings file {tmp_path / '.env'} sets {names} on line 1 and again on line 4;"
                                     " only the last would count: keep one line")
-    assert "key-abcdef" not in caught.value.message
+    assert "key-abcdef" not in message
     # two files set the same name: layering, the later file wins
     (tmp_path / ".env").write_text("HERALD_API_KEYS=first-key-abcdef\nOTHER=1\nOTHER=2\n")
     (tmp_path / "local.env").write_text("HERALD_API_KEYS=other-key-abcdef\n")
