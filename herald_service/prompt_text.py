@@ -146,14 +146,19 @@ def _fold_char(char: str) -> str:
         return folded[1] if len(folded) == 3 and folded[0] == "(" and folded[1].isalpha() else folded
     if len(folded) == 1 and folded != char:
         return _fold_char(folded)  # a modifier letter whose NFKC form is another letter: "\u1da6" -> "\u026a" -> "i"
-    decomposed = unicodedata.normalize("NFD", char)
-    if _is_ascii_letter(decomposed[0]) and all(_is_mark(mark) for mark in decomposed[1:]):
-        return decomposed[0]  # a Latin letter with marks: "\u00e9" -> "e", "\u1e82" -> "W"
-    return char
+    base = _marked_base(char)
+    return base if base is not None and _is_ascii_letter(base) else char  # "\u00e9" -> "e", "\u1e82" -> "W"
+
+
+def _marked_base(char: str) -> str | None:
+    """The letter ``char`` is with marks on it (its canonical decomposition, NFD: "\u00e9" is "e" and U+0301), or
+    ``None`` for a character that is no base with marks."""
+    base, *marks = unicodedata.normalize("NFD", char)
+    return base if marks and all(_is_mark(mark) for mark in marks) else None
 
 
 def _is_ascii_letter(char: str) -> bool:
-    return "a" <= char.lower() <= "z"
+    return char.isascii() and char.isalpha()
 
 
 def normalize_prompt_text(text: str) -> str:
@@ -306,8 +311,8 @@ def _lookalike(char: str) -> str:
     table = _ascii_lookalikes()
     if char in table:
         return table[char]
-    base, *marks = unicodedata.normalize("NFD", char)
-    return table[base] if base in table and marks and all(_is_mark(m) for m in marks) else char
+    base = _marked_base(char)
+    return table.get(base, char) if base is not None else char
 
 
 _LOOKALIKE_CATEGORIES = ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "No", "So")

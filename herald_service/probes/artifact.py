@@ -23,6 +23,7 @@ from herald_service.probes.directions import LayerDirections
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
 from herald_service.probes.scorer import TrajectoryScorer
+from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.strict_json import StrictJsonError, loads_unique
 from herald_service.types import BackboneInfo
 
@@ -298,8 +299,6 @@ def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list
     the trajectory differs), and the prompt-text rule (:mod:`herald_service.prompt_text`) when the probe names one other
     than the server's (a probe without one predates the rule: README says so for the shipped probe, so no line). Lines
     for ``herald serve``'s log; empty when all match."""
-    from herald_service.prompt_text import PROMPT_TEXT
-
     fitted = manifest["backbone"]
     lines = []
     rule = manifest.get("training_data", {}).get("prompt_text")
