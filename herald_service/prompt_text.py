@@ -62,9 +62,14 @@ fullwidth commas and colons become ASCII. Of the 300 of them within 1,024 tokens
 for 3: two benign ShareGPT prompts and one harmful jailbreak template became flagged (283 benign, 17 harmful; a fold
 of letters and digits alone changed 84 prompts, and one verdict: a harmful template became flagged). The look-alike
 letters inside Latin words change the text of 6 prompts (4 already changed above; 658 in all) and none of the verdicts
-of the 2 within 1,024 tokens. ``nfkc-ascii-v2`` (this rule) reads 247 prompts differently from v1 (840 in all), most of
+of the 2 within 1,024 tokens. ``nfkc-ascii-v2`` reads 247 prompts differently from v1 (840 in all), most of
 them accented names and French, Spanish or Vietnamese text; none of the verdicts of the 178 within 1,024 tokens
-changed, and every Unicode disguise the re-tests found now scores as the plain request (evasions.txt). Scripts and output: docs/eval/prompt_text/.
+changed, and every Unicode disguise the re-tests found now scores as the plain request (evasions.txt).
+``nfkc-ascii-v3`` (this rule) reads 94 prompts differently from v2 (923 in all, 4.9%): chat-corpus questions in
+capitals, jailbreak templates in leetspeak or spelled-out letters, and code or names with a digit between letters
+("interp1d", "R407c"). Of the 79 within 1,024 tokens, no benign verdict changed and three harmful jailbreak templates
+became flagged (measure_v3.txt); every ASCII disguise in evasions.txt but letters spaced with no gap between words
+scores as the plain request. Scripts and output: docs/eval/prompt_text/.
 """
 
 from __future__ import annotations
