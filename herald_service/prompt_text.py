@@ -480,6 +480,8 @@ def _decode_leetspeak(text: str) -> str:
     ("G4ParticleGun", "Fish4Dogs"), and words inside code (:data:`_NOT_CODE`). Other names with a digit inside ("neo4j",
     "mp3s", "Ange1ika") are read as leetspeak, an accepted cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the
     corpus prompts the rule reads differently)."""
+    if not _LEET_WORD.search(text):
+        return text  # most text: no word with a leetspeak digit between letters
     hex_chunks = [chunk.span() for chunk in _CHUNK.finditer(text) if _HEX_RUN.search(chunk.group(0))]
     chunk_starts = [start for start, _ in hex_chunks]
 
@@ -543,12 +545,10 @@ def _fold_case(text: str) -> str:
 
     A message of mostly small letters keeps its acronyms, constants and brand names ("call the API with MAX_RETRIES",
     "iPhone", "McDonald")."""
-    cased = [char for char in text if char.isupper() or char.islower()]
-    letters = sum(char.isalpha() for char in text)
-    capitals = sum(char.isupper() for char in cased)
-    if len(cased) >= MIN_SHOUTING_LETTERS and len(cased) >= SHOUTING_SHARE * letters \
-            and capitals >= SHOUTING_SHARE * len(cased):
+    if _shouting(text):
         return _PRONOUN_I.sub("I", _SENTENCE_START.sub(lambda match: match.group(0).upper(), text.lower()))
+    if len(_SMALL_THEN_CAPITAL.findall(text)) < MIN_ALTERNATING_WORDS:
+        return text  # most text: no two words with a capital after a small letter
     words = [word for word in _ASCII_WORD.findall(text) if len(word) >= 4]
     alternating = sum(_alternates(word) for word in words)
     if alternating < MIN_ALTERNATING_WORDS or alternating < ALTERNATING_SHARE * len(words):
@@ -560,6 +560,27 @@ def _fold_case(text: str) -> str:
             return word
         return word.capitalize() if _starts_sentence(text, match.start()) else word.lower()
     return _ASCII_WORD.sub(lower, text)
+
+
+_SMALL_THEN_CAPITAL = re.compile(r"[a-z][A-Z]")
+
+_ASCII_CAPITALS = bytes(range(ord("A"), ord("Z") + 1))
+_ASCII_SMALL = bytes(range(ord("a"), ord("z") + 1))
+
+
+def _shouting(text: str) -> bool:
+    """Whether ``text`` is written in capitals (:func:`_fold_case`); ASCII text is counted in C (bytes.translate),
+    as this runs on every message."""
+    if text.isascii():
+        data = text.encode("ascii")
+        capitals = len(data) - len(data.translate(None, _ASCII_CAPITALS))
+        small = len(data) - len(data.translate(None, _ASCII_SMALL))
+        cased = letters = capitals + small
+    else:
+        cased = sum(char.isupper() or char.islower() for char in text)
+        capitals = sum(char.isupper() for char in text)
+        letters = sum(char.isalpha() for char in text)
+    return cased >= MIN_SHOUTING_LETTERS and cased >= SHOUTING_SHARE * letters and capitals >= SHOUTING_SHARE * cased
 
 
 _SENTENCE_START = re.compile(r"(?:^|(?<=[.!?])\s+|\n\s*)[a-z]")
