@@ -80,6 +80,10 @@ DISGUISES = {
     "key word dotted (ASCII)": lambda t: key_word(t, ".".join),
     "key word leetspeak (ASCII)": lambda t: key_word(t, lambda w: w.translate(str.maketrans("aeiost", "431057"))),
     "alternating case (ASCII)": lambda t: "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(t)),
+    "letters apart by '. ' (ASCII)": lambda t: "  ".join(". ".join(word) for word in t.split()),
+    "one letter a line (ASCII)": lambda t: "\n\n".join("\n".join(word) for word in t.split()),
+    "random case (ASCII)": lambda t: "".join(c.upper() if i % 3 == 1 else c for i, c in enumerate(t)),
+    "spaced, random case (ASCII)": lambda t: " ".join(c.upper() if i % 3 == 1 else c for i, c in enumerate(t)),
 }
 runtime = load_runtime(Settings(_env_file=None))
 backbone = runtime.backbone
