@@ -359,11 +359,12 @@ def _ascii_lookalikes() -> dict[str, str]:
 
 def _fold_ascii_disguises(text: str) -> str:
     """``text`` with the ASCII disguises that the shipped probe reads as benign undone, in this order: letters spelled
-    out one by one (:func:`_join_spelled_out`: "W r i t e", "W.r.i.t.e"), leetspeak (:func:`_decode_leetspeak`:
-    "Wr1t3"), and a message written in capitals or in random case (:func:`_fold_case`). Each took four harmful
+    out one by one (:func:`_join_spelled_out`: "W r i t e", "W.r.i.t.e"), a message written in capitals or in random
+    case (:func:`_fold_case`), and leetspeak (:func:`_decode_leetspeak`: "Wr1t3"), which so reads capital leetspeak
+    in small letters, where fewer of its guards for names apply ("G1V3 M3 4 PL4N"). Each took four harmful
     requests that score 1.0 written plainly to 0.000-0.09 (hyphenated letters: 0.16-0.74; capitals: 0.51-1.00, two of
     four under the threshold); docs/eval/prompt_text/evasions.txt."""
-    return _fold_case(_decode_leetspeak(_join_spelled_out(text)))
+    return _decode_leetspeak(_fold_case(_join_spelled_out(text)))
 
 
 _SEPARATORS = " .\\-*|~\t\r\n\u2010\u2011\u2013\u2014\u2022\u2027\u00b7\u2219\u22c5\u30fb"
@@ -551,6 +552,8 @@ def _decode_leetspeak(text: str) -> str:
                             or match.string[match.end():match.end() + 1] not in ("", *_NUMBER_END)):
             return word
         decoded = word.translate(_LEET)
+        if decoded == "i":
+            return "I"  # a lone 1 in a leetspeak region is the pronoun
         if letters.isupper():
             return decoded.upper()
         if word[0].isdigit() and _starts_sentence(match.string, match.start()):
