@@ -64,9 +64,9 @@ letters inside Latin words change the text of 6 prompts (4 already changed above
 of the 2 within 1,024 tokens. ``nfkc-ascii-v2`` reads 247 prompts differently from v1 (840 in all), most of
 them accented names and French, Spanish or Vietnamese text; none of the verdicts of the 178 within 1,024 tokens
 changed, and every Unicode disguise the re-tests found now scores as the plain request (evasions.txt).
-``nfkc-ascii-v3`` (this rule) reads 72 prompts differently from v2 (903 in all, 4.8%): chat-corpus questions in
+``nfkc-ascii-v3`` (this rule) reads 78 prompts differently from v2 (907 in all, 4.9%): chat-corpus questions in
 capitals, jailbreak templates in leetspeak or spelled-out letters, and a few names with a digit between letters
-("md5sum", "w3af"). Of the 64 within 1,024 tokens, no benign verdict changed and five harmful jailbreak templates
+("md5sum", "w3af"). Of the 68 within 1,024 tokens, no benign verdict changed and five harmful jailbreak templates
 became flagged (measure_v3.txt); every ASCII disguise in evasions.txt but letters spaced with no gap between words
 scores as the plain request. Scripts and output: docs/eval/prompt_text/.
 """

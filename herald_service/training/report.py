@@ -310,13 +310,13 @@ def _prompt_text_line(meta: dict) -> str:
         return (f"- **Prompt text** was folded as serving folds it (`{rule}`, herald_service/prompt_text.py: invisible "
                 "characters removed, characters whose NFKC form is ASCII folded to it, marks on Latin letters dropped, "
                 "look-alike letters inside Latin words read as ASCII, spelled-out letters, leetspeak, capitals and "
-                "alternating case undone).")
+                "random case undone).")
     if rule:
         return (f"- **Prompt text** was folded with an earlier rule (`{rule}`); serving, `herald fit` and `herald eval` "
                 f"now apply `{PROMPT_TEXT}` (herald_service/prompt_text.py); rerun `herald eval` to measure with it.")
     return ("- **Prompt text as written.** These results predate the prompt-text fold that serving, `herald fit` and "
-            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 923 of 18,672 prompts, 4.9%, read "
-            "differently, mostly CJK punctuation and accents, 94 for leetspeak, spelled-out letters or capitals), and so does "
+            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 907 of 18,672 prompts, 4.9%, read "
+            "differently, mostly CJK punctuation and accents, 78 for leetspeak, spelled-out letters or capitals), and so does "
             "the shipped probe; rerun `herald eval` to measure with it.")
 
 
