@@ -362,7 +362,7 @@ def _fold_ascii_disguises(text: str) -> str:
     out one by one (:func:`_join_spelled_out`: "W r i t e", "W.r.i.t.e"), a message written in capitals or in random
     case (:func:`_fold_case`), and leetspeak (:func:`_decode_leetspeak`: "Wr1t3"), which so reads capital leetspeak
     in small letters, where fewer of its guards for names apply ("G1V3 M3 4 PL4N"). Each took four harmful
-    requests that score 1.0 written plainly to 0.000-0.09 (hyphenated letters: 0.16-0.74; capitals: 0.51-1.00, two of
+    requests that score 1.0 written plainly to 0.000-0.11 (hyphenated letters: 0.16-0.74; capitals: 0.51-1.00, two of
     four under the threshold); docs/eval/prompt_text/evasions.txt."""
     return _decode_leetspeak(_fold_case(_join_spelled_out(text)))
 
@@ -486,7 +486,7 @@ _NAME_WITH_DIGIT = re.compile(r"[A-Za-z]{1,3}[013457]+[A-Za-z]")
 leetspeak only in a leetspeak region, like the same shape in leetspeak ("h0w", "th4t"); "pois0n", with four letters
 before the digit, is read everywhere."""
 
-_QUANTITY = re.compile(r"(?:[0-9]+(?:h|m|s|ms|d|w|y|min|am|pm|k|m|g|kg|mg|km|cm|mm|px|em|pt|st|nd|rd|th|x|kb|mb|gb|tb))+",
+_QUANTITY = re.compile(r"(?:[0-9]+(?:h|m|s|ms|d|w|y|min|am|pm|k|g|kg|mg|km|cm|mm|px|em|pt|st|nd|rd|th|x|[kmgt]b))+",
                        re.IGNORECASE)
 """Numbers with units ("1h30m", "5kg", "10am", "4K", "1st"): read as leetspeak only in a leetspeak region ("5h00t"
 is no quantity)."""
@@ -527,7 +527,8 @@ def _decode_leetspeak(text: str) -> str:
     leetspeak region: short names with a digit before one last letter (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and
     so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with fewer than three letters or without a 0 or 1
     ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms: "CH3OH"; "M3TH" too). Other names with a digit
-    between letters ("interp1d", "md5sum", "CD45RO" has no 0 or 1 and stays) are read as leetspeak, an accepted cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the corpus prompts the rule reads differently)."""
+    between letters are read as leetspeak ("interp1d", "md5sum", "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted
+    cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the corpus prompts the rule reads differently)."""
     if not _LEET_WORD.search(text):
         return text  # most text: no word with a leetspeak digit between letters
     code_chunks = [chunk.span() for chunk in _CHUNK.finditer(text) if _CODE_CHUNK.search(chunk.group(0))]
