@@ -460,6 +460,9 @@ or a URL scheme."""
 
 _LEET_INSIDE = r"[A-Za-z][013457]+[A-Za-z]"
 
+_LEET_HINT = re.compile(_LEET_INSIDE)
+"""A leetspeak digit between letters anywhere: the cheap test before :data:`_LEET_WORD`'s."""
+
 _LEET_WORD = re.compile(_NOT_CODE[0] + rf"(?=[A-Za-z013457]*{_LEET_INSIDE})[A-Za-z013457]+" + _NOT_CODE[1])
 """A word of ASCII letters and the digits of :data:`_LEET` with such a digit between two letters ("b0mb", "m4k3",
 "3xpl0s1v3"), outside code (:data:`_NOT_CODE`); not one with another digit ("cpv9nv8pb7la1", "2h30m") or a digit
@@ -529,7 +532,7 @@ def _decode_leetspeak(text: str) -> str:
     ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms: "CH3OH"; "M3TH" too). Other names with a digit
     between letters are read as leetspeak ("interp1d", "md5sum", "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted
     cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the corpus prompts the rule reads differently)."""
-    if not _LEET_WORD.search(text):
+    if not _LEET_HINT.search(text) or not _LEET_WORD.search(text):
         return text  # most text: no word with a leetspeak digit between letters
     code_chunks = [chunk.span() for chunk in _CHUNK.finditer(text) if _CODE_CHUNK.search(chunk.group(0))]
     chunk_starts = [start for start, _ in code_chunks]
@@ -626,8 +629,9 @@ def _fold_case(text: str) -> str:
 def _mixed_case(text: str) -> bool:
     """Whether ``text`` is written in random or alternating case (:data:`MIN_MIXED_CASE_WORDS`,
     :data:`MIXED_CASE_SHARE`)."""
-    if len(_SMALL_THEN_CAPITAL.findall(text)) < MIN_MIXED_CASE_WORDS:
-        return False  # most text: no two capitals after a small letter
+    first = _SMALL_THEN_CAPITAL.search(text)
+    if first is None or _SMALL_THEN_CAPITAL.search(text, first.end()) is None:
+        return False  # most text: no two capitals after a small letter (MIN_MIXED_CASE_WORDS)
     words = [word for word in _ASCII_WORD.findall(text) if len(word) >= 4]
     if not text.isascii() and 2 * sum(map(len, _ASCII_WORD.findall(text))) < sum(char.isalpha() for char in text):
         return False  # mostly another script: its Latin words are names ("SaaS" and "eBay" in Chinese text)
@@ -645,15 +649,17 @@ _ASCII_SMALL = bytes(range(ord("a"), ord("z") + 1))
 def _shouting(text: str) -> bool:
     """Whether ``text`` is written in capitals (:func:`_fold_case`); ASCII text is counted in C (bytes.translate),
     as this runs on every message."""
+    data = text.encode("utf-8")  # UTF-8 writes every non-ASCII character in bytes >= 0x80: a-z and A-Z count exactly
+    capitals = len(data) - len(data.translate(None, _ASCII_CAPITALS))
+    small = len(data) - len(data.translate(None, _ASCII_SMALL))
     if text.isascii():
-        data = text.encode("ascii")
-        capitals = len(data) - len(data.translate(None, _ASCII_CAPITALS))
-        small = len(data) - len(data.translate(None, _ASCII_SMALL))
         cased = letters = capitals + small
+    elif small > (1 - SHOUTING_SHARE) * len(text):
+        return False  # more small ASCII letters than capitals among all the characters could outweigh
     else:
-        cased = sum(char.isupper() or char.islower() for char in text)
-        capitals = sum(char.isupper() for char in text)
-        letters = sum(char.isalpha() for char in text)
+        capitals = sum(map(str.isupper, text))
+        cased = capitals + sum(map(str.islower, text))
+        letters = sum(map(str.isalpha, text))
     return cased >= MIN_SHOUTING_LETTERS and cased >= SHOUTING_SHARE * letters and capitals >= SHOUTING_SHARE * cased
 
 
