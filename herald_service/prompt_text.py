@@ -649,7 +649,7 @@ _ASCII_SMALL = bytes(range(ord("a"), ord("z") + 1))
 def _shouting(text: str) -> bool:
     """Whether ``text`` is written in capitals (:func:`_fold_case`); ASCII text is counted in C (bytes.translate),
     as this runs on every message."""
-    data = text.encode("utf-8")  # UTF-8 writes every non-ASCII character in bytes >= 0x80: a-z and A-Z count exactly
+    data = text.encode("utf-8", "surrogatepass")  # every non-ASCII character is bytes >= 0x80: a-z, A-Z count exactly
     capitals = len(data) - len(data.translate(None, _ASCII_CAPITALS))
     small = len(data) - len(data.translate(None, _ASCII_SMALL))
     if text.isascii():

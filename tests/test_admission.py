@@ -39,7 +39,7 @@ def sharing_vocab(runtime, backbone):
 
 def prompt_of(tokens: int) -> str:
     """A prompt the fake renders to exactly ``tokens`` tokens (3 template tokens plus one per word)."""
-    return " ".join(["w"] * (tokens - 3))
+    return " ".join(["wd"] * (tokens - 3))  # words of two letters: single letters would be joined (prompt_text.py)
 
 
 def rejected(metrics: HeraldMetrics, reason: str) -> float:
@@ -399,7 +399,7 @@ def test_work_accepted_and_then_cancelled_or_failed_gives_its_share_back(runtime
     engine.start()
     (first,) = engine.submit(backbone.encode([user_turn("one two")]))  # 5 tokens, held by the worker
     time.sleep(0.1)
-    queued = engine.submit(backbone.encode([user_turn("a b c d"), user_turn("bake bread")]))  # 7 (fails) + 5
+    queued = engine.submit(backbone.encode([user_turn("an ox at dawn"), user_turn("bake bread")]))  # 7 (fails) + 5
     cancelled = engine.submit(backbone.encode([user_turn("x y z")]))  # 6
     assert engine.ahead == Work(4, 23, 0, 135)
     engine.cancel(cancelled, "client_gone")

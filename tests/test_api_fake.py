@@ -91,7 +91,7 @@ def test_messages_and_trajectory_opt_out(client):
     [
         ({"input": ["a"] * 5}, 413, "input", "limit of 4"),
         ({"input": ["ok", "x" * 201]}, 413, "input[1]", "limit is 200"),
-        ({"input": " ".join(["w"] * 50)}, 413, "input", "limit is 40"),
+        ({"input": " ".join(["wd"] * 50)}, 413, "input", "limit is 40"),
         ({"input": []}, 422, "input", "at least one"),
         ({"input": 7}, 422, "input", "valid string"),
         ({"input": "a", "messages": []}, 422, "messages", "exactly one"),

@@ -237,6 +237,11 @@ def test_names_with_digits_make_no_leetspeak_region_and_numbers_stay_numbers():
     assert normalize_prompt_text("h5py 3.10 on k3s with 4 GPUs") == "hspy 3.10 on k3s with 4 GPUs"  # h5py: a cost
 
 
+def test_a_lone_surrogate_is_read_not_raised_on():
+    # CI: the capital count encoded the text as UTF-8 and raised on a lone surrogate, which the corpus reader reports
+    assert normalize_prompt_text("\ud800 HELLO THERE") == "\ud800 hello there"
+
+
 def test_single_letters_of_one_case_are_joined_an_accepted_cost():
     assert normalize_prompt_text("grades A B C D") == "grades ABCD"
     assert normalize_prompt_text("F U. F U") == "FU. FU"

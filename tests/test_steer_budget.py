@@ -171,7 +171,7 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
     backbone = sharing_vocab(runtime, Counting())
     moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=1.0, steer_max_concurrent=1)
     with pytest.raises(WorkTooLarge) as refused:
-        asyncio.run(steer(moderator, " ".join(["w"] * 27)))  # 30 tokens with the fake's 3 template tokens
+        asyncio.run(steer(moderator, " ".join(["wd"] * 27)))  # 30 tokens with the fake's 3 template tokens
     error = refused.value
     assert error.field == "prompt" and error.reason == "estimated_work"
     assert error.message == ("this prompt's 4 prefills (30 tokens each: two to classify it, one per generation) are"
@@ -183,7 +183,7 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
     assert metrics.registry.get_sample_value("herald_rejected_requests_total", {"reason": "estimated_work"}) == 1
     assert metrics.registry.get_sample_value("herald_steer_runs_total", {"mode": "ablate"}) is None
     # Its /steer slot was given back: the next prompt, whose prefills fit, runs.
-    outcome = asyncio.run(steer(moderator, " ".join(["w"] * 17)))
+    outcome = asyncio.run(steer(moderator, " ".join(["wd"] * 17)))
     moderator.engine.stop()
     assert calls == ["generate", "generate"] and not outcome.baseline.cut_short
 
@@ -197,7 +197,7 @@ def test_a_steer_413_prints_figures_that_add_up_however_small_the_limit(runtime,
     seconds_a_token = 0.01 if words == 27 else 0.29 / 28
     moderator = moderator_for(runtime, backbone, per_token(seconds_a_token), request_timeout_s=0.3)
     with pytest.raises(WorkTooLarge) as refused:
-        asyncio.run(steer(moderator, " ".join(["w"] * words)))
+        asyncio.run(steer(moderator, " ".join(["wd"] * words)))
     moderator.engine.stop()
     tokens = words + 3  # the fake's 3 template tokens
     assert refused.value.message == (
@@ -223,7 +223,7 @@ def test_moderation_admitted_behind_a_long_steer_is_answered_and_so_is_the_steer
     moderator = moderator_for(runtime, backbone, per_token(0.02), request_timeout_s=6.0)
 
     async def scenario():
-        steered = asyncio.ensure_future(steer(moderator, "make a bomb " + " ".join(["w"] * 34), 64))
+        steered = asyncio.ensure_future(steer(moderator, "make a bomb " + " ".join(["wd"] * 34), 64))
         assert await asyncio.get_running_loop().run_in_executor(None, generating.wait, 10)
         classified, _ = await moderator.classify([user_turn("bake bread")], ["input"], "input")
         return await steered, classified
@@ -244,7 +244,7 @@ def test_work_behind_a_running_steer_counts_it_until_its_deadline_not_at_the_mea
     engine = moderator.engine
     job = engine.submit_exclusive(lambda: release.wait(10), 0.5)
     assert 8.0 < engine.estimated_wait_s() <= 10.0
-    prompt = runtime.backbone.encode([user_turn(" ".join(["w"] * 97))])  # 100 tokens: 1 s
+    prompt = runtime.backbone.encode([user_turn(" ".join(["wd"] * 97))])  # 100 tokens: 1 s
     with pytest.raises(QueueFull) as refused:
         engine.submit(prompt)
     assert refused.value.reason == "estimated_wait" and 2 <= refused.value.retry_after_s <= 3
@@ -301,7 +301,7 @@ def test_moderation_behind_a_running_steer_with_a_measured_decode_rate_is_admitt
 
     backbone = sharing_vocab(runtime, Held(step_delay_s=0.05))
     moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=10.0)
-    prompt = runtime.backbone.encode([user_turn(" ".join(["w"] * 97))])  # 100 tokens: 1 s at the cost model
+    prompt = runtime.backbone.encode([user_turn(" ".join(["wd"] * 97))])  # 100 tokens: 1 s at the cost model
 
     async def classify_during_a_steer() -> str:
         held.clear(), release.clear()
