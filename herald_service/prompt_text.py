@@ -574,9 +574,12 @@ def _decode_leetspeak(text: str) -> str:
         return _LEET_WORD.sub(decode, text)
     start = text.rfind("\n", 0, start) + 1  # from the start of its line, where "t0" or "70" may come first
     end = len(text) if text.find("\n", end) < 0 else text.find("\n", end)
-    return (_LEET_WORD.sub(decode, text[:start])
-            + _LEET_ANY_WORD.sub(lambda match: decode(match, leetspeak=True), text[start:end])
-            + _LEET_WORD.sub(decode, text[end:]))
+
+    def decode_in_region(match: re.Match[str]) -> str:  # positions in ``text``, as the code runs' spans
+        if start <= match.start() < end:
+            return decode(match, leetspeak=True)
+        return decode(match) if _LEET_HINT.search(match.group(0)) else match.group(0)  # a _LEET_WORD outside it
+    return _LEET_ANY_WORD.sub(decode_in_region, text)
 
 
 _ASCII_ALNUM_WORD = re.compile(r"[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*")
