@@ -501,15 +501,16 @@ _CAMEL = re.compile(r"[a-z0-9][A-Z][a-z]")
 """A capital that starts a new part of a name ("G4ParticleGun", "Fish4Dogs", "h1Element"): an identifier or brand,
 not leetspeak."""
 
-_LETTER_RUN = re.compile(r"[A-Za-z]+")
+_ASCII_WORD = re.compile(r"[A-Za-z]+")
+"""A run of ASCII letters: the letter runs of a leetspeak word, the words :func:`_fold_case` weighs."""
 
 MAX_SINGLE_LETTER_RUNS = 5
 """Most letters a leetspeak word may have standing alone between digits when no two of its letters touch:
 "d3t0n4t0r" (five) is read, "1u1x1u1y1v1x1v1y1" (a matrix row) is not."""
 
-_HEX = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{6,}")
-"""Hexadecimal: "0x" and hex digits, or six or more hex digits ("c0ffee", a hash); shorter words of hex letters and
-digits are read as leetspeak ("d0", "b3d")."""
+_HEX_LITERAL = re.compile(r"0x[0-9a-fA-F]+")
+"""A hexadecimal literal ("0x1f4a"); six or more hex digits ("c0ffee", a hash) are caught by :data:`_CODE_CHUNK`, and
+shorter words of hex letters and digits are read as leetspeak ("d0", "b3d")."""
 
 _NUMBER_END = " \t\n,;!?'\""
 """What may follow a number read as letters in a leetspeak region ("70 make", "47 home,"); not "." ")" ":" of a list
@@ -524,10 +525,10 @@ def _decode_leetspeak(text: str) -> str:
     as a capital ("3xpl41n h0w" -> "Explain how": the shipped probe scores the request 0.77 with a small first letter,
     1.00 with a capital).
 
-    Left alone everywhere: hexadecimal ("c0ffee", "0x1f4a"), influenza subtypes (:data:`_SUBTYPE`), identifiers and
-    brands in camel case (:data:`_CAMEL`), letters scattered between digits (:data:`MAX_SINGLE_LETTER_RUNS`), words in
-    code (:data:`_NOT_CODE`) or in a run with a hash, an address or a URL (:data:`_CODE_CHUNK`). Left alone outside a
-    leetspeak region: short names with a digit before one last letter (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and
+    Left alone everywhere: hexadecimal ("0x1f4a"; "c0ffee" as a hash, :data:`_CODE_CHUNK`), influenza subtypes
+    (:data:`_SUBTYPE`), identifiers and brands in camel case (:data:`_CAMEL`), letters scattered between digits
+    (:data:`MAX_SINGLE_LETTER_RUNS`), words in code (:data:`_NOT_CODE`) or in a run with a hash, an address or a URL
+    (:data:`_CODE_CHUNK`). Left alone outside a leetspeak region: short names with a digit before one last letter (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and
     so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with fewer than three letters or without a 0 or 1
     ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms: "CH3OH"; "M3TH" too). Other names with a digit
     between letters are read as leetspeak ("interp1d", "md5sum", "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted
@@ -544,9 +545,9 @@ def _decode_leetspeak(text: str) -> str:
     def decode(match: re.Match[str], leetspeak: bool = False) -> str:
         word = match.group(0)
         letters = "".join(char for char in word if char.isalpha())
-        runs = _LETTER_RUN.findall(word)
+        runs = _ASCII_WORD.findall(word)
         scattered = len(runs) > MAX_SINGLE_LETTER_RUNS and all(len(run) == 1 for run in runs)
-        if scattered or _CAMEL.search(word) or _HEX.fullmatch(word) or _SUBTYPE.fullmatch(word) \
+        if scattered or _CAMEL.search(word) or _HEX_LITERAL.fullmatch(word) or _SUBTYPE.fullmatch(word) \
                 or in_code_chunk(match.start()):
             return word
         if not leetspeak and (_NAME_WITH_DIGIT.fullmatch(word) or _QUANTITY.fullmatch(word)
@@ -593,8 +594,6 @@ SHOUTING_SHARE = 0.8
 """Share of a message's cased letters that must be capitals, and of its letters that must be cased, for
 :func:`_fold_case` to read it in sentence case."""
 
-_ASCII_WORD = re.compile(r"[A-Za-z]+")
-
 MIN_MIXED_CASE_WORDS = 2
 """Fewest distinct words with a case change after their first letter ("pHiShInG", "WRitE"; not "SaaS" three times)
 that, with :data:`MIXED_CASE_SHARE`, make :func:`_fold_case` read a message in sentence case; only in a message of
@@ -635,9 +634,10 @@ def _mixed_case(text: str) -> bool:
     first = _SMALL_THEN_CAPITAL.search(text)
     if first is None or _SMALL_THEN_CAPITAL.search(text, first.end()) is None:
         return False  # most text: no two capitals after a small letter (MIN_MIXED_CASE_WORDS)
-    words = [word for word in _ASCII_WORD.findall(text) if len(word) >= 4]
-    if not text.isascii() and 2 * sum(map(len, _ASCII_WORD.findall(text))) < sum(char.isalpha() for char in text):
+    ascii_words = _ASCII_WORD.findall(text)
+    if not text.isascii() and 2 * sum(map(len, ascii_words)) < sum(char.isalpha() for char in text):
         return False  # mostly another script: its Latin words are names ("SaaS" and "eBay" in Chinese text)
+    words = [word for word in ascii_words if len(word) >= 4]
     changes = [_case_changes(word) for word in words]
     return len({word for word, change in zip(words, changes) if change}) >= MIN_MIXED_CASE_WORDS \
         and sum(changes) >= MIXED_CASE_SHARE * sum(len(word) - 2 for word in words)
