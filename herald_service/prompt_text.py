@@ -127,7 +127,7 @@ MAX_PASSES = 8
 next would fold (a mark that reached an ASCII letter once a joiner went; a word that is one case only once the case
 is folded, so it can be joined), so the result is folded again. Breakers found random strings of single letters and
 separators that needed up to seven passes; the fold is idempotent on 320,000 random ASCII and 200,000 random Unicode
-strings. An ASCII pass costs about 50 us for a prompt of the corpus."""
+strings."""
 
 
 def _ignorable(code_point: int) -> bool:
@@ -528,8 +528,8 @@ def _decode_leetspeak(text: str) -> str:
     Left alone everywhere: hexadecimal ("0x1f4a"; "c0ffee" as a hash, :data:`_CODE_CHUNK`), influenza subtypes
     (:data:`_SUBTYPE`), identifiers and brands in camel case (:data:`_CAMEL`), letters scattered between digits
     (:data:`MAX_SINGLE_LETTER_RUNS`), words in code (:data:`_NOT_CODE`) or in a run with a hash, an address or a URL
-    (:data:`_CODE_CHUNK`). Left alone outside a leetspeak region: short names with a digit before one last letter (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and
-    so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with fewer than three letters or without a 0 or 1
+    (:data:`_CODE_CHUNK`). Left alone outside a leetspeak region: short names with a digit before one last letter
+    (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with fewer than three letters or without a 0 or 1
     ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms: "CH3OH"; "M3TH" too). Other names with a digit
     between letters are read as leetspeak ("interp1d", "md5sum", "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted
     cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the corpus prompts the rule reads differently)."""
