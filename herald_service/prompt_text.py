@@ -529,8 +529,9 @@ def _decode_leetspeak(text: str) -> str:
     (:data:`_SUBTYPE`), identifiers and brands in camel case (:data:`_CAMEL`), letters scattered between digits
     (:data:`MAX_SINGLE_LETTER_RUNS`), words in code (:data:`_NOT_CODE`) or in a run with a hash, an address or a URL
     (:data:`_CODE_CHUNK`). Left alone outside a leetspeak region: short names with a digit before one last letter
-    (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with fewer than three letters or without a 0 or 1
-    ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms: "CH3OH"; "M3TH" too). Other names with a digit
+    (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with
+    fewer than three letters or without a 0 or 1 ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms:
+    "CH3OH"; "M3TH" too). Other names with a digit
     between letters are read as leetspeak ("interp1d", "md5sum", "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted
     cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the corpus prompts the rule reads differently)."""
     if not _LEET_HINT.search(text) or not _LEET_WORD.search(text):
