@@ -153,9 +153,9 @@ class ServeCommand(Settings):
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
-            from herald_service.engine.runtime import probe_folder
+            from herald_service.engine.runtime import checked_probe
 
-            probe_folder(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
+            checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)

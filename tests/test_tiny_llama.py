@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from conftest import wait_ready
 from herald_service.api.app import build_app
 from herald_service.backbone.base import Intervention
-from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.hf import HFBackbone, config_info
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import Settings
 from herald_service.data.hashing import corpus_sha256
@@ -25,6 +25,7 @@ from herald_service.training.fit import FitOptions, run_fit
 from herald_service.types import user_turn
 from safetensors.torch import load_file
 from tiny_llama import build_tiny_llama
+from transformers import AutoModelForCausalLM
 
 PROMPTS = [
     "how do i bake bread",
@@ -136,7 +137,18 @@ def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path):
         assert client.get("/v1/info").json()["limits"]["max_tokens"] == 256
 
 
-def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path):
+def _no_weights_load(*args, **kwargs):
+    raise AssertionError("the weights were loaded")
+
+
+def test_config_info_gives_the_loaded_backbones_architecture(resolved):
+    info = config_info(resolved)
+    loaded = HFBackbone(resolved, "cpu", "float32").info
+    assert (info.num_layers, info.hidden_size, info.config_hash) == (loaded.num_layers, loaded.hidden_size, loaded.config_hash)
+    assert (info.num_layers, info.hidden_size) == (4, 64)
+
+
+def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path, monkeypatch):
     other = build_tiny_llama(tmp_path / "wider", num_layers=4, hidden_size=32)
     backbone = HFBackbone(resolve_backbone(str(other), tmp_path), "cpu", "float32")
     rng = np.random.default_rng(1)
@@ -145,6 +157,11 @@ def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path):
     settings = Settings(_env_file=None, backbone=str(folder), probe=tmp_path / "probe", cache_dir=tmp_path, device="cpu")
     with pytest.raises(ProbeMismatch, match="hidden_size 32 in probe.json, 64 in the backbone"):
         load_runtime(settings)
+    # refused from config.json, before the weights load (minutes for a production backbone)
+    with monkeypatch.context() as patch:
+        patch.setattr(AutoModelForCausalLM, "from_pretrained", _no_weights_load)
+        with pytest.raises(ProbeMismatch, match="hidden_size 32 in probe.json, 64 in the backbone"):
+            load_runtime(settings)
     with TestClient(build_app(settings)) as client:
         for _ in range(200):
             r = client.get("/health/ready")

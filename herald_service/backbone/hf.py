@@ -177,6 +177,28 @@ def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
     return candidates[0]
 
 
+def config_info(resolved: ResolvedBackbone) -> BackboneInfo:
+    """What ``resolved``'s ``config.json`` says of the backbone, read without its weights or tokenizer (about a
+    second, against seconds to minutes for the weights): the decoder layers, hidden size and config hash that a probe
+    is checked against (:func:`~herald_service.probes.artifact.check_compatible`), so a probe fitted on another
+    architecture is refused before the load. ``chat_template_hash`` is ``None`` (the template is the tokenizer's) and
+    ``device``/``dtype`` are the defaults: only the architecture fields are meaningful.
+
+    Raises:
+        BackboneError: ``config.json`` is missing or not a transformers config.
+    """
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(resolved.folder)
+    except (OSError, ValueError) as exc:
+        raise BackboneError(f"cannot read the config of {resolved.folder}: {exc}", field="backbone") from exc
+    text_config = config.get_text_config()
+    return BackboneInfo(model_id=resolved.model_id, revision=resolved.revision,
+                        num_layers=int(text_config.num_hidden_layers), hidden_size=int(text_config.hidden_size),
+                        config_hash=config_hash(config), chat_template_hash=None, slug=resolved.slug)
+
+
 class HFBackbone:
     """A resident transformers causal LM.
 

@@ -13,7 +13,8 @@ from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import MANIFEST_FILE, backbone_manifest, compatibility_warnings, load_probe
+from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_compatible, compatibility_warnings,
+                                            load_probe)
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
 
@@ -86,16 +87,16 @@ def fake_runtime() -> Runtime:
     return Runtime(backbone, probe, manifest, "fake-backbone")  # no folder: fitted at start-up, named as its backbone
 
 
-def probe_folder(settings: BackboneSettings) -> Path:
-    """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), checked without
-    loading the backbone: the backbone path names a model, and the folder holds a probe that :func:`load_probe`
+def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[str, Any]]:
+    """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), its probe and its
+    manifest, checked without loading the backbone: the backbone path names a model, and the folder holds a probe that :func:`load_probe`
     loads (``probe.json`` parses and its fields are in range, ``probe.safetensors`` is there, readable and of the
     shapes the manifest gives, the scorer's weights load). ``herald serve`` calls it before the server starts
     listening (these errors came after "Application startup complete", or after the weights loaded: breaker pass;
     a bad ``probe.json`` value or tensor came after "Uvicorn running": tester finding). Whether the probe fits the
     backbone (layers, hidden size, config hash: :func:`~herald_service.probes.artifact.check_compatible`) is checked
-    once both are loaded: a GGUF backbone, the embedded one included, has no config to compare before it is
-    converted.
+    by :func:`load_runtime`, against ``config.json`` before the weights load: a GGUF backbone, the embedded one
+    included, has no config until it is converted.
 
     Raises:
         BackboneError: the backbone path does not exist or holds no model
@@ -117,8 +118,8 @@ def probe_folder(settings: BackboneSettings) -> Path:
     if not folder.exists():
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
         raise ProbeMismatch(f"no probe for backbone {slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
-    load_probe(folder)  # every check that needs no backbone; load_runtime loads it again against the backbone's info
-    return folder
+    probe, manifest = load_probe(folder)
+    return folder, probe, manifest
 
 
 def load_runtime(settings: BackboneSettings) -> Runtime:
@@ -132,18 +133,19 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
         return fake_runtime()
     import torch
 
-    from herald_service.backbone.hf import HFBackbone
+    from herald_service.backbone.hf import HFBackbone, config_info
     from herald_service.backbone.loader import resolve_backbone
 
-    folder = probe_folder(settings)  # before a backbone load of seconds to minutes
+    folder, probe, manifest = checked_probe(settings)  # before a backbone load of seconds to minutes
+    resolved = resolve_backbone(settings.backbone, settings.cache_dir)
+    check_compatible(manifest, config_info(resolved))  # another architecture: refused before its weights load
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     backbone = HFBackbone(
-        resolve_backbone(settings.backbone, settings.cache_dir), settings.device, settings.dtype, settings.padding_side,
-        compile_graphs=settings.compile_graphs,
+        resolved, settings.device, settings.dtype, settings.padding_side, compile_graphs=settings.compile_graphs,
         compile_batches=settings.compile_batches and settings.device != "cpu" and torch.cuda.is_available(),
     )
-    probe, manifest = load_probe(folder, backbone.info)
+    check_compatible(manifest, backbone.info)  # the loaded model's own config, as fit and eval record it
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, backbone.info.dtype, folder)
