@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training import report_scorer
 from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
 
@@ -188,6 +189,28 @@ def test_report_says_whether_the_prompts_were_folded_as_serving_folds_them(tmp_p
     write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"], "prompt_text": "nfkc-ascii-v2"}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "- **Prompt text** was folded with an earlier rule (`nfkc-ascii-v2`); serving" in text and "`nfkc-ascii-v3`" in text
+
+
+def test_report_names_the_studies_measured_on_text_other_than_the_main_results(tmp_path):
+    folded = {**main_results()["meta"], "prompt_text": PROMPT_TEXT}
+    write(tmp_path, "results.json", {**main_results(), "meta": folded})
+    for seed, run in enumerate(feature_set_runs()):
+        write(tmp_path / "feature_sets", f"seed{seed}.json", {**run, "meta": {**run["meta"], "prompt_text": PROMPT_TEXT}})
+    for seed, rule in ((0, PROMPT_TEXT), (1, None)):  # a run before the fold names no rule
+        write(tmp_path / "jailbreak_recipe", f"seed{seed}.json",
+              {"prompt_text": rule, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("- **Studies measured on the text as written**"))
+    assert '"Jailbreak-augmented training"' in line and "Trajectory feature sets" not in line
+    write(tmp_path / "jailbreak_recipe", "seed1.json",
+          {"prompt_text": PROMPT_TEXT, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "Studies measured on the text as written" not in text
+    # main results as written: the prompt-text line already says so, and no second line repeats it per study
+    write(tmp_path, "results.json", main_results())
+    write(tmp_path / "jailbreak_recipe", "seed1.json", {"results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "- **Prompt text as written.**" in text and "Studies measured on the text as written" not in text
 
 
 def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):

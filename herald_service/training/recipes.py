@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins
 from herald_service.training.protocol import loso_folds
@@ -324,6 +325,7 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates, starte
                            "disjoint from the evaluation's, `+benign` also benign training prompts in them "
                            "(docs/eval/jailbreak_recipe.md)." if any(map(jailbreak_labels, results)) else "")),
         "fit_seed": options.seed if options.fit_seed is None else options.fit_seed,
+        "prompt_text": PROMPT_TEXT,
         "results": results,
         "templated_n": int(len(augment.labels)),
         "seconds": round(time.perf_counter() - started, 1),

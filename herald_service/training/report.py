@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -320,6 +321,49 @@ def _prompt_text_line(meta: dict) -> str:
             "the shipped probe; rerun `herald eval` to measure with it.")
 
 
+def _rule_of(part: Any) -> str | None:
+    """The prompt-text rule a study's JSON was measured under: ``meta.prompt_text`` of a ``herald eval`` result, the
+    top-level ``prompt_text`` of a ``herald recipes`` result; ``None`` where it names none (runs before the fold, and
+    summaries written by a study's own script)."""
+    if not isinstance(part, dict):
+        return None
+    return part.get("meta", {}).get("prompt_text") if "meta" in part else part.get("prompt_text")
+
+
+def _study_parts(results: dict) -> dict[str, list]:
+    """Each study section's JSON parts, by the section's title, as :func:`write_report` loaded them."""
+    sensitive = results.get("benign_sensitive") or {}
+    study, round3 = results.get("jailbreak_recipe") or {}, results.get("direction_round3") or {}
+    return {
+        "Training recipe: before and after": [results["recipes"]] if results.get("recipes") else [],
+        "Benign prompts on sensitive topics": [sensitive[k] for k in ("results", "recipes") if sensitive.get(k)]
+        + list((sensitive.get("recipes_fit_seeds") or {}).values()),
+        "Trajectory feature sets": list(results.get("feature_sets") or []),
+        "Scorer training recipes": [results["scorer_training"]] if results.get("scorer_training") else [],
+        "Per-layer direction estimators": ([results["direction_estimators"]] if results.get("direction_estimators") else [])
+        + [{"prompt_text": rule} for rule in round3.get("prompt_texts", [None] * len(round3.get("runs") or {}))],
+        "Jailbreak-augmented training": [{"prompt_text": rule}
+                                         for rule in study.get("prompt_texts", [None] * len(study.get("runs") or {}))],
+        "Threshold from source-held-out margins": list((results.get("threshold_rule") or {}).values()),
+    }
+
+
+def _older_text_line(results: dict) -> str | None:
+    """A line naming the study sections measured on prompt text other than the main results' (runs that predate the
+    fold or name an earlier rule), or ``None`` when there are none or the main results are not folded by the current
+    rule either (the prompt-text line already says so)."""
+    if results.get("meta", {}).get("prompt_text") != PROMPT_TEXT:
+        return None
+    older = [title for title, parts in _study_parts(results).items()
+             if parts and any(_rule_of(part) != PROMPT_TEXT for part in parts)]
+    if not older:
+        return None
+    return ("- **Studies measured on the text as written**: the sections " + ", ".join(f"\"{t}\"" for t in older)
+            + f" were run before the `{PROMPT_TEXT}` fold (some of their runs name no rule or an earlier one). Each"
+            " compares its candidates on one text, so what it chose stands, but its numbers are not those of the tables"
+            " above, and its `shipped`/Herald rows are the probe before its refit on folded text.")
+
+
 SHIPPED_STUDY_DOCS = Path(__file__).resolve().parents[2] / "docs" / "eval"
 """The studies' write-ups in a source checkout of Herald (absent from an installed wheel)."""
 
@@ -355,6 +399,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
             f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
             _prompt_text_line(meta),
+            *filter(None, [_older_text_line(results)]),
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
             "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
             "- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
@@ -786,14 +831,18 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     round3_files = sorted((folder / "direction_estimators" / "round3").glob("seed*.json"))
     if "direction_round3" not in results and round3_files:
         diagnostic = folder / "direction_estimators" / "round3" / "benign_wrapped.json"
+        runs = {int(f.stem.removeprefix("seed")): json.loads(f.read_text()) for f in round3_files}
         results["direction_round3"] = {
-            "runs": {int(f.stem.removeprefix("seed")): json.loads(f.read_text())["results"] for f in round3_files},
+            "runs": {seed: run["results"] for seed, run in runs.items()},
+            "prompt_texts": [run.get("prompt_text") for run in runs.values()],
             "benign_wrapped": json.loads(diagnostic.read_text()) if diagnostic.is_file() else None}
     seed_files = sorted((folder / "jailbreak_recipe").glob("seed*.json"))
     if "jailbreak_recipe" not in results and seed_files:
         diagnostic = folder / "jailbreak_recipe" / "benign_wrapped.json"
+        runs = {int(f.stem.removeprefix("seed")): json.loads(f.read_text()) for f in seed_files}
         results["jailbreak_recipe"] = {
-            "runs": {int(f.stem.removeprefix("seed")): json.loads(f.read_text())["results"] for f in seed_files},
+            "runs": {seed: run["results"] for seed, run in runs.items()},
+            "prompt_texts": [run.get("prompt_text") for run in runs.values()],
             "benign_wrapped": json.loads(diagnostic.read_text()) if diagnostic.is_file() else None}
         beside.append("jailbreak_recipe/")
     threshold_runs = report_threshold.load_runs(folder / "threshold_rule")
