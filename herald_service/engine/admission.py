@@ -178,11 +178,14 @@ class BatchCost:
         self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
         self._anchor: np.ndarray | None = None
         self.fit: CostFit | None = self._solve() if prior else None
+        """The current :class:`CostFit`; ``None`` before any measurement. Replaced whole (one reference assignment),
+        so a reader on another thread never sees half of one fit and half of another."""
+        self.warmup: CostFit | None = self.fit
+        """The fit of the warm-up timings alone, never updated; ``None`` without them. :func:`admission_verdict`
+        refuses work as too large for the limit (413) only when this fit prices it over the limit too."""
         if self.fit is not None:
             self._anchor = np.array([self.fit.per_batch_s, self.fit.per_prompt_s, self.fit.per_token_s,
                                      self.fit.per_squared_token_s])
-        """The current :class:`CostFit`; ``None`` before any measurement. Replaced whole (one reference assignment),
-        so a reader on another thread never sees half of one fit and half of another."""
 
     def observe(self, timing: BatchTiming) -> None:
         """Fold in one batch. A batch of no prompts or no measurable time is ignored."""
@@ -404,7 +407,8 @@ class TooMuchWork:
 
 
 def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
-                      jobs_s: float = 0.0, own_job_s: float = 0.0) -> Refusal | TooMuchWork | None:
+                      jobs_s: float = 0.0, own_job_s: float = 0.0,
+                      warmup: CostFit | None = None) -> Refusal | TooMuchWork | None:
     """The refusal for a request, or ``None`` to admit it.
 
     Args:
@@ -416,8 +420,13 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
         jobs_s: seconds until the exclusive jobs ahead have ended (:func:`jobs_left_s`).
         own_job_s: the least seconds the request's own exclusive job needs (a /steer job: its prefills and margin;
             its generation takes what is left until its deadline).
+        warmup: the fit of the warm-up timings alone (:attr:`BatchCost.warmup`); ``None``: ``fit`` alone decides.
 
-    Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`. Otherwise the estimated wait is
+    Own work costing more than ``limit_s`` alone, by ``fit`` and by ``warmup``: :class:`TooMuchWork`. Priced over the
+    limit by ``fit`` only (live batches timed slower than at warm-up: other work on the CPU, or a drift of the fit),
+    the request is treated as work over the headroom, admitted on an idle worker: a 413 says "send less", which the
+    sender of one valid prompt cannot do, and a refused request is never measured, so the fit would not learn that the
+    slowdown has passed (README's admission paragraph). Otherwise the estimated wait is
     :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
     :data:`WAIT_HEADROOM` x ``limit_s`` (or, for a request whose own work alone is more, over that work: it is
     admitted on an idle worker): :class:`Refusal`, whose ``retry_after_s`` is how long until the work ahead has
@@ -427,7 +436,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     if fit is None or limit_s is None:
         return None
     own_work_s = fit.seconds(own)
-    if own_work_s > limit_s:
+    if own_work_s > limit_s and (warmup is None or warmup.seconds(own) > limit_s):
         return TooMuchWork(own_work_s, limit_s, own)
     ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)
     own_s = own_work_s + own_job_s
