@@ -201,7 +201,7 @@ def test_report_names_the_studies_measured_on_text_other_than_the_main_results(t
               {"prompt_text": rule, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     line = next(line for line in text.splitlines() if line.startswith("- **Studies measured on the text as written**"))
-    assert '"Jailbreak-augmented training"' in line and "Trajectory feature sets" not in line
+    assert '"Jailbreak-augmented training" (1 of its 2 runs)' in line and "Trajectory feature sets" not in line
     write(tmp_path / "jailbreak_recipe", "seed1.json",
           {"prompt_text": PROMPT_TEXT, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()

@@ -89,14 +89,14 @@ def fake_runtime() -> Runtime:
 
 def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[str, Any]]:
     """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), its probe and its
-    manifest, checked without loading the backbone: the backbone path names a model, and the folder holds a probe that :func:`load_probe`
-    loads (``probe.json`` parses and its fields are in range, ``probe.safetensors`` is there, readable and of the
-    shapes the manifest gives, the scorer's weights load). ``herald serve`` calls it before the server starts
-    listening (these errors came after "Application startup complete", or after the weights loaded: breaker pass;
-    a bad ``probe.json`` value or tensor came after "Uvicorn running": tester finding). Whether the probe fits the
-    backbone (layers, hidden size, config hash: :func:`~herald_service.probes.artifact.check_compatible`) is checked
-    by :func:`load_runtime`, against ``config.json`` before the weights load: a GGUF backbone, the embedded one
-    included, has no config until it is converted.
+    manifest, checked without loading the backbone: the backbone path names a model, and the folder holds a probe that
+    :func:`load_probe` loads (``probe.json`` parses and its fields are in range, ``probe.safetensors`` is there,
+    readable and of the shapes the manifest gives, the scorer's weights load). ``herald serve`` calls it before the
+    server starts listening (these errors came after "Application startup complete", or after the weights loaded:
+    breaker pass; a bad ``probe.json`` value or tensor came after "Uvicorn running": tester finding). Whether the probe
+    fits the backbone (layers, hidden size, config hash: :func:`~herald_service.probes.artifact.check_compatible`) is
+    checked by :func:`load_runtime`, against ``config.json`` before the weights load: a GGUF backbone, the embedded
+    one included, has no config until it is converted.
 
     Raises:
         BackboneError: the backbone path does not exist or holds no model

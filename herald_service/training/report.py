@@ -354,14 +354,17 @@ def _older_text_line(results: dict) -> str | None:
     rule either (the prompt-text line already says so)."""
     if results.get("meta", {}).get("prompt_text") != PROMPT_TEXT:
         return None
-    older = [title for title, parts in _study_parts(results).items()
-             if parts and any(_rule_of(part) != PROMPT_TEXT for part in parts)]
+    older = []
+    for title, parts in _study_parts(results).items():
+        current = sum(_rule_of(part) == PROMPT_TEXT for part in parts)
+        if current < len(parts):
+            older.append(f"\"{title}\"" + (f" ({len(parts) - current} of its {len(parts)} runs)" if current else ""))
     if not older:
         return None
-    return ("- **Studies measured on the text as written**: the sections " + ", ".join(f"\"{t}\"" for t in older)
-            + f" were run before the `{PROMPT_TEXT}` fold (some of their runs name no rule or an earlier one). Each"
-            " compares its candidates on one text, so what it chose stands, but its numbers are not those of the tables"
-            " above, and its `shipped`/Herald rows are the probe before its refit on folded text.")
+    return ("- **Studies measured on the text as written**: the runs of the sections " + ", ".join(older)
+            + f" predate the `{PROMPT_TEXT}` fold (they name no rule or an earlier one). Each study compares its"
+            " candidates on one text, so what it chose stands, but those numbers are not those of the tables above, and"
+            " their `shipped`/Herald rows are the probe before its refit on folded text.")
 
 
 SHIPPED_STUDY_DOCS = Path(__file__).resolve().parents[2] / "docs" / "eval"
