@@ -210,24 +210,23 @@ def test_a_request_behind_more_work_than_the_timeout_is_refused_with_the_seconds
                                " worker is busy with work accepted earlier); retry in 4 s")
 
 
-def test_work_priced_over_the_limit_by_the_live_fit_alone_is_admitted_only_on_an_idle_worker():
-    warm, slow = lin(0.0, 0.01), lin(0.0, 0.03)  # batches now timed 3x slower than at warm-up
-    one = Work.of_prompts([4000])  # 40 s at warm-up, 120 s now, against 60 s
-    assert isinstance(admission_verdict(Work(), one, slow, limit_s=60.0), TooMuchWork)  # without the warm-up fit
-    assert admission_verdict(Work(), one, slow, limit_s=60.0, warmup=warm) is None
-    behind = admission_verdict(Work.of_prompts([100]), one, slow, limit_s=60.0, warmup=warm)
-    assert isinstance(behind, Refusal) and behind.retry_after_s == 3  # 429 until the 3 s ahead have drained
-    refused = admission_verdict(Work(), Work.of_prompts([7000]), slow, limit_s=60.0, warmup=warm)  # 70 s at warm-up
-    assert isinstance(refused, TooMuchWork) and refused.work_s == pytest.approx(210.0)  # the message gives today's price
+def test_one_prompt_priced_over_the_limit_by_the_warm_up_seed_alone_runs_on_an_idle_worker():
+    slow_seed = lin(0.0, 0.1)  # a warm-up timed under load: 100 tokens priced at 10 s against 2 s
+    one, two = Work.of_prompts([100]), Work.of_prompts([50, 50])
+    assert admission_verdict(Work(), one, slow_seed, limit_s=2.0, live=False) is None  # idle: run, and timed
+    busy = admission_verdict(Work.of_prompts([5]), one, slow_seed, limit_s=2.0, live=False)
+    assert isinstance(busy, Refusal) and busy.retry_after_s == 1  # 429 until the 0.5 s ahead have drained
+    assert isinstance(admission_verdict(Work(), two, slow_seed, limit_s=2.0, live=False), TooMuchWork)  # can be split
+    assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0, live=True), TooMuchWork)  # timed: trusted
 
 
-def test_the_warm_up_fit_is_kept_as_live_batches_move_the_fit():
-    cost = BatchCost(PER_TOKEN, batch_prompts=64, batch_tokens=8192)
-    assert cost.warmup is cost.fit and cost.warmup.per_token_s == pytest.approx(0.01)
-    for _ in range(10):
-        cost.observe(BatchTiming(1, 100, 3.0))
-    assert cost.fit.seconds(Work.of_prompts([100])) > 2.0 and cost.warmup.seconds(Work.of_prompts([100])) == pytest.approx(1.0)
-    assert BatchCost().warmup is None
+def test_a_refusal_behind_work_names_the_requests_own_work_when_that_is_the_bound():
+    # Own work 9 s of a 10 s limit (over the 8 s headroom): admitted only on an idle worker; 1 s ahead.
+    refusal = admission_verdict(Work(2, 0), Work(18, 0), lin(0.5, 0.0), limit_s=10.0)
+    assert isinstance(refusal, Refusal) and refusal.allowed_s == 9.0
+    assert refusal.message == ("estimated wait 10 s exceeds the 9.0 s of this request's own estimated work (work over"
+                               " 80% of request_timeout_s 10 s runs only on an idle worker) (the worker is busy with"
+                               " work accepted earlier); retry in 1 s")
 
 
 def test_a_request_within_the_timeout_is_admitted_up_to_the_limit_itself():
@@ -390,27 +389,22 @@ def test_a_prompt_behind_a_long_backlog_is_refused_at_once_then_served_once_it_d
     engine.stop()
 
 
-def test_a_prompt_priced_over_the_limit_only_since_batches_ran_slower_is_served_on_an_idle_engine(runtime):
-    # Seeded at 10 ms a token; the worker now runs at 20 ms (another job on the CPU). Under a 2 s limit, 150 tokens
-    # are 1.5 s at warm-up and 3 s by the live fit: a 413 ("send fewer or shorter prompts") for one valid prompt, which
-    # was never run, so the fit could not learn when the slowdown passed.
-    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.02))
-    engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=PER_TOKEN)
+def test_a_warm_up_timed_far_too_slow_does_not_refuse_every_prompt_for_good(runtime):
+    # The breaker's case: a warm-up timed 30x slow under load priced every prompt over the limit, every request got
+    # 413, none was timed, and the seed stood until a restart. Seeded at 0.3 s a token; the worker runs at 0.01 s.
+    slow_seed = tuple(BatchTiming(t.prompts, t.tokens, t.seconds * 30) for t in PER_TOKEN)
+    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=slow_seed)
     engine.start()
-    for _ in range(4):
-        (short,) = engine.submit(slow.encode([user_turn(prompt_of(25))]))
-        short.result(timeout=10)
-    prompt = slow.encode([user_turn(prompt_of(150))])
-    assert engine.cost.seconds(Work.of_prompts([150])) > 2.0 >= engine.cost.warmup.seconds(Work.of_prompts([150]))
-    (ahead,) = engine.submit(slow.encode([user_turn(prompt_of(25))]))
-    with pytest.raises(QueueFull) as refused:  # behind other work: 429 with Retry-After, not 413
-        engine.submit(prompt)
-    assert refused.value.reason == "estimated_wait" and refused.value.retry_after_s >= 1
-    ahead.result(timeout=10)
-    (served,) = engine.submit(prompt)  # idle: admitted, and timed
-    assert served.result(timeout=10).tokens == 150
-    with pytest.raises(WorkTooLarge):  # over the limit at warm-up too (3 s): still 413
-        engine.submit(slow.encode([user_turn(prompt_of(300))]))
+    hi = fast.encode([user_turn(prompt_of(20))])
+    assert engine.cost.seconds(Work.of_prompts([20])) == pytest.approx(6.0) and not engine.cost.live
+    with pytest.raises(WorkTooLarge):  # two prompts: the client can split them
+        engine.submit(hi * 2)
+    (first,) = engine.submit(hi)  # one prompt on an idle worker: run, and timed
+    assert first.result(timeout=10).tokens == 20
+    assert engine.cost.live and engine.cost.seconds(Work.of_prompts([20])) < 2.0
+    answers = engine.submit(hi * 2)  # the fit learnt the worker's speed: no longer refused
+    assert [future.result(timeout=10).tokens for future in answers] == [20, 20]
     engine.stop()
 
 

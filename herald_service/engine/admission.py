@@ -178,14 +178,11 @@ class BatchCost:
         self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
         self._anchor: np.ndarray | None = None
         self.fit: CostFit | None = self._solve() if prior else None
-        """The current :class:`CostFit`; ``None`` before any measurement. Replaced whole (one reference assignment),
-        so a reader on another thread never sees half of one fit and half of another."""
-        self.warmup: CostFit | None = self.fit
-        """The fit of the warm-up timings alone, never updated; ``None`` without them. :func:`admission_verdict`
-        refuses work as too large for the limit (413) only when this fit prices it over the limit too."""
         if self.fit is not None:
             self._anchor = np.array([self.fit.per_batch_s, self.fit.per_prompt_s, self.fit.per_token_s,
                                      self.fit.per_squared_token_s])
+        """The current :class:`CostFit`; ``None`` before any measurement. Replaced whole (one reference assignment),
+        so a reader on another thread never sees half of one fit and half of another."""
 
     def observe(self, timing: BatchTiming) -> None:
         """Fold in one batch. A batch of no prompts or no measurable time is ignored."""
@@ -193,6 +190,11 @@ class BatchCost:
             return
         self._live.append(timing)
         self.fit = self._solve()
+
+    @property
+    def live(self) -> bool:
+        """Whether a live batch has been timed since start-up (the fit is more than the warm-up seed)."""
+        return bool(self._live)
 
     def seconds(self, work: Work) -> float | None:
         """Estimated busy seconds for ``work``'s prompts; ``None`` before any measurement."""
@@ -378,6 +380,10 @@ class Refusal:
         if allowed >= self.limit_s:
             wait, limit = exceeding_texts(self.wait_s, self.limit_s)
             bound = f"request_timeout_s {limit} s"
+        elif allowed > WAIT_HEADROOM * self.limit_s:  # the request's own work: it waits for an idle worker
+            wait, admitted = exceeding_texts(self.wait_s, allowed, bound_decimals=1)
+            bound = (f"the {admitted} s of this request's own estimated work (work over {WAIT_HEADROOM:.0%} of"
+                     f" request_timeout_s {seconds_text(self.limit_s, 0)} s runs only on an idle worker)")
         else:
             wait, admitted = exceeding_texts(self.wait_s, allowed, bound_decimals=1)
             bound = (f"the {admitted} s admitted ({WAIT_HEADROOM:.0%} of request_timeout_s"
@@ -407,8 +413,7 @@ class TooMuchWork:
 
 
 def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
-                      jobs_s: float = 0.0, own_job_s: float = 0.0,
-                      warmup: CostFit | None = None) -> Refusal | TooMuchWork | None:
+                      jobs_s: float = 0.0, own_job_s: float = 0.0, live: bool = True) -> Refusal | TooMuchWork | None:
     """The refusal for a request, or ``None`` to admit it.
 
     Args:
@@ -420,13 +425,13 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
         jobs_s: seconds until the exclusive jobs ahead have ended (:func:`jobs_left_s`).
         own_job_s: the least seconds the request's own exclusive job needs (a /steer job: its prefills and margin;
             its generation takes what is left until its deadline).
-        warmup: the fit of the warm-up timings alone (:attr:`BatchCost.warmup`); ``None``: ``fit`` alone decides.
+        live: whether ``fit`` has timed a live batch (:attr:`BatchCost.live`); ``False``: it is the warm-up seed.
 
-    Own work costing more than ``limit_s`` alone, by ``fit`` and by ``warmup``: :class:`TooMuchWork`. Priced over the
-    limit by ``fit`` only (live batches timed slower than at warm-up: other work on the CPU, or a drift of the fit),
-    the request is treated as work over the headroom, admitted on an idle worker: a 413 says "send less", which the
-    sender of one valid prompt cannot do, and a refused request is never measured, so the fit would not learn that the
-    slowdown has passed (README's admission paragraph). Otherwise the estimated wait is
+    Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`, except for a request of one prompt while
+    ``fit`` is the warm-up seed alone, which is then treated as work over the headroom (admitted on an idle worker). A
+    warm-up timed under load can price every prompt over the limit (a breaker pass: 2 x 70 tokens timed at 6.3 s, 35x
+    their real cost, so even "hi" got 413 under a 2 s limit), and a refused request is never timed, so the seed would
+    stand until a restart; one prompt is bounded by ``max_tokens``, and its timing corrects the fit. Otherwise the estimated wait is
     :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
     :data:`WAIT_HEADROOM` x ``limit_s`` (or, for a request whose own work alone is more, over that work: it is
     admitted on an idle worker): :class:`Refusal`, whose ``retry_after_s`` is how long until the work ahead has
@@ -436,7 +441,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     if fit is None or limit_s is None:
         return None
     own_work_s = fit.seconds(own)
-    if own_work_s > limit_s and (warmup is None or warmup.seconds(own) > limit_s):
+    if own_work_s > limit_s and (live or own.prompts > 1):
         return TooMuchWork(own_work_s, limit_s, own)
     ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)
     own_s = own_work_s + own_job_s

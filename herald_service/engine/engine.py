@@ -265,7 +265,7 @@ class InferenceEngine:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting: queue_capacity,"
                             " HERALD_QUEUE_CAPACITY); retry shortly")
         verdict = admission_verdict(self._ahead, own, self.cost.fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
-                                    own_job_s, self.cost.warmup)
+                                    own_job_s, self.cost.live)
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
         if verdict is not None:
