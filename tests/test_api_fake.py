@@ -10,6 +10,8 @@ from test_admission import sharing_vocab  # one copy of the fake-vocabulary help
 from herald_service.api.app import build_app
 from herald_service.config import Settings
 from herald_service.engine.runtime import fake_runtime
+from herald_service.engine.service import chunks_by_characters
+from herald_service.types import user_turn
 
 STEER_KEY = "steer-key-0123456789"
 API_KEY = "client-key-0123456789"
@@ -775,3 +777,35 @@ def test_a_client_gone_mid_upload_is_counted_as_499_not_500():
     counted = {s.labels["status"]: s.value for m in metrics.registry.collect() for s in m.samples
                if s.name == "herald_requests_total" and s.labels.get("route") == "/classify"}
     assert counted == {"499": 1.0}
+
+
+def test_chunks_by_characters_keep_short_prompts_together_and_long_ones_apart():
+    def prompts(*sizes):
+        return [user_turn("x" * n) for n in sizes]
+
+    assert chunks_by_characters(prompts(10, 10, 10), 100) == [(0, 3)]
+    assert chunks_by_characters(prompts(60, 60, 10, 200, 5), 100) == [(0, 1), (1, 3), (3, 4), (4, 5)]
+    assert chunks_by_characters([], 100) == []
+
+
+def test_a_prompt_over_the_token_limit_ends_the_encoding_of_the_prompts_after_it(monkeypatch):
+    # The breaker's case: 64 prompts of 32,000 characters were all folded and tokenized (4 s) before the 413.
+    with client_for(max_chars=32_000, max_tokens=100, max_batch_size=64) as client:
+        wait_ready(client)
+        backbone = client.app.state.herald.runtime.backbone
+        encode, seen = backbone.encode, []
+
+        def counting(conversations):
+            seen.append(len(conversations))
+            return encode(conversations)
+
+        monkeypatch.setattr(backbone, "encode", counting)
+        long = "wd " * 9_000
+        refused = client.post("/classify", json={"input": ["hi"] * 40 + [long] * 24})
+        assert refused.status_code == 413 and refused.json()["error"]["field"] == "input[40]"
+        assert "prompt renders to 9" in refused.json()["error"]["message"]
+        assert seen == [40, 1]  # the 23 long prompts after it were never encoded
+        seen.clear()
+        answered = client.post("/classify", json={"input": ["hi"] * 64, "return_trajectory": False})
+        assert answered.status_code == 200 and len(answered.json()["results"]) == 64
+        assert seen == [64]  # short prompts: one hop, as before
