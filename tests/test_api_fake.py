@@ -11,6 +11,7 @@ from herald_service.api.app import build_app
 from herald_service.config import Settings
 from herald_service.engine.runtime import fake_runtime
 from herald_service.engine.service import chunks_by_characters
+from herald_service.errors import InvalidInput
 from herald_service.types import user_turn
 
 STEER_KEY = "steer-key-0123456789"
@@ -809,3 +810,20 @@ def test_a_prompt_over_the_token_limit_ends_the_encoding_of_the_prompts_after_it
         answered = client.post("/classify", json={"input": ["hi"] * 64, "return_trajectory": False})
         assert answered.status_code == 200 and len(answered.json()["results"]) == 64
         assert seen == [64]  # short prompts: one hop, as before
+
+
+def test_a_prompt_the_backbone_refuses_in_a_later_chunk_is_named_by_its_place_in_the_request(monkeypatch):
+    with client_for(max_chars=32_000, max_tokens=8_000, max_batch_size=64) as client:
+        wait_ready(client)
+        backbone = client.app.state.herald.runtime.backbone
+        encode = backbone.encode
+
+        def refusing(conversations):  # as HFBackbone.encode refuses a prompt that renders to no token
+            for i, conversation in enumerate(conversations):
+                if conversation[0].content == "refuse me":
+                    raise InvalidInput("prompt renders to no token", prompt_index=i)
+            return encode(conversations)
+
+        monkeypatch.setattr(backbone, "encode", refusing)
+        r = client.post("/classify", json={"input": ["wd " * 6_000] * 3 + ["hi", "refuse me"]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "input[4]", r.text  # chunk (3, 5), its 2nd prompt

@@ -431,8 +431,8 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     ``fit`` is the warm-up seed alone, which is then treated as work over the headroom (admitted on an idle worker). A
     warm-up timed under load can price every prompt over the limit (a breaker pass: 2 x 70 tokens timed at 6.3 s, 35x
     their real cost, so even "hi" got 413 under a 2 s limit), and a refused request is never timed, so the seed would
-    stand until a restart; one prompt is bounded by ``max_tokens``, and its timing corrects the fit. Otherwise the estimated wait is
-    :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
+    stand until a restart; one prompt is bounded by ``max_tokens``, and its timing corrects the fit. Otherwise the
+    estimated wait is :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
     :data:`WAIT_HEADROOM` x ``limit_s`` (or, for a request whose own work alone is more, over that work: it is
     admitted on an idle worker): :class:`Refusal`, whose ``retry_after_s`` is how long until the work ahead has
     drained enough for this request to fit (the cap falls as fast as the work drains: deadlines come one second closer

@@ -210,8 +210,10 @@ class Moderator:
                 chunk = await asyncio.get_running_loop().run_in_executor(None, self.runtime.backbone.encode,
                                                                          conversations[first:end])
             except HeraldError as exc:
-                if exc.field is None and exc.prompt_index is not None:
-                    exc.field = fields[first + exc.prompt_index]
+                if exc.prompt_index is not None:
+                    exc.prompt_index += first  # the request's numbering, not the chunk's
+                    if exc.field is None:
+                        exc.field = fields[exc.prompt_index]
                 raise
             for token_ids, field in zip(chunk, fields[first:end]):
                 if len(token_ids) > limit:
