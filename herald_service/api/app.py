@@ -155,7 +155,9 @@ def timeout_warning(engine: InferenceEngine, timeout_s: float, shortest_tokens: 
     if seconds is None or seconds <= timeout_s:
         return None
     return (f"HERALD_REQUEST_TIMEOUT_S {timeout_s:g} s is below the shortest prompt's estimated model time"
-            f" ({shortest_tokens} tokens, {seconds:.3g} s) on this backbone: every request will be refused or time out")
+            f" ({shortest_tokens} tokens, {seconds:.3g} s) on this backbone: every request will be refused or time out,"
+            " unless the warm-up was timed slow (other work on this machine), which the first one-prompt request,"
+            " run on an idle worker, corrects")
 
 
 def _stop_if_asked(state: AppState) -> None:
