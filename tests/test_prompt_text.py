@@ -68,6 +68,15 @@ def test_a_conversation_keeps_its_roles():
     assert normalize_conversation(conversation) == (Message("system", "Be brief."), Message("user", "Hi"))
 
 
+
+def test_a_blank_message_reads_as_empty_and_others_keep_their_spaces():
+    # Breaker pass: 1-8 spaces scored 0.00-0.99 with the shipped probe (4 spaces flagged at 0.95), "" 0.00.
+    for blank in (" ", "    ", "\n\t ", "\u3164\u200b ", "\u00a0" * 3):
+        assert normalize_conversation((Message("user", blank),)) == (Message("user", ""),), repr(blank)
+    kept = (Message("system", "  Be brief. "), Message("assistant", "   "), Message("user", "hi  "))
+    assert normalize_conversation(kept) == (Message("system", "  Be brief. "), Message("assistant", ""),
+                                            Message("user", "hi  "))
+
 def test_invisible_characters_outside_format_are_removed():
     # the re-test's evasions (2026-12-01): each took harmful prompts from 1.0 to under 0.03 (docs/eval/prompt_text/evasions.txt)
     assert normalize_prompt_text("\ufe0f".join(PLAIN)) == PLAIN                # variation selector 16 after every character

@@ -353,8 +353,9 @@ class HFBackbone:
                     raise
         for i, row in enumerate(ids):
             if not row:
-                raise InvalidInput("prompt renders to 0 tokens on this backbone (no chat template, no BOS token); "
-                                   "send at least one character", prompt_index=i)
+                raise InvalidInput("prompt renders to 0 tokens on this backbone (no chat template, no BOS token; a"
+                                   " blank message reads as empty); send at least one visible character",
+                                   prompt_index=i)
         return ids  # type: ignore[return-value]
 
     def _encode_as_text(self, conversation: Conversation) -> list[int]:
