@@ -531,9 +531,9 @@ def _decode_leetspeak(text: str) -> str:
     (:data:`_CODE_CHUNK`). Left alone outside a leetspeak region: short names with a digit before one last letter
     (:data:`_NAME_WITH_DIGIT`: "log4j", "q4h", and so also "h0w"), quantities (:data:`_QUANTITY`), and capitals with
     fewer than three letters or without a 0 or 1 ("H1B", "N501Y", chemical formulas, which count no 0 or 1 atoms:
-    "CH3OH"; "M3TH" too). Other names with a digit
-    between letters are read as leetspeak ("interp1d", "md5sum", "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted
-    cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the corpus prompts the rule reads differently)."""
+    "CH3OH"; "M3TH" too). Other names with a digit between letters are read as leetspeak ("interp1d", "md5sum",
+    "h5py"; "CD45RO" has no 0 or 1 and stays), an accepted cost (docs/eval/prompt_text/measure_v3.txt: verdicts on the
+    corpus prompts the rule reads differently)."""
     if not _LEET_HINT.search(text) or not _LEET_WORD.search(text):
         return text  # most text: no word with a leetspeak digit between letters
     code_chunks = [chunk.span() for chunk in _CHUNK.finditer(text) if _CODE_CHUNK.search(chunk.group(0))]
@@ -694,8 +694,8 @@ def normalize_conversation(conversation: Conversation) -> Conversation:
     serving, fitting and evaluation alike.
 
     Blank as empty: a blank message has nothing to moderate, but its spaces are tokens, and on the embedded backbone
-    one to eight spaces scored 0.00-0.99 with the shipped probe (4 spaces flagged at 0.95: a breaker pass); read as
-    empty, every blank message scores as the empty one. This is not part of :data:`PROMPT_TEXT`: no training row can
+    one to eight spaces scored 0.00-0.99 with the shipped probe (4 spaces flagged at 0.95, found checking a breaker
+    pass's finding on blank prompts); read as empty, every blank message scores as the empty one. This is not part of :data:`PROMPT_TEXT`: no training row can
     be blank (herald_service/training/corpus.py refuses one, after this same fold), so a probe reads every text it can
     be fitted on exactly as before."""
     out = []

@@ -330,22 +330,25 @@ def _rule_of(part: Any) -> str | None:
     return part.get("meta", {}).get("prompt_text") if "meta" in part else part.get("prompt_text")
 
 
-def _study_parts(results: dict) -> dict[str, list]:
-    """Each study section's JSON parts, by the section's title, as :func:`write_report` loaded them."""
+def _study_rules(results: dict) -> dict[str, list[str | None]]:
+    """The prompt-text rule of each run of each study section (:func:`_rule_of`), by the section's title, as
+    :func:`write_report` loaded them; the jailbreak and round-3 runs keep theirs in ``prompt_texts``."""
     sensitive = results.get("benign_sensitive") or {}
     study, round3 = results.get("jailbreak_recipe") or {}, results.get("direction_round3") or {}
-    return {
+    parts = {
         "Training recipe: before and after": [results["recipes"]] if results.get("recipes") else [],
         "Benign prompts on sensitive topics": [sensitive[k] for k in ("results", "recipes") if sensitive.get(k)]
         + list((sensitive.get("recipes_fit_seeds") or {}).values()),
         "Trajectory feature sets": list(results.get("feature_sets") or []),
         "Scorer training recipes": [results["scorer_training"]] if results.get("scorer_training") else [],
-        "Per-layer direction estimators": ([results["direction_estimators"]] if results.get("direction_estimators") else [])
-        + [{"prompt_text": rule} for rule in round3.get("prompt_texts", [None] * len(round3.get("runs") or {}))],
-        "Jailbreak-augmented training": [{"prompt_text": rule}
-                                         for rule in study.get("prompt_texts", [None] * len(study.get("runs") or {}))],
+        "Per-layer direction estimators": [results["direction_estimators"]] if results.get("direction_estimators") else [],
+        "Jailbreak-augmented training": [],
         "Threshold from source-held-out margins": list((results.get("threshold_rule") or {}).values()),
     }
+    rules = {title: [_rule_of(part) for part in runs] for title, runs in parts.items()}
+    rules["Per-layer direction estimators"] += round3.get("prompt_texts", [None] * len(round3.get("runs") or {}))
+    rules["Jailbreak-augmented training"] += study.get("prompt_texts", [None] * len(study.get("runs") or {}))
+    return rules
 
 
 def _older_text_line(results: dict) -> str | None:
@@ -355,10 +358,10 @@ def _older_text_line(results: dict) -> str | None:
     if results.get("meta", {}).get("prompt_text") != PROMPT_TEXT:
         return None
     older = []
-    for title, parts in _study_parts(results).items():
-        current = sum(_rule_of(part) == PROMPT_TEXT for part in parts)
-        if current < len(parts):
-            older.append(f"\"{title}\"" + (f" ({len(parts) - current} of its {len(parts)} runs)" if current else ""))
+    for title, rules in _study_rules(results).items():
+        current = rules.count(PROMPT_TEXT)
+        if current < len(rules):
+            older.append(f"\"{title}\"" + (f" ({len(rules) - current} of its {len(rules)} runs)" if current else ""))
     if not older:
         return None
     return ("- **Studies measured on the text as written**: the runs of the sections " + ", ".join(older)
