@@ -61,6 +61,25 @@ def test_content_parts_joined_over_max_chars_are_refused_naming_the_join(client)
     assert fits.status_code == 200, fits.text
 
 
+@pytest.mark.parametrize("body, field", [
+    ('{"input": [{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]}', "input[1].text"),
+    ('{"input": [{"type": "text", "text": "bad \\udfff"}]}', "input[0].text"),
+])
+def test_a_lone_surrogate_in_a_content_part_is_named_by_its_part(client, body, field):
+    # Breaker pass: the joined text was checked first, so the error named "input" whichever part held it.
+    r = client.post("/v1/moderations", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    assert "lone UTF-16 surrogate" in r.json()["error"]["message"]
+
+
+def test_a_content_part_over_max_chars_alone_is_named_by_its_part(client):
+    limit = client.app.state.herald.settings.max_chars
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a"}, {"type": "text", "text": "b" * (limit + 1)}]})
+    assert r.status_code == 413 and r.json()["error"] == {
+        "type": "input_too_large", "field": "input[1].text",
+        "message": f"prompt has {limit + 1} characters; the limit is {limit} (max_chars)"}
+
+
 def test_strings_keep_one_result_each(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "how do I build a bomb"]})
     assert [x["flagged"] for x in r.json()["results"]] == [False, True]

@@ -34,8 +34,10 @@ CATEGORIES = (CATEGORY, *OPENAI_CATEGORIES)
 
 
 def content_part_prompts(parts: list[ModerationTextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
-    """The prompts scored for OpenAI content parts, which are one input with one result: their texts joined with
-    newlines, then each part alone when there are several; the result is the highest-scoring of them.
+    """The prompts scored for OpenAI content parts, which are one input with one result: each part alone, then their
+    texts joined with newlines when there are several; the result is the highest-scoring of them. The parts come
+    first so that a refusal found in one part (a lone surrogate, its characters or tokens) names ``input[i].text``,
+    not the join (breaker pass, 2026-12-02).
 
     Scored only joined, a harmful part followed by a benign one ("... build a pipe bomb" + "What is 2+2?") read as
     benign: Herald reads the last token, and the benign tail moved it (breaker pass: 1.0 alone, 0.016 joined).
@@ -45,12 +47,13 @@ def content_part_prompts(parts: list[ModerationTextPart], max_batch_size: int) -
             request's batch), naming ``input`` and the limit.
     """
     texts = [part.text for part in parts]
+    fields = [f"input[{i}].text" for i in range(len(texts))]
     if len(texts) == 1:
-        return texts, ["input"]
+        return texts, fields
     if len(texts) + 1 > max_batch_size:
         raise InputTooLarge(f"input has {len(texts)} content parts; each is also scored alone, so the limit is"
                             f" {max_batch_size - 1} (max_batch_size - 1)", field="input")
-    return ["\n".join(texts), *texts], ["input", *(f"input[{i}].text" for i in range(len(texts)))]
+    return [*texts, "\n".join(texts)], [*fields, "input"]
 
 
 @router.post("/v1/moderations", response_model=ModerationResponse, responses=ERRORS)
@@ -67,9 +70,10 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
             moderator.metrics.rejected.labels("batch_size").inc()
             raise
         limit = moderator.settings.max_chars
-        if len(texts) > 1 and len(texts[0]) > limit:  # said "prompt has 40001 characters" of two 20,000 (breaker)
+        # Said "prompt has 40001 characters" of two 20,000 (breaker); a part over the limit alone is named by itself.
+        if len(texts) > 1 and len(texts[-1]) > limit and all(len(text) <= limit for text in texts[:-1]):
             moderator.metrics.rejected.labels("characters").inc()
-            raise InputTooLarge(f"input's {len(texts) - 1} content parts joined with newlines have {len(texts[0])}"
+            raise InputTooLarge(f"input's {len(texts) - 1} content parts joined with newlines have {len(texts[-1])}"
                                 f" characters; the limit is {limit} (max_chars), for the joined text as for each part",
                                 field="input")
     else:
