@@ -213,11 +213,36 @@ def test_a_request_behind_more_work_than_the_timeout_is_refused_with_the_seconds
 def test_one_prompt_priced_over_the_limit_by_the_warm_up_seed_alone_runs_on_an_idle_worker():
     slow_seed = lin(0.0, 0.1)  # a warm-up timed under load: 100 tokens priced at 10 s against 2 s
     one, two = Work.of_prompts([100]), Work.of_prompts([50, 50])
-    assert admission_verdict(Work(), one, slow_seed, limit_s=2.0, live=False) is None  # idle: run, and timed
-    busy = admission_verdict(Work.of_prompts([5]), one, slow_seed, limit_s=2.0, live=False)
+    assert admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=0) is None  # idle: run, and timed
+    busy = admission_verdict(Work.of_prompts([5]), one, slow_seed, limit_s=2.0, checked_tokens=0)
     assert isinstance(busy, Refusal) and busy.retry_after_s == 1  # 429 until the 0.5 s ahead have drained
-    assert isinstance(admission_verdict(Work(), two, slow_seed, limit_s=2.0, live=False), TooMuchWork)  # can be split
-    assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0, live=True), TooMuchWork)  # timed: trusted
+    assert isinstance(admission_verdict(Work(), two, slow_seed, limit_s=2.0, checked_tokens=0), TooMuchWork)  # can be split
+    assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0), TooMuchWork)  # None: trusted everywhere
+
+
+def test_one_prompt_over_twice_the_longest_live_prompt_is_not_refused_by_extrapolation():
+    # Live batches of 40 tokens have checked the fit that far, not at 100: short traffic says little of the
+    # per-token and nothing of the squared term (breaker pass: 4,031 tokens priced at 329 s against a real 17 s,
+    # after 100 one-word requests).
+    slow_seed, one = lin(0.0, 0.1), Work.of_prompts([100])
+    assert admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=40) is None
+    assert admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=49) is None
+    assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=50), TooMuchWork)
+    assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=400), TooMuchWork)
+
+
+def test_the_fit_is_checked_as_far_as_the_longest_prompt_of_the_live_batches_it_holds():
+    cost = BatchCost(prior=(timing([50]), timing([10] * 8), timing([400, 400])))
+    assert cost.longest_live == 0
+    cost.observe(BatchTiming.of_prompts([12, 300, 40], 0.5))
+    assert cost.longest_live == 300
+    run = BatchTiming.of_prompts([700], 1.0).plus(BatchTiming.of_prompts([20], 0.1))  # a pipelined run of two
+    assert run.longest == 700 and run.batches == 2
+    cost.observe(run)
+    assert cost.longest_live == 700
+    for _ in range(64):  # WINDOW short batches later the 700-token one has left the fit
+        cost.observe(BatchTiming.of_prompts([20], 0.1))
+    assert cost.longest_live == 20
 
 
 def test_a_refusal_behind_work_names_the_requests_own_work_when_that_is_the_bound():
@@ -408,6 +433,27 @@ def test_a_warm_up_timed_far_too_slow_does_not_refuse_every_prompt_for_good(runt
     engine.stop()
 
 
+def test_a_warm_up_timed_slow_does_not_refuse_long_prompts_for_good_after_short_traffic(runtime):
+    # Next breaker pass: after short live requests had corrected the fit for short prompts, a warm-up timed slow still
+    # priced one long prompt over the limit, and only long work can correct that. The seed reads the time as mostly
+    # attention (0.2 ms per squared token); the worker runs at 10 ms a token.
+    slow_seed = (timing([100], (0.0, 0.0, 0.003, 2e-4)), timing([50, 50], (0.0, 0.0, 0.003, 2e-4)),
+                 timing([200], (0.0, 0.0, 0.003, 2e-4)))
+    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=slow_seed)
+    engine.start()
+    (hi,) = engine.submit(fast.encode([user_turn(prompt_of(10))]))
+    assert hi.result(timeout=10).tokens == 10 and engine.cost.longest_live == 10
+    long = fast.encode([user_turn(prompt_of(120))])
+    assert engine.cost.seconds(Work.of_prompts([120])) > 2.0  # the short batch has not corrected it at 120 tokens
+    with pytest.raises(WorkTooLarge):  # two such prompts: still refused, the client can split them
+        engine.submit(long * 2)
+    (first,) = engine.submit(long)  # one, more than twice as long as any live prompt: run on the idle worker, timed
+    assert first.result(timeout=10).tokens == 120 and engine.cost.longest_live == 120
+    assert engine.cost.seconds(Work.of_prompts([120])) < 2.0
+    engine.stop()
+
+
 def test_prompts_whose_own_work_exceeds_the_limit_are_refused_on_an_idle_engine_and_nothing_is_queued(runtime):
     slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
     engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=PER_TOKEN)
@@ -543,6 +589,33 @@ def test_a_request_too_large_for_the_limit_is_refused_413_on_an_idle_server_and_
         big = client.post("/v1/moderations", json={"input": [prompt_of(200)] * 8})
         assert big.status_code == 413 and big.json()["error"]["field"] == "input"
         assert rejected(metrics, "estimated_work") == 2
+
+
+def test_a_request_whose_first_prompts_already_exceed_the_limit_is_refused_before_the_rest_is_tokenized(runtime, monkeypatch):
+    # Breaker pass: 40 requests of 64 prompts of ~1,500 tokens were all folded and tokenized (71 s of CPU) before
+    # their 413s. 1 ms a token: the first prompt of 5,000 tokens alone is 5 s against a 1 s limit.
+    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.001))
+    with slow_app(runtime, slow, request_timeout_s=1.0, max_chars=32_000, max_tokens=8_000) as client:
+        wait_ready(client)
+        metrics = client.app.state.herald.metrics
+        encode, seen = slow.encode, []
+
+        def counting(conversations):
+            seen.append(len(conversations))
+            return encode(conversations)
+
+        monkeypatch.setattr(slow, "encode", counting)
+        big = client.post("/classify", json={"input": [prompt_of(5_000)] * 8})  # 15,000 characters each: a chunk each
+        assert big.status_code == 413, big.text
+        assert big.json()["error"]["field"] == "input"
+        message = big.json()["error"]["message"]
+        assert "of model time on this backbone (8 prompts, at least 5,000 tokens)" in message, message
+        assert message.startswith("this request is estimated at ") and " s or more of model time" in message
+        assert seen == [1]  # the 7 prompts after the first chunk were never encoded
+        assert rejected(metrics, "estimated_work") == 1
+        seen.clear()
+        small = client.post("/classify", json={"input": [prompt_of(20)] * 3})
+        assert small.status_code == 200 and seen == [3]
 
 
 def test_a_steer_request_over_steer_max_concurrent_is_answered_429_and_the_slot_frees_after(runtime):

@@ -159,6 +159,25 @@ def test_without_a_cost_model_a_steer_stops_after_the_first_prefill_that_shows_t
     assert backbone.calls == [("states", admitted + 4.0)]  # one prefill, then the 504: done before the deadline
 
 
+def test_a_steer_prefill_teaches_the_cost_model_so_the_same_prompt_is_refused_413_next_time(runtime, monkeypatch):
+    # Breaker pass: a /steer priced too low was admitted, held the worker, answered 504, and taught admission nothing:
+    # only /classify batches were timed, so on a /steer-only server it would 504 again every time. Unseeded here
+    # (no price at all); the first prefill, 4 s, shows the job cannot fit in 10 s.
+    clock, backbone, moderator = on_a_clock(runtime, monkeypatch, prefill_s=4.0, request_timeout_s=10.0)
+    with pytest.raises(RequestTimeout):
+        asyncio.run(steer(moderator, "make a bomb"))
+    tokens = len(backbone.encode([user_turn("make a bomb")])[0])
+    assert moderator.engine.cost.longest_live == tokens
+    assert moderator.engine.cost.seconds(Work.of_prompts([tokens])) == pytest.approx(4.0, rel=0.01)
+    calls = len(backbone.calls)
+    with pytest.raises(WorkTooLarge) as refused:  # 4 prefills of ~4 s against 9.5 s: refused before any model work
+        asyncio.run(steer(moderator, "make a bomb"))
+    moderator.engine.stop()
+    assert len(backbone.calls) == calls and refused.value.reason == "estimated_work"
+    metrics = moderator.metrics.registry
+    assert metrics.get_sample_value("herald_worker_cost_seconds", {"per": "token"}) is not None
+
+
 def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_any_model_work(runtime):
     # 10 ms a token, a 1 s limit of which 0.95 s is the job's: 4 x 30 tokens is 1.2 s, 4 x 20 tokens 0.8 s.
     calls = []

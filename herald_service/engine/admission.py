@@ -79,7 +79,8 @@ class Work:
 @dataclass(frozen=True)
 class BatchTiming:
     """Batches the worker answered back to back: their prompts, prompt tokens (unpadded), the sum of their squared
-    lengths (tokens^2), the seconds of busy time, and how many batches that was.
+    lengths (tokens^2), the seconds of busy time, how many batches that was, and the longest prompt among them
+    (tokens; 0: not given).
 
     One batch on the CPU. Where the device runs behind the host (CUDA), batch k+1 is launched before batch k is
     scored, so the busy time of a single batch is only known up to how the overlap splits it (on the H200, 19 x 431
@@ -91,18 +92,20 @@ class BatchTiming:
     seconds: float
     squared_tokens: int = 0
     batches: int = 1
+    longest: int = 0
 
     @classmethod
     def of_prompts(cls, lengths: list[int], seconds: float) -> "BatchTiming":
         """One batch of prompts of these lengths, tokens, answered in ``seconds`` (the counts of
         :meth:`Work.of_prompts`)."""
         work = Work.of_prompts(lengths)
-        return cls(work.prompts, work.tokens, seconds, work.squared_tokens)
+        return cls(work.prompts, work.tokens, seconds, work.squared_tokens, longest=max(lengths, default=0))
 
     def plus(self, other: "BatchTiming") -> "BatchTiming":
         """Both timings as one run of batches."""
         return BatchTiming(self.prompts + other.prompts, self.tokens + other.tokens, self.seconds + other.seconds,
-                           self.squared_tokens + other.squared_tokens, self.batches + other.batches)
+                           self.squared_tokens + other.squared_tokens, self.batches + other.batches,
+                           max(self.longest, other.longest))
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,12 @@ class BatchCost:
     def live(self) -> bool:
         """Whether a live batch has been timed since start-up (the fit is more than the warm-up seed)."""
         return bool(self._live)
+
+    @property
+    def longest_live(self) -> int:
+        """The longest prompt, tokens, of the live batches the fit holds now (the last :data:`WINDOW`); 0 before any:
+        how far the fit has been checked against live work (:func:`admission_verdict`)."""
+        return max((timing.longest for timing in self._live), default=0)
 
     def seconds(self, work: Work) -> float | None:
         """Estimated busy seconds for ``work``'s prompts; ``None`` before any measurement."""
@@ -394,11 +403,14 @@ class Refusal:
 
 @dataclass(frozen=True)
 class TooMuchWork:
-    """A request whose own estimated work exceeds the limit (413): it could only time out, even on an idle worker."""
+    """A request whose own estimated work exceeds the limit (413): it could only time out, even on an idle worker.
+    ``partial``: ``own`` holds the tokens of the prompts tokenized so far only (the rest counted as none), so the
+    estimate is a lower bound."""
 
     work_s: float
     limit_s: float
     own: Work
+    partial: bool = False
 
     @property
     def message(self) -> str:
@@ -406,32 +418,41 @@ class TooMuchWork:
         (:func:`exceeding_texts`)."""
         shape = f"{self.own.prompts:,} prompt{'s' if self.own.prompts != 1 else ''}"
         if self.own.tokens:
-            shape += f", {self.own.tokens:,} tokens"
+            shape += f", {'at least ' if self.partial else ''}{self.own.tokens:,} tokens"
         work, limit = exceeding_texts(self.work_s, self.limit_s)
-        return (f"this request is estimated at {work} s of model time on this backbone ({shape}); the limit is"
+        work += " s or more" if self.partial and not work.startswith("over") else " s"
+        return (f"this request is estimated at {work} of model time on this backbone ({shape}); the limit is"
                 f" request_timeout_s {limit} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
 
 
 def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
-                      jobs_s: float = 0.0, own_job_s: float = 0.0, live: bool = True) -> Refusal | TooMuchWork | None:
+                      jobs_s: float = 0.0, own_job_s: float = 0.0, checked_tokens: int | None = None,
+                      partial: bool = False) -> Refusal | TooMuchWork | None:
     """The refusal for a request, or ``None`` to admit it.
 
     Args:
         ahead: work accepted and not yet answered (queued, taken by the worker, in flight).
         own: the request's work (its tokens 0 when not yet tokenized: a lower bound).
+        partial: ``own`` is a lower bound, part of its prompts tokenized (:meth:`InferenceEngine.check_work`); every
+            term of the cost and of the wait only grows with the rest, so a refusal now is one the whole request
+            would get. Its 413 message says "at least".
         fit: the cost model (:class:`BatchCost`); ``None``: not measured yet, admit.
         limit_s: the longest acceptable wait, seconds (``request_timeout_s``); ``None``: admit.
         horizon_s: seconds until the latest deadline of the work ahead; ``None``: ``limit_s``.
         jobs_s: seconds until the exclusive jobs ahead have ended (:func:`jobs_left_s`).
         own_job_s: the least seconds the request's own exclusive job needs (a /steer job: its prefills and margin;
             its generation takes what is left until its deadline).
-        live: whether ``fit`` has timed a live batch (:attr:`BatchCost.live`); ``False``: it is the warm-up seed.
+        checked_tokens: the longest prompt, tokens, of the live batches ``fit`` holds (:attr:`BatchCost.longest_live`;
+            0: none, the fit is the warm-up seed alone); ``None``: trusted at every length.
 
-    Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`, except for a request of one prompt while
-    ``fit`` is the warm-up seed alone, which is then treated as work over the headroom (admitted on an idle worker). A
-    warm-up timed under load can price every prompt over the limit (a breaker pass: 2 x 70 tokens timed at 6.3 s, 35x
-    their real cost, so even "hi" got 413 under a 2 s limit), and a refused request is never timed, so the seed would
-    stand until a restart; one prompt is bounded by ``max_tokens``, and its timing corrects the fit. Otherwise the
+    Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`, except for a request of one prompt more than
+    twice as long as ``checked_tokens``, which is then treated as work over the headroom (admitted on an idle worker).
+    A warm-up timed under load can price every prompt over the limit (a breaker pass: 2 x 70 tokens timed at 6.3 s,
+    35x their real cost, so even "hi" got 413 under a 2 s limit), and a refused request is never timed, so the seed
+    would stand until a restart. Short live traffic does not correct it for long prompts either: it says little of the
+    per-token and nothing of the squared term (the next breaker pass: a warm-up timed 15-30x slow priced 4,031 tokens
+    at 329 s against a real 17 s, and 100 one-word requests later still did). One prompt is bounded by ``max_tokens``,
+    and its timing corrects the fit at its length. Otherwise the
     estimated wait is :func:`ahead_seconds` (at most ``horizon_s`` and ``limit_s``) plus the request's own work; over
     :data:`WAIT_HEADROOM` x ``limit_s`` (or, for a request whose own work alone is more, over that work: it is
     admitted on an idle worker): :class:`Refusal`, whose ``retry_after_s`` is how long until the work ahead has
@@ -441,8 +462,9 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     if fit is None or limit_s is None:
         return None
     own_work_s = fit.seconds(own)
-    if own_work_s > limit_s and (live or own.prompts > 1):
-        return TooMuchWork(own_work_s, limit_s, own)
+    unchecked = checked_tokens is not None and own.prompts == 1 and own.tokens > 2 * checked_tokens
+    if own_work_s > limit_s and not unchecked:
+        return TooMuchWork(own_work_s, limit_s, own, partial)
     ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)
     own_s = own_work_s + own_job_s
     wait_s = ahead_s + own_s

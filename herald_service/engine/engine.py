@@ -199,6 +199,19 @@ class InferenceEngine:
         with self._cond:
             self._check_room(Work(prompts))
 
+    def check_work(self, lengths: Sequence[int], more_prompts: int) -> None:
+        """:meth:`check_room` part-way through tokenizing a request: its prompts of these token ``lengths``, and
+        ``more_prompts`` not yet tokenized counted as prompts of no tokens. A lower bound on the request's work, so a
+        refusal here is one the whole request would get, before the rest is folded and encoded (a breaker pass: 40
+        requests of 64 prompts of ~1,500 tokens each were all tokenized, 71 s of CPU, before their 413s, and a
+        one-word request beside them took 9.6-15 s).
+
+        Raises:
+            NotReady, WorkTooLarge, QueueFull: as :meth:`submit` (a :class:`WorkTooLarge` message says "at least").
+        """
+        with self._cond:
+            self._check_room(Work.of_prompts(list(lengths)).plus(Work(more_prompts)), partial=True)
+
     @property
     def ahead(self) -> Work:
         """Prompts, their tokens and exclusive jobs accepted and not yet answered."""
@@ -258,14 +271,14 @@ class InferenceEngine:
         if removed:
             self.metrics.dropped.labels(reason).inc(removed)
 
-    def _check_room(self, own: Work, own_job_s: float = 0.0) -> None:
+    def _check_room(self, own: Work, own_job_s: float = 0.0, partial: bool = False) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
         if self.depth + own.prompts + own.jobs > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting: queue_capacity,"
                             " HERALD_QUEUE_CAPACITY); retry shortly")
         verdict = admission_verdict(self._ahead, own, self.cost.fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
-                                    own_job_s, self.cost.live)
+                                    own_job_s, self.cost.longest_live, partial)
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
         if verdict is not None:
@@ -479,6 +492,15 @@ class InferenceEngine:
             self.metrics.queue_wait.observe(started - prompt.enqueued)
             timing = Timing(prompt.tokenize_s, started - prompt.enqueued, forwarded - started, scored - forwarded, len(batch))
             prompt.future.set_result(classification_at(out, i, len(prompt.token_ids), timing))
+        self._export_estimates()
+
+    def observe_job_batch(self, lengths: Sequence[int], seconds: float) -> None:
+        """A forward pass an exclusive job ran on the worker thread (a /steer prefill of prompts of these token
+        ``lengths``, timed in ``seconds``), into the cost model as a batch. Without it only /classify batches taught
+        the model, so on a server given over to /steer a prompt priced too low by the warm-up was admitted, ran, and
+        timed out again and again (a breaker pass: a 3,000-token /steer held the worker 16 s for a 504). Worker
+        thread only, as :meth:`BatchCost.observe`."""
+        self.cost.observe(BatchTiming.of_prompts(list(lengths), seconds))
         self._export_estimates()
 
     def _export_estimates(self) -> None:

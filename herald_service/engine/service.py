@@ -188,10 +188,11 @@ class Moderator:
                 )
 
     async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str]) -> tuple[list[list[int]], float]:
-        """Render and tokenize off the event loop, applying the token limit as it goes: prompts are encoded in chunks
-        of about :data:`ENCODE_CHUNK_CHARS` characters, and the first prompt over the limit ends the work (a breaker
-        pass: 64 prompts of 32,000 look-alike characters took 4 s of CPU to fold and tokenize before their 413, and a
-        one-word request beside four such took 10.7 s).
+        """Render and tokenize off the event loop, applying the token limit and admission as it goes: prompts are
+        encoded in chunks of about :data:`ENCODE_CHUNK_CHARS` characters, and the first prompt over the limit ends the
+        work (a breaker pass: 64 prompts of 32,000 look-alike characters took 4 s of CPU to fold and tokenize before
+        their 413, and a one-word request beside four such took 10.7 s), as does a chunk after which the prompts
+        tokenized so far could not be admitted (:meth:`InferenceEngine.check_work`).
 
         Returns:
             token ids per prompt and the seconds it took.
@@ -199,6 +200,7 @@ class Moderator:
         Raises:
             InputTooLarge: a prompt over ``max_tokens`` or the backbone's position table (413,
                 :meth:`Runtime.token_limit`); prompts are never silently truncated.
+            WorkTooLarge, QueueFull: as :meth:`InferenceEngine.check_work`, before the last chunk.
         """
         started = time.perf_counter()
         limit, name = self.runtime.token_limit(self.settings.max_tokens)
@@ -221,6 +223,8 @@ class Moderator:
                     raise InputTooLarge(f"prompt renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
                                         field=field)
             ids += chunk
+            if end < len(conversations):
+                self.engine.check_work([len(token_ids) for token_ids in ids], len(conversations) - end)
         return ids, time.perf_counter() - started
 
     def _observe_tokens(self, ids: Sequence[Sequence[int]]) -> None:
@@ -377,6 +381,7 @@ class Moderator:
                 raise too_late(prefills_s, started)
             plain = probe.predict(backbone.last_token_states([ids]))
             first_s = time.perf_counter() - started
+            self.engine.observe_job_batch([len(ids)], first_s)  # what admission prices the next /steer by
             if time.perf_counter() + 3 * first_s > end:  # the three prefills to come cannot fit: checked here too since
                 raise too_late(3 * first_s, started)    # an unseeded cost model (HERALD_WARMUP=false) prices none
             edited = probe.predict(backbone.last_token_states([ids], intervention))
