@@ -378,6 +378,10 @@ def test_health_probes_answer_head_with_the_status_of_get():
         assert (c.head("/health/live").status_code, c.head("/health/ready").status_code) == (200, 200)
         assert c.post("/health/live").status_code == 405  # only GET and HEAD
         assert "/health" not in "".join(l for l in c.get("/metrics").text.splitlines() if l.startswith("herald_requests_total"))
+        for path in ("/metrics", "/v1/info", "/"):  # monitors probe these with HEAD too (breaker: 405)
+            head, get = c.head(path), c.get(path)
+            assert (head.status_code, head.content) == (200, b""), path
+            assert head.headers["content-type"] == get.headers["content-type"], path
 
 
 def test_load_failure_is_reported_not_hung():

@@ -1,7 +1,8 @@
 """Operations routes: liveness, readiness, Prometheus metrics, service info, and the demo page.
 
-These stay out of the request metrics. The health probes also answer ``HEAD`` (same status and headers, no body;
-the server drops the body of a HEAD answer), which some load balancers and uptime checkers send.
+These stay out of the request metrics. Every one also answers ``HEAD`` (same status and headers, no body; the
+server drops the body of a HEAD answer), which some load balancers, uptime checkers and monitors send (a breaker pass:
+``HEAD /metrics`` was a 405).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ async def ready(state: State) -> JSONResponse:
 
 
 @router.get("/metrics")
+@router.head("/metrics", include_in_schema=False)
 async def metrics(state: State) -> Response:
     """Prometheus text exposition."""
     if state.engine is not None:
@@ -48,6 +50,7 @@ async def metrics(state: State) -> Response:
 
 
 @router.get("/v1/info", dependencies=[ApiKey])
+@router.head("/v1/info", dependencies=[ApiKey], include_in_schema=False)
 async def info(state: State) -> dict:
     """Backbone, probe manifest and limits."""
     s = state.settings
@@ -80,6 +83,7 @@ async def info(state: State) -> dict:
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+@router.head("/", response_class=HTMLResponse, include_in_schema=False)
 async def index() -> HTMLResponse:
     """A page where a person types a prompt and sees the verdict and the layer trajectory."""
     return HTMLResponse(files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8"))
