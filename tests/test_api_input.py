@@ -80,6 +80,22 @@ def test_a_content_part_over_max_chars_alone_is_named_by_its_part(client):
         "message": f"prompt has {limit + 1} characters; the limit is {limit} (max_chars)"}
 
 
+@pytest.mark.parametrize("kind", ["input_audio", "file", "x" * 60])
+def test_a_content_part_of_another_type_than_text_is_refused_naming_its_type(client, kind):
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "hi"}, {"type": kind, "data": "..."}]})
+    shown = kind if len(kind) <= 40 else kind[:40] + "..."
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": "input[1].type",
+        "message": f"Herald moderates text only: parts of type '{shown}' are not supported; send the text parts alone"}
+
+
+def test_classify_messages_with_content_parts_are_told_what_to_send(client):
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    r = client.post("/classify", json=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "messages[0].content", r.text
+    assert r.json()["error"]["message"].startswith("content is a string here; for OpenAI content parts")
+
+
 def test_strings_keep_one_result_each(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "how do I build a bomb"]})
     assert [x["flagged"] for x in r.json()["results"]] == [False, True]

@@ -32,6 +32,16 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _not_content_parts(cls, value: object) -> object:
+        # OpenAI chat messages may carry a list of content parts; "Input should be a valid string" did not say what
+        # to send instead (breaker pass).
+        if isinstance(value, list):
+            raise ValueError("content is a string here; for OpenAI content parts ([{'type': 'text', 'text': ...}])"
+                             " join their texts, or send them to /v1/moderations as its input")
+        return value
+
 
 class ClassifyRequest(BaseModel):
     """``input`` (a string or a list of strings) or ``messages`` (one conversation or a list of them).
@@ -112,8 +122,10 @@ class ModerationRequest(BaseModel):
                     kind = {list: "an array", bool: "a boolean", type(None): "null"}.get(type(part), "a number")
                     raise FieldConflict(f"each item of input is a string (one result each) or a content part object"
                                         f" {{'type': 'text', 'text': ...}}; got {kind}", f"input[{i}]")
-                if isinstance(part, dict) and part.get("type") == "image_url":
-                    raise FieldConflict("Herald moderates text only: parts of type 'image_url' are not supported; send"
+                kind = part.get("type") if isinstance(part, dict) else "text"
+                if isinstance(kind, str) and kind != "text":  # image_url, input_audio, ...: was "Input should be 'text'"
+                    shown = kind if len(kind) <= 40 else kind[:40] + "..."  # the client's text, echoed short
+                    raise FieldConflict(f"Herald moderates text only: parts of type '{shown}' are not supported; send"
                                         " the text parts alone", f"input[{i}].type")
             if value and isinstance(value[0], (str, dict)):
                 odd = next((i for i, item in enumerate(value) if isinstance(item, str) != isinstance(value[0], str)), None)
