@@ -155,7 +155,10 @@ class ServeCommand(Settings):
         if not self.fake_backend:
             from herald_service.engine.runtime import checked_probe
 
+            from herald_service.backbone.hf import pick_device_dtype
+
             checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
+            pick_device_dtype(self.device, self.dtype)  # so does HERALD_DEVICE=cuda without CUDA (it came after the bind)
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)

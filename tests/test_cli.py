@@ -411,6 +411,15 @@ def test_serve_refuses_a_port_in_use_before_the_backbone_loads(tmp_path):
                                   " the other process")
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_serve_refuses_cuda_without_a_cuda_device_before_it_listens(tmp_path):
+    # It bound the port, logged CRITICAL from the lifespan and exited (breaker pass); now one line before the bind.
+    out = herald("serve", HERALD_DEVICE="cuda", HERALD_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == ("herald: HERALD_DEVICE=cuda but torch sees no CUDA device; set HERALD_DEVICE (--device)"
+                                  " to auto or cpu, or install a CUDA build of torch")
+
+
 def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
     out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1, not ours
     assert out.returncode == 1, out.stderr

@@ -157,7 +157,8 @@ def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtyp
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        raise BackboneError("HERALD_DEVICE=cuda but torch sees no CUDA device", field="device")
+        raise BackboneError("HERALD_DEVICE=cuda but torch sees no CUDA device; set HERALD_DEVICE (--device) to auto or"
+                            " cpu, or install a CUDA build of torch", field="device")
     if dtype == "auto":
         dtype = "bfloat16" if device == "cuda" else "float32"
     return torch.device(device), _DTYPES[dtype]
