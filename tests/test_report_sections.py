@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training import report_scorer
 from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
@@ -354,6 +356,23 @@ def test_round3_rule_needs_recall_a_lof_gain_instruction_folds_wrapper_fpr_and_s
     lines = report_directions.round3_section(table, [0, 1, 2], "d.md")
     assert lines[0] == "### Round 3: logistic directions with jailbreak-augmented training"
     assert "- `logistic+jailbreak`: (a) pass, (b) pass, (c) pass, (d) pass, (e) pass: passes the rule." in lines
+
+
+def test_round3_rule_e_reads_the_shipped_probes_sensitive_fpr_on_the_text_the_runs_read():
+    from herald_service.training import report, report_directions
+
+    assert report_directions.round3_sensitive_limit(None) == pytest.approx(0.21)  # 16.0% + 5 points, as written
+    assert report_directions.round3_sensitive_limit("nfkc-ascii-v3") == pytest.approx(0.25)  # refitted probe's 20.0%
+    with pytest.raises(KeyError):
+        report_directions.round3_sensitive_limit("some-later-fold")
+    table = {"shipped": {"recall n=40": [0.9], "recall n=120": [0.9], "LOSO F1": [0.5], "LOSO AUROC": [0.7],
+                         "instr. folds <= 10% FPR": [8.0], "benign-in-template FPR": [0.6]}}
+    table["logistic+jailbreak"] = {**table["shipped"], "max held-out sensitive-set FPR": [0.22]}
+    assert not report_directions.round3_verdicts(table, [0])["logistic+jailbreak"]["e"]
+    assert report_directions.round3_verdicts(table, [0], "nfkc-ascii-v3")["logistic+jailbreak"]["e"]
+    assert report._round3_prompt_text({"prompt_texts": ["nfkc-ascii-v3"] * 3}, {"prompt_texts": ["nfkc-ascii-v3"] * 3}) == "nfkc-ascii-v3"
+    with pytest.raises(ValueError, match="different prompt texts"):
+        report._round3_prompt_text({"prompt_texts": ["nfkc-ascii-v3"] * 3}, {"prompt_texts": [None] * 3})
 
 
 def test_report_reads_round3_files_into_the_direction_section_and_the_target_row(tmp_path):

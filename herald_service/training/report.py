@@ -495,7 +495,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         seeds = sorted(round3["runs"])
         table = report_directions.round3_table(round3["runs"], study["runs"], round3.get("benign_wrapped") or {},
                                                study.get("benign_wrapped") or {})
-        round3_lines = report_directions.round3_section(table, seeds, doc("direction_estimators.md"))
+        round3_lines = report_directions.round3_section(table, seeds, doc("direction_estimators.md"),
+                                                        _round3_prompt_text(round3, study))
     out += report_directions.section(results.get("direction_estimators"),
                                      doc("direction_estimators.md"), round3_lines)
     out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"),
@@ -503,6 +504,18 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
     out += _not_shown(results)
     return "\n".join(out)
+
+
+def _round3_prompt_text(round3: dict, study: dict) -> str | None:
+    """The one prompt-text rule of round 3's runs and of the jailbreak study's runs it compares with.
+
+    Raises:
+        ValueError: the files read different texts (a rerun half copied in): their numbers cannot be compared."""
+    rules = set(round3.get("prompt_texts") or [None]) | set(study.get("prompt_texts") or [None])
+    if len(rules) != 1:
+        raise ValueError(f"round 3 (direction_estimators/round3/) and the jailbreak study (jailbreak_recipe/) read"
+                         f" different prompt texts {sorted(map(str, rules))}: rerun both on one")
+    return rules.pop()
 
 
 def _not_shown(results: dict) -> list[str]:
