@@ -464,6 +464,13 @@ class EvalCommand(BaseModel):
     guard_max_tokens: int = Field(768, ge=1)
     probe: Path | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
                                                  "and the jailbreak-wrapped set at its own threshold.")
+    direction_estimator: Literal["lda", "logistic"] = Field("lda", description=(
+        "Per-layer direction estimator of the method herald (herald fit --direction-estimator), so that Herald's rows "
+        "are the recipe of the probe evaluated; the baselines are unchanged."))
+    jailbreak_train_per_class: int = Field(0, ge=0, le=1000, description=(
+        "Harmful requests wrapped in jailbreak training templates added to every method's training rows (random split "
+        "and each leave-one-source-out fold, never rows made from the held-out source), as herald fit "
+        "--jailbreak-train-per-class adds them; not to the learning curve. 0 = none."))
     threads: int = Field(1, ge=1, description="torch and BLAS threads; 1 is fastest for these small fits on a shared CPU.")
 
     @field_validator("methods")

@@ -397,6 +397,13 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     assert not (tmp_path / "cache").exists()
 
 
+def test_eval_with_wrapped_training_rows_needs_a_templates_file_before_the_backbone_loads(tmp_path):
+    out = herald("eval", "--jailbreak-train-per-class", "80", "--jailbreak-templates", "null", "--out",
+                 str(tmp_path / "r.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == "herald: --jailbreak-train-per-class needs --jailbreak-templates"
+    assert not (tmp_path / "cache").exists()
+
+
 def test_serve_refuses_a_port_in_use_before_the_backbone_loads(tmp_path):
     import socket
 

@@ -170,6 +170,51 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
         assert (tmp_path / "eval" / png).stat().st_size > 5_000
 
 
+def test_added_training_rows_join_every_methods_training_set_but_the_learning_curves(tmp_path):
+    # herald eval --jailbreak-train-per-class: rows given by held-out source, never scored. Here the added rows are
+    # harmful-labelled copies of benign s2 rows: a model trained on them flags more of s2.
+    data = synthetic()
+    train, test = split(data)
+    s2 = np.nonzero(data.sources == "s2")[0][:30]
+    poison = LabeledStates(data.states[s2], np.ones(len(s2), dtype=int), np.array(["wrapped"] * len(s2)),
+                           np.full(len(s2), 12), ["w"] * len(s2))
+    asked: list = []
+
+    def added(held_out):
+        asked.append(held_out)
+        return poison.take(np.arange(10 if held_out == "s0" else 30))
+
+    plan = Plan(methods=("herald", "logreg_last"), curve_sizes=(10,), curve_seeds=(0,), replicates=20)
+    plain = evaluate_states(data, train, test, plan)
+    with_rows = evaluate_states(data, train, test, plan, added_rows=added)
+    assert asked[0] is None and sorted(asked[1:]) == ["s0", "s1", "s2", "s3"]  # the random split, then each fold once
+    folds = with_rows["loso"]["folds"]
+    assert folds["s0"]["n_train_added"] == 10 and folds["s3"]["n_train_added"] == 30
+    assert folds["s0"]["n_train"] == plain["loso"]["folds"]["s0"]["n_train"]  # corpus rows: the same
+    for name in plan.methods:
+        flagged = lambda r: r["random_split"][name]["per_source"]["s2"]["false_positive_rate"]["value"]  # noqa: E731
+        assert flagged(with_rows) > flagged(plain), name  # Herald's source-balanced weights damp one added group
+    assert with_rows["learning_curve"] == plain["learning_curve"]  # the curve's draws get none
+    results = {**with_rows, "meta": {"n": len(data.labels), "replicates": 20, "herald_direction_estimator": "logistic",
+                                      "jailbreak_augmentation": {"per_class": 30, "templates": "t.jsonl"}}}
+    results.pop("loso_margins")
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "| Herald (logistic-direction trajectory + 288-param MLP, 30 wrapped training requests) |" in text
+    assert "include 30 harmful requests wrapped in jailbreak training templates (`t.jsonl`" in text
+
+
+def test_plan_direction_estimator_changes_only_the_herald_method():
+    data = synthetic()
+    train, test = split(data)
+    lda = evaluate_states(data, train, test, Plan(methods=("herald", "logreg_last"), loso=False, curve_sizes=(), replicates=20))
+    logistic = evaluate_states(data, train, test, Plan(methods=("herald", "logreg_last"), loso=False, curve_sizes=(),
+                                                        replicates=20, direction_estimator="logistic"))
+    same = lambda r, m: r["random_split"][m]["pooled"]["auroc"]["value"]  # noqa: E731
+    assert same(lda, "logreg_last") == same(logistic, "logreg_last")
+    assert lda["random_split"]["herald"] != logistic["random_split"]["herald"]
+
+
 def test_test_data_overlap_compares_prompts_as_the_backbone_reads_them():
     # a training prompt sent back with a zero-width space or in fullwidth letters is still one the probe trained on
     from pathlib import Path

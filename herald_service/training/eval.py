@@ -26,7 +26,8 @@ import numpy as np
 
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
-from herald_service.training.methods import FACTORIES, LATENT_BASELINES, Method, make_method
+from herald_service.probes.directions import DIRECTION_ESTIMATORS
+from herald_service.training.methods import FACTORIES, LATENT_BASELINES, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
 
 log = logging.getLogger(__name__)
@@ -69,14 +70,22 @@ class Plan:
     curve_seeds: tuple[int, ...] = CURVE_SEEDS
     replicates: int = 1000
     seed: int = 0
+    direction_estimator: str = DIRECTION_ESTIMATORS[0]
+    """The per-layer direction estimator of the method named ``herald`` (``herald fit --direction-estimator``), so that
+    "Herald" in the results is the recipe of the probe evaluated; the other methods are unchanged."""
 
 
 def groups_of(data: LabeledStates) -> np.ndarray:
     return np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
 
 
-def fit_method(name: str, data: LabeledStates, seed: int) -> Method:
-    return make_method(name, seed).fit(data.states, data.labels, groups_of(data))
+def fit_method(name: str, data: LabeledStates, seed: int, direction_estimator: str = DIRECTION_ESTIMATORS[0]) -> Method:
+    """Fit method ``name`` on ``data``; ``herald`` with ``direction_estimator`` (:class:`~.methods.HeraldMethod`).
+
+    Raises:
+        KeyError: an unknown method name."""
+    method = HeraldMethod(seed, direction_estimator=direction_estimator) if name == "herald" else make_method(name, seed)
+    return method.fit(data.states, data.labels, groups_of(data))
 
 
 def margins(method: Method, states: np.ndarray) -> np.ndarray:
@@ -112,6 +121,7 @@ def evaluate_states(
     plan: Plan,
     extra_sets: dict[str, LabeledStates] | None = None,
     progress: Callable[[str], None] = log.info,
+    added_rows: Callable[[str | None], LabeledStates] | None = None,
 ) -> dict:
     """Run every protocol of ``plan`` on one set of states.
 
@@ -120,6 +130,10 @@ def evaluate_states(
         train_index, test_index: the random split (LOSO folds and curve draws are carved from it).
         extra_sets: named sets scored by the models fitted on the random split's train part (e.g. jailbreak-wrapped
             prompts, or files given with ``--test-data``); never trained on.
+        added_rows: training rows joined to every method's training set, by held-out source (``None``: the random
+            split), e.g. jailbreak-wrapped requests (``herald eval --jailbreak-train-per-class``: a fold never gets
+            rows made from its held-out source, :func:`~.attacks.fold_rows`); never scored. The learning curve's draws
+            get none (they measure the corpus rows alone).
 
     Returns:
         A JSON-ready dict with ``random_split``, ``extra``, ``loso`` (``folds`` and ``pooled``), ``learning_curve``,
@@ -129,10 +143,12 @@ def evaluate_states(
     extra_sets = extra_sets or {}
     results: dict = {"random_split": {}, "extra": {name: {} for name in extra_sets}}
     train, test = data.take(train_index), data.take(test_index)
+    if added_rows is not None:
+        train = joined(train, added_rows(None))
     timing = {}
     for name in plan.methods:
         started = time.perf_counter()
-        method = fit_method(name, train, plan.seed)
+        method = fit_method(name, train, plan.seed, plan.direction_estimator)
         timing[name] = round(time.perf_counter() - started, 2)
         m = margins(method, test.states)
         results["random_split"][name] = {"pooled": boot(test.labels, m, plan.replicates),
@@ -150,24 +166,36 @@ def evaluate_states(
     results["fit_seconds"] = timing
 
     if plan.loso:
-        results["loso"], results["loso_margins"] = _loso(data, train_index, test_index, plan, progress)
+        results["loso"], results["loso_margins"] = _loso(data, train_index, test_index, plan, progress, added_rows)
     if plan.curve_sizes:
         results["learning_curve"] = _learning_curve(data, train_index, test_index, plan, progress)
     return results
 
 
-def _loso(data, train_index, test_index, plan: Plan, progress) -> tuple[dict, dict]:
+def joined(a: LabeledStates, b: LabeledStates) -> LabeledStates:
+    """The rows of ``a`` then those of ``b``."""
+    return LabeledStates(np.concatenate([a.states, b.states]), np.concatenate([a.labels, b.labels]),
+                         np.concatenate([a.sources, b.sources]), np.concatenate([a.tokens, b.tokens]), a.prompts + b.prompts)
+
+
+def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) -> tuple[dict, dict]:
     folds_out: dict = {}
     held_margins = {name: np.full(len(data.labels), np.nan) for name in plan.methods}
     folds = loso_folds(data.sources, data.labels, train_index, test_index)
     for fold in folds:
         train = data.take(fold.train_index)
+        added = 0
+        if added_rows is not None:
+            extra = added_rows(fold.source)
+            train, added = joined(train, extra), len(extra.labels)
         if len(set(train.labels.tolist())) < 2:
             continue
         fold_out = {"n_train": int(len(fold.train_index)), "n_held_out": int(len(fold.held_out_index)),
                     "n_contrast": int(len(fold.contrast_index)), "methods": {}}
+        if added_rows is not None:
+            fold_out["n_train_added"] = int(added)
         for name in plan.methods:
-            method = fit_method(name, train, plan.seed)
+            method = fit_method(name, train, plan.seed, plan.direction_estimator)
             test_idx = fold.test_index
             m = margins(method, data.states[test_idx])
             held = m[: len(fold.held_out_index)]
@@ -193,7 +221,7 @@ def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict
             sub = data.take(pick)
             out["actual_per_class"][str(size)] = {"benign": int((sub.labels == 0).sum()), "harmful": int((sub.labels == 1).sum())}
             for name in plan.methods:
-                m = margins(fit_method(name, sub, seed), test.states)
+                m = margins(fit_method(name, sub, seed, plan.direction_estimator), test.states)
                 point = bootstrap_metrics(test.labels, m, m >= 0, replicates=1)
                 row = out["methods"].setdefault(name, {}).setdefault(str(size), {"auroc": [], "f1": [], "false_positive_rate": []})
                 for key in row:
@@ -234,6 +262,11 @@ class EvalOptions:
     probe: Path | None = None
     overwrite: bool = False
     """Replace an existing ``out`` file (``--overwrite``); without it :func:`refuse_an_existing_out` refuses."""
+    direction_estimator: str = DIRECTION_ESTIMATORS[0]
+    """Of the method ``herald`` (:attr:`Plan.direction_estimator`)."""
+    jailbreak_train_per_class: int = 0
+    """Harmful requests wrapped in jailbreak training templates, added to every method's training rows in the random
+    split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
 
 
 def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
@@ -438,8 +471,8 @@ def run_eval(options: EvalOptions) -> dict:
 
     Raises:
         ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`refuse_an_existing_out`),
-            a missing or bad ``--test-data`` file (:func:`read_test_data`), and the data errors of
-            :func:`load_corpus_states`.
+            ``jailbreak_train_per_class`` without a templates file, a missing or bad ``--test-data`` file
+            (:func:`read_test_data`), and the data errors of :func:`load_corpus_states`.
         BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another
             backbone.
     """
@@ -449,6 +482,10 @@ def run_eval(options: EvalOptions) -> dict:
 
     started = time.perf_counter()
     refuse_an_existing_out(options.out, options.overwrite)
+    template_file = options.jailbreak_templates
+    if options.jailbreak_train_per_class > 0 and (template_file is None or not template_file.is_file()):
+        raise ValueError("--jailbreak-train-per-class needs --jailbreak-templates"
+                         + (f"; {template_file} does not exist" if template_file is not None else ""))
     test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
@@ -475,8 +512,13 @@ def run_eval(options: EvalOptions) -> dict:
     for path, rows in test_sets.items():
         extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
 
-    plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed)
-    results = evaluate_states(data, train_index, test_index, plan, extra)
+    added_rows, augmentation = None, None
+    if options.jailbreak_train_per_class > 0:
+        added_rows, augmentation = _wrapped_training_rows(
+            options, corpus, load_templates(options.jailbreak_templates, options.jailbreak_max_chars))
+    plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
+                options.direction_estimator)
+    results = evaluate_states(data, train_index, test_index, plan, extra, added_rows=added_rows)
 
     if options.guard_per_source > 0:
         results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
@@ -503,6 +545,8 @@ def run_eval(options: EvalOptions) -> dict:
         "test_data_overlap": overlap,  # herald report: "k of n prompts also appear in --data", not "never trained on"
         **({"jailbreak_wrapped_skipped": jailbreak_skipped} if jailbreak_skipped else {}),
         "methods": list(options.methods),
+        "herald_direction_estimator": options.direction_estimator,
+        **({"jailbreak_augmentation": augmentation} if augmentation else {}),
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -510,6 +554,32 @@ def run_eval(options: EvalOptions) -> dict:
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(results, indent=1) + "\n")
     return results
+
+
+def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates: list[dict]
+                           ) -> tuple[Callable[[str | None], LabeledStates], dict]:
+    """The jailbreak-wrapped training rows of ``--jailbreak-train-per-class``: built and extracted as ``herald recipes``
+    builds its ``jailbreak`` recipe's (:func:`~.recipes.jailbreak_sets`: the random split's train-part AdvBench /
+    HarmBench requests in training templates, disjoint from the evaluation's), so a fold sees the rows that recipe's
+    fold saw (:meth:`~.recipes.WrappedPool.for_fold`).
+
+    Returns:
+        rows by held-out source (``None``: the random split), for :func:`evaluate_states`; and the record for the
+        results' ``meta.jailbreak_augmentation``.
+    """
+    from herald_service.training.recipes import RecipeOptions, jailbreak_sets, wrapped_pool
+
+    recipe = RecipeOptions(data=options.data, backbone=options.backbone, cache_dir=options.cache_dir,
+                           max_tokens=options.max_tokens, seed=options.seed, jailbreak_templates=options.jailbreak_templates,
+                           jailbreak_n=options.jailbreak_n, jailbreak_max_chars=options.jailbreak_max_chars,
+                           jailbreak_train_per_class=options.jailbreak_train_per_class)
+    train_rows = [corpus.examples[i] for i in corpus.train_index]
+    _, rows = jailbreak_sets(templates, corpus.everything, corpus.capped, train_rows, recipe)
+    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, recipe)
+    record = {"per_class": options.jailbreak_train_per_class, "labels": [1],
+              "random_split_rows": int(len(pool.for_fold(None, (1,)).labels)),
+              "templates": options.jailbreak_templates.name if options.jailbreak_templates else None}
+    return (lambda held_out: pool.for_fold(held_out, (1,))), record
 
 
 def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_index, results, extra) -> dict:

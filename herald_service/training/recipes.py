@@ -32,6 +32,7 @@ import numpy as np
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins
+from herald_service.training.eval import joined as concat
 from herald_service.training.protocol import loso_folds
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
@@ -70,11 +71,6 @@ def jailbreak_labels(recipe: str) -> tuple[int, ...]:
     if "jailbreak" not in recipe:
         return ()
     return (1, 0) if recipe.endswith("jailbreak+benign") else (1,)
-
-
-def concat(a: LabeledStates, b: LabeledStates) -> LabeledStates:
-    return LabeledStates(np.concatenate([a.states, b.states]), np.concatenate([a.labels, b.labels]),
-                         np.concatenate([a.sources, b.sources]), np.concatenate([a.tokens, b.tokens]), a.prompts + b.prompts)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,27 @@ METHOD_LABELS = {
 LATENT = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 
 
+def herald_label(meta: dict) -> str:
+    """The label of the method ``herald`` for results whose ``meta`` names its recipe: the direction estimator
+    (``herald eval --direction-estimator``; LDA without one) and the wrapped training rows every method got
+    (``--jailbreak-train-per-class``)."""
+    estimator = "LDA" if meta.get("herald_direction_estimator", "lda") == "lda" else "logistic-direction"
+    added = (meta.get("jailbreak_augmentation") or {}).get("per_class")
+    return f"Herald ({estimator} trajectory + 288-param MLP{f', {added} wrapped training requests' if added else ''})"
+
+
+def _augmentation_line(meta: dict) -> str | None:
+    """The report's bullet on wrapped training rows (``herald eval --jailbreak-train-per-class``); None without."""
+    record = meta.get("jailbreak_augmentation")
+    if not record:
+        return None
+    return (f"- **Training rows** of every method, in the random split and in every leave-one-source-out fold, include "
+            f"{record['per_class']} harmful requests wrapped in jailbreak training templates (`{record.get('templates')}`; "
+            "train-part AdvBench / HarmBench requests, templates disjoint from the jailbreak-wrapped evaluation set's, "
+            "never a request of the fold's held-out source), as `herald fit --jailbreak-train-per-class` adds them to a "
+            "probe; the learning curve's draws have none.")
+
+
 def _short(source: str, width: int = 38) -> str:
     return source if len(source) <= width else source[: width - 1] + "…"
 
@@ -405,7 +426,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
             f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
             _prompt_text_line(meta),
-            *filter(None, [_older_text_line(results)]),
+            *filter(None, [_augmentation_line(meta), _older_text_line(results)]),
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
             "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
             "- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
@@ -813,6 +834,8 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     import json
 
     results = json.loads(Path(results_path).read_text())
+    # Every table and plot names "herald" through METHOD_LABELS; set per report from its own results.
+    METHOD_LABELS["herald"] = herald_label(results.get("meta", {}))
     recipes = Path(results_path).with_name("recipes.json")
     if "recipes" not in results and recipes.is_file():
         from herald_service.training.recipes import block_from_eval
