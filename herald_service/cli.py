@@ -153,9 +153,8 @@ class ServeCommand(Settings):
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
-            from herald_service.engine.runtime import checked_probe
-
             from herald_service.backbone.hf import pick_device_dtype
+            from herald_service.engine.runtime import checked_probe
 
             checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
             pick_device_dtype(self.device, self.dtype)  # so does HERALD_DEVICE=cuda without CUDA (it came after the bind)

@@ -435,7 +435,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
         own: the request's work (its tokens 0 when not yet tokenized: a lower bound).
         partial: ``own`` is a lower bound, part of its prompts tokenized (:meth:`InferenceEngine.check_work`); every
             term of the cost and of the wait only grows with the rest, so a refusal now is one the whole request
-            would get. Its 413 message says "at least".
+            would get. Its 413 message says "or more" of the estimate and "at least" of the tokens.
         fit: the cost model (:class:`BatchCost`); ``None``: not measured yet, admit.
         limit_s: the longest acceptable wait, seconds (``request_timeout_s``); ``None``: admit.
         horizon_s: seconds until the latest deadline of the work ahead; ``None``: ``limit_s``.

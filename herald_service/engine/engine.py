@@ -207,7 +207,7 @@ class InferenceEngine:
         one-word request beside them took 9.6-15 s).
 
         Raises:
-            NotReady, WorkTooLarge, QueueFull: as :meth:`submit` (a :class:`WorkTooLarge` message says "at least").
+            NotReady, WorkTooLarge, QueueFull: as :meth:`submit` (a :class:`WorkTooLarge` message says "or more").
         """
         with self._cond:
             self._check_room(Work.of_prompts(list(lengths)).plus(Work(more_prompts)), partial=True)

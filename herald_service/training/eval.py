@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
-from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
 
