@@ -58,7 +58,7 @@ def moderator_for(target: Target, timeout_s: float | None = None) -> Moderator:
 
 def one_steer(moderator: Moderator, text: str, max_new_tokens: int) -> dict:
     """Run one /steer job; what admission counted for it and what it took, seconds, with one prefill of its prompt
-    (probe included) as the cost model prices it and as timed here just before."""
+    (probe included) as the cost model priced it at admission and as timed here just before."""
     engine, record = moderator.engine, {}
     backbone, probe = moderator.runtime.backbone, moderator.runtime.probe
     ids = backbone.encode([user_turn(text)])
@@ -78,6 +78,8 @@ def one_steer(moderator: Moderator, text: str, max_new_tokens: int) -> dict:
         return queued(timed_run, least_s, expected_s)
 
     step_s = moderator.decode_step_s.seconds  # the mean decode step the estimate uses (None before the first job)
+    # The price admission uses, read before the job: the job's own first prefill now feeds the cost model.
+    priced_s = engine.cost.seconds(Work.of_prompts([len(ids[0])]))
     engine.submit_exclusive = timed_submit
     try:
         outcome = asyncio.run(moderator.steer(user_turn(text), "ablate", None, 0.0, max_new_tokens))
@@ -98,7 +100,7 @@ def one_steer(moderator: Moderator, text: str, max_new_tokens: int) -> dict:
         "baseline_ratio": limit_s / record["ran_s"],
         "decode_step_ms": None if step_s is None else 1000 * step_s,
         "prefill_s": prefill_s,
-        "prefill_priced_s": engine.cost.seconds(Work.of_prompts([len(ids[0])])),
+        "prefill_priced_s": priced_s,
     }
 
 
