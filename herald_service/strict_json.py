@@ -43,7 +43,7 @@ class StrictJsonError(ValueError):
 
 class DuplicateKey(StrictJsonError):
     """A JSON object of the body holds ``key`` twice. ``path`` names it from the top of the document, keys as
-    :func:`_shown` writes them: ``input`` at the top level, ``messages[0].content`` in the first message."""
+    :func:`echoed` writes them: ``input`` at the top level, ``messages[0].content`` in the first message."""
 
     def __init__(self, key: str, path: str) -> None:
         super().__init__(path)
@@ -206,10 +206,10 @@ def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
             where = _cut_path(path or "body")
             return BadNumber(f"the number at '{where}' {node.problem}", where, node.advice)
         if isinstance(node, _Faulty):
-            key = _shown(node.key)
+            key = echoed(node.key)
             return node.fault(node.key, _cut_path(f"{path}.{key}" if path else key))
         if isinstance(node, dict):
-            stack.extend((v, f"{path}.{_shown(k)}" if path else _shown(k)) for k, v in reversed(node.items())
+            stack.extend((v, f"{path}.{echoed(k)}" if path else echoed(k)) for k, v in reversed(node.items())
                          if isinstance(v, held))
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, held))
@@ -295,8 +295,9 @@ def object_row(line: str, where: str, expected: str) -> dict[str, Any]:
     return row
 
 
-def _shown(key: str) -> str:
-    """``key`` as ASCII JSON text (lone surrogates and control characters escaped), cut to :data:`KEY_ECHO_CHARS`."""
+def echoed(key: str) -> str:
+    """``key`` (or any client text echoed in an error) as ASCII JSON text (lone surrogates, control and direction
+    characters escaped), cut to :data:`KEY_ECHO_CHARS`."""
     text = json.dumps(key)[1:-1]
     return text if len(text) <= KEY_ECHO_CHARS else text[:KEY_ECHO_CHARS] + "..."
 

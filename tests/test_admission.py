@@ -454,6 +454,44 @@ def test_a_warm_up_timed_slow_does_not_refuse_long_prompts_for_good_after_short_
     engine.stop()
 
 
+def test_work_behind_a_batch_run_past_its_deadline_is_refused_429_not_admitted_to_time_out(runtime):
+    # Breaker pass: a one-prompt request run on an estimate over the limit held the worker past its deadline; the wait
+    # cap read the worker as idle once that deadline passed, and requests admitted meanwhile got 504s. 10 ms a token:
+    # 300 tokens run 3 s against a 1 s limit (the seed prices them higher still).
+    slow_seed = (timing([100], (0.0, 0.0, 0.003, 2e-4)), timing([50, 50], (0.0, 0.0, 0.003, 2e-4)),
+                 timing([200], (0.0, 0.0, 0.003, 2e-4)))
+    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=1.0), HeraldMetrics(), seed=slow_seed)
+    engine.start()
+    short = fast.encode([user_turn(prompt_of(10))])
+    (first,) = engine.submit(short)
+    first.result(timeout=10)
+    (long,) = engine.submit(fast.encode([user_turn(prompt_of(300))]))  # unchecked length: run on the idle worker
+    time.sleep(1.3)  # past the long prompt's deadline; the worker still runs it
+    assert not long.done()
+    with pytest.raises(QueueFull) as refused:
+        engine.submit(short)
+    assert refused.value.reason == "estimated_wait" and refused.value.retry_after_s >= 1
+    assert long.result(timeout=10).tokens == 300
+    (after,) = engine.submit(short)  # the worker is free again
+    assert after.result(timeout=10).tokens == 10
+    engine.stop()
+
+
+def test_one_prompt_of_unknown_length_is_not_refused_by_the_seed_alone(runtime):
+    # Breaker pass: check_room (before tokenizing: 0 tokens) refused "hi" 413 from a 30x slow seed, for good.
+    slow = tuple(30 * term for term in TRUE)  # a CPU-like worker timed 30x slow: 3 s a batch
+    slow_seed = (timing([35, 35], slow), timing([94] * 8, slow), timing([414, 414], slow))
+    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=0.5), HeraldMetrics(), seed=slow_seed)
+    engine.start()
+    assert engine.cost.seconds(Work(1)) > 0.5  # a prompt of no tokens is over the limit already
+    engine.check_room(1)  # no live batch: not refused
+    with pytest.raises(WorkTooLarge):
+        engine.check_room(2)
+    engine.stop()
+
+
 def test_prompts_whose_own_work_exceeds_the_limit_are_refused_on_an_idle_engine_and_nothing_is_queued(runtime):
     slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
     engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=PER_TOKEN)

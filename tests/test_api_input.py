@@ -80,13 +80,21 @@ def test_a_content_part_over_max_chars_alone_is_named_by_its_part(client):
         "message": f"prompt has {limit + 1} characters; the limit is {limit} (max_chars)"}
 
 
-@pytest.mark.parametrize("kind", ["input_audio", "file", "x" * 60])
-def test_a_content_part_of_another_type_than_text_is_refused_naming_its_type(client, kind):
+@pytest.mark.parametrize("kind, shown", [("input_audio", "input_audio"), ("file", "file"), ("x" * 70, "x" * 64 + "..."),
+                                         ("a\n\u202e", "a\\n\\u202e")])
+def test_a_content_part_of_another_type_than_text_is_refused_naming_its_type(client, kind, shown):
     r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "hi"}, {"type": kind, "data": "..."}]})
-    shown = kind if len(kind) <= 40 else kind[:40] + "..."
     assert r.status_code == 422 and r.json()["error"] == {
         "type": "invalid_request", "field": "input[1].type",
         "message": f"Herald moderates text only: parts of type '{shown}' are not supported; send the text parts alone"}
+
+
+def test_a_lone_surrogate_in_a_content_part_type_is_a_422_not_a_500(client):
+    # Breaker pass: the type was echoed raw into the message, and encoding the answer failed (500).
+    r = client.post("/v1/moderations", content='{"input": [{"type": "\\ud800abc", "text": "hi"}]}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "input[0].type", r.text
+    assert "parts of type '\\ud800abc' are not supported" in r.json()["error"]["message"]
 
 
 def test_classify_messages_with_content_parts_are_told_what_to_send(client):

@@ -401,6 +401,12 @@ def test_eval_with_wrapped_training_rows_needs_a_templates_file_before_the_backb
     out = herald("eval", "--jailbreak-train-per-class", "80", "--jailbreak-templates", "null", "--out",
                  str(tmp_path / "r.json"), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == "herald: --jailbreak-train-per-class needs --jailbreak-templates"
+    (tmp_path / "empty.jsonl").write_text("")  # breaker: an empty file failed only after the backbone and corpus loaded
+    out = herald("eval", "--jailbreak-train-per-class", "80", "--jailbreak-templates", str(tmp_path / "empty.jsonl"),
+                 "--out", str(tmp_path / "r.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --jailbreak-templates {tmp_path / 'empty.jsonl'} has no usable template (one {{{{ prompt }}}} slot, at"
+        " most 2500 characters: --jailbreak-max-chars)"), out.stderr
     assert not (tmp_path / "cache").exists()
 
 

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from herald_service.strict_json import echoed
 from herald_service.types import MIN_ADD_ALPHA
 
 
@@ -124,8 +125,8 @@ class ModerationRequest(BaseModel):
                                         f" {{'type': 'text', 'text': ...}}; got {kind}", f"input[{i}]")
                 kind = part.get("type") if isinstance(part, dict) else "text"
                 if isinstance(kind, str) and kind != "text":  # image_url, input_audio, ...: was "Input should be 'text'"
-                    shown = kind if len(kind) <= 40 else kind[:40] + "..."  # the client's text, echoed short
-                    raise FieldConflict(f"Herald moderates text only: parts of type '{shown}' are not supported; send"
+                    # The client's text, escaped and cut: a lone surrogate in it made this message a 500 (breaker).
+                    raise FieldConflict(f"Herald moderates text only: parts of type '{echoed(kind)}' are not supported; send"
                                         " the text parts alone", f"input[{i}].type")
             if value and isinstance(value[0], (str, dict)):
                 odd = next((i for i, item in enumerate(value) if isinstance(item, str) != isinstance(value[0], str)), None)

@@ -462,7 +462,9 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     if fit is None or limit_s is None:
         return None
     own_work_s = fit.seconds(own)
-    unchecked = checked_tokens is not None and own.prompts == 1 and own.tokens > 2 * checked_tokens
+    # checked_tokens 0: no live batch at all, so even a prompt of unknown length (check_room's, before tokenizing)
+    # is unchecked (a breaker pass: "hi" got 413 from a slow seed again once the rule read tokens).
+    unchecked = checked_tokens is not None and own.prompts == 1 and (checked_tokens == 0 or own.tokens > 2 * checked_tokens)
     if own_work_s > limit_s and not unchecked:
         return TooMuchWork(own_work_s, limit_s, own, partial)
     ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)

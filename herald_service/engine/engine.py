@@ -107,6 +107,10 @@ class InferenceEngine:
         # busy for that long (:func:`jobs_left_s`). Guarded by ``_cond``.
         self._jobs: dict[int, JobClock] = {}
         self._latest_deadline = 0.0  # perf_counter of the latest deadline of the work accepted (max_wait_s after it)
+        # perf_counter when the batches the worker has launched are estimated to be done. A running batch cannot be
+        # stopped at its deadline, so the wait of later work is capped at this or the latest deadline, whichever is
+        # later (:meth:`_horizon_s`). Guarded by ``_cond``.
+        self._busy_until = 0.0
         self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
         # Prompts the worker took from the queue into its window (up to 4 x max_rows) and has not launched yet: they
@@ -227,9 +231,13 @@ class InferenceEngine:
 
     def _horizon_s(self) -> float | None:
         # An upper bound: a deadline stays the latest after its work was answered, until a later one is accepted.
+        # Work past its deadline is dropped unless the worker already runs it: a batch launched runs to its end, so
+        # its estimated end counts too. Without it, a one-prompt request run on an estimate over the limit
+        # (admission_verdict) held the worker 21 s past its 3 s deadline while the cap read the worker as idle, and
+        # requests admitted meanwhile got 504s (breaker pass).
         if self.limits.max_wait_s is None:
             return None
-        return max(self._latest_deadline - time.perf_counter(), 0.0)
+        return max(max(self._latest_deadline, self._busy_until) - time.perf_counter(), 0.0)
 
     def exclusive_seconds_left(self) -> float:
         """Seconds until the exclusive jobs (``/steer``) accepted and not yet answered have ended, estimated
@@ -384,6 +392,9 @@ class InferenceEngine:
         """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
         runs, so the device never waits for the host's scoring, answering and batching between two batches."""
         started = time.perf_counter()
+        estimate_s = self.cost.seconds(Work.of_prompts([len(p.token_ids) for p in batch])) or 0.0
+        with self._cond:
+            self._busy_until = max(self._busy_until, started) + estimate_s
         try:
             # Projected where the states are: only (batch, layer) comes back to the host.
             wait = self.backbone.launch_last_token_states([p.token_ids for p in batch], reduce=self.probe.directions.dot)

@@ -486,6 +486,9 @@ def run_eval(options: EvalOptions) -> dict:
     if options.jailbreak_train_per_class > 0 and (template_file is None or not template_file.is_file()):
         raise ValueError("--jailbreak-train-per-class needs --jailbreak-templates"
                          + (f"; {template_file} does not exist" if template_file is not None else ""))
+    if options.jailbreak_train_per_class > 0 and not load_templates(template_file, options.jailbreak_max_chars):
+        raise ValueError(f"--jailbreak-templates {template_file} has no usable template (one {{{{ prompt }}}} slot, at most"
+                         f" {options.jailbreak_max_chars} characters: --jailbreak-max-chars)")
     test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded

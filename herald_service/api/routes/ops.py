@@ -1,6 +1,6 @@
 """Operations routes: liveness, readiness, Prometheus metrics, service info, and the demo page.
 
-These stay out of the request metrics. Every one also answers ``HEAD`` (same status and headers, no body; the
+The health probes and ``/metrics`` stay out of the request metrics. Every one also answers ``HEAD`` (same status and headers, no body; the
 server drops the body of a HEAD answer), which some load balancers, uptime checkers and monitors send (a breaker pass:
 ``HEAD /metrics`` was a 405).
 """
@@ -20,8 +20,8 @@ from herald_service.api.errors import error_response
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/health/live")
 @router.head("/health/live", include_in_schema=False)  # one operation id per method: the schema keeps GET only
+@router.get("/health/live")  # registered first, so a 405 on this path says "allow: GET" (breaker)
 async def live(state: State) -> JSONResponse:
     """200 while the process can still serve; 503 once the inference worker has died, so an orchestrator restarts it."""
     if state.engine is not None and state.engine.failure is not None:
@@ -29,8 +29,8 @@ async def live(state: State) -> JSONResponse:
     return JSONResponse({"status": "live"})
 
 
-@router.get("/health/ready")
 @router.head("/health/ready", include_in_schema=False)
+@router.get("/health/ready")
 async def ready(state: State) -> JSONResponse:
     """200 once model, probe, warm-up and worker are up; 503 (with the reason) before that or if the worker dies."""
     reason = state.not_ready_reason()
@@ -39,8 +39,8 @@ async def ready(state: State) -> JSONResponse:
     return JSONResponse({"status": "ready"})
 
 
-@router.get("/metrics")
 @router.head("/metrics", include_in_schema=False)
+@router.get("/metrics")
 async def metrics(state: State) -> Response:
     """Prometheus text exposition."""
     if state.engine is not None:
@@ -49,8 +49,8 @@ async def metrics(state: State) -> Response:
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/info", dependencies=[ApiKey])
 @router.head("/v1/info", dependencies=[ApiKey], include_in_schema=False)
+@router.get("/v1/info", dependencies=[ApiKey])
 async def info(state: State) -> dict:
     """Backbone, probe manifest and limits."""
     s = state.settings
@@ -82,8 +82,8 @@ async def info(state: State) -> dict:
     return body
 
 
-@router.get("/", response_class=HTMLResponse, include_in_schema=False)
 @router.head("/", response_class=HTMLResponse, include_in_schema=False)
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index() -> HTMLResponse:
     """A page where a person types a prompt and sees the verdict and the layer trajectory."""
     return HTMLResponse(files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8"))
