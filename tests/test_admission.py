@@ -433,15 +433,21 @@ def test_a_warm_up_timed_far_too_slow_does_not_refuse_every_prompt_for_good(runt
     engine.stop()
 
 
+def engine_seeded_as_attention(runtime, max_wait_s: float) -> tuple[FakeBackbone, InferenceEngine]:
+    """A started engine on a fake that takes 10 ms a token, seeded by a warm-up that read its time as mostly attention
+    (3 ms a token and 0.2 ms a squared token): short prompts priced about right, long ones far over."""
+    seed = tuple(timing(lengths, (0.0, 0.0, 0.003, 2e-4)) for lengths in ([100], [50, 50], [200]))
+    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=max_wait_s), HeraldMetrics(), seed=seed)
+    engine.start()
+    return fast, engine
+
+
 def test_a_warm_up_timed_slow_does_not_refuse_long_prompts_for_good_after_short_traffic(runtime):
     # Next breaker pass: after short live requests had corrected the fit for short prompts, a warm-up timed slow still
     # priced one long prompt over the limit, and only long work can correct that. The seed reads the time as mostly
     # attention (0.2 ms per squared token); the worker runs at 10 ms a token.
-    slow_seed = (timing([100], (0.0, 0.0, 0.003, 2e-4)), timing([50, 50], (0.0, 0.0, 0.003, 2e-4)),
-                 timing([200], (0.0, 0.0, 0.003, 2e-4)))
-    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
-    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=slow_seed)
-    engine.start()
+    fast, engine = engine_seeded_as_attention(runtime, max_wait_s=2.0)
     (hi,) = engine.submit(fast.encode([user_turn(prompt_of(10))]))
     assert hi.result(timeout=10).tokens == 10 and engine.cost.longest_live == 10
     long = fast.encode([user_turn(prompt_of(120))])
@@ -458,11 +464,7 @@ def test_work_behind_a_batch_run_past_its_deadline_is_refused_429_not_admitted_t
     # Breaker pass: a one-prompt request run on an estimate over the limit held the worker past its deadline; the wait
     # cap read the worker as idle once that deadline passed, and requests admitted meanwhile got 504s. 10 ms a token:
     # 300 tokens run 3 s against a 1 s limit (the seed prices them higher still).
-    slow_seed = (timing([100], (0.0, 0.0, 0.003, 2e-4)), timing([50, 50], (0.0, 0.0, 0.003, 2e-4)),
-                 timing([200], (0.0, 0.0, 0.003, 2e-4)))
-    fast = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
-    engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=1.0), HeraldMetrics(), seed=slow_seed)
-    engine.start()
+    fast, engine = engine_seeded_as_attention(runtime, max_wait_s=1.0)
     short = fast.encode([user_turn(prompt_of(10))])
     (first,) = engine.submit(short)
     first.result(timeout=10)
