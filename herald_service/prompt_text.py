@@ -693,11 +693,11 @@ def normalize_conversation(conversation: Conversation) -> Conversation:
     message left blank by it (only whitespace) read as empty; what ``Backbone.encode`` renders and tokenizes, for
     serving, fitting and evaluation alike.
 
-    Blank as empty: a blank message has nothing to moderate, but its spaces are tokens, and on the embedded backbone
-    one to eight spaces scored 0.00-0.99 with the shipped probe (4 spaces flagged at 0.95, found checking a breaker
-    pass's finding on blank prompts); read as empty, every blank message scores as the empty one. This is not part of :data:`PROMPT_TEXT`: no training row can
-    be blank (herald_service/training/corpus.py refuses one, after this same fold), so a probe reads every text it can
-    be fitted on exactly as before."""
+    Blank as empty: a blank message has nothing to moderate, but its spaces are tokens, and on the embedded backbone one
+    to eight spaces scored 0.00-0.99 with the shipped probe (4 spaces flagged at 0.95, found checking a breaker pass's
+    finding on blank prompts); read as empty, every blank message scores as the empty one. This is not part of
+    :data:`PROMPT_TEXT`: no training row can be blank (herald_service/training/corpus.py refuses one, after this same
+    fold), so a probe reads every text it can be fitted on exactly as before."""
     out = []
     for message in conversation:
         text = normalize_prompt_text(message.content)

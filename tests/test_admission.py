@@ -422,12 +422,12 @@ def test_a_warm_up_timed_far_too_slow_does_not_refuse_every_prompt_for_good(runt
     engine = InferenceEngine(fast, runtime.probe, EngineLimits(max_wait_s=2.0), HeraldMetrics(), seed=slow_seed)
     engine.start()
     hi = fast.encode([user_turn(prompt_of(20))])
-    assert engine.cost.seconds(Work.of_prompts([20])) == pytest.approx(6.0) and not engine.cost.live
+    assert engine.cost.seconds(Work.of_prompts([20])) == pytest.approx(6.0) and engine.cost.longest_live == 0
     with pytest.raises(WorkTooLarge):  # two prompts: the client can split them
         engine.submit(hi * 2)
     (first,) = engine.submit(hi)  # one prompt on an idle worker: run, and timed
     assert first.result(timeout=10).tokens == 20
-    assert engine.cost.live and engine.cost.seconds(Work.of_prompts([20])) < 2.0
+    assert engine.cost.longest_live == 20 and engine.cost.seconds(Work.of_prompts([20])) < 2.0
     answers = engine.submit(hi * 2)  # the fit learnt the worker's speed: no longer refused
     assert [future.result(timeout=10).tokens for future in answers] == [20, 20]
     engine.stop()

@@ -195,11 +195,6 @@ class BatchCost:
         self.fit = self._solve()
 
     @property
-    def live(self) -> bool:
-        """Whether a live batch has been timed since start-up (the fit is more than the warm-up seed)."""
-        return bool(self._live)
-
-    @property
     def longest_live(self) -> int:
         """The longest prompt, tokens, of the live batches the fit holds now (the last :data:`WINDOW`); 0 before any:
         how far the fit has been checked against live work (:func:`admission_verdict`)."""

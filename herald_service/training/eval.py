@@ -486,7 +486,9 @@ def run_eval(options: EvalOptions) -> dict:
     if options.jailbreak_train_per_class > 0 and (template_file is None or not template_file.is_file()):
         raise ValueError("--jailbreak-train-per-class needs --jailbreak-templates"
                          + (f"; {template_file} does not exist" if template_file is not None else ""))
-    if options.jailbreak_train_per_class > 0 and not load_templates(template_file, options.jailbreak_max_chars):
+    training_templates = (load_templates(template_file, options.jailbreak_max_chars)
+                          if options.jailbreak_train_per_class > 0 else [])
+    if options.jailbreak_train_per_class > 0 and not training_templates:
         raise ValueError(f"--jailbreak-templates {template_file} has no usable template (one {{{{ prompt }}}} slot, at most"
                          f" {options.jailbreak_max_chars} characters: --jailbreak-max-chars)")
     test_sets = read_test_data(options.test_data)
@@ -517,8 +519,7 @@ def run_eval(options: EvalOptions) -> dict:
 
     added_rows, augmentation = None, None
     if options.jailbreak_train_per_class > 0:
-        added_rows, augmentation = _wrapped_training_rows(
-            options, corpus, load_templates(options.jailbreak_templates, options.jailbreak_max_chars))
+        added_rows, augmentation = _wrapped_training_rows(options, corpus, training_templates)
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
                 options.direction_estimator)
     results = evaluate_states(data, train_index, test_index, plan, extra, added_rows=added_rows)

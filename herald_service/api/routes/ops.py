@@ -1,8 +1,8 @@
 """Operations routes: liveness, readiness, Prometheus metrics, service info, and the demo page.
 
-The health probes and ``/metrics`` stay out of the request metrics. Every one also answers ``HEAD`` (same status and headers, no body; the
-server drops the body of a HEAD answer), which some load balancers, uptime checkers and monitors send (a breaker pass:
-``HEAD /metrics`` was a 405).
+The health probes and ``/metrics`` stay out of the request metrics. Every one also answers ``HEAD`` (same status and
+headers, no body; the server drops the body of a HEAD answer), which some load balancers, uptime checkers and monitors
+send (a breaker pass: ``HEAD /metrics`` was a 405).
 """
 
 from __future__ import annotations
