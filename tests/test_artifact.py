@@ -356,7 +356,7 @@ def test_a_shipped_probe_with_out_of_range_centers_is_refused_at_load(tmp_path):
 
 
 def test_the_shipped_probes_score_the_synthetic_inputs_as_a_scorer_does():
-    # the load-time check must pass real probes by a wide margin: their logits there are single digits
+    # the load-time check (+-1e4) must pass real probes by a wide margin: their logits there are at most tens
     from pathlib import Path
 
     for folder in sorted(Path(__file__).resolve().parents[1].glob("models/*/")):
@@ -364,7 +364,7 @@ def test_the_shipped_probes_score_the_synthetic_inputs_as_a_scorer_does():
         layers = probe.directions.num_layers
         alternating = np.where(np.arange(layers) % 2 == 0, 1.0, -1.0)
         out = probe.predict_trajectories(np.stack([np.zeros(layers), np.ones(layers), -np.ones(layers), alternating]))
-        assert np.abs(out.logits).max() < 10
+        assert np.abs(out.logits).max() < 100
         assert np.isfinite(probe.predict(np.zeros((1, layers, probe.directions.hidden_size), np.float32)).logits).all()
 
 

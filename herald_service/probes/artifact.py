@@ -237,7 +237,7 @@ def _check_scores(probe: FittedProbe, path: Path) -> None:
     states ``(1, layer, d_model)`` (their trajectory is ``-center / scale`` per layer). Centers of 3e38 loaded,
     and with ``HERALD_WARMUP=false`` the server said ready and answered every /classify 500 (tester pass); a scorer
     weight of 3e38 gave logits of 1e39, so every prompt scored 0 (allowed). The logits must be within
-    +-:data:`THRESHOLD_LIMIT` (the shipped probes' are under 6 in magnitude on the trajectories, 14 on zero states).
+    +-:data:`THRESHOLD_LIMIT` (the shipped probes' are under 12 in magnitude on the trajectories, 27 on zero states).
 
     Raises:
         ProbeMismatch: naming ``path`` and the input that gave the bad score.

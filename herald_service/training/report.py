@@ -39,6 +39,36 @@ def herald_label(meta: dict) -> str:
     return f"Herald ({estimator} trajectory + 288-param MLP{f', {added} wrapped training requests' if added else ''})"
 
 
+def herald_recipe(meta: dict) -> str:
+    """The recipe name, as the studies spell it (``lda``, ``jailbreak``, ``logistic``, ``logistic+jailbreak``), of the
+    method ``herald`` in results with this ``meta``."""
+    estimator = meta.get("herald_direction_estimator", "lda")
+    wrapped = bool((meta.get("jailbreak_augmentation") or {}).get("per_class"))
+    return "+".join([estimator] * (estimator != "lda" or not wrapped) + ["jailbreak"] * wrapped)
+
+
+def _study_base(results: dict) -> dict:
+    """The ``herald eval`` results the study sections compare against: ``lda_recipe/results.json`` beside the results
+    file (the Ledoit-Wolf LDA recipe without wrapped training rows, which every study before round 3 calls ``shipped``)
+    when the report has it, else the results themselves."""
+    return results.get("lda_recipe") or results
+
+
+def _recipe_names_line(results: dict) -> str | None:
+    """The report's bullet saying what ``shipped`` means in the study sections when this report's Herald is another
+    recipe; None when it is the LDA recipe."""
+    recipe = herald_recipe(results.get("meta", {}))
+    if recipe == "lda":
+        return None
+    base = ("its full-protocol numbers, from the same `herald eval` without the options, are in "
+            "`lda_recipe/results.json` beside the results file" if results.get("lda_recipe") else
+            "this report has no `lda_recipe/results.json` beside the results file")
+    return (f"- **Recipe names in the study sections**: this report's Herald is the `{recipe}` recipe. In the study "
+            "sections below, `shipped`, `current` and `lw` name the recipe those studies compared against: Ledoit-Wolf "
+            "LDA directions, no wrapped training rows (the shipped probe before round 3 of the direction-estimator "
+            f"study); {base}. Their comparisons and latent baselines are those of that recipe.")
+
+
 def _augmentation_line(meta: dict) -> str | None:
     """The report's bullet on wrapped training rows (``herald eval --jailbreak-train-per-class``); None without."""
     record = meta.get("jailbreak_augmentation")
@@ -252,15 +282,17 @@ def _targets(results: dict) -> list[list[str]]:
     if jb:
         r = _val(jb["pooled"]["recall"])
         detail = ""
+        recipe = herald_recipe(results.get("meta", {}))
+        shipped = lambda name: "this report's Herald" if name == recipe else "not shipped"  # noqa: E731
         study = report_jailbreak.seed_table(results["jailbreak_recipe"]["runs"]) if results.get("jailbreak_recipe") else {}
         if "jailbreak" in study:
-            detail = (f"recipe `jailbreak` (not shipped): {sum(study['jailbreak']['recall n=40']) / len(study['jailbreak']['recall n=40']):.1%}"
+            detail = (f"recipe `jailbreak` ({shipped('jailbreak')}): {sum(study['jailbreak']['recall n=40']) / len(study['jailbreak']['recall n=40']):.1%}"
                       " (n=40), seed mean; section Jailbreak-augmented training")
         round3 = results.get("direction_round3") or {}
         if round3.get("runs") and results.get("jailbreak_recipe"):
             table = report_directions.round3_table(round3["runs"], results["jailbreak_recipe"]["runs"], {}, {})
             if "logistic+jailbreak" in table:
-                detail += (f"; recipe `logistic+jailbreak` (not shipped): {np.mean(table['logistic+jailbreak']['recall n=40']):.1%}"
+                detail += (f"; recipe `logistic+jailbreak` ({shipped('logistic+jailbreak')}): {np.mean(table['logistic+jailbreak']['recall n=40']):.1%}"
                            " (n=40), seed mean, fitted by `herald fit --direction-estimator logistic"
                            " --jailbreak-train-per-class 80`; section Per-layer direction estimators, round 3")
         rows.append(["Jailbreak-wrapped held-out harmful requests: recall >= 95%", f"{r * 100:.1f}% (n={jb['pooled']['n']['value']})",
@@ -426,7 +458,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
             f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
             _prompt_text_line(meta),
-            *filter(None, [_augmentation_line(meta), _older_text_line(results)]),
+            *filter(None, [_augmentation_line(meta), _recipe_names_line(results), _older_text_line(results)]),
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
             "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
             "- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
@@ -703,9 +735,10 @@ def recipe_decision(recipes: dict) -> str:
 
 
 def _split_key(meta: dict) -> tuple:
-    """What makes two ``herald eval`` runs share their split and folds: seed, corpus, caps and backbone."""
+    """What makes two ``herald eval`` runs share their split, folds and training rows: seed, corpus, caps, backbone and
+    the wrapped training rows every method got."""
     return (meta.get("seed"), meta.get("corpus_sha256"), meta.get("max_per_source_and_label"), meta.get("max_tokens"),
-            meta.get("backbone", {}).get("id"))
+            meta.get("backbone", {}).get("id"), (meta.get("jailbreak_augmentation") or {}).get("per_class", 0))
 
 
 def feature_set_splits(runs: list[dict], results: dict) -> list[dict]:
@@ -774,7 +807,7 @@ def _feature_set_section(results: dict) -> list[str]:
                       "results beside the results file (docs/eval/feature_sets.md).", ""]
     from herald_service.probes.features import FEATURE_SETS
 
-    splits = feature_set_splits(runs, results)
+    splits = feature_set_splits(runs, _study_base(results))
     candidates = sorted({m.removeprefix("herald:") for s in splits for m in s["pooled"] if m.startswith("herald:")})
     gone = [c for c in candidates if c not in FEATURE_SETS]
     each = "the candidate set" if len(candidates) == 1 else f"each of {len(candidates)} candidate sets"
@@ -809,7 +842,7 @@ def _feature_set_section(results: dict) -> list[str]:
 
 def _feature_set_targets(results: dict) -> list[list[str]]:
     """The two LOSO targets, met by any candidate feature set on the split of the results file?"""
-    mine = [s for s in feature_set_splits(results.get("feature_sets") or [], results) if s["from_results"]]
+    mine = [s for s in feature_set_splits(results.get("feature_sets") or [], _study_base(results)) if s["from_results"]]
     if not mine:
         return []
     split = mine[0]
@@ -836,6 +869,12 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     results = json.loads(Path(results_path).read_text())
     # Every table and plot names "herald" through METHOD_LABELS; set per report from its own results.
     METHOD_LABELS["herald"] = herald_label(results.get("meta", {}))
+    folder = Path(results_path).parent
+    beside = []
+    lda = folder / "lda_recipe" / "results.json"
+    if "lda_recipe" not in results and lda.is_file() and lda.resolve() != Path(results_path).resolve():
+        results["lda_recipe"] = json.loads(lda.read_text())
+        beside.append("lda_recipe/")
     recipes = Path(results_path).with_name("recipes.json")
     if "recipes" not in results and recipes.is_file():
         from herald_service.training.recipes import block_from_eval
@@ -844,13 +883,12 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
         # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds.
         ordered = {}
         for name, method in (("shipped", "herald"), ("logreg_last", "logreg_last")):
-            block = results["recipes"]["results"].get(name) or block_from_eval(results, method)
+            block = results["recipes"]["results"].get(name) or block_from_eval(_study_base(results), method)
             if block:
                 ordered[name] = block
         ordered.update({k: v for k, v in results["recipes"]["results"].items() if k not in ordered})
         results["recipes"]["results"] = ordered
-    beside = ["recipes.json"] if recipes.is_file() else []
-    folder = Path(results_path).parent
+    beside += ["recipes.json"] if recipes.is_file() else []
     sensitive = {name: json.loads(f.read_text()) for name in ("results", "recipes")
                  if (f := folder / "benign_sensitive" / f"{name}.json").is_file()}
     if "benign_sensitive" not in results and sensitive:

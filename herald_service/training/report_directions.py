@@ -108,9 +108,9 @@ def section(summary: dict | None, doc: str, round3: list[str] = ()) -> list[str]
             verdict.append(f"`{name}` passes the split-0 rule (seed-mean F1 and AUROC >= `lw`, one higher by > 0.01 and "
                            "> 2 std of the paired difference); then " + "; ".join(
                                f"{text}: {'pass' if ok else 'not run' if ok is None else 'FAIL'}" for text, ok in checks)
-                           + (". It passes every rule." if shipped else ". It is not shipped; the Ledoit-Wolf LDA stays "
-                              f"the default, and `herald fit --direction-estimator {name}` fits it."
-                              if name == "logistic" else ". It is not shipped."))
+                           + (". It passes every rule." if shipped else ". Round 2 did not ship it; with wrapped training rows it "
+                              "is round 3's `logistic+jailbreak` (below), and `herald fit --direction-estimator "
+                              f"{name}` fits it." if name == "logistic" else ". It is not shipped."))
     out += ["Shows: Herald with its per-layer directions fitted by other estimators (everything else shipped), on the "
             "LOSO folds of the results above, 5 scorer-initialisation seeds each (`current`: the shipped scorer; "
             "`logreg-embed`: logistic regression on the same seven features, deterministic): pooled F1 and AUROC, the "
@@ -228,7 +228,7 @@ def round3_section(table: dict[str, dict[str, list[float]]] | None, seeds: list[
             f"{np.mean(v):.1f} ({np.ptp(v):.0f})" if k.startswith("instr. folds") else f"{np.mean(v):.3f} ({np.ptp(v):.3f})"
             for k, v in cols.items()) + " |")
     out += ["", "The last column is the random-split fit's largest false-positive rate on the six held-out benign "
-            f"sensitive-topic sets (`shipped` was not run on them here; the shipped probe's is "
+            f"sensitive-topic sets (`shipped` was not run on them here; its saved probe's is "
             f"{ROUND3_SHIPPED_SENSITIVE_FPR[prompt_text]:.3f}); the rule reads it at fit seed 0 only, against "
             f"{round3_sensitive_limit(prompt_text):.3f}."]
     out.append("")

@@ -100,7 +100,7 @@ def target_rows(runs: dict[int, dict] | None) -> list[list[str]]:
             cells[-1] += f" (round-4 rule fails {', '.join(failed)})"
     if not cells:
         return []
-    return [["LOSO pooled F1 >= best latent + 2 points, Herald with logistic directions (opt-in, not shipped)",
+    return [["LOSO pooled F1 >= best latent + 2 points, Herald with logistic directions, no wrapped rows (not shipped)",
              "; ".join(cells), "met" if all(met) else "not met", "section Threshold from source-held-out margins"]]
 
 
