@@ -107,6 +107,33 @@ def test_report_has_both_sections_with_their_numbers(tmp_path):
     assert any("held-out benign sensitive-topic sets (section above) were only scored" in line for line in lines)
 
 
+def test_a_report_of_another_recipe_keeps_the_studies_on_the_lda_recipe_beside_it(tmp_path):
+    # Shipping logistic+jailbreak (2026-12-02): the main results' baselines trained on wrapped rows, the feature-set
+    # runs' did not; the studies must keep borrowing the LDA recipe's baselines, and the report say what `shipped` is.
+    shipped = main_results()
+    shipped["meta"].update(herald_direction_estimator="logistic", jailbreak_augmentation={"per_class": 80})
+    shipped["loso"] = loso({"herald": (pooled(0.62, 0.86), 0.97, 0.9), "logreg_last": (pooled(0.63, 0.82), 0.99, 0.5)})
+    write(tmp_path, "results.json", shipped)
+    write(tmp_path / "lda_recipe", "results.json", main_results())
+    for i, run in enumerate(feature_set_runs()):
+        write(tmp_path / "feature_sets", f"seed{i}.json", run)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    assert "from `lda_recipe/`, `feature_sets/` beside it" in lines[2]
+    names = next(line for line in lines if line.startswith("- **Recipe names in the study sections**"))
+    assert "this report's Herald is the `logistic+jailbreak` recipe" in names and "`lda_recipe/results.json`" in names
+    at = lines.index("### Seed 0 (the split of the results above)")
+    assert lines[at + 8] == (  # the LDA recipe's logreg_last (0.600, folds 0.93 / 0.85), not the shipped run's 0.630
+        "| logistic, last layer | 0.600 [0.550, 0.650] | 0.800 [0.780, 0.820] | 0.100 | 0.400 | 2/2 | 2/2 | 0.890 |")
+    assert "| LOSO pooled F1 >= best latent + 2 points | Herald 62.0 vs logreg_last 63.0 | not met |  |" in lines
+
+    # Without the LDA recipe's file the baselines trained on other rows are not borrowed, and the bullet says so.
+    (tmp_path / "lda_recipe" / "results.json").unlink()
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    assert lines[lines.index("### Seed 0") + 2] == "From `herald eval --methods cand0`."
+    assert any("this report has no `lda_recipe/results.json`" in line for line in lines)
+
+
 def test_report_without_the_files_says_so_in_one_line_each(tmp_path):
     write(tmp_path, "results.json", main_results())
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
@@ -274,8 +301,8 @@ def test_a_split0_winner_is_shipped_only_when_split1_instruction_fpr_and_the_ref
                        "75.0% (limit 85.0%)", False)]
     lines = report_directions.section(summary, "d.md")
     verdict = next(line for line in lines if line.startswith("`logistic` passes the split-0 rule"))
-    assert verdict.endswith("(limit 85.0%): FAIL. It is not shipped; the Ledoit-Wolf LDA stays the default, and "
-                            "`herald fit --direction-estimator logistic` fits it.")
+    assert verdict.endswith("(limit 85.0%): FAIL. Round 2 did not ship it; with wrapped training rows it is round 3's "
+                            "`logistic+jailbreak` (below), and `herald fit --direction-estimator logistic` fits it.")
     assert "### Split seed 1 (a check of a split-0 winner)" in lines
     del summary["probe_checks"], summary["splits"]
     assert [ok for _, ok in report_directions.later_checks("logistic", summary)] == [None, True, None]
