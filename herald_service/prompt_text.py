@@ -69,8 +69,9 @@ changed, and every Unicode disguise the re-tests found now scores as the plain r
 capitals, jailbreak templates in leetspeak or spelled-out letters, and a few names with a digit between letters
 ("md5sum", "w3af"). Of the 68 within 1,024 tokens, no benign verdict changed and five harmful jailbreak templates
 became flagged (measure_v3.txt); every ASCII disguise in evasions.txt but letters spaced with no gap between words
-scores as the plain request. ``nfkc-ascii-v4`` (this rule) reads 2 prompts differently from v3 (909 in all): a Zig
-type in a benign Arena-Hard prompt and a leetspeak jailbreak template (measure_v4.txt). Scripts and output:
+scores as the plain request. ``nfkc-ascii-v4`` (this rule) reads 2 prompts differently from v3 (908 in all, the template already read differently
+by v3): a Zig type in a benign Arena-Hard prompt over 1,024 tokens and a leetspeak jailbreak template, whose verdict
+stays flagged (measure_v4.txt). Scripts and output:
 docs/eval/prompt_text/.
 """
 

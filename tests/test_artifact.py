@@ -88,16 +88,16 @@ def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_pat
     assert second.startswith("probe was fitted with another chat template (chat_template_hash differs)")
 
 
-@pytest.mark.parametrize("rule, warned", [(None, False), ("nfkc-ascii-v3", False), ("nfkc-ascii-v2", True)])
+@pytest.mark.parametrize("rule, warned", [(None, False), ("nfkc-ascii-v4", False), ("nfkc-ascii-v3", True)])
 def test_a_probe_fitted_with_another_prompt_text_rule_loads_with_a_warning(tmp_path, fitted, rule, warned):
-    # a probe fitted on v2-folded text read leetspeak or capitals as written; served under v3 it should say
+    # a probe fitted on v3-folded text read symbols for letters as written; served under v4 it should say
     backbone, probe, _ = fitted
     training = {} if rule is None else {"training_data": {"prompt_text": rule}}
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info), **training})
     _, manifest = load_probe(tmp_path, backbone.info)
     lines = compatibility_warnings(manifest, backbone.info)
-    assert lines == ([f"probe was fitted on prompt text folded by rule 'nfkc-ascii-v2'; this server folds it by"
-                      " 'nfkc-ascii-v3' (herald_service/prompt_text.py): prompts the rules read differently may score"
+    assert lines == ([f"probe was fitted on prompt text folded by rule 'nfkc-ascii-v3'; this server folds it by"
+                      " 'nfkc-ascii-v4' (herald_service/prompt_text.py): prompts the rules read differently may score"
                       " differently; refit with `herald fit`"] if warned else [])
 
 

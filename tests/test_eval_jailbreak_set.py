@@ -77,7 +77,7 @@ def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path, caplog, 
     why = (WHY_CAPPED.replace("all 6", "all 12") if templates_there else
            f"--jailbreak-templates {templates} does not exist (relative to the current directory)")
     assert results["extra"] == {} and results["meta"]["extra_sets"] == {}
-    assert results["meta"]["prompt_text"] == "nfkc-ascii-v3"
+    assert results["meta"]["prompt_text"] == "nfkc-ascii-v4"
     assert results["meta"]["jailbreak_wrapped_skipped"] == why
     assert [r.getMessage() for r in caplog.records] == [f"jailbreak-wrapped set skipped: {why}"]
     assert results["random_split"]["logreg_last"]["pooled"]["auroc"]["value"] >= 0

@@ -363,14 +363,15 @@ def _prompt_text_line(meta: dict) -> str:
     if rule == PROMPT_TEXT:
         return (f"- **Prompt text** was folded as serving folds it (`{rule}`, herald_service/prompt_text.py: invisible "
                 "characters removed, characters whose NFKC form is ASCII folded to it, marks on Latin letters dropped, "
-                "look-alike letters inside Latin words read as ASCII, spelled-out letters, leetspeak, capitals and "
-                "random case undone).")
+                "look-alike letters inside Latin words read as ASCII, spelled-out letters, leetspeak, symbols for "
+                "letters, capitals and random case undone).")
     if rule:
         return (f"- **Prompt text** was folded with an earlier rule (`{rule}`); serving, `herald fit` and `herald eval` "
                 f"now apply `{PROMPT_TEXT}` (herald_service/prompt_text.py); rerun `herald eval` to measure with it.")
     return ("- **Prompt text as written.** These results predate the prompt-text fold that serving, `herald fit` and "
-            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 907 of 18,672 prompts, 4.9%, read "
-            "differently, mostly CJK punctuation and accents, 78 for leetspeak, spelled-out letters or capitals), and so does "
+            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 908 of 18,672 prompts, 4.9%, read "
+            "differently, mostly CJK punctuation and accents, 79 for leetspeak, spelled-out letters, symbols for letters or "
+            "capitals), and so does "
             "the shipped probe; rerun `herald eval` to measure with it.")
 
 
@@ -420,7 +421,7 @@ def _older_text_line(results: dict) -> str | None:
     return ("- **Studies measured on the text as written**: the runs of the sections " + ", ".join(older)
             + f" predate the `{PROMPT_TEXT}` fold (they name no rule or an earlier one). Each study compares its"
             " candidates on one text, so what it chose stands, but those numbers are not those of the tables above, and"
-            " their `shipped`/Herald rows are the probe before its refit on folded text.")
+            " their `shipped`/Herald rows were fitted on the text those runs read.")
 
 
 SHIPPED_STUDY_DOCS = Path(__file__).resolve().parents[2] / "docs" / "eval"
