@@ -284,7 +284,7 @@ class Settings(BackboneSettings):
         moderation endpoints are open when no API key is set."""
         warnings = list(self._unknown_names)
         if not self.api_keys:
-            warnings.append("no HERALD_API_KEYS: /classify and /v1/moderations answer anyone who can reach"
+            warnings.append("no HERALD_API_KEYS: /classify, /v1/moderations and /v1/info answer anyone who can reach"
                             f" {self.host}:{self.port}")
         return warnings
 

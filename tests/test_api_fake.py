@@ -99,6 +99,7 @@ def test_messages_and_trajectory_opt_out(client):
         ({"input": 7}, 422, "input", "valid string"),
         ({"input": "a", "messages": []}, 422, "messages", "exactly one"),
         ({}, 422, "input", "exactly one"),
+        ({"input": None}, 422, "input", "or 'messages' ('input' is null)"),  # tester pass: read as "give 'input'"
         ({"messages": [{"role": "robot", "content": "x"}]}, 422, "messages[0].role", "user"),
         ({"messages": [[]]}, 422, "messages[0]", "at least one message"),
         ({"input": "a", "surprise": 1}, 422, "surprise", "Extra inputs"),

@@ -242,7 +242,7 @@ def test_other_unknown_names_are_warned_about_and_kubernetes_service_links_are_n
     warnings = Settings(_env_file=None).start_up_warnings()
     assert warnings == [
         "HERALD_SOMETHING_ELSE (set in the environment) is not a Herald setting and is ignored",
-        "no HERALD_API_KEYS: /classify and /v1/moderations answer anyone who can reach 127.0.0.1:8000",
+        "no HERALD_API_KEYS: /classify, /v1/moderations and /v1/info answer anyone who can reach 127.0.0.1:8000",
     ]
     assert Settings(api_keys="key-one-abcdefgh", _env_file=None).start_up_warnings() == warnings[:1]
 

@@ -229,17 +229,21 @@ def test_report_names_the_studies_measured_on_text_other_than_the_main_results(t
         write(tmp_path / "jailbreak_recipe", f"seed{seed}.json",
               {"prompt_text": rule, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    line = next(line for line in text.splitlines() if line.startswith("- **Studies measured on the text as written**"))
-    assert '"Jailbreak-augmented training" (1 of its 2 runs)' in line and "Trajectory feature sets" not in line
+    line = next(line for line in text.splitlines() if line.startswith("- **Studies measured on other prompt text**"))
+    assert '"Jailbreak-augmented training" (1 of its 2 runs: as written)' in line and "Trajectory feature sets" not in line
+    write(tmp_path / "jailbreak_recipe", "seed1.json",  # a run under an earlier rule is named by it
+          {"prompt_text": "nfkc-ascii-v2", "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert '"Jailbreak-augmented training" (1 of its 2 runs: `nfkc-ascii-v2`)' in text
     write(tmp_path / "jailbreak_recipe", "seed1.json",
           {"prompt_text": PROMPT_TEXT, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    assert "Studies measured on the text as written" not in text
+    assert "Studies measured on other prompt text" not in text
     # main results as written: the prompt-text line already says so, and no second line repeats it per study
     write(tmp_path, "results.json", main_results())
     write(tmp_path / "jailbreak_recipe", "seed1.json", {"results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    assert "- **Prompt text as written.**" in text and "Studies measured on the text as written" not in text
+    assert "- **Prompt text as written.**" in text and "Studies measured on other prompt text" not in text
 
 
 def test_report_without_a_scorer_summary_says_so_in_one_line(tmp_path):

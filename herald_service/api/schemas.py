@@ -21,10 +21,13 @@ class FieldConflict(ValueError):
 
 def exactly_one(body: BaseModel, first: str, second: str) -> None:
     """Raise :class:`FieldConflict` unless exactly one of the fields ``first`` and ``second`` is set: naming ``first``
-    when neither is given, ``second`` when both are."""
+    when neither is given, ``second`` when both are; a field sent as JSON null counts as not given, and the message
+    says it was null (``{"input": null}`` was told to give 'input': tester pass)."""
     has_first, has_second = getattr(body, first) is not None, getattr(body, second) is not None
     if has_first == has_second:
-        raise FieldConflict(f"give exactly one of '{first}' or '{second}'", second if has_first else first)
+        null = [name for name in (first, second) if name in body.model_fields_set and getattr(body, name) is None]
+        raise FieldConflict(f"give exactly one of '{first}' or '{second}'"
+                            + "".join(f" ('{name}' is null)" for name in null), second if has_first else first)
 
 
 class ChatMessage(BaseModel):

@@ -407,21 +407,23 @@ def _study_rules(results: dict) -> dict[str, list[str | None]]:
 
 def _older_text_line(results: dict) -> str | None:
     """A line naming the study sections measured on prompt text other than the main results' (runs that predate the
-    fold or name an earlier rule), or ``None`` when there are none or the main results are not folded by the current
-    rule either (the prompt-text line already says so)."""
+    fold or name an earlier rule), each with the texts its runs read, or ``None`` when there are none or the main
+    results are not folded by the current rule either (the prompt-text line already says so)."""
     if results.get("meta", {}).get("prompt_text") != PROMPT_TEXT:
         return None
     older = []
     for title, rules in _study_rules(results).items():
-        current = rules.count(PROMPT_TEXT)
-        if current < len(rules):
-            older.append(f"\"{title}\"" + (f" ({len(rules) - current} of its {len(rules)} runs)" if current else ""))
+        other = [rule for rule in rules if rule != PROMPT_TEXT]
+        if other:
+            texts = ", ".join(sorted({f"`{rule}`" if rule else "as written" for rule in other}))
+            share = f"{len(other)} of its {len(rules)} runs: " if len(other) < len(rules) else ""
+            older.append(f"\"{title}\" ({share}{texts})")
     if not older:
         return None
-    return ("- **Studies measured on the text as written**: the runs of the sections " + ", ".join(older)
-            + f" predate the `{PROMPT_TEXT}` fold (they name no rule or an earlier one). Each study compares its"
-            " candidates on one text, so what it chose stands, but those numbers are not those of the tables above, and"
-            " their `shipped`/Herald rows were fitted on the text those runs read.")
+    return ("- **Studies measured on other prompt text**: the runs of the sections " + ", ".join(older)
+            + f" predate the `{PROMPT_TEXT}` fold. Each study compares its candidates on one text, so what it chose"
+            " stands, but those numbers are not those of the tables above, and their `shipped`/Herald rows were fitted"
+            " on the text those runs read.")
 
 
 SHIPPED_STUDY_DOCS = Path(__file__).resolve().parents[2] / "docs" / "eval"
