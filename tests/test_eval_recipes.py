@@ -14,7 +14,7 @@ from herald_service.training.corpus import Example, cap_per_group, stratified_sp
 from herald_service.training.eval import LabeledStates
 from herald_service.training.methods import make_method
 from herald_service.training.eval import fit_method
-from herald_service.training.recipes import RECIPES, held_out_sets, recipe_loso, uses_sensitive
+from herald_service.training.recipes import RECIPES, held_out_sets, jailbreak_labels, recipe_loso, uses_sensitive
 from herald_service.training.report import _recipe_section, recipe_decision
 from herald_service.training.templated import SOURCE, TEMPLATES, TASKS, templated_benign
 
@@ -120,6 +120,9 @@ def test_held_out_sets_score_each_sensitive_set_with_a_model_that_never_saw_it()
         assert held[name]["false_positive_rate"]["value"] < without[name]["false_positive_rate"]["value"] - 0.2
     assert uses_sensitive("sensitive") and uses_sensitive("logreg_last+sensitive") and not uses_sensitive("shipped")
     assert RECIPES["sensitive"] == ("herald", False)
+    # docs/eval/templated_recipe.md: the shipped recipe's method, wrapped harmful rows and the templated prompts
+    assert RECIPES["logistic+jailbreak+templated"] == ("herald_logistic", True)
+    assert jailbreak_labels("logistic+jailbreak+templated") == (1,) and not uses_sensitive("logistic+jailbreak+templated")
 
 
 def test_hard_negative_herald_repeats_training_false_positives():

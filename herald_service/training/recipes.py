@@ -10,6 +10,8 @@ Recipes:
 - ``jailbreak``: training rows plus the fold's own harmful training requests wrapped in jailbreak templates disjoint
   from the evaluation's (:func:`.attacks.split_templates`); ``jailbreak+benign`` also wraps benign training prompts in
   the same templates. Built per fold by :class:`WrappedPool` (docs/eval/jailbreak_recipe.md).
+- ``logistic*``: Herald with logistic directions; ``logistic+jailbreak`` is the shipped SmolLM2 recipe, and
+  ``logistic+jailbreak+templated`` adds the templated benign prompts to it (docs/eval/templated_recipe.md).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -54,6 +56,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic": ("herald_logistic", False),
     "logistic+jailbreak": ("herald_logistic", False),
     "logistic+jailbreak+benign": ("herald_logistic", False),
+    "logistic+jailbreak+templated": ("herald_logistic", True),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
