@@ -47,6 +47,12 @@ def per_token(seconds: float) -> tuple[BatchTiming, ...]:
     return BatchTiming(1, 100, 100 * seconds), BatchTiming(2, 100, 100 * seconds), BatchTiming(1, 200, 200 * seconds)
 
 
+def live_at(moderator: Moderator, tokens: int, seconds_a_token: float) -> None:
+    """A live batch of one ``tokens``-long prompt timed on a per-token seed's line: the fit is unchanged, but it counts
+    as checked up to twice that length (:attr:`BatchCost.longest_live`), so an estimate over the limit is a 413."""
+    moderator.engine.cost.observe(BatchTiming.of_prompts([tokens], tokens * seconds_a_token))
+
+
 def steer(moderator: Moderator, prompt: str, max_new_tokens: int = 128):
     return moderator.steer(user_turn(prompt), "ablate", None, 0.0, max_new_tokens)
 
@@ -189,6 +195,7 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
 
     backbone = sharing_vocab(runtime, Counting())
     moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=1.0, steer_max_concurrent=1)
+    live_at(moderator, 20, 0.01)
     with pytest.raises(WorkTooLarge) as refused:
         asyncio.run(steer(moderator, " ".join(["wd"] * 27)))  # 30 tokens with the fake's 3 template tokens
     error = refused.value
@@ -207,6 +214,39 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
     assert calls == ["generate", "generate"] and not outcome.baseline.cut_short
 
 
+def test_a_steer_priced_over_the_limit_by_a_slow_warm_up_alone_runs_on_an_idle_worker(runtime):
+    # Open item of the last breaker pass: /steer had no one-prompt exemption, so a warm-up timed 30x slow 413'd every
+    # /steer on a /steer-only server for good. Seeded at 0.3 s a token against a worker at 2 ms a token, 1 s limit.
+    backbone = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.002))
+    moderator = moderator_for(runtime, backbone, per_token(0.3), request_timeout_s=1.0)
+    assert moderator.engine.cost.longest_live == 0
+    outcome = asyncio.run(steer(moderator, "make a bomb", max_new_tokens=4))  # 4 prefills priced at ~20 s: runs
+    tokens = len(backbone.encode([user_turn("make a bomb")])[0])
+    assert outcome.baseline_classification.tokens == tokens
+    assert moderator.engine.cost.longest_live == tokens  # its first prefill was timed into the model
+    assert moderator.engine.cost.seconds(Work.of_prompts([tokens])) < 0.25  # and corrected the price
+    outcome = asyncio.run(steer(moderator, "make a bomb", max_new_tokens=4))  # now checked at its length, and fits
+    moderator.engine.stop()
+    assert outcome.steered_classification.tokens == tokens
+    metrics = moderator.metrics.registry
+    assert metrics.get_sample_value("herald_rejected_requests_total", {"reason": "estimated_work"}) is None
+
+
+def test_a_steer_priced_by_extrapolation_waits_for_an_idle_worker_429_not_queued_behind_work(runtime):
+    # The exemption admits such a job only on an idle worker (its reservation exceeds the wait headroom), as for one
+    # /classify prompt: queued behind a batch it could only time out. A 1,000-token /classify batch at 2 ms a token
+    # holds the worker 2 s.
+    backbone = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.002))
+    moderator = moderator_for(runtime, backbone, per_token(0.3), request_timeout_s=3.0)
+    (busy,) = moderator.engine.submit(backbone.encode([user_turn(" ".join(["wd"] * 997))]))
+    time.sleep(0.2)  # the worker has taken it
+    with pytest.raises(QueueFull) as refused:
+        asyncio.run(steer(moderator, "make a bomb", max_new_tokens=4))
+    assert refused.value.reason == "estimated_wait"
+    busy.result(timeout=10)
+    moderator.engine.stop()
+
+
 @pytest.mark.parametrize(("words", "estimate"), [(27, "1.200"), (4, "0.290")])
 def test_a_steer_413_prints_figures_that_add_up_however_small_the_limit(runtime, words, estimate):
     # A 0.3 s limit keeps 0.015 s for the answer: ".1f" printed "estimated at 0.3 s ..., and /steer keeps 0.0 s of its
@@ -215,6 +255,7 @@ def test_a_steer_413_prints_figures_that_add_up_however_small_the_limit(runtime,
     backbone = sharing_vocab(runtime, FakeBackbone())
     seconds_a_token = 0.01 if words == 27 else 0.29 / 28
     moderator = moderator_for(runtime, backbone, per_token(seconds_a_token), request_timeout_s=0.3)
+    live_at(moderator, words + 3, seconds_a_token)
     with pytest.raises(WorkTooLarge) as refused:
         asyncio.run(steer(moderator, " ".join(["wd"] * words)))
     moderator.engine.stop()

@@ -298,7 +298,11 @@ class Moderator:
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
             WorkTooLarge: the prompt's :data:`STEER_PREFILLS` prefills, at the engine's cost model, and the margin
-                exceed ``request_timeout_s`` (413 naming ``field``; counted under ``estimated_work``).
+                exceed ``request_timeout_s`` (413 naming ``field``; counted under ``estimated_work``), where the model
+                has been checked at that length: a live batch holds a prompt at least half as long
+                (:attr:`~herald_service.engine.admission.BatchCost.longest_live`). A longer prompt is admitted on an
+                idle worker only (429 while it is busy) and stops with a 504 after its first prefill if the rest
+                cannot fit; that prefill is timed into the model.
             RequestTimeout: the job started with too little time left for its prefills (it waited behind other
                 work, or its prefills ran slower than estimated): 504 at once, without generating.
             QueueFull: ``steer_max_concurrent`` /steer requests already run (``reason`` ``steer_concurrency``), or the
@@ -345,7 +349,13 @@ class Moderator:
         margin_s = STEER_MARGIN_SHARE * limit_s
         prefill_s = self.engine.cost.seconds(Work.of_prompts([len(ids)]))  # None before any batch was measured
         prefills_s = None if prefill_s is None else STEER_PREFILLS * prefill_s
-        if prefills_s is not None and prefills_s + margin_s > limit_s:
+        checked = self.engine.cost.longest_live
+        # As for one /classify prompt (admission_verdict): priced beyond every live batch, the estimate is the warm-up's
+        # extrapolation, and a slow warm-up 413'd every /steer until a /classify batch was timed (breaker pass). Such
+        # a job runs on an idle worker only (its reservation exceeds the headroom), and its first prefill decides.
+        over = prefills_s is not None and prefills_s + margin_s > limit_s
+        extrapolated = over and (checked == 0 or len(ids) > 2 * checked)
+        if over and not extrapolated:
             self.metrics.rejected.labels(WorkTooLarge.reason).inc()
             # Printed so that the estimate reads larger than the printed time for it, which with the printed reserve
             # makes the printed limit: ".1f" read "0.7 s ... keeps 0.0 s ...; the limit is 0.3 s" (tester pass).
@@ -379,7 +389,7 @@ class Moderator:
             # classify after: a breaker's 4k-token prompt held the worker 22 s past its 504, and a /classify admitted
             # behind it timed out too.
             started = time.perf_counter()
-            if prefills_s is not None and started + prefills_s > end:  # it waited behind other work: don't start
+            if prefills_s is not None and not extrapolated and started + prefills_s > end:  # it waited: don't start
                 raise too_late(prefills_s, started)
             plain = probe.predict(backbone.last_token_states([ids]))
             first_s = time.perf_counter() - started
