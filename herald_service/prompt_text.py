@@ -406,8 +406,8 @@ def _fold_symbols(text: str) -> str:
 
     def word(match: re.Match[str]) -> str:
         whole = match.group(0)
-        core = whole.rstrip("!")  # a "!" that ends a word is punctuation
-        if core[0] in "!@" or len(core) < 4 or not _SYMBOL.search(core):
+        core = whole.rstrip("!")  # a "!" that ends a word is punctuation ("!!!" alone leaves nothing)
+        if len(core) < 4 or core[0] in "!@" or not _SYMBOL.search(core):
             return whole
         return _SYMBOL.sub(lambda symbol: _SYMBOL_LETTER[symbol.group(0)].upper()
                            if symbol.string[symbol.start() - 1].isupper() else _SYMBOL_LETTER[symbol.group(0)],

@@ -230,6 +230,12 @@ def test_addresses_code_mentions_and_punctuation_keep_their_symbols(text):
     assert normalize_prompt_text(text) == text
 
 
+def test_a_word_of_bangs_beside_a_symbol_word_is_read_not_raised_on():
+    # host_cost benchmark, first v4 run: "!!!" alone in a message with a symbol word raised IndexError, a 500 on
+    # /v1/moderations (the word's core, without its closing "!", was empty)
+    assert normalize_prompt_text("ph!sh!ng and then !!! ok @@ b@nk") == "phishing and then !!! ok @@ bank"
+
+
 def test_symbols_for_letters_cost_words_joined_by_a_bang_and_dotless_hosts():
     assert normalize_prompt_text("Hello!world, ssh user@host") == "Helloiworld, ssh userahost"  # accepted costs
 
@@ -300,7 +306,7 @@ def test_a_tie_between_gaps_is_decided_the_same_way_in_every_process():
 
 def test_the_fold_is_idempotent_on_ascii_disguises():
     rng = random.Random(1)
-    alphabet = "aAbBeEhHiIlLoOsStTxX0134579 .-|'\n\t/\u2013"
+    alphabet = "aAbBeEhHiIlLoOsStTxX0134579 .-|'\n\t/\u2013!@"
     for _ in range(20_000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
         once = normalize_prompt_text(text)
