@@ -179,6 +179,7 @@ class BatchCost:
         self.batch_prompts, self.batch_tokens = max(batch_prompts, 1), max(batch_tokens, 1)
         self._prior = tuple(prior)
         self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
+        self._longest_live = 0
         self._anchor: np.ndarray | None = None
         self.fit: CostFit | None = self._solve() if prior else None
         if self.fit is not None:
@@ -193,12 +194,15 @@ class BatchCost:
             return
         self._live.append(timing)
         self.fit = self._solve()
+        self._longest_live = max(live.longest for live in self._live)
 
     @property
     def longest_live(self) -> int:
         """The longest prompt, tokens, of the live batches the fit holds now (the last :data:`WINDOW`); 0 before any:
-        how far the fit has been checked against live work (:func:`admission_verdict`)."""
-        return max((timing.longest for timing in self._live), default=0)
+        how far the fit has been checked against live work (:func:`admission_verdict`). Computed by :meth:`observe`,
+        on the worker thread, and read here as one int: admission on the event loop iterated the window while the
+        worker appended to it ("deque mutated during iteration", a 500 under load: host_cost benchmark)."""
+        return self._longest_live
 
     def seconds(self, work: Work) -> float | None:
         """Estimated busy seconds for ``work``'s prompts; ``None`` before any measurement."""
