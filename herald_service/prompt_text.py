@@ -69,10 +69,9 @@ changed, and every Unicode disguise the re-tests found now scores as the plain r
 capitals, jailbreak templates in leetspeak or spelled-out letters, and a few names with a digit between letters
 ("md5sum", "w3af"). Of the 68 within 1,024 tokens, no benign verdict changed and five harmful jailbreak templates
 became flagged (measure_v3.txt); every ASCII disguise in evasions.txt but letters spaced with no gap between words
-scores as the plain request. ``nfkc-ascii-v4`` (this rule) reads 2 prompts differently from v3 (908 in all, the template already read differently
-by v3): a Zig type in a benign Arena-Hard prompt over 1,024 tokens and a leetspeak jailbreak template, whose verdict
-stays flagged (measure_v4.txt). Scripts and output:
-docs/eval/prompt_text/.
+scores as the plain request. ``nfkc-ascii-v4`` (this rule) reads 2 prompts differently from v3 (908 in all; the
+template was already read differently by v3): a Zig type in a benign Arena-Hard prompt over 1,024 tokens and a
+leetspeak jailbreak template, whose verdict stays flagged (measure_v4.txt). Scripts and output: docs/eval/prompt_text/.
 """
 
 from __future__ import annotations
@@ -398,9 +397,9 @@ def _fold_symbols(text: str) -> str:
     "@user", "@ccur@t3ly"), a word with a dot, hyphen, slash or other punctuation inside (addresses, package versions,
     code), ``!`` next to a capital. Not folded at all: ``$`` for s, since ``df$age`` is R's column access and ``$i$th``
     LaTeX; "$teal" scored 0.99 as written. The cost: words joined by a ``!`` with no space after it ("Hello!world"
-    reads "Helloiworld") and ``user@host`` without a dot ("userahost"). On the corpus (18,672 prompts) it reads two differently: a Zig type
-    ("anyerror!void", a benign Arena-Hard prompt) and a leetspeak jailbreak template ("v0c@bUl@ry", "b@ck");
-    docs/eval/prompt_text/measure_v4.txt."""
+    reads "Helloiworld") and ``user@host`` without a dot ("userahost"). On the corpus (18,672 prompts) it reads two
+    differently: a Zig type ("anyerror!void", a benign Arena-Hard prompt) and a leetspeak jailbreak template
+    ("v0c@bUl@ry", "b@ck"); docs/eval/prompt_text/measure_v4.txt."""
     if not _SYMBOL_HINT.search(text):
         return text  # most text: no symbol between two letters
 

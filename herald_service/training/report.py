@@ -369,10 +369,9 @@ def _prompt_text_line(meta: dict) -> str:
         return (f"- **Prompt text** was folded with an earlier rule (`{rule}`); serving, `herald fit` and `herald eval` "
                 f"now apply `{PROMPT_TEXT}` (herald_service/prompt_text.py); rerun `herald eval` to measure with it.")
     return ("- **Prompt text as written.** These results predate the prompt-text fold that serving, `herald fit` and "
-            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 908 of 18,672 prompts, 4.9%, read "
-            "differently, mostly CJK punctuation and accents, 79 for leetspeak, spelled-out letters, symbols for letters or "
-            "capitals), and so does "
-            "the shipped probe; rerun `herald eval` to measure with it.")
+            "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 908 of 18,672 prompts, "
+            "4.9%, read differently, mostly CJK punctuation and accents, 79 for leetspeak, spelled-out letters, symbols "
+            "for letters or capitals), and so does the shipped probe; rerun `herald eval` to measure with it.")
 
 
 def _rule_of(part: Any) -> str | None:
