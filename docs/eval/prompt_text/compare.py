@@ -67,3 +67,17 @@ def print_verdicts(rows: list[tuple[str, str, str]], before: Fold, after: Fold, 
     print("verdicts changed:", len(changed))
     for item in changed:
         print(item)
+
+
+def print_changes(before: Fold, after: Fold, names: tuple[str, str]) -> list[tuple[str, str, str]]:
+    """:func:`changed_rows` and :func:`print_verdicts` for two rules, then the first three words each changed prompt
+    reads differently (``names``: the two rules' short names); returns the changed rows."""
+    rows = changed_rows(before, after)
+    print_verdicts(rows, before, after, names)
+    print(f"\nwords read differently (first three per prompt, {names[0]} -> {names[1]}):")
+    for source, label, prompt in rows:
+        old, new = before(prompt).split(), after(prompt).split()
+        pairs = [(a[:40], b[:40]) for a, b in zip(old, new) if a != b][:3] if len(old) == len(new) else \
+            [(f"{len(old)} words", f"{len(new)} words")]
+        print(source, label, pairs)
+    return rows

@@ -9,19 +9,12 @@ changed prompt the first words that read differently.
 """
 import sys
 
-from compare import changed_rows, earlier_rule, print_verdicts
+from compare import changed_rows, earlier_rule, print_changes
 
 from herald_service.prompt_text import normalize_prompt_text as v4
 
 v3 = earlier_rule("8ccab40").normalize_prompt_text
-rows = changed_rows(v3, v4)
-print_verdicts(rows, v3, v4, ("v3", "v4"))
-print("\nwords read differently (first three per prompt, v3 -> v4):")
-for source, label, prompt in rows:
-    before, after = v3(prompt).split(), v4(prompt).split()
-    pairs = [(a[:40], b[:40]) for a, b in zip(before, after) if a != b][:3] if len(before) == len(after) else \
-        [(f"{len(before)} words", f"{len(after)} words")]
-    print(source, label, pairs)
+print_changes(v3, v4, ("v3", "v4"))
 print("\nas written -> v4:", end=" ")
 sys.stdout.flush()
 changed_rows(lambda text: text, v4)
