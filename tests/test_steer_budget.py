@@ -247,6 +247,35 @@ def test_a_steer_priced_by_extrapolation_waits_for_an_idle_worker_429_not_queued
     moderator.engine.stop()
 
 
+def test_work_sent_while_an_exempt_steer_prefill_runs_past_its_deadline_gets_429_not_504(runtime):
+    # Breaker pass on the exemption: the job's first prefill (priced right, but never checked at its length) held the
+    # worker past the job's deadline, admission stopped counting the job at that deadline, and /classify requests
+    # admitted then queued behind the prefill and answered 504. 20 ms a token: 120 tokens are a 2.4 s prefill, 1 s limit.
+    backbone = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.02))
+    moderator = moderator_for(runtime, backbone, per_token(0.02), request_timeout_s=1.0)
+    outcomes: dict[str, str] = {}
+
+    async def later(name: str, delay_s: float, call) -> None:
+        await asyncio.sleep(delay_s)
+        try:
+            await call()
+            outcomes[name] = "answered"
+        except (QueueFull, RequestTimeout) as exc:
+            outcomes[name] = type(exc).__name__
+
+    async def run() -> None:
+        hi = lambda: moderator.classify([user_turn("hi")], ["input"], "input")  # noqa: E731
+        await asyncio.gather(later("steer", 0.0, lambda: steer(moderator, " ".join(["wd"] * 117), max_new_tokens=4)),
+                             *(later(f"classify at {d}", d, hi) for d in (0.3, 1.3, 2.0)))
+
+    asyncio.run(run())
+    time.sleep(1.0)  # the prefill ends at about 2.4 s
+    moderator.engine.stop()
+    assert outcomes["steer"] == "RequestTimeout"  # the prefill showed the job could not fit
+    assert outcomes["classify at 0.3"] == outcomes["classify at 1.3"] == "QueueFull"  # 1.3 s: past the job's deadline
+    assert outcomes["classify at 2.0"] in ("QueueFull", "answered")  # 0.4 s of prefill left: admitted if it fits
+
+
 @pytest.mark.parametrize(("words", "estimate"), [(27, "1.200"), (4, "0.290")])
 def test_a_steer_413_prints_figures_that_add_up_however_small_the_limit(runtime, words, estimate):
     # A 0.3 s limit keeps 0.015 s for the answer: ".1f" printed "estimated at 0.3 s ..., and /steer keeps 0.0 s of its

@@ -275,21 +275,25 @@ was counted for its whole estimate, and the next /steer got ``Retry-After: 28`` 
 class JobClock:
     """An exclusive job (``/steer``) accepted and not yet answered: when it must have ended (``deadline``,
     ``perf_counter`` seconds: its request's), how long it is expected to run once started (``expected_s``, seconds;
-    ``None``: unknown), when it started (``None``: still queued), and when it was told to stop because its request
-    ended (``stopping_since``; ``None``: not). Written under the engine's lock."""
+    ``None``: unknown), when it started (``None``: still queued), when it was told to stop because its request
+    ended (``stopping_since``; ``None``: not), and until when a forward pass it has started, which nothing stops, is
+    estimated to run (``forward_until``; ``None``: none running). Written under the engine's lock."""
 
     deadline: float
     expected_s: float | None = None
     started: float | None = None
     stopping_since: float | None = None
+    forward_until: float | None = None
 
 
 def jobs_left_s(jobs: Iterable[JobClock], now: float) -> float:
     """Seconds until the exclusive jobs ``jobs`` have all ended, estimated: their expected durations one after another
     (a running job's less the seconds it has run), at most until the latest deadline. A job without an estimate, or
     one running past its estimate (the estimate failed; it may run to its deadline), counts until the latest
-    deadline. A job told to stop counts :data:`STOPPING_S` from then (past that, until the latest deadline too).
-    0 without jobs.
+    deadline. A job told to stop counts :data:`STOPPING_S` from then (past that, until the latest deadline too). A job
+    in a forward pass counts at least until that pass's estimated end (``forward_until``), past its deadline too: a
+    /steer priced only by extrapolation runs its first prefill on an idle worker whatever the estimate, and work
+    admitted while that prefill ran past the deadline got 504s (a breaker pass). 0 without jobs.
 
     A job ends by its deadline whatever it was expected to take (a /steer job cuts its generation to end by it), so
     the latest deadline bounds the estimate. Counted until the deadline always, a /steer of a few seconds made the
@@ -298,7 +302,7 @@ def jobs_left_s(jobs: Iterable[JobClock], now: float) -> float:
     jobs = list(jobs)
     if not jobs:
         return 0.0
-    latest_s = max(max(job.deadline for job in jobs) - now, 0.0)
+    latest_s = max(max(max(job.deadline, job.forward_until or 0.0) for job in jobs) - now, 0.0)
     total_s = 0.0
     for job in jobs:
         if job.stopping_since is not None:
@@ -307,6 +311,8 @@ def jobs_left_s(jobs: Iterable[JobClock], now: float) -> float:
             return latest_s
         else:
             left_s = job.expected_s if job.started is None else job.started + job.expected_s - now
+        if job.forward_until is not None:
+            left_s = max(left_s, job.forward_until - now)
         if left_s <= 0:
             return latest_s
         total_s += left_s

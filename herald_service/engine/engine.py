@@ -111,6 +111,7 @@ class InferenceEngine:
         # stopped at its deadline, so the wait of later work is capped at this or the latest deadline, whichever is
         # later (:meth:`_horizon_s`). Guarded by ``_cond``.
         self._busy_until = 0.0
+        self._running_job: JobClock | None = None  # the exclusive job on the worker now (job_forward marks its passes)
         self._last_answered = 0.0  # perf_counter when the worker last answered a batch: the start of its busy time
         self._queue: deque[_Prompt | _Exclusive] = deque()
         # Prompts the worker took from the queue into its window (up to 4 x max_rows) and has not launched yet: they
@@ -435,6 +436,7 @@ class InferenceEngine:
             clock = self._jobs.get(id(job.future))
             if clock is not None:
                 clock.started = started
+            self._running_job = clock
         try:
             result = job.run()
         except HeraldError as exc:
@@ -451,6 +453,8 @@ class InferenceEngine:
     def _job_done(self) -> None:
         # Before the answer is set, so a caller woken by it sees the worker's busy time start here and the gauges
         # current.
+        with self._cond:
+            self._running_job = None
         self._last_answered = time.perf_counter()
         self._export_estimates()
 
@@ -505,6 +509,18 @@ class InferenceEngine:
             prompt.future.set_result(classification_at(out, i, len(prompt.token_ids), timing))
         self._export_estimates()
 
+    def job_forward(self, lengths: Sequence[int]) -> None:
+        """The running exclusive job starts a forward pass of prompts of these token ``lengths`` (a /steer prefill),
+        which nothing stops: until its estimated end the job counts as busy in admission, past its deadline too
+        (:attr:`JobClock.forward_until`, :func:`~herald_service.engine.admission.jobs_left_s`), and so does the worker
+        in the wait cap (``_horizon_s``), as a launched batch does. :meth:`observe_job_batch` ends it. Worker thread."""
+        estimate_s = self.cost.seconds(Work.of_prompts(list(lengths))) or 0.0
+        end = time.perf_counter() + estimate_s
+        with self._cond:
+            self._busy_until = max(self._busy_until, end)
+            if self._running_job is not None:
+                self._running_job.forward_until = end
+
     def observe_job_batch(self, lengths: Sequence[int], seconds: float) -> None:
         """A forward pass an exclusive job ran on the worker thread (a /steer prefill of prompts of these token
         ``lengths``, timed in ``seconds``), into the cost model as a batch. Without it only /classify batches taught
@@ -512,6 +528,10 @@ class InferenceEngine:
         timed out again and again (a breaker pass: a 3,000-token /steer held the worker 16 s for a 504). Worker
         thread only, as :meth:`BatchCost.observe`."""
         self.cost.observe(BatchTiming.of_prompts(list(lengths), seconds))
+        with self._cond:  # the pass :meth:`job_forward` marked is over; the job alone holds the worker
+            self._busy_until = min(self._busy_until, time.perf_counter())
+            if self._running_job is not None:
+                self._running_job.forward_until = None
         self._export_estimates()
 
     def _export_estimates(self) -> None:

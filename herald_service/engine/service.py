@@ -391,6 +391,7 @@ class Moderator:
             started = time.perf_counter()
             if prefills_s is not None and not extrapolated and started + prefills_s > end:  # it waited: don't start
                 raise too_late(prefills_s, started)
+            self.engine.job_forward([len(ids)])  # admission counts the worker busy until its estimated end
             plain = probe.predict(backbone.last_token_states([ids]))
             first_s = time.perf_counter() - started
             self.engine.observe_job_batch([len(ids)], first_s)  # what admission prices the next /steer by

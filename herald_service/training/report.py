@@ -363,15 +363,15 @@ def _prompt_text_line(meta: dict) -> str:
     if rule == PROMPT_TEXT:
         return (f"- **Prompt text** was folded as serving folds it (`{rule}`, herald_service/prompt_text.py: invisible "
                 "characters removed, characters whose NFKC form is ASCII folded to it, marks on Latin letters dropped, "
-                "look-alike letters inside Latin words read as ASCII, spelled-out letters, leetspeak, symbols for "
-                "letters, capitals and random case undone).")
+                "look-alike letters inside Latin words read as ASCII, spelled-out letters, leetspeak, `!` for i, "
+                "capitals and random case undone).")
     if rule:
         return (f"- **Prompt text** was folded with an earlier rule (`{rule}`); serving, `herald fit` and `herald eval` "
                 f"now apply `{PROMPT_TEXT}` (herald_service/prompt_text.py); rerun `herald eval` to measure with it.")
     return ("- **Prompt text as written.** These results predate the prompt-text fold that serving, `herald fit` and "
             "`herald eval` now apply (herald_service/prompt_text.py; on the development corpus 908 of 18,672 prompts, "
-            "4.9%, read differently, mostly CJK punctuation and accents, 79 for leetspeak, spelled-out letters, symbols "
-            "for letters or capitals), and so does the shipped probe; rerun `herald eval` to measure with it.")
+            "4.9%, read differently, mostly CJK punctuation and accents, 79 for leetspeak, spelled-out letters, `!` for i "
+            "or capitals), and so does the shipped probe; rerun `herald eval` to measure with it.")
 
 
 def _rule_of(part: Any) -> str | None:

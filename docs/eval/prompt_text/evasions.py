@@ -5,8 +5,8 @@ read five ways: as written (no fold), with ``nfkc-ascii-v1`` (commit 6be6c90), `
 
 Run with ``OMP_NUM_THREADS=1 python docs/eval/prompt_text/evasions.py`` from the repository root (about 3 minutes);
 output in evasions.txt beside it. Rows marked ASCII are disguises in ASCII letters, which v3 is the first rule to
-undo, and "symbols" rows disguises that v4 is the first to undo; "key word" rows disguise only the request's longest
-word. Negative squared letters and regional indicators fold
+undo, and the "symbols" rows ``!`` for i, which v4 is the first to undo, and ``@`` for a, which no rule undoes (the
+probe reads it through); "key word" rows disguise only the request's longest word. Negative squared letters and regional indicators fold
 to capitals (as drawn), so they score as the upper-cased request.
 """
 import unicodedata
