@@ -264,7 +264,7 @@ def test_longest_live_is_read_safely_while_the_worker_observes_batches():
 
     reader = threading.Thread(target=read)
     reader.start()
-    for i in range(3000):
+    for i in range(1000):
         cost.observe(BatchTiming.of_prompts([40 if i % 2 else 30], 0.1))
     stop.set()
     reader.join()
