@@ -430,6 +430,15 @@ class TooMuchWork:
                 f" request_timeout_s {limit} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
 
 
+def priced_by_extrapolation(tokens: int, checked_tokens: int) -> bool:
+    """Whether the cost model's price for one prompt of ``tokens`` tokens (0: not yet known) is the warm-up's
+    extrapolation: no live batch yet (``checked_tokens`` 0, :attr:`BatchCost.longest_live`), or the prompt more than
+    twice as long as the longest prompt of the live batches. Such a prompt is not refused on its price alone
+    (:func:`admission_verdict` for /classify, the /steer prefills of ``Moderator.steer``): it runs on an idle worker,
+    and its timing corrects the model at its length."""
+    return checked_tokens == 0 or tokens > 2 * checked_tokens
+
+
 def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,
                       jobs_s: float = 0.0, own_job_s: float = 0.0, checked_tokens: int | None = None,
                       partial: bool = False) -> Refusal | TooMuchWork | None:
@@ -469,7 +478,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     own_work_s = fit.seconds(own)
     # checked_tokens 0: no live batch at all, so even a prompt of unknown length (check_room's, before tokenizing)
     # is unchecked (a breaker pass: "hi" got 413 from a slow seed again once the rule read tokens).
-    unchecked = checked_tokens is not None and own.prompts == 1 and (checked_tokens == 0 or own.tokens > 2 * checked_tokens)
+    unchecked = checked_tokens is not None and own.prompts == 1 and priced_by_extrapolation(own.tokens, checked_tokens)
     if own_work_s > limit_s and not unchecked:
         return TooMuchWork(own_work_s, limit_s, own, partial)
     ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)

@@ -18,7 +18,7 @@ import numpy as np
 
 from herald_service.backbone.base import Generation, Intervention
 from herald_service.config import Settings
-from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, seconds_text
+from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
@@ -349,12 +349,11 @@ class Moderator:
         margin_s = STEER_MARGIN_SHARE * limit_s
         prefill_s = self.engine.cost.seconds(Work.of_prompts([len(ids)]))  # None before any batch was measured
         prefills_s = None if prefill_s is None else STEER_PREFILLS * prefill_s
-        checked = self.engine.cost.longest_live
-        # As for one /classify prompt (admission_verdict): priced beyond every live batch, the estimate is the warm-up's
-        # extrapolation, and a slow warm-up 413'd every /steer until a /classify batch was timed (breaker pass). Such
-        # a job runs on an idle worker only (its reservation exceeds the headroom), and its first prefill decides.
+        # As for one /classify prompt: a slow warm-up 413'd every /steer until a /classify batch was timed (breaker
+        # pass). Such a job runs on an idle worker only (its reservation exceeds the headroom); its first prefill
+        # decides.
         over = prefills_s is not None and prefills_s + margin_s > limit_s
-        extrapolated = over and (checked == 0 or len(ids) > 2 * checked)
+        extrapolated = over and priced_by_extrapolation(len(ids), self.engine.cost.longest_live)
         if over and not extrapolated:
             self.metrics.rejected.labels(WorkTooLarge.reason).inc()
             # Printed so that the estimate reads larger than the printed time for it, which with the printed reserve
