@@ -371,16 +371,13 @@ def _fold_ascii_disguises(text: str) -> str:
     return _decode_leetspeak(_fold_symbols(_fold_case(_join_spelled_out(text))))
 
 
-_SYMBOL_HINT = re.compile(r"[a-z]![a-z]")
-"""A ``!`` between two small letters anywhere: the cheap test before :data:`_SYMBOL_WORD`'s."""
-
 _SYMBOL_WORD = re.compile(r"""(?<![^\s'"(\[{])[A-Za-z013457!]+(?=[.,;:?'")\]}]*(?:\s|$))""")
 """A word of ASCII letters, leetspeak digits and ``!``, between spaces, quotes and brackets and before closing
 punctuation: not code ("a!=b", "!ready", "value!.field", "println!(x)")."""
 
 _SYMBOL = re.compile(r"(?<=[a-z])!(?=[a-z])")
 """A ``!`` written for i: between two small letters ("ph!sh!ng"; not "YDA!Remember", a missing space after a
-sentence)."""
+sentence). Searched in the whole text first, the cheap test before :data:`_SYMBOL_WORD`'s."""
 
 
 def _fold_symbols(text: str) -> str:
@@ -396,7 +393,7 @@ def _fold_symbols(text: str) -> str:
     ("df$age"), LaTeX ("$i$th") and Spanish "tod@s" (a breaker pass). The cost: words joined by a ``!`` with no space
     after it ("Hello!world" reads "Helloiworld", "Sure!let me" "Sureilet me"). On the corpus (18,672 prompts) it reads
     one differently: a Zig type ("anyerror!void", a benign Arena-Hard prompt); docs/eval/prompt_text/measure_v4.txt."""
-    if not _SYMBOL_HINT.search(text):
+    if not _SYMBOL.search(text):
         return text  # most text: no "!" between two small letters
 
     def word(match: re.Match[str]) -> str:
