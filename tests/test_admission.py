@@ -236,6 +236,11 @@ def test_the_fit_is_checked_as_far_as_the_longest_prompt_of_the_live_batches_it_
     assert cost.longest_live == 0
     cost.observe(BatchTiming.of_prompts([12, 300, 40], 0.5))
     assert cost.longest_live == 300
+    # The length travels inside the fit (one reference): a reader that prices work from a fit and reads the length
+    # from the same fit cannot pair a new fit with an old length.
+    before = cost.fit
+    cost.observe(BatchTiming.of_prompts([500], 0.6))
+    assert before.checked_tokens == 300 and cost.fit.checked_tokens == 500 and cost.fit is not before
     run = BatchTiming.of_prompts([700], 1.0).plus(BatchTiming.of_prompts([20], 0.1))  # a pipelined run of two
     assert run.longest == 700 and run.batches == 2
     cost.observe(run)

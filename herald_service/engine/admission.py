@@ -112,7 +112,9 @@ class BatchTiming:
 class CostFit:
     """Seconds of worker time per batch, per prompt, per token and per squared token (each >= 0), and the batch
     shape the worker forms (``batch_max_prompts``, ``batch_token_budget``), so work of any size is costed as the
-    batches it will take."""
+    batches it will take; ``checked_tokens`` is the longest prompt, tokens, of the live batches it was fitted on (0:
+    none, the warm-up alone; :func:`priced_by_extrapolation`). The fit and that length are one object, so a reader on
+    another thread never pairs a new fit with an old length."""
 
     per_batch_s: float
     per_prompt_s: float
@@ -120,6 +122,7 @@ class CostFit:
     per_squared_token_s: float
     batch_prompts: int
     batch_tokens: int
+    checked_tokens: int = 0
 
     def seconds(self, work: Work) -> float:
         """Estimated busy seconds for ``work``'s prompts (its jobs are not counted here)."""
@@ -179,7 +182,6 @@ class BatchCost:
         self.batch_prompts, self.batch_tokens = max(batch_prompts, 1), max(batch_tokens, 1)
         self._prior = tuple(prior)
         self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
-        self._longest_live = 0
         self._anchor: np.ndarray | None = None
         self.fit: CostFit | None = self._solve() if prior else None
         if self.fit is not None:
@@ -194,15 +196,16 @@ class BatchCost:
             return
         self._live.append(timing)
         self.fit = self._solve()
-        self._longest_live = max(live.longest for live in self._live)
 
     @property
     def longest_live(self) -> int:
         """The longest prompt, tokens, of the live batches the fit holds now (the last :data:`WINDOW`); 0 before any:
-        how far the fit has been checked against live work (:func:`admission_verdict`). Computed by :meth:`observe`,
-        on the worker thread, and read here as one int: admission on the event loop iterated the window while the
-        worker appended to it ("deque mutated during iteration", a 500 under load: host_cost benchmark)."""
-        return self._longest_live
+        how far the fit has been checked against live work (:func:`admission_verdict`). It is the current fit's
+        :attr:`CostFit.checked_tokens`, computed by :meth:`observe` on the worker thread: admission on the event loop
+        once iterated the window while the worker appended to it ("deque mutated during iteration", a 500 under
+        load: host_cost benchmark). A caller that also prices work reads ``fit`` once and takes both from it."""
+        fit = self.fit
+        return 0 if fit is None else fit.checked_tokens
 
     def seconds(self, work: Work) -> float | None:
         """Estimated busy seconds for ``work``'s prompts; ``None`` before any measurement."""
@@ -233,7 +236,8 @@ class BatchCost:
             b = np.concatenate([b, np.full(len(held), np.sqrt(RIDGE_WEIGHT))])
         solution, _ = nnls(a, b)
         per_batch, per_prompt, per_token, per_squared = (solution / scale).tolist()
-        return CostFit(per_batch, per_prompt, per_token, per_squared, self.batch_prompts, self.batch_tokens)
+        checked = max((live.longest for live in self._live), default=0)
+        return CostFit(per_batch, per_prompt, per_token, per_squared, self.batch_prompts, self.batch_tokens, checked)
 
 
 def _usable(timing: BatchTiming) -> bool:

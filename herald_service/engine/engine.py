@@ -286,8 +286,10 @@ class InferenceEngine:
         if self.depth + own.prompts + own.jobs > self.limits.queue_capacity:
             raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting: queue_capacity,"
                             " HERALD_QUEUE_CAPACITY); retry shortly")
-        verdict = admission_verdict(self._ahead, own, self.cost.fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
-                                    own_job_s, self.cost.longest_live, partial)
+        fit = self.cost.fit  # one snapshot: the price and the length it was checked to come from the same fit
+        checked = 0 if fit is None else fit.checked_tokens
+        verdict = admission_verdict(self._ahead, own, fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
+                                    own_job_s, checked, partial)
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
         if verdict is not None:

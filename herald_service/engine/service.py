@@ -347,13 +347,14 @@ class Moderator:
         (ids,), _ = await self.tokenize([conversation], [field])
         limit_s = self.settings.request_timeout_s
         margin_s = STEER_MARGIN_SHARE * limit_s
-        prefill_s = self.engine.cost.seconds(Work.of_prompts([len(ids)]))  # None before any batch was measured
+        fit = self.engine.cost.fit  # one snapshot for the price and the length it was checked to
+        prefill_s = None if fit is None else fit.seconds(Work.of_prompts([len(ids)]))  # None: no batch measured yet
         prefills_s = None if prefill_s is None else STEER_PREFILLS * prefill_s
         # As for one /classify prompt: a slow warm-up 413'd every /steer until a /classify batch was timed (breaker
         # pass). Such a job runs on an idle worker only (its reservation exceeds the headroom); its first prefill
         # decides.
         over = prefills_s is not None and prefills_s + margin_s > limit_s
-        extrapolated = over and priced_by_extrapolation(len(ids), self.engine.cost.longest_live)
+        extrapolated = over and priced_by_extrapolation(len(ids), fit.checked_tokens)
         if over and not extrapolated:
             self.metrics.rejected.labels(WorkTooLarge.reason).inc()
             # Printed so that the estimate reads larger than the printed time for it, which with the printed reserve
