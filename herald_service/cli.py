@@ -153,11 +153,12 @@ class ServeCommand(Settings):
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
-            from herald_service.backbone.hf import pick_device_dtype
+            from herald_service.backbone.hf import pick_device_dtype, resolve_matmul_dtype
             from herald_service.engine.runtime import checked_probe
 
             checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
-            pick_device_dtype(self.device, self.dtype)  # so does HERALD_DEVICE=cuda without CUDA (it came after the bind)
+            # so do HERALD_DEVICE=cuda without CUDA (it came after the bind) and bf16 linear layers on CUDA
+            resolve_matmul_dtype(self.matmul_dtype, *pick_device_dtype(self.device, self.dtype))
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)

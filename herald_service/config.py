@@ -201,7 +201,8 @@ class BackboneSettings(BaseSettings):
     (``herald classify``, ``plot``, ``steer-eval``). Field names map to ``HERALD_<NAME>`` environment variables.
 
     Raises:
-        pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32).
+        pydantic.ValidationError: at construction, for inconsistent values (varlen padding on the CPU or in fp32,
+            bf16 linear layers on CUDA).
         SettingsFileError: at construction, for a ``.env`` file that is not UTF-8 (python-dotenv's codec error names
             no file) or has a line that is not ``NAME=value`` with a name of letters, digits and ``_``, or a
             ``HERALD_*`` line without ``=``, holding ``${``, or setting a name set on an earlier line (python-dotenv
@@ -215,6 +216,12 @@ class BackboneSettings(BaseSettings):
     probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
     device: Device = "auto"
     dtype: DType = "auto"
+    matmul_dtype: Literal["auto", "weights", "bfloat16"] = Field(
+        "auto", description="The decoder's linear layers on the CPU: bfloat16 runs them in bf16 over an fp32 residual"
+        " stream, 2.1-2.5x faster on the embedded backbone with the shipped probe deciding as in fp32 on 583 of 584"
+        " held-out prompts (benchmarks/cpu_dtype.py); weights keeps every multiply in the weight dtype; auto is"
+        " bfloat16 for an fp32 model on a CPU with native bf16 (AVX512-BF16 or AMX), weights elsewhere (HFBackbone)."
+    )
     padding_side: Literal["auto", "right", "left", "packed", "varlen"] = Field(
         "auto", description="How prompts of different lengths share a forward pass; auto: varlen (padding-free flash"
         " attention) on CUDA in bf16/fp16 for models without a sliding attention window, right padding elsewhere"
@@ -253,6 +260,8 @@ class BackboneSettings(BaseSettings):
     def _refuse_inconsistent_backbone(self) -> "BackboneSettings":
         if self.padding_side == "varlen" and (self.device == "cpu" or self.dtype == "float32"):
             raise ValueError(f"padding_side varlen needs CUDA and bfloat16/float16, not device={self.device} dtype={self.dtype}")
+        if self.matmul_dtype == "bfloat16" and self.device == "cuda":
+            raise ValueError("matmul_dtype bfloat16 is for the CPU; on cuda set dtype to bfloat16 instead")
         return self
 
 

@@ -43,6 +43,10 @@ class BackboneInfo:
         config_hash: sha256 of the architecture-defining config keys (see ``backbone.loader.config_hash``).
         chat_template_hash: sha256 of the chat template text, or None when the backbone has none (raw text).
         slug: folder name under ``models/`` for this backbone's probe.
+        device, dtype: where it runs and its weight dtype (the residual stream's).
+        matmul_dtype: the dtype of the decoder's linear layers where it differs from ``dtype`` (``bfloat16``: bf16
+            matrix multiplies over an fp32 residual stream, :func:`~herald_service.backbone.hf.bf16_linear_layers`);
+            ``None``: the same.
     """
 
     model_id: str
@@ -54,6 +58,7 @@ class BackboneInfo:
     slug: str
     device: str = "cpu"
     dtype: str = "float32"
+    matmul_dtype: str | None = None
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,11 @@ def test_steer_returns_both_completions(server):
     assert body["baseline"]["completion"] and body["steered"]["completion"]
     info = server.get("/v1/info").json()
     assert body["layers"] == [info["probe"]["manifest"]["peak_layer"]]
+    # herald serve's default numerics: bf16 linear layers where the CPU multiplies bf16 natively
+    from herald_service.backbone.hf import cpu_has_native_bf16
+
+    expected = "bfloat16" if cpu_has_native_bf16() else "float32"
+    assert (info["backbone"]["dtype"], info["backbone"]["matmul_dtype"]) == ("float32", expected)
 
 
 def test_embedded_batched_states_equal_single_prompt_states(tmp_path):

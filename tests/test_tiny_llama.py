@@ -100,6 +100,49 @@ def test_steered_generation_differs_and_is_greedy(resolved):
     assert first == backbone.generate(ids, 6)  # greedy: reproducible
 
 
+def test_bf16_linear_layers_run_in_bf16_over_an_fp32_residual_stream(resolved, tmp_path):
+    from herald_service.training.extract import StateCache
+
+    plain = HFBackbone(resolved, "cpu", "float32")
+    mixed = HFBackbone(resolved, "cpu", "float32", matmul_dtype="bfloat16")
+    assert (plain.info.matmul_dtype, mixed.info.matmul_dtype, mixed.info.dtype) == (None, "bfloat16", "float32")
+    linears = [m for m in mixed.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 4 * 7 and {m.weight.dtype for m in linears} == {torch.bfloat16}
+    norms = [p.dtype for n, p in mixed.model.named_parameters() if "norm" in n or "embed" in n]
+    assert norms and set(norms) == {torch.float32}  # the residual stream's own parameters stay fp32
+    assert mixed.model.lm_head.weight.dtype == torch.float32  # outside the decoder layers: /steer's logits stay fp32
+    ids = plain.encode([user_turn(p) for p in PROMPTS])
+    exact, rounded = plain.last_token_states(ids), mixed.last_token_states(ids)
+    assert rounded.dtype == torch.float32
+    relative = ((rounded - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
+    assert 0 < relative < 2e-2, relative  # bf16 rounding is there, and small
+    (one,) = plain.encode([user_turn("build a bomb")])
+    assert mixed.generate(one, 4).tokens == 4  # /steer generation runs through the bf16 layers too
+    # states of the two numerics never share a cache folder
+    assert StateCache(tmp_path, plain).folder != StateCache(tmp_path, mixed).folder
+
+
+def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(monkeypatch):
+    from herald_service.backbone import hf
+    from herald_service.errors import BackboneError
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    for native in (True, False):
+        monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda native=native: native)
+        assert hf.resolve_matmul_dtype("auto", cpu, torch.float32) is native
+    assert hf.resolve_matmul_dtype("auto", cpu, torch.bfloat16) is False  # already bf16 throughout
+    assert hf.resolve_matmul_dtype("weights", cpu, torch.float32) is False
+    assert hf.resolve_matmul_dtype("bfloat16", cpu, torch.float32) is True
+    assert hf.resolve_matmul_dtype("auto", cuda, torch.float32) is False
+    with pytest.raises(BackboneError, match="on cuda set dtype") as refused:
+        hf.resolve_matmul_dtype("bfloat16", cuda, torch.float32)
+    assert refused.value.field == "matmul_dtype"
+    with pytest.raises(BackboneError, match="one of auto, weights, bfloat16"):
+        hf.resolve_matmul_dtype("int8", cpu, torch.float32)
+    with pytest.raises(ValueError, match="matmul_dtype bfloat16 is for the CPU"):
+        Settings(_env_file=None, device="cuda", matmul_dtype="bfloat16")
+
+
 @pytest.fixture(scope="module")
 def probe_dir(resolved, tmp_path_factory):
     backbone = HFBackbone(resolved, "cpu", "float32")

@@ -148,6 +148,74 @@ def sliding_window_of(text_config: object) -> int | None:
     return int(window)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX tiles), where oneDNN runs bf16 matmuls at
+    about twice the fp32 rate; elsewhere bf16 is emulated and slower than fp32. torch's own checks (``torch.cpu``);
+    ``False`` where a torch build lacks them."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check is not None and bool(check()) for check in checks)
+
+
+MATMUL_DTYPES = ("auto", "weights", "bfloat16")
+"""Choices of ``matmul_dtype`` (:func:`resolve_matmul_dtype`)."""
+
+
+def resolve_matmul_dtype(matmul_dtype: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the decoder's linear layers run in bf16 over a residual stream in ``dtype``
+    (:func:`bf16_linear_layers`).
+
+    ``weights``: no, every multiply is in the weight dtype. ``bfloat16``: yes (an fp32 model on the CPU; with bf16
+    weights it changes nothing). ``auto``: yes for an fp32 model on a CPU with native bf16 (:func:`cpu_has_native_bf16`),
+    where the embedded backbone answers 2.1-2.5x sooner and the shipped probe, fitted on fp32 states, decides as in
+    fp32 on 583 of its 584 held-out prompts (``benchmarks/cpu_dtype.py``, ``benchmarks/results/cpu_dtype_cpu.json``).
+
+    Raises:
+        BackboneError: an unknown value, or ``bfloat16`` on CUDA (there the weights themselves should be bf16:
+            ``dtype``).
+    """
+    if matmul_dtype not in MATMUL_DTYPES:
+        raise BackboneError(f"matmul_dtype must be one of {', '.join(MATMUL_DTYPES)}, not {matmul_dtype!r}", field="matmul_dtype")
+    if matmul_dtype == "bfloat16" and device.type != "cpu":
+        raise BackboneError(f"matmul_dtype bfloat16 is for the CPU; on {device.type} set dtype (HERALD_DTYPE) to bfloat16"
+                            " instead", field="matmul_dtype")
+    if dtype != torch.float32 or device.type != "cpu":
+        return False
+    return matmul_dtype == "bfloat16" or (matmul_dtype == "auto" and cpu_has_native_bf16())
+
+
+def bf16_linear_layers(module: nn.Module) -> int:
+    """Hold every ``nn.Linear`` under ``module`` in bf16 and run it there: its input is cast to bf16 and its output
+    back to the layer's former dtype (fp32), so between the linear layers (the residual stream, norms, rotary
+    embedding, attention scores and softmax) the model keeps its own dtype. The matrix multiplies are nearly all of a
+    CPU prefill's work, and the residual stream is where bf16 rounding accumulates: on the embedded backbone this keeps
+    most of the bf16 speed (16 tokens 61 -> 29 ms, all-bf16 27 ms) at a smaller drift of the shipped probe's logits
+    than all-bf16 (median 0.10 vs 0.14, p99 0.58 vs 0.97 over its 584 held-out prompts; ``benchmarks/cpu_dtype.py``).
+
+    Returns:
+        How many linear layers were converted.
+    """
+    count = 0
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            former = layer.weight.dtype
+            layer.to(torch.bfloat16)
+            layer.register_forward_pre_hook(_input_to_bf16)
+            layer.register_forward_hook(_output_to(former))
+            count += 1
+    return count
+
+
+def _input_to_bf16(layer: nn.Module, args: tuple) -> tuple:
+    return (args[0].to(torch.bfloat16), *args[1:])
+
+
+def _output_to(dtype: torch.dtype) -> Callable[[nn.Module, tuple, torch.Tensor], torch.Tensor]:
+    def cast(layer: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return output.to(dtype)
+
+    return cast
+
+
 def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
     """Resolve ``auto`` settings: CUDA + bf16 when CUDA is available, else CPU + fp32.
 
@@ -233,9 +301,14 @@ class HFBackbone:
             ``benchmarks/results/compile_batches_h200.json``; not profiled further). Off here; the service turns it
             on on CUDA through ``Settings.compile_batches`` (``HERALD_COMPILE_BATCHES``). If compiling fails, the
             eager forward serves. Generation (``/steer``) never uses it.
+        matmul_dtype: ``weights`` (default: every multiply in the weight dtype), ``bfloat16`` or ``auto``
+            (:func:`resolve_matmul_dtype`): bf16 linear layers over an fp32 residual stream on the CPU
+            (:func:`bf16_linear_layers`). ``herald serve`` passes ``auto``; ``herald fit``, ``eval`` and ``recipes``
+            keep ``weights``, so a fit on the CPU is an fp32 fit wherever it runs.
 
     Raises:
-        BackboneError: if the folder cannot be loaded as a causal LM.
+        BackboneError: if the folder cannot be loaded as a causal LM, or ``matmul_dtype`` is unknown or ``bfloat16``
+            off the CPU.
     """
 
     def __init__(
@@ -247,16 +320,19 @@ class HFBackbone:
         cuda_graphs: bool | None = None,
         compile_graphs: bool = False,
         compile_batches: bool = False,
+        matmul_dtype: str = "weights",
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch_device, torch_dtype = pick_device_dtype(device, dtype)
+        bf16_matmuls = resolve_matmul_dtype(matmul_dtype, torch_device, torch_dtype)  # refused before the load
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
             model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
         except (OSError, ValueError) as exc:
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {exc}", field="backbone") from exc
-        self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches)
+        self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches,
+                    bf16_matmuls)
 
     @classmethod
     def from_model(
@@ -279,7 +355,7 @@ class HFBackbone:
 
     def _setup(
         self, model: nn.Module, tokenizer: object, resolved: ResolvedBackbone, padding_side: str, cuda_graphs: bool | None,
-        compile_graphs: bool, compile_batches: bool = False,
+        compile_graphs: bool, compile_batches: bool = False, bf16_matmuls: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.model = model.eval()
@@ -290,6 +366,7 @@ class HFBackbone:
         num_layers = int(text_config.num_hidden_layers)
         self.decoder = self.model.base_model  # the decoder stack without the LM head
         self.layers = find_decoder_layers(self.decoder, num_layers)
+        self.bf16_matmuls = bf16_matmuls and bf16_linear_layers(self.layers) > 0  # the LM head (/steer) stays fp32
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.tokenizer.eos_token_id or 0))
         template = self.tokenizer.chat_template
@@ -303,6 +380,7 @@ class HFBackbone:
             slug=resolved.slug,
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
+            matmul_dtype="bfloat16" if self.bf16_matmuls else None,
         )
         positions = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
         self.max_positions: int | None = int(positions) if positions else None
@@ -548,7 +626,7 @@ class HFBackbone:
         """Whether the final decoder layer may compute at the last token only (:func:`final_layer_at`): its class is
         in :data:`TRIMMABLE_LAYERS`, and two short prompts of unequal lengths give the same captured final-layer rows
         trimmed and untrimmed (relative difference <= 1e-4 in float32, 2e-2 in half precision: the trimmed matrix
-        multiplies have fewer rows, so they may round differently). Anything else, including an exception, leaves
+        multiplies have fewer rows, so they may round differently; 2e-2 too with bf16 linear layers). Anything else, including an exception, leaves
         the layer untrimmed (logged)."""
         name = type(self.layers[-1]).__name__
         if name not in TRIMMABLE_LAYERS:
@@ -566,7 +644,7 @@ class HFBackbone:
         finally:
             self.trims_final_layer = False
         relative = ((trimmed - full).norm(dim=-1) / full.norm(dim=-1).clamp_min(1e-12)).max().item()
-        tolerance = 1e-4 if self.dtype == torch.float32 else 2e-2
+        tolerance = 1e-4 if self.dtype == torch.float32 and not self.bf16_matmuls else 2e-2
         if not relative <= tolerance:
             log.warning("trimmed final decoder layer differs from the full one by %.2e (> %.0e); not trimming", relative, tolerance)
             return False

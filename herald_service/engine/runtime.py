@@ -144,9 +144,11 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
     backbone = HFBackbone(
         resolved, settings.device, settings.dtype, settings.padding_side, compile_graphs=settings.compile_graphs,
         compile_batches=settings.compile_batches and settings.device != "cpu" and torch.cuda.is_available(),
+        matmul_dtype=settings.matmul_dtype,
     )
     check_compatible(manifest, backbone.info)  # the loaded model's own config, as fit and eval record it
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
-    log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, backbone.info.dtype, folder)
+    numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
+    log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, numerics, folder)
     return Runtime(backbone, probe, manifest, str(folder))

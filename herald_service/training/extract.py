@@ -27,7 +27,9 @@ class StateCache:
     """Per-prompt state files keyed by backbone identity and token ids."""
 
     def __init__(self, root: Path, backbone: Backbone) -> None:
-        key = hashlib.sha256(f"{backbone.info.revision}|{backbone.info.config_hash}|{backbone.info.dtype}".encode()).hexdigest()[:16]
+        info = backbone.info
+        numerics = info.dtype if info.matmul_dtype is None else f"{info.dtype}|matmul={info.matmul_dtype}"
+        key = hashlib.sha256(f"{info.revision}|{info.config_hash}|{numerics}".encode()).hexdigest()[:16]
         self.folder = root / "states" / key
 
     def path(self, token_ids: Sequence[int]) -> Path:

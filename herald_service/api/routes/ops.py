@@ -77,6 +77,7 @@ async def info(state: State) -> dict:
         body["backbone"] = {
             "id": info.model_id, "revision": info.revision, "num_layers": info.num_layers,
             "hidden_size": info.hidden_size, "device": info.device, "dtype": info.dtype,
+            "matmul_dtype": info.matmul_dtype or info.dtype,
         }
         body["probe"] = {"path": state.runtime.probe_path, "manifest": state.runtime.manifest}
     return body
