@@ -445,6 +445,30 @@ def test_a_prompt_behind_a_long_backlog_is_refused_at_once_then_served_once_it_d
     engine.stop()
 
 
+def test_a_client_that_waits_its_retry_after_behind_a_running_batch_is_admitted(runtime):
+    # Breaker pass: a running batch counted at its whole estimate until answered, so the estimated wait fell only as
+    # the deadline cap came down; behind an 8,130-token prompt a client that waited its Retry-After of 8 s got 429
+    # again ("retry in 4 s"). A launched batch now counts the seconds left until its estimated end. 100 tokens/s,
+    # seeded with the true cost; a 4 s limit admits a wait of 3.2 s.
+    import time
+
+    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.01))
+    engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=4.0), HeraldMetrics(), seed=PER_TOKEN)
+    engine.start()
+    (long,) = engine.submit(slow.encode([user_turn(prompt_of(300))]))  # 3 s
+    time.sleep(0.1)  # launched
+    first = engine.estimated_wait_s()
+    with pytest.raises(QueueFull) as refused:
+        engine.submit(slow.encode([user_turn(prompt_of(50))]))  # 0.5 s more: about 3.4 s > 3.2 s
+    time.sleep(0.5)
+    assert engine.estimated_wait_s() == pytest.approx(first - 0.5, abs=0.2)  # falls as the batch runs
+    time.sleep(max(refused.value.retry_after_s - 0.5, 0))
+    (later,) = engine.submit(slow.encode([user_turn(prompt_of(50))]))  # after Retry-After: admitted
+    assert long.result(timeout=10).tokens == 300 and later.result(timeout=10).tokens == 50
+    assert engine.estimated_wait_s() == 0.0 and engine.ahead == Work()
+    engine.stop()
+
+
 def test_a_warm_up_timed_far_too_slow_does_not_refuse_every_prompt_for_good(runtime):
     # The breaker's case: a warm-up timed 30x slow under load priced every prompt over the limit, every request got
     # 413, none was timed, and the seed stood until a restart. Seeded at 0.3 s a token; the worker runs at 0.01 s.

@@ -457,7 +457,8 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
         fit: the cost model (:class:`BatchCost`); ``None``: not measured yet, admit.
         limit_s: the longest acceptable wait, seconds (``request_timeout_s``); ``None``: admit.
         horizon_s: seconds until the latest deadline of the work ahead; ``None``: ``limit_s``.
-        jobs_s: seconds until the exclusive jobs ahead have ended (:func:`jobs_left_s`).
+        jobs_s: seconds until the work already started has ended: the exclusive jobs ahead (:func:`jobs_left_s`) and
+            the batches the worker has launched (until their estimated end); ``ahead`` is then the rest.
         own_job_s: the least seconds the request's own exclusive job needs (a /steer job: its prefills and margin;
             its generation takes what is left until its deadline).
         checked_tokens: the longest prompt, tokens, of the live batches ``fit`` holds (:attr:`BatchCost.longest_live`;

@@ -67,6 +67,7 @@ class _Prompt:
     future: Future
     enqueued: float
     tokenize_s: float
+    launched: bool = False  # in a batch the worker has launched (counted in ``_launched``); under ``_cond``
 
 
 @dataclass
@@ -102,6 +103,11 @@ class InferenceEngine:
         # Accepted and not yet answered (queued, taken by the worker, in flight); each future gives its share back
         # when it settles, however it settles (answered, failed, cancelled). Guarded by ``_cond``.
         self._ahead = Work()
+        # The part of ``_ahead`` in batches the worker has launched: counted by the seconds left until their estimated
+        # end (``_busy_until``), not by their whole cost until answered, so the estimated wait falls while they run
+        # and a Retry-After computed from it holds (a breaker pass: behind an 8,130-token prompt a client that waited
+        # its Retry-After of 8 s got 429 again, "retry in 4 s"). Guarded by ``_cond``.
+        self._launched = Work()
         # Exclusive jobs accepted and not yet answered, by future: when each must have ended (perf_counter, max_wait_s
         # after it was accepted), how long it is expected to run and when it started. Work behind them counts them as
         # busy for that long (:func:`jobs_left_s`). Guarded by ``_cond``.
@@ -227,8 +233,19 @@ class InferenceEngine:
         """Estimated seconds until the worker has answered the work accepted so far, at most ``max_wait_s``
         (:func:`~herald_service.engine.admission.ahead_seconds`); 0 before any measurement."""
         with self._cond:
-            ahead, horizon_s, jobs_s = self._ahead, self._horizon_s(), self._jobs_s()
-        return ahead_seconds(ahead, self.cost.fit, self.limits.max_wait_s, horizon_s, jobs_s)
+            queued, horizon_s, started_s = self._queued(), self._horizon_s(), self._started_s()
+        return ahead_seconds(queued, self.cost.fit, self.limits.max_wait_s, horizon_s, started_s)
+
+    def _queued(self) -> Work:
+        """The work ahead not yet launched (the launched part counts by :meth:`_started_s`). Under ``_cond``."""
+        return self._ahead.plus(self._launched, -1)
+
+    def _started_s(self) -> float:
+        """Seconds until the work already started has ended, estimated: the exclusive jobs (:meth:`_jobs_s`) and the
+        batches launched, until their estimated end (0 once it has passed while one still runs: the wait is then
+        short by its overrun, which the admission headroom is for). Under ``_cond``."""
+        running_s = max(self._busy_until - time.perf_counter(), 0.0) if self._launched.prompts else 0.0
+        return self._jobs_s() + running_s
 
     def _horizon_s(self) -> float | None:
         # An upper bound: a deadline stays the latest after its work was answered, until a later one is accepted.
@@ -288,18 +305,22 @@ class InferenceEngine:
                             " HERALD_QUEUE_CAPACITY); retry shortly")
         fit = self.cost.fit  # one snapshot: the price and the length it was checked to come from the same fit
         checked = 0 if fit is None else fit.checked_tokens
-        verdict = admission_verdict(self._ahead, own, fit, self.limits.max_wait_s, self._horizon_s(), self._jobs_s(),
+        verdict = admission_verdict(self._queued(), own, fit, self.limits.max_wait_s, self._horizon_s(), self._started_s(),
                                     own_job_s, checked, partial)
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
         if verdict is not None:
             raise WorkTooLarge(verdict.message)
 
-    def _settled(self, share: Work) -> Callable[[Future], None]:
+    def _settled(self, share: Work, item: _Prompt | _Exclusive) -> Callable[[Future], None]:
         def give_back(future: Future) -> None:
             with self._cond:
                 self._ahead = self._ahead.plus(share, -1)
                 self._jobs.pop(id(future), None)
+                if isinstance(item, _Prompt) and item.launched:
+                    self._launched = self._launched.plus(share, -1)
+                    if not self._launched.prompts:  # no batch runs now: an estimate that ran long is not carried on
+                        self._busy_until = min(self._busy_until, time.perf_counter())
 
         return give_back
 
@@ -314,7 +335,7 @@ class InferenceEngine:
                 share = Work.of_prompts([len(item.token_ids)]) if isinstance(item, _Prompt) else Work(jobs=1)
                 if isinstance(item, _Exclusive) and deadline is not None:
                     self._jobs[id(item.future)] = JobClock(deadline, item.expected_s)
-                item.future.add_done_callback(self._settled(share))
+                item.future.add_done_callback(self._settled(share, item))
             self._queue.extend(items)
             self.metrics.queue_depth.set(self.depth)
             self._cond.notify()
@@ -395,9 +416,13 @@ class InferenceEngine:
         """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
         runs, so the device never waits for the host's scoring, answering and batching between two batches."""
         started = time.perf_counter()
-        estimate_s = self.cost.seconds(Work.of_prompts([len(p.token_ids) for p in batch])) or 0.0
+        work = Work.of_prompts([len(p.token_ids) for p in batch])
+        estimate_s = self.cost.seconds(work) or 0.0
         with self._cond:
             self._busy_until = max(self._busy_until, started) + estimate_s
+            self._launched = self._launched.plus(work)
+            for prompt in batch:
+                prompt.launched = True
         try:
             # Projected where the states are: only (batch, layer) comes back to the host.
             wait = self.backbone.launch_last_token_states([p.token_ids for p in batch], reduce=self.probe.directions.dot)
