@@ -103,6 +103,14 @@ def test_messages_and_trajectory_opt_out(client):
         ({"messages": [{"role": "robot", "content": "x"}]}, 422, "messages[0].role", "user"),
         ({"messages": [[]]}, 422, "messages[0]", "at least one message"),
         ({"input": "a", "surprise": 1}, 422, "surprise", "Extra inputs"),
+        # breaker pass: keys that look like pydantic's union-branch markers were dropped from the field
+        ({"input": "a", "metadata[user]": 1}, 422, "metadata[user]", "Extra inputs"),
+        ({"input": "a", "str": 1}, 422, "str", "Extra inputs"),
+        ({"input": "a", "function-x": 1}, 422, "function-x", "Extra inputs"),
+        ({"input": "a", "": 1}, 422, "", "Extra inputs"),
+        ({"messages": [{"role": "user", "content": "x", "str": 1}]}, 422, "messages[0].str", "Extra inputs"),
+        ({"input": "a", "k" * 20_000: 1}, 422, "k" * 64 + "...", "Extra inputs"),  # cut, not echoed whole
+        ({"input": "a", "\u001b[31m": 1}, 422, "\\u001b[31m", "Extra inputs"),  # escaped
     ],
 )
 def test_bad_input_gets_a_clear_4xx_naming_the_field(client, body, status, field, words):

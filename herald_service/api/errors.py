@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from herald_service.engine.service import ClientGone
+from herald_service.strict_json import echoed
 from herald_service.errors import (
     FeatureDisabled,
     HeraldError,
@@ -104,6 +105,13 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body")
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if first.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
+        # The key is the client's: name it whatever it looks like (a key "str", "a[b]" or "function-x" read as a
+        # union-branch marker and was dropped, leaving no field: breaker pass), escaped and cut (a 200,000-character
+        # key was echoed whole).
+        parent = _field_path(loc[:-1])
+        key = echoed(loc[-1])
+        return error_response(422, "invalid_request", message, f"{parent}.{key}" if parent else key)
     field = getattr(first.get("ctx", {}).get("error"), "field", None) or _field_path(loc)  # schemas.FieldConflict
     return error_response(422, "invalid_request", message, field)
 
