@@ -154,9 +154,12 @@ class ServeCommand(Settings):
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
             from herald_service.backbone.hf import pick_device_dtype, resolve_matmul_dtype
+            from herald_service.backbone.loader import backbone_cache_folder, needs_conversion
             from herald_service.engine.runtime import checked_probe
 
             checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
+            if needs_conversion(self.backbone):  # so does a cache folder a conversion could not write (breaker pass)
+                backbone_cache_folder(self.cache_dir)
             # so do HERALD_DEVICE=cuda without CUDA (it came after the bind) and bf16 linear layers on CUDA
             resolve_matmul_dtype(self.matmul_dtype, *pick_device_dtype(self.device, self.dtype))
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -173,7 +176,10 @@ class ServeCommand(Settings):
             app, host=self.host, port=self.port, log_level=self.log_level, access_log=False,
             timeout_keep_alive=self.keep_alive_s,
         ))
-        server.run()
+        try:
+            server.run()
+        except KeyboardInterrupt:  # uvicorn has shut down and re-raised Ctrl+C: exit as a shell expects, quietly
+            raise SystemExit(130) from None
         if app.state.herald.load_error:
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 

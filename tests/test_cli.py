@@ -433,6 +433,36 @@ def test_serve_refuses_cuda_without_a_cuda_device_before_it_listens(tmp_path):
                                   " to auto or cpu, or install a CUDA build of torch")
 
 
+def test_serve_refuses_a_cache_folder_it_cannot_write_before_it_listens(tmp_path):
+    # Breaker pass: "Uvicorn running on ..." came first, then the error, twice.
+    (tmp_path / "afile").write_text("")
+    out = herald("serve", HERALD_CACHE_DIR=str(tmp_path / "afile"))
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == (f"herald: cannot create the backbone cache folder {tmp_path / 'afile' / 'backbones'}:"
+                                  " Not a directory (set HERALD_CACHE_DIR to a writable folder)")
+
+
+def test_ctrl_c_ends_serve_quietly_with_status_130(tmp_path):
+    # Breaker pass: uvicorn shut down cleanly, then a 40-line CancelledError/KeyboardInterrupt traceback, status -2.
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve", "--fake-backend"], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": "8138"})
+    output = ""
+    try:
+        deadline = time.monotonic() + 60
+        while "Uvicorn running" not in output and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, output
+            output += line
+        proc.send_signal(signal.SIGINT)
+        output += proc.communicate(timeout=30)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in output, output
+
+
 def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
     out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1, not ours
     assert out.returncode == 1, out.stderr

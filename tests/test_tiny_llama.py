@@ -122,6 +122,26 @@ def test_bf16_linear_layers_run_in_bf16_over_an_fp32_residual_stream(resolved, t
     assert StateCache(tmp_path, plain).folder != StateCache(tmp_path, mixed).folder
 
 
+def test_a_damaged_cached_conversion_is_named_with_the_way_out(folder, tmp_path):
+    # Breaker pass: a truncated model.safetensors in the conversion cache gave a safetensors traceback and a last line
+    # that named neither the folder nor the fix.
+    import shutil
+
+    from herald_service.backbone.loader import ResolvedBackbone
+    from herald_service.errors import BackboneError
+
+    damaged = tmp_path / "backbones" / "tiny-0123456789ab"
+    shutil.copytree(folder, damaged)
+    (damaged / "herald_source.json").write_text("{}")  # what backbone.loader writes beside a conversion
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(ResolvedBackbone(damaged, "tiny", "x", "tiny"), "cpu", "float32")
+    assert refused.value.field == "backbone"
+    assert f"cannot load a causal LM from {damaged}: " in str(refused.value)
+    assert str(refused.value).endswith(f"it is a cached conversion: delete {damaged} and start again to convert anew")
+
+
 def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(monkeypatch):
     from herald_service.backbone import hf
     from herald_service.errors import BackboneError

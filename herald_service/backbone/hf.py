@@ -329,8 +329,12 @@ class HFBackbone:
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
             model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
-        except (OSError, ValueError) as exc:
-            raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {exc}", field="backbone") from exc
+        except Exception as exc:  # OSError, ValueError, safetensors' SafetensorError for a damaged file, ...
+            hint = ""
+            if (resolved.folder / "herald_source.json").is_file():  # our own GGUF conversion (backbone.loader)
+                hint = f"; it is a cached conversion: delete {resolved.folder} and start again to convert anew"
+            raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {type(exc).__name__}: {exc}{hint}",
+                                field="backbone") from exc
         self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches,
                     bf16_matmuls)
 

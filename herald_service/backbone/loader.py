@@ -301,13 +301,30 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
     target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
     if (target / "config.json").is_file():
         return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BackboneError(f"cannot create the backbone cache folder {target.parent}: {exc.strerror} (set HERALD_CACHE_DIR"
-                            " to a writable folder)", field="cache_dir") from None
+    backbone_cache_folder(cache_dir)
     with single_gguf(source, target.parent) as gguf:
         return _convert(gguf, source, target, sha256)
+
+
+def backbone_cache_folder(cache_dir: Path) -> Path:
+    """``<cache_dir>/backbones``, created if missing: where GGUF conversions go.
+
+    Raises:
+        BackboneError: it cannot be created (``cache_dir`` is a file, or not writable), naming ``HERALD_CACHE_DIR``.
+    """
+    folder = cache_dir / "backbones"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackboneError(f"cannot create the backbone cache folder {folder}: {exc.strerror} (set HERALD_CACHE_DIR"
+                            " to a writable folder)", field="cache_dir") from None
+    return folder
+
+
+def needs_conversion(spec: str) -> bool:
+    """Whether ``HERALD_BACKBONE`` names a GGUF (the embedded one included), which :func:`resolve_backbone` converts
+    into the cache once, rather than a transformers folder, which is read in place."""
+    return spec == EMBEDDED_BACKBONE or not (Path(spec).expanduser() / "config.json").is_file()
 
 
 def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
