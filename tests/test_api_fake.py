@@ -198,6 +198,9 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     assert body["classification"]["steered"]["score"] < body["classification"]["baseline"]["score"]
     bad = client.post("/steer", json={"prompt": "x", "layers": [0, 99]}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "layers"
+    twice = client.post("/steer", json={"prompt": "x", "layers": [2, 1, 2]}, headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert twice.status_code == 422 and twice.json()["error"] == {  # was answered as layers [1, 2] (breaker pass)
+        "type": "invalid_request", "message": "layers lists 2 more than once; list each layer once", "field": "layers"}
     long = client.post("/steer", json={"prompt": "x", "max_new_tokens": 100_000}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert long.status_code == 422 and long.json()["error"]["field"] == "max_new_tokens"
     both = client.post("/steer", json={"prompt": "x", "messages": [{"role": "user", "content": "x"}]},

@@ -324,7 +324,11 @@ class Moderator:
             bad = [layer for layer in layers if not 1 <= layer <= num_layers]
             if bad or not layers:
                 raise InvalidInput(f"layers must be a non-empty list within 1..{num_layers}", field="layers")
-            chosen = sorted(set(layers))
+            repeated = sorted({layer for layer in layers if layers.count(layer) > 1})
+            if repeated:  # answered as [4] before, an edit made once where "add" at [4, 4] may mean twice (breaker)
+                raise InvalidInput(f"layers lists {', '.join(map(str, repeated))} more than once; list each layer once",
+                                   field="layers")
+            chosen = sorted(layers)
         self.check_shape([conversation], [field], field)
         slot = self._take_steer_slot()
         submitted = None
