@@ -166,7 +166,7 @@ def resolve_matmul_dtype(matmul_dtype: str, device: torch.device, dtype: torch.d
 
     ``weights``: no, every multiply is in the weight dtype. ``bfloat16``: yes (an fp32 model on the CPU; with bf16
     weights it changes nothing). ``auto``: yes for an fp32 model on a CPU with native bf16 (:func:`cpu_has_native_bf16`),
-    where the embedded backbone answers 2.1-2.5x sooner and the shipped probe, fitted on fp32 states, decides as in
+    where the embedded backbone answers 2.0-2.8x sooner and the shipped probe, fitted on fp32 states, decides as in
     fp32 on 583 of its 584 held-out prompts (``benchmarks/cpu_dtype.py``, ``benchmarks/results/cpu_dtype_cpu.json``).
 
     Raises:
@@ -188,7 +188,7 @@ def bf16_linear_layers(module: nn.Module) -> int:
     back to the layer's former dtype (fp32), so between the linear layers (the residual stream, norms, rotary
     embedding, attention scores and softmax) the model keeps its own dtype. The matrix multiplies are nearly all of a
     CPU prefill's work, and the residual stream is where bf16 rounding accumulates: on the embedded backbone this keeps
-    most of the bf16 speed (16 tokens 61 -> 29 ms, all-bf16 27 ms) at a smaller drift of the shipped probe's logits
+    most of the bf16 speed (16 tokens 55 -> 26 ms, all-bf16 24 ms) at a smaller drift of the shipped probe's logits
     than all-bf16 (median 0.10 vs 0.14, p99 0.58 vs 0.97 over its 584 held-out prompts; ``benchmarks/cpu_dtype.py``).
 
     Returns:
