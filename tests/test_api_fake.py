@@ -844,3 +844,29 @@ def test_a_prompt_the_backbone_refuses_in_a_later_chunk_is_named_by_its_place_in
         monkeypatch.setattr(backbone, "encode", refusing)
         r = client.post("/classify", json={"input": ["wd " * 6_000] * 3 + ["hi", "refuse me"]})
         assert r.status_code == 422 and r.json()["error"]["field"] == "input[4]", r.text  # chunk (3, 5), its 2nd prompt
+
+
+def test_the_load_runs_on_a_thread_that_has_ended_when_it_returns():
+    # Its OpenMP team must be gone before the worker's first forward (herald_service.api.app.in_passing_thread: after
+    # a load on an executor thread that stayed alive, the worker's forwards took about twice as long on 2 cores).
+    import asyncio
+    import threading
+
+    from herald_service.api.app import in_passing_thread
+
+    seen = []
+
+    def work(x):
+        seen.append(threading.current_thread())
+        return x * 2
+
+    def fail():
+        raise ValueError("bad probe")
+
+    async def main():
+        assert await in_passing_thread(work, 21) == 42
+        with pytest.raises(ValueError, match="bad probe"):
+            await in_passing_thread(fail)
+
+    asyncio.run(main())
+    assert seen[0] is not threading.main_thread() and not seen[0].is_alive()

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, TypeVar
 
 from fastapi import FastAPI
 
@@ -30,6 +31,7 @@ from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WARMUP_PROMPTS = ("Hello!", "How do I bake sourdough bread?")
 WARMUP_TIMINGS = 2
@@ -118,10 +120,43 @@ def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runt
     return runtime, _warm_cost(runtime), _warm_decode_step(runtime) if settings.steer_enabled else None
 
 
+async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` on a thread of its own that ends when ``fn`` returns (awaited, its exception raised here).
+
+    Why not ``asyncio.to_thread``: the model's load and warm-up run torch's CPU kernels, which start an OpenMP thread
+    team for the calling thread, and an executor thread (with its team) stays alive. The inference worker's own team
+    then makes more OpenMP threads than cores, where libgomp stops spin-waiting between parallel regions, and every
+    forward of the worker took about twice as long on the 2-core CPU (two embedded prompts: 115 ms against 57 ms after a
+    load on a thread that had ended; the warm-up, timed on the fast thread, seeded the cost model at half the worker's
+    real cost). A thread that ends takes its team with it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: object, error: BaseException | None) -> None:
+        if not done.done():
+            done.set_exception(error) if error is not None else done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop closed meanwhile (shutdown during the load): nobody waits
+            pass
+
+    thread = threading.Thread(target=run, name="herald-load", daemon=True)
+    thread.start()
+    result = await done
+    thread.join()  # it is past fn already: its OpenMP team is gone before the worker's first forward
+    return result
+
+
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed, decode_timing = await asyncio.to_thread(_load_warm_and_measure, settings, loader)
+        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader)
     except HeraldError as exc:
         state.load_error = exc.message
         log.critical("cannot start: %s", exc.message)
