@@ -13,8 +13,10 @@ was fitted on fp32 states, so a faster way is only worth its speed if the probe 
    (``HFBackbone.last_token_states``: final layer at the last token only), the three ways in turn; medians, and
    fp32's time over each way's (the speed-up).
 
-Run: ``python -m benchmarks.cpu_dtype`` (about 10 minutes on 2 cores; ``--quick``: 60 held-out prompts, fewer
-repeats). Writes ``benchmarks/results/cpu_dtype_cpu.json``.
+Run: ``python -m benchmarks.cpu_dtype`` (about 6 minutes on 2 cores; ``--quick``: 60 held-out prompts, fewer
+repeats). Writes ``benchmarks/results/cpu_dtype_cpu.json``. ``--backbone PATH`` measures another backbone with its
+committed probe (``models/<slug>/``, fitted at ``herald fit``'s defaults, as the Gemma-3-270M one was) and writes
+``cpu_dtype_cpu_<slug>.json``.
 """
 
 from __future__ import annotations
@@ -115,8 +117,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="60 held-out prompts and 3 repeats (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--backbone", default="embedded", help="as HERALD_BACKBONE; its probe is models/<slug>/")
     args = parser.parse_args()
-    resolved = resolve_backbone("embedded", default_cache_dir())
+    resolved = resolve_backbone(args.backbone, default_cache_dir())
     backbones = {"fp32": HFBackbone(resolved, "cpu", "float32"),
                  "bf16_linear": HFBackbone(resolved, "cpu", "float32", matmul_dtype="bfloat16"),
                  "bf16": HFBackbone(resolved, "cpu", "bfloat16")}
@@ -134,7 +137,8 @@ def main() -> None:
                "hardware": {**hardware(), "load_average_start": load_start, "load_average_end": os.getloadavg()},
                "quick": args.quick, "agreement": agree, "speed": timings}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("cpu_dtype_cpu_quick.json" if args.quick else "cpu_dtype_cpu.json")
+    name = "cpu_dtype_cpu" + ("" if args.backbone == "embedded" else f"_{resolved.slug}") + ("_quick" if args.quick else "")
+    path = args.out / f"{name}.json"
     import json
 
     path.write_text(json.dumps(payload, indent=2, default=float))

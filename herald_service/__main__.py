@@ -1,5 +1,8 @@
 """``python -m herald_service`` is the ``herald`` command."""
 
-from herald_service.cli import main
+try:
+    from herald_service.cli import main
+except KeyboardInterrupt:  # Ctrl+C while the command's modules import
+    raise SystemExit(130) from None
 
 main()

@@ -176,10 +176,7 @@ class ServeCommand(Settings):
             app, host=self.host, port=self.port, log_level=self.log_level, access_log=False,
             timeout_keep_alive=self.keep_alive_s,
         ))
-        try:
-            server.run()
-        except KeyboardInterrupt:  # uvicorn has shut down and re-raised Ctrl+C: exit as a shell expects, quietly
-            raise SystemExit(130) from None
+        server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
         if app.state.herald.load_error:
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 
@@ -701,6 +698,8 @@ def main(argv: list[str] | None = None) -> None:
     _refuse_valued_switches(args)
     try:
         CliApp.run(Herald, cli_args=args)
+    except KeyboardInterrupt:  # Ctrl+C, in any command at any point: exit as a shell expects, without a traceback
+        raise SystemExit(130) from None
     except ValidationError as exc:
         problems = "\n".join(f"  {_setting_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise SystemExit(f"herald: invalid settings\n{problems}") from None

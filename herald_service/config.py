@@ -261,7 +261,11 @@ class BackboneSettings(BaseSettings):
         if self.padding_side == "varlen" and (self.device == "cpu" or self.dtype == "float32"):
             raise ValueError(f"padding_side varlen needs CUDA and bfloat16/float16, not device={self.device} dtype={self.dtype}")
         if self.matmul_dtype == "bfloat16" and self.device == "cuda":
-            raise ValueError("matmul_dtype bfloat16 is for the CPU; on cuda set dtype to bfloat16 instead")
+            raise ValueError("matmul_dtype bfloat16 (--matmul-dtype or HERALD_MATMUL_DTYPE) is for the CPU; on cuda set dtype"
+                             " (HERALD_DTYPE) to bfloat16 instead")
+        if self.matmul_dtype == "bfloat16" and self.dtype == "float16":
+            raise ValueError("matmul_dtype bfloat16 (--matmul-dtype or HERALD_MATMUL_DTYPE) runs the linear layers of float32"
+                             " weights in bf16; with dtype float16 (HERALD_DTYPE) they stay float16: leave matmul_dtype auto")
         return self
 
 

@@ -463,6 +463,31 @@ def test_ctrl_c_ends_serve_quietly_with_status_130(tmp_path):
     assert proc.returncode == 130 and "Traceback" not in output, output
 
 
+@pytest.mark.backbone
+def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_aborting(tmp_path):
+    # Second breaker pass: the load thread was a daemon still inside torch at exit: "terminate called without an active
+    # exception", status 134. Interrupted a few seconds in, during the load or the warm-up after it.
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": "8137"})
+    output = ""
+    try:
+        deadline = time.monotonic() + 120
+        while "Uvicorn running" not in output and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, output
+            output += line
+        time.sleep(4.0)  # inside the load or the warm-up on its thread (the abort showed from about 3 s in, not at 1-2 s)
+        proc.send_signal(signal.SIGINT)
+        output += proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "terminate called" not in output, output
+
+
 def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
     out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1, not ours
     assert out.returncode == 1, out.stderr

@@ -159,8 +159,12 @@ def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(m
     assert refused.value.field == "matmul_dtype"
     with pytest.raises(BackboneError, match="one of auto, weights, bfloat16"):
         hf.resolve_matmul_dtype("int8", cpu, torch.float32)
-    with pytest.raises(ValueError, match="matmul_dtype bfloat16 is for the CPU"):
+    with pytest.raises(BackboneError, match="with float16 weights"):  # asked for, and it would not apply
+        hf.resolve_matmul_dtype("bfloat16", cpu, torch.float16)
+    with pytest.raises(ValueError, match=r"matmul_dtype bfloat16 \(--matmul-dtype or HERALD_MATMUL_DTYPE\) is for the CPU"):
         Settings(_env_file=None, device="cuda", matmul_dtype="bfloat16")
+    with pytest.raises(ValueError, match="with dtype float16 .HERALD_DTYPE. they stay float16"):
+        Settings(_env_file=None, dtype="float16", matmul_dtype="bfloat16")
 
 
 @pytest.fixture(scope="module")

@@ -146,7 +146,10 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
         except RuntimeError:  # the loop closed meanwhile (shutdown during the load): nobody waits
             pass
 
-    thread = threading.Thread(target=run, name="herald-load", daemon=True)
+    # Not a daemon: on Ctrl+C during the load, the interpreter waits for it to return rather than exiting under a
+    # thread still inside torch, which aborted the process ("terminate called without an active exception", status
+    # 134; second breaker pass).
+    thread = threading.Thread(target=run, name="herald-load")
     thread.start()
     result = await done
     thread.join()  # it is past fn already: its OpenMP team is gone before the worker's first forward

@@ -171,13 +171,16 @@ def resolve_matmul_dtype(matmul_dtype: str, device: torch.device, dtype: torch.d
 
     Raises:
         BackboneError: an unknown value, or ``bfloat16`` on CUDA (there the weights themselves should be bf16:
-            ``dtype``).
+            ``dtype``) or with float16 weights (it would not apply).
     """
     if matmul_dtype not in MATMUL_DTYPES:
         raise BackboneError(f"matmul_dtype must be one of {', '.join(MATMUL_DTYPES)}, not {matmul_dtype!r}", field="matmul_dtype")
     if matmul_dtype == "bfloat16" and device.type != "cpu":
         raise BackboneError(f"matmul_dtype bfloat16 is for the CPU; on {device.type} set dtype (HERALD_DTYPE) to bfloat16"
                             " instead", field="matmul_dtype")
+    if matmul_dtype == "bfloat16" and dtype == torch.float16:  # asked for, and it would silently not happen
+        raise BackboneError("matmul_dtype bfloat16 runs the linear layers of float32 weights in bf16; with float16"
+                            " weights (HERALD_DTYPE) they stay float16: leave matmul_dtype auto", field="matmul_dtype")
     if dtype != torch.float32 or device.type != "cpu":
         return False
     return matmul_dtype == "bfloat16" or (matmul_dtype == "auto" and cpu_has_native_bf16())
