@@ -442,36 +442,14 @@ def test_serve_refuses_a_cache_folder_it_cannot_write_before_it_listens(tmp_path
                                   " Not a directory (set HERALD_CACHE_DIR to a writable folder)")
 
 
-def test_ctrl_c_ends_serve_quietly_with_status_130(tmp_path):
-    # Breaker pass: uvicorn shut down cleanly, then a 40-line CancelledError/KeyboardInterrupt traceback, status -2.
+def interrupted_serve(port: int, *args: str, after_s: float = 0.0) -> tuple[int, str]:
+    """Start ``herald serve *args``, wait until uvicorn listens, wait ``after_s`` more, send SIGINT (Ctrl+C); the exit
+    status and everything it printed."""
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve", "--fake-backend"], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": "8138"})
-    output = ""
-    try:
-        deadline = time.monotonic() + 60
-        while "Uvicorn running" not in output and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, output
-            output += line
-        proc.send_signal(signal.SIGINT)
-        output += proc.communicate(timeout=30)[0]
-    finally:
-        proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in output, output
-
-
-@pytest.mark.backbone
-def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_aborting(tmp_path):
-    # Second breaker pass: the load thread was a daemon still inside torch at exit: "terminate called without an active
-    # exception", status 134. Interrupted a few seconds in, during the load or the warm-up after it.
-    import signal
-    import time
-
-    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": "8137"})
+    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve", *args], text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": str(port)})
     output = ""
     try:
         deadline = time.monotonic() + 120
@@ -479,12 +457,26 @@ def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_abortin
             line = proc.stdout.readline()
             assert line, output
             output += line
-        time.sleep(4.0)  # inside the load or the warm-up on its thread (the abort showed from about 3 s in, not at 1-2 s)
+        time.sleep(after_s)
         proc.send_signal(signal.SIGINT)
         output += proc.communicate(timeout=120)[0]
     finally:
         proc.kill()
-    assert proc.returncode == 130, output
+    return proc.returncode, output
+
+
+def test_ctrl_c_ends_serve_quietly_with_status_130():
+    # Breaker pass: uvicorn shut down cleanly, then a 40-line CancelledError/KeyboardInterrupt traceback, status -2.
+    status, output = interrupted_serve(8138, "--fake-backend")
+    assert status == 130 and "Traceback" not in output, output
+
+
+@pytest.mark.backbone
+def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_aborting():
+    # Second breaker pass: the load thread was a daemon still inside torch at exit: "terminate called without an active
+    # exception", status 134. 4 s in: inside the load or the warm-up on its thread (the abort showed from about 3 s in).
+    status, output = interrupted_serve(8137, after_s=4.0)
+    assert status == 130, output
     assert "Traceback" not in output and "terminate called" not in output, output
 
 
