@@ -133,8 +133,12 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
     done: asyncio.Future[T] = loop.create_future()
 
     def settle(result: object, error: BaseException | None) -> None:
-        if not done.done():
-            done.set_exception(error) if error is not None else done.set_result(result)  # type: ignore[arg-type]
+        if done.done():  # the awaiting coroutine was cancelled (shutdown during the load)
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
 
     def run() -> None:
         try:
