@@ -786,8 +786,8 @@ def test_the_cost_seed_times_budget_sized_batches_on_a_gpu_and_skips_shapes_past
     timings = _warm_cost(SimpleNamespace(backbone=backbone, probe=SimpleNamespace(predict=lambda states: states)))
     shapes = sorted(set(backbone.batches))
     assert all(backbone.batches.count(shape) == WARMUP_TIMINGS for shape in shapes)
-    if device_type == "cpu":  # 2 short prompts, 8 x 8 and 2 x 48 repeats of a 6-word prompt
-        assert shapes == [(1, 6), (6 * 8,) * 8, (6 * 48,) * 2] and len(timings) == 3
+    if device_type == "cpu":  # 2 short prompts, 8 x 8, 2 x 48 and 1 x 180 repeats of a 6-word prompt
+        assert shapes == [(1, 6), (6 * 8,) * 8, (6 * 48,) * 2, (6 * 180,)] and len(timings) == 4
     else:  # 64 x 10 and 8 x 90 repeats; 2 x 360 (2,160 words) is past the 2,000 positions and left out
         assert shapes == [(1, 6), (6 * 10,) * 64, (6 * 90,) * 8] and len(timings) == 3
     timed = backbone.batches[::WARMUP_TIMINGS]  # in the order timed: one BatchTiming per shape

@@ -36,9 +36,10 @@ RIDGE_WEIGHT = 0.3
 
 WAIT_HEADROOM = 0.8
 """A request is admitted behind other work only while its estimated wait is at most this share of
-``request_timeout_s``: the estimate is an online fit, 0.89-1.18x the real work of single requests on the embedded
-backbone and short by about 18% for one mixed burst (benchmarks/admission.py, ``admission_cpu.json``); at full
-limit, a burst of 200 one-prompt requests with 10 of 2,000 tokens ended in five 504s. A 429 with ``Retry-After`` now
+``request_timeout_s``: the estimate is an online fit, 0.91-1.10x the real work of single requests on the embedded
+backbone (benchmarks/admission.py, ``admission_cpu.json``; in fp32 before bf16 linear layers, 0.89-1.18x and short
+by about 18% for one mixed burst, ``admission_cpu_fp32.json``); at full limit, a burst of 200 one-prompt requests
+with 10 of 2,000 tokens ended in five 504s. A 429 with ``Retry-After`` now
 is better than a 504 a minute later. A request whose own work alone is over the headroom is still admitted on an
 idle worker."""
 
