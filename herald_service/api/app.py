@@ -42,13 +42,12 @@ COST_SHAPES = ((" ".join([WARMUP_PROMPTS[1]] * 8),) * 8, (" ".join([WARMUP_PROMP
                (" ".join([WARMUP_PROMPTS[1]] * 180),))
 """The other shapes timed at warm-up: 8 prompts of the second warm-up prompt said 8 times (94 tokens each on the
 embedded backbone), 2 of it said 48 times (534 tokens each) and 1 said 180 times (1,470 tokens), so that the
-per-batch, per-token and per-squared-token costs are told apart from the start (engine.admission.BatchCost; about 4 s
+per-batch, per-token and per-squared-token costs are told apart from the start (engine.admission.BatchCost; about 5 s
 more on the CPU, timed twice). The long one since bf16 linear layers (2026-12-02): they made the per-token work 2-2.8x
 cheaper and left attention, the squared term, in fp32, so it is a larger share of a long prompt; seeded up to 828
 tokens the model priced 8 x 4,031 tokens at 27 s against a real 49 s after short traffic, with it at 53 s against 50 s
-(benchmarks/admission.py, ``admission_cpu.json``).
-No new words: the fake backbone numbers words as it first meets them, and its scores in tests stay those of the
-warm-up prompts alone."""
+(benchmarks/admission.py, ``admission_cpu.json``). No new words: the fake backbone numbers words as it first meets
+them, and its scores in tests stay those of the warm-up prompts alone."""
 CUDA_COST_SHAPES = ((" ".join([WARMUP_PROMPTS[1]] * 10),) * 64, (" ".join([WARMUP_PROMPTS[1]] * 90),) * 8,
                     (" ".join([WARMUP_PROMPTS[1]] * 360),) * 2)
 """The shapes timed instead on a GPU: 64 prompts of about 120 tokens, 8 of about 970 and 2 of about 3,900, each
