@@ -22,6 +22,7 @@ committed probe (``models/<slug>/``, fitted at ``herald fit``'s defaults, as the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -49,6 +50,11 @@ FASTER = ("bf16_linear", "bf16")
 QUESTIONS = REPO / "docs" / "eval" / "benign_questions.txt"
 
 
+def benign_questions() -> list[str]:
+    """The loaded-word questions of ``docs/eval/benign_questions.txt``, one a line."""
+    return [q for q in QUESTIONS.read_text(encoding="utf-8").splitlines() if q.strip()]
+
+
 def held_out_prompts(backbone: HFBackbone, quick: bool) -> tuple[list[list[int]], np.ndarray, list[str]]:
     """Token ids, labels and sources of the shipped probe's held-out part (``herald fit``'s split, rebuilt)."""
     rows = cap_per_group(load_training_corpus(default_data_files(data_folder())), MAX_PER_SOURCE, SEED)
@@ -64,7 +70,7 @@ def held_out_prompts(backbone: HFBackbone, quick: bool) -> tuple[list[list[int]]
 def agreement(backbones: dict[str, HFBackbone], quick: bool) -> dict:
     probe, manifest = load_probe(default_probe_folder(backbones["fp32"].info.slug), backbones["fp32"].info)
     ids, labels, sources = held_out_prompts(backbones["fp32"], quick)
-    questions = [q for q in QUESTIONS.read_text(encoding="utf-8").splitlines() if q.strip()]
+    questions = benign_questions()
     question_ids = backbones["fp32"].encode([user_turn(q) for q in questions])
     out: dict = {"held_out": {"n": len(ids), "n_harmful": int(labels.sum())}, "benign_questions": {"n": len(questions)}}
     logits, question_logits = {}, {}
@@ -125,7 +131,7 @@ def main() -> None:
                  "bf16": HFBackbone(resolved, "cpu", "bfloat16")}
     load_start = os.getloadavg()
     agree = agreement(backbones, args.quick)
-    pool = [t for ids in backbones["fp32"].encode([user_turn(q) for q in QUESTIONS.read_text().splitlines() * 40]) for t in ids]
+    pool = [t for ids in backbones["fp32"].encode([user_turn(q) for q in benign_questions() * 40]) for t in ids]
     timings = speed(backbones, pool, args.quick)
     print_table("service forward, medians (ms)", timings)
     for key in ("held_out", "benign_questions"):
@@ -139,8 +145,6 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     name = "cpu_dtype_cpu" + ("" if args.backbone == "embedded" else f"_{resolved.slug}") + ("_quick" if args.quick else "")
     path = args.out / f"{name}.json"
-    import json
-
     path.write_text(json.dumps(payload, indent=2, default=float))
     print(f"wrote {path}")
 
