@@ -327,6 +327,12 @@ class Settings(BackboneSettings):
     # (benchmarks/hardware_limit.py), so 8k is past the knee there; the CPU was not re-measured beyond 1k.
     batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="How long the worker waits to fill a batch.")
     queue_capacity: int = Field(1024, ge=1, description="Prompts waiting for the worker before 429.")
+    prefill_chunk_tokens: int | Literal["auto"] = Field(
+        "auto", description="A prompt longer than this many tokens is prefilled in chunks of it through a KV cache, and"
+        " shorter prompts that arrive meanwhile are answered between two chunks instead of waiting for the whole"
+        " prefill (engine.InferenceEngine._run_chunked); 0: off; auto: 512 on the CPU, off on CUDA"
+        " (benchmarks/chunked_prefill.py)."
+    )
     request_timeout_s: float = Field(
         60.0, gt=0, allow_inf_nan=False, description="Seconds a request may wait for its answer before 504. Also the"
         " admission limit: a request whose own estimated model time exceeds it is refused at once with 413, and one"
@@ -346,6 +352,13 @@ class Settings(BackboneSettings):
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"
                          " admission uses queue places only until the first batch, then a fit of live batches alone,"
                          " which can misprice long prompts after short-prompt traffic.")
+
+    @field_validator("prefill_chunk_tokens")
+    @classmethod
+    def _sensible_chunk(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and (value < 0 or 0 < value < 16):
+            raise ValueError(f"must be 0 (off), auto, or at least 16 tokens, got {value}")
+        return value
 
     @field_validator("steer_api_key", mode="before")
     @classmethod

@@ -42,7 +42,10 @@ class HeraldMetrics:
         )
         self.prompt_tokens = Histogram("herald_prompt_tokens", "Rendered tokens per prompt.", buckets=_TOKEN_BUCKETS, registry=r)
         self.queue_depth = Gauge("herald_queue_depth_prompts", "Prompts waiting for the worker.", registry=r)
-        self.dropped = Counter("herald_dropped_prompts_total", "Prompts dropped before the model, by reason.", ["reason"], registry=r)
+        self.dropped = Counter("herald_dropped_prompts_total", "Prompts dropped before the model answered them (client gone, timeout), by reason.", ["reason"], registry=r)
+        self.interleaved = Counter(
+            "herald_interleaved_prompts_total", "Prompts answered between two chunks of a longer prompt's prefill.", registry=r
+        )
         self.rejected = Counter("herald_rejected_requests_total", "Requests refused before any model work, by reason.", ["reason"], registry=r)
         self.steer_runs = Counter("herald_steer_runs_total", "/steer runs by intervention mode.", ["mode"], registry=r)
         self.worker_cost = Gauge(

@@ -344,8 +344,10 @@ def test_a_body_that_stalls_is_answered_408_naming_the_setting(content_length):
     assert metrics.rejected.labels("body_timeout")._value.get() == 1
 
 
-def test_info_reports_the_body_timeout(client):
-    assert client.get("/v1/info").json()["limits"]["body_timeout_s"] == 10.0
+def test_info_reports_the_body_timeout_and_the_resolved_prefill_chunk(client):
+    limits = client.get("/v1/info").json()["limits"]
+    assert limits["body_timeout_s"] == 10.0
+    assert limits["prefill_chunk_tokens"] == 512  # auto, resolved by the engine on the (fake, host) backbone
 
 
 def test_body_timeout_is_a_positive_setting(monkeypatch):

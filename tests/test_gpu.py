@@ -229,3 +229,31 @@ def test_cuda_generation_with_and_without_a_time_budget(resolved):
     direction[:, 0] = 1.0
     edited = backbone.generate(ids, 8, Intervention("ablate", (2,), direction, np.ones(4, np.float32)), max_time_s=60.0)
     assert isinstance(edited, Generation) and edited.cut_short is False
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_chunked_prefill_matches_one_pass_and_an_engine_set_to_chunk_serves_on_cuda(resolved, dtype):
+    """Chunking is off on CUDA by default (engine.chunk_tokens_for) but may be set: the chunked prefill on the device
+    gives the one-pass states (fp32: to rounding; bf16: as close as any half-precision batch), and the pipelined
+    engine answers a chunked prompt and the short ones around it."""
+    from herald_service.engine.engine import EngineLimits, InferenceEngine
+    from herald_service.metrics import HeraldMetrics
+    from herald_service.probes.probe import HeraldProbe
+
+    backbone = HFBackbone(resolved, "cuda", dtype)
+    (ids,) = backbone.encode([user_turn(PROMPTS[2])])
+    whole = backbone.last_token_states([ids])
+    chunked = list(backbone.prefill_chunks(ids, 4))[-1]
+    assert chunked.device.type == "cpu" and chunked.dtype == torch.float32
+    assert _relative(chunked, whole) <= (1e-5 if dtype == "float32" else 3e-2)
+    states = backbone.last_token_states(backbone.encode([user_turn(p) for p in PROMPTS * 4]))
+    probe = HeraldProbe(seed=0).fit(states.numpy(), np.array([0, 1, 0, 0] * 4)).fitted_
+    engine = InferenceEngine(backbone, probe, EngineLimits(chunk_tokens=4), HeraldMetrics())
+    assert backbone.overlaps_host and engine.chunk_tokens == 4
+    engine.start()
+    futures = engine.submit(backbone.encode([user_turn(p) for p in PROMPTS]))
+    results = [f.result(timeout=60) for f in futures]
+    engine.stop()
+    expected = probe.predict(backbone.last_token_states(backbone.encode([user_turn(p) for p in PROMPTS])))
+    assert [r.tokens for r in results] == [len(i) for i in backbone.encode([user_turn(p) for p in PROMPTS])]
+    assert np.allclose([r.logit for r in results], expected.logits, atol=0.05 if dtype == "bfloat16" else 1e-4)

@@ -599,3 +599,51 @@ def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prom
                            **{**common, "data": [tmp_path / "folder" / "data.jsonl"], "jailbreak_templates": long}))
     with pytest.raises(ValueError, match=r"^all 30 prompts exceed --max-tokens 3 once rendered; raise it$"):
         run_fit(FitOptions(out=tmp_path / "none", max_tokens=3, **{**common, "data": [tmp_path / "folder" / "data.jsonl"]}))
+
+
+def _tiny_gemma3(resolved, sliding_window: int):
+    """A random Gemma-3 text model whose local layers attend to ``sliding_window`` tokens, on the tiny tokenizer."""
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=sliding_window,
+                              layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                              max_position_embeddings=256, pad_token_id=0)
+    return HFBackbone.from_model(Gemma3ForCausalLM(config).eval(), tokenizer, resolved)
+
+
+@pytest.mark.parametrize("model", ["llama", "gemma3-sliding", "bloom-untrimmed"])
+def test_a_chunked_prefill_gives_the_one_pass_states(resolved, model):
+    """Chunked prefill (HFBackbone.prefill_chunks) computes the function one pass computes: each chunk attends to the
+    cached keys and values of the earlier ones (with a sliding window where the model has one, shorter than the
+    prompt here), whatever the chunk size; the trimmed final layer keeps its keys and values for later chunks."""
+    backbone = {"llama": lambda: HFBackbone(resolved, "cpu", "float32"), "gemma3-sliding": lambda: _tiny_gemma3(resolved, 5),
+                "bloom-untrimmed": lambda: _tiny_bloom(resolved)}[model]()
+    assert backbone.trims_final_layer == (model != "bloom-untrimmed")
+    (ids,) = backbone.encode([user_turn(PROMPTS[2])])
+    assert len(ids) == 26
+    whole = backbone.last_token_states([ids])
+    for chunk in (1, 4, 10, 25, 26, 64):  # down to one token; the last chunk one token, then whole, then longer
+        steps = list(backbone.prefill_chunks(ids, chunk))
+        assert len(steps) == -(-len(ids) // chunk) and all(s is None for s in steps[:-1])
+        states = steps[-1]
+        assert states.shape == whole.shape and states.dtype == torch.float32
+        relative = ((states - whole).norm(dim=-1) / whole.norm(dim=-1)).max().item()
+        assert relative <= 1e-5, (model, chunk, relative)
+    projected = list(backbone.prefill_chunks(ids, 8, reduce=lambda s: s[..., 0]))[-1]  # the engine's projection path
+    assert torch.allclose(projected, whole[..., 0], atol=1e-5)
+    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+        next(backbone.prefill_chunks(ids, 0))
+
+
+def test_a_chunked_prefill_closed_part_way_leaves_no_hook(resolved):
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    (ids,) = backbone.encode([user_turn(PROMPTS[2])])
+    steps = backbone.prefill_chunks(ids, 8)
+    assert next(steps) is None and next(steps) is None
+    steps.close()  # the engine's way of dropping a prompt whose client left
+    assert all(not layer._forward_hooks for layer in backbone.layers)
+    assert not any(m._forward_hooks for m in backbone.layers[-1].modules())  # the final layer's trim is undone too
+    assert torch.equal(backbone.last_token_states([ids]), list(backbone.prefill_chunks(ids, len(ids)))[-1])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Callable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -68,6 +68,14 @@ class Backbone(Protocol):
         or, with ``reduce``, ``reduce(states)`` computed where the states are (on the device) and returned as float32
         on the CPU (the engine projects onto the harm directions there and copies ``(batch, layer)`` back, not
         ``(batch, layer, d_model)``)."""
+        ...
+
+    def prefill_chunks(
+        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> Iterator[torch.Tensor | None]:
+        """Prefill one prompt ``chunk_tokens`` tokens at a time (a generator: one chunk per ``next()``, ``None`` after
+        each chunk but the last, then what ``launch_last_token_states``' function returns for the prompt alone); the
+        caller may run other batches between chunks, or ``close()`` it."""
         ...
 
     def generate(

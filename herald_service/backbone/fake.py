@@ -12,7 +12,7 @@ import hashlib
 import re
 import time
 import zlib
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ class FakeBackbone:
         self.forward_delay_s = forward_delay_s
         self.token_delay_s = token_delay_s
         self.step_delay_s = step_delay_s
+        self.chunks_run = 0
         self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
@@ -81,6 +82,14 @@ class FakeBackbone:
     def last_token_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None = None) -> torch.Tensor:
         """``(batch, layer, d_model)`` float32: seeded noise plus a depth-rising harm component."""
         self._prefill(token_ids)
+        states = self._states(token_ids)
+        if intervention is not None:
+            for row in states:
+                self._intervene(row, intervention)
+        return torch.tensor(states, dtype=torch.float32)
+
+    def _states(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """``(batch, layer, d_model)`` float64, before any intervention."""
         depth = np.linspace(0.0, 1.0, self.num_layers)
         rows = []
         for ids in token_ids:
@@ -88,11 +97,8 @@ class FakeBackbone:
             noise = np.random.default_rng(seed).standard_normal((self.num_layers, self.hidden_size)) * 0.5
             harmful = any(self._words.get(t) in HARM_WORDS for t in ids)
             signal = (4.0 * depth - 1.0) if harmful else (0.3 * np.sin(7 * depth) - 1.0)
-            states = noise + signal[:, None] * self.harm_direction[None, :]
-            if intervention is not None:
-                self._intervene(states, intervention)
-            rows.append(states)
-        return torch.tensor(np.stack(rows), dtype=torch.float32)
+            rows.append(noise + signal[:, None] * self.harm_direction[None, :])
+        return np.stack(rows)
 
     def _prefill(self, token_ids: Sequence[Sequence[int]]) -> None:
         delay_s = self.forward_delay_s + self.token_delay_s * sum(len(ids) for ids in token_ids)
@@ -119,6 +125,29 @@ class FakeBackbone:
         states = self.last_token_states(token_ids)
         result = states if reduce is None else reduce(states).to(torch.float32)
         return lambda: result
+
+    def prefill_chunks(
+        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> Iterator[torch.Tensor | None]:
+        """One chunk per ``next()``: each sleeps ``token_delay_s`` per token of the chunk (``forward_delay_s`` once,
+        on the first), yields ``None`` but after the last, which yields the prompt's states (or ``reduce`` of them)
+        as :meth:`launch_last_token_states` gives them. ``chunks_run`` counts the chunks run (tests).
+
+        Raises:
+            ValueError: ``chunk_tokens`` < 1 or an empty prompt.
+        """
+        if chunk_tokens < 1 or not token_ids:
+            raise ValueError(f"chunk_tokens must be >= 1 and the prompt non-empty, got {chunk_tokens} and {len(token_ids)} tokens")
+        for start in range(0, len(token_ids), chunk_tokens):
+            part = token_ids[start : start + chunk_tokens]
+            delay_s = self.token_delay_s * len(part) + (self.forward_delay_s if start == 0 else 0.0)
+            if delay_s:
+                time.sleep(delay_s)
+            self.chunks_run += 1
+            if start + chunk_tokens < len(token_ids):
+                yield None
+        states = torch.tensor(self._states([token_ids]), dtype=torch.float32)
+        yield states if reduce is None else reduce(states).to(torch.float32)
 
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,

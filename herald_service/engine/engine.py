@@ -7,7 +7,8 @@ cuts batches under a padded-token budget, and answers every prompt of a batch: i
 Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
 retried. At submission (:mod:`herald_service.engine.admission`), work whose own estimated cost exceeds ``max_wait_s``
 raises :class:`WorkTooLarge`; a full queue, or work that would wait longer than ``max_wait_s`` behind what was
-accepted earlier, raises :class:`QueueFull`.
+accepted earlier, raises :class:`QueueFull`. A prompt longer than a chunk is prefilled chunk by chunk, and shorter
+prompts that arrive meanwhile are answered between two chunks (:meth:`InferenceEngine._run_chunked`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from herald_service.backbone.batching import plan_batches
 from herald_service.engine.admission import (
     TERMS, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
-from herald_service.errors import HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, WorkTooLarge
+from herald_service.errors import (
+    HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, RequestTimeout, WorkTooLarge,
+)
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
 from herald_service.types import Classification, ProbeOutput, Timing
@@ -39,6 +42,23 @@ RUN_BATCHES = 8
 """Pipelined batches (CUDA) observed as one timing at most (:class:`~herald_service.engine.admission.BatchTiming`); a
 run also ends when the pipeline drains. Past a few batches the split error at a run's two ends is a small share of it,
 and the cost model still follows a load that never lets the pipeline drain."""
+
+CPU_CHUNK_TOKENS = 512
+"""Chunk of a long prompt's prefill where the backbone runs on the host (CPU), tokens; the default of
+``HERALD_PREFILL_CHUNK_TOKENS``. A one-word request behind a 4,000-token prompt waited for its whole prefill (about
+5 s on the embedded backbone on 2 cores); with 512-token chunks it waits for one chunk, and the long prompt's prefill
+takes a few percent longer (``benchmarks/chunked_prefill.py``, ``benchmarks/results/chunked_prefill_cpu.json``). Off
+on CUDA (:func:`chunk_tokens_for`), where a 4,096-token prefill of an 8B model takes a few hundred ms and each chunk
+would add a kernel-launch-bound pass."""
+
+
+def chunk_tokens_for(setting: int | None, backbone: Backbone) -> int:
+    """The chunk size the engine uses, tokens: ``setting`` as given (0: off), or for ``None`` (auto)
+    :data:`CPU_CHUNK_TOKENS` where the backbone's forward runs on the host (not :attr:`Backbone.overlaps_host`) and
+    0 where it does (CUDA)."""
+    if setting is not None:
+        return setting
+    return 0 if backbone.overlaps_host else CPU_CHUNK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -52,6 +72,8 @@ class EngineLimits:
         queue_capacity: prompts and exclusive jobs waiting before 429 (``queue_capacity``).
         max_wait_s: the longest estimated wait, seconds, at which work is still accepted (``request_timeout_s``);
             ``None``: admission by queue places only.
+        chunk_tokens: a prompt longer than this many tokens is prefilled in chunks of it, with shorter prompts
+            answered between two chunks (``prefill_chunk_tokens``); 0: off; ``None``: :func:`chunk_tokens_for`.
     """
 
     token_budget: int = 8192
@@ -59,6 +81,7 @@ class EngineLimits:
     delay_s: float = 0.0
     queue_capacity: int = 1024
     max_wait_s: float | None = None
+    chunk_tokens: int | None = None
 
 
 @dataclass
@@ -129,6 +152,8 @@ class InferenceEngine:
         self._in_flight: tuple[list[_Prompt], Callable[[], torch.Tensor], float] | None = None  # launched, not scored
         self._run: BatchTiming | None = None  # batches answered while the next was already launched, not yet observed
         self._finishing: list[_Prompt] = []  # the batch being scored (answered by the death handler if scoring dies)
+        self._in_hand: list[_Prompt | _Exclusive] = []  # taken from the queue by the worker, not all answered yet
+        self.chunk_tokens = chunk_tokens_for(limits.chunk_tokens, backbone)
         self.failure: str | None = None
         self._export_estimates()
 
@@ -372,7 +397,6 @@ class InferenceEngine:
             return taken
 
     def _worker(self) -> None:
-        in_hand: list[_Prompt | _Exclusive] = []
         try:
             while True:
                 work = self._take_window(wait=self._in_flight is None)
@@ -382,12 +406,11 @@ class InferenceEngine:
                 if not work or isinstance(work, _Exclusive):
                     self._finish_in_flight()  # nothing new to launch, or a job that needs the model alone
                     if isinstance(work, _Exclusive):
-                        in_hand = [work]
+                        self._in_hand = [work]
                         self._run_exclusive(work)
                     continue
-                in_hand = list(work)
-                lengths = [len(p.token_ids) for p in work]
-                for batch in plan_batches(lengths, self.limits.token_budget, self.limits.max_rows, self.backbone.packs_batches):
+                self._in_hand = list(work)
+                for batch in self._plan([len(p.token_ids) for p in work]):
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
                     # timed out while earlier batches of this window ran is still cancellable, and is dropped here.
                     live = []
@@ -399,7 +422,9 @@ class InferenceEngine:
                     with self._cond:  # claimed (answered or dropped): no longer waiting
                         self._window_left -= len(batch)
                         self.metrics.queue_depth.set(self.depth)
-                    if live:
+                    if len(live) == 1 and self._chunked(live[0]):
+                        self._run_chunked(live[0])
+                    elif live:
                         self._launch(live)
         except BaseException as exc:  # the loop itself broke: say so on /health/ready and answer everyone
             log.exception("inference worker died")
@@ -407,10 +432,106 @@ class InferenceEngine:
             self.metrics.worker_up.set(0)
             error = NotReady(self.failure)
             in_flight = self._in_flight[0] if self._in_flight else []
-            for item in [*in_hand, *in_flight, *self._finishing]:  # taken from the queue but not answered yet
+            for item in [*self._in_hand, *in_flight, *self._finishing]:  # taken from the queue but not answered yet
                 if not item.future.done():
                     item.future.set_exception(error)
             self._fail_pending(error)
+
+    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        """:func:`plan_batches` of a window, with every prompt longer than a chunk (:meth:`_chunked`) in a batch of its
+        own, after the rest of the batch it was planned in."""
+        batches = plan_batches(lengths, self.limits.token_budget, self.limits.max_rows, self.backbone.packs_batches)
+        if not self.chunk_tokens:
+            return batches
+        planned = []
+        for batch in batches:
+            short = [i for i in batch if lengths[i] <= self.chunk_tokens]
+            planned.extend([short] if short else [])
+            planned.extend([i] for i in batch if lengths[i] > self.chunk_tokens)
+        return planned
+
+    def _chunked(self, prompt: _Prompt) -> bool:
+        """Whether ``prompt`` is prefilled in chunks: chunking is on and it is longer than a chunk."""
+        return 0 < self.chunk_tokens < len(prompt.token_ids)
+
+    def _run_chunked(self, prompt: _Prompt) -> None:
+        """Prefill a prompt longer than a chunk one chunk at a time (:meth:`Backbone.prefill_chunks`) and answer it.
+
+        Between two chunks, shorter prompts waiting at the head of the queue are answered (:meth:`_interleave`), so
+        a one-word request no longer waits for a 4,000-token prefill (head-of-line blocking). The prompt is launched
+        as a batch is (counted in the estimated wait until its estimated end) and its own chunks' time, not the
+        interleaved batches', goes into the cost model. A prompt whose client left or timed out
+        (:meth:`cancel`) stops at the next chunk and is counted in ``herald_dropped_prompts_total``."""
+        self._finish_in_flight()  # the chunks run synchronously, also where batches are pipelined (CUDA)
+        started = time.perf_counter()
+        work = Work.of_prompts([len(prompt.token_ids)])
+        estimate_s = self.cost.seconds(work) or 0.0
+        with self._cond:
+            self._busy_until = max(self._busy_until, started) + estimate_s
+            self._launched = self._launched.plus(work)
+            prompt.launched = True
+        steps = self.backbone.prefill_chunks(prompt.token_ids, self.chunk_tokens, reduce=self.probe.directions.dot)
+        own_s = 0.0  # seconds of this prompt's own chunks
+        try:
+            while True:
+                chunk_started = time.perf_counter()
+                try:
+                    projections = next(steps)
+                except torch.OutOfMemoryError:
+                    _empty_device_cache()
+                    self._fail([prompt], InputTooLarge(f"a prompt of {len(prompt.token_ids)} tokens does not fit in device memory", field="input"))
+                    return
+                except Exception:
+                    self._forward_failed([prompt])
+                    return
+                own_s += time.perf_counter() - chunk_started
+                if projections is not None:
+                    break
+                reason = getattr(prompt.future, "herald_cancel_reason", None)
+                if reason is not None:  # its request has ended: the rest of the prefill would answer no one
+                    self.metrics.dropped.labels(reason).inc()
+                    prompt.future.set_exception(RequestTimeout(f"prompt dropped after {own_s:.1f} s of its prefill ({reason})"))
+                    return
+                self._interleave(prompt, estimate_s - own_s)
+        finally:
+            steps.close()
+        self._score([prompt], lambda: self.probe.directions.normalize(projections.numpy()), started, own_forward_s=own_s)
+
+    def _interleave(self, prompt: _Prompt, left_s: float) -> None:
+        """Between two chunks of ``prompt``'s prefill: answer one batch of the prompts waiting at the head of the
+        queue, in arrival order, each no longer than a chunk, together at most a chunk's tokens (padded, or real when
+        packed) and ``max_rows`` prompts, so ``prompt`` advances at least one chunk per batch. Nothing is taken when
+        an exclusive job is first, or when the batch, by the cost model, would push ``prompt`` (``left_s``: seconds of
+        its prefill estimated left) past ``max_wait_s`` after it was accepted: interleaving never makes a prompt
+        admitted on time miss its deadline."""
+        deadline = None if self.limits.max_wait_s is None else prompt.enqueued - prompt.tokenize_s + self.limits.max_wait_s
+        with self._cond:
+            lengths: list[int] = []
+            for item in self._queue:
+                if not isinstance(item, _Prompt) or len(item.token_ids) > self.chunk_tokens or len(lengths) >= self.limits.max_rows:
+                    break
+                tokens = sum(lengths) + len(item.token_ids) if self.backbone.packs_batches else max([*lengths, len(item.token_ids)]) * (len(lengths) + 1)
+                if tokens > self.chunk_tokens:
+                    break
+                lengths.append(len(item.token_ids))
+            if not lengths:
+                return
+            batch_s = self.cost.seconds(Work.of_prompts(lengths))
+            if deadline is not None and batch_s is not None and time.perf_counter() + batch_s + max(left_s, 0.0) > deadline:
+                return
+            taken: list[_Prompt] = [self._queue.popleft() for _ in lengths]  # type: ignore[misc]
+            self.metrics.queue_depth.set(self.depth)
+        self._in_hand.extend(taken)
+        live = []
+        for item in taken:
+            if item.future.set_running_or_notify_cancel():
+                live.append(item)
+            else:
+                self.metrics.dropped.labels(_cancel_reason(item.future)).inc()
+        if live:
+            self.metrics.interleaved.inc(len(live))
+            self._launch(live)
+            self._finish_in_flight()
 
     def _launch(self, batch: list[_Prompt]) -> None:
         """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
@@ -505,9 +626,12 @@ class InferenceEngine:
             return
         self._score(batch, lambda: self.probe.trajectories(states), started)
 
-    def _score(self, batch: list[_Prompt], trajectories: Callable[[], np.ndarray], started: float) -> None:
+    def _score(self, batch: list[_Prompt], trajectories: Callable[[], np.ndarray], started: float,
+               own_forward_s: float | None = None) -> None:
         """Score a batch's trajectories ``(batch, layer)`` (computed by ``trajectories``, inside the scoring time and
-        its error handling) and answer every prompt of the batch."""
+        its error handling) and answer every prompt of the batch. ``own_forward_s``: the seconds of the batch's own
+        forward passes when other batches ran between them (a chunked prefill); the cost model is given those and the
+        scoring, not the span since ``started``."""
         forwarded = time.perf_counter()
         try:
             out = self.probe.predict_trajectories(trajectories())
@@ -519,7 +643,8 @@ class InferenceEngine:
         lengths = [len(p.token_ids) for p in batch]
         # Busy time since the worker last answered, not since this batch was launched: pipelined, the next batch is
         # launched before this one is scored, and launch-to-score spans would count the overlap twice.
-        timing = BatchTiming.of_prompts(lengths, scored - max(started, self._last_answered))
+        busy_s = scored - max(started, self._last_answered) if own_forward_s is None else own_forward_s + scored - forwarded
+        timing = BatchTiming.of_prompts(lengths, busy_s)
         self._run = timing if self._run is None else self._run.plus(timing)
         # Observed when the pipeline drains or every RUN_BATCHES batches under steady load: the sum over a run is the
         # exact time between its first batch's start and its last answer, whatever the overlap did inside it.

@@ -99,9 +99,11 @@ class SteerOutcome:
 
 
 def engine_limits(settings: Settings) -> EngineLimits:
-    """Batching and admission knobs from settings (the longest estimated wait admitted is ``request_timeout_s``)."""
+    """Batching and admission knobs from settings (the longest estimated wait admitted is ``request_timeout_s``;
+    ``prefill_chunk_tokens`` auto is resolved by the engine, which knows the backbone)."""
+    chunk = None if settings.prefill_chunk_tokens == "auto" else settings.prefill_chunk_tokens
     return EngineLimits(settings.batch_token_budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity,
-                        settings.request_timeout_s)
+                        settings.request_timeout_s, chunk)
 
 
 ENCODE_CHUNK_CHARS = 16_000

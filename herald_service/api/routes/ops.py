@@ -67,6 +67,8 @@ async def info(state: State) -> dict:
             "batch_max_prompts": s.batch_max_prompts,
             "request_timeout_s": s.request_timeout_s,
             "body_timeout_s": s.body_timeout_s,
+            # the engine's resolved chunk (auto: 512 on the CPU, 0 = off on CUDA) once it runs, the setting before
+            "prefill_chunk_tokens": s.prefill_chunk_tokens if state.engine is None else state.engine.chunk_tokens,
         },
         "steer_enabled": s.steer_enabled,
     }
