@@ -562,9 +562,11 @@ class HFBackbone:
         Chunked prefill (as in vLLM and SGLang) computes the same function as one pass: each chunk's queries attend to
         the cached keys and values of the earlier chunks. The final decoder layer is trimmed to each chunk's last
         token as in the one-pass prefill (:func:`final_layer_at` keeps its keys and values at every position). On the
-        embedded backbone (CPU, 4,000 tokens) 512-token chunks gave states equal to one pass and took 3-11% longer;
-        with 256-token chunks the bf16 linear layers round differently (relative difference 2e-2); ``benchmarks/
-        chunked_prefill.py`` measures it. The eager forward runs: no graphs, no compiled layers, no packing.
+        embedded backbone (2-core CPU, bf16 linear layers, 1,024 to 3,978 tokens) 512-token chunks gave states equal
+        to one pass and took 8-17% longer (256-token chunks: 7-10% longer, the bf16 linear layers rounding
+        differently, relative difference up to 1.1e-2; ``benchmarks/chunked_prefill.py``,
+        ``benchmarks/results/chunked_prefill_cpu.json``). The eager forward runs: no graphs, no compiled layers, no
+        packing.
 
         Raises:
             ValueError: ``chunk_tokens`` < 1 or an empty prompt.

@@ -45,10 +45,11 @@ and the cost model still follows a load that never lets the pipeline drain."""
 
 CPU_CHUNK_TOKENS = 512
 """Chunk of a long prompt's prefill where the backbone runs on the host (CPU), tokens; the default of
-``HERALD_PREFILL_CHUNK_TOKENS``. A one-word request behind a 4,000-token prompt waited for its whole prefill (about
-5 s on the embedded backbone on 2 cores); with 512-token chunks it waits for one chunk, and the long prompt's prefill
-takes a few percent longer (``benchmarks/chunked_prefill.py``, ``benchmarks/results/chunked_prefill_cpu.json``). Off
-on CUDA (:func:`chunk_tokens_for`), where a 4,096-token prefill of an 8B model takes a few hundred ms and each chunk
+``HERALD_PREFILL_CHUNK_TOKENS``. Through ``herald serve`` on the embedded backbone (2 cores), one-line requests sent
+while a 3,978-token prompt ran waited 5.7 s (median; its whole prefill) without chunks and 0.73 s (max 1.5 s) with
+512-token chunks, and the long prompt took 15% longer, answering 24 short requests on the way; its prefill alone
+takes 8-17% longer in chunks (``benchmarks/chunked_prefill.py``, ``benchmarks/results/chunked_prefill_cpu.json``).
+Off on CUDA (:func:`chunk_tokens_for`), where a 4,096-token prefill of an 8B model takes a few hundred ms and each chunk
 would add a kernel-launch-bound pass."""
 
 
