@@ -293,9 +293,12 @@ class Settings(BackboneSettings):
                                   " HERALD_API_KEYS would leave the API open)")
 
     def start_up_warnings(self) -> list[str]:
-        """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), and that the
-        moderation endpoints are open when no API key is set."""
+        """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), a prefill chunk
+        no prompt can exceed, and that the moderation endpoints are open when no API key is set."""
         warnings = list(self._unknown_names)
+        if isinstance(self.prefill_chunk_tokens, int) and self.prefill_chunk_tokens >= self.max_tokens:
+            warnings.append(f"HERALD_PREFILL_CHUNK_TOKENS ({self.prefill_chunk_tokens}) is not below HERALD_MAX_TOKENS"
+                            f" ({self.max_tokens}): no prompt is long enough to be prefilled in chunks")
         if not self.api_keys:
             warnings.append("no HERALD_API_KEYS: /classify, /v1/moderations and /v1/info answer anyone who can reach"
                             f" {self.host}:{self.port}")

@@ -23,7 +23,7 @@ from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, J
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
 from herald_service.engine.admission import BatchTiming, Work
-from herald_service.engine.engine import InferenceEngine
+from herald_service.engine.engine import InferenceEngine, chunk_tokens_for
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_time, engine_limits
 from herald_service.errors import HeraldError
@@ -74,13 +74,16 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
     return runtime
 
 
-def _warm_cost(runtime: Runtime) -> tuple[BatchTiming, ...]:
+def _warm_cost(runtime: Runtime, chunk_tokens: int = 0) -> tuple[BatchTiming, ...]:
     """The cost model's seed: the warm-up prompts (two short prompts, mostly fixed per-batch cost) and the shapes of
     :data:`COST_SHAPES` (:data:`CUDA_COST_SHAPES` on a GPU), each timed :data:`WARMUP_TIMINGS` times (the fastest
     kept), after the warm-up run (which paid the one-off costs: lazy initialisation, kernel selection). Fewer shapes
     cannot tell the terms apart (a tokens-per-second rate from the warm-up batch alone was a third of the real one
     on the CPU and refused bursts the worker would have answered in a seventh of the timeout; two shapes without a
-    long one under-estimated 861-token prompts by half). Shapes that took no measurable time are left out."""
+    long one under-estimated 861-token prompts by half). Each shape runs as the engine will run it: a prompt longer
+    than ``chunk_tokens`` (the engine's chunk, 0: none) is prefilled in chunks, about 10% dearer than one pass on the
+    CPU (a breaker pass: seeded on one pass, a 3,938-token prompt priced under a 5 s timeout ran 5 s for a 504, three
+    times). Shapes that took no measurable time are left out."""
     timings = []
     device = getattr(runtime.backbone, "device", None)  # the fake backend has none
     shapes = CUDA_COST_SHAPES if device is not None and device.type == "cuda" else COST_SHAPES
@@ -89,17 +92,23 @@ def _warm_cost(runtime: Runtime) -> tuple[BatchTiming, ...]:
         ids = runtime.backbone.encode([user_turn(p) for p in prompts])
         if positions and max(len(i) for i in ids) > positions:  # a short position table: shape left out
             continue
-        elapsed = min(_timed(runtime, ids) for _ in range(WARMUP_TIMINGS))
+        elapsed = min(_timed(runtime, ids, chunk_tokens) for _ in range(WARMUP_TIMINGS))
         if elapsed > 0:
             timings.append(BatchTiming.of_prompts([len(i) for i in ids], elapsed))
-    log.info("batch cost seeded on %s", ", ".join(f"{t.prompts} prompts of {t.tokens} tokens in {t.seconds:.3f} s" for t in timings))
+    log.info("batch cost seeded on %s", ", ".join(
+        f"{t.prompts} prompt{'' if t.prompts == 1 else 's'} of {t.tokens} tokens in {t.seconds:.3f} s" for t in timings))
     return tuple(timings)
 
 
-def _timed(runtime: Runtime, ids: list[list[int]]) -> float:
-    """Seconds of one forward pass and probe over ``ids``."""
+def _timed(runtime: Runtime, ids: list[list[int]], chunk_tokens: int = 0) -> float:
+    """Seconds of the forward passes and probe over ``ids`` as the engine runs them (``InferenceEngine._plan``): the
+    prompts up to ``chunk_tokens`` (all, with 0) in one batch, each longer one prefilled alone in chunks of it."""
+    chunked = [i for i in ids if 0 < chunk_tokens < len(i)]
     started = time.perf_counter()
-    runtime.probe.predict(runtime.backbone.last_token_states(ids))
+    if len(chunked) < len(ids):
+        runtime.probe.predict(runtime.backbone.last_token_states([i for i in ids if not 0 < chunk_tokens < len(i)]))
+    for token_ids in chunked:
+        runtime.probe.predict(list(runtime.backbone.prefill_chunks(token_ids, chunk_tokens))[-1])
     return time.perf_counter() - started
 
 
@@ -122,7 +131,8 @@ def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runt
     runtime = _load_and_warm(settings, loader)
     if not settings.warmup:
         return runtime, (), None
-    return runtime, _warm_cost(runtime), _warm_decode_step(runtime) if settings.steer_enabled else None
+    chunk_tokens = chunk_tokens_for(engine_limits(settings).chunk_tokens, runtime.backbone)
+    return runtime, _warm_cost(runtime, chunk_tokens), _warm_decode_step(runtime) if settings.steer_enabled else None
 
 
 async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:

@@ -27,7 +27,7 @@ import torch
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
 from herald_service.engine.admission import (
-    TERMS, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
+    TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
 from herald_service.errors import (
     HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, RequestTimeout, WorkTooLarge,
@@ -154,6 +154,7 @@ class InferenceEngine:
         self._run: BatchTiming | None = None  # batches answered while the next was already launched, not yet observed
         self._finishing: list[_Prompt] = []  # the batch being scored (answered by the death handler if scoring dies)
         self._in_hand: list[_Prompt | _Exclusive] = []  # taken from the queue by the worker, not all answered yet
+        self._window_rest: list[list[_Prompt]] = []  # the batches of the worker's window after the one it runs now
         self.chunk_tokens = chunk_tokens_for(limits.chunk_tokens, backbone)
         self.failure: str | None = None
         self._export_estimates()
@@ -411,15 +412,17 @@ class InferenceEngine:
                         self._run_exclusive(work)
                     continue
                 self._in_hand = list(work)
-                for batch in self._plan([len(p.token_ids) for p in work]):
+                batches = [[work[i] for i in batch] for batch in self._plan([len(p.token_ids) for p in work])]
+                for k, batch in enumerate(batches):
+                    self._window_rest = batches[k + 1 :]  # what interleaving between chunks must not make late
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
                     # timed out while earlier batches of this window ran is still cancellable, and is dropped here.
                     live = []
-                    for i in batch:
-                        if work[i].future.set_running_or_notify_cancel():
-                            live.append(work[i])
+                    for prompt in batch:
+                        if prompt.future.set_running_or_notify_cancel():
+                            live.append(prompt)
                         else:
-                            self.metrics.dropped.labels(_cancel_reason(work[i].future)).inc()
+                            self.metrics.dropped.labels(_cancel_reason(prompt.future)).inc()
                     with self._cond:  # claimed (answered or dropped): no longer waiting
                         self._window_left -= len(batch)
                         self.metrics.queue_depth.set(self.depth)
@@ -472,7 +475,7 @@ class InferenceEngine:
             self._launched = self._launched.plus(work)
             prompt.launched = True
         steps = self.backbone.prefill_chunks(prompt.token_ids, self.chunk_tokens, reduce=self.probe.directions.dot)
-        own_s = 0.0  # seconds of this prompt's own chunks
+        own_s, done_tokens = 0.0, 0  # seconds and tokens of this prompt's own chunks so far
         try:
             while True:
                 chunk_started = time.perf_counter()
@@ -488,10 +491,17 @@ class InferenceEngine:
                 own_s += time.perf_counter() - chunk_started
                 if projections is not None:
                     break
+                done_tokens += self.chunk_tokens
                 reason = getattr(prompt.future, "herald_cancel_reason", None)
                 if reason is not None:  # its request has ended: the rest of the prefill would answer no one
                     self.metrics.dropped.labels(reason).inc()
+                    # The chunks run are the chunked prefill of the prompt's first tokens: timed, so a prompt the
+                    # model priced too low (and admitted into a 504) is priced better next time (a breaker pass:
+                    # without it, the same prompt got 504 three times, where the one-pass prefill got 504, then 413).
+                    self.cost.observe(BatchTiming.of_prompts([done_tokens], own_s))
+                    self._last_answered = time.perf_counter()
                     prompt.future.set_exception(RequestTimeout(f"prompt dropped after {own_s:.1f} s of its prefill ({reason})"))
+                    self._export_estimates()
                     return
                 self._interleave(prompt, estimate_s - own_s)
         finally:
@@ -499,28 +509,35 @@ class InferenceEngine:
         self._score([prompt], lambda: self.probe.directions.normalize(projections.numpy()), started, own_forward_s=own_s)
 
     def _interleave(self, prompt: _Prompt, left_s: float) -> None:
-        """Between two chunks of ``prompt``'s prefill: answer one batch of the prompts waiting at the head of the
-        queue, in arrival order, each no longer than a chunk, together at most a chunk's tokens (padded, or real when
-        packed) and ``max_rows`` prompts, so ``prompt`` advances at least one chunk per batch. Nothing is taken when
-        an exclusive job is first, or when the batch, by the cost model, would push ``prompt`` (``left_s``: seconds of
-        its prefill estimated left) past ``max_wait_s`` after it was accepted: interleaving never makes a prompt
-        admitted on time miss its deadline."""
-        deadline = None if self.limits.max_wait_s is None else prompt.enqueued - prompt.tokenize_s + self.limits.max_wait_s
+        """Between two chunks of ``prompt``'s prefill: answer one batch of waiting prompts no longer than a chunk,
+        taken from the queue in arrival order (past longer prompts and exclusive jobs queued before them), together
+        at most a chunk's tokens (padded, or real when packed) and ``max_rows`` prompts, so ``prompt`` advances at
+        least one chunk per batch. Taken only if every piece of work the batch goes ahead of still ends by its
+        deadline (:meth:`_keeps_deadlines`): interleaving never makes work admitted on time late."""
         with self._cond:
+            picked: list[int] = []
             lengths: list[int] = []
-            for item in self._queue:
-                if not isinstance(item, _Prompt) or len(item.token_ids) > self.chunk_tokens or len(lengths) >= self.limits.max_rows:
+            passed: list[tuple[int, _Prompt | _Exclusive]] = []
+            for index, item in enumerate(self._queue):
+                if len(lengths) >= self.limits.max_rows:
                     break
-                tokens = sum(lengths) + len(item.token_ids) if self.backbone.packs_batches else max([*lengths, len(item.token_ids)]) * (len(lengths) + 1)
+                if not isinstance(item, _Prompt) or len(item.token_ids) > self.chunk_tokens:
+                    passed.append((index, item))
+                    continue
+                n = len(item.token_ids)
+                tokens = sum(lengths) + n if self.backbone.packs_batches else max([*lengths, n]) * (len(lengths) + 1)
                 if tokens > self.chunk_tokens:
                     break
-                lengths.append(len(item.token_ids))
-            if not lengths:
+                picked.append(index)
+                lengths.append(n)
+            if not picked:
                 return
-            batch_s = self.cost.seconds(Work.of_prompts(lengths))
-            if deadline is not None and batch_s is not None and time.perf_counter() + batch_s + max(left_s, 0.0) > deadline:
+            jumped = [item for index, item in passed if index < picked[-1]]
+            if not self._keeps_deadlines(prompt, left_s, Work.of_prompts(lengths), jumped):
                 return
-            taken: list[_Prompt] = [self._queue.popleft() for _ in lengths]  # type: ignore[misc]
+            taken: list[_Prompt] = [self._queue[i] for i in picked]  # type: ignore[misc]
+            for index in reversed(picked):
+                del self._queue[index]
             self.metrics.queue_depth.set(self.depth)
         self._in_hand.extend(taken)
         live = []
@@ -533,6 +550,37 @@ class InferenceEngine:
             self.metrics.interleaved.inc(len(live))
             self._launch(live)
             self._finish_in_flight()
+
+    def _keeps_deadlines(self, prompt: _Prompt, left_s: float, batch: Work, jumped: Sequence[_Prompt | _Exclusive]) -> bool:
+        """Whether a batch of ``batch`` work run now, by the cost model, leaves every piece of work it goes ahead of
+        ending within :data:`WAIT_HEADROOM` of ``max_wait_s`` after its submission (the service's
+        ``request_timeout_s``; the margin admission keeps for the estimate's error, kept here for the same reason):
+        ``prompt`` (``left_s``: seconds of its prefill estimated left), then the rest of the worker's window in order,
+        then the queued ``jumped`` work (an exclusive job at its expected duration; one without an estimate is never
+        jumped). True without ``max_wait_s`` or before the cost model has a fit. Under ``_cond``. A breaker pass found
+        a check of ``prompt`` alone, against the whole timeout, not enough: behind it two more 3,938-token prompts of
+        the same request, pushed back by 200 interleaved short prompts, answered 504 under a 25 s timeout."""
+        batch_s = self.cost.seconds(batch)
+        if self.limits.max_wait_s is None or batch_s is None:
+            return True
+        max_wait_s = WAIT_HEADROOM * self.limits.max_wait_s
+        ends = time.perf_counter() + batch_s + max(left_s, 0.0)
+        if ends > prompt.enqueued + max_wait_s:
+            return False
+        for rest in self._window_rest:
+            ends += self.cost.seconds(Work.of_prompts([len(p.token_ids) for p in rest])) or 0.0
+            if ends > min(p.enqueued for p in rest) + max_wait_s:
+                return False
+        for item in jumped:
+            if isinstance(item, _Exclusive):
+                if item.expected_s is None:
+                    return False
+                ends += item.expected_s
+            else:
+                ends += self.cost.seconds(Work.of_prompts([len(item.token_ids)])) or 0.0
+            if ends > item.enqueued + max_wait_s:
+                return False
+        return True
 
     def _launch(self, batch: list[_Prompt]) -> None:
         """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
