@@ -39,7 +39,7 @@ from herald_service.engine.runtime import default_probe_folder
 from herald_service.probes.artifact import load_probe
 from herald_service.training.corpus import cap_per_group, default_data_files, load_training_corpus, stratified_split
 from herald_service.training.evaluation import binary_metrics
-from herald_service.training.extract import StateCache, _states_of
+from herald_service.training.extract import StateCache, states_of_token_ids
 from herald_service.types import user_turn
 
 MAX_PER_SOURCE, SEED, MAX_TOKENS, TEST_FRACTION = 150, 0, 1024, 0.2
@@ -76,11 +76,11 @@ def agreement(backbones: dict[str, HFBackbone], quick: bool) -> dict:
     logits, question_logits = {}, {}
     for name, backbone in backbones.items():
         cache = StateCache(default_cache_dir(), backbone)
-        states = _states_of(backbone, ids, cache, 4096, 32, f"held-out states, {name}")
+        states = states_of_token_ids(backbone, ids, cache, 4096, 32, f"held-out states, {name}")
         result = probe.predict(states)
         logits[name] = result.logits
         out["held_out"][name] = binary_metrics(labels, result.scores, result.flagged)
-        question_out = probe.predict(_states_of(backbone, question_ids, None, 4096, 32, f"questions, {name}"))
+        question_out = probe.predict(states_of_token_ids(backbone, question_ids, None, 4096, 32, f"questions, {name}"))
         question_logits[name] = question_out.logits
         out["benign_questions"][name] = {"flagged": int(question_out.flagged.sum())}
     threshold = probe.threshold

@@ -63,7 +63,7 @@ def extract_states(
         ``(states, tokens)``: ``(batch, layer, d_model)`` float32 and ``(batch,)`` int token counts.
     """
     token_ids = backbone.encode(conversations)
-    return _states_of(backbone, token_ids, cache, token_budget, max_rows, desc), np.array([len(t) for t in token_ids])
+    return states_of_token_ids(backbone, token_ids, cache, token_budget, max_rows, desc), np.array([len(t) for t in token_ids])
 
 
 @dataclass(frozen=True)
@@ -99,13 +99,20 @@ def extract_corpus_states(
     kept = [i for i, ids in enumerate(token_ids) if len(ids) <= max_tokens]
     skipped = Counter(e.source for e, ids in zip(examples, token_ids) if len(ids) > max_tokens)
     kept_ids = [token_ids[i] for i in kept]
-    states = _states_of(backbone, kept_ids, cache, token_budget, 32, desc)
+    states = states_of_token_ids(backbone, kept_ids, cache, token_budget, 32, desc)
     return CorpusStates([examples[i] for i in kept], states, np.array([len(t) for t in kept_ids]), dict(sorted(skipped.items())))
 
 
-def _states_of(
-    backbone: Backbone, token_ids: Sequence[Sequence[int]], cache: StateCache | None, token_budget: int, max_rows: int, desc: str
+def states_of_token_ids(
+    backbone: Backbone, token_ids: Sequence[Sequence[int]], cache: StateCache | None, token_budget: int = 4096,
+    max_rows: int = 32, desc: str = "extracting states",
 ) -> np.ndarray:
+    """States of prompts already tokenized, computing only those missing from ``cache`` (``None``: no cache), in
+    batches of at most ``token_budget`` padded tokens and ``max_rows`` prompts, with a tqdm bar titled ``desc``.
+
+    Returns:
+        ``(batch, layer, d_model)`` float32, in input order; ``(0, layer, d_model)`` for no prompt.
+    """
     if not token_ids:  # every prompt over the limit: callers name that; np.stack would fail on no arrays
         return np.zeros((0, backbone.info.num_layers, backbone.info.hidden_size), np.float32)
     states: list[np.ndarray | None] = [cache.get(ids) if cache else None for ids in token_ids]
