@@ -417,12 +417,7 @@ class InferenceEngine:
                     self._window_rest = batches[k + 1 :]  # what interleaving between chunks must not make late
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
                     # timed out while earlier batches of this window ran is still cancellable, and is dropped here.
-                    live = []
-                    for prompt in batch:
-                        if prompt.future.set_running_or_notify_cancel():
-                            live.append(prompt)
-                        else:
-                            self.metrics.dropped.labels(_cancel_reason(prompt.future)).inc()
+                    live = self._claim(batch)
                     with self._cond:  # claimed (answered or dropped): no longer waiting
                         self._window_left -= len(batch)
                         self.metrics.queue_depth.set(self.depth)
@@ -440,6 +435,17 @@ class InferenceEngine:
                 if not item.future.done():
                     item.future.set_exception(error)
             self._fail_pending(error)
+
+    def _claim(self, prompts: Sequence[_Prompt]) -> list[_Prompt]:
+        """Mark ``prompts`` running, right before their forward pass; those cancelled meanwhile (client gone, timed
+        out) are dropped and counted in ``herald_dropped_prompts_total``. Returns the live ones."""
+        live = []
+        for prompt in prompts:
+            if prompt.future.set_running_or_notify_cancel():
+                live.append(prompt)
+            else:
+                self.metrics.dropped.labels(_cancel_reason(prompt.future)).inc()
+        return live
 
     def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
         """:func:`plan_batches` of a window, with every prompt longer than a chunk (:meth:`_chunked`) in a batch of its
@@ -540,12 +546,7 @@ class InferenceEngine:
                 del self._queue[index]
             self.metrics.queue_depth.set(self.depth)
         self._in_hand.extend(taken)
-        live = []
-        for item in taken:
-            if item.future.set_running_or_notify_cancel():
-                live.append(item)
-            else:
-                self.metrics.dropped.labels(_cancel_reason(item.future)).inc()
+        live = self._claim(taken)
         if live:
             self.metrics.interleaved.inc(len(live))
             self._launch(live)
