@@ -129,9 +129,10 @@ class FakeBackbone:
     def prefill_chunks(
         self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
     ) -> Iterator[torch.Tensor | None]:
-        """One chunk per ``next()``: each sleeps ``token_delay_s`` per token of the chunk (``forward_delay_s`` once,
-        on the first), yields ``None`` but after the last, which yields the prompt's states (or ``reduce`` of them)
-        as :meth:`launch_last_token_states` gives them. ``chunks_run`` counts the chunks run (tests).
+        """One chunk per ``next()``: each sleeps ``token_delay_s`` per token of the chunk (and the first also
+        ``forward_delay_s``); ``None`` is yielded after each chunk but the last, then the prompt's states (or
+        ``reduce`` of them) as :meth:`launch_last_token_states` gives them. ``chunks_run`` counts the chunks run
+        (tests).
 
         Raises:
             ValueError: ``chunk_tokens`` < 1 or an empty prompt.
