@@ -23,7 +23,7 @@ from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, J
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
 from herald_service.engine.admission import BatchTiming, Work
-from herald_service.engine.engine import InferenceEngine, chunk_tokens_for
+from herald_service.engine.engine import InferenceEngine, chunk_tokens_for, runs_in_chunks
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_time, engine_limits
 from herald_service.errors import HeraldError
@@ -103,10 +103,11 @@ def _warm_cost(runtime: Runtime, chunk_tokens: int = 0) -> tuple[BatchTiming, ..
 def _timed(runtime: Runtime, ids: list[list[int]], chunk_tokens: int = 0) -> float:
     """Seconds of the forward passes and probe over ``ids`` as the engine runs them (``InferenceEngine._plan``): the
     prompts up to ``chunk_tokens`` (all, with 0) in one batch, each longer one prefilled alone in chunks of it."""
-    chunked = [i for i in ids if 0 < chunk_tokens < len(i)]
+    chunked = [i for i in ids if runs_in_chunks(len(i), chunk_tokens)]
+    batched = [i for i in ids if not runs_in_chunks(len(i), chunk_tokens)]
     started = time.perf_counter()
-    if len(chunked) < len(ids):
-        runtime.probe.predict(runtime.backbone.last_token_states([i for i in ids if not 0 < chunk_tokens < len(i)]))
+    if batched:
+        runtime.probe.predict(runtime.backbone.last_token_states(batched))
     for token_ids in chunked:
         runtime.probe.predict(list(runtime.backbone.prefill_chunks(token_ids, chunk_tokens))[-1])
     return time.perf_counter() - started

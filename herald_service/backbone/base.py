@@ -41,6 +41,17 @@ class Generation:
     cut_short: bool = False
 
 
+def chunk_starts(token_ids: Sequence[int], chunk_tokens: int) -> range:
+    """Start offsets of the chunks of a chunked prefill (``Backbone.prefill_chunks``): ``0, chunk_tokens, ...``.
+
+    Raises:
+        ValueError: ``chunk_tokens`` < 1 or an empty prompt.
+    """
+    if chunk_tokens < 1 or not token_ids:
+        raise ValueError(f"chunk_tokens must be >= 1 and the prompt non-empty, got {chunk_tokens} and {len(token_ids)} tokens")
+    return range(0, len(token_ids), chunk_tokens)
+
+
 class Backbone(Protocol):
     """What the engine needs from a model. Implementations: ``hf.HFBackbone``, ``fake.FakeBackbone``."""
 

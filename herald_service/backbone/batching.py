@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Sequence
 
 
+def batch_tokens(lengths: Sequence[int], packed: bool = False) -> int:
+    """Tokens one forward pass over prompts of these ``lengths`` computes: ``rows x longest`` padded, or the sum of
+    the lengths ``packed`` (packed/varlen layouts compute no padding). The cost :func:`plan_batches` keeps under the
+    budget (it computes the same incrementally)."""
+    return sum(lengths) if packed else max(lengths, default=0) * len(lengths)
+
+
 def plan_batches(lengths: Sequence[int], token_budget: int, max_rows: int, packed: bool = False) -> list[list[int]]:
     """Group prompt indices into batches sorted by length.
 

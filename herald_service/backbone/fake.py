@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Generation, Intervention
+from herald_service.backbone.base import Generation, Intervention, chunk_starts
 from herald_service.prompt_text import normalize_conversation
 from herald_service.types import BackboneInfo, Conversation
 
@@ -137,9 +137,7 @@ class FakeBackbone:
         Raises:
             ValueError: ``chunk_tokens`` < 1 or an empty prompt.
         """
-        if chunk_tokens < 1 or not token_ids:
-            raise ValueError(f"chunk_tokens must be >= 1 and the prompt non-empty, got {chunk_tokens} and {len(token_ids)} tokens")
-        for start in range(0, len(token_ids), chunk_tokens):
+        for start in chunk_starts(token_ids, chunk_tokens):
             part = token_ids[start : start + chunk_tokens]
             delay_s = self.token_delay_s * len(part) + (self.forward_delay_s if start == 0 else 0.0)
             if delay_s:

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from herald_service.backbone.base import Generation, Intervention
+from herald_service.backbone.base import Generation, Intervention, chunk_starts
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
 from herald_service.errors import BackboneError, InvalidInput
@@ -574,13 +574,12 @@ class HFBackbone:
             ValueError: ``chunk_tokens`` < 1 or an empty prompt.
             torch.OutOfMemoryError: a chunk does not fit.
         """
-        if chunk_tokens < 1 or not token_ids:
-            raise ValueError(f"chunk_tokens must be >= 1 and the prompt non-empty, got {chunk_tokens} and {len(token_ids)} tokens")
+        starts = chunk_starts(token_ids, chunk_tokens)
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
         cache_kwarg = "cache" if "cache" in inspect.signature(self.decoder.forward).parameters else "past_key_values"
-        for start in range(0, len(token_ids), chunk_tokens):
+        for start in starts:
             part = list(token_ids[start : start + chunk_tokens])
             ids = self._upload(torch.tensor([part]))
             last = self._upload(torch.tensor([len(part) - 1]))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from herald_service.backbone.base import Backbone
-from herald_service.backbone.batching import plan_batches
+from herald_service.backbone.batching import batch_tokens, plan_batches
 from herald_service.engine.admission import (
     TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
@@ -51,6 +51,12 @@ while a 3,978-token prompt ran waited 5.7 s (median; its whole prefill) without 
 takes 8-17% longer in chunks (``benchmarks/chunked_prefill.py``, ``benchmarks/results/chunked_prefill_cpu.json``).
 Off on CUDA (:func:`chunk_tokens_for`), where a 4,096-token prefill of an 8B model takes a few hundred ms and each chunk
 would add a kernel-launch-bound pass."""
+
+
+def runs_in_chunks(tokens: int, chunk_tokens: int) -> bool:
+    """Whether a prompt of ``tokens`` is prefilled in chunks of ``chunk_tokens`` (0: chunking off): it is longer than
+    a chunk. The engine plans its batches by it and the warm-up times its shapes by it."""
+    return 0 < chunk_tokens < tokens
 
 
 def chunk_tokens_for(setting: int | None, backbone: Backbone) -> int:
@@ -455,14 +461,14 @@ class InferenceEngine:
             return batches
         planned = []
         for batch in batches:
-            short = [i for i in batch if lengths[i] <= self.chunk_tokens]
+            short = [i for i in batch if not runs_in_chunks(lengths[i], self.chunk_tokens)]
             planned.extend([short] if short else [])
-            planned.extend([i] for i in batch if lengths[i] > self.chunk_tokens)
+            planned.extend([i] for i in batch if runs_in_chunks(lengths[i], self.chunk_tokens))
         return planned
 
     def _chunked(self, prompt: _Prompt) -> bool:
-        """Whether ``prompt`` is prefilled in chunks: chunking is on and it is longer than a chunk."""
-        return 0 < self.chunk_tokens < len(prompt.token_ids)
+        """Whether ``prompt`` is prefilled in chunks (:func:`runs_in_chunks`)."""
+        return runs_in_chunks(len(prompt.token_ids), self.chunk_tokens)
 
     def _run_chunked(self, prompt: _Prompt) -> None:
         """Prefill a prompt longer than a chunk one chunk at a time (:meth:`Backbone.prefill_chunks`) and answer it.
@@ -474,12 +480,7 @@ class InferenceEngine:
         (:meth:`cancel`) stops at the next chunk and is counted in ``herald_dropped_prompts_total``."""
         self._finish_in_flight()  # the chunks run synchronously, also where batches are pipelined (CUDA)
         started = time.perf_counter()
-        work = Work.of_prompts([len(prompt.token_ids)])
-        estimate_s = self.cost.seconds(work) or 0.0
-        with self._cond:
-            self._busy_until = max(self._busy_until, started) + estimate_s
-            self._launched = self._launched.plus(work)
-            prompt.launched = True
+        estimate_s = self._mark_launched([prompt], started)
         steps = self.backbone.prefill_chunks(prompt.token_ids, self.chunk_tokens, reduce=self.probe.directions.dot)
         own_s, done_tokens = 0.0, 0  # seconds and tokens of this prompt's own chunks so far
         try:
@@ -527,12 +528,11 @@ class InferenceEngine:
             for index, item in enumerate(self._queue):
                 if len(lengths) >= self.limits.max_rows:
                     break
-                if not isinstance(item, _Prompt) or len(item.token_ids) > self.chunk_tokens:
+                if not isinstance(item, _Prompt) or self._chunked(item):
                     passed.append((index, item))
                     continue
                 n = len(item.token_ids)
-                tokens = sum(lengths) + n if self.backbone.packs_batches else max([*lengths, n]) * (len(lengths) + 1)
-                if tokens > self.chunk_tokens:
+                if batch_tokens([*lengths, n], self.backbone.packs_batches) > self.chunk_tokens:
                     break
                 picked.append(index)
                 lengths.append(n)
@@ -583,10 +583,9 @@ class InferenceEngine:
                 return False
         return True
 
-    def _launch(self, batch: list[_Prompt]) -> None:
-        """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
-        runs, so the device never waits for the host's scoring, answering and batching between two batches."""
-        started = time.perf_counter()
+    def _mark_launched(self, batch: Sequence[_Prompt], started: float) -> float:
+        """Count ``batch`` as launched at ``started`` (perf_counter): in ``_launched``, and in the worker's estimated
+        end ``_busy_until`` by its estimated seconds, which are returned (0 before the cost model has a fit)."""
         work = Work.of_prompts([len(p.token_ids) for p in batch])
         estimate_s = self.cost.seconds(work) or 0.0
         with self._cond:
@@ -594,6 +593,13 @@ class InferenceEngine:
             self._launched = self._launched.plus(work)
             for prompt in batch:
                 prompt.launched = True
+        return estimate_s
+
+    def _launch(self, batch: list[_Prompt]) -> None:
+        """Start a batch's forward; where the device runs behind the host (CUDA), score the previous batch while it
+        runs, so the device never waits for the host's scoring, answering and batching between two batches."""
+        started = time.perf_counter()
+        self._mark_launched(batch, started)
         try:
             # Projected where the states are: only (batch, layer) comes back to the host.
             wait = self.backbone.launch_last_token_states([p.token_ids for p in batch], reduce=self.probe.directions.dot)
@@ -703,7 +709,7 @@ class InferenceEngine:
             self._run = None
         self._last_answered = scored
         self.metrics.batch_size.observe(len(batch))
-        self.metrics.batch_tokens.observe(sum(lengths) if self.backbone.packs_batches else max(lengths) * len(batch))
+        self.metrics.batch_tokens.observe(batch_tokens(lengths, self.backbone.packs_batches))
         self.metrics.inference_duration.observe(scored - started)
         for i, prompt in enumerate(batch):
             self.metrics.queue_wait.observe(started - prompt.enqueued)
