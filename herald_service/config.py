@@ -43,6 +43,25 @@ def _none_if_empty(value: object) -> object:
     return None if value == "" else value
 
 
+def numerics_conflict(device: str, dtype: str, padding_side: str = "auto", matmul_dtype: str = "auto") -> tuple[str, str] | None:
+    """The setting that ``device`` and ``dtype`` rule out, as ``(field, message)``, or ``None``: ``padding_side``
+    varlen off CUDA or in float32 (the flash varlen kernel does not run there), ``matmul_dtype`` bfloat16 on CUDA
+    (the weights themselves should be bf16 there) or with float16 weights (it would not apply). One rule for both
+    checks: :class:`BackboneSettings` on the settings as given (``auto`` rules nothing out), before torch is imported;
+    ``backbone.hf`` on the device and dtype ``auto`` resolved to.
+    """
+    if padding_side == "varlen" and (device == "cpu" or dtype == "float32"):
+        return "padding_side", f"padding_side varlen needs CUDA and bfloat16/float16, not device={device} dtype={dtype}"
+    if matmul_dtype == "bfloat16" and device == "cuda":
+        return "matmul_dtype", ("matmul_dtype bfloat16 (--matmul-dtype or HERALD_MATMUL_DTYPE) is for the CPU; on cuda"
+                                " set dtype (HERALD_DTYPE) to bfloat16 instead")
+    if matmul_dtype == "bfloat16" and dtype == "float16":  # asked for, and it would silently not happen
+        return "matmul_dtype", ("matmul_dtype bfloat16 (--matmul-dtype or HERALD_MATMUL_DTYPE) runs the linear layers of"
+                                " float32 weights in bf16; with dtype float16 (HERALD_DTYPE) they stay float16, so with"
+                                " float16 weights it does nothing: leave matmul_dtype auto")
+    return None
+
+
 def default_cache_dir() -> Path:
     """Folder for converted backbones and extracted-state caches: ``$XDG_CACHE_HOME/herald`` or ``~/.cache/herald``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -258,14 +277,9 @@ class BackboneSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_inconsistent_backbone(self) -> "BackboneSettings":
-        if self.padding_side == "varlen" and (self.device == "cpu" or self.dtype == "float32"):
-            raise ValueError(f"padding_side varlen needs CUDA and bfloat16/float16, not device={self.device} dtype={self.dtype}")
-        if self.matmul_dtype == "bfloat16" and self.device == "cuda":
-            raise ValueError("matmul_dtype bfloat16 (--matmul-dtype or HERALD_MATMUL_DTYPE) is for the CPU; on cuda set dtype"
-                             " (HERALD_DTYPE) to bfloat16 instead")
-        if self.matmul_dtype == "bfloat16" and self.dtype == "float16":
-            raise ValueError("matmul_dtype bfloat16 (--matmul-dtype or HERALD_MATMUL_DTYPE) runs the linear layers of float32"
-                             " weights in bf16; with dtype float16 (HERALD_DTYPE) they stay float16: leave matmul_dtype auto")
+        conflict = numerics_conflict(self.device, self.dtype, self.padding_side, self.matmul_dtype)
+        if conflict is not None:
+            raise ValueError(conflict[1])
         return self
 
 

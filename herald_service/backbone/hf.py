@@ -18,6 +18,7 @@ from torch import nn
 from herald_service.backbone.base import Generation, Intervention, chunk_starts
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import ResolvedBackbone, config_hash
+from herald_service.config import numerics_conflict
 from herald_service.errors import BackboneError, InvalidInput
 from herald_service.prompt_text import normalize_conversation
 from herald_service.types import BackboneInfo, Conversation, Message
@@ -130,14 +131,21 @@ def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.d
     half = dtype in (torch.bfloat16, torch.float16)
     if padding_side == "auto":
         return "varlen" if device.type == "cuda" and half and not sliding_window else "right"
-    if padding_side == "varlen" and not (device.type == "cuda" and half):
-        raise BackboneError(f"padding_side varlen needs CUDA and bfloat16/float16, not {device.type} {dtype}", field="padding_side")
+    _refuse_numerics_conflict(device, dtype, padding_side=padding_side)
     if padding_side == "varlen" and sliding_window:
         raise BackboneError(
             f"padding_side varlen has no sliding attention window and this model uses one of {sliding_window} tokens;"
             " use right or auto", field="padding_side"
         )
     return padding_side
+
+
+def _refuse_numerics_conflict(device: torch.device, dtype: torch.dtype, **settings: str) -> None:
+    """:func:`~herald_service.config.numerics_conflict` of ``settings`` (``padding_side``, ``matmul_dtype``) on a
+    resolved device and dtype, raised as a :class:`BackboneError` naming the field."""
+    conflict = numerics_conflict(device.type, str(dtype).removeprefix("torch."), **settings)
+    if conflict is not None:
+        raise BackboneError(conflict[1], field=conflict[0])
 
 
 def sliding_window_of(text_config: object) -> int | None:
@@ -176,12 +184,7 @@ def resolve_matmul_dtype(matmul_dtype: str, device: torch.device, dtype: torch.d
     """
     if matmul_dtype not in MATMUL_DTYPES:
         raise BackboneError(f"matmul_dtype must be one of {', '.join(MATMUL_DTYPES)}, not {matmul_dtype!r}", field="matmul_dtype")
-    if matmul_dtype == "bfloat16" and device.type != "cpu":
-        raise BackboneError(f"matmul_dtype bfloat16 is for the CPU; on {device.type} set dtype (HERALD_DTYPE) to bfloat16"
-                            " instead", field="matmul_dtype")
-    if matmul_dtype == "bfloat16" and dtype == torch.float16:  # asked for, and it would silently not happen
-        raise BackboneError("matmul_dtype bfloat16 runs the linear layers of float32 weights in bf16; with float16"
-                            " weights (HERALD_DTYPE) they stay float16: leave matmul_dtype auto", field="matmul_dtype")
+    _refuse_numerics_conflict(device, dtype, matmul_dtype=matmul_dtype)
     if dtype != torch.float32 or device.type != "cpu":
         return False
     return matmul_dtype == "bfloat16" or (matmul_dtype == "auto" and cpu_has_native_bf16())
