@@ -153,15 +153,18 @@ class ServeCommand(Settings):
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
-            from herald_service.backbone.hf import pick_device_dtype, resolve_matmul_dtype
+            from herald_service.backbone.hf import pick_device_dtype, resolve_matmul_dtype, resolve_padding_side
             from herald_service.backbone.loader import backbone_cache_folder, needs_conversion
             from herald_service.engine.runtime import checked_probe
 
             checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
-            if needs_conversion(self.backbone):  # so does a cache folder a conversion could not write (breaker pass)
+            # so do HERALD_DEVICE=cuda without CUDA (it came after the bind), bf16 linear layers on CUDA and, once auto
+            # has resolved to a CPU or float32, padding_side varlen (the model's sliding window is checked at load)
+            device, dtype = pick_device_dtype(self.device, self.dtype)
+            resolve_matmul_dtype(self.matmul_dtype, device, dtype)
+            resolve_padding_side(self.padding_side, device, dtype)
+            if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
                 backbone_cache_folder(self.cache_dir)
-            # so do HERALD_DEVICE=cuda without CUDA (it came after the bind) and bf16 linear layers on CUDA
-            resolve_matmul_dtype(self.matmul_dtype, *pick_device_dtype(self.device, self.dtype))
         logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for warning in self.start_up_warnings():
             log.warning(warning)

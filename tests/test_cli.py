@@ -33,6 +33,14 @@ def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
         assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", out.stderr
 
 
+def test_serve_refuses_varlen_padding_on_the_cpu_before_the_server_starts(tmp_path):
+    # auto resolves to the CPU here (no CUDA in CI); it was refused at load, after "Uvicorn running on ..."
+    out = herald("serve", HERALD_DEVICE="auto", HERALD_PADDING_SIDE="varlen", HERALD_CACHE_DIR=str(tmp_path / "cache"))
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == "herald: padding_side varlen needs CUDA and bfloat16/float16, not device=cpu dtype=float32"
+    assert not (tmp_path / "cache").exists()  # nothing was loaded or converted
+
+
 def test_serve_names_the_probe_folder_when_given_probe_json(tmp_path):
     shipped = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct"
     out = herald("serve", HERALD_PROBE=str(shipped / "probe.json"), HERALD_CACHE_DIR=str(tmp_path))
