@@ -7,6 +7,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, fit_directions, peak_monotonicity_layer
+from herald_service.probes.probe import balanced_weights
 
 
 def synthetic_states(n=300, layers=4, d=24, seed=0):
@@ -125,3 +126,44 @@ def test_dot_then_normalize_is_the_projection_and_wrong_shapes_are_refused():
     assert np.allclose(fitted.normalize(raw.numpy()), fitted.project(x), atol=0.05)  # bf16 rounding of the states only
     with pytest.raises(ValueError, match=r"states must have shape \(batch, "):
         fitted.dot(states[:, :-1])
+
+
+def test_source_folds_deal_whole_groups_and_leave_both_classes_outside_each_fold():
+    from herald_service.probes.probe import source_folds
+
+    groups = np.array(["a"] * 5 + ["b"] * 3 + ["c"] * 4 + ["x"] * 6 + ["y"] * 2 + ["z"] * 3 + ["w"] * 1)
+    labels = np.array([1] * 12 + [0] * 12)
+    folds = source_folds(groups, labels, folds=3)
+    for group in np.unique(groups):
+        assert len(np.unique(folds[groups == group])) == 1  # a group is never split
+    # largest first, harmful and benign dealt separately: a(5)->0, c(4)->1, b(3)->2; x(6)->0, z(3)->1, y(2)->2, w(1)->0
+    assert {g: int(folds[groups == g][0]) for g in "abcxyzw"} == {"a": 0, "c": 1, "b": 2, "x": 0, "z": 1, "y": 2, "w": 0}
+    for fold in range(3):
+        assert set(labels[folds != fold]) == {0, 1}
+    with pytest.raises(ValueError, match="at least 2"):
+        source_folds(groups, labels, folds=1)
+
+
+def test_cross_fitted_projections_of_a_fold_never_see_its_rows():
+    from herald_service.probes.probe import cross_fitted_projections, source_folds
+
+    X, y = synthetic_states(n=240, layers=3, d=12, seed=3)
+    groups = np.array([f"h{i % 4}" if label else f"b{i % 4}" for i, label in enumerate(y)])
+    folds = source_folds(groups, y, folds=2)
+    s = cross_fitted_projections(X, y, groups, "logistic", folds=2)
+    assert s.shape == (240, 3) and s.dtype == np.float32
+    # fold 0's rows are projected by directions fitted on fold 1 only: the same as fitting there by hand
+    rest = folds == 1
+    by_hand = fit_directions(X[rest], y[rest], estimator="logistic",
+                             sample_weight=balanced_weights(groups[rest], y[rest])).project(X[folds == 0])
+    np.testing.assert_allclose(s[folds == 0], by_hand, rtol=1e-6, atol=1e-6)
+    # and fold 1's rows by directions fitted on fold 0: other states there move fold 1's projections
+    X2 = X.copy()
+    X2[folds == 0] += np.random.default_rng(1).normal(0, 0.5, X2[folds == 0].shape)
+    s2 = cross_fitted_projections(X2, y, groups, "logistic", folds=2)
+    assert not np.allclose(s2[folds == 1], s[folds == 1])
+    # and projections still put harmful above benign on average (held-out rows, so well below in-sample separation)
+    assert s[y == 1].mean() > 0 > s[y == 0].mean()
+    one_class = np.where(y == 1, "h", "b")  # one group per class: a fold's complement holds one class only
+    with pytest.raises(ValueError, match="one class only"):
+        cross_fitted_projections(X, y, one_class, "logistic", folds=2)

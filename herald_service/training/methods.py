@@ -33,7 +33,7 @@ from sklearn.preprocessing import StandardScaler
 
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LayerDirections, fit_directions, peak_monotonicity_layer
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats, compute_features
-from herald_service.probes.probe import FittedProbe, balanced_weights, calibration_mask
+from herald_service.probes.probe import FittedProbe, balanced_weights, calibration_mask, cross_fitted_projections
 from herald_service.probes.scorer import calibrate_threshold, train_scorer
 
 CALIBRATION_FRACTION = 0.25
@@ -119,13 +119,16 @@ class HeraldMethod:
     """
 
     def __init__(self, seed: int = 0, feature_set: str = FEATURE_SET,
-                 direction_estimator: str = DIRECTION_ESTIMATORS[0]) -> None:
+                 direction_estimator: str = DIRECTION_ESTIMATORS[0], cross_fit: bool = False) -> None:
         self.seed = seed
         self.feature_set = feature_set
         self.direction_estimator = direction_estimator
+        self.cross_fit = cross_fit
         self.name = "herald" if feature_set == FEATURE_SET else f"herald:{feature_set}"
         if direction_estimator != DIRECTION_ESTIMATORS[0]:
             self.name += f"_{direction_estimator}"
+        if cross_fit:
+            self.name += "_crossfit"
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HeraldMethod":
         y = np.asarray(y).astype(int)
@@ -139,7 +142,8 @@ class HeraldMethod:
     def _fit_parts(self, X_fit, y_fit, w_fit, g_fit, X_calib, y_calib) -> None:
         directions = shared_directions(X_fit, y_fit, g_fit, self.direction_estimator)
         s_fit = directions.project(X_fit)
-        features = compute_features(s_fit, self.feature_set)
+        s_scorer = cross_fitted_projections(X_fit, y_fit, g_fit, self.direction_estimator) if self.cross_fit else s_fit
+        features = compute_features(s_scorer, self.feature_set)
         stats = FeatureStats.fit(features)
         scorer = train_scorer(stats.transform(features), y_fit, w_fit, seed=self.seed)
         partial = FittedProbe(directions, stats, scorer, 0.0, "max_f1", peak_monotonicity_layer(s_fit, y_fit),
@@ -367,6 +371,7 @@ FACTORIES: dict[str, Callable[[int], Method]] = {
     "mlpm": lambda seed: MahalanobisPrototypes(seed),
     "herald_hardneg": lambda seed: HardNegativeHerald(seed),
     "herald_logistic": lambda seed: HeraldMethod(seed, direction_estimator="logistic"),
+    "herald_logistic_crossfit": lambda seed: HeraldMethod(seed, direction_estimator="logistic", cross_fit=True),
     **{f"herald:{name}": (lambda seed, name=name: HeraldMethod(seed, name)) for name in FEATURE_SETS if name != FEATURE_SET},
 }
 FACTORIES.update({f"{base}+shift": (lambda seed, base=base: SourceShifted(base, seed))

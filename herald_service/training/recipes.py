@@ -57,6 +57,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic+jailbreak": ("herald_logistic", False),
     "logistic+jailbreak+benign": ("herald_logistic", False),
     "logistic+jailbreak+templated": ("herald_logistic", True),
+    "logistic+jailbreak+crossfit": ("herald_logistic_crossfit", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
