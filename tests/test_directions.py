@@ -129,7 +129,7 @@ def test_dot_then_normalize_is_the_projection_and_wrong_shapes_are_refused():
 
 
 def test_source_folds_deal_whole_groups_and_leave_both_classes_outside_each_fold():
-    from herald_service.probes.probe import source_folds
+    from herald_service.training.methods import source_folds
 
     groups = np.array(["a"] * 5 + ["b"] * 3 + ["c"] * 4 + ["x"] * 6 + ["y"] * 2 + ["z"] * 3 + ["w"] * 1)
     labels = np.array([1] * 12 + [0] * 12)
@@ -145,7 +145,7 @@ def test_source_folds_deal_whole_groups_and_leave_both_classes_outside_each_fold
 
 
 def test_cross_fitted_projections_of_a_fold_never_see_its_rows():
-    from herald_service.probes.probe import cross_fitted_projections, source_folds
+    from herald_service.training.methods import cross_fitted_projections, source_folds
 
     X, y = synthetic_states(n=240, layers=3, d=12, seed=3)
     groups = np.array([f"h{i % 4}" if label else f"b{i % 4}" for i, label in enumerate(y)])

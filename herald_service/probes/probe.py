@@ -113,65 +113,6 @@ def calibration_mask(groups: np.ndarray, fraction: float, seed: int) -> np.ndarr
     return calibration
 
 
-CROSS_FIT_FOLDS = 5
-"""Source folds of :func:`cross_fitted_projections` (docs/eval/cross_fit.md)."""
-
-
-def source_folds(groups: np.ndarray, labels: np.ndarray, folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
-    """``(n,)`` int fold index in ``0..folds-1``: whole ``groups`` (e.g. source x label) dealt round-robin, largest
-    first, the harmful groups (by majority label) and the benign ones dealt separately, so that every fold's complement
-    holds both classes whenever there are two groups or more of each. Deterministic (ties by group name).
-
-    Raises:
-        ValueError: ``folds`` below 2.
-    """
-    if folds < 2:
-        raise ValueError(f"folds must be at least 2, got {folds}")
-    groups, labels = np.asarray(groups), np.asarray(labels).astype(int)
-    out = np.zeros(len(groups), dtype=np.int64)
-    names = np.unique(groups)
-    majority = {g: int(labels[groups == g].mean() >= 0.5) for g in names}
-    sizes = Counter(groups.tolist())
-    for label in (1, 0):
-        ordered = sorted((g for g in names if majority[g] == label), key=lambda g: (-sizes[g], str(g)))
-        for i, group in enumerate(ordered):
-            out[groups == group] = i % folds
-    return out
-
-
-def cross_fitted_projections(states: np.ndarray, labels: np.ndarray, groups: np.ndarray, estimator: str,
-                             shrinkage: str | float = "auto", folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
-    """Normalized projections ``(n, layer)`` float32 of every row by directions fitted without its source.
-
-    The rows are split into :func:`source_folds`; each fold's rows are projected by directions (``estimator``, the
-    logistic one weighted by :func:`balanced_weights`) fitted on the other folds. The scorer then learns from
-    trajectories of prompts whose source the directions never saw, as at serving, instead of from in-sample
-    projections, which separate the classes more than any unseen prompt will (stacking's out-of-fold predictions,
-    Wolpert 1992, "Stacked generalization", section 2; grouped by source as the evaluation is).
-
-    Args:
-        states: ``(n, layer, d_model)`` last-token residual stream.
-        labels: ``(n,)`` 1 = harmful, 0 = benign.
-        groups: ``(n,)`` source (x label) of each row.
-
-    Raises:
-        ValueError: a fold's complement lacks a class, or as :func:`~.directions.fit_directions`.
-    """
-    labels = np.asarray(labels).astype(int)
-    groups = np.asarray(groups)
-    fold_of = source_folds(groups, labels, folds)
-    out = np.zeros(states.shape[:2], dtype=np.float32)
-    for fold in np.unique(fold_of):
-        rest = fold_of != fold
-        if len(np.unique(labels[rest])) < 2:
-            raise ValueError(f"cross-fitting: the rows outside source fold {fold} hold one class only; give at least two"
-                             " sources of each class")
-        directions = fit_directions(states[rest], labels[rest], shrinkage, estimator=estimator,
-                                    sample_weight=balanced_weights(groups[rest], labels[rest]))
-        out[~rest] = directions.project(states[~rest])
-    return out
-
-
 class HeraldProbe:
     """Estimator that fits a :class:`FittedProbe` (directions, feature stats, scorer, threshold, peak layer).
 
