@@ -173,7 +173,8 @@ def logistic_direction(x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray |
 
 
 def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | float = "auto", *,
-                   estimator: str = "lda", sample_weight: np.ndarray | None = None) -> LayerDirections:
+                   estimator: str = "lda", sample_weight: np.ndarray | None = None,
+                   C: float = LOGISTIC_C) -> LayerDirections:
     """Fit one direction per decoder layer, then its center and scale.
 
     Centers and scales are computed from projections onto the fp16-rounded directions, the ones that are stored
@@ -185,6 +186,7 @@ def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | floa
         shrinkage: passed to scikit-learn's LDA (estimator ``"lda"``).
         estimator: a name in :data:`DIRECTION_ESTIMATORS` (module docstring).
         sample_weight: ``(batch,)`` weights of the ``"logistic"`` estimator; LDA ignores them.
+        C: inverse L2 strength of the ``"logistic"`` estimator (:data:`LOGISTIC_C`); LDA ignores it.
 
     Raises:
         ValueError: if a class is missing, shapes disagree, the estimator is unknown, or at some layer no
@@ -201,7 +203,7 @@ def fit_directions(states: np.ndarray, labels: np.ndarray, shrinkage: str | floa
     if sample_weight is not None and np.shape(sample_weight) != labels.shape:
         raise ValueError(f"sample_weight must have shape {labels.shape}, got {np.shape(sample_weight)}")
     n_layers = states.shape[1]
-    fit_one = (lambda l: logistic_direction(states[:, l], labels, sample_weight)) if estimator == "logistic" else (
+    fit_one = (lambda l: logistic_direction(states[:, l], labels, sample_weight, C)) if estimator == "logistic" else (
         lambda l: lda_direction(states[:, l], labels, shrinkage))
     directions = []
     for layer in range(n_layers):

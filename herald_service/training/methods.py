@@ -31,7 +31,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
-from herald_service.probes.directions import DIRECTION_ESTIMATORS, LayerDirections, fit_directions, peak_monotonicity_layer
+from herald_service.probes.directions import (
+    DIRECTION_ESTIMATORS,
+    LOGISTIC_C,
+    LayerDirections,
+    fit_directions,
+    peak_monotonicity_layer,
+)
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats, compute_features
 from herald_service.probes.probe import FittedProbe, balanced_weights, calibration_mask
 from herald_service.probes.scorer import calibrate_threshold, train_scorer
@@ -47,14 +53,15 @@ DIRECTIONS_MEMO_ENTRIES = 16
 on the same rows reuses (a 30 x 576 fit is ~70 KB)."""
 
 
-def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimator: str = "lda") -> LayerDirections:
+def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimator: str = "lda",
+                      C: float = LOGISTIC_C) -> LayerDirections:
     """Per-layer directions of ``estimator`` on fit rows ``X`` ``(n, layer, d_model)``, ``y``, ``groups`` ``(n,)``,
     memoized on the bytes of the inputs.
 
     The logistic estimator weights the rows with :func:`balanced_weights` over ``groups`` (``HeraldProbe.fit``
     does the same). Herald and the feature-logistic baseline fit the same directions on the very same fit rows,
     and the best-layer baseline the LDA ones; one fit (30 layers x 576 wide: 3-10 s on one core) serves each
-    pair. :data:`DIRECTIONS_MEMO_ENTRIES` entries are kept.
+    pair. :data:`DIRECTIONS_MEMO_ENTRIES` entries are kept. ``C``: the logistic estimator's inverse L2 strength.
 
     Raises:
         ValueError: as :func:`~herald_service.probes.directions.fit_directions`.
@@ -62,9 +69,9 @@ def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimato
     digest = hashlib.sha1(np.ascontiguousarray(X).tobytes())
     digest.update(np.ascontiguousarray(y).astype(np.int64).tobytes())
     digest.update("\0".join(map(str, groups)).encode())
-    key = f"{estimator}:{digest.hexdigest()}"
+    key = f"{estimator}:{C if estimator == 'logistic' else ''}:{digest.hexdigest()}"
     if key not in _DIRECTIONS_MEMO:
-        _DIRECTIONS_MEMO[key] = fit_directions(X, y, estimator=estimator, sample_weight=balanced_weights(groups, y))
+        _DIRECTIONS_MEMO[key] = fit_directions(X, y, estimator=estimator, sample_weight=balanced_weights(groups, y), C=C)
         while len(_DIRECTIONS_MEMO) > DIRECTIONS_MEMO_ENTRIES:
             _DIRECTIONS_MEMO.popitem(last=False)
     return _DIRECTIONS_MEMO[key]
@@ -178,16 +185,20 @@ class HeraldMethod:
     """
 
     def __init__(self, seed: int = 0, feature_set: str = FEATURE_SET,
-                 direction_estimator: str = DIRECTION_ESTIMATORS[0], cross_fit: bool = False) -> None:
+                 direction_estimator: str = DIRECTION_ESTIMATORS[0], cross_fit: bool = False,
+                 direction_C: float = LOGISTIC_C) -> None:
         self.seed = seed
         self.feature_set = feature_set
         self.direction_estimator = direction_estimator
         self.cross_fit = cross_fit
+        self.direction_C = direction_C
         self.name = "herald" if feature_set == FEATURE_SET else f"herald:{feature_set}"
         if direction_estimator != DIRECTION_ESTIMATORS[0]:
             self.name += f"_{direction_estimator}"
         if cross_fit:
             self.name += "_crossfit"
+        if direction_C != LOGISTIC_C:
+            self.name += f"_C{direction_C:g}"
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "HeraldMethod":
         y = np.asarray(y).astype(int)
@@ -199,7 +210,7 @@ class HeraldMethod:
         return self
 
     def _fit_parts(self, X_fit, y_fit, w_fit, g_fit, X_calib, y_calib) -> None:
-        directions = shared_directions(X_fit, y_fit, g_fit, self.direction_estimator)
+        directions = shared_directions(X_fit, y_fit, g_fit, self.direction_estimator, self.direction_C)
         s_fit = directions.project(X_fit)
         s_scorer = cross_fitted_projections(X_fit, y_fit, g_fit, self.direction_estimator) if self.cross_fit else s_fit
         features = compute_features(s_scorer, self.feature_set)
@@ -419,6 +430,9 @@ class SourceShifted:
         return self.base_.score(X)
 
 
+DIRECTION_C_GRID = (0.03, 0.3)
+"""Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/cross_fit.md, round 5)."""
+
 LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 
 FACTORIES: dict[str, Callable[[int], Method]] = {
@@ -431,6 +445,8 @@ FACTORIES: dict[str, Callable[[int], Method]] = {
     "herald_hardneg": lambda seed: HardNegativeHerald(seed),
     "herald_logistic": lambda seed: HeraldMethod(seed, direction_estimator="logistic"),
     "herald_logistic_crossfit": lambda seed: HeraldMethod(seed, direction_estimator="logistic", cross_fit=True),
+    **{f"herald_logistic_C{c:g}": (lambda seed, c=c: HeraldMethod(seed, direction_estimator="logistic", direction_C=c))
+       for c in DIRECTION_C_GRID},
     **{f"herald:{name}": (lambda seed, name=name: HeraldMethod(seed, name)) for name in FEATURE_SETS if name != FEATURE_SET},
 }
 FACTORIES.update({f"{base}+shift": (lambda seed, base=base: SourceShifted(base, seed))

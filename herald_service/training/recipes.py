@@ -58,6 +58,8 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic+jailbreak+benign": ("herald_logistic", False),
     "logistic+jailbreak+templated": ("herald_logistic", True),
     "logistic+jailbreak+crossfit": ("herald_logistic_crossfit", False),
+    "logistic-C0.03+jailbreak": ("herald_logistic_C0.03", False),
+    "logistic-C0.3+jailbreak": ("herald_logistic_C0.3", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
