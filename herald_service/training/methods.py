@@ -431,7 +431,7 @@ class SourceShifted:
 
 
 DIRECTION_C_GRID = (0.03, 0.3)
-"""Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/cross_fit.md, round 5)."""
+"""Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/cross_fit.md, second study)."""
 
 LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 

@@ -1,4 +1,4 @@
-"""Seed means and the rule's criteria for the candidates of docs/eval/cross_fit.md (rounds 4 and 5).
+"""Seed means and the rule's criteria for the candidates of docs/eval/cross_fit.md (both studies).
 
 Usage: python docs/eval/cross_fit/summarize.py REFERENCE CANDIDATE[,CANDIDATE...] SEED_FILE... > summary.json
 
