@@ -549,3 +549,49 @@ def test_a_test_data_set_that_shares_prompts_with_the_training_data_is_not_calle
     assert "### Extra set `fresh.jsonl` (n = 20), never trained on" in lines
     assert any(line.startswith("| Benign sensitive-topic held-out sets (law: 3 of 40 prompts also appear in --data,"
                                " Herald (split fit)): FPR <= 15% | 1/2 sets;") for line in lines), lines
+
+
+def _recipes_block(f1, auroc, recall, instruction_fprs, sensitive_fprs):
+    """One recipe's block of a `herald recipes` output, as report_cross_fit reads it."""
+    folds = {"AdvBench": {"recall": {"value": 0.9}}}
+    folds.update({name: {"false_positive_rate": {"value": v}}
+                  for name, v in zip(("AlpacaEval", "IFEval", "IFBench"), instruction_fprs)})
+    return {"loso_pooled": {"f1": {"value": f1}, "auroc": {"value": auroc}}, "loso_folds": folds,
+            "jailbreak_wrapped": {"recall": {"value": recall}},
+            "jailbreak_wrapped_enlarged": {"recall": {"value": recall}},
+            "held_out_sets": {f"set{i}": {"false_positive_rate": {"value": v}} for i, v in enumerate(sensitive_fprs)}}
+
+
+def test_cross_fit_section_applies_the_rule_paired_by_fit_seed(tmp_path):
+    from herald_service.training import report_cross_fit
+
+    # the reference and two candidates over three fit seeds: "up" gains 0.03 F1 at every seed (clear: > 0.01 and > 2 std
+    # of the paired difference, which is 0); "noisy" gains 0.02 on average, but +0.08, -0.04, +0.02 (std 0.06): not clear
+    ref = [(0.60, 0.83), (0.58, 0.79), (0.61, 0.84)]
+    up = [(f + 0.03, a) for f, a in ref]
+    noisy = [(0.68, 0.83), (0.54, 0.79), (0.63, 0.84)]
+    runs = []
+    for seed in range(3):
+        runs.append({"fit_seed": seed, "results": {
+            "logistic+jailbreak": _recipes_block(*ref[seed], 0.96, (0.05, 0.08, 0.12), (0.10, 0.18)),
+            "logistic-C0.03+jailbreak": _recipes_block(*up[seed], 0.97, (0.05, 0.09, 0.11), (0.20, 0.21)),
+            "logistic-C0.3+jailbreak": _recipes_block(*noisy[seed], 0.93, (0.05, 0.12, 0.12), (0.10, 0.22)),
+        }})
+    folder = tmp_path / "cross_fit" / "logistic_c"
+    folder.mkdir(parents=True)
+    for run in reversed(runs):  # file order is not fit-seed order: the summary pairs by fit seed
+        (folder / f"seed{2 - run['fit_seed']}.json").write_text(json.dumps(run))
+    loaded = report_cross_fit.load_runs(tmp_path / "cross_fit")
+    assert list(loaded) == ["logistic_c"]
+    summary = report_cross_fit.summarize(loaded["logistic_c"], ("logistic-C0.03+jailbreak", "logistic-C0.3+jailbreak"))
+    assert summary["fit_seeds"] == [0, 1, 2]
+    up_row, noisy_row = summary["recipes"]["logistic-C0.03+jailbreak"], summary["recipes"]["logistic-C0.3+jailbreak"]
+    assert up_row["gains"]["f1"]["mean"] == pytest.approx(0.03) and up_row["gains"]["f1"]["std"] == pytest.approx(0.0, abs=1e-12)
+    assert noisy_row["gains"]["f1"]["mean"] == pytest.approx(0.02) and noisy_row["gains"]["f1"]["std"] == pytest.approx(0.06)
+    assert list(up_row["criteria"].values()) == [True, True, True, True]  # sensitive 21% <= 18% + 3 points
+    # not clear on F1; wrapped 93%; 1 instruction fold <= 10% against 2; sensitive 22% > 21%
+    assert list(noisy_row["criteria"].values()) == [False, False, False, False]
+    lines = report_cross_fit.section(loaded)
+    assert "| `logistic+jailbreak` | 0.597 (0.600, 0.580, 0.610) | 0.820 (0.830, 0.790, 0.840) | 96.0% / 96.0% | 2.0 of 3 | 18.0% |" in lines
+    assert "**Passes (a)-(d): `logistic-C0.03+jailbreak`** (then checked on a second split; the outcome is in [eval/cross_fit.md](eval/cross_fit.md))." in lines
+    assert report_cross_fit.section({}) [2].startswith("Not in this report: there is no `cross_fit/` folder")

@@ -1,0 +1,140 @@
+"""The section of ``docs/EVALUATION.md`` (``herald report``) for the two studies of docs/eval/cross_fit.md: scorer
+inputs cross-fitted by source, and the L2 strength of the logistic directions; each candidate recipe against the
+shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1, 2), with the rule fixed before
+the runs.
+
+Input: ``docs/eval/cross_fit/<study>/seed<K>.json``, one ``herald recipes`` output per fit seed.
+Run ``python -m herald_service.training.report_cross_fit [docs/eval/cross_fit]`` to print the section.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
+
+REFERENCE = "logistic+jailbreak"
+DOC = "eval/cross_fit.md"
+SENSITIVE_MARGIN = 0.03
+"""Criterion (d): the candidate's largest held-out sensitive-set FPR may exceed the reference's by this much."""
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study: its folder under ``cross_fit/``, its title, and its candidate recipes."""
+
+    folder: str
+    title: str
+    candidates: tuple[str, ...]
+
+
+STUDIES = (
+    Study("crossfit", "Cross-fitted scorer inputs", ("logistic+jailbreak+crossfit",)),
+    Study("logistic_c", "L2 strength of the logistic directions", ("logistic-C0.03+jailbreak", "logistic-C0.3+jailbreak")),
+)
+
+
+def seed_row(block: dict) -> dict:
+    """One recipe's numbers in one ``herald recipes`` run: LOSO pooled F1 and AUROC, jailbreak-wrapped recall
+    (n = 40 and the enlarged set), held-out instruction/chat folds at <= 10% FPR, the largest held-out sensitive-set
+    FPR (random-split fit)."""
+    folds = block["loso_folds"]
+    instruction = [f["false_positive_rate"]["value"] for s, f in folds.items()
+                   if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f]
+    return {"f1": block["loso_pooled"]["f1"]["value"], "auroc": block["loso_pooled"]["auroc"]["value"],
+            "recall_n40": block["jailbreak_wrapped"]["recall"]["value"],
+            "recall_enlarged": block["jailbreak_wrapped_enlarged"]["recall"]["value"],
+            "instr_ok": sum(v <= 0.10 for v in instruction), "instr_n": len(instruction),
+            "sens_max": max(s["false_positive_rate"]["value"] for s in block["held_out_sets"].values())}
+
+
+def summarize(runs: list[dict], candidates: tuple[str, ...], reference: str = REFERENCE) -> dict:
+    """``runs``: ``herald recipes`` outputs, one per fit seed, each holding ``reference`` and ``candidates``. Returns per
+    recipe its per-seed rows (in fit-seed order) and seed means (the sensitive-set FPR at the first fit seed), and per
+    candidate the paired gains over the reference and the criteria (a)-(d) of docs/eval/cross_fit.md."""
+    runs = sorted(runs, key=lambda run: run["fit_seed"])
+    recipes = {}
+    for name in (reference, *candidates):
+        seeds = [seed_row(run["results"][name]) for run in runs]
+        mean = {k: statistics.fmean(s[k] for s in seeds) for k in seeds[0]}
+        mean["sens_max"] = seeds[0]["sens_max"]
+        recipes[name] = {"seeds": seeds, "mean": mean}
+    ref = recipes[reference]
+    for name in candidates:
+        cand = recipes[name]
+        gains = {}
+        for metric in ("f1", "auroc"):
+            diffs = [c[metric] - r[metric] for c, r in zip(cand["seeds"], ref["seeds"])]
+            mean, spread = statistics.fmean(diffs), statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            gains[metric] = {"mean": mean, "std": spread, "clear": mean > 0.01 and mean > 2 * spread}
+        m, rm = cand["mean"], ref["mean"]
+        cand["gains"] = gains
+        cand["criteria"] = {
+            "(a) F1 and AUROC >= ref, one clearly higher": gains["f1"]["mean"] >= 0 and gains["auroc"]["mean"] >= 0
+            and (gains["f1"]["clear"] or gains["auroc"]["clear"]),
+            "(b) wrapped recall >= 95% on both sets": m["recall_n40"] >= 0.95 and m["recall_enlarged"] >= 0.95,
+            "(c) instr. folds <= 10% FPR >= ref": m["instr_ok"] >= rm["instr_ok"],
+            f"(d) max sensitive-set FPR <= ref + {SENSITIVE_MARGIN * 100:.0f} points": m["sens_max"] <= rm["sens_max"] + SENSITIVE_MARGIN,
+        }
+    return {"fit_seeds": [run["fit_seed"] for run in runs], "recipes": recipes}
+
+
+def load_runs(folder: Path) -> dict[str, list[dict]]:
+    """Each study's ``seed*.json`` runs under ``folder`` (``docs/eval/cross_fit``), by study folder; studies without
+    runs are left out."""
+    out = {}
+    for study in STUDIES:
+        files = sorted((folder / study.folder).glob("seed*.json"))
+        if files:
+            out[study.folder] = [json.loads(f.read_text()) for f in files]
+    return out
+
+
+def _per_seed(values: list[float]) -> str:
+    return ", ".join(f"{v:.3f}" for v in values)
+
+
+def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
+    """Markdown lines of the section; one line when there are no runs. ``doc``: the link to the studies' page."""
+    out = ["## Cross-fitted scorer inputs and the L2 strength of the directions (source-held-out)", ""]
+    if not runs:
+        return out + [f"Not in this report: there is no `cross_fit/` folder beside the results file ([{DOC}]({doc})).", ""]
+    out += ["Shows: candidate recipes against the shipped `logistic+jailbreak`, fitted in the same `herald recipes` runs"
+            " (split seed 0, the folds above; fit seeds in the table), seed means with the per-seed values in brackets,"
+            " and the rule fixed before the runs. Does not show: bootstrap intervals (in the JSON), the second split a"
+            f" candidate passing (a)-(d) would be checked on, or other backbones ([{DOC}]({doc})).", ""]
+    for study in STUDIES:
+        if study.folder not in runs:
+            continue
+        summary = summarize(runs[study.folder], study.candidates)
+        out += [f"### {study.title}", "",
+                f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `cross_fit/{study.folder}/`.", "",
+                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall n=40 / enlarged | instr. folds <= 10% FPR | max held-out sensitive-set FPR (first seed) |",
+                "|---|---|---|---|---|---|"]
+        for name, r in summary["recipes"].items():
+            m, seeds = r["mean"], r["seeds"]
+            out.append(f"| `{name}` | {m['f1']:.3f} ({_per_seed([s['f1'] for s in seeds])}) |"
+                       f" {m['auroc']:.3f} ({_per_seed([s['auroc'] for s in seeds])}) |"
+                       f" {m['recall_n40'] * 100:.1f}% / {m['recall_enlarged'] * 100:.1f}% |"
+                       f" {m['instr_ok']:.1f} of {seeds[0]['instr_n']} | {m['sens_max'] * 100:.1f}% |")
+        out.append("")
+        passing = []
+        for name in study.candidates:
+            cand = summary["recipes"][name]
+            g = cand["gains"]
+            verdicts = "; ".join(f"{k}: {'pass' if v else '**fail**'}" for k, v in cand["criteria"].items())
+            out.append(f"- `{name}`: ΔF1 {g['f1']['mean']:+.3f} ± {g['f1']['std']:.3f}, ΔAUROC {g['auroc']['mean']:+.3f}"
+                       f" ± {g['auroc']['std']:.3f} (paired by fit seed); {verdicts}")
+            if all(cand["criteria"].values()):
+                passing.append(name)
+        out += ["", f"**Passes (a)-(d): {', '.join(f'`{p}`' for p in passing)}** (then checked on a second split; the"
+                f" outcome is in [{DOC}]({doc}))." if passing else "**No candidate passes; nothing ships.**", ""]
+    return out
+
+
+if __name__ == "__main__":
+    print("\n".join(section(load_runs(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/eval/cross_fit")))))
