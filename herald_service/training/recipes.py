@@ -60,6 +60,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic+jailbreak+crossfit": ("herald_logistic_crossfit", False),
     "logistic-C0.03+jailbreak": ("herald_logistic_C0.03", False),
     "logistic-C0.3+jailbreak": ("herald_logistic_C0.3", False),
+    "logistic+jailbreak+sensitive": ("herald_logistic", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
@@ -255,9 +256,10 @@ def run_recipes(options: RecipeOptions) -> dict:
             jm = margins(model, jailbreak_extended.states)
             block["jailbreak_wrapped_enlarged"] = bootstrap_metrics(jailbreak_extended.labels, jm, jm >= 0,
                                                                     replicates=options.replicates)
-        if sensitive is not None:
-            block["held_out_sets"] = held_out_sets(data.take(train_index), extra, sensitive, method, with_sensitive,
-                                                   model, fit_seed, options.replicates)
+        if sensitive is not None:  # a refit without one set trains on what the model did, wrapped rows included
+            wrapped = [pool.for_fold(None, wrapped_labels)] if wrapped_labels else []
+            block["held_out_sets"] = held_out_sets(data.take(train_index), extra + wrapped, sensitive, method,
+                                                   with_sensitive, model, fit_seed, options.replicates)
         results[name] = block
         log.info("recipe %s done in %.0f s: LOSO pooled F1 %.3f AUROC %.3f", name, time.perf_counter() - t0,
                  loso["pooled"]["f1"]["value"], loso["pooled"]["auroc"]["value"])

