@@ -15,6 +15,9 @@ Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
 - ``mlpm``: multi-layer Mahalanobis prototypes (MLPM style): per layer, squared Mahalanobis distances to the benign
   and harmful class means under class-specific Ledoit-Wolf covariances; a logistic regression combines the
   per-layer distance differences (every third layer and the last, to bound the cost).
+- ``herald_logistic``: Herald with logistic directions; ``herald_logistic_crossfit`` trains its scorer on
+  cross-fitted trajectories (:func:`cross_fitted_projections`), ``herald_logistic_C<c>`` fits the directions at
+  another L2 strength (:data:`DIRECTION_C_GRID`); docs/eval/recipe_studies.md.
 - ``<method>+shift``: the method with its threshold moved by the offset that source-held-out margins inside its own
   training rows call for (:class:`SourceShifted`; docs/eval/threshold_rule.md).
 """
@@ -104,7 +107,8 @@ def source_folds(groups: np.ndarray, labels: np.ndarray, folds: int = CROSS_FIT_
 
 
 def cross_fitted_projections(states: np.ndarray, labels: np.ndarray, groups: np.ndarray, estimator: str,
-                             shrinkage: str | float = "auto", folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
+                             shrinkage: str | float = "auto", folds: int = CROSS_FIT_FOLDS,
+                             C: float = LOGISTIC_C) -> np.ndarray:
     """Normalized projections ``(n, layer)`` float32 of every row by directions fitted without its source.
 
     The rows are split into :func:`source_folds`; each fold's rows are projected by directions (``estimator``, the
@@ -117,6 +121,7 @@ def cross_fitted_projections(states: np.ndarray, labels: np.ndarray, groups: np.
         states: ``(n, layer, d_model)`` last-token residual stream.
         labels: ``(n,)`` 1 = harmful, 0 = benign.
         groups: ``(n,)`` source (x label) of each row.
+        shrinkage, C: of the ``lda`` and ``logistic`` estimators (:func:`~.directions.fit_directions`).
 
     Raises:
         ValueError: a fold's complement lacks a class, or as :func:`~.directions.fit_directions`.
@@ -131,7 +136,7 @@ def cross_fitted_projections(states: np.ndarray, labels: np.ndarray, groups: np.
             raise ValueError(f"cross-fitting: the rows outside source fold {fold} hold one class only; give at least two"
                              " sources of each class")
         directions = fit_directions(states[rest], labels[rest], shrinkage, estimator=estimator,
-                                    sample_weight=balanced_weights(groups[rest], labels[rest]))
+                                    sample_weight=balanced_weights(groups[rest], labels[rest]), C=C)
         out[~rest] = directions.project(states[~rest])
     return out
 
@@ -212,7 +217,8 @@ class HeraldMethod:
     def _fit_parts(self, X_fit, y_fit, w_fit, g_fit, X_calib, y_calib) -> None:
         directions = shared_directions(X_fit, y_fit, g_fit, self.direction_estimator, self.direction_C)
         s_fit = directions.project(X_fit)
-        s_scorer = cross_fitted_projections(X_fit, y_fit, g_fit, self.direction_estimator) if self.cross_fit else s_fit
+        s_scorer = s_fit if not self.cross_fit else cross_fitted_projections(
+            X_fit, y_fit, g_fit, self.direction_estimator, C=self.direction_C)
         features = compute_features(s_scorer, self.feature_set)
         stats = FeatureStats.fit(features)
         scorer = train_scorer(stats.transform(features), y_fit, w_fit, seed=self.seed)

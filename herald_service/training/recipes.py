@@ -12,6 +12,9 @@ Recipes:
   the same templates. Built per fold by :class:`WrappedPool` (docs/eval/jailbreak_recipe.md).
 - ``logistic*``: Herald with logistic directions; ``logistic+jailbreak`` is the shipped SmolLM2 recipe, and
   ``logistic+jailbreak+templated`` adds the templated benign prompts to it (docs/eval/templated_recipe.md).
+  Studies of it (docs/eval/recipe_studies.md): ``logistic+jailbreak+crossfit`` (the scorer learns from cross-fitted
+  trajectories), ``logistic-C<c>+jailbreak`` (another L2 strength of the directions), ``logistic+jailbreak+sensitive``
+  (the ``--sensitive-data`` sets in training).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
