@@ -79,6 +79,18 @@ def _read(path: Path) -> tuple[dict[str, object], dict[str, np.ndarray]]:
     return fields, {t.name: (t.tensor_type, np.asarray(t.data)) for t in reader.tensors}
 
 
+def _fake_conversion(target: Path) -> Path:
+    """What a finished conversion holds, as :func:`loader.conversion_damage` checks it, with a tiny weight file."""
+    from safetensors.numpy import save_file
+
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (target / "tokenizer.json").write_text("{}")
+    save_file({"w": np.ones(4, dtype=np.float32)}, str(target / "model.safetensors"))
+    (target / "herald_source.json").write_text("{}")
+    return target
+
+
 @pytest.fixture
 def whole(tmp_path: Path) -> Path:
     folder = tmp_path / "whole"
@@ -167,9 +179,7 @@ def test_resolve_converts_the_joined_file_once_and_keys_it_by_its_sha(whole: Pat
 
     def fake_convert(gguf_path: Path, source, target: Path, sha256: str) -> Path:
         seen.append(gguf_path.read_bytes())
-        target.mkdir(parents=True)
-        (target / "config.json").write_text("{}")
-        return target
+        return _fake_conversion(target)
 
     monkeypatch.setattr(loader, "_convert", fake_convert)
     sha = hashlib.sha256(whole.read_bytes()).hexdigest()
@@ -185,9 +195,7 @@ def test_resolve_converts_the_joined_file_once_and_keys_it_by_its_sha(whole: Pat
 
 def test_the_slug_found_without_converting_is_the_resolved_one(whole: Path, tmp_path: Path, monkeypatch):
     def fake_convert(gguf_path: Path, source, target: Path, sha256: str) -> Path:
-        target.mkdir(parents=True)
-        (target / "config.json").write_text("{}")
-        return target
+        return _fake_conversion(target)
 
     monkeypatch.setattr(loader, "_convert", fake_convert)
     folder = tmp_path / "chunks"
@@ -247,3 +255,33 @@ def test_interrupted_conversions_are_cleaned_and_a_concurrent_one_is_kept(tmp_pa
     (target / "partial").write_text("")
     with pytest.raises(OSError):
         loader._publish(mine, target)  # a non-empty folder that is not a conversion is not silently accepted
+
+
+def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: Path, monkeypatch, caplog):
+    converted: list[Path] = []
+
+    def fake_convert(gguf_path: Path, source, target: Path, sha256: str) -> Path:
+        converted.append(target)
+        return _fake_conversion(target)
+
+    monkeypatch.setattr(loader, "_convert", fake_convert)
+    cache = tmp_path / "cache"
+    folder = resolve_backbone(str(whole), cache).folder
+    assert loader.conversion_damage(folder) is None and len(converted) == 1
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])  # cut short, as a full disk or an interrupted copy leaves it
+    assert loader.conversion_damage(folder).startswith("model.safetensors is unreadable (")
+    with caplog.at_level("WARNING", logger=loader.__name__):
+        assert resolve_backbone(str(whole), cache).folder == folder
+    assert len(converted) == 2 and loader.conversion_damage(folder) is None
+    assert "is damaged (model.safetensors is unreadable" in caplog.text
+    assert [p.name for p in (cache / "backbones").iterdir()] == [folder.name]  # the damaged copy was removed
+    for broken, why in ((lambda: (folder / "herald_source.json").unlink(), "herald_source.json is missing"),
+                        (lambda: (folder / "tokenizer.json").unlink(), "the tokenizer is missing"),
+                        (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": "shard-1.safetensors"}}'),
+                         "shard-1.safetensors is missing")):
+        broken()
+        assert loader.conversion_damage(folder) == why
+        resolve_backbone(str(whole), cache)  # converted again, whole
+        assert loader.conversion_damage(folder) is None
+    assert len(converted) == 5

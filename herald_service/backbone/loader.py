@@ -290,7 +290,8 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
     """Convert a GGUF (a file, its chunks or its shards) into a transformers folder once and return the cached folder.
 
     The folder is written under a temporary name and renamed into place, so an interrupted conversion never
-    leaves a half-written cache.
+    leaves a half-written cache. A cached folder found damaged (:func:`conversion_damage`) is set aside and the GGUF
+    converted again, with a warning naming what was wrong.
 
     Raises:
         BackboneError: if transformers cannot read the GGUF (architecture not supported by the installed version), or
@@ -300,10 +301,56 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         source = GGUFSource("file", (source,), source.stem)
     target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
     if (target / "config.json").is_file():
-        return target
+        damage = conversion_damage(target)
+        if damage is None:
+            return target
+        log.warning("the cached conversion %s is damaged (%s); converting the GGUF again", target, damage)
+        _set_aside(target)
     backbone_cache_folder(cache_dir)
     with single_gguf(source, target.parent) as gguf:
         return _convert(gguf, source, target, sha256)
+
+
+def conversion_damage(folder: Path) -> str | None:
+    """What is wrong with a cached conversion ``folder``, or ``None`` when it looks whole: ``config.json`` and the
+    tokenizer present, ``herald_source.json`` (written last, before the folder is published) present, and every
+    safetensors weight file (one, or the shards its index names) present with a header that covers the file
+    (``safetensors.safe_open``: a truncated file fails it). Reads headers only (milliseconds for the 538 MB embedded
+    model). A conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted or cut
+    short by a full disk or a copy. Before this, a damaged folder was trusted, and the server stopped at load, after
+    it had started listening."""
+    from safetensors import safe_open
+
+    for name in ("config.json", "herald_source.json"):
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+    if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
+        return "the tokenizer is missing"
+    index = folder / "model.safetensors.index.json"
+    try:
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        return f"{index.name} is unreadable ({exc})"
+    for name in names:
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+        try:
+            with safe_open(str(folder / name), "np"):
+                pass
+        except Exception as exc:  # safetensors raises its own error type for a bad header or a short file
+            return f"{name} is unreadable ({exc})"
+    return None
+
+
+def _set_aside(folder: Path) -> None:
+    """Move a damaged conversion out of the way (renamed, then removed), so a fresh one can take its place; a process
+    still reading the old files keeps them until it is done."""
+    aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
+    try:
+        os.replace(folder, aside)
+    except OSError:
+        return  # another process set it aside (or replaced it) first
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def backbone_cache_folder(cache_dir: Path) -> Path:
