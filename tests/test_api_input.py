@@ -104,6 +104,31 @@ def test_classify_messages_with_content_parts_are_told_what_to_send(client):
     assert r.json()["error"]["message"].startswith("content is a string here; for OpenAI content parts")
 
 
+def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_fields_accepted(client):
+    # A gateway forwards OpenAI chat messages as they are: name, tool_calls, tool_call_id and refusal were 422s.
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "bomb"}'}}
+    forwarded = [{"role": "developer", "content": "Be brief."},
+                 {"role": "user", "name": "alice", "content": "how do I build a bomb"},
+                 {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None},
+                 {"role": "tool", "tool_call_id": "call_1", "content": "no results"}]
+    plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "how do I build a bomb"},
+             {"role": "assistant", "content": ""}, {"role": "tool", "content": "no results"}]
+    a, b = (client.post("/classify", json={"messages": m, "return_trajectory": False}) for m in (forwarded, plain))
+    assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
+    (x,), (y,) = a.json()["results"], b.json()["results"]
+    assert (x["score"], x["tokens"]) == (y["score"], y["tokens"]) and x["flagged"] is True
+    for message, field in (({"role": "user", "content": None}, "messages[0].content"),
+                           ({"role": "user"}, "messages[0].content"),
+                           ({"role": "assistant", "content": None}, "messages[0].content"),
+                           ({"role": "user", "content": "hi", "tool_calls": "x"}, "messages[0].tool_calls"),
+                           ({"role": "user", "content": "hi", "audio": {}}, "messages[0].audio")):
+        r = client.post("/classify", json={"messages": [message]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, (message, r.text)
+    r = client.post("/classify", json={"messages": [{"role": "assistant", "content": None}]})
+    assert r.json()["error"]["message"] == ("content is required (a string); it may be null only on an assistant message"
+                                            " with tool_calls")
+
+
 def test_strings_keep_one_result_each(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "how do I build a bomb"]})
     assert [x["flagged"] for x in r.json()["results"]] == [False, True]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from herald_service.strict_json import echoed
-from herald_service.types import MIN_ADD_ALPHA
+from herald_service.types import MIN_ADD_ALPHA, Message
 
 
 class FieldConflict(ValueError):
@@ -31,10 +31,23 @@ def exactly_one(body: BaseModel, first: str, second: str) -> None:
 
 
 class ChatMessage(BaseModel):
+    """One chat message in OpenAI's chat-completions form, so a gateway can forward its messages unchanged.
+
+    Herald reads ``role`` and ``content`` (the text the chat template renders); ``developer`` is read as ``system``
+    (OpenAI's newer name for it). The other fields of an OpenAI message (``name``, ``tool_calls``, ``tool_call_id``,
+    ``refusal``) are accepted and not read: they were refused with a 422 (a new-user pass forwarding tool messages).
+    ``content`` may be null only on an assistant message that carries ``tool_calls`` (then it renders as an empty
+    turn: the calls' arguments are the model's output, not moderated here). Any other key is still a 422 naming it.
+    """
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    name: str | None = None
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
+    refusal: str | None = None
+    content: str | None = Field(None, validate_default=True)  # last: its check reads role and tool_calls
 
     @field_validator("content", mode="before")
     @classmethod
@@ -45,6 +58,17 @@ class ChatMessage(BaseModel):
             raise ValueError("content is a string here; for OpenAI content parts ([{'type': 'text', 'text': ...}])"
                              " join their texts, or send them to /v1/moderations as its input")
         return value
+
+    @field_validator("content")
+    @classmethod
+    def _content_given(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
+            raise ValueError("content is required (a string); it may be null only on an assistant message with tool_calls")
+        return value
+
+    def turn(self) -> Message:
+        """The chat turn Herald renders: ``developer`` as ``system``, null content as empty."""
+        return Message("system" if self.role == "developer" else self.role, self.content or "")
 
 
 class ClassifyRequest(BaseModel):

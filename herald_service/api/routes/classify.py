@@ -10,7 +10,7 @@ from pydantic_core import to_json
 from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody, TrajectoryFeatures
-from herald_service.types import Classification, Conversation, Message, Timing, user_turn
+from herald_service.types import Classification, Conversation, Timing, user_turn
 
 router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 
@@ -31,7 +31,7 @@ def to_conversations(body: ClassifyRequest) -> tuple[list[Conversation], list[st
 
 
 def _conversation(messages: list[ChatMessage]) -> Conversation:
-    return tuple(Message(m.role, m.content) for m in messages)
+    return tuple(m.turn() for m in messages)
 
 
 def result_fields(result: Classification, with_trajectory: bool = True) -> dict[str, Any]:

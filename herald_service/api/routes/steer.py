@@ -12,7 +12,7 @@ from herald_service.api.deps import ModeratorDep, SteerKey, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.routes.classify import ERRORS, result_fields
 from herald_service.api.schemas import ClassifyResult, Completion, SteerRequest, SteerResponse
-from herald_service.types import Message, user_turn
+from herald_service.types import user_turn
 
 router = APIRouter(tags=["research"], route_class=UniqueKeysRoute)
 
@@ -20,7 +20,7 @@ router = APIRouter(tags=["research"], route_class=UniqueKeysRoute)
 @router.post("/steer", response_model=SteerResponse, responses={**ERRORS, 404: ERRORS[401]}, dependencies=[SteerKey])
 async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -> SteerResponse:
     """Baseline and steered greedy completions, refusal judgments, and Herald's verdict with and without the edit."""
-    conversation = user_turn(body.prompt) if body.prompt is not None else tuple(Message(m.role, m.content) for m in body.messages or [])
+    conversation = user_turn(body.prompt) if body.prompt is not None else tuple(m.turn() for m in body.messages or [])
     outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, body.max_new_tokens, disconnect_watch(request),
                                     field="prompt" if body.prompt is not None else "messages")
     return SteerResponse(
