@@ -64,9 +64,14 @@ class FeatureDisabled(HeraldError):
 
 
 class NotReady(HeraldError):
-    """Model, probe or worker not up (HTTP 503)."""
+    """Model, probe or worker not up (HTTP 503; with ``Retry-After: retry_after_s`` seconds while loading, when the
+    service will be up soon; without it after a failed load or a dead worker)."""
 
     error_type = "not_ready"
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class InferenceFailed(HeraldError):

@@ -364,7 +364,10 @@ def test_not_ready_until_loaded_then_ready():
         assert c.get("/health/live").status_code == 200
         r = c.get("/health/ready")
         assert r.status_code == 503 and "loading" in r.json()["error"]["message"]
-        assert c.post("/classify", json={"input": "hi"}).status_code == 503
+        assert r.headers["retry-after"] == "5"  # loading: up soon (a new-user pass found 503s without it)
+        for path, body in (("/classify", {"input": "hi"}), ("/v1/moderations", {"input": "hi"})):
+            r = c.post(path, json=body)
+            assert (r.status_code, r.headers["retry-after"], r.json()["error"]["type"]) == (503, "5", "not_ready")
         gate.set()
         wait_ready(c)
 
@@ -409,6 +412,9 @@ def test_load_failure_is_reported_not_hung():
             if "fitted" in r.text:
                 break
         assert r.status_code == 503 and "fitted on 'a'" in r.json()["error"]["message"]
+        assert "retry-after" not in r.headers  # a failed load does not come up by retrying
+        r = c.post("/classify", json={"input": "hi"})
+        assert r.status_code == 503 and "retry-after" not in r.headers
 
 
 def test_lone_surrogate_is_a_422_naming_the_field(client):

@@ -73,7 +73,8 @@ async def _herald_error(_request: Request, exc: HeraldError) -> JSONResponse:
     status = _status_of(exc)
     if status >= 500 and not isinstance(exc, (NotReady, RequestTimeout)):
         return error_response(status, exc.error_type, "internal error; see server log")
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFull) else None
+    retry_after_s = getattr(exc, "retry_after_s", None) if isinstance(exc, (QueueFull, NotReady)) else None
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     if isinstance(exc, Unauthorized):
         headers = {"WWW-Authenticate": "Bearer"}
     return error_response(status, exc.error_type, exc.message, exc.field, headers)
