@@ -259,7 +259,7 @@ class BackboneSettings(BaseSettings):
 
     max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
-    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice.")
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
