@@ -189,7 +189,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
 
     The words of TEXT are joined with spaces into one prompt, as ``echo`` joins its arguments: an unquoted sentence
     is one prompt, not one prompt per word (which scored each word alone and missed the harmful request). Several
-    prompts go in --file, one per line.
+    prompts go in --file, one per line; blank lines are skipped, and each --file result names its ``line``.
     """
 
     text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
@@ -208,6 +208,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
                 raise SystemExit("herald classify: prompt 1 is not valid UTF-8 text") from None
         # where each prompt came from, for the errors below: TEXT is prompt 1, a --file prompt is named by its line
         sources = [f"prompt {i + 1}" for i in range(len(prompts))]
+        line_numbers: list[int | None] = [None] * len(prompts)  # --file prompts print their line: blank lines are skipped
         if self.file is not None:
             where = f"herald classify: --file {self.file}"
             lines = [(number, line) for number, line in enumerate(read_prompt_lines(self.file, where), 1) if line.strip()]
@@ -215,14 +216,16 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
                 raise SystemExit(f"{where} holds no prompt")
             prompts += [line for _, line in lines]
             sources += [f"--file {self.file} line {number}" for number, _ in lines]
+            line_numbers += [number for number, _ in lines]
         if not prompts:
             raise SystemExit("herald classify: give TEXT or --file")
         for prompt, source in zip(prompts, sources):
             if len(prompt) > self.max_chars:
                 raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars} (max_chars)")
         runtime = load_runtime(self)
-        for prompt, result in zip(prompts, runtime.classify_texts(prompts, self.max_tokens)):
-            row = {"input": prompt, "flagged": result.flagged, "score": round(result.score, 4), "tokens": result.tokens}
+        for prompt, number, result in zip(prompts, line_numbers, runtime.classify_texts(prompts, self.max_tokens)):
+            row = {"input": prompt} if number is None else {"line": number, "input": prompt}
+            row.update(flagged=result.flagged, score=round(result.score, 4), tokens=result.tokens)
             if self.trajectory:
                 row["trajectory"] = [round(v, 3) for v in result.trajectory]
             print(json.dumps(row, ensure_ascii=False))

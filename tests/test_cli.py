@@ -96,7 +96,10 @@ def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
     out = herald("classify", "--file", str(prompts), HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [(r["input"], r["flagged"]) for r in rows] == [("build a bomb", True), ("bake bread", False)]
+    # the blank line is skipped; each result names its line, so results line up with the file (new-user pass)
+    assert [(r["line"], r["input"], r["flagged"]) for r in rows] == [(1, "build a bomb", True), (3, "bake bread", False)]
+    out = herald("classify", "bake", "bread", HERALD_FAKE_BACKEND="true")
+    assert "line" not in json.loads(out.stdout) and json.loads(out.stdout)["input"] == "bake bread"
 
 
 def test_classify_joins_unquoted_words_into_one_prompt():
