@@ -455,3 +455,14 @@ def test_a_body_sent_slowly_but_in_time_is_served(server):
         answer = _read_all(sock, 5)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     assert b'"flagged":false' in answer
+
+
+def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(client):
+    # {"messages": ...} sent to /v1/moderations read "Field required, field input" (new-user pass)
+    r = client.post("/v1/moderations", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "message": "unknown field; this endpoint needs 'input'", "field": "messages"}
+    r = client.post("/v1/moderations", json={})
+    assert r.json()["error"]["field"] == "input" and r.json()["error"]["message"] == "Field required"
+    r = client.post("/v1/moderations", json={"input": "x", "inputz": 1})  # nothing missing: the key alone
+    assert r.json()["error"]["field"] == "inputz" and r.json()["error"]["message"] == "Extra inputs are not permitted"

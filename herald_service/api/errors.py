@@ -98,6 +98,14 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     # For a union field pydantic reports one error per branch; the one with the deepest location names the element
     # actually at fault ({"input": ["a", null]} -> input[1], not input).
     first = max(errors, key=lambda e: len(e.get("loc", ())), default={"loc": (), "msg": "invalid request"})
+    # A required field missing beside an unknown key is most often that field under another name ({"messages": ...}
+    # sent to /v1/moderations read "Field required, field input": a new-user pass): name the key and what is needed.
+    missing = [e for e in errors if e.get("type") == "missing" and e.get("loc", ())[:-1] == ("body",)]
+    extra = [e for e in errors if e.get("type") == "extra_forbidden" and e.get("loc", ())[:-1] == ("body",)]
+    if missing and extra and isinstance(extra[0]["loc"][-1], str):
+        needed = " and ".join(f"'{e['loc'][-1]}'" for e in missing)
+        return error_response(422, "invalid_request", f"unknown field; this endpoint needs {needed}",
+                              echoed(extra[0]["loc"][-1]))
     loc = tuple(first.get("loc", ()))
     if loc == ("body",) and first.get("type") == "missing":
         return error_response(422, "invalid_request", "request body is required (a JSON object)", "body")
