@@ -17,6 +17,10 @@ from herald_service.engine.service import Moderator
 from herald_service.errors import FeatureDisabled, NotReady, Unauthorized
 from herald_service.metrics import HeraldMetrics
 
+LOADING_RETRY_AFTER_S = 5
+"""``Retry-After`` (seconds) of a 503 while the service is loading: a start takes about 6 s on the embedded backbone
+with its conversion cached (README), 40 s when it converts."""
+
 
 @dataclass
 class AppState:
@@ -31,9 +35,11 @@ class AppState:
     on_load_error: Callable[[], None] | None = field(default=None, repr=False)
     loading_task: asyncio.Task | None = field(default=None, repr=False)
 
-    def loading(self) -> bool:
-        """Model, probe, warm-up or worker still coming up, with no load error yet."""
-        return not self.load_error and (self.moderator is None or self.engine is None)
+    def retry_after_s(self) -> int | None:
+        """``Retry-After`` of a 503 now: :data:`LOADING_RETRY_AFTER_S` while model, probe, warm-up or worker are still
+        coming up (no load error yet); None after a failed load or a dead worker, which retrying does not mend."""
+        loading = not self.load_error and (self.moderator is None or self.engine is None)
+        return LOADING_RETRY_AFTER_S if loading else None
 
     def not_ready_reason(self) -> str | None:
         """Why ``/health/ready`` is 503, or None when the service can serve."""
@@ -44,11 +50,6 @@ class AppState:
         if not self.engine.alive:
             return self.engine.failure or "inference worker is not running"
         return None
-
-
-LOADING_RETRY_AFTER_S = 5
-"""``Retry-After`` (seconds) of a 503 while the service is loading: a start takes about 6 s on the embedded backbone
-with its conversion cached (README), 40 s when it converts."""
 
 
 # Dependencies are `async def` so FastAPI calls them on the event loop instead of hopping to a worker thread for
@@ -63,7 +64,7 @@ State = Annotated[AppState, Depends(get_state)]
 def _ready_moderator(state: AppState) -> Moderator:
     reason = state.not_ready_reason()
     if reason is not None:
-        raise NotReady(reason, LOADING_RETRY_AFTER_S if state.loading() else None)
+        raise NotReady(reason, state.retry_after_s())
     assert state.moderator is not None
     return state.moderator
 

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from herald_service import __version__
-from herald_service.api.deps import LOADING_RETRY_AFTER_S, ApiKey, State
+from herald_service.api.deps import ApiKey, State
 from herald_service.api.errors import error_response
 
 router = APIRouter(tags=["operations"])
@@ -35,7 +35,8 @@ async def ready(state: State) -> JSONResponse:
     """200 once model, probe, warm-up and worker are up; 503 (with the reason) before that or if the worker dies."""
     reason = state.not_ready_reason()
     if reason is not None:
-        headers = {"Retry-After": str(LOADING_RETRY_AFTER_S)} if state.loading() else None
+        retry_after_s = state.retry_after_s()
+        headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
         return error_response(503, "not_ready", reason, headers=headers)
     return JSONResponse({"status": "ready"})
 
