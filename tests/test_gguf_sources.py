@@ -279,9 +279,13 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
     for broken, why in ((lambda: (folder / "herald_source.json").unlink(), "herald_source.json is missing"),
                         (lambda: (folder / "tokenizer.json").unlink(), "the tokenizer is missing"),
                         (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": "shard-1.safetensors"}}'),
-                         "shard-1.safetensors is missing")):
+                         "shard-1.safetensors is missing"),
+                        (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": 3}}'),
+                         "model.safetensors.index.json names a weight file 3 that is not a file name"),
+                        (lambda: (folder / "model.safetensors.index.json").write_text("[1]"),
+                         "model.safetensors.index.json is unreadable (list indices must be integers or slices, not str)")):
         broken()
         assert loader.conversion_damage(folder) == why
         resolve_backbone(str(whole), cache)  # converted again, whole
         assert loader.conversion_damage(folder) is None
-    assert len(converted) == 5
+    assert len(converted) == 7

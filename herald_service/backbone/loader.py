@@ -329,9 +329,11 @@ def conversion_damage(folder: Path) -> str | None:
     index = folder / "model.safetensors.index.json"
     try:
         names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
-    except (OSError, ValueError, KeyError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:  # not JSON, or not a weight map
         return f"{index.name} is unreadable ({exc})"
     for name in names:
+        if not isinstance(name, str):
+            return f"{index.name} names a weight file {name!r} that is not a file name"
         if not (folder / name).is_file():
             return f"{name} is missing"
         try:
