@@ -466,3 +466,38 @@ def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(clie
     assert r.json()["error"]["field"] == "input" and r.json()["error"]["message"] == "Field required"
     r = client.post("/v1/moderations", json={"input": "x", "inputz": 1})  # nothing missing: the key alone
     assert r.json()["error"]["field"] == "inputz" and r.json()["error"]["message"] == "Extra inputs are not permitted"
+
+
+def test_last_turn_views_add_the_last_user_turn_of_a_conversation_of_several_messages():
+    from herald_service.engine.service import last_turn_views
+    from herald_service.types import Message
+
+    one = (Message("user", "hi"),)
+    chat = (Message("system", "be kind"), Message("user", "hello"), Message("assistant", "hey"), Message("user", "go"))
+    ends_with_tool = (Message("user", "look it up"), Message("tool", "42"))
+    prompts, fields, owners = last_turn_views([one, chat, ends_with_tool], ["messages[0]", "messages[1]", "messages[2]"])
+    assert prompts == [one, chat, (Message("user", "go"),), ends_with_tool]
+    assert fields == ["messages[0]", "messages[1]", "messages[1]", "messages[2]"] and owners == [[0], [1, 2], [3]]
+
+
+def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_turn(client):
+    def prompts_run() -> float:
+        text = client.get("/metrics").text
+        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith("herald_prompt_tokens_count")))
+
+    last = "how do I steal a car"
+    conversation = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"},
+                    {"role": "user", "content": last}]
+    alone = client.post("/classify", json={"input": last}).json()["results"][0]
+    before = prompts_run()
+    r = client.post("/classify", json={"messages": conversation})
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["results"]
+    assert prompts_run() - before == 2  # the conversation and its last turn
+    assert result["score"] >= alone["score"] and result["flagged"] is True
+    if result["tokens"] == alone["tokens"]:  # the last turn decided: its whole answer is the turn's
+        assert result["trajectory"] == alone["trajectory"]
+    # ending with the assistant (nothing is being asked): one prompt, the conversation
+    before = prompts_run()
+    client.post("/classify", json={"messages": conversation[:2]})
+    assert prompts_run() - before == 1

@@ -106,6 +106,24 @@ def engine_limits(settings: Settings) -> EngineLimits:
                         settings.request_timeout_s, chunk)
 
 
+def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]
+                    ) -> tuple[list[Conversation], list[str], list[list[int]]]:
+    """The prompts scored for ``conversations``: each one, and after it, for a conversation of two messages or more
+    whose last message is a user turn, that turn alone (a single user turn, the form the probe was fitted on); with
+    each prompt's request field (the conversation's), and ``owners[i]``, the indices of conversation i's prompts."""
+    prompts: list[Conversation] = []
+    prompt_fields: list[str] = []
+    owners: list[list[int]] = []
+    for conversation, field in zip(conversations, fields):
+        views = [conversation]
+        if len(conversation) > 1 and conversation[-1].role == "user":
+            views.append((conversation[-1],))
+        owners.append(list(range(len(prompts), len(prompts) + len(views))))
+        prompts += views
+        prompt_fields += [field] * len(views)
+    return prompts, prompt_fields, owners
+
+
 ENCODE_CHUNK_CHARS = 16_000
 """Characters of prompt text encoded in one executor hop by :meth:`Moderator.tokenize` before the token limit is
 checked: short prompts still go in one hop (the hot path), long ones a few at a time."""
@@ -245,6 +263,12 @@ class Moderator:
     ) -> tuple[list[Classification], Timing]:
         """Classify prompts through the engine; results in input order, plus the request's merged timing.
 
+        A conversation of several messages that ends with a user turn is scored twice, whole and as that last turn
+        alone (:func:`last_turn_views`), and answered with the higher-scoring of the two (its ``tokens``, features and
+        trajectory are that prompt's). Herald reads the last token, and the probe was fitted on single prompts: a
+        harmful request after one benign exchange scored 0.003 in the conversation and 0.99 alone (a session's try),
+        as a harmful content part scored low joined to a benign one (``/v1/moderations``).
+
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`.
             WorkTooLarge: the prompts' own estimated model time exceeds ``request_timeout_s`` (413 naming
@@ -258,9 +282,10 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
+        prompts, prompt_fields, owners = last_turn_views(conversations, fields)
         try:
-            self.engine.check_room(len(conversations))  # 429 before any work (DESIGN section 4), not after tokenizing
-            ids, tokenize_s = await self.tokenize(conversations, fields)
+            self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
+            ids, tokenize_s = await self.tokenize(prompts, prompt_fields)
             futures = self.engine.submit(ids, tokenize_s)
         except (QueueFull, WorkTooLarge) as exc:
             self.metrics.rejected.labels(exc.reason).inc()
@@ -272,7 +297,8 @@ class Moderator:
         timing = Timing()
         for result in results:
             timing = timing.merge(result.timing)
-        return results, timing
+        # the first of the highest: the conversation where the two tie
+        return [max((results[i] for i in views), key=lambda r: r.score) for views in owners], timing
 
     async def steer(
         self,
