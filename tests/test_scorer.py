@@ -47,3 +47,20 @@ def test_calibration_needs_both_classes():
         calibrate_threshold(np.zeros(3), np.ones(3))
     with pytest.raises(ValueError, match="unknown"):
         calibrate_threshold(np.arange(2.0), np.array([0, 1]), method="vibes")
+
+
+def test_training_runs_on_one_thread_and_restores_the_count():
+    from herald_service.probes.scorer import one_intra_op_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError), one_intra_op_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("a failed step")
+        assert torch.get_num_threads() == 2  # restored after an error too
+        x = np.random.default_rng(1).standard_normal((50, 7)).astype(np.float32)
+        train_scorer(x, (x[:, 0] > 0).astype(int), epochs=3)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
