@@ -330,7 +330,9 @@ class Settings(BackboneSettings):
         " (and all moderation) for seconds per request, so more at once only queue /classify behind them."
     )
 
-    max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request.")
+    max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request (a"
+                                " conversation ending with a user turn after other messages is two, a list of content"
+                                " parts one more than its parts).")
     max_messages: int = Field(
         256, ge=1, description="Messages in one conversation. Empty messages cost no characters but still render and"
         " tokenize (a breaker's 64 x 5,600 empty turns took 11 s of CPU before the token limit refused them)."

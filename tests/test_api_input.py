@@ -501,3 +501,19 @@ def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_
     before = prompts_run()
     client.post("/classify", json={"messages": conversation[:2]})
     assert prompts_run() - before == 1
+
+
+def test_the_last_turn_views_count_toward_the_batch_limit(client):
+    # max_batch_size is 4 here: two such conversations are four prompts (answered), three are six (413 naming the
+    # field and the limit); before, 64 conversations ran 128 prompts (breaker pass)
+    conversation = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"},
+                    {"role": "user", "content": "bake bread"}]
+    assert client.post("/classify", json={"messages": [conversation] * 2}).status_code == 200
+    r = client.post("/classify", json={"messages": [conversation] * 3})
+    assert r.status_code == 413, r.text
+    error = r.json()["error"]
+    assert error["field"] == "messages"
+    assert error["message"] == ("3 conversations run 6 prompts (3 end with a user turn after other messages, and that"
+                                " turn is also scored alone); the limit is 4 prompts per request (max_batch_size)")
+    # single-turn conversations are one prompt each: four are within the limit
+    assert client.post("/classify", json={"messages": [conversation[2:]] * 4}).status_code == 200

@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence
 
 import numpy as np
 
@@ -122,6 +122,14 @@ def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]
         prompts += views
         prompt_fields += [field] * len(views)
     return prompts, prompt_fields, owners
+
+
+def highest_scoring(views: Iterable[Classification]) -> Classification:
+    """The answer for one input scored as several prompts (a conversation and its last user turn, OpenAI content parts
+    and their join): the highest-scoring, the first of them where scores tie (the whole conversation, a part before the
+    join). Herald reads the last token, so a harmful request read with a benign tail scored low
+    (:meth:`Moderator.classify`)."""
+    return max(views, key=lambda r: r.score)
 
 
 ENCODE_CHUNK_CHARS = 16_000
@@ -270,7 +278,8 @@ class Moderator:
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
 
         Raises:
-            InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`.
+            InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`; InputTooLarge also when the
+                prompts with the last-turn views exceed ``max_batch_size``.
             WorkTooLarge: the prompts' own estimated model time exceeds ``request_timeout_s`` (413 naming
                 ``batch_field``; counted in ``herald_rejected_requests_total`` under ``estimated_work``).
             QueueFull: the engine's queue is full, or the estimated wait behind the work accepted earlier exceeds
@@ -283,6 +292,12 @@ class Moderator:
         """
         self.check_shape(conversations, fields, batch_field)
         prompts, prompt_fields, owners = last_turn_views(conversations, fields)
+        if len(prompts) > self.settings.max_batch_size:  # 64 such conversations ran 128 prompts (breaker pass)
+            self.metrics.rejected.labels("batch_size").inc()
+            raise InputTooLarge(
+                f"{len(conversations)} conversations run {len(prompts)} prompts ({len(prompts) - len(conversations)} end"
+                f" with a user turn after other messages, and that turn is also scored alone); the limit is"
+                f" {self.settings.max_batch_size} prompts per request (max_batch_size)", field=batch_field)
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
             ids, tokenize_s = await self.tokenize(prompts, prompt_fields)
@@ -297,8 +312,7 @@ class Moderator:
         timing = Timing()
         for result in results:
             timing = timing.merge(result.timing)
-        # the first of the highest: the conversation where the two tie
-        return [max((results[i] for i in views), key=lambda r: r.score) for views in owners], timing
+        return [highest_scoring(results[i] for i in views) for views in owners], timing
 
     async def steer(
         self,

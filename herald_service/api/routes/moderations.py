@@ -17,6 +17,7 @@ from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.routes.classify import ERRORS, json_answer
 from herald_service.api.schemas import ModerationRequest, ModerationResponse, ModerationTextPart
+from herald_service.engine.service import highest_scoring
 from herald_service.errors import InputTooLarge
 from herald_service.types import user_turn
 
@@ -81,7 +82,7 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
         fields = [f"input[{i}]" for i in range(len(texts))]
     results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request))
     if parts:
-        results = [max(results, key=lambda r: r.score)]
+        results = [highest_scoring(results)]
     moderator.metrics.observe_decisions("/v1/moderations", results)
     return json_answer(
         {
