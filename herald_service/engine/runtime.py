@@ -69,7 +69,8 @@ def default_probe_folder(slug: str) -> Path:
 
 
 def fake_runtime() -> Runtime:
-    """The weight-free fake backbone with a probe fitted on its synthetic corpus (under 2 s after the imports on a busy 2-core CPU)."""
+    """The weight-free fake backbone with a probe fitted on its synthetic corpus (under 2 s after the imports on a busy
+    2-core CPU)."""
     from herald_service.backbone.fake import FakeBackbone, synthetic_corpus
 
     backbone = FakeBackbone()
