@@ -20,6 +20,7 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
                                EnvSettingsSource, PydanticBaseSettingsSource)
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
+from herald_service.out_path import check_out_path
 from herald_service.types import MIN_ADD_ALPHA
 
 
@@ -359,14 +360,12 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         if not self.out.name:  # "" and "." name no file (with_name raised "PosixPath('.') has an empty name")
             raise SystemExit(f"herald plot: --out {str(self.out)!r} names no file; give a path such as --out trajectory.png")
         out = self.out if self.out.suffix.lower() == ".png" else self.out.with_name(self.out.name + ".png")
-        # checked before the backbone loads; savefig failed after it (a folder), or the folder was made silently
-        if self.out.is_dir() or out.is_dir():
-            folder = self.out if self.out.is_dir() else out
-            raise SystemExit(f"herald plot: --out {self.out} is a folder; give a file path such as --out "
-                             f"{folder / 'trajectory.png'}")
-        if not out.parent.is_dir():
-            state = "is not a folder" if out.parent.exists() else "does not exist"
-            raise SystemExit(f"herald plot: --out {self.out}: folder {out.parent} {state}; create it or choose another path")
+        # checked before the backbone loads (savefig failed after it on a folder); a missing folder is refused, not made
+        try:
+            check_out_path(self.out if self.out.is_dir() else out, "--out",
+                           "a PNG file path such as --out trajectory.png", folder=False)
+        except ValueError as exc:
+            raise SystemExit(f"herald plot: {exc}") from None
         results = load_runtime(self).classify_texts(texts)
         print(plot_trajectories(np.array([r.trajectory for r in results]), texts, [r.flagged for r in results], out))
 
@@ -586,13 +585,19 @@ class RecipesCommand(BaseModel):
 class ReportCommand(BaseModel):
     """Write docs/EVALUATION.md and its PNG plots from the JSON that `herald eval` wrote."""
 
-    results: Path = Path("docs/eval/results.json")
-    out: Path = Path("docs/EVALUATION.md")
-    plots: Path = Path("docs/eval")
+    results: Path = Field(Path("docs/eval/results.json"), description="The JSON file herald eval --out wrote.")
+    out: Path = Field(Path("docs/EVALUATION.md"), description="Markdown file to write (replaced if it exists).")
+    plots: Path = Field(Path("docs/eval"), description="Folder for the PNG plots (made if missing; its parent must exist).")
 
     def cli_cmd(self) -> None:
-        from herald_service.training.report import write_report
+        from herald_service.training.report import read_eval_results, write_report
 
+        try:  # every path is checked before anything is written: a bad --results left an empty plots folder behind
+            read_eval_results(self.results)
+            check_out_path(self.out, "--out", "the Markdown file to write, such as --out EVALUATION.md", folder=False)
+            check_out_path(self.plots, "--plots", "a folder for the PNG plots", folder=True)
+        except ValueError as exc:
+            raise SystemExit(f"herald report: {exc}") from None
         print(write_report(self.results, self.out, self.plots))
 
 
@@ -609,6 +614,10 @@ class DataBuildCommand(BaseModel):
 
         if self.out.resolve() == Path.cwd().resolve():
             raise SystemExit("herald data build: --out must name a folder for the corpus, not the current directory")
+        try:
+            check_out_path(self.out, "--out", "a folder for the corpus", folder=True)
+        except ValueError as exc:
+            raise SystemExit(f"herald data build: {exc}") from None
         try:
             manifest = build_corpus(self.out, self.cache_dir, shlex.join(["herald", *sys.argv[1:]]))
         except CorpusBuildError as exc:

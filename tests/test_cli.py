@@ -394,8 +394,8 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     (tmp_path / "taken").write_text("x")  # was "[Errno 17] File exists" after the backbone load and extraction
     out = herald("fit", "--data", str(few), "--out", str(tmp_path / "taken"), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == (
-        f"herald: --out {tmp_path / 'taken'}: {tmp_path / 'taken'} is a file; give a folder (the probe is written into"
-        " it as probe.json and probe.safetensors)"), out.stderr
+        f"herald: --out {tmp_path / 'taken'} is a file; give a folder (the probe is written into it as probe.json and"
+        " probe.safetensors)"), out.stderr
     out = herald("fit", "--data", str(few), "--out", str(tmp_path / "taken" / "sub"), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == (  # was "[Errno 20] Not a directory" after the fit
         f"herald: --out {tmp_path / 'taken' / 'sub'}: {tmp_path / 'taken'} is a file; give a folder (the probe is written"
@@ -501,18 +501,20 @@ def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
 def test_plot_refuses_an_out_it_cannot_write_before_the_backbone_loads(tmp_path):
     (tmp_path / "charts").mkdir()
     (tmp_path / "notes.txt").write_text("")
+    give = "give a PNG file path such as --out trajectory.png"
     refused = {
         # a folder was written next to itself as charts.png; charts.png/ failed in savefig after the backbone load
-        tmp_path / "charts": f"is a folder; give a file path such as --out {tmp_path / 'charts' / 'trajectory.png'}",
+        tmp_path / "charts": f"{tmp_path / 'charts'} is a folder; {give}",
         # a missing folder was created silently, so a typo in it went unnoticed
-        tmp_path / "chrats" / "t.png": f": folder {tmp_path / 'chrats'} does not exist; create it or choose another path",
-        tmp_path / "notes.txt" / "t.png": f": folder {tmp_path / 'notes.txt'} is not a folder; create it or choose another path",
+        tmp_path / "chrats" / "t.png": f"{tmp_path / 'chrats' / 't.png'}: folder {tmp_path / 'chrats'} does not exist;"
+                                       " create it or choose another path",
+        tmp_path / "notes.txt" / "t.png": f"{tmp_path / 'notes.txt' / 't.png'}: {tmp_path / 'notes.txt'} is a file; {give}",
     }
     for out_path, error in refused.items():
         # the backbone path does not exist either: --out is checked first, so its error is the one shown
         out = herald("plot", "bake bread", "--out", str(out_path), HERALD_BACKBONE=str(tmp_path / "missing"))
         assert out.returncode == 1, (out_path, out.stderr)
-        assert out.stderr.strip() == f"herald plot: --out {out_path}{'' if error.startswith(':') else ' '}{error}"
+        assert out.stderr.strip() == f"herald plot: --out {error}", out.stderr
     assert not (tmp_path / "chrats").exists() and not (tmp_path / "charts.png").exists()
 
 
@@ -719,3 +721,53 @@ def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_l
     assert out.returncode == 1 and out.stderr.strip() == (
         f"herald: {bad} line 1: label 'HARMFUL' is not one of ['benign', 'harmful']"), out.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_every_command_refuses_an_out_in_a_missing_folder_before_any_work(tmp_path):
+    # fit, eval and recipes made any missing folders (a typo in --out went unnoticed), while plot refused them
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    typo = tmp_path / "reslts"
+    base = ("--data", str(data), "--backbone", str(tmp_path / "missing-backbone"), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in (("fit", typo / "probe"), ("eval", typo / "results.json"), ("recipes", typo / "recipes.json")):
+        templates = () if command == "fit" else ("--jailbreak-templates", "null")
+        run = herald(command, *base, *templates, "--out", str(out))
+        assert run.returncode == 1 and run.stderr.strip() == (
+            f"herald: --out {out}: folder {typo} does not exist; create it or choose another path"), (command, run.stderr)
+    # the default --out of fit is models/<backbone> in the current directory
+    run = herald_in(tmp_path, "fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"))
+    assert run.returncode == 1 and run.stderr.strip() == (
+        "herald: --out (the default) models/smollm2-135m-instruct: folder models does not exist; create it or choose"
+        " another path"), run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl"]  # no folder, no cache
+
+
+def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
+    results = tmp_path / "results.json"
+    (tmp_path / "notes.txt").write_text("")
+    good = {"random_split": {"herald": {"pooled": {}}}}
+    cases = [  # was a KeyError traceback after the plots folder was made
+        ("{}", (), f"--results {results} is not herald eval output: it needs a \"random_split\" object holding one object"
+                   " with a \"pooled\" object per method; give the file herald eval --out wrote"),
+        ('{"random_split": {"herald": 1}}', (), f"--results {results} is not herald eval output: it needs a"
+         " \"random_split\" object holding one object with a \"pooled\" object per method; give the file herald eval"
+         " --out wrote"),
+        ("[1, 2", (), f"--results {results} is not JSON (line 1, column 6: Expecting ',' delimiter); give the file herald"
+                      " eval wrote"),
+        (json.dumps(good), ("--out", str(tmp_path)),
+         f"--out {tmp_path} is a folder; give the Markdown file to write, such as --out EVALUATION.md"),
+        (json.dumps(good), ("--out", str(tmp_path / "docs" / "E.md")),
+         f"--out {tmp_path / 'docs' / 'E.md'}: folder {tmp_path / 'docs'} does not exist; create it or choose another path"),
+        (json.dumps(good), ("--plots", str(tmp_path / "notes.txt")),
+         f"--plots {tmp_path / 'notes.txt'} is a file; give a folder for the PNG plots"),
+    ]
+    for text, more, error in cases:
+        results.write_text(text)
+        run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots",
+                     str(tmp_path / "plots"), *more)
+        assert run.returncode == 1 and run.stderr.strip() == f"herald report: {error}", (text, more, run.stderr)
+    run = herald("report", "--results", str(tmp_path / "absent.json"))
+    assert run.returncode == 1 and run.stderr.strip() == (
+        f"herald report: --results {tmp_path / 'absent.json'} does not exist; run herald eval --out"
+        f" {tmp_path / 'absent.json'} first, or give its results file"), run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]  # no plots folder, no Markdown

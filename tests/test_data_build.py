@@ -350,5 +350,11 @@ def test_cli_names_the_folder_it_cannot_write(tmp_path):
     run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(blocker / "corpus"),
                           "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "Traceback" not in run.stderr
-    last = run.stderr.strip().splitlines()[-1]
-    assert last.startswith("herald data build: cannot write ") and "(check --out and --cache-dir)" in last
+    assert run.stderr.strip() == (f"herald data build: --out {blocker / 'corpus'}: {blocker} is a file; give a folder for"
+                                  " the corpus")
+    run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(tmp_path / "a" / "corpus"),
+                          "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stderr.strip() == (
+        f"herald data build: --out {tmp_path / 'a' / 'corpus'}: folder {tmp_path / 'a'} does not exist; create it or"
+        " choose another path")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "cache").exists()

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from herald_service.out_path import check_out_path
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
@@ -272,14 +273,14 @@ class EvalOptions:
 def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
     """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
     ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json
-    (breaker finding), as ``herald fit`` once replaced the shipped probe. A folder is refused whatever ``overwrite``
-    says (writing to it failed after the whole run).
+    (breaker finding), as ``herald fit`` once replaced the shipped probe. A path that cannot be written is refused
+    whatever ``overwrite`` says (:func:`~herald_service.out_path.check_out_path`: a folder, or a file in a folder
+    that does not exist; writing to a folder failed after the whole run).
 
     Raises:
         ValueError: naming ``--out``, the path, and ``--overwrite``.
     """
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a folder; give the JSON file to write")
+    check_out_path(out, "--out", "the JSON file to write", folder=False)
     if out.exists() and not overwrite:
         raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
 

@@ -16,6 +16,7 @@ from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
 from herald_service.errors import BackboneError
+from herald_service.out_path import check_out_path
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
@@ -216,20 +217,14 @@ def default_out(backbone: str) -> Path | None:
 
 def check_out(out: Path) -> None:
     """Refuse an ``--out`` the probe cannot be written to, before any model loads (it failed with "[Errno 20] Not a
-    directory" after the extraction and fit: breaker finding): the path or a parent is a file, or the nearest existing
-    folder is not writable.
+    directory" after the extraction and fit: breaker finding), by the rule of
+    :func:`~herald_service.out_path.check_out_path`: the probe's folder may be new, the folder it goes in must exist.
 
     Raises:
         ValueError: naming ``--out`` and the path at fault.
     """
-    for path in (out, *out.parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ValueError(f"--out {out}: {path} is a file; give a folder (the probe is written into it as "
-                                 "probe.json and probe.safetensors)")
-            if not os.access(path, os.W_OK | os.X_OK):
-                raise ValueError(f"--out {out}: {path} is not writable")
-            return
+    check_out_path(out, "--out", "a folder (the probe is written into it as probe.json and probe.safetensors)",
+                   folder=True)
 
 
 def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) -> None:
@@ -285,6 +280,8 @@ def run_fit(options: FitOptions) -> dict:
         check_jailbreak_inputs(templates, rows, capped, options)
     default = default_out(options.backbone)
     planned = options.out or default
+    if options.out is None and default is not None:
+        check_out_path(default, "--out (the default)", "--out DIR", folder=True)
     if planned is not None:
         served = default is not None and planned.resolve() == default.resolve()
         refuse_a_probe_there(planned, options.overwrite, served, given=options.out is not None)

@@ -875,11 +875,46 @@ def _feature_set_targets(results: dict) -> list[list[str]]:
              "met" if f1[best_c] >= f1[best_b] + 2 else "not met", f"seed {split['seed']}; section Trajectory feature sets"]]
 
 
-def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
-    """Write the Markdown report and its plots; returns the Markdown path."""
+def read_eval_results(path: Path) -> dict:
+    """The results ``herald eval`` wrote to ``path`` (``--results``), checked before any plot or Markdown is written.
+
+    Raises:
+        ValueError: naming ``--results`` and the path: it does not exist or is a folder, is not UTF-8 JSON, or is not
+            the object ``herald eval`` writes (a ``random_split`` object of one object per method, each with a
+            ``pooled`` object: every table starts from it).
+    """
     import json
 
-    results = json.loads(Path(results_path).read_text())
+    where = f"--results {path}"
+    if path.is_dir():
+        raise ValueError(f"{where} is a folder; give the JSON file herald eval wrote (docs/eval/results.json)")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{where} does not exist; run herald eval --out {path} first, or give its results file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{where} is not UTF-8 text; give the JSON file herald eval wrote") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); give the file "
+                         "herald eval wrote") from None
+    split = results.get("random_split") if isinstance(results, dict) else None
+    if not isinstance(split, dict) or not split or not all(
+            isinstance(block, dict) and isinstance(block.get("pooled"), dict) for block in split.values()):
+        raise ValueError(f"{where} is not herald eval output: it needs a \"random_split\" object holding one object "
+                         "with a \"pooled\" object per method; give the file herald eval --out wrote")
+    return results
+
+
+def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
+    """Write the Markdown report and its plots; returns the Markdown path.
+
+    Raises:
+        ValueError: the results file is not ``herald eval`` output (:func:`read_eval_results`).
+        OSError: a file cannot be read or written.
+    """
+    import json
+
+    results = read_eval_results(Path(results_path))
     # Every table and plot names "herald" through METHOD_LABELS; set per report from its own results.
     METHOD_LABELS["herald"] = herald_label(results.get("meta", {}))
     folder = Path(results_path).parent

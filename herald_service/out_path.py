@@ -1,0 +1,40 @@
+"""The one rule for the paths Herald's commands write (``--out`` of fit, eval, recipes, report, plot and data build;
+``--plots`` of report), checked before any model loads or any work starts.
+
+The file or folder named may be new, but the folder it goes in must already exist: a command never creates a chain
+of folders, so a typo in a path (``--out reslts/run1.json``) is refused in a second rather than written somewhere
+unnoticed after an hour-long run (a breaker finding on ``herald plot``; fit, eval, recipes and report used to create
+any missing folders while plot refused them).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
+    """Refuse a path a command could not write, naming the option.
+
+    Args:
+        path: the path given (or the default), relative to the current directory or absolute.
+        option: how the error names it, e.g. ``"--out"`` or ``"--out (the default)"``.
+        give: what to give instead, ending the error, e.g. ``"the JSON file to write"``.
+        folder: ``path`` is a folder the command writes files into (created when missing); else a file.
+
+    Raises:
+        ValueError: ``path`` is a folder where a file is written, or a file where a folder is; a folder on the way
+            is a file; the folder ``path`` goes in does not exist; or that folder is not writable.
+    """
+    if path.is_dir() and not folder:
+        raise ValueError(f"{option} {path} is a folder; give {give}")
+    if path.exists() and not path.is_dir() and folder:
+        raise ValueError(f"{option} {path} is a file; give {give}")
+    nearest = next((p for p in path.parents if p.exists()), Path("."))
+    if not nearest.is_dir():
+        raise ValueError(f"{option} {path}: {nearest} is a file; give {give}")
+    if nearest != path.parent:
+        raise ValueError(f"{option} {path}: folder {path.parent} does not exist; create it or choose another path")
+    written = path if folder and path.is_dir() else path.parent
+    if not os.access(written, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: folder {written} is not writable")
