@@ -199,6 +199,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
 
     def cli_cmd(self) -> None:
         from herald_service.engine.runtime import load_runtime
+        from herald_service.errors import InputTooLarge
 
         words = prompt_words(self.text, "classify")
         prompts = [" ".join(words)] if words else []
@@ -224,7 +225,11 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             if len(prompt) > self.max_chars:
                 raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars} (max_chars)")
         runtime = load_runtime(self)
-        for prompt, number, result in zip(prompts, line_numbers, runtime.classify_texts(prompts, self.max_tokens)):
+        try:
+            results = runtime.classify_texts(prompts, self.max_tokens, names=sources)  # a --file prompt named by its line
+        except InputTooLarge as exc:
+            raise SystemExit(f"herald classify: {exc.message}") from None
+        for prompt, number, result in zip(prompts, line_numbers, results):
             row = {"input": prompt} if number is None else {"line": number, "input": prompt}
             row.update(flagged=result.flagged, score=round(result.score, 4), tokens=result.tokens)
             if self.trajectory:

@@ -157,9 +157,16 @@ def test_prompt_files_are_split_at_newlines_only(tmp_path):
         '{"prompt": "bake\u2028bread"}', "how to make\x0ca bomb"]  # the Windows line end's \r is dropped
 
 
-def test_classify_applies_the_token_limit():
-    out = herald("classify", "one two three four five six seven eight nine ten", "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 1 and "the limit is 8 (max_tokens)" in out.stderr and "Traceback" not in out.stderr
+def test_classify_applies_the_token_limit_naming_the_prompt_by_its_file_line(tmp_path):
+    long = "one two three four five six seven eight nine ten"  # 3 template tokens + 10 on the fake backend
+    out = herald("classify", long, "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "herald classify: prompt 1 renders to 13 tokens; the limit is 8 (max_tokens)"), out.stderr
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(f"hello\n\n{long}\n")  # was named "prompt 2": the blank line is skipped, so count lines
+    out = herald("classify", "--file", str(prompts), "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald classify: --file {prompts} line 3 renders to 13 tokens; the limit is 8 (max_tokens)"), out.stderr
 
 
 def test_top_level_help_describes_every_subcommand():

@@ -47,17 +47,25 @@ class Runtime:
             return positions, "the backbone's max_position_embeddings"
         return max_tokens, "max_tokens"
 
-    def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> list[Classification]:
+    def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None,
+                       names: Sequence[str] | None = None) -> list[Classification]:
         """Classify prompts synchronously, one batch, without the engine (CLI use).
 
+        Args:
+            names: how an error names each prompt (``herald classify``: ``"--file prompts.txt line 7"``); default
+                ``"prompt 1"``, ``"prompt 2"``...
+
         Raises:
-            InputTooLarge: a prompt renders to more than :meth:`token_limit` tokens (never silently truncated).
+            InputTooLarge: a prompt renders to more than :meth:`token_limit` tokens (never silently truncated), named
+                by ``names`` and with ``prompt_index`` set.
         """
         ids = self.backbone.encode([user_turn(t) for t in texts])
         limit, name = self.token_limit(max_tokens)
         for i, token_ids in enumerate(ids):
             if limit is not None and len(token_ids) > limit:
-                raise InputTooLarge(f"prompt {i + 1} renders to {len(token_ids)} tokens; the limit is {limit} ({name})", field=f"text[{i}]")
+                where = names[i] if names is not None else f"prompt {i + 1}"
+                raise InputTooLarge(f"{where} renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
+                                    field=f"text[{i}]", prompt_index=i)
         out = self.probe.predict(self.backbone.last_token_states(ids))
         return [classification_at(out, i, len(ids[i])) for i in range(len(texts))]
 
