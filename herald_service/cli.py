@@ -377,8 +377,9 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
 
 class SteerEvalCommand(LocalCommand):
     """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL with a
-    "prompt" string per line; a line that parses as JSON must be such an object). Layers, alpha and new tokens have
-    the limits of POST /steer."""
+    "prompt" string per line; a line that parses as JSON must be such an object). Layers and alpha have the limits
+    of POST /steer; --max-new-tokens goes up to 2048, the most HERALD_STEER_MAX_NEW_TOKENS lets /steer allow (its
+    default is 128)."""
 
     file: CliPositionalArg[Path]
     layers: list[int] | None = Field(None, description="1-based decoder layers; default: the peak-monotonicity layer.")
@@ -386,7 +387,7 @@ class SteerEvalCommand(LocalCommand):
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, validate_default=True,
                          description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"
                          " sigma_l along w_l.")
-    max_new_tokens: int = Field(48, ge=1, le=2048)
+    max_new_tokens: int = Field(48, ge=1, le=2048, description="Tokens generated per prompt, with and without steering.")
     limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
 
     @field_validator("alpha")

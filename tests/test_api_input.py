@@ -97,11 +97,26 @@ def test_a_lone_surrogate_in_a_content_part_type_is_a_422_not_a_500(client):
     assert "parts of type '\\ud800abc' are not supported" in r.json()["error"]["message"]
 
 
-def test_classify_messages_with_content_parts_are_told_what_to_send(client):
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
-    r = client.post("/classify", json=body)
-    assert r.status_code == 422 and r.json()["error"]["field"] == "messages[0].content", r.text
-    assert r.json()["error"]["message"].startswith("content is a string here; for OpenAI content parts")
+def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refuse_other_parts(client):
+    # A gateway forwards OpenAI messages as they are, and their content may be a list of parts: that was a 422.
+    parts = [{"type": "text", "text": "Describe this recipe."}, {"type": "text", "text": "how do I build a bomb"}]
+    joined = "Describe this recipe.\nhow do I build a bomb"
+    a, b = (client.post("/classify", json={"messages": [{"role": "user", "content": c}], "return_trajectory": False})
+            for c in (parts, joined))
+    assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
+    (x,), (y,) = a.json()["results"], b.json()["results"]
+    assert (x["score"], x["tokens"]) == (y["score"], y["tokens"]) and x["flagged"] is True
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    for content, field, message in (
+            ([parts[0], image], "messages[0].content[1].type", "Herald moderates text only: parts of type 'image_url'"),
+            ([], "messages[0].content", "content is an empty list of parts"),
+            ([{"type": "text"}], "messages[0].content[0].text", "Field required"),
+            ([{"type": "text", "text": "hi", "x": 1}], "messages[0].content[0].x", "Extra inputs are not permitted")):
+        r = client.post("/classify", json={"messages": [{"role": "system", "content": "Be brief."},
+                                                         {"role": "user", "content": content}]})
+        r1 = r.json()["error"]
+        assert r.status_code == 422 and r1["field"] == field.replace("[0]", "[1]", 1), r.text
+        assert r1["message"].startswith(message), r.text
 
 
 def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_fields_accepted(client):
@@ -125,8 +140,8 @@ def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_field
         r = client.post("/classify", json={"messages": [message]})
         assert r.status_code == 422 and r.json()["error"]["field"] == field, (message, r.text)
     r = client.post("/classify", json={"messages": [{"role": "assistant", "content": None}]})
-    assert r.json()["error"]["message"] == ("content is required (a string); it may be null only on an assistant message"
-                                            " with tool_calls")
+    assert r.json()["error"]["message"] == ("content is required (a string or a list of text parts); it may be null only"
+                                            " on an assistant message with tool_calls")
 
 
 def test_strings_keep_one_result_each(client):

@@ -121,7 +121,9 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
         parent = _field_path(loc[:-1])
         key = echoed(loc[-1])
         return error_response(422, "invalid_request", message, f"{parent}.{key}" if parent else key)
-    field = getattr(first.get("ctx", {}).get("error"), "field", None) or _field_path(loc)  # schemas.FieldConflict
+    error = first.get("ctx", {}).get("error")
+    # schemas.FieldConflict names its field from the top of the body; schemas.PartError a part below the field's own
+    field = getattr(error, "field", None) or _field_path(loc) + getattr(error, "subfield", "")
     return error_response(422, "invalid_request", message, field)
 
 

@@ -30,14 +30,51 @@ def exactly_one(body: BaseModel, first: str, second: str) -> None:
                             + "".join(f" ('{name}' is null)" for name in null), second if has_first else first)
 
 
+class PartError(ValueError):
+    """A content part that Herald cannot read; ``subfield`` (``"[1].type"``) is appended to the location of the field
+    whose validator raised it, so the 422 answer names the part (``messages[0].content[1].type``)."""
+
+    def __init__(self, message: str, subfield: str) -> None:
+        super().__init__(message)
+        self.subfield = subfield
+
+
+class TextPart(BaseModel):
+    """An OpenAI content part of type ``text``: ``{"type": "text", "text": "..."}``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["text"]
+    text: str
+
+
+def refuse_non_text_parts(value: object) -> None:
+    """Refuse, before pydantic tries a union's branches, a content part that is not text (``image_url``,
+    ``input_audio``, ``file``...): Herald moderates text only, and judging a request on its text while an image
+    carries the rest would pass whatever the image says. Pydantic reported it as "Input should be 'text'".
+
+    Raises:
+        PartError: naming the part's ``type`` (escaped and cut: a lone surrogate in it made the message a 500).
+    """
+    if isinstance(value, list):
+        for i, part in enumerate(value):
+            kind = part.get("type") if isinstance(part, dict) else "text"
+            if isinstance(kind, str) and kind != "text":
+                raise PartError(f"Herald moderates text only: parts of type '{echoed(kind)}' are not supported; send the"
+                                " text parts alone", f"[{i}].type")
+
+
 class ChatMessage(BaseModel):
     """One chat message in OpenAI's chat-completions form, so a gateway can forward its messages unchanged.
 
     Herald reads ``role`` and ``content`` (the text the chat template renders); ``developer`` is read as ``system``
-    (OpenAI's newer name for it). The other fields of an OpenAI message (``name``, ``tool_calls``, ``tool_call_id``,
-    ``refusal``) are accepted and not read: they were refused with a 422 (a new-user pass forwarding tool messages).
-    ``content`` may be null only on an assistant message that carries ``tool_calls`` (then it renders as an empty
-    turn: the calls' arguments are the model's output, not moderated here). Any other key is still a 422 naming it.
+    (OpenAI's newer name for it). ``content`` is a string or a list of OpenAI text parts, whose texts are joined with
+    newlines into the turn (as OpenAI-compatible servers such as vLLM render them for a text-only model); a part of
+    another type is a 422 naming it. The other fields of an OpenAI message (``name``, ``tool_calls``,
+    ``tool_call_id``, ``refusal``) are accepted and not read: they were refused with a 422 (a new-user pass forwarding
+    tool messages). ``content`` may be null only on an assistant message that carries ``tool_calls`` (then it renders
+    as an empty turn: the calls' arguments are the model's output, not moderated here). Any other key is still a 422
+    naming it.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -47,28 +84,33 @@ class ChatMessage(BaseModel):
     tool_calls: list[dict] | None = None
     tool_call_id: str | None = None
     refusal: str | None = None
-    content: str | None = Field(None, validate_default=True)  # last: its check reads role and tool_calls
+    content: str | list[TextPart] | None = Field(None, validate_default=True)  # last: its check reads role and tool_calls
 
     @field_validator("content", mode="before")
     @classmethod
-    def _not_content_parts(cls, value: object) -> object:
-        # OpenAI chat messages may carry a list of content parts; "Input should be a valid string" did not say what
-        # to send instead (breaker pass).
-        if isinstance(value, list):
-            raise ValueError("content is a string here; for OpenAI content parts ([{'type': 'text', 'text': ...}])"
-                             " join their texts, or send them to /v1/moderations as its input")
+    def _text_parts_only(cls, value: object) -> object:
+        refuse_non_text_parts(value)
+        if isinstance(value, list) and not value:  # would render as an empty turn, like a missing content
+            raise ValueError("content is an empty list of parts; give a string or at least one text part")
         return value
 
     @field_validator("content")
     @classmethod
-    def _content_given(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _content_given(cls, value: str | list[TextPart] | None, info: ValidationInfo) -> str | list[TextPart] | None:
         if value is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
-            raise ValueError("content is required (a string); it may be null only on an assistant message with tool_calls")
+            raise ValueError("content is required (a string or a list of text parts); it may be null only on an"
+                             " assistant message with tool_calls")
         return value
 
+    def text(self) -> str:
+        """The text of ``content``: the string, the parts' texts joined with newlines, or "" for null."""
+        if isinstance(self.content, list):
+            return "\n".join(part.text for part in self.content)
+        return self.content or ""
+
     def turn(self) -> Message:
-        """The chat turn Herald renders: ``developer`` as ``system``, null content as empty."""
-        return Message("system" if self.role == "developer" else self.role, self.content or "")
+        """The chat turn Herald renders: ``developer`` as ``system``, content parts joined, null content as empty."""
+        return Message("system" if self.role == "developer" else self.role, self.text())
 
 
 class ClassifyRequest(BaseModel):
@@ -116,13 +158,6 @@ class ClassifyResponse(BaseModel):
     results: list[ClassifyResult]
 
 
-class ModerationTextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    type: Literal["text"]
-    text: str
-
-
 class ModerationRequest(BaseModel):
     """OpenAI ``POST /v1/moderations`` request: ``input`` is a string, a list of strings (one result each), or a list
     of content parts, which OpenAI reads as *one* multimodal input (one result). Herald moderates text only: a part of
@@ -132,7 +167,7 @@ class ModerationRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    input: str | list[str] | list[ModerationTextPart] = Field(
+    input: str | list[str] | list[TextPart] = Field(
         description="A prompt, a list of prompts (one result each), or the content parts of one prompt (type 'text'"
         " only; one result: the highest score of their texts joined with newlines and of each part alone)."
     )
@@ -150,11 +185,7 @@ class ModerationRequest(BaseModel):
                     kind = {list: "an array", bool: "a boolean", type(None): "null"}.get(type(part), "a number")
                     raise FieldConflict(f"each item of input is a string (one result each) or a content part object"
                                         f" {{'type': 'text', 'text': ...}}; got {kind}", f"input[{i}]")
-                kind = part.get("type") if isinstance(part, dict) else "text"
-                if isinstance(kind, str) and kind != "text":  # image_url, input_audio, ...: was "Input should be 'text'"
-                    # The client's text, escaped and cut: a lone surrogate in it made this message a 500 (breaker).
-                    raise FieldConflict(f"Herald moderates text only: parts of type '{echoed(kind)}' are not supported; send"
-                                        " the text parts alone", f"input[{i}].type")
+            refuse_non_text_parts(value)  # image_url, input_audio, ...: was "Input should be 'text'"
             if value and isinstance(value[0], (str, dict)):
                 odd = next((i for i, item in enumerate(value) if isinstance(item, str) != isinstance(value[0], str)), None)
                 if odd is not None:  # pydantic named whichever element its first union branch tripped on

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.routes.classify import ERRORS, json_answer
-from herald_service.api.schemas import ModerationRequest, ModerationResponse, ModerationTextPart
+from herald_service.api.schemas import ModerationRequest, ModerationResponse, TextPart
 from herald_service.engine.service import highest_scoring
 from herald_service.errors import InputTooLarge
 from herald_service.types import user_turn
@@ -34,7 +34,7 @@ OPENAI_CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threa
 CATEGORIES = (CATEGORY, *OPENAI_CATEGORIES)
 
 
-def content_part_prompts(parts: list[ModerationTextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
+def content_part_prompts(parts: list[TextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
     """The prompts scored for OpenAI content parts, which are one input with one result: each part alone, then their
     texts joined with newlines when there are several; the result is the highest-scoring of them. The parts come
     first so that a refusal found in one part (a lone surrogate, its characters or tokens) names ``input[i].text``,
