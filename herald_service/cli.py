@@ -17,7 +17,7 @@ import numpy as np
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
-                               EnvSettingsSource, PydanticBaseSettingsSource)
+                               EnvSettingsSource, PydanticBaseSettingsSource, SettingsError)
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
 from herald_service.out_path import check_out_path
@@ -644,7 +644,7 @@ class DataCommand(BaseModel):
         CliApp.run_subcommand(self)
 
 
-class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True):
+class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True, cli_exit_on_error=False):
     """Herald: safety moderation from a chat model's own hidden states. `herald --version` prints the version."""
 
     serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
@@ -704,6 +704,34 @@ def _refuse_valued_switches(argv: list[str]) -> None:
             raise SystemExit(f"herald {argv[0]}: {switch} takes no value (got {value!r}); use --{name} or --no-{name}")
 
 
+def _command_of(args: list[str]) -> str:
+    """The command ``args`` run, as typed (``"fit"``, ``"data build"``), or "" for none: the name argparse errors are
+    reported under."""
+    names = [name.replace("_", "-") for name in Herald.model_fields]
+    if not args or args[0] not in names:
+        return ""
+    return " ".join(args[:2]) if args[0] == "data" and args[1:2] == ["build"] else args[0]
+
+
+def _usage_error(args: list[str], exc: Exception) -> SystemExit:
+    """One line on stderr for a command line argparse refuses (an unknown option, a missing value, a bad choice, no
+    command), naming the command it was given to, and exit status 2 as argparse's: with argparse's own exit,
+    ``herald fit --bogus`` printed the top-level usage, as if the option had been given to ``herald``, and a bare
+    ``herald`` listed ``steer_eval`` for ``steer-eval``."""
+    message = str(exc).removeprefix("error parsing CLI: ")
+    command = _command_of(args)
+    where = f"herald {command}" if command else "herald"
+    if "subcommand is required" in message:
+        commands = ", ".join(name.replace("_", "-") for name in (DataCommand if command else Herald).model_fields)
+        message = f"give a command: {commands}"
+    elif message.startswith("unrecognized arguments: "):
+        words = message.removeprefix("unrecognized arguments: ")
+        one_option = words.startswith("-") and " " not in words
+        message = f"unknown option {words}" if one_option else f"unexpected arguments: {words}"
+    print(f"{where}: {message} (see {where} --help)", file=sys.stderr)
+    return SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``herald`` console script."""
     from pydantic import ValidationError
@@ -721,6 +749,8 @@ def main(argv: list[str] | None = None) -> None:
         CliApp.run(Herald, cli_args=args)
     except KeyboardInterrupt:  # Ctrl+C, in any command at any point: exit as a shell expects, without a traceback
         raise SystemExit(130) from None
+    except SettingsError as exc:
+        raise _usage_error(args, exc) from None
     except ValidationError as exc:
         problems = "\n".join(f"  {_setting_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise SystemExit(f"herald: invalid settings\n{problems}") from None

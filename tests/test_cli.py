@@ -778,3 +778,17 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
         f"herald report: --results {tmp_path / 'absent.json'} does not exist; run herald eval --out"
         f" {tmp_path / 'absent.json'} first, or give its results file"), run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]  # no plots folder, no Markdown
+
+
+def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
+    # fit --bogus printed herald's top-level usage; a bare herald listed steer_eval, a name nobody can type
+    for args, line in (((), "herald: give a command: serve, classify, fit, plot, steer-eval, eval, recipes, report, data"
+                            " (see herald --help)"),
+                       (("fit", "--bogus"), "herald fit: unknown option --bogus (see herald fit --help)"),
+                       (("eval", "--bogus", "x"), "herald eval: unexpected arguments: --bogus x (see herald eval --help)"),
+                       (("data",), "herald data: give a command: build (see herald data --help)"),
+                       (("data", "build", "--x"), "herald data build: unknown option --x (see herald data build --help)"),
+                       (("recipes", "--seed"), "herald recipes: argument --seed: expected one argument (see herald"
+                                               " recipes --help)")):
+        out = herald(*args)
+        assert out.returncode == 2 and out.stderr.strip() == line, (args, out.stderr)
