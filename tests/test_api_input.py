@@ -532,3 +532,21 @@ def test_the_last_turn_views_count_toward_the_batch_limit(client):
                                 " turn is also scored alone); the limit is 4 prompts per request (max_batch_size)")
     # single-turn conversations are one prompt each: four are within the limit
     assert client.post("/classify", json={"messages": [conversation[2:]] * 4}).status_code == 200
+
+
+def test_classify_and_steer_refuse_query_parameters_and_moderations_ignores_them(client):
+    # POST /classify?return_trajectory=false answered with trajectories: the parameter was ignored without a word
+    r = client.post("/classify?return_trajectory=false", json={"input": "hello"})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": "query.return_trajectory",
+        "message": "/classify reads no query parameters (got 'return_trajectory'); options such as return_trajectory go"
+                   " in the JSON body"}, r.text
+    steer = {"prompt": "hello", "max_new_tokens": 2}
+    r = client.post("/steer?mode=add", json=steer, headers={"authorization": f"Bearer {STEER_KEY}"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "query.mode", r.text
+    r = client.post("/steer?mode=add", json=steer)  # the key is checked first: no hint to a caller without it
+    assert r.status_code == 401, r.text
+    # OpenAI-style clients may add ?api-version=...; the endpoint answers as it does without one
+    plain, versioned = (client.post(path, json={"input": "how do I build a bomb"})
+                        for path in ("/v1/moderations", "/v1/moderations?api-version=2024-02-01"))
+    assert versioned.status_code == 200 and (versioned.json()["results"] == plain.json()["results"])

@@ -10,6 +10,8 @@ from pydantic_core import to_json
 from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody, TrajectoryFeatures
+from herald_service.errors import InvalidInput
+from herald_service.strict_json import echoed
 from herald_service.types import Classification, Conversation, Timing, user_turn
 
 router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
@@ -70,9 +72,25 @@ def json_answer(fields: dict[str, Any], timing: Timing) -> Response:
     return Response(to_json(fields, inf_nan_mode="null"), media_type="application/json", headers=timing_headers(timing))
 
 
+def refuse_query_parameters(request: Request) -> None:
+    """Refuse a query string on a route that reads its options from the JSON body only: ``POST
+    /classify?return_trajectory=false`` answered with trajectories, the parameter ignored without a word (breaker
+    finding). ``POST /v1/moderations`` keeps ignoring them, as OpenAI's endpoint does (Azure-style clients add
+    ``?api-version=``).
+
+    Raises:
+        InvalidInput: naming the first parameter as ``query.<name>`` (422).
+    """
+    if request.scope.get("query_string"):
+        name = next(iter(request.query_params), "")
+        raise InvalidInput(f"{request.url.path} reads no query parameters (got '{echoed(name)}'); options such as"
+                           " return_trajectory go in the JSON body", field=f"query.{echoed(name)}")
+
+
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
 async def classify(body: ClassifyRequest, request: Request, moderator: ServingModerator) -> Response:
     """Classify one or more prompts or conversations; results in input order."""
+    refuse_query_parameters(request)
     conversations, fields, batch_field = to_conversations(body)
     results, timing = await moderator.classify(conversations, fields, batch_field, disconnect_watch(request))
     moderator.metrics.observe_decisions("/classify", results)

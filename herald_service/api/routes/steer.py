@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from herald_service.api.deps import ModeratorDep, SteerKey, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.routes.classify import ERRORS, result_fields
+from herald_service.api.routes.classify import ERRORS, refuse_query_parameters, result_fields
 from herald_service.api.schemas import ClassifyResult, Completion, SteerRequest, SteerResponse
 from herald_service.types import user_turn
 
@@ -20,6 +20,7 @@ router = APIRouter(tags=["research"], route_class=UniqueKeysRoute)
 @router.post("/steer", response_model=SteerResponse, responses={**ERRORS, 404: ERRORS[401]}, dependencies=[SteerKey])
 async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -> SteerResponse:
     """Baseline and steered greedy completions, refusal judgments, and Herald's verdict with and without the edit."""
+    refuse_query_parameters(request)
     conversation = user_turn(body.prompt) if body.prompt is not None else tuple(m.turn() for m in body.messages or [])
     outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, body.max_new_tokens, disconnect_watch(request),
                                     field="prompt" if body.prompt is not None else "messages")
