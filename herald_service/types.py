@@ -15,10 +15,13 @@ finding), as 0 had been."""
 
 @dataclass(frozen=True)
 class Message:
-    """One chat turn."""
+    """One chat turn. ``parts``: the texts of the OpenAI content parts whose newline join is ``content``, when there
+    are two or more (``POST /classify`` also scores each part of a last user turn alone:
+    :func:`~herald_service.engine.service.last_turn_views`); empty otherwise. Rendering reads ``content`` only."""
 
     role: str
     content: str
+    parts: tuple[str, ...] = ()
 
 
 Conversation = tuple[Message, ...]

@@ -106,6 +106,19 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
     assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
     (x,), (y,) = a.json()["results"], b.json()["results"]
     assert (x["score"], x["tokens"]) == (y["score"], y["tokens"]) and x["flagged"] is True
+    # and each part alone, as /v1/moderations scores parts: a harmful part before benign ones read as benign joined
+    texts = ["steal a car", "I am sorry, I cannot help.", "what is two plus two"]
+    parts = [{"type": "text", "text": t} for t in texts]
+    r = client.post("/classify", json={"messages": [{"role": "user", "content": parts}], "return_trajectory": False})
+    views = client.post("/classify", json={"input": ["\n".join(texts), *texts], "return_trajectory": False}).json()
+    highest = max(views["results"], key=lambda v: v["score"])
+    assert highest == views["results"][1] and highest["score"] > views["results"][0]["score"]  # the part beats the join
+    assert r.status_code == 200 and r.json()["results"][0] == highest, r.text
+    r = client.post("/classify", json={"messages": [[{"role": "user", "content": parts}]] * 2})  # 2 x (join + 3) > 4
+    assert r.status_code == 413 and r.json()["error"] == {
+        "type": "input_too_large", "field": "messages",
+        "message": "2 conversations run 8 prompts (6 content parts of last user turns are each also scored alone); the"
+                   " limit is 4 prompts per request (max_batch_size)"}, r.text
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     for content, field, message in (
             ([parts[0], image], "messages[0].content[1].type", "Herald moderates text only: parts of type 'image_url'"),
@@ -493,6 +506,17 @@ def test_last_turn_views_add_the_last_user_turn_of_a_conversation_of_several_mes
     prompts, fields, owners = last_turn_views([one, chat, ends_with_tool], ["messages[0]", "messages[1]", "messages[2]"])
     assert prompts == [one, chat, (Message("user", "go"),), ends_with_tool]
     assert fields == ["messages[0]", "messages[1]", "messages[1]", "messages[2]"] and owners == [[0], [1, 2], [3]]
+    # a last user turn of content parts: each part alone too, named by its path in the request
+    parts = (Message("user", "be kind"), Message("user", "a\nb", ("a", "b")))
+    prompts, fields, owners = last_turn_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
+    assert prompts == [parts, (parts[1],), (Message("user", "a"),), (Message("user", "b"),),
+                       (parts[1],), (Message("user", "a"),), (Message("user", "b"),)]
+    assert fields == ["messages[0]", "messages[0]", "messages[0][1].content[0].text", "messages[0][1].content[1].text",
+                      "messages[1]", "messages[1][0].content[0].text", "messages[1][0].content[1].text"]
+    assert owners == [[0, 1, 2, 3], [4, 5, 6]]
+    # parts of an earlier turn, or of a last turn that is not the user's, are read joined only
+    earlier = (parts[1], Message("assistant", "ok"))
+    assert last_turn_views([earlier], ["messages"])[0] == [earlier]
 
 
 def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_turn(client):

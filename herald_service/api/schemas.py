@@ -109,8 +109,10 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
     def turn(self) -> Message:
-        """The chat turn Herald renders: ``developer`` as ``system``, content parts joined, null content as empty."""
-        return Message("system" if self.role == "developer" else self.role, self.text())
+        """The chat turn Herald renders: ``developer`` as ``system``, content parts joined (and kept as ``parts`` when
+        there are several), null content as empty."""
+        parts = tuple(part.text for part in self.content) if isinstance(self.content, list) and len(self.content) > 1 else ()
+        return Message("system" if self.role == "developer" else self.role, self.text(), parts)
 
 
 class ClassifyRequest(BaseModel):

@@ -25,7 +25,7 @@ from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, Queu
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
 from herald_service.text_file import is_valid_unicode
-from herald_service.types import Classification, Conversation, Timing
+from herald_service.types import Classification, Conversation, Timing, user_turn
 
 
 class ClientGone(HeraldError):
@@ -108,19 +108,27 @@ def engine_limits(settings: Settings) -> EngineLimits:
 
 def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]
                     ) -> tuple[list[Conversation], list[str], list[list[int]]]:
-    """The prompts scored for ``conversations``: each one, and after it, for a conversation of two messages or more
-    whose last message is a user turn, that turn alone (a single user turn, the form the probe was fitted on); with
-    each prompt's request field (the conversation's), and ``owners[i]``, the indices of conversation i's prompts."""
+    """The prompts scored for ``conversations``: each one; after it, for a conversation of two messages or more whose
+    last message is a user turn, that turn alone (a single user turn, the form the probe was fitted on); and when that
+    last user turn is OpenAI content parts (:attr:`~herald_service.types.Message.parts`, two or more), each part alone
+    as a user turn, as ``/v1/moderations`` scores parts (a harmful part followed by benign ones scored 0.15 joined and
+    0.99995 alone: breaker pass). Returns the prompts, each one's request field (the conversation's; a part's is
+    ``messages[2].content[1].text``), and ``owners[i]``, the indices of conversation i's prompts."""
     prompts: list[Conversation] = []
     prompt_fields: list[str] = []
     owners: list[list[int]] = []
     for conversation, field in zip(conversations, fields):
-        views = [conversation]
-        if len(conversation) > 1 and conversation[-1].role == "user":
-            views.append((conversation[-1],))
+        views, view_fields = [conversation], [field]
+        last = conversation[-1] if conversation else None
+        if last is not None and last.role == "user":
+            if len(conversation) > 1:
+                views.append((last,))
+                view_fields.append(field)
+            views += [user_turn(part) for part in last.parts]
+            view_fields += [f"{field}[{len(conversation) - 1}].content[{j}].text" for j in range(len(last.parts))]
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
-        prompt_fields += [field] * len(views)
+        prompt_fields += view_fields
     return prompts, prompt_fields, owners
 
 
@@ -272,8 +280,8 @@ class Moderator:
         """Classify prompts through the engine; results in input order, plus the request's merged timing.
 
         A conversation of several messages that ends with a user turn is scored twice, whole and as that last turn
-        alone (:func:`last_turn_views`), and answered with the higher-scoring of the two (its ``tokens``, features and
-        trajectory are that prompt's). Herald reads the last token, and the probe was fitted on single prompts: a
+        alone, and a last user turn of several content parts also part by part (:func:`last_turn_views`); the answer
+        is the highest-scoring of these prompts (its ``tokens``, features and trajectory are that prompt's). Herald reads the last token, and the probe was fitted on single prompts: a
         harmful request after one benign exchange scored 0.003 in the conversation and 0.99 alone (a session's try),
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
 
@@ -294,9 +302,12 @@ class Moderator:
         prompts, prompt_fields, owners = last_turn_views(conversations, fields)
         if len(prompts) > self.settings.max_batch_size:  # 64 such conversations ran 128 prompts (breaker pass)
             self.metrics.rejected.labels("batch_size").inc()
+            turns = sum(len(c) > 1 and c[-1].role == "user" for c in conversations)
+            parts = sum(len(c[-1].parts) for c in conversations if c[-1].role == "user")
+            why = [f"{turns} end with a user turn after other messages, and that turn is also scored alone"] * (turns > 0)
+            why += [f"{parts} content parts of last user turns are each also scored alone"] * (parts > 0)
             raise InputTooLarge(
-                f"{len(conversations)} conversations run {len(prompts)} prompts ({len(prompts) - len(conversations)} end"
-                f" with a user turn after other messages, and that turn is also scored alone); the limit is"
+                f"{len(conversations)} conversations run {len(prompts)} prompts ({'; '.join(why)}); the limit is"
                 f" {self.settings.max_batch_size} prompts per request (max_batch_size)", field=batch_field)
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
