@@ -348,12 +348,17 @@ class FitCommand(BaseModel):
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+"""Formats ``herald plot --out`` writes, by suffix (matplotlib's savefig; JPEG through Pillow, a matplotlib dependency)."""
+
+
 class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
-    """Classify prompts and write their layer trajectories as a PNG: herald plot [options] PROMPT ... (one word or
+    """Classify prompts and write their layer trajectories as an image: herald plot [options] PROMPT ... (one word or
     quoted sentence per prompt)."""
 
     text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
-    out: Path = Field(Path("trajectory.png"), description="PNG path (.png is added when missing).")
+    out: Path = Field(Path("trajectory.png"), description=(
+        "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
 
     def cli_cmd(self) -> None:
         from herald_service.analysis.trajectory_plot import plot_trajectories
@@ -364,15 +369,21 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
             raise SystemExit("herald plot: give one or more prompts")
         if not self.out.name:  # "" and "." name no file (with_name raised "PosixPath('.') has an empty name")
             raise SystemExit(f"herald plot: --out {str(self.out)!r} names no file; give a path such as --out trajectory.png")
-        out = self.out if self.out.suffix.lower() == ".png" else self.out.with_name(self.out.name + ".png")
+        out = self.out if self.out.suffix else self.out.with_name(self.out.name + ".png")
+        if not self.out.is_dir() and out.suffix.lower() not in PLOT_SUFFIXES:  # x.jpg was written as x.jpg.png
+            raise SystemExit(f"herald plot: --out {self.out}: the suffix picks the image format, and"
+                             f" {out.suffix} is none of {', '.join(PLOT_SUFFIXES)}; give e.g. --out {out.stem}.png")
         # checked before the backbone loads (savefig failed after it on a folder); a missing folder is refused, not made
         try:
             check_out_path(self.out if self.out.is_dir() else out, "--out",
-                           "a PNG file path such as --out trajectory.png", folder=False)
+                           "an image file path such as --out trajectory.png", folder=False)
         except ValueError as exc:
             raise SystemExit(f"herald plot: {exc}") from None
         results = load_runtime(self).classify_texts(texts)
-        print(plot_trajectories(np.array([r.trajectory for r in results]), texts, [r.flagged for r in results], out))
+        try:
+            print(plot_trajectories(np.array([r.trajectory for r in results]), texts, [r.flagged for r in results], out))
+        except OSError as exc:  # what the check above cannot see (a read-only file system; /sys as root)
+            raise SystemExit(f"herald plot: --out {out}: cannot write it ({exc.strerror})") from None
 
 
 class SteerEvalCommand(LocalCommand):
@@ -604,7 +615,12 @@ class ReportCommand(BaseModel):
             check_out_path(self.plots, "--plots", "a folder for the PNG plots", folder=True)
         except ValueError as exc:
             raise SystemExit(f"herald report: {exc}") from None
-        print(write_report(self.results, self.out, self.plots))
+        try:
+            print(write_report(self.results, self.out, self.plots))
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a part deeper than read_eval_results checks
+            raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output ({type(exc).__name__}"
+                             f" {exc} while writing the report; plots written before it stay in {self.plots}); give the"
+                             " file herald eval --out wrote") from None
 
 
 class DataBuildCommand(BaseModel):
@@ -650,7 +666,7 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
     serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
     classify: CliSubCommand[ClassifyCommand] = Field(description="classify prompts from the command line, print JSON lines")
     fit: CliSubCommand[FitCommand] = Field(description="fit a probe on labeled JSONL data and a backbone")
-    plot: CliSubCommand[PlotCommand] = Field(description="plot prompts' layer trajectories as a PNG")
+    plot: CliSubCommand[PlotCommand] = Field(description="plot prompts' layer trajectories as an image (PNG, SVG, PDF)")
     steer_eval: CliSubCommand[SteerEvalCommand] = Field(description="refusal rate with and without directional ablation")
     eval: CliSubCommand[EvalCommand] = Field(description="evaluate Herald against latent and guard-style baselines")
     recipes: CliSubCommand[RecipesCommand] = Field(description="compare training recipes on leave-one-source-out")

@@ -260,6 +260,22 @@ def test_plot_keeps_an_upper_case_png_suffix(tmp_path):
     out = herald("plot", "Hello, world", "bake bread", "--out", str(tmp_path / "traj.PNG"), HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(tmp_path / "traj.PNG") and (tmp_path / "traj.PNG").stat().st_size > 1000
+
+
+def test_plot_writes_the_format_its_suffix_names_and_refuses_an_unknown_one(tmp_path):
+    # --out x.jpg was written as x.jpg.png, the name asked for changed without a word
+    out = herald("plot", "bake bread", "--out", str(tmp_path / "t.jpg"), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "t.jpg"), out.stderr
+    assert (tmp_path / "t.jpg").read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG
+    out = herald("plot", "bake bread", "--out", str(tmp_path / "t.svg"), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0 and (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml"), out.stderr
+    out = herald("plot", "bake bread", "--out", str(tmp_path / "t.txt"), HERALD_BACKBONE=str(tmp_path / "missing"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald plot: --out {tmp_path / 't.txt'}: the suffix picks the image format, and .txt is none of .png, .svg,"
+        " .pdf, .jpg, .jpeg; give e.g. --out t.png"), out.stderr
+    out = herald("plot", "bake bread", "--out", str(tmp_path / "plain"), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "plain.png"), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.png", "t.jpg", "t.svg"]
     assert not (tmp_path / "traj.PNG.png").exists()
 
 
@@ -508,7 +524,7 @@ def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
 def test_plot_refuses_an_out_it_cannot_write_before_the_backbone_loads(tmp_path):
     (tmp_path / "charts").mkdir()
     (tmp_path / "notes.txt").write_text("")
-    give = "give a PNG file path such as --out trajectory.png"
+    give = "give an image file path such as --out trajectory.png"
     refused = {
         # a folder was written next to itself as charts.png; charts.png/ failed in savefig after the backbone load
         tmp_path / "charts": f"{tmp_path / 'charts'} is a folder; {give}",
@@ -752,13 +768,17 @@ def test_every_command_refuses_an_out_in_a_missing_folder_before_any_work(tmp_pa
 def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
     results = tmp_path / "results.json"
     (tmp_path / "notes.txt").write_text("")
-    good = {"random_split": {"herald": {"pooled": {}}}}
+    metric = {"value": 0.5, "lo": 0.4, "hi": 0.6}
+    good = {"random_split": {"herald": {"pooled": dict.fromkeys(
+        ("f1", "recall", "false_positive_rate", "auroc", "tpr_at_1pct_fpr"), metric)}}}
     cases = [  # was a KeyError traceback after the plots folder was made
         ("{}", (), f"--results {results} is not herald eval output: it needs a \"random_split\" object holding one object"
                    " with a \"pooled\" object per method; give the file herald eval --out wrote"),
         ('{"random_split": {"herald": 1}}', (), f"--results {results} is not herald eval output: it needs a"
          " \"random_split\" object holding one object with a \"pooled\" object per method; give the file herald eval"
          " --out wrote"),
+        ('{"random_split": {"herald": {"pooled": {}}}}', (), f"--results {results} is not herald eval output:"
+         " random_split.herald.pooled.f1 needs a numeric \"value\"; give the file herald eval --out wrote"),
         ("[1, 2", (), f"--results {results} is not JSON (line 1, column 6: Expecting ',' delimiter); give the file herald"
                       " eval wrote"),
         (json.dumps(good), ("--out", str(tmp_path)),
@@ -792,3 +812,11 @@ def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
                                                " recipes --help)")):
         out = herald(*args)
         assert out.returncode == 2 and out.stderr.strip() == line, (args, out.stderr)
+    # a part deeper than the check reads: one line, no traceback, and it says what was written
+    results.write_text(json.dumps(dict(good, loso={"folds": 1, "pooled": {}})))
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    assert run.returncode == 1 and run.stderr.strip() == (
+        f"herald report: --results {results} is not complete herald eval output (TypeError 'int' object is not iterable"
+        f" while writing the report; plots written before it stay in {tmp_path / 'plots'}); give the file herald eval"
+        " --out wrote"), run.stderr
+    assert not (tmp_path / "E.md").exists()

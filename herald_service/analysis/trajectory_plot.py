@@ -74,7 +74,8 @@ def plot_trajectories(
     out: Path,
     title: str = "Herald layer trajectories",
 ) -> Path:
-    """Write :func:`trajectory_figure` of trajectories ``(batch, layer)`` as a PNG at ``out``.
+    """Write :func:`trajectory_figure` of trajectories ``(batch, layer)`` at ``out``, as the image format its suffix
+    names (matplotlib's ``savefig``: PNG, SVG, PDF, JPEG ...).
 
     Raises:
         OSError: ``out`` cannot be written (its folder is missing, it is a folder); ``herald plot`` checks both first.

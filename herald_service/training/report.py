@@ -875,13 +875,19 @@ def _feature_set_targets(results: dict) -> list[list[str]]:
              "met" if f1[best_c] >= f1[best_b] + 2 else "not met", f"seed {split['seed']}; section Trajectory feature sets"]]
 
 
+POOLED_METRICS = ("f1", "recall", "false_positive_rate", "auroc", "tpr_at_1pct_fpr")
+"""The metrics of a method's pooled block in ``herald eval`` results (:func:`~.bootstrap.bootstrap_metrics`) that the
+report's tables read."""
+
+
 def read_eval_results(path: Path) -> dict:
     """The results ``herald eval`` wrote to ``path`` (``--results``), checked before any plot or Markdown is written.
 
     Raises:
         ValueError: naming ``--results`` and the path: it does not exist or is a folder, is not UTF-8 JSON, or is not
             the object ``herald eval`` writes (a ``random_split`` object of one object per method, each with a
-            ``pooled`` object: every table starts from it).
+            ``pooled`` object of :data:`POOLED_METRICS`, each with a numeric ``value``: every table starts from
+            them).
     """
     import json
 
@@ -902,6 +908,12 @@ def read_eval_results(path: Path) -> dict:
             isinstance(block, dict) and isinstance(block.get("pooled"), dict) for block in split.values()):
         raise ValueError(f"{where} is not herald eval output: it needs a \"random_split\" object holding one object "
                          "with a \"pooled\" object per method; give the file herald eval --out wrote")
+    for method, block in split.items():  # every table starts from these (a breaker's {} was a KeyError traceback)
+        for metric in POOLED_METRICS:
+            value = block["pooled"].get(metric)
+            if not isinstance(value, dict) or not isinstance(value.get("value"), (int, float)):
+                raise ValueError(f"{where} is not herald eval output: random_split.{method}.pooled.{metric} needs a"
+                                 " numeric \"value\"; give the file herald eval --out wrote")
     return results
 
 
