@@ -38,13 +38,14 @@ def prompt_words(words: list[str], command: str) -> list[str]:
     word starting with ``--`` is refused as an unknown option, unless it comes after a ``--`` word.
 
     Raises:
-        SystemExit: an unknown option, named.
+        SystemExit: an unknown option, named on stderr, with exit status 2 as every other command's unknown option.
     """
     cut = words.index("--") if "--" in words else len(words)
     for word in words[:cut]:
         if word.startswith("--"):
-            raise SystemExit(f"herald {command}: unknown option {word.split('=', 1)[0]} (see herald {command} --help; "
-                             "put -- before text that starts with --)")
+            print(f"herald {command}: unknown option {word.split('=', 1)[0]} (see herald {command} --help; put -- before"
+                  " text that starts with --)", file=sys.stderr)
+            raise SystemExit(2)
     return words[:cut] + words[cut + 1:]
 
 
@@ -275,8 +276,9 @@ def check_default_data(options: BaseModel) -> None:
     if "data" in options.model_fields_set or DEFAULT_DATA.exists():
         return
     raise ValueError(f"--data defaults to {DEFAULT_DATA}, relative to the current directory ({Path.cwd()}), and it does "
-                     "not exist there; run from the repository root (the corpus sits beside it), or point --data "
-                     "FILE.jsonl,... at other data")
+                     "not exist there; run from the repository root (the corpus sits beside it), point --data "
+                     "FILE.jsonl,... at other data, or rebuild the corpus with herald data build --out data and pass "
+                     "--data data")
 
 
 def check_jailbreak_templates(options: BaseModel) -> None:

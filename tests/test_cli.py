@@ -46,7 +46,7 @@ def test_serve_names_the_probe_folder_when_given_probe_json(tmp_path):
     out = herald("serve", HERALD_PROBE=str(shipped / "probe.json"), HERALD_CACHE_DIR=str(tmp_path))
     # it said "no probe at .../probe.json: probe.json is missing"
     assert out.returncode == 1 and out.stderr.strip() == (
-        f"herald: HERALD_PROBE must be the probe folder (the one holding probe.json): use {shipped}"), out.stderr
+        f"herald: the probe (--probe or HERALD_PROBE) must be its folder, the one holding probe.json: use {shipped}"), out.stderr
 
 
 def shipped_probe_copy(folder: Path, **manifest_changes) -> Path:
@@ -215,7 +215,8 @@ def test_classify_keeps_text_exactly_as_given():
 
 def test_classify_refuses_unknown_options_and_reads_its_own_options_only_from_flags(tmp_path):
     out = herald("classify", "--port", "5", "hi", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 1 and "unknown option --port" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and out.stderr.strip() == (  # exit 2, as every other command's unknown option
+        "herald classify: unknown option --port (see herald classify --help; put -- before text that starts with --)")
     literal = herald("classify", "--", "--port", "5", HERALD_FAKE_BACKEND="true")
     assert literal.returncode == 0 and json.loads(literal.stdout)["input"] == "--port 5"
     extra = tmp_path / "extra.txt"
@@ -427,7 +428,7 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     out = herald("eval", "--data", str(few), "--probe", str(tmp_path), *results, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and "probe.json is missing" in out.stderr, out.stderr  # was named after every fit
     out = herald("eval", "--data", str(tmp_path / "missing.jsonl"), *results, "--cache-dir", str(tmp_path / "cache"))
-    assert out.returncode == 1 and out.stderr.strip() == f"herald: {tmp_path / 'missing.jsonl'} does not exist", out.stderr
+    assert out.returncode == 1 and out.stderr.strip() == f"herald: --data {tmp_path / 'missing.jsonl'} does not exist", out.stderr
     assert not (tmp_path / "cache").exists()
 
 
@@ -632,8 +633,8 @@ def test_the_default_data_is_named_as_relative_to_the_current_directory(tmp_path
         out = herald_in(tmp_path, command, "--max-per-source", "1")
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --data defaults to ../shared/data, relative to the current directory ({tmp_path}), and it does not"
-            " exist there; run from the repository root (the corpus sits beside it), or point --data FILE.jsonl,... at"
-            " other data"), (command, out.stderr)
+            " exist there; run from the repository root (the corpus sits beside it), point --data FILE.jsonl,... at"
+            " other data, or rebuild the corpus with herald data build --out data and pass --data data"), (command, out.stderr)
 
 
 def test_a_jailbreak_templates_path_given_must_exist(tmp_path):
@@ -798,6 +799,14 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
         f"herald report: --results {tmp_path / 'absent.json'} does not exist; run herald eval --out"
         f" {tmp_path / 'absent.json'} first, or give its results file"), run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]  # no plots folder, no Markdown
+    # a part deeper than the check reads: one line, no traceback, and it says what was written
+    results.write_text(json.dumps(dict(good, loso={"folds": 1, "pooled": {}})))
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    assert run.returncode == 1 and run.stderr.strip() == (
+        f"herald report: --results {results} is not complete herald eval output (TypeError 'int' object is not iterable"
+        f" while writing the report; plots written before it stay in {tmp_path / 'plots'}); give the file herald eval"
+        " --out wrote"), run.stderr
+    assert not (tmp_path / "E.md").exists()
 
 
 def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
@@ -812,11 +821,3 @@ def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
                                                " recipes --help)")):
         out = herald(*args)
         assert out.returncode == 2 and out.stderr.strip() == line, (args, out.stderr)
-    # a part deeper than the check reads: one line, no traceback, and it says what was written
-    results.write_text(json.dumps(dict(good, loso={"folds": 1, "pooled": {}})))
-    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
-    assert run.returncode == 1 and run.stderr.strip() == (
-        f"herald report: --results {results} is not complete herald eval output (TypeError 'int' object is not iterable"
-        f" while writing the report; plots written before it stay in {tmp_path / 'plots'}); give the file herald eval"
-        " --out wrote"), run.stderr
-    assert not (tmp_path / "E.md").exists()

@@ -548,11 +548,11 @@ def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(
     data, good = _jailbreak_inputs(tmp_path)
     common = dict(data=[data], backbone=str(tmp_path / "no-such-backbone"), out=tmp_path / "out", cache_dir=tmp_path,
                   max_per_source=15)
-    with pytest.raises(ValueError, match=r"jailbreak_templates: .*missing.jsonl is not a file; jailbreak_train_per_class 80"):
+    with pytest.raises(ValueError, match=r"--jailbreak-templates: .*missing.jsonl is not a file; --jailbreak-train-per-class 80"):
         run_fit(FitOptions(jailbreak_templates=tmp_path / "missing.jsonl", jailbreak_train_per_class=80, **common))
-    with pytest.raises(ValueError, match=r"^jailbreak_templates is empty; jailbreak_train_per_class 80 needs"):
+    with pytest.raises(ValueError, match=r"^--jailbreak-templates is empty; --jailbreak-train-per-class 80 needs"):
         run_fit(FitOptions(jailbreak_templates=Path(""), jailbreak_train_per_class=80, **common))
-    with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 1000000000 exceeds the limit of 1000$"):
+    with pytest.raises(ValueError, match=r"^--jailbreak-train-per-class 1000000000 exceeds the limit of 1000$"):
         run_fit(FitOptions(jailbreak_templates=good, jailbreak_train_per_class=10**9, **common))
     cases = [
         ('{"prompt": "x {{ prompt }}"}\n{"prompt": 3}\n', r"bad.jsonl line 2: needs a \"prompt\" string; a row is an object"),
@@ -568,14 +568,14 @@ def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(
     bad = tmp_path / "bad.jsonl"
     for text, message in cases:
         bad.write_text(text)
-        with pytest.raises(ValueError, match=r"^jailbreak_templates: .*" + message):
+        with pytest.raises(ValueError, match=r"^--jailbreak-templates: .*" + message):
             run_fit(FitOptions(jailbreak_templates=bad, jailbreak_train_per_class=80, **common))
     bad.write_bytes(b'{"prompt": "caf\xe9 {{ prompt }}"}\n')
-    with pytest.raises(ValueError, match=r"^jailbreak_templates: .*bad.jsonl is not UTF-8 text \(line 1: byte 0xe9\)"):
+    with pytest.raises(ValueError, match=r"^--jailbreak-templates: .*bad.jsonl is not UTF-8 text \(line 1: byte 0xe9\)"):
         run_fit(FitOptions(jailbreak_templates=bad, jailbreak_train_per_class=80, **common))
     (tmp_path / "own").mkdir()
     own_data, _ = _jailbreak_inputs(tmp_path / "own", sources=("my harmful set",))
-    with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 80: --data has no harmful row of source AdvBench or HarmBench"):
+    with pytest.raises(ValueError, match=r"^--jailbreak-train-per-class 80: --data has no harmful row of source AdvBench or HarmBench"):
         run_fit(FitOptions(**{**common, "data": [own_data]}, jailbreak_templates=good, jailbreak_train_per_class=80))
 
 
@@ -594,7 +594,7 @@ def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prom
     assert "30 rows wrap 12 distinct training requests" in caplog.text
     long = tmp_path / "long.jsonl"
     long.write_text("\n".join(json.dumps({"prompt": f"{i} " + "tell me a story " * 100 + "{{ prompt }}"}) for i in range(100)))
-    with pytest.raises(ValueError, match=r"^jailbreak_train_per_class 4: all 4 wrapped training prompts exceed --max-tokens 64"):
+    with pytest.raises(ValueError, match=r"^--jailbreak-train-per-class 4: all 4 wrapped training prompts exceed --max-tokens 64"):
         run_fit(FitOptions(out=tmp_path / "short", jailbreak_train_per_class=4, max_tokens=64,
                            **{**common, "data": [tmp_path / "folder" / "data.jsonl"], "jailbreak_templates": long}))
     with pytest.raises(ValueError, match=r"^all 30 prompts exceed --max-tokens 3 once rendered; raise it$"):

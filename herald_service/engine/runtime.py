@@ -120,7 +120,7 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[s
     if settings.probe is not None and settings.probe.is_file():
         parent = settings.probe.parent
         advice = f"use {parent}" if (parent / MANIFEST_FILE).is_file() else f"{settings.probe} is a file"
-        raise ProbeMismatch(f"HERALD_PROBE must be the probe folder (the one holding {MANIFEST_FILE}): {advice}",
+        raise ProbeMismatch(f"the probe (--probe or HERALD_PROBE) must be its folder, the one holding {MANIFEST_FILE}: {advice}",
                             field="probe")
     slug = backbone_slug(settings.backbone)
     folder = settings.probe or default_probe_folder(slug)

@@ -227,27 +227,30 @@ def require_split_parts(examples: list[Example], test_fraction: float, seed: int
                          f"{advice} more {name} rows per source")
 
 
-def expand_data(paths: list[Path]) -> list[Path]:
+def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
     """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file. A file reached twice
     (given twice, or given and inside a folder given) is read once, where it first comes (a re-test: its rows were
     read twice and counted as duplicates).
 
+    Args:
+        option: the command-line option the paths came from, named in errors (``--data``, ``--sensitive-data``).
+
     Raises:
-        ValueError: a path that does not exist, a folder without such files, or no path at all.
+        ValueError: a path that does not exist, a folder without such files, or no path at all, naming ``option``.
     """
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
             found = default_data_files(path)
             if not found:
-                raise ValueError(f"folder {path} holds no .jsonl file")
+                raise ValueError(f"{option}: folder {path} holds no .jsonl file")
             files.extend(found)
         elif path.exists():
             files.append(path)
         else:
-            raise ValueError(f"{path} does not exist")
+            raise ValueError(f"{option} {path} does not exist")
     if not files:
-        raise ValueError("no JSONL file or folder given")
+        raise ValueError(f"{option}: no JSONL file or folder given")
     first: dict[Path, Path] = {}
     for file in files:
         first.setdefault(file.resolve(), file)

@@ -101,24 +101,24 @@ def jailbreak_templates_of(options: FitOptions) -> list[dict]:
 
     per_class = options.jailbreak_train_per_class
     if per_class > MAX_JAILBREAK_TRAIN_PER_CLASS:
-        raise ValueError(f"jailbreak_train_per_class {per_class} exceeds the limit of {MAX_JAILBREAK_TRAIN_PER_CLASS}")
+        raise ValueError(f"--jailbreak-train-per-class {per_class} exceeds the limit of {MAX_JAILBREAK_TRAIN_PER_CLASS}")
     if per_class <= 0:
         return []
     path = options.jailbreak_templates
     if path is None or path == Path("."):  # Path("") reads as "."
-        raise ValueError(f"jailbreak_templates is empty; jailbreak_train_per_class {per_class} needs the PyRIT jailbreak "
+        raise ValueError(f"--jailbreak-templates is empty; --jailbreak-train-per-class {per_class} needs the PyRIT jailbreak "
                          "templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
     if not path.is_file():
-        raise ValueError(f"jailbreak_templates: {path} is not a file; jailbreak_train_per_class {per_class} needs the "
+        raise ValueError(f"--jailbreak-templates: {path} is not a file; --jailbreak-train-per-class {per_class} needs the "
                          "PyRIT jailbreak templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
     try:
         templates = load_templates(path, TEMPLATE_MAX_CHARS)
     except OSError as exc:
-        raise ValueError(f"jailbreak_templates: {path}: {exc.strerror}") from None
+        raise ValueError(f"--jailbreak-templates: {path}: {exc.strerror}") from None
     except ValueError as exc:  # a bad row (file and line) or not UTF-8
-        raise ValueError(f"jailbreak_templates: {exc}") from None
+        raise ValueError(f"--jailbreak-templates: {exc}") from None
     if not templates:
-        raise ValueError(f"jailbreak_templates: {path} holds no template with only the {{{{ prompt }}}} slot and at most "
+        raise ValueError(f"--jailbreak-templates: {path} holds no template with only the {{{{ prompt }}}} slot and at most "
                          f"{TEMPLATE_MAX_CHARS} characters")
     return templates
 
@@ -136,12 +136,12 @@ def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list
 
     per_class = options.jailbreak_train_per_class
     if not wrappable(capped):
-        raise ValueError(f"jailbreak_train_per_class {per_class}: --data has no harmful row of source "
+        raise ValueError(f"--jailbreak-train-per-class {per_class}: --data has no harmful row of source "
                          f"{' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no blank line)")
     _, split = training_template_split(templates, everything, capped, EVALUATION_TEMPLATES, options.seed)
     if not len(split.train):
         distinct = len({template_key(t["prompt"]) for t in templates})
-        raise ValueError(f"jailbreak_templates: {options.jailbreak_templates} has {distinct} distinct templates; the "
+        raise ValueError(f"--jailbreak-templates: {options.jailbreak_templates} has {distinct} distinct templates; the "
                          f"{EVALUATION_TEMPLATES} of herald eval's jailbreak-wrapped set (with their near-duplicates) "
                          "and half of the rest are never trained on, which leaves none")
 
@@ -170,12 +170,12 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
     try:
         split, _, rows = training_wrappers(templates, everything, capped, train_rows, per_class, seed=options.seed)
     except ValueError as exc:
-        raise ValueError(f"jailbreak_train_per_class {per_class}: {exc} in the train part") from None
+        raise ValueError(f"--jailbreak-train-per-class {per_class}: {exc} in the train part") from None
     harmful = [r for r in rows if r.example.label == 1]
     lengths = [len(ids) for ids in backbone.encode([user_turn(r.example.prompt) for r in harmful])]
     fits = [r for r, n in zip(harmful, lengths) if n <= options.max_tokens]
     if not fits:
-        raise ValueError(f"jailbreak_train_per_class {per_class}: all {len(harmful)} wrapped training prompts exceed "
+        raise ValueError(f"--jailbreak-train-per-class {per_class}: all {len(harmful)} wrapped training prompts exceed "
                          f"--max-tokens {options.max_tokens} (the longest template allowed is {TEMPLATE_MAX_CHARS} characters)")
     chosen = fits[:per_class]
     distinct = len({r.request for r in chosen})

@@ -226,7 +226,7 @@ def run_recipes(options: RecipeOptions) -> dict:
                 pool = wrapped_pool(backbone, cache, rows, options)
     sensitive = None
     if options.sensitive_data:
-        rows = cap_per_group(load_corpus(expand_data(options.sensitive_data)), options.max_per_source, options.seed)
+        rows = cap_per_group(load_corpus(expand_data(options.sensitive_data, "--sensitive-data")), options.max_per_source, options.seed)
         sensitive, _, _ = _states_for(backbone, rows, cache, options.max_tokens, "sensitive-topic states")
 
     fit_seed = options.seed if options.fit_seed is None else options.fit_seed
