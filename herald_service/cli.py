@@ -619,10 +619,13 @@ class ReportCommand(BaseModel):
             raise SystemExit(f"herald report: {exc}") from None
         try:
             print(write_report(self.results, self.out, self.plots))
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:  # a part deeper than read_eval_results checks
-            raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output ({type(exc).__name__}"
-                             f" {exc} while writing the report; plots written before it stay in {self.plots}); give the"
-                             " file herald eval --out wrote") from None
+        except OSError as exc:
+            raise SystemExit(f"herald report: cannot write {exc.filename}: {exc.strerror}") from None
+        except Exception as exc:  # noqa: BLE001 - any part deeper than read_eval_results checks (a 700-case mutation
+            # run of a breaker pass raised KeyError, TypeError, StopIteration, numpy's broadcast ValueError ...)
+            raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output"
+                             f" ({type(exc).__name__}: {exc}, while building the report; nothing was written); give"
+                             " the file herald eval --out wrote") from None
 
 
 class DataBuildCommand(BaseModel):

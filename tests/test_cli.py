@@ -799,14 +799,21 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
         f"herald report: --results {tmp_path / 'absent.json'} does not exist; run herald eval --out"
         f" {tmp_path / 'absent.json'} first, or give its results file"), run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]  # no plots folder, no Markdown
-    # a part deeper than the check reads: one line, no traceback, and it says what was written
-    results.write_text(json.dumps(dict(good, loso={"folds": 1, "pooled": {}})))
-    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    # a part deeper than the check reads: one line, no traceback, nothing written (plots were, before the Markdown)
+    for broken, error in ((dict(good, loso={"folds": 1, "pooled": {}}), "TypeError: 'int' object is not iterable"),
+                          (dict(good, loso={"folds": {}}), "StopIteration: "),
+                          (dict(good, learning_curve={"sizes": []}), "KeyError: 'methods'")):
+        results.write_text(json.dumps(broken))
+        run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+        assert run.returncode == 1 and run.stderr.strip() == (
+            f"herald report: --results {results} is not complete herald eval output ({error}, while building the report;"
+            " nothing was written); give the file herald eval --out wrote"), run.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]
+    results.write_text("[" * 100_000)  # was a RecursionError traceback
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"))
     assert run.returncode == 1 and run.stderr.strip() == (
-        f"herald report: --results {results} is not complete herald eval output (TypeError 'int' object is not iterable"
-        f" while writing the report; plots written before it stay in {tmp_path / 'plots'}); give the file herald eval"
-        " --out wrote"), run.stderr
-    assert not (tmp_path / "E.md").exists()
+        f"herald report: --results {results} is JSON nested more deeply than herald eval writes; give the file herald"
+        " eval wrote"), run.stderr
 
 
 def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():

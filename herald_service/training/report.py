@@ -10,7 +10,9 @@ text about scope.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -896,6 +898,9 @@ def read_eval_results(path: Path) -> dict:
         raise ValueError(f"{where} is a folder; give the JSON file herald eval wrote (docs/eval/results.json)")
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{where} is JSON nested more deeply than herald eval writes; give the file herald eval"
+                         " wrote") from None
     except FileNotFoundError:
         raise ValueError(f"{where} does not exist; run herald eval --out {path} first, or give its results file") from None
     except UnicodeDecodeError:
@@ -918,10 +923,13 @@ def read_eval_results(path: Path) -> dict:
 
 
 def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
-    """Write the Markdown report and its plots; returns the Markdown path.
+    """Write the Markdown report and its plots; returns the Markdown path. Nothing is written unless all of it could
+    be built: the plots are drawn in a scratch folder beside ``md_path`` and moved into ``plot_dir`` last.
 
     Raises:
         ValueError: the results file is not ``herald eval`` output (:func:`read_eval_results`).
+        Exception: whatever a deeper malformed part of it raises while the report is built (``herald report`` names
+            the file).
         OSError: a file cannot be read or written.
     """
     import json
@@ -993,14 +1001,21 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     if "recipe_studies" not in results and study_runs:
         results["recipe_studies"] = study_runs
         beside.append("recipe_studies/")
-    plot_dir.mkdir(parents=True, exist_ok=True)
-    plots = {
-        "learning_curve": plot_learning_curve(results, plot_dir / "learning_curve.png"),
-        "trajectories": plot_trajectories(results, plot_dir / "trajectories_by_class.png"),
-        "loso": plot_loso_bars(results, plot_dir / "loso_per_source.png"),
-    }
+    # Everything is drawn and written out in a scratch folder first, and moved into place only once the Markdown is
+    # built: results malformed deep inside failed after some plots were written (breaker pass).
+    names = {"learning_curve": "learning_curve.png", "trajectories": "trajectories_by_class.png",
+             "loso": "loso_per_source.png"}
+    draw = {"learning_curve": plot_learning_curve, "trajectories": plot_trajectories, "loso": plot_loso_bars}
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(build_markdown(results, plots, md_path, folder, tuple(beside)) + "\n")
+    with tempfile.TemporaryDirectory(dir=md_path.parent, prefix=".herald-report-") as scratch:
+        drawn = {key: draw[key](results, Path(scratch) / name) for key, name in names.items()}
+        plots = {key: plot_dir / names[key] if path is not None else None for key, path in drawn.items()}
+        markdown = build_markdown(results, plots, md_path, folder, tuple(beside)) + "\n"
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        for key, path in drawn.items():
+            if path is not None:
+                shutil.move(path, plots[key])
+        md_path.write_text(markdown)
     return md_path
 
 
