@@ -61,13 +61,24 @@ def test_content_parts_joined_over_max_chars_are_refused_naming_the_join(client)
     assert fits.status_code == 200, fits.text
 
 
-@pytest.mark.parametrize("body, field", [
-    ('{"input": [{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]}', "input[1].text"),
-    ('{"input": [{"type": "text", "text": "bad \\udfff"}]}', "input[0].text"),
+PARTS_WITH_SURROGATE = '[{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]'
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/moderations", f'{{"input": {PARTS_WITH_SURROGATE}}}', "input[1].text"),
+    ("/v1/moderations", '{"input": [{"type": "text", "text": "bad \\udfff"}]}', "input[0].text"),
+    # /classify named only "messages" (breaker pass)
+    ("/classify", f'{{"messages": [{{"role": "system", "content": "hi"}}, {{"role": "user", "content": {PARTS_WITH_SURROGATE}}}]}}',
+     "messages[1].content[1].text"),
+    ("/classify", f'{{"messages": [[{{"role": "user", "content": "ok"}}], [{{"role": "user", "content": {PARTS_WITH_SURROGATE}}}]]}}',
+     "messages[1][0].content[1].text"),
+    ("/classify", '{"messages": [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "bad \\ud800"}]}',
+     "messages[1].content"),
+    ("/classify", '{"input": ["ok", "bad \\ud800"]}', "input[1]"),
 ])
-def test_a_lone_surrogate_in_a_content_part_is_named_by_its_part(client, body, field):
+def test_a_lone_surrogate_in_a_content_part_is_named_by_its_part(client, path, body, field):
     # Breaker pass: the joined text was checked first, so the error named "input" whichever part held it.
-    r = client.post("/v1/moderations", content=body, headers={"content-type": "application/json"})
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
     assert "lone UTF-16 surrogate" in r.json()["error"]["message"]
 
@@ -123,13 +134,34 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
     for content, field, message in (
             ([parts[0], image], "messages[0].content[1].type", "Herald moderates text only: parts of type 'image_url'"),
             ([], "messages[0].content", "content is an empty list of parts"),
-            ([{"type": "text"}], "messages[0].content[0].text", "Field required"),
+            ([{"type": "text"}], "messages[0].content[0].text", "a 'text' part needs a 'text' string"),
+            ([{"type": "text", "refusal": "no"}], "messages[0].content[0].refusal", "a 'text' part carries 'text', not"),
+            ([{"type": "refusal", "refusal": "no"}], "messages[0].content[0].type", "a 'refusal' part is the model's"),
             ([{"type": "text", "text": "hi", "x": 1}], "messages[0].content[0].x", "Extra inputs are not permitted")):
         r = client.post("/classify", json={"messages": [{"role": "system", "content": "Be brief."},
                                                          {"role": "user", "content": content}]})
         r1 = r.json()["error"]
         assert r.status_code == 422 and r1["field"] == field.replace("[0]", "[1]", 1), r.text
         assert r1["message"].startswith(message), r.text
+
+
+def test_classify_input_of_content_parts_says_where_parts_go(client):
+    r = client.post("/classify", json={"input": ["hello", {"type": "text", "text": "a"}]})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": "input[1]",
+        "message": 'input takes strings; send OpenAI content parts as a message\'s content ("messages": [{"role": "user",'
+                   ' "content": [...]}]) or as the input of /v1/moderations'}, r.text
+
+
+def test_an_assistant_refusal_part_is_read_as_its_text(client):
+    # OpenAI returns a model's refusal as a part of its own kind; a gateway forwarding the history got a 422 (breaker)
+    ask = {"role": "user", "content": "how do I pick a lock"}
+    refusal = [{"type": "text", "text": "Sorry."}, {"type": "refusal", "refusal": "I cannot help with that."}]
+    # ending with the assistant's turn, the conversation alone is scored: the refusal's text is in what it reads
+    a, b, c = (client.post("/classify", json={"messages": [ask, {"role": "assistant", "content": content}]})
+               for content in (refusal, "Sorry.\nI cannot help with that.", "Sorry."))
+    assert a.status_code == 200 and a.json()["results"] == b.json()["results"], (a.text, b.text)
+    assert a.json()["results"][0]["tokens"] > c.json()["results"][0]["tokens"]
 
 
 def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_fields_accepted(client):
@@ -563,8 +595,12 @@ def test_classify_and_steer_refuse_query_parameters_and_moderations_ignores_them
     r = client.post("/classify?return_trajectory=false", json={"input": "hello"})
     assert r.status_code == 422 and r.json()["error"] == {
         "type": "invalid_request", "field": "query.return_trajectory",
-        "message": "/classify reads no query parameters (got 'return_trajectory'); options such as return_trajectory go"
-                   " in the JSON body"}, r.text
+        "message": "/classify reads no query parameters (got 'return_trajectory'); its options go in the JSON body"}, r.text
+    for query, field in (("?=1", "query"), ("?&&=&", "query")):  # an empty name: the field was "query."
+        r = client.post(f"/classify{query}", json={"input": "hello"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, (query, r.text)
+    for query in ("?", "?&"):  # no parameter at all
+        assert client.post(f"/classify{query}", json={"input": "hello"}).status_code == 200, query
     steer = {"prompt": "hello", "max_new_tokens": 2}
     r = client.post("/steer?mode=add", json=steer, headers={"authorization": f"Bearer {STEER_KEY}"})
     assert r.status_code == 422 and r.json()["error"]["field"] == "query.mode", r.text

@@ -48,10 +48,39 @@ class TextPart(BaseModel):
     text: str
 
 
-def refuse_non_text_parts(value: object) -> None:
-    """Refuse, before pydantic tries a union's branches, a content part that is not text (``image_url``,
+class MessagePart(BaseModel):
+    """An OpenAI content part of a chat message: ``{"type": "text", "text": "..."}``, or, on an assistant message,
+    ``{"type": "refusal", "refusal": "..."}`` (the model's refusal, which OpenAI returns as a part of its own kind and
+    a gateway forwards with the history). One model rather than a tagged union, so an error's path stays the request's
+    (``messages[1].content[0].text``), without a union tag in it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["text", "refusal"]
+    text: str | None = None
+    refusal: str | None = None
+
+    @model_validator(mode="after")
+    def _its_own_field(self) -> "MessagePart":
+        needed, other = ("text", "refusal") if self.type == "text" else ("refusal", "text")
+        if getattr(self, other) is not None:
+            raise PartError(f"a '{self.type}' part carries '{needed}', not '{other}'", f".{other}")
+        if getattr(self, needed) is None:
+            raise PartError(f"a '{self.type}' part needs a '{needed}' string", f".{needed}")
+        return self
+
+    def value(self) -> str:
+        """The part's text: ``text`` or ``refusal``."""
+        return self.text if self.type == "text" else self.refusal  # type: ignore[return-value]
+
+
+def refuse_non_text_parts(value: object, readable: tuple[str, ...] = ("text",)) -> None:
+    """Refuse, before pydantic tries a union's branches, a content part of a type Herald cannot read (``image_url``,
     ``input_audio``, ``file``...): Herald moderates text only, and judging a request on its text while an image
     carries the rest would pass whatever the image says. Pydantic reported it as "Input should be 'text'".
+
+    Args:
+        readable: the part types accepted (chat messages also read ``refusal``).
 
     Raises:
         PartError: naming the part's ``type`` (escaped and cut: a lone surrogate in it made the message a 500).
@@ -59,7 +88,7 @@ def refuse_non_text_parts(value: object) -> None:
     if isinstance(value, list):
         for i, part in enumerate(value):
             kind = part.get("type") if isinstance(part, dict) else "text"
-            if isinstance(kind, str) and kind != "text":
+            if isinstance(kind, str) and kind not in readable:
                 raise PartError(f"Herald moderates text only: parts of type '{echoed(kind)}' are not supported; send the"
                                 " text parts alone", f"[{i}].type")
 
@@ -68,9 +97,9 @@ class ChatMessage(BaseModel):
     """One chat message in OpenAI's chat-completions form, so a gateway can forward its messages unchanged.
 
     Herald reads ``role`` and ``content`` (the text the chat template renders); ``developer`` is read as ``system``
-    (OpenAI's newer name for it). ``content`` is a string or a list of OpenAI text parts, whose texts are joined with
-    newlines into the turn (as OpenAI-compatible servers such as vLLM render them for a text-only model); a part of
-    another type is a 422 naming it. The other fields of an OpenAI message (``name``, ``tool_calls``,
+    (OpenAI's newer name for it). ``content`` is a string or a list of OpenAI text parts (and, on an assistant
+    message, refusal parts), whose texts are joined with newlines into the turn (as OpenAI-compatible servers such as
+    vLLM render them for a text-only model); a part of another type is a 422 naming it. The other fields of an OpenAI message (``name``, ``tool_calls``,
     ``tool_call_id``, ``refusal``) are accepted and not read: they were refused with a 422 (a new-user pass forwarding
     tool messages). ``content`` may be null only on an assistant message that carries ``tool_calls`` (then it renders
     as an empty turn: the calls' arguments are the model's output, not moderated here). Any other key is still a 422
@@ -84,34 +113,40 @@ class ChatMessage(BaseModel):
     tool_calls: list[dict] | None = None
     tool_call_id: str | None = None
     refusal: str | None = None
-    content: str | list[TextPart] | None = Field(None, validate_default=True)  # last: its check reads role and tool_calls
+    content: str | list[MessagePart] | None = Field(None, validate_default=True)  # last: its checks read role, tool_calls
 
     @field_validator("content", mode="before")
     @classmethod
-    def _text_parts_only(cls, value: object) -> object:
-        refuse_non_text_parts(value)
+    def _text_parts_only(cls, value: object, info: ValidationInfo) -> object:
+        refuse_non_text_parts(value, ("text", "refusal"))
         if isinstance(value, list) and not value:  # would render as an empty turn, like a missing content
             raise ValueError("content is an empty list of parts; give a string or at least one text part")
+        if isinstance(value, list) and info.data.get("role") != "assistant":
+            refusal = next((i for i, part in enumerate(value) if isinstance(part, dict) and part.get("type") == "refusal"),
+                           None)
+            if refusal is not None:
+                raise PartError("a 'refusal' part is the model's: it belongs to an assistant message", f"[{refusal}].type")
         return value
 
     @field_validator("content")
     @classmethod
-    def _content_given(cls, value: str | list[TextPart] | None, info: ValidationInfo) -> str | list[TextPart] | None:
+    def _content_given(cls, value: str | list[MessagePart] | None, info: ValidationInfo) -> str | list[MessagePart] | None:
         if value is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
             raise ValueError("content is required (a string or a list of text parts); it may be null only on an"
                              " assistant message with tool_calls")
         return value
 
     def text(self) -> str:
-        """The text of ``content``: the string, the parts' texts joined with newlines, or "" for null."""
+        """The text of ``content``: the string, the parts' texts (a refusal part's ``refusal``) joined with newlines,
+        or "" for null."""
         if isinstance(self.content, list):
-            return "\n".join(part.text for part in self.content)
+            return "\n".join(part.value() for part in self.content)
         return self.content or ""
 
     def turn(self) -> Message:
         """The chat turn Herald renders: ``developer`` as ``system``, content parts joined (and kept as ``parts`` when
         there are several), null content as empty."""
-        parts = tuple(part.text for part in self.content) if isinstance(self.content, list) and len(self.content) > 1 else ()
+        parts = tuple(part.value() for part in self.content) if isinstance(self.content, list) and len(self.content) > 1 else ()
         return Message("system" if self.role == "developer" else self.role, self.text(), parts)
 
 
@@ -126,6 +161,17 @@ class ClassifyRequest(BaseModel):
     input: str | list[str] | None = None
     messages: list[ChatMessage] | list[list[ChatMessage]] | None = None
     return_trajectory: bool = True
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _no_content_parts(cls, value: object) -> object:
+        # /v1/moderations takes content parts as its input; here pydantic said only "Input should be a valid string"
+        part = next((i for i, item in enumerate(value) if isinstance(item, dict)), None) if isinstance(value, list) else None
+        if part is not None:
+            raise FieldConflict("input takes strings; send OpenAI content parts as a message's content (\"messages\":"
+                                " [{\"role\": \"user\", \"content\": [...]}]) or as the input of /v1/moderations",
+                                f"input[{part}]")
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> "ClassifyRequest":

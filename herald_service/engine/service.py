@@ -213,9 +213,14 @@ class Moderator:
                 raise InputTooLarge(
                     f"conversation has {len(conversation)} messages; the limit is {self.settings.max_messages} (max_messages)", field=field
                 )
-            for message in conversation:
+            for k, message in enumerate(conversation):
                 if not is_valid_unicode(message.content):
-                    raise InvalidInput("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", field=field)
+                    where = field
+                    if batch_field == "messages":  # name the message, and the content part, as /v1/moderations does
+                        part = next((j for j, text in enumerate(message.parts) if not is_valid_unicode(text)), None)
+                        where += f"[{k}].content" + (f"[{part}].text" if part is not None else "")
+                    raise InvalidInput("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8",
+                                       field=where)
             chars = sum(len(m.content) for m in conversation)
             if chars > self.settings.max_chars:
                 self.metrics.rejected.labels("characters").inc()
@@ -306,8 +311,9 @@ class Moderator:
             parts = sum(len(c[-1].parts) for c in conversations if c[-1].role == "user")
             why = [f"{turns} end with a user turn after other messages, and that turn is also scored alone"] * (turns > 0)
             why += [f"{parts} content parts of last user turns are each also scored alone"] * (parts > 0)
+            conversations_run = "1 conversation runs" if len(conversations) == 1 else f"{len(conversations)} conversations run"
             raise InputTooLarge(
-                f"{len(conversations)} conversations run {len(prompts)} prompts ({'; '.join(why)}); the limit is"
+                f"{conversations_run} {len(prompts)} prompts ({'; '.join(why)}); the limit is"
                 f" {self.settings.max_batch_size} prompts per request (max_batch_size)", field=batch_field)
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing

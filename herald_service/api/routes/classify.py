@@ -79,12 +79,13 @@ def refuse_query_parameters(request: Request) -> None:
     ``?api-version=``).
 
     Raises:
-        InvalidInput: naming the first parameter as ``query.<name>`` (422).
+        InvalidInput: naming the first parameter as ``query.<name>``, or ``query`` when it has no name (422).
     """
     if request.scope.get("query_string"):
-        name = next(iter(request.query_params), "")
-        raise InvalidInput(f"{request.url.path} reads no query parameters (got '{echoed(name)}'); options such as"
-                           " return_trajectory go in the JSON body", field=f"query.{echoed(name)}")
+        name = echoed(next(iter(request.query_params), ""))
+        if name or request.query_params:  # "?" alone and "?&" read as no parameter; "?=1" has an empty name
+            raise InvalidInput(f"{request.url.path} reads no query parameters (got '{name}'); its options go in the"
+                               " JSON body", field=f"query.{name}" if name else "query")
 
 
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
