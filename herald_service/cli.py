@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shlex
 import sys
 import typing
@@ -186,6 +187,10 @@ class ServeCommand(Settings):
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 
 
+LIMIT_NAMES = {"max_chars": "--max-chars or HERALD_MAX_CHARS", "max_tokens": "--max-tokens or HERALD_MAX_TOKENS"}
+"""How the local commands' errors name the limits they share with ``herald serve`` (flag or environment variable)."""
+
+
 class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     """Classify one prompt (or each line of --file) and print JSON lines: herald classify [options] TEXT ...
 
@@ -221,13 +226,14 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             sources += [f"--file {self.file} line {number}" for number, _ in lines]
             line_numbers += [number for number, _ in lines]
         if not prompts:
-            raise SystemExit("herald classify: give TEXT or --file")
+            raise SystemExit("herald classify: give TEXT or --file (see herald classify --help)")
         for prompt, source in zip(prompts, sources):
             if len(prompt) > self.max_chars:
-                raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars} (max_chars)")
+                raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars}"
+                                 f" ({LIMIT_NAMES['max_chars']})")
         runtime = load_runtime(self)
-        try:
-            results = runtime.classify_texts(prompts, self.max_tokens, names=sources)  # a --file prompt named by its line
+        try:  # a --file prompt named by its line
+            results = runtime.classify_texts(prompts, self.max_tokens, sources, LIMIT_NAMES["max_tokens"])
         except InputTooLarge as exc:
             raise SystemExit(f"herald classify: {exc.message}") from None
         for prompt, number, result in zip(prompts, line_numbers, results):
@@ -350,6 +356,18 @@ class FitCommand(BaseModel):
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 
+def _not_a_folder_path(value: object) -> object:
+    """Refuse a ``--out`` written as a folder (``charts/``) before it becomes a ``Path``, which drops the slash:
+    ``herald plot --out charts/`` wrote ``charts.png`` (breaker pass).
+
+    Raises:
+        ValueError: naming the path and what to give instead.
+    """
+    if isinstance(value, str) and value.endswith(("/", os.sep)):
+        raise ValueError(f"{value} names a folder (it ends with /); give a file path such as {value}trajectory.png")
+    return value
+
+
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 """Formats ``herald plot --out`` writes, by suffix (matplotlib's savefig; JPEG through Pillow, a matplotlib dependency)."""
 
@@ -359,16 +377,17 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
     quoted sentence per prompt)."""
 
     text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
-    out: Path = Field(Path("trajectory.png"), description=(
+    out: Annotated[Path, BeforeValidator(_not_a_folder_path)] = Field(Path("trajectory.png"), description=(
         "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
 
     def cli_cmd(self) -> None:
         from herald_service.analysis.trajectory_plot import plot_trajectories
         from herald_service.engine.runtime import load_runtime
+        from herald_service.errors import InputTooLarge
 
         texts = prompt_words(self.text, "plot")
         if not texts:
-            raise SystemExit("herald plot: give one or more prompts")
+            raise SystemExit("herald plot: give one or more prompts (see herald plot --help)")
         if not self.out.name:  # "" and "." name no file (with_name raised "PosixPath('.') has an empty name")
             raise SystemExit(f"herald plot: --out {str(self.out)!r} names no file; give a path such as --out trajectory.png")
         out = self.out if self.out.suffix else self.out.with_name(self.out.name + ".png")
@@ -381,7 +400,10 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
                            "an image file path such as --out trajectory.png", folder=False)
         except ValueError as exc:
             raise SystemExit(f"herald plot: {exc}") from None
-        results = load_runtime(self).classify_texts(texts)
+        try:
+            results = load_runtime(self).classify_texts(texts, self.max_tokens, max_tokens_name=LIMIT_NAMES["max_tokens"])
+        except InputTooLarge as exc:
+            raise SystemExit(f"herald plot: {exc.message}") from None
         try:
             print(plot_trajectories(np.array([r.trajectory for r in results]), texts, [r.flagged for r in results], out))
         except OSError as exc:  # what the check above cannot see (a read-only file system; /sys as root)

@@ -134,7 +134,8 @@ def test_classify_names_a_bad_file_by_option_path_and_line(tmp_path):
     long.write_text("hi\n\n" + "x" * 50 + "\n")
     out = herald("classify", "short", "--file", str(long), "--max-chars", "10", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1
-    assert out.stderr.strip() == f"herald classify: --file {long} line 3 has 50 characters; the limit is 10 (max_chars)"
+    assert out.stderr.strip() == (f"herald classify: --file {long} line 3 has 50 characters; the limit is 10"
+                                  " (--max-chars or HERALD_MAX_CHARS)")
 
 
 def test_steer_eval_names_a_bad_file_by_path_and_line(tmp_path):
@@ -161,12 +162,13 @@ def test_classify_applies_the_token_limit_naming_the_prompt_by_its_file_line(tmp
     long = "one two three four five six seven eight nine ten"  # 3 template tokens + 10 on the fake backend
     out = herald("classify", long, "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and out.stderr.strip() == (
-        "herald classify: prompt 1 renders to 13 tokens; the limit is 8 (max_tokens)"), out.stderr
+        "herald classify: prompt 1 renders to 13 tokens; the limit is 8 (--max-tokens or HERALD_MAX_TOKENS)"), out.stderr
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(f"hello\n\n{long}\n")  # was named "prompt 2": the blank line is skipped, so count lines
     out = herald("classify", "--file", str(prompts), "--max-tokens", "8", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and out.stderr.strip() == (
-        f"herald classify: --file {prompts} line 3 renders to 13 tokens; the limit is 8 (max_tokens)"), out.stderr
+        f"herald classify: --file {prompts} line 3 renders to 13 tokens; the limit is 8 (--max-tokens or"
+        " HERALD_MAX_TOKENS)"), out.stderr
 
 
 def test_top_level_help_describes_every_subcommand():
@@ -189,7 +191,7 @@ def test_classify_refuses_non_utf8_and_over_long_text_in_one_line():
     )
     assert bad.returncode == 1 and b"prompt 1 is not valid UTF-8 text" in bad.stderr and b"Traceback" not in bad.stderr
     out = herald("classify", "x" * 50, "--max-chars", "10", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 1 and "the limit is 10 (max_chars)" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 1 and "the limit is 10 (--max-chars or HERALD_MAX_CHARS)" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_classify_help_lists_only_what_classify_uses():
@@ -274,6 +276,10 @@ def test_plot_writes_the_format_its_suffix_names_and_refuses_an_unknown_one(tmp_
     assert out.returncode == 1 and out.stderr.strip() == (
         f"herald plot: --out {tmp_path / 't.txt'}: the suffix picks the image format, and .txt is none of .png, .svg,"
         " .pdf, .jpg, .jpeg; give e.g. --out t.png"), out.stderr
+    out = herald("plot", "bake bread", "--out", f"{tmp_path / 'charts'}/", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == (  # wrote charts.png: Path drops the slash
+        f"  out (--out): {tmp_path / 'charts'}/ names a folder (it ends with /); give a file path such as"
+        f" {tmp_path / 'charts'}/trajectory.png"), out.stderr
     out = herald("plot", "bake bread", "--out", str(tmp_path / "plain"), HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "plain.png"), out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.png", "t.jpg", "t.svg"]
@@ -287,7 +293,7 @@ def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):
     out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "hello"], capture_output=True, text=True,
                          timeout=180, cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
     # HERALD_MAX_CHARS (a backbone setting) applies; HERALD_FILE and HERALD_TRAJECTORY (classify's own) do not
-    assert out.returncode == 1 and "prompt 1 has 5 characters; the limit is 4 (max_chars)" in out.stderr, out.stderr
+    assert out.returncode == 1 and "prompt 1 has 5 characters; the limit is 4 (--max-chars or HERALD_MAX_CHARS)" in out.stderr, out.stderr
     (tmp_path / ".env").write_text(f"HERALD_FILE={extra}\nHERALD_TRAJECTORY=true\n")
     out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "hello"], capture_output=True, text=True,
                          timeout=180, cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
@@ -828,3 +834,10 @@ def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
                                                " recipes --help)")):
         out = herald(*args)
         assert out.returncode == 2 and out.stderr.strip() == line, (args, out.stderr)
+
+
+def test_classify_and_plot_without_prompts_point_to_their_help():
+    for command, line in (("classify", "herald classify: give TEXT or --file (see herald classify --help)"),
+                          ("plot", "herald plot: give one or more prompts (see herald plot --help)")):
+        out = herald(command, HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1 and out.stderr.strip() == line, (command, out.stderr)

@@ -48,12 +48,14 @@ class Runtime:
         return max_tokens, "max_tokens"
 
     def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None,
-                       names: Sequence[str] | None = None) -> list[Classification]:
+                       names: Sequence[str] | None = None, max_tokens_name: str = "max_tokens") -> list[Classification]:
         """Classify prompts synchronously, one batch, without the engine (CLI use).
 
         Args:
             names: how an error names each prompt (``herald classify``: ``"--file prompts.txt line 7"``); default
                 ``"prompt 1"``, ``"prompt 2"``...
+            max_tokens_name: how an error names the setting ``max_tokens`` (the CLI: ``"--max-tokens or
+                HERALD_MAX_TOKENS"``).
 
         Raises:
             InputTooLarge: a prompt renders to more than :meth:`token_limit` tokens (never silently truncated), named
@@ -61,6 +63,7 @@ class Runtime:
         """
         ids = self.backbone.encode([user_turn(t) for t in texts])
         limit, name = self.token_limit(max_tokens)
+        name = max_tokens_name if name == "max_tokens" else name
         for i, token_ids in enumerate(ids):
             if limit is not None and len(token_ids) > limit:
                 where = names[i] if names is not None else f"prompt {i + 1}"
