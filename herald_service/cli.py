@@ -631,16 +631,17 @@ class ReportCommand(BaseModel):
     plots: Path = Field(Path("docs/eval"), description="Folder for the PNG plots (made if missing; its parent must exist).")
 
     def cli_cmd(self) -> None:
-        from herald_service.training.report import read_eval_results, write_report
+        from herald_service.training.report import NotEvalResults, write_report
 
         try:  # every path is checked before anything is written: a bad --results left an empty plots folder behind
-            read_eval_results(self.results)
             check_out_path(self.out, "--out", "the Markdown file to write, such as --out EVALUATION.md", folder=False)
             check_out_path(self.plots, "--plots", "a folder for the PNG plots", folder=True)
         except ValueError as exc:
             raise SystemExit(f"herald report: {exc}") from None
-        try:
+        try:  # write_report reads and checks --results before it writes anything
             print(write_report(self.results, self.out, self.plots))
+        except NotEvalResults as exc:
+            raise SystemExit(f"herald report: {exc}") from None
         except OSError as exc:
             raise SystemExit(f"herald report: cannot write {exc.filename}: {exc.strerror}") from None
         except Exception as exc:  # noqa: BLE001 - any part deeper than read_eval_results checks (a 700-case mutation

@@ -882,11 +882,16 @@ POOLED_METRICS = ("f1", "recall", "false_positive_rate", "auroc", "tpr_at_1pct_f
 report's tables read."""
 
 
+class NotEvalResults(ValueError):
+    """A ``--results`` file that is not ``herald eval`` output; ``str()`` names the option, the path and what is wrong
+    (:func:`read_eval_results`)."""
+
+
 def read_eval_results(path: Path) -> dict:
     """The results ``herald eval`` wrote to ``path`` (``--results``), checked before any plot or Markdown is written.
 
     Raises:
-        ValueError: naming ``--results`` and the path: it does not exist or is a folder, is not UTF-8 JSON, or is not
+        NotEvalResults: naming ``--results`` and the path: it does not exist or is a folder, is not UTF-8 JSON, or is not
             the object ``herald eval`` writes (a ``random_split`` object of one object per method, each with a
             ``pooled`` object of :data:`POOLED_METRICS`, each with a numeric ``value``: every table starts from
             them).
@@ -895,29 +900,29 @@ def read_eval_results(path: Path) -> dict:
 
     where = f"--results {path}"
     if path.is_dir():
-        raise ValueError(f"{where} is a folder; give the JSON file herald eval wrote (docs/eval/results.json)")
+        raise NotEvalResults(f"{where} is a folder; give the JSON file herald eval wrote (docs/eval/results.json)")
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
-        raise ValueError(f"{where} is JSON nested more deeply than herald eval writes; give the file herald eval"
+        raise NotEvalResults(f"{where} is JSON nested more deeply than herald eval writes; give the file herald eval"
                          " wrote") from None
     except FileNotFoundError:
-        raise ValueError(f"{where} does not exist; run herald eval --out {path} first, or give its results file") from None
+        raise NotEvalResults(f"{where} does not exist; run herald eval --out {path} first, or give its results file") from None
     except UnicodeDecodeError:
-        raise ValueError(f"{where} is not UTF-8 text; give the JSON file herald eval wrote") from None
+        raise NotEvalResults(f"{where} is not UTF-8 text; give the JSON file herald eval wrote") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); give the file "
+        raise NotEvalResults(f"{where} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); give the file "
                          "herald eval wrote") from None
     split = results.get("random_split") if isinstance(results, dict) else None
     if not isinstance(split, dict) or not split or not all(
             isinstance(block, dict) and isinstance(block.get("pooled"), dict) for block in split.values()):
-        raise ValueError(f"{where} is not herald eval output: it needs a \"random_split\" object holding one object "
+        raise NotEvalResults(f"{where} is not herald eval output: it needs a \"random_split\" object holding one object "
                          "with a \"pooled\" object per method; give the file herald eval --out wrote")
     for method, block in split.items():  # every table starts from these (a breaker's {} was a KeyError traceback)
         for metric in POOLED_METRICS:
             value = block["pooled"].get(metric)
             if not isinstance(value, dict) or not isinstance(value.get("value"), (int, float)):
-                raise ValueError(f"{where} is not herald eval output: random_split.{method}.pooled.{metric} needs a"
+                raise NotEvalResults(f"{where} is not herald eval output: random_split.{method}.pooled.{metric} needs a"
                                  " numeric \"value\"; give the file herald eval --out wrote")
     return results
 
@@ -927,7 +932,8 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     be built: the plots are drawn in a scratch folder beside ``md_path`` and moved into ``plot_dir`` last.
 
     Raises:
-        ValueError: the results file is not ``herald eval`` output (:func:`read_eval_results`).
+        NotEvalResults: the results file is not ``herald eval`` output (:func:`read_eval_results`), before anything
+            is written.
         Exception: whatever a deeper malformed part of it raises while the report is built (``herald report`` names
             the file).
         OSError: a file cannot be read or written.
