@@ -688,7 +688,8 @@ class DataCommand(BaseModel):
         CliApp.run_subcommand(self)
 
 
-class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True, cli_exit_on_error=False):
+class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_implicit_flags=True, cli_exit_on_error=False,
+             cli_hide_none_type=True):
     """Herald: safety moderation from a chat model's own hidden states. `herald --version` prints the version."""
 
     serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
