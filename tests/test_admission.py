@@ -681,9 +681,10 @@ def test_a_request_too_large_for_the_limit_is_refused_413_on_an_idle_server_and_
         small = client.post("/classify", json={"input": prompt_of(20)})
         assert small.status_code == 200, small.text
         assert small.json()["results"][0]["tokens"] == 20
-        # /v1/moderations names its field the same way.
+        # /v1/moderations names its field the same way, as OpenAI's 400.
         big = client.post("/v1/moderations", json={"input": [prompt_of(200)] * 8})
-        assert big.status_code == 413 and big.json()["error"]["field"] == "input"
+        assert big.status_code == 400 and big.json()["error"]["field"] == "input"
+        assert big.json()["error"]["code"] == "input_too_large"
         assert rejected(metrics, "estimated_work") == 2
 
 

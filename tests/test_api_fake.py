@@ -96,7 +96,7 @@ def test_messages_and_trajectory_opt_out(client):
         ({"input": ["ok", "x" * 201]}, 413, "input[1]", "limit is 200"),
         ({"input": " ".join(["wd"] * 50)}, 413, "input", "limit is 40"),
         ({"input": []}, 422, "input", "at least one"),
-        ({"input": 7}, 422, "input", "valid string"),
+        ({"input": 7}, 422, "input", "string or a list of strings; got a number"),
         ({"input": "a", "messages": []}, 422, "messages", "exactly one"),
         ({}, 422, "input", "exactly one"),
         ({"input": None}, 422, "input", "or 'messages' ('input' is null)"),  # tester pass: read as "give 'input'"
@@ -171,7 +171,28 @@ def test_openai_moderations_shape(client):
     parts = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "kill"}]})
     assert parts.json()["results"][0]["flagged"] is True
     image = client.post("/v1/moderations", json={"input": [{"type": "image_url", "image_url": {"url": "x"}}]})
-    assert image.status_code == 422 and image.json()["error"]["field"] == "input[0].type"
+    assert image.status_code == 400 and image.json()["error"]["field"] == "input[0].type"
+
+
+@pytest.mark.parametrize("body, status, error", [
+    # Herald's 422 and 413 are OpenAI's 400, which its SDK raises as BadRequestError (a gateway's `except
+    # openai.BadRequestError` missed the 422's UnprocessableEntityError and the 413's bare APIStatusError)
+    ({"input": []}, 400, {"type": "invalid_request_error", "code": "invalid_request", "field": "input",
+                          "param": "input", "message": "at least one prompt is required"}),
+    ({"input": ["a"] * 5}, 400, {"type": "invalid_request_error", "code": "input_too_large", "field": "input",
+                                 "param": "input", "message": "5 prompts exceed the limit of 4 per request (max_batch_size)"}),
+    # an error of the whole body names it as its field does
+    (b"{not json", 400, {"type": "invalid_request_error", "code": "invalid_request", "field": "body", "param": "body",
+                         "message": "request body is not valid JSON"}),
+])
+def test_moderations_errors_have_openais_status_and_fields(client, body, status, error):
+    r = (client.post("/v1/moderations", json=body) if isinstance(body, dict)
+         else client.post("/v1/moderations", content=body, headers={"content-type": "application/json"}))
+    assert r.status_code == status and r.json() == {"error": error}, r.text
+    same = client.post("/classify", json={"input": body["input"]}) if isinstance(body, dict) else None
+    if same is not None:  # /classify keeps Herald's statuses and body
+        assert same.status_code in (413, 422) and same.json()["error"] == {
+            "type": error["code"], "field": error["field"], "message": error["message"]}
 
 
 @pytest.mark.parametrize("body, field", [
@@ -181,7 +202,7 @@ def test_openai_moderations_shape(client):
 ])
 def test_moderations_refuse_an_unrecognized_argument_naming_it(client, body, field):
     r = client.post("/v1/moderations", json=body)
-    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    assert r.status_code == 400 and r.json()["error"]["field"] == field, r.text
 
 
 def test_steer_needs_its_key_and_returns_both_completions(client):
@@ -598,7 +619,7 @@ def test_without_a_key_nothing_about_the_body_is_read_or_reported():
                 assert r.json()["error"]["field"] == "authorization" and r.headers["www-authenticate"] == "Bearer"
             # with the key, the same malformed body is reported as such
             r = c.post(path, content=b'{"input":', headers={"content-type": "application/json", **key})
-            assert r.status_code == 422
+            assert r.status_code == (400 if path == "/v1/moderations" else 422)
         # two Authorization headers: refused whichever comes first
         for pair in ([("authorization", f"Bearer {API_KEY}"), ("authorization", "Bearer wrong-wrong-wrong")],
                      [("authorization", "Bearer wrong-wrong-wrong"), ("authorization", f"Bearer {API_KEY}")]):
@@ -646,13 +667,15 @@ def test_undecodable_or_too_deeply_nested_bodies_say_which_it_is(client):
     import sys
 
     for route in ("/classify", "/v1/moderations"):
+        status, openai = (400, {"type": "invalid_request_error", "param": "body", "code": "invalid_request"}) \
+            if route == "/v1/moderations" else (422, {})
         r = client.post(route, content=b'{"input":"caf\xe9"}', headers={"content-type": "application/json"})
-        assert r.status_code == 422 and r.json()["error"] == {
-            "type": "invalid_request", "field": "body",
+        assert r.status_code == status and r.json()["error"] == {
+            "type": "invalid_request", "field": "body", **openai,
             "message": "request body is not UTF-8: byte 0xe9 at offset 13 cannot be decoded; send UTF-8 JSON"}, r.text
         r = client.post(route, content=b'{"input":' + b"[" * 3000 + b"]" * 3000 + b"}", headers={"content-type": "application/json"})
-        assert r.status_code == 422 and r.json()["error"] == {
-            "type": "invalid_request", "field": "body",
+        assert r.status_code == status and r.json()["error"] == {
+            "type": "invalid_request", "field": "body", **openai,
             "message": "request body's JSON is nested more deeply than the parser allows (about"
                        f" {sys.getrecursionlimit():,} levels, Python's recursion limit; a Herald request needs fewer than"
                        " ten)"}, r.text
@@ -684,7 +707,7 @@ def test_too_many_messages_are_refused_before_rendering():
 def test_a_key_given_twice_is_refused_naming_it(client, path, raw, field):
     # json keeps the last value; a gateway that keeps the first would log a prompt other than the one judged
     r = client.post(path, content=raw, headers={"content-type": "application/json"})
-    assert r.status_code == 422, r.text
+    assert r.status_code == (400 if path == "/v1/moderations" else 422), r.text
     assert r.json()["error"]["field"] == field and "appears twice" in r.json()["error"]["message"]
     assert client.post(path, json=json.loads(raw)).status_code == 200  # the same body with the key once (json keeps the last)
 
@@ -746,7 +769,7 @@ def test_a_key_holding_a_lone_surrogate_is_named_by_its_path(client, raw, field)
     assert r.json()["error"] == {"type": "invalid_request", "field": field, "message":
                                  f"key '{field}' of the request body holds a lone UTF-16 surrogate (not valid Unicode);"
                                  " send well-formed UTF-8"}
-    assert client.post("/v1/moderations", content=raw, headers={"content-type": "application/json"}).status_code == 422
+    assert client.post("/v1/moderations", content=raw, headers={"content-type": "application/json"}).status_code == 400
 
 
 def test_steer_errors_name_the_field_the_conversation_came_in(client):

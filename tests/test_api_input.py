@@ -39,8 +39,8 @@ def test_openai_content_parts_are_one_input_with_one_result_the_highest_of_the_j
 
 def test_content_parts_count_toward_the_batch_limit_with_their_join(client):
     r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a"}] * 4})  # max_batch_size 4
-    assert r.status_code == 413 and r.json()["error"] == {
-        "type": "input_too_large", "field": "input",
+    assert r.status_code == 400 and r.json()["error"] == {  # OpenAI's 400 and fields beside Herald's
+        "type": "invalid_request_error", "code": "input_too_large", "field": "input", "param": "input",
         "message": "input has 4 content parts; each is also scored alone, so the limit is 3 (max_batch_size - 1)"}
     one = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "hello there"}]})
     assert one.status_code == 200 and one.json()["results"][0]["category_scores"]["harmful"] == score_of(client, "hello there")
@@ -51,8 +51,8 @@ def test_content_parts_joined_over_max_chars_are_refused_naming_the_join(client)
     limit = client.app.state.herald.settings.max_chars
     half = limit // 2
     r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a" * half}] * 2})
-    assert r.status_code == 413 and r.json()["error"] == {
-        "type": "input_too_large", "field": "input",
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "input_too_large", "field": "input", "param": "input",
         "message": f"input's 2 content parts joined with newlines have {2 * half + 1} characters; the limit is {limit}"
                    " (max_chars), for the joined text as for each part"}
     metrics = client.app.state.herald.metrics
@@ -79,15 +79,15 @@ PARTS_WITH_SURROGATE = '[{"type": "text", "text": "hello"}, {"type": "text", "te
 def test_a_lone_surrogate_in_a_content_part_is_named_by_its_part(client, path, body, field):
     # Breaker pass: the joined text was checked first, so the error named "input" whichever part held it.
     r = client.post(path, content=body, headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    assert r.status_code == (400 if path == "/v1/moderations" else 422) and r.json()["error"]["field"] == field, r.text
     assert "lone UTF-16 surrogate" in r.json()["error"]["message"]
 
 
 def test_a_content_part_over_max_chars_alone_is_named_by_its_part(client):
     limit = client.app.state.herald.settings.max_chars
     r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a"}, {"type": "text", "text": "b" * (limit + 1)}]})
-    assert r.status_code == 413 and r.json()["error"] == {
-        "type": "input_too_large", "field": "input[1].text",
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "input_too_large", "field": "input[1].text", "param": "input[1].text",
         "message": f"prompt has {limit + 1} characters; the limit is {limit} (max_chars)"}
 
 
@@ -95,16 +95,16 @@ def test_a_content_part_over_max_chars_alone_is_named_by_its_part(client):
                                          ("a\n\u202e", "a\\n\\u202e")])
 def test_a_content_part_of_another_type_than_text_is_refused_naming_its_type(client, kind, shown):
     r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "hi"}, {"type": kind, "data": "..."}]})
-    assert r.status_code == 422 and r.json()["error"] == {
-        "type": "invalid_request", "field": "input[1].type",
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "invalid_request", "field": "input[1].type", "param": "input[1].type",
         "message": f"Herald moderates text only: parts of type '{shown}' are not supported; send the text parts alone"}
 
 
-def test_a_lone_surrogate_in_a_content_part_type_is_a_422_not_a_500(client):
+def test_a_lone_surrogate_in_a_content_part_type_is_a_400_not_a_500(client):
     # Breaker pass: the type was echoed raw into the message, and encoding the answer failed (500).
     r = client.post("/v1/moderations", content='{"input": [{"type": "\\ud800abc", "text": "hi"}]}',
                     headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"]["field"] == "input[0].type", r.text
+    assert r.status_code == 400 and r.json()["error"]["field"] == "input[0].type", r.text
     assert "parts of type '\\ud800abc' are not supported" in r.json()["error"]["message"]
 
 
@@ -186,7 +186,60 @@ def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_field
         assert r.status_code == 422 and r.json()["error"]["field"] == field, (message, r.text)
     r = client.post("/classify", json={"messages": [{"role": "assistant", "content": None}]})
     assert r.json()["error"]["message"] == ("content is required (a string or a list of text parts); it may be null only"
-                                            " on an assistant message with tool_calls")
+                                            " on an assistant message with tool_calls, function_call, audio or refusal")
+
+
+def test_an_assistant_message_as_the_openai_sdk_sends_it_back_is_read(client):
+    # A client that appends completion.choices[0].message to its history re-sends annotations (and audio,
+    # function_call, refusal as null): annotations: [] was a 422 (breaker pass). A refusal comes as null content and a
+    # refusal string, and is read as the turn's text, as a refusal part is.
+    ask, then = {"role": "user", "content": "how do I pick a lock"}, {"role": "user", "content": "ok"}
+    returned = {"role": "assistant", "content": "Use a tension wrench.", "refusal": None, "annotations": [],
+                "audio": None, "function_call": None, "tool_calls": None}
+    refused = {"role": "assistant", "content": None, "refusal": "I cannot help with that."}
+    called = {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}
+    spoken = {"role": "assistant", "content": None, "audio": {"id": "audio_1"}}
+    result = {"role": "function", "name": "f", "content": "no results"}
+    for sent, plain in (
+            ([ask, returned, then], [ask, {"role": "assistant", "content": "Use a tension wrench."}, then]),
+            ([ask, refused, then], [ask, {"role": "assistant", "content": "I cannot help with that."}, then]),
+            ([ask, called, result, then], [ask, {"role": "assistant", "content": ""},
+                                           {"role": "tool", "content": "no results"}, then]),
+            ([ask, spoken, then], [ask, {"role": "assistant", "content": ""}, then])):
+        a, b = (client.post("/classify", json={"messages": m, "return_trajectory": False}) for m in (sent, plain))
+        assert a.status_code == 200 and b.status_code == 200, (sent, a.text, b.text)
+        assert a.json()["results"] == b.json()["results"], sent
+    # the assistant's fields stay the assistant's, and unknown keys are still named
+    for message, field, message_text in (
+            ({"role": "user", "content": "hi", "annotations": []}, "messages[0].annotations",
+             "'annotations' belongs to an assistant message, not a 'user' one"),
+            ({"role": "tool", "content": "hi", "refusal": "no"}, "messages[0].refusal",
+             "'refusal' belongs to an assistant message, not a 'tool' one"),
+            ({"role": "assistant", "content": "hi", "annotation": []}, "messages[0].annotation",
+             "Extra inputs are not permitted"),
+            ({"role": "user", "content": {"type": "text", "text": "hi"}}, "messages[0].content",
+             "content is a string or a list of parts; put a single part in a list")):
+        r = client.post("/classify", json={"messages": [message]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, (message, r.text)
+        assert r.json()["error"]["message"] == message_text, r.text
+
+
+def test_an_input_of_the_wrong_json_kind_says_what_input_takes(client):
+    # pydantic said "Input should be a valid string" for an object, a boolean or null (breaker pass)
+    for body, message in (
+            ({"input": {"type": "text", "text": "hi"}}, "input is a string, a list of strings (one result each) or a list"
+                                                        " of content parts (one input); got an object; put a single"
+                                                        " content part in a list"),
+            ({"input": True}, "input is a string, a list of strings (one result each) or a list of content parts (one"
+                              " input); got a boolean"),
+            ({"input": None}, "input is a string, a list of strings (one result each) or a list of content parts (one"
+                              " input); got null")):
+        r = client.post("/v1/moderations", json=body)
+        assert r.status_code == 400 and r.json()["error"]["field"] == "input", r.text
+        assert r.json()["error"]["message"] == message, r.text
+    r = client.post("/classify", json={"input": 5})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": "input", "message": "input is a string or a list of strings; got a number"}
 
 
 def test_strings_keep_one_result_each(client):
@@ -199,7 +252,7 @@ def test_strings_keep_one_result_each(client):
 def test_joined_parts_are_held_to_the_character_limit_as_one_input(client):
     parts = [{"type": "text", "text": "x" * 150}, {"type": "text", "text": "y" * 150}]  # each under 200, together over
     r = client.post("/v1/moderations", json={"input": parts})
-    assert r.status_code == 413 and r.json()["error"]["field"] == "input"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "input_too_large" and r.json()["error"]["field"] == "input"
 
 
 @pytest.mark.parametrize("parts, field", [
@@ -208,8 +261,9 @@ def test_joined_parts_are_held_to_the_character_limit_as_one_input(client):
 ])
 def test_an_image_part_is_refused_naming_it(client, parts, field):
     r = client.post("/v1/moderations", json={"input": parts})
-    assert r.status_code == 422, r.text
-    assert r.json() == {"error": {"type": "invalid_request", "field": field, "message": "Herald moderates text only:"
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": {"type": "invalid_request_error", "code": "invalid_request", "field": field,
+                                  "param": field, "message": "Herald moderates text only:"
                                   " parts of type 'image_url' are not supported; send the text parts alone"}}
 
 
@@ -217,8 +271,8 @@ def test_an_image_part_is_refused_naming_it(client, parts, field):
                                           (["a", "b", {"type": "text", "text": "c"}], "input[2]")])
 def test_strings_and_parts_do_not_mix(client, items, field):
     r = client.post("/v1/moderations", json={"input": items})
-    assert r.status_code == 422 and r.json()["error"] == {
-        "type": "invalid_request", "field": field, "message": "input mixes strings and content parts: give a list of"
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "invalid_request", "field": field, "param": field, "message": "input mixes strings and content parts: give a list of"
         " strings (one result each) or a list of parts (one input)"}
 
 
@@ -228,8 +282,8 @@ def test_strings_and_parts_do_not_mix(client, items, field):
 def test_a_list_item_that_is_neither_a_string_nor_a_part_is_named(client, items, field, kind):
     # was "input mixes strings and content parts" (1 and null are neither), or "Input should be a valid string"
     r = client.post("/v1/moderations", json={"input": items})
-    assert r.status_code == 422 and r.json()["error"] == {
-        "type": "invalid_request", "field": field, "message": "each item of input is a string (one result each) or a"
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "invalid_request", "field": field, "param": field, "message": "each item of input is a string (one result each) or a"
         f" content part object {{'type': 'text', 'text': ...}}; got {kind}"}
 
 
@@ -269,7 +323,7 @@ def test_a_number_python_cannot_hold_is_a_422_naming_its_field(client, raw, fiel
 ])
 def test_every_json_route_names_the_number_it_cannot_hold(client, path, raw, field):
     r = client.post(path, content=raw, headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    assert r.status_code == (400 if path == "/v1/moderations" else 422) and r.json()["error"]["field"] == field, r.text
     assert "too large to represent" in r.json()["error"]["message"]
 
 
@@ -360,9 +414,10 @@ def test_identity_encoding_and_json_content_types_are_read(client, headers):
 @pytest.mark.parametrize("path", ["/classify", "/v1/moderations"])
 def test_a_form_or_text_body_is_refused_naming_content_type(client, path):
     form = client.post(path, data={"input": "hello"})
+    openai = {"param": "content-type", "code": "unsupported_media_type"} if path == "/v1/moderations" else {}
     assert form.status_code == 415 and form.json()["error"] == {
         "type": "unsupported_media_type", "field": "content-type", "message": "request body must be JSON: Content-Type"
-        " application/json (or application/*+json) is required (not 'application/x-www-form-urlencoded')"}
+        " application/json (or application/*+json) is required (not 'application/x-www-form-urlencoded')", **openai}
     text = client.post(path, content=b"hello", headers={"content-type": "text/plain; charset=utf-8"})
     assert text.status_code == 415 and "(not 'text/plain; charset=utf-8')" in text.json()["error"]["message"]
 
@@ -520,8 +575,9 @@ def test_a_body_sent_slowly_but_in_time_is_served(server):
 def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(client):
     # {"messages": ...} sent to /v1/moderations read "Field required, field input" (new-user pass)
     r = client.post("/v1/moderations", json={"messages": [{"role": "user", "content": "hi"}]})
-    assert r.status_code == 422 and r.json()["error"] == {
-        "type": "invalid_request", "message": "unknown field; this endpoint needs 'input'", "field": "messages"}
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "invalid_request", "message": "unknown field; this endpoint needs"
+        " 'input'", "field": "messages", "param": "messages"}
     r = client.post("/v1/moderations", json={})
     assert r.json()["error"]["field"] == "input" and r.json()["error"]["message"] == "Field required"
     r = client.post("/v1/moderations", json={"input": "x", "inputz": 1})  # nothing missing: the key alone

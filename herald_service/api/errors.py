@@ -1,4 +1,5 @@
-"""One table from domain errors to HTTP status codes, and one error body ``{"error": {type, message, field?}}``.
+"""One table from domain errors to HTTP status codes, and one error body ``{"error": {type, message, field?}}``
+(on OpenAI-compatible routes also OpenAI's ``param`` and ``code``, and 400 for invalid input: :func:`error_response`).
 
 500s never carry exception text: the details go to the log.
 """
@@ -50,12 +51,33 @@ class _AsciiJSONResponse(JSONResponse):
         return json.dumps(content, separators=(",", ":")).encode("ascii")
 
 
-def error_response(status: int, error_type: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+OPENAI_PATHS = frozenset({"/v1/moderations"})
+"""Routes that answer errors in OpenAI's form as well (:func:`error_response`)."""
+
+OPENAI_BAD_REQUEST = frozenset({413, 422})
+"""Herald statuses that OpenAI's API answers as 400 (invalid or too-large input)."""
+
+
+def error_response(status: int, error_type: str, message: str, field: str | None = None, headers: dict | None = None,
+                   path: str | None = None) -> JSONResponse:
     """The one error body. A message or field holding a lone surrogate (a ``"\\ud800"`` JSON escape echoed back) is
-    sent with non-ASCII characters escaped rather than failing to encode (which was a 500)."""
+    sent with non-ASCII characters escaped rather than failing to encode (which was a 500).
+
+    On an OpenAI-compatible route (``path`` in :data:`OPENAI_PATHS`) the body also carries OpenAI's ``param`` (the
+    field, or null) and ``code`` (Herald's error type), and invalid or too-large input is OpenAI's 400 with type
+    ``invalid_request_error`` (a 401 keeps its status with that type, as OpenAI's does): the OpenAI SDK raises
+    ``BadRequestError`` for a 400 but ``UnprocessableEntityError`` for a 422 and a bare ``APIStatusError`` for a 413,
+    and read ``param`` and ``code`` as None, so a gateway's ``except openai.BadRequestError`` missed Herald's
+    refusals (a new-user pass with the SDK)."""
     body: dict = {"type": error_type, "message": message}
     if field is not None:
         body["field"] = field
+    if path in OPENAI_PATHS:
+        if status in OPENAI_BAD_REQUEST:
+            status = 400
+        body = {**body, "param": field, "code": error_type}
+        if status in (400, 401):
+            body["type"] = "invalid_request_error"
     try:
         return JSONResponse({"error": body}, status_code=status, headers=headers)
     except UnicodeEncodeError:
@@ -69,15 +91,15 @@ def _status_of(exc: HeraldError) -> int:
     return 500
 
 
-async def _herald_error(_request: Request, exc: HeraldError) -> JSONResponse:
-    status = _status_of(exc)
+async def _herald_error(request: Request, exc: HeraldError) -> JSONResponse:
+    status, path = _status_of(exc), request.url.path
     if status >= 500 and not isinstance(exc, (NotReady, RequestTimeout)):
-        return error_response(status, exc.error_type, "internal error; see server log")
+        return error_response(status, exc.error_type, "internal error; see server log", path=path)
     retry_after_s = getattr(exc, "retry_after_s", None) if isinstance(exc, (QueueFull, NotReady)) else None
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     if isinstance(exc, Unauthorized):
         headers = {"WWW-Authenticate": "Bearer"}
-    return error_response(status, exc.error_type, exc.message, exc.field, headers)
+    return error_response(status, exc.error_type, exc.message, exc.field, headers, path)
 
 
 def _field_path(loc: tuple) -> str | None:
@@ -93,7 +115,8 @@ def _field_path(loc: tuple) -> str | None:
     return out or None
 
 
-async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    path = request.url.path
     errors = exc.errors()
     # For a union field pydantic reports one error per branch; the one with the deepest location names the element
     # actually at fault ({"input": ["a", null]} -> input[1], not input).
@@ -105,14 +128,14 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
     if missing and extra and isinstance(extra[0]["loc"][-1], str):
         needed = " and ".join(f"'{e['loc'][-1]}'" for e in missing)
         return error_response(422, "invalid_request", f"unknown field; this endpoint needs {needed}",
-                              echoed(extra[0]["loc"][-1]))
+                              echoed(extra[0]["loc"][-1]), path=path)
     loc = tuple(first.get("loc", ()))
     if loc == ("body",) and first.get("type") == "missing":
-        return error_response(422, "invalid_request", "request body is required (a JSON object)", "body")
+        return error_response(422, "invalid_request", "request body is required (a JSON object)", "body", path=path)
     if first.get("type") == "json_invalid":
-        return error_response(422, "invalid_request", "request body is not valid JSON", "body")
+        return error_response(422, "invalid_request", "request body is not valid JSON", "body", path=path)
     if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
-        return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body")
+        return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body", path=path)
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
         # The key is the client's: name it whatever it looks like (a key "str", "a[b]" or "function-x" read as a
@@ -120,23 +143,24 @@ async def _validation_error(_request: Request, exc: RequestValidationError) -> J
         # key was echoed whole).
         parent = _field_path(loc[:-1])
         key = echoed(loc[-1])
-        return error_response(422, "invalid_request", message, f"{parent}.{key}" if parent else key)
+        return error_response(422, "invalid_request", message, f"{parent}.{key}" if parent else key, path=path)
     error = first.get("ctx", {}).get("error")
     # schemas.FieldConflict names its field from the top of the body; schemas.PartError a part below the field's own
     field = getattr(error, "field", None) or _field_path(loc) + getattr(error, "subfield", "")
-    return error_response(422, "invalid_request", message, field)
+    return error_response(422, "invalid_request", message, field, path=path)
 
 
-async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    path = request.url.path
     if exc.status_code == 400:  # FastAPI's "error parsing the body": invalid UTF-8, nesting too deep
-        return error_response(422, "invalid_request", "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply", "body")
+        return error_response(422, "invalid_request", "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply", "body", path=path)
     kinds = {404: "not_found", 405: "method_not_allowed"}
-    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=getattr(exc, "headers", None))
+    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=getattr(exc, "headers", None), path=path)
 
 
-async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
-    return error_response(500, "internal_error", "internal error; see server log")
+    return error_response(500, "internal_error", "internal error; see server log", path=request.url.path)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -90,7 +90,7 @@ class BearerGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else None
         if path in self.closed:
-            await error_response(404, "not_enabled", self.closed[path])(scope, receive, send)
+            await error_response(404, "not_enabled", self.closed[path], path=path)(scope, receive, send)
             return
         keys = self.keys_by_path.get(path) if path is not None else None
         if keys:
@@ -99,7 +99,7 @@ class BearerGate:
             if not (scheme.lower() == b"bearer" and any(hmac.compare_digest(token.strip(), key) for key in keys)):
                 message = ("send exactly one Authorization header" if len(values) > 1
                            else f"missing or invalid {self.key_names.get(path, 'API key (Authorization: Bearer <key>)')}")
-                response = error_response(401, "unauthorized", message, "authorization", {"WWW-Authenticate": "Bearer"})
+                response = error_response(401, "unauthorized", message, "authorization", {"WWW-Authenticate": "Bearer"}, path)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -163,7 +163,7 @@ class BodyDeadline:
             if self.metrics is not None:
                 self.metrics.rejected.labels("body_timeout").inc()
             message = f"request body not received within {self.timeout_s:g} s" + (f" ({self.setting})" if self.setting else "")
-            await error_response(408, "request_timeout", message, "body", {"Connection": "close"})(scope, receive, send)
+            await error_response(408, "request_timeout", message, "body", {"Connection": "close"}, scope.get("path"))(scope, receive, send)
 
 
 HEADER_ECHO_CHARS = 64
@@ -216,7 +216,7 @@ class JsonBodies:
             return
         if self.metrics is not None:
             self.metrics.rejected.labels(reason).inc()
-        await error_response(415, "unsupported_media_type", message, field)(scope, receive, send)
+        await error_response(415, "unsupported_media_type", message, field, path=scope.get("path"))(scope, receive, send)
 
 
 def _cut(text: str) -> str:

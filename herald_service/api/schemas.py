@@ -30,6 +30,13 @@ def exactly_one(body: BaseModel, first: str, second: str) -> None:
                             + "".join(f" ('{name}' is null)" for name in null), second if has_first else first)
 
 
+def json_kind(value: object) -> str:
+    """What a JSON value is, for an error message: "an object", "an array", "a string", "a boolean", "null" or "a
+    number"."""
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
 class PartError(ValueError):
     """A content part that Herald cannot read; ``subfield`` (``"[1].type"``) is appended to the location of the field
     whose validator raised it, so the 422 answer names the part (``messages[0].content[1].type``)."""
@@ -93,31 +100,51 @@ def refuse_non_text_parts(value: object, readable: tuple[str, ...] = ("text",)) 
                                 " text parts alone", f"[{i}].type")
 
 
+ASSISTANT_FIELDS = ("tool_calls", "function_call", "refusal", "audio", "annotations")
+"""Fields of an OpenAI chat message that only an assistant's message carries (the model's output)."""
+
+
 class ChatMessage(BaseModel):
     """One chat message in OpenAI's chat-completions form, so a gateway can forward its messages unchanged.
 
     Herald reads ``role`` and ``content`` (the text the chat template renders); ``developer`` is read as ``system``
-    (OpenAI's newer name for it). ``content`` is a string or a list of OpenAI text parts (and, on an assistant
-    message, refusal parts), whose texts are joined with newlines into the turn (as OpenAI-compatible servers such as
-    vLLM render them for a text-only model); a part of another type is a 422 naming it. The other fields of an OpenAI message (``name``, ``tool_calls``,
-    ``tool_call_id``, ``refusal``) are accepted and not read: they were refused with a 422 (a new-user pass forwarding
-    tool messages). ``content`` may be null only on an assistant message that carries ``tool_calls`` (then it renders
-    as an empty turn: the calls' arguments are the model's output, not moderated here). Any other key is still a 422
-    naming it.
+    (OpenAI's newer name for it) and the deprecated ``function`` (a function's result) as ``tool``. ``content`` is a
+    string or a list of OpenAI text parts (and, on an assistant message, refusal parts), whose texts are joined with
+    newlines into the turn (as OpenAI-compatible servers such as vLLM render them for a text-only model); a part of
+    another type is a 422 naming it. The other fields of an OpenAI message are accepted and not read: ``name``,
+    ``tool_call_id``, and on an assistant message ``tool_calls``, ``function_call``, ``refusal``, ``audio`` and
+    ``annotations`` (the fields the OpenAI SDK sends back when a client appends a completion's message to its
+    history: a new-user pass got a 422 for ``annotations: []``). An assistant's field with a value on another role's
+    message is a 422 naming it. ``content`` may be null on an assistant message that carries ``tool_calls``,
+    ``function_call``, ``audio`` or ``refusal`` (OpenAI returns a refusal as null content and a ``refusal`` string;
+    the turn then renders as that refusal, otherwise as empty: a call's arguments are the model's output, not
+    moderated here) and on a ``function`` message. Any other key is still a 422 naming it.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     name: str | None = None
-    tool_calls: list[dict] | None = None
     tool_call_id: str | None = None
+    tool_calls: list[dict] | None = None
+    function_call: dict | None = None
     refusal: str | None = None
-    content: str | list[MessagePart] | None = Field(None, validate_default=True)  # last: its checks read role, tool_calls
+    audio: dict | None = None
+    annotations: list[dict] | None = None
+    content: str | list[MessagePart] | None = Field(None, validate_default=True)  # last: its checks read the others
+
+    @field_validator(*ASSISTANT_FIELDS)
+    @classmethod
+    def _assistant_only(cls, value: object, info: ValidationInfo) -> object:
+        if value is not None and info.data.get("role") != "assistant":
+            raise ValueError(f"'{info.field_name}' belongs to an assistant message, not a '{info.data.get('role')}' one")
+        return value
 
     @field_validator("content", mode="before")
     @classmethod
     def _text_parts_only(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, dict):  # pydantic said "Input should be a valid string" (breaker pass)
+            raise ValueError("content is a string or a list of parts; put a single part in a list")
         refuse_non_text_parts(value, ("text", "refusal"))
         if isinstance(value, list) and not value:  # would render as an empty turn, like a missing content
             raise ValueError("content is an empty list of parts; give a string or at least one text part")
@@ -131,23 +158,26 @@ class ChatMessage(BaseModel):
     @field_validator("content")
     @classmethod
     def _content_given(cls, value: str | list[MessagePart] | None, info: ValidationInfo) -> str | list[MessagePart] | None:
-        if value is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
+        role = info.data.get("role")
+        answered = any(info.data.get(name) is not None for name in ("tool_calls", "function_call", "audio", "refusal"))
+        if value is None and not (role == "function" or (role == "assistant" and answered)):
             raise ValueError("content is required (a string or a list of text parts); it may be null only on an"
-                             " assistant message with tool_calls")
+                             " assistant message with tool_calls, function_call, audio or refusal")
         return value
 
     def text(self) -> str:
         """The text of ``content``: the string, the parts' texts (a refusal part's ``refusal``) joined with newlines,
-        or "" for null."""
+        for null the message's ``refusal``, or "" without one."""
         if isinstance(self.content, list):
             return "\n".join(part.value() for part in self.content)
-        return self.content or ""
+        return self.content if self.content is not None else self.refusal or ""
 
     def turn(self) -> Message:
-        """The chat turn Herald renders: ``developer`` as ``system``, content parts joined (and kept as ``parts`` when
-        there are several), null content as empty."""
+        """The chat turn Herald renders: ``developer`` as ``system``, ``function`` as ``tool``, content parts joined
+        (and kept as ``parts`` when there are several), null content as the refusal or empty (:meth:`text`)."""
         parts = tuple(part.value() for part in self.content) if isinstance(self.content, list) and len(self.content) > 1 else ()
-        return Message("system" if self.role == "developer" else self.role, self.text(), parts)
+        role = {"developer": "system", "function": "tool"}.get(self.role, self.role)
+        return Message(role, self.text(), parts)
 
 
 class ClassifyRequest(BaseModel):
@@ -165,6 +195,8 @@ class ClassifyRequest(BaseModel):
     @field_validator("input", mode="before")
     @classmethod
     def _no_content_parts(cls, value: object) -> object:
+        if value is not None and not isinstance(value, (str, list)):  # pydantic said "Input should be a valid string"
+            raise ValueError(f"input is a string or a list of strings; got {json_kind(value)}")
         # /v1/moderations takes content parts as its input; here pydantic said only "Input should be a valid string"
         part = next((i for i, item in enumerate(value) if isinstance(item, dict)), None) if isinstance(value, list) else None
         if part is not None:
@@ -227,12 +259,15 @@ class ModerationRequest(BaseModel):
     def _text_parts_only(cls, value: object) -> object:
         # Before the union is tried: an image part would otherwise be reported by whichever branch pydantic lists
         # first ("Input should be a valid string" at input[1]), not as the unsupported part it is.
+        if not isinstance(value, (str, list)):  # pydantic said "Input should be a valid string" (breaker pass)
+            single = "; put a single content part in a list" if isinstance(value, dict) else ""
+            raise ValueError(f"input is a string, a list of strings (one result each) or a list of content parts (one"
+                             f" input); got {json_kind(value)}{single}")
         if isinstance(value, list):
             for i, part in enumerate(value):
                 if not isinstance(part, (str, dict)):  # was reported as mixing strings and content parts
-                    kind = {list: "an array", bool: "a boolean", type(None): "null"}.get(type(part), "a number")
                     raise FieldConflict(f"each item of input is a string (one result each) or a content part object"
-                                        f" {{'type': 'text', 'text': ...}}; got {kind}", f"input[{i}]")
+                                        f" {{'type': 'text', 'text': ...}}; got {json_kind(part)}", f"input[{i}]")
             refuse_non_text_parts(value)  # image_url, input_audio, ...: was "Input should be 'text'"
             if value and isinstance(value[0], (str, dict)):
                 odd = next((i for i, item in enumerate(value) if isinstance(item, str) != isinstance(value[0], str)), None)
@@ -317,3 +352,16 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+class OpenAIErrorDetail(ErrorDetail):
+    """An error of an OpenAI-compatible route (``/v1/moderations``): Herald's ``type``, ``message`` and ``field``, and
+    OpenAI's ``param`` (the field) and ``code`` (Herald's error type); ``type`` is OpenAI's ``invalid_request_error``
+    on a 400 or 401 (:func:`herald_service.api.errors.error_response`)."""
+
+    param: str | None = None
+    code: str
+
+
+class OpenAIErrorBody(BaseModel):
+    error: OpenAIErrorDetail

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request, Response
 
 from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.routes.classify import ERRORS, json_answer
-from herald_service.api.schemas import ModerationRequest, ModerationResponse, TextPart
+from herald_service.api.routes.classify import json_answer
+from herald_service.api.schemas import ModerationRequest, ModerationResponse, OpenAIErrorBody, TextPart
 from herald_service.engine.service import highest_scoring
 from herald_service.errors import InputTooLarge
 from herald_service.types import user_turn
@@ -32,6 +32,9 @@ OPENAI_CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threa
 ``openai`` SDK's ``Categories``, 2026)."""
 
 CATEGORIES = (CATEGORY, *OPENAI_CATEGORIES)
+
+ERRORS = {code: {"model": OpenAIErrorBody} for code in (400, 401, 408, 415, 429, 503, 504)}
+"""The route's error answers: OpenAI's 400 for invalid or too-large input, where /classify answers 422 and 413."""
 
 
 def content_part_prompts(parts: list[TextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
