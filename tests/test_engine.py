@@ -67,6 +67,25 @@ def test_full_queue_refuses_before_queueing(runtime):
     engine.stop()
 
 
+def test_stop_answers_the_queued_prompts_and_logs_how_many(runtime, caplog):
+    # A new-user pass could not tell from the log whether a shutdown left anyone unanswered.
+    slow = FakeBackbone(forward_delay_s=0.3)
+    slow._vocab, slow._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, slow, max_rows=1, delay_s=0.0)
+    running = engine.submit(ids(runtime, ["a"]))
+    time.sleep(0.05)  # the worker took "a" alone into its window
+    queued = engine.submit(ids(runtime, ["b", "c", "d"]))
+    with caplog.at_level("INFO", logger="herald_service.engine.engine"):
+        engine.stop()
+    assert running[0].result(timeout=5).flagged is False  # the prompt on the model is answered by it
+    assert all(isinstance(f.exception(timeout=5), NotReady) for f in queued)
+    assert "inference worker stopped; 3 queued prompts answered 503 (server is shutting down)" in caplog.messages
+    idle = make_engine(runtime)
+    with caplog.at_level("INFO", logger="herald_service.engine.engine"):
+        idle.stop()
+    assert caplog.messages[-1] == "inference worker stopped; no prompt was waiting"
+
+
 def test_prompts_in_the_workers_window_still_count_as_waiting(runtime):
     # The worker takes up to 4 x max_rows prompts into its window at once. They waited uncounted: the queue-depth
     # gauge read 0 beside an estimated wait of 47 s, and queue_capacity let capacity + 4 x max_rows prompts wait.

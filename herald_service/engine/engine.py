@@ -173,14 +173,21 @@ class InferenceEngine:
         self.metrics.worker_up.set(1)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker; prompts still queued get :class:`NotReady`."""
+        """Stop the worker; prompts still queued get :class:`NotReady`. Logs how many did, so an operator reading a
+        shutdown knows whether every accepted request was answered by the model (uvicorn waits for open requests
+        before the app stops, so normally none: a new-user pass could not tell from the log)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        self._fail_pending(NotReady("server is shutting down"))
+        failed = self._fail_pending(NotReady("server is shutting down"))
         self.metrics.worker_up.set(0)
+        if failed:
+            log.warning("inference worker stopped; %d queued prompt%s answered 503 (server is shutting down)", failed,
+                        "s" if failed > 1 else "")
+        else:
+            log.info("inference worker stopped; no prompt was waiting")
 
     @property
     def alive(self) -> bool:
@@ -760,14 +767,18 @@ class InferenceEngine:
             if not prompt.future.done():
                 prompt.future.set_exception(error)
 
-    def _fail_pending(self, error: HeraldError) -> None:
+    def _fail_pending(self, error: HeraldError) -> int:
+        """Answer every queued prompt and job with ``error``; returns how many were answered (not those cancelled)."""
         with self._cond:
             pending, self._queue = list(self._queue), deque()
             self._window_left = 0
             self.metrics.queue_depth.set(0)
+        failed = 0
         for item in pending:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(error)
+                failed += 1
+        return failed
 
 
 def classification_at(out: ProbeOutput, i: int, tokens: int, timing: Timing | None = None) -> Classification:
