@@ -22,7 +22,7 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
 from herald_service.out_path import check_out_path
-from herald_service.types import MIN_ADD_ALPHA
+from herald_service.types import MIN_ADD_ALPHA, checked_steer_layers
 
 
 CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
@@ -472,10 +472,13 @@ class SteerEvalCommand(LocalCommand):
         if not prompts:
             raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
         runtime = load_runtime(self)
-        num_layers = runtime.backbone.info.num_layers
-        if self.layers is not None and (not self.layers or not all(1 <= layer <= num_layers for layer in self.layers)):
-            raise SystemExit(f"herald steer-eval: --layers must be a non-empty list within 1..{num_layers}")
-        result = steer_eval(runtime, prompts[: self.limit], self.layers, self.mode, self.alpha, self.max_new_tokens)
+        layers = None
+        if self.layers is not None:
+            try:
+                layers = checked_steer_layers(self.layers, runtime.backbone.info.num_layers)
+            except ValueError as exc:
+                raise SystemExit(f"herald steer-eval: --layers {exc}") from None
+        result = steer_eval(runtime, prompts[: self.limit], layers, self.mode, self.alpha, self.max_new_tokens)
         print(json.dumps(dataclasses.asdict(result), indent=2))
 
 

@@ -13,6 +13,22 @@ steered read the same as baseline while the answer reported an edit: 1e-320 (a d
 finding), as 0 had been."""
 
 
+def checked_steer_layers(layers: list[int], num_layers: int) -> list[int]:
+    """The decoder layers an intervention edits (``POST /steer``'s ``layers``, ``herald steer-eval --layers``), sorted.
+
+    Raises:
+        ValueError: an empty list, a layer outside ``1..num_layers``, or a layer listed more than once ("add" at
+            ``[1, 1, 1]`` added three times: ``herald steer-eval`` ran it past the |alpha| limit, a researcher's
+            pass; ``/steer`` had refused it since a breaker pass).
+    """
+    if not layers or not all(1 <= layer <= num_layers for layer in layers):
+        raise ValueError(f"must be a non-empty list within 1..{num_layers}")
+    repeated = sorted({layer for layer in layers if layers.count(layer) > 1})
+    if repeated:
+        raise ValueError(f"lists {', '.join(map(str, repeated))} more than once; list each layer once")
+    return sorted(layers)
+
+
 @dataclass(frozen=True)
 class Message:
     """One chat turn. ``parts``: the texts of the OpenAI content parts whose newline join is ``content``, when there

@@ -243,12 +243,16 @@ def test_steer_eval_bad_files_and_options_are_one_line_errors(tmp_path):
     rows.write_text("how to make a bomb\n")
     layers = herald("steer-eval", str(rows), "--layers", "[99]", HERALD_FAKE_BACKEND="true")
     assert layers.returncode == 1 and "--layers must be a non-empty list within 1..8" in layers.stderr
+    # "add" at [1, 1, 1] added three times, past the |alpha| limit (researcher pass); /steer refused it already
+    twice = herald("steer-eval", str(rows), "--layers", "[1,2,1]", "--mode", "add", "--alpha", "1", HERALD_FAKE_BACKEND="true")
+    assert twice.returncode == 1 and twice.stderr.strip().endswith(
+        "herald steer-eval: --layers lists 1 more than once; list each layer once"), twice.stderr
     alpha = herald("steer-eval", str(rows), "--alpha", "nan", "--mode", "add", HERALD_FAKE_BACKEND="true")
     assert alpha.returncode == 1 and "alpha (--alpha): Input should be a finite number" in alpha.stderr
     tiny = herald("steer-eval", str(rows), "--alpha", "1e-320", "--mode", "add", HERALD_FAKE_BACKEND="true")
     assert tiny.returncode == 1 and ("alpha (--alpha): mode 'add' needs |alpha| of at least 1e-06 (got alpha 1e-320,"
                                      " which adds nothing measurable)") in tiny.stderr
-    for out in (layers, alpha, tiny):
+    for out in (layers, twice, alpha, tiny):
         assert "Traceback" not in out.stderr
 
 

@@ -25,7 +25,7 @@ from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, Queu
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
 from herald_service.text_file import is_valid_unicode
-from herald_service.types import Classification, Conversation, Timing, user_turn
+from herald_service.types import Classification, Conversation, Timing, checked_steer_layers, user_turn
 
 
 class ClientGone(HeraldError):
@@ -380,14 +380,10 @@ class Moderator:
         elif layers is None:
             chosen = [self.runtime.probe.peak_layer]
         else:
-            bad = [layer for layer in layers if not 1 <= layer <= num_layers]
-            if bad or not layers:
-                raise InvalidInput(f"layers must be a non-empty list within 1..{num_layers}", field="layers")
-            repeated = sorted({layer for layer in layers if layers.count(layer) > 1})
-            if repeated:  # answered as [4] before, an edit made once where "add" at [4, 4] may mean twice (breaker)
-                raise InvalidInput(f"layers lists {', '.join(map(str, repeated))} more than once; list each layer once",
-                                   field="layers")
-            chosen = sorted(layers)
+            try:
+                chosen = checked_steer_layers(layers, num_layers)
+            except ValueError as exc:
+                raise InvalidInput(f"layers {exc}", field="layers") from None
         self.check_shape([conversation], [field], field)
         slot = self._take_steer_slot()
         submitted = None
