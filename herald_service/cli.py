@@ -556,7 +556,7 @@ class EvalCommand(BaseModel):
         fields = self.model_dump(exclude={"threads"})
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
-        results = run_eval(EvalOptions(**fields))
+        results = run_eval(EvalOptions(**fields, command=shlex.join(["herald", *sys.argv[1:]])))
         summary = {name: {"random_split_auroc": round(r["pooled"]["auroc"]["value"], 4)} for name, r in results["random_split"].items()}
         for name, r in results.get("loso", {}).get("pooled", {}).items():
             summary[name]["loso_pooled_auroc"] = round(r["auroc"]["value"], 4)

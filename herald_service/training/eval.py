@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shlex
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -268,6 +266,8 @@ class EvalOptions:
     jailbreak_train_per_class: int = 0
     """Harmful requests wrapped in jailbreak training templates, added to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
+    command: str | None = None
+    """The command line to record in the results (``herald eval ...``); None outside the CLI."""
 
 
 def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
@@ -540,7 +540,7 @@ def run_eval(options: EvalOptions) -> dict:
         "prompt_text": PROMPT_TEXT,
         "skipped_over_max_tokens": skipped,
         "seed": options.seed,
-        "command": shlex.join(["herald", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("herald") else None,
+        "command": options.command,
         "jailbreak_max_chars": options.jailbreak_max_chars,
         "test_fraction": options.test_fraction,
         "n": int(len(data.labels)), "n_train": int(len(train_index)), "n_test": int(len(test_index)),
