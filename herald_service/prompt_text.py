@@ -462,14 +462,15 @@ def _join_spelled_out(text: str) -> str:
         if "\n" not in inside and any("\n" in gap for gap in gaps):  # a run does not cross a line end ...
             lines = run.split("\n")                                 # ... unless one letter a line is the disguise
             return "\n".join(_SPELLED_OUT.sub(join, line) for line in lines)
-        words, breaks = [cells[0]], []
-        for gap, cell in zip(gaps, cells[1:]):
+        pieces, breaks = [[cells[0]]], []  # each word's cells, joined once: += on a word was quadratic in its length
+        for gap, cell in zip(gaps, cells[1:]):  # (a researcher's 4 MB row of "a a a ..." took 150 s to fold)
             if gap == inside:
-                words[-1] += cell
+                pieces[-1].append(cell)
             else:
                 kept = " ".join("".join(" " if char in inside else char for char in gap).split())
                 breaks.append(kept + " " if kept else " ")
-                words.append(cell)
+                pieces.append([cell])
+        words = ["".join(piece) for piece in pieces]
         if len(cells) < MIXED_CASE_SPELLED_OUT and not all(_one_case(word) for word in words):
             return run
         return "".join(word + (breaks[index] if index < len(breaks) else "") for index, word in enumerate(words))
