@@ -706,6 +706,16 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
         out = herald(command, "--data", str(sources), "--max-per-source", "4", "--out", str(written), "--backbone",
                      str(missing), "--cache-dir", str(tmp_path / "cache"))
         assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+    small = tmp_path / "small.jsonl"  # groups of 3 under the default cap of 150: the cap cut nothing, so is not blamed
+    small.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
+                             for label in ("harmful", "benign") for s in range(4) for i in range(3)))
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(small), "--out", str(written), "--backbone", str(missing), "--cache-dir",
+                     str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            "herald: --test-fraction 0.2 leaves no benign row in the calibration part: the test part takes a share of"
+            " each (source, label) group and calibration a quarter of the rest, both rounded, so a group of 2 training"
+            " rows gives calibration none; give more benign rows per source"), (command, out.stderr)
     assert not (tmp_path / "cache").exists()
 
 

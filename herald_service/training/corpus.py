@@ -160,6 +160,16 @@ after the backbone load with scikit-learn's "The number of samples must be more 
 "calibration needs both classes" (breaker finding)."""
 
 
+def cap_binds(examples: list[Example], label: int, max_per_source: int | None) -> bool:
+    """Whether the ``--max-per-source`` cap may have cut rows of ``label`` from ``examples`` (rows after
+    :func:`cap_per_group`): some (source, label) group is at the cap. Only then does an error about too few rows name
+    the cap: "raise --max-per-source" was the advice for groups of 3 rows under a cap of 150 (researcher pass)."""
+    if max_per_source is None:
+        return False
+    sizes = Counter(example.source for example in examples if example.label == label)
+    return any(size >= max_per_source for size in sizes.values())
+
+
 def require_both_labels(examples: list[Example], files: list[Path], max_per_source: int | None = None) -> None:
     """Refuse a corpus that holds one label only, or fewer than :data:`MIN_ROWS_PER_LABEL` rows of a label (a probe
     needs harmful and benign rows in its test, calibration and fit parts), before any model loads.
@@ -181,10 +191,11 @@ def require_both_labels(examples: list[Example], files: list[Path], max_per_sour
     if short:
         name, n = short[0]
         held = f"the data holds {n} {name} row{'s' if n > 1 else ''} ({names})"
-        if max_per_source is not None:
+        capped = cap_binds(examples, LABELS[name], max_per_source)
+        if capped:
             held = (f"--max-per-source {max_per_source} leaves {n} {name} row{'s' if n > 1 else ''} of the data "
                     f"({names}: at most {max_per_source} per source and label)")
-        advice = "; raise --max-per-source or give null for all rows" if max_per_source is not None else ""
+        advice = "; raise --max-per-source or give null for all rows" if capped else ""
         raise ValueError(f"{held}; a probe needs at least {MIN_ROWS_PER_LABEL} of each label: its test, calibration "
                          f"and fit parts each need both{advice}")
 
@@ -218,10 +229,10 @@ def require_split_parts(examples: list[Example], test_fraction: float, seed: int
             continue
         part = (f"no {name} row in the calibration part" if not in_calibration
                 else f"{in_fit} {name} row{'s' if in_fit != 1 else ''} in the fit part (need at least 2)")
+        capped = cap_binds(examples, label, max_per_source)
         lead = (f"--max-per-source {max_per_source} (at most {max_per_source} rows per source and label) and "
-                f"--test-fraction {test_fraction} leave" if max_per_source is not None
-                else f"--test-fraction {test_fraction} leaves")
-        advice = "raise --max-per-source or give" if max_per_source is not None else "give"
+                f"--test-fraction {test_fraction} leave" if capped else f"--test-fraction {test_fraction} leaves")
+        advice = "raise --max-per-source or give" if capped else "give"
         raise ValueError(f"{lead} {part}: the test part takes a share of each (source, label) group and calibration a "
                          f"quarter of the rest, both rounded, so a group of 2 training rows gives calibration none; "
                          f"{advice} more {name} rows per source")
