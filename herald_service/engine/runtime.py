@@ -129,7 +129,12 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[s
     folder = settings.probe or default_probe_folder(slug)
     if not folder.exists():
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
-        raise ProbeMismatch(f"no probe for backbone {slug!r} at {folder}{hint}; set --probe or HERALD_PROBE", field="probe")
+        looked = [folder]
+        if settings.probe is None:  # the default: named as both places it was looked for (a researcher found
+            local = Path("models") / slug  # `herald fit`'s default, under the working directory, not named)
+            looked = [local, folder] if local.resolve() != folder.resolve() else [folder]
+        where = " or ".join(map(str, looked))
+        raise ProbeMismatch(f"no probe for backbone {slug!r} at {where}{hint}; set --probe or HERALD_PROBE", field="probe")
     probe, manifest = load_probe(folder)
     return folder, probe, manifest
 
