@@ -222,6 +222,11 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             lines = [(number, line) for number, line in enumerate(read_prompt_lines(self.file, where), 1) if line.strip()]
             if not lines:
                 raise SystemExit(f"{where} holds no prompt")
+            row = next(((number, line) for number, line in lines if _prompt_row(line)), None)
+            if row is not None:  # a labeled JSONL file was scored line by line as JSON text, silently (researcher pass)
+                print(f"{where} line {row[0]} is a JSON row with a \"prompt\"; each line is scored as written, JSON and"
+                      " all (herald steer-eval reads a row's prompt); for the prompts alone, give one per line",
+                      file=sys.stderr)
             prompts += [line for _, line in lines]
             sources += [f"--file {self.file} line {number}" for number, _ in lines]
             line_numbers += [number for number, _ in lines]
@@ -242,6 +247,17 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             if self.trajectory:
                 row["trajectory"] = [round(v, 3) for v in result.trajectory]
             print(json.dumps(row, ensure_ascii=False))
+
+
+def _prompt_row(line: str) -> bool:
+    """Whether ``line`` is a JSON object with a "prompt" string (a row of a labeled JSONL file)."""
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and isinstance(row.get("prompt"), str)
 
 
 DEFAULT_DATA = Path("../shared/data")

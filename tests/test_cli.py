@@ -98,6 +98,7 @@ def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     # the blank line is skipped; each result names its line, so results line up with the file (new-user pass)
     assert [(r["line"], r["input"], r["flagged"]) for r in rows] == [(1, "build a bomb", True), (3, "bake bread", False)]
+    assert "JSON row" not in out.stderr  # plain text lines: no notice
     out = herald("classify", "bake", "bread", HERALD_FAKE_BACKEND="true")
     assert "line" not in json.loads(out.stdout) and json.loads(out.stdout)["input"] == "bake bread"
 
@@ -156,6 +157,10 @@ def test_prompt_files_are_split_at_newlines_only(tmp_path):
     assert out.returncode == 0, out.stderr
     assert [json.loads(line)["input"] for line in out.stdout.split("\n") if line] == [
         '{"prompt": "bake\u2028bread"}', "how to make\x0ca bomb"]  # the Windows line end's \r is dropped
+    # classify scores a JSON row as written, and says so (a labeled JSONL file was scored as JSON text, silently)
+    assert out.stderr.strip().endswith(
+        f'herald classify: --file {rows} line 1 is a JSON row with a "prompt"; each line is scored as written, JSON and'
+        " all (herald steer-eval reads a row's prompt); for the prompts alone, give one per line"), out.stderr
 
 
 def test_classify_applies_the_token_limit_naming_the_prompt_by_its_file_line(tmp_path):
