@@ -573,6 +573,10 @@ def test_plot_legend_stays_on_the_figure_with_many_long_prompts():
     assert len(fig.axes[0].get_lines()) == 40 + 1  # every prompt is drawn (and the boundary at 0)
     box, page, axes = legend.get_window_extent(), fig.bbox, fig.axes[0].get_window_extent()
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    small = trajectory_figure(np.zeros((1, 4)), ["hi"], [False])  # 4 layers: ticks read 1.5, 2.5 (researcher pass)
+    small.draw_without_rendering()
+    ticks = [t for t in small.axes[0].get_xticks() if 1 <= t <= 4]
+    assert ticks == [1, 2, 3, 4], ticks
     assert box.x0 >= axes.x1  # beside the axes, covering no line
 
 

@@ -38,6 +38,7 @@ def trajectory_figure(
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     trajectories = np.atleast_2d(trajectories)
     layers = np.arange(1, trajectories.shape[1] + 1)
@@ -60,6 +61,7 @@ def trajectory_figure(
         lines = lines[:LEGEND_ENTRIES - 1] + [Line2D([], [], linestyle="none", label=f"+{hidden} more prompts")]
     ax.axhline(0.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("decoder layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a 4-layer backbone read 1.5, 2.5 ... (researcher pass)
     ax.set_ylabel("projection s_l (std devs)")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -172,6 +172,7 @@ def plot_trajectories(results: dict, path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     layers = np.arange(1, len(traj["benign"]["mean"]) + 1)
@@ -182,6 +183,7 @@ def plot_trajectories(results: dict, path: Path) -> Path | None:
         ax.fill_between(layers, t["p10"], t["p90"], color=color, alpha=0.1, label=f"{name} 10–90%")
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("decoder layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole layers, as herald plot draws them
     ax.set_ylabel("normalized projection s_l (within-class SDs)")
     ax.set_title("Herald trajectories on the random-split test part, by class")
     ax.legend(fontsize=7)
