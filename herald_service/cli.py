@@ -355,6 +355,9 @@ class FitCommand(BaseModel):
         "flags benign requests inside jailbreak wrappers too (docs/eval/direction_estimators.md, round 3)."))
     jailbreak_templates: Path = Field(Path("../shared/data/pyrit_jailbreak_templates.jsonl"), description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class."))
+    threads: int | None = Field(None, ge=1, description=(
+        "torch and BLAS threads; default: torch's and the BLAS library's own (every core). 1 is faster on a CPU "
+        "shared with other work, as for herald eval and recipes (BLAS threads spin-wait)."))
 
     @field_validator("feature_set")
     @classmethod
@@ -368,7 +371,14 @@ class FitCommand(BaseModel):
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_default_data(self)
-        manifest = run_fit(FitOptions(**self.model_dump(), command=shlex.join(["herald", *sys.argv[1:]])))
+        if self.threads is not None:
+            import torch
+            from threadpoolctl import threadpool_limits
+
+            torch.set_num_threads(self.threads)
+            threadpool_limits(self.threads)
+        options = FitOptions(**self.model_dump(exclude={"threads"}), command=shlex.join(["herald", *sys.argv[1:]]))
+        manifest = run_fit(options)
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
 

@@ -397,6 +397,7 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("fit", "--test-fraction", "nan"), "test_fraction (--test-fraction): Input should be a finite number"),
     (("fit", "--device", "gpu"), "device (--device): Input should be 'auto', 'cpu' or 'cuda'"),
     (("fit", "--max-per-source", "0"), "max_per_source (--max-per-source): Input should be greater than or equal to 1"),
+    (("fit", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
     (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
     (("eval", "--replicates", "0"), "replicates (--replicates): Input should be greater than or equal to 10"),
     (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),

@@ -237,6 +237,23 @@ def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path, monk
         assert r.status_code == 503 and "hidden_size 32" in r.json()["error"]["message"]
 
 
+def test_fit_command_takes_threads_and_records_its_command(folder, tmp_path):
+    # eval and recipes had --threads; fit refused it ("unexpected arguments": researcher pass)
+    import subprocess
+    import sys
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for i in range(10) for row in (
+        {"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]}", "label": "benign", "source": "A"},
+        {"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]}", "label": "harmful", "source": "B"})))
+    out = subprocess.run([sys.executable, "-m", "herald_service", "fit", "--data", str(data), "--backbone", str(folder),
+                          "--out", str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache"), "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert saved["command"].endswith("--threads 1") and saved["training_data"]["split"]["test"] == 4
+
+
 def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path):
     rows = []
     for i in range(30):
