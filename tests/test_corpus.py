@@ -48,6 +48,17 @@ def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, line, message):
     assert str(caught.value) == f"{path} {message}", caught.value
 
 
+def test_a_table_file_is_told_that_data_is_jsonl(tmp_path):
+    # "data.csv line 1: not JSON (Expecting value)" did not say that a CSV is not read (researcher pass)
+    path = tmp_path / "data.csv"
+    path.write_text('prompt,label,source\n"hi",benign,A\n')
+    with pytest.raises(ValueError) as caught:
+        load_corpus([path])
+    assert str(caught.value) == (f"{path} line 1: not JSON (Expecting value); a row is an object with prompt, label and"
+                                 " source; Herald reads labeled data as JSONL only, not .csv tables: convert the file to"
+                                 " one JSON object a line")
+
+
 def test_a_null_context_is_no_context(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "x", "label": "benign", "source": "s", "context": null}\n')

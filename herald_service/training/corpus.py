@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from herald_service.prompt_text import normalize_prompt_text
-from herald_service.strict_json import object_row
+from herald_service.strict_json import NotJsonRow, object_row
 from herald_service.text_file import is_valid_unicode, read_utf8
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,18 @@ def _read_rows(paths: list[Path]) -> list[tuple[Example, str]]:
         for number, line in enumerate(read_utf8(path).split("\n"), 1):
             if line.strip():
                 where = f"{path} line {number}"
-                rows.append((_row_example(line, where, path.name), where))
+                try:
+                    rows.append((_row_example(line, where, path.name), where))
+                except NotJsonRow as exc:
+                    if path.suffix.lower() in TABLE_SUFFIXES:  # "data.csv line 1: not JSON" did not say why
+                        raise NotJsonRow(f"{exc}; Herald reads labeled data as JSONL only, not {path.suffix} tables:"
+                                         " convert the file to one JSON object a line") from None
+                    raise
     return rows
+
+
+TABLE_SUFFIXES = frozenset({".csv", ".tsv", ".parquet", ".xlsx", ".xls"})
+"""File suffixes of tables that ``--data`` readers name when a row is not JSON (a researcher's CSV)."""
 
 
 def load_training_corpus(paths: list[Path]) -> list[Example]:
