@@ -195,6 +195,19 @@ def test_moderations_errors_have_openais_status_and_fields(client, body, status,
             "type": error["code"], "field": error["field"], "message": error["message"]}
 
 
+def test_moderations_body_size_refusal_and_schema_are_openais_too(client):
+    # the body-size middleware wrote Herald's 413 itself, so the SDK raised a bare APIStatusError (re-test); the schema
+    # listed FastAPI's 422 and not what the route sends
+    big = client.post("/v1/moderations", content=b"x" * (4 * 200 * 6 + 70_000), headers={"content-type": "application/json"})
+    error = big.json()["error"]
+    assert big.status_code == 400 and error["type"] == "invalid_request_error" and error["param"] == "body"
+    assert error["code"] == "input_too_large" and error["message"].startswith("request body exceeds the limit of")
+    same = client.post("/classify", content=b"x" * (4 * 200 * 6 + 70_000), headers={"content-type": "application/json"})
+    assert same.status_code == 413 and set(same.json()["error"]) == {"type", "message", "field"}
+    responses = client.get("/openapi.json").json()["paths"]["/v1/moderations"]["post"]["responses"]
+    assert "422" not in responses and "413" not in responses and "400" in responses
+
+
 @pytest.mark.parametrize("body, field", [
     ({"input": "hi", "return_trajectory": True}, "return_trajectory"),  # a /classify option: was ignored
     ({"input": "hi", "modle": "omni-moderation-latest"}, "modle"),  # a misspelt argument: was ignored

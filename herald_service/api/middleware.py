@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import time
 
@@ -56,10 +55,8 @@ class RequestMetrics:
             # second traceback and drops the client's keep-alive connection.
             log.exception("unhandled error on %s", scope["path"])
             if not started_response["response"]:
-                body = json.dumps({"error": {"type": "internal_error", "message": "internal error; see server log"}}, separators=(",", ":")).encode()
-                await send_wrapper({"type": "http.response.start", "status": 500,
-                                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                await error_response(500, "internal_error", "internal error; see server log",
+                                     path=scope.get("path"))(scope, receive, send_wrapper)
         finally:
             template = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "unmatched")
             self.metrics.observe_request(template, status["code"], time.perf_counter() - started)
@@ -238,14 +235,13 @@ class BodyLimit:
         self.metrics = metrics
         self.set_by = set_by
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.metrics is not None:
             self.metrics.rejected.labels("body_size").inc()
         # The operator who reads the 413 needs to know which setting to raise, not just the number.
         limit = f"request body exceeds the limit of {self.max_bytes} bytes" + (f", set by {self.set_by}" if self.set_by else "")
-        body = json.dumps({"error": {"type": "input_too_large", "message": limit, "field": "body"}}, separators=(",", ":")).encode()
-        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        # through error_response, so /v1/moderations answers OpenAI's 400 here too (it answered 413 in Herald's body)
+        await error_response(413, "input_too_large", limit, "body", path=scope.get("path"))(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -255,7 +251,7 @@ class BodyLimit:
         length = headers.get(b"content-length")
         if length is not None:
             if length.isdigit() and int(length) > self.max_bytes:
-                await self._refuse(send)
+                await self._refuse(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -268,7 +264,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             seen += len(chunks[-1])
             if seen > self.max_bytes:
-                await self._refuse(send)
+                await self._refuse(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break

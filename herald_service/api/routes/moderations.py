@@ -33,8 +33,10 @@ OPENAI_CATEGORIES = ("harassment", "harassment/threatening", "hate", "hate/threa
 
 CATEGORIES = (CATEGORY, *OPENAI_CATEGORIES)
 
-ERRORS = {code: {"model": OpenAIErrorBody} for code in (400, 401, 408, 415, 429, 503, 504)}
-"""The route's error answers: OpenAI's 400 for invalid or too-large input, where /classify answers 422 and 413."""
+ERRORS: dict[int | str, dict] = {code: {"model": OpenAIErrorBody} for code in (400, 401, 408, 415, 429, 503, 504)}
+ERRORS["4XX"] = {"model": OpenAIErrorBody, "description": "Other client errors (405 for another method)"}
+"""The route's error answers: OpenAI's 400 for invalid or too-large input, where /classify answers 422 and 413. The
+``4XX`` entry also keeps FastAPI from listing its default 422 (HTTPValidationError), which this route never sends."""
 
 
 def content_part_prompts(parts: list[TextPart], max_batch_size: int) -> tuple[list[str], list[str]]:
