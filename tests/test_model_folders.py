@@ -68,3 +68,27 @@ def test_a_missing_default_probe_is_named_at_both_places_it_was_looked_for(tmp_p
         checked_probe(BackboneSettings(_env_file=None, backbone=str(folder)))
     assert str(info.value) == (f"no probe for backbone 'mymodel' at models/mymodel or {REPO_ROOT / 'models' / 'mymodel'}"
                                " (fit one with `herald fit --backbone ...`); set --probe or HERALD_PROBE")
+
+
+def test_a_file_rewritten_in_place_with_its_mtime_restored_is_hashed_again(tmp_path: Path):
+    # same size, inode and (restored) mtime kept the old sha256 in the memo (re-test); ctime is the kernel's
+    import os
+    import stat
+    import time
+
+    folder = _model_folder(tmp_path / "m", b"\x01" * 4096)
+    cache = tmp_path / "cache"
+    weights = folder / "model.safetensors"
+    before = weights.stat()
+    first = loader.folder_revision(folder, cache)
+    time.sleep(0.02)
+    with weights.open("r+b") as fh:  # in place: same inode, same size
+        fh.write(b"\x02" * 4096)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_mtime_ns == before.st_mtime_ns and weights.stat().st_ino == before.st_ino
+    assert loader.folder_revision(folder, cache) == loader.folder_revision(folder, None) != first
+    modes = {stat.S_IMODE(memo.stat().st_mode) for memo in (cache / "file-sha256").iterdir()}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert modes == {0o666 & ~umask}  # as every cache file (tempfile's 0600 hid them from other users)
+    assert not list((cache / "file-sha256").glob("*.part"))

@@ -27,8 +27,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -161,13 +162,15 @@ def folder_revision(folder: Path, cache_dir: Path | None = None) -> str:
 
 def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
     """Hex sha256 of a file's bytes, memoized in ``<cache_dir>/file-sha256/<key>`` where ``key`` hashes the file's
-    resolved path, size, modification time (ns), inode and device: a file rewritten in any way a tool does not hide
-    (same size, mtime and inode all kept) is hashed again. Without ``cache_dir``, or where the memo cannot be written
-    (a read-only cache), the file is hashed every call."""
+    resolved path, size, modification and change times (ns), inode and device. The change time (ctime) is set by the
+    kernel on every write and cannot be set back by a user tool, so a file rewritten in place with its mtime restored
+    (``os.utime``, ``cp -p``, ``rsync -t``) is hashed again (with mtime alone it kept its old sha256: re-test). Each
+    change leaves its old memo (64 bytes) behind. Without ``cache_dir``, or where the memo cannot be written (a
+    read-only cache), the file is hashed every call."""
     stat = path.stat()
     if cache_dir is None:
         return sha256_file(path)
-    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_dev}"
+    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}|{stat.st_dev}"
     memo = cache_dir / "file-sha256" / hashlib.sha256(identity.encode()).hexdigest()
     try:
         known = memo.read_text().strip()
@@ -178,12 +181,16 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
     if stat.st_size >= 1 << 30:
         log.info("hashing %s (%.1f GB) for the backbone revision; kept in %s", path, stat.st_size / 1e9, memo.parent)
     sha = sha256_file(path)
+    # written beside, then renamed (a reader never sees half a memo), with the umask's mode as every cache file
+    # (tempfile's 0600 made a shared cache's memos unreadable to other users, who rehashed on every start: re-test)
+    partial = memo.with_name(f"{memo.name}.{os.getpid()}.{threading.get_ident()}.part")
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=memo.parent, delete=False) as tmp:
-            tmp.write(sha)
-        os.replace(tmp.name, memo)
+        partial.write_text(sha)
+        os.replace(partial, memo)
     except OSError as exc:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
         log.debug("sha256 of %s not kept in %s: %s", path, memo.parent, exc)
     return sha
 
