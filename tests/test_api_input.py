@@ -186,7 +186,8 @@ def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_field
         assert r.status_code == 422 and r.json()["error"]["field"] == field, (message, r.text)
     r = client.post("/classify", json={"messages": [{"role": "assistant", "content": None}]})
     assert r.json()["error"]["message"] == ("content is required (a string or a list of text parts); it may be null only"
-                                            " on an assistant message with tool_calls, function_call, audio or refusal")
+                                            " on a function message or an assistant message with tool_calls,"
+                                            " function_call, audio or refusal")
 
 
 def test_an_assistant_message_as_the_openai_sdk_sends_it_back_is_read(client):
@@ -199,13 +200,15 @@ def test_an_assistant_message_as_the_openai_sdk_sends_it_back_is_read(client):
     refused = {"role": "assistant", "content": None, "refusal": "I cannot help with that."}
     called = {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}
     spoken = {"role": "assistant", "content": None, "audio": {"id": "audio_1"}}
+    said = {"role": "assistant", "content": None, "audio": {"id": "audio_2", "transcript": "Use a tension wrench."}}
     result = {"role": "function", "name": "f", "content": "no results"}
     for sent, plain in (
             ([ask, returned, then], [ask, {"role": "assistant", "content": "Use a tension wrench."}, then]),
             ([ask, refused, then], [ask, {"role": "assistant", "content": "I cannot help with that."}, then]),
             ([ask, called, result, then], [ask, {"role": "assistant", "content": ""},
                                            {"role": "tool", "content": "no results"}, then]),
-            ([ask, spoken, then], [ask, {"role": "assistant", "content": ""}, then])):
+            ([ask, spoken, then], [ask, {"role": "assistant", "content": ""}, then]),
+            ([ask, said, then], [ask, {"role": "assistant", "content": "Use a tension wrench."}, then])):
         a, b = (client.post("/classify", json={"messages": m, "return_trajectory": False}) for m in (sent, plain))
         assert a.status_code == 200 and b.status_code == 200, (sent, a.text, b.text)
         assert a.json()["results"] == b.json()["results"], sent
@@ -218,10 +221,23 @@ def test_an_assistant_message_as_the_openai_sdk_sends_it_back_is_read(client):
             ({"role": "assistant", "content": "hi", "annotation": []}, "messages[0].annotation",
              "Extra inputs are not permitted"),
             ({"role": "user", "content": {"type": "text", "text": "hi"}}, "messages[0].content",
-             "content is a string or a list of parts; put a single part in a list")):
+             "content is a string or a list of parts; put a single part in a list"),
+            ({"role": "assistant", "content": None, "audio": {"transcript": 5}}, "messages[0].audio.transcript",
+             "an audio transcript is a string, not a number")):
         r = client.post("/classify", json={"messages": [message]})
         assert r.status_code == 422 and r.json()["error"]["field"] == field, (message, r.text)
         assert r.json()["error"]["message"] == message_text, r.text
+
+
+@pytest.mark.parametrize("message, field", [
+    ('{"role": "assistant", "content": null, "refusal": "no \\ud800"}', "messages[0].refusal"),
+    ('{"role": "assistant", "content": null, "audio": {"transcript": "x \\udfff"}}', "messages[0].audio.transcript"),
+])
+def test_a_lone_surrogate_in_text_read_for_null_content_is_named_by_its_field(client, message, field):
+    # was named messages[0].content, which the request had sent as null (re-test)
+    r = client.post("/classify", content=f'{{"messages": [{message}]}}', headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+    assert "lone UTF-16 surrogate" in r.json()["error"]["message"]
 
 
 def test_an_input_of_the_wrong_json_kind_says_what_input_takes(client):

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from herald_service.strict_json import echoed
+from herald_service.text_file import is_valid_unicode
 from herald_service.types import MIN_ADD_ALPHA, Message
 
 
@@ -116,9 +117,10 @@ class ChatMessage(BaseModel):
     ``annotations`` (the fields the OpenAI SDK sends back when a client appends a completion's message to its
     history: a new-user pass got a 422 for ``annotations: []``). An assistant's field with a value on another role's
     message is a 422 naming it. ``content`` may be null on an assistant message that carries ``tool_calls``,
-    ``function_call``, ``audio`` or ``refusal`` (OpenAI returns a refusal as null content and a ``refusal`` string;
-    the turn then renders as that refusal, otherwise as empty: a call's arguments are the model's output, not
-    moderated here) and on a ``function`` message. Any other key is still a 422 naming it.
+    ``function_call``, ``audio`` or ``refusal`` (OpenAI returns a refusal as null content and a ``refusal`` string,
+    and a spoken answer with its ``audio.transcript``; the turn then renders as that text, otherwise as empty: a
+    call's arguments are the model's output, not moderated here) and on a ``function`` message. Any other key is still
+    a 422 naming it.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -138,6 +140,24 @@ class ChatMessage(BaseModel):
     def _assistant_only(cls, value: object, info: ValidationInfo) -> object:
         if value is not None and info.data.get("role") != "assistant":
             raise ValueError(f"'{info.field_name}' belongs to an assistant message, not a '{info.data.get('role')}' one")
+        return value
+
+    @field_validator("refusal")
+    @classmethod
+    def _readable_refusal(cls, value: str | None) -> str | None:
+        # read as the turn's text under null content: a lone surrogate was named messages[k].content (re-test)
+        if value is not None and not is_valid_unicode(value):
+            raise ValueError("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8")
+        return value
+
+    @field_validator("audio")
+    @classmethod
+    def _readable_transcript(cls, value: dict | None) -> dict | None:
+        transcript = None if value is None else value.get("transcript")
+        if transcript is not None and not isinstance(transcript, str):
+            raise PartError(f"an audio transcript is a string, not {json_kind(transcript)}", ".transcript")
+        if transcript is not None and not is_valid_unicode(transcript):
+            raise PartError("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", ".transcript")
         return value
 
     @field_validator("content", mode="before")
@@ -161,20 +181,24 @@ class ChatMessage(BaseModel):
         role = info.data.get("role")
         answered = any(info.data.get(name) is not None for name in ("tool_calls", "function_call", "audio", "refusal"))
         if value is None and not (role == "function" or (role == "assistant" and answered)):
-            raise ValueError("content is required (a string or a list of text parts); it may be null only on an"
-                             " assistant message with tool_calls, function_call, audio or refusal")
+            raise ValueError("content is required (a string or a list of text parts); it may be null only on a function"
+                             " message or an assistant message with tool_calls, function_call, audio or refusal")
         return value
 
     def text(self) -> str:
         """The text of ``content``: the string, the parts' texts (a refusal part's ``refusal``) joined with newlines,
-        for null the message's ``refusal``, or "" without one."""
+        for null the message's ``refusal``, else its audio's ``transcript`` (what the model said, which OpenAI returns
+        with null content), or "" without either."""
         if isinstance(self.content, list):
             return "\n".join(part.value() for part in self.content)
-        return self.content if self.content is not None else self.refusal or ""
+        if self.content is not None:
+            return self.content
+        return self.refusal or (self.audio or {}).get("transcript") or ""
 
     def turn(self) -> Message:
         """The chat turn Herald renders: ``developer`` as ``system``, ``function`` as ``tool``, content parts joined
-        (and kept as ``parts`` when there are several), null content as the refusal or empty (:meth:`text`)."""
+        (and kept as ``parts`` when there are several), null content as the refusal, the audio transcript or empty
+        (:meth:`text`)."""
         parts = tuple(part.value() for part in self.content) if isinstance(self.content, list) and len(self.content) > 1 else ()
         role = {"developer": "system", "function": "tool"}.get(self.role, self.role)
         return Message(role, self.text(), parts)
