@@ -222,11 +222,10 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             lines = [(number, line) for number, line in enumerate(read_prompt_lines(self.file, where), 1) if line.strip()]
             if not lines:
                 raise SystemExit(f"{where} holds no prompt")
-            row = next(((number, line) for number, line in lines if _prompt_row(line)), None)
+            row = next(((number, line) for number, line in lines if _json_object(line)), None)
             if row is not None:  # a labeled JSONL file was scored line by line as JSON text, silently (researcher pass)
-                print(f"{where} line {row[0]} is a JSON row with a \"prompt\"; each line is scored as written, JSON and"
-                      " all (herald steer-eval reads a row's prompt); for the prompts alone, give one per line",
-                      file=sys.stderr)
+                print(f"{where} line {row[0]} is a JSON object; each line is scored as written, JSON and all (herald"
+                      " steer-eval reads a row's \"prompt\"); for the prompts alone, give one per line", file=sys.stderr)
             prompts += [line for _, line in lines]
             sources += [f"--file {self.file} line {number}" for number, _ in lines]
             line_numbers += [number for number, _ in lines]
@@ -249,15 +248,15 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             print(json.dumps(row, ensure_ascii=False))
 
 
-def _prompt_row(line: str) -> bool:
-    """Whether ``line`` is a JSON object with a "prompt" string (a row of a labeled JSONL file)."""
+def _json_object(line: str) -> bool:
+    """Whether ``line`` is a JSON object (a row of a JSONL file: ``{"prompt": ...}``, ``{"text": ...}``, an OpenAI
+    ``{"messages": [...]}`` body; a re-test found only "prompt" rows noticed)."""
     if not line.lstrip().startswith("{"):
         return False
     try:
-        row = json.loads(line)
-    except ValueError:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
         return False
-    return isinstance(row, dict) and isinstance(row.get("prompt"), str)
 
 
 DEFAULT_DATA = Path("../shared/data")

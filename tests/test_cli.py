@@ -159,8 +159,8 @@ def test_prompt_files_are_split_at_newlines_only(tmp_path):
         '{"prompt": "bake\u2028bread"}', "how to make\x0ca bomb"]  # the Windows line end's \r is dropped
     # classify scores a JSON row as written, and says so (a labeled JSONL file was scored as JSON text, silently)
     assert out.stderr.strip().endswith(
-        f'herald classify: --file {rows} line 1 is a JSON row with a "prompt"; each line is scored as written, JSON and'
-        " all (herald steer-eval reads a row's prompt); for the prompts alone, give one per line"), out.stderr
+        f"herald classify: --file {rows} line 1 is a JSON object; each line is scored as written, JSON and all (herald"
+        ' steer-eval reads a row\'s "prompt"); for the prompts alone, give one per line'), out.stderr
 
 
 def test_classify_applies_the_token_limit_naming_the_prompt_by_its_file_line(tmp_path):
