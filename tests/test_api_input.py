@@ -606,21 +606,28 @@ def test_last_turn_views_add_the_last_user_turn_of_a_conversation_of_several_mes
 
     one = (Message("user", "hi"),)
     chat = (Message("system", "be kind"), Message("user", "hello"), Message("assistant", "hey"), Message("user", "go"))
-    ends_with_tool = (Message("user", "look it up"), Message("tool", "42"))
-    prompts, fields, owners = last_turn_views([one, chat, ends_with_tool], ["messages[0]", "messages[1]", "messages[2]"])
-    assert prompts == [one, chat, (Message("user", "go"),), ends_with_tool]
-    assert fields == ["messages[0]", "messages[1]", "messages[1]", "messages[2]"] and owners == [[0], [1, 2], [3]]
+    answered = (Message("user", "look it up"), Message("assistant", "it is 42"))
+    views = last_turn_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"])
+    assert views.prompts == [one, chat, (Message("user", "go"),), answered]
+    assert views.fields == ["messages[0]", "messages[1]", "messages[1]", "messages[2]"]
+    assert views.owners == [[0], [1, 2], [3]] and (views.turns, views.parts) == (1, 0)
+    # a tool's result after the last user turn (an agent loop calls the model again): that turn alone too (re-test:
+    # a harmful request followed by a tool result read as benign whole)
+    called = (Message("user", "look it up"), Message("assistant", ""), Message("tool", "42"))
+    views = last_turn_views([called], ["messages"])
+    assert views.prompts == [called, (Message("user", "look it up"),)] and views.turns == 1
     # a last user turn of content parts: each part alone too, named by its path in the request
     parts = (Message("user", "be kind"), Message("user", "a\nb", ("a", "b")))
-    prompts, fields, owners = last_turn_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
-    assert prompts == [parts, (parts[1],), (Message("user", "a"),), (Message("user", "b"),),
-                       (parts[1],), (Message("user", "a"),), (Message("user", "b"),)]
-    assert fields == ["messages[0]", "messages[0]", "messages[0][1].content[0].text", "messages[0][1].content[1].text",
-                      "messages[1]", "messages[1][0].content[0].text", "messages[1][0].content[1].text"]
-    assert owners == [[0, 1, 2, 3], [4, 5, 6]]
-    # parts of an earlier turn, or of a last turn that is not the user's, are read joined only
+    views = last_turn_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
+    assert views.prompts == [parts, (parts[1],), (Message("user", "a"),), (Message("user", "b"),),
+                             (parts[1],), (Message("user", "a"),), (Message("user", "b"),)]
+    assert views.fields == ["messages[0]", "messages[0]", "messages[0][1].content[0].text",
+                            "messages[0][1].content[1].text", "messages[1]", "messages[1][0].content[0].text",
+                            "messages[1][0].content[1].text"]
+    assert views.owners == [[0, 1, 2, 3], [4, 5, 6]] and (views.turns, views.parts) == (1, 4)
+    # parts of a turn the model has answered (an assistant message last) are read joined only
     earlier = (parts[1], Message("assistant", "ok"))
-    assert last_turn_views([earlier], ["messages"])[0] == [earlier]
+    assert last_turn_views([earlier], ["messages"]).prompts == [earlier]
 
 
 def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_turn(client):
@@ -656,8 +663,9 @@ def test_the_last_turn_views_count_toward_the_batch_limit(client):
     assert r.status_code == 413, r.text
     error = r.json()["error"]
     assert error["field"] == "messages"
-    assert error["message"] == ("3 conversations run 6 prompts (3 end with a user turn after other messages, and that"
-                                " turn is also scored alone); the limit is 4 prompts per request (max_batch_size)")
+    assert error["message"] == ("3 conversations run 6 prompts (3 end with a user turn (or a tool's result after it)"
+                                " after other messages, and that turn is also scored alone); the limit is 4 prompts per"
+                                " request (max_batch_size)")
     # single-turn conversations are one prompt each: four are within the limit
     assert client.post("/classify", json={"messages": [conversation[2:]] * 4}).status_code == 200
 

@@ -106,30 +106,49 @@ def engine_limits(settings: Settings) -> EngineLimits:
                         settings.request_timeout_s, chunk)
 
 
-def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]
-                    ) -> tuple[list[Conversation], list[str], list[list[int]]]:
+@dataclass(frozen=True)
+class TurnViews:
+    """The prompts scored for a batch of conversations (:func:`last_turn_views`): ``prompts`` and each one's request
+    ``fields``; ``owners[i]``, the indices of conversation i's prompts; and how many prompts are last user turns
+    scored alone (``turns``) and content parts of them (``parts``), which a 413 over ``max_batch_size`` names."""
+
+    prompts: list[Conversation]
+    fields: list[str]
+    owners: list[list[int]]
+    turns: int
+    parts: int
+
+
+def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]) -> TurnViews:
     """The prompts scored for ``conversations``: each one; after it, for a conversation of two messages or more whose
-    last message is a user turn, that turn alone (a single user turn, the form the probe was fitted on); and when that
-    last user turn is OpenAI content parts (:attr:`~herald_service.types.Message.parts`, two or more), each part alone
-    as a user turn, as ``/v1/moderations`` scores parts (a harmful part followed by benign ones scored 0.15 joined and
-    0.99995 alone: breaker pass). Returns the prompts, each one's request field (the conversation's; a part's is
-    ``messages[2].content[1].text``), and ``owners[i]``, the indices of conversation i's prompts."""
+    model call still answers its last user turn, that turn alone (a single user turn, the form the probe was fitted
+    on): a conversation that ends with the user turn, or with a tool's result after it (``tool``, or OpenAI's
+    ``function``: an agent loop calls the model again to go on with the request; a harmful request followed by a
+    tool's result read as benign whole, 0.0067 against 0.998 alone: a re-test). One that ends with an assistant
+    message is the model's answer, scored whole only (its request was scored when it was last). And when that user
+    turn is OpenAI content parts (:attr:`~herald_service.types.Message.parts`, two or more), each part alone as a user turn, as
+    ``/v1/moderations`` scores parts (a harmful part followed by benign ones scored 0.15 joined and 0.99995 alone:
+    breaker pass). A part's field is its path in the request (``messages[2].content[1].text``)."""
     prompts: list[Conversation] = []
     prompt_fields: list[str] = []
     owners: list[list[int]] = []
+    turns = parts = 0
     for conversation, field in zip(conversations, fields):
         views, view_fields = [conversation], [field]
-        last = conversation[-1] if conversation else None
-        if last is not None and last.role == "user":
+        k = next((i for i in range(len(conversation) - 1, -1, -1) if conversation[i].role == "user"), None)
+        if k is not None and (k == len(conversation) - 1 or conversation[-1].role == "tool"):
+            last = conversation[k]
             if len(conversation) > 1:
                 views.append((last,))
                 view_fields.append(field)
+                turns += 1
             views += [user_turn(part) for part in last.parts]
-            view_fields += [f"{field}[{len(conversation) - 1}].content[{j}].text" for j in range(len(last.parts))]
+            view_fields += [f"{field}[{k}].content[{j}].text" for j in range(len(last.parts))]
+            parts += len(last.parts)
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
         prompt_fields += view_fields
-    return prompts, prompt_fields, owners
+    return TurnViews(prompts, prompt_fields, owners, turns, parts)
 
 
 def highest_scoring(views: Iterable[Classification]) -> Classification:
@@ -284,8 +303,9 @@ class Moderator:
     ) -> tuple[list[Classification], Timing]:
         """Classify prompts through the engine; results in input order, plus the request's merged timing.
 
-        A conversation of several messages that ends with a user turn is scored twice, whole and as that last turn
-        alone, and a last user turn of several content parts also part by part (:func:`last_turn_views`); the answer
+        A conversation of several messages that ends with a user turn (or a tool's result after it) is scored twice,
+        whole and as that last user turn alone, and such a turn of several content parts also part by part
+        (:func:`last_turn_views`); the answer
         is the highest-scoring of these prompts (its ``tokens``, features and trajectory are that prompt's). Herald reads the last token, and the probe was fitted on single prompts: a
         harmful request after one benign exchange scored 0.003 in the conversation and 0.99 alone (a session's try),
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
@@ -304,13 +324,13 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
-        prompts, prompt_fields, owners = last_turn_views(conversations, fields)
+        views = last_turn_views(conversations, fields)
+        prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         if len(prompts) > self.settings.max_batch_size:  # 64 such conversations ran 128 prompts (breaker pass)
             self.metrics.rejected.labels("batch_size").inc()
-            turns = sum(len(c) > 1 and c[-1].role == "user" for c in conversations)
-            parts = sum(len(c[-1].parts) for c in conversations if c[-1].role == "user")
-            why = [f"{turns} end with a user turn after other messages, and that turn is also scored alone"] * (turns > 0)
-            why += [f"{parts} content parts of last user turns are each also scored alone"] * (parts > 0)
+            why = [f"{views.turns} end with a user turn (or a tool's result after it) after other messages, and that"
+                   " turn is also scored alone"] * (views.turns > 0)
+            why += [f"{views.parts} content parts of last user turns are each also scored alone"] * (views.parts > 0)
             conversations_run = "1 conversation runs" if len(conversations) == 1 else f"{len(conversations)} conversations run"
             raise InputTooLarge(
                 f"{conversations_run} {len(prompts)} prompts ({'; '.join(why)}); the limit is"
