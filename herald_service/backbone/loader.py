@@ -150,9 +150,9 @@ other weights without the warning (a researcher's pass, two random-initialized 4
 
 def folder_revision(folder: Path, cache_dir: Path | None = None) -> str:
     """sha256 over the names and content sha256s of a model folder's files (:data:`FOLDER_REVISION_SUFFIXES`), in
-    name order. Each file's sha256 is kept in ``<cache_dir>/file-sha256/`` under its path, size, modification time
-    (ns), inode and device (:func:`file_sha256`), so a folder is read in full once per change of its files: about
-    11 s for 16 GB at the 1.5 GB/s sha256 of this project's CPU, before the disk's read time."""
+    name order. Each file's sha256 is kept in ``<cache_dir>/file-sha256/`` under its path, size, modification and
+    change times (ns), inode and device (:func:`file_sha256`), so a folder is read in full once per change of its
+    files: about 11 s for 16 GB at the 1.5 GB/s sha256 of this project's CPU, before the disk's read time."""
     digest = hashlib.sha256()
     for file in sorted(folder.iterdir()):
         if file.suffix in FOLDER_REVISION_SUFFIXES and file.is_file():
