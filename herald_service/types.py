@@ -32,8 +32,8 @@ def checked_steer_layers(layers: list[int], num_layers: int) -> list[int]:
 @dataclass(frozen=True)
 class Message:
     """One chat turn. ``parts``: the texts of the OpenAI content parts whose newline join is ``content``, when there
-    are two or more (``POST /classify`` also scores each part of a last user turn alone:
-    :func:`~herald_service.engine.service.last_turn_views`); empty otherwise. Rendering reads ``content`` only."""
+    are two or more (``POST /classify`` also scores each part of a user turn the model has not answered yet alone:
+    :func:`~herald_service.engine.service.pending_turn_views`); empty otherwise. Rendering reads ``content`` only."""
 
     role: str
     content: str

@@ -180,7 +180,7 @@ def test_openai_moderations_shape(client):
     ({"input": []}, 400, {"type": "invalid_request_error", "code": "invalid_request", "field": "input",
                           "param": "input", "message": "at least one prompt is required"}),
     ({"input": ["a"] * 5}, 400, {"type": "invalid_request_error", "code": "input_too_large", "field": "input",
-                                 "param": "input", "message": "5 prompts exceed the limit of 4 per request (max_batch_size)"}),
+                                 "param": "input", "message": "5 prompts exceed the limit of 4 prompts per request (max_batch_size)"}),
     # an error of the whole body names it as its field does
     (b"{not json", 400, {"type": "invalid_request_error", "code": "invalid_request", "field": "body", "param": "body",
                          "message": "request body is not valid JSON"}),

@@ -128,7 +128,7 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
     r = client.post("/classify", json={"messages": [[{"role": "user", "content": parts}]] * 2})  # 2 x (join + 3) > 4
     assert r.status_code == 413 and r.json()["error"] == {
         "type": "input_too_large", "field": "messages",
-        "message": "2 conversations run 8 prompts (6 content parts of last user turns are each also scored alone); the"
+        "message": "2 conversations run 8 prompts (6 content parts of such turns are each also scored alone); the"
                    " limit is 4 prompts per request (max_batch_size)"}, r.text
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     for content, field, message in (
@@ -232,6 +232,8 @@ def test_an_assistant_message_as_the_openai_sdk_sends_it_back_is_read(client):
 @pytest.mark.parametrize("message, field", [
     ('{"role": "assistant", "content": null, "refusal": "no \\ud800"}', "messages[0].refusal"),
     ('{"role": "assistant", "content": null, "audio": {"transcript": "x \\udfff"}}', "messages[0].audio.transcript"),
+    ('{"role": "assistant", "content": [{"type": "refusal", "refusal": "\\ud800"}]}', "messages[0].content[0].refusal"),
+    ('{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}', "messages[0].content[0].text"),
 ])
 def test_a_lone_surrogate_in_text_read_for_null_content_is_named_by_its_field(client, message, field):
     # was named messages[0].content, which the request had sent as null (re-test)
@@ -600,25 +602,30 @@ def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(clie
     assert r.json()["error"]["field"] == "inputz" and r.json()["error"]["message"] == "Extra inputs are not permitted"
 
 
-def test_last_turn_views_add_the_last_user_turn_of_a_conversation_of_several_messages():
-    from herald_service.engine.service import last_turn_views
+def test_pending_turn_views_add_each_user_turn_the_model_has_not_answered():
+    from herald_service.engine.service import pending_turn_views
     from herald_service.types import Message
 
     one = (Message("user", "hi"),)
     chat = (Message("system", "be kind"), Message("user", "hello"), Message("assistant", "hey"), Message("user", "go"))
     answered = (Message("user", "look it up"), Message("assistant", "it is 42"))
-    views = last_turn_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"])
+    views = pending_turn_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"])
     assert views.prompts == [one, chat, (Message("user", "go"),), answered]
     assert views.fields == ["messages[0]", "messages[1]", "messages[1]", "messages[2]"]
     assert views.owners == [[0], [1, 2], [3]] and (views.turns, views.parts) == (1, 0)
-    # a tool's result after the last user turn (an agent loop calls the model again): that turn alone too (re-test:
-    # a harmful request followed by a tool result read as benign whole)
-    called = (Message("user", "look it up"), Message("assistant", ""), Message("tool", "42"))
-    views = last_turn_views([called], ["messages"])
-    assert views.prompts == [called, (Message("user", "look it up"),)] and views.turns == 1
+    # whatever follows a turn not yet answered, it is scored alone too (re-tests: a harmful request read as benign
+    # whole before a tool's result, a system reminder, or another user turn)
+    ask = Message("user", "look it up")
+    for after in ((Message("tool", "42"),), (Message("system", "be brief"),), (Message("tool", "42"), Message("user", "go"))):
+        views = pending_turn_views([(ask, *after)], ["messages"])
+        alone = [(ask,)] + [(m,) for m in after if m.role == "user"]
+        assert views.prompts == [(ask, *after), *alone] and views.turns == len(alone), after
+    # an assistant message answers the turns before it, a tool call included: only the later user turn is pending
+    called = (ask, Message("assistant", ""), Message("tool", "42"), Message("user", "go"))
+    assert pending_turn_views([called], ["messages"]).prompts == [called, (Message("user", "go"),)]
     # a last user turn of content parts: each part alone too, named by its path in the request
-    parts = (Message("user", "be kind"), Message("user", "a\nb", ("a", "b")))
-    views = last_turn_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
+    parts = (Message("system", "be kind"), Message("user", "a\nb", ("a", "b")))
+    views = pending_turn_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
     assert views.prompts == [parts, (parts[1],), (Message("user", "a"),), (Message("user", "b"),),
                              (parts[1],), (Message("user", "a"),), (Message("user", "b"),)]
     assert views.fields == ["messages[0]", "messages[0]", "messages[0][1].content[0].text",
@@ -627,7 +634,7 @@ def test_last_turn_views_add_the_last_user_turn_of_a_conversation_of_several_mes
     assert views.owners == [[0, 1, 2, 3], [4, 5, 6]] and (views.turns, views.parts) == (1, 4)
     # parts of a turn the model has answered (an assistant message last) are read joined only
     earlier = (parts[1], Message("assistant", "ok"))
-    assert last_turn_views([earlier], ["messages"]).prompts == [earlier]
+    assert pending_turn_views([earlier], ["messages"]).prompts == [earlier]
 
 
 def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_turn(client):
@@ -653,7 +660,7 @@ def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_
     assert prompts_run() - before == 1
 
 
-def test_the_last_turn_views_count_toward_the_batch_limit(client):
+def test_the_pending_turn_views_count_toward_the_batch_limit(client):
     # max_batch_size is 4 here: two such conversations are four prompts (answered), three are six (413 naming the
     # field and the limit); before, 64 conversations ran 128 prompts (breaker pass)
     conversation = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"},
@@ -663,9 +670,8 @@ def test_the_last_turn_views_count_toward_the_batch_limit(client):
     assert r.status_code == 413, r.text
     error = r.json()["error"]
     assert error["field"] == "messages"
-    assert error["message"] == ("3 conversations run 6 prompts (3 end with a user turn (or a tool's result after it)"
-                                " after other messages, and that turn is also scored alone); the limit is 4 prompts per"
-                                " request (max_batch_size)")
+    assert error["message"] == ("3 conversations run 6 prompts (3 user turns not yet answered by the model are also"
+                                " scored alone); the limit is 4 prompts per request (max_batch_size)")
     # single-turn conversations are one prompt each: four are within the limit
     assert client.post("/classify", json={"messages": [conversation[2:]] * 4}).status_code == 200
 

@@ -230,21 +230,25 @@ def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_p
     # a researcher's report on their own files had the issue's targets, the corpus's label caveats, seven "Not in this
     # report" study sections and a jailbreak-set sentence for a set they had turned off
     for files in (["mine.jsonl"], ["alpaca_eval.jsonl"], CORPUS_FILES[:-1]):  # a corpus file's name or a subset too
-        own = {**main_results(), "meta": {**main_results()["meta"], "files": files}}
+        own = {**main_results(), "meta": {**main_results()["meta"], "files": files,
+                                          "herald_direction_estimator": "logistic", "skipped_over_max_tokens": {}}}
         write(tmp_path, "results.json", own)
         text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
         for gone in ("Targets of issue 3", "Not in this report", "UncensorBench", "WritingBench", "at most 2500 characters",
-                     "the development corpus in"):
+                     "the development corpus in", "Recipe names in the study sections", "very long writing tasks"):
             assert gone not in text, (files, gone)
     assert "- **Labels are those of the files given**, read as written." in text
     for gone in ("saturated", "README.md compares"):  # claims about this project's corpus (re-test)
         assert gone not in text, gone
     assert "## Random stratified split\n" in text
-    assert "the jailbreak-wrapped set was not evaluated" in text
+    assert "the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`" in text
+    assert "- Prompts longer than the token limit: none in these files;" in text
     assert "## Leave-one-source-out" in text  # its own results stay
-    write(tmp_path, "results.json", main_results())  # the development corpus keeps every section
+    write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"],  # the development corpus
+                                                                  "herald_direction_estimator": "logistic"}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "## Targets of issue 3" in text and "Not in this report" in text and "UncensorBench" in text
+    assert "Recipe names in the study sections" in text
 
 
 def test_report_says_whether_the_prompts_were_folded_as_serving_folds_them(tmp_path):

@@ -75,6 +75,8 @@ class MessagePart(BaseModel):
             raise PartError(f"a '{self.type}' part carries '{needed}', not '{other}'", f".{other}")
         if getattr(self, needed) is None:
             raise PartError(f"a '{self.type}' part needs a '{needed}' string", f".{needed}")
+        if not is_valid_unicode(getattr(self, needed)):  # was named by the message's content alone (re-test)
+            raise PartError("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", f".{needed}")
         return self
 
     def value(self) -> str:

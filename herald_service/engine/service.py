@@ -108,8 +108,8 @@ def engine_limits(settings: Settings) -> EngineLimits:
 
 @dataclass(frozen=True)
 class TurnViews:
-    """The prompts scored for a batch of conversations (:func:`last_turn_views`): ``prompts`` and each one's request
-    ``fields``; ``owners[i]``, the indices of conversation i's prompts; and how many prompts are last user turns
+    """The prompts scored for a batch of conversations (:func:`pending_turn_views`): ``prompts`` and each one's
+    request ``fields``; ``owners[i]``, the indices of conversation i's prompts; and how many prompts are user turns
     scored alone (``turns``) and content parts of them (``parts``), which a 413 over ``max_batch_size`` names."""
 
     prompts: list[Conversation]
@@ -119,14 +119,22 @@ class TurnViews:
     parts: int
 
 
-def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]) -> TurnViews:
-    """The prompts scored for ``conversations``: each one; after it, for a conversation of two messages or more whose
-    model call still answers its last user turn, that turn alone (a single user turn, the form the probe was fitted
-    on): a conversation that ends with the user turn, or with a tool's result after it (``tool``, or OpenAI's
-    ``function``: an agent loop calls the model again to go on with the request; a harmful request followed by a
-    tool's result read as benign whole, 0.0067 against 0.998 alone: a re-test). One that ends with an assistant
-    message is the model's answer, scored whole only (its request was scored when it was last). And when that user
-    turn is OpenAI content parts (:attr:`~herald_service.types.Message.parts`, two or more), each part alone as a user turn, as
+def pending_turns(conversation: Conversation) -> list[int]:
+    """Indices of the user turns the model has not answered yet: those after the conversation's last assistant
+    message (all of them without one). A conversation that ends with an assistant message has none: it is the
+    model's answer, and its requests were scored when they were last."""
+    last_answer = max((i for i, message in enumerate(conversation) if message.role == "assistant"), default=-1)
+    return [i for i in range(last_answer + 1, len(conversation)) if conversation[i].role == "user"]
+
+
+def pending_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]) -> TurnViews:
+    """The prompts scored for ``conversations``: each one whole; after it, for a conversation of two messages or more,
+    each user turn the model has not answered yet (:func:`pending_turns`) alone, as a single user turn (the form the
+    probe was fitted on), whatever follows it: more user turns ("thanks", "continue"), a tool's result (an agent
+    loop's next model call), a system or developer reminder. Herald reads the last token, so any of them after a
+    harmful request read it as benign whole (re-tests: a function result 0.0067 whole against 0.998 alone; "Be
+    concise." as a system message 0.0004; "continue" after a tool result 0.001). And when such a turn is OpenAI content
+    parts (:attr:`~herald_service.types.Message.parts`, two or more), each part alone as a user turn, as
     ``/v1/moderations`` scores parts (a harmful part followed by benign ones scored 0.15 joined and 0.99995 alone:
     breaker pass). A part's field is its path in the request (``messages[2].content[1].text``)."""
     prompts: list[Conversation] = []
@@ -135,16 +143,15 @@ def last_turn_views(conversations: Sequence[Conversation], fields: Sequence[str]
     turns = parts = 0
     for conversation, field in zip(conversations, fields):
         views, view_fields = [conversation], [field]
-        k = next((i for i in range(len(conversation) - 1, -1, -1) if conversation[i].role == "user"), None)
-        if k is not None and (k == len(conversation) - 1 or conversation[-1].role == "tool"):
-            last = conversation[k]
+        for k in pending_turns(conversation):
+            turn = conversation[k]
             if len(conversation) > 1:
-                views.append((last,))
+                views.append((turn,))
                 view_fields.append(field)
                 turns += 1
-            views += [user_turn(part) for part in last.parts]
-            view_fields += [f"{field}[{k}].content[{j}].text" for j in range(len(last.parts))]
-            parts += len(last.parts)
+            views += [user_turn(part) for part in turn.parts]
+            view_fields += [f"{field}[{k}].content[{j}].text" for j in range(len(turn.parts))]
+            parts += len(turn.parts)
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
         prompt_fields += view_fields
@@ -220,9 +227,10 @@ class Moderator:
             raise InvalidInput("at least one prompt is required", field=batch_field)
         if len(conversations) > self.settings.max_batch_size:
             self.metrics.rejected.labels("batch_size").inc()
+            what = "conversations" if batch_field == "messages" else "prompts"  # each at least one prompt
             raise InputTooLarge(
-                f"{len(conversations)} prompts exceed the limit of {self.settings.max_batch_size} per request (max_batch_size)",
-                field=batch_field,
+                f"{len(conversations)} {what} exceed the limit of {self.settings.max_batch_size} prompts per request"
+                " (max_batch_size)", field=batch_field,
             )
         for conversation, field in zip(conversations, fields):
             if not conversation:
@@ -303,9 +311,8 @@ class Moderator:
     ) -> tuple[list[Classification], Timing]:
         """Classify prompts through the engine; results in input order, plus the request's merged timing.
 
-        A conversation of several messages that ends with a user turn (or a tool's result after it) is scored twice,
-        whole and as that last user turn alone, and such a turn of several content parts also part by part
-        (:func:`last_turn_views`); the answer
+        A conversation of several messages is scored whole and as each user turn the model has not answered yet
+        alone, and such a turn of several content parts also part by part (:func:`pending_turn_views`); the answer
         is the highest-scoring of these prompts (its ``tokens``, features and trajectory are that prompt's). Herald reads the last token, and the probe was fitted on single prompts: a
         harmful request after one benign exchange scored 0.003 in the conversation and 0.99 alone (a session's try),
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
@@ -324,13 +331,14 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
-        views = last_turn_views(conversations, fields)
+        views = pending_turn_views(conversations, fields)
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         if len(prompts) > self.settings.max_batch_size:  # 64 such conversations ran 128 prompts (breaker pass)
             self.metrics.rejected.labels("batch_size").inc()
-            why = [f"{views.turns} end with a user turn (or a tool's result after it) after other messages, and that"
-                   " turn is also scored alone"] * (views.turns > 0)
-            why += [f"{views.parts} content parts of last user turns are each also scored alone"] * (views.parts > 0)
+            why = [f"{views.turns} user turn{'s' if views.turns != 1 else ''} not yet answered by the model"
+                   f" {'are' if views.turns != 1 else 'is'} also scored alone"] * (views.turns > 0)
+            why += [f"{views.parts} content part{'s' if views.parts != 1 else ''} of such turns"
+                    f" {'are' if views.parts != 1 else 'is'} each also scored alone"] * (views.parts > 0)
             conversations_run = "1 conversation runs" if len(conversations) == 1 else f"{len(conversations)} conversations run"
             raise InputTooLarge(
                 f"{conversations_run} {len(prompts)} prompts ({'; '.join(why)}); the limit is"

@@ -479,7 +479,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
             f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
             _prompt_text_line(meta),
-            *filter(None, [_augmentation_line(meta), _recipe_names_line(results), _older_text_line(results)]),
+            *filter(None, [_augmentation_line(meta), _recipe_names_line(results) if development else None,
+                           _older_text_line(results)]),
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
             "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
             ("- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
@@ -618,12 +619,13 @@ def _not_shown(results: dict) -> list[str]:
         "",
         "- The paper's benchmarks, models and numbers: not reproduced (only its abstract is public to us).",
         f"- Other backbones: only `{meta.get('backbone', {}).get('id', '?')}` is evaluated here.",
-        "- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
-        "under-represented" + (
+        ("- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
+         "under-represented" if sum((meta.get("skipped_over_max_tokens") or {}).values()) else
+         "- Prompts longer than the token limit: none in these files") + (
             f"; the jailbreak-wrapped set uses only templates of at most {meta.get('jailbreak_max_chars', 2500)} characters."
             if "jailbreak_wrapped" in (meta.get("extra_sets") or {}) else
-            "; the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, or no held-out"
-            " request)."),
+            "; the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`,"
+            " or no held-out request)."),
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
          if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
