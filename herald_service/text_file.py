@@ -30,6 +30,10 @@ def read_utf8(path: Path) -> str:
         raise NotUtf8Error(path, data.count(b"\n", 0, exc.start) + 1, data[exc.start]) from None
 
 
+LONE_SURROGATE = "text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8"
+"""The message of every refusal of text that :func:`is_valid_unicode` rejects (the API names the field)."""
+
+
 def is_valid_unicode(text: str) -> bool:
     """Whether ``text`` can be written as UTF-8: JSON may carry ``"\ud800"`` escapes that Python decodes into lone
     UTF-16 surrogates, which no tokenizer can encode."""

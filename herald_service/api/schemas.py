@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from herald_service.strict_json import echoed
-from herald_service.text_file import is_valid_unicode
+from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
 from herald_service.types import MIN_ADD_ALPHA, Message
 
 
@@ -76,7 +76,7 @@ class MessagePart(BaseModel):
         if getattr(self, needed) is None:
             raise PartError(f"a '{self.type}' part needs a '{needed}' string", f".{needed}")
         if not is_valid_unicode(getattr(self, needed)):  # was named by the message's content alone (re-test)
-            raise PartError("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", f".{needed}")
+            raise PartError(LONE_SURROGATE, f".{needed}")
         return self
 
     def value(self) -> str:
@@ -149,7 +149,7 @@ class ChatMessage(BaseModel):
     def _readable_refusal(cls, value: str | None) -> str | None:
         # read as the turn's text under null content: a lone surrogate was named messages[k].content (re-test)
         if value is not None and not is_valid_unicode(value):
-            raise ValueError("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8")
+            raise ValueError(LONE_SURROGATE)
         return value
 
     @field_validator("audio")
@@ -159,7 +159,7 @@ class ChatMessage(BaseModel):
         if transcript is not None and not isinstance(transcript, str):
             raise PartError(f"an audio transcript is a string, not {json_kind(transcript)}", ".transcript")
         if transcript is not None and not is_valid_unicode(transcript):
-            raise PartError("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8", ".transcript")
+            raise PartError(LONE_SURROGATE, ".transcript")
         return value
 
     @field_validator("content", mode="before")

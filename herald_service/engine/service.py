@@ -24,7 +24,7 @@ from herald_service.engine.runtime import Runtime
 from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
-from herald_service.text_file import is_valid_unicode
+from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
 from herald_service.types import Classification, Conversation, Timing, checked_steer_layers, user_turn
 
 
@@ -246,8 +246,7 @@ class Moderator:
                     if batch_field == "messages":  # name the message, and the content part, as /v1/moderations does
                         part = next((j for j, text in enumerate(message.parts) if not is_valid_unicode(text)), None)
                         where += f"[{k}].content" + (f"[{part}].text" if part is not None else "")
-                    raise InvalidInput("text holds a lone UTF-16 surrogate (not valid Unicode); send well-formed UTF-8",
-                                       field=where)
+                    raise InvalidInput(LONE_SURROGATE, field=where)
             chars = sum(len(m.content) for m in conversation)
             if chars > self.settings.max_chars:
                 self.metrics.rejected.labels("characters").inc()
