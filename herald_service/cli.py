@@ -319,6 +319,22 @@ def check_jailbreak_templates(options: BaseModel) -> None:
                          "set out")
 
 
+def limit_threads(threads: int) -> None:
+    """Run torch and the BLAS libraries (through threadpoolctl) on ``threads`` threads: ``--threads`` of fit, eval
+    and recipes. BLAS threads spin-wait on a shared CPU, where one thread was 4x faster for these small fits."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)
+
+
+def invoked_command() -> str:
+    """The command line as typed, spelled ``herald ...`` however it was started (``python -m herald_service``), for
+    the manifests and results files that record it."""
+    return shlex.join(["herald", *sys.argv[1:]])
+
+
 class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
@@ -371,12 +387,8 @@ class FitCommand(BaseModel):
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_default_data(self)
         if self.threads is not None:
-            import torch
-            from threadpoolctl import threadpool_limits
-
-            torch.set_num_threads(self.threads)
-            threadpool_limits(self.threads)
-        options = FitOptions(**self.model_dump(exclude={"threads"}), command=shlex.join(["herald", *sys.argv[1:]]))
+            limit_threads(self.threads)
+        options = FitOptions(**self.model_dump(exclude={"threads"}), command=invoked_command())
         manifest = run_fit(options)
         print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
 
@@ -568,20 +580,16 @@ class EvalCommand(BaseModel):
         return sizes
 
     def cli_cmd(self) -> None:
-        import torch
-        from threadpoolctl import threadpool_limits
-
         from herald_service.training.eval import EvalOptions, run_eval
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_default_data(self)
         check_jailbreak_templates(self)
-        torch.set_num_threads(self.threads)
-        threadpool_limits(self.threads)  # BLAS threads spin-wait on a shared CPU: one thread is 4x faster here
+        limit_threads(self.threads)
         fields = self.model_dump(exclude={"threads"})
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
-        results = run_eval(EvalOptions(**fields, command=shlex.join(["herald", *sys.argv[1:]])))
+        results = run_eval(EvalOptions(**fields, command=invoked_command()))
         summary = {name: {"random_split_auroc": round(r["pooled"]["auroc"]["value"], 4)} for name, r in results["random_split"].items()}
         for name, r in results.get("loso", {}).get("pooled", {}).items():
             summary[name]["loso_pooled_auroc"] = round(r["auroc"]["value"], 4)
@@ -633,16 +641,12 @@ class RecipesCommand(BaseModel):
         return names
 
     def cli_cmd(self) -> None:
-        import torch
-        from threadpoolctl import threadpool_limits
-
         from herald_service.training.recipes import RecipeOptions, run_recipes
 
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_default_data(self)
         check_jailbreak_templates(self)
-        torch.set_num_threads(self.threads)
-        threadpool_limits(self.threads)
+        limit_threads(self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
         out = run_recipes(RecipeOptions(**fields))
@@ -697,7 +701,7 @@ class DataBuildCommand(BaseModel):
         except ValueError as exc:
             raise SystemExit(f"herald data build: {exc}") from None
         try:
-            manifest = build_corpus(self.out, self.cache_dir, shlex.join(["herald", *sys.argv[1:]]))
+            manifest = build_corpus(self.out, self.cache_dir, invoked_command())
         except CorpusBuildError as exc:
             raise SystemExit(f"herald data build: {exc}") from None
         except OSError as exc:  # an --out that is a file, or a folder or --cache-dir that cannot be created
