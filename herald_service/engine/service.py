@@ -241,12 +241,8 @@ class Moderator:
                     f"conversation has {len(conversation)} messages; the limit is {self.settings.max_messages} (max_messages)", field=field
                 )
             for k, message in enumerate(conversation):
-                if not is_valid_unicode(message.content):
-                    where = field
-                    if batch_field == "messages":  # name the message, and the content part, as /v1/moderations does
-                        part = next((j for j, text in enumerate(message.parts) if not is_valid_unicode(text)), None)
-                        where += f"[{k}].content" + (f"[{part}].text" if part is not None else "")
-                    raise InvalidInput(LONE_SURROGATE, field=where)
+                if not is_valid_unicode(message.content):  # a content part, refusal or transcript is named by the schema
+                    raise InvalidInput(LONE_SURROGATE, field=f"{field}[{k}].content" if batch_field == "messages" else field)
             chars = sum(len(m.content) for m in conversation)
             if chars > self.settings.max_chars:
                 self.metrics.rejected.labels("characters").inc()
