@@ -123,6 +123,9 @@ def test_held_out_sets_score_each_sensitive_set_with_a_model_that_never_saw_it()
     # docs/eval/templated_recipe.md: the shipped recipe's method, wrapped harmful rows and the templated prompts
     assert RECIPES["logistic+jailbreak+templated"] == ("herald_logistic", True)
     assert jailbreak_labels("logistic+jailbreak+templated") == (1,) and not uses_sensitive("logistic+jailbreak+templated")
+    # docs/eval/recipe_studies.md, fourth study: C = 0.3 directions, wrapped harmful rows and the sensitive sets
+    combo = "logistic-C0.3+jailbreak+sensitive"
+    assert RECIPES[combo] == ("herald_logistic_C0.3", False) and jailbreak_labels(combo) == (1,) and uses_sensitive(combo)
 
 
 def test_hard_negative_herald_repeats_training_false_positives():

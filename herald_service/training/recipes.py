@@ -14,7 +14,7 @@ Recipes:
   ``logistic+jailbreak+templated`` adds the templated benign prompts to it (docs/eval/templated_recipe.md).
   Studies of it (docs/eval/recipe_studies.md): ``logistic+jailbreak+crossfit`` (the scorer learns from cross-fitted
   trajectories), ``logistic-C<c>+jailbreak`` (another L2 strength of the directions), ``logistic+jailbreak+sensitive``
-  (the ``--sensitive-data`` sets in training).
+  (the ``--sensitive-data`` sets in training) and ``logistic-C0.3+jailbreak+sensitive`` (both of the last two).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -64,6 +64,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic-C0.03+jailbreak": ("herald_logistic_C0.03", False),
     "logistic-C0.3+jailbreak": ("herald_logistic_C0.3", False),
     "logistic+jailbreak+sensitive": ("herald_logistic", False),
+    "logistic-C0.3+jailbreak+sensitive": ("herald_logistic_C0.3", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts

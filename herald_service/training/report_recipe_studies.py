@@ -1,5 +1,6 @@
 """The section of ``docs/EVALUATION.md`` (``herald report``) for the studies of docs/eval/recipe_studies.md: scorer
-inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training;
+inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training,
+the last two together;
 each candidate recipe against the shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1,
 2), with the rule fixed before the runs.
 
@@ -61,6 +62,8 @@ STUDIES = (
     Study("crossfit", "Cross-fitted scorer inputs", ("logistic+jailbreak+crossfit",)),
     Study("logistic_c", "L2 strength of the logistic directions", ("logistic-C0.03+jailbreak", "logistic-C0.3+jailbreak")),
     Study("sensitive", "Benign sensitive-topic sets in training", ("logistic+jailbreak+sensitive",), sensitive_criteria),
+    Study("combined", "Weaker L2 and the sensitive-topic sets together", ("logistic-C0.3+jailbreak+sensitive",),
+          sensitive_criteria),
 )
 
 
