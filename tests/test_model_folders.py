@@ -46,6 +46,7 @@ def test_a_file_is_hashed_once_per_change_and_without_a_writable_cache_every_tim
     assert loader.folder_revision(folder, cache) == first and read == []  # from the memo
     (folder / "config.json").write_text('{"model_type": "llama", "_name_or_path": "tiny", "x": 1}')
     assert loader.folder_revision(folder, cache) != first and read == ["config.json"]
+    assert len(list((cache / "file-sha256").iterdir())) == 2  # the old config's memo is removed, not left behind
     read.clear()
     unwritable = Path("/proc/no-such-cache")
     assert loader.folder_revision(folder, unwritable) == loader.folder_revision(folder, None)

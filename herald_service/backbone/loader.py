@@ -164,14 +164,17 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
     """Hex sha256 of a file's bytes, memoized in ``<cache_dir>/file-sha256/<key>`` where ``key`` hashes the file's
     resolved path, size, modification and change times (ns), inode and device. The change time (ctime) is set by the
     kernel on every write and cannot be set back by a user tool, so a file rewritten in place with its mtime restored
-    (``os.utime``, ``cp -p``, ``rsync -t``) is hashed again (with mtime alone it kept its old sha256: re-test). Each
-    change leaves its old memo (64 bytes) behind. Without ``cache_dir``, or where the memo cannot be written (a
-    read-only cache), the file is hashed every call."""
+    (``os.utime``, ``cp -p``, ``rsync -t``) is hashed again (with mtime alone it kept its old sha256: re-test). A memo
+    is named ``<path key>-<identity key>``; writing one removes the path's older memos, so the folder holds one 64-byte
+    file per hashed path. Without ``cache_dir``, or where the memo cannot be written (a read-only cache), the file is
+    hashed every call."""
     stat = path.stat()
     if cache_dir is None:
         return sha256_file(path)
-    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}|{stat.st_dev}"
-    memo = cache_dir / "file-sha256" / hashlib.sha256(identity.encode()).hexdigest()
+    resolved = str(path.resolve())
+    identity = f"{resolved}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}|{stat.st_dev}"
+    path_key = hashlib.sha256(resolved.encode()).hexdigest()[:32]
+    memo = cache_dir / "file-sha256" / f"{path_key}-{hashlib.sha256(identity.encode()).hexdigest()}"
     try:
         known = memo.read_text().strip()
         if re.fullmatch(r"[0-9a-f]{64}", known):
@@ -188,6 +191,9 @@ def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
         memo.parent.mkdir(parents=True, exist_ok=True)
         partial.write_text(sha)
         os.replace(partial, memo)
+        for stale in memo.parent.glob(f"{path_key}-*"):
+            if stale != memo and not stale.name.endswith(".part"):
+                stale.unlink(missing_ok=True)  # the file changed since: that sha256 can never be read again
     except OSError as exc:
         with suppress(OSError):
             partial.unlink(missing_ok=True)

