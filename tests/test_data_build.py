@@ -30,10 +30,12 @@ from herald_service.data.sources import (
     ALL_SOURCES,
     BENIGN_SENSITIVE_DIR,
     BENIGN_SENSITIVE_SOURCES,
+    LABELED_CORPUS_SHA256,
     SOURCES,
     Package,
     Source,
 )
+from herald_service.training.corpus import JAILBREAK_TEMPLATE_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -288,6 +290,14 @@ def test_source_table_matches_the_packages_and_paths_of_sources_md():
         assert f"{source.package.name}=={source.package.version}" in line, source.file
         for member in source.members * ("| same file" not in line):  # the later-turns row says "same file"
             assert member.rsplit("/", 1)[0] in line, (source.file, member)  # the folder SOURCES.md names
+
+
+@needs_shared_data
+def test_the_pinned_labeled_corpus_hash_is_that_of_shared_data():
+    # herald report gives the issue's targets and the studies' sections only to results on these bytes
+    labeled = [SHARED_DATA / s.file for s in SOURCES if s.file != JAILBREAK_TEMPLATE_FILE]
+    assert corpus_sha256(labeled) == LABELED_CORPUS_SHA256
+    assert json.loads((REPO / "docs" / "eval" / "results.json").read_text())["meta"]["corpus_sha256"] == LABELED_CORPUS_SHA256
 
 
 @needs_shared_data

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from herald_service.data.sources import SOURCES
+from herald_service.data.sources import LABELED_CORPUS_SHA256, SOURCES
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.corpus import JAILBREAK_TEMPLATE_FILE
 from herald_service.training import report_scorer
 from herald_service.training.report import feature_set_decision, feature_set_splits, write_report
 
-SPLIT = {"seed": 0, "corpus_sha256": "c0ffee", "max_per_source_and_label": 150, "max_tokens": 1024,
+SPLIT = {"seed": 0, "corpus_sha256": LABELED_CORPUS_SHA256, "max_per_source_and_label": 150, "max_tokens": 1024,
          "backbone": {"id": "tiny"}}
 
 
@@ -229,8 +229,9 @@ def test_report_names_the_eval_command_or_herald_eval_without_one(tmp_path):
 def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_path):
     # a researcher's report on their own files had the issue's targets, the corpus's label caveats, seven "Not in this
     # report" study sections and a jailbreak-set sentence for a set they had turned off
-    for files in (["mine.jsonl"], ["alpaca_eval.jsonl"], CORPUS_FILES[:-1]):  # a corpus file's name or a subset too
-        own = {**main_results(), "meta": {**main_results()["meta"], "files": files,
+    for files, sha in ((["mine.jsonl"], "0" * 64), (["alpaca_eval.jsonl"], "0" * 64), (CORPUS_FILES[:-1], "0" * 64),
+                       (CORPUS_FILES, "0" * 64)):  # a corpus file's name, a subset, or all the names with other rows
+        own = {**main_results(), "meta": {**main_results()["meta"], "files": files, "corpus_sha256": sha,
                                           "herald_direction_estimator": "logistic", "skipped_over_max_tokens": {}}}
         write(tmp_path, "results.json", own)
         text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()

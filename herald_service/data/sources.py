@@ -209,3 +209,9 @@ Not part of ``../shared/data`` and not trained on by the shipped probe: ``herald
 
 ALL_SOURCES: tuple[Source, ...] = SOURCES + BENIGN_SENSITIVE_SOURCES
 """What ``herald data build`` writes."""
+
+LABELED_CORPUS_SHA256 = "544fdfc13a60a440416db2548a97867662ad2f3db4a99261661422208c9f1ec7"
+""":func:`~herald_service.data.hashing.corpus_sha256` of the development corpus's labeled files (every
+:data:`SOURCES` file but the jailbreak templates, as ``herald data build`` writes them and ``../shared/data`` holds
+them): what ``herald eval`` records as ``corpus_sha256`` when it reads that corpus (docs/eval/results.json). The
+report gives this project's targets and studies only to results on these bytes (``herald report``)."""

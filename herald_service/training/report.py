@@ -339,15 +339,17 @@ def _backbone_line(backbone: dict, development: bool = True) -> str:
 
 
 def _is_development_corpus(meta: dict) -> bool:
-    """Whether ``herald eval`` read the whole development corpus: every labeled file ``herald data build`` makes
-    (SOURCES.md; the jailbreak templates are not rows) and no other. A subset, or a researcher's file that shares one
-    of its names, is not it: a file named ``alpaca_eval.jsonl`` got the corpus's label caveats, the issue's targets and
-    the studies' sections (re-test)."""
-    from herald_service.data.sources import SOURCES
+    """Whether ``herald eval`` read the development corpus: every labeled file ``herald data build`` makes (SOURCES.md;
+    the jailbreak templates are not rows), no other, with their bytes (:data:`~herald_service.data.sources.
+    LABELED_CORPUS_SHA256`). A subset, a researcher's file that shares one of its names, or the 22 names with other
+    rows is not it: a file named ``alpaca_eval.jsonl`` got the corpus's label caveats, the issue's targets and the
+    studies' sections (re-test)."""
+    from herald_service.data.sources import LABELED_CORPUS_SHA256, SOURCES
     from herald_service.training.corpus import JAILBREAK_TEMPLATE_FILE
 
     files = meta.get("files") or []
-    return set(files) == {source.file for source in SOURCES} - {JAILBREAK_TEMPLATE_FILE}
+    return (set(files) == {source.file for source in SOURCES} - {JAILBREAK_TEMPLATE_FILE}
+            and meta.get("corpus_sha256") == LABELED_CORPUS_SHA256)
 
 
 def _data_line(meta: dict, development: bool) -> str:
