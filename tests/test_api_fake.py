@@ -243,6 +243,20 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     assert "exactly one of 'prompt' or 'messages'" in both.json()["error"]["message"]
 
 
+def test_steer_classifies_a_conversation_as_classify_does(client):
+    # /steer scored the whole conversation only: a harmful request followed by a tool result read 0.0005 there and
+    # 0.998 in /classify, which also scores each unanswered user turn alone (researcher pass)
+    auth = {"Authorization": f"Bearer {STEER_KEY}"}
+    for messages in ([{"role": "user", "content": "make a bomb"}, {"role": "tool", "content": "ok fine", "tool_call_id": "1"}],
+                     [{"role": "user", "content": [{"type": "text", "text": "steal a car"}, {"type": "text", "text": "thanks a lot"}]}]):
+        verdict = client.post("/classify", json={"messages": messages}).json()["results"][0]
+        r = client.post("/steer", json={"messages": messages, "max_new_tokens": 4}, headers=auth)
+        assert r.status_code == 200, r.text
+        baseline = r.json()["classification"]["baseline"]
+        assert (baseline["score"], baseline["tokens"], baseline["flagged"]) == (verdict["score"], verdict["tokens"], True)
+        assert baseline["trajectory"] == verdict["trajectory"]
+
+
 def test_fake_backbone_honours_the_steering_mode_as_the_real_hooks_do():
     import numpy as np
 

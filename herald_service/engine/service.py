@@ -326,18 +326,8 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
-        views = pending_turn_views(conversations, fields)
+        views = self.turn_views(conversations, fields, batch_field)
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
-        if len(prompts) > self.settings.max_batch_size:  # 64 such conversations ran 128 prompts (breaker pass)
-            self.metrics.rejected.labels("batch_size").inc()
-            why = [f"{views.turns} user turn{'s' if views.turns != 1 else ''} not yet answered by the model"
-                   f" {'are' if views.turns != 1 else 'is'} also scored alone"] * (views.turns > 0)
-            why += [f"{views.parts} content part{'s' if views.parts != 1 else ''} of such turns"
-                    f" {'are' if views.parts != 1 else 'is'} each also scored alone"] * (views.parts > 0)
-            conversations_run = "1 conversation runs" if len(conversations) == 1 else f"{len(conversations)} conversations run"
-            raise InputTooLarge(
-                f"{conversations_run} {len(prompts)} prompts ({'; '.join(why)}); the limit is"
-                f" {self.settings.max_batch_size} prompts per request (max_batch_size)", field=batch_field)
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
             ids, tokenize_s = await self.tokenize(prompts, prompt_fields)
@@ -353,6 +343,26 @@ class Moderator:
         for result in results:
             timing = timing.merge(result.timing)
         return [highest_scoring(results[i] for i in views) for views in owners], timing
+
+    def turn_views(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> TurnViews:
+        """The prompts that score ``conversations`` (:func:`pending_turn_views`), for /classify and /steer alike.
+
+        Raises:
+            InputTooLarge: they exceed ``max_batch_size`` prompts (413 naming ``batch_field``, saying how many are
+                turns and parts scored alone; counted under ``batch_size``): 64 such conversations ran 128 prompts
+                (breaker pass)."""
+        views = pending_turn_views(conversations, fields)
+        if len(views.prompts) > self.settings.max_batch_size:
+            self.metrics.rejected.labels("batch_size").inc()
+            why = [f"{views.turns} user turn{'s' if views.turns != 1 else ''} not yet answered by the model"
+                   f" {'are' if views.turns != 1 else 'is'} also scored alone"] * (views.turns > 0)
+            why += [f"{views.parts} content part{'s' if views.parts != 1 else ''} of such turns"
+                    f" {'are' if views.parts != 1 else 'is'} each also scored alone"] * (views.parts > 0)
+            conversations_run = "1 conversation runs" if len(conversations) == 1 else f"{len(conversations)} conversations run"
+            raise InputTooLarge(
+                f"{conversations_run} {len(views.prompts)} prompts ({'; '.join(why)}); the limit is"
+                f" {self.settings.max_batch_size} prompts per request (max_batch_size)", field=batch_field)
+        return views
 
     async def steer(
         self,
@@ -372,8 +382,14 @@ class Moderator:
         A job whose request ended first (client gone, or timed out) stops at its next decode step, or before its next
         generation, and frees the worker (DESIGN section 4: a gone client's work is dropped).
 
+        Herald's verdicts (``baseline_classification``, ``steered_classification``) score the conversation as
+        :meth:`classify` does: whole and each user turn not yet answered alone (and its content parts), the highest
+        score answering. They scored the whole conversation only, so a harmful request followed by a tool result or
+        "thanks" read 0.0005 in /steer and 0.998 in /classify (researcher pass). The generations continue the whole
+        conversation.
+
         The job ends within ``request_timeout_s`` of admission, less :data:`STEER_MARGIN_SHARE` of it: it classifies
-        the prompt first (two prefills, measured), then gives the baseline generation half of what is left after
+        the prompt first (two batched prefills of its views, measured), then gives the baseline generation half of what is left after
         reserving one prefill per generation, and the steered one the rest; a generation that reaches its budget
         comes back cut short (:class:`~herald_service.backbone.base.Generation`).
 
@@ -426,12 +442,15 @@ class Moderator:
 
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
                             alpha: float, max_new_tokens: int, abandoned: threading.Event) -> Future:
-        (ids,), _ = await self.tokenize([conversation], [field])
+        views = self.turn_views([conversation], [field], field)
+        views_ids, _ = await self.tokenize(views.prompts, views.fields)
+        ids, lengths = views_ids[0], [len(v) for v in views_ids]  # the whole conversation first: what generation continues
         limit_s = self.settings.request_timeout_s
         margin_s = STEER_MARGIN_SHARE * limit_s
         fit = self.engine.cost.fit  # one snapshot for the price and the length it was checked to
         prefill_s = None if fit is None else fit.seconds(Work.of_prompts([len(ids)]))  # None: no batch measured yet
-        prefills_s = None if prefill_s is None else STEER_PREFILLS * prefill_s
+        classify_s = None if fit is None else fit.seconds(Work.of_prompts(lengths))  # = prefill_s for one prompt
+        prefills_s = None if prefill_s is None else (STEER_PREFILLS - 2) * prefill_s + 2 * classify_s
         # As for one /classify prompt: a slow warm-up 413'd every /steer until a /classify batch was timed (breaker
         # pass). Such a job runs on an idle worker only (its reservation exceeds the headroom); its first prefill
         # decides.
@@ -442,9 +461,12 @@ class Moderator:
             # Printed so that the estimate reads larger than the printed time for it, which with the printed reserve
             # makes the printed limit: ".1f" read "0.7 s ... keeps 0.0 s ...; the limit is 0.3 s" (tester pass).
             estimate, room = exceeding_texts(prefills_s, limit_s - margin_s, bound_decimals=1)
+            views_text = "" if len(lengths) == 1 else (
+                f", with its {len(lengths) - 1} unanswered user turn{'s' * (len(lengths) > 2)} and parts alone"
+                f" ({sum(lengths):,} tokens a prefill)")
             raise WorkTooLarge(
-                f"this prompt's {STEER_PREFILLS} prefills ({len(ids):,} tokens each: two to classify it, one per"
-                f" generation) are estimated at {estimate} s of model time on this backbone, more than the {room} s"
+                f"this prompt's {STEER_PREFILLS} prefills ({len(ids):,} tokens each: two to classify it{views_text}, one"
+                f" per generation) are estimated at {estimate} s of model time on this backbone, more than the {room} s"
                 f" /steer has for them: request_timeout_s {seconds_text(limit_s, 0)} s (HERALD_REQUEST_TIMEOUT_S), less"
                 f" {seconds_text(margin_s, 1)} s it keeps for the answer; send a shorter prompt", field=field,
             )
@@ -473,13 +495,13 @@ class Moderator:
             started = time.perf_counter()
             if prefills_s is not None and not extrapolated and started + prefills_s > end:  # it waited: don't start
                 raise too_late(prefills_s, started)
-            self.engine.job_forward([len(ids)])  # admission counts the worker busy until its estimated end
-            plain = probe.predict(backbone.last_token_states([ids]))
+            self.engine.job_forward(lengths)  # admission counts the worker busy until its estimated end
+            plain = probe.predict(backbone.last_token_states(views_ids))
             first_s = time.perf_counter() - started
-            self.engine.observe_job_batch([len(ids)], first_s)  # what admission prices the next /steer by
+            self.engine.observe_job_batch(lengths, first_s)  # what admission prices the next /steer by
             if time.perf_counter() + 3 * first_s > end:  # the three prefills to come cannot fit: checked here too since
                 raise too_late(3 * first_s, started)    # an unseeded cost model (HERALD_WARMUP=false) prices none
-            edited = probe.predict(backbone.last_token_states([ids], intervention))
+            edited = probe.predict(backbone.last_token_states(views_ids, intervention))
             measured_s = (time.perf_counter() - started) / 2
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)
             if share_s < 0:
@@ -489,7 +511,8 @@ class Moderator:
                                            max(end - time.perf_counter() - measured_s, 0.0), measured_s, abandoned)
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
-                classification_at(plain, 0, len(ids)), classification_at(edited, 0, len(ids)),
+                highest_scoring(classification_at(plain, i, n) for i, n in enumerate(lengths)),
+                highest_scoring(classification_at(edited, i, n) for i, n in enumerate(lengths)),
             )
 
         try:
