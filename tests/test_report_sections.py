@@ -658,3 +658,22 @@ def test_sensitive_study_rule_needs_both_sensitive_folds_lower_and_no_loss():
     small = {**ref, "rho": 0.30, "security": 0.76}
     assert list(sensitive_criteria(small, ref, {"f1": {"mean": -0.001}, "auroc": {"mean": 0.0}}).values()) == [
         False, True, True, False, True]
+
+
+def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
+    # a random 4-layer backbone on the development corpus: "saturated" at a random-split AUROC of 0.64, and "ranked
+    # above benign prompts" at a median fold AUROC of 0.433 (researcher pass)
+    write(tmp_path, "results.json", main_results())  # herald's harmful fold: AUROC 0.90, recall 0.5
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("Herald's AUROC (against unseen benign rows) has median 0.900, but its recall at the in-distribution threshold"
+            " has median 50%: unseen harmful sources are ranked above benign prompts more often") in text
+    assert "- **Random split numbers are saturated**" in text and "## Random stratified split (reference only: saturated)" in text
+    weak = main_results()
+    weak["loso"] = loso({"herald": (pooled(0.3, 0.45), 0.433, 0.5), "logreg_last": (pooled(0.3, 0.5), 0.5, 0.5)})
+    weak["random_split"] = {name: {"pooled": pooled(0.6, 0.64), "per_source": {}} for name in ("herald", "logreg_last")}
+    write(tmp_path, "results.json", weak)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("has median 0.433, and its recall at the in-distribution threshold has median 50%: unseen harmful sources"
+            " are ranked no better than unseen benign prompts (0.5 is chance).") in text
+    assert "saturated" not in text and "## Random stratified split\n" in text
+    assert "## Targets of issue 3" in text  # still the development corpus

@@ -461,6 +461,10 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     meta = results.get("meta", {})
     methods = _methods(results)
     development = _is_development_corpus(meta)  # else a researcher's own data: no section about this project's studies
+    rs = results["random_split"]
+    # "saturated" is a reading of the numbers, not of the corpus: a random 4-layer backbone on it scored AUROC 0.64
+    # under that word (researcher pass)
+    saturated = development and all(rs[m]["pooled"]["auroc"]["value"] >= SATURATED_AUROC for m in methods if m in rs)
     rel = lambda p: Path(os.path.relpath(Path(p).resolve(), md_path.parent.resolve())).as_posix() if p else None  # noqa: E731
 
     def doc(name: str) -> str:
@@ -489,7 +493,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
              "HarmBench copyright, Do-Not-Answer help-seeking) and ShareGPT may contain some label noise." if development
              else "- **Labels are those of the files given**, read as written."),
             ("- **Random split numbers are saturated** and are shown for reference only. Recipes are judged on "
-             "leave-one-source-out (LOSO) results." if development else
+             "leave-one-source-out (LOSO) results." if saturated else
              "- **Random split numbers** score prompts of sources the models were trained on; leave-one-source-out "
              "(LOSO) results, where present, score sources they never saw."),
             "- **Intervals** are 95% percentile bootstrap intervals (resampling prompts within each class, "
@@ -505,8 +509,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         out += ["## Targets of issue 3", "", "Not judged: they need leave-one-source-out folds, the learning curve's"
                 " 100-per-class point or the jailbreak-wrapped set, and these results have none of them.", ""]
 
-    rs = results["random_split"]
-    out += ["## Random stratified split" + (" (reference only: saturated)" if development else ""), "",
+    out += ["## Random stratified split" + (" (reference only: saturated)" if saturated else ""), "",
             _table(["method", "F1", "AUROC", "TPR@1%FPR", "FPR"],
                    [[METHOD_LABELS.get(m, m), _fmt(rs[m]["pooled"]["f1"]), _fmt(rs[m]["pooled"]["auroc"]),
                      _fmt(rs[m]["pooled"]["tpr_at_1pct_fpr"]), _fmt(rs[m]["pooled"]["false_positive_rate"])] for m in methods]),
@@ -650,8 +653,14 @@ def _not_shown(results: dict, development: bool) -> list[str]:
     return lines + [""]
 
 
+SATURATED_AUROC = 0.95
+"""Random-split AUROC from which every method counts as saturated on the development corpus (docs/EVALUATION.md: 0.978
+to 0.994 on SmolLM2; the brief's plain run: F1 0.96-0.98 for every method)."""
+
+
 def _reading(loso: dict) -> list[str]:
-    """One computed paragraph: ranking quality versus threshold transfer on unseen harmful sources."""
+    """One computed paragraph: ranking quality versus threshold transfer on unseen harmful sources, worded by what the
+    medians show (it said "ranked above benign prompts" at a median AUROC of 0.433: researcher pass)."""
     harmful = {s: f["methods"]["herald"] for s, f in loso["folds"].items() if "recall" in f["methods"]["herald"]["held_out"]
                and "auroc" not in f["methods"]["herald"]["held_out"]}
     if not harmful:
@@ -660,10 +669,18 @@ def _reading(loso: dict) -> list[str]:
     recalls = [m["held_out"]["recall"]["value"] for m in harmful.values()]
     pooled = loso["pooled"]
     best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
+    auroc, recall = float(np.median(aurocs)), float(np.median(recalls))
+    if auroc <= 0.5:
+        gist = ("and its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked no "
+                "better than unseen benign prompts (0.5 is chance)")
+    elif auroc > recall:
+        gist = ("but its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked above "
+                "benign prompts more often than they cross a threshold calibrated on the training sources")
+    else:
+        gist = ("and its recall at the in-distribution threshold has median {r}: the threshold calibrated on the "
+                "training sources catches unseen harmful sources at least as often as their ranking does")
     return [f"Reading: on the {len(harmful)} harmful-only held-out sources Herald's AUROC (against unseen benign rows) has "
-            f"median {np.median(aurocs):.3f}, but its recall at the in-distribution threshold has median "
-            f"{np.median(recalls) * 100:.0f}%: unseen harmful sources are ranked above benign prompts more often than "
-            "they cross a threshold calibrated on the training sources. Pooled over folds, the best AUROC is "
+            f"median {auroc:.3f}, {gist.format(r=f'{recall * 100:.0f}%')}. Pooled over folds, the best AUROC is "
             f"{METHOD_LABELS.get(best, best)}'s ({pooled[best]['auroc']['value']:.3f}).", ""]
 
 
