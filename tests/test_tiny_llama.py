@@ -142,6 +142,85 @@ def test_a_damaged_cached_conversion_is_named_with_the_way_out(folder, tmp_path)
     assert str(refused.value).endswith(f"it is a cached conversion: delete {damaged} and start again to convert anew")
 
 
+def _fit_corpus(tmp_path: Path, words: int = 0) -> Path:
+    """``data.jsonl`` of 90 rows (two benign sources, one harmful) that ``herald fit`` accepts; ``words`` more words
+    make each prompt that many tokens longer."""
+    filler = " hello" * words
+    rows = []
+    for i in range(30):
+        rows.append({"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]}{filler}", "label": "benign", "source": "A"})
+        rows.append({"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]}{filler}", "label": "harmful", "source": "B"})
+        rows.append({"prompt": f"write poem about the sea {i}{filler}", "label": "benign", "source": "C"})
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return data
+
+
+def _tiny_bert(folder: Path, tokenizer_from: Path) -> Path:
+    """A random BertForMaskedLM saved with the tiny Llama's tokenizer files: what a researcher points --backbone at."""
+    import shutil
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=64)
+    BertForMaskedLM(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_from / name, folder / name)
+    return folder
+
+
+def test_a_bidirectional_encoder_folder_is_refused_at_load_and_a_causal_one_accepted(folder, tmp_path):
+    # Tester finding: a BertForMaskedLM folder loaded as BertLMHeadModel (transformers only warns "add
+    # is_decoder=True"), attended both ways, and herald fit wrote a probe from it.
+    from herald_service.backbone.hf import refuse_a_bidirectional_model
+    from herald_service.errors import BackboneError
+
+    bert = _tiny_bert(tmp_path / "bert", folder)
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(resolve_backbone(str(bert), tmp_path / "cache"), "cpu", "float32")
+    message = str(refused.value)
+    assert refused.value.field == "backbone" and "\n" not in message
+    assert message.startswith(f"{bert} is not a causal language model (BertLMHeadModel): changing a prompt's last token")
+    assert "attention is bidirectional" in message
+    llama = AutoModelForCausalLM.from_pretrained(folder)
+    refuse_a_bidirectional_model(llama, folder)  # the first position's states are unchanged: no error
+    refuse_a_bidirectional_model(llama.to(torch.bfloat16), folder)
+    assert HFBackbone(resolve_backbone(str(folder), tmp_path / "cache"), "cpu", "float32").info.num_layers == 4
+
+
+def test_fit_refuses_a_bidirectional_encoder_folder_and_writes_no_probe(folder, tmp_path):
+    from herald_service.errors import BackboneError
+
+    bert = _tiny_bert(tmp_path / "bert", folder)
+    out = tmp_path / "probe"
+    with pytest.raises(BackboneError, match="is not a causal language model"):
+        run_fit(FitOptions(backbone=str(bert), data=[_fit_corpus(tmp_path)], out=out, cache_dir=tmp_path / "cache",
+                           device="cpu", dtype="float32"))
+    assert not out.exists()
+
+
+def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tries(folder, tmp_path):
+    # Tester finding: transformers said "Couldn't instantiate the backend tokenizer ... You need to have sentencepiece
+    # or tiktoken installed" for a folder that simply had no tokenizer.
+    import shutil
+
+    from herald_service.errors import BackboneError
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copy(folder / name, bare / name)
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(resolve_backbone(str(bare), tmp_path / "cache"), "cpu", "float32")
+    assert str(refused.value).startswith(f"no tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model,")
+    assert f"or *.tiktoken) in {bare};" in str(refused.value)
+    (bare / "qwen.tiktoken").write_text("")  # any tiktoken rank file counts as a tokenizer file: the check passes
+    from herald_service.backbone.hf import refuse_a_folder_without_tokenizer
+    refuse_a_folder_without_tokenizer(bare)
+
+
 def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(monkeypatch):
     from herald_service.backbone import hf
     from herald_service.errors import BackboneError

@@ -10,6 +10,7 @@ import re
 import statistics
 import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -253,6 +254,67 @@ def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
     return candidates[0]
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")
+"""Files of which a transformers model folder needs at least one for ``AutoTokenizer`` (or a ``*.tiktoken`` file)."""
+
+
+def refuse_a_folder_without_tokenizer(folder: Path) -> None:
+    """Refuse a model folder that holds none of :data:`TOKENIZER_FILES` nor a ``*.tiktoken`` file, before
+    transformers tries: without them it says "Couldn't instantiate the backend tokenizer ... You need to have
+    sentencepiece or tiktoken installed", which sends one looking for a missing package (tester finding).
+
+    Raises:
+        BackboneError: naming the folder and the files looked for.
+    """
+    if any((folder / name).is_file() for name in TOKENIZER_FILES) or any(folder.glob("*.tiktoken")):
+        return
+    raise BackboneError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)} or *.tiktoken) in {folder}; copy the "
+                        "model's tokenizer files beside its config.json", field="backbone")
+
+
+CAUSAL_CHECK_TOLERANCE = 1e-3
+"""Largest change of the first position's final states, relative to their largest magnitude, that
+:func:`refuse_a_bidirectional_model` allows when only the second token differs. Both prompts run as rows of one
+batch, so a causal model computes the first position identically: 0.0 on tiny random Llama, Qwen2 and Gemma3 models
+in float32 and bf16. A tiny random-initialized BERT changes it by 0.9%; a trained encoder by far more."""
+
+
+@torch.inference_mode()
+def refuse_a_bidirectional_model(model: nn.Module, folder: Path) -> None:
+    """Refuse a model whose attention is not causal: a BERT-style encoder folder loads through
+    ``AutoModelForCausalLM`` as ``BertLMHeadModel`` with only a warning ("add ``is_decoder=True``"), attends both
+    ways, and ``herald fit`` wrote a probe from it (tester finding). Decided by behaviour, not by a list of
+    architectures: two 2-token prompts that differ only in their last token go through the decoder stack (the
+    model without its head) as one batch; in a causal model the first position's states do not change.
+    ``config.is_decoder`` cannot decide it: it is False for Llama, Qwen2 and Gemma3 configs too.
+
+    Args:
+        model: a loaded ``AutoModelForCausalLM``, on its device. A forward that fails (a model whose stack needs
+            more than ``input_ids``) leaves the model accepted, logged.
+        folder: named in the error.
+
+    Raises:
+        BackboneError: the first position's states changed by more than :data:`CAUSAL_CHECK_TOLERANCE` of their
+            largest magnitude.
+    """
+    vocab = int(model.config.get_text_config().vocab_size)
+    ids = torch.tensor([[1 % vocab, 2 % vocab], [1 % vocab, 3 % vocab]], device=next(model.parameters()).device)
+    try:
+        states = model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))[0].float()
+    except Exception:  # a check, not a load step: the model's own errors surface where it is used
+        log.warning("could not check that %s attends causally", folder, exc_info=True)
+        return
+    first = states[:, 0]
+    change = float((first[0] - first[1]).abs().max())
+    scale = float(first.abs().max()) or 1.0
+    if change > CAUSAL_CHECK_TOLERANCE * scale:
+        raise BackboneError(
+            f"{folder} is not a causal language model ({type(model).__name__}): changing a prompt's last token changed"
+            f" the states of the token before it by {change / scale:.1%}, so its attention is bidirectional (an encoder"
+            " such as BERT); Herald reads the last-token states of a decoder-only model", field="backbone")
+
+
 def config_info(resolved: ResolvedBackbone) -> BackboneInfo:
     """What ``resolved``'s ``config.json`` says of the backbone, read without its weights or tokenizer (about a
     second, against seconds to minutes for the weights): the decoder layers, hidden size and config hash that a probe
@@ -314,8 +376,9 @@ class HFBackbone:
             keep ``weights``, so a fit on the CPU is an fp32 fit wherever it runs.
 
     Raises:
-        BackboneError: if the folder cannot be loaded as a causal LM, or ``matmul_dtype`` is unknown or ``bfloat16``
-            off the CPU.
+        BackboneError: if the folder holds no tokenizer file (:func:`refuse_a_folder_without_tokenizer`), cannot be
+            loaded as a causal LM, or its attention is not causal (:func:`refuse_a_bidirectional_model`: a BERT
+            folder loads as ``BertLMHeadModel``), or ``matmul_dtype`` is unknown or ``bfloat16`` off the CPU.
     """
 
     def __init__(
@@ -333,6 +396,7 @@ class HFBackbone:
 
         torch_device, torch_dtype = pick_device_dtype(device, dtype)
         bf16_matmuls = resolve_matmul_dtype(matmul_dtype, torch_device, torch_dtype)  # refused before the load
+        refuse_a_folder_without_tokenizer(resolved.folder)
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
             model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
@@ -342,8 +406,9 @@ class HFBackbone:
                 hint = f"; it is a cached conversion: delete {resolved.folder} and start again to convert anew"
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {type(exc).__name__}: {exc}{hint}",
                                 field="backbone") from exc
-        self._setup(model.to(torch_device), tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches,
-                    bf16_matmuls)
+        model = model.to(torch_device)
+        refuse_a_bidirectional_model(model, resolved.folder)
+        self._setup(model, tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches, bf16_matmuls)
 
     @classmethod
     def from_model(
