@@ -290,3 +290,28 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
         assert loader.conversion_damage(folder) is None
     assert len(converted) == 7
 
+
+
+@pytest.mark.parametrize("keep", [100, 400, -40])
+def test_a_truncated_gguf_is_named_with_its_size_before_transformers_reads_it(whole: Path, tmp_path: Path, keep: int):
+    # Tester finding: a truncated GGUF stopped the conversion with "cannot reshape array of size 399424 into shape
+    # (576,960)" or "unpack_from requires a buffer of at least 1006 bytes", naming neither the file nor the cause.
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:keep])
+    size = len(data[:keep])
+    with pytest.raises(BackboneError) as refused:
+        loader.convert_gguf(cut, tmp_path / "cache", "0" * 64)
+    message = str(refused.value)
+    assert message.startswith(f"GGUF {cut} ({size} bytes) is truncated or corrupt: ")
+    assert refused.value.field == "backbone"
+    assert not list((tmp_path / "cache" / "backbones").iterdir())  # nothing converted, nothing left behind
+
+
+def test_a_whole_gguf_passes_the_check_and_joined_chunks_are_named_by_their_first(whole: Path, tmp_path: Path):
+    loader.check_gguf_whole(whole)  # no error
+    parts = _chunk(whole, tmp_path, 3)
+    parts[-1].write_bytes(parts[-1].read_bytes()[:-16])  # the last chunk cut short
+    with pytest.raises(BackboneError, match=r"^GGUF tiny-model\.gguf joined from 3 chunks \(.*part0, \.\.\.\) \(\d+ bytes\)"
+                                            r" is truncated or corrupt: "):
+        loader.convert_gguf(find_gguf(parts[0]), tmp_path / "cache", "1" * 64)

@@ -295,7 +295,8 @@ def merge_gguf_shards(shards: Sequence[Path], out: Path) -> None:
         try:
             readers.append(gguf.GGUFReader(shard))
         except Exception as exc:  # GGUFReader raises ValueError, struct errors, ... on a bad file
-            raise BackboneError(f"cannot read GGUF shard {shard}: {exc}", field="backbone") from exc
+            raise BackboneError(f"GGUF shard {shard} ({shard.stat().st_size} bytes) is truncated or corrupt: it cannot"
+                                f" be read ({type(exc).__name__}: {exc})", field="backbone") from exc
     first = readers[0]
     arch = first.fields[gguf.Keys.General.ARCHITECTURE].contents()
     writer = gguf.GGUFWriter(out, arch=arch, endianess=first.endianess)
@@ -351,8 +352,8 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
     converted again, with a warning naming what was wrong.
 
     Raises:
-        BackboneError: if transformers cannot read the GGUF (architecture not supported by the installed version), or
-            the cache folder cannot be created.
+        BackboneError: if the GGUF is truncated or corrupt (:func:`check_gguf_whole`), transformers cannot read it
+            (architecture not supported by the installed version), or the cache folder cannot be created.
     """
     if isinstance(source, Path):
         source = GGUFSource("file", (source,), source.stem)
@@ -433,9 +434,36 @@ def needs_conversion(spec: str) -> bool:
     return spec == EMBEDDED_BACKBONE or not (Path(spec).expanduser() / "config.json").is_file()
 
 
+def check_gguf_whole(path: Path, named: str | None = None) -> None:
+    """Refuse a GGUF that the ``gguf`` package cannot read, before transformers reads it: on a truncated file
+    transformers stopped with "cannot reshape array of size 399424 into shape (576,960)" or "unpack_from requires a
+    buffer of at least 1006 bytes", which named neither the file nor the cause (tester finding). Reads the header and
+    maps the tensors without copying them (``gguf.GGUFReader``); a tensor that ends past the end of the file fails
+    there, as its mapped bytes are too few for its shape.
+
+    Args:
+        named: how the error names the file (chunks joined into a temporary file are named by their first chunk);
+            default ``path``.
+
+    Raises:
+        BackboneError: naming the file, its size in bytes, and the reader's own reason at the end.
+    """
+    import gguf
+
+    named = named or str(path)
+    size = path.stat().st_size
+    try:
+        gguf.GGUFReader(path)
+    except Exception as exc:  # GGUFReader raises ValueError, struct.error, ... on a short or damaged file
+        raise BackboneError(f"GGUF {named} ({size} bytes) is truncated or corrupt: it cannot be read"
+                            f" ({type(exc).__name__}: {exc})", field="backbone") from exc
+
+
 def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_gguf_whole(gguf, None if source.kind == "file" else
+                     f"{source.stem}.gguf joined from {len(source.files)} {source.kind} ({source.files[0]}, ...)")
     log.info("converting %s into %s (once; about 30 s)", gguf, target)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
