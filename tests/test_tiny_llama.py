@@ -743,3 +743,26 @@ def test_a_chunked_prefill_closed_part_way_leaves_no_hook(resolved):
     assert all(not layer._forward_hooks for layer in backbone.layers)
     assert not any(m._forward_hooks for m in backbone.layers[-1].modules())  # the final layer's trim is undone too
     assert torch.equal(backbone.last_token_states([ids]), list(backbone.prefill_chunks(ids, len(ids)))[-1])
+
+
+def test_fit_and_eval_cap_max_tokens_at_the_backbones_position_table(folder, tmp_path, caplog):
+    # Tester finding: a Llama with max_position_embeddings=256 was fitted on prompts up to --max-tokens 1024 (a
+    # 512-position BERT crashed with a raw tensor-size RuntimeError); serving already capped its limit there.
+    import logging
+
+    from herald_service.training.eval import load_corpus_states
+
+    data = _fit_corpus(tmp_path)
+    long_rows = [{"prompt": f"tell me story {i}" + " hello" * 300, "label": "benign", "source": "L"} for i in range(10)]
+    data.write_text(data.read_text() + "".join(json.dumps(r) + "\n" for r in long_rows))
+    with caplog.at_level(logging.INFO, logger="herald_service.training.extract"):
+        manifest = run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache",
+                                      device="cpu", max_per_source=None))
+    assert manifest["training_data"]["max_tokens"] == 256  # the limit applied is the one recorded
+    assert manifest["training_data"]["skipped_over_max_tokens"] == {"L": 10}
+    assert ("--max-tokens 1024 capped at 256, the backbone's max_position_embeddings: longer prompts are skipped"
+            in caplog.messages)
+    corpus = load_corpus_states([data], str(folder), tmp_path / "cache", "cpu", "float32", None, 1024, 0.2, 0)
+    assert corpus.max_tokens == 256 and corpus.skipped == {"L": 10} and len(corpus.examples) == 90
+    below = load_corpus_states([data], str(folder), tmp_path / "cache", "cpu", "float32", None, 100, 0.2, 0)
+    assert below.max_tokens == 100  # a smaller limit is kept as given

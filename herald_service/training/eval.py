@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -351,6 +351,8 @@ class CorpusStates:
         data: states of the capped rows that fit ``max_tokens``; ``examples``: those rows, in ``data`` order;
             ``skipped``: rows over ``max_tokens``.
         train_index, test_index: the stratified split of ``examples``.
+        max_tokens: the limit applied (rendered tokens): the one asked for, capped at the backbone's position table
+            (:func:`~herald_service.training.extract.capped_max_tokens`); later extractions of the run use it too.
     """
 
     backbone: Any
@@ -363,6 +365,7 @@ class CorpusStates:
     skipped: int
     train_index: np.ndarray
     test_index: np.ndarray
+    max_tokens: int
 
 
 def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
@@ -373,7 +376,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
 
     Args:
         data: JSONL files or folders (:func:`~herald_service.training.corpus.expand_data`).
-        max_tokens: rendered tokens; longer prompts are skipped and counted.
+        max_tokens: rendered tokens; longer prompts are skipped and counted. Capped at the backbone's position
+            table (:func:`~herald_service.training.extract.capped_max_tokens`).
 
     Raises:
         BackboneError: the backbone cannot be loaded.
@@ -385,7 +389,7 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
                                                 require_split_parts, stratified_split)
-    from herald_service.training.extract import StateCache
+    from herald_service.training.extract import StateCache, capped_max_tokens
 
     files = expand_data(data)
     everything = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
@@ -395,9 +399,11 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     require_split_parts(capped, test_fraction, seed, max_per_source)
     loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
+    max_tokens = capped_max_tokens(loaded, max_tokens)
     states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
     train_index, test_index = stratified_split(examples, test_fraction, seed)
-    return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index)
+    return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index,
+                        max_tokens)
 
 
 def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything: list, capped: list, n: int, seed: int,
@@ -497,6 +503,7 @@ def run_eval(options: EvalOptions) -> dict:
         _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
+    options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
     if options.probe is not None:

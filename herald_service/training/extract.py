@@ -8,6 +8,7 @@ second fit, eval or baseline over the same prompts reads states instead of recom
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -21,6 +22,27 @@ from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import plan_batches
 from herald_service.training.corpus import Example
 from herald_service.types import Conversation, user_turn
+
+log = logging.getLogger(__name__)
+
+
+def capped_max_tokens(backbone: Backbone, max_tokens: int) -> int:
+    """``max_tokens`` (``--max-tokens``, rendered tokens) capped at the backbone's position table
+    (``max_position_embeddings``), as serving caps its own limit
+    (:meth:`~herald_service.engine.runtime.Runtime.token_limit`), with one log line when it caps. Past its position
+    table a model with learned positions fails (a 512-position BERT: a raw tensor-size RuntimeError) and one with
+    rotary positions reads positions it was never trained on (a 256-position Llama was fitted on 1,024-token prompts:
+    tester finding), so ``herald fit``, ``eval`` and ``recipes`` skip such prompts, counted, like any over the limit.
+
+    Returns:
+        The smaller of ``max_tokens`` and the backbone's ``max_positions`` (``max_tokens`` when it has none).
+    """
+    positions = getattr(backbone, "max_positions", None)
+    if positions is not None and positions < max_tokens:
+        log.info("--max-tokens %d capped at %d, the backbone's max_position_embeddings: longer prompts are skipped",
+                 max_tokens, positions)
+        return int(positions)
+    return max_tokens
 
 
 class StateCache:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from herald_service.training.corpus import (
     stratified_split,
 )
 from herald_service.training.evaluation import metrics_by_source
-from herald_service.training.extract import CorpusStates, StateCache, extract_corpus_states
+from herald_service.training.extract import CorpusStates, StateCache, capped_max_tokens, extract_corpus_states
 from herald_service.types import user_turn
 
 log = logging.getLogger(__name__)
@@ -285,6 +285,7 @@ def run_fit(options: FitOptions) -> dict:
         served = default is not None and planned.resolve() == default.resolve()
         refuse_a_probe_there(planned, options.overwrite, served, given=options.out is not None)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
+    options = replace(options, max_tokens=capped_max_tokens(backbone, options.max_tokens))  # the manifest records it
     out = options.out or Path("models") / backbone.info.slug
     cache = StateCache(options.cache_dir, backbone)
     corpus = extract_corpus_states(backbone, capped, cache, options.max_tokens, options.token_budget)

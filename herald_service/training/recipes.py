@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +206,7 @@ def run_recipes(options: RecipeOptions) -> dict:
                          + (f"; {template_file} does not exist" if template_file is not None else ""))
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
+    options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions
     backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
     data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
