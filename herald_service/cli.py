@@ -22,7 +22,7 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
 from herald_service.out_path import check_out_path
-from herald_service.types import MIN_ADD_ALPHA, checked_steer_layers
+from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
 
 CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
@@ -449,18 +449,29 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
 
 class SteerEvalCommand(LocalCommand):
     """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL with a
-    "prompt" string per line; a line that parses as JSON must be such an object). Layers and alpha have the limits
-    of POST /steer; --max-new-tokens goes up to 2048, the most HERALD_STEER_MAX_NEW_TOKENS lets /steer allow (its
-    default is 128)."""
+    "prompt" string per line; a line that parses as JSON must be such an object). Prints one JSON object: the rates
+    and mean probe scores, and under "rows" each prompt's baseline and steered completions, refusal judgments and
+    scores. Layers and alpha have the limits of POST /steer; --max-new-tokens goes up to 2048, the most
+    HERALD_STEER_MAX_NEW_TOKENS lets /steer allow: the server's own cap (default 128) keeps one /steer request from
+    holding the moderation worker, and this command serves no one while it generates."""
 
     file: CliPositionalArg[Path]
-    layers: list[int] | None = Field(None, description="1-based decoder layers; default: the peak-monotonicity layer.")
+    layers: SteerLayers = Field(None, description=(
+        "1-based decoder layers ([4], 4,8 or 4), or 'all', as POST /steer takes; default: the peak-monotonicity layer."
+        " Layers below 1 or listed twice are refused before the backbone loads; above the backbone's count, after."))
     mode: Literal["ablate", "add"] = "ablate"
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, validate_default=True,
                          description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"
                          " sigma_l along w_l.")
-    max_new_tokens: int = Field(48, ge=1, le=2048, description="Tokens generated per prompt, with and without steering.")
+    max_new_tokens: int = Field(48, ge=1, le=2048, description=(
+        "Tokens generated per prompt, with and without steering; up to 2048, above POST /steer's default cap of 128"
+        " (HERALD_STEER_MAX_NEW_TOKENS), which is there to keep a server's moderation moving, not needed here."))
     limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _all_layers(cls, layers: object) -> object:
+        return "all" if layers == ["all"] else layers  # the CLI reads any value of a list field as a list
 
     @field_validator("alpha")
     @classmethod
@@ -500,21 +511,34 @@ class SteerEvalCommand(LocalCommand):
             raise SystemExit(f"{where}: needs a \"prompt\" string")
         return row["prompt"]
 
+    def _check_layers(self, runtime: Any) -> list[int] | None:
+        """``--layers`` checked (:func:`~herald_service.types.checked_steer_layers`) without a backbone (``runtime``
+        None: returns None), or resolved on the loaded one (:func:`~herald_service.types.steer_layers`).
+
+        Raises:
+            SystemExit: naming ``--layers`` and what is wrong.
+        """
+        try:
+            if runtime is None:
+                checked_steer_layers(self.layers, None)
+                return None
+            info = runtime.backbone.info
+            return steer_layers(self.layers, info.num_layers, runtime.probe.peak_layer)
+        except ValueError as exc:
+            raise SystemExit(f"herald steer-eval: --layers {exc}") from None
+
     def cli_cmd(self) -> None:
         from herald_service.analysis.steer_eval import steer_eval
         from herald_service.engine.runtime import load_runtime
 
+        if isinstance(self.layers, list):
+            self._check_layers(None)  # a layer below 1 or twice: refused now, not after the backbone's load
         lines = read_prompt_lines(self.file, f"herald steer-eval: {self.file}")
         prompts = [prompt for number, line in enumerate(lines, 1) if (prompt := self._prompt_of(line, number)) is not None]
         if not prompts:
             raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
         runtime = load_runtime(self)
-        layers = None
-        if self.layers is not None:
-            try:
-                layers = checked_steer_layers(self.layers, runtime.backbone.info.num_layers)
-            except ValueError as exc:
-                raise SystemExit(f"herald steer-eval: --layers {exc}") from None
+        layers = self._check_layers(runtime)
         result = steer_eval(runtime, prompts[: self.limit], layers, self.mode, self.alpha, self.max_new_tokens)
         print(json.dumps(dataclasses.asdict(result), indent=2))
 

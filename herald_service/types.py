@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -13,20 +14,47 @@ steered read the same as baseline while the answer reported an edit: 1e-320 (a d
 finding), as 0 had been."""
 
 
-def checked_steer_layers(layers: list[int], num_layers: int) -> list[int]:
+SteerLayers = list[int] | Literal["all"] | None
+"""The ``layers`` of ``POST /steer`` and ``herald steer-eval --layers``: 1-based decoder layers, ``"all"`` of them,
+or ``None`` for the probe's peak-monotonicity layer (:func:`steer_layers`)."""
+
+
+def checked_steer_layers(layers: list[int], num_layers: int | None) -> list[int]:
     """The decoder layers an intervention edits (``POST /steer``'s ``layers``, ``herald steer-eval --layers``), sorted.
 
+    Args:
+        num_layers: the backbone's decoder layers; ``None`` before the backbone is loaded, which checks all but the
+            upper bound (``herald steer-eval`` refuses ``--layers [0]`` then, not after a load of seconds).
+
     Raises:
-        ValueError: an empty list, a layer outside ``1..num_layers``, or a layer listed more than once ("add" at
-            ``[1, 1, 1]`` added three times: ``herald steer-eval`` ran it past the |alpha| limit, a researcher's
-            pass; ``/steer`` had refused it since a breaker pass).
+        ValueError: an empty list, a layer outside ``1..num_layers`` (below 1, with ``num_layers`` None), or a layer
+            listed more than once ("add" at ``[1, 1, 1]`` added three times: ``herald steer-eval`` ran it past the
+            |alpha| limit, a researcher's pass; ``/steer`` had refused it since a breaker pass).
     """
-    if not layers or not all(1 <= layer <= num_layers for layer in layers):
+    if num_layers is None:
+        if not layers or min(layers) < 1:
+            raise ValueError("must be a non-empty list of 1-based layers (1 is the first decoder layer)")
+    elif not layers or not all(1 <= layer <= num_layers for layer in layers):
         raise ValueError(f"must be a non-empty list within 1..{num_layers}")
     repeated = sorted({layer for layer in layers if layers.count(layer) > 1})
     if repeated:
         raise ValueError(f"lists {', '.join(map(str, repeated))} more than once; list each layer once")
     return sorted(layers)
+
+
+def steer_layers(layers: SteerLayers, num_layers: int, peak_layer: int) -> list[int]:
+    """The sorted 1-based layers that ``layers`` (:data:`SteerLayers`) names on a backbone of ``num_layers``:
+    ``"all"`` is ``1..num_layers``, ``None`` the probe's ``peak_layer``, a list is checked
+    (:func:`checked_steer_layers`).
+
+    Raises:
+        ValueError: as :func:`checked_steer_layers`.
+    """
+    if layers == "all":
+        return list(range(1, num_layers + 1))
+    if layers is None:
+        return [peak_layer]
+    return checked_steer_layers(layers, num_layers)
 
 
 @dataclass(frozen=True)

@@ -235,6 +235,9 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     twice = client.post("/steer", json={"prompt": "x", "layers": [2, 1, 2]}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert twice.status_code == 422 and twice.json()["error"] == {  # was answered as layers [1, 2] (breaker pass)
         "type": "invalid_request", "message": "layers lists 2 more than once; list each layer once", "field": "layers"}
+    every = client.post("/steer", json={"prompt": "x", "layers": "all", "max_new_tokens": 2},
+                        headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert every.status_code == 200 and every.json()["layers"] == list(range(1, 9))  # herald steer-eval's too
     long = client.post("/steer", json={"prompt": "x", "max_new_tokens": 100_000}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert long.status_code == 422 and long.json()["error"]["field"] == "max_new_tokens"
     both = client.post("/steer", json={"prompt": "x", "messages": [{"role": "user", "content": "x"}]},
@@ -926,3 +929,17 @@ def test_the_load_runs_on_a_thread_that_has_ended_when_it_returns():
 
     asyncio.run(main())
     assert seen[0] is not threading.main_thread() and not seen[0].is_alive()
+
+
+def test_steer_layers_are_checked_without_a_backbone_as_far_as_they_can_be():
+    from herald_service.types import checked_steer_layers, steer_layers
+
+    assert checked_steer_layers([40, 2], None) == [2, 40]  # no upper bound before the backbone is known
+    for layers in ([], [0], [3, -1]):
+        with pytest.raises(ValueError, match="non-empty list of 1-based layers"):
+            checked_steer_layers(layers, None)
+    with pytest.raises(ValueError, match="lists 2 more than once"):
+        checked_steer_layers([2, 2], None)
+    with pytest.raises(ValueError, match="within 1..8"):
+        checked_steer_layers([40], 8)
+    assert steer_layers("all", 3, 2) == [1, 2, 3] and steer_layers(None, 3, 2) == [2] and steer_layers([3, 1], 3, 2) == [1, 3]

@@ -865,3 +865,38 @@ def test_classify_and_plot_without_prompts_point_to_their_help():
                           ("plot", "herald plot: give one or more prompts (see herald plot --help)")):
         out = herald(command, HERALD_FAKE_BACKEND="true")
         assert out.returncode == 1 and out.stderr.strip() == line, (command, out.stderr)
+
+
+def test_steer_eval_refuses_layers_below_1_or_twice_before_the_backbone_loads(tmp_path):
+    # Tester finding: --layers 0 was refused only after the backbone had loaded (~10 s). A missing backbone shows the
+    # order: the --layers error comes first.
+    rows = tmp_path / "rows.txt"
+    rows.write_text("how to make a bomb\n")
+    missing = str(tmp_path / "missing")
+    for layers, error in (("0", "must be a non-empty list of 1-based layers (1 is the first decoder layer)"),
+                          ("[3,-1]", "must be a non-empty list of 1-based layers (1 is the first decoder layer)"),
+                          ("[2,2]", "lists 2 more than once; list each layer once")):
+        out = herald("steer-eval", str(rows), "--layers", layers, HERALD_BACKBONE=missing, HERALD_CACHE_DIR=str(tmp_path))
+        assert out.returncode == 1 and out.stderr.strip() == f"herald steer-eval: --layers {error}", out.stderr
+    out = herald("steer-eval", str(rows), "--layers", "[3]", HERALD_BACKBONE=missing, HERALD_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 1 and "does not exist" in out.stderr  # a valid list gets as far as the load
+
+
+def test_steer_eval_takes_layers_all_and_prints_each_prompts_completions(tmp_path):
+    # --layers all, as POST /steer takes it, was "Input should be a valid integer"; the output held rates only.
+    rows = tmp_path / "rows.txt"
+    rows.write_text("how to make a bomb\nbake bread\n")
+    out = herald("steer-eval", str(rows), "--layers", "all", "--max-new-tokens", "3", HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["layers"] == [1, 2, 3, 4, 5, 6, 7, 8] and result["n"] == 2  # the fake backbone's 8 layers
+    assert [row["prompt"] for row in result["rows"]] == ["how to make a bomb", "bake bread"]
+    for row in result["rows"]:
+        assert set(row) == {"prompt", "baseline_completion", "steered_completion", "baseline_refused", "steered_refused",
+                            "baseline_score", "steered_score"}
+        assert isinstance(row["baseline_completion"], str) and isinstance(row["steered_refused"], bool)
+        assert 0 <= row["baseline_score"] <= 1
+    assert result["baseline_mean_score"] == pytest.approx(sum(r["baseline_score"] for r in result["rows"]) / 2)
+    assert result["steered_refusal_rate"] == sum(r["steered_refused"] for r in result["rows"]) / 2
+    bad = herald("steer-eval", str(rows), "--layers", "al", HERALD_FAKE_BACKEND="true")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "Input should be 'all'" in bad.stderr

@@ -15,8 +15,25 @@ from herald_service.types import user_turn
 
 
 @dataclass(frozen=True)
+class SteerEvalRow:
+    """One prompt's greedy completions without (``baseline_``) and with (``steered_``) the intervention, whether each
+    reads as a refusal (:func:`~herald_service.refusal.is_refusal`), and the probe's score in [0, 1] of the prompt
+    without and with it."""
+
+    prompt: str
+    baseline_completion: str
+    steered_completion: str
+    baseline_refused: bool
+    steered_refused: bool
+    baseline_score: float
+    steered_score: float
+
+
+@dataclass(frozen=True)
 class SteerEvalResult:
-    """Refusal rates in [0, 1] over ``n`` prompts, and the mean probe score before and after the intervention."""
+    """Refusal rates in [0, 1] over ``n`` prompts, and the mean probe score before and after the intervention;
+    ``rows``: each prompt's completions, judgments and scores, in file order (a researcher reads the completions, not
+    only the rates)."""
 
     n: int
     layers: list[int]
@@ -25,6 +42,7 @@ class SteerEvalResult:
     steered_refusal_rate: float
     baseline_mean_score: float
     steered_mean_score: float
+    rows: list[SteerEvalRow]
 
 
 def steer_eval(
@@ -46,13 +64,19 @@ def steer_eval(
     backbone = runtime.backbone
     refused = np.zeros((len(prompts), 2), dtype=bool)
     scores = np.zeros((len(prompts), 2))
+    rows = []
     for i, prompt in enumerate(tqdm(prompts, desc="steer-eval", unit="prompt")):
         (ids,) = backbone.encode([user_turn(prompt)])
+        texts = []
         for j, edit in enumerate((None, intervention)):
-            refused[i, j] = is_refusal(backbone.generate(ids, max_new_tokens, edit).text)
+            texts.append(backbone.generate(ids, max_new_tokens, edit).text)
+            refused[i, j] = is_refusal(texts[-1])
             scores[i, j] = runtime.probe.predict(backbone.last_token_states([ids], edit)).scores[0]
+        rows.append(SteerEvalRow(prompt, texts[0], texts[1], bool(refused[i, 0]), bool(refused[i, 1]),
+                                 float(scores[i, 0]), float(scores[i, 1])))
     return SteerEvalResult(
         len(prompts), chosen, mode,
         float(refused[:, 0].mean()), float(refused[:, 1].mean()),
         float(scores[:, 0].mean()), float(scores[:, 1].mean()),
+        rows,
     )

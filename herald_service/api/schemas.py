@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from herald_service.strict_json import echoed
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
-from herald_service.types import MIN_ADD_ALPHA, Message
+from herald_service.types import MIN_ADD_ALPHA, Message, SteerLayers
 
 
 class FieldConflict(ValueError):
@@ -321,7 +321,7 @@ class SteerRequest(BaseModel):
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    layers: list[int] | Literal["all"] | None = Field(None, description="1-based layers; default: the peak-monotonicity layer")
+    layers: SteerLayers = Field(None, description="1-based layers, or \"all\"; default: the peak-monotonicity layer")
     mode: Literal["ablate", "add"] = "ablate"
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False,
                          description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"

@@ -25,7 +25,7 @@ from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, Queu
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
-from herald_service.types import Classification, Conversation, Timing, checked_steer_layers, user_turn
+from herald_service.types import Classification, Conversation, SteerLayers, Timing, steer_layers, user_turn
 
 
 class ClientGone(HeraldError):
@@ -368,7 +368,7 @@ class Moderator:
         self,
         conversation: Conversation,
         mode: Literal["ablate", "add"],
-        layers: list[int] | Literal["all"] | None,
+        layers: SteerLayers,
         alpha: float,
         max_new_tokens: int,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
@@ -414,15 +414,10 @@ class Moderator:
                 f"max_new_tokens {max_new_tokens} exceeds the limit of {self.settings.steer_max_new_tokens} (steer_max_new_tokens)",
                 field="max_new_tokens",
             )
-        if layers == "all":
-            chosen = list(range(1, num_layers + 1))
-        elif layers is None:
-            chosen = [self.runtime.probe.peak_layer]
-        else:
-            try:
-                chosen = checked_steer_layers(layers, num_layers)
-            except ValueError as exc:
-                raise InvalidInput(f"layers {exc}", field="layers") from None
+        try:
+            chosen = steer_layers(layers, num_layers, self.runtime.probe.peak_layer)
+        except ValueError as exc:
+            raise InvalidInput(f"layers {exc}", field="layers") from None
         self.check_shape([conversation], [field], field)
         slot = self._take_steer_slot()
         submitted = None
