@@ -395,6 +395,13 @@ def test_info_and_page(client):
     info = client.get("/v1/info").json()
     assert info["backbone"]["num_layers"] == 8 and info["limits"]["max_tokens"] == 40
     assert info["steer_enabled"] is True and info["limits"]["steer_max_concurrent"] == 1
+    assert info["limits"]["steer_max_new_tokens"] == 128  # the /steer limit a client must know before it asks
+    with client_for(steer_enabled=True, steer_api_key=STEER_KEY, steer_max_new_tokens=16) as small:
+        wait_ready(small)
+        assert small.get("/v1/info").json()["limits"]["steer_max_new_tokens"] == 16
+    with client_for() as off:  # steering off: no steer limits listed
+        wait_ready(off)
+        assert not {"steer_max_concurrent", "steer_max_new_tokens"} & set(off.get("/v1/info").json()["limits"])
     assert info["probe"]["manifest"]["feature_set"] == "herald-v1"
     page = client.get("/")
     assert page.status_code == 200 and "classify" in page.text

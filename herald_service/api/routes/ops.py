@@ -76,6 +76,7 @@ async def info(state: State) -> dict:
     }
     if s.steer_enabled:
         body["limits"]["steer_max_concurrent"] = s.steer_max_concurrent
+        body["limits"]["steer_max_new_tokens"] = s.steer_max_new_tokens  # a larger max_new_tokens is a 422
     if state.runtime is not None:
         info = state.runtime.backbone.info
         body["backbone"] = {
