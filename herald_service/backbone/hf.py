@@ -277,7 +277,9 @@ CAUSAL_CHECK_TOLERANCE = 1e-3
 """Largest change of the first position's final states, relative to their largest magnitude, that
 :func:`refuse_a_bidirectional_model` allows when only the second token differs. Both prompts run as rows of one
 batch, so a causal model computes the first position identically: 0.0 on tiny random Llama, Qwen2 and Gemma3 models
-in float32 and bf16. A tiny random-initialized BERT changes it by 0.9%; a trained encoder by far more."""
+on the CPU in float32 and bf16, and on random 4-layer Llama, Qwen2, Gemma3 and Mistral models of width 2,048 on an
+H200 in float32 and bf16, SDPA and eager attention alike. A random BERT changes it by 0.9% (width 32, the test's) to
+21% (width 768, H200, bf16 and float32)."""
 
 
 @torch.inference_mode()
