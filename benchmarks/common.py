@@ -304,7 +304,8 @@ class Server:
             defaults["max_tokens"] = defaults.get("batch_token_budget", 8192)
         self.settings = Settings(**defaults)
         app = build_app(self.settings, loader=lambda _s: target.runtime)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, timeout_keep_alive=600, backlog=4096))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, timeout_keep_alive=600, backlog=4096,
+                                                     http="h11"))  # as herald serve (cli.server_config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"
 

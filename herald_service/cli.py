@@ -24,6 +24,9 @@ from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, D
 from herald_service.out_path import check_out_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
+if typing.TYPE_CHECKING:
+    import uvicorn
+
 
 CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
 
@@ -146,6 +149,21 @@ def refuse_unusable_address(host: str, port: int) -> None:
                                  " HERALD_PORT or --port") from None
 
 
+def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
+    """uvicorn's configuration for ``herald serve``: ``settings``' address, keep-alive and log level, no access log.
+
+    The HTTP parser is h11, not httptools (uvicorn's pick when installed): httptools reads request headers of any
+    size, and it is h11 that bounds them, by ``h11_max_incomplete_event_size`` (``settings.max_header_bytes``, bytes of
+    the request line and headers together; over it uvicorn answers 400 and closes the connection).
+    """
+    import uvicorn
+
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
+        timeout_keep_alive=settings.keep_alive_s, http="h11", h11_max_incomplete_event_size=settings.max_header_bytes,
+    )
+
+
 class ServeCommand(Settings):
     """Start the HTTP server (DESIGN section 3) on the configured backbone and probe."""
 
@@ -178,10 +196,7 @@ class ServeCommand(Settings):
                 server.should_exit = True
 
         app = build_app(self, on_load_error=stop)
-        server = uvicorn.Server(uvicorn.Config(
-            app, host=self.host, port=self.port, log_level=self.log_level, access_log=False,
-            timeout_keep_alive=self.keep_alive_s,
-        ))
+        server = uvicorn.Server(server_config(app, self))
         server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
         if app.state.herald.load_error:
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")

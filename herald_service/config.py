@@ -367,6 +367,11 @@ class Settings(BackboneSettings):
         " past it, 408 and the connection is closed. Bounds a client that trickles its body to hold a connection"
         " (slowloris); raise it for clients that send large batches over slow links."
     )
+    max_header_bytes: int = Field(
+        65_536, gt=0, description="Bytes of a request's line and headers together; past it, 400 and the connection is"
+        " closed before the app sees the request (uvicorn's h11 h11_max_incomplete_event_size). Without a bound the"
+        " server buffered headers of any size before the API key was checked (200 x 1 MB headers: +400 MB RSS)."
+    )
     warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"
                          " admission uses queue places only until the first batch, then a fit of live batches alone,"

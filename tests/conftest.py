@@ -27,16 +27,18 @@ def wait_ready(client, timeout_s: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
-def serving(app, timeout_s: float = 60.0) -> Iterator[int]:
-    """Run ``app`` on a real uvicorn server on 127.0.0.1 (a free port, keep-alive 60 s) in a thread; yields the port
-    once /health/ready answers 200, and stops the server after."""
+def serving(app, timeout_s: float = 60.0, port: int = 0) -> Iterator[int]:
+    """Run ``app`` on a real uvicorn server on 127.0.0.1 (``port``, 0: a free one; keep-alive 60 s; h11, the parser
+    ``herald serve`` uses) in a thread; yields the port once /health/ready answers 200, and stops the server after."""
     import httpx
     import uvicorn
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60))
+    if not port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60,
+                                           http="h11"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

@@ -522,7 +522,7 @@ def test_body_timeout_is_a_positive_setting(monkeypatch):
 @pytest.fixture(scope="module")
 def server():
     """A real uvicorn server on 127.0.0.1 with a 0.5 s body timeout: (host, port)."""
-    with serving(build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5))) as port:
+    with serving(build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5)), port=8141) as port:
         yield "127.0.0.1", port
 
 

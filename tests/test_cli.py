@@ -1,10 +1,12 @@
 """The `herald` command: clear one-line errors and exit codes, no tracebacks."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -514,6 +516,80 @@ def interrupted_serve(port: int, *args: str, after_s: float = 0.0) -> tuple[int,
     finally:
         proc.kill()
     return proc.returncode, output
+
+
+@contextlib.contextmanager
+def running_serve(port: int, *args: str, **env: str) -> Iterator[subprocess.Popen]:
+    """``herald serve *args`` on 127.0.0.1:``port`` until /health/ready answers 200; SIGTERM (then a kill) after."""
+    import signal
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve", *args], text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": str(port), **env})
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=5)[0]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+
+
+def _read_until_closed(sock, timeout_s: float) -> bytes:
+    """What the server sends until it closes the connection; fails if it is still open after ``timeout_s``."""
+    import socket
+    import time
+
+    sock.settimeout(0.2)
+    data, deadline = b"", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")
+
+
+def test_serve_refuses_headers_over_max_header_bytes_and_closes_the_connection():
+    import socket
+
+    import httpx
+
+    # A tester sent 200 headers of 1 MB each: httptools buffered them all (+400 MB RSS) before the key was checked.
+    with running_serve(8136, "--fake-backend", "--no-warmup") as proc:
+        # 32 KiB of headers is under the 64 KiB default (and over h11's own 16 KiB default): served
+        ok = httpx.get("http://127.0.0.1:8136/health/live", headers={"x-big": "a" * 32_000}, timeout=5)
+        assert ok.status_code == 200, ok.text
+        with socket.create_connection(("127.0.0.1", 8136)) as sock:
+            # 70 KB of an unfinished header: past the limit the server answers and closes without waiting for more
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000)
+            answer = _read_until_closed(sock, 5)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"connection: close" in answer.lower(), answer
+        assert httpx.get("http://127.0.0.1:8136/health/live", timeout=5).status_code == 200
+        assert proc.poll() is None
+
+
+def test_max_header_bytes_must_be_positive():
+    from herald_service.config import Settings
+
+    assert Settings(_env_file=None).max_header_bytes == 65_536
+    with pytest.raises(ValueError, match="max_header_bytes"):
+        Settings(_env_file=None, max_header_bytes=0)
 
 
 def test_ctrl_c_ends_serve_quietly_with_status_130():
