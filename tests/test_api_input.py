@@ -590,6 +590,46 @@ def test_a_body_sent_slowly_but_in_time_is_served(server):
     assert b'"flagged":false' in answer
 
 
+@pytest.fixture(scope="module")
+def keyed_server():
+    """A real uvicorn server on 127.0.0.1:8142 with an API key and a 30 s body timeout: (host, port)."""
+    settings = Settings(_env_file=None, fake_backend=True, body_timeout_s=30, api_keys="k" * 16, max_batch_size=1,
+                        max_chars=100)
+    with serving(build_app(settings), port=8142) as port:
+        yield "127.0.0.1", port
+
+
+@pytest.mark.parametrize("headers, status", [
+    (b"Content-Type: application/json\r\nContent-Length: 1000\r\n", 401),  # no key
+    (b"Authorization: Bearer kkkkkkkkkkkkkkkk\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n", 413),
+    (b"Authorization: Bearer kkkkkkkkkkkkkkkk\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n", 415),
+])
+def test_an_answer_sent_before_the_body_is_read_closes_the_connection(keyed_server, headers, status):
+    import socket
+    import time
+
+    # Kept open, the connection waited for the unread body and a client could trickle it for ever (tester).
+    with socket.create_connection(keyed_server) as sock:
+        sock.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n{\"input\"")
+        started = time.monotonic()
+        answer = _read_all(sock, 3)  # the body timeout is 30 s: only the answer's Connection: close ends it
+    head = answer.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 %d " % status) and b"\r\nconnection: close" in head, answer
+    assert time.monotonic() - started < 3
+
+
+def test_answers_to_requests_without_a_body_or_with_a_body_read_keep_the_connection(keyed_server):
+    import httpx
+
+    with httpx.Client(base_url=f"http://{keyed_server[0]}:{keyed_server[1]}", timeout=5,
+                      headers={"Authorization": "Bearer " + "k" * 16}) as client:
+        first = client.get("/v1/info")
+        second = client.post("/classify", json={"input": "x" * 101})  # 413 after the body was read
+        third = client.post("/classify", json={"input": "hello"})
+    assert (first.status_code, second.status_code, third.status_code) == (200, 413, 200)
+    assert all("connection" not in r.headers for r in (first, second, third))
+
+
 def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(client):
     # {"messages": ...} sent to /v1/moderations read "Field required, field input" (new-user pass)
     r = client.post("/v1/moderations", json={"messages": [{"role": "user", "content": "hi"}]})

@@ -19,7 +19,7 @@ from herald_service import __version__
 from herald_service.api.deps import STEER_DISABLED, STEER_KEY_NAME, AppState
 from herald_service.api.errors import install_error_handlers
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, JsonBodies, RequestMetrics
+from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
 from herald_service.engine.admission import BatchTiming, Work
@@ -278,5 +278,6 @@ def build_app(
     steer_keys = [settings.steer_api_key.get_secret_value()] if settings.steer_enabled and settings.steer_api_key else []
     app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys},
                        key_names={"/steer": STEER_KEY_NAME}, closed={} if steer_keys else {"/steer": STEER_DISABLED})
+    app.add_middleware(CloseUnreadBodies)  # outside every middleware that answers before reading the body
     app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths))
     return app

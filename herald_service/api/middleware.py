@@ -62,6 +62,43 @@ class RequestMetrics:
             self.metrics.observe_request(template, status["code"], time.perf_counter() - started)
 
 
+class CloseUnreadBodies:
+    """Adds ``Connection: close`` to an answer that starts before the request's body has been read to its end (401
+    from :class:`BearerGate`, 413 from :class:`BodyLimit`, 415 from :class:`JsonBodies`, a 404 or 405 for a request
+    with a body), so uvicorn closes the connection once the answer is sent.
+
+    Kept open, the connection waited for the rest of a body nobody would read, and a client trickling it held the
+    connection for as long as it liked: :class:`BodyDeadline` bounds only the reads the app makes, and the app had
+    already answered. A request declares a body by a non-zero ``Content-Length`` or by ``Transfer-Encoding``.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers", [])
+        body_done = not any(k == b"transfer-encoding" or (k == b"content-length" and v.strip() not in (b"", b"0"))
+                            for k, v in headers)
+
+        async def tracked_receive() -> Message:
+            nonlocal body_done
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def closing_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not body_done:
+                message["headers"] = [*(h for h in message.get("headers", []) if h[0].lower() != b"connection"),
+                                      (b"connection", b"close")]
+            await send(message)
+
+        await self.app(scope, tracked_receive, closing_send)
+
+
 class BearerGate:
     """401 for a protected route before its body is read, when the route has keys.
 
