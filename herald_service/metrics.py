@@ -10,6 +10,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from herald_service.types import Classification
 
+REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
+                  "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding")
+"""Every ``reason`` of ``herald_rejected_requests_total`` (created at 0 at start, so the first refusals after a
+restart show in ``rate()``/``increase()``: a series that appears at its first increment loses it)."""
+DROP_REASONS = ("client_gone", "timeout")
+"""Every ``reason`` of ``herald_dropped_prompts_total``, created at 0 at start."""
+STARTING_STATUSES = (200, 429, 500, 503, 504)
+"""The statuses of ``herald_requests_total`` created at 0 for each model route at start: the ones the alert rules and
+the dashboard divide (429s and 5xx over all requests)."""
+
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 _TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -66,20 +76,42 @@ class HeraldMetrics:
         # values under a lock on every call and cost more than the update itself (benchmarks/host_cost.py).
         self._request_series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self._decision_series: dict[tuple[str, bool], Counter] = {}
+        for reason in REJECT_REASONS:
+            self.rejected.labels(reason)
+        for reason in DROP_REASONS:
+            self.dropped.labels(reason)
 
-    def observe_request(self, route: str, status: int, seconds: float) -> None:
-        """Count one HTTP request by route template and status, and observe its latency."""
+    def start_routes(self, routes: Sequence[str], decision_routes: Sequence[str] = ()) -> None:
+        """Create at 0 the series a restart would otherwise lose the first increment of: each of ``routes`` (route
+        templates) with each of :data:`STARTING_STATUSES`, their latency histograms, and both verdicts of each of
+        ``decision_routes``."""
+        for route in routes:
+            for status in STARTING_STATUSES:
+                self._request_children(route, status)
+        for route in decision_routes:
+            for flagged in (True, False):
+                self._decision_child(route, flagged)
+
+    def _request_children(self, route: str, status: int) -> tuple[Counter, Histogram]:
         series = self._request_series.get((route, status))
         if series is None:
             series = self._request_series[(route, status)] = (self.requests.labels(route, str(status)), self.request_duration.labels(route))
-        series[0].inc()
-        series[1].observe(seconds)
+        return series
+
+    def _decision_child(self, route: str, flagged: bool) -> Counter:
+        counter = self._decision_series.get((route, flagged))
+        if counter is None:
+            counter = self._decision_series[(route, flagged)] = self.decisions.labels(route, "flagged" if flagged else "allowed")
+        return counter
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """Count one HTTP request by route template and status, and observe its latency (``seconds``)."""
+        counter, histogram = self._request_children(route, status)
+        counter.inc()
+        histogram.observe(seconds)
 
     def observe_decisions(self, route: str, results: Sequence[Classification]) -> None:
         """Count each verdict as ``flagged`` or ``allowed`` and observe its score."""
         for result in results:
-            counter = self._decision_series.get((route, result.flagged))
-            if counter is None:
-                counter = self._decision_series[(route, result.flagged)] = self.decisions.labels(route, "flagged" if result.flagged else "allowed")
-            counter.inc()
+            self._decision_child(route, result.flagged).inc()
             self.score.observe(result.score)

@@ -40,3 +40,47 @@ def test_two_apps_keep_their_own_series():
     a.observe_request("/classify", 200, 0.01)
     assert sample(a, "herald_requests_total", route="/classify", status="200") == 1
     assert sample(b, "herald_requests_total", route="/classify", status="200") == 0
+
+
+def _scraped(text: str) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_known_label_series_are_exported_at_zero_before_any_traffic():
+    # A series created at its first increment loses that increment in rate()/increase() after each restart (tester).
+    from fastapi.testclient import TestClient
+
+    from herald_service.api.app import build_app
+    from herald_service.config import Settings
+
+    scraped = _scraped(TestClient(build_app(Settings(_env_file=None, fake_backend=True))).get("/metrics").text)
+    for route in ("/classify", "/v1/moderations", "/steer"):
+        for status in ("200", "429", "500", "503", "504"):
+            assert scraped[("herald_requests_total", (("route", route), ("status", status)))] == 0, (route, status)
+        assert scraped[("herald_request_duration_seconds_count", (("route", route),))] == 0
+        assert scraped[("herald_request_duration_seconds_bucket", (("le", "+Inf"), ("route", route)))] == 0
+    for route in ("/classify", "/v1/moderations"):
+        for decision in ("flagged", "allowed"):
+            assert scraped[("herald_moderation_decisions_total", (("decision", decision), ("route", route)))] == 0
+    for reason in ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
+                   "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding"):
+        assert scraped[("herald_rejected_requests_total", (("reason", reason),))] == 0, reason
+    for reason in ("client_gone", "timeout"):
+        assert scraped[("herald_dropped_prompts_total", (("reason", reason),))] == 0, reason
+
+
+def test_every_reason_the_code_counts_is_created_at_start():
+    import re
+    from pathlib import Path
+
+    from herald_service.metrics import DROP_REASONS, REJECT_REASONS
+
+    source = "\n".join(p.read_text() for p in Path("herald_service").rglob("*.py"))
+    rejected = set(re.findall(r'rejected\.labels\("(\w+)"\)', source)) | set(re.findall(r'reason(?:, field)? = "(\w+)"', source))
+    rejected |= set(re.findall(r'reason(?:: str)?=? ?"(\w+)"', source))
+    assert rejected and rejected <= set(REJECT_REASONS), rejected - set(REJECT_REASONS)
+    dropped = set(re.findall(r'\.cancel\(futures, "(\w+)" if \w+ else "(\w+)"\)', source)[0])
+    assert dropped | {"client_gone"} <= set(DROP_REASONS)

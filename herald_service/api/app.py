@@ -266,6 +266,9 @@ def build_app(
     routers = (classify.router, moderations.router, steer.router, ops.router)
     for router in routers:
         app.include_router(router)
+    # model routes' series at 0 from the start (HeraldMetrics.start_routes); the rest appear as they are used
+    metrics.start_routes([r.path for router in (classify.router, moderations.router, steer.router) for r in router.routes],
+                         decision_routes=[r.path for router in (classify.router, moderations.router) for r in router.routes])
     paths = {r.path for router in routers for r in router.routes} | {r.path for r in app.routes if isinstance(getattr(r, "path", None), str)}
     # JSON escapes can take 6 bytes per character; leave room for keys and structure.
     max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
