@@ -20,7 +20,10 @@ STARTING_STATUSES = (200, 429, 500, 503, 504)
 """The statuses of ``herald_requests_total`` created at 0 for each model route at start: the ones the alert rules and
 the dashboard divide (429s and 5xx over all requests)."""
 
-_LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    45.0, 60.0, 90.0, 120.0)
+"""Seconds. Past the default ``request_timeout_s`` (60 s) up to twice it: ending at 30 s, a p99 of requests that ran to
+their timeout read as about 29.5 s (histogram_quantile interpolates inside the last finite bucket)."""
 _SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 _TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -84,3 +84,16 @@ def test_every_reason_the_code_counts_is_created_at_start():
     assert rejected and rejected <= set(REJECT_REASONS), rejected - set(REJECT_REASONS)
     dropped = set(re.findall(r'\.cancel\(futures, "(\w+)" if \w+ else "(\w+)"\)', source)[0])
     assert dropped | {"client_gone"} <= set(DROP_REASONS)
+
+
+def test_latency_buckets_reach_past_the_default_request_timeout():
+    # They ended at 30 s against a 60 s default timeout: a p99 of requests that timed out read about 29.5 s (tester).
+    from herald_service.config import Settings
+
+    metrics = HeraldMetrics()
+    metrics.observe_request("/classify", 504, 59.0)
+    assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", le="30.0") == 0
+    assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", le="45.0") == 0
+    assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", le="60.0") == 1
+    assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", le="120.0") == 1
+    assert Settings(_env_file=None).request_timeout_s == 60.0  # the default these buckets are sized for (to 2x)
