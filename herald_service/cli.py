@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import sys
 import typing
 from pathlib import Path
@@ -197,6 +198,11 @@ class ServeCommand(Settings):
 
         app = build_app(self, on_load_error=stop)
         server = uvicorn.Server(server_config(app, self))
+        # uvicorn re-raises the signal it stopped on once it has shut down, with the handler from before it started:
+        # SIGTERM's default action then killed the process with status 143 after a clean drain, which Kubernetes and
+        # systemd report as a failure. With this handler the re-raise does nothing and serve exits 0. (A Python
+        # handler, not SIG_IGN, which child processes would inherit across exec.)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
         server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
         if app.state.herald.load_error:
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
