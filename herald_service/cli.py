@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import logging.config
 import os
 import shlex
 import signal
@@ -150,8 +151,26 @@ def refuse_unusable_address(host: str, port: int) -> None:
                                  " HERALD_PORT or --port") from None
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""Every log line of a ``herald`` command, uvicorn's included under ``herald serve``."""
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` of ``herald serve``: one stderr handler in :data:`LOG_FORMAT` on the root
+    logger at ``level`` (any case), which uvicorn's loggers propagate to. Given to uvicorn as its ``log_config``,
+    whose own (``INFO:     Uvicorn running on ...``, colours, no time or logger name) it replaces."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"herald": {"format": LOG_FORMAT}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "herald", "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+    }
+
+
 def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
-    """uvicorn's configuration for ``herald serve``: ``settings``' address, keep-alive and log level, no access log.
+    """uvicorn's configuration for ``herald serve``: ``settings``' address, keep-alive and log level, Herald's log
+    format (:func:`log_config`), and no access log (``herald_service.access`` logs each request instead).
 
     The HTTP parser is h11, not httptools (uvicorn's pick when installed): httptools reads request headers of any
     size, and it is h11 that bounds them, by ``h11_max_incomplete_event_size`` (``settings.max_header_bytes``, bytes of
@@ -160,7 +179,8 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     import uvicorn
 
     return uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
+        app, host=settings.host, port=settings.port, log_level=settings.log_level, log_config=log_config(settings.log_level),
+        access_log=False,
         timeout_keep_alive=settings.keep_alive_s, http="h11", h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 
@@ -187,7 +207,7 @@ class ServeCommand(Settings):
             resolve_padding_side(self.padding_side, device, dtype)
             if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
                 backbone_cache_folder(self.cache_dir)
-        logging.basicConfig(level=self.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.config.dictConfig(log_config(self.log_level))
         for warning in self.start_up_warnings():
             log.warning(warning)
         server: uvicorn.Server | None = None
@@ -405,7 +425,7 @@ class FitCommand(BaseModel):
     def cli_cmd(self) -> None:
         from herald_service.training.fit import FitOptions, run_fit
 
-        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(level="INFO", format=LOG_FORMAT)
         check_default_data(self)
         if self.threads is not None:
             limit_threads(self.threads)
@@ -627,7 +647,7 @@ class EvalCommand(BaseModel):
     def cli_cmd(self) -> None:
         from herald_service.training.eval import EvalOptions, run_eval
 
-        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(level="INFO", format=LOG_FORMAT)
         check_default_data(self)
         check_jailbreak_templates(self)
         limit_threads(self.threads)
@@ -688,7 +708,7 @@ class RecipesCommand(BaseModel):
     def cli_cmd(self) -> None:
         from herald_service.training.recipes import RecipeOptions, run_recipes
 
-        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(level="INFO", format=LOG_FORMAT)
         check_default_data(self)
         check_jailbreak_templates(self)
         limit_threads(self.threads)

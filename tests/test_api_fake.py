@@ -950,3 +950,28 @@ def test_steer_layers_are_checked_without_a_backbone_as_far_as_they_can_be():
     with pytest.raises(ValueError, match="within 1..8"):
         checked_steer_layers([40], 8)
     assert steer_layers("all", 3, 2) == [1, 2, 3] and steer_layers(None, 3, 2) == [2] and steer_layers([3, 1], 3, 2) == [1, 3]
+
+
+def test_each_request_is_logged_once_with_its_route_status_duration_and_request_id(client, caplog):
+    import logging
+    import re
+
+    with caplog.at_level(logging.INFO, logger="herald_service.access"):
+        sent = client.post("/classify", json={"input": "hello"}, headers={"X-Request-ID": "abc-123:x/y=z"})
+        stray = client.get("/no/such/path?q=1")
+        probe = client.get("/health/live")
+    assert sent.status_code == 200 and sent.headers["x-request-id"] == "abc-123:x/y=z"
+    lines = [r.getMessage() for r in caplog.records if r.name == "herald_service.access"]
+    assert len(lines) == 2, lines  # probes stay out of the log, as out of the metrics
+    assert re.fullmatch(r"POST /classify 200 \d+\.\d ms request_id=abc-123:x/y=z", lines[0]), lines[0]
+    generated = stray.headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", generated)  # none sent: a new UUID4
+    assert lines[1] == lines[1].split(" request_id=")[0] + f" request_id={generated}"
+    assert lines[1].startswith("GET unmatched 404 ")  # the route template: the client's path is not logged
+    assert re.fullmatch(r"[0-9a-f]{32}", probe.headers["x-request-id"])
+
+
+@pytest.mark.parametrize("sent", ['a b', 'x" y=1', "é", "a" * 129, ""])
+def test_a_request_id_that_could_forge_a_log_line_is_replaced(client, sent):
+    answer = client.get("/v1/info", headers={"X-Request-ID": sent.encode("utf-8")})
+    assert answer.headers["x-request-id"] != sent and len(answer.headers["x-request-id"]) == 32

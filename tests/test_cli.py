@@ -588,11 +588,24 @@ def test_sigterm_drains_serve_and_exits_0():
     import signal
 
     # uvicorn re-raised the SIGTERM it shut down on: status 143 after a clean drain, a failure to Kubernetes (tester).
+    import re
+
+    import httpx
+
     with running_serve(8135, "--fake-backend", "--no-warmup") as proc:
+        answer = httpx.post("http://127.0.0.1:8135/classify", json={"input": "hi"}, headers={"x-request-id": "req-7"})
+        assert answer.headers["x-request-id"] == "req-7"
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, output
     assert "Finished server process" in output and "Traceback" not in output, output
+    # uvicorn's lines in Herald's format (they were "INFO:     Uvicorn running on ..."), one line per request, and
+    # no uvicorn access line
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+    assert re.search(rf"^{when} INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:8135", output, re.M), output
+    assert re.search(rf"^{when} INFO herald_service\.access: POST /classify 200 \d+\.\d ms request_id=req-7$", output,
+                     re.M), output
+    assert "HTTP/1.1" not in output and not re.search(r"^INFO: ", output, re.M), output
 
 
 def test_max_header_bytes_must_be_positive():

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import time
+import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,9 +19,26 @@ log = logging.getLogger(__name__)
 
 UNMETERED = {"/metrics", "/health/live", "/health/ready"}
 
+access_log = logging.getLogger("herald_service.access")
+"""One INFO line per request (:class:`RequestMetrics`); uvicorn's own access log is off (``herald serve``)."""
+
+REQUEST_ID = re.compile(rb"[A-Za-z0-9._:=+/-]{1,128}")
+"""An ``X-Request-ID`` kept as the client sent it: up to 128 characters without spaces, quotes or control characters,
+so it cannot forge or split a log line. Any other value (or none) is replaced by a new UUID4 in hex."""
+
+
+def request_id(scope: Scope) -> bytes:
+    """The request's ``X-Request-ID`` (the first one) if it matches :data:`REQUEST_ID`, else a new UUID4 in hex."""
+    sent = next((v for k, v in scope.get("headers", []) if k == b"x-request-id"), b"")
+    return sent if REQUEST_ID.fullmatch(sent) else uuid.uuid4().hex.encode()
+
 
 class RequestMetrics:
     """Counts requests by route template and status and observes their latency; probes stay out (vLLM habit).
+
+    Every HTTP answer carries ``X-Request-ID`` (:func:`request_id`: the client's, or a new one), and every request but
+    the probes and ``/metrics`` is logged once at INFO on ``herald_service.access``: method, route template, status,
+    duration in milliseconds and request id (``POST /classify 200 12.3 ms request_id=...``).
 
     ``paths``: the app's route paths. A request answered before routing (401 from :class:`BearerGate`, 413 from
     :class:`BodyLimit`) or by a route that does not record itself is counted under its path when that is one of
@@ -32,8 +51,17 @@ class RequestMetrics:
         self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in UNMETERED:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        rid = request_id(scope)
+        if scope["path"] in UNMETERED:
+            async def send_with_id(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message["headers"] = [*message.get("headers", []), (b"x-request-id", rid)]
+                await send(message)
+
+            await self.app(scope, receive, send_with_id)
             return
         started = time.perf_counter()
         status = {"code": 499}  # the app returned without answering: the client went away (e.g. mid-upload)
@@ -44,8 +72,8 @@ class RequestMetrics:
                 started_response["response"] = True
                 status["code"] = message["status"]
                 elapsed = time.perf_counter() - started
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-total-time", f"{elapsed * 1000:.2f}".encode())]
+                message["headers"] = [*message.get("headers", []), (b"x-total-time", f"{elapsed * 1000:.2f}".encode()),
+                                      (b"x-request-id", rid)]
             await send(message)
 
         try:
@@ -59,7 +87,11 @@ class RequestMetrics:
                                      path=scope.get("path"))(scope, receive, send_wrapper)
         finally:
             template = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "unmatched")
-            self.metrics.observe_request(template, status["code"], time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.metrics.observe_request(template, status["code"], seconds)
+            # the template, not the path: a client cannot put its own text in the log (nor in label values)
+            access_log.info("%s %s %d %.1f ms request_id=%s", scope["method"], template, status["code"], seconds * 1000,
+                            rid.decode("ascii"))
 
 
 class CloseUnreadBodies:
