@@ -233,8 +233,8 @@ class BackboneSettings(BaseSettings):
 
     backbone: str = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
     probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
-    device: Device = "auto"
-    dtype: DType = "auto"
+    device: Device = Field("auto", description="Where the backbone runs; auto: CUDA if present.")
+    dtype: DType = Field("auto", description="Backbone weight dtype; auto: bfloat16 on CUDA, float32 on the CPU.")
     matmul_dtype: Literal["auto", "weights", "bfloat16"] = Field(
         "auto", description="The decoder's linear layers on the CPU: bfloat16 runs them in bf16 over an fp32 residual"
         " stream, 2.0-2.8x faster on the embedded backbone with the shipped probe deciding as in fp32 on 583 of 584"
@@ -255,13 +255,17 @@ class BackboneSettings(BaseSettings):
         " and warmed at start): 64 x 128 tokens 233.4 -> 189.6 ms on an H200 (Llama-3.1-8B; benchmarks/compile_batches.py),"
         " for about 20-30 s more at start (HFBackbone). Ignored on the CPU, where compiling takes minutes."
     )
-    cache_dir: Path = Field(default_factory=default_cache_dir)
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Converted backbones and extracted states"
+                            " (default: $XDG_CACHE_HOME/herald or ~/.cache/herald).")
 
     max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level of Herald's and uvicorn's loggers, in any letter case (INFO = info); info logs"
+        " one line per request."
+    )
 
     def __init__(self, **values: Any) -> None:
         env_file = values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file")
@@ -274,6 +278,12 @@ class BackboneSettings(BaseSettings):
     @classmethod
     def _empty_probe_is_unset(cls, value: object) -> object:
         return _none_if_empty(value)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case_level(cls, value: object) -> object:
+        """``INFO`` as ``info``: logging's own names are upper case, and ``HERALD_LOG_LEVEL=INFO`` was refused."""
+        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _refuse_inconsistent_backbone(self) -> "BackboneSettings":
@@ -318,13 +328,16 @@ class Settings(BackboneSettings):
                             f" {self.host}:{self.port}")
         return warnings
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=1, le=65535)
+    host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 for every interface (containers).")
+    port: int = Field(8000, ge=1, le=65535, description="TCP port to listen on.")
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="Comma-separated keys (HERALD_API_KEYS=k1,k2), each at least 12 characters; empty: no key needed.")
-    steer_enabled: bool = False
-    steer_api_key: SecretStr | None = None
-    steer_max_new_tokens: int = Field(128, ge=1, le=2048)
+    steer_enabled: bool = Field(False, description="Serve /steer, which removes a safety behaviour on purpose; needs"
+                                " steer_api_key.")
+    steer_api_key: SecretStr | None = Field(None, description="The bearer key of /steer (at least 12 characters);"
+                                            " empty: unset.")
+    steer_max_new_tokens: int = Field(128, ge=1, le=2048, description="Most new tokens one /steer request may ask to"
+                                      " generate.")
     steer_max_concurrent: int = Field(
         1, ge=1, description="/steer requests at once; one more gets 429 with Retry-After. Generation holds the worker"
         " (and all moderation) for seconds per request, so more at once only queue /classify behind them."
