@@ -308,3 +308,16 @@ def test_every_serve_setting_has_a_help_text():
 def test_the_log_level_is_read_in_any_letter_case(monkeypatch, given):
     monkeypatch.setenv("HERALD_LOG_LEVEL", given)
     assert Settings(_env_file=None).log_level == "info"
+
+
+def test_an_empty_steer_key_is_unset_with_steering_off_and_refused_with_it_on(monkeypatch):
+    # k8s/secret.example.yaml said an empty key "is an invalid key and stops the pod" even with steering off (tester).
+    monkeypatch.setenv("HERALD_STEER_API_KEY", "")
+    assert Settings(_env_file=None).steer_api_key is None
+    monkeypatch.setenv("HERALD_STEER_ENABLED", "true")
+    with pytest.raises(ValidationError, match="HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY"):
+        Settings(_env_file=None)
+    monkeypatch.setenv("HERALD_STEER_ENABLED", "false")
+    monkeypatch.setenv("HERALD_STEER_API_KEY", "changeme")
+    with pytest.raises(ValidationError, match="HERALD_STEER_API_KEY: API keys must be at least 12 characters"):
+        Settings(_env_file=None)
