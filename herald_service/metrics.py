@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from herald_service.types import Classification
 
@@ -70,7 +70,16 @@ class HeraldMetrics:
             "herald_estimated_wait_seconds",
             "Estimated seconds until the worker has answered the work accepted so far (at most request_timeout_s).", registry=r,
         )
+        self.admission_wait_limit = Gauge(
+            "herald_admission_wait_limit_seconds",
+            "Estimated wait past which admission refuses a request with 429 (engine.admission.WAIT_HEADROOM x"
+            " request_timeout_s): the bound for herald_estimated_wait_seconds.", registry=r,
+        )
         self.worker_up = Gauge("herald_worker_up", "1 while the inference worker can serve, else 0.", registry=r)
+        # herald_process_start_time_seconds (Unix time), _resident_memory_bytes, _cpu_seconds_total, _open_fds ...
+        # from /proc (Linux; none elsewhere): the alert rules tell a model still loading from a dead worker by the
+        # process's age.
+        ProcessCollector(namespace="herald", registry=r)
         self.model_info = Gauge(
             "herald_model_info", "Loaded backbone and probe (value 1).",
             ["backbone", "revision", "probe_feature_set", "device", "dtype", "version"], registry=r,

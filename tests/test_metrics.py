@@ -97,3 +97,20 @@ def test_latency_buckets_reach_past_the_default_request_timeout():
     assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", le="60.0") == 1
     assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", le="120.0") == 1
     assert Settings(_env_file=None).request_timeout_s == 60.0  # the default these buckets are sized for (to 2x)
+
+
+def test_the_admission_wait_limit_and_the_process_start_time_are_exported_for_the_alert_rules():
+    # HeraldQueueBacklog compares the estimated wait with the limit; HeraldWorkerDown leaves a process younger than
+    # the startup allowance alone (it fired on every slow model load).
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from herald_service.api.app import build_app
+    from herald_service.config import Settings
+
+    app = build_app(Settings(_env_file=None, fake_backend=True, request_timeout_s=30))
+    scraped = _scraped(TestClient(app).get("/metrics").text)
+    assert scraped[("herald_admission_wait_limit_seconds", ())] == 0.8 * 30
+    started = scraped[("herald_process_start_time_seconds", ())]
+    assert time.time() - 3600 < started <= time.time()

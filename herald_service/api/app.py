@@ -22,7 +22,7 @@ from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
-from herald_service.engine.admission import BatchTiming, Work
+from herald_service.engine.admission import WAIT_HEADROOM, BatchTiming, Work
 from herald_service.engine.engine import InferenceEngine, chunk_tokens_for, runs_in_chunks
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_time, engine_limits
@@ -266,6 +266,7 @@ def build_app(
     routers = (classify.router, moderations.router, steer.router, ops.router)
     for router in routers:
         app.include_router(router)
+    metrics.admission_wait_limit.set(WAIT_HEADROOM * settings.request_timeout_s)
     # model routes' series at 0 from the start (HeraldMetrics.start_routes); the rest appear as they are used
     metrics.start_routes([r.path for router in (classify.router, moderations.router, steer.router) for r in router.routes],
                          decision_routes=[r.path for router in (classify.router, moderations.router) for r in router.routes])
