@@ -855,7 +855,7 @@ def test_a_client_gone_mid_upload_is_counted_as_499_not_500():
             raise AssertionError("nothing is sent")
 
         await RequestMetrics(app_that_never_answers, metrics, frozenset({"/classify"}))(
-            {"type": "http", "path": "/classify", "headers": []}, receive, send)
+            {"type": "http", "method": "POST", "path": "/classify", "headers": []}, receive, send)
 
     asyncio.run(call())
     counted = {s.labels["status"]: s.value for m in metrics.registry.collect() for s in m.samples
