@@ -179,9 +179,9 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     import uvicorn
 
     return uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level, log_config=log_config(settings.log_level),
-        access_log=False,
-        timeout_keep_alive=settings.keep_alive_s, http="h11", h11_max_incomplete_event_size=settings.max_header_bytes,
+        app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
+        log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
+        http="h11", h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 
 
