@@ -172,16 +172,18 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     """uvicorn's configuration for ``herald serve``: ``settings``' address, keep-alive and log level, Herald's log
     format (:func:`log_config`), and no access log (``herald_service.access`` logs each request instead).
 
-    The HTTP parser is h11, not httptools (uvicorn's pick when installed): httptools reads request headers of any
-    size, and it is h11 that bounds them, by ``h11_max_incomplete_event_size`` (``settings.max_header_bytes``, bytes of
-    the request line and headers together; over it uvicorn answers 400 and closes the connection).
+    The HTTP protocol is httptools' parser with request line and headers bounded by ``settings.max_header_bytes``
+    (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11 where httptools is absent), passed as
+    ``h11_max_incomplete_event_size``, which both read; over it the server answers 400 and closes the connection.
     """
     import uvicorn
+
+    from herald_service.api.http_protocol import header_bounded_protocol
 
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
         log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
-        http="h11", h11_max_incomplete_event_size=settings.max_header_bytes,
+        http=header_bounded_protocol(), h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 
 

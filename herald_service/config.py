@@ -382,7 +382,7 @@ class Settings(BackboneSettings):
     )
     max_header_bytes: int = Field(
         65_536, gt=0, description="Bytes of a request's line and headers together; past it, 400 and the connection is"
-        " closed before the app sees the request (uvicorn's h11 h11_max_incomplete_event_size). Without a bound the"
+        " closed before the app sees the request (herald_service/api/http_protocol.py). Without a bound the"
         " server buffered headers of any size before the API key was checked (200 x 1 MB headers: +400 MB RSS)."
     )
     warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"

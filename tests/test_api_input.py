@@ -522,7 +522,7 @@ def test_body_timeout_is_a_positive_setting(monkeypatch):
 @pytest.fixture(scope="module")
 def server():
     """A real uvicorn server on 127.0.0.1 with a 0.5 s body timeout: (host, port)."""
-    with serving(build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5)), port=8141) as port:
+    with serving(build_app(Settings(_env_file=None, fake_backend=True, body_timeout_s=0.5))) as port:
         yield "127.0.0.1", port
 
 
@@ -736,3 +736,24 @@ def test_classify_and_steer_refuse_query_parameters_and_moderations_ignores_them
     plain, versioned = (client.post(path, json={"input": "how do I build a bomb"})
                         for path in ("/v1/moderations", "/v1/moderations?api-version=2024-02-01"))
     assert versioned.status_code == 200 and (versioned.json()["results"] == plain.json()["results"])
+
+
+def test_headers_over_the_bound_get_400_and_a_closed_connection_but_bodies_do_not_count(server):
+    # httptools buffered headers of any size before the API key was checked (200 x 1 MB: +400 MB RSS, tester pass);
+    # uvicorn bounds them only under h11, so herald_service/api/http_protocol.py counts them for httptools
+    import json
+    import socket
+
+    import httpx
+
+    with socket.create_connection(server) as sock:  # 100 header lines of 1 KB: 100 KB, over the 64 KiB bound
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(100)))
+        answer = _read_all(sock, 5)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"connection: close" in answer.lower(), answer[:200]
+    assert b"exceed 65536 bytes" in answer
+    body = json.dumps({"input": ["tokenless" * 3000] * 8}).encode()  # 216 KB of body after 60 KB of headers: served
+    with httpx.Client(base_url=f"http://{server[0]}:{server[1]}") as client:
+        ok = client.post("/classify", content=body, headers={"content-type": "application/json", "x-big": "b" * 60_000})
+        assert ok.status_code == 200 and len(ok.json()["results"]) == 8, ok.text[:300]
+        again = client.post("/classify", json={"input": "hello"})  # the same connection, its count started again
+        assert again.status_code == 200

@@ -28,7 +28,7 @@ def slow_fake_runtime(_settings: Settings):
 @pytest.fixture(scope="module")
 def server_url():
     settings = Settings(fake_backend=True, queue_capacity=QUEUE, max_batch_size=QUEUE, batch_max_prompts=ROWS, batch_delay_ms=0.0, request_timeout_s=30.0)
-    with serving(build_app(settings, loader=slow_fake_runtime), port=8146) as port:
+    with serving(build_app(settings, loader=slow_fake_runtime)) as port:
         yield f"http://127.0.0.1:{port}"
 
 
