@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import RESULTS, Server, build_target, hardware, percentile, print_table
 from benchmarks.host_cost import Build
@@ -175,10 +176,16 @@ class _Captured(logging.Handler):
 
 
 # -- reading the server --------------------------------------------------------------------------------------------
+def samples(metrics_text: str, name: str, label: str) -> dict[str, float]:
+    """Values of the series ``name`` in a ``/metrics`` text by their ``label`` (prometheus_client's parser)."""
+    return {sample.labels[label]: sample.value for family in text_string_to_metric_families(metrics_text)
+            for sample in family.samples if sample.name == name}
+
+
 def cost_fit(metrics_text: str, limits: dict) -> CostFit:
     """The server's cost model from its ``/metrics`` text (``herald_worker_cost_seconds{per=...}``) and the batch
     shape in its ``/v1/info`` ``limits``."""
-    terms = {m[1]: float(m[2]) for m in re.finditer(r'herald_worker_cost_seconds\{per="(\w+)"\} (\S+)', metrics_text)}
+    terms = samples(metrics_text, "herald_worker_cost_seconds", "per")
     return CostFit(*(terms[t] for t in TERMS), limits["batch_max_prompts"], limits["batch_token_budget"])
 
 
@@ -189,9 +196,9 @@ def estimate_in_message(message: str) -> float | None:
 
 
 def rejected(metrics_text: str) -> dict[str, float]:
-    """``herald_rejected_requests_total`` by reason."""
-    found = re.finditer(r'herald_rejected_requests_total\{reason="(\w+)"\} (\S+)', metrics_text)
-    return {m[1]: float(m[2]) for m in found}
+    """``herald_rejected_requests_total`` by reason, the reasons counted at least once (the server creates every
+    reason's series at 0 at start)."""
+    return {reason: n for reason, n in samples(metrics_text, "herald_rejected_requests_total", "reason").items() if n}
 
 
 def classify(client: httpx.Client, url: str, texts: list[str]) -> tuple[int, float, dict]:
