@@ -494,3 +494,29 @@ def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_
     expected = steer_job_seconds(moderator.engine.cost.seconds(Work.of_prompts([8])), 60, 0.1)
     assert expected == pytest.approx(2 * (4 * 0.008 + 2 * 59 * 0.1), rel=0.01)
     assert refusal.retry_after_s == math.ceil(expected) == 24
+
+
+def test_steer_classifies_a_conversations_views_in_the_engines_batches():
+    # One padded batch of a 20-turn conversation and its 20 turns cost the whole conversation's length 21 times: a
+    # re-test's /steer ran 27 s past its 504 on the CPU backbone and held the worker (/classify answered it in 8 s)
+    import torch
+
+    from herald_service.backbone.batching import plan_batches
+    from herald_service.backbone.fake import FakeBackbone
+    from herald_service.engine.service import planned_states
+
+    class Recording(FakeBackbone):
+        calls: list[list[int]] = []
+
+        def last_token_states(self, token_ids, intervention=None):
+            self.calls.append([len(ids) for ids in token_ids])
+            return super().last_token_states(token_ids, intervention)
+
+    backbone = Recording()
+    views = [list(range(2, 402))] + [[5, 6, 7, i] for i in range(20)]  # the whole conversation, then its turns
+    plan = plan_batches([len(v) for v in views], 1024, 64)
+    states = planned_states(backbone, views, plan)
+    assert backbone.calls == [[4] * 20, [400]]  # no batch pads a 4-token turn to 400 tokens
+    assert states.shape == (21, 8, 16)
+    for i in (0, 7, 20):  # back in input order
+        assert torch.equal(states[i], FakeBackbone().last_token_states([views[i]])[0])

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence
 
 import numpy as np
+import torch
 
 from herald_service.backbone.base import Generation, Intervention
+from herald_service.backbone.batching import plan_batches
 from herald_service.config import Settings
 from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
@@ -164,6 +166,17 @@ def highest_scoring(views: Iterable[Classification]) -> Classification:
     join). Herald reads the last token, so a harmful request read with a benign tail scored low
     (:meth:`Moderator.classify`)."""
     return max(views, key=lambda r: r.score)
+
+
+def planned_states(backbone: Any, token_ids: Sequence[Sequence[int]], plan: Sequence[Sequence[int]],
+                   intervention: Intervention | None = None) -> torch.Tensor:
+    """Last-token states of ``token_ids`` run in the batches of ``plan`` (:func:`~herald_service.backbone.batching.
+    plan_batches` index lists), back in input order: ``(len(token_ids), layer, d_model)`` float32 on the CPU."""
+    rows: dict[int, torch.Tensor] = {}
+    for batch in plan:
+        states = backbone.last_token_states([token_ids[i] for i in batch], intervention)
+        rows.update(zip(batch, states))
+    return torch.stack([rows[i] for i in range(len(token_ids))])
 
 
 ENCODE_CHUNK_CHARS = 16_000
@@ -389,7 +402,7 @@ class Moderator:
         conversation.
 
         The job ends within ``request_timeout_s`` of admission, less :data:`STEER_MARGIN_SHARE` of it: it classifies
-        the prompt first (two batched prefills of its views, measured), then gives the baseline generation half of what is left after
+        the prompt first (its views twice, in the engine's batches, measured), then gives the baseline generation half of what is left after
         reserving one prefill per generation, and the steered one the rest; a generation that reaches its budget
         comes back cut short (:class:`~herald_service.backbone.base.Generation`).
 
@@ -444,7 +457,11 @@ class Moderator:
         margin_s = STEER_MARGIN_SHARE * limit_s
         fit = self.engine.cost.fit  # one snapshot for the price and the length it was checked to
         prefill_s = None if fit is None else fit.seconds(Work.of_prompts([len(ids)]))  # None: no batch measured yet
-        classify_s = None if fit is None else fit.seconds(Work.of_prompts(lengths))  # = prefill_s for one prompt
+        # the views run in the engine's batches (a padded batch of a 20-turn conversation and its 20 turns cost the
+        # whole conversation's length 21 times: a re-test's /steer ran 27 s past its 504 and held the worker)
+        plan = plan_batches(lengths, self.settings.batch_token_budget, self.settings.batch_max_prompts,
+                            self.runtime.backbone.packs_batches)
+        classify_s = None if fit is None else sum(fit.seconds(Work.of_prompts([lengths[i] for i in batch])) for batch in plan)
         prefills_s = None if prefill_s is None else (STEER_PREFILLS - 2) * prefill_s + 2 * classify_s
         # As for one /classify prompt: a slow warm-up 413'd every /steer until a /classify batch was timed (breaker
         # pass). Such a job runs on an idle worker only (its reservation exceeds the headroom); its first prefill
@@ -491,12 +508,12 @@ class Moderator:
             if prefills_s is not None and not extrapolated and started + prefills_s > end:  # it waited: don't start
                 raise too_late(prefills_s, started)
             self.engine.job_forward(lengths)  # admission counts the worker busy until its estimated end
-            plain = probe.predict(backbone.last_token_states(views_ids))
+            plain = probe.predict(planned_states(backbone, views_ids, plan))
             first_s = time.perf_counter() - started
             self.engine.observe_job_batch(lengths, first_s)  # what admission prices the next /steer by
             if time.perf_counter() + 3 * first_s > end:  # the three prefills to come cannot fit: checked here too since
                 raise too_late(3 * first_s, started)    # an unseeded cost model (HERALD_WARMUP=false) prices none
-            edited = probe.predict(backbone.last_token_states(views_ids, intervention))
+            edited = probe.predict(planned_states(backbone, views_ids, plan, intervention))
             measured_s = (time.perf_counter() - started) / 2
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)
             if share_s < 0:
