@@ -173,8 +173,9 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     format (:func:`log_config`), and no access log (``herald_service.access`` logs each request instead).
 
     The HTTP protocol is httptools' parser with request line and headers bounded by ``settings.max_header_bytes``
-    (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11 where httptools is absent), passed as
-    ``h11_max_incomplete_event_size``, which both read; over it the server answers 400 and closes the connection.
+    (passed as ``h11_max_incomplete_event_size``; past it 400) and ``settings.header_timeout_s`` (past it 408), both
+    closing the connection (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11, size only, where
+    httptools is absent).
     """
     import uvicorn
 
@@ -183,7 +184,7 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
         log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
-        http=header_bounded_protocol(), h11_max_incomplete_event_size=settings.max_header_bytes,
+        http=header_bounded_protocol(settings.header_timeout_s), h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 
 

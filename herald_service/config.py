@@ -380,6 +380,11 @@ class Settings(BackboneSettings):
         " past it, 408 and the connection is closed. Bounds a client that trickles its body to hold a connection"
         " (slowloris); raise it for clients that send large batches over slow links."
     )
+    header_timeout_s: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="Seconds from a request's first byte to the end of its headers;"
+        " past it, 408 and the connection is closed (herald_service/api/http_protocol.py). A client sending one header"
+        " line every 2 s held a connection for as long as it liked (re-test)."
+    )
     max_header_bytes: int = Field(
         65_536, gt=0, description="Bytes of a request's line and headers together; past it, 400 and the connection is"
         " closed before the app sees the request (herald_service/api/http_protocol.py). Without a bound the"

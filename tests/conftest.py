@@ -40,7 +40,7 @@ def serving(app, timeout_s: float = 60.0, port: int = 0) -> Iterator[int]:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60,
-                                           http=header_bounded_protocol(), h11_max_incomplete_event_size=65_536))
+                                           http=header_bounded_protocol(10.0), h11_max_incomplete_event_size=65_536))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

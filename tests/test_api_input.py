@@ -757,3 +757,53 @@ def test_headers_over_the_bound_get_400_and_a_closed_connection_but_bodies_do_no
         assert ok.status_code == 200 and len(ok.json()["results"]) == 8, ok.text[:300]
         again = client.post("/classify", json={"input": "hello"})  # the same connection, its count started again
         assert again.status_code == 200
+
+
+def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
+    # re-test: a 100,000-byte header in one write was served (the read that completed the headers was not counted),
+    # and one header line every 2 s held a connection for as long as the client liked
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from herald_service.api.http_protocol import header_bounded_protocol
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(app) as port:  # tests/conftest.py: 64 KiB and 10 s, as herald serve's defaults
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
+            answer = _read_all(sock, 5)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"exceed 65536 bytes (HERALD_MAX_HEADER_BYTES)" in answer, answer[:300]
+    fast = build_app(Settings(_env_file=None, fake_backend=True))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(fast, host="127.0.0.1", port=port, log_level="warning",
+                                           http=header_bounded_protocol(0.6), h11_max_incomplete_event_size=65_536))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            started = time.monotonic()
+            sock.sendall(b"GET /health/live HTTP/1.1\r\n")
+            for i in range(3):  # a header line every 0.3 s: the headers never finish within 0.6 s
+                time.sleep(0.3)
+                try:
+                    sock.sendall(b"X-Slow-%d: 1\r\n" % i)
+                except OSError:
+                    break
+            answer = _read_all(sock, 5)
+            assert time.monotonic() - started < 3
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S)" in answer, answer
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # a prompt client is served on a kept-alive connection
+            for _ in range(3):
+                sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                time.sleep(0.4)  # longer apart than nothing, shorter than the timeout each; 1.2 s in all
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,65 +1,127 @@
-"""The HTTP/1.1 protocol ``herald serve`` runs under uvicorn: httptools' parser, with the size of a request's line and
-headers bounded as uvicorn's h11 parser bounds it.
+"""The HTTP/1.1 protocol ``herald serve`` runs under uvicorn: httptools' parser, with a request's line and headers
+bounded in size (as uvicorn's h11 parser bounds them) and in time.
 
-uvicorn bounds request headers only with h11 (``h11_max_incomplete_event_size``); with httptools, its faster parser,
-it buffers headers of any size, and Herald checks the API key only once they are complete: a tester's 200 headers of
-1 MB each grew the server by 400 MB. h11 costs several times the host CPU per request (docs/PERFORMANCE.md), which
-the GPU service's saturation is bound by, so Herald keeps httptools and adds the bound here.
+uvicorn bounds request headers only with h11 (``h11_max_incomplete_event_size``), and never in time; with httptools,
+its faster parser, it buffered headers of any size, and Herald checks the API key only once they are complete: a
+tester's 200 headers of 1 MB each grew the server by 400 MB, and a client sending one header line every 2 s held a
+connection for as long as it liked. h11 costs several times the host CPU per request (docs/PERFORMANCE.md), which the
+GPU service's saturation is bound by, so Herald keeps httptools and adds both bounds here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from uvicorn.config import Config
 
 try:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # httptools not installed: uvicorn's h11 parser bounds headers by the same setting
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+except ImportError:  # httptools not installed: uvicorn's h11 parser bounds header size by the same setting
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
+log = logging.getLogger(__name__)
 
-def header_bounded_protocol() -> type[asyncio.Protocol] | str:
-    """The ``http`` argument of ``uvicorn.Config`` for ``herald serve``: :class:`BoundedHeadersProtocol` where
-    httptools is installed, else ``"h11"``; either reads its bound from the config's ``h11_max_incomplete_event_size``
+
+class HeadersTooLarge(Exception):
+    """Raised inside the parser's callbacks once a request's line and headers pass the bound; httptools turns it into
+    a parser error, which uvicorn answers with 400 and a closed connection."""
+
+
+def header_bounded_protocol(header_timeout_s: float) -> type[asyncio.Protocol] | str:
+    """The ``http`` argument of ``uvicorn.Config`` for ``herald serve``: :class:`BoundedHeadersProtocol` with
+    ``header_timeout_s`` (seconds from a request's first byte to the end of its headers) where httptools is installed,
+    else ``"h11"`` (size bound only). Either reads the size bound from the config's ``h11_max_incomplete_event_size``
     (bytes; ``HERALD_MAX_HEADER_BYTES``)."""
-    return "h11" if HttpToolsProtocol is None else BoundedHeadersProtocol
+    if HttpToolsProtocol is None:
+        return "h11"
+    return type("BoundedHeadersProtocol", (BoundedHeadersProtocol,), {"header_timeout_s": header_timeout_s})
 
 
 if HttpToolsProtocol is not None:
 
     class BoundedHeadersProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol that answers 400 and closes the connection once a request's line and headers
-        pass ``config.h11_max_incomplete_event_size`` bytes before they are complete.
+        """uvicorn's httptools protocol with a request's line and headers bounded by ``config.
+        h11_max_incomplete_event_size`` bytes and :attr:`header_timeout_s` seconds.
 
-        Bytes are counted per read between the end of one request (or the connection's start) and the end of the next
-        one's headers. A read that completes the headers is not checked, and the first read after a pipelined request
-        is not counted, so the bound holds to within one transport read (at most 256 KiB under uvloop): the parser's
-        buffer cannot grow past it. The 400 is uvicorn's own (``connection: close``, plain text), as h11's over-limit
-        answer is.
+        Size: the request line and every header (name, value and separators, as the parser hands them over) are
+        counted, and past the bound the parser stops and uvicorn answers 400 (``connection: close``, this module's
+        message); headers still incomplete are bounded by the bytes read so far, so the parser's buffer cannot grow
+        past the bound by more than one transport read. Time: headers not complete within :attr:`header_timeout_s`
+        of the request's first byte are answered 408 and the connection is closed (``HERALD_HEADER_TIMEOUT_S``; the
+        keep-alive timeout covers an idle connection, and any byte used to cancel it for good).
         """
+
+        header_timeout_s: float | None = None
 
         def __init__(self, config: Config, server_state: Any, app_state: dict[str, Any],
                      _loop: asyncio.AbstractEventLoop | None = None) -> None:
             super().__init__(config, server_state, app_state, _loop)
             self._header_limit: int | None = config.h11_max_incomplete_event_size
-            self._header_bytes = 0
-            self._in_headers = True
+            self._in_headers, self._read_bytes, self._header_bytes, self._too_large = True, 0, 0, False
+            self._header_timer: asyncio.TimerHandle | None = None
 
         def data_received(self, data: bytes) -> None:
             if self._in_headers:
-                self._header_bytes += len(data)
+                if self._read_bytes == 0 and self.header_timeout_s is not None:
+                    self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_timed_out)
+                self._read_bytes += len(data)
             super().data_received(data)
-            if (self._in_headers and self._header_limit is not None and self._header_bytes > self._header_limit
-                    and not self.transport.is_closing()):
-                self.logger.warning("request line and headers over %d bytes: answered 400", self._header_limit)
-                self.send_400_response(f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES).")
+            if (self._in_headers and self._header_limit is not None and self._read_bytes > self._header_limit
+                    and not self.transport.is_closing()):  # still incomplete after more bytes than the bound
+                self._too_large = True
+                self.send_400_response("")
+
+        def _count(self, n: int) -> None:
+            self._header_bytes += n
+            if self._header_limit is not None and self._header_bytes > self._header_limit:
+                self._too_large = True
+                raise HeadersTooLarge
+
+        def on_message_begin(self) -> None:
+            self._header_bytes, self._too_large = 0, False
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value) + 4)  # "name: value\r\n"
+            super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
-            self._in_headers = False
+            self._end_headers()
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
-            self._in_headers, self._header_bytes = True, 0
+            self._in_headers, self._read_bytes = True, 0
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._end_headers()
+            super().connection_lost(exc)
+
+        def _end_headers(self) -> None:
+            self._in_headers = False
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def send_400_response(self, msg: str) -> None:
+            if self._too_large:
+                log.warning("request line and headers over %d bytes: answered 400", self._header_limit)
+                msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
+            super().send_400_response(msg)
+
+        def _headers_timed_out(self) -> None:
+            self._header_timer = None
+            if not self._in_headers or self.transport.is_closing():
+                return
+            log.warning("request headers not complete within %g s: answered 408", self.header_timeout_s)
+            msg = f"Request headers not complete within {self.header_timeout_s:g} s (HERALD_HEADER_TIMEOUT_S)."
+            self.transport.write(b"".join([
+                STATUS_LINE[408], b"content-type: text/plain; charset=utf-8\r\n",
+                b"content-length: %d\r\n" % len(msg), b"connection: close\r\n\r\n", msg.encode("ascii")]))
+            self.transport.close()
