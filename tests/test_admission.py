@@ -830,3 +830,25 @@ def test_a_job_told_to_stop_counts_one_second_more_then_until_its_deadline_again
     assert STOPPING_S == 1.0
     # Still running 1 s after it was told to stop: it is not stopping as expected, and may run to its deadline
     assert jobs_left_s([JobClock(159.0, 30.0, started=98.0, stopping_since=98.5)], now) == 59.0
+
+
+def test_stop_waits_for_a_running_job_past_the_notice_and_says_so(runtime, monkeypatch, caplog):
+    # The process exited 10 s into shutdown with the worker inside torch, and the C++ runtime aborted it (status 134:
+    # re-test); stop now waits up to its timeout (the app gives request_timeout_s) and logs that it is waiting
+    import logging
+    import time
+
+    from herald_service.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "STOP_NOTICE_S", 0.2)
+    engine = InferenceEngine(runtime.backbone, runtime.probe, EngineLimits(), HeraldMetrics())
+    engine.start()
+    job = engine.submit_exclusive(lambda: time.sleep(1.0) or "done", 0.0, 1.0)
+    time.sleep(0.1)  # the worker has taken the job
+    started = time.perf_counter()
+    with caplog.at_level(logging.INFO, logger="herald_service.engine.engine"):
+        engine.stop(timeout_s=5.0)
+    assert 0.7 < time.perf_counter() - started < 4 and not engine._thread.is_alive()
+    assert job.result(timeout=1) == "done"
+    messages = [r.getMessage() for r in caplog.records]
+    assert "inference worker still running a batch or /steer job; waiting up to 5 s more" in messages, messages

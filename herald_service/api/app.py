@@ -249,7 +249,8 @@ def build_app(
         finally:
             state.loading_task.cancel()
             if state.engine is not None:
-                await asyncio.to_thread(state.engine.stop)
+                # a job ends by its request's deadline (admission), so that long is enough for the worker to finish
+                await asyncio.to_thread(state.engine.stop, settings.request_timeout_s)
             gc.unfreeze()  # an app built again in this process (tests, reloads) must not inherit a frozen old model
 
     app = FastAPI(

@@ -110,6 +110,10 @@ class _Exclusive:
     enqueued: float = field(default_factory=time.perf_counter)
 
 
+STOP_NOTICE_S = 10.0
+"""Seconds :meth:`InferenceEngine.stop` waits for the worker before it logs that it is waiting longer."""
+
+
 class InferenceEngine:
     """Owns the backbone and probe; answers classification prompts in dynamic batches.
 
@@ -175,12 +179,22 @@ class InferenceEngine:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the worker; prompts still queued get :class:`NotReady`. Logs how many did, so an operator reading a
         shutdown knows whether every accepted request was answered by the model (uvicorn waits for open requests
-        before the app stops, so normally none: a new-user pass could not tell from the log)."""
+        before the app stops, so normally none: a new-user pass could not tell from the log).
+
+        Waits up to ``timeout_s`` seconds for a batch or /steer job still running (one whose request has already
+        ended: a generation stops at its next step, a prefill cannot be cut), saying so after :data:`STOP_NOTICE_S`. The process used
+        to exit 10 s in with the worker inside torch, and the C++ runtime aborted it (status 134: re-test)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout_s)
+            self._thread.join(min(timeout_s, STOP_NOTICE_S))
+            if self._thread.is_alive() and timeout_s > STOP_NOTICE_S:
+                log.warning("inference worker still running a batch or /steer job; waiting up to %.0f s more",
+                            timeout_s - STOP_NOTICE_S)
+                self._thread.join(timeout_s - STOP_NOTICE_S)
+            if self._thread.is_alive():
+                log.error("inference worker did not stop within %.0f s; the process exits while it runs", timeout_s)
         failed = self._fail_pending(NotReady("server is shutting down"))
         self.metrics.worker_up.set(0)
         if failed:
