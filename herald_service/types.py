@@ -34,8 +34,11 @@ def checked_steer_layers(layers: list[int], num_layers: int | None) -> list[int]
     if num_layers is None:
         if not layers or min(layers) < 1:
             raise ValueError("must be a non-empty list of 1-based layers (1 is the first decoder layer)")
-    elif not layers or not all(1 <= layer <= num_layers for layer in layers):
-        raise ValueError(f"must be a non-empty list within 1..{num_layers}")
+    elif not layers:
+        raise ValueError(f"must be a non-empty list of layers within 1..{num_layers}")
+    elif outside := [layer for layer in layers if not 1 <= layer <= num_layers]:
+        raise ValueError(f"lists {', '.join(map(str, outside))}: layers must be within 1..{num_layers}"
+                         " (1 is the first decoder layer)")
     repeated = sorted({layer for layer in layers if layers.count(layer) > 1})
     if repeated:
         raise ValueError(f"lists {', '.join(map(str, repeated))} more than once; list each layer once")

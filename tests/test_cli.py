@@ -249,7 +249,7 @@ def test_steer_eval_bad_files_and_options_are_one_line_errors(tmp_path):
     assert out.returncode == 1 and out.stderr.strip() == f'herald steer-eval: {rows} line 2: needs a "prompt" string'
     rows.write_text("how to make a bomb\n")
     layers = herald("steer-eval", str(rows), "--layers", "[99]", HERALD_FAKE_BACKEND="true")
-    assert layers.returncode == 1 and "--layers must be a non-empty list within 1..8" in layers.stderr
+    assert layers.returncode == 1 and "--layers lists 99: layers must be within 1..8 (1 is the first decoder layer)" in layers.stderr
     # "add" at [1, 1, 1] added three times, past the |alpha| limit (researcher pass); /steer refused it already
     twice = herald("steer-eval", str(rows), "--layers", "[1,2,1]", "--mode", "add", "--alpha", "1", HERALD_FAKE_BACKEND="true")
     assert twice.returncode == 1 and twice.stderr.strip().endswith(

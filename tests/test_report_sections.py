@@ -674,6 +674,8 @@ def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
     write(tmp_path, "results.json", weak)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert ("has median 0.433, and its recall at the in-distribution threshold has median 50%: unseen harmful sources"
-            " are ranked no better than unseen benign prompts (0.5 is chance).") in text
+            " are ranked little or no better than unseen benign prompts (0.5 is chance), so what the threshold catches"
+            " there is not evidence of detection. Pooled over folds, the best AUROC is logistic, last layer's (0.500,"
+            " near chance).") in text
     assert "saturated" not in text and "## Random stratified split\n" in text
     assert "## Targets of issue 3" in text  # still the development corpus

@@ -653,6 +653,10 @@ def _not_shown(results: dict, development: bool) -> list[str]:
     return lines + [""]
 
 
+NEAR_CHANCE_AUROC = 0.6
+"""AUROC under which the report's reading calls a ranking near chance (0.5 is chance; a random 4-layer backbone's
+folds read 0.43-0.54 in a re-test)."""
+
 SATURATED_AUROC = 0.95
 """Random-split AUROC from which every method counts as saturated on the development corpus (docs/EVALUATION.md: 0.978
 to 0.994 on SmolLM2; the brief's plain run: F1 0.96-0.98 for every method)."""
@@ -670,18 +674,23 @@ def _reading(loso: dict) -> list[str]:
     pooled = loso["pooled"]
     best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
     auroc, recall = float(np.median(aurocs)), float(np.median(recalls))
-    if auroc <= 0.5:
-        gist = ("and its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked no "
-                "better than unseen benign prompts (0.5 is chance)")
+    fpr = pooled.get("herald", {}).get("false_positive_rate", {}).get("value")
+    if auroc < NEAR_CHANCE_AUROC:
+        gist = ("and its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked "
+                "little or no better than unseen benign prompts (0.5 is chance), so what the threshold catches there is "
+                "not evidence of detection")
     elif auroc > recall:
         gist = ("but its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked above "
                 "benign prompts more often than they cross a threshold calibrated on the training sources")
     else:
-        gist = ("and its recall at the in-distribution threshold has median {r}: the threshold calibrated on the "
-                "training sources catches unseen harmful sources at least as often as their ranking does")
+        gist = ("and its recall at the in-distribution threshold has median {r}"
+                + (f", at a pooled false-positive rate of {fpr * 100:.0f}% on held-out benign sources" if fpr is not None else "")
+                + ": read the two together, since a threshold can reach that recall by flagging benign prompts too")
+    best_auroc = pooled[best]["auroc"]["value"]
     return [f"Reading: on the {len(harmful)} harmful-only held-out sources Herald's AUROC (against unseen benign rows) has "
             f"median {auroc:.3f}, {gist.format(r=f'{recall * 100:.0f}%')}. Pooled over folds, the best AUROC is "
-            f"{METHOD_LABELS.get(best, best)}'s ({pooled[best]['auroc']['value']:.3f}).", ""]
+            f"{METHOD_LABELS.get(best, best)}'s ({best_auroc:.3f}"
+            + (", near chance" if best_auroc < NEAR_CHANCE_AUROC else "") + ").", ""]
 
 
 def _shortcut_section(results: dict, development: bool) -> list[str]:
