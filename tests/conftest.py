@@ -78,3 +78,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_backbone)
         if "prometheus" in item.keywords and shutil.which("prometheus") is None:
             item.add_marker(skip_prom)
+
+
+def read_until_closed(sock, timeout_s: float) -> bytes:
+    """What the server sends on ``sock`` until it closes the connection; fails if it is still open after ``timeout_s``."""
+    import socket
+    import time
+
+    sock.settimeout(0.2)
+    data, deadline = b"", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")

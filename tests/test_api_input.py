@@ -4,7 +4,7 @@ and encodings, numbers JSON can write but Python cannot hold, body size and body
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import serving, wait_ready
+from conftest import read_until_closed, serving, wait_ready
 from herald_service.api.app import build_app
 from herald_service.config import Settings
 
@@ -526,24 +526,6 @@ def server():
         yield "127.0.0.1", port
 
 
-def _read_all(sock, timeout_s: float) -> bytes:
-    """What the server sends until it closes the connection (or ``timeout_s`` passes)."""
-    import socket
-    import time
-
-    sock.settimeout(0.2)
-    data, deadline = b"", time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            continue
-        if not chunk:
-            return data
-        data += chunk
-    raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")
-
-
 def test_a_slowloris_client_is_cut_off_and_others_are_served(server):
     import json
     import socket
@@ -562,7 +544,7 @@ def test_a_slowloris_client_is_cut_off_and_others_are_served(server):
             slow.sendall(bytes([byte]))
         except OSError:
             break
-    answer = _read_all(slow, 5)  # the server answers and then closes: the connection does not linger
+    answer = read_until_closed(slow, 5)  # the server answers and then closes: the connection does not linger
     slow.close()
     took = time.monotonic() - started
     head, _, payload = answer.partition(b"\r\n\r\n")
@@ -585,7 +567,7 @@ def test_a_body_sent_slowly_but_in_time_is_served(server):
         for part in (body[:8], body[8:16], body[16:]):
             time.sleep(0.1)
             sock.sendall(part)
-        answer = _read_all(sock, 5)
+        answer = read_until_closed(sock, 5)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     assert b'"flagged":false' in answer
 
@@ -612,7 +594,7 @@ def test_an_answer_sent_before_the_body_is_read_closes_the_connection(keyed_serv
     with socket.create_connection(keyed_server) as sock:
         sock.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n{\"input\"")
         started = time.monotonic()
-        answer = _read_all(sock, 3)  # the body timeout is 30 s: only the answer's Connection: close ends it
+        answer = read_until_closed(sock, 3)  # the body timeout is 30 s: only the answer's Connection: close ends it
     head = answer.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 %d " % status) and b"\r\nconnection: close" in head, answer
     assert time.monotonic() - started < 3
@@ -748,7 +730,7 @@ def test_headers_over_the_bound_get_400_and_a_closed_connection_but_bodies_do_no
 
     with socket.create_connection(server) as sock:  # 100 header lines of 1 KB: 100 KB, over the 64 KiB bound
         sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(100)))
-        answer = _read_all(sock, 5)
+        answer = read_until_closed(sock, 5)
     assert answer.startswith(b"HTTP/1.1 400 ") and b"connection: close" in answer.lower(), answer[:200]
     assert b"exceed 65536 bytes" in answer
     body = json.dumps({"input": ["tokenless" * 3000] * 8}).encode()  # 216 KB of body after 60 KB of headers: served
@@ -774,7 +756,7 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
     with serving(app) as port:  # tests/conftest.py: 64 KiB and 10 s, as herald serve's defaults
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
-            answer = _read_all(sock, 5)
+            answer = read_until_closed(sock, 5)
         assert answer.startswith(b"HTTP/1.1 400 ") and b"exceed 65536 bytes (HERALD_MAX_HEADER_BYTES)" in answer, answer[:300]
     fast = build_app(Settings(_env_file=None, fake_backend=True))
     with socket.socket() as s:
@@ -796,7 +778,7 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
                     sock.sendall(b"X-Slow-%d: 1\r\n" % i)
                 except OSError:
                     break
-            answer = _read_all(sock, 5)
+            answer = read_until_closed(sock, 5)
             assert time.monotonic() - started < 3
         assert answer.startswith(b"HTTP/1.1 408 ") and b"not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S)" in answer, answer
         with socket.create_connection(("127.0.0.1", port)) as sock:  # a prompt client is served on a kept-alive connection

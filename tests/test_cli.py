@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from conftest import read_until_closed
 
 
 def herald(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -547,24 +548,6 @@ def running_serve(port: int, *args: str, **env: str) -> Iterator[subprocess.Pope
             proc.kill()
 
 
-def _read_until_closed(sock, timeout_s: float) -> bytes:
-    """What the server sends until it closes the connection; fails if it is still open after ``timeout_s``."""
-    import socket
-    import time
-
-    sock.settimeout(0.2)
-    data, deadline = b"", time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            continue
-        if not chunk:
-            return data
-        data += chunk
-    raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")
-
-
 def test_sigterm_drains_serve_and_exits_0():
     import signal
 
@@ -584,7 +567,7 @@ def test_sigterm_drains_serve_and_exits_0():
         assert ok.status_code == 200, ok.text
         with socket.create_connection(("127.0.0.1", 8135)) as sock:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 50_000)
-            refused = _read_until_closed(sock, 5)
+            refused = read_until_closed(sock, 5)
         assert refused.startswith(b"HTTP/1.1 400 ") and b"exceed 40000 bytes" in refused, refused[:300]
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=60)[0]

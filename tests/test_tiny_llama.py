@@ -334,13 +334,7 @@ def test_fit_command_takes_threads_and_records_its_command(folder, tmp_path):
 
 
 def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path):
-    rows = []
-    for i in range(30):
-        rows.append({"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]}", "label": "benign", "source": "A"})
-        rows.append({"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]}", "label": "harmful", "source": "B"})
-        rows.append({"prompt": f"write poem about the sea {i}", "label": "benign", "source": "C"})
-    data = tmp_path / "data.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    data = _fit_corpus(tmp_path)
     options = FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
                          max_per_source=None, command="herald fit --data data.jsonl")
     manifest = run_fit(options)
@@ -356,7 +350,7 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     assert saved["directions"] == {"estimator": "lda", "shrinkage": "ledoit-wolf", "source": "DESIGN section 1.3"}
     cached = list((tmp_path / "cache" / "states").rglob("*.npy"))
     backbone = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
-    distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in rows])}
+    distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in map(json.loads, data.read_text().splitlines())])}
     assert len(cached) == len(distinct)  # one file per distinct token sequence
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
     run_fit(dataclasses.replace(options, overwrite=True))  # second run reads states from the cache (same --out)
