@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
-from sklearn.linear_model import LogisticRegression
-from sklearn.preprocessing import StandardScaler
+
+# scikit-learn is imported where a direction is fitted: serving and every CLI check made before a fit loaded it for
+# nothing (about 1 s of each `herald serve` start and of each early error of fit/eval)
 
 STORAGE_DTYPE = np.float16
 """Directions are stored in fp16: L x d x 2 bytes (262,144 bytes for 32 x 4096)."""
@@ -126,6 +126,8 @@ def lda_direction(x: np.ndarray, y: np.ndarray, shrinkage: str | float = "auto")
     Returns:
         ndarray ``(d_model,)`` float64 with unit L2 norm.
     """
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
     lda = LinearDiscriminantAnalysis(solver="lsqr", shrinkage=shrinkage)
     lda.fit(np.asarray(x, dtype=np.float64), y)
     coef = lda.coef_[0]
@@ -164,6 +166,9 @@ def logistic_direction(x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray |
     x = np.asarray(x, dtype=np.float64)
     if sample_weight is not None:
         sample_weight = np.asarray(sample_weight, dtype=np.float64) / np.mean(sample_weight)
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
     scaler = StandardScaler().fit(x)
     model = LogisticRegression(C=C, max_iter=2000).fit(scaler.transform(x), y, sample_weight=sample_weight)
     coef = model.coef_[0] / scaler.scale_
