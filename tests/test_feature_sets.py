@@ -1,11 +1,10 @@
 """Named, versioned feature sets: dispatch at fit and serve time, the manifest records the set, unknown sets refused."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from conftest import herald
 
 from herald_service.backbone.fake import FakeBackbone, synthetic_corpus
 from herald_service.errors import ProbeMismatch
@@ -138,8 +137,7 @@ def test_evaluation_method_names_follow_the_set(edge_set):
 
 
 def test_fit_refuses_an_unknown_set_in_one_line():
-    out = subprocess.run([sys.executable, "-m", "herald_service", "fit", "--feature-set", "herald-v9"],
-                         capture_output=True, text=True, timeout=120)
+    out = herald("fit", "--feature-set", "herald-v9")
     assert out.returncode == 1
     assert "unknown feature set 'herald-v9'" in out.stderr and "Traceback" not in out.stderr
 
