@@ -618,7 +618,9 @@ class EvalCommand(BaseModel):
     jailbreak_n: int = Field(40, ge=0)
     jailbreak_max_chars: int = Field(2500, ge=1)
     guard_per_source: int = Field(20, ge=0, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
-    guard_max_tokens: int = Field(768, ge=1)
+    guard_max_tokens: int = Field(768, ge=1, description=(
+        "Longest prompt (rendered tokens) the guard baseline scores; capped so the prompt inside the guard instruction"
+        " fits the backbone's max_position_embeddings."))
     probe: Path | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
                                                  "and the jailbreak-wrapped set at its own threshold.")
     direction_estimator: Literal["lda", "logistic"] = Field("lda", description=(

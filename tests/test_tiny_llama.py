@@ -760,3 +760,23 @@ def test_fit_and_eval_cap_max_tokens_at_the_backbones_position_table(folder, tmp
     assert corpus.max_tokens == 256 and corpus.skipped == {"L": 10} and len(corpus.examples) == 90
     below = load_corpus_states([data], str(folder), tmp_path / "cache", "cpu", "float32", None, 100, 0.2, 0)
     assert below.max_tokens == 100  # a smaller limit is kept as given
+
+
+def test_the_guard_limit_keeps_the_wrapped_prompt_inside_the_position_table(resolved, caplog):
+    # --guard-max-tokens 768 on a 256-position backbone: the guard read positions past the table (tester finding)
+    import logging
+
+    from herald_service.training.guard import GUARD_INSTRUCTION, guard_token_limit
+
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    with caplog.at_level(logging.INFO, logger="herald_service.training.guard"):
+        limit = guard_token_limit(backbone, 768)
+    assert 0 < limit < 256 and any("--guard-max-tokens 768 capped at" in m for m in caplog.messages)
+    # a prompt of exactly `limit` rendered tokens, wrapped in the instruction, still fits the table
+    prompt = " ".join(["hello"] * (limit - len(backbone.encode([user_turn("")])[0])))
+    assert len(backbone.encode([user_turn(prompt)])[0]) == limit
+    assert len(backbone.encode([user_turn(GUARD_INSTRUCTION.format(prompt=prompt))])[0]) <= 256
+    assert guard_token_limit(backbone, 10) == 10  # a smaller limit is kept as given
+    backbone.max_positions = 20
+    with pytest.raises(ValueError, match=r"the guard instruction takes \d+ tokens, the backbone's whole position table"):
+        guard_token_limit(backbone, 768)

@@ -597,14 +597,15 @@ def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates
 def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_index, results, extra) -> dict:
     """Guard scores on a per-source subsample of the test part (+ jailbreak rows), beside the latent methods'
     source-held-out (LOSO) margins on the very same rows."""
-    from herald_service.training.guard import GUARD_INSTRUCTION, GuardScorer
+    from herald_service.training.guard import GUARD_INSTRUCTION, GuardScorer, guard_token_limit
 
     scorer = GuardScorer(backbone, options.cache_dir / "guard" / f"{backbone.info.slug}.jsonl")
-    pick = _guard_subsample(data, test_index, options.guard_per_source, options.guard_max_tokens, options.seed)
+    max_tokens = guard_token_limit(backbone, options.guard_max_tokens)
+    pick = _guard_subsample(data, test_index, options.guard_per_source, max_tokens, options.seed)
     labels, sources = data.labels[pick], data.sources[pick]
     guard = scorer.scores([data.prompts[i] for i in pick])
     out = {"instruction": GUARD_INSTRUCTION, "n": int(len(pick)), "per_source_cap": options.guard_per_source,
-           "max_tokens": options.guard_max_tokens, "corpus": {}, "jailbreak_wrapped": {}}
+           "max_tokens": max_tokens, "corpus": {}, "jailbreak_wrapped": {}}
     out["corpus"]["guard"] = {"pooled": boot(labels, guard, options.replicates),
                               "per_source": by_source(labels, guard, sources, options.replicates)}
     for name, held in results.get("loso_margins", {}).items():
@@ -614,7 +615,7 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
                                           "per_source": by_source(labels[ok], m[ok], sources[ok], options.replicates)}
     if "jailbreak_wrapped" in extra:
         jb = extra["jailbreak_wrapped"]
-        keep = np.nonzero(jb.tokens <= options.guard_max_tokens)[0][: options.guard_per_source]
+        keep = np.nonzero(jb.tokens <= max_tokens)[0][: options.guard_per_source]
         g = scorer.scores([jb.prompts[i] for i in keep])
         out["jailbreak_wrapped"]["guard"] = boot(jb.labels[keep], g, options.replicates)
     return out
