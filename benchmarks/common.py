@@ -180,8 +180,33 @@ def hardware() -> dict:
 
 # -- prompts -------------------------------------------------------------------------------------------------------
 def data_folder() -> Path:
+    """The prompt text the benchmarks draw from: the carried sample (``.benchcarry/data``) or ``../shared/data``.
+
+    Raises:
+        SystemExit: naming both folders, when neither holds a ``*.jsonl`` file (a clone outside the team's layout made
+            empty prompt lists and a bare ``max() arg is an empty sequence`` several calls later).
+    """
     carried = CARRY / "data"
-    return carried if carried.is_dir() else DEFAULT_DATA
+    folder = carried if carried.is_dir() else DEFAULT_DATA
+    if not any(folder.glob("*.jsonl")):
+        raise SystemExit(f"benchmarks: no prompt text: {carried} and {DEFAULT_DATA} hold no *.jsonl; build the corpus"
+                         f" with `herald data build --out {DEFAULT_DATA}` (README, Rebuild the corpus)")
+    return folder
+
+
+def require_bench_extra() -> None:
+    """Stop with one line when the benchmarks' HTTP clients are missing (pyproject's ``bench`` extra): the load
+    clients import aiohttp in worker processes, where its absence was a traceback per benchmark.
+
+    Raises:
+        SystemExit: naming the install command.
+    """
+    import importlib.util
+
+    missing = [name for name in ("aiohttp", "httpx") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"benchmarks: {', '.join(missing)} not installed; run `.venv/bin/pip install -e '.[cpu,bench]'`"
+                         " (the bench extra)")
 
 
 def load_texts(seed: int = 0) -> list[str]:
@@ -488,7 +513,10 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer prompts and repeats (a smoke run)")
     parser.add_argument("--only", default="", help="suite only: comma-separated benchmark names to run")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and PNG")
-    return parser.parse_args()
+    args = parser.parse_args()
+    require_bench_extra()
+    data_folder()
+    return args
 
 
 def print_table(title: str, rows: list[dict]) -> None:
