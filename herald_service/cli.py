@@ -201,6 +201,10 @@ class ServeCommand(Settings):
             from herald_service.backbone.hf import pick_device_dtype, resolve_matmul_dtype, resolve_padding_side
             from herald_service.backbone.loader import backbone_cache_folder, needs_conversion
             from herald_service.engine.runtime import checked_probe
+            from transformers.utils import logging as transformers_logging
+
+            # transformers' tqdm bar ("Loading weights: ...it/s", carriage returns) went into the log, at any log level
+            transformers_logging.disable_progress_bar()
 
             checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
             # so do HERALD_DEVICE=cuda without CUDA (it came after the bind), bf16 linear layers on CUDA and, once auto
@@ -244,8 +248,9 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     """
 
     text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
-    file: Path | None = None
-    trajectory: bool = False
+    file: Path | None = Field(None, description=(
+        "UTF-8 text file, one prompt per line (split at newlines only; blank lines skipped); each result names its line."))
+    trajectory: bool = Field(False, description="Add each prompt's per-layer projections (one per decoder layer).")
 
     def cli_cmd(self) -> None:
         from herald_service.engine.runtime import load_runtime
@@ -797,7 +802,7 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
     serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
     classify: CliSubCommand[ClassifyCommand] = Field(description="classify prompts from the command line, print JSON lines")
     fit: CliSubCommand[FitCommand] = Field(description="fit a probe on labeled JSONL data and a backbone")
-    plot: CliSubCommand[PlotCommand] = Field(description="plot prompts' layer trajectories as an image (PNG, SVG, PDF)")
+    plot: CliSubCommand[PlotCommand] = Field(description="plot prompts' layer trajectories as an image (PNG, SVG, PDF, JPEG)")
     steer_eval: CliSubCommand[SteerEvalCommand] = Field(description="refusal rate with and without directional ablation")
     eval: CliSubCommand[EvalCommand] = Field(description="evaluate Herald against latent and guard-style baselines")
     recipes: CliSubCommand[RecipesCommand] = Field(description="compare training recipes on leave-one-source-out")

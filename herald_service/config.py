@@ -263,8 +263,8 @@ class BackboneSettings(BaseSettings):
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Log level of Herald's and uvicorn's loggers, in any letter case (INFO = info); info logs"
-        " one line per request."
+        "info", description="herald serve's log level, for Herald's and uvicorn's loggers, in any letter case (INFO ="
+        " info); info logs one line per request. classify, plot and steer-eval print warnings and errors only."
     )
 
     def __init__(self, **values: Any) -> None:

@@ -2,6 +2,7 @@
 committed probe in models/smollm2-135m-instruct/: a real `herald serve` process on a loopback port."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -52,6 +53,10 @@ def server():
     finally:
         proc.terminate()
         proc.wait(30)
+    # every line is a log line in Herald's format (transformers' "Loading weights" progress bar wrote into it)
+    lines = [line for line in proc.stdout.read().split("\n") if line]
+    stray = [line for line in lines if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ", line)]
+    assert not stray and not any("\r" in line for line in lines), stray
 
 
 def test_classify_flags_clearly_harmful_and_passes_clearly_benign(server):
