@@ -253,7 +253,6 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     trajectory: bool = Field(False, description="Add each prompt's per-layer projections (one per decoder layer).")
 
     def cli_cmd(self) -> None:
-        from herald_service.engine.runtime import load_runtime
         from herald_service.errors import InputTooLarge
 
         words = prompt_words(self.text, "classify")
@@ -284,6 +283,9 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             if len(prompt) > self.max_chars:
                 raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars}"
                                  f" ({LIMIT_NAMES['max_chars']})")
+        # torch (about 4 s) is imported once the text is known good: a missing --file was named after that import
+        from herald_service.engine.runtime import load_runtime
+
         runtime = load_runtime(self)
         try:  # a --file prompt named by its line
             results = runtime.classify_texts(prompts, self.max_tokens, sources, LIMIT_NAMES["max_tokens"])
@@ -467,8 +469,6 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
 
     def cli_cmd(self) -> None:
-        from herald_service.analysis.trajectory_plot import plot_trajectories
-        from herald_service.engine.runtime import load_runtime
         from herald_service.errors import InputTooLarge
 
         texts = prompt_words(self.text, "plot")
@@ -486,6 +486,9 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
                            "an image file path such as --out trajectory.png", folder=False)
         except ValueError as exc:
             raise SystemExit(f"herald plot: {exc}") from None
+        from herald_service.analysis.trajectory_plot import plot_trajectories  # torch, matplotlib: after the checks
+        from herald_service.engine.runtime import load_runtime
+
         try:
             results = load_runtime(self).classify_texts(texts, self.max_tokens, max_tokens_name=LIMIT_NAMES["max_tokens"])
         except InputTooLarge as exc:
@@ -577,15 +580,15 @@ class SteerEvalCommand(LocalCommand):
             raise SystemExit(f"herald steer-eval: --layers {exc}") from None
 
     def cli_cmd(self) -> None:
-        from herald_service.analysis.steer_eval import steer_eval
-        from herald_service.engine.runtime import load_runtime
-
         if isinstance(self.layers, list):
             self._check_layers(None)  # a layer below 1 or twice: refused now, not after the backbone's load
         lines = read_prompt_lines(self.file, f"herald steer-eval: {self.file}")
         prompts = [prompt for number, line in enumerate(lines, 1) if (prompt := self._prompt_of(line, number)) is not None]
         if not prompts:
             raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
+        from herald_service.analysis.steer_eval import steer_eval  # torch: after the checks, as in classify
+        from herald_service.engine.runtime import load_runtime
+
         runtime = load_runtime(self)
         layers = self._check_layers(runtime)
         result = steer_eval(runtime, prompts[: self.limit], layers, self.mode, self.alpha, self.max_new_tokens)

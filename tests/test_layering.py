@@ -25,3 +25,11 @@ def test_serving_path_does_not_import_training_code():
 def test_only_the_api_layer_imports_fastapi():
     loaded = modules_after("import herald_service.engine.engine, herald_service.engine.service, herald_service.backbone.hf")
     assert "fastapi" not in loaded and "starlette" not in loaded
+
+
+def test_local_commands_name_a_bad_prompt_file_or_out_before_importing_torch(tmp_path):
+    # `herald classify --file missing.txt` took 5-6 s to say so: torch was imported before the file was read
+    for args in (["classify", "--file", str(tmp_path / "missing.txt")], ["steer-eval", str(tmp_path / "missing.txt")],
+                 ["plot", "hi", "--out", str(tmp_path / "no" / "t.png")]):
+        loaded = modules_after(f"from herald_service.cli import main\ntry:\n    main({args!r})\nexcept SystemExit: pass")
+        assert "torch" not in loaded and "herald_service.cli" in loaded, args
