@@ -1,6 +1,7 @@
 """How the HTTP edge reads request bodies, on the real app and the fake backend: OpenAI content parts, content types
 and encodings, numbers JSON can write but Python cannot hold, body size and body read time."""
 
+import re
 import pytest
 from fastapi.testclient import TestClient
 
@@ -789,3 +790,35 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_a_list_longer_than_any_field_takes_is_refused_before_it_is_read():
+    # Breaker pass: {"input": [3,000,000 x "a"]} (12 MB, under the body limit) held the event loop 14 s, /health/live
+    # with it, building 3M prompts before the batch-size check refused it; a 3M-item junk list beside a valid input
+    # 1-2 s. The list is now measured on the parsed body, before validation builds anything: the message says so
+    # (the batch-size check's own reads "N prompts exceed the limit of ... (max_batch_size)").
+    settings = Settings(_env_file=None, fake_backend=True)  # the default limits: a 12 MB body
+    limit = max(settings.max_batch_size, settings.max_messages)
+    with TestClient(build_app(settings)) as client:
+        wait_ready(client)
+        _refused_before_read(client, limit, settings.max_batch_size)
+
+
+def _refused_before_read(client, limit: int, max_batch_size: int) -> None:
+    before = client.get("/metrics").text
+    huge = b'{"input": [' + b",".join([b'"a"'] * 300_000) + b"]}"
+    junk = b'{"input": "hi", "junk": [' + b",".join([b"[]"] * 300_000) + b"]}"
+    nested = b'{"messages": [[' + b",".join([b'{"role": "user", "content": "a"}'] * 300) + b"]]}"
+    for path, body, field, length in (("/classify", huge, "input", 300_000), ("/v1/moderations", huge, "input", 300_000),
+                                      ("/classify", junk, "junk", 300_000), ("/classify", nested, "messages[0]", 300)):
+        r = client.post(path, content=body, headers={"content-type": "application/json"})
+        error = r.json()["error"]
+        assert r.status_code == (400 if path == "/v1/moderations" else 413), r.text  # OpenAI's 400 for bad input
+        assert (error.get("param") if path == "/v1/moderations" else error["field"]) == field, r.text
+        assert error["message"] == (f"{field} holds {length:,} items; no list of a request may hold more than {limit}"
+                                    " (the larger of max_batch_size and max_messages)"), r.text
+    count = lambda text: float(re.search(r'herald_rejected_requests_total\{reason="list_length"\} (\S+)', text)[1])  # noqa: E731
+    assert count(client.get("/metrics").text) - count(before) == 4
+    r = client.post("/classify", json={"input": ["a"] * (max_batch_size + 1)})  # under the list bound: named as before
+    assert r.status_code == 413 and r.json()["error"]["message"].endswith(
+        f"the limit of {max_batch_size} prompts per request (max_batch_size)"), r.text
