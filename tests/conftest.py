@@ -27,9 +27,10 @@ def wait_ready(client, timeout_s: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
-def serving(app, timeout_s: float = 60.0, port: int = 0) -> Iterator[int]:
+def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float = 10.0) -> Iterator[int]:
     """Run ``app`` on a real uvicorn server on 127.0.0.1 (``port``, 0: a free one; keep-alive 60 s; the HTTP protocol
-    ``herald serve`` uses, headers bounded at 64 KiB) in a thread; yields the port once /health/ready answers 200, and stops the server after."""
+    ``herald serve`` uses, headers bounded at 64 KiB and ``header_timeout_s`` seconds) in a thread; yields the port
+    once /health/ready answers 200, and stops the server after."""
     import httpx
     import uvicorn
 
@@ -40,7 +41,8 @@ def serving(app, timeout_s: float = 60.0, port: int = 0) -> Iterator[int]:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60,
-                                           http=header_bounded_protocol(10.0), h11_max_incomplete_event_size=65_536))
+                                           http=header_bounded_protocol(header_timeout_s),
+                                           h11_max_incomplete_event_size=65_536))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

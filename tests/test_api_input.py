@@ -822,3 +822,88 @@ def _refused_before_read(client, limit: int, max_batch_size: int) -> None:
     r = client.post("/classify", json={"input": ["a"] * (max_batch_size + 1)})  # under the list bound: named as before
     assert r.status_code == 413 and r.json()["error"]["message"].endswith(
         f"the limit of {max_batch_size} prompts per request (max_batch_size)"), r.text
+
+
+def _slowed(app, seconds: float):
+    """``app`` with every POST /classify held ``seconds`` before it runs: a request the model takes that long on."""
+    import asyncio
+
+    async def slowed(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/classify":
+            await asyncio.sleep(seconds)
+        await app(scope, receive, send)
+
+    return slowed
+
+
+def _answers(data: bytes) -> list[bytes]:
+    """The status lines of the HTTP answers in ``data``, in order (an answer starts right after the body before it)."""
+    import re
+
+    return re.findall(rb"HTTP/1\.1 \d{3} [^\r]*", data)
+
+
+CLASSIFY = (b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n"
+            b'{"input": "hi!"}\n')
+
+
+@pytest.mark.parametrize("next_request, answer", [
+    (b"POST /classify HTTP/1.1\r\nHost: x\r\n", b"HTTP/1.1 408 Request Timeout"),
+    (b"POST /classify HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n", b"HTTP/1.1 400 Bad Request")])
+def test_a_pipelined_request_s_header_clock_and_bound_wait_for_the_answer_before_it(next_request, answer):
+    # breaker pass: the start of a pipelined request's headers (0.2 s into a 1.5 s request) got its 408 at 0.8 s,
+    # and the connection closed before the answer to the request in work was written (counted 499); a 400 for its
+    # oversized headers did the same
+    import socket
+    import time
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(_slowed(app, 1.5), header_timeout_s=0.6) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            started = time.monotonic()
+            sock.sendall(CLASSIFY)
+            time.sleep(0.2)
+            sock.sendall(next_request)
+            data = read_until_closed(sock, 10)
+            took = time.monotonic() - started
+        metrics = app.state.herald.metrics.registry
+    assert _answers(data) == [b"HTTP/1.1 200 OK", answer], data[-300:]
+    assert b'"results"' in data.split(answer)[0]
+    if answer.startswith(b"HTTP/1.1 408"):  # its clock started when the answer before it was written, at 1.5 s
+        assert 1.5 + 0.6 <= took < 1.5 + 0.6 + 1.5, took
+    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 1
+    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "499"}) in (None, 0.0)
+
+
+def test_the_start_of_a_request_in_the_same_write_as_the_one_before_it_has_the_header_timeout():
+    # breaker pass: a request and "POST /classify ... X-A: " in one write got the first answer and then nothing; the
+    # connection was held until keep-alive (75 s) because the header clock started only on a later read
+    import socket
+    import time
+
+    with serving(build_app(Settings(_env_file=None, fake_backend=True)), header_timeout_s=0.6) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            started = time.monotonic()
+            sock.sendall(CLASSIFY + b"POST /classify HTTP/1.1\r\nHost: x\r\nX-A: ")
+            data = read_until_closed(sock, 5)  # keep-alive is 60 s here
+            took = time.monotonic() - started
+    assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 408 Request Timeout"], data[-300:]
+    assert data.endswith(b"Request headers not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S).")
+    assert 0.6 <= took < 3, took
+
+
+def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
+    # breaker pass: req + req + b"GARBAGE\r\n\r\n" in one write got the 400 first and a closed connection; the two
+    # answers were then written to the closed transport (an ERROR traceback each) and counted 200
+    import socket
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(CLASSIFY + CLASSIFY + b"GARBAGE\r\n\r\n")
+            data = read_until_closed(sock, 5)
+        metrics = app.state.herald.metrics.registry
+    assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"], data[-300:]
+    assert data.endswith(b"Invalid HTTP request received.")
+    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 2
+

@@ -51,6 +51,13 @@ if HttpToolsProtocol is not None:
         past the bound by more than one transport read. Time: headers not complete within :attr:`header_timeout_s`
         of the request's first byte are answered 408 and the connection is closed (``HERALD_HEADER_TIMEOUT_S``; the
         keep-alive timeout covers an idle connection, and any byte used to cancel it for good).
+
+        Pipelining: a request's header clock starts at its first byte only when every request before it on the
+        connection has been answered, else when the last of them is; and a 400 for its headers (too large, or not
+        HTTP) is written after those answers. Breaker pass: the next request's clock ran while the current one was
+        computed, and its 408 (or 400) closed the connection before that answer was written (counted 499); bytes of
+        the next request that came in the same read as the end of the current one never started a clock at all, and
+        such a connection was held until keep-alive (75 s) with no answer.
         """
 
         header_timeout_s: float | None = None
@@ -61,12 +68,20 @@ if HttpToolsProtocol is not None:
             self._header_limit: int | None = config.h11_max_incomplete_event_size
             self._in_headers, self._read_bytes, self._header_bytes, self._too_large = True, 0, 0, False
             self._header_timer: asyncio.TimerHandle | None = None
+            self._headers_begun = False  # the request being read has sent its first byte, not yet its last header
+            self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
+
+        def _answer_pending(self) -> bool:
+            """Whether a request read before the one whose headers are being read is still unanswered."""
+            return self.cycle is not None and not self.cycle.response_complete
 
         def data_received(self, data: bytes) -> None:
+            if self._deferred_400 is not None:
+                return  # the connection ends with that 400; what the client sends after the bad request is not read
             if self._in_headers:
-                if self._read_bytes == 0 and self.header_timeout_s is not None:
-                    self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_timed_out)
                 self._read_bytes += len(data)
+                if not self._answer_pending():
+                    self._arm_header_timer()
             super().data_received(data)
             if (self._in_headers and self._header_limit is not None and self._read_bytes > self._header_limit
                     and not self.transport.is_closing()):  # still incomplete after more bytes than the bound
@@ -82,6 +97,10 @@ if HttpToolsProtocol is not None:
         def on_message_begin(self) -> None:
             self._header_bytes, self._too_large = 0, False
             super().on_message_begin()
+            # the request's first byte, which may come in the same read as the end of the request before it
+            self._headers_begun = True
+            if not self._answer_pending():
+                self._arm_header_timer()
 
         def on_url(self, url: bytes) -> None:
             self._count(len(url))
@@ -99,25 +118,48 @@ if HttpToolsProtocol is not None:
             super().on_message_complete()
             self._in_headers, self._read_bytes = True, 0
 
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.transport.is_closing() or self._answer_pending():
+                return
+            if self._deferred_400 is not None:
+                super().send_400_response(self._deferred_400)
+            elif self._headers_begun or self._read_bytes:  # the next request's turn: its clock starts now
+                self._arm_header_timer()
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._end_headers()
             super().connection_lost(exc)
 
+        def _arm_header_timer(self) -> None:
+            if self.header_timeout_s is not None and self._header_timer is None:
+                self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_timed_out)
+
         def _end_headers(self) -> None:
-            self._in_headers = False
+            self._in_headers = self._headers_begun = False
             if self._header_timer is not None:
                 self._header_timer.cancel()
                 self._header_timer = None
 
         def send_400_response(self, msg: str) -> None:
+            if self._deferred_400 is not None:
+                return
             if self._too_large:
                 log.warning("request line and headers over %d bytes: answered 400", self._header_limit)
                 msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
+            if self._in_headers and self._answer_pending():
+                # written after the answers to the requests before it (on_response_complete); uvicorn writes a
+                # parser error's 400 at once and closes, which dropped those answers (breaker pass). A 400 for a
+                # request whose headers were complete (a bad chunked body) is still written at once: its app runs.
+                self._deferred_400 = msg
+                self._end_headers()
+                self.flow.pause_reading()
+                return
             super().send_400_response(msg)
 
         def _headers_timed_out(self) -> None:
             self._header_timer = None
-            if not self._in_headers or self.transport.is_closing():
+            if not self._in_headers or self._answer_pending() or self.transport.is_closing():
                 return
             log.warning("request headers not complete within %g s: answered 408", self.header_timeout_s)
             msg = f"Request headers not complete within {self.header_timeout_s:g} s (HERALD_HEADER_TIMEOUT_S)."
