@@ -907,3 +907,48 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
     assert data.endswith(b"Invalid HTTP request received.")
     assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 2
 
+
+def test_a_client_that_leaves_with_a_request_pipelined_is_counted_499_for_the_one_in_work(caplog):
+    # uvicorn told only the last request read that its client left: the one in work was answered into the closed
+    # transport (RuntimeError: unable to perform operation on <TCPTransport closed=True>), logged as an ERROR with a
+    # traceback and counted 200 (breaker pass)
+    import socket
+    import time
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(_slowed(app, 0.5)) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(CLASSIFY + CLASSIFY)
+            time.sleep(0.1)
+        time.sleep(1.5)
+        metrics = app.state.herald.metrics.registry
+    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "499"}) == 1
+    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) in (None, 0.0)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+def test_an_answer_that_cannot_be_written_to_a_closed_connection_is_counted_499_without_an_error(caplog):
+    # breaker pass: the middleware logged "unhandled error on /classify" with a traceback and counted 200
+    import asyncio
+
+    from herald_service.api.middleware import RequestMetrics
+    from herald_service.metrics import HeraldMetrics
+
+    async def answer(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def closed_send(message):
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+
+    metrics = HeraldMetrics()
+    count = metrics.registry.get_sample_value
+    scope = {"type": "http", "method": "POST", "path": "/classify", "headers": [],
+             "extensions": {"herald.connection_closed": lambda: True}}
+    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/classify"}))(scope, None, closed_send))
+    assert count("herald_requests_total", {"route": "/classify", "status": "499"}) == 1
+    assert count("herald_requests_total", {"route": "/classify", "status": "200"}) in (None, 0.0)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    scope["extensions"] = {"herald.connection_closed": lambda: False}  # open: the error is ours, and it is logged
+    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/classify"}))(scope, None, closed_send))
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["unhandled error on /classify"]

@@ -17,7 +17,7 @@ from typing import Any
 from uvicorn.config import Config
 
 try:
-    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 except ImportError:  # httptools not installed: uvicorn's h11 parser bounds header size by the same setting
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
@@ -58,6 +58,10 @@ if HttpToolsProtocol is not None:
         computed, and its 408 (or 400) closed the connection before that answer was written (counted 499); bytes of
         the next request that came in the same read as the end of the current one never started a clock at all, and
         such a connection was held until keep-alive (75 s) with no answer.
+
+        Scope: ``extensions["herald.connection_closed"]`` is a callable that says whether the connection is closing
+        or closed, for :class:`~herald_service.api.middleware.RequestMetrics` to tell an answer that could not be
+        written because the connection is gone from a server error.
         """
 
         header_timeout_s: float | None = None
@@ -70,6 +74,7 @@ if HttpToolsProtocol is not None:
             self._header_timer: asyncio.TimerHandle | None = None
             self._headers_begun = False  # the request being read has sent its first byte, not yet its last header
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
+            self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
 
         def _answer_pending(self) -> bool:
             """Whether a request read before the one whose headers are being read is still unanswered."""
@@ -97,6 +102,8 @@ if HttpToolsProtocol is not None:
         def on_message_begin(self) -> None:
             self._header_bytes, self._too_large = 0, False
             super().on_message_begin()
+            self.scope["extensions"] = {**self.scope.get("extensions", {}),
+                                        "herald.connection_closed": self.transport.is_closing}
             # the request's first byte, which may come in the same read as the end of the request before it
             self._headers_begun = True
             if not self._answer_pending():
@@ -118,6 +125,10 @@ if HttpToolsProtocol is not None:
             super().on_message_complete()
             self._in_headers, self._read_bytes = True, 0
 
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+            self._running = cycle
+            super()._start_asgi_task(cycle, app)
+
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if self.transport.is_closing() or self._answer_pending():
@@ -130,6 +141,14 @@ if HttpToolsProtocol is not None:
         def connection_lost(self, exc: Exception | None) -> None:
             self._end_headers()
             super().connection_lost(exc)
+            # uvicorn marks only the last request read as disconnected; with a pipelined request read after it, the
+            # request being computed never heard that its client left, and its answer was written to the closed
+            # transport (breaker pass: an ERROR traceback, "unable to perform operation on <TCPTransport
+            # closed=True>", and a 200 counted for an answer never delivered)
+            for cycle in (self._running, *(queued for queued, _ in self.pipeline)):
+                if cycle is not None and not cycle.response_complete:
+                    cycle.disconnected = True
+                    cycle.message_event.set()
 
         def _arm_header_timer(self) -> None:
             if self.header_timeout_s is not None and self._header_timer is None:

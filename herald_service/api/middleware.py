@@ -33,6 +33,13 @@ def request_id(scope: Scope) -> bytes:
     return sent if REQUEST_ID.fullmatch(sent) else uuid.uuid4().hex.encode()
 
 
+def connection_closed(scope: Scope) -> bool:
+    """Whether the server says the request's connection is closing or closed (the ``herald.connection_closed``
+    scope extension of :mod:`herald_service.api.http_protocol`); False for a server without it."""
+    closed = scope.get("extensions", {}).get("herald.connection_closed")
+    return bool(closed is not None and closed())
+
+
 class RequestMetrics:
     """Counts requests by route template and status and observes their latency; probes stay out (vLLM habit).
 
@@ -43,6 +50,13 @@ class RequestMetrics:
     ``paths``: the app's route paths. A request answered before routing (401 from :class:`BearerGate`, 413 from
     :class:`BodyLimit`) or by a route that does not record itself is counted under its path when that is one of
     them, and as ``unmatched`` only when it is not (so stray paths cannot create label values).
+
+    An answer that cannot be written because the connection is gone (``send`` raises ``OSError``, as ASGI 2.4 asks of
+    servers, or any error while the scope's ``herald.connection_closed`` extension from
+    :mod:`herald_service.api.http_protocol` says the connection is closing) is counted 499, like a client that left
+    before its answer, and the rest of it is dropped. Breaker pass: uvicorn (uvloop) raised ``RuntimeError: unable to
+    perform operation on <TCPTransport closed=True>``, logged here as an ERROR with a traceback, and the answer never
+    delivered was counted 200.
     """
 
     def __init__(self, app: ASGIApp, metrics: HeraldMetrics, paths: frozenset[str] = frozenset()) -> None:
@@ -66,15 +80,23 @@ class RequestMetrics:
         started = time.perf_counter()
         status = {"code": 499}  # the app returned without answering: the client went away (e.g. mid-upload)
         started_response = {"response": False}
+        gone = {"gone": False}
 
         async def send_wrapper(message: Message) -> None:
+            if gone["gone"]:
+                return
             if message["type"] == "http.response.start":
                 started_response["response"] = True
                 status["code"] = message["status"]
                 elapsed = time.perf_counter() - started
                 message["headers"] = [*message.get("headers", []), (b"x-total-time", f"{elapsed * 1000:.2f}".encode()),
                                       (b"x-request-id", rid)]
-            await send(message)
+            try:
+                await send(message)
+            except Exception as exc:
+                if not (isinstance(exc, OSError) or connection_closed(scope)):
+                    raise
+                gone["gone"], status["code"] = True, 499
 
         try:
             await self.app(scope, receive, send_wrapper)
