@@ -3,6 +3,8 @@
 import asyncio
 import gc
 import logging
+import math
+import time
 
 import pytest
 
@@ -85,9 +87,41 @@ def test_a_full_queue_is_refused_before_tokenizing():
     moderator = Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), Full(), settings, metrics)
     with pytest.raises(QueueFull) as full:
         asyncio.run(moderator.classify([user_turn("a long prompt " * 50)], ["input"], "input"))
-    assert full.value.message == "queue is full (2 prompts waiting: queue_capacity, HERALD_QUEUE_CAPACITY); retry shortly"
+    # no batch timed yet: nothing to estimate the drain from
+    assert full.value.message == "queue is full (2 prompts waiting: queue_capacity, HERALD_QUEUE_CAPACITY); retry in 1 s"
+    assert full.value.retry_after_s == 1
     assert encoded == []  # refused before any work
     assert metrics.rejected.labels("queue_full")._value.get() == 1
+
+
+def test_a_full_queue_answers_retry_after_from_the_work_that_must_drain():
+    # Breaker pass: Retry-After of a full queue was always 1 s; 329 of 330 retries that honoured it got 429 again
+    from herald_service.engine.admission import BatchCost, BatchTiming, Work
+    from herald_service.errors import QueueFull
+
+    runtime = fake_runtime()
+    settings = Settings(_env_file=None, queue_capacity=4, max_batch_size=4, request_timeout_s=60)
+    timings = (BatchTiming.of_prompts([400], 2.0), BatchTiming.of_prompts([100] * 4, 2.0), BatchTiming.of_prompts([10], 0.1))
+
+    class Full(InferenceEngine):
+        alive = True  # not started: the queue keeps what it is given
+
+        def __init__(self):
+            super().__init__(runtime.backbone, runtime.probe, engine_limits(settings), HeraldMetrics())
+            self._queue.extend([object()] * 4)
+            self._ahead = Work.of_prompts([400] * 4)  # four 400-token prompts waiting, about 2 s each
+            self._latest_deadline = time.perf_counter() + 60  # accepted just now, under the 60 s timeout
+            self.cost = BatchCost(timings, 4, 8192)
+
+    engine = Full()
+    moderator = Moderator(runtime, engine, settings, engine.metrics)
+    whole_s = engine.estimated_wait_s()
+    assert 6 < whole_s < 10  # the four prompts' estimate (a batch of four 400-token prompts: 8 s at 2 s each)
+    for prompts, share in ((1, 1 / 4), (3, 3 / 4)):
+        with pytest.raises(QueueFull) as full:
+            asyncio.run(moderator.classify([user_turn("hi")] * prompts, ["input"] * prompts, "input"))
+        assert full.value.retry_after_s == math.ceil(whole_s * share) > 1, (prompts, full.value.retry_after_s, whole_s)
+        assert full.value.message.endswith(f"retry in {full.value.retry_after_s} s")
 
 
 def test_prompts_dropped_after_a_timeout_are_counted_as_timeouts_not_as_gone_clients():
