@@ -520,3 +520,25 @@ def test_steer_classifies_a_conversations_views_in_the_engines_batches():
     assert states.shape == (21, 8, 16)
     for i in (0, 7, 20):  # back in input order
         assert torch.equal(states[i], FakeBackbone().last_token_states([views[i]])[0])
+
+
+def test_a_conversation_whose_views_exceed_the_limit_while_tokenized_is_refused_413_naming_the_field(runtime):
+    # Breaker pass: /classify refused such a conversation 413 naming its field and counted estimated_work; /steer gave
+    # the same 413 with no field and no count (the refusal came from tokenize's admission check, before the /steer one)
+    from herald_service.types import Message
+
+    backbone = sharing_vocab(runtime, FakeBackbone())
+    moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=1.0)
+    live_at(moderator, 400, 0.01)  # checked to 800 tokens: no exemption as an unmeasured length
+    # the views (the whole conversation, then the long turn alone, then "thanks") run past ENCODE_CHUNK_CHARS, so
+    # tokenize checks the first chunk's work before the rest: 400 words of 24 characters, 400 tokens on the fake (4 s
+    # at 10 ms a token against a 1 s limit)
+    long_turn = " ".join(["w" * 24] * 400)
+    conversation = (Message("user", long_turn), Message("user", "thanks"))
+    with pytest.raises(WorkTooLarge) as refused:
+        asyncio.run(moderator.steer(conversation, "ablate", None, 0.0, 16, field="messages"))
+    moderator.engine.stop()
+    assert refused.value.field == "messages" and "estimated at" in refused.value.message
+    assert "prefills" not in refused.value.message  # tokenize's refusal, not the /steer price of its prefills
+    metrics = moderator.metrics.registry
+    assert metrics.get_sample_value("herald_rejected_requests_total", {"reason": "estimated_work"}) == 1

@@ -451,7 +451,14 @@ class Moderator:
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
                             alpha: float, max_new_tokens: int, abandoned: threading.Event) -> Future:
         views = self.turn_views([conversation], [field], field)
-        views_ids, _ = await self.tokenize(views.prompts, views.fields)
+        try:
+            views_ids, _ = await self.tokenize(views.prompts, views.fields)
+        except (QueueFull, WorkTooLarge) as exc:  # tokenize's admission checks, counted and named as /classify's
+            # were not: the same 413 had no field on /steer and no count (breaker pass)
+            self.metrics.rejected.labels(exc.reason).inc()
+            if isinstance(exc, WorkTooLarge):
+                exc.field = field
+            raise
         ids, lengths = views_ids[0], [len(v) for v in views_ids]  # the whole conversation first: what generation continues
         limit_s = self.settings.request_timeout_s
         margin_s = STEER_MARGIN_SHARE * limit_s
