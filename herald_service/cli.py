@@ -184,7 +184,8 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
         log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
-        http=header_bounded_protocol(settings.header_timeout_s), h11_max_incomplete_event_size=settings.max_header_bytes,
+        http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal),
+        h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 
 

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from herald_service.types import Classification
 
 REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
-                  "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding", "list_length")
+                  "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding", "list_length",
+                  "header_size", "header_timeout", "invalid_http")
 """Every ``reason`` of ``herald_rejected_requests_total`` (created at 0 at start, so the first refusals after a
 restart show in ``rate()``/``increase()``: a series that appears at its first increment loses it)."""
 DROP_REASONS = ("client_gone", "timeout")
@@ -92,6 +93,11 @@ class HeraldMetrics:
             self.rejected.labels(reason)
         for reason in DROP_REASONS:
             self.dropped.labels(reason)
+
+    def count_refusal(self, reason: str) -> None:
+        """One more ``herald_rejected_requests_total`` under ``reason``: the HTTP layer's refusals
+        (:func:`~herald_service.api.http_protocol.header_bounded_protocol`), which reach no route."""
+        self.rejected.labels(reason).inc()
 
     def start_routes(self, routes: Sequence[str], decision_routes: Sequence[str] = ()) -> None:
         """Create at 0 the series a restart would otherwise lose the first increment of: each of ``routes`` (route

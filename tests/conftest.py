@@ -40,8 +40,10 @@ def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+    herald = getattr(getattr(app, "state", None), "herald", None)  # None: an app wrapped by a test
+    refused = herald.metrics.count_refusal if herald is not None else None
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=60,
-                                           http=header_bounded_protocol(header_timeout_s),
+                                           http=header_bounded_protocol(header_timeout_s, refused),
                                            h11_max_incomplete_event_size=65_536))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

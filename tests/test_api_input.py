@@ -742,6 +742,12 @@ def test_headers_over_the_bound_get_400_and_a_closed_connection_but_bodies_do_no
         assert again.status_code == 200
 
 
+def rejected_counts(app, reasons) -> list[float]:
+    """``herald_rejected_requests_total`` of ``app`` for each of ``reasons``."""
+    registry = app.state.herald.metrics.registry
+    return [registry.get_sample_value("herald_rejected_requests_total", {"reason": r}) for r in reasons]
+
+
 def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
     # re-test: a 100,000-byte header in one write was served (the read that completed the headers was not counted),
     # and one header line every 2 s held a connection for as long as the client liked
@@ -759,12 +765,18 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
             answer = read_until_closed(sock, 5)
         assert answer.startswith(b"HTTP/1.1 400 ") and b"exceed 65536 bytes (HERALD_MAX_HEADER_BYTES)" in answer, answer[:300]
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 400 ")
+        # counted, though they reach no route (breaker pass: they were in no series)
+        assert rejected_counts(app, ("header_size", "invalid_http", "header_timeout")) == [1, 1, 0]
     fast = build_app(Settings(_env_file=None, fake_backend=True))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(fast, host="127.0.0.1", port=port, log_level="warning",
-                                           http=header_bounded_protocol(0.6), h11_max_incomplete_event_size=65_536))
+                                           http=header_bounded_protocol(0.6, fast.state.herald.metrics.count_refusal),
+                                           h11_max_incomplete_event_size=65_536))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -782,6 +794,7 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
             answer = read_until_closed(sock, 5)
             assert time.monotonic() - started < 3
         assert answer.startswith(b"HTTP/1.1 408 ") and b"not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S)" in answer, answer
+        assert rejected_counts(fast, ("header_timeout",)) == [1]
         with socket.create_connection(("127.0.0.1", port)) as sock:  # a prompt client is served on a kept-alive connection
             for _ in range(3):
                 sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")

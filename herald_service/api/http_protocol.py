@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from uvicorn.config import Config
 
@@ -29,14 +29,23 @@ class HeadersTooLarge(Exception):
     a parser error, which uvicorn answers with 400 and a closed connection."""
 
 
-def header_bounded_protocol(header_timeout_s: float) -> type[asyncio.Protocol] | str:
+REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http")
+"""What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
+over the bound (400), headers not complete in time (408), not HTTP/1.1 (400)."""
+
+
+def header_bounded_protocol(header_timeout_s: float,
+                            refused: Callable[[str], None] | None = None) -> type[asyncio.Protocol] | str:
     """The ``http`` argument of ``uvicorn.Config`` for ``herald serve``: :class:`BoundedHeadersProtocol` with
     ``header_timeout_s`` (seconds from a request's first byte to the end of its headers) where httptools is installed,
     else ``"h11"`` (size bound only). Either reads the size bound from the config's ``h11_max_incomplete_event_size``
-    (bytes; ``HERALD_MAX_HEADER_BYTES``)."""
+    (bytes; ``HERALD_MAX_HEADER_BYTES``). ``refused`` is called with one of :data:`REFUSAL_REASONS` for each such
+    answer (``herald serve`` counts them in ``herald_rejected_requests_total``: they reach no route, so the request
+    metrics never saw them, breaker pass)."""
     if HttpToolsProtocol is None:
         return "h11"
-    return type("BoundedHeadersProtocol", (BoundedHeadersProtocol,), {"header_timeout_s": header_timeout_s})
+    return type("BoundedHeadersProtocol", (BoundedHeadersProtocol,),
+                {"header_timeout_s": header_timeout_s, "refused": staticmethod(refused or (lambda reason: None))})
 
 
 if HttpToolsProtocol is not None:
@@ -65,6 +74,7 @@ if HttpToolsProtocol is not None:
         """
 
         header_timeout_s: float | None = None
+        refused: Callable[[str], None] = staticmethod(lambda reason: None)
 
         def __init__(self, config: Config, server_state: Any, app_state: dict[str, Any],
                      _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -163,6 +173,7 @@ if HttpToolsProtocol is not None:
         def send_400_response(self, msg: str) -> None:
             if self._deferred_400 is not None:
                 return
+            self.refused("header_size" if self._too_large else "invalid_http")
             if self._too_large:
                 log.warning("request line and headers over %d bytes: answered 400", self._header_limit)
                 msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
@@ -181,6 +192,7 @@ if HttpToolsProtocol is not None:
             if not self._in_headers or self._answer_pending() or self.transport.is_closing():
                 return
             log.warning("request headers not complete within %g s: answered 408", self.header_timeout_s)
+            self.refused("header_timeout")
             msg = f"Request headers not complete within {self.header_timeout_s:g} s (HERALD_HEADER_TIMEOUT_S)."
             self.transport.write(b"".join([
                 STATUS_LINE[408], b"content-type: text/plain; charset=utf-8\r\n",
