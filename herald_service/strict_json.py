@@ -216,14 +216,32 @@ def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
     return None
 
 
+def _has_list_over(document: Any, limit: int) -> bool:
+    """Whether any list of ``document`` holds more than ``limit`` items: one pass over every value, no paths."""
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if type(node) is list:
+            if len(node) > limit:
+                return True
+            stack.extend(node)
+        elif type(node) is dict:
+            stack.extend(node.values())
+    return False
+
+
 def longest_list(document: Any, limit: int) -> tuple[str, int] | None:
     """The first list (in document order) of a parsed JSON ``document`` holding more than ``limit`` items, as
     ``(path, length)`` (path as ``input`` or ``messages[0]``), or None. Lists are measured before their items are
     read, so a list of three million strings costs one ``len`` and no walk over its items.
 
     Source: a breaker pass: ``{"input": [3,000,000 x "a"]}`` (12 MB, under the body limit) held the event loop 14 s
-    building prompts before the batch-size check refused it.
+    building prompts before the batch-size check refused it. The walk names no path unless a list is over the limit:
+    a path string for every container made a 12 MB body of four million small lists cost 11.7 s here against 2.2 s
+    to parse it (re-test).
     """
+    if not _has_list_over(document, limit):
+        return None
     stack: list[tuple[Any, str]] = [(document, "")]
     while stack:
         node, path = stack.pop()
