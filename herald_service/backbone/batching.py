@@ -16,7 +16,8 @@ PADDED_COST_LIMIT = 2.0
 """A padded batch computes at most this many times its prompts' real tokens; a longer prompt starts a new batch.
 Fifteen 30-token prompts and one of 499 made one 16 x 499 batch under the 8,192-token budget: 7,984 tokens computed
 for 964 real ones, 30.9 s on a shared 2-core CPU where admission, which prices real tokens, had estimated 2.8 s, so
-accepted requests timed out (breaker pass). One more forward pass costs far less than that padding."""
+accepted requests timed out (breaker pass). One more forward pass costs far less than that padding: 9.7x faster for
+1 x 500 + 15 x 30 tokens, 6.1x for 1 x 500 + 7 x 30 (benchmarks/padding_limit.py, padding_limit_cpu.json)."""
 
 
 def plan_batches(lengths: Sequence[int], token_budget: int, max_rows: int, packed: bool = False) -> list[list[int]]:
