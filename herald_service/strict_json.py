@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 KEY_ECHO_CHARS = 64
 """A repeated key is echoed in the error up to this many characters."""
@@ -195,24 +195,31 @@ def _cut_path(path: str) -> str:
     return path if len(path) <= PATH_ECHO_CHARS else "..." + path[-PATH_ECHO_CHARS:]
 
 
-def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
-    """The fault of the first :class:`_Faulty` object or :class:`_Unrepresentable` number of ``document`` in document
-    order (outer objects before the ones they hold), with its path; ``None`` when there is none."""
-    held = (dict, list, _Unrepresentable)
+def _nodes_with_paths(document: Any, held: tuple[type, ...]) -> Iterator[tuple[Any, str]]:
+    """``document`` and every value of it of a type in ``held``, with its path (keys :func:`echoed`, e.g.
+    ``messages[0].content``; "" for the document), in document order, outer before inner. A node's values are read
+    only once the caller asks for the next node, so a caller that stops at a node never walks what it holds."""
     stack: list[tuple[Any, str]] = [(document, "")]
     while stack:
         node, path = stack.pop()
+        yield node, path
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{echoed(k)}" if path else echoed(k)) for k, v in reversed(node.items())
+                         if isinstance(v, held))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, held))
+
+
+def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
+    """The fault of the first :class:`_Faulty` object or :class:`_Unrepresentable` number of ``document`` in document
+    order (outer objects before the ones they hold), with its path; ``None`` when there is none."""
+    for node, path in _nodes_with_paths(document, (dict, list, _Unrepresentable)):
         if isinstance(node, _Unrepresentable):
             where = _cut_path(path or "body")
             return BadNumber(f"the number at '{where}' {node.problem}", where, node.advice)
         if isinstance(node, _Faulty):
             key = echoed(node.key)
             return node.fault(node.key, _cut_path(f"{path}.{key}" if path else key))
-        if isinstance(node, dict):
-            stack.extend((v, f"{path}.{echoed(k)}" if path else echoed(k)) for k, v in reversed(node.items())
-                         if isinstance(v, held))
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, held))
     return None
 
 
@@ -232,7 +239,8 @@ def _has_list_over(document: Any, limit: int) -> bool:
 
 def longest_list(document: Any, limit: int) -> tuple[str, int] | None:
     """The first list (in document order) of a parsed JSON ``document`` holding more than ``limit`` items, as
-    ``(path, length)`` (path as ``input`` or ``messages[0]``), or None. Lists are measured before their items are
+    ``(path, length)`` (path as ``input`` or ``messages[0]``, keys :func:`echoed` and the path cut as a repeated key's
+    is), or None. Lists are measured before their items are
     read, so a list of three million strings costs one ``len`` and no walk over its items.
 
     Source: a breaker pass: ``{"input": [3,000,000 x "a"]}`` (12 MB, under the body limit) held the event loop 14 s
@@ -242,15 +250,9 @@ def longest_list(document: Any, limit: int) -> tuple[str, int] | None:
     """
     if not _has_list_over(document, limit):
         return None
-    stack: list[tuple[Any, str]] = [(document, "")]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, dict):
-            stack.extend((v, f"{path}.{k}" if path else k) for k, v in reversed(node.items()) if isinstance(v, (dict, list)))
-        elif isinstance(node, list):
-            if len(node) > limit:
-                return path or "body", len(node)
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, (dict, list)))
+    for node, path in _nodes_with_paths(document, (dict, list)):
+        if isinstance(node, list) and len(node) > limit:
+            return _cut_path(path or "body"), len(node)
     return None
 
 

@@ -830,8 +830,11 @@ def _refused_before_read(client, limit: int, max_batch_size: int) -> None:
         assert (error.get("param") if path == "/v1/moderations" else error["field"]) == field, r.text
         assert error["message"] == (f"{field} holds {length:,} items; no list of a request may hold more than {limit}"
                                     " (the larger of max_batch_size and max_messages)"), r.text
+    # a key is echoed in the path as every other path names it: JSON-escaped and cut (it was echoed whole, 100 KB)
+    r = client.post("/classify", json={"input": "hi", "k\n" + "x" * 100_000: {"a": [1] * 300}})
+    assert r.status_code == 413 and r.json()["error"]["field"] == "k\\n" + "x" * 61 + "....a", r.text  # 64 chars, .a
     count = lambda text: float(re.search(r'herald_rejected_requests_total\{reason="list_length"\} (\S+)', text)[1])  # noqa: E731
-    assert count(client.get("/metrics").text) - count(before) == 4
+    assert count(client.get("/metrics").text) - count(before) == 5
     r = client.post("/classify", json={"input": ["a"] * (max_batch_size + 1)})  # under the list bound: named as before
     assert r.status_code == 413 and r.json()["error"]["message"].endswith(
         f"the limit of {max_batch_size} prompts per request (max_batch_size)"), r.text
