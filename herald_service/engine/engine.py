@@ -354,15 +354,12 @@ class InferenceEngine:
 
     def _drain_s(self, prompts: int) -> int:
         """``Retry-After`` of a full queue, seconds: when ``prompts`` of the prompts and jobs waiting are estimated to
-        have been answered, as that share of the estimated wait of the work accepted
-        (:func:`~herald_service.engine.admission.ahead_seconds`, at most ``max_wait_s``), rounded up, at least 1; 1
-        before any measurement. It was always 1: in a flood of 80 clients honouring it, 329 of 330 retries got 429
-        again (breaker pass). Under ``_cond``."""
-        fit = self.cost.fit
-        if fit is None or self.depth <= 0:
+        have been answered, as that share of :meth:`estimated_wait_s` (at most ``max_wait_s``), rounded up, at least
+        1; 1 before any measurement. It was always 1: in a flood of 80 clients honouring it, 329 of 330 retries got
+        429 again (breaker pass). Under ``_cond`` (re-entrant)."""
+        if self.depth <= 0:
             return 1
-        wait_s = ahead_seconds(self._queued(), fit, self.limits.max_wait_s, self._horizon_s(), self._started_s())
-        return max(1, math.ceil(wait_s * min(prompts / self.depth, 1.0)))
+        return max(1, math.ceil(self.estimated_wait_s() * min(prompts / self.depth, 1.0)))
 
     def _check_room(self, own: Work, own_job_s: float = 0.0, partial: bool = False) -> None:
         if not self.alive:
