@@ -16,9 +16,12 @@ import statistics
 
 from benchmarks.common import Target, build_target, exact_prompts, parse_args, print_table, timed, token_pool, write
 from herald_service.backbone.batching import PADDED_COST_LIMIT, batch_tokens, plan_batches
+from herald_service.config import Settings
 
 SHAPES = {"cpu": [(500, 30, 15), (500, 30, 7)], "tiny": [(100, 8, 7)]}  # long prompt, short prompt, short count
 REPEATS = {"cpu": 3, "tiny": 2}
+BUDGET = Settings.model_fields["batch_token_budget"].default  # the engine's batch shape at the shipped defaults
+ROWS = Settings.model_fields["batch_max_prompts"].default
 
 
 def run(target: Target, quick: bool = False) -> list[dict]:
@@ -29,7 +32,7 @@ def run(target: Target, quick: bool = False) -> list[dict]:
         ids = exact_prompts(target, pool, 1, long) + exact_prompts(target, pool, count, short, offset=long * 7)
         lengths = [len(i) for i in ids]
         one = [list(range(len(ids)))]
-        planned = plan_batches(lengths, 8192, 64, packed=False)
+        planned = plan_batches(lengths, BUDGET, ROWS, packed=False)
         plans = {"one padded batch": one, "planned": planned}
         runs = {name: (lambda batches=batches: [target.backbone.last_token_states([ids[i] for i in b]) for b in batches])
                 for name, batches in plans.items()}
