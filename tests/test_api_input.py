@@ -1,6 +1,7 @@
 """How the HTTP edge reads request bodies, on the real app and the fake backend: OpenAI content parts, content types
 and encodings, numbers JSON can write but Python cannot hold, body size and body read time."""
 
+import json
 import re
 import pytest
 from fastapi.testclient import TestClient
@@ -383,6 +384,40 @@ def test_a_compressed_body_is_refused_naming_content_encoding(client, encoding, 
     assert r.json() == {"error": {"type": "unsupported_media_type", "field": "content-encoding", "message":
                                   f"Content-Encoding '{shown}' is not supported: Herald does not decompress request"
                                   " bodies; send the JSON uncompressed"}}
+
+
+@pytest.mark.parametrize("path", ["/classify", "/v1/moderations"])
+def test_a_transfer_coding_other_than_chunked_is_answered_501_naming_it(path):
+    # breaker pass: "Transfer-Encoding: gzip, chunked" reached the app as if only chunked had been named: a gzip body
+    # was answered 422 "not UTF-8", and plain JSON sent under that header was moderated as plain (over a real socket:
+    # the HTTP parser reads the chunked framing and passes the header on)
+    import gzip
+    import socket
+
+    def post(coding: str, body: bytes) -> bytes:
+        chunked = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Transfer-Encoding: {coding}\r\nConnection: close\r\n\r\n".encode() + chunked)
+            return read_until_closed(sock, 10)
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(app) as port:
+        answers = {coding: post(coding, body) for coding, body in (
+            ("gzip, chunked", gzip.compress(b'{"input": "hi"}')), ("deflate,chunked", b'{"input": "hi"}'),
+            ("chunked", b'{"input": "hi"}'), ("Chunked", b'{"input": "hi"}'))}
+        metrics = app.state.herald.metrics.registry
+    for coding, shown in (("gzip, chunked", "gzip, chunked"), ("deflate,chunked", "deflate, chunked")):
+        head, _, body = answers[coding].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 501 Not Implemented"), answers[coding]
+        error = json.loads(body)["error"]
+        assert (error["type"], error.get("field", error.get("param"))) == ("not_implemented", "transfer-encoding")
+        assert error["message"] == (f"Transfer-Encoding '{shown}' is not supported: Herald reads request bodies with no"
+                                    " transfer coding but chunked; send the JSON uncompressed")
+    for coding in ("chunked", "Chunked"):
+        assert answers[coding].startswith(b"HTTP/1.1 200 OK") and b'"flagged":false' in answers[coding], answers[coding]
+    assert metrics.get_sample_value("herald_rejected_requests_total", {"reason": "transfer_encoding"}) == 2
+    assert metrics.get_sample_value("herald_requests_total", {"route": path, "status": "501"}) == 2
 
 
 def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):

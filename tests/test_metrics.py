@@ -66,7 +66,8 @@ def test_known_label_series_are_exported_at_zero_before_any_traffic():
         for decision in ("flagged", "allowed"):
             assert scraped[("herald_moderation_decisions_total", (("decision", decision), ("route", route)))] == 0
     for reason in ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
-                   "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding"):
+                   "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding",
+                   "transfer_encoding"):
         assert scraped[("herald_rejected_requests_total", (("reason", reason),))] == 0, reason
     for reason in ("client_gone", "timeout"):
         assert scraped[("herald_dropped_prompts_total", (("reason", reason),))] == 0, reason

@@ -259,8 +259,13 @@ HEADER_ECHO_CHARS = 64
 
 
 class JsonBodies:
-    """415 for a request to a JSON route whose body Herald would not read as the client meant it, before it is read.
+    """415 (501 for a transfer coding) for a request to a JSON route whose body Herald would not read as the client
+    meant it, before it is read.
 
+    - ``Transfer-Encoding`` with a coding other than ``chunked`` (``gzip, chunked``): 501, as RFC 9112 section 6.1
+      asks of a coding the server does not implement. The HTTP parser reads only the chunked framing, so a gzip body
+      reached the app as gzip bytes ("not UTF-8"), and a body of plain JSON sent as ``gzip, chunked`` was answered
+      as if no coding had been named (breaker pass).
     - ``Content-Encoding`` other than ``identity``: Herald does not decompress, and a gzip body was answered as if it
       were JSON that is "not UTF-8, or nested too deeply".
     - ``Content-Type`` other than ``application/json`` (or ``application/*+json``), or none: a ``text/plain`` or form
@@ -282,10 +287,16 @@ class JsonBodies:
             await self.app(scope, receive, send)
             return
         headers = scope.get("headers", [])
+        codings = [t.strip() for k, v in headers if k == b"transfer-encoding" for t in v.decode("latin-1").split(",")]
         encodings = [t.strip() for k, v in headers if k == b"content-encoding" for t in v.decode("latin-1").split(",")]
         encodings = [t for t in encodings if t and t.lower() != "identity"]
         types = [v.decode("latin-1") for k, v in headers if k == b"content-type"]
-        if encodings:
+        status, error_type = 415, "unsupported_media_type"
+        if any(t.lower() != "chunked" for t in codings if t):
+            status, error_type, reason, field = 501, "not_implemented", "transfer_encoding", "transfer-encoding"
+            message = (f"Transfer-Encoding '{_cut(', '.join(t for t in codings if t))}' is not supported: Herald reads"
+                       " request bodies with no transfer coding but chunked; send the JSON uncompressed")
+        elif encodings:
             reason, field = "content_encoding", "content-encoding"
             message = (f"Content-Encoding '{_cut(', '.join(encodings))}' is not supported: Herald does not decompress"
                        " request bodies; send the JSON uncompressed")
@@ -304,7 +315,7 @@ class JsonBodies:
             return
         if self.metrics is not None:
             self.metrics.rejected.labels(reason).inc()
-        await error_response(415, "unsupported_media_type", message, field, path=scope.get("path"))(scope, receive, send)
+        await error_response(status, error_type, message, field, path=scope.get("path"))(scope, receive, send)
 
 
 def _cut(text: str) -> str:
