@@ -23,7 +23,7 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
                                EnvSettingsSource, PydanticBaseSettingsSource, SettingsError)
 
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
-from herald_service.out_path import check_out_path
+from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
 if typing.TYPE_CHECKING:
@@ -354,6 +354,24 @@ def check_default_data(options: BaseModel) -> None:
                      "--data data")
 
 
+def check_data_and_backbone(options: BaseModel) -> None:
+    """Refuse a ``--data`` path or a ``--backbone`` of fit, eval or recipes that cannot be used before the training
+    modules import torch (about 5 s) and read the corpus: a data path that does not exist or a folder without JSONL
+    files, a backbone path that does not exist or holds no model. ``herald fit --backbone /nope`` read and folded the
+    whole corpus first and said so after 32 s (a session's try). The commands check the default ``--data``
+    (:func:`check_default_data`) and ``--out`` before this, and the data's rows after it.
+
+    Raises:
+        ValueError: naming ``--data`` and the path (:func:`~herald_service.training.corpus.expand_data`).
+        BackboneError: naming the backbone path (:func:`~herald_service.backbone.loader.backbone_slug`).
+    """
+    from herald_service.backbone.loader import backbone_slug
+    from herald_service.training.corpus import expand_data
+
+    expand_data(options.data)
+    backbone_slug(options.backbone)
+
+
 def check_jailbreak_templates(options: BaseModel) -> None:
     """Refuse a ``--jailbreak-templates`` path given to eval or recipes that is not a file, before any work (it used
     to drop the jailbreak-wrapped set without a word: breaker finding). The default path is not checked here: when it
@@ -434,10 +452,13 @@ class FitCommand(BaseModel):
         return get_feature_set(name).name  # an unknown name is one line before any model loads
 
     def cli_cmd(self) -> None:
+        check_default_data(self)
+        if self.out is not None:
+            check_probe_out(self.out)
+        check_data_and_backbone(self)
         from herald_service.training.fit import FitOptions, run_fit
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
-        check_default_data(self)
         if self.threads is not None:
             limit_threads(self.threads)
         options = FitOptions(**self.model_dump(exclude={"threads"}), command=invoked_command())
@@ -659,11 +680,13 @@ class EvalCommand(BaseModel):
         return sizes
 
     def cli_cmd(self) -> None:
+        check_default_data(self)
+        refuse_an_existing_out(self.out, self.overwrite)
+        check_data_and_backbone(self)
+        check_jailbreak_templates(self)
         from herald_service.training.eval import EvalOptions, run_eval
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
-        check_default_data(self)
-        check_jailbreak_templates(self)
         limit_threads(self.threads)
         fields = self.model_dump(exclude={"threads"})
         for key in ("methods", "curve_sizes", "curve_seeds"):
@@ -720,11 +743,13 @@ class RecipesCommand(BaseModel):
         return names
 
     def cli_cmd(self) -> None:
+        check_default_data(self)
+        refuse_an_existing_out(self.out, self.overwrite)
+        check_data_and_backbone(self)
+        check_jailbreak_templates(self)
         from herald_service.training.recipes import RecipeOptions, run_recipes
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
-        check_default_data(self)
-        check_jailbreak_templates(self)
         limit_threads(self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])

@@ -38,3 +38,30 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
     written = path if folder and path.is_dir() else path.parent
     if not os.access(written, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path}: folder {written} is not writable")
+
+
+def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
+    ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json
+    (breaker finding), as ``herald fit`` once replaced the shipped probe. A path that cannot be written is refused
+    whatever ``overwrite`` says (:func:`check_out_path`: a folder, or a file in a folder
+    that does not exist; writing to a folder failed after the whole run).
+
+    Raises:
+        ValueError: naming ``--out``, the path, and ``--overwrite``.
+    """
+    check_out_path(out, "--out", "the JSON file to write", folder=False)
+    if out.exists() and not overwrite:
+        raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
+
+
+def check_probe_out(out: Path) -> None:
+    """Refuse an ``--out`` the probe cannot be written to, before any model loads (it failed with "[Errno 20] Not a
+    directory" after the extraction and fit: breaker finding), by the rule of
+    :func:`check_out_path`: the probe's folder may be new, the folder it goes in must exist.
+
+    Raises:
+        ValueError: naming ``--out`` and the path at fault.
+    """
+    check_out_path(out, "--out", "a folder (the probe is written into it as probe.json and probe.safetensors)",
+                   folder=True)

@@ -659,6 +659,25 @@ def test_plot_refuses_an_out_that_names_no_file():
     assert out.stderr.strip() == "herald plot: --out '.' names no file; give a path such as --out trajectory.png"
 
 
+def unloadable_backbone(tmp_path):
+    """A model folder that passes the path checks made before the data is read (its config.json) and fails to load
+    (no tokenizer): a check that comes before the load shows as its own error, one that passes as this one. Reaching
+    the load hashes its config.json into ``<cache>/file-sha256/`` (:func:`nothing_cached`)."""
+    folder = tmp_path / "unloadable-backbone"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+UNLOADABLE = "no tokenizer files"
+"""What loading :func:`unloadable_backbone` says."""
+
+
+def nothing_cached(cache) -> bool:
+    """No backbone converted and no state extracted under ``cache``."""
+    return not (cache / "backbones").exists() and not (cache / "states").exists()
+
+
 def labeled_rows(path, n: int = 10) -> None:
     """``n`` harmful and ``n`` benign rows, enough for every check before the backbone loads."""
     path.write_text("".join(f'{{"prompt": "h{i}", "label": "harmful", "source": "h"}}\n'
@@ -693,13 +712,17 @@ def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_bac
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "probe.safetensors").write_bytes(b"")
-    missing = tmp_path / "missing-backbone"  # loads nothing: shows which check comes first
-    out = herald("fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing), cwd=tmp_path)
+    out = herald("fit", "--data", str(data), "--out", str(mine), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
     assert out.returncode == 1 and out.stderr.strip() == (
         f"herald: --out {mine} already holds a probe (probe.safetensors); pass --out DIR to write the new one elsewhere,"
         " or --overwrite to replace it"), out.stderr
-    out = herald("fit", "--data", str(data), "--out", str(mine), "--backbone", str(missing), "--overwrite", cwd=tmp_path)
-    assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, out.stderr
+    missing = tmp_path / "missing-backbone"  # named first: before the data is read (it took 32 s on the corpus)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('["not", "a", "row"]\n')
+    for args in (("--out", str(mine)), ("--out", str(mine), "--overwrite"), ("--data", str(bad))):
+        out = herald("fit", "--data", str(data), "--backbone", str(missing), *args, cwd=tmp_path)
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: backbone path {missing} does not exist (--backbone or HERALD_BACKBONE)"), (args, out.stderr)
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
     assert (shipped / "probe.json").read_text() == "{}"
 
@@ -750,7 +773,7 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
     # row in the calibration part"
     data = tmp_path / "data.jsonl"
     labeled_rows(data)  # 10 of each label, one source each
-    missing = tmp_path / "missing-backbone"  # loads nothing: a check that passes shows as this error instead
+    missing = unloadable_backbone(tmp_path)
     for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
         out = herald(command, "--data", str(data), "--max-per-source", "3", "--out", str(written), "--backbone",
                      str(missing), "--cache-dir", str(tmp_path / "cache"))
@@ -771,7 +794,7 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
             " --max-per-source or give more benign rows per source"), (command, out.stderr)
         out = herald(command, "--data", str(sources), "--max-per-source", "4", "--out", str(written), "--backbone",
                      str(missing), "--cache-dir", str(tmp_path / "cache"))
-        assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+        assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
     small = tmp_path / "small.jsonl"  # groups of 3 under the default cap of 150: the cap cut nothing, so is not blamed
     small.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
                              for label in ("harmful", "benign") for s in range(4) for i in range(3)))
@@ -782,7 +805,7 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
             "herald: --test-fraction 0.2 leaves no benign row in the calibration part: the test part takes a share of"
             " each (source, label) group and calibration a quarter of the rest, both rounded, so a group of 2 training"
             " rows gives calibration none; give more benign rows per source"), (command, out.stderr)
-    assert not (tmp_path / "cache").exists()
+    assert nothing_cached(tmp_path / "cache")
 
 
 def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_backbone_loads(tmp_path):
@@ -790,7 +813,7 @@ def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_bac
     data = tmp_path / "data.jsonl"
     labeled_rows(data)
     (tmp_path / "docs" / "eval").mkdir(parents=True)
-    missing = tmp_path / "missing-backbone"  # loads nothing: a check that passes shows as this error instead
+    missing = unloadable_backbone(tmp_path)
     for command, default in (("eval", "docs/eval/results.json"), ("recipes", "docs/eval/recipes.json")):
         (tmp_path / default).write_text("{}")
         base = (command, "--data", str(data), "--backbone", str(missing), "--jailbreak-templates", "null",
@@ -810,9 +833,9 @@ def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_bac
             f"herald: --out {tmp_path / 'docs'} is a folder; give the JSON file to write"), (command, out.stderr)
         for more in (("--out", str(mine), "--overwrite"), ("--out", str(tmp_path / "new.json"))):
             out = herald(*base, *more, cwd=tmp_path)
-            assert out.returncode == 1 and f"backbone path {missing} does not exist" in out.stderr, (command, out.stderr)
+            assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
         assert (tmp_path / default).read_text() == "{}" and mine.read_text() == "{}"
-    assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+    assert nothing_cached(tmp_path / "cache")
 
 
 def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_loads(tmp_path):

@@ -33,3 +33,12 @@ def test_local_commands_name_a_bad_prompt_file_or_out_before_importing_torch(tmp
                  ["plot", "hi", "--out", str(tmp_path / "no" / "t.png")]):
         loaded = modules_after(f"from herald_service.cli import main\ntry:\n    main({args!r})\nexcept SystemExit: pass")
         assert "torch" not in loaded and "herald_service.cli" in loaded, args
+
+
+def test_fit_eval_and_recipes_name_a_missing_data_file_or_backbone_before_importing_torch(tmp_path):
+    # `herald fit --backbone /nope` read and folded the whole corpus (28 s) and imported torch before saying so
+    for command in ("fit", "eval", "recipes"):
+        for args in (["--data", str(tmp_path / "missing.jsonl")], ["--backbone", str(tmp_path / "no-model")]):
+            loaded = modules_after(f"from herald_service.cli import main\ntry:\n    main({[command, *args]!r})\n"
+                                   "except SystemExit: pass")
+            assert "torch" not in loaded and "herald_service.cli" in loaded, (command, args)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from herald_service.out_path import check_out_path
+from herald_service.out_path import refuse_an_existing_out
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
@@ -260,7 +260,7 @@ class EvalOptions:
     guard_max_tokens: int = 768
     probe: Path | None = None
     overwrite: bool = False
-    """Replace an existing ``out`` file (``--overwrite``); without it :func:`refuse_an_existing_out` refuses."""
+    """Replace an existing ``out`` file (``--overwrite``); without it :func:`~herald_service.out_path.refuse_an_existing_out` refuses."""
     direction_estimator: str = DIRECTION_ESTIMATORS[0]
     """Of the method ``herald`` (:attr:`Plan.direction_estimator`)."""
     jailbreak_train_per_class: int = 0
@@ -268,21 +268,6 @@ class EvalOptions:
     split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
     command: str | None = None
     """The command line to record in the results (``herald eval ...``); None outside the CLI."""
-
-
-def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
-    """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
-    ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json
-    (breaker finding), as ``herald fit`` once replaced the shipped probe. A path that cannot be written is refused
-    whatever ``overwrite`` says (:func:`~herald_service.out_path.check_out_path`: a folder, or a file in a folder
-    that does not exist; writing to a folder failed after the whole run).
-
-    Raises:
-        ValueError: naming ``--out``, the path, and ``--overwrite``.
-    """
-    check_out_path(out, "--out", "the JSON file to write", folder=False)
-    if out.exists() and not overwrite:
-        raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
 
 
 def read_test_data(paths: list[Path]) -> dict[Path, list]:
@@ -380,18 +365,20 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
             table (:func:`~herald_service.training.extract.capped_max_tokens`).
 
     Raises:
-        BackboneError: the backbone cannot be loaded.
+        BackboneError: the backbone cannot be loaded (a path that does not exist or holds no model: before the
+            corpus is read).
         ValueError: before the load, a data path that is missing, a bad row, a prompt with both labels, fewer than
             8 rows of a label before or after the ``max_per_source`` cap, or a split that leaves a label out of the
             probe's calibration or fit part (:mod:`~herald_service.training.corpus`).
     """
     from herald_service.backbone.hf import HFBackbone
-    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.backbone.loader import backbone_slug, resolve_backbone
     from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
                                                 require_split_parts, stratified_split)
     from herald_service.training.extract import StateCache, capped_max_tokens
 
     files = expand_data(data)
+    backbone_slug(backbone)  # a backbone path that is not a model: named before the corpus is read and folded
     everything = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
     require_both_labels(everything, files)
     capped = cap_per_group(everything, max_per_source, seed)
@@ -477,7 +464,7 @@ def run_eval(options: EvalOptions) -> dict:
     that are also in ``--data`` are counted in ``meta.test_data_overlap`` (:func:`test_data_overlap`).
 
     Raises:
-        ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`refuse_an_existing_out`),
+        ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`~herald_service.out_path.refuse_an_existing_out`),
             ``jailbreak_train_per_class`` without a templates file, a missing or bad ``--test-data`` file
             (:func:`read_test_data`), and the data errors of :func:`load_corpus_states`.
         BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another

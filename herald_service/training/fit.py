@@ -14,8 +14,7 @@ import numpy as np
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
-from herald_service.errors import BackboneError
-from herald_service.out_path import check_out_path
+from herald_service.out_path import check_out_path, check_probe_out
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
@@ -199,31 +198,15 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
     return kept, record
 
 
-def default_out(backbone: str) -> Path | None:
+def default_out(backbone: str) -> Path:
     """``models/<slug>``: where ``herald fit`` writes without ``--out``, and the folder ``herald serve`` loads by default
     for that backbone (:func:`~herald_service.backbone.loader.backbone_slug`: no GGUF is converted, so the refusal of
     :func:`refuse_a_probe_there` comes first and costs nothing).
 
-    Returns:
-        None when ``backbone`` names no usable model; ``resolve_backbone`` says why once the data is read (data errors
-        are reported first).
-    """
-    try:
-        return Path("models") / backbone_slug(backbone)
-    except BackboneError:
-        return None
-
-
-def check_out(out: Path) -> None:
-    """Refuse an ``--out`` the probe cannot be written to, before any model loads (it failed with "[Errno 20] Not a
-    directory" after the extraction and fit: breaker finding), by the rule of
-    :func:`~herald_service.out_path.check_out_path`: the probe's folder may be new, the folder it goes in must exist.
-
     Raises:
-        ValueError: naming ``--out`` and the path at fault.
+        BackboneError: ``backbone`` names no usable model (:func:`~herald_service.backbone.loader.backbone_slug`).
     """
-    check_out_path(out, "--out", "a folder (the probe is written into it as probe.json and probe.safetensors)",
-                   folder=True)
+    return Path("models") / backbone_slug(backbone)
 
 
 def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) -> None:
@@ -251,7 +234,7 @@ def run_fit(options: FitOptions) -> dict:
 
     Raises:
         BackboneError: if the backbone cannot be loaded.
-        ValueError: if ``out`` cannot be written (:func:`check_out`) or holds a probe and ``overwrite`` is off
+        ValueError: if ``out`` cannot be written (:func:`~herald_service.out_path.check_probe_out`) or holds a probe and ``overwrite`` is off
             (:func:`refuse_a_probe_there`), the data has fewer than 8 rows of a label, before or after the
             ``max_per_source`` cap (:func:`~herald_service.training.corpus.require_both_labels`), the split would
             leave a label out of the calibration or fit part
@@ -263,11 +246,12 @@ def run_fit(options: FitOptions) -> dict:
     """
     started = time.perf_counter()
     if options.out is not None:
-        check_out(options.out)
+        check_probe_out(options.out)
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
     templates = jailbreak_templates_of(options)
     files = expand_data(options.data)
+    default = default_out(options.backbone)  # a backbone path that is not a model: named before the corpus is read
     if templates:  # a template file inside a --data folder is not labeled data
         files = [f for f in files if f.resolve() != options.jailbreak_templates.resolve()]
     rows = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
@@ -277,13 +261,10 @@ def run_fit(options: FitOptions) -> dict:
     require_split_parts(capped, options.test_fraction, options.seed, options.max_per_source)
     if templates:
         check_jailbreak_inputs(templates, rows, capped, options)
-    default = default_out(options.backbone)
     planned = options.out or default
-    if options.out is None and default is not None:
+    if options.out is None:
         check_out_path(default, "--out (the default)", "--out DIR", folder=True)
-    if planned is not None:
-        served = default is not None and planned.resolve() == default.resolve()
-        refuse_a_probe_there(planned, options.overwrite, served, given=options.out is not None)
+    refuse_a_probe_there(planned, options.overwrite, planned.resolve() == default.resolve(), given=options.out is not None)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     options = replace(options, max_tokens=capped_max_tokens(backbone, options.max_tokens))  # the manifest records it
     out = options.out or Path("models") / backbone.info.slug

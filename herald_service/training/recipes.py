@@ -187,14 +187,15 @@ def run_recipes(options: RecipeOptions) -> dict:
 
     Raises:
         ValueError: before any model loads, an existing ``out`` without ``overwrite``
-            (:func:`~.eval.refuse_an_existing_out`), jailbreak recipes without a templates file, and the data errors
+            (:func:`~herald_service.out_path.refuse_an_existing_out`), jailbreak recipes without a templates file, and the data errors
             of :func:`~.eval.load_corpus_states`; after it, a ``sensitive`` recipe without ``sensitive_data``.
         BackboneError: the backbone cannot be loaded.
     """
+    from herald_service.out_path import refuse_an_existing_out
     from herald_service.training.attacks import load_templates
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
-                                              missing_templates, refuse_an_existing_out)
+                                              missing_templates)
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
