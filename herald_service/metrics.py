@@ -77,9 +77,13 @@ class HeraldMetrics:
             " request_timeout_s): the bound for herald_estimated_wait_seconds.", registry=r,
         )
         self.worker_up = Gauge("herald_worker_up", "1 while the inference worker can serve, else 0.", registry=r)
+        self.worker_failed = Gauge(
+            "herald_worker_failed", "1 once the model, probe or warm-up failed to load or the inference worker died:"
+            " the replica cannot serve until it is restarted. 0 while loading and serving.", registry=r,
+        )
         # herald_process_start_time_seconds (Unix time), _resident_memory_bytes, _cpu_seconds_total, _open_fds ...
-        # from /proc (Linux; none elsewhere): the alert rules tell a model still loading from a dead worker by the
-        # process's age.
+        # from /proc (Linux; none elsewhere): the alert rules tell a model still loading from one that never loads by
+        # the process's age, and from a failed load or a dead worker by herald_worker_failed.
         ProcessCollector(namespace="herald", registry=r)
         self.model_info = Gauge(
             "herald_model_info", "Loaded backbone and probe (value 1).",

@@ -387,7 +387,7 @@ def test_metrics_move_with_traffic(client):
     assert value(after, "herald_batch_size_prompts_count") > value(before, "herald_batch_size_prompts_count")
     assert value(after, "herald_prompt_tokens_count") - value(before, "herald_prompt_tokens_count") == 3
     assert 'herald_rejected_requests_total{reason="characters"}' in after
-    assert "herald_worker_up 1.0" in after
+    assert "herald_worker_up 1.0" in after and "herald_worker_failed 0.0" in after
     assert "/health" not in "".join(l for l in after.splitlines() if l.startswith("herald_requests_total"))
 
 
@@ -473,6 +473,9 @@ def test_load_failure_is_reported_not_hung():
         assert "retry-after" not in r.headers  # a failed load does not come up by retrying
         r = c.post("/classify", json={"input": "hi"})
         assert r.status_code == 503 and "retry-after" not in r.headers
+        metrics = c.get("/metrics").text
+    # the alert rule fires on this at once, not after the 10-minute startup allowance (docker/prometheus/alerts.yml)
+    assert "herald_worker_failed 1.0" in metrics and "herald_worker_up 0.0" in metrics
 
 
 def test_lone_surrogate_is_a_422_naming_the_field(client):

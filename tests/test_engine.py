@@ -191,6 +191,8 @@ def test_dead_worker_answers_pending_and_reports_not_alive(runtime):
         time.sleep(0.01)
     assert not engine.alive
     assert "worker died" in (engine.failure or "")
+    registry = engine.metrics.registry
+    assert (registry.get_sample_value("herald_worker_up"), registry.get_sample_value("herald_worker_failed")) == (0, 1)
     with pytest.raises(NotReady):
         engine.submit(ids(runtime, ["b"]))
 

@@ -343,3 +343,16 @@ def test_dashboard_and_alert_metric_names_exist_in_metrics(stack):
                 unknown.setdefault(name, set()).add(source)
     exported = sorted(n for n in types if n.startswith("herald_"))
     assert not unknown, f"herald_* names not in /metrics: {unknown}; exported families: {exported}"
+
+
+def test_the_alert_rules_pass_promtool_s_checks_and_their_unit_tests():
+    # docker/prometheus/alerts_test.yml (each rule's firing and silence over time, e.g. HeraldWorkerDown during a load
+    # and after a failed one) was run by hand only; promtool comes with Debian's prometheus package, as CI installs it
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("no promtool binary on PATH (apt-get install prometheus)")
+    folder = ALERTS.parent
+    for args in (("check", "config", "prometheus.yml"), ("test", "rules", "alerts_test.yml")):
+        run = subprocess.run([promtool, *args], cwd=folder, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, (args, run.stdout, run.stderr)
+        assert "SUCCESS" in run.stdout, (args, run.stdout)

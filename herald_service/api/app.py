@@ -182,11 +182,13 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
         runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader)
     except HeraldError as exc:
         state.load_error = exc.message
+        state.metrics.worker_failed.set(1)
         log.critical("cannot start: %s", exc.message)
         _stop_if_asked(state)
         return
     except Exception as exc:  # report any loader failure on /health/ready instead of hanging in "loading"
         state.load_error = f"cannot load model or probe: {type(exc).__name__}: {exc}"
+        state.metrics.worker_failed.set(1)
         log.critical(state.load_error, exc_info=exc)
         _stop_if_asked(state)
         return

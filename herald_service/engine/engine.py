@@ -468,6 +468,7 @@ class InferenceEngine:
             log.exception("inference worker died")
             self.failure = f"inference worker died: {type(exc).__name__}"
             self.metrics.worker_up.set(0)
+            self.metrics.worker_failed.set(1)
             error = NotReady(self.failure)
             in_flight = self._in_flight[0] if self._in_flight else []
             for item in [*self._in_hand, *in_flight, *self._finishing]:  # taken from the queue but not answered yet
