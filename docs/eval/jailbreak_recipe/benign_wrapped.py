@@ -5,7 +5,8 @@ are each filled with one benign prompt of the random split's *test* part (<= 500
 random-split model (as `herald recipes` fits it, per fit seed) scores them. Writes benign_wrapped.json beside this file.
 
 Run: `OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python docs/eval/jailbreak_recipe/benign_wrapped.py`
-(`--recipes A B ... --out PATH` scores other recipes, e.g. round 3 of docs/eval/direction_estimators.md).
+(`--recipes A B ... --out PATH` scores other recipes, e.g. round 3 of docs/eval/direction_estimators.md;
+`--backbone PATH` another backbone, e.g. its Gemma round).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="False positives on benign prompts inside unseen jailbreak templates.")
     parser.add_argument("--recipes", nargs="+", default=list(NAMES), choices=sorted(RECIPES))
     parser.add_argument("--out", type=Path, default=HERE / "benign_wrapped.json")
+    parser.add_argument("--backbone", default=EMBEDDED_BACKBONE, help="a local model folder or GGUF (default: embedded)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    o = RecipeOptions(data=[Path("../shared/data")], backbone=EMBEDDED_BACKBONE, cache_dir=default_cache_dir(),
+    o = RecipeOptions(data=[Path("../shared/data")], backbone=args.backbone, cache_dir=default_cache_dir(),
                       jailbreak_templates=Path("../shared/data/pyrit_jailbreak_templates.jsonl"), recipes=("jailbreak",))
     corpus = load_corpus_states(o.data, o.backbone, o.cache_dir, o.device, o.dtype, o.max_per_source, o.max_tokens,
                                 o.test_fraction, o.seed)
