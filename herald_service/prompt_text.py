@@ -80,6 +80,7 @@ import collections
 import re
 import unicodedata
 from functools import lru_cache
+from typing import Callable
 
 from confusable_homoglyphs import confusables
 
@@ -134,6 +135,31 @@ separators that needed up to seven passes; the fold is idempotent on 320,000 ran
 strings."""
 
 
+MAX_TABLE_ENTRIES = 65_536
+"""Code points each :class:`_CodePointTable` keeps, about 10 MB a table at most: more than the distinct characters of
+the whole training corpus; past it a character's entry is computed again at each use, so that a client sending every
+code point cannot grow a worker's memory."""
+
+
+class _CodePointTable(dict):
+    """A ``str.translate`` table filled on first use: code point -> ``function(chr(code_point))`` (a string; ``""``
+    deletes the character), computed once per code point (:data:`MAX_TABLE_ENTRIES`).
+
+    The fold's per-character rules ask ``unicodedata`` and the confusables data about each character; called once a
+    character from a Python loop they took 60-100 ms for a 20,000-character Cyrillic or Chinese prompt
+    (benchmarks/prompt_text.py), read through ``str.translate`` they run in C for every character seen before."""
+
+    def __init__(self, function: Callable[[str], str]) -> None:
+        super().__init__()
+        self.function = function
+
+    def __missing__(self, code_point: int) -> str:
+        value = self.function(chr(code_point))
+        if len(self) < MAX_TABLE_ENTRIES:
+            self[code_point] = value
+        return value
+
+
 def _ignorable(code_point: int) -> bool:
     return any(code_point in block for block in _IGNORABLE_NOT_FORMAT)
 
@@ -142,7 +168,6 @@ def _is_mark(char: str) -> bool:
     return unicodedata.category(char)[0] == "M"
 
 
-@lru_cache(maxsize=8192)
 def _fold_char(char: str) -> str:
     """One character as the backbone reads it, outside its context (module docstring): ``""`` for an invisible one,
     the ASCII it imitates, or ``char``. Joiners are left for :func:`_joiner_run` to decide."""
@@ -168,6 +193,9 @@ def _fold_char(char: str) -> str:
         return _fold_char(folded)  # a modifier letter whose NFKC form is another letter: "\u1da6" -> "\u026a" -> "i"
     base = _marked_base(char)
     return base if base is not None and _is_ascii_letter(base) else char  # "\u00e9" -> "e", "\u1e82" -> "W"
+
+
+_FOLDED_CHARS = _CodePointTable(_fold_char)
 
 
 def _marked_base(char: str) -> str | None:
@@ -214,7 +242,7 @@ def _fold_once(text: str) -> str:
     joiners, the marks left on ASCII characters, and last the ASCII disguises."""
     text = unicodedata.normalize("NFC", text)
     text = _SUPERSCRIPT_RUN.sub(lambda run: "^" + unicodedata.normalize("NFKC", run.group(0)).replace("\u2212", "-"), text)
-    text = "".join(_fold_char(char) for char in text)
+    text = text.translate(_FOLDED_CHARS)
     text = _JOINER_RUN.sub(_joiner_run, _fold_words(text))
     return _fold_ascii_disguises(_without_marks_on_ascii(text))
 
@@ -222,14 +250,36 @@ def _fold_once(text: str) -> str:
 def _without_marks_on_ascii(text: str) -> str:
     """``text`` without the combining marks (category ``M``: accents, stacked "Zalgo" marks, enclosing circles, spacing
     marks of other scripts) that follow an ASCII character, but for a keycap (U+20E3) on a digit, ``#`` or ``*``.
-    Marks on other scripts' letters stay."""
-    kept, last = [], ""
-    for char in text:
-        if last and last.isascii() and _is_mark(char) and not (char == "\u20e3" and last in "0123456789#*"):
-            continue
-        kept.append(char)
-        last = char
+    Marks on other scripts' letters stay. Found on a mask of ``text`` (:func:`_mark_class`), by
+    :data:`_MARKS_ON_ASCII`."""
+    mask = text.translate(_MARK_CLASSES)
+    kept, last = [], 0
+    for match in _MARKS_ON_ASCII.finditer(mask):
+        kept.append(text[last:match.start()])
+        last = match.end()
+    if not kept:
+        return text  # most text: no mark on an ASCII character
+    kept.append(text[last:])
     return "".join(kept)
+
+
+def _mark_class(char: str) -> str:
+    """One character of the mask :func:`_without_marks_on_ascii` reads: ``k`` a keycap (U+20E3), ``m`` any other
+    combining mark, ``d`` a digit, ``#`` or ``*`` (which a keycap may sit on), ``a`` any other ASCII character, ``.``
+    anything else."""
+    if char.isascii():
+        return "d" if char in "0123456789#*" else "a"
+    if char == "\u20e3":
+        return "k"
+    return "m" if _is_mark(char) else "."
+
+
+_MARK_CLASSES = _CodePointTable(_mark_class)
+
+_MARKS_ON_ASCII = re.compile(r"(?<=a)[mk]+|(?<=d)m+")
+"""In a mask of :func:`_mark_class`, the marks dropped: every mark after an ASCII character, but after a digit, ``#``
+or ``*`` only those before a keycap, which stays with the marks after it (they follow a character that is not
+ASCII, the keycap)."""
 
 
 _JOINER_RUN = re.compile(f"[{_JOINERS}]+")
@@ -280,28 +330,75 @@ def _fold_words(text: str) -> str:
     ASCII (a Cyrillic "\u0406" for the pronoun I took one harmful request from 0.51 to 0.015), unless it is Greek: a
     lone Greek letter in English text is a symbol ("\u03c3", "\u03b1 = 0.05"). A word with no ASCII letter (Russian,
     Greek) or with a letter that is no look-alike ("Java\u0441\u043a\u0440\u0438\u043f\u0442": "\u043a",
-    "\u0438") keeps its letters."""
-    tokens, word = [], []  # words as lists of characters, other characters as strings
-    for char in text:
-        if _in_word(char):
-            word.append(char)
-            continue
-        if word:
-            tokens.append(word)
-            word = []
-        tokens.append(char)
-    if word:
-        tokens.append(word)
-    words = [index for index, token in enumerate(tokens) if isinstance(token, list)]
-    spelled = {index: _ascii_word("".join(tokens[index])) for index in words}
-    for position in (*range(len(words)), *reversed(range(len(words)))):  # both ways: "\u0430 \u0430 word" is "a a word"
-        index = words[position]
-        letters = [char for char in tokens[index] if not _is_mark(char) and char not in _JOINERS]
-        if len(letters) == 1 and _lookalike(letters[0]) in _ONE_LETTER_WORDS and not _is_greek(letters[0]):
-            neighbours = [spelled[words[p]] for p in (position - 1, position + 1) if 0 <= p < len(words)]
+    "\u0438") keeps its letters.
+
+    The words are found on a mask of ``text``, one class letter a character (:func:`_word_class`), by regular
+    expressions (:data:`_SPELLED_WORD`, :data:`_ONE_LETTER_WORD`), so that only the words that change are handled in
+    Python."""
+    mask = text.translate(_WORD_CLASSES)
+    spelled = {match.start(): (match.end(), text[match.start():match.end()].translate(_LOOKALIKES))
+               for match in _SPELLED_WORD.finditer(mask)}  # start -> (end, ASCII spelling)
+    one_letter = [match.start() for match in _ONE_LETTER_WORD.finditer(mask)]
+    if one_letter:
+        words = [match.span() for match in _WORD.finditer(mask)]
+        position_of = {start: position for position, (start, _) in enumerate(words)}
+        positions = [position_of[start] for start in one_letter]
+
+        def as_read(position: int) -> str:
+            start, end = words[position]
+            return spelled[start][1] if start in spelled else text[start:end]
+
+        for position in (*positions, *reversed(positions)):  # both ways: "\u0430 \u0430 word" is "a a word"
+            neighbours = [as_read(p) for p in (position - 1, position + 1) if 0 <= p < len(words)]
             if any(neighbour.isascii() and any(c.isalpha() for c in neighbour) for neighbour in neighbours):
-                spelled[index] = "".join(_lookalike(char) for char in tokens[index])
-    return "".join(spelled[index] if index in spelled else token for index, token in enumerate(tokens))
+                start, end = words[position]
+                spelled[start] = (end, text[start:end].translate(_LOOKALIKES))
+    if not spelled:
+        return text
+    pieces, last = [], 0
+    for start in sorted(spelled):
+        end, word = spelled[start]
+        pieces += (text[last:start], word)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _word_class(char: str) -> str:
+    """One character of the mask :func:`_fold_words` reads, from what the word rules ask of it: ``.`` outside words
+    (not :func:`_in_word`); in a word, a letter (no mark or joiner) that alone spells a one-letter English word
+    (:data:`_ONE_LETTER_WORDS`, by :func:`_lookalike`, not Greek): ``B`` when it is ASCII ("a", "A", "I"), ``c`` when
+    not; another ASCII letter ``A``; a letter that reads as ASCII (its :func:`_lookalike` is ASCII) ``k``, one that
+    does not ``x``; a mark or joiner ``m``, or ``y`` where its :func:`_lookalike` is neither ASCII, a mark nor a
+    joiner."""
+    if not _in_word(char):
+        return "."
+    letter = not _is_mark(char) and char not in _JOINERS
+    spelled = _lookalike(char)
+    if letter and spelled in _ONE_LETTER_WORDS and not _is_greek(char):
+        return "B" if char.isascii() else "c"
+    if not (spelled.isascii() or _is_mark(spelled) or spelled in _JOINERS):
+        return "x" if letter else "y"
+    if not letter:
+        return "m"
+    return "A" if _is_ascii_letter(char) else "k"
+
+
+_WORD_CLASSES = _CodePointTable(_word_class)
+
+_LOOKALIKES = _CodePointTable(lambda char: _lookalike(char))
+"""Every character -> the ASCII letter it imitates, or itself (:func:`_lookalike`): spells a word in ASCII."""
+
+_WORD = re.compile(r"[^.]+")
+"""In a mask of :func:`_word_class`: a word."""
+
+_SPELLED_WORD = re.compile(r"(?<![^.])(?=[kcm]*[AB])(?=[AB]*[kcm])[ABkcm]+(?![^.])")
+"""In a mask of :func:`_word_class`: a word with an ASCII letter, every other character of which reads as ASCII or
+is a mark or joiner, and at least one of them not ASCII (an ASCII word is spelled as it is): spelled in ASCII."""
+
+_ONE_LETTER_WORD = re.compile(r"(?<![^.])[my]*[Bc][my]*(?![^.])")
+"""In a mask of :func:`_word_class`: a word of one letter, which imitates "a", "A" or "I", with any marks and
+joiners: spelled in ASCII when a word beside it is."""
 
 
 _ONE_LETTER_WORDS = ("a", "A", "I")
@@ -315,15 +412,6 @@ def _is_greek(char: str) -> bool:
 @lru_cache(maxsize=8192)
 def _in_word(char: str) -> bool:
     return char.isalpha() or _is_mark(char) or char in _JOINERS or char in _ascii_lookalikes()
-
-
-def _ascii_word(word: str) -> str:
-    if word.isascii() or not any(_is_ascii_letter(char) for char in word):
-        return word
-    spelled = [_lookalike(char) for char in word]
-    if all(char.isascii() or _is_mark(char) or char in _JOINERS for char in spelled):
-        return "".join(spelled)
-    return word
 
 
 @lru_cache(maxsize=8192)
