@@ -50,11 +50,12 @@ def load_corpus(paths: list[Path]) -> list[Example]:
             :data:`LABELS`, or an empty or whitespace-only ``prompt``; the message names the field and what it found.
         OSError: a file that cannot be read.
     """
-    return [example for example, _ in _read_rows(paths)]
+    return [example for example, _, _ in _read_rows(paths)]
 
 
-def _read_rows(paths: list[Path]) -> list[tuple[Example, str]]:
-    """Each row's :class:`Example` and where it is (``"<path> line <n>"``), in file and line order."""
+def _read_rows(paths: list[Path]) -> list[tuple[Example, str, str | None]]:
+    """Each row's :class:`Example`, where it is (``"<path> line <n>"``) and its prompt as the backbone reads it where
+    the row was checked with it (:func:`_row_example`), in file and line order."""
     rows = []
     for path in paths:
         # split at "\n" only: str.splitlines would also cut at a U+2028 that JSON allows inside a string
@@ -62,7 +63,8 @@ def _read_rows(paths: list[Path]) -> list[tuple[Example, str]]:
             if line.strip():
                 where = f"{path} line {number}"
                 try:
-                    rows.append((_row_example(line, where, path.name), where))
+                    example, read = _row_example(line, where, path.name)
+                    rows.append((example, where, read))
                 except NotJsonRow as exc:
                     if path.suffix.lower() in TABLE_SUFFIXES:  # "data.csv line 1: not JSON" did not say why
                         raise NotJsonRow(f"{exc}; Herald reads labeled data as JSONL only, not {path.suffix} tables:"
@@ -92,8 +94,8 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
     """
     rows = _read_rows(paths)
     places: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt as read -> (label, where) of each row
-    for example, where in rows:
-        places[normalize_prompt_text(example.prompt)].append((example.label, where))
+    for example, where, read in rows:  # read: the fold of the row's check, reused (folding is most of the load time)
+        places[normalize_prompt_text(example.prompt) if read is None else read].append((example.label, where))
     repeated = {prompt: found for prompt, found in places.items() if len(found) > 1}
     conflicts = [prompt for prompt, found in repeated.items() if len({label for label, _ in found}) > 1]
     if conflicts:
@@ -110,7 +112,7 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
         many = len(repeated) > 1
         log.warning("%d prompt%s more than once (same label); duplicates can land on both sides of the split "
                     "(first: %s and %s)", len(repeated), "s appear" if many else " appears", first_at, second_at)
-    return [example for example, _ in rows]
+    return [example for example, _, _ in rows]
 
 
 def _json_kind(value: object) -> str:
@@ -124,43 +126,49 @@ def _json_kind(value: object) -> str:
     return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def _row_problem(row: dict) -> str | None:
+def _row_problem(row: dict) -> tuple[str | None, str | None]:
     """What is wrong with a parsed row's fields, the first fault only (every row got one generic message naming no
-    field: breaker finding), or None. An empty or blank prompt is refused: nothing in it can be labelled."""
+    field: breaker finding), or None; and its prompt as the backbone reads it (:func:`normalize_prompt_text`), folded
+    for the check that it is not only invisible characters, or None where a fault came before that check. An empty or
+    blank prompt is refused: nothing in it can be labelled."""
     for name in ("prompt", "label", "source"):
         if name not in row:
-            return f"missing field {name!r}; a row needs prompt, label and source"
+            return f"missing field {name!r}; a row needs prompt, label and source", None
     for name in ("prompt", "source", "context"):
         value = row.get(name)
         if name in row and not isinstance(value, str) and not (name == "context" and value is None):
-            return f"{name} must be a string{' or null' if name == 'context' else ''}, got {_json_kind(value)}"
+            return f"{name} must be a string{' or null' if name == 'context' else ''}, got {_json_kind(value)}", None
     label = row["label"]
     if not isinstance(label, str):
-        return f"label must be one of {sorted(LABELS)}, got {_json_kind(label)}"
+        return f"label must be one of {sorted(LABELS)}, got {_json_kind(label)}", None
     if label not in LABELS:
         shown = label if len(label) <= 40 else label[:39] + "…"
-        return f"label {shown!r} is not one of {sorted(LABELS)}"
+        return f"label {shown!r} is not one of {sorted(LABELS)}", None
     if not row["prompt"].strip():
-        return "prompt is empty or only whitespace; a moderation prompt needs text to be labelled"
-    if not normalize_prompt_text(row["prompt"]).strip():
+        return "prompt is empty or only whitespace; a moderation prompt needs text to be labelled", None
+    read = normalize_prompt_text(row["prompt"])
+    if not read.strip():
         return ("prompt is only invisible characters (nothing is left once the prompt-text fold of"
-                " herald_service/prompt_text.py removes them); a moderation prompt needs text to be labelled")
+                " herald_service/prompt_text.py removes them); a moderation prompt needs text to be labelled"), read
     if "source" in row and not row["source"].strip():
-        return "source is empty or only whitespace; name the dataset the row comes from (metrics are per source)"
-    return None
+        return "source is empty or only whitespace; name the dataset the row comes from (metrics are per source)", read
+    return None, read
 
 
-def _row_example(line: str, where: str, file: str) -> Example:
-    """The :class:`Example` of one JSONL line; ValueError naming ``where`` (file and line) and what is wrong."""
+def _row_example(line: str, where: str, file: str) -> tuple[Example, str | None]:
+    """The :class:`Example` of one JSONL line and its prompt as the backbone reads it, or None where that is not the
+    row's folded ``prompt`` (a HarmBench context is joined before it); ValueError naming ``where`` (file and line) and
+    what is wrong."""
     row = object_row(line, where, "an object with prompt, label and source")
-    problem = _row_problem(row)
+    problem, read = _row_problem(row)
     if problem:
         raise ValueError(f"{where}: {problem}")
     for field in ("prompt", "context", "source"):
         if isinstance(row.get(field), str) and not is_valid_unicode(row[field]):
             raise ValueError(f"{where}: {field} holds a lone UTF-16 surrogate (not valid Unicode); no tokenizer can encode it")
     category = row.get("category")
-    return Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, file)
+    example = Example(_prompt_text(row), LABELS[row["label"]], row["source"], category if isinstance(category, str) else None, file)
+    return example, read if example.prompt == row["prompt"] else None
 
 
 MIN_ROWS_PER_LABEL = 8
