@@ -340,21 +340,23 @@ def _fold_words(text: str) -> str:
     mask = text.translate(_WORD_CLASSES)
     spelled = {match.start(): (match.end(), text[match.start():match.end()].translate(_LOOKALIKES))
                for match in _SPELLED_WORD.finditer(mask)}  # start -> (end, ASCII spelling)
-    one_letter = [match.start() for match in _ONE_LETTER_WORD.finditer(mask)]
-    if one_letter:
-        words = [match.span() for match in _WORD.finditer(mask)]
-        position_of = {start: position for position, (start, _) in enumerate(words)}
-        positions = [position_of[start] for start in one_letter]
+    one_letter = [match.span() for match in _ONE_LETTER_WORD.finditer(mask)]
+    backwards = mask[::-1] if one_letter else ""  # searched forwards for the word before a position
 
-        def as_read(position: int) -> str:
-            start, end = words[position]
-            return spelled[start][1] if start in spelled else text[start:end]
+    def beside(start: int, end: int) -> list[str]:
+        """The words before and after the word at ``start:end`` of ``text``, as read so far."""
+        spans = []
+        before = _WORD.search(backwards, len(mask) - start)
+        if before:
+            spans.append((len(mask) - before.end(), len(mask) - before.start()))
+        after = _WORD.search(mask, end)
+        if after:
+            spans.append(after.span())
+        return [spelled[first][1] if first in spelled else text[first:last] for first, last in spans]
 
-        for position in (*positions, *reversed(positions)):  # both ways: "\u0430 \u0430 word" is "a a word"
-            neighbours = [as_read(p) for p in (position - 1, position + 1) if 0 <= p < len(words)]
-            if any(neighbour.isascii() and any(c.isalpha() for c in neighbour) for neighbour in neighbours):
-                start, end = words[position]
-                spelled[start] = (end, text[start:end].translate(_LOOKALIKES))
+    for start, end in (*one_letter, *reversed(one_letter)):  # both ways: "\u0430 \u0430 word" is "a a word"
+        if any(neighbour.isascii() and any(c.isalpha() for c in neighbour) for neighbour in beside(start, end)):
+            spelled[start] = (end, text[start:end].translate(_LOOKALIKES))
     if not spelled:
         return text
     pieces, last = [], 0
@@ -388,11 +390,8 @@ def _word_class(char: str) -> str:
 
 _WORD_CLASSES = _CodePointTable(_word_class)
 
-_LOOKALIKES = _CodePointTable(lambda char: _lookalike(char))
-"""Every character -> the ASCII letter it imitates, or itself (:func:`_lookalike`): spells a word in ASCII."""
-
 _WORD = re.compile(r"[^.]+")
-"""In a mask of :func:`_word_class`: a word."""
+"""In a mask of :func:`_word_class`: a word (searched from a position, forwards or in the mask reversed)."""
 
 _SPELLED_WORD = re.compile(r"(?<![^.])(?=[kcm]*[AB])(?=[AB]*[kcm])[ABkcm]+(?![^.])")
 """In a mask of :func:`_word_class`: a word with an ASCII letter, every other character of which reads as ASCII or
@@ -427,6 +426,10 @@ def _lookalike(char: str) -> str:
         return table[char]
     base = _marked_base(char)
     return table.get(base, char) if base is not None else char
+
+
+_LOOKALIKES = _CodePointTable(_lookalike)
+"""Every character -> the ASCII letter it imitates, or itself (:func:`_lookalike`): spells a word in ASCII."""
 
 
 _LOOKALIKE_CATEGORIES = ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "No", "So")
@@ -820,8 +823,8 @@ def _starts_sentence(text: str, position: int) -> bool:
 
 
 def _case_changes(word: str) -> int:
-    """How often the case changes between neighbouring letters of ``word`` after its first ("WRitE": 2, "iPhone": 1,
-    "Title": 0, "NASA": 0)."""
+    """How often the case changes between neighbouring letters of ``word`` (ASCII letters) after its first ("WRitE":
+    2, "iPhone": 1, "Title": 0, "NASA": 0)."""
     return len(_CASE_CHANGE.findall(word, 2))  # each letter from the third whose case differs from the one before
 
 
