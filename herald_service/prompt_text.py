@@ -145,9 +145,10 @@ class _CodePointTable(dict):
     """A ``str.translate`` table filled on first use: code point -> ``function(chr(code_point))`` (a string; ``""``
     deletes the character), computed once per code point (:data:`MAX_TABLE_ENTRIES`).
 
-    The fold's per-character rules ask ``unicodedata`` and the confusables data about each character; called once a
-    character from a Python loop they took 60-100 ms for a 20,000-character Cyrillic or Chinese prompt
-    (benchmarks/prompt_text.py), read through ``str.translate`` they run in C for every character seen before."""
+    The fold's per-character rules ask ``unicodedata`` and the confusables data about each character; called for each
+    character from a Python loop, the fold took 79-87 ms for a 20,000-character Cyrillic or Chinese prompt, 1.6-2.3
+    times tokenizing it; read through ``str.translate`` they run in C for every character seen before (23-26 ms,
+    0.53-0.55 times; docs/PERFORMANCE.md, "Prompt-text fold on the CPU")."""
 
     def __init__(self, function: Callable[[str], str]) -> None:
         super().__init__()
