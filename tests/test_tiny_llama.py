@@ -636,8 +636,10 @@ def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=1
 
 def test_fit_names_missing_or_bad_jailbreak_templates_before_the_backbone_loads(tmp_path):
     data, good = _jailbreak_inputs(tmp_path)
-    common = dict(data=[data], backbone=str(tmp_path / "no-such-backbone"), out=tmp_path / "out", cache_dir=tmp_path,
-                  max_per_source=15)
+    unloadable = tmp_path / "unloadable-backbone"  # passes the path check made before the data is read; never loads
+    unloadable.mkdir()
+    (unloadable / "config.json").write_text("{}")
+    common = dict(data=[data], backbone=str(unloadable), out=tmp_path / "out", cache_dir=tmp_path, max_per_source=15)
     with pytest.raises(ValueError, match=r"--jailbreak-templates: .*missing.jsonl is not a file; --jailbreak-train-per-class 80"):
         run_fit(FitOptions(jailbreak_templates=tmp_path / "missing.jsonl", jailbreak_train_per_class=80, **common))
     with pytest.raises(ValueError, match=r"^--jailbreak-templates is empty; --jailbreak-train-per-class 80 needs"):
