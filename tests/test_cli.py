@@ -395,6 +395,10 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
     (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 2"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
+    (("fit", "--seed", "-1"), "seed (--seed): Input should be greater than or equal to 0"),
+    (("eval", "--curve-seeds", "[0,-1]"), "curve_seeds.1 (--curve-seeds): Input should be greater than or equal to 0"),
+    (("recipes", "--fit-seed", "4294967296"), "fit_seed (--fit-seed): Input should be less than or equal to 4294967295"),
+    (("recipes", "--jailbreak-extra-n", "-3"), "jailbreak_extra_n (--jailbreak-extra-n): Input should be greater than or equal to 0"),
 ])
 def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path, args, expected):
     # these were accepted and failed (or silently did something else) after the backbone load and state extraction

@@ -28,10 +28,13 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     port = free_port()
+    # an empty cache folder: the server converts the GGUF as on a first start, whose log is checked below (the
+    # conversion's own progress bar reached the log only when this machine had no conversion cached)
     env = {**os.environ, "HERALD_PORT": str(port), "HERALD_HOST": "127.0.0.1", "HERALD_STEER_ENABLED": "true",
-           "HERALD_STEER_API_KEY": STEER_KEY, "HERALD_LOG_LEVEL": "warning"}
+           "HERALD_STEER_API_KEY": STEER_KEY, "HERALD_LOG_LEVEL": "warning",
+           "HERALD_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -53,7 +56,8 @@ def server():
     finally:
         proc.terminate()
         proc.wait(30)
-    # every line is a log line in Herald's format (transformers' "Loading weights" progress bar wrote into it)
+    # every line is a log line in Herald's format (transformers' "Loading weights" and GGUF conversion progress bars
+    # wrote into it)
     lines = [line for line in proc.stdout.read().split("\n") if line]
     stray = [line for line in lines if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ", line)]
     assert not stray and not any("\r" in line for line in lines), stray
