@@ -3,6 +3,7 @@ and encodings, numbers JSON can write but Python cannot hold, body size and body
 
 import json
 import re
+import time
 import pytest
 from fastapi.testclient import TestClient
 
@@ -957,6 +958,59 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
     assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"], data[-300:]
     assert data.endswith(b"Invalid HTTP request received.")
     assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 2
+
+
+BAD_BODIES = {
+    "chunk size": b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+    "identity": b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: identity\r\n\r\n",
+    "gzip, chunked": b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: gzip, chunked\r\n\r\nzz\r\n",
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_BODIES))
+@pytest.mark.parametrize("pipelined", [False, True], ids=["alone", "behind_a_request_in_work"])
+def test_a_body_the_parser_refuses_is_answered_400_once_and_after_the_answers_before_it(bad, pipelined, caplog):
+    # breaker pass: a valid request and, pipelined behind it, one with a bad chunk size (or "Transfer-Encoding:
+    # identity") got only the 400, at once; the valid request's answer was lost (counted 499). Alone, the refused
+    # request was counted twice: invalid_http and 499 (or 501, when its app ran on the same read)
+    import socket
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(_slowed(app, 0.5), counted_by=app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall((CLASSIFY if pipelined else b"") + BAD_BODIES[bad])
+            data = read_until_closed(sock, 5)
+        time.sleep(0.7)  # a refused app that ran anyway would have finished and been counted by now
+        count = app.state.herald.metrics.registry.get_sample_value
+    expected = [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"] if pipelined else [b"HTTP/1.1 400 Bad Request"]
+    assert _answers(data) == expected, data[-300:]
+    assert data.endswith(b"Invalid HTTP request received.")
+    assert count("herald_rejected_requests_total", {"reason": "invalid_http"}) == 1
+    assert count("herald_rejected_requests_total", {"reason": "transfer_encoding"}) in (None, 0.0)
+    assert {status: count("herald_requests_total", {"route": "/classify", "status": status}) or 0
+            for status in ("200", "400", "499", "501")} == {"200": 1 if pipelined else 0, "400": 0, "499": 0, "501": 0}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+def test_a_body_refused_while_its_app_waits_for_it_is_answered_400_and_counted_once():
+    # the request's app runs (its headers came in an earlier read) and waits for the body when the bad chunk comes
+    import socket
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(BAD_BODIES["chunk size"][:-4])
+            time.sleep(0.3)
+            sock.sendall(b"zz\r\n")
+            data = read_until_closed(sock, 5)
+        time.sleep(0.3)
+        count = app.state.herald.metrics.registry.get_sample_value
+    assert _answers(data) == [b"HTTP/1.1 400 Bad Request"], data[-300:]
+    assert count("herald_rejected_requests_total", {"reason": "invalid_http"}) == 1
+    assert count("herald_requests_total", {"route": "/classify", "status": "499"}) in (None, 0.0)
 
 
 def test_a_client_that_leaves_with_a_request_pipelined_is_counted_499_for_the_one_in_work(caplog):

@@ -63,10 +63,19 @@ if HttpToolsProtocol is not None:
 
         Pipelining: a request's header clock starts at its first byte only when every request before it on the
         connection has been answered, else when the last of them is; and a 400 for its headers (too large, or not
-        HTTP) is written after those answers. Breaker pass: the next request's clock ran while the current one was
-        computed, and its 408 (or 400) closed the connection before that answer was written (counted 499); bytes of
-        the next request that came in the same read as the end of the current one never started a clock at all, and
-        such a connection was held until keep-alive (75 s) with no answer.
+        HTTP) or for its body's framing (a bad chunk size, a Transfer-Encoding the parser refuses) is written after
+        those answers. Breaker pass: the next request's clock ran while the current one was computed, and its 408 (or
+        400) closed the connection before that answer was written (counted 499); bytes of the next request that came
+        in the same read as the end of the current one never started a clock at all, and such a connection was held
+        until keep-alive (75 s) with no answer; a bad chunked body pipelined behind a request in work had its 400
+        written at once, and the answer in work was lost.
+
+        A request refused 400 for its body's framing is answered by that 400 alone and counted once, as
+        ``invalid_http``: its app is not started if it has not begun (a queued one leaves the pipeline), and one that
+        runs hears that its client left while ``extensions["herald.refused"]()`` says the 400 answered it, so
+        :class:`~herald_service.api.middleware.RequestMetrics` does not count it 499 too (breaker pass: counted
+        twice). One whose app has begun its own answer (a 501 for its Transfer-Encoding) keeps that answer, and the
+        connection is closed.
 
         Scope: ``extensions["herald.connection_closed"]`` is a callable that says whether the connection is closing
         or closed, for :class:`~herald_service.api.middleware.RequestMetrics` to tell an answer that could not be
@@ -85,10 +94,12 @@ if HttpToolsProtocol is not None:
             self._headers_begun = False  # the request being read has sent its first byte, not yet its last header
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
+            self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
 
         def _answer_pending(self) -> bool:
-            """Whether a request read before the one whose headers are being read is still unanswered."""
-            return self.cycle is not None and not self.cycle.response_complete
+            """Whether a request read before the one being read (or refused) is still unanswered."""
+            return any(cycle is not None and cycle is not self._refused and not cycle.response_complete
+                       for cycle in (self.cycle, self._running, *(queued for queued, _ in self.pipeline)))
 
         def data_received(self, data: bytes) -> None:
             if self._deferred_400 is not None:
@@ -112,8 +123,11 @@ if HttpToolsProtocol is not None:
         def on_message_begin(self) -> None:
             self._header_bytes, self._too_large = 0, False
             super().on_message_begin()
+            refused = [False]
             self.scope["extensions"] = {**self.scope.get("extensions", {}),
-                                        "herald.connection_closed": self.transport.is_closing}
+                                        "herald.connection_closed": self.transport.is_closing,
+                                        "herald.refused": lambda: refused[0]}
+            self._mark_refused = lambda: refused.__setitem__(0, True)
             # the request's first byte, which may come in the same read as the end of the request before it
             self._headers_begun = True
             if not self._answer_pending():
@@ -137,7 +151,12 @@ if HttpToolsProtocol is not None:
 
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
             self._running = cycle
-            super()._start_asgi_task(cycle, app)
+
+            async def unless_refused(scope: Any, receive: Any, send: Any) -> None:
+                if cycle is not self._refused:  # a 400 for its body came in the read that started it
+                    await app(scope, receive, send)
+
+            super()._start_asgi_task(cycle, unless_refused)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -171,21 +190,35 @@ if HttpToolsProtocol is not None:
                 self._header_timer = None
 
         def send_400_response(self, msg: str) -> None:
-            if self._deferred_400 is not None:
+            if self._deferred_400 is not None or self.transport.is_closing():
                 return
+            if not self._in_headers and self.cycle is not None:  # the body of the request last read is malformed
+                if self.cycle.response_started:  # its app's own answer (counted there) is out, or part of it
+                    self.transport.close()
+                    return
+                self._refuse_last_read()
             self.refused("header_size" if self._too_large else "invalid_http")
             if self._too_large:
                 log.warning("request line and headers over %d bytes: answered 400", self._header_limit)
                 msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
-            if self._in_headers and self._answer_pending():
+            if self._answer_pending():
                 # written after the answers to the requests before it (on_response_complete); uvicorn writes a
-                # parser error's 400 at once and closes, which dropped those answers (breaker pass). A 400 for a
-                # request whose headers were complete (a bad chunked body) is still written at once: its app runs.
+                # parser error's 400 at once and closes, which dropped those answers (breaker pass)
                 self._deferred_400 = msg
                 self._end_headers()
                 self.flow.pause_reading()
                 return
             super().send_400_response(msg)
+
+        def _refuse_last_read(self) -> None:
+            """Make the 400 the only answer of the request last read (``self.cycle``): out of the pipeline if queued,
+            its app not started if it has not begun, told that its client left if it runs, and marked as answered
+            by the HTTP layer for :class:`~herald_service.api.middleware.RequestMetrics`."""
+            cycle = self._refused = self.cycle
+            self.pipeline = type(self.pipeline)(entry for entry in self.pipeline if entry[0] is not cycle)
+            self._mark_refused()
+            cycle.disconnected = True
+            cycle.message_event.set()
 
         def _headers_timed_out(self) -> None:
             self._header_timer = None

@@ -40,6 +40,13 @@ def connection_closed(scope: Scope) -> bool:
     return bool(closed is not None and closed())
 
 
+def refused_by_http(scope: Scope) -> bool:
+    """Whether the HTTP layer answered the request 400 for its body's framing (the ``herald.refused`` scope extension
+    of :mod:`herald_service.api.http_protocol`), which counts it as ``invalid_http``; False for a server without it."""
+    refused = scope.get("extensions", {}).get("herald.refused")
+    return bool(refused is not None and refused())
+
+
 class RequestMetrics:
     """Counts requests by route template and status and observes their latency; probes stay out (vLLM habit).
 
@@ -56,7 +63,9 @@ class RequestMetrics:
     :mod:`herald_service.api.http_protocol` says the connection is closing) is counted 499, like a client that left
     before its answer, and the rest of it is dropped. Breaker pass: uvicorn (uvloop) raised ``RuntimeError: unable to
     perform operation on <TCPTransport closed=True>``, logged here as an ERROR with a traceback, and the answer never
-    delivered was counted 200.
+    delivered was counted 200. A request the HTTP layer answered 400 for its body's framing (:func:`refused_by_http`)
+    is neither counted nor logged here: ``herald_rejected_requests_total{reason="invalid_http"}`` counts it (it was
+    counted there and again 499 here, breaker pass).
     """
 
     def __init__(self, app: ASGIApp, metrics: HeraldMetrics, paths: frozenset[str] = frozenset()) -> None:
@@ -108,12 +117,15 @@ class RequestMetrics:
                 await error_response(500, "internal_error", "internal error; see server log",
                                      path=scope.get("path"))(scope, receive, send_wrapper)
         finally:
-            template = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "unmatched")
-            seconds = time.perf_counter() - started
-            self.metrics.observe_request(template, status["code"], seconds)
-            # the template, not the path: a client cannot put its own text in the log (nor in label values)
-            access_log.info("%s %s %d %.1f ms request_id=%s", scope["method"], template, status["code"], seconds * 1000,
-                            rid.decode("ascii"))
+            if not refused_by_http(scope):
+                self._record(scope, status["code"], time.perf_counter() - started, rid)
+
+    def _record(self, scope: Scope, status: int, seconds: float, rid: bytes) -> None:
+        template = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "unmatched")
+        self.metrics.observe_request(template, status, seconds)
+        # the template, not the path: a client cannot put its own text in the log (nor in label values)
+        access_log.info("%s %s %d %.1f ms request_id=%s", scope["method"], template, status, seconds * 1000,
+                        rid.decode("ascii"))
 
 
 class CloseUnreadBodies:
