@@ -444,6 +444,16 @@ def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(t
     assert not (tmp_path / "cache").exists()
 
 
+def test_recipes_names_missing_sensitive_data_and_a_recipe_that_needs_it_before_anything_loads(tmp_path):
+    # tester finding: recipes --sensitive-data /nope was named 37 s into a run, after the corpus states
+    results = ("--out", str(tmp_path / "r.json"), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("recipes", "--sensitive-data", str(tmp_path / "nope"), *results)
+    assert out.returncode == 1 and out.stderr.strip() == f"herald: --sensitive-data {tmp_path / 'nope'} does not exist"
+    out = herald("recipes", "--recipes", '["shipped","sensitive"]', *results)
+    assert out.returncode == 1 and out.stderr.strip() == "herald: recipe sensitive needs --sensitive-data", out.stderr
+    assert not (tmp_path / "cache").exists()
+
+
 def test_eval_with_wrapped_training_rows_needs_a_templates_file_before_the_backbone_loads(tmp_path):
     out = herald("eval", "--jailbreak-train-per-class", "80", "--jailbreak-templates", "null", "--out",
                  str(tmp_path / "r.json"), "--cache-dir", str(tmp_path / "cache"))
@@ -723,6 +733,9 @@ def test_fit_refuses_a_folder_that_holds_a_probe_unless_overwrite_before_the_bac
     missing = tmp_path / "missing-backbone"  # named first: before the data is read (it took 32 s on the corpus)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('["not", "a", "row"]\n')
+    out = herald("fit", "--data", str(bad), "--out", str(mine), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr.strip().startswith(f"herald: --out {mine} already holds a probe"), (
+        out.stderr)  # before the data is read too (33 s into a run on the corpus: tester finding)
     for args in (("--out", str(mine)), ("--out", str(mine), "--overwrite"), ("--data", str(bad))):
         out = herald("fit", "--data", str(data), "--backbone", str(missing), *args, cwd=tmp_path)
         assert out.returncode == 1 and out.stderr.strip() == (

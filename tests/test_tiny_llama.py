@@ -782,3 +782,20 @@ def test_the_guard_limit_keeps_the_wrapped_prompt_inside_the_position_table(reso
     backbone.max_positions = 20
     with pytest.raises(ValueError, match=r"the guard instruction takes \d+ tokens, the backbone's whole position table"):
         guard_token_limit(backbone, 768)
+
+
+def test_eval_refuses_a_probe_of_another_architecture_before_it_reads_the_corpus(folder, tmp_path):
+    # tester finding: eval --probe of another backbone was refused 52 s in, after the corpus read and the extraction;
+    # a data file with a bad row shows the refusal now comes first (the row's error was named before it)
+    from conftest import herald
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('["not", "a", "row"]\n')
+    shipped = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct"
+    out = herald("eval", "--data", str(bad), "--backbone", str(folder), "--probe", str(shipped),
+                 "--out", str(tmp_path / "r.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().startswith(
+        "herald: probe was fitted on 'HuggingFaceTB/SmolLM2-135M-Instruct' but the backbone is"), out.stderr
+    assert "num_layers 30 in probe.json, 4 in the backbone; hidden_size 576 in probe.json, 64 in the backbone" in out.stderr
+    assert not (tmp_path / "cache" / "states").exists()

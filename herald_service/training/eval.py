@@ -471,6 +471,8 @@ def run_eval(options: EvalOptions) -> dict:
             backbone.
     """
     from herald_service.data.hashing import corpus_sha256
+    from herald_service.backbone.hf import config_info
+    from herald_service.backbone.loader import resolve_backbone
     from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
     from herald_service.training.attacks import load_templates
 
@@ -487,7 +489,10 @@ def run_eval(options: EvalOptions) -> dict:
                          f" {options.jailbreak_max_chars} characters: --jailbreak-max-chars)")
     test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
-        _, probe_manifest = load_probe(options.probe)  # its own files; whether it fits the backbone once that is loaded
+        _, probe_manifest = load_probe(options.probe)
+        # and one of another architecture by the backbone's config.json, before the corpus is read and its states
+        # extracted (it came 52 s into a run: tester finding); the resolved folder (a GGUF's conversion) is reused
+        check_compatible(probe_manifest, config_info(resolve_backbone(options.backbone, options.cache_dir)))
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it

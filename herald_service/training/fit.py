@@ -252,6 +252,11 @@ def run_fit(options: FitOptions) -> dict:
     templates = jailbreak_templates_of(options)
     files = expand_data(options.data)
     default = default_out(options.backbone)  # a backbone path that is not a model: named before the corpus is read
+    planned = options.out or default
+    if options.out is None:
+        check_out_path(default, "--out (the default)", "--out DIR", folder=True)
+    # before the corpus is read (it came 33 s into a run: tester finding)
+    refuse_a_probe_there(planned, options.overwrite, planned.resolve() == default.resolve(), given=options.out is not None)
     if templates:  # a template file inside a --data folder is not labeled data
         files = [f for f in files if f.resolve() != options.jailbreak_templates.resolve()]
     rows = load_training_corpus(files)  # before the backbone: a bad row is named in a second, not after the load
@@ -261,10 +266,6 @@ def run_fit(options: FitOptions) -> dict:
     require_split_parts(capped, options.test_fraction, options.seed, options.max_per_source)
     if templates:
         check_jailbreak_inputs(templates, rows, capped, options)
-    planned = options.out or default
-    if options.out is None:
-        check_out_path(default, "--out (the default)", "--out DIR", folder=True)
-    refuse_a_probe_there(planned, options.overwrite, planned.resolve() == default.resolve(), given=options.out is not None)
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     options = replace(options, max_tokens=capped_max_tokens(backbone, options.max_tokens))  # the manifest records it
     out = options.out or Path("models") / backbone.info.slug

@@ -188,7 +188,9 @@ def run_recipes(options: RecipeOptions) -> dict:
     Raises:
         ValueError: before any model loads, an existing ``out`` without ``overwrite``
             (:func:`~herald_service.out_path.refuse_an_existing_out`), jailbreak recipes without a templates file, and the data errors
-            of :func:`~.eval.load_corpus_states`; after it, a ``sensitive`` recipe without ``sensitive_data``.
+            of :func:`~.eval.load_corpus_states`, a ``sensitive`` recipe without ``sensitive_data`` and the errors of
+            ``sensitive_data`` (a path that does not exist, a bad row: :func:`~.corpus.expand_data`,
+            :func:`~.corpus.load_corpus`).
         BackboneError: the backbone cannot be loaded.
     """
     from herald_service.out_path import refuse_an_existing_out
@@ -205,6 +207,12 @@ def run_recipes(options: RecipeOptions) -> dict:
     if needs_pool and (template_file is None or not template_file.is_file()):  # before the backbone load and extraction
         raise ValueError("jailbreak recipes need --jailbreak-templates"
                          + (f"; {template_file} does not exist" if template_file is not None else ""))
+    without = [name for name in options.recipes if uses_sensitive(name)] if not options.sensitive_data else []
+    if without:
+        raise ValueError(f"recipe {without[0]} needs --sensitive-data")
+    # read before the corpus and the backbone (a missing path was named 37 s into a run: tester finding)
+    sensitive_rows = (cap_per_group(load_corpus(expand_data(options.sensitive_data, "--sensitive-data")),
+                                    options.max_per_source, options.seed) if options.sensitive_data else [])
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions
@@ -228,9 +236,8 @@ def run_recipes(options: RecipeOptions) -> dict:
             if needs_pool:
                 pool = wrapped_pool(backbone, cache, rows, options)
     sensitive = None
-    if options.sensitive_data:
-        rows = cap_per_group(load_corpus(expand_data(options.sensitive_data, "--sensitive-data")), options.max_per_source, options.seed)
-        sensitive, _, _ = _states_for(backbone, rows, cache, options.max_tokens, "sensitive-topic states")
+    if sensitive_rows:
+        sensitive, _, _ = _states_for(backbone, sensitive_rows, cache, options.max_tokens, "sensitive-topic states")
 
     fit_seed = options.seed if options.fit_seed is None else options.fit_seed
     results = {}
@@ -238,8 +245,6 @@ def run_recipes(options: RecipeOptions) -> dict:
         method, use_augment = RECIPES[name]
         wrapped_labels = jailbreak_labels(name)
         with_sensitive = uses_sensitive(name)
-        if with_sensitive and sensitive is None:
-            raise ValueError(f"recipe {name} needs --sensitive-data")
         extra = [augment] if use_augment else []
         t0 = time.perf_counter()
         loso = recipe_loso(data, train_index, test_index, method, _join(extra + [sensitive] * with_sensitive),
