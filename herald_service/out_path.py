@@ -9,7 +9,7 @@ any missing folders while plot refused them).
 
 from __future__ import annotations
 
-import os
+import tempfile
 from pathlib import Path
 
 
@@ -24,7 +24,8 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
 
     Raises:
         ValueError: ``path`` is a folder where a file is written, or a file where a folder is; a folder on the way
-            is a file; the folder ``path`` goes in does not exist; or that folder is not writable.
+            is a file; the folder ``path`` goes in does not exist; or a file cannot be made in that folder (not
+            writable, a read-only or special file system such as /proc).
     """
     if path.is_dir() and not folder:
         raise ValueError(f"{option} {path} is a folder; give {give}")
@@ -36,8 +37,12 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
     if nearest != path.parent:
         raise ValueError(f"{option} {path}: folder {path.parent} does not exist; create it or choose another path")
     written = path if folder and path.is_dir() else path.parent
-    if not os.access(written, os.W_OK | os.X_OK):
-        raise ValueError(f"{option} {path}: folder {written} is not writable")
+    try:  # a file made and removed, not os.access: root passes that for /proc and /sys, whose writes then fail
+        # (tester finding: such an --out was refused only after the whole run)
+        with tempfile.TemporaryFile(dir=written, prefix=".herald-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: cannot make a file in folder {written} ({exc.strerror or exc})") from None
 
 
 def refuse_an_existing_out(out: Path, overwrite: bool) -> None:

@@ -409,21 +409,22 @@ def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path
 
 
 def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(tmp_path):
+    fresh = ("--out", str(tmp_path / "probe"))  # not the default folder: it holds the shipped probe, refused first
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n["not", "a", "row"]\n')
-    out = herald("fit", "--data", str(bad), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("fit", "--data", str(bad), *fresh, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip() == f"herald: {bad} line 2: a JSON array, not an object with prompt, label and source"
     benign = tmp_path / "benign.jsonl"
     benign.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n\n{"prompt": "yo", "label": "benign", "source": "b"}\n')
-    out = herald("fit", "--data", str(benign), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("fit", "--data", str(benign), *fresh, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip() == (f"herald: the data holds no harmful row ({benign}: 2 rows); a probe needs both labels,"
                                   " benign and harmful")
     few = tmp_path / "few.jsonl"  # failed after the backbone load with scikit-learn's "number of samples" message
     few.write_text("".join(f'{{"prompt": "p{i}", "label": "harmful", "source": "h"}}\n' for i in range(20))
                    + '{"prompt": "hi", "label": "benign", "source": "a"}\n{"prompt": "yo", "label": "benign", "source": "a"}\n')
-    out = herald("fit", "--data", str(few), "--cache-dir", str(tmp_path / "cache"))
+    out = herald("fit", "--data", str(few), *fresh, "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == (
         f"herald: the data holds 2 benign rows ({few}); a probe needs at least 8 of each label: its test, calibration"
         " and fit parts each need both"), out.stderr
@@ -884,6 +885,15 @@ def test_every_command_refuses_an_out_in_a_missing_folder_before_any_work(tmp_pa
         run = herald(command, *base, *templates, "--out", str(out))
         assert run.returncode == 1 and run.stderr.strip() == (
             f"herald: --out {out}: folder {typo} does not exist; create it or choose another path"), (command, run.stderr)
+    # a folder no file can be made in: /proc is not writable even by root, whom the os.access check let through
+    # (tester finding: refused only after the whole run)
+    for command, out in (("fit", Path("/proc/probe")), ("eval", Path("/proc/results.json")), ("report", Path("/proc/E.md"))):
+        templates = ("--jailbreak-templates", "null") if command == "eval" else ()
+        args = ("--out", str(out)) if command == "report" else (*base, *templates, "--out", str(out))
+        run = herald(command, *args)
+        assert run.returncode == 1 and run.stderr.strip() == (
+            f"herald{' report' if command == 'report' else ''}: --out {out}: cannot make a file in folder /proc (No such"
+            " file or directory)"), (command, run.stderr)
     # the default --out of fit is models/<backbone> in the current directory
     run = herald("fit", "--data", str(data), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
     assert run.returncode == 1 and run.stderr.strip() == (
