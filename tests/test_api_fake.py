@@ -430,6 +430,38 @@ def test_not_ready_until_loaded_then_ready():
         wait_ready(c)
 
 
+def test_a_shutdown_during_the_warm_up_stops_it_at_the_next_step():
+    # tester finding: a SIGTERM during the warm-up kept the process up for the rest of it, 24 s on the CPU
+    import threading
+    import time
+
+    from herald_service.engine.runtime import fake_runtime
+
+    runtime = fake_runtime()
+    forward = runtime.backbone.last_token_states
+    calls: list[float] = []
+    first = threading.Event()
+
+    def slow_forward(ids, *args, **kwargs):
+        calls.append(time.monotonic())
+        first.set()
+        time.sleep(0.2)
+        return forward(ids, *args, **kwargs)
+
+    runtime.backbone.last_token_states = slow_forward
+    settings = Settings(_env_file=None, fake_backend=True, warmup=True)
+    with TestClient(build_app(settings, loader=lambda s: runtime)) as c:
+        assert first.wait(10)
+        assert c.get("/health/ready").status_code == 503
+        stopped = time.monotonic()
+    loading = [t for t in threading.enumerate() if t.name == "herald-load"]
+    for thread in loading:
+        thread.join(10)
+    assert not any(t.is_alive() for t in loading)
+    # the warm-up runs 9 forwards or more (the warm-up prompts, then each cost shape twice); one may have begun
+    assert len([t for t in calls if t >= stopped]) <= 1 and len(calls) <= 3, len(calls)
+
+
 def test_health_probes_answer_head_with_the_status_of_get():
     # Load balancers and uptime checkers send HEAD; it was a 405, which reads as "down" to some of them
     import threading

@@ -61,8 +61,21 @@ STEER_WARMUP_TOKENS = 16
 estimate (:func:`~herald_service.engine.service.steer_job_seconds`); about 1 s more start-up on the CPU."""
 
 
-def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) -> Runtime:
+class ShutDownDuringStartUp(Exception):
+    """Raised in the load thread between warm-up steps once the server is shutting down (``AppState.stopping``): a
+    SIGTERM during the warm-up waited for all of it, 24 s on the CPU (tester finding), where Kubernetes allows a
+    terminating pod ``terminationGracePeriodSeconds``. The model load itself is one call and runs to its end."""
+
+
+def _stop_if_shutting_down(stopping: threading.Event | None) -> None:
+    if stopping is not None and stopping.is_set():
+        raise ShutDownDuringStartUp
+
+
+def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime],
+                   stopping: threading.Event | None = None) -> Runtime:
     runtime = loader(settings)
+    _stop_if_shutting_down(stopping)
     if settings.warmup:
         ids = runtime.backbone.encode([user_turn(p) for p in WARMUP_PROMPTS])
         runtime.probe.predict(runtime.backbone.last_token_states(ids))
@@ -74,7 +87,7 @@ def _load_and_warm(settings: Settings, loader: Callable[[Settings], Runtime]) ->
     return runtime
 
 
-def _warm_cost(runtime: Runtime, chunk_tokens: int = 0) -> tuple[BatchTiming, ...]:
+def _warm_cost(runtime: Runtime, chunk_tokens: int = 0, stopping: threading.Event | None = None) -> tuple[BatchTiming, ...]:
     """The cost model's seed: the warm-up prompts (two short prompts, mostly fixed per-batch cost) and the shapes of
     :data:`COST_SHAPES` (:data:`CUDA_COST_SHAPES` on a GPU), each timed :data:`WARMUP_TIMINGS` times (the fastest
     kept), after the warm-up run (which paid the one-off costs: lazy initialisation, kernel selection). Fewer shapes
@@ -83,7 +96,8 @@ def _warm_cost(runtime: Runtime, chunk_tokens: int = 0) -> tuple[BatchTiming, ..
     long one under-estimated 861-token prompts by half). Each shape runs as the engine will run it: a prompt longer
     than ``chunk_tokens`` (the engine's chunk, 0: none) is prefilled in chunks, about 10% dearer than one pass on the
     CPU (a breaker pass: seeded on one pass, a 3,938-token prompt priced under a 5 s timeout ran 5 s for a 504, three
-    times). Shapes that took no measurable time are left out."""
+    times). Shapes that took no measurable time are left out. Raises :class:`ShutDownDuringStartUp` between timings once
+    ``stopping`` is set."""
     timings = []
     device = getattr(runtime.backbone, "device", None)  # the fake backend has none
     shapes = CUDA_COST_SHAPES if device is not None and device.type == "cuda" else COST_SHAPES
@@ -92,7 +106,7 @@ def _warm_cost(runtime: Runtime, chunk_tokens: int = 0) -> tuple[BatchTiming, ..
         ids = runtime.backbone.encode([user_turn(p) for p in prompts])
         if positions and max(len(i) for i in ids) > positions:  # a short position table: shape left out
             continue
-        elapsed = min(_timed(runtime, ids, chunk_tokens) for _ in range(WARMUP_TIMINGS))
+        elapsed = min(_timed_unless_stopping(runtime, ids, chunk_tokens, stopping) for _ in range(WARMUP_TIMINGS))
         if elapsed > 0:
             timings.append(BatchTiming.of_prompts([len(i) for i in ids], elapsed))
     log.info("batch cost seeded on %s", ", ".join(
@@ -113,6 +127,12 @@ def _timed(runtime: Runtime, ids: list[list[int]], chunk_tokens: int = 0) -> flo
     return time.perf_counter() - started
 
 
+def _timed_unless_stopping(runtime: Runtime, ids: list[list[int]], chunk_tokens: int,
+                           stopping: threading.Event | None) -> float:
+    _stop_if_shutting_down(stopping)
+    return _timed(runtime, ids, chunk_tokens)
+
+
 def _warm_decode_step(runtime: Runtime) -> tuple[float, int]:
     """Decode seconds and steps (:func:`~herald_service.engine.service.decode_time`) of a greedy generation of
     :data:`STEER_WARMUP_TOKENS` tokens from the first warm-up prompt, after an untimed one of two tokens (which pays
@@ -125,15 +145,23 @@ def _warm_decode_step(runtime: Runtime) -> tuple[float, int]:
     return decode_time(generation, time.perf_counter() - started, prefill_s)
 
 
-def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime]
+def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime],
+                           stopping: threading.Event | None = None
                            ) -> tuple[Runtime, tuple[BatchTiming, ...], tuple[float, int] | None]:
     """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, the decode seconds and steps of
-    a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``."""
-    runtime = _load_and_warm(settings, loader)
+    a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``.
+
+    Raises:
+        ShutDownDuringStartUp: ``stopping`` was set (the server shuts down); checked after the load and between the
+            warm-up's steps.
+    """
+    runtime = _load_and_warm(settings, loader, stopping)
     if not settings.warmup:
         return runtime, (), None
     chunk_tokens = chunk_tokens_for(engine_limits(settings).chunk_tokens, runtime.backbone)
-    return runtime, _warm_cost(runtime, chunk_tokens), _warm_decode_step(runtime) if settings.steer_enabled else None
+    seed = _warm_cost(runtime, chunk_tokens, stopping)
+    _stop_if_shutting_down(stopping)
+    return runtime, seed, _warm_decode_step(runtime) if settings.steer_enabled else None
 
 
 async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
@@ -179,7 +207,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader)
+        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state.stopping)
     except HeraldError as exc:
         state.load_error = exc.message
         state.metrics.worker_failed.set(1)
@@ -249,6 +277,7 @@ def build_app(
         try:
             yield
         finally:
+            state.stopping.set()  # a warm-up still running stops at its next step
             state.loading_task.cancel()
             if state.engine is not None:
                 # a job ends by its request's deadline (admission), so that long is enough for the worker to finish

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Awaitable, Callable
 
@@ -34,6 +35,8 @@ class AppState:
     load_error: str | None = None
     on_load_error: Callable[[], None] | None = field(default=None, repr=False)
     loading_task: asyncio.Task | None = field(default=None, repr=False)
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+    """Set when the server shuts down: the load thread stops its warm-up at the next step (:mod:`~.app`)."""
 
     def retry_after_s(self) -> int | None:
         """``Retry-After`` of a 503 now: :data:`LOADING_RETRY_AFTER_S` while model, probe, warm-up or worker are still
