@@ -960,6 +960,33 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
     assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 2
 
 
+@pytest.mark.parametrize("request_head, message", [
+    (b"GET /health/live HTTP/2.0\r\nHost: x\r\n\r\n", b"HTTP/2.0 is not served on this port: send HTTP/1.1 (or HTTP/1.0)."),
+    (b"GET /health/live HTTP/1.1\r\n\r\n", b"An HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)."),
+    (b"POST /classify HTTP/1.0\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b'10\r\n{"input": "hi!"}\r\n0\r\n\r\n',
+     b"HTTP/1.0 has no Transfer-Encoding (RFC 9112 section 6.1): send Content-Length, or use HTTP/1.1."),
+])
+def test_a_request_http_1_1_does_not_allow_is_answered_400_naming_why_after_the_answer_before_it(request_head, message):
+    # tester finding: an "HTTP/2.0" request line was served as HTTP/1.1, and a missing Host (HTTP/1.1) and chunked
+    # framing under HTTP/1.0 were accepted
+    import socket
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(CLASSIFY + request_head)
+            data = read_until_closed(sock, 5)
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # HTTP/1.0 needs no Host
+            sock.sendall(b"GET /health/live HTTP/1.0\r\n\r\n")
+            plain = read_until_closed(sock, 5)
+        count = app.state.herald.metrics.registry.get_sample_value
+    assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"], data[-300:]
+    assert data.endswith(message), data[-300:]
+    assert count("herald_rejected_requests_total", {"reason": "invalid_http"}) == 1
+    assert plain.startswith(b"HTTP/1.1 200 OK"), plain
+
+
 BAD_BODIES = {
     "chunk size": b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",

@@ -29,6 +29,26 @@ class HeadersTooLarge(Exception):
     a parser error, which uvicorn answers with 400 and a closed connection."""
 
 
+class NotHttp11(Exception):
+    """Raised inside the parser's callbacks for a request whose line and headers are complete but that HTTP/1.1 (RFC
+    9112) does not allow; answered 400 like :class:`HeadersTooLarge`, with :func:`http_version_problem`'s message."""
+
+
+def http_version_problem(version: str, headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why a request of HTTP ``version`` (``"1.1"``, as the parser gives it) with ``headers`` (lower-case names) cannot
+    be served, or None. httptools passed all three (tester finding): a request line of another version (``HTTP/2.0``,
+    sent as text, was answered as HTTP/1.1), an HTTP/1.1 request without ``Host`` (RFC 9112 section 3.2: a server
+    must answer it 400), and an HTTP/1.0 request with ``Transfer-Encoding`` (section 6.1: its framing is faulty)."""
+    names = {name for name, _ in headers}
+    if version not in ("1.0", "1.1"):
+        return f"HTTP/{version} is not served on this port: send HTTP/1.1 (or HTTP/1.0)."
+    if version == "1.1" and b"host" not in names:
+        return "An HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)."
+    if version == "1.0" and b"transfer-encoding" in names:
+        return "HTTP/1.0 has no Transfer-Encoding (RFC 9112 section 6.1): send Content-Length, or use HTTP/1.1."
+    return None
+
+
 REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
 over the bound (400), headers not complete in time (408), not HTTP/1.1 (400)."""
@@ -90,6 +110,7 @@ if HttpToolsProtocol is not None:
             super().__init__(config, server_state, app_state, _loop)
             self._header_limit: int | None = config.h11_max_incomplete_event_size
             self._in_headers, self._read_bytes, self._header_bytes, self._too_large = True, 0, 0, False
+            self._not_http11: str | None = None  # http_version_problem's message for the request being read
             self._header_timer: asyncio.TimerHandle | None = None
             self._headers_begun = False  # the request being read has sent its first byte, not yet its last header
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
@@ -121,7 +142,7 @@ if HttpToolsProtocol is not None:
                 raise HeadersTooLarge
 
         def on_message_begin(self) -> None:
-            self._header_bytes, self._too_large = 0, False
+            self._header_bytes, self._too_large, self._not_http11 = 0, False, None
             super().on_message_begin()
             refused = [False]
             self.scope["extensions"] = {**self.scope.get("extensions", {}),
@@ -142,6 +163,9 @@ if HttpToolsProtocol is not None:
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
+            self._not_http11 = http_version_problem(self.parser.get_http_version(), self.headers)
+            if self._not_http11 is not None:
+                raise NotHttp11  # answered by send_400_response, as a request whose headers are still being read
             self._end_headers()
             super().on_headers_complete()
 
@@ -201,6 +225,8 @@ if HttpToolsProtocol is not None:
             if self._too_large:
                 log.warning("request line and headers over %d bytes: answered 400", self._header_limit)
                 msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
+            elif self._in_headers and self._not_http11 is not None:
+                msg = self._not_http11
             if self._answer_pending():
                 # written after the answers to the requests before it (on_response_complete); uvicorn writes a
                 # parser error's 400 at once and closes, which dropped those answers (breaker pass)
