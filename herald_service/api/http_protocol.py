@@ -116,6 +116,7 @@ if HttpToolsProtocol is not None:
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
+            self._mark_refused: Callable[[], None] = lambda: None  # sets its "herald.refused" (on_message_begin)
 
         def _answer_pending(self) -> bool:
             """Whether a request read before the one being read (or refused) is still unanswered."""
