@@ -927,6 +927,23 @@ def test_a_pipelined_request_s_header_clock_and_bound_wait_for_the_answer_before
     assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "499"}) in (None, 0.0)
 
 
+def test_a_connection_that_sends_nothing_is_closed_after_the_keep_alive_timeout():
+    # a silent connection was held for good (no header clock before the first byte, no keep-alive timer before the
+    # first answer): enough of them use up the file descriptors
+    import socket
+
+    with serving(build_app(Settings(_env_file=None, fake_backend=True)), keep_alive_s=0.5, header_timeout_s=5) as port:
+        with socket.create_connection(("127.0.0.1", port)) as silent, socket.create_connection(("127.0.0.1", port)) as slow:
+            started = time.monotonic()
+            time.sleep(0.2)
+            slow.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # the first byte stops that clock
+            assert read_until_closed(silent, 5) == b""  # closed without an answer
+            took = time.monotonic() - started
+            slow.settimeout(5)
+            assert slow.recv(4096).startswith(b"HTTP/1.1 200 OK")
+    assert 0.5 <= took < 3, took
+
+
 def test_the_start_of_a_request_in_the_same_write_as_the_one_before_it_has_the_header_timeout():
     # breaker pass: a request and "POST /classify ... X-A: " in one write got the first answer and then nothing; the
     # connection was held until keep-alive (75 s) because the header clock started only on a later read

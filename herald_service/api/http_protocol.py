@@ -97,6 +97,8 @@ if HttpToolsProtocol is not None:
         twice). One whose app has begun its own answer (a 501 for its Transfer-Encoding) keeps that answer, and the
         connection is closed.
 
+        Idle: a new connection that sends nothing is closed, without an answer, after the keep-alive timeout.
+
         Scope: ``extensions["herald.connection_closed"]`` is a callable that says whether the connection is closing
         or closed, for :class:`~herald_service.api.middleware.RequestMetrics` to tell an answer that could not be
         written because the connection is gone from a server error.
@@ -117,6 +119,14 @@ if HttpToolsProtocol is not None:
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
             self._mark_refused: Callable[[], None] = lambda: None  # sets its "herald.refused" (on_message_begin)
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            # A connection that never sends a byte is closed after the keep-alive timeout (HERALD_KEEP_ALIVE_S), as an
+            # idle one between requests is: uvicorn armed that timer only after an answer and the header clock starts
+            # at the first byte, so a silent connection was held for good (a session's check: open after 5 s with both
+            # set to 1 s), and enough of them use up the process's file descriptors. The first byte cancels it.
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
         def _answer_pending(self) -> bool:
             """Whether a request read before the one being read (or refused) is still unanswered."""
