@@ -11,7 +11,7 @@ imported under one name). Build that copy in the repo root (``.hostcost_before/`
 
 Run: ``python -m benchmarks.host_cost_saturation h200 OUT.json ROUNDS`` (``tiny`` smoke-tests it on a CPU).
 """
-import json, os, statistics, sys
+import json, statistics, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / ".hostcost_before" / "renamed"))

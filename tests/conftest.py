@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from typing import Iterator

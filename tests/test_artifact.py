@@ -96,7 +96,7 @@ def test_a_probe_fitted_with_another_prompt_text_rule_loads_with_a_warning(tmp_p
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info), **training})
     _, manifest = load_probe(tmp_path, backbone.info)
     lines = compatibility_warnings(manifest, backbone.info)
-    assert lines == ([f"probe was fitted on prompt text folded by rule 'nfkc-ascii-v3'; this server folds it by"
+    assert lines == (["probe was fitted on prompt text folded by rule 'nfkc-ascii-v3'; this server folds it by"
                       " 'nfkc-ascii-v4' (herald_service/prompt_text.py): prompts the rules read differently may score"
                       " differently; refit with `herald fit`"] if warned else [])
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from herald_service.training.attacks import (WRAPPED_BENIGN_SOURCE, WRAPPED_HARMFUL_SOURCE, evaluation_picks,
-                                             extended_test_set, fold_rows, itw_linked, split_templates, template_key,
+                                             extended_test_set, fold_rows, split_templates, template_key,
                                              wrap_requests, wrap_training_prompts)
 from herald_service.training.corpus import Example
 from herald_service.training.recipes import jailbreak_labels

@@ -214,7 +214,7 @@ def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tri
         shutil.copy(folder / name, bare / name)
     with pytest.raises(BackboneError) as refused:
         HFBackbone(resolve_backbone(str(bare), tmp_path / "cache"), "cpu", "float32")
-    assert str(refused.value).startswith(f"no tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model,")
+    assert str(refused.value).startswith("no tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model,")
     assert f"or *.tiktoken) in {bare};" in str(refused.value)
     (bare / "qwen.tiktoken").write_text("")  # any tiktoken rank file counts as a tokenizer file: the check passes
     from herald_service.backbone.hf import refuse_a_folder_without_tokenizer

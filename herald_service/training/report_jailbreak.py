@@ -91,7 +91,7 @@ def section(runs: dict[int, dict] | None, benign_wrapped: dict | None, doc: str)
                       f"beside the results file ([{doc}]({doc})).", ""]
     table = seed_table(runs)
     seeds = sorted(runs)
-    out += [f"Shows: Herald and the last-layer logistic probe trained with the training part's own harmful requests "
+    out += ["Shows: Herald and the last-layer logistic probe trained with the training part's own harmful requests "
             "(`jailbreak`), or harmful and benign prompts (`+benign`), wrapped in jailbreak templates disjoint from the "
             "evaluation templates; seed means over fit seeds " + ", ".join(map(str, seeds)) + " (max - min in brackets) "
             "of jailbreak-wrapped recall (the n=40 set above and an enlarged n=120 set), pooled LOSO F1 and AUROC, "
