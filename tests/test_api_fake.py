@@ -462,6 +462,31 @@ def test_a_shutdown_during_the_warm_up_stops_it_at_the_next_step():
     assert len([t for t in calls if t >= stopped]) <= 1 and len(calls) <= 3, len(calls)
 
 
+def test_a_backbone_that_cannot_encode_the_empty_prompt_still_comes_up_and_says_so(caplog):
+    # tester finding: on a backbone with no chat template and no BOS token the empty prompt is no token at all; the
+    # start-up check of the timeout raised after readiness, unlogged, and "ready" was never logged
+    from herald_service.engine.runtime import fake_runtime
+    from herald_service.errors import InvalidInput
+
+    runtime = fake_runtime()
+    encode = runtime.backbone.encode
+
+    def no_empty_prompt(conversations, *args, **kwargs):
+        if any(not message.content for conversation in conversations for message in conversation):
+            raise InvalidInput("the prompt renders to no token", field="input")
+        return encode(conversations, *args, **kwargs)
+
+    runtime.backbone.encode = no_empty_prompt
+    with caplog.at_level("INFO", logger="herald_service.api.app"):
+        with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=lambda s: runtime)) as c:
+            wait_ready(c)
+            assert c.post("/classify", json={"input": "hi"}).status_code == 200
+    messages = [r.getMessage() for r in caplog.records]
+    assert ("the empty prompt cannot be scored on this backbone (the prompt renders to no token): no start-up check of"
+            " HERALD_REQUEST_TIMEOUT_S against the shortest prompt") in messages
+    assert any(m.startswith("ready: ") for m in messages), messages
+
+
 def test_health_probes_answer_head_with_the_status_of_get():
     # Load balancers and uptime checkers send HEAD; it was a 405, which reads as "down" to some of them
     import threading

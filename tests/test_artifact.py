@@ -88,6 +88,29 @@ def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_pat
     assert second.startswith("probe was fitted with another chat template (chat_template_hash differs)")
 
 
+def test_a_probe_fitted_with_a_chat_template_is_refused_on_a_backbone_without_one(tmp_path, fitted):
+    # tester finding: a conversion missing chat_template.jinja rendered prompts as raw text and the shipped probe passed
+    # a pipe-bomb request at 1e-84, with only the "another chat template" warning
+    from herald_service.probes.artifact import check_chat_template
+
+    backbone, probe, _ = fitted
+    templated = dataclasses.replace(backbone.info, chat_template_hash="a" * 64)
+    raw = dataclasses.replace(backbone.info, chat_template_hash=None)
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(templated)})
+    _, manifest = load_probe(tmp_path, raw)  # the config.json check passes: the template is not in it
+    with pytest.raises(ProbeMismatch) as refused:
+        check_chat_template(manifest, raw)
+    assert refused.value.field == "probe"
+    assert refused.value.message.startswith(
+        f"probe was fitted on prompts rendered with a chat template (chat_template_hash aaaaaaaaaaaa...), but the"
+        f" backbone {raw.model_id!r} has none: every prompt would be read as raw text")
+    check_chat_template(manifest, dataclasses.replace(raw, chat_template_hash="b" * 64))  # another one: a warning
+    save_probe(probe, tmp_path / "raw", {"backbone": backbone_manifest(raw)})  # a base model's probe, on raw text
+    _, manifest = load_probe(tmp_path / "raw", raw)
+    check_chat_template(manifest, raw)
+    check_chat_template(manifest, templated)
+
+
 @pytest.mark.parametrize("rule, warned", [(None, False), ("nfkc-ascii-v4", False), ("nfkc-ascii-v3", True)])
 def test_a_probe_fitted_with_another_prompt_text_rule_loads_with_a_warning(tmp_path, fitted, rule, warned):
     # a probe fitted on v3-folded text read symbols for letters as written; served under v4 it should say

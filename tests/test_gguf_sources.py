@@ -84,10 +84,11 @@ def _fake_conversion(target: Path) -> Path:
     from safetensors.numpy import save_file
 
     target.mkdir(parents=True)
-    (target / "config.json").write_text("{}")
+    (target / "config.json").write_text('{"model_type": "llama"}')
     (target / "tokenizer.json").write_text("{}")
+    (target / "chat_template.jinja").write_text("{{ messages }}")
     save_file({"w": np.ones(4, dtype=np.float32)}, str(target / "model.safetensors"))
-    (target / "herald_source.json").write_text("{}")
+    loader.write_source_record(target, loader.GGUFSource("file", (target / "x.gguf",), "x"), "0" * 64)
     return target
 
 
@@ -270,14 +271,28 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
     assert loader.conversion_damage(folder) is None and len(converted) == 1
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8])  # cut short, as a full disk or an interrupted copy leaves it
-    assert loader.conversion_damage(folder).startswith("model.safetensors is unreadable (")
+    assert loader.conversion_damage(folder) == "model.safetensors is 72 bytes; it was 80 when converted"
     with caplog.at_level("WARNING", logger=loader.__name__):
         assert resolve_backbone(str(whole), cache).folder == folder
     assert len(converted) == 2 and loader.conversion_damage(folder) is None
-    assert "is damaged (model.safetensors is unreadable" in caplog.text
+    assert "is damaged (model.safetensors is 72 bytes; it was 80 when converted)" in caplog.text
+    with open(folder / "model.safetensors", "r+b") as weights:  # the same size, its header overwritten
+        weights.write(b"\xff" * 16)
+    assert loader.conversion_damage(folder).startswith("model.safetensors is unreadable (")
     assert [p.name for p in (cache / "backbones").iterdir()] == [folder.name]  # the damaged copy was removed
     for broken, why in ((lambda: (folder / "herald_source.json").unlink(), "herald_source.json is missing"),
-                        (lambda: (folder / "tokenizer.json").unlink(), "the tokenizer is missing"),
+                        (lambda: (folder / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+                        # tester finding: without it prompts were rendered with no chat template, and the shipped
+                        # probe passed a pipe-bomb request at a score of 1e-84
+                        (lambda: (folder / "chat_template.jinja").unlink(), "chat_template.jinja is missing"),
+                        (lambda: (folder / "config.json").write_text("{"), "config.json is 1 bytes; it was 23 when converted"),
+                        (lambda: (folder / "config.json").write_text('{"model_type": "llama"]'),  # same size
+                         "config.json is not JSON (Expecting ',' delimiter: line 1 column 23 (char 22))"),
+                        (lambda: (folder / "herald_source.json").write_text('{"gguf": "x.gguf"}'),
+                         "herald_source.json lists no files (written by an older Herald)"),
+                        (lambda: (folder / "herald_source.json").write_text("{"),
+                         "herald_source.json is unreadable (Expecting property name enclosed in double quotes: line 1"
+                         " column 2 (char 1))"),
                         (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": "shard-1.safetensors"}}'),
                          "shard-1.safetensors is missing"),
                         (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": 3}}'),
@@ -288,7 +303,7 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
         assert loader.conversion_damage(folder) == why
         resolve_backbone(str(whole), cache)  # converted again, whole
         assert loader.conversion_damage(folder) is None
-    assert len(converted) == 7
+    assert len(converted) == 12
 
 
 

@@ -226,10 +226,16 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     state.runtime, state.engine = runtime, engine
     state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_timing)
-    shortest = len(runtime.backbone.encode([user_turn("")])[0])
-    unmeetable = timeout_warning(engine, settings.request_timeout_s, shortest)
-    if unmeetable:
-        log.warning(unmeetable)
+    try:
+        shortest = len(runtime.backbone.encode([user_turn("")])[0])
+    except HeraldError as exc:  # a backbone with neither chat template nor BOS token renders it as no token at all:
+        # raised here, after readiness, it ended this task unlogged, before "ready" (tester finding)
+        log.warning("the empty prompt cannot be scored on this backbone (%s): no start-up check of"
+                    " HERALD_REQUEST_TIMEOUT_S against the shortest prompt", exc.message)
+    else:
+        unmeetable = timeout_warning(engine, settings.request_timeout_s, shortest)
+        if unmeetable:
+            log.warning(unmeetable)
     log.info("ready: %s, probe %s", info.model_id, runtime.probe_path)
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from herald_service.backbone.base import Generation, Intervention, chunk_starts
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
-from herald_service.backbone.loader import ResolvedBackbone, config_hash
+from herald_service.backbone.loader import SOURCE_RECORD, ResolvedBackbone, config_hash
 from herald_service.config import numerics_conflict
 from herald_service.errors import BackboneError, InvalidInput
 from herald_service.prompt_text import normalize_conversation
@@ -404,7 +404,7 @@ class HFBackbone:
             model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
         except Exception as exc:  # OSError, ValueError, safetensors' SafetensorError for a damaged file, ...
             hint = ""
-            if (resolved.folder / "herald_source.json").is_file():  # our own GGUF conversion (backbone.loader)
+            if (resolved.folder / SOURCE_RECORD).is_file():  # our own GGUF conversion (backbone.loader)
                 hint = f"; it is a cached conversion: delete {resolved.folder} and start again to convert anew"
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {type(exc).__name__}: {exc}{hint}",
                                 field="backbone") from exc

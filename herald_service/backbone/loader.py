@@ -369,19 +369,55 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         return _convert(gguf, source, target, sha256)
 
 
+SOURCE_RECORD = "herald_source.json"
+"""Written last into a conversion, before it is published: the GGUF it came from and, under ``"files"``, every other
+file of the folder with its size in bytes (:func:`write_source_record`), which :func:`conversion_damage` checks."""
+
+
+def write_source_record(folder: Path, source: GGUFSource, sha256: str) -> None:
+    """Write :data:`SOURCE_RECORD` into a finished conversion ``folder``: the GGUF's files and sha256, and the name and
+    size (bytes) of every file the conversion wrote."""
+    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file() and p.name != SOURCE_RECORD}
+    (folder / SOURCE_RECORD).write_text(json.dumps({
+        "gguf": str(source.files[0]), "kind": source.kind, "sources": [str(p) for p in source.files], "sha256": sha256,
+        "files": files,
+    }))
+
+
 def conversion_damage(folder: Path) -> str | None:
-    """What is wrong with a cached conversion ``folder``, or ``None`` when it looks whole: ``config.json`` and the
-    tokenizer present, ``herald_source.json`` (written last, before the folder is published) present, and every
-    safetensors weight file (one, or the shards its index names) present with a header that covers the file
-    (``safetensors.safe_open``: a truncated file fails it). Reads headers only (milliseconds for the 538 MB embedded
-    model). A conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted or cut
-    short by a full disk or a copy. Before this, a damaged folder was trusted, and the server stopped at load, after
-    it had started listening."""
+    """What is wrong with a cached conversion ``folder``, or ``None`` when it looks whole: ``config.json`` present,
+    :data:`SOURCE_RECORD` present and naming the conversion's files, each of them present at its recorded size and,
+    for a ``.json`` file, parsing as JSON; the tokenizer present, and every safetensors weight file (one, or the
+    shards its index names) present with a header that covers the file (``safetensors.safe_open``: a truncated file
+    fails it). Reads the small files and the weights' headers only (milliseconds for the 538 MB embedded model). A
+    conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted or cut short by a
+    full disk or a copy. Before this, a damaged folder was trusted, and the server stopped at load, after it had
+    started listening; and before the file list, a missing ``chat_template.jinja`` went unseen: the backbone then
+    rendered prompts without the chat template and the shipped probe passed a pipe-bomb request at a score of 1e-84
+    (tester finding), and a cut-short ``config.json`` stopped every start (a crash loop under a restart policy).
+    A folder whose record lists no files (written by an older Herald) is converted again, once."""
     from safetensors import safe_open
 
-    for name in ("config.json", "herald_source.json"):
+    for name in ("config.json", SOURCE_RECORD):
         if not (folder / name).is_file():
             return f"{name} is missing"
+    try:
+        files = json.loads((folder / SOURCE_RECORD).read_text()).get("files")
+    except (OSError, ValueError, AttributeError) as exc:  # not JSON, or not an object
+        return f"{SOURCE_RECORD} is unreadable ({exc})"
+    if not isinstance(files, dict) or not files:
+        return f"{SOURCE_RECORD} lists no files (written by an older Herald)"
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size} bytes; it was {size} when converted"
+        if name.endswith(".json"):
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                return f"{name} is not JSON ({exc})"
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
         return "the tokenizer is missing"
     index = folder / "model.safetensors.index.json"
@@ -479,9 +515,7 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "herald_source.json").write_text(json.dumps({
-            "gguf": str(source.files[0]), "kind": source.kind, "files": [str(p) for p in source.files], "sha256": sha256,
-        }))
+        write_source_record(tmp, source, sha256)
         _publish(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

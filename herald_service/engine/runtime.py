@@ -13,8 +13,8 @@ from herald_service.backbone.base import Backbone
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_compatible, compatibility_warnings,
-                                            load_probe)
+from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_chat_template, check_compatible,
+                                            compatibility_warnings, load_probe)
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.types import Classification, user_turn
 
@@ -164,6 +164,7 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
         matmul_dtype=settings.matmul_dtype,
     )
     check_compatible(manifest, backbone.info)  # the loaded model's own config, as fit and eval record it
+    check_chat_template(manifest, backbone.info)
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")

@@ -292,6 +292,26 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
         )
 
 
+def check_chat_template(manifest: dict[str, Any], info: BackboneInfo) -> None:
+    """Refuse a probe fitted on prompts rendered with a chat template when the loaded backbone has none (``info`` of
+    the loaded tokenizer: :func:`check_compatible` runs before the load too, from ``config.json``, which holds no
+    template). Prompts would then be read as raw text, which the probe never saw: a conversion missing its
+    ``chat_template.jinja`` made the shipped probe pass a pipe-bomb request at a score of 1e-84 with only a warning
+    (tester finding). Another template is a warning (:func:`compatibility_warnings`); a probe fitted on raw text (a
+    base model's, ``chat_template_hash`` null) passes.
+
+    Raises:
+        ProbeMismatch: naming the probe's template hash and what to do.
+    """
+    fitted = manifest["backbone"].get("chat_template_hash")
+    if fitted is not None and info.chat_template_hash is None:
+        raise ProbeMismatch(f"probe was fitted on prompts rendered with a chat template (chat_template_hash"
+                            f" {fitted[:12]}...), but the backbone {info.model_id!r} has none: every prompt would be"
+                            " read as raw text, which the probe never saw. Restore the backbone's chat template (a"
+                            " cached GGUF conversion: delete it to convert anew), or fit a probe on raw text with"
+                            " `herald fit`.", field="probe")
+
+
 def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list[str]:
     """What differs between the backbone a probe was fitted on and ``info`` without making the probe unusable
     (:func:`check_compatible` refuses the rest): the weights' revision (fine-tuned or re-quantized weights of the same

@@ -473,7 +473,7 @@ def run_eval(options: EvalOptions) -> dict:
     from herald_service.data.hashing import corpus_sha256
     from herald_service.backbone.hf import config_info
     from herald_service.backbone.loader import resolve_backbone
-    from herald_service.probes.artifact import backbone_manifest, check_compatible, load_probe
+    from herald_service.probes.artifact import backbone_manifest, check_chat_template, check_compatible, load_probe
     from herald_service.training.attacks import load_templates
 
     started = time.perf_counter()
@@ -500,6 +500,7 @@ def run_eval(options: EvalOptions) -> dict:
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
     if options.probe is not None:
         check_compatible(probe_manifest, backbone.info)
+        check_chat_template(probe_manifest, backbone.info)
 
     extra: dict[str, LabeledStates] = {}
     jailbreak_skipped = None
