@@ -9,6 +9,7 @@ any missing folders while plot refused them).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -58,6 +59,45 @@ def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
     check_out_path(out, "--out", "the JSON file to write", folder=False)
     if out.exists() and not overwrite:
         raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
+    if out.exists():
+        check_replaceable(out, "--out")
+
+
+def check_replaceable(path: Path, option: str) -> None:
+    """Refuse an existing file that ``--overwrite`` would replace but that cannot be written (read-only, immutable),
+    before any work: the run failed at its final write (tester finding: ``--overwrite`` over a ``chattr +i`` file
+    started the extraction). Opens it for appending and writes nothing.
+
+    Raises:
+        ValueError: naming ``option``, the path and the reason.
+    """
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{option} {path} cannot be replaced ({exc.strerror or exc}); make it writable or choose"
+                         " another path") from None
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder renamed over it, so a run stopped
+    during the write leaves the old file or the new one, never one cut short. The file gets the mode a new file gets
+    under the process's umask.
+
+    Raises:
+        OSError: the folder cannot be written (the commands check that first: :func:`check_out_path`).
+    """
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it 0600
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def check_probe_out(out: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from herald_service.out_path import refuse_an_existing_out
+from herald_service.out_path import refuse_an_existing_out, write_text_atomically
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
@@ -557,7 +557,7 @@ def run_eval(options: EvalOptions) -> dict:
     }
     results.pop("loso_margins", None)
     options.out.parent.mkdir(parents=True, exist_ok=True)
-    options.out.write_text(json.dumps(results, indent=1) + "\n")
+    write_text_atomically(options.out, json.dumps(results, indent=1) + "\n")
     return results
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
-from herald_service.out_path import check_out_path, check_probe_out
+from herald_service.out_path import check_out_path, check_probe_out, check_replaceable
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
@@ -222,11 +222,13 @@ def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) 
         ValueError: naming the folder, the probe files in it, and what to pass instead.
     """
     held = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
+    where = f"--out {out}" if given else f"{out} (the default --out for this backbone)"
     if held and not overwrite:
-        where = f"--out {out}" if given else f"{out} (the default --out for this backbone)"
         what = ", the probe `herald serve` loads by default" if served else ""
         raise ValueError(f"{where} already holds a probe ({', '.join(held)}){what}; pass --out DIR to write the new "
                          "one elsewhere, or --overwrite to replace it")
+    for name in held:  # --overwrite: each must be writable, or the save failed after the whole fit
+        check_replaceable(out / name, "--out")
 
 
 def run_fit(options: FitOptions) -> dict:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.out_path import write_text_atomically
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins
@@ -347,7 +348,7 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates, starte
         "notes": options.notes,
     }
     options.out.parent.mkdir(parents=True, exist_ok=True)
-    options.out.write_text(json.dumps(out, indent=1) + "\n")
+    write_text_atomically(options.out, json.dumps(out, indent=1) + "\n")
     return out
 
 

@@ -1,0 +1,75 @@
+"""The paths Herald's commands write (herald_service/out_path.py): an existing file --overwrite cannot replace is
+refused before any work, and results are written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from herald_service import out_path
+from herald_service.out_path import refuse_an_existing_out, write_text_atomically
+
+
+@pytest.fixture(params=["results.json"])
+def unwritable(tmp_path: Path, request):
+    """A file (named by the param) in a writable folder that cannot be written: immutable for root (``chattr +i``),
+    read-only otherwise."""
+    path = tmp_path / request.param
+    path.write_text("{}\n")
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        yield path
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("root, and this file system cannot make a file immutable (chattr +i): no unwritable file to test")
+    try:
+        yield path
+    finally:
+        subprocess.run([chattr, "-i", str(path)], check=True)
+
+
+def test_overwrite_of_a_file_that_cannot_be_written_is_refused_before_any_work(unwritable: Path):
+    # tester finding: eval --out FILE --overwrite over an immutable file started extracting states, to fail at the end
+    with pytest.raises(ValueError) as refused:
+        refuse_an_existing_out(unwritable, overwrite=True)
+    assert str(refused.value).startswith(f"--out {unwritable} cannot be replaced (")
+    assert str(refused.value).endswith("); make it writable or choose another path")
+    assert unwritable.read_text() == "{}\n"
+    with pytest.raises(ValueError, match="already exists"):  # without --overwrite: the usual refusal
+        refuse_an_existing_out(unwritable, overwrite=False)
+
+
+def test_results_are_written_whole_with_a_new_file_s_mode_or_not_at_all(tmp_path: Path, monkeypatch):
+    path = tmp_path / "results.json"
+    path.write_text("old\n")
+    path.chmod(0o600)
+    umask = os.umask(0o022)
+    try:
+        write_text_atomically(path, "new\n")
+    finally:
+        os.umask(umask)
+    assert path.read_text() == "new\n" and path.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+    def stopped(source, target):  # a run stopped during the write (Ctrl+C, a full disk)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(out_path.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomically(path, "newer\n")
+    assert path.read_text() == "new\n"  # the old file, whole; no temporary file left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+@pytest.mark.parametrize("unwritable", ["probe.json"], indirect=True)
+def test_fit_overwrite_of_a_probe_file_that_cannot_be_written_is_refused_before_any_work(unwritable: Path):
+    from herald_service.training.fit import refuse_a_probe_there
+
+    with pytest.raises(ValueError) as refused:
+        refuse_a_probe_there(unwritable.parent, overwrite=True, served=False, given=True)
+    assert str(refused.value).startswith(f"--out {unwritable} cannot be replaced (")
