@@ -973,7 +973,7 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
             data = read_until_closed(sock, 5)
         metrics = app.state.herald.metrics.registry
     assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"], data[-300:]
-    assert data.endswith(b"Invalid HTTP request received.")
+    assert data.endswith(b"Invalid HTTP request received: Invalid method encountered.")  # the parser's reason
     assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 2
 
 
@@ -983,6 +983,12 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
     (b"POST /classify HTTP/1.0\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
      b'10\r\n{"input": "hi!"}\r\n0\r\n\r\n',
      b"HTTP/1.0 has no Transfer-Encoding (RFC 9112 section 6.1): send Content-Length, or use HTTP/1.1."),
+    (b"GET /health/live HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+     b"A request may carry one Host header, not several (RFC 9112 section 3.2)."),
+    # versions the parser itself refuses: its reason, reworded where it would mislead
+    (b"GET /health/live HTTP/1.2\r\nHost: x\r\n\r\n", b"Invalid HTTP request received: Invalid HTTP version."),
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"Invalid HTTP request received: an HTTP/2 connection preface: this port"
+                                           b" serves HTTP/1.1 (and HTTP/1.0) only."),
 ])
 def test_a_request_http_1_1_does_not_allow_is_answered_400_naming_why_after_the_answer_before_it(request_head, message):
     # tester finding: an "HTTP/2.0" request line was served as HTTP/1.1, and a missing Host (HTTP/1.1) and chunked
@@ -1031,7 +1037,8 @@ def test_a_body_the_parser_refuses_is_answered_400_once_and_after_the_answers_be
         count = app.state.herald.metrics.registry.get_sample_value
     expected = [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"] if pipelined else [b"HTTP/1.1 400 Bad Request"]
     assert _answers(data) == expected, data[-300:]
-    assert data.endswith(b"Invalid HTTP request received.")
+    reason = b"Request has invalid `Transfer-Encoding`" if bad == "identity" else b"Invalid character in chunk size"
+    assert data.endswith(b"Invalid HTTP request received: " + reason + b"."), data[-200:]  # it said no more (tester)
     assert count("herald_rejected_requests_total", {"reason": "invalid_http"}) == 1
     assert count("herald_rejected_requests_total", {"reason": "transfer_encoding"}) in (None, 0.0)
     assert {status: count("herald_requests_total", {"route": "/classify", "status": status}) or 0
@@ -1071,8 +1078,12 @@ def test_a_client_that_leaves_with_a_request_pipelined_is_counted_499_for_the_on
             time.sleep(0.1)
         time.sleep(1.5)
         metrics = app.state.herald.metrics.registry
-    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "499"}) == 1
-    assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) in (None, 0.0)
+    # counted once: 499, or 200 on a run where the server had paused reading behind the pipelined request before the
+    # client's close came (uvicorn stops reading while a request waits in the pipeline, so the close cannot be seen
+    # before the first answer is written; README says so); never an error
+    counts = [metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": s}) or 0
+              for s in ("200", "499")]
+    assert sorted(counts) == [0, 1], counts
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 

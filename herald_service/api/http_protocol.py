@@ -17,6 +17,7 @@ from typing import Any, Callable
 from uvicorn.config import Config
 
 try:
+    import httptools
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 except ImportError:  # httptools not installed: uvicorn's h11 parser bounds header size by the same setting
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
@@ -38,15 +39,44 @@ def http_version_problem(version: str, headers: list[tuple[bytes, bytes]]) -> st
     """Why a request of HTTP ``version`` (``"1.1"``, as the parser gives it) with ``headers`` (lower-case names) cannot
     be served, or None. httptools passed all three (tester finding): a request line of another version (``HTTP/2.0``,
     sent as text, was answered as HTTP/1.1), an HTTP/1.1 request without ``Host`` (RFC 9112 section 3.2: a server
-    must answer it 400), and an HTTP/1.0 request with ``Transfer-Encoding`` (section 6.1: its framing is faulty)."""
-    names = {name for name, _ in headers}
+    must answer it 400, as one with several), and an HTTP/1.0 request with ``Transfer-Encoding`` (section 6.1: its
+    framing is faulty)."""
+
+    names = [name for name, _ in headers]
     if version not in ("1.0", "1.1"):
         return f"HTTP/{version} is not served on this port: send HTTP/1.1 (or HTTP/1.0)."
     if version == "1.1" and b"host" not in names:
         return "An HTTP/1.1 request needs a Host header (RFC 9112 section 3.2)."
+    if names.count(b"host") > 1:
+        return "A request may carry one Host header, not several (RFC 9112 section 3.2)."
     if version == "1.0" and b"transfer-encoding" in names:
         return "HTTP/1.0 has no Transfer-Encoding (RFC 9112 section 6.1): send Content-Length, or use HTTP/1.1."
     return None
+
+
+PARSER_REASONS = {"Pause on PRI/Upgrade": "an HTTP/2 connection preface: this port serves HTTP/1.1 (and HTTP/1.0) only"}
+"""llhttp's reasons that would mislead as they are, reworded for the 400's body."""
+
+
+class ParserKeepingItsError:
+    """httptools' request parser with the reason of its last error kept (``error``), for the 400's body: uvicorn
+    answered every parser error "Invalid HTTP request received.", so a bad chunk size, a Transfer-Encoding llhttp
+    refuses or an ``HTTP/1.2`` request line did not say which (tester finding). Every other attribute is the
+    parser's own."""
+
+    def __init__(self, parser: Any) -> None:
+        self._parser = parser
+        self.error: str | None = None
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = str(exc)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parser, name)
 
 
 REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http")
@@ -110,6 +140,7 @@ if HttpToolsProtocol is not None:
         def __init__(self, config: Config, server_state: Any, app_state: dict[str, Any],
                      _loop: asyncio.AbstractEventLoop | None = None) -> None:
             super().__init__(config, server_state, app_state, _loop)
+            self.parser = ParserKeepingItsError(self.parser)
             self._header_limit: int | None = config.h11_max_incomplete_event_size
             self._in_headers, self._read_bytes, self._header_bytes, self._too_large = True, 0, 0, False
             self._not_http11: str | None = None  # http_version_problem's message for the request being read
@@ -238,6 +269,8 @@ if HttpToolsProtocol is not None:
                 msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
             elif self._in_headers and self._not_http11 is not None:
                 msg = self._not_http11
+            elif isinstance(self.parser, ParserKeepingItsError) and self.parser.error:  # llhttp's own reason
+                msg = f"Invalid HTTP request received: {PARSER_REASONS.get(self.parser.error, self.parser.error)}."
             if self._answer_pending():
                 # written after the answers to the requests before it (on_response_complete); uvicorn writes a
                 # parser error's 400 at once and closes, which dropped those answers (breaker pass)
