@@ -199,7 +199,7 @@ class ServeCommand(Settings):
         os.environ["TQDM_DISABLE"] = "1"
         import uvicorn
 
-        from herald_service.api.app import build_app
+        from herald_service.api.app import build_app, wait_for_the_load
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
@@ -235,7 +235,10 @@ class ServeCommand(Settings):
         # systemd report as a failure. With this handler the re-raise does nothing and serve exits 0. (A Python
         # handler, not SIG_IGN, which child processes would inherit across exec.)
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
-        server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
+        try:
+            server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
+        finally:
+            wait_for_the_load()  # a load or conversion under way ends while the interpreter is whole
         if app.state.herald.load_error:
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 

@@ -462,6 +462,22 @@ def test_a_shutdown_during_the_warm_up_stops_it_at_the_next_step():
     assert len([t for t in calls if t >= stopped]) <= 1 and len(calls) <= 3, len(calls)
 
 
+def test_serve_waits_for_a_load_under_way_before_the_interpreter_exits():
+    # tester finding: a SIGTERM during a first start's GGUF conversion left the load to the interpreter's exit, where
+    # concurrent.futures takes no more work: the conversion failed in save_pretrained and was thrown away
+    import threading
+    import time
+
+    from herald_service.api.app import LOAD_THREAD, wait_for_the_load
+
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (time.sleep(0.3), done.set()), name=LOAD_THREAD)
+    thread.start()
+    wait_for_the_load()
+    assert done.is_set() and not thread.is_alive()
+    wait_for_the_load()  # none under way: returns at once
+
+
 def test_a_backbone_that_cannot_encode_the_empty_prompt_still_comes_up_and_says_so(caplog):
     # tester finding: on a backbone with no chat template and no BOS token the empty prompt is no token at all; the
     # start-up check of the timeout raised after readiness, unlogged, and "ready" was never logged

@@ -164,6 +164,22 @@ def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runt
     return runtime, seed, _warm_decode_step(runtime) if settings.steer_enabled else None
 
 
+LOAD_THREAD = "herald-load"
+"""Name of the thread :func:`in_passing_thread` runs the model's load and warm-up on."""
+
+
+def wait_for_the_load() -> None:
+    """Return once no load thread (:data:`LOAD_THREAD`) runs: ``herald serve`` calls it after its server has stopped,
+    so that a shutdown during the start-up lets the load finish while the interpreter is still whole. Left to the
+    interpreter's exit, the load ran on after ``concurrent.futures`` had stopped taking work, and a GGUF conversion
+    under way failed in ``save_pretrained`` and was thrown away (tester finding: the next start converted again).
+    The warm-up stops at its next step (:class:`ShutDownDuringStartUp`); the load and a conversion run to their end."""
+    for thread in threading.enumerate():
+        if thread.name == LOAD_THREAD and thread is not threading.current_thread():
+            log.info("waiting for the model load under way to finish (a GGUF conversion is kept for the next start)")
+            thread.join()
+
+
 async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` on a thread of its own that ends when ``fn`` returns (awaited, its exception raised here).
 
@@ -197,7 +213,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
     # Not a daemon: on Ctrl+C during the load, the interpreter waits for it to return rather than exiting under a
     # thread still inside torch, which aborted the process ("terminate called without an active exception", status
     # 134; second breaker pass).
-    thread = threading.Thread(target=run, name="herald-load")
+    thread = threading.Thread(target=run, name=LOAD_THREAD)
     thread.start()
     result = await done
     thread.join()  # it is past fn already: its OpenMP team is gone before the worker's first forward
