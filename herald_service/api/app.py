@@ -146,10 +146,11 @@ def _warm_decode_step(runtime: Runtime) -> tuple[float, int]:
 
 
 def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime],
-                           stopping: threading.Event | None = None
+                           stopping: threading.Event | None = None, state: AppState | None = None
                            ) -> tuple[Runtime, tuple[BatchTiming, ...], tuple[float, int] | None]:
     """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, the decode seconds and steps of
-    a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``.
+    a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``. Once the model is loaded,
+    ``state.loading`` says the warm-up runs (its 503s said "loading model and probe" throughout: tester finding).
 
     Raises:
         ShutDownDuringStartUp: ``stopping`` was set (the server shuts down); checked after the load and between the
@@ -158,6 +159,8 @@ def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runt
     runtime = _load_and_warm(settings, loader, stopping)
     if not settings.warmup:
         return runtime, (), None
+    if state is not None:
+        state.loading = "warming up: timing the batch shapes admission control prices requests by"
     chunk_tokens = chunk_tokens_for(engine_limits(settings).chunk_tokens, runtime.backbone)
     seed = _warm_cost(runtime, chunk_tokens, stopping)
     _stop_if_shutting_down(stopping)
@@ -223,7 +226,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state.stopping)
+        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state.stopping, state)
     except HeraldError as exc:
         state.load_error = exc.message
         state.metrics.worker_failed.set(1)

@@ -35,6 +35,8 @@ class AppState:
     load_error: str | None = None
     on_load_error: Callable[[], None] | None = field(default=None, repr=False)
     loading_task: asyncio.Task | None = field(default=None, repr=False)
+    loading: str = "loading model and probe"
+    """What the start-up is doing, for ``/health/ready``'s 503 until ready (the warm-up sets its own)."""
     stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     """Set when the server shuts down: the load thread stops its warm-up at the next step (:mod:`~.app`)."""
 
@@ -49,7 +51,7 @@ class AppState:
         if self.load_error:
             return self.load_error
         if self.moderator is None or self.engine is None:
-            return "loading model and probe"
+            return self.loading
         if not self.engine.alive:
             return self.engine.failure or "inference worker is not running"
         return None
