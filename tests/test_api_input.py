@@ -933,8 +933,8 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_keep_alive_timeout(
     import socket
 
     with serving(build_app(Settings(_env_file=None, fake_backend=True)), keep_alive_s=0.5, header_timeout_s=5) as port:
+        started = time.monotonic()  # before the connection: the server's clock starts when it accepts it
         with socket.create_connection(("127.0.0.1", port)) as silent, socket.create_connection(("127.0.0.1", port)) as slow:
-            started = time.monotonic()
             time.sleep(0.2)
             slow.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # the first byte stops that clock
             assert read_until_closed(silent, 5) == b""  # closed without an answer
