@@ -145,17 +145,17 @@ def _warm_decode_step(runtime: Runtime) -> tuple[float, int]:
     return decode_time(generation, time.perf_counter() - started, prefill_s)
 
 
-def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime],
-                           stopping: threading.Event | None = None, state: AppState | None = None
+def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime], state: AppState | None = None
                            ) -> tuple[Runtime, tuple[BatchTiming, ...], tuple[float, int] | None]:
     """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, the decode seconds and steps of
     a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``. Once the model is loaded,
     ``state.loading`` says the warm-up runs (its 503s said "loading model and probe" throughout: tester finding).
 
     Raises:
-        ShutDownDuringStartUp: ``stopping`` was set (the server shuts down); checked after the load and between the
-            warm-up's steps.
+        ShutDownDuringStartUp: ``state.stopping`` was set (the server shuts down); checked after the load and between
+            the warm-up's steps.
     """
+    stopping = state.stopping if state is not None else None
     runtime = _load_and_warm(settings, loader, stopping)
     if not settings.warmup:
         return runtime, (), None
@@ -226,7 +226,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state.stopping, state)
+        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state)
     except HeraldError as exc:
         state.load_error = exc.message
         state.metrics.worker_failed.set(1)
