@@ -287,9 +287,15 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
                         (lambda: (folder / "chat_template.jinja").unlink(), "chat_template.jinja is missing"),
                         (lambda: (folder / "config.json").write_text("{"), "config.json is 1 bytes; it was 23 when converted"),
                         (lambda: (folder / "config.json").write_text('{"model_type": "llama"]'),  # same size
-                         "config.json is not JSON (Expecting ',' delimiter: line 1 column 23 (char 22))"),
+                         "config.json differs from the file the conversion wrote (sha256)"),
+                        # tester finding: zeroed at its own size (a crash's block), every prompt scored 0
+                        (lambda: (folder / "chat_template.jinja").write_bytes(b"\0" * 14),
+                         "chat_template.jinja differs from the file the conversion wrote (sha256)"),
+                        (lambda: (folder / "config.json").unlink(), "config.json is missing"),  # was never replaced
                         (lambda: (folder / "herald_source.json").write_text('{"gguf": "x.gguf"}'),
-                         "herald_source.json lists no files (written by an older Herald)"),
+                         "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
+                        (lambda: (folder / "herald_source.json").write_text('{"files": {"config.json": 23}}'),
+                         "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
                         (lambda: (folder / "herald_source.json").write_text("{"),
                          "herald_source.json is unreadable (Expecting property name enclosed in double quotes: line 1"
                          " column 2 (char 1))"),
@@ -303,8 +309,29 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
         assert loader.conversion_damage(folder) == why
         resolve_backbone(str(whole), cache)  # converted again, whole
         assert loader.conversion_damage(folder) is None
-    assert len(converted) == 12
+    assert len(converted) == 15
 
+
+
+def test_a_damaged_conversion_that_cannot_be_replaced_is_named_before_any_conversion(whole: Path, tmp_path: Path,
+                                                                                      monkeypatch):
+    # tester finding: in a read-only cache the damaged folder stayed, a whole conversion ran, and then the damaged
+    # folder was kept ("another process converted it first")
+    converted: list[Path] = []
+    monkeypatch.setattr(loader, "_convert", lambda gguf, source, target, sha: converted.append(target) or _fake_conversion(target))
+    cache = tmp_path / "cache"
+    folder = resolve_backbone(str(whole), cache).folder
+    (folder / "chat_template.jinja").unlink()
+
+    def read_only(source, target):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(loader.os, "replace", read_only)
+    with pytest.raises(BackboneError) as refused:
+        resolve_backbone(str(whole), cache)
+    assert str(refused.value) == (f"the damaged cached conversion {folder} cannot be replaced (Read-only file system);"
+                                  " make HERALD_CACHE_DIR writable, or delete the folder")
+    assert len(converted) == 1  # no second conversion
 
 
 @pytest.mark.parametrize("keep", [100, 400, -40])

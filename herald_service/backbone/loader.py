@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from herald_service.config import EMBEDDED_BACKBONE
 from herald_service.errors import BackboneError
@@ -358,7 +358,7 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
     if isinstance(source, Path):
         source = GGUFSource("file", (source,), source.stem)
     target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
-    if (target / "config.json").is_file():
+    if target.exists():  # a folder without config.json is damaged too (it was converted into, and never replaced)
         damage = conversion_damage(target)
         if damage is None:
             return target
@@ -371,13 +371,22 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
 
 SOURCE_RECORD = "herald_source.json"
 """Written last into a conversion, before it is published: the GGUF it came from and, under ``"files"``, every other
-file of the folder with its size in bytes (:func:`write_source_record`), which :func:`conversion_damage` checks."""
+file of the folder with its size in bytes and, but for the weights, its sha256 (:func:`write_source_record`), which
+:func:`conversion_damage` checks."""
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    """Size (bytes) and, for a file other than the weights (tokenizer, template, configs: a few MB), its sha256."""
+    record: dict[str, Any] = {"bytes": path.stat().st_size}
+    if path.suffix != ".safetensors":
+        record["sha256"] = sha256_file(path)
+    return record
 
 
 def write_source_record(folder: Path, source: GGUFSource, sha256: str) -> None:
-    """Write :data:`SOURCE_RECORD` into a finished conversion ``folder``: the GGUF's files and sha256, and the name and
-    size (bytes) of every file the conversion wrote."""
-    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file() and p.name != SOURCE_RECORD}
+    """Write :data:`SOURCE_RECORD` into a finished conversion ``folder``: the GGUF's files and sha256, and the name,
+    size (bytes) and, but for the weights, sha256 of every file the conversion wrote."""
+    files = {p.name: _file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != SOURCE_RECORD}
     (folder / SOURCE_RECORD).write_text(json.dumps({
         "gguf": str(source.files[0]), "kind": source.kind, "sources": [str(p) for p in source.files], "sha256": sha256,
         "files": files,
@@ -386,8 +395,9 @@ def write_source_record(folder: Path, source: GGUFSource, sha256: str) -> None:
 
 def conversion_damage(folder: Path) -> str | None:
     """What is wrong with a cached conversion ``folder``, or ``None`` when it looks whole: ``config.json`` present,
-    :data:`SOURCE_RECORD` present and naming the conversion's files, each of them present at its recorded size and,
-    for a ``.json`` file, parsing as JSON; the tokenizer present, and every safetensors weight file (one, or the
+    :data:`SOURCE_RECORD` present and naming the conversion's files, each of them present at its recorded size and, but
+    for the weights, with its recorded sha256 (a chat template overwritten at its own size, as a crash's zeroed block
+    leaves it, passed a size check and made every prompt score 0: tester finding); the tokenizer present, and every safetensors weight file (one, or the
     shards its index names) present with a header that covers the file (``safetensors.safe_open``: a truncated file
     fails it). Reads the small files and the weights' headers only (milliseconds for the 538 MB embedded model). A
     conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted or cut short by a
@@ -405,19 +415,16 @@ def conversion_damage(folder: Path) -> str | None:
         files = json.loads((folder / SOURCE_RECORD).read_text()).get("files")
     except (OSError, ValueError, AttributeError) as exc:  # not JSON, or not an object
         return f"{SOURCE_RECORD} is unreadable ({exc})"
-    if not isinstance(files, dict) or not files:
-        return f"{SOURCE_RECORD} lists no files (written by an older Herald)"
-    for name, size in files.items():
+    if not isinstance(files, dict) or not files or not all(isinstance(r, dict) for r in files.values()):
+        return f"{SOURCE_RECORD} lists no files with their sizes and hashes (written by an older Herald)"
+    for name, record in files.items():
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} is {path.stat().st_size} bytes; it was {size} when converted"
-        if name.endswith(".json"):
-            try:
-                json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                return f"{name} is not JSON ({exc})"
+        if path.stat().st_size != record.get("bytes"):
+            return f"{name} is {path.stat().st_size} bytes; it was {record.get('bytes')} when converted"
+        if "sha256" in record and sha256_file(path) != record["sha256"]:
+            return f"{name} differs from the file the conversion wrote (sha256)"
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
         return "the tokenizer is missing"
     index = folder / "model.safetensors.index.json"
@@ -440,12 +447,20 @@ def conversion_damage(folder: Path) -> str | None:
 
 def _set_aside(folder: Path) -> None:
     """Move a damaged conversion out of the way (renamed, then removed), so a fresh one can take its place; a process
-    still reading the old files keeps them until it is done."""
+    still reading the old files keeps them until it is done.
+
+    Raises:
+        BackboneError: the folder cannot be moved (a read-only cache): a conversion could not replace it, and the
+            damaged folder was kept after one (tester finding).
+    """
     aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
     try:
         os.replace(folder, aside)
-    except OSError:
+    except FileNotFoundError:
         return  # another process set it aside (or replaced it) first
+    except OSError as exc:
+        raise BackboneError(f"the damaged cached conversion {folder} cannot be replaced ({exc.strerror}); make"
+                            " HERALD_CACHE_DIR writable, or delete the folder", field="cache_dir") from None
     shutil.rmtree(aside, ignore_errors=True)
 
 
