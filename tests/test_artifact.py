@@ -75,22 +75,23 @@ def test_mismatched_backbone_is_refused(tmp_path, fitted, change, problem):
                                      f" {problem}{advice}")
 
 
-def test_another_revision_or_chat_template_loads_with_a_warning_for_each(tmp_path, fitted):
-    # Breaker: a probe whose chat_template_hash or revision differs from the backbone's was served without a word.
+def test_another_revision_loads_with_a_warning(tmp_path, fitted):
+    # Breaker: a probe whose revision differs from the backbone's was served without a word (another chat template is
+    # refused: test_a_probe_fitted_with_another_chat_template_is_refused)
     backbone, probe, _ = fitted
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
     _, manifest = load_probe(tmp_path, backbone.info)
     assert compatibility_warnings(manifest, backbone.info) == []
-    other = dataclasses.replace(backbone.info, revision="gguf-sha256:" + "0" * 64, chat_template_hash="1" * 64)
+    other = dataclasses.replace(backbone.info, revision="gguf-sha256:" + "0" * 64)
     _, manifest = load_probe(tmp_path, other)  # loads: DESIGN 2 refuses only layers, width and config
-    first, second = compatibility_warnings(manifest, other)
-    assert first.startswith(f"probe was fitted on weights {backbone.info.revision!r}, the backbone's are 'gguf-sha256:000")
-    assert second.startswith("probe was fitted with another chat template (chat_template_hash differs)")
+    (line,) = compatibility_warnings(manifest, other)
+    assert line.startswith(f"probe was fitted on weights {backbone.info.revision!r}, the backbone's are 'gguf-sha256:000")
 
 
-def test_a_probe_fitted_with_a_chat_template_is_refused_on_a_backbone_without_one(tmp_path, fitted):
-    # tester finding: a conversion missing chat_template.jinja rendered prompts as raw text and the shipped probe passed
-    # a pipe-bomb request at 1e-84, with only the "another chat template" warning
+def test_a_probe_fitted_with_another_chat_template_is_refused(tmp_path, fitted):
+    # tester findings: a conversion missing chat_template.jinja rendered prompts as raw text and the shipped probe
+    # passed a pipe-bomb request at 1e-84; a whitespace-only or content-only template scored every prompt 0; each with
+    # only a warning
     from herald_service.probes.artifact import check_chat_template
 
     backbone, probe, _ = fitted
@@ -98,17 +99,20 @@ def test_a_probe_fitted_with_a_chat_template_is_refused_on_a_backbone_without_on
     raw = dataclasses.replace(backbone.info, chat_template_hash=None)
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(templated)})
     _, manifest = load_probe(tmp_path, raw)  # the config.json check passes: the template is not in it
-    with pytest.raises(ProbeMismatch) as refused:
-        check_chat_template(manifest, raw)
-    assert refused.value.field == "probe"
-    assert refused.value.message.startswith(
-        f"probe was fitted on prompts rendered with a chat template (chat_template_hash aaaaaaaaaaaa...), but the"
-        f" backbone {raw.model_id!r} has none: every prompt would be read as raw text")
-    check_chat_template(manifest, dataclasses.replace(raw, chat_template_hash="b" * 64))  # another one: a warning
+    check_chat_template(manifest, templated)
+    for other, shown in ((raw, "no chat template: raw text"), (dataclasses.replace(raw, chat_template_hash="b" * 64),
+                                                                "chat_template_hash bbbbbbbbbbbb...")):
+        with pytest.raises(ProbeMismatch) as refused:
+            check_chat_template(manifest, other)
+        assert refused.value.field == "probe"
+        assert refused.value.message.startswith(
+            f"probe was fitted on prompts rendered with chat_template_hash aaaaaaaaaaaa..., but the backbone"
+            f" {raw.model_id!r} renders them with {shown}: the probe reads the states")
     save_probe(probe, tmp_path / "raw", {"backbone": backbone_manifest(raw)})  # a base model's probe, on raw text
     _, manifest = load_probe(tmp_path / "raw", raw)
     check_chat_template(manifest, raw)
-    check_chat_template(manifest, templated)
+    with pytest.raises(ProbeMismatch, match="fitted on prompts rendered with no chat template: raw text, but"):
+        check_chat_template(manifest, templated)
 
 
 @pytest.mark.parametrize("rule, warned", [(None, False), ("nfkc-ascii-v4", False), ("nfkc-ascii-v3", True)])

@@ -293,32 +293,34 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
 
 
 def check_chat_template(manifest: dict[str, Any], info: BackboneInfo) -> None:
-    """Refuse a probe fitted on prompts rendered with a chat template when the loaded backbone has none (``info`` of
+    """Refuse a probe fitted on prompts rendered with another chat template than the loaded backbone's (``info`` of
     the loaded tokenizer: :func:`check_compatible` runs before the load too, from ``config.json``, which holds no
-    template). Prompts would then be read as raw text, which the probe never saw: a conversion missing its
-    ``chat_template.jinja`` made the shipped probe pass a pipe-bomb request at a score of 1e-84 with only a warning
-    (tester finding). Another template is a warning (:func:`compatibility_warnings`); a probe fitted on raw text (a
-    base model's, ``chat_template_hash`` null) passes.
+    template), no template on either side included. The template decides the tokens a prompt ends on, whose states
+    the probe reads, so its directions and threshold do not carry over: with a warning only, a conversion missing its
+    ``chat_template.jinja`` made the shipped probe pass a pipe-bomb request at a score of 1e-84, and a whitespace-only
+    or content-only template scored every prompt 0 (tester findings).
 
     Raises:
-        ProbeMismatch: naming the probe's template hash and what to do.
+        ProbeMismatch: naming both templates' hashes (or "none") and what to do.
     """
-    fitted = manifest["backbone"].get("chat_template_hash")
-    if fitted is not None and info.chat_template_hash is None:
-        raise ProbeMismatch(f"probe was fitted on prompts rendered with a chat template (chat_template_hash"
-                            f" {fitted[:12]}...), but the backbone {info.model_id!r} has none: every prompt would be"
-                            " read as raw text, which the probe never saw. Restore the backbone's chat template (a"
-                            " cached GGUF conversion: delete it to convert anew), or fit a probe on raw text with"
-                            " `herald fit`.", field="probe")
+    fitted, ours = manifest["backbone"].get("chat_template_hash"), info.chat_template_hash
+    if fitted == ours:
+        return
+    shown = lambda h: f"chat_template_hash {h[:12]}..." if h else "no chat template: raw text"  # noqa: E731
+    raise ProbeMismatch(f"probe was fitted on prompts rendered with {shown(fitted)}, but the backbone"
+                        f" {info.model_id!r} renders them with {shown(ours)}: the probe reads the states of the tokens a"
+                        " prompt ends on, so its scores do not hold. Restore the backbone's template (a cached GGUF"
+                        " conversion: delete it to convert anew), or fit a probe for this template with `herald fit`.",
+                        field="probe")
 
 
 def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list[str]:
     """What differs between the backbone a probe was fitted on and ``info`` without making the probe unusable
-    (:func:`check_compatible` refuses the rest): the weights' revision (fine-tuned or re-quantized weights of the same
-    architecture: the directions may no longer hold) and the chat template's hash (it decides which token is last, so
-    the trajectory differs), and the prompt-text rule (:mod:`herald_service.prompt_text`) when the probe names one other
-    than the server's (a probe without one predates the rule: README says so for the shipped probe, so no line). Lines
-    for ``herald serve``'s log; empty when all match."""
+    (:func:`check_compatible` and :func:`check_chat_template` refuse the rest): the weights' revision (fine-tuned or
+    re-quantized weights of the same architecture: the directions may no longer hold), and the prompt-text rule
+    (:mod:`herald_service.prompt_text`) when the probe names one other than the server's (a probe without one predates
+    the rule: README says so for the shipped probe, so no line). Lines for ``herald serve``'s log; empty when all
+    match."""
     fitted = manifest["backbone"]
     lines = []
     rule = manifest.get("training_data", {}).get("prompt_text")
@@ -329,9 +331,6 @@ def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list
     if fitted.get("revision") != info.revision:
         lines.append(f"probe was fitted on weights {fitted.get('revision')!r}, the backbone's are {info.revision!r}:"
                      " its directions and threshold may not hold for these weights; refit with `herald fit`")
-    if fitted.get("chat_template_hash") != info.chat_template_hash:
-        lines.append("probe was fitted with another chat template (chat_template_hash differs): prompts end on other"
-                     " tokens than at fit time, so scores may shift; refit with `herald fit`")
     return lines
 
 
