@@ -238,7 +238,9 @@ class ServeCommand(Settings):
         try:
             server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
         finally:
-            wait_for_the_load()  # a load or conversion under way ends while the interpreter is whole
+            abandoned = wait_for_the_load()  # a load or conversion under way ends while the interpreter is whole
+        if abandoned:
+            raise SystemExit(f"herald serve: the model load under way at shutdown failed: {abandoned}")
         if app.state.herald.load_error:
             raise SystemExit(f"herald serve: {app.state.herald.load_error}")
 

@@ -476,9 +476,22 @@ def test_serve_waits_for_a_load_under_way_before_the_interpreter_exits():
     done = threading.Event()
     thread = threading.Thread(target=lambda: (time.sleep(0.3), done.set()), name=LOAD_THREAD)
     thread.start()
-    wait_for_the_load()
+    assert wait_for_the_load() is None
     assert done.is_set() and not thread.is_alive()
-    wait_for_the_load()  # none under way: returns at once
+    assert wait_for_the_load() is None  # none under way: returns at once
+    # one that fails after nobody awaits it is reported (the process exited 0 without a word: tester finding); one
+    # that stopped for the shutdown is not
+    from herald_service.api.app import ShutDownDuringStartUp
+    from herald_service.errors import BackboneError
+
+    for error, reported in ((BackboneError("cannot load a causal LM from /x", field="backbone"),
+                             "cannot load a causal LM from /x"), (ShutDownDuringStartUp(), None)):
+        def failing(error=error):
+            time.sleep(0.2)
+            threading.current_thread().herald_error = error
+
+        threading.Thread(target=failing, name=LOAD_THREAD).start()
+        assert wait_for_the_load() == reported
 
 
 def test_a_backbone_that_cannot_encode_the_empty_prompt_still_comes_up_and_says_so(caplog):

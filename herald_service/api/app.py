@@ -171,16 +171,26 @@ LOAD_THREAD = "herald-load"
 """Name of the thread :func:`in_passing_thread` runs the model's load and warm-up on."""
 
 
-def wait_for_the_load() -> None:
+def wait_for_the_load() -> str | None:
     """Return once no load thread (:data:`LOAD_THREAD`) runs: ``herald serve`` calls it after its server has stopped,
     so that a shutdown during the start-up lets the load finish while the interpreter is still whole. Left to the
     interpreter's exit, the load ran on after ``concurrent.futures`` had stopped taking work, and a GGUF conversion
     under way failed in ``save_pretrained`` and was thrown away (tester finding: the next start converted again).
-    The warm-up stops at its next step (:class:`ShutDownDuringStartUp`); the load and a conversion run to their end."""
+    The warm-up stops at its next step (:class:`ShutDownDuringStartUp`); the load and a conversion run to their end.
+
+    Returns:
+        Why such a load failed (nobody awaited it any more, and the process exited 0 without a word: tester finding),
+        or None.
+    """
+    failure = None
     for thread in threading.enumerate():
         if thread.name == LOAD_THREAD and thread is not threading.current_thread():
             log.info("waiting for the model load under way to finish (a GGUF conversion is kept for the next start)")
             thread.join()
+            error = getattr(thread, "herald_error", None)
+            if error is not None and not isinstance(error, ShutDownDuringStartUp):
+                failure = error.message if isinstance(error, HeraldError) else f"{type(error).__name__}: {error}"
+    return failure
 
 
 async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
@@ -208,6 +218,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
             result, error = fn(*args), None
         except BaseException as exc:  # handed to the awaiting coroutine
             result, error = None, exc
+        threading.current_thread().herald_error = error  # type: ignore[attr-defined]  # for wait_for_the_load
         try:
             loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:  # the loop closed meanwhile (shutdown during the load): nobody waits
