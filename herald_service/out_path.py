@@ -64,15 +64,18 @@ def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
 
 
 def check_replaceable(path: Path, option: str) -> None:
-    """Refuse an existing file that ``--overwrite`` would replace but that cannot be written (read-only, immutable),
-    before any work: the run failed at its final write (tester finding: ``--overwrite`` over a ``chattr +i`` file
-    started the extraction). Opens it for appending and writes nothing.
+    """Refuse an existing file that ``--overwrite`` would replace but that cannot be written (read-only, immutable,
+    append-only) or is not a regular file (``/dev/null`` would have been replaced by one), before any work: the run
+    failed at its final write (tester findings: ``--overwrite`` over a ``chattr +i`` or ``+a`` file started the
+    extraction). Opens it for reading and writing, and writes nothing.
 
     Raises:
         ValueError: naming ``option``, the path and the reason.
     """
+    if not path.resolve().is_file():
+        raise ValueError(f"{option} {path} is not a regular file; give the JSON file to write")
     try:
-        with open(path, "ab"):
+        with open(path, "r+b"):
             pass
     except OSError as exc:
         raise ValueError(f"{option} {path} cannot be replaced ({exc.strerror or exc}); make it writable or choose"
@@ -84,9 +87,12 @@ def write_text_atomically(path: Path, text: str) -> None:
     during the write leaves the old file or the new one, never one cut short. The file gets the mode a new file gets
     under the process's umask.
 
+    A symbolic link is followed: its target is replaced.
+
     Raises:
         OSError: the folder cannot be written (the commands check that first: :func:`check_out_path`).
     """
+    path = path.resolve()
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:

@@ -73,3 +73,24 @@ def test_fit_overwrite_of_a_probe_file_that_cannot_be_written_is_refused_before_
     with pytest.raises(ValueError) as refused:
         refuse_a_probe_there(unwritable.parent, overwrite=True, served=False, given=True)
     assert str(refused.value).startswith(f"--out {unwritable} cannot be replaced (")
+
+
+def test_overwrite_of_a_device_or_an_append_only_file_is_refused_and_a_link_s_target_is_replaced(tmp_path: Path):
+    # tester findings: --overwrite accepted /dev/null (the write would have made it a regular file) and an
+    # append-only file (chattr +a: the final replace failed with EPERM); a link was replaced by a file
+    with pytest.raises(ValueError, match="^--out /dev/null is not a regular file; give the JSON file to write$"):
+        refuse_an_existing_out(Path("/dev/null"), overwrite=True)
+    target = tmp_path / "real.json"
+    target.write_text("old\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    refuse_an_existing_out(link, overwrite=True)
+    write_text_atomically(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    chattr = shutil.which("chattr")
+    if os.geteuid() == 0 and chattr and subprocess.run([chattr, "+a", str(target)], capture_output=True).returncode == 0:
+        try:
+            with pytest.raises(ValueError, match="cannot be replaced"):
+                refuse_an_existing_out(target, overwrite=True)
+        finally:
+            subprocess.run([chattr, "-a", str(target)], check=True)
