@@ -397,9 +397,9 @@ def conversion_damage(folder: Path) -> str | None:
     """What is wrong with a cached conversion ``folder``, or ``None`` when it looks whole: ``config.json`` present,
     :data:`SOURCE_RECORD` present and naming the conversion's files, each of them present at its recorded size and, but
     for the weights, with its recorded sha256 (a chat template overwritten at its own size, as a crash's zeroed block
-    leaves it, passed a size check and made every prompt score 0: tester finding); the tokenizer present, and every safetensors weight file (one, or the
-    shards its index names) present with a header that covers the file (``safetensors.safe_open``: a truncated file
-    fails it). Reads the small files and the weights' headers only (milliseconds for the 538 MB embedded model). A
+    leaves it, passed a size check and made every prompt score 0: tester finding); the tokenizer present, and every
+    safetensors weight file (one, or the shards its index names) present with a header that covers the file
+    (``safetensors.safe_open``: a truncated file fails it). Reads the small files and the weights' headers only (milliseconds for the 538 MB embedded model). A
     conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted or cut short by a
     full disk or a copy. Before this, a damaged folder was trusted, and the server stopped at load, after it had
     started listening; and before the file list, a missing ``chat_template.jinja`` went unseen: the backbone then
