@@ -987,6 +987,8 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
      b"A request may carry one Host header, not several (RFC 9112 section 3.2)."),
     # versions the parser itself refuses: its reason, reworded where it would mislead
     (b"GET /health/live HTTP/1.2\r\nHost: x\r\n\r\n", b"Invalid HTTP request received: Invalid HTTP version."),
+    (b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+     b"CONNECT is not served: Herald is not a proxy (RFC 9110 section 9.3.6)."),
     (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"Invalid HTTP request received: an HTTP/2 connection preface: this port"
                                            b" serves HTTP/1.1 (and HTTP/1.0) only."),
 ])

@@ -206,6 +206,9 @@ if HttpToolsProtocol is not None:
 
         def on_headers_complete(self) -> None:
             self._not_http11 = http_version_problem(self.parser.get_http_version(), self.headers)
+            if self._not_http11 is None and self.parser.get_method() == b"CONNECT":  # its authority-form target
+                # failed uvicorn's URL parsing inside this callback: "User callback error" (tester finding)
+                self._not_http11 = "CONNECT is not served: Herald is not a proxy (RFC 9110 section 9.3.6)."
             if self._not_http11 is not None:
                 raise NotHttp11  # answered by send_400_response, as a request whose headers are still being read
             self._end_headers()
