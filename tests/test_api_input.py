@@ -941,7 +941,7 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_keep_alive_timeout(
             took = time.monotonic() - started
             slow.settimeout(5)
             assert slow.recv(4096).startswith(b"HTTP/1.1 200 OK")
-    assert 0.5 <= took < 3, took
+    assert 0.45 <= took < 3, took  # uvloop (libuv) timers run on a millisecond clock: CI read 0.4997 s
 
 
 def test_the_start_of_a_request_in_the_same_write_as_the_one_before_it_has_the_header_timeout():
