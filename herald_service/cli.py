@@ -370,8 +370,8 @@ def check_default_data(options: BaseModel) -> None:
 def check_data_and_backbone(options: BaseModel) -> None:
     """Refuse a ``--data`` path or a ``--backbone`` of fit, eval or recipes that cannot be used before the training
     modules import torch (about 5 s) and read the corpus: a data path (``--data``, and recipes' ``--sensitive-data``)
-    that does not exist or a folder without JSONL files, a backbone path that does not exist or holds no model. ``herald fit --backbone /nope`` read and folded the
-    whole corpus first and said so after 32 s (a session's try). The commands check the default ``--data``
+    that does not exist or a folder without JSONL files, a backbone path that does not exist or holds no model.
+    ``herald fit --backbone /nope`` read and folded the whole corpus first and said so after 32 s (a session's try). The commands check the default ``--data``
     (:func:`check_default_data`) and ``--out`` before this, and the data's rows after it.
 
     Raises:

@@ -452,6 +452,9 @@ def test_recipes_names_missing_sensitive_data_and_a_recipe_that_needs_it_before_
     assert out.returncode == 1 and out.stderr.strip() == f"herald: --sensitive-data {tmp_path / 'nope'} does not exist"
     out = herald("recipes", "--recipes", '["shipped","sensitive"]', *results)
     assert out.returncode == 1 and out.stderr.strip() == "herald: recipe sensitive needs --sensitive-data", out.stderr
+    (tmp_path / "empty.jsonl").write_text("\n")  # a sensitive recipe would have run on no rows
+    out = herald("recipes", "--sensitive-data", str(tmp_path / "empty.jsonl"), *results)
+    assert out.returncode == 1 and out.stderr.strip() == f"herald: --sensitive-data {tmp_path / 'empty.jsonl'} holds no row"
     assert not (tmp_path / "cache").exists()
 
 

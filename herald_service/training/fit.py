@@ -222,8 +222,8 @@ def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) 
         ValueError: naming the folder, the probe files in it, and what to pass instead.
     """
     held = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
-    where = f"--out {out}" if given else f"{out} (the default --out for this backbone)"
     if held and not overwrite:
+        where = f"--out {out}" if given else f"{out} (the default --out for this backbone)"
         what = ", the probe `herald serve` loads by default" if served else ""
         raise ValueError(f"{where} already holds a probe ({', '.join(held)}){what}; pass --out DIR to write the new "
                          "one elsewhere, or --overwrite to replace it")

@@ -214,6 +214,8 @@ def run_recipes(options: RecipeOptions) -> dict:
     # read before the corpus and the backbone (a missing path was named 37 s into a run: tester finding)
     sensitive_rows = (cap_per_group(load_corpus(expand_data(options.sensitive_data, "--sensitive-data")),
                                     options.max_per_source, options.seed) if options.sensitive_data else [])
+    if options.sensitive_data and not sensitive_rows:
+        raise ValueError(f"--sensitive-data {', '.join(map(str, options.sensitive_data))} holds no row")
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions
