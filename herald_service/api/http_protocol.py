@@ -30,9 +30,10 @@ class HeadersTooLarge(Exception):
     a parser error, which uvicorn answers with 400 and a closed connection."""
 
 
-class NotHttp11(Exception):
-    """Raised inside the parser's callbacks for a request whose line and headers are complete but that HTTP/1.1 (RFC
-    9112) does not allow; answered 400 like :class:`HeadersTooLarge`, with :func:`http_version_problem`'s message."""
+class UnservedRequest(Exception):
+    """Raised inside the parser's callbacks for a request whose line and headers are complete but that is not served:
+    one HTTP/1.1 (RFC 9112) does not allow, or a CONNECT; answered 400 like :class:`HeadersTooLarge`, with the reason
+    (:func:`http_version_problem`)."""
 
 
 def http_version_problem(version: str, headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -41,7 +42,6 @@ def http_version_problem(version: str, headers: list[tuple[bytes, bytes]]) -> st
     sent as text, was answered as HTTP/1.1), an HTTP/1.1 request without ``Host`` (RFC 9112 section 3.2: a server
     must answer it 400, as one with several), and an HTTP/1.0 request with ``Transfer-Encoding`` (section 6.1: its
     framing is faulty)."""
-
     names = [name for name, _ in headers]
     if version not in ("1.0", "1.1"):
         return f"HTTP/{version} is not served on this port: send HTTP/1.1 (or HTTP/1.0)."
@@ -143,13 +143,12 @@ if HttpToolsProtocol is not None:
             self.parser = ParserKeepingItsError(self.parser)
             self._header_limit: int | None = config.h11_max_incomplete_event_size
             self._in_headers, self._read_bytes, self._header_bytes, self._too_large = True, 0, 0, False
-            self._not_http11: str | None = None  # http_version_problem's message for the request being read
+            self._unserved: str | None = None  # why the request being read is not served (UnservedRequest)
             self._header_timer: asyncio.TimerHandle | None = None
             self._headers_begun = False  # the request being read has sent its first byte, not yet its last header
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
-            self._mark_refused: Callable[[], None] = lambda: None  # sets its "herald.refused" (on_message_begin)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -184,13 +183,11 @@ if HttpToolsProtocol is not None:
                 raise HeadersTooLarge
 
         def on_message_begin(self) -> None:
-            self._header_bytes, self._too_large, self._not_http11 = 0, False, None
+            self._header_bytes, self._too_large, self._unserved = 0, False, None
             super().on_message_begin()
-            refused = [False]
             self.scope["extensions"] = {**self.scope.get("extensions", {}),
                                         "herald.connection_closed": self.transport.is_closing,
-                                        "herald.refused": lambda: refused[0]}
-            self._mark_refused = lambda: refused.__setitem__(0, True)
+                                        "herald.refused": self._refuses(self.scope)}
             # the request's first byte, which may come in the same read as the end of the request before it
             self._headers_begun = True
             if not self._answer_pending():
@@ -205,12 +202,12 @@ if HttpToolsProtocol is not None:
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
-            self._not_http11 = http_version_problem(self.parser.get_http_version(), self.headers)
-            if self._not_http11 is None and self.parser.get_method() == b"CONNECT":  # its authority-form target
+            self._unserved = http_version_problem(self.parser.get_http_version(), self.headers)
+            if self._unserved is None and self.parser.get_method() == b"CONNECT":  # its authority-form target
                 # failed uvicorn's URL parsing inside this callback: "User callback error" (tester finding)
-                self._not_http11 = "CONNECT is not served: Herald is not a proxy (RFC 9110 section 9.3.6)."
-            if self._not_http11 is not None:
-                raise NotHttp11  # answered by send_400_response, as a request whose headers are still being read
+                self._unserved = "CONNECT is not served: Herald is not a proxy (RFC 9110 section 9.3.6)."
+            if self._unserved is not None:
+                raise UnservedRequest  # answered by send_400_response, as a request whose headers are still being read
             self._end_headers()
             super().on_headers_complete()
 
@@ -270,9 +267,9 @@ if HttpToolsProtocol is not None:
             if self._too_large:
                 log.warning("request line and headers over %d bytes: answered 400", self._header_limit)
                 msg = f"Request line and headers exceed {self._header_limit} bytes (HERALD_MAX_HEADER_BYTES)."
-            elif self._in_headers and self._not_http11 is not None:
-                msg = self._not_http11
-            elif isinstance(self.parser, ParserKeepingItsError) and self.parser.error:  # llhttp's own reason
+            elif self._in_headers and self._unserved is not None:
+                msg = self._unserved
+            elif self.parser.error:  # llhttp's own reason (ParserKeepingItsError)
                 msg = f"Invalid HTTP request received: {PARSER_REASONS.get(self.parser.error, self.parser.error)}."
             if self._answer_pending():
                 # written after the answers to the requests before it (on_response_complete); uvicorn writes a
@@ -283,13 +280,17 @@ if HttpToolsProtocol is not None:
                 return
             super().send_400_response(msg)
 
+        def _refuses(self, scope: dict[str, Any]) -> Callable[[], bool]:
+            """The ``herald.refused`` extension of the request whose ``scope`` this is: whether a body-framing 400
+            answered it (it is :attr:`_refused`)."""
+            return lambda: self._refused is not None and self._refused.scope is scope
+
         def _refuse_last_read(self) -> None:
             """Make the 400 the only answer of the request last read (``self.cycle``): out of the pipeline if queued,
             its app not started if it has not begun, told that its client left if it runs, and marked as answered
             by the HTTP layer for :class:`~herald_service.api.middleware.RequestMetrics`."""
             cycle = self._refused = self.cycle
             self.pipeline = type(self.pipeline)(entry for entry in self.pipeline if entry[0] is not cycle)
-            self._mark_refused()
             cycle.disconnected = True
             cycle.message_event.set()
 
