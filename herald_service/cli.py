@@ -420,6 +420,43 @@ def invoked_command() -> str:
     return shlex.join(["herald", *sys.argv[1:]])
 
 
+class ReferenceCommand(LocalCommand):
+    """Record a probe's reference logits on the backbone, in its probe.json: herald reference [--probe DIR]
+    [--backbone ...]. Every load scores them again and refuses weights that moved them (herald_service/probes/
+    reference.py); herald fit records them, so this is for a probe fitted before Herald did, or, with --overwrite, for
+    other weights you have evaluated the probe on. Run it on the weights and numerics the probe was fitted with."""
+
+    overwrite: bool = Field(False, description=(
+        "Replace the reference logits the probe records (only for weights you have evaluated the probe on: the check"
+        " then accepts them)."))
+
+    def cli_cmd(self) -> None:
+        from datetime import datetime, timezone
+
+        from herald_service.engine.runtime import checked_probe, load_runtime
+        from herald_service.out_path import check_replaceable, write_text_atomically
+        from herald_service.probes.artifact import MANIFEST_FILE, read_manifest
+        from herald_service.probes.reference import reference_block
+
+        if self.fake_backend:
+            raise SystemExit("herald reference: the fake backend fits its probe at start-up; there is no probe file to"
+                             " record reference logits in")
+        folder, _, manifest = checked_probe(self)  # before the backbone loads: a refusal costs no load
+        if "reference" in manifest and not self.overwrite:
+            raise SystemExit(f"herald reference: {folder / MANIFEST_FILE} already records reference logits (in"
+                             f" {manifest['reference'].get('numerics', 'unrecorded numerics')}); --overwrite replaces"
+                             " them, which makes every load accept the weights you record them on")
+        check_replaceable(folder / MANIFEST_FILE, "--probe's")
+        runtime = load_runtime(self, check_weights=False)  # the other checks (architecture, chat template) stand
+        block = {**reference_block(runtime.probe, runtime.backbone), "revision": runtime.backbone.info.revision,
+                 "recorded_by": invoked_command(),
+                 "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        manifest = read_manifest(folder)  # as on disk now, the rest kept as it is
+        manifest["reference"] = block
+        write_text_atomically(folder / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+        print(json.dumps(block, indent=2))
+
+
 class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
@@ -846,6 +883,7 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
     serve: CliSubCommand[ServeCommand] = Field(description="start the HTTP server on the configured backbone and probe")
     classify: CliSubCommand[ClassifyCommand] = Field(description="classify prompts from the command line, print JSON lines")
     fit: CliSubCommand[FitCommand] = Field(description="fit a probe on labeled JSONL data and a backbone")
+    reference: CliSubCommand[ReferenceCommand] = Field(description="record a probe's reference logits on the backbone")
     plot: CliSubCommand[PlotCommand] = Field(description="plot prompts' layer trajectories as an image (PNG, SVG, PDF, JPEG)")
     steer_eval: CliSubCommand[SteerEvalCommand] = Field(description="refusal rate with and without directional ablation")
     eval: CliSubCommand[EvalCommand] = Field(description="evaluate Herald against latent and guard-style baselines")

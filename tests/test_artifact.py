@@ -261,6 +261,19 @@ def _saved(tmp_path, fitted):
     ('"feature_set": []', "feature_set must be a string; got []"),
     ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1' ['slope', 'curvature',"
                            " 'monotonicity', 'onset', 'late_level', 'peak', 'volatility']"),
+    ('"reference": []', "reference must be an object with prompts; got []"),
+    ('"reference": {}', "reference.prompts is missing; it must be a list of 1 to 64 objects with text and logit"),
+    ('"reference": {"prompts": []}', "reference.prompts must be a list of 1 to 64 objects with text and logit; got []"),
+    ('"reference": {"prompts": [7]}', "reference.prompts[0] must be an object with text and logit; got 7"),
+    ('"reference": {"prompts": [{"text": " ", "logit": 1}]}',
+     'reference.prompts[0].text must be a non-empty string of at most 2000 characters; got " "'),
+    ('"reference": {"prompts": [{"text": "hi", "logit": 1}, {"text": "yo"}]}',
+     "reference.prompts[1].logit is missing; it must be a finite number within +-10000"),
+    ('"reference": {"prompts": [{"text": "hi", "logit": 1e300}]}',
+     "reference.prompts[0].logit must be a finite number within +-10000; got 1e+300"),
+    ('"reference": {"prompts": [{"text": "hi", "logit": true}]}',
+     "reference.prompts[0].logit must be a finite number within +-10000; got true"),
+    ('"reference": {"prompts": [{"text": "hi", "logit": 1}], "numerics": 3}', "reference.numerics must be a string; got 3"),
 ])
 def test_a_manifest_field_out_of_range_is_refused_naming_the_file_and_field(tmp_path, fitted, text, message):
     backbone, manifest = _saved(tmp_path, fitted)
@@ -411,3 +424,38 @@ def test_a_label_too_thin_for_the_calibration_or_fit_part_is_named(fitted):
         HeraldProbe().fit(X, y, groups=one_row_sources)
     with pytest.raises(ValueError, match=r"^1 benign rows left to fit the directions after the calibration part; need at least 2"):
         HeraldProbe(calibration_fraction=0.5).fit(X[:12], y[:12], groups=np.array(["h|1"] * 10 + ["b|0"] * 2))
+
+
+def test_reference_logits_pass_within_the_tolerance_and_refuse_beyond_it(fitted):
+    from herald_service.probes.reference import REFERENCE_PROMPTS, REFERENCE_TOLERANCE, check_reference, reference_block
+
+    backbone, probe, _ = fitted
+    block = reference_block(probe, backbone)
+    assert [e["text"] for e in block["prompts"]] == list(REFERENCE_PROMPTS) and block["numerics"] == "float32 on cpu"
+    logits = probe.predict(backbone.last_token_states(backbone.encode([user_turn(p) for p in REFERENCE_PROMPTS]))).logits
+    assert [e["logit"] for e in block["prompts"]] == [round(float(x), 4) for x in logits]
+    assert len({e["logit"] for e in block["prompts"]}) > 1  # real scores, not one constant
+    assert check_reference({}, probe, backbone) is None  # a probe fitted before references: nothing checked
+    assert check_reference({"reference": block}, probe, backbone) <= 5e-5  # the rounding only
+
+    def moved(by: list[float]) -> dict:
+        shifted = json.loads(json.dumps(block))
+        for entry, delta in zip(shifted["prompts"], by):
+            entry["logit"] += delta
+        return {"reference": shifted}
+
+    n = len(REFERENCE_PROMPTS)
+    assert REFERENCE_TOLERANCE - 0.02 < check_reference(moved([REFERENCE_TOLERANCE - 0.01] * n), probe, backbone) \
+        < REFERENCE_TOLERANCE
+    # a few prompts far off (numerics move a rare prompt by several logits) pass: the median decides
+    assert check_reference(moved([0.0] * (n // 2 + 1) + [-9.0] * (n // 2 - 1)), probe, backbone) < 1e-4
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference(moved([0.0] * (n // 2 - 1) + [4.0] * (n // 2 - 1) + [9.0, 0.0]), probe, backbone)
+    text = refused.value.message
+    assert refused.value.field == "probe"
+    assert f"the logits of its {n} reference prompts moved by a median of 2.00 (tolerance 1), most" in text
+    worst = n - 2
+    shown = REFERENCE_PROMPTS[worst][:57] + "..." if len(REFERENCE_PROMPTS[worst]) > 60 else REFERENCE_PROMPTS[worst]
+    recorded = block["prompts"][worst]["logit"] + 9.0
+    assert f"{shown!r}: {recorded:.2f} at fit time in float32 on cpu, {logits[worst]:.2f} now in float32 on cpu." in text
+    assert "delete it to convert anew" in text and "herald fit" in text

@@ -957,7 +957,7 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
 
 def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
     # fit --bogus printed herald's top-level usage; a bare herald listed steer_eval, a name nobody can type
-    for args, line in (((), "herald: give a command: serve, classify, fit, plot, steer-eval, eval, recipes, report, data"
+    for args, line in (((), "herald: give a command: serve, classify, fit, reference, plot, steer-eval, eval, recipes, report, data"
                             " (see herald --help)"),
                        (("fit", "--bogus"), "herald fit: unknown option --bogus (see herald fit --help)"),
                        (("eval", "--bogus", "x"), "herald eval: unexpected arguments: --bogus x (see herald eval --help)"),

@@ -38,3 +38,15 @@ def test_gemma_probe_was_fitted_on_the_pinned_gguf_with_raw_text():
     assert backbone["revision"] == f"gguf-sha256:{GEMMA_GGUF_SHA256}"
     assert (backbone["num_layers"], backbone["hidden_size"]) == (18, 640)
     assert backbone["chat_template_hash"] is None  # a base model: prompts are raw text
+
+
+def test_the_smollm2_probe_records_the_reference_prompts_herald_fit_records():
+    # every load scores them (herald_service/probes/reference.py); a changed prompt list must be recorded anew
+    from herald_service.probes.reference import REFERENCE_PROMPTS
+
+    _, manifest = load_probe(MODELS / "smollm2-135m-instruct")
+    block = manifest["reference"]
+    assert [e["text"] for e in block["prompts"]] == list(REFERENCE_PROMPTS)
+    assert block["numerics"] == "float32 on cpu" and block["revision"] == manifest["backbone"]["revision"]
+    flagged = [e["logit"] >= manifest["threshold"] for e in block["prompts"]]
+    assert flagged[:6] == [True] * 6  # the six harmful requests

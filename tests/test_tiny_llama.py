@@ -799,3 +799,93 @@ def test_eval_refuses_a_probe_of_another_architecture_before_it_reads_the_corpus
         "herald: probe was fitted on 'HuggingFaceTB/SmolLM2-135M-Instruct' but the backbone is"), out.stderr
     assert "num_layers 30 in probe.json, 4 in the backbone; hidden_size 576 in probe.json, 64 in the backbone" in out.stderr
     assert not (tmp_path / "cache" / "states").exists()
+
+
+def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_refused(folder, tmp_path):
+    # Weights of the same architecture that differ from the fitted ones (a damaged copy, another fine-tune) only drew
+    # the revision warning, and the probe read states it was not fitted on.
+    import shutil
+
+    from herald_service.probes.reference import REFERENCE_PROMPTS
+    from safetensors.torch import save_file
+
+    run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(folder), out=tmp_path / "probe",
+                       cache_dir=tmp_path / "cache", device="cpu", max_per_source=None))
+    reference = json.loads((tmp_path / "probe" / "probe.json").read_text())["reference"]
+    assert [e["text"] for e in reference["prompts"]] == list(REFERENCE_PROMPTS)
+    assert reference["numerics"] == "float32 on cpu"
+    settings = Settings(_env_file=None, backbone=str(folder), probe=tmp_path / "probe", cache_dir=tmp_path / "cache",
+                        device="cpu", matmul_dtype="weights")
+    runtime = load_runtime(settings)
+    logits = runtime.classify_texts(list(REFERENCE_PROMPTS))
+    assert [round(r.logit, 4) for r in logits] == [e["logit"] for e in reference["prompts"]]
+    # bf16 linear layers (the CPU default where the CPU has bf16) stay within the tolerance
+    load_runtime(settings.model_copy(update={"matmul_dtype": "bfloat16"}))
+
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    weights = load_file(other / "model.safetensors")
+    weights["model.layers.0.self_attn.o_proj.weight"] = torch.zeros_like(weights["model.layers.0.self_attn.o_proj.weight"])
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    damaged = settings.model_copy(update={"backbone": str(other)})
+    with pytest.raises(ProbeMismatch) as refused:
+        load_runtime(damaged)
+    assert "reference prompts moved by a median of" in refused.value.message
+    assert "at fit time in float32 on cpu" in refused.value.message and "now in float32 on cpu." in refused.value.message
+    with TestClient(build_app(damaged)) as client:  # the server never says ready on them, and says why
+        for _ in range(200):
+            r = client.get("/health/ready")
+            if "reference" in r.text:
+                break
+        assert r.status_code == 503 and "reference prompts moved" in r.json()["error"]["message"]
+    # herald eval --probe refuses them too (after the extraction, before any fit), resolving the backbone once
+    from herald_service.backbone import loader
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    calls = []
+    resolve = loader.resolve_backbone
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loader, "resolve_backbone", lambda *a, **k: calls.append(a) or resolve(*a, **k))
+        with pytest.raises(ProbeMismatch, match="reference prompts moved by a median of"):
+            run_eval(EvalOptions(data=[_fit_corpus(tmp_path)], backbone=str(other), cache_dir=tmp_path / "cache",
+                                 out=tmp_path / "eval.json", device="cpu", max_per_source=None, probe=tmp_path / "probe"))
+    assert len(calls) == 1 and not (tmp_path / "eval.json").exists()
+
+
+def test_herald_reference_records_a_probes_reference_logits_and_replaces_them_only_when_told(folder, tmp_path):
+    import shutil
+
+    from conftest import herald
+    from safetensors.torch import save_file
+
+    run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(folder), out=tmp_path / "probe",
+                       cache_dir=tmp_path / "cache", device="cpu", max_per_source=None))
+    manifest_file = tmp_path / "probe" / "probe.json"
+    fitted = json.loads(manifest_file.read_text())
+    manifest_file.write_text(json.dumps({k: v for k, v in fitted.items() if k != "reference"}, indent=2))  # an older probe
+    common = ("--backbone", str(folder), "--probe", str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache"),
+              "--device", "cpu", "--matmul-dtype", "weights")
+    out = herald("reference", *common)
+    assert out.returncode == 0, out.stderr
+    recorded = json.loads(manifest_file.read_text())
+    block = recorded["reference"]
+    assert block["prompts"] == fitted["reference"]["prompts"]  # what herald fit records, on the same weights
+    assert block["revision"] == fitted["backbone"]["revision"] and block["recorded_by"].startswith("herald reference")
+    assert json.loads(out.stdout) == block
+    assert {k: v for k, v in recorded.items() if k != "reference"} == {k: v for k, v in fitted.items() if k != "reference"}
+
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    weights = load_file(other / "model.safetensors")
+    weights["model.layers.0.self_attn.o_proj.weight"] = torch.zeros_like(weights["model.layers.0.self_attn.o_proj.weight"])
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    on_other = ("--backbone", str(other), *common[2:])
+    out = herald("reference", *on_other)  # recorded ones are kept unless --overwrite
+    assert out.returncode == 1 and "already records reference logits (in float32 on cpu); --overwrite replaces" in out.stderr
+    assert json.loads(manifest_file.read_text()) == recorded
+    out = herald("classify", *on_other, "hello")  # refused: the weights moved them
+    assert out.returncode == 1 and "reference prompts moved by a median of" in out.stderr, out.stderr
+    assert herald("reference", *on_other, "--overwrite").returncode == 0
+    out = herald("classify", *on_other, "hello")
+    assert out.returncode == 0 and json.loads(out.stdout)["input"] == "hello"
+    assert json.loads(manifest_file.read_text())["reference"]["revision"] != fitted["backbone"]["revision"]

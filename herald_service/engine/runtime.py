@@ -16,6 +16,7 @@ from herald_service.errors import InputTooLarge, ProbeMismatch
 from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_chat_template, check_compatible,
                                             compatibility_warnings, load_probe)
 from herald_service.probes.probe import FittedProbe, HeraldProbe
+from herald_service.probes.reference import REFERENCE_TOLERANCE, check_reference
 from herald_service.types import Classification, user_turn
 
 log = logging.getLogger(__name__)
@@ -139,12 +140,19 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[s
     return folder, probe, manifest
 
 
-def load_runtime(settings: BackboneSettings) -> Runtime:
+def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runtime:
     """Load the configured backbone and probe.
+
+    Args:
+        check_weights: score the probe's reference prompts and refuse weights that move them
+            (:func:`~herald_service.probes.reference.check_reference`); off only for ``herald reference``, which
+            records them.
 
     Raises:
         BackboneError: the backbone cannot be found or loaded.
-        ProbeMismatch: the probe is missing, malformed, or fitted on another backbone.
+        ProbeMismatch: the probe is missing, malformed, fitted on another backbone (layers, width, config hash, chat
+            template), or the backbone's weights do not give its reference logits
+            (:func:`~herald_service.probes.reference.check_reference`).
     """
     if settings.fake_backend:
         return fake_runtime()
@@ -165,8 +173,18 @@ def load_runtime(settings: BackboneSettings) -> Runtime:
     )
     check_compatible(manifest, backbone.info)  # the loaded model's own config, as fit and eval record it
     check_chat_template(manifest, backbone.info)
+    if not check_weights:
+        return Runtime(backbone, probe, manifest, str(folder))
+    distance = check_reference(manifest, probe, backbone)  # the weights: one forward pass of 12 short prompts
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
+    if distance is None:
+        log.warning("probe %s records no reference logits (fitted before Herald recorded them): this backbone's weights"
+                    " are not checked against the ones it was fitted on; record them with `herald reference` on the"
+                    " weights it was fitted on, or refit with `herald fit`", folder)
+    else:
+        log.info("reference prompts scored within %.2f logits of the probe's fit (tolerance %g)", distance,
+                 REFERENCE_TOLERANCE)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, numerics, folder)
     return Runtime(backbone, probe, manifest, str(folder))

@@ -155,13 +155,58 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+MAX_REFERENCE_PROMPTS = 64
+"""Most reference prompts a ``probe.json`` may hold (``herald fit`` records 8: :mod:`herald_service.probes.reference`);
+each is scored at every load."""
+MAX_REFERENCE_CHARACTERS = 2000
+
+
+def check_reference_block(manifest: dict[str, Any], path: Path) -> None:
+    """Refuse a ``reference`` block (:mod:`herald_service.probes.reference`; optional: probes fitted before Herald
+    recorded one have none) that is not an object holding ``prompts``, a list of 1 to :data:`MAX_REFERENCE_PROMPTS`
+    objects each with a non-empty ``text`` of at most :data:`MAX_REFERENCE_CHARACTERS` characters and a finite
+    ``logit`` within +-:data:`THRESHOLD_LIMIT`, and optionally a string ``numerics``.
+
+    Raises:
+        ProbeMismatch: naming ``path`` and the first bad field (``reference.prompts[2].logit``) with its value.
+    """
+    if "reference" not in manifest:
+        return
+    block = manifest["reference"]
+    if not isinstance(block, dict):
+        raise _bad_field(path, manifest, "reference", "an object with prompts")
+    prompts = block.get("prompts")
+    if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_REFERENCE_PROMPTS:
+        raise _bad_field(path, block, "prompts", f"a list of 1 to {MAX_REFERENCE_PROMPTS} objects with text and logit",
+                         prefix="reference.")
+    for i, entry in enumerate(prompts):
+        where = f"reference.prompts[{i}]"
+        if not isinstance(entry, dict):
+            raise ProbeMismatch(f"probe file {path}: {where} must be an object with text and logit; got"
+                                f" {_json_text(entry)}", field="probe")
+        text = entry.get("text")
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_REFERENCE_CHARACTERS:
+            raise _bad_field(path, entry, "text", f"a non-empty string of at most {MAX_REFERENCE_CHARACTERS} characters",
+                             prefix=f"{where}.")
+        if not _finite_within(entry.get("logit"), THRESHOLD_LIMIT):
+            raise _bad_field(path, entry, "logit", f"a finite number within +-{THRESHOLD_LIMIT:g}", prefix=f"{where}.")
+    if "numerics" in block and not isinstance(block["numerics"], str):
+        raise _bad_field(path, block, "numerics", "a string", prefix="reference.")
+
+
+def _finite_within(value: Any, limit: float) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and abs(value) <= limit)
+
+
 def check_manifest(manifest: dict[str, Any], path: Path) -> str:
     """The feature set of ``manifest`` (read from ``path``: :func:`check_feature_set`), after refusing one whose served
     fields are missing or out of range, naming the file and the field: ``format_version`` (the integer
     :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
     ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
     :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string) and ``peak_layer`` (an integer decoder layer,
-    1..num_layers, which ``/steer`` edits by default).
+    1..num_layers, which ``/steer`` edits by default), and the optional ``reference`` block
+    (:func:`check_reference_block`).
 
     Raises:
         ProbeMismatch: naming ``path``, the first bad field, what it must be and its value (or that it is missing).
@@ -181,14 +226,14 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> str:
         if not _integer(backbone.get(key)) or backbone[key] < 1:
             raise _bad_field(path, backbone, key, "a positive integer", prefix="backbone.")
     threshold = manifest.get("threshold")
-    if not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and math.isfinite(threshold)
-            and abs(threshold) <= THRESHOLD_LIMIT):
+    if not _finite_within(threshold, THRESHOLD_LIMIT):
         raise _bad_field(path, manifest, "threshold", f"a finite number within +-{THRESHOLD_LIMIT:g} (a logit)")
     if not isinstance(manifest.get("threshold_method"), str) or not manifest["threshold_method"]:
         raise _bad_field(path, manifest, "threshold_method", "a non-empty string")
     peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
     if not _integer(peak) or not 1 <= peak <= layers:
         raise _bad_field(path, manifest, "peak_layer", f"an integer decoder layer in 1..{layers}")
+    check_reference_block(manifest, path)
     return feature_set
 
 

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
+
+if TYPE_CHECKING:
+    from herald_service.backbone.loader import ResolvedBackbone
 
 log = logging.getLogger(__name__)
 
@@ -355,11 +358,13 @@ class CorpusStates:
 
 def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
                        max_per_source: int | None = 150, max_tokens: int = 1024, test_fraction: float = 0.2,
-                       seed: int = 0) -> CorpusStates:
+                       seed: int = 0, resolved: ResolvedBackbone | None = None) -> CorpusStates:
     """Load the backbone, read and cap the corpus, extract (or read cached) states, split: the common start of
     ``herald eval``, ``herald recipes`` and the studies in docs/eval/.
 
     Args:
+        resolved: ``backbone`` already resolved (``herald eval --probe`` resolves it to check the probe first): not
+            resolved again, which re-hashed the embedded GGUF's 98 MB.
         data: JSONL files or folders (:func:`~herald_service.training.corpus.expand_data`).
         max_tokens: rendered tokens; longer prompts are skipped and counted. Capped at the backbone's position
             table (:func:`~herald_service.training.extract.capped_max_tokens`).
@@ -384,7 +389,7 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     capped = cap_per_group(everything, max_per_source, seed)
     require_both_labels(capped, files, max_per_source)  # the cap can leave too few: named before the load too
     require_split_parts(capped, test_fraction, seed, max_per_source)
-    loaded = HFBackbone(resolve_backbone(backbone, cache_dir), device, dtype)
+    loaded = HFBackbone(resolved or resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
     max_tokens = capped_max_tokens(loaded, max_tokens)
     states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
@@ -474,6 +479,7 @@ def run_eval(options: EvalOptions) -> dict:
     from herald_service.backbone.hf import config_info
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.probes.artifact import backbone_manifest, check_chat_template, check_compatible, load_probe
+    from herald_service.probes.reference import check_reference
     from herald_service.training.attacks import load_templates
 
     started = time.perf_counter()
@@ -488,19 +494,23 @@ def run_eval(options: EvalOptions) -> dict:
         raise ValueError(f"--jailbreak-templates {template_file} has no usable template (one {{{{ prompt }}}} slot, at most"
                          f" {options.jailbreak_max_chars} characters: --jailbreak-max-chars)")
     test_sets = read_test_data(options.test_data)
+    resolved = None
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
-        _, probe_manifest = load_probe(options.probe)
+        saved_probe, probe_manifest = load_probe(options.probe)
         # and one of another architecture by the backbone's config.json, before the corpus is read and its states
         # extracted (it came 52 s into a run: tester finding); the resolved folder (a GGUF's conversion) is reused
-        check_compatible(probe_manifest, config_info(resolve_backbone(options.backbone, options.cache_dir)))
+        resolved = resolve_backbone(options.backbone, options.cache_dir)
+        check_compatible(probe_manifest, config_info(resolved))
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
-                                options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
+                                options.max_per_source, options.max_tokens, options.test_fraction, options.seed,
+                                resolved)
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
     if options.probe is not None:
         check_compatible(probe_manifest, backbone.info)
         check_chat_template(probe_manifest, backbone.info)
+        check_reference(probe_manifest, saved_probe, backbone)  # its weights: those it was fitted on
 
     extra: dict[str, LabeledStates] = {}
     jailbreak_skipped = None

@@ -16,6 +16,7 @@ from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
 from herald_service.out_path import check_out_path, check_probe_out, check_replaceable
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
+from herald_service.probes.reference import reference_block
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe, balanced_weights
@@ -322,6 +323,8 @@ def run_fit(options: FitOptions) -> dict:
         },
         "directions": direction_manifest(options.direction_estimator),
         "evaluation": {"split": "held-out (random, stratified by source and label)", **metrics},
+        # scored again at every load: weights that moved them refuse the probe (herald_service/probes/reference.py)
+        "reference": reference_block(probe.fitted_, backbone),
         "fit_seconds": round(time.perf_counter() - started, 1),
         "mean_prompt_tokens": float(tokens.mean()),
     }
