@@ -1,5 +1,6 @@
-"""Every committed probe under models/ loads and is consistent with its manifest, without its backbone; the Gemma
-probe records the GGUF it was fitted on and that the base model got raw text (no chat template)."""
+"""Every committed probe under models/ loads and is consistent with its manifest, without its backbone, and records
+reference logits; the Gemma probe records the GGUF it was fitted on and that the base model got raw text (no chat
+template)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,12 @@ def test_gemma_probe_was_fitted_on_the_pinned_gguf_with_raw_text():
     assert backbone["chat_template_hash"] is None  # a base model: prompts are raw text
 
 
-def test_the_smollm2_probe_records_the_reference_prompts_herald_fit_records():
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_committed_probe_records_the_reference_prompts_herald_fit_records(folder: Path):
     # every load scores them (herald_service/probes/reference.py); a changed prompt list must be recorded anew
     from herald_service.probes.reference import REFERENCE_PROMPTS
 
-    _, manifest = load_probe(MODELS / "smollm2-135m-instruct")
+    _, manifest = load_probe(folder)
     block = manifest["reference"]
     assert [e["text"] for e in block["prompts"]] == list(REFERENCE_PROMPTS)
     assert block["numerics"] == "float32 on cpu" and block["revision"] == manifest["backbone"]["revision"]
