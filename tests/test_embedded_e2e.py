@@ -127,6 +127,11 @@ def test_steer_returns_both_completions(server):
 
     expected = "bfloat16" if cpu_has_native_bf16() else "float32"
     assert (info["backbone"]["dtype"], info["backbone"]["matmul_dtype"]) == ("float32", expected)
+    # the shipped probe's reference prompts, recorded in fp32, scored in the serving numerics (reference_check_cpu.json:
+    # a median of 0.07 with bf16 linear layers)
+    check = info["probe"]["reference_check"]
+    assert check["prompts"] == 12 and check["tolerance"] == 1.0
+    assert 0 <= check["median_logit_distance"] <= (0.3 if expected == "bfloat16" else 1e-3)
 
 
 def test_embedded_batched_states_equal_single_prompt_states(tmp_path):

@@ -817,6 +817,8 @@ def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_
     settings = Settings(_env_file=None, backbone=str(folder), probe=tmp_path / "probe", cache_dir=tmp_path / "cache",
                         device="cpu", matmul_dtype="weights")
     runtime = load_runtime(settings)
+    assert runtime.reference_check == {"median_logit_distance": round(runtime.reference_distance, 4), "tolerance": 1.0,
+                                       "prompts": 12} and runtime.reference_distance < 1e-4
     logits = runtime.classify_texts(list(REFERENCE_PROMPTS))
     assert [round(r.logit, 4) for r in logits] == [e["logit"] for e in reference["prompts"]]
     # bf16 linear layers (the CPU default where the CPU has bf16) stay within the tolerance

@@ -32,6 +32,18 @@ class Runtime:
     probe: FittedProbe
     manifest: dict[str, Any]
     probe_path: str
+    reference_distance: float | None = None
+    """Median distance, in logits, of the probe's reference prompts from their fitted logits at load
+    (:func:`~herald_service.probes.reference.check_reference`); ``None``: not checked (no reference block)."""
+
+    @property
+    def reference_check(self) -> dict[str, Any] | None:
+        """What ``/v1/info`` says of the reference check: ``{"median_logit_distance", "tolerance", "prompts"}``, or
+        ``None`` when nothing was checked."""
+        if self.reference_distance is None:
+            return None
+        return {"median_logit_distance": round(self.reference_distance, 4), "tolerance": REFERENCE_TOLERANCE,
+                "prompts": len(self.manifest["reference"]["prompts"])}
 
     @property
     def probe_name(self) -> str:
@@ -183,8 +195,8 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
                     " are not checked against the ones it was fitted on; record them with `herald reference` on the"
                     " weights it was fitted on, or refit with `herald fit`", folder)
     else:
-        log.info("reference prompts scored within %.2f logits of the probe's fit (tolerance %g)", distance,
+        log.info("reference prompts' logits moved by a median of %.2f from the probe's fit (tolerance %g)", distance,
                  REFERENCE_TOLERANCE)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, numerics, folder)
-    return Runtime(backbone, probe, manifest, str(folder))
+    return Runtime(backbone, probe, manifest, str(folder), distance)

@@ -16,10 +16,10 @@ from herald_service.backbone.loader import backbone_slug, resolve_backbone
 from herald_service.data.hashing import corpus_sha256
 from herald_service.out_path import check_out_path, check_probe_out, check_replaceable
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
-from herald_service.probes.reference import reference_block
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe, balanced_weights
+from herald_service.probes.reference import reference_block
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.corpus import (
     cap_per_group,
