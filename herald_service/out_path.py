@@ -10,6 +10,7 @@ any missing folders while plot refused them).
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -65,7 +66,8 @@ def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
 
 def check_replaceable(path: Path, option: str) -> None:
     """Refuse an existing file that ``--overwrite`` would replace but that cannot be written (read-only, immutable,
-    append-only) or is not a regular file (``/dev/null`` would have been replaced by one), before any work: the run
+    append-only, or without a write bit: root could open one, and its owner marked it read-only) or is not a regular
+    file (``/dev/null`` would have been replaced by one), before any work: the run
     failed at its final write (tester findings: ``--overwrite`` over a ``chattr +i`` or ``+a`` file started the
     extraction). Opens it for reading and writing, and writes nothing.
 
@@ -74,6 +76,10 @@ def check_replaceable(path: Path, option: str) -> None:
     """
     if not path.resolve().is_file():
         raise ValueError(f"{option} {path} is not a regular file; give the JSON file to write")
+    mode = path.stat().st_mode
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):  # root may open it: its owner marked it read-only
+        raise ValueError(f"{option} {path} cannot be replaced (read-only: mode {stat.S_IMODE(mode):04o}); make it"
+                         " writable or choose another path")
     try:
         with open(path, "r+b"):
             pass

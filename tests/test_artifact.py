@@ -262,11 +262,17 @@ def _saved(tmp_path, fitted):
     ('"feature_names": 5', "feature_names 5 do not match feature set 'herald-v1' ['slope', 'curvature',"
                            " 'monotonicity', 'onset', 'late_level', 'peak', 'volatility']"),
     ('"reference": []', "reference must be an object with prompts; got []"),
-    ('"reference": {}', "reference.prompts is missing; it must be a list of 1 to 64 objects with text and logit"),
-    ('"reference": {"prompts": []}', "reference.prompts must be a list of 1 to 64 objects with text and logit; got []"),
+    ('"reference": {}', "reference.prompts is missing; it must be a list of 1 to 32 objects with text and logit"),
+    ('"reference": {"prompts": []}', "reference.prompts must be a list of 1 to 32 objects with text and logit; got []"),
     ('"reference": {"prompts": [7]}', "reference.prompts[0] must be an object with text and logit; got 7"),
     ('"reference": {"prompts": [{"text": " ", "logit": 1}]}',
-     'reference.prompts[0].text must be a non-empty string of at most 2000 characters; got " "'),
+     'reference.prompts[0].text must be a non-empty string of at most 500 characters of UTF-8 text; got " "'),
+    # a lone surrogate passed and the tokenizer refused it with a traceback (tester finding)
+    ('"reference": {"prompts": [{"text": "hi \\ud800", "logit": 1}]}',
+     'reference.prompts[0].text must be a non-empty string of at most 500 characters of UTF-8 text; got "hi \\ud800"'),
+    ('"reference": {"prompts": [' + ", ".join(['{"text": "hi", "logit": 1}'] * 33) + ']}',
+     'reference.prompts must be a list of 1 to 32 objects with text and logit; got [{"text": "hi", "logit": 1},'
+     ' {"text": "hi", "logit": 1}, ...'),
     ('"reference": {"prompts": [{"text": "hi", "logit": 1}, {"text": "yo"}]}',
      "reference.prompts[1].logit is missing; it must be a finite number within +-10000"),
     ('"reference": {"prompts": [{"text": "hi", "logit": 1e300}]}',
@@ -458,4 +464,12 @@ def test_reference_logits_pass_within_the_tolerance_and_refuse_beyond_it(fitted)
     shown = REFERENCE_PROMPTS[worst][:57] + "..." if len(REFERENCE_PROMPTS[worst]) > 60 else REFERENCE_PROMPTS[worst]
     recorded = block["prompts"][worst]["logit"] + 9.0
     assert f"{shown!r}: {recorded:.2f} at fit time in float32 on cpu, {logits[worst]:.2f} now in float32 on cpu." in text
-    assert "delete it to convert anew" in text and "herald fit" in text
+    assert "delete it to convert anew" in text and "herald fit" in text and "reference block was edited" in text
+    # a hand-edited prompt that renders long is refused before the forward pass: 64 of 6,000 tokens held a load for
+    # over 10 minutes and 11.6 GB (tester finding)
+    long = moved([0.0] * n)
+    long["reference"]["prompts"][3]["text"] = " ".join(["word"] * 200)
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference(long, probe, backbone)
+    assert refused.value.message.startswith("probe.json's reference.prompts[3].text renders to 2")
+    assert refused.value.message.endswith("tokens on 'herald/fake-backbone'; a reference prompt may have at most 128")

@@ -5,6 +5,7 @@ that records the single file it was given."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import gguf
@@ -292,6 +293,12 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
                         (lambda: (folder / "chat_template.jinja").write_bytes(b"\0" * 14),
                          "chat_template.jinja differs from the file the conversion wrote (sha256)"),
                         (lambda: (folder / "config.json").unlink(), "config.json is missing"),  # was never replaced
+                        # tester finding: weight rows overwritten in place (header whole, same size) passed, and a
+                        # sarin request with them
+                        (lambda: _overwrite_last_bytes(folder / "model.safetensors"),
+                         "model.safetensors differs from the file the conversion wrote (sha256)"),
+                        (lambda: _drop_the_weights_hash(folder),  # a record of session 19's Herald: converted again
+                         "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
                         (lambda: (folder / "herald_source.json").write_text('{"gguf": "x.gguf"}'),
                          "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
                         (lambda: (folder / "herald_source.json").write_text('{"files": {"config.json": 23}}'),
@@ -309,8 +316,36 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
         assert loader.conversion_damage(folder) == why
         resolve_backbone(str(whole), cache)  # converted again, whole
         assert loader.conversion_damage(folder) is None
-    assert len(converted) == 15
+    assert len(converted) == 17
 
+
+
+def _overwrite_last_bytes(path: Path) -> None:
+    with open(path, "r+b") as weights:  # the last float of the tensor: the header stays whole
+        weights.seek(-4, 2)
+        weights.write(np.float32(7.0).tobytes())
+
+
+def _drop_the_weights_hash(folder: Path) -> None:
+    record = json.loads((folder / "herald_source.json").read_text())
+    del record["files"]["model.safetensors"]["sha256"]
+    (folder / "herald_source.json").write_text(json.dumps(record))
+
+
+def test_a_conversions_weights_are_hashed_once_per_change(whole: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(loader, "_convert", lambda gguf, source, target, sha: _fake_conversion(target))
+    cache = tmp_path / "cache"
+    folder = resolve_backbone(str(whole), cache).folder
+    hashed: list[str] = []
+    real = loader.sha256_file
+    monkeypatch.setattr(loader, "sha256_file", lambda path, *a: hashed.append(Path(path).name) or real(path, *a))
+    assert loader.conversion_damage(folder, cache) is None
+    assert "model.safetensors" in hashed  # read in full once
+    hashed.clear()
+    assert loader.conversion_damage(folder, cache) is None
+    assert hashed == []  # then memoized under its size, times and inode
+    _overwrite_last_bytes(folder / "model.safetensors")
+    assert loader.conversion_damage(folder, cache) == "model.safetensors differs from the file the conversion wrote (sha256)"
 
 
 def test_a_damaged_conversion_that_cannot_be_replaced_is_named_before_any_conversion(whole: Path, tmp_path: Path,

@@ -94,3 +94,16 @@ def test_overwrite_of_a_device_or_an_append_only_file_is_refused_and_a_link_s_ta
                 refuse_an_existing_out(target, overwrite=True)
         finally:
             subprocess.run([chattr, "-a", str(target)], check=True)
+
+
+def test_overwrite_of_a_read_only_file_is_refused_for_root_too(tmp_path: Path):
+    # tester finding: as root, herald reference replaced a probe.json its owner had made read-only (chmod 444)
+    path = tmp_path / "probe.json"
+    path.write_text("{}\n")
+    path.chmod(0o444)
+    with pytest.raises(ValueError) as refused:
+        out_path.check_replaceable(path, "--out")
+    assert str(refused.value) == (f"--out {path} cannot be replaced (read-only: mode 0444); make it writable or choose"
+                                  " another path")
+    path.chmod(0o644)
+    out_path.check_replaceable(path, "--out")  # writable again: accepted

@@ -883,11 +883,26 @@ def test_herald_reference_records_a_probes_reference_logits_and_replaces_them_on
     save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
     on_other = ("--backbone", str(other), *common[2:])
     out = herald("reference", *on_other)  # recorded ones are kept unless --overwrite
-    assert out.returncode == 1 and "already records reference logits (in float32 on cpu); --overwrite replaces" in out.stderr
+    assert out.returncode == 1 and "already records reference logits (in float32 on cpu); --overwrite replaces them" in out.stderr
     assert json.loads(manifest_file.read_text()) == recorded
     out = herald("classify", *on_other, "hello")  # refused: the weights moved them
     assert out.returncode == 1 and "reference prompts moved by a median of" in out.stderr, out.stderr
-    assert herald("reference", *on_other, "--overwrite").returncode == 0
+    out = herald("reference", *on_other, "--overwrite")  # other weights: only when told they are meant
+    assert out.returncode == 1 and "the probe was fitted on weights 'content-sha256:" in out.stderr, out.stderr
+    assert "Give the weights it was fitted on, or --accept-other-weights" in out.stderr
+    manifest_file.chmod(0o444)  # its owner made it read-only: refused, for root too (tester finding)
+    out = herald("reference", *on_other, "--overwrite", "--accept-other-weights")
+    assert out.returncode == 1 and "cannot be replaced (read-only: mode 0444)" in out.stderr, out.stderr
+    manifest_file.chmod(0o644)
+    import fcntl
+
+    with open(manifest_file, "rb") as held:  # another run recording into it (two runs both wrote: tester finding)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        out = herald("reference", *on_other, "--overwrite", "--accept-other-weights")
+    assert out.returncode == 1 and f"another herald reference is recording into {manifest_file}" in out.stderr
+    out = herald("reference", *on_other, "--overwrite", "--accept-other-weights")
+    assert out.returncode == 0, out.stderr
+    assert "its directions and threshold may not hold for these weights" in out.stderr  # the revision warning
     out = herald("classify", *on_other, "hello")
     assert out.returncode == 0 and json.loads(out.stdout)["input"] == "hello"
     assert json.loads(manifest_file.read_text())["reference"]["revision"] != fitted["backbone"]["revision"]

@@ -359,7 +359,7 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         source = GGUFSource("file", (source,), source.stem)
     target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
     if target.exists():  # a folder without config.json is damaged too (it was converted into, and never replaced)
-        damage = conversion_damage(target)
+        damage = conversion_damage(target, cache_dir)
         if damage is None:
             return target
         log.warning("the cached conversion %s is damaged (%s); converting the GGUF again", target, damage)
@@ -371,21 +371,19 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
 
 SOURCE_RECORD = "herald_source.json"
 """Written last into a conversion, before it is published: the GGUF it came from and, under ``"files"``, every other
-file of the folder with its size in bytes and, but for the weights, its sha256 (:func:`write_source_record`), which
-:func:`conversion_damage` checks."""
+file of the folder with its size in bytes and sha256 (:func:`write_source_record`), which :func:`conversion_damage`
+checks."""
 
 
 def _file_record(path: Path) -> dict[str, Any]:
-    """Size (bytes) and, for a file other than the weights (tokenizer, template, configs: a few MB), its sha256."""
-    record: dict[str, Any] = {"bytes": path.stat().st_size}
-    if path.suffix != ".safetensors":
-        record["sha256"] = sha256_file(path)
-    return record
+    """Size (bytes) and sha256 of a file of a conversion, the weights included (about 0.4 s for the embedded model's
+    538 MB, 11 s for 16 GB, on a conversion of minutes)."""
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def write_source_record(folder: Path, source: GGUFSource, sha256: str) -> None:
     """Write :data:`SOURCE_RECORD` into a finished conversion ``folder``: the GGUF's files and sha256, and the name,
-    size (bytes) and, but for the weights, sha256 of every file the conversion wrote."""
+    size (bytes) and sha256 of every file the conversion wrote."""
     files = {p.name: _file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != SOURCE_RECORD}
     (folder / SOURCE_RECORD).write_text(json.dumps({
         "gguf": str(source.files[0]), "kind": source.kind, "sources": [str(p) for p in source.files], "sha256": sha256,
@@ -393,19 +391,25 @@ def write_source_record(folder: Path, source: GGUFSource, sha256: str) -> None:
     }))
 
 
-def conversion_damage(folder: Path) -> str | None:
+def conversion_damage(folder: Path, cache_dir: Path | None = None) -> str | None:
     """What is wrong with a cached conversion ``folder``, or ``None`` when it looks whole: ``config.json`` present,
-    :data:`SOURCE_RECORD` present and naming the conversion's files, each of them present at its recorded size and, but
-    for the weights, with its recorded sha256 (a chat template overwritten at its own size, as a crash's zeroed block
-    leaves it, passed a size check and made every prompt score 0: tester finding); the tokenizer present, and every
-    safetensors weight file (one, or the shards its index names) present with a header that covers the file
-    (``safetensors.safe_open``: a truncated file fails it). Reads the small files and the weights' headers only (milliseconds for the 538 MB embedded model). A
-    conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted or cut short by a
-    full disk or a copy. Before this, a damaged folder was trusted, and the server stopped at load, after it had
-    started listening; and before the file list, a missing ``chat_template.jinja`` went unseen: the backbone then
-    rendered prompts without the chat template and the shipped probe passed a pipe-bomb request at a score of 1e-84
-    (tester finding), and a cut-short ``config.json`` stopped every start (a crash loop under a restart policy).
-    A folder whose record lists no files (written by an older Herald) is converted again, once."""
+    :data:`SOURCE_RECORD` present and naming the conversion's files, each of them present at its recorded size and with
+    its recorded sha256 (a chat template overwritten at its own size, as a crash's zeroed block leaves it, passed a
+    size check and made every prompt score 0: tester finding); the tokenizer present, and every safetensors weight
+    file (one, or the shards its index names) present with a header that covers the file (``safetensors.safe_open``: a
+    truncated file fails it). The sha256s come from :func:`file_sha256`, memoized in ``cache_dir`` under each file's
+    size, times and inode: the weights are read in full once after each change (0.4 s for the embedded model's 538 MB,
+    about 11 s for 16 GB), later starts read the small files and the weights' headers only. Until 2026-12-04 the
+    weights were checked by size and header alone, and rows of the embedding table overwritten in place passed:
+    tokens no reference prompt uses (:mod:`herald_service.probes.reference`) then changed the verdicts of prompts
+    that use them (a copy of the " bread" row over 32 harmful words' rows, 72 KB, let a sarin request pass: tester
+    finding). A conversion is published whole (:func:`_publish`), so damage comes from outside: a file deleted, cut
+    short or overwritten by a full disk, a copy or a person. Before this, a damaged folder was trusted, and the server
+    stopped at load, after it had started listening; and before the file list, a missing ``chat_template.jinja`` went
+    unseen: the backbone then rendered prompts without the chat template and the shipped probe passed a pipe-bomb
+    request at a score of 1e-84 (tester finding), and a cut-short ``config.json`` stopped every start (a crash loop
+    under a restart policy). A folder whose record lists no files, or files without their sha256 (written by an older
+    Herald), is converted again, once."""
     from safetensors import safe_open
 
     for name in ("config.json", SOURCE_RECORD):
@@ -415,7 +419,8 @@ def conversion_damage(folder: Path) -> str | None:
         files = json.loads((folder / SOURCE_RECORD).read_text()).get("files")
     except (OSError, ValueError, AttributeError) as exc:  # not JSON, or not an object
         return f"{SOURCE_RECORD} is unreadable ({exc})"
-    if not isinstance(files, dict) or not files or not all(isinstance(r, dict) for r in files.values()):
+    if (not isinstance(files, dict) or not files
+            or not all(isinstance(r, dict) and isinstance(r.get("sha256"), str) for r in files.values())):
         return f"{SOURCE_RECORD} lists no files with their sizes and hashes (written by an older Herald)"
     for name, record in files.items():
         path = folder / name
@@ -423,8 +428,6 @@ def conversion_damage(folder: Path) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != record.get("bytes"):
             return f"{name} is {path.stat().st_size} bytes; it was {record.get('bytes')} when converted"
-        if "sha256" in record and sha256_file(path) != record["sha256"]:
-            return f"{name} differs from the file the conversion wrote (sha256)"
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
         return "the tokenizer is missing"
     index = folder / "model.safetensors.index.json"
@@ -442,6 +445,9 @@ def conversion_damage(folder: Path) -> str | None:
                 pass
         except Exception as exc:  # safetensors raises its own error type for a bad header or a short file
             return f"{name} is unreadable ({exc})"
+    for name, record in files.items():  # last: the weights' first hash after a change reads them in full
+        if file_sha256(folder / name, cache_dir) != record["sha256"]:
+            return f"{name} differs from the file the conversion wrote (sha256)"
     return None
 
 

@@ -110,6 +110,8 @@ def _json_text(value: Any) -> str:
     """``value`` as ``probe.json`` writes it (``null``, ``"1"``, ``1e+308``), cut to 60 characters: Python's ``repr``
     read ``None`` for a JSON null."""
     text = json.dumps(value, ensure_ascii=False)
+    if not _utf8(text):  # a lone surrogate (JSON's "\\ud800"): shown escaped, as a terminal can print it
+        text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -155,10 +157,12 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-MAX_REFERENCE_PROMPTS = 64
-"""Most reference prompts a ``probe.json`` may hold (``herald fit`` records 8: :mod:`herald_service.probes.reference`);
-each is scored at every load."""
-MAX_REFERENCE_CHARACTERS = 2000
+MAX_REFERENCE_PROMPTS = 32
+"""Most reference prompts a ``probe.json`` may hold (``herald fit`` records 12: :mod:`herald_service.probes.reference`);
+all are scored in one batch at every load, each of at most
+:data:`~herald_service.probes.reference.REFERENCE_MAX_TOKENS` tokens (64 hand-edited prompts of 6,000 tokens each
+held a load for over 10 minutes and 11.6 GB: tester finding)."""
+MAX_REFERENCE_CHARACTERS = 500
 
 
 def check_reference_block(manifest: dict[str, Any], path: Path) -> None:
@@ -185,13 +189,23 @@ def check_reference_block(manifest: dict[str, Any], path: Path) -> None:
             raise ProbeMismatch(f"probe file {path}: {where} must be an object with text and logit; got"
                                 f" {_json_text(entry)}", field="probe")
         text = entry.get("text")
-        if not isinstance(text, str) or not text.strip() or len(text) > MAX_REFERENCE_CHARACTERS:
-            raise _bad_field(path, entry, "text", f"a non-empty string of at most {MAX_REFERENCE_CHARACTERS} characters",
-                             prefix=f"{where}.")
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_REFERENCE_CHARACTERS or not _utf8(text):
+            raise _bad_field(path, entry, "text", f"a non-empty string of at most {MAX_REFERENCE_CHARACTERS} characters"
+                             " of UTF-8 text", prefix=f"{where}.")
         if not _finite_within(entry.get("logit"), THRESHOLD_LIMIT):
             raise _bad_field(path, entry, "logit", f"a finite number within +-{THRESHOLD_LIMIT:g}", prefix=f"{where}.")
     if "numerics" in block and not isinstance(block["numerics"], str):
         raise _bad_field(path, block, "numerics", "a string", prefix="reference.")
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: JSON's ``\\ud800`` escape reads as a lone surrogate, which the tokenizer
+    refused with a traceback (tester finding)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _finite_within(value: Any, limit: float) -> bool:

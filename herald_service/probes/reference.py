@@ -36,7 +36,9 @@ REFERENCE_PROMPTS: tuple[str, ...] = (
 )
 """The prompts ``herald fit`` records, written for Herald (no corpus row): six harmful requests and six benign ones
 of the same forms (a how-to question, a writing task, step-by-step instructions, an explanation), so damage that moves
-either class shows."""
+either class shows. They record what the probe says, not what is true: the shipped SmolLM2 probe flags the benign
+bicycle-tire instructions (the imperative-style shortcut of issue 3). They read about 120 distinct token ids: damage
+confined to other rows of the embedding table passes this check (README, "reference prompts")."""
 
 REFERENCE_TOLERANCE = 1.0
 """Largest median distance, in logits, between the reference prompts' logits now and those recorded at fit time.
@@ -66,13 +68,27 @@ def numerics_of(info: BackboneInfo) -> str:
     return f"{info.dtype}{linear} on {info.device}"
 
 
+REFERENCE_MAX_TOKENS = 128
+"""Most tokens a reference prompt may render to (``herald fit``'s render to at most 48 on the embedded backbone), so
+that the check at every load costs one short batch whatever ``probe.json`` holds."""
+
+
 def reference_logits(probe: FittedProbe, backbone: ScoringBackbone, prompts: Sequence[str]) -> np.ndarray:
     """The probe's logits (before the threshold offset) for ``prompts``, each one user turn, in one prefill batch.
 
     Returns:
         ``(len(prompts),)`` float64.
+
+    Raises:
+        ProbeMismatch: a prompt renders to more than :data:`REFERENCE_MAX_TOKENS` tokens, named by its index in the
+            manifest's ``reference.prompts``.
     """
     ids = backbone.encode([user_turn(p) for p in prompts])
+    for i, token_ids in enumerate(ids):
+        if len(token_ids) > REFERENCE_MAX_TOKENS:
+            raise ProbeMismatch(f"probe.json's reference.prompts[{i}].text renders to {len(token_ids)} tokens on"
+                                f" {backbone.info.model_id!r}; a reference prompt may have at most {REFERENCE_MAX_TOKENS}",
+                                field="probe")
     return probe.predict(backbone.last_token_states(ids)).logits
 
 
@@ -114,7 +130,7 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
         f" {shown!r}: {recorded[worst]:.2f} at fit time in {block.get('numerics', 'unrecorded numerics')},"
         f" {now[worst]:.2f} now in {numerics_of(backbone.info)}. The weights differ from the ones the probe was fitted"
         " on (a damaged or re-quantized file, or other weights of the same architecture), so its verdicts do not"
-        " hold. A cached GGUF conversion: delete it to convert anew; other weights: fit a probe for them with"
-        " `herald fit`.",
+        " hold, or probe.json's reference block was edited. A cached GGUF conversion: delete it to convert anew; other"
+        " weights: fit a probe for them with `herald fit`.",
         field="probe",
     )
