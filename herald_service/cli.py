@@ -429,8 +429,11 @@ class ReferenceCommand(LocalCommand):
     overwrite: bool = Field(False, description="Replace the reference logits the probe already records.")
     accept_other_weights: bool = Field(False, description=(
         "Record them on weights other than those the probe was fitted on (another revision than probe.json's"
-        " backbone.revision): every later load then accepts these weights. Only for weights you have evaluated the"
-        " probe on."))
+        " backbone.revision): every later load then accepts these weights, and refuses the fitted ones where they score"
+        " otherwise. Only for weights you have evaluated the probe on."))
+    matmul_dtype: Literal["auto", "weights", "bfloat16"] = Field("weights", description=(
+        "The decoder's linear layers: weights (the default here, as herald fit runs them: every multiply in the weight"
+        " dtype), bfloat16 or auto (herald serve's default on the CPU); the block records which."))
 
     def cli_cmd(self) -> None:
         import fcntl

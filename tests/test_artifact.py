@@ -463,7 +463,7 @@ def test_reference_logits_pass_within_the_tolerance_and_refuse_beyond_it(fitted)
     worst = n - 2
     shown = REFERENCE_PROMPTS[worst][:57] + "..." if len(REFERENCE_PROMPTS[worst]) > 60 else REFERENCE_PROMPTS[worst]
     recorded = block["prompts"][worst]["logit"] + 9.0
-    assert f"{shown!r}: {recorded:.2f} at fit time in float32 on cpu, {logits[worst]:.2f} now in float32 on cpu." in text
+    assert f"{shown!r}: {recorded:.2f} when recorded in float32 on cpu, {logits[worst]:.2f} now in float32 on cpu." in text
     assert "delete it to convert anew" in text and "herald fit" in text and "reference block was edited" in text
     # a hand-edited prompt that renders long is refused before the forward pass: 64 of 6,000 tokens held a load for
     # over 10 minutes and 11.6 GB (tester finding)

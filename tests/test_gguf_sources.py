@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import gguf
@@ -319,6 +320,19 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
                          "model.safetensors differs from the file the conversion wrote (sha256)"),
                         (lambda: _drop_the_weights_hash(folder),  # a record of session 19's Herald: converted again
                          "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
+                        # tester finding: a record without the weights left damaged rows unhashed, served silently
+                        (lambda: _edit_record(folder, lambda files: files.pop("model.safetensors")),
+                         "model.safetensors is not in herald_source.json (a file the conversion did not write, or a"
+                         " record cut down)"),
+                        (lambda: (folder / "extra.safetensors").write_bytes(b"x"),
+                         "extra.safetensors is not in herald_source.json (a file the conversion did not write, or a"
+                         " record cut down)"),
+                        (lambda: _edit_record(folder, lambda files: files.update({"/etc/hostname": {"bytes": 1, "sha256": "0"}})),
+                         "herald_source.json lists '/etc/hostname', which is not a file of the conversion"),
+                        (lambda: _edit_record(folder, lambda files: files.update({"..": {"bytes": 1, "sha256": "0"}})),
+                         "herald_source.json lists '..', which is not a file of the conversion"),
+                        (lambda: _edit_record(folder, lambda files: files["config.json"].update(bytes="23")),
+                         'config.json is 23 bytes; it was "23" when converted'),
                         (lambda: (folder / "herald_source.json").write_text('{"gguf": "x.gguf"}'),
                          "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
                         (lambda: (folder / "herald_source.json").write_text('{"files": {"config.json": 23}}'),
@@ -326,17 +340,17 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
                         (lambda: (folder / "herald_source.json").write_text("{"),
                          "herald_source.json is unreadable (Expecting property name enclosed in double quotes: line 1"
                          " column 2 (char 1))"),
-                        (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": "shard-1.safetensors"}}'),
+                        (lambda: _write_listed(folder / "model.safetensors.index.json", '{"weight_map": {"a": "shard-1.safetensors"}}'),
                          "shard-1.safetensors is missing"),
-                        (lambda: (folder / "model.safetensors.index.json").write_text('{"weight_map": {"a": 3}}'),
+                        (lambda: _write_listed(folder / "model.safetensors.index.json", '{"weight_map": {"a": 3}}'),
                          "model.safetensors.index.json names a weight file 3 that is not a file name"),
-                        (lambda: (folder / "model.safetensors.index.json").write_text("[1]"),
+                        (lambda: _write_listed(folder / "model.safetensors.index.json", "[1]"),
                          "model.safetensors.index.json is unreadable (list indices must be integers or slices, not str)")):
         broken()
         assert loader.conversion_damage(folder) == why
         resolve_backbone(str(whole), cache)  # converted again, whole
         assert loader.conversion_damage(folder) is None
-    assert len(converted) == 17
+    assert len(converted) == 22
 
 
 
@@ -344,6 +358,19 @@ def _overwrite_last_bytes(path: Path) -> None:
     with open(path, "r+b") as weights:  # the last float of the tensor: the header stays whole
         weights.seek(-4, 2)
         weights.write(np.float32(7.0).tobytes())
+
+
+def _write_listed(path: Path, text: str) -> None:
+    """Write ``path`` in a conversion and list it in its record, as a conversion that wrote it would have."""
+    path.write_text(text)
+    _edit_record(path.parent, lambda files: files.update(
+        {path.name: {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}))
+
+
+def _edit_record(folder: Path, edit) -> None:
+    record = json.loads((folder / "herald_source.json").read_text())
+    edit(record["files"])
+    (folder / "herald_source.json").write_text(json.dumps(record))
 
 
 def _drop_the_weights_hash(folder: Path) -> None:
@@ -412,3 +439,17 @@ def test_a_whole_gguf_passes_the_check_and_joined_chunks_are_named_by_their_firs
     with pytest.raises(BackboneError, match=r"^GGUF tiny-model\.gguf joined from 3 chunks \(.*part0, \.\.\.\) \(\d+ bytes\)"
                                             r" is truncated or corrupt: "):
         loader.convert_gguf(find_gguf(parts[0]), tmp_path / "cache", "1" * 64)
+
+
+def test_a_conversion_gets_the_umask_modes_so_another_user_of_the_cache_can_read_it(tmp_path: Path):
+    # tester finding: mkdtemp's 0700 folder and safetensors' 0600 weights left a shared cache's conversion unreadable
+    folder = tmp_path / ".convert-x"
+    folder.mkdir(mode=0o700)
+    (folder / "model.safetensors").write_bytes(b"w")
+    (folder / "model.safetensors").chmod(0o600)
+    umask = os.umask(0o022)
+    try:
+        loader._give_umask_modes(folder)
+    finally:
+        os.umask(umask)
+    assert folder.stat().st_mode & 0o777 == 0o755 and (folder / "model.safetensors").stat().st_mode & 0o777 == 0o644

@@ -833,7 +833,7 @@ def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_
     with pytest.raises(ProbeMismatch) as refused:
         load_runtime(damaged)
     assert "reference prompts moved by a median of" in refused.value.message
-    assert "at fit time in float32 on cpu" in refused.value.message and "now in float32 on cpu." in refused.value.message
+    assert "when recorded in float32 on cpu" in refused.value.message and "now in float32 on cpu." in refused.value.message
     with TestClient(build_app(damaged)) as client:  # the server never says ready on them, and says why
         for _ in range(200):
             r = client.get("/health/ready")
@@ -867,10 +867,11 @@ def test_herald_reference_records_a_probes_reference_logits_and_replaces_them_on
     manifest_file.write_text(json.dumps({k: v for k, v in fitted.items() if k != "reference"}, indent=2))  # an older probe
     common = ("--backbone", str(folder), "--probe", str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache"),
               "--device", "cpu", "--matmul-dtype", "weights")
-    out = herald("reference", *common)
+    out = herald("reference", *common[:-2])  # fp32 linear layers by default, as herald fit runs them (tester finding)
     assert out.returncode == 0, out.stderr
     recorded = json.loads(manifest_file.read_text())
     block = recorded["reference"]
+    assert block["numerics"] == "float32 on cpu"
     assert block["prompts"] == fitted["reference"]["prompts"]  # what herald fit records, on the same weights
     assert block["revision"] == fitted["backbone"]["revision"] and block["recorded_by"].startswith("herald reference")
     assert json.loads(out.stdout) == block
@@ -906,3 +907,8 @@ def test_herald_reference_records_a_probes_reference_logits_and_replaces_them_on
     out = herald("classify", *on_other, "hello")
     assert out.returncode == 0 and json.loads(out.stdout)["input"] == "hello"
     assert json.loads(manifest_file.read_text())["reference"]["revision"] != fitted["backbone"]["revision"]
+    out = herald("classify", *common, "hello")  # the fitted weights now score otherwise: the refusal says why
+    assert out.returncode == 1, out.stderr
+    assert "They were recorded by 'herald reference --backbone" in out.stderr
+    assert f"not on those the probe was fitted on ({fitted['backbone']['revision']!r})" in out.stderr
+    assert "Record them again on the weights you serve (herald reference --overwrite)" in out.stderr

@@ -375,7 +375,9 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         damage = conversion_damage(target, cache_dir)
         if damage is None:
             return target
-        log.warning("the cached conversion %s is damaged (%s); converting the GGUF again", target, damage)
+        older = damage.endswith("(written by an older Herald)")
+        log.warning("the cached conversion %s %s (%s); converting the GGUF again", target,
+                    "was written by an older Herald" if older else "is damaged", damage)
         _set_aside(target)
     backbone_cache_folder(cache_dir)
     with single_gguf(source, target.parent) as gguf:
@@ -435,12 +437,20 @@ def conversion_damage(folder: Path, cache_dir: Path | None = None) -> str | None
     if (not isinstance(files, dict) or not files
             or not all(isinstance(r, dict) and isinstance(r.get("sha256"), str) for r in files.values())):
         return f"{SOURCE_RECORD} lists no files with their sizes and hashes (written by an older Herald)"
+    for name in files:  # a name outside the folder ("../x", "/etc/hostname") vouched for a file of another place
+        if name in ("", ".", "..", SOURCE_RECORD) or "/" in name or os.sep in name:
+            return f"{SOURCE_RECORD} lists {name!r}, which is not a file of the conversion"
+    present = {p.name for p in folder.iterdir() if p.is_file() and p.name != SOURCE_RECORD}
+    unlisted = sorted(present - set(files))
+    if unlisted:  # a record without the weights left them unhashed: damaged rows served silently (tester finding)
+        return f"{unlisted[0]} is not in {SOURCE_RECORD} (a file the conversion did not write, or a record cut down)"
     for name, record in files.items():
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"
-        if path.stat().st_size != record.get("bytes"):
-            return f"{name} is {path.stat().st_size} bytes; it was {record.get('bytes')} when converted"
+        recorded = record.get("bytes")
+        if not isinstance(recorded, int) or isinstance(recorded, bool) or path.stat().st_size != recorded:
+            return f"{name} is {path.stat().st_size} bytes; it was {json.dumps(recorded)} when converted"
     if not (folder / "tokenizer.json").is_file() and not (folder / "tokenizer_config.json").is_file():
         return "the tokenizer is missing"
     index = folder / "model.safetensors.index.json"
@@ -549,11 +559,24 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        _give_umask_modes(tmp)
         write_source_record(tmp, source, sha256)
         _publish(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _give_umask_modes(folder: Path) -> None:
+    """Give ``folder`` and its files the modes new ones get under the umask (0755 and 0644 under 022): mkdtemp made the
+    folder 0700 and safetensors writes 0600, so another user of a shared cache could not read a conversion (tester
+    finding), as the file-sha256 memos' comment means them to."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.iterdir():
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 def _publish(tmp: Path, target: Path) -> None:

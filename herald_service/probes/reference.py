@@ -124,13 +124,20 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
         return median
     worst = int(np.argmax(distance))
     shown = texts[worst] if len(texts[worst]) <= 60 else texts[worst][:57] + "..."
+    head = (f"the backbone {backbone.info.model_id!r} does not give the probe's reference scores: the logits of its"
+            f" {len(texts)} reference prompts moved by a median of {median:.2f} (tolerance {REFERENCE_TOLERANCE:g}),"
+            f" most {shown!r}: {recorded[worst]:.2f} when recorded in {block.get('numerics', 'unrecorded numerics')},"
+            f" {now[worst]:.2f} now in {numerics_of(backbone.info)}.")
+    fitted, recorded_on = manifest.get("backbone", {}).get("revision"), block.get("revision")
+    if recorded_on is not None and recorded_on != fitted:  # herald reference --accept-other-weights moved them
+        raise ProbeMismatch(
+            f"{head} They were recorded by {block.get('recorded_by', 'herald reference')!r} on weights {recorded_on!r},"
+            f" not on those the probe was fitted on ({fitted!r}); the backbone's are {backbone.info.revision!r}. Record"
+            " them again on the weights you serve (herald reference --overwrite), or refit with `herald fit`.",
+            field="probe")
     raise ProbeMismatch(
-        f"the backbone {backbone.info.model_id!r} does not give the probe's reference scores: the logits of its"
-        f" {len(texts)} reference prompts moved by a median of {median:.2f} (tolerance {REFERENCE_TOLERANCE:g}), most"
-        f" {shown!r}: {recorded[worst]:.2f} at fit time in {block.get('numerics', 'unrecorded numerics')},"
-        f" {now[worst]:.2f} now in {numerics_of(backbone.info)}. The weights differ from the ones the probe was fitted"
-        " on (a damaged or re-quantized file, or other weights of the same architecture), so its verdicts do not"
-        " hold, or probe.json's reference block was edited. A cached GGUF conversion: delete it to convert anew; other"
-        " weights: fit a probe for them with `herald fit`.",
+        f"{head} The weights differ from the ones the probe was fitted on (a damaged or re-quantized file, or other"
+        " weights of the same architecture), so its verdicts do not hold, or probe.json's reference block was edited."
+        " A cached GGUF conversion: delete it to convert anew; other weights: fit a probe for them with `herald fit`.",
         field="probe",
     )
