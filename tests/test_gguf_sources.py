@@ -396,7 +396,7 @@ def test_a_conversions_weights_are_hashed_once_per_change(whole: Path, tmp_path:
 
 
 def test_a_damaged_conversion_that_cannot_be_replaced_is_named_before_any_conversion(whole: Path, tmp_path: Path,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, caplog):
     # tester finding: in a read-only cache the damaged folder stayed, a whole conversion ran, and then the damaged
     # folder was kept ("another process converted it first")
     converted: list[Path] = []
@@ -409,10 +409,12 @@ def test_a_damaged_conversion_that_cannot_be_replaced_is_named_before_any_conver
         raise PermissionError(30, "Read-only file system")
 
     monkeypatch.setattr(loader.os, "replace", read_only)
-    with pytest.raises(BackboneError) as refused:
+    with pytest.raises(BackboneError) as refused, caplog.at_level("WARNING", logger=loader.__name__):
         resolve_backbone(str(whole), cache)
-    assert str(refused.value) == (f"the damaged cached conversion {folder} cannot be replaced (Read-only file system);"
-                                  " make HERALD_CACHE_DIR writable, or delete the folder")
+    assert "converting the GGUF again" not in caplog.text  # it said so, then refused (tester finding)
+    assert str(refused.value) == (f"the cached conversion {folder} is damaged (chat_template.jinja is missing) and"
+                                  " cannot be replaced (Read-only file system); make HERALD_CACHE_DIR writable, or"
+                                  " delete the folder")
     assert len(converted) == 1  # no second conversion
 
 

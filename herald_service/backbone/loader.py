@@ -375,10 +375,10 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         damage = conversion_damage(target, cache_dir)
         if damage is None:
             return target
+        _set_aside(target, damage)  # before the warning: a read-only cache is refused, not "converted again"
         older = damage.endswith("(written by an older Herald)")
         log.warning("the cached conversion %s %s (%s); converting the GGUF again", target,
                     "was written by an older Herald" if older else "is damaged", damage)
-        _set_aside(target)
     backbone_cache_folder(cache_dir)
     with single_gguf(source, target.parent) as gguf:
         return _convert(gguf, source, target, sha256)
@@ -474,13 +474,13 @@ def conversion_damage(folder: Path, cache_dir: Path | None = None) -> str | None
     return None
 
 
-def _set_aside(folder: Path) -> None:
+def _set_aside(folder: Path, damage: str) -> None:
     """Move a damaged conversion out of the way (renamed, then removed), so a fresh one can take its place; a process
     still reading the old files keeps them until it is done.
 
     Raises:
-        BackboneError: the folder cannot be moved (a read-only cache): a conversion could not replace it, and the
-            damaged folder was kept after one (tester finding).
+        BackboneError: the folder cannot be moved (a read-only cache), naming ``damage`` (what is wrong with it): a
+            conversion could not replace it, and the damaged folder was kept after one (tester finding).
     """
     aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
     try:
@@ -488,8 +488,9 @@ def _set_aside(folder: Path) -> None:
     except FileNotFoundError:
         return  # another process set it aside (or replaced it) first
     except OSError as exc:
-        raise BackboneError(f"the damaged cached conversion {folder} cannot be replaced ({exc.strerror}); make"
-                            " HERALD_CACHE_DIR writable, or delete the folder", field="cache_dir") from None
+        raise BackboneError(f"the cached conversion {folder} is damaged ({damage}) and cannot be replaced"
+                            f" ({exc.strerror}); make HERALD_CACHE_DIR writable, or delete the folder",
+                            field="cache_dir") from None
     shutil.rmtree(aside, ignore_errors=True)
 
 
