@@ -89,6 +89,13 @@ class HeraldMetrics:
             "herald_model_info", "Loaded backbone and probe (value 1).",
             ["backbone", "revision", "probe_feature_set", "device", "dtype", "version"], registry=r,
         )
+        # set once the load's reference check passed (herald_service/probes/reference.py); no series for a probe
+        # without reference logits, so "unchecked" is not read as "checked, distance 0"
+        self.reference_distance = Gauge(
+            "herald_probe_reference_logit_distance", "Median distance, in logits, of the probe's reference prompts from"
+            " the logits recorded when it was fitted, measured at load (a load above the tolerance, 1.0, is refused).",
+            ["probe"], registry=r,
+        )
         # Labelled children of the per-request series, looked up once: ``.labels()`` validates and joins its label
         # values under a lock on every call and cost more than the update itself (benchmarks/host_cost.py).
         self._request_series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}

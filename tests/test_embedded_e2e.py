@@ -112,6 +112,9 @@ def test_moderations_metrics_and_bad_input(server):
     assert 'herald_moderation_decisions_total{decision="flagged",route="/v1/moderations"} 1.0' in metrics
     assert 'herald_requests_total{route="/classify",status="413"} 1.0' in metrics
     assert 'herald_model_info{backbone="HuggingFaceTB/SmolLM2-135M-Instruct"' in metrics
+    distance = [line for line in metrics.splitlines() if line.startswith("herald_probe_reference_logit_distance{")]
+    assert len(distance) == 1 and distance[0].startswith('herald_probe_reference_logit_distance{probe="smollm2-135m-instruct"} ')
+    assert 0 <= float(distance[0].rsplit(" ", 1)[1]) <= 0.3  # reference_check_cpu.json: 0.07 with bf16 linear layers
 
 
 def test_steer_returns_both_completions(server):

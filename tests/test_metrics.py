@@ -115,3 +115,19 @@ def test_the_admission_wait_limit_and_the_process_start_time_are_exported_for_th
     assert scraped[("herald_admission_wait_limit_seconds", ())] == 0.8 * 30
     started = scraped[("herald_process_start_time_seconds", ())]
     assert time.time() - 3600 < started <= time.time()
+
+
+def test_a_probe_without_reference_logits_exports_no_reference_distance():
+    # "unchecked" must not read as "checked, distance 0" (the fake backend fits its probe at start-up: no reference)
+    from fastapi.testclient import TestClient
+
+    from conftest import wait_ready
+    from herald_service.api.app import build_app
+    from herald_service.config import Settings
+
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True))) as client:
+        wait_ready(client)
+        text = client.get("/metrics").text
+        assert "# HELP herald_probe_reference_logit_distance Median distance, in logits" in text
+        assert "herald_probe_reference_logit_distance{" not in text
+        assert client.get("/v1/info").json()["probe"]["reference_check"] is None
