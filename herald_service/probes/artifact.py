@@ -168,8 +168,10 @@ MAX_REFERENCE_CHARACTERS = 500
 def check_reference_block(manifest: dict[str, Any], path: Path) -> None:
     """Refuse a ``reference`` block (:mod:`herald_service.probes.reference`; optional: probes fitted before Herald
     recorded one have none) that is not an object holding ``prompts``, a list of 1 to :data:`MAX_REFERENCE_PROMPTS`
-    objects each with a non-empty ``text`` of at most :data:`MAX_REFERENCE_CHARACTERS` characters and a finite
-    ``logit`` within +-:data:`THRESHOLD_LIMIT`, and optionally a string ``numerics``.
+    objects each with a non-empty ``text`` of at most :data:`MAX_REFERENCE_CHARACTERS` characters of UTF-8 text (no
+    lone surrogate) and a finite ``logit`` within +-:data:`THRESHOLD_LIMIT`, and optionally a string ``numerics``.
+    Their rendered length is checked where they are tokenized
+    (:func:`~herald_service.probes.reference.reference_logits`).
 
     Raises:
         ProbeMismatch: naming ``path`` and the first bad field (``reference.prompts[2].logit``) with its value.
