@@ -195,8 +195,8 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
                     " are not checked against the ones it was fitted on; record them with `herald reference` on the"
                     " weights it was fitted on, or refit with `herald fit`", folder)
     else:
-        log.info("reference prompts' logits moved by a median of %.2f from the probe's fit (tolerance %g)", distance,
-                 REFERENCE_TOLERANCE)
+        log.info("reference prompts' logits moved by a median of %.2f from those the probe records (tolerance %g)",
+                 distance, REFERENCE_TOLERANCE)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, numerics, folder)
     return Runtime(backbone, probe, manifest, str(folder), distance)
