@@ -81,11 +81,14 @@ def _read(path: Path) -> tuple[dict[str, object], dict[str, np.ndarray]]:
     return fields, {t.name: (t.tensor_type, np.asarray(t.data)) for t in reader.tensors}
 
 
-def _fake_conversion(target: Path) -> Path:
-    """What a finished conversion holds, as :func:`loader.conversion_damage` checks it, with a tiny weight file."""
+def _fake_conversion(target: Path, extra: dict[str, str] | None = None) -> Path:
+    """What a finished conversion holds, as :func:`loader.conversion_damage` checks it, with a tiny weight file (and
+    ``extra`` files, by relative path, written before the record)."""
     from safetensors.numpy import save_file
 
     target.mkdir(parents=True)
+    for name, text in (extra or {}).items():
+        _write(target / name, text)
     (target / "config.json").write_text('{"model_type": "llama"}')
     (target / "tokenizer.json").write_text("{}")
     (target / "chat_template.jinja").write_text("{{ messages }}")
@@ -333,6 +336,18 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
                          "herald_source.json lists '..', which is not a file of the conversion"),
                         (lambda: _edit_record(folder, lambda files: files["config.json"].update(bytes="23")),
                          'config.json is 23 bytes; it was "23" when converted'),
+                        # tester finding: transformers reads templates from this subfolder, and it went unchecked
+                        (lambda: _write(folder / "additional_chat_templates" / "tool_use.jinja", "{{ 'x' }}"),
+                         "additional_chat_templates/tool_use.jinja is not in herald_source.json (a file the conversion"
+                         " did not write, or a record cut down)"),
+                        (lambda: (folder / "templates").symlink_to(tmp_path, target_is_directory=True),
+                         "templates is not a file the conversion wrote (a link to a folder, a dangling link or a"
+                         " special file)"),
+                        (lambda: (folder / "gone.jinja").symlink_to(tmp_path / "nowhere"),
+                         "gone.jinja is not a file the conversion wrote (a link to a folder, a dangling link or a"
+                         " special file)"),
+                        (lambda: _edit_record(folder, lambda files: files.update({"a/../b": {"bytes": 1, "sha256": "0"}})),
+                         "herald_source.json lists 'a/../b', which is not a file of the conversion"),
                         (lambda: (folder / "herald_source.json").write_text('{"gguf": "x.gguf"}'),
                          "herald_source.json lists no files with their sizes and hashes (written by an older Herald)"),
                         (lambda: (folder / "herald_source.json").write_text('{"files": {"config.json": 23}}'),
@@ -350,7 +365,7 @@ def test_a_damaged_cached_conversion_is_converted_again(whole: Path, tmp_path: P
         assert loader.conversion_damage(folder) == why
         resolve_backbone(str(whole), cache)  # converted again, whole
         assert loader.conversion_damage(folder) is None
-    assert len(converted) == 22
+    assert len(converted) == 26
 
 
 
@@ -358,6 +373,11 @@ def _overwrite_last_bytes(path: Path) -> None:
     with open(path, "r+b") as weights:  # the last float of the tensor: the header stays whole
         weights.seek(-4, 2)
         weights.write(np.float32(7.0).tobytes())
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def _write_listed(path: Path, text: str) -> None:
@@ -455,3 +475,24 @@ def test_a_conversion_gets_the_umask_modes_so_another_user_of_the_cache_can_read
     finally:
         os.umask(umask)
     assert folder.stat().st_mode & 0o777 == 0o755 and (folder / "model.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_conversion_s_files_in_a_subfolder_are_recorded_and_checked(tmp_path: Path):
+    folder = _fake_conversion(tmp_path / "conv", extra={"additional_chat_templates/tool_use.jinja": "{{ 'tools' }}"})
+    record = json.loads((folder / "herald_source.json").read_text())["files"]
+    assert sorted(record) == ["additional_chat_templates/tool_use.jinja", "chat_template.jinja", "config.json",
+                              "model.safetensors", "tokenizer.json"]
+    assert loader.conversion_damage(folder) is None
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text("{{ 'TOOLS' }}")  # same size, other text
+    assert loader.conversion_damage(folder) == ("additional_chat_templates/tool_use.jinja differs from the file the"
+                                                " conversion wrote (sha256)")
+
+
+def test_a_damaged_conversion_linked_in_from_elsewhere_leaves_no_link_behind(tmp_path: Path):
+    # tester finding: rmtree failed on the set-aside link, silently, and a .damaged-* link was left at each conversion
+    real = _fake_conversion(tmp_path / "real")
+    backbones = tmp_path / "backbones"
+    backbones.mkdir()
+    (backbones / "conv").symlink_to(real, target_is_directory=True)
+    loader._set_aside(backbones / "conv", "x")
+    assert list(backbones.iterdir()) == [] and (real / "config.json").is_file()

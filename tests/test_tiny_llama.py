@@ -912,3 +912,31 @@ def test_herald_reference_records_a_probes_reference_logits_and_replaces_them_on
     assert "They were recorded by 'herald reference --backbone" in out.stderr
     assert f"not on those the probe was fitted on ({fitted['backbone']['revision']!r})" in out.stderr
     assert "Record them again on the weights you serve (herald reference --overwrite)" in out.stderr
+
+
+def test_named_chat_templates_render_and_hash_the_default_one(folder, tmp_path):
+    # tester finding: a tokenizer_config.json holding named templates (a list, as Command-R ships it) stopped every
+    # load with "'dict' object has no attribute 'encode'"
+    import hashlib
+    import shutil
+
+    from herald_service.errors import BackboneError
+
+    plain = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
+    template = (folder / "chat_template.jinja").read_text()
+    named = tmp_path / "named"
+    shutil.copytree(folder, named)
+    (named / "chat_template.jinja").unlink()
+    config = json.loads((named / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": "tool_use", "template": "{{ 'tools' }}"}, {"name": "default", "template": template}]
+    (named / "tokenizer_config.json").write_text(json.dumps(config))
+    backbone = HFBackbone(resolve_backbone(str(named), tmp_path), "cpu", "float32")
+    assert backbone.info.chat_template_hash == hashlib.sha256(template.encode()).hexdigest()
+    assert backbone.info.chat_template_hash == plain.info.chat_template_hash  # the same template: a probe carries over
+    assert backbone.encode([user_turn("hello")]) == plain.encode([user_turn("hello")])
+    config["chat_template"] = [{"name": "tool_use", "template": template}, {"name": "rag", "template": template}]
+    (named / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(resolve_backbone(str(named), tmp_path), "cpu", "float32")
+    assert refused.value.message.startswith("the backbone's tokenizer has named chat templates (rag, tool_use) and none"
+                                            " named 'default'")

@@ -447,7 +447,7 @@ class HFBackbone:
         self.bf16_matmuls = bf16_matmuls and bf16_linear_layers(self.layers) > 0  # the LM head (/steer) stays fp32
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.tokenizer.eos_token_id or 0))
-        template = self.tokenizer.chat_template
+        template = self._chat_template_text()
         self.info = BackboneInfo(
             model_id=resolved.model_id,
             revision=resolved.revision,
@@ -469,6 +469,24 @@ class HFBackbone:
         self.graphs = PrefillGraphs(self, compile_layers=compile_graphs) if cuda_graphs else None
         self.batch_forwards: list[Callable] | None = self._compile_batches() if compile_batches else None
         self.eager_floor_s = self._measure_eager_floor() if self.graphs is not None and self.graphs.replay_s else None
+
+    def _chat_template_text(self) -> str | None:
+        """The chat template prompts are rendered with (``render``), or ``None`` for raw text. A tokenizer may hold
+        named templates (``chat_template`` a list in ``tokenizer_config.json``, as Command-R and Hermes 2 Pro ship
+        it); transformers renders with the one named ``default``, so that one is hashed (hashing the dict stopped
+        every load with an AttributeError traceback: tester finding).
+
+        Raises:
+            BackboneError: named templates without a ``default`` one (transformers would not render a prompt).
+        """
+        template = self.tokenizer.chat_template
+        if not template:
+            return None
+        if isinstance(template, dict) and "default" not in template:
+            raise BackboneError(f"the backbone's tokenizer has named chat templates ({', '.join(sorted(template))}) and"
+                                " none named 'default', which prompts are rendered with; name one of them 'default' in"
+                                " tokenizer_config.json (chat_template)", field="backbone")
+        return self.tokenizer.get_chat_template()
 
     def render(self, conversation: Conversation) -> str:
         """Chat-template text with the generation prompt (DESIGN section 1.1); raw text without a template."""

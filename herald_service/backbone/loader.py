@@ -396,10 +396,29 @@ def _file_record(path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def _conversion_files(folder: Path) -> tuple[list[str], str | None]:
+    """The regular files under ``folder``, as ``/``-separated paths relative to it in sorted order (transformers
+    reads templates from a subfolder, ``additional_chat_templates/``), and the first entry that is neither a regular
+    file nor a folder (a dangling link, a link to a folder, a FIFO), or ``None``. Links to folders are not followed."""
+    names: list[str] = []
+    odd = None
+    for root, dirs, files in os.walk(folder):
+        for name in sorted(dirs):
+            if os.path.islink(os.path.join(root, name)) and odd is None:
+                odd = os.path.relpath(os.path.join(root, name), folder)
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.isfile(path):  # a link to a file counts as the file it names
+                names.append(Path(os.path.relpath(path, folder)).as_posix())
+            elif odd is None:
+                odd = os.path.relpath(path, folder)
+    return sorted(names), odd
+
+
 def write_source_record(folder: Path, source: GGUFSource, sha256: str) -> None:
     """Write :data:`SOURCE_RECORD` into a finished conversion ``folder``: the GGUF's files and sha256, and the name,
     size (bytes) and sha256 of every file the conversion wrote."""
-    files = {p.name: _file_record(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != SOURCE_RECORD}
+    files = {name: _file_record(folder / name) for name in _conversion_files(folder)[0] if name != SOURCE_RECORD}
     (folder / SOURCE_RECORD).write_text(json.dumps({
         "gguf": str(source.files[0]), "kind": source.kind, "sources": [str(p) for p in source.files], "sha256": sha256,
         "files": files,
@@ -438,11 +457,15 @@ def conversion_damage(folder: Path, cache_dir: Path | None = None) -> str | None
             or not all(isinstance(r, dict) and isinstance(r.get("sha256"), str) for r in files.values())):
         return f"{SOURCE_RECORD} lists no files with their sizes and hashes (written by an older Herald)"
     for name in files:  # a name outside the folder ("../x", "/etc/hostname") vouched for a file of another place
-        if name in ("", ".", "..", SOURCE_RECORD) or "/" in name or os.sep in name:
+        parts = name.split("/")
+        if name == SOURCE_RECORD or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in name:
             return f"{SOURCE_RECORD} lists {name!r}, which is not a file of the conversion"
-    present = {p.name for p in folder.iterdir() if p.is_file() and p.name != SOURCE_RECORD}
-    unlisted = sorted(present - set(files))
-    if unlisted:  # a record without the weights left them unhashed: damaged rows served silently (tester finding)
+    present, odd = _conversion_files(folder)
+    if odd is not None:  # a link to a folder or a dangling one: its contents are nobody's record (tester finding)
+        return f"{odd} is not a file the conversion wrote (a link to a folder, a dangling link or a special file)"
+    unlisted = sorted(set(present) - set(files) - {SOURCE_RECORD})
+    if unlisted:  # a record without the weights left them unhashed: damaged rows served silently (tester finding);
+        # a template added in a subfolder was read by transformers unchecked (tester finding)
         return f"{unlisted[0]} is not in {SOURCE_RECORD} (a file the conversion did not write, or a record cut down)"
     for name, record in files.items():
         path = folder / name
@@ -491,7 +514,10 @@ def _set_aside(folder: Path, damage: str) -> None:
         raise BackboneError(f"the cached conversion {folder} is damaged ({damage}) and cannot be replaced"
                             f" ({exc.strerror}); make HERALD_CACHE_DIR writable, or delete the folder",
                             field="cache_dir") from None
-    shutil.rmtree(aside, ignore_errors=True)
+    if aside.is_symlink():  # a conversion linked in from elsewhere: the link goes, its target stays (rmtree left it)
+        aside.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def backbone_cache_folder(cache_dir: Path) -> Path:
