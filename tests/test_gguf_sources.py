@@ -81,7 +81,7 @@ def _read(path: Path) -> tuple[dict[str, object], dict[str, np.ndarray]]:
     return fields, {t.name: (t.tensor_type, np.asarray(t.data)) for t in reader.tensors}
 
 
-def _fake_conversion(target: Path, extra: dict[str, str] | None = None) -> Path:
+def _fake_conversion(target: Path, extra: dict[str, str] | None = None, sha256: str = "0" * 64) -> Path:
     """What a finished conversion holds, as :func:`loader.conversion_damage` checks it, with a tiny weight file (and
     ``extra`` files, by relative path, written before the record)."""
     from safetensors.numpy import save_file
@@ -93,7 +93,7 @@ def _fake_conversion(target: Path, extra: dict[str, str] | None = None) -> Path:
     (target / "tokenizer.json").write_text("{}")
     (target / "chat_template.jinja").write_text("{{ messages }}")
     save_file({"w": np.ones(4, dtype=np.float32)}, str(target / "model.safetensors"))
-    loader.write_source_record(target, loader.GGUFSource("file", (target / "x.gguf",), "x"), "0" * 64)
+    loader.write_source_record(target, loader.GGUFSource("file", (target / "x.gguf",), "x"), sha256)
     return target
 
 
@@ -496,3 +496,19 @@ def test_a_damaged_conversion_linked_in_from_elsewhere_leaves_no_link_behind(tmp
     (backbones / "conv").symlink_to(real, target_is_directory=True)
     loader._set_aside(backbones / "conv", "x")
     assert list(backbones.iterdir()) == [] and (real / "config.json").is_file()
+
+
+def test_a_whole_conversion_given_as_a_model_folder_keeps_its_gguf_revision(whole: Path, tmp_path: Path, monkeypatch):
+    # tester finding: the cache's conversion, or a copy of it on a volume, given as --backbone had a content-sha256
+    # revision, and the probe fitted on the GGUF warned at every start that it was fitted on other weights
+    import shutil
+
+    monkeypatch.setattr(loader, "_convert", lambda gguf, source, target, sha: _fake_conversion(target, sha256=sha))
+    cache = tmp_path / "cache"
+    converted = resolve_backbone(str(whole), cache)
+    copy = tmp_path / "volume" / "model"
+    shutil.copytree(converted.folder, copy)
+    assert resolve_backbone(str(copy), cache).revision == converted.revision
+    assert converted.revision.startswith("gguf-sha256:")
+    (copy / "chat_template.jinja").write_text("{{ other }}")  # no longer the conversion: a folder's content hash
+    assert resolve_backbone(str(copy), cache).revision.startswith("content-sha256:")

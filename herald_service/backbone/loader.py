@@ -698,4 +698,19 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
         return ResolvedBackbone(converted, source.stem, f"{prefix}:{sha}", _slug(path, source))
     config = json.loads((path / "config.json").read_text())
     model_id = config.get("_name_or_path") or path.name
-    return ResolvedBackbone(path, model_id, f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}", _slug(path, None))
+    revision = conversion_revision(path, cache_dir) or f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}"
+    return ResolvedBackbone(path, model_id, revision, _slug(path, None))
+
+
+def conversion_revision(folder: Path, cache_dir: Path | None = None) -> str | None:
+    """The GGUF revision of a Herald conversion given as a model folder (a cached one copied to a volume, or the cache
+    folder itself), when it is whole (:func:`conversion_damage`: every file as its record lists it); else ``None``.
+    As a folder it had a ``content-sha256`` revision, and a probe fitted on the GGUF warned at every start that it was
+    fitted on other weights (tester finding)."""
+    if not (folder / SOURCE_RECORD).is_file() or conversion_damage(folder, cache_dir) is not None:
+        return None
+    record = json.loads((folder / SOURCE_RECORD).read_text())
+    sha = record.get("sha256")
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+        return None
+    return f"{'gguf-shards-sha256' if record.get('kind') == 'shards' else 'gguf-sha256'}:{sha}"
