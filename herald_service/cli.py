@@ -441,13 +441,13 @@ class ReferenceCommand(LocalCommand):
 
         from herald_service.engine.runtime import checked_probe, load_runtime
         from herald_service.out_path import check_replaceable, write_text_atomically
-        from herald_service.probes.artifact import MANIFEST_FILE, compatibility_warnings, read_manifest
+        from herald_service.probes.artifact import MANIFEST_FILE, read_manifest
         from herald_service.probes.reference import reference_block
 
         if self.fake_backend:
             raise SystemExit("herald reference: the fake backend fits its probe at start-up; there is no probe file to"
                              " record reference logits in")
-        folder, _, manifest = checked_probe(self)  # before the backbone loads: a refusal costs no load
+        folder, _, _ = checked_probe(self)  # before the backbone loads: a refusal costs no load
         path = folder / MANIFEST_FILE
         check_replaceable(path, "--probe's")
         with open(path, "rb") as held:
@@ -455,30 +455,25 @@ class ReferenceCommand(LocalCommand):
                 fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise SystemExit(f"herald reference: another herald reference is recording into {path}") from None
-            self._refuse_a_recorded_block(read_manifest(folder), path)
-            runtime = load_runtime(self, check_weights=False)  # the other checks (architecture, chat template) stand
+            manifest = read_manifest(folder)  # under the lock: as on disk, the rest written back as it is
+            if "reference" in manifest and not self.overwrite:
+                raise SystemExit(f"herald reference: {path} already records reference logits (in"
+                                 f" {manifest['reference'].get('numerics', 'unrecorded numerics')}); --overwrite"
+                                 " replaces them")
+            # the other checks (architecture, chat template) stand, and the revision warning is logged
+            runtime = load_runtime(self, check_weights=False)
             fitted, ours = manifest["backbone"].get("revision"), runtime.backbone.info.revision
             if fitted != ours and not self.accept_other_weights:
                 raise SystemExit(f"herald reference: the probe was fitted on weights {fitted!r}, the backbone's are"
                                  f" {ours!r}; reference logits recorded on them would make every load accept them."
                                  " Give the weights it was fitted on, or --accept-other-weights for weights you have"
                                  " evaluated the probe on")
-            for warning in compatibility_warnings(manifest, runtime.backbone.info):
-                log.warning("%s (probe %s)", warning, folder)
             block = {**reference_block(runtime.probe, runtime.backbone), "revision": ours,
                      "recorded_by": invoked_command(),
                      "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-            manifest = read_manifest(folder)  # as on disk now, the rest kept as it is
-            self._refuse_a_recorded_block(manifest, path)
             manifest["reference"] = block
             write_text_atomically(path, json.dumps(manifest, indent=2) + "\n")
         print(json.dumps(block, indent=2))
-
-    def _refuse_a_recorded_block(self, manifest: dict, path: Path) -> None:
-        if "reference" in manifest and not self.overwrite:
-            raise SystemExit(f"herald reference: {path} already records reference logits (in"
-                             f" {manifest['reference'].get('numerics', 'unrecorded numerics')}); --overwrite replaces"
-                             " them")
 
 
 class FitCommand(BaseModel):

@@ -88,6 +88,15 @@ def check_replaceable(path: Path, option: str) -> None:
                          " another path") from None
 
 
+def umask_mode(mode: int) -> int:
+    """``mode`` under the process's umask: what ``open`` or ``mkdir`` would give a new file (0o666) or folder (0o777),
+    for files made by ``mkstemp``/``mkdtemp`` (0600/0700) or by safetensors (0600) that others must read. The umask is
+    read by setting it and setting it back (Python has no getter)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder renamed over it, so a run stopped
     during the write leaves the old file or the new one, never one cut short. The file gets the mode a new file gets
@@ -103,9 +112,7 @@ def write_text_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it 0600
+        os.chmod(temporary, umask_mode(0o666))  # mkstemp makes it 0600
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -178,10 +178,10 @@ def files_sha256(paths: Sequence[Path], cache_dir: Path | None = None) -> str:
     stats = [p.stat() for p in paths]
     if cache_dir is None:
         return _read_sha256(paths)
-    resolved = "\n".join(str(p.resolve()) for p in paths)
+    resolved = [str(p.resolve()) for p in paths]
     identity = "\n".join(f"{r}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}"
-                          for r, st in zip(resolved.split("\n"), stats))
-    path_key = hashlib.sha256(resolved.encode()).hexdigest()[:32]
+                          for r, st in zip(resolved, stats))
+    path_key = hashlib.sha256("\n".join(resolved).encode()).hexdigest()[:32]
     memo = cache_dir / "file-sha256" / f"{path_key}-{hashlib.sha256(identity.encode()).hexdigest()}"
     try:
         known = memo.read_text().strip()
@@ -598,12 +598,12 @@ def _give_umask_modes(folder: Path) -> None:
     """Give ``folder`` and its files the modes new ones get under the umask (0755 and 0644 under 022): mkdtemp made the
     folder 0700 and safetensors writes 0600, so another user of a shared cache could not read a conversion (tester
     finding), as the file-sha256 memos' comment means them to."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
+    from herald_service.out_path import umask_mode
+
+    folder.chmod(umask_mode(0o777))
     for path in folder.iterdir():
         if path.is_file():
-            path.chmod(0o666 & ~umask)
+            path.chmod(umask_mode(0o666))
 
 
 def _publish(tmp: Path, target: Path) -> None:

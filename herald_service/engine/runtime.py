@@ -185,18 +185,18 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     )
     check_compatible(manifest, backbone.info)  # the loaded model's own config, as fit and eval record it
     check_chat_template(manifest, backbone.info)
-    if not check_weights:
-        return Runtime(backbone, probe, manifest, str(folder))
-    distance = check_reference(manifest, probe, backbone)  # the weights: one forward pass of 12 short prompts
+    distance = None
+    if check_weights:  # the weights: one forward pass of 12 short prompts
+        distance = check_reference(manifest, probe, backbone)
+        if distance is None:
+            log.warning("probe %s records no reference logits (fitted before Herald recorded them): this backbone's"
+                        " weights are not checked against the ones it was fitted on; record them with `herald"
+                        " reference` on the weights it was fitted on, or refit with `herald fit`", folder)
+        else:
+            log.info("reference prompts' logits moved by a median of %.2f from those the probe records (tolerance"
+                     " %g)", distance, REFERENCE_TOLERANCE)
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
-    if distance is None:
-        log.warning("probe %s records no reference logits (fitted before Herald recorded them): this backbone's weights"
-                    " are not checked against the ones it was fitted on; record them with `herald reference` on the"
-                    " weights it was fitted on, or refit with `herald fit`", folder)
-    else:
-        log.info("reference prompts' logits moved by a median of %.2f from those the probe records (tolerance %g)",
-                 distance, REFERENCE_TOLERANCE)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
     log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, numerics, folder)
     return Runtime(backbone, probe, manifest, str(folder), distance)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from safetensors.numpy import load_file, save_file
 
 from herald_service import __version__
 from herald_service.errors import ProbeMismatch
+from herald_service.out_path import umask_mode
 from herald_service.probes.directions import LayerDirections
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
@@ -65,9 +65,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
     save_file(tensors, str(folder / TENSORS_FILE), metadata={"format": "herald-probe", "format_version": str(FORMAT_VERSION)})
     # safetensors writes its file 0600; give it the mode probe.json gets (0644 under the usual umask), or a probe fitted
     # by one user cannot be served by another (the image's uid 10001 on a mounted volume: breaker finding)
-    umask = os.umask(0)
-    os.umask(umask)
-    (folder / TENSORS_FILE).chmod(0o666 & ~umask)
+    (folder / TENSORS_FILE).chmod(umask_mode(0o666))
     full = {
         "format_version": FORMAT_VERSION,
         "herald_version": __version__,
