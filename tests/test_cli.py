@@ -565,7 +565,8 @@ def test_sigterm_drains_serve_and_exits_0():
 
     import socket
 
-    with running_serve(8135, "--fake-backend", "--no-warmup", HERALD_MAX_HEADER_BYTES="40000") as proc:
+    with running_serve(8135, "--fake-backend", "--no-warmup", HERALD_MAX_HEADER_BYTES="40000",
+                       HERALD_MAX_CONNECTIONS="2") as proc:
         answer = httpx.post("http://127.0.0.1:8135/classify", json={"input": "hi"}, headers={"x-request-id": "req-7"})
         assert answer.headers["x-request-id"] == "req-7"
         # herald serve bounds request headers (httptools buffered 200 x 1 MB before the key check: tester); the
@@ -576,10 +577,21 @@ def test_sigterm_drains_serve_and_exits_0():
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 50_000)
             refused = read_until_closed(sock, 5)
         assert refused.startswith(b"HTTP/1.1 400 ") and b"exceed 40000 bytes" in refused, refused[:300]
+        # and bounds open connections (HERALD_MAX_CONNECTIONS): two held open, the third answered 503
+        held = [socket.create_connection(("127.0.0.1", 8135)) for _ in range(2)]
+        for sock in held:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.settimeout(5)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        with socket.create_connection(("127.0.0.1", 8135)) as sock:
+            assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 503 ")
+        for sock in held:
+            sock.close()
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, output
     assert "Finished server process" in output and "Traceback" not in output, output
+    assert "2 connections open (HERALD_MAX_CONNECTIONS): new ones are answered 503" in output, output
     # uvicorn's lines in Herald's format (they were "INFO:     Uvicorn running on ..."), one line per request, and
     # no uvicorn access line
     when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
@@ -595,6 +607,9 @@ def test_max_header_bytes_must_be_positive():
     assert Settings(_env_file=None).max_header_bytes == 65_536
     with pytest.raises(ValueError, match="max_header_bytes"):
         Settings(_env_file=None, max_header_bytes=0)
+    assert Settings(_env_file=None).max_connections == 1000
+    with pytest.raises(ValueError, match="max_connections"):
+        Settings(_env_file=None, max_connections=0)
 
 
 def test_ctrl_c_ends_serve_quietly_with_status_130():

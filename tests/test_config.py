@@ -249,6 +249,19 @@ def test_other_unknown_names_are_warned_about_and_kubernetes_service_links_are_n
     assert Settings(api_keys="key-one-abcdefgh", _env_file=None).start_up_warnings() == warnings[:1]
 
 
+def test_a_connection_bound_the_file_descriptor_limit_would_cut_first_is_warned_about(monkeypatch):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))  # a common default soft limit
+    key = "key-one-abcdefgh"
+    (warning,) = Settings(api_keys=key, _env_file=None).start_up_warnings()  # the default bound: 1,000
+    assert warning.startswith("HERALD_MAX_CONNECTIONS (1000) is not below the process's file descriptor limit (1024,"
+                              " ulimit -n) by 64: past about 960 connections none is accepted"), warning
+    assert Settings(api_keys=key, max_connections=960, _env_file=None).start_up_warnings() == []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert Settings(api_keys=key, _env_file=None).start_up_warnings() == []
+
+
 def test_herald_serve_exits_on_a_misspelt_setting_before_loading_anything():
     import os
     import subprocess

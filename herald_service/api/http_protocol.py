@@ -11,6 +11,7 @@ GPU service's saturation is bound by, so Herald keeps httptools and adds both bo
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, Callable
 
@@ -79,23 +80,26 @@ class ParserKeepingItsError:
         return getattr(self._parser, name)
 
 
-REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http")
+REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
-over the bound (400), headers not complete in time (408), not HTTP/1.1 (400)."""
+over the bound (400), headers not complete in time (408), not HTTP/1.1 (400), a connection past the open-connection
+bound (503)."""
 
 
-def header_bounded_protocol(header_timeout_s: float,
-                            refused: Callable[[str], None] | None = None) -> type[asyncio.Protocol] | str:
+def header_bounded_protocol(header_timeout_s: float, refused: Callable[[str], None] | None = None,
+                            max_connections: int | None = None) -> type[asyncio.Protocol] | str:
     """The ``http`` argument of ``uvicorn.Config`` for ``herald serve``: :class:`BoundedHeadersProtocol` with
-    ``header_timeout_s`` (seconds from a request's first byte to the end of its headers) where httptools is installed,
-    else ``"h11"`` (size bound only). Either reads the size bound from the config's ``h11_max_incomplete_event_size``
-    (bytes; ``HERALD_MAX_HEADER_BYTES``). ``refused`` is called with one of :data:`REFUSAL_REASONS` for each such
-    answer (``herald serve`` counts them in ``herald_rejected_requests_total``: they reach no route, so the request
-    metrics never saw them, breaker pass)."""
+    ``header_timeout_s`` (seconds from a request's first byte to the end of its headers) and ``max_connections``
+    (open connections at once; None: unbounded) where httptools is installed, else ``"h11"`` (header size bound only).
+    Either reads the size bound from the config's ``h11_max_incomplete_event_size`` (bytes;
+    ``HERALD_MAX_HEADER_BYTES``). ``refused`` is called with one of :data:`REFUSAL_REASONS` for each such answer
+    (``herald serve`` counts them in ``herald_rejected_requests_total``: they reach no route, so the request metrics
+    never saw them, breaker pass)."""
     if HttpToolsProtocol is None:
         return "h11"
     return type("BoundedHeadersProtocol", (BoundedHeadersProtocol,),
-                {"header_timeout_s": header_timeout_s, "refused": staticmethod(refused or (lambda reason: None))})
+                {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
+                 "refused": staticmethod(refused or (lambda reason: None))})
 
 
 if HttpToolsProtocol is not None:
@@ -129,13 +133,21 @@ if HttpToolsProtocol is not None:
 
         Idle: a new connection that sends nothing is closed, without an answer, after the keep-alive timeout.
 
+        Open connections: one that would make more than :attr:`max_connections` open at once is answered 503 (the
+        JSON error body, ``Retry-After: 1``, ``connection: close``) and closed as soon as it is accepted, without
+        reading its request. Unbounded, a flood of connections was bounded only by the process's file descriptors,
+        past which the event loop stops accepting (every client then hangs, the gateway's included) and the
+        readiness probe's own connection fails.
+
         Scope: ``extensions["herald.connection_closed"]`` is a callable that says whether the connection is closing
         or closed, for :class:`~herald_service.api.middleware.RequestMetrics` to tell an answer that could not be
         written because the connection is gone from a server error.
         """
 
         header_timeout_s: float | None = None
+        max_connections: int | None = None
         refused: Callable[[str], None] = staticmethod(lambda reason: None)
+        _full_warned_at = float("-inf")  # loop time of the last "connections full" warning, for all connections
 
         def __init__(self, config: Config, server_state: Any, app_state: dict[str, Any],
                      _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -149,9 +161,13 @@ if HttpToolsProtocol is not None:
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
+            self._refusing = False  # a connection past max_connections, answered 503 and closing
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            if self.max_connections is not None and len(self.connections) > self.max_connections:
+                self._refuse_connection()
+                return
             # A connection that never sends a byte is closed after the keep-alive timeout (HERALD_KEEP_ALIVE_S), as an
             # idle one between requests is: uvicorn armed that timer only after an answer and the header clock starts
             # at the first byte, so a silent connection was held for good (a session's check: open after 5 s with both
@@ -164,6 +180,8 @@ if HttpToolsProtocol is not None:
                        for cycle in (self.cycle, self._running, *(queued for queued, _ in self.pipeline)))
 
         def data_received(self, data: bytes) -> None:
+            if self._refusing:
+                return  # a connection past max_connections, answered 503 (_refuse_connection)
             if self._deferred_400 is not None:
                 return  # the connection ends with that 400; what the client sends after the bad request is not read
             if self._in_headers:
@@ -244,6 +262,26 @@ if HttpToolsProtocol is not None:
                 if cycle is not None and not cycle.response_complete:
                     cycle.disconnected = True
                     cycle.message_event.set()
+
+        def _refuse_connection(self) -> None:
+            """Answer a connection past :attr:`max_connections` 503 before reading it, and close it."""
+            self.refused("connections")
+            if self.loop.time() - BoundedHeadersProtocol._full_warned_at >= 60.0:  # not a line per connection of a flood
+                BoundedHeadersProtocol._full_warned_at = self.loop.time()
+                log.warning("%d connections open (HERALD_MAX_CONNECTIONS): new ones are answered 503 and closed;"
+                            " herald_rejected_requests_total{reason=\"connections\"} counts them", self.max_connections)
+            body = json.dumps({"error": {"type": "overloaded", "message": (
+                f"Too many open connections (limit {self.max_connections}, HERALD_MAX_CONNECTIONS): retry shortly,"
+                " or reuse a connection.")}}).encode("ascii")
+            self.transport.write(b"".join([
+                STATUS_LINE[503], b"content-type: application/json\r\n", b"retry-after: 1\r\n",
+                b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body]))
+            # a lingering close: closed at once with a request unread, the kernel resets the connection and the client
+            # may read the reset instead of the 503; so the write side ends here, what the client sends is discarded
+            # (data_received), and the connection closes at the client's end of stream or after 1 s
+            self._refusing = True
+            self.transport.write_eof()
+            self.loop.call_later(1.0, self.transport.close)
 
         def _arm_header_timer(self) -> None:
             if self.header_timeout_s is not None and self._header_timer is None:
