@@ -356,8 +356,14 @@ class Settings(BackboneSettings):
     )
 
     max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request (a"
-                                " conversation ending with a user turn after other messages is two, a list of content"
-                                " parts one more than its parts).")
+                                " conversation of several messages is one more than its user turns scored alone, a"
+                                " list of content parts one more than its parts).")
+    score_answered_turns: bool = Field(
+        True, description="Score every user turn of a conversation alone, as well as the whole conversation; off, only"
+        " those after its last assistant message. The history is the client's to write: scoring only the turns not"
+        " yet answered, a made-up assistant message hid the request before it (engine/service.py scored_turns). Turn it"
+        " off only where the gateway keeps the history and moderated each turn when it was sent."
+    )
     max_messages: int = Field(
         256, ge=1, description="Messages in one conversation. Empty messages cost no characters but still render and"
         " tokenize (a breaker's 64 x 5,600 empty turns took 11 s of CPU before the token limit refused them)."
