@@ -2,7 +2,7 @@
 
 import random
 
-from herald_service.backbone.batching import plan_batches
+from herald_service.backbone.batching import plan_batches, plan_in_arrival_order
 
 
 def test_batches_respect_budget_and_rows_and_cover_every_prompt_once():
@@ -60,3 +60,24 @@ def test_a_padded_batch_computes_at_most_twice_its_real_tokens():
         assert batch_tokens([mixed[i] for i in batch]) <= PADDED_COST_LIMIT * real or len(batch) == 1
     similar = [100, 101, 104, 110, 120, 150]  # padding of under half: still one batch
     assert plan_batches(similar, token_budget=8192, max_rows=64) == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_a_window_is_planned_in_arrival_order_by_cohorts_of_whole_requests():
+    # tester: ten requests of the same sixteen prompt lengths, planned by length alone, shared every batch, so all ten
+    # finished at the window's end (six timed out together when admission's estimate was short)
+    lengths = [300 + 2 * i for i in range(16)] * 3  # requests A, B, C: the same lengths
+    arrivals = [1.0] * 16 + [2.0] * 16 + [3.0] * 16
+    owner = [index // 16 for index in range(len(lengths))]
+    by_length = plan_batches(lengths, token_budget=2000, max_rows=64)
+    assert all(len({owner[i] for i in batch}) == 3 for batch in by_length)  # the premise: every batch mixes all three
+    batches = plan_in_arrival_order(lengths, arrivals, token_budget=2000, max_rows=64)
+    assert sorted(i for batch in batches for i in batch) == list(range(48))
+    # 16 x ~315 tokens is past 2 x 2,000: each request is a cohort of its own, run in arrival order
+    assert [sorted({owner[i] for i in batch}) for batch in batches] == [[0]] * 3 + [[1]] * 3 + [[2]] * 3
+    assert all(max(lengths[i] for i in batch) * len(batch) <= 2000 for batch in batches)
+    # small requests share a cohort, sorted by length across them: one-prompt requests still batch together
+    single = plan_in_arrival_order([50, 10, 40, 20], [1.0, 2.0, 3.0, 4.0], token_budget=2000, max_rows=64)
+    assert single == [[1, 3, 2, 0]]
+    # a cohort closes at 2 x max_rows prompts as well as at 2 x the token budget
+    many = plan_in_arrival_order([10] * 6, [1.0, 1.0, 2.0, 2.0, 3.0, 3.0], token_budget=2000, max_rows=2)
+    assert many == [[0, 1], [2, 3], [4, 5]]

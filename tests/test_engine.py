@@ -220,6 +220,32 @@ def test_prompt_cancelled_while_earlier_batches_of_its_window_run_is_dropped(run
     assert engine.metrics.dropped.labels("client_gone")._value.get() == 1
 
 
+def test_requests_of_one_window_are_answered_in_arrival_order(runtime):
+    # tester: ten requests of the same prompt lengths, sorted by length across the whole window, shared every batch and
+    # were all answered at the window's end (six timed out together)
+    finished: list[int] = []
+
+    class Slow(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            time.sleep(0.05)
+            return super().last_token_states(token_ids, intervention)
+
+    backbone = Slow()
+    backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
+    engine = make_engine(runtime, backbone, max_rows=4, token_budget=4096, delay_s=0.0)
+    blocker = engine.submit(ids(runtime, ["hold the worker"]))  # the three requests below queue behind it
+    texts = [" ".join(["bread"] * (i + 1)) for i in range(8)]  # eight lengths, the same in every request
+    requests = [engine.submit(ids(runtime, texts)) for _ in range(3)]
+    for k, futures in enumerate(requests):
+        for future in futures:
+            future.add_done_callback(lambda _, k=k: finished.append(k))
+    wait(blocker + [f for futures in requests for f in futures], timeout=30)
+    engine.stop()
+    assert len(finished) == 24
+    # each request's last answer comes before the next request's first: 8 prompts are a cohort of 2 x max_rows
+    assert finished == [0] * 8 + [1] * 8 + [2] * 8, str(finished)
+
+
 class _Recorded(FakeBackbone):
     """A fake whose device "runs behind" the host: records when each batch is launched and when it is waited for."""
 

@@ -52,3 +52,48 @@ def plan_batches(lengths: Sequence[int], token_budget: int, max_rows: int, packe
     if current:
         batches.append(current)
     return batches
+
+
+COHORT_BATCHES = 2
+"""Batches' worth of tokens (or prompts) in one cohort of :func:`plan_in_arrival_order`: enough to sort by length
+across a few requests, few enough that the first requests of a window are answered after the first batches."""
+
+
+def plan_in_arrival_order(lengths: Sequence[int], arrivals: Sequence[float], token_budget: int, max_rows: int,
+                          packed: bool = False) -> list[list[int]]:
+    """Group a window of queued prompts into batches, earlier requests first.
+
+    Requests (runs of consecutive prompts with the same ``arrivals`` key, in queue order) are taken whole, in arrival
+    order, into cohorts of about :data:`COHORT_BATCHES` batches (``COHORT_BATCHES x token_budget`` real tokens or
+    ``COHORT_BATCHES x max_rows`` prompts, whichever comes first; a request larger than that is one cohort); each
+    cohort is cut by :func:`plan_batches` (sorted by length) and the cohorts run in order. :func:`plan_batches` over
+    the whole window (up to 256 prompts) sorted every request's prompts among the others', so each request waited for
+    the window's last batches: ten requests of sixteen ~300-token prompts all finished at about the same moment, and
+    when admission's estimate was short (a shared CPU), six of ten timed out together and their computed prompts
+    were wasted (tester: 4 answered at 51 s, 6 answered 504 at 60 s).
+
+    Args:
+        lengths: token count of each prompt, in queue order.
+        arrivals: each prompt's request key (its enqueue time, seconds), equal for the prompts of one request.
+        packed: as in :func:`plan_batches`.
+
+    Returns:
+        Lists of indices into ``lengths``; every index once.
+    """
+    cohorts: list[list[int]] = []
+    current: list[int] = []
+    tokens = start = 0
+    while start < len(lengths):
+        end = start
+        while end < len(lengths) and arrivals[end] == arrivals[start]:
+            end += 1
+        current += range(start, end)
+        tokens += sum(lengths[start:end])
+        if tokens >= COHORT_BATCHES * token_budget or len(current) >= COHORT_BATCHES * max_rows:
+            cohorts.append(current)
+            current, tokens = [], 0
+        start = end
+    if current:
+        cohorts.append(current)
+    return [[cohort[i] for i in batch] for cohort in cohorts
+            for batch in plan_batches([lengths[i] for i in cohort], token_budget, max_rows, packed)]

@@ -2,9 +2,9 @@
 
 One worker thread owns the backbone. Callers tokenize first (so limits are checked before any model work and
 tokenization overlaps the current forward pass), then submit token ids and receive one
-:class:`concurrent.futures.Future` per prompt. The worker takes a window of waiting prompts, sorts it by length,
-cuts batches under a padded-token budget, and answers every prompt of a batch: its result or the batch's error.
-Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
+:class:`concurrent.futures.Future` per prompt. The worker takes a window of waiting prompts, takes its requests in
+arrival order into cohorts of a few batches, sorts each cohort by length, cuts batches under a padded-token budget,
+and answers every prompt of a batch: its result or the batch's error. Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
 retried. At submission (:mod:`herald_service.engine.admission`), work whose own estimated cost exceeds ``max_wait_s``
 raises :class:`WorkTooLarge`; a full queue, or work that would wait longer than ``max_wait_s`` behind what was
 accepted earlier, raises :class:`QueueFull`. A prompt longer than a chunk is prefilled chunk by chunk, and shorter
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from herald_service.backbone.base import Backbone
-from herald_service.backbone.batching import batch_tokens, plan_batches
+from herald_service.backbone.batching import batch_tokens, plan_in_arrival_order
 from herald_service.engine.admission import (
     TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
@@ -408,8 +408,9 @@ class InferenceEngine:
 
     # -- worker ----------------------------------------------------------------------------------------------
     def _take_window(self, wait: bool = True) -> list[_Prompt] | _Exclusive | None:
-        """The next exclusive job, or up to ``4 x max_rows`` waiting prompts; None when stopping; ``[]`` when nothing
-        waits and ``wait`` is False (a batch is in flight: finish it instead of sleeping)."""
+        """The next exclusive job, or the waiting requests' prompts up to ``4 x max_rows`` (and the rest of the
+        request that reaches it); None when stopping; ``[]`` when nothing waits and ``wait`` is False (a batch is in
+        flight: finish it instead of sleeping)."""
         window = 4 * self.limits.max_rows
         with self._cond:
             while not self._queue and not self._stopping:
@@ -431,7 +432,10 @@ class InferenceEngine:
                     break
                 self._cond.wait(remaining)
             taken: list[_Prompt] = []
-            while self._queue and len(taken) < window and isinstance(self._queue[0], _Prompt):
+            # whole requests: the window ends past ``window`` prompts only to finish the request it is taking, so no
+            # request is split between two windows (its last prompt waiting for a whole later window)
+            while self._queue and isinstance(self._queue[0], _Prompt) and (
+                    len(taken) < window or self._queue[0].enqueued == taken[-1].enqueued):
                 taken.append(self._queue.popleft())  # type: ignore[arg-type]
             self._window_left = len(taken)
             self.metrics.queue_depth.set(self.depth)
@@ -451,7 +455,7 @@ class InferenceEngine:
                         self._run_exclusive(work)
                     continue
                 self._in_hand = list(work)
-                batches = [[work[i] for i in batch] for batch in self._plan([len(p.token_ids) for p in work])]
+                batches = [[work[i] for i in batch] for batch in self._plan(work)]
                 for k, batch in enumerate(batches):
                     self._window_rest = batches[k + 1 :]  # what interleaving between chunks must not make late
                     # Claim prompts batch by batch, right before the forward pass: a prompt whose client left or
@@ -487,10 +491,13 @@ class InferenceEngine:
                 self.metrics.dropped.labels(_cancel_reason(prompt.future)).inc()
         return live
 
-    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-        """:func:`plan_batches` of a window, with every prompt longer than a chunk (:meth:`_chunked`) in a batch of its
-        own, after the rest of the batch it was planned in."""
-        batches = plan_batches(lengths, self.limits.token_budget, self.limits.max_rows, self.backbone.packs_batches)
+    def _plan(self, window: Sequence[_Prompt]) -> list[list[int]]:
+        """:func:`plan_in_arrival_order` of a window (earlier requests first, sorted by length within cohorts of a
+        few batches), with every prompt longer than a chunk (:meth:`_chunked`) in a batch of its own, after the rest
+        of the batch it was planned in."""
+        lengths = [len(prompt.token_ids) for prompt in window]
+        batches = plan_in_arrival_order(lengths, [prompt.enqueued for prompt in window], self.limits.token_budget,
+                                        self.limits.max_rows, self.backbone.packs_batches)
         if not self.chunk_tokens:
             return batches
         planned = []
