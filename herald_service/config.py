@@ -6,6 +6,7 @@ nothing in Herald reads the environment anywhere else.
 
 from __future__ import annotations
 
+import hmac
 import io
 import os
 import re
@@ -476,6 +477,11 @@ class Settings(BackboneSettings):
                 raise ValueError(f"{name}: a key starts or ends with a quote; give keys without quotes: key1,key2")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
+        # the /steer key is what keeps moderation clients out of /steer; one of their keys let all of them in (tester)
+        if self.steer_api_key is not None and any(
+                hmac.compare_digest(k.get_secret_value(), self.steer_api_key.get_secret_value()) for k in self.api_keys):
+            raise ValueError("HERALD_STEER_API_KEY is also one of HERALD_API_KEYS: every moderation client could call"
+                             " /steer, which removes a safety behaviour; give /steer a key of its own")
         if self.max_tokens > self.batch_token_budget:
             raise ValueError(
                 f"max_tokens ({self.max_tokens}, HERALD_MAX_TOKENS) must not exceed batch_token_budget ({self.batch_token_budget},"

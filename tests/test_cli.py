@@ -627,6 +627,20 @@ def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_abortin
     assert "Traceback" not in output and "terminate called" not in output, output
 
 
+@pytest.mark.backbone
+def test_classify_on_the_embedded_backbone_prints_its_verdicts_and_nothing_on_stderr():
+    # tester: transformers' "Loading weights" progress bar went to stderr, where classify prints warnings and errors
+    # only; a process of its own, since the bar is switched off process-wide
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "Write a poem about the sea"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HERALD_LOG_LEVEL": "info"})
+    assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+    (row,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["input"] == "Write a poem about the sea" and row["flagged"] is False, row
+
+
 def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
     out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1, not ours
     assert out.returncode == 1, out.stderr

@@ -28,6 +28,12 @@ def test_steer_needs_its_own_key():
     with pytest.raises(ValidationError, match="HERALD_STEER_API_KEY"):
         Settings(steer_enabled=True, _env_file=None)
     assert Settings(steer_enabled=True, steer_api_key="steer-key-0123456789", _env_file=None).steer_enabled
+    # one of the moderation clients' keys would let every client call /steer (tester)
+    with pytest.raises(ValueError, match="HERALD_STEER_API_KEY is also one of HERALD_API_KEYS"):
+        Settings(steer_enabled=True, steer_api_key="shared-key-0123456789", api_keys="k-0123456789ab,shared-key-0123456789",
+                 _env_file=None)
+    assert Settings(steer_enabled=True, steer_api_key="steer-key-0123456789", api_keys="client-key-0123456789",
+                    _env_file=None).steer_enabled
 
 
 def test_token_limit_must_fit_a_batch():

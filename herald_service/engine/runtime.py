@@ -173,6 +173,11 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     from herald_service.backbone.hf import HFBackbone, config_info
     from herald_service.backbone.loader import resolve_backbone
 
+    from transformers.utils import logging as transformers_logging
+
+    # transformers' "Loading weights" bar (carriage returns) went to the stderr of classify, plot and reference, which
+    # print warnings and errors only (tester), and into serve's log
+    transformers_logging.disable_progress_bar()
     folder, probe, manifest = checked_probe(settings)  # before a backbone load of seconds to minutes
     resolved = resolve_backbone(settings.backbone, settings.cache_dir)
     check_compatible(manifest, config_info(resolved))  # another architecture: refused before its weights load
