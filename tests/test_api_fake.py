@@ -539,13 +539,15 @@ def test_health_probes_answer_head_with_the_status_of_get():
         gate.set()
         wait_ready(c)
         assert (c.head("/health/live").status_code, c.head("/health/ready").status_code) == (200, 200)
-        assert c.post("/health/live").status_code == 405  # only GET and HEAD
+        refused = c.post("/health/live")  # only GET and HEAD, and its Allow says both (tester: "allow: GET")
+        assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
+        assert c.delete("/classify").headers["allow"] == "POST"
         assert "/health" not in "".join(l for l in c.get("/metrics").text.splitlines() if l.startswith("herald_requests_total"))
         for path in ("/metrics", "/v1/info", "/"):  # monitors probe these with HEAD too (breaker: 405)
             head, get = c.head(path), c.get(path)
             assert (head.status_code, head.content) == (200, b""), path
             assert head.headers["content-type"] == get.headers["content-type"], path
-            assert c.post(path).headers["allow"] == "GET", path  # was "HEAD" once HEAD was registered first (breaker)
+            assert c.post(path).headers["allow"] == "GET, HEAD", path  # was "HEAD" once HEAD was registered first (breaker)
 
 
 def test_load_failure_is_reported_not_hung():

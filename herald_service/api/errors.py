@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from herald_service.engine.service import ClientGone
 from herald_service.strict_json import echoed
@@ -155,7 +156,15 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     if exc.status_code == 400:  # FastAPI's "error parsing the body": invalid UTF-8, nesting too deep
         return error_response(422, "invalid_request", "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply", "body", path=path)
     kinds = {404: "not_found", 405: "method_not_allowed"}
-    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=getattr(exc, "headers", None), path=path)
+    headers = getattr(exc, "headers", None)
+    if exc.status_code == 405:
+        # Starlette names the methods of the first route on the path only: "allow: GET" where HEAD is served too
+        # (RFC 9110 section 15.5.6: Allow lists every method the resource supports; tester). These three are the only
+        # methods Herald's routes serve.
+        methods = [method for method in ("GET", "HEAD", "POST") if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in request.app.router.routes)]
+        headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
+    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=headers, path=path)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
