@@ -690,6 +690,23 @@ class SteerEvalCommand(LocalCommand):
         print(json.dumps(dataclasses.asdict(result), indent=2))
 
 
+def rounded_metric(block: dict, metric: str) -> float | None:
+    """``block[metric]["value"]`` of a bootstrap block (:func:`~herald_service.training.bootstrap.bootstrap_metrics`)
+    to 4 places, or None where the block lacks it: a one-class sample has no F1 or AUROC."""
+    return round(block[metric]["value"], 4) if metric in block else None
+
+
+def eval_summary(results: dict) -> dict[str, dict[str, float | None]]:
+    """What ``herald eval`` prints of its results, per method: random-split AUROC, LOSO pooled AUROC and F1, each None
+    where it cannot be computed (a pooled block left with one class when a fold was skipped, ``loso.skipped_folds``:
+    the summary ended in a ``KeyError: 'auroc'`` traceback after the JSON was written, tester finding)."""
+    summary = {name: {"random_split_auroc": rounded_metric(r["pooled"], "auroc")} for name, r in results["random_split"].items()}
+    for name, r in results.get("loso", {}).get("pooled", {}).items():
+        summary[name]["loso_pooled_auroc"] = rounded_metric(r, "auroc")
+        summary[name]["loso_pooled_f1"] = rounded_metric(r, "f1")
+    return summary
+
+
 class EvalCommand(BaseModel):
     """Evaluate Herald against latent and guard-style baselines on cached states: random split, leave-one-source-out,
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
@@ -765,11 +782,7 @@ class EvalCommand(BaseModel):
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
         results = run_eval(EvalOptions(**fields, command=invoked_command()))
-        summary = {name: {"random_split_auroc": round(r["pooled"]["auroc"]["value"], 4)} for name, r in results["random_split"].items()}
-        for name, r in results.get("loso", {}).get("pooled", {}).items():
-            summary[name]["loso_pooled_auroc"] = round(r["auroc"]["value"], 4)
-            summary[name]["loso_pooled_f1"] = round(r["f1"]["value"], 4)
-        print(json.dumps({"out": str(self.out), "summary": summary}, indent=2))
+        print(json.dumps({"out": str(self.out), "summary": eval_summary(results)}, indent=2))
 
 
 class RecipesCommand(BaseModel):

@@ -969,7 +969,7 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]  # no plots folder, no Markdown
     # a part deeper than the check reads: one line, no traceback, nothing written (plots were, before the Markdown)
     for broken, error in ((dict(good, loso={"folds": 1, "pooled": {}}), "TypeError: 'int' object is not iterable"),
-                          (dict(good, loso={"folds": {}}), "StopIteration: "),
+                          (dict(good, loso={"folds": {}}), "KeyError: 'pooled'"),
                           (dict(good, learning_curve={"sizes": []}), "KeyError: 'methods'")):
         results.write_text(json.dumps(broken))
         run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))

@@ -227,3 +227,48 @@ def test_test_data_overlap_compares_prompts_as_the_backbone_reads_them():
     counted = test_data_overlap({Path("held.jsonl"): rows("make a bomb", "ma\u200bke a b\u200domb", "ｍａｋｅ a bomb", "new")},
                                 rows("make a bomb", "other"))
     assert counted == {"held.jsonl": {"rows": 4, "also_in_data": 3}}
+
+
+def one_harmful_source(n: int = 120, layers: int = 4, width: int = 8) -> LabeledStates:
+    """Every harmful row in source h, benign rows in b1 and b2: h's fold has no harmful row to train on."""
+    rng = np.random.default_rng(0)
+    sources = np.array(["h", "b1", "b2"] * (n // 3))
+    labels = (sources == "h").astype(int)
+    states = rng.normal(size=(n, layers, width)).astype(np.float32)
+    states[:, :, 0] += 3.0 * labels[:, None]
+    return LabeledStates(states, labels, sources, np.full(n, 12), [f"prompt {i}" for i in range(n)])
+
+
+def test_a_loso_fold_without_a_label_to_train_on_is_named_recorded_and_left_out_of_the_pooled_metrics(tmp_path, caplog):
+    # tester finding: h's fold was skipped silently, the pooled block lacked a class, and herald eval ended in a
+    # KeyError: 'auroc' traceback, herald report in KeyError: 'f1'
+    import logging
+
+    from herald_service.cli import eval_summary
+
+    data = one_harmful_source()
+    train, test = split(data)
+    plan = Plan(methods=("herald", "logreg_last"), curve_sizes=(), replicates=20)
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        results = evaluate_states(data, train, test, plan)
+    why = ("source 'h' holds every harmful training row, so a model fitted without it has none to learn from; its rows"
+           " are left out of the pooled metrics")
+    assert [r.getMessage() for r in caplog.records] == [f"LOSO fold skipped: {why}"]
+    assert results["loso"]["skipped_folds"] == {"h": why}
+    assert sorted(results["loso"]["folds"]) == ["b1", "b2"]
+    for name in plan.methods:
+        pooled = results["loso"]["pooled"][name]
+        assert set(pooled) == {"n", "n_harmful", "false_positive_rate"}  # benign rows only: no F1 or AUROC
+        assert pooled["n"]["value"] == 80 and pooled["n_harmful"]["value"] == 0
+    summary = eval_summary(results)
+    assert summary["herald"]["loso_pooled_auroc"] is None and summary["herald"]["loso_pooled_f1"] is None
+    assert summary["herald"]["random_split_auroc"] == 1.0
+    results.pop("loso_margins")
+    results["meta"] = {"n": len(data.labels), "replicates": 20}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    fpr = results["loso"]["pooled"]["herald"]["false_positive_rate"]
+    assert (f"| Herald (LDA trajectory + 288-param MLP) | – | – | – | – | {fpr['value']:.3f} [{fpr['lo']:.3f},"
+            f" {fpr['hi']:.3f}] |") in text
+    assert (f"Folds not run (1 of 3 sources): h: {why}. Without them the pooled rows lack a class, so F1, AUROC,"
+            " TPR@1%FPR, recall cannot be computed (–).") in text

@@ -180,8 +180,35 @@ def joined(a: LabeledStates, b: LabeledStates) -> LabeledStates:
                          np.concatenate([a.sources, b.sources]), np.concatenate([a.tokens, b.tokens]), a.prompts + b.prompts)
 
 
+def unlearnable_fold(source: str, train_labels: np.ndarray) -> str | None:
+    """Why the leave-one-source-out fold of ``source`` cannot be fitted, or None when it can: its training rows
+    (``train_labels``, ``(n,)`` 1 = harmful, after ``source`` is held out) lack a label, as when ``source`` holds
+    every harmful row of the data. Such a fold was skipped without a word, so the pooled block lacked a class and
+    ``herald eval`` ended in a ``KeyError: 'auroc'`` traceback (tester finding); its callers log this reason once and
+    record it under the results' ``skipped_folds``."""
+    missing = [name for name, label in (("benign", 0), ("harmful", 1)) if not (train_labels == label).any()]
+    if not missing:
+        return None
+    return (f"source {source!r} holds every {' and '.join(missing)} training row, so a model fitted without it has"
+            " none to learn from; its rows are left out of the pooled metrics")
+
+
+def pooled_metrics(labels: np.ndarray, held: np.ndarray, replicates: int) -> dict:
+    """Bootstrap metrics (:func:`boot`) of the rows a fold scored (``held``: ``(n,)`` margins, NaN for rows of a
+    skipped fold); ``{"n": {"value": 0}, "n_harmful": {"value": 0}}`` when no fold ran. A pooled block without both
+    classes (a skipped fold held every row of one) has recall or false_positive_rate only, as any one-class sample:
+    readers take a missing metric as not computable."""
+    done = ~np.isnan(held)
+    if not done.any():
+        return {"n": {"value": 0}, "n_harmful": {"value": 0}}
+    return boot(labels[done], held[done], replicates)
+
+
 def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) -> tuple[dict, dict]:
+    """The leave-one-source-out protocol: ``{"folds", "pooled", "skipped_folds"}`` (skipped: source -> reason,
+    :func:`unlearnable_fold`, also logged as a warning) and every row's held-out margin per method."""
     folds_out: dict = {}
+    skipped: dict[str, str] = {}
     held_margins = {name: np.full(len(data.labels), np.nan) for name in plan.methods}
     folds = loso_folds(data.sources, data.labels, train_index, test_index)
     for fold in folds:
@@ -190,7 +217,10 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
         if added_rows is not None:
             extra = added_rows(fold.source)
             train, added = joined(train, extra), len(extra.labels)
-        if len(set(train.labels.tolist())) < 2:
+        reason = unlearnable_fold(fold.source, train.labels)
+        if reason is not None:
+            log.warning("LOSO fold skipped: %s", reason)
+            skipped[fold.source] = reason
             continue
         fold_out = {"n_train": int(len(fold.train_index)), "n_held_out": int(len(fold.held_out_index)),
                     "n_contrast": int(len(fold.contrast_index)), "methods": {}}
@@ -208,10 +238,9 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
             }
         folds_out[fold.source] = fold_out
         progress(f"LOSO fold done: {fold.source}")
-    done = ~np.isnan(held_margins[plan.methods[0]])
-    pooled = {name: boot(data.labels[done], held_margins[name][done], plan.replicates) for name in plan.methods}
+    pooled = {name: pooled_metrics(data.labels, held_margins[name], plan.replicates) for name in plan.methods}
     margins_json = {name: [None if np.isnan(v) else round(float(v), 5) for v in held_margins[name]] for name in plan.methods}
-    return {"folds": folds_out, "pooled": pooled}, margins_json
+    return {"folds": folds_out, "pooled": pooled, "skipped_folds": skipped}, margins_json
 
 
 def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict:
@@ -614,6 +643,8 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
     for name, held in results.get("loso_margins", {}).items():
         m = np.array([np.nan if v is None else v for v in held])[pick]
         ok = ~np.isnan(m)
+        if not ok.any():  # every picked row is of a skipped fold's source (unlearnable_fold)
+            continue
         out["corpus"][f"{name} (LOSO)"] = {"pooled": boot(labels[ok], m[ok], options.replicates),
                                           "per_source": by_source(labels[ok], m[ok], sources[ok], options.replicates)}
     if "jailbreak_wrapped" in extra:

@@ -196,7 +196,7 @@ def plot_trajectories(results: dict, path: Path) -> Path | None:
 
 def plot_loso_bars(results: dict, path: Path) -> Path | None:
     loso = results.get("loso")
-    if not loso:
+    if not loso or not loso["folds"]:  # every fold skipped (loso.skipped_folds): nothing to draw
         return None
     import matplotlib
 
@@ -253,9 +253,9 @@ def _targets(results: dict) -> list[list[str]]:
         rows.append(["LOSO: Herald AUROC >= best latent baseline, every fold", f"{met}/{total} folds",
                      "met" if met == total else "not met", "; ".join(misses[:6]) + (" …" if len(misses) > 6 else "")])
         pooled = loso["pooled"]
-        h_f1 = _val(pooled["herald"]["f1"]) * 100
-        best_name = max((b for b in LATENT if b in pooled), key=lambda b: _val(pooled[b]["f1"]))
-        b_f1 = _val(pooled[best_name]["f1"]) * 100
+        h_f1 = _val(pooled["herald"].get("f1")) * 100
+        best_name = max((b for b in LATENT if b in pooled), key=lambda b: np.nan_to_num(_val(pooled[b].get("f1")), nan=-1))
+        b_f1 = _val(pooled[best_name].get("f1")) * 100
         rows.append(["LOSO pooled F1 >= best latent + 2 points", f"Herald {h_f1:.1f} vs {best_name} {b_f1:.1f}",
                      "met" if h_f1 >= b_f1 + 2 else "not met", ""])
         instr = {s: f for s, f in loso["folds"].items() if in_group(s, INSTRUCTION_BENIGN)}
@@ -316,6 +316,29 @@ def _targets(results: dict) -> list[list[str]]:
 
 
 NO_SOURCE = "no such source in the data"
+
+LOSO_POOLED_COLUMNS = {"f1": "F1", "auroc": "AUROC", "tpr_at_1pct_fpr": "TPR@1%FPR", "recall": "recall",
+                       "false_positive_rate": "FPR"}
+"""The report's LOSO pooled table: metric of a pooled block -> column, in order; a metric absent from a block (a
+one-class block has recall or FPR only) shows as "–"."""
+
+
+def _skipped_folds_lines(loso: dict, pooled: dict) -> list[str]:
+    """The report's paragraph on leave-one-source-out folds that ``herald eval`` could not fit
+    (``loso.skipped_folds``: source -> why, :func:`~herald_service.training.eval.unlearnable_fold`) and on the pooled
+    metrics they leave undefined; none without skipped folds (results before they were recorded have none)."""
+    skipped = loso.get("skipped_folds") or {}
+    if not skipped:
+        return []
+    undefined = [name for key, name in LOSO_POOLED_COLUMNS.items() if any(key not in block for block in pooled.values())]
+    lines = [f"Folds not run ({len(skipped)} of {len(skipped) + len(loso['folds'])} sources): "
+             + "; ".join(f"{_short(source, 44)}: {why}" for source, why in skipped.items()) + "."]
+    if not loso["folds"]:
+        lines[0] += " No fold ran, so no row is pooled and no pooled metric can be computed (–)."
+    elif undefined:
+        lines[0] += (" Without them the pooled rows lack a class, so " + ", ".join(undefined)
+                     + " cannot be computed (–).")
+    return lines + [""]
 """A target's detail when the data has no source it applies to (it said "not met" for them: breaker finding)."""
 
 
@@ -526,10 +549,11 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                 "(at each method's own calibrated threshold); the fold's AUROC pairs S with test-part rows of the other "
                 "class from other sources (never trained on).", "",
                 "### Pooled over folds (every prompt scored by a model that never saw its source)", "",
-                _table(["method", "F1", "AUROC", "TPR@1%FPR", "recall", "FPR"],
-                       [[METHOD_LABELS.get(m, m), _fmt(pooled[m]["f1"]), _fmt(pooled[m]["auroc"]), _fmt(pooled[m]["tpr_at_1pct_fpr"]),
-                         _fmt(pooled[m]["recall"]), _fmt(pooled[m]["false_positive_rate"])] for m in pooled]), ""]
+                _table(["method", *LOSO_POOLED_COLUMNS.values()],
+                       [[METHOD_LABELS.get(m, m), *(_fmt(pooled[m].get(k)) for k in LOSO_POOLED_COLUMNS)] for m in pooled]), ""]
+        out += _skipped_folds_lines(loso, pooled)
         out += _reading(loso)
+    if loso and loso["folds"]:
         fold_methods = list(next(iter(loso["folds"].values()))["methods"])
         header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC", "best latent AUROC"]
         rows = []
@@ -540,9 +564,10 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             for name in fold_methods:
                 metric = _held_metric(m[name]["held_out"])[1]
                 cells.append(_fmt(metric, pct=True) if name == "herald" else f"{metric['value'] * 100:.1f}")
-            best = max(LATENT, key=lambda b: _val(m[b]["with_contrast"].get("auroc")) if b in m else -1)
+            latent = [b for b in LATENT if b in m]  # none under --methods herald: a KeyError for lda_best_layer
+            best = max(latent, key=lambda b: np.nan_to_num(_val(m[b]["with_contrast"].get("auroc")), nan=-1), default=None)
             cells += [f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}",
-                      f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})"]
+                      f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})" if best else "–"]
             rows.append(cells)
         out += ["### Per held-out source (percent; Herald with its 95% interval)", "", _table(header, rows), ""]
         if plots.get("loso"):
@@ -671,9 +696,8 @@ def _reading(loso: dict) -> list[str]:
         return []
     aurocs = [m["with_contrast"]["auroc"]["value"] for m in harmful.values() if "auroc" in m["with_contrast"]]
     recalls = [m["held_out"]["recall"]["value"] for m in harmful.values()]
-    pooled = loso["pooled"]
-    best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
-    auroc, recall = float(np.median(aurocs)), float(np.median(recalls))
+    pooled = {name: block for name, block in loso["pooled"].items() if "auroc" in block}
+    auroc, recall = float(np.median(aurocs)) if aurocs else float("nan"), float(np.median(recalls))
     fpr = pooled.get("herald", {}).get("false_positive_rate", {}).get("value")
     if auroc < NEAR_CHANCE_AUROC:
         gist = ("and its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked "
@@ -686,11 +710,14 @@ def _reading(loso: dict) -> list[str]:
         gist = ("and its recall at the in-distribution threshold has median {r}"
                 + (f", at a pooled false-positive rate of {fpr * 100:.0f}% on held-out benign sources" if fpr is not None else "")
                 + ": read the two together, since a threshold can reach that recall by flagging benign prompts too")
-    best_auroc = pooled[best]["auroc"]["value"]
-    return [f"Reading: on the {len(harmful)} harmful-only held-out sources Herald's AUROC (against unseen benign rows) has "
-            f"median {auroc:.3f}, {gist.format(r=f'{recall * 100:.0f}%')}. Pooled over folds, the best AUROC is "
-            f"{METHOD_LABELS.get(best, best)}'s ({best_auroc:.3f}"
-            + (", near chance" if best_auroc < NEAR_CHANCE_AUROC else "") + ").", ""]
+    text = (f"Reading: on the {len(harmful)} harmful-only held-out sources Herald's AUROC (against unseen benign rows) has "
+            f"median {auroc:.3f}, {gist.format(r=f'{recall * 100:.0f}%')}.")
+    if pooled:  # a skipped fold can leave the pooled rows one class, without an AUROC
+        best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
+        best_auroc = pooled[best]["auroc"]["value"]
+        text += (f" Pooled over folds, the best AUROC is {METHOD_LABELS.get(best, best)}'s ({best_auroc:.3f}"
+                 + (", near chance" if best_auroc < NEAR_CHANCE_AUROC else "") + ").")
+    return [text, ""]
 
 
 def _shortcut_section(results: dict, development: bool) -> list[str]:
