@@ -840,8 +840,8 @@ class RecipesCommand(BaseModel):
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
         out = run_recipes(RecipeOptions(**fields))
-        print(json.dumps({name: {"loso_pooled_f1": round(r["loso_pooled"]["f1"]["value"], 4),
-                                 "loso_pooled_auroc": round(r["loso_pooled"]["auroc"]["value"], 4)}
+        print(json.dumps({name: {"loso_pooled_f1": rounded_metric(r["loso_pooled"], "f1"),
+                                 "loso_pooled_auroc": rounded_metric(r["loso_pooled"], "auroc")}
                           for name, r in out["results"].items()}, indent=2))
 
 

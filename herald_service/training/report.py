@@ -803,12 +803,16 @@ def _recipe_section(results: dict) -> list[str]:
     blocks = recipes["results"].values()
     # Rows read from `herald eval` get today's highlights, rows from an older recipes.json those of its day: a column
     # is shown only when every row has it, so no row's numbers slide under another column's name.
-    columns = [k for k in next(iter(blocks)).get("highlights", {}) if all(k in b.get("highlights", {}) for b in blocks)]
+    # A highlight that no row has (None: the data has no source of its kind) is left out too.
+    columns = [k for k in next(iter(blocks)).get("highlights", {})
+               if all(k in b.get("highlights", {}) for b in blocks) and any(b["highlights"][k] for b in blocks)]
     rows = []
     for name, block in recipes["results"].items():
-        pooled = block["loso_pooled"]
-        rows.append([name, _fmt(pooled["f1"]), _fmt(pooled["auroc"]), _fmt(pooled["false_positive_rate"], pct=True),
-                     _fmt(pooled["recall"], pct=True)] + [f"{_val(block['highlights'][k]) * 100:.1f}" for k in columns])
+        pooled = block["loso_pooled"]  # a metric is absent where a skipped fold left one class, a highlight None where
+        # the data has no source of its kind (herald recipes on a researcher's own data)
+        rows.append([name, _fmt(pooled.get("f1")), _fmt(pooled.get("auroc")), _fmt(pooled.get("false_positive_rate"), pct=True),
+                     _fmt(pooled.get("recall"), pct=True)]
+                    + [f"{_val(block['highlights'][k]) * 100:.1f}" if block["highlights"][k] else "–" for k in columns])
     out += [_table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + columns, rows), ""]
     out += [recipe_decision(recipes), ""]
     notes = recipes.get("notes") or []
@@ -822,8 +826,11 @@ def recipe_decision(recipes: dict) -> str:
     if "shipped" not in res:
         return ""
     base = res["shipped"]["loso_pooled"]
+    if "f1" not in base or "auroc" not in base:
+        return "The shipped recipe's LOSO pooled F1 and AUROC cannot be computed (a skipped fold left one class), so no recipe is chosen."
     herald = [n for n in res if not n.startswith("logreg")]
-    winners = [n for n in herald if n != "shipped" and res[n]["loso_pooled"]["f1"]["value"] > base["f1"]["value"]
+    winners = [n for n in herald if n != "shipped" and "f1" in res[n]["loso_pooled"] and "auroc" in res[n]["loso_pooled"]
+               and res[n]["loso_pooled"]["f1"]["value"] > base["f1"]["value"]
                and res[n]["loso_pooled"]["auroc"]["value"] >= base["auroc"]["value"]]
     if not winners:
         return "No recipe beat the shipped one on both LOSO pooled F1 and AUROC, so the shipped recipe stays."
