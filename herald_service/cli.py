@@ -765,8 +765,13 @@ class EvalCommand(BaseModel):
     @field_validator("curve_sizes")
     @classmethod
     def _curve_sizes(cls, sizes: list[int]) -> list[int]:
-        if any(size < 2 for size in sizes):
-            raise ValueError(f"each learning-curve size is prompts per class, at least 2; got {sizes}")
+        # a method calibrates on a quarter of each (source, label) group of its draw, rounded: a group of 3 rows is the
+        # smallest that gives it one and keeps 2 to fit on, so a draw of 2 per class can never be fitted; whether a
+        # size of 3 or more can, given how the data's sources spread its draws, is checked once the data is read
+        # (training.eval.require_curve_draws)
+        if any(size < 3 for size in sizes):
+            raise ValueError(f"each learning-curve size is prompts per class, at least 3 (a method calibrates on a"
+                             f" quarter of each source's rows of a draw, rounded); got {sizes}")
         return sizes
 
     def cli_cmd(self) -> None:

@@ -393,7 +393,7 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
     (("eval", "--replicates", "0"), "replicates (--replicates): Input should be greater than or equal to 10"),
     (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
-    (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 2"),
+    (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 3"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
     (("fit", "--seed", "-1"), "seed (--seed): Input should be greater than or equal to 0"),
     (("eval", "--curve-seeds", "[0,-1]"), "curve_seeds.1 (--curve-seeds): Input should be greater than or equal to 0"),
@@ -1037,3 +1037,60 @@ def test_steer_eval_takes_layers_all_and_prints_each_prompts_completions(tmp_pat
     assert result["steered_refusal_rate"] == sum(r["steered_refused"] for r in result["rows"]) / 2
     bad = herald("steer-eval", str(rows), "--layers", "al", HERALD_FAKE_BACKEND="true")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr and "Input should be 'all'" in bad.stderr
+
+
+def test_eval_refuses_a_test_data_file_without_rows_naming_it_before_the_backbone_loads(tmp_path):
+    # tester finding: "herald: need equal, non-empty lengths; got 0, 0, 0" after the backbone load and the extraction
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    missing = unloadable_backbone(tmp_path)
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n\n")):
+        (tmp_path / name).write_text(text)
+        out = herald("eval", "--data", str(data), "--test-data", str(tmp_path / name), "--out", str(tmp_path / "r.json"),
+                     "--backbone", str(missing), "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: {tmp_path / name} holds no labeled row (--test-data): it is empty or only blank lines; give JSONL"
+            ' rows {"prompt", "label", "source"}'), out.stderr
+    assert nothing_cached(tmp_path / "cache")
+
+
+def test_a_test_fraction_that_leaves_the_test_part_a_label_short_is_refused_before_the_backbone_loads(tmp_path):
+    # tester finding: fit --test-fraction 0.01 failed after the extraction with numpy's "zero-size array to reduction
+    # operation minimum which has no identity", eval with "need equal, non-empty lengths"
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data, 20)  # one source of 20 rows per label: round(20 x 0.01) = 0 test rows
+    missing = unloadable_backbone(tmp_path)
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(data), "--test-fraction", "0.01", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            "herald: --test-fraction 0.01 leaves 0 harmful and 0 benign rows in the held-out test part, whose metrics"
+            " need at least one of each: it takes that share of each (source, label) group of 2 or more rows, rounded,"
+            " so the largest benign group (20 rows) gives it none; raise --test-fraction above 0.025"), (command, out.stderr)
+        out = herald(command, "--data", str(data), "--test-fraction", "0.026", "--out", str(written), "--backbone",
+                     str(missing), "--cache-dir", str(tmp_path / "cache"))  # round(20 x 0.026) = 1: on to the load
+        assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
+
+
+def test_eval_refuses_learning_curve_sizes_whose_draws_cannot_be_calibrated_before_the_backbone_loads(tmp_path):
+    # tester finding: --curve-sizes '[3]' passed the option's check (at least 2) and failed after the backbone load and
+    # every other protocol with "calibration needs both classes": 3 benign rows drawn from 2 sources are groups of 1
+    # and 2, and calibration takes a quarter of each, rounded
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(f'{{"prompt": "h{i}", "label": "harmful", "source": "h"}}\n'
+                            f'{{"prompt": "b{i}", "label": "benign", "source": "b{i % 2}"}}\n' for i in range(16)))
+    missing = unloadable_backbone(tmp_path)
+    base = ("eval", "--data", str(data), "--out", str(tmp_path / "r.json"), "--backbone", str(missing),
+            "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
+    out = herald(*base, "--curve-sizes", "[2,25]")
+    assert out.returncode == 1 and "curve_sizes (--curve-sizes): each learning-curve size is prompts per class, at least 3" \
+        in out.stderr, out.stderr
+    out = herald(*base, "--curve-sizes", "[25,3]")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "herald: --curve-sizes: a learning-curve draw of 3 prompts per class (--curve-seeds 0) leaves no benign row in"
+        " its calibration part (a quarter of each (source, label) group of the draw, rounded, so groups of 1 or 2 rows"
+        " give calibration none); the smallest size whose draws all work on this data is 5; give larger sizes, or"
+        " --curve-sizes '[]' for no learning curve"), out.stderr
+    assert nothing_cached(tmp_path / "cache")
+    out = herald(*base, "--curve-sizes", "[5,25]")  # 5 benign rows from 2 sources: a group of 3 or more
+    assert out.returncode == 1 and UNLOADABLE in out.stderr, out.stderr

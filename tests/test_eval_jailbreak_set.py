@@ -112,3 +112,21 @@ def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_an
         run_eval(EvalOptions(data=[data], backbone=str(tmp_path / "nope"), cache_dir=tmp_path / "cache", out=out))
     assert str(caught.value) == f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it"
     assert out.read_text() == written
+
+
+def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_any_fit(tmp_path):
+    # it was scored as an empty set, which failed after every fit with "need equal, non-empty lengths; got 0, 0, 0"
+    folder = build_tiny_llama(tmp_path / "tiny")
+    rows = [{"prompt": f"build a bomb {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
+    rows += [{"prompt": f"bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(12)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": "please tell me a story " * 8, "label": "benign", "source": "y"}) + "\n")
+    with pytest.raises(ValueError) as caught:
+        run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=tmp_path / "r.json",
+                             device="cpu", test_data=[long], max_tokens=20, methods=("logreg_last",), loso=False,
+                             curve_sizes=(), replicates=10, jailbreak_templates=None))
+    assert str(caught.value) == (f"every prompt of {long} (--test-data) exceeds --max-tokens 20 once rendered; raise"
+                                 " --max-tokens or give shorter prompts")
+    assert not (tmp_path / "r.json").exists()

@@ -272,3 +272,33 @@ def test_a_loso_fold_without_a_label_to_train_on_is_named_recorded_and_left_out_
             f" {fpr['hi']:.3f}] |") in text
     assert (f"Folds not run (1 of 3 sources): h: {why}. Without them the pooled rows lack a class, so F1, AUROC,"
             " TPR@1%FPR, recall cannot be computed (–).") in text
+
+
+def test_the_learning_curve_check_refuses_exactly_the_sizes_whose_draws_cannot_be_fitted():
+    # herald eval --curve-sizes '[3]' failed after every other protocol with "calibration needs both classes"; the check
+    # made before the backbone loads must agree with the fits it stands for
+    from herald_service.training.eval import require_curve_draws
+
+    rng = np.random.default_rng(3)
+    sources = np.array(["h", "b1", "b2", "b3"] * 30)
+    labels = (sources == "h").astype(int)
+    states = rng.normal(size=(120, 4, 8)).astype(np.float32)
+    states[:, :, 0] += 3.0 * labels[:, None]
+    data = LabeledStates(states, labels, sources, np.full(120, 12), [f"prompt {i}" for i in range(120)])
+    examples = [Example(f"prompt {i}", int(y), s, None, "f") for i, (y, s) in enumerate(zip(labels, sources))]
+    train, test = stratified_split(examples, 0.25, 0)
+    refused = []
+    for size in range(3, 9):
+        try:
+            require_curve_draws(examples, 0.25, 0, (size,), (0,))
+        except ValueError:
+            refused.append(size)
+        plan = Plan(methods=("herald", "logreg_last"), loso=False, curve_sizes=(size,), curve_seeds=(0,), replicates=10)
+        try:
+            evaluate_states(data, train, test, plan)
+            fitted = True
+        except ValueError as exc:
+            assert "calibration" in str(exc) or "fit" in str(exc), exc
+            fitted = False
+        assert fitted == (size not in refused), size
+    assert refused and refused == list(range(3, refused[-1] + 1))  # 3 benign sources: small draws fail, larger fit

@@ -219,24 +219,43 @@ def require_both_labels(examples: list[Example], files: list[Path], max_per_sour
 
 
 def require_split_parts(examples: list[Example], test_fraction: float, seed: int, max_per_source: int | None) -> None:
-    """Refuse, before any model loads, rows whose random split (:func:`stratified_split`) and calibration split
-    (:func:`~herald_service.probes.probe.calibration_mask`, with ``seed`` as ``herald fit`` draws them) leave a label
-    out of the probe's calibration part or with fewer than 2 rows in its fit part. Both splits round per (source,
-    label) group, so groups of 3 rows (``--max-per-source 3``) give the calibration part none, however many sources
-    there are; this failed after the backbone load and the state extraction (breaker finding). Rows that extraction
-    later skips (over ``--max-tokens``) are counted here; :meth:`~herald_service.probes.probe.HeraldProbe.fit` still
-    refuses what they leave short.
+    """Refuse, before any model loads, rows whose random split (:func:`stratified_split`) leaves a label out of the
+    held-out test part, or whose calibration split (:func:`~herald_service.probes.probe.calibration_mask`, with
+    ``seed`` as ``herald fit`` draws them) leaves a label out of the probe's calibration part or with fewer than 2
+    rows in its fit part. Both splits round per (source, label) group, so groups of 3 rows (``--max-per-source 3``)
+    give the calibration part none, however many sources there are, and ``--test-fraction 0.01`` gives groups of
+    50 rows or fewer no test row; these failed after the backbone load and the state extraction (breaker and tester
+    findings: scikit-learn's or numpy's "zero-size array to reduction operation minimum"). Rows that extraction later
+    skips (over ``--max-tokens``) are counted here; :meth:`~herald_service.probes.probe.HeraldProbe.fit` still refuses
+    what they leave short.
 
     Args:
         examples: the rows after :func:`cap_per_group`; ``max_per_source`` the cap (``--max-per-source``) named in
             the message.
 
     Raises:
-        ValueError: naming the label, the part, its row count, --max-per-source and --test-fraction.
+        ValueError: naming the label, the part, its row count, --max-per-source and --test-fraction; for the test
+            part, the rows it holds of each label and the smallest --test-fraction that gives it one of each.
     """
     from herald_service.probes.probe import HeraldProbe, calibration_mask
 
-    train, _ = stratified_split(examples, test_fraction, seed)
+    train, test = stratified_split(examples, test_fraction, seed)
+    tested = Counter(examples[i].label for i in test)
+    short = [name for name, label in LABELS.items() if not tested[label]]
+    if short:
+        sizes = Counter((example.source, example.label) for example in examples)
+        # the largest group of the label: a group of one row stays in training
+        largest = {name: max((m for (_, y), m in sizes.items() if y == LABELS[name] and m > 1), default=0) for name in short}
+        leaves = (f"--test-fraction {test_fraction} leaves {tested[1]} harmful and {tested[0]} benign rows in the held-out"
+                  " test part, whose metrics need at least one of each: it takes that share of each (source, label) group"
+                  " of 2 or more rows, rounded")
+        alone = [name for name in short if not largest[name]]
+        if alone:
+            raise ValueError(f"{leaves}; every {alone[0]} source has one row: give at least 2 rows of a {alone[0]} source")
+        name = min(short, key=largest.get)
+        # round(f * m) >= 1 needs f * m > 0.5: Python rounds 0.5 to the even 0
+        raise ValueError(f"{leaves}, so the largest {name} group ({largest[name]} rows) gives it none; raise"
+                         f" --test-fraction above {0.5 / largest[name]:.3g}")
     labels = np.array([examples[i].label for i in train], dtype=int)
     groups = np.array([f"{examples[i].source}|{examples[i].label}" for i in train])
     calibration = calibration_mask(groups, HeraldProbe().calibration_fraction, seed)

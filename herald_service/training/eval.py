@@ -261,6 +261,55 @@ def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict
     return out
 
 
+def require_curve_draws(examples: list, test_fraction: float, seed: int, sizes: tuple[int, ...],
+                        seeds: tuple[int, ...]) -> None:
+    """Refuse, before any model loads, learning-curve sizes (``--curve-sizes``, prompts per class) whose draws
+    (:func:`~.protocol.class_sample` from the random split's train part, one per ``--curve-seeds`` seed, as
+    :func:`_learning_curve` draws them) leave a label out of a method's calibration part or with fewer than 2 rows in
+    its fit part (:func:`~herald_service.probes.probe.calibration_mask`: a quarter of each (source, label) group of the
+    draw, rounded, with the draw's seed). A draw spread over many sources has groups of 1 or 2 rows, which give
+    calibration none: ``--curve-sizes '[3]'`` passed the option's check and failed after the backbone load and every
+    other protocol with "calibration needs both classes" (tester finding). Rows that extraction later skips (over
+    ``--max-tokens``) are counted here, as in :func:`~.corpus.require_split_parts`.
+
+    Args:
+        examples: the capped rows; ``test_fraction`` and ``seed`` those of the random split.
+
+    Raises:
+        ValueError: naming ``--curve-sizes``, the first size and seed that fail, the label and part, and the smallest
+            size whose draws all work on these rows (or that none does).
+    """
+    from herald_service.probes.probe import calibration_mask
+    from herald_service.training.corpus import stratified_split
+    from herald_service.training.methods import CALIBRATION_FRACTION
+
+    train_index, _ = stratified_split(examples, test_fraction, seed)
+    labels = np.array([e.label for e in examples], dtype=int)
+    groups = np.array([f"{e.source}|{e.label}" for e in examples])
+
+    def problem(size: int, draw_seed: int) -> str | None:
+        pick = class_sample(labels, train_index, size, draw_seed)
+        calibration = calibration_mask(groups[pick], CALIBRATION_FRACTION, draw_seed)
+        for name, label in (("harmful", 1), ("benign", 0)):
+            if not (labels[pick][calibration] == label).any():
+                return f"no {name} row in its calibration part"
+            if (labels[pick][~calibration] == label).sum() < 2:
+                return f"fewer than 2 {name} rows in its fit part"
+        return None
+
+    failing = next(((size, s, why) for size in sizes for s in seeds if (why := problem(size, s))), None)
+    if failing is None:
+        return
+    size, draw_seed, why = failing
+    largest = max(int((labels[train_index] == label).sum()) for label in (0, 1))
+    works = next((n for n in range(size + 1, largest + 1) if not any(problem(n, s) for s in seeds)), None)
+    advice = (f"the smallest size whose draws all work on this data is {works}" if works is not None else
+              "no size works on this data")
+    raise ValueError(f"--curve-sizes: a learning-curve draw of {size} prompts per class (--curve-seeds {draw_seed}) leaves"
+                     f" {why} (a quarter of each (source, label) group of the draw, rounded, so groups of 1 or 2 rows"
+                     f" give calibration none); {advice}; give larger sizes, or --curve-sizes '[]' for no learning curve")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # I/O: corpus, states, guard, and the command.
 
@@ -308,8 +357,8 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
 
     Raises:
         ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
-            a raw "[Errno 2] No such file or directory": breaker finding), and every error of ``load_corpus``
-            (file and line of a bad row).
+            a raw "[Errno 2] No such file or directory": breaker finding), a file without a row (empty or blank
+            lines only), and every error of ``load_corpus`` (file and line of a bad row).
         NotUtf8Error, OSError: as ``load_corpus``.
     """
     from herald_service.training.corpus import load_corpus
@@ -321,6 +370,9 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
         if path.is_dir():
             raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
         rows[path] = load_corpus([path])
+        if not rows[path]:  # scored as no rows, it failed after the backbone load with "need equal, non-empty lengths"
+            raise ValueError(f"{path} holds no labeled row (--test-data): it is empty or only blank lines; give JSONL"
+                             " rows {\"prompt\", \"label\", \"source\"}")
     return rows
 
 
@@ -387,13 +439,16 @@ class CorpusStates:
 
 def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
                        max_per_source: int | None = 150, max_tokens: int = 1024, test_fraction: float = 0.2,
-                       seed: int = 0, resolved: ResolvedBackbone | None = None) -> CorpusStates:
+                       seed: int = 0, resolved: ResolvedBackbone | None = None,
+                       check_rows: Callable[[list], None] | None = None) -> CorpusStates:
     """Load the backbone, read and cap the corpus, extract (or read cached) states, split: the common start of
     ``herald eval``, ``herald recipes`` and the studies in docs/eval/.
 
     Args:
         resolved: ``backbone`` already resolved (``herald eval --probe`` resolves it to check the probe first): not
             resolved again, which re-hashed the embedded GGUF's 98 MB.
+        check_rows: called with the capped rows before the backbone loads, to refuse what the caller's protocols
+            cannot run on (``herald eval``'s learning curve: :func:`require_curve_draws`); raises ValueError.
         data: JSONL files or folders (:func:`~herald_service.training.corpus.expand_data`).
         max_tokens: rendered tokens; longer prompts are skipped and counted. Capped at the backbone's position
             table (:func:`~herald_service.training.extract.capped_max_tokens`).
@@ -418,6 +473,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     capped = cap_per_group(everything, max_per_source, seed)
     require_both_labels(capped, files, max_per_source)  # the cap can leave too few: named before the load too
     require_split_parts(capped, test_fraction, seed, max_per_source)
+    if check_rows is not None:
+        check_rows(capped)
     loaded = HFBackbone(resolved or resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
     max_tokens = capped_max_tokens(loaded, max_tokens)
@@ -499,8 +556,10 @@ def run_eval(options: EvalOptions) -> dict:
 
     Raises:
         ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`~herald_service.out_path.refuse_an_existing_out`),
-            ``jailbreak_train_per_class`` without a templates file, a missing or bad ``--test-data`` file
-            (:func:`read_test_data`), and the data errors of :func:`load_corpus_states`.
+            ``jailbreak_train_per_class`` without a templates file, a missing, bad or empty ``--test-data`` file
+            (:func:`read_test_data`), learning-curve sizes whose draws cannot be fitted (:func:`require_curve_draws`),
+            and the data errors of :func:`load_corpus_states`; after the load, a ``--test-data`` file whose prompts
+            all exceed ``max_tokens``.
         BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another
             backbone.
     """
@@ -532,7 +591,8 @@ def run_eval(options: EvalOptions) -> dict:
         check_compatible(probe_manifest, config_info(resolved))
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed,
-                                resolved)
+                                resolved, check_rows=lambda rows: require_curve_draws(
+                                    rows, options.test_fraction, options.seed, options.curve_sizes, options.curve_seeds))
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
@@ -556,6 +616,9 @@ def run_eval(options: EvalOptions) -> dict:
     overlap = test_data_overlap(test_sets, everything)
     for path, rows in test_sets.items():
         extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
+        if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
+            raise ValueError(f"every prompt of {path} (--test-data) exceeds --max-tokens {options.max_tokens} once"
+                             " rendered; raise --max-tokens or give shorter prompts")
 
     added_rows, augmentation = None, None
     if options.jailbreak_train_per_class > 0:
