@@ -46,23 +46,62 @@ def capped_max_tokens(backbone: Backbone, max_tokens: int) -> int:
 
 
 class StateCache:
-    """Per-prompt state files keyed by backbone identity and token ids."""
+    """Per-prompt state files keyed by backbone identity and token ids.
+
+    Attributes:
+        folder: ``<root>/states/<key>``, the files of this backbone and numerics.
+        shape: ``(layer, d_model)`` of every entry, from the backbone's ``num_layers`` and ``hidden_size``.
+    """
 
     def __init__(self, root: Path, backbone: Backbone) -> None:
         info = backbone.info
         numerics = info.dtype if info.matmul_dtype is None else f"{info.dtype}|matmul={info.matmul_dtype}"
         key = hashlib.sha256(f"{info.revision}|{info.config_hash}|{numerics}".encode()).hexdigest()[:16]
         self.folder = root / "states" / key
+        self.shape = (info.num_layers, info.hidden_size)
+        self._warned: set[Path] = set()
 
     def path(self, token_ids: Sequence[int]) -> Path:
         digest = hashlib.sha256(np.asarray(token_ids, dtype=np.int64).tobytes()).hexdigest()
         return self.folder / digest[:2] / f"{digest}.npy"
 
     def get(self, token_ids: Sequence[int]) -> np.ndarray | None:
+        """The cached ``(layer, d_model)`` float32 states of ``token_ids``, or None for a miss.
+
+        A damaged entry is a miss too: a file that cannot be read as a ``.npy`` array (a truncated write, a disk
+        fault), or one of another shape or dtype, or holding a NaN or infinity. Read as it was, a damaged entry failed
+        far from its cause, naming no file ("EOF: reading array header", "all input arrays must have the same shape",
+        scikit-learn's "Input X contains NaN": tester finding). It is warned about once per file, naming it; the caller
+        extracts the states again and :meth:`put` replaces the file, so the cache heals itself.
+        """
         path = self.path(token_ids)
-        return np.load(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            states = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file; ValueError: a bad header or size
+            problem = f"cannot be read ({type(exc).__name__}: {exc})"
+        else:
+            problem = self._problem(states)
+            if problem is None:
+                return states
+        if path not in self._warned:
+            self._warned.add(path)
+            log.warning("extracted-state cache entry %s %s; extracting its states again and replacing it", path, problem)
+        return None
+
+    def _problem(self, states: np.ndarray) -> str | None:
+        """What makes a read entry unusable, or None: another dtype or shape than :meth:`put` writes for this
+        backbone, or a value that is not finite (NaN-filled: no probe or baseline can fit on it)."""
+        if states.dtype != np.float32 or states.shape != self.shape:
+            return (f"holds a {states.dtype} array of shape {states.shape}, not float32 {self.shape} (layer, d_model)")
+        if not np.isfinite(states).all():
+            return f"holds {int((~np.isfinite(states)).sum())} non-finite values (NaN or infinity)"
+        return None
 
     def put(self, token_ids: Sequence[int], states: np.ndarray) -> None:
+        """Write ``states`` ``(layer, d_model)`` as float32 to the entry of ``token_ids``, atomically (a temporary file
+        renamed over it): a reader sees the old entry or the new one, never half of one."""
         path = self.path(token_ids)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
