@@ -634,7 +634,7 @@ def run_eval(options: EvalOptions) -> dict:
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "backbone": backbone_manifest(backbone.info),
+        "backbone": {**backbone_manifest(backbone.info), **backbone_numerics(backbone.info)},
         "corpus_sha256": corpus_sha256(files),
         "files": [p.name for p in files],
         "max_per_source_and_label": options.max_per_source,
@@ -661,6 +661,19 @@ def run_eval(options: EvalOptions) -> dict:
     options.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(options.out, json.dumps(results, indent=1) + "\n")
     return results
+
+
+def backbone_numerics(info) -> dict[str, str]:
+    """Where and in what precision the backbone ran, for the results' ``meta.backbone``: ``device`` (``cpu``,
+    ``cuda``), ``dtype`` (of the weights and the residual stream: ``float32``, ``bfloat16`` ...) and ``matmul_dtype``
+    (of the decoder's linear layers: ``dtype`` unless bf16 linear layers ran over an fp32 stream). The states, so
+    every number, depend on them; ``herald report`` said "CPU, fp32" for every run, as the results recorded none of
+    them (tester finding).
+
+    Args:
+        info: the loaded backbone's :class:`~herald_service.types.BackboneInfo`.
+    """
+    return {"device": info.device, "dtype": info.dtype, "matmul_dtype": info.matmul_dtype or info.dtype}
 
 
 def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates: list[dict]

@@ -350,12 +350,19 @@ def _status(measured: dict, met: bool) -> str:
 
 
 def _backbone_line(backbone: dict, development: bool = True) -> str:
-    """What the run's backbone was, from ``meta.backbone`` of the results: id, shape, how prompts were rendered; on
-    the development corpus, that README.md compares the backbones evaluated on it."""
+    """What the run's backbone was, from ``meta.backbone`` of the results: id, shape, the device, dtype and linear-layer
+    dtype it ran in (:func:`~herald_service.training.eval.backbone_numerics`; "not recorded" for results that predate
+    them, where it said "CPU, fp32" whatever the run was: tester finding), how prompts were rendered; on the
+    development corpus, that README.md compares the backbones evaluated on it."""
     rendering = ("prompts rendered with its chat template" if backbone.get("chat_template_hash")
                  else "no chat template, so prompts are fed as raw text" if "chat_template_hash" in backbone else None)
     short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-    where = f"{backbone['device'].upper()}, {short.get(backbone['dtype'], backbone['dtype'])}" if backbone.get("device") else "CPU, fp32"
+    if backbone.get("device"):
+        where = f"{backbone['device'].upper()}, {short.get(backbone.get('dtype'), backbone.get('dtype') or 'dtype not recorded')}"
+        if backbone.get("matmul_dtype"):
+            where += f", linear layers (matmuls) in {short.get(backbone['matmul_dtype'], backbone['matmul_dtype'])}"
+    else:
+        where = "device and dtype not recorded"
     return (f"`{backbone.get('id', '?')}` ({backbone.get('num_layers', '?')} layers, d={backbone.get('hidden_size', '?')}), "
             f"{where}{'; ' + rendering if rendering else ''}." + (" One backbone per report; README.md compares the"
                                                                    " backbones evaluated." if development else ""))
