@@ -133,3 +133,36 @@ def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_an
     assert str(caught.value) == (f"every prompt of {long} (--test-data) exceeds --max-tokens 20 once rendered; raise"
                                  " --max-tokens or give shorter prompts")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_test_data_file_the_saved_probe_was_fitted_on_is_warned_about_and_marked(tmp_path, caplog):
+    # tester finding: eval --probe P --test-data F reported P's metrics on F as if on unseen prompts, F being (by
+    # sha256) one of the files P's probe.json records as its training data
+    from herald_service.training.fit import FitOptions, run_fit
+
+    from tiny_llama import WORDS
+
+    folder = build_tiny_llama(tmp_path / "tiny")  # a word-level vocabulary: prompts vary by its words
+    rows = [{"prompt": f"build a bomb {WORDS[i]} {WORDS[-1 - i]}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
+    rows += [{"prompt": f"bake bread {WORDS[i + 3]} {WORDS[i]}", "label": "benign", "source": "Alpaca"} for i in range(12)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "probe", cache_dir=tmp_path / "cache",
+                       device="cpu"))
+    renamed = tmp_path / "held_out.jsonl"  # the same bytes under another name
+    renamed.write_bytes(data.read_bytes())
+    fresh = tmp_path / "fresh.jsonl"
+    fresh.write_text("".join(json.dumps(r) + "\n" for r in [{"prompt": "make a weapon", "label": "harmful", "source": "x"},
+                                                            {"prompt": "write a poem", "label": "benign", "source": "y"}]))
+    out = tmp_path / "results.json"
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                             test_data=[renamed, fresh], probe=tmp_path / "probe", methods=("logreg_last",), loso=False,
+                             curve_sizes=(), replicates=10, jailbreak_templates=None))
+    assert (f"--test-data {renamed}: the --probe {tmp_path / 'probe'} was trained on this file (its probe.json records"
+            " data.jsonl with the same sha256), so the saved probe's metrics on it are not those of unseen prompts") \
+        in [r.getMessage() for r in caplog.records]
+    assert not any(str(fresh) in r.getMessage() for r in caplog.records)
+    sets = json.loads(out.read_text())["saved_probe"]["sets"]
+    assert sets["held_out.jsonl"]["trained_on"] is True and sets["fresh.jsonl"]["trained_on"] is False
+    assert sets["held_out.jsonl"]["pooled"]["n"]["value"] == 24

@@ -399,6 +399,34 @@ def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str,
     return out
 
 
+def probe_trained_on(test_paths: list[Path], probe_folder: Path, probe_manifest: dict) -> dict[str, bool]:
+    """For each ``--test-data`` file, whether the ``--probe`` was fitted on it: its sha256 is that of one of the files
+    the probe's ``probe.json`` records under ``training_data.files`` (``herald fit`` records each file's sha256). Such a
+    file is logged as a warning: the saved probe's metrics on it were reported as if on unseen prompts (tester
+    finding). The probe saw only its training part, after the per-source cap and the 20% held out, but which rows those
+    were is not recorded, so the whole file counts as trained on.
+
+    Returns:
+        ``{file name: trained on}`` for the results' ``saved_probe.sets.<name>.trained_on``.
+
+    Raises:
+        OSError: a file that cannot be read (:func:`read_test_data` has read it already).
+    """
+    import hashlib
+
+    fitted = {entry.get("sha256"): entry.get("file") for entry in (probe_manifest.get("training_data") or {}).get("files", [])
+              if isinstance(entry, dict)}
+    out = {}
+    for path in test_paths:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        out[path.name] = digest in fitted
+        if out[path.name]:
+            log.warning("--test-data %s: the --probe %s was trained on this file (its probe.json records %s with the same"
+                        " sha256), so the saved probe's metrics on it are not those of unseen prompts", path,
+                        probe_folder, fitted[digest])
+    return out
+
+
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
     from herald_service.training.extract import extract_corpus_states
 
@@ -585,6 +613,7 @@ def run_eval(options: EvalOptions) -> dict:
     resolved = None
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         saved_probe, probe_manifest = load_probe(options.probe)
+        trained_on = probe_trained_on(list(test_sets), options.probe, probe_manifest)
         # and one of another architecture by the backbone's config.json, before the corpus is read and its states
         # extracted (it came 52 s into a run: tester finding); the resolved folder (a GGUF's conversion) is reused
         resolved = resolve_backbone(options.backbone, options.cache_dir)
@@ -630,7 +659,8 @@ def run_eval(options: EvalOptions) -> dict:
     if options.guard_per_source > 0:
         results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
     if options.probe is not None:
-        results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed)
+        results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
+                                                   trained_on)
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -731,15 +761,21 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
     return out
 
 
-def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0) -> dict:
+def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0,
+                      trained_on: dict[str, bool] | None = None) -> dict:
     """Score the extra sets with a saved probe artifact (e.g. the shipped one, fitted on the whole capped corpus)
     at its own stored threshold; margins are ``logit - threshold`` as in :func:`margins`.
 
     A probe fitted with ``herald fit --jailbreak-train-per-class`` under another ``--seed`` than ``seed`` may have
     trained on templates of this run's jailbreak-wrapped set: the output then carries a ``warning`` (also logged).
 
+    Args:
+        trained_on: ``{set name: whether the probe was fitted on that file}`` of the ``--test-data`` sets
+            (:func:`probe_trained_on`), recorded as each set's ``trained_on``.
+
     Returns:
-        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case.
+        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}`` (plus ``"trained_on"`` for a set in
+        ``trained_on``), plus ``"warning"`` in that case.
     """
     from herald_service.probes.artifact import load_probe
 
@@ -756,6 +792,8 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         m = np.asarray(output.logits, dtype=np.float64) - probe.threshold
         out["sets"][name] = {"pooled": boot(extra.labels, m, replicates),
                              "per_source": by_source(extra.labels, m, extra.sources, replicates)}
+        if trained_on and name in trained_on:
+            out["sets"][name]["trained_on"] = trained_on[name]
     return out
 
 
