@@ -473,3 +473,20 @@ def test_reference_logits_pass_within_the_tolerance_and_refuse_beyond_it(fitted)
         check_reference(long, probe, backbone)
     assert refused.value.message.startswith("probe.json's reference.prompts[3].text renders to 2")
     assert refused.value.message.endswith("tokens on 'herald/fake-backbone'; a reference prompt may have at most 128")
+
+
+def test_the_same_probe_is_saved_as_the_same_bytes(tmp_path, fitted):
+    # tester finding: probe.safetensors of two fits with the same seed differed: safetensors writes its metadata map
+    # in an order that changes from call to call, and the header had two keys
+    import struct
+
+    backbone, probe, states = fitted
+    saved = []
+    for run in range(20):  # with two keys, 20 saves in one order would happen once in 2**19
+        save_probe(probe, tmp_path / str(run), {"backbone": backbone_manifest(backbone.info)})
+        saved.append((tmp_path / str(run) / "probe.safetensors").read_bytes())
+    assert len(set(saved)) == 1
+    size = struct.unpack("<Q", saved[0][:8])[0]
+    assert json.loads(saved[0][8:8 + size])["__metadata__"] == {"format": "herald-probe"}
+    loaded, _ = load_probe(tmp_path / "0", backbone.info)
+    assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)

@@ -31,6 +31,13 @@ FORMAT_VERSION = 1
 TENSORS_FILE = "probe.safetensors"
 MANIFEST_FILE = "probe.json"
 
+TENSORS_METADATA = {"format": "herald-probe"}
+"""The ``__metadata__`` of ``probe.safetensors``: one key, so that the same probe is the same bytes. safetensors writes
+its metadata map in an order that changes from one call to the next (a Rust ``HashMap``), so with a second key
+(``format_version``, before 2026-12) two fits with the same seed wrote equal tensors under headers that differed
+(tester finding). The format version is ``probe.json``'s ``format_version``, which loading checks; loading reads no
+metadata, so probes written with both keys (the committed ones) load as before."""
+
 
 def backbone_manifest(info: BackboneInfo) -> dict[str, Any]:
     """The manifest's ``backbone`` block for a loaded backbone."""
@@ -62,7 +69,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "feature_std": probe.feature_stats.std.astype(np.float32),
         **state,
     }
-    save_file(tensors, str(folder / TENSORS_FILE), metadata={"format": "herald-probe", "format_version": str(FORMAT_VERSION)})
+    save_file(tensors, str(folder / TENSORS_FILE), metadata=TENSORS_METADATA)
     # safetensors writes its file 0600; give it the mode probe.json gets (0644 under the usual umask), or a probe fitted
     # by one user cannot be served by another (the image's uid 10001 on a mounted volume: breaker finding)
     (folder / TENSORS_FILE).chmod(umask_mode(0o666))
