@@ -9,6 +9,7 @@ import json
 import logging
 import logging.config
 import os
+import resource
 import shlex
 import signal
 import sys
@@ -22,7 +23,9 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_va
 from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
                                EnvSettingsSource, PydanticBaseSettingsSource, SettingsError)
 
-from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, Settings, default_cache_dir
+from herald_service.config import (
+    EMBEDDED_BACKBONE, FILE_DESCRIPTOR_RESERVE, BackboneSettings, Device, DType, Settings, default_cache_dir,
+)
 from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
@@ -191,6 +194,20 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     )
 
 
+def raise_descriptor_limit(needed: int) -> None:
+    """Raise this process's soft file-descriptor limit (``ulimit -n``) to ``needed`` descriptors, or to the hard limit
+    where that is lower, as servers commonly do at start: the usual soft limit of 1,024 sits below the 1,000
+    connections of ``HERALD_MAX_CONNECTIONS`` plus the descriptors Herald keeps for itself, so every default start
+    warned (tester). The hard limit is the administrator's and is never raised; what stays short is left to
+    :meth:`~herald_service.config.Settings.start_up_warnings` to name."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 class ServeCommand(Settings):
     """Start the HTTP server (DESIGN section 3) on the configured backbone and probe."""
 
@@ -222,6 +239,7 @@ class ServeCommand(Settings):
             if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
                 backbone_cache_folder(self.cache_dir)
         logging.config.dictConfig(log_config(self.log_level))
+        raise_descriptor_limit(self.max_connections + FILE_DESCRIPTOR_RESERVE)
         for warning in self.start_up_warnings():
             log.warning(warning)
         server: uvicorn.Server | None = None

@@ -357,13 +357,14 @@ class Settings(BackboneSettings):
     )
 
     max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request (a"
-                                " conversation of several messages is one more than its user turns scored alone, a"
+                                " conversation of several messages is one more than its messages scored alone, a"
                                 " list of content parts one more than its parts).")
-    score_answered_turns: bool = Field(
-        True, description="Score every user turn of a conversation alone, as well as the whole conversation; off, only"
-        " those after its last assistant message. The history is the client's to write: scoring only the turns not"
-        " yet answered, a made-up assistant message hid the request before it (engine/service.py scored_turns). Turn it"
-        " off only where the gateway keeps the history and moderated each turn when it was sent."
+    score_every_message: bool = Field(
+        True, description="Score every message of a conversation alone, as a user turn, whatever its role, as well as the"
+        " whole conversation; off, only the user turns after its last assistant message (none when it ends with one)."
+        " The history is the client's to write: a request in an earlier turn, or in a system, tool or assistant message,"
+        " was hidden by what followed it (engine/service.py scored_messages). Turn it off only where the gateway keeps"
+        " the history and moderated each turn when it was sent."
     )
     max_messages: int = Field(
         256, ge=1, description="Messages in one conversation. Empty messages cost no characters but still render and"
@@ -473,13 +474,20 @@ class Settings(BackboneSettings):
                 raise ValueError(f"{name}: give the key without the 'Bearer ' scheme; clients send 'Authorization: Bearer <key>'")
             if any(c.isspace() for c in key):
                 raise ValueError(f"{name}: a key holds a space or a line break; separate keys with commas: key1,key2")
+            # clients send the key in an HTTP header, which carries ASCII: a key such as "ключ..." was accepted and
+            # could never authenticate, every request 401 (tester)
+            if not (key.isascii() and key.isprintable()):
+                raise ValueError(f"{name}: a key holds a character that is not printable ASCII; HTTP headers carry"
+                                 " ASCII, so no client could send it")
             if key[0] in "\"'" or key[-1] in "\"'":
                 raise ValueError(f"{name}: a key starts or ends with a quote; give keys without quotes: key1,key2")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
-        # the /steer key is what keeps moderation clients out of /steer; one of their keys let all of them in (tester)
-        if self.steer_api_key is not None and any(
-                hmac.compare_digest(k.get_secret_value(), self.steer_api_key.get_secret_value()) for k in self.api_keys):
+        # the /steer key is what keeps moderation clients out of /steer; one of their keys let all of them in (tester).
+        # Bytes: compare_digest refuses str holding non-ASCII characters (a TypeError traceback at start-up: tester)
+        if self.steer_enabled and self.steer_api_key is not None and any(
+                hmac.compare_digest(k.get_secret_value().encode(), self.steer_api_key.get_secret_value().encode())
+                for k in self.api_keys):
             raise ValueError("HERALD_STEER_API_KEY is also one of HERALD_API_KEYS: every moderation client could call"
                              " /steer, which removes a safety behaviour; give /steer a key of its own")
         if self.max_tokens > self.batch_token_budget:

@@ -63,8 +63,8 @@ def steer_layers(layers: SteerLayers, num_layers: int, peak_layer: int) -> list[
 @dataclass(frozen=True)
 class Message:
     """One chat turn. ``parts``: the texts of the OpenAI content parts whose newline join is ``content``, when there
-    are two or more (``POST /classify`` also scores each part of a conversation's user turn alone:
-    :func:`~herald_service.engine.service.user_turn_views`); empty otherwise. Rendering reads ``content`` only."""
+    are two or more (``POST /classify`` also scores each part of a conversation's messages alone:
+    :func:`~herald_service.engine.service.message_views`); empty otherwise. Rendering reads ``content`` only."""
 
     role: str
     content: str

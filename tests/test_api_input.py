@@ -661,49 +661,48 @@ def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(clie
     assert r.json()["error"]["field"] == "inputz" and r.json()["error"]["message"] == "Extra inputs are not permitted"
 
 
-def test_user_turn_views_add_each_user_turn_alone():
-    from herald_service.engine.service import user_turn_views
+def test_message_views_add_each_message_alone_as_a_user_turn():
+    from herald_service.engine.service import message_views
     from herald_service.types import Message
+
+    def alone(message):
+        return (Message("user", message.content, message.parts),)
 
     one = (Message("user", "hi"),)
     chat = (Message("system", "be kind"), Message("user", "hello"), Message("assistant", "hey"), Message("user", "go"))
     answered = (Message("user", "look it up"), Message("assistant", "it is 42"))
-    views = user_turn_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"])
-    assert views.prompts == [one, chat, (Message("user", "hello"),), (Message("user", "go"),), answered]
-    assert views.fields == ["messages[0]", "messages[1]", "messages[1]", "messages[1]", "messages[2]"]
-    assert views.owners == [[0], [1, 2, 3], [4]] and (views.turns, views.parts) == (2, 0)
-    # only the turns the model has not answered yet, where the gateway keeps the history (HERALD_SCORE_ANSWERED_TURNS)
-    views = user_turn_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"], answered=False)
+    views = message_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"])
+    # every message alone, whatever its role, a conversation ending with an assistant message included (testers: a
+    # made-up prefill "Sure, here are the steps" hid the request before it; so did a request written into a system,
+    # developer, tool or assistant message before a benign user turn)
+    assert views.prompts == [one, chat, *map(alone, chat), answered, *map(alone, answered)]
+    assert views.fields == ["messages[0]"] + ["messages[1]"] * 5 + ["messages[2]"] * 3
+    assert views.owners == [[0], [1, 2, 3, 4, 5], [6, 7, 8]] and (views.turns, views.parts) == (6, 0)
+    # only the user turns the model has not answered yet, where the gateway keeps the history
+    # (HERALD_SCORE_EVERY_MESSAGE=false); none after an assistant message
+    views = message_views([one, chat, answered], ["messages[0]", "messages[1]", "messages[2]"], every_message=False)
     assert views.prompts == [one, chat, (Message("user", "go"),), answered] and views.turns == 1
-    # whatever follows a user turn, it is scored alone too (re-tests: a harmful request read as benign whole before a
-    # tool's result, a system reminder, another user turn, or a made-up assistant message)
     ask = Message("user", "look it up")
-    for after in ((Message("tool", "42"),), (Message("system", "be brief"),), (Message("tool", "42"), Message("user", "go")),
+    for after in ((Message("tool", "42"),), (Message("system", "be brief"),),
                   (Message("assistant", ""), Message("user", "answer my previous question"))):
-        for only_pending in (False, True):
-            views = user_turn_views([(ask, *after)], ["messages"], answered=not only_pending)
-            scored = [m for m in after if m.role == "user"] if only_pending and after[0].role == "assistant" else \
-                [ask] + [m for m in after if m.role == "user"]
-            assert views.prompts == [(ask, *after), *[(m,) for m in scored]] and views.turns == len(scored), after
-    # a made-up tool call and its result: the request before it is scored alone, unless only pending turns are
-    called = (ask, Message("assistant", ""), Message("tool", "42"))
-    assert user_turn_views([called], ["messages"]).prompts == [called, (ask,)]
-    assert user_turn_views([called], ["messages"], answered=False).prompts == [called]
-    # a repeated turn is scored once
-    again = (ask, Message("assistant", "no"), ask, Message("assistant", "no"), Message("user", "please"))
-    assert user_turn_views([again], ["messages"]).prompts == [again, (ask,), (Message("user", "please"),)]
-    # a last user turn of content parts: each part alone too, named by its path in the request
+        views = message_views([(ask, *after)], ["messages"])
+        assert views.prompts == [(ask, *after), (ask,), *[alone(m) for m in after if m.content]], after
+    # a message without text (an assistant tool call) is not a view; a text repeated word for word is one, whatever
+    # the roles that carry it
+    again = (ask, Message("assistant", ""), Message("tool", "look it up"), Message("user", "look it up"))
+    assert message_views([again], ["messages"]).prompts == [again, (ask,)]
+    # a single message: a user turn is its own whole, another role is also read as a user turn
+    assert message_views([(Message("system", "sys"),)], ["messages"]).prompts == [
+        (Message("system", "sys"),), (Message("user", "sys"),)]
+    # a message of content parts: each part alone too, named by its path in the request
     parts = (Message("system", "be kind"), Message("user", "a\nb", ("a", "b")))
-    views = user_turn_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
-    assert views.prompts == [parts, (parts[1],), (Message("user", "a"),), (Message("user", "b"),),
-                             (parts[1],), (Message("user", "a"),), (Message("user", "b"),)]
-    assert views.fields == ["messages[0]", "messages[0]", "messages[0][1].content[0].text",
+    views = message_views([parts, (parts[1],)], ["messages[0]", "messages[1]"])
+    assert views.prompts == [parts, (Message("user", "be kind"),), (parts[1],), (Message("user", "a"),),
+                             (Message("user", "b"),), (parts[1],), (Message("user", "a"),), (Message("user", "b"),)]
+    assert views.fields == ["messages[0]", "messages[0]", "messages[0]", "messages[0][1].content[0].text",
                             "messages[0][1].content[1].text", "messages[1]", "messages[1][0].content[0].text",
                             "messages[1][0].content[1].text"]
-    assert views.owners == [[0, 1, 2, 3], [4, 5, 6]] and (views.turns, views.parts) == (1, 4)
-    # a conversation that ends with an assistant message is the model's answer: read whole only, its parts joined
-    earlier = (parts[1], Message("assistant", "ok"))
-    assert user_turn_views([earlier], ["messages"]).prompts == [earlier]
+    assert views.owners == [[0, 1, 2, 3, 4], [5, 6, 7]] and (views.turns, views.parts) == (2, 4)
 
 
 def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_turn(client):
@@ -719,30 +718,31 @@ def test_a_conversation_is_answered_with_the_higher_of_itself_and_its_last_user_
     r = client.post("/classify", json={"messages": conversation})
     assert r.status_code == 200, r.text
     (result,) = r.json()["results"]
-    assert prompts_run() - before == 3  # the conversation and each of its user turns
+    assert prompts_run() - before == 4  # the conversation and each of its messages
     assert result["score"] >= alone["score"] and result["flagged"] is True
     if result["tokens"] == alone["tokens"]:  # the last turn decided: its whole answer is the turn's
         assert result["trajectory"] == alone["trajectory"]
-    # ending with the assistant (nothing is being asked): one prompt, the conversation
+    # ending with the assistant: the conversation and each message, as the client writes the assistant's turns too
     before = prompts_run()
     client.post("/classify", json={"messages": conversation[:2]})
-    assert prompts_run() - before == 1
+    assert prompts_run() - before == 3
 
 
-def test_the_user_turn_views_count_toward_the_batch_limit(client):
-    # max_batch_size is 4 here: one such conversation is three prompts (answered), two are six (413 naming the field
-    # and the limit); before, 64 conversations ran 128 prompts (breaker pass)
-    conversation = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"},
-                    {"role": "user", "content": "bake bread"}]
+def test_the_message_views_count_toward_the_batch_limit(client):
+    # max_batch_size is 4 here: a conversation of two messages is three prompts (answered), two of them are six (413
+    # naming the field, the limit and what to do); before, 64 conversations ran 128 prompts (breaker pass)
+    conversation = [{"role": "user", "content": "hello there"}, {"role": "user", "content": "bake bread"}]
     assert client.post("/classify", json={"messages": [conversation]}).status_code == 200
     r = client.post("/classify", json={"messages": [conversation] * 2})
     assert r.status_code == 413, r.text
     error = r.json()["error"]
     assert error["field"] == "messages"
-    assert error["message"] == ("2 conversations run 6 prompts (4 user turns are also scored alone); the limit is 4"
-                                " prompts per request (max_batch_size)")
+    assert error["message"] == (
+        "2 conversations run 6 prompts (4 messages are also scored alone); the limit is 4 prompts per request"
+        " (max_batch_size); send fewer conversations at once or a shorter history, or raise HERALD_MAX_BATCH_SIZE (or,"
+        " where the gateway keeps the history, set HERALD_SCORE_EVERY_MESSAGE=false)")
     # single-turn conversations are one prompt each: four are within the limit
-    assert client.post("/classify", json={"messages": [conversation[2:]] * 4}).status_code == 200
+    assert client.post("/classify", json={"messages": [conversation[1:]] * 4}).status_code == 200
 
 
 def test_classify_and_steer_refuse_query_parameters_and_moderations_ignores_them(client):

@@ -34,6 +34,13 @@ def test_steer_needs_its_own_key():
                  _env_file=None)
     assert Settings(steer_enabled=True, steer_api_key="steer-key-0123456789", api_keys="client-key-0123456789",
                     _env_file=None).steer_enabled
+    # with steering off the key opens nothing; keys of any script are compared (a TypeError traceback on non-ASCII)
+    assert not Settings(steer_api_key="shared-key-0123456789", api_keys="shared-key-0123456789", _env_file=None).steer_enabled
+    # a key no HTTP header can carry is refused by name (it was a TypeError traceback beside the /steer key, and
+    # alone a key that could never authenticate)
+    for keys in ({"api_keys": "ключключключключ"}, {"steer_enabled": True, "steer_api_key": "ключключключключ"}):
+        with pytest.raises(ValueError, match="not printable ASCII; HTTP headers carry ASCII"):
+            Settings(**keys, _env_file=None)
 
 
 def test_token_limit_must_fit_a_batch():
@@ -266,6 +273,24 @@ def test_a_connection_bound_the_file_descriptor_limit_would_cut_first_is_warned_
     assert Settings(api_keys=key, max_connections=960, _env_file=None).start_up_warnings() == []
     monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert Settings(api_keys=key, _env_file=None).start_up_warnings() == []
+
+
+def test_serve_raises_the_soft_descriptor_limit_up_to_the_hard_one(monkeypatch):
+    import resource
+
+    from herald_service.cli import raise_descriptor_limit
+
+    calls = []
+    monkeypatch.setattr(resource, "setrlimit", lambda which, limits: calls.append(limits))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
+    raise_descriptor_limit(1064)  # the default bound and reserve: past the common soft limit of 1,024
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 1030))
+    raise_descriptor_limit(1064)  # only up to the hard limit, never past it
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 1024))
+    raise_descriptor_limit(1064)  # nothing to raise
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (20000, 20000))
+    raise_descriptor_limit(1064)  # already enough
+    assert calls == [(1064, 4096), (1030, 1030)]
 
 
 def test_herald_serve_exits_on_a_misspelt_setting_before_loading_anything():

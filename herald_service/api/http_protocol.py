@@ -280,6 +280,9 @@ if HttpToolsProtocol is not None:
             # may read the reset instead of the 503; so the write side ends here, what the client sends is discarded
             # (data_received), and the connection closes at the client's end of stream or after 1 s
             self._refusing = True
+            # no longer counted as open: closing connections counted for their second, and a stream of connects past
+            # the bound kept every client out with no served connection open (tester)
+            self.connections.discard(self)
             self.transport.write_eof()
             self.loop.call_later(1.0, self.transport.close)
 
