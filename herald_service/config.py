@@ -33,6 +33,8 @@ Device = Literal["auto", "cpu", "cuda"]
 ``recipes`` take the same choices."""
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 """Backbone weight dtype (``auto``: bf16 on CUDA, fp32 on the CPU)."""
+LogLevel = Literal["debug", "info", "warning", "error"]
+"""``herald serve``'s log level (``HERALD_LOG_LEVEL``), in lower case (:class:`BackboneSettings` folds any case)."""
 
 _PLACEHOLDER_WORDS = ("changeme", "replaceme", "placeholder", "yourapikey", "yourkey", "apikeyhere", "insertkey",
                       "example", "password", "default")
@@ -268,9 +270,10 @@ class BackboneSettings(BaseSettings):
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
+    # the local commands, which do not use it, describe it as they read it (cli.LocalCommand)
+    log_level: LogLevel = Field(
         "info", description="herald serve's log level, for Herald's and uvicorn's loggers, in any letter case (INFO ="
-        " info); info logs one line per request. classify, plot and steer-eval print warnings and errors only."
+        " info); info logs one line per request, warning hides those lines."
     )
 
     def __init__(self, **values: Any) -> None:
@@ -377,7 +380,9 @@ class Settings(BackboneSettings):
     # wait only adds to idle latency (a 128-token prompt on the H200: 19 ms through HTTP against 12 ms engine work
     # with a 2 ms wait). Token budget and prompt cap are unchanged: the H200 holds 65% MFU from 8k batch tokens up
     # (benchmarks/hardware_limit.py), so 8k is past the knee there; the CPU was not re-measured beyond 1k.
-    batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="How long the worker waits to fill a batch.")
+    batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="Milliseconds the worker waits for"
+                                  " more prompts to fill a batch, 0 to 1000; 0: none (batches fill while the previous"
+                                  " forward runs).")
     queue_capacity: int = Field(1024, ge=1, description="Prompts waiting for the worker before 429.")
     prefill_chunk_tokens: int | Literal["auto"] = Field(
         "auto", description="A prompt longer than this many tokens is prefilled in chunks of it through a KV cache, and"

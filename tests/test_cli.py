@@ -185,6 +185,83 @@ def test_top_level_help_describes_every_subcommand():
         assert f" {name} {words}" in listing, (name, listing)
 
 
+def herald_commands() -> list[tuple[str, type]]:
+    """(name as typed, settings class) of every `herald` command, `data` and `data build` included."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from herald_service.cli import Herald
+
+    found = []
+
+    def walk(model: type, prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            command = next((a for a in typing.get_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            if command is not None:
+                typed = f"{prefix} {name.replace('_', '-')}".strip()
+                found.append((typed, command))
+                walk(command, typed)
+
+    walk(Herald, "")
+    return found
+
+
+def option_help(*command: str) -> dict[str, str]:
+    """Each option of ``herald COMMAND --help`` (``--methods``, or ``FILE`` for a positional argument) -> its help
+    text as printed, default included, on one line (argparse wraps at $COLUMNS)."""
+    out = herald(*command, "--help", COLUMNS="10000")
+    assert out.returncode == 0, out.stderr
+    helps: dict[str, str] = {}
+    name = None
+    for line in out.stdout.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):  # an option's line: "  --name TYPE   help"
+            words = line.split()
+            name = words[0].rstrip(",")
+            helps[name] = " ".join(words[1:])
+        elif name is not None and line.strip():  # help put under a long option
+            helps[name] += " " + line.strip()
+        elif not line.strip():
+            name = None
+    return helps
+
+
+def test_every_option_of_every_command_has_a_description():
+    # 30 options showed only their default in --help (eval --methods named its choices, and --curve-sizes its unit,
+    # only in their errors: tester finding); a new option without a description fails here
+    commands = herald_commands()
+    assert [name for name, _ in commands] == ["serve", "classify", "fit", "reference", "plot", "steer-eval", "eval",
+                                              "recipes", "report", "data", "data build"]
+    bare = [f"herald {name} --{option.replace('_', '-')}" for name, command in commands
+            for option, field in command.model_fields.items() if not (field.description or "").strip()]
+    assert bare == []
+    for name, _ in commands:  # and --help prints them: no option's help is its default alone
+        for option, text in option_help(*name.split()).items():
+            described = text.split(" ", 1)[1] if option.startswith("-") else text  # after the type, or --no-SWITCH
+            assert described.strip() and not described.startswith("(default"), (name, option, text)
+
+
+def test_help_names_the_valid_values_and_units():
+    from herald_service.training.eval import available_methods
+    from herald_service.training.recipes import RECIPES
+
+    methods = option_help("eval")["--methods"]
+    assert [m for m in available_methods() if f" {m}," not in methods and f" {m} " not in methods and f" {m}." not in methods] == []
+    recipes = option_help("recipes")["--recipes"]
+    assert [r for r in RECIPES if f" {r}," not in recipes and f" {r} " not in recipes and f" {r}." not in recipes] == []
+    assert "in prompts per class (each at least 3)" in option_help("eval")["--curve-sizes"]
+    assert option_help("fit")["--backbone"].startswith("str The backbone whose hidden states are read: a local Hugging"
+                                                       " Face model folder")
+    assert option_help("fit")["--target-fpr"].startswith("float For --threshold-method target_fpr: the largest"
+                                                         " false-positive rate allowed")
+    # the local commands said "herald serve's log level ... info logs one line per request", which they never log
+    for command in ("classify", "plot", "reference", "steer-eval"):
+        assert option_help(command)["--log-level"].startswith("{debug,info,warning,error} Not used by this command: it"
+                                                              " prints its results on stdout and warnings and errors"
+                                                              " only on stderr, at any level."), command
+    assert option_help("serve")["--log-level"].startswith("{debug,info,warning,error} herald serve's log level")
+
+
 def test_classify_refuses_non_utf8_and_over_long_text_in_one_line():
     bad = subprocess.run(
         [sys.executable.encode(), b"-m", b"herald_service", b"classify", b"abc\xff"], capture_output=True, timeout=180,
