@@ -557,7 +557,8 @@ class FitCommand(BaseModel):
         "false-positive rate is at most --target-fpr."))
     target_fpr: float = Field(0.01, gt=0, lt=1, allow_inf_nan=False, description=(
         "For --threshold-method target_fpr: the largest false-positive rate allowed on the calibration split's benign"
-        " prompts, as a share (0.01 = 1%), between 0 and 1."))
+        " prompts, as a share (0.01 = 1%), between 0 and 1; probe.json records it. Refused with max_f1, which would"
+        " ignore it."))
     seed: Seed = Field(0, description=(
         "Seed of the --max-per-source draw, the held-out split, the calibration split, the scorer's initialisation and"
         " the jailbreak templates' split; 0 to 4294967295. probe.json records it."))
@@ -588,6 +589,10 @@ class FitCommand(BaseModel):
         return get_feature_set(name).name  # an unknown name is one line before any model loads
 
     def cli_cmd(self) -> None:
+        if "target_fpr" in self.model_fields_set and self.threshold_method != "target_fpr":  # it was silently ignored
+            raise ValueError(f"--target-fpr {self.target_fpr:g} applies to --threshold-method target_fpr only; with"
+                             f" --threshold-method {self.threshold_method} it would be ignored: add --threshold-method"
+                             " target_fpr or leave --target-fpr out")
         check_default_data(self)
         if self.out is not None:
             check_probe_out(self.out)

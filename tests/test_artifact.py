@@ -254,6 +254,8 @@ def _saved(tmp_path, fitted):
     ('"peak_layer": 2.7', "peak_layer must be an integer decoder layer in 1..8; got 2.7"),
     ('"threshold_method": 3', "threshold_method must be a non-empty string; got 3"),
     ('"threshold_method": ""', 'threshold_method must be a non-empty string; got ""'),
+    ('"target_fpr": 1.5', "target_fpr must be a number between 0 and 1 (a false-positive rate); got 1.5"),
+    ('"target_fpr": "0.3"', 'target_fpr must be a number between 0 and 1 (a false-positive rate); got "0.3"'),
     ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size; got [4]"),
     ('"backbone": {"num_layers": 8}', "backbone.hidden_size is missing; it must be a positive integer"),
     ('"backbone": {"num_layers": 0, "hidden_size": 16}', "backbone.num_layers must be a positive integer; got 0"),
@@ -490,3 +492,23 @@ def test_the_same_probe_is_saved_as_the_same_bytes(tmp_path, fitted):
     assert json.loads(saved[0][8:8 + size])["__metadata__"] == {"format": "herald-probe"}
     loaded, _ = load_probe(tmp_path / "0", backbone.info)
     assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)
+
+
+def test_a_target_fpr_threshold_records_its_target_beside_the_method(tmp_path, fitted):
+    # herald fit --threshold-method target_fpr --target-fpr 0.3 recorded the method in probe.json, not the rate it aimed at
+    backbone, shipped_recipe, states = fitted
+    _, labels = synthetic_corpus(60)
+    probe = HeraldProbe(threshold_method="target_fpr", target_fpr=0.3).fit(states, np.array(labels)).fitted_
+    assert probe.target_fpr == 0.3 and shipped_recipe.target_fpr is None
+    save_probe(probe, tmp_path / "fpr", {"backbone": backbone_manifest(backbone.info)})
+    manifest = json.loads((tmp_path / "fpr" / "probe.json").read_text())
+    keys = list(manifest)
+    assert keys[keys.index("threshold"):keys.index("threshold") + 4] == ["threshold", "threshold_method", "target_fpr",
+                                                                        "peak_layer"]
+    assert (manifest["threshold_method"], manifest["target_fpr"]) == ("target_fpr", 0.3)
+    loaded, _ = load_probe(tmp_path / "fpr", backbone.info)
+    assert (loaded.threshold_method, loaded.target_fpr, loaded.threshold) == ("target_fpr", 0.3, probe.threshold)
+    save_probe(shipped_recipe, tmp_path / "f1", {"backbone": backbone_manifest(backbone.info)})  # max_f1: no target
+    manifest = json.loads((tmp_path / "f1" / "probe.json").read_text())
+    assert manifest["threshold_method"] == "max_f1" and "target_fpr" not in manifest
+    assert load_probe(tmp_path / "f1", backbone.info)[0].target_fpr is None

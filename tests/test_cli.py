@@ -485,6 +485,19 @@ def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
 
 
+def test_fit_refuses_a_target_fpr_its_threshold_method_would_ignore_before_anything_loads(tmp_path):
+    # herald fit --target-fpr 0.3 fitted a max_f1 threshold and said nothing (tester finding)
+    for args in (("--target-fpr", "0.3"), ("--target-fpr", "0.01", "--threshold-method", "max_f1")):
+        out = herald("fit", *args, "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --target-fpr {args[1]} applies to --threshold-method target_fpr only; with --threshold-method"
+            " max_f1 it would be ignored: add --threshold-method target_fpr or leave --target-fpr out"), out.stderr
+    out = herald("fit", "--target-fpr", "0.3", "--threshold-method", "target_fpr", "--data", str(tmp_path / "nope.jsonl"),
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == f"herald: --data {tmp_path / 'nope.jsonl'} does not exist"
+    assert not (tmp_path / "cache").exists()
+
+
 def test_fit_names_a_bad_data_row_or_a_missing_label_before_the_backbone_loads(tmp_path):
     fresh = ("--out", str(tmp_path / "probe"))  # not the default folder: it holds the shipped probe, refused first
     bad = tmp_path / "bad.jsonl"

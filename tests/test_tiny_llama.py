@@ -19,7 +19,7 @@ from herald_service.config import Settings
 from herald_service.data.hashing import corpus_sha256
 from herald_service.engine.runtime import load_runtime
 from herald_service.errors import ProbeMismatch
-from herald_service.probes.artifact import backbone_manifest, save_probe
+from herald_service.probes.artifact import backbone_manifest, load_probe, save_probe
 from herald_service.probes.probe import HeraldProbe
 from herald_service.training.fit import FitOptions, run_fit
 from herald_service.types import user_turn
@@ -355,6 +355,17 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
     run_fit(dataclasses.replace(options, overwrite=True))  # second run reads states from the cache (same --out)
     assert {p: p.stat().st_mtime_ns for p in cached} == mtimes
+
+
+def test_fit_with_a_target_fpr_threshold_records_the_target_beside_the_method(folder, tmp_path):
+    # the target was used to set the threshold and recorded nowhere (tester finding)
+    run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache",
+                       device="cpu", threshold_method="target_fpr", target_fpr=0.3))
+    saved = json.loads((tmp_path / "out" / "probe.json").read_text())
+    keys = list(saved)
+    assert keys[keys.index("threshold_method"):keys.index("threshold_method") + 2] == ["threshold_method", "target_fpr"]
+    assert (saved["threshold_method"], saved["target_fpr"]) == ("target_fpr", 0.3)
+    assert load_probe(tmp_path / "out")[0].target_fpr == 0.3
 
 
 def test_causal_attention_gives_the_default_states_and_restores_the_setting(resolved):

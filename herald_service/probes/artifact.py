@@ -57,7 +57,8 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
 
     Args:
         manifest: must hold ``backbone`` (see :func:`backbone_manifest`); training data, metrics and the command
-            go in as given. Format version, feature set, threshold, peak layer and Herald version are filled in here.
+            go in as given. Format version, feature set, threshold, its method (and the target false-positive rate of
+            ``target_fpr``), peak layer and Herald version are filled in here.
     """
     folder.mkdir(parents=True, exist_ok=True)
     state = {f"scorer.{k}": v.detach().cpu().numpy().astype(np.float32) for k, v in probe.scorer.state_dict().items()}
@@ -80,6 +81,8 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "feature_names": list(probe.feature_names),
         "threshold": probe.threshold,
         "threshold_method": probe.threshold_method,
+        # only with the method that uses it: a max_f1 probe's manifest is as before, byte for byte
+        **({"target_fpr": probe.target_fpr} if probe.target_fpr is not None else {}),
         "peak_layer": probe.peak_layer,
         "directions_bytes": int(tensors["directions"].nbytes),  # for people; loading checks the tensor's shape
         **manifest,
@@ -225,7 +228,8 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> str:
     fields are missing or out of range, naming the file and the field: ``format_version`` (the integer
     :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
     ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
-    :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string) and ``peak_layer`` (an integer decoder layer,
+    :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string), the optional ``target_fpr`` (a number between 0 and
+    1, written by ``herald fit --threshold-method target_fpr``) and ``peak_layer`` (an integer decoder layer,
     1..num_layers, which ``/steer`` edits by default), and the optional ``reference`` block
     (:func:`check_reference_block`).
 
@@ -251,6 +255,8 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> str:
         raise _bad_field(path, manifest, "threshold", f"a finite number within +-{THRESHOLD_LIMIT:g} (a logit)")
     if not isinstance(manifest.get("threshold_method"), str) or not manifest["threshold_method"]:
         raise _bad_field(path, manifest, "threshold_method", "a non-empty string")
+    if "target_fpr" in manifest and not (_finite_within(manifest["target_fpr"], 1) and 0 < manifest["target_fpr"] < 1):
+        raise _bad_field(path, manifest, "target_fpr", "a number between 0 and 1 (a false-positive rate)")
     peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
     if not _integer(peak) or not 1 <= peak <= layers:
         raise _bad_field(path, manifest, "peak_layer", f"an integer decoder layer in 1..{layers}")
@@ -440,6 +446,7 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         threshold_method=manifest["threshold_method"],
         peak_layer=manifest["peak_layer"],
         feature_set=feature_set,
+        target_fpr=manifest.get("target_fpr"),
     )
     _check_scores(probe, path)
     return probe, manifest

@@ -25,7 +25,9 @@ class FittedProbe:
     """Everything a served probe needs; :mod:`.artifact` saves and loads exactly this.
 
     ``feature_set`` names the trajectory features the scorer was trained on (:data:`~.features.FEATURE_SETS`);
-    :meth:`features` and :meth:`predict` compute exactly that set.
+    :meth:`features` and :meth:`predict` compute exactly that set. ``target_fpr`` is the false-positive rate (a share
+    of the calibration part's benign prompts) the threshold was set for when ``threshold_method`` is ``"target_fpr"``,
+    and None otherwise; it is recorded, not used to score.
     """
 
     directions: LayerDirections
@@ -35,6 +37,7 @@ class FittedProbe:
     threshold_method: str
     peak_layer: int
     feature_set: str = FEATURE_SET
+    target_fpr: float | None = None
 
     def __post_init__(self) -> None:
         get_feature_set(self.feature_set)  # an unknown name fails here, not at the first request
@@ -193,7 +196,8 @@ class HeraldProbe:
         calib_logits = partial.logits(partial.features(directions.project(X[calibration])))
         threshold = calibrate_threshold(calib_logits, y[calibration], self.threshold_method, self.target_fpr)
         self.fitted_ = FittedProbe(directions, stats, scorer, threshold, self.threshold_method, partial.peak_layer,
-                                   self.feature_set)
+                                   self.feature_set,
+                                   self.target_fpr if self.threshold_method == "target_fpr" else None)
         self.calibration_index_ = np.nonzero(calibration)[0]
         return self
 
