@@ -575,8 +575,10 @@ class FitCommand(BaseModel):
         "herald eval's jailbreak-wrapped set for the same --seed, and their near-duplicates, are never used. With "
         "--direction-estimator logistic, 80 reached 96.7% wrapped recall on the embedded backbone (3 fit seeds), but "
         "flags benign requests inside jailbreak wrappers too (docs/eval/direction_estimators.md, round 3)."))
-    jailbreak_templates: Path = Field(Path("../shared/data/pyrit_jailbreak_templates.jsonl"), description=(
-        "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class."))
+    # Path | None, as eval and recipes declare it: a bare Path refused null ("Input is not a valid path")
+    jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
+        "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"
+        " null: none, as in eval and recipes."))
     threads: int | None = Field(None, ge=1, description=(
         "torch and BLAS threads; default: torch's and the BLAS library's own (every core). 1 is faster on a CPU "
         "shared with other work, as for herald eval and recipes (BLAS threads spin-wait)."))

@@ -891,6 +891,30 @@ def test_a_jailbreak_templates_path_given_must_exist(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_fit_takes_jailbreak_templates_null_as_eval_and_recipes_do(tmp_path):
+    # fit refused null ("Input is not a valid path for <class 'pathlib.Path'>"), which eval and recipes take for none
+    from unittest import mock
+
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    given = []
+
+    def fit(options):
+        given.append(options)
+        return {"out": str(options.out), "evaluation": {"pooled": {}}}
+
+    with mock.patch("herald_service.training.fit.run_fit", fit):
+        out = herald("fit", "--data", str(data), "--jailbreak-templates", "null", "--out", str(tmp_path / "probe"))
+    assert out.returncode == 0, out.stderr
+    assert [(o.jailbreak_templates, o.jailbreak_train_per_class) for o in given] == [(None, 0)]
+    out = herald("fit", "--data", str(data), "--jailbreak-templates", "null", "--jailbreak-train-per-class", "80",
+                 "--out", str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "herald: --jailbreak-templates is null (none); --jailbreak-train-per-class 80 needs the PyRIT jailbreak templates"
+        " (pyrit_jailbreak_templates.jsonl of ../shared/data)"), out.stderr
+    assert not (tmp_path / "cache").exists()
+
+
 def test_data_help_shows_the_three_ways_to_give_several_files():
     for command in ("fit", "eval", "recipes"):
         out = herald(command, "--help")

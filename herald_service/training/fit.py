@@ -106,8 +106,9 @@ def jailbreak_templates_of(options: FitOptions) -> list[dict]:
         return []
     path = options.jailbreak_templates
     if path is None or path == Path("."):  # Path("") reads as "."
-        raise ValueError(f"--jailbreak-templates is empty; --jailbreak-train-per-class {per_class} needs the PyRIT jailbreak "
-                         "templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
+        given = "null (none)" if path is None else "empty"
+        raise ValueError(f"--jailbreak-templates is {given}; --jailbreak-train-per-class {per_class} needs the PyRIT"
+                         " jailbreak templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
     if not path.is_file():
         raise ValueError(f"--jailbreak-templates: {path} is not a file; --jailbreak-train-per-class {per_class} needs the "
                          "PyRIT jailbreak templates (pyrit_jailbreak_templates.jsonl of ../shared/data)")
