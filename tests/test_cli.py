@@ -891,6 +891,19 @@ def test_a_jailbreak_templates_path_given_must_exist(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_fit_and_eval_refuse_a_source_name_that_splits_a_log_line_or_a_table_row_before_the_backbone_loads(tmp_path):
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    with data.open("a") as rows:
+        rows.write('{"prompt": "z", "label": "benign", "source": "b\\r\\nc"}\n')
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        out = herald(command, "--data", str(data), "--out", str(written), "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: {data} line 21: source 'b\\r\\nc' holds a line break (U+000D); a source is named in log lines and in"
+            " herald report's table rows, so it must be one line of printable text"), out.stderr
+    assert not (tmp_path / "cache").exists()
+
+
 def test_fit_takes_jailbreak_templates_null_as_eval_and_recipes_do(tmp_path):
     # fit refused null ("Input is not a valid path for <class 'pathlib.Path'>"), which eval and recipes take for none
     from unittest import mock

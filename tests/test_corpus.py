@@ -35,6 +35,19 @@ def test_rows_are_read_and_a_line_separator_inside_a_string_stays_in_the_prompt(
     ('{"prompt": "x", "source": "s"}', "line 2: missing field 'label'; a row needs prompt, label and source"),
     ('{"prompt": "x", "label": "benign"}', "line 2: missing field 'source'; a row needs prompt, label and source"),
     ('{"prompt": "x", "label": "benign", "source": null}', "line 2: source must be a string, got null"),
+    # these split log lines and herald report's Markdown rows, and "|" the "source|label" group keys (tester finding)
+    ('{"prompt": "x", "label": "benign", "source": "Alpaca|benign"}', "line 2: source 'Alpaca|benign' holds '|', which"
+     " separates the columns of herald report's tables and the source from the label in Herald's group keys; name the"
+     " source without it"),
+    ('{"prompt": "x", "label": "benign", "source": "Alpaca\\nEval"}', "line 2: source 'Alpaca\\nEval' holds a line break"
+     " (U+000A); a source is named in log lines and in herald report's table rows, so it must be one line of printable"
+     " text"),
+    ('{"prompt": "x", "label": "benign", "source": "Alpaca\\u2028Eval"}', "line 2: source 'Alpaca\\u2028Eval' holds a line"
+     " break (U+2028); a source is named in log lines and in herald report's table rows, so it must be one line of"
+     " printable text"),
+    ('{"prompt": "x", "label": "benign", "source": "Alpaca\\tEval"}', "line 2: source 'Alpaca\\tEval' holds a control"
+     " character (U+0009); a source is named in log lines and in herald report's table rows, so it must be one line of"
+     " printable text"),
     ('{"prompt": "x", "label": "benign", "source": "s", "context": true}', "line 2: context must be a string or null, got the boolean true"),
     # empty prompts were trained on silently
     ('{"prompt": "", "label": "benign", "source": "s"}', "line 2: prompt is empty or only whitespace; a moderation prompt needs text to be labelled"),

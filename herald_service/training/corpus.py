@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,8 @@ def load_corpus(paths: list[Path]) -> list[Example]:
         ValueError: naming the file and line of a row that is not JSON, not an object, repeats a key, holds a number
             Python cannot hold or a lone UTF-16 surrogate, lacks a field or holds one of the wrong type (string
             ``prompt`` and ``source``; ``context``, when given, a string or null), has a ``label`` not in
-            :data:`LABELS`, or an empty or whitespace-only ``prompt``; the message names the field and what it found.
+            :data:`LABELS`, an empty or whitespace-only ``prompt``, or a ``source`` holding a line break, another
+            control character or ``|`` (:func:`_source_problem`); the message names the field and what it found.
         OSError: a file that cannot be read.
     """
     return [example for example, _, _ in _read_rows(paths)]
@@ -152,7 +154,24 @@ def _row_problem(row: dict) -> tuple[str | None, str | None]:
                 " herald_service/prompt_text.py removes them); a moderation prompt needs text to be labelled"), read
     if "source" in row and not row["source"].strip():
         return "source is empty or only whitespace; name the dataset the row comes from (metrics are per source)", read
-    return None, read
+    return _source_problem(row["source"]), read
+
+
+def _source_problem(source: str) -> str | None:
+    """What makes ``source`` unusable as a source name, or None. A source name goes into log lines, into the rows of
+    ``herald report``'s Markdown tables and into the ``"source|label"`` group keys of the splits and the sample weights:
+    a line break or another control character (Unicode category Cc, or a line or paragraph separator, U+2028 and
+    U+2029) split a log line and a table row, and ``|`` a table row and a group key (tester finding)."""
+    shown = source if len(source) <= 40 else source[:39] + "…"
+    if "|" in source:
+        return (f"source {shown!r} holds '|', which separates the columns of herald report's tables and the source"
+                " from the label in Herald's group keys; name the source without it")
+    bad = next((c for c in source if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        kind = "a line break" if len(f"a{bad}b".splitlines()) > 1 else "a control character"
+        return (f"source {shown!r} holds {kind} (U+{ord(bad):04X}); a source is named in log lines and in herald"
+                " report's table rows, so it must be one line of printable text")
+    return None
 
 
 def _row_example(line: str, where: str, file: str) -> tuple[Example, str | None]:
