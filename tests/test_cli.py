@@ -1033,6 +1033,29 @@ def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_l
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_data_file_that_is_a_pipe_or_a_device_is_refused_before_anything_loads(tmp_path):
+    # `cat mine.jsonl | herald fit --data /dev/stdin` trained on every row and recorded the drained pipe in probe.json:
+    # {"file": "stdin", "sha256": <sha256 of nothing>, "rows": 0} (tester finding)
+    rows = tmp_path / "rows.jsonl"
+    labeled_rows(rows)
+    for args in (("fit", "--data", "/dev/null", "--out", str(tmp_path / "probe")),
+                 ("eval", "--data", "/dev/null", "--out", str(tmp_path / "results.json")),
+                 ("eval", "--data", str(rows), "--test-data", "/dev/null", "--out", str(tmp_path / "results.json"))):
+        out = herald(*args, "--cache-dir", str(tmp_path / "cache"))
+        option = "--test-data" if "--test-data" in args else "--data"
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: {option} /dev/null is a device, not a regular file: fit and eval read a data file twice (its rows,"
+            " then the sha256 they record), and a stream is empty the second time; save it to a file first and give"
+            " that"), (args, out.stderr)
+    piped = subprocess.run([sys.executable, "-m", "herald_service", "fit", "--data", "/dev/stdin", "--out",
+                            str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache")],
+                           input=rows.read_text(), capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 1 and piped.stderr.strip() == (
+        "herald: --data /dev/stdin is a pipe, not a regular file: fit and eval read a data file twice (its rows, then the"
+        " sha256 they record), and a stream is empty the second time; save it to a file first and give that"), piped.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "probe").exists()
+
+
 def test_every_command_refuses_an_out_in_a_missing_folder_before_any_work(tmp_path):
     # fit, eval and recipes made any missing folders (a typo in --out went unnoticed), while plot refused them
     data = tmp_path / "data.jsonl"

@@ -97,6 +97,28 @@ def test_expand_data_names_a_missing_path_and_an_empty_folder(tmp_path):
     assert expand_data([tmp_path]) == [tmp_path / "a.jsonl"]
 
 
+def test_expand_data_refuses_a_pipe_or_a_device_naming_it(tmp_path):
+    # --data /dev/stdin under `cat mine.jsonl |` trained on every row, then hashed the drained pipe: probe.json recorded
+    # {"file": "stdin", "sha256": <sha256 of nothing>, "rows": 0} (tester finding)
+    import os
+
+    pipe = tmp_path / "rows.jsonl"
+    os.mkfifo(pipe)
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "folder" / "more.jsonl")
+    for paths, option, named, kind in (([pipe], "--data", pipe, "a pipe"),
+                                       ([tmp_path / "folder"], "--data", tmp_path / "folder" / "more.jsonl", "a pipe"),
+                                       ([Path("/dev/null")], "--sensitive-data", Path("/dev/null"), "a device")):
+        with pytest.raises(ValueError) as refused:
+            expand_data(paths, option)
+        assert str(refused.value) == (f"{option} {named} is {kind}, not a regular file: fit and eval read a data file"
+                                      " twice (its rows, then the sha256 they record), and a stream is empty the second"
+                                      " time; save it to a file first and give that")
+    (tmp_path / "a.jsonl").write_text(ROW % ("x", "benign") + "\n")
+    os.symlink(tmp_path / "a.jsonl", tmp_path / "link.jsonl")  # a link to a file is that file
+    assert expand_data([tmp_path / "link.jsonl"]) == [tmp_path / "link.jsonl"]
+
+
 @pytest.mark.parametrize(("line", "message"), [
     ('{"prompt": "x", "prompt": "y", "label": "benign", "source": "s"}', "line 1: key 'prompt' appears twice; give it once"),
     ('{"prompt": "\\ud800", "label": "benign", "source": "s"}', "line 1: prompt holds a lone UTF-16 surrogate"),

@@ -294,6 +294,30 @@ def require_split_parts(examples: list[Example], test_fraction: float, seed: int
                          f"{advice} more {name} rows per source")
 
 
+def require_regular_file(path: Path, option: str) -> None:
+    """Refuse a data file that is not a regular file: a pipe (``--data /dev/stdin`` under ``cat mine.jsonl |``,
+    ``<(...)``), a device or a socket. Its rows are read once and its sha256 (a probe's ``training_data.files``, eval's
+    corpus hash, eval's ``--probe`` check of ``--test-data``) read it again, and a stream is empty the second time:
+    ``herald fit`` trained on every row and recorded ``{"file": "stdin", "sha256": <sha256 of nothing>, "rows": 0}``
+    (tester finding). Refused for every data option, recipes' too, so that one rule holds: data is files.
+
+    Raises:
+        ValueError: naming ``option``, the path, what it is, and to save it to a file first.
+    """
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # missing or unreadable: named where it is read
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    raise ValueError(f"{option} {path} is {kind}, not a regular file: fit and eval read a data file twice (its rows, then"
+                     " the sha256 they record), and a stream is empty the second time; save it to a file first and give"
+                     " that")
+
+
 def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
     """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file. A file reached twice
     (given twice, or given and inside a folder given) is read once, where it first comes (a re-test: its rows were
@@ -303,7 +327,8 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
         option: the command-line option the paths came from, named in errors (``--data``, ``--sensitive-data``).
 
     Raises:
-        ValueError: a path that does not exist, a folder without such files, or no path at all, naming ``option``.
+        ValueError: a path that does not exist, a folder without such files, a file that is not a regular file
+            (:func:`require_regular_file`: a pipe such as ``/dev/stdin``), or no path at all, naming ``option``.
     """
     files: list[Path] = []
     for path in paths:
@@ -316,6 +341,8 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
             files.append(path)
         else:
             raise ValueError(f"{option} {path} does not exist")
+    for file in files:
+        require_regular_file(file, option)
     if not files:
         raise ValueError(f"{option}: no JSONL file or folder given")
     first: dict[Path, Path] = {}

@@ -357,11 +357,13 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
 
     Raises:
         ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
-            a raw "[Errno 2] No such file or directory": breaker finding), a file without a row (empty or blank
-            lines only), and every error of ``load_corpus`` (file and line of a bad row).
+            a raw "[Errno 2] No such file or directory": breaker finding), one that is not a regular file (a pipe:
+            :func:`~herald_service.training.corpus.require_regular_file`; ``--probe``'s check hashes it again), a
+            file without a row (empty or blank lines only), and every error of ``load_corpus`` (file and line of a
+            bad row).
         NotUtf8Error, OSError: as ``load_corpus``.
     """
-    from herald_service.training.corpus import load_corpus
+    from herald_service.training.corpus import load_corpus, require_regular_file
 
     rows = {}
     for path in paths:
@@ -369,6 +371,7 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
             raise ValueError(f"{path} does not exist (--test-data)")
         if path.is_dir():
             raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
+        require_regular_file(path, "--test-data")
         rows[path] = load_corpus([path])
         if not rows[path]:  # scored as no rows, it failed after the backbone load with "need equal, non-empty lengths"
             raise ValueError(f"{path} holds no labeled row (--test-data): it is empty or only blank lines; give JSONL"
