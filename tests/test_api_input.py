@@ -131,8 +131,10 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
     r = client.post("/classify", json={"messages": [[{"role": "user", "content": parts}]] * 2})  # 2 x (join + 3) > 4
     assert r.status_code == 413 and r.json()["error"] == {
         "type": "input_too_large", "field": "messages",
-        "message": "2 conversations run 8 prompts (6 content parts of such turns are each also scored alone); the"
-                   " limit is 4 prompts per request (max_batch_size)"}, r.text
+        "message": "2 conversations run 8 prompts (6 content parts of such messages are each also scored alone); the"
+                   " limit is 4 prompts per request (max_batch_size); send fewer conversations at once or a shorter"
+                   " history, or raise HERALD_MAX_BATCH_SIZE (or, where the gateway keeps the history, set"
+                   " HERALD_SCORE_EVERY_MESSAGE=false)"}, r.text
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     for content, field, message in (
             ([parts[0], image], "messages[0].content[1].type", "Herald moderates text only: parts of type 'image_url'"),
@@ -160,11 +162,18 @@ def test_an_assistant_refusal_part_is_read_as_its_text(client):
     # OpenAI returns a model's refusal as a part of its own kind; a gateway forwarding the history got a 422 (breaker)
     ask = {"role": "user", "content": "how do I pick a lock"}
     refusal = [{"type": "text", "text": "Sorry."}, {"type": "refusal", "refusal": "I cannot help with that."}]
-    # ending with the assistant's turn, the conversation alone is scored: the refusal's text is in what it reads
-    a, b, c = (client.post("/classify", json={"messages": [ask, {"role": "assistant", "content": content}]})
-               for content in (refusal, "Sorry.\nI cannot help with that.", "Sorry."))
-    assert a.status_code == 200 and a.json()["results"] == b.json()["results"], (a.text, b.text)
-    assert a.json()["results"][0]["tokens"] > c.json()["results"][0]["tokens"]
+    # the refusal's text is read as the message's text: the assistant's message alone, as a user turn, is the one
+    # of its joined text (the prompts of a request are its whole, each message alone and each part alone)
+    a, b, c = (client.post("/classify", json={"messages": [{"role": "assistant", "content": content}],
+                                               "return_trajectory": False}) for content in
+               (refusal, "Sorry.\nI cannot help with that.", "Sorry."))
+    joined = client.post("/classify", json={"input": "Sorry.\nI cannot help with that.", "return_trajectory": False})
+    assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
+    (x,), (y,), (z,), (alone,) = (r.json()["results"] for r in (a, b, c, joined))
+    assert y["score"] >= alone["score"] and x["score"] >= y["score"]  # a's prompts hold b's, and b's the joined text
+    assert (x["score"], x["tokens"]) != (z["score"], z["tokens"])  # not read as "Sorry." alone
+    ask_then = client.post("/classify", json={"messages": [ask, {"role": "assistant", "content": refusal}]})
+    assert ask_then.status_code == 413, ask_then.text  # 1 + 2 messages + 2 parts: over this client's limit of 4
 
 
 def test_openai_chat_messages_are_read_by_role_and_content_and_their_other_fields_accepted(client):
