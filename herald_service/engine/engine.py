@@ -4,8 +4,8 @@ One worker thread owns the backbone. Callers tokenize first (so limits are check
 tokenization overlaps the current forward pass), then submit token ids and receive one
 :class:`concurrent.futures.Future` per prompt. The worker takes a window of waiting prompts, takes its requests in
 arrival order into cohorts of a few batches, sorts each cohort by length, cuts batches under a padded-token budget,
-and answers every prompt of a batch: its result or the batch's error. Cancelled futures (client gone) are dropped before the model sees them; an out-of-memory batch is split and
-retried. At submission (:mod:`herald_service.engine.admission`), work whose own estimated cost exceeds ``max_wait_s``
+and answers every prompt of a batch: its result or the batch's error. Cancelled futures (client gone) are dropped
+before the model sees them; an out-of-memory batch is split and retried. At submission (:mod:`herald_service.engine.admission`), work whose own estimated cost exceeds ``max_wait_s``
 raises :class:`WorkTooLarge`; a full queue, or work that would wait longer than ``max_wait_s`` behind what was
 accepted earlier, raises :class:`QueueFull`. A prompt longer than a chunk is prefilled chunk by chunk, and shorter
 prompts that arrive meanwhile are answered between two chunks (:meth:`InferenceEngine._run_chunked`).
