@@ -907,6 +907,39 @@ def test_a_connection_past_the_open_connection_bound_is_answered_503_and_closed(
                 sock.close()
 
 
+def test_refused_connections_linger_only_up_to_a_bound(monkeypatch):
+    # tester: refused connections held their descriptors for their lingering second uncounted, so a burst of connects
+    # past the bound used up the descriptors it leaves spare, and later clients were reset with no answer
+    import socket
+    import time
+
+    from herald_service.api import http_protocol
+
+    monkeypatch.setattr(http_protocol, "LINGERING_LIMIT", 2)
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    with serving(app, max_connections=1) as port:
+        with socket.create_connection(("127.0.0.1", port)) as held:
+            held.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            held.settimeout(5)
+            assert held.recv(65536).startswith(b"HTTP/1.1 200 ")
+            refused = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+            try:
+                deadline = time.monotonic() + 0.5  # well inside the 1 s a refused connection lingers
+                while rejected_counts(app, ("connections",)) != [5] and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert http_protocol.BoundedHeadersProtocol._lingering == 2  # the other three closed at once
+                for sock in refused:  # each answered 503, lingering or closed at once
+                    assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 503 ")
+            finally:
+                for sock in refused:
+                    sock.close()
+        deadline = time.monotonic() + 5
+        while http_protocol.BoundedHeadersProtocol._lingering and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert http_protocol.BoundedHeadersProtocol._lingering == 0  # counted down as they close
+    assert rejected_counts(app, ("connections",)) == [5]
+
+
 def test_a_list_longer_than_any_field_takes_is_refused_before_it_is_read():
     # Breaker pass: {"input": [3,000,000 x "a"]} (12 MB, under the body limit) held the event loop 14 s, /health/live
     # with it, building 3M prompts before the batch-size check refused it; a 3M-item junk list beside a valid input

@@ -80,6 +80,11 @@ class ParserKeepingItsError:
         return getattr(self._parser, name)
 
 
+LINGERING_LIMIT = 32
+"""Connections refused past ``max_connections`` that may linger at once (answered 503, write side closed, closing
+at the client's end of stream or after 1 s); half of the 64 descriptors ``herald serve`` keeps beyond the bound
+(:data:`~herald_service.config.FILE_DESCRIPTOR_RESERVE`). Past it a refused connection is closed at once."""
+
 REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
 over the bound (400), headers not complete in time (408), not HTTP/1.1 (400), a connection past the open-connection
@@ -148,6 +153,7 @@ if HttpToolsProtocol is not None:
         max_connections: int | None = None
         refused: Callable[[str], None] = staticmethod(lambda reason: None)
         _full_warned_at = float("-inf")  # loop time of the last "connections full" warning, for all connections
+        _lingering = 0  # refused connections lingering in this process (answered 503, not yet closed)
 
         def __init__(self, config: Config, server_state: Any, app_state: dict[str, Any],
                      _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -162,6 +168,7 @@ if HttpToolsProtocol is not None:
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
             self._refusing = False  # a connection past max_connections, answered 503 and closing
+            self._lingers = False  # ... and counted in _lingering until its connection is lost
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -252,6 +259,9 @@ if HttpToolsProtocol is not None:
                 self._arm_header_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if self._lingers:
+                self._lingers = False
+                BoundedHeadersProtocol._lingering -= 1
             self._end_headers()
             super().connection_lost(exc)
             # uvicorn marks only the last request read as disconnected; with a pipelined request read after it, the
@@ -283,6 +293,14 @@ if HttpToolsProtocol is not None:
             # no longer counted as open: closing connections counted for their second, and a stream of connects past
             # the bound kept every client out with no served connection open (tester)
             self.connections.discard(self)
+            if BoundedHeadersProtocol._lingering >= LINGERING_LIMIT:
+                # each lingering connection holds a descriptor the bound does not count: past this many, close at
+                # once (a client that sent its request first may read a reset), or a burst of connects used up the
+                # descriptors the bound leaves spare and further clients were reset with no answer (tester)
+                self.transport.close()
+                return
+            BoundedHeadersProtocol._lingering += 1
+            self._lingers = True
             self.transport.write_eof()
             self.loop.call_later(1.0, self.transport.close)
 
