@@ -266,7 +266,8 @@ class BackboneSettings(BaseSettings):
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Converted backbones and extracted states"
                             " (default: $XDG_CACHE_HOME/herald or ~/.cache/herald).")
 
-    max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (all turns of a conversation).")
+    max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (under herald serve, all turns of a"
+                           " conversation together).")
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
@@ -349,7 +350,7 @@ class Settings(BackboneSettings):
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="Comma-separated keys (HERALD_API_KEYS=k1,k2), each at least 12 characters; empty: no key needed.")
     steer_enabled: bool = Field(False, description="Serve /steer, which removes a safety behaviour on purpose; needs"
-                                " steer_api_key.")
+                                " HERALD_STEER_API_KEY (--steer-api-key).")
     steer_api_key: SecretStr | None = Field(None, description="The bearer key of /steer (at least 12 characters);"
                                             " empty: unset.")
     steer_max_new_tokens: int = Field(128, ge=1, le=2048, description="Most new tokens one /steer request may ask to"
@@ -420,8 +421,9 @@ class Settings(BackboneSettings):
     max_connections: int = Field(
         1000, ge=1, description="HTTP connections open at once; one more is answered 503 (Retry-After: 1) and closed"
         " before its request is read (herald_service/api/http_protocol.py). Set it above the connection pools of the"
-        " gateways that call this replica (keep-alive connections stay open between requests), and below the"
-        " process's file-descriptor limit (ulimit -n), past which no connection is accepted at all."
+        " gateways that call this replica (keep-alive connections stay open between requests). herald serve raises its"
+        " soft file-descriptor limit (ulimit -n) to this plus 64 where the hard limit allows, and warns where it does"
+        " not: past that limit no connection is accepted at all."
     )
     warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"

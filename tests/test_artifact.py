@@ -256,6 +256,8 @@ def _saved(tmp_path, fitted):
     ('"threshold_method": ""', 'threshold_method must be a non-empty string; got ""'),
     ('"target_fpr": 1.5', "target_fpr must be a number between 0 and 1 (a false-positive rate); got 1.5"),
     ('"target_fpr": "0.3"', 'target_fpr must be a number between 0 and 1 (a false-positive rate); got "0.3"'),
+    # a max_f1 probe with a target beside it: a hand edit, and which of the two holds is unknown (tester)
+    ('"target_fpr": 0.3', "target_fpr must be absent unless threshold_method is target_fpr; got 0.3"),
     ('"backbone": [4]', "backbone must be an object with num_layers and hidden_size; got [4]"),
     ('"backbone": {"num_layers": 8}', "backbone.hidden_size is missing; it must be a positive integer"),
     ('"backbone": {"num_layers": 0, "hidden_size": 16}', "backbone.num_layers must be a positive integer; got 0"),

@@ -1044,15 +1044,16 @@ def test_a_data_file_that_is_a_pipe_or_a_device_is_refused_before_anything_loads
         out = herald(*args, "--cache-dir", str(tmp_path / "cache"))
         option = "--test-data" if "--test-data" in args else "--data"
         assert out.returncode == 1 and out.stderr.strip() == (
-            f"herald: {option} /dev/null is a device, not a regular file: fit and eval read a data file twice (its rows,"
-            " then the sha256 they record), and a stream is empty the second time; save it to a file first and give"
-            " that"), (args, out.stderr)
+            f"herald: {option} /dev/null is a device, not a regular file: Herald reads a data file more than once (its"
+            " rows, then the sha256 it records or checks), and a stream is empty the second time; save it to a file"
+            " first and give that"), (args, out.stderr)
     piped = subprocess.run([sys.executable, "-m", "herald_service", "fit", "--data", "/dev/stdin", "--out",
                             str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache")],
                            input=rows.read_text(), capture_output=True, text=True, timeout=120)
     assert piped.returncode == 1 and piped.stderr.strip() == (
-        "herald: --data /dev/stdin is a pipe, not a regular file: fit and eval read a data file twice (its rows, then the"
-        " sha256 they record), and a stream is empty the second time; save it to a file first and give that"), piped.stderr
+        "herald: --data /dev/stdin is a pipe, not a regular file: Herald reads a data file more than once (its rows, then"
+        " the sha256 it records or checks), and a stream is empty the second time; save it to a file first and give"
+        " that"), piped.stderr
     assert not (tmp_path / "cache").exists() and not (tmp_path / "probe").exists()
 
 

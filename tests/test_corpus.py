@@ -48,6 +48,13 @@ def test_rows_are_read_and_a_line_separator_inside_a_string_stays_in_the_prompt(
     ('{"prompt": "x", "label": "benign", "source": "Alpaca\\tEval"}', "line 2: source 'Alpaca\\tEval' holds a control"
      " character (U+0009); a source is named in log lines and in herald report's table rows, so it must be one line of"
      " printable text"),
+    # a right-to-left override reorders a report row, a zero-width space makes two sources look the same (tester)
+    ('{"prompt": "x", "label": "benign", "source": "Alpaca\\u202eEval"}', "line 2: source 'Alpaca\\u202eEval' holds an"
+     " invisible format character (U+202E); a source is named in log lines and in herald report's table rows, so it must"
+     " be one line of printable text"),
+    ('{"prompt": "x", "label": "benign", "source": "Alpaca\\u200bEval"}', "line 2: source 'Alpaca\\u200bEval' holds an"
+     " invisible format character (U+200B); a source is named in log lines and in herald report's table rows, so it must"
+     " be one line of printable text"),
     ('{"prompt": "x", "label": "benign", "source": "s", "context": true}', "line 2: context must be a string or null, got the boolean true"),
     # empty prompts were trained on silently
     ('{"prompt": "", "label": "benign", "source": "s"}', "line 2: prompt is empty or only whitespace; a moderation prompt needs text to be labelled"),
@@ -111,9 +118,9 @@ def test_expand_data_refuses_a_pipe_or_a_device_naming_it(tmp_path):
                                        ([Path("/dev/null")], "--sensitive-data", Path("/dev/null"), "a device")):
         with pytest.raises(ValueError) as refused:
             expand_data(paths, option)
-        assert str(refused.value) == (f"{option} {named} is {kind}, not a regular file: fit and eval read a data file"
-                                      " twice (its rows, then the sha256 they record), and a stream is empty the second"
-                                      " time; save it to a file first and give that")
+        assert str(refused.value) == (f"{option} {named} is {kind}, not a regular file: Herald reads a data file more"
+                                      " than once (its rows, then the sha256 it records or checks), and a stream is"
+                                      " empty the second time; save it to a file first and give that")
     (tmp_path / "a.jsonl").write_text(ROW % ("x", "benign") + "\n")
     os.symlink(tmp_path / "a.jsonl", tmp_path / "link.jsonl")  # a link to a file is that file
     assert expand_data([tmp_path / "link.jsonl"]) == [tmp_path / "link.jsonl"]

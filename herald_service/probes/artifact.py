@@ -257,6 +257,8 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> str:
         raise _bad_field(path, manifest, "threshold_method", "a non-empty string")
     if "target_fpr" in manifest and not (_finite_within(manifest["target_fpr"], 1) and 0 < manifest["target_fpr"] < 1):
         raise _bad_field(path, manifest, "target_fpr", "a number between 0 and 1 (a false-positive rate)")
+    if "target_fpr" in manifest and manifest["threshold_method"] != "target_fpr":  # a hand edit: which one holds?
+        raise _bad_field(path, manifest, "target_fpr", "absent unless threshold_method is target_fpr")
     peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
     if not _integer(peak) or not 1 <= peak <= layers:
         raise _bad_field(path, manifest, "peak_layer", f"an integer decoder layer in 1..{layers}")

@@ -161,14 +161,17 @@ def _source_problem(source: str) -> str | None:
     """What makes ``source`` unusable as a source name, or None. A source name goes into log lines, into the rows of
     ``herald report``'s Markdown tables and into the ``"source|label"`` group keys of the splits and the sample weights:
     a line break or another control character (Unicode category Cc, or a line or paragraph separator, U+2028 and
-    U+2029) split a log line and a table row, and ``|`` a table row and a group key (tester finding)."""
+    U+2029) split a log line and a table row, ``|`` a table row and a group key, and an invisible format character
+    (category Cf: a right-to-left override reorders a table row, a zero-width space makes two sources look the same)
+    misleads whoever reads them (tester findings)."""
     shown = source if len(source) <= 40 else source[:39] + "…"
     if "|" in source:
         return (f"source {shown!r} holds '|', which separates the columns of herald report's tables and the source"
                 " from the label in Herald's group keys; name the source without it")
-    bad = next((c for c in source if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    bad = next((c for c in source if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
     if bad is not None:
-        kind = "a line break" if len(f"a{bad}b".splitlines()) > 1 else "a control character"
+        kind = ("a line break" if len(f"a{bad}b".splitlines()) > 1 else
+                "an invisible format character" if unicodedata.category(bad) == "Cf" else "a control character")
         return (f"source {shown!r} holds {kind} (U+{ord(bad):04X}); a source is named in log lines and in herald"
                 " report's table rows, so it must be one line of printable text")
     return None
@@ -313,9 +316,9 @@ def require_regular_file(path: Path, option: str) -> None:
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return
     kind = "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-    raise ValueError(f"{option} {path} is {kind}, not a regular file: fit and eval read a data file twice (its rows, then"
-                     " the sha256 they record), and a stream is empty the second time; save it to a file first and give"
-                     " that")
+    raise ValueError(f"{option} {path} is {kind}, not a regular file: Herald reads a data file more than once (its rows,"
+                     " then the sha256 it records or checks), and a stream is empty the second time; save it to a file"
+                     " first and give that")
 
 
 def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
