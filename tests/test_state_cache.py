@@ -64,3 +64,27 @@ def test_a_damaged_cache_entry_is_named_extracted_again_and_replaced(tmp_path, c
         healed = states_of_token_ids(backbone, ids, StateCache(tmp_path, backbone))
     np.testing.assert_array_equal(healed, fresh)
     assert backbone.forwarded == 0 and not caplog.records  # every entry read from the healed cache
+
+
+def test_a_pickled_entry_and_a_folder_in_an_entry_s_place_are_named(tmp_path, caplog):
+    # tester: random bytes were warned about with numpy's advice to load the file unsafely, and a folder where an
+    # entry goes ended the run with a raw "[Errno 21] Is a directory" and a .tmp file left behind
+    import pytest
+
+    backbone = CountingBackbone()
+    ids = backbone.encode([user_turn(p) for p in PROMPTS[:2]])
+    cache = StateCache(tmp_path, backbone)
+    states_of_token_ids(backbone, ids, cache)
+    pickled, folder = cache.path(ids[0]), cache.path(ids[1])
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    folder.unlink()
+    folder.mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert cache.get(ids[0]) is None
+    assert f"extracted-state cache entry {pickled} holds pickled (object) data, not a states array" in caplog.text
+    assert "unsafely" not in caplog.text
+    with pytest.raises(OSError) as refused:
+        cache.put(ids[1], np.zeros((8, 16), dtype=np.float32))
+    assert str(refused.value).startswith(f"cannot write the extracted-state cache entry {folder} (Is a directory);"
+                                         " remove what is there, or give another --cache-dir")
+    assert not list(folder.parent.glob("*.tmp"))

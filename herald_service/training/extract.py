@@ -80,7 +80,9 @@ class StateCache:
         try:
             states = np.load(path, allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file; ValueError: a bad header or size
-            problem = f"cannot be read ({type(exc).__name__}: {exc})"
+            # numpy's own message for an object array advises loading it unsafely, which a cache entry never needs
+            problem = ("holds pickled (object) data, not a states array" if "pickle" in str(exc) else
+                       f"cannot be read ({type(exc).__name__}: {exc})")
         else:
             problem = self._problem(states)
             if problem is None:
@@ -101,13 +103,22 @@ class StateCache:
 
     def put(self, token_ids: Sequence[int], states: np.ndarray) -> None:
         """Write ``states`` ``(layer, d_model)`` as float32 to the entry of ``token_ids``, atomically (a temporary file
-        renamed over it): a reader sees the old entry or the new one, never half of one."""
+        renamed over it): a reader sees the old entry or the new one, never half of one.
+
+        Raises:
+            OSError: the entry cannot be replaced (a folder in its place), naming it; the temporary file is removed.
+        """
         path = self.path(token_ids)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         with tmp.open("wb") as fh:
             np.save(fh, states.astype(np.float32))
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # a folder where the entry goes: the raw "[Errno 21] Is a directory", a .tmp left behind
+            tmp.unlink(missing_ok=True)
+            raise OSError(f"cannot write the extracted-state cache entry {path} ({exc.strerror}); remove what is there,"
+                          " or give another --cache-dir") from exc
 
 
 def extract_states(
