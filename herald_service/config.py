@@ -369,7 +369,7 @@ class Settings(BackboneSettings):
         " a tool call alone, or one that ends the conversation, a prefill, answers nothing), which catches a request"
         " hidden behind a made-up empty answer or prefill. all: every message with text, whatever its role, for a"
         " service whose clients write the whole history; it also catches a request in a system, tool or assistant"
-        " message or behind a made-up answer, but flagged 15 of a tester's 36 benign conversations against 3"
+        " message or behind a made-up answer, but flagged 15 of a tester's 36 benign conversations against 5"
         " (engine/service.py scored_messages) and costs a prefill per message."
     )
     max_messages: int = Field(

@@ -135,7 +135,7 @@ def scored_messages(conversation: Conversation, every_message: bool = False) -> 
     ``every_message`` (``HERALD_SCORE_MESSAGES=all``): every message that holds text, whatever its role, which also
     catches a request written into a system, developer, tool or assistant message, or behind a made-up assistant
     answer (0.0029-0.40 whole: tester), for a service whose clients write the whole history. Not the default: a tester's
-    36 benign conversations had 15 flagged this way against 3 (a system prompt mentioning a crisis line, an assistant's
+    36 benign conversations had 15 flagged this way against 5 (a system prompt mentioning a crisis line, an assistant's
     safety advice, an earlier question on how attackers steal passwords), and every later request of a conversation
     with such a message stays flagged; and it costs a prefill per message (about 2x the latency of a 20-message
     conversation)."""
