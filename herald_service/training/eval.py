@@ -415,13 +415,13 @@ def probe_trained_on(test_paths: list[Path], probe_folder: Path, probe_manifest:
     Raises:
         OSError: a file that cannot be read (:func:`read_test_data` has read it already).
     """
-    import hashlib
+    from herald_service.backbone.loader import sha256_file
 
     fitted = {entry.get("sha256"): entry.get("file") for entry in (probe_manifest.get("training_data") or {}).get("files", [])
               if isinstance(entry, dict)}
     out = {}
     for path in test_paths:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = sha256_file(path)
         out[path.name] = digest in fitted
         if out[path.name]:
             log.warning("--test-data %s: the --probe %s was trained on this file (its probe.json records %s with the same"
