@@ -821,13 +821,19 @@ def labeled_rows(path, n: int = 10) -> None:
                             f'{{"prompt": "b{i}", "label": "benign", "source": "b"}}\n' for i in range(n)))
 
 
+def fit_and_eval(tmp_path, *args: str):
+    """``herald fit ARGS`` and ``herald eval ARGS``, each writing under ``tmp_path`` (never the repo's committed
+    probe or results) and caching in ``tmp_path / "cache"``: ``(command, completed process)`` pairs, fit first."""
+    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
+        yield command, herald(command, *args, "--out", str(written), "--cache-dir", str(tmp_path / "cache"))
+
+
 def test_fit_and_eval_refuse_a_prompt_given_with_both_labels_naming_its_lines(tmp_path):
     data = tmp_path / "data.jsonl"
     labeled_rows(data)
     other = tmp_path / "other.jsonl"
     other.write_text('{"prompt": "b9", "label": "harmful", "source": "x"}\n\n{"prompt": "h0", "label": "benign", "source": "x"}\n')
-    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):  # never the repo's
-        out = herald(command, "--data", f"{data},{other}", "--out", str(written), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", f"{data},{other}"):
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: the prompt 'h0' has both labels: {data} line 1 (harmful), {other} line 3 (benign); 2 prompts of"
             " the data have both labels: give each prompt one label"), out.stderr
@@ -896,8 +902,7 @@ def test_fit_and_eval_refuse_a_source_name_that_splits_a_log_line_or_a_table_row
     labeled_rows(data)
     with data.open("a") as rows:
         rows.write('{"prompt": "z", "label": "benign", "source": "b\\r\\nc"}\n')
-    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
-        out = herald(command, "--data", str(data), "--out", str(written), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", str(data)):
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: {data} line 21: source 'b\\r\\nc' holds a line break (U+000D); a source is named in log lines and in"
             " herald report's table rows, so it must be one line of printable text"), out.stderr
@@ -951,9 +956,7 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
     data = tmp_path / "data.jsonl"
     labeled_rows(data)  # 10 of each label, one source each
     missing = unloadable_backbone(tmp_path)
-    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
-        out = herald(command, "--data", str(data), "--max-per-source", "3", "--out", str(written), "--backbone",
-                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", str(data), "--max-per-source", "3", "--backbone", str(missing)):
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --max-per-source 3 leaves 3 benign rows of the data ({data}: at most 3 per source and label); a"
             " probe needs at least 8 of each label: its test, calibration and fit parts each need both; raise"
@@ -961,23 +964,18 @@ def test_a_max_per_source_that_leaves_too_few_rows_is_refused_before_the_backbon
     sources = tmp_path / "sources.jsonl"  # 4 sources of each label: 12 rows each after the cap, but groups of 3
     sources.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
                                for label in ("harmful", "benign") for s in range(4) for i in range(5)))
-    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
-        out = herald(command, "--data", str(sources), "--max-per-source", "3", "--out", str(written), "--backbone",
-                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", str(sources), "--max-per-source", "3", "--backbone", str(missing)):
         assert out.returncode == 1 and out.stderr.strip() == (
             "herald: --max-per-source 3 (at most 3 rows per source and label) and --test-fraction 0.2 leave no benign"
             " row in the calibration part: the test part takes a share of each (source, label) group and calibration"
             " a quarter of the rest, both rounded, so a group of 2 training rows gives calibration none; raise"
             " --max-per-source or give more benign rows per source"), (command, out.stderr)
-        out = herald(command, "--data", str(sources), "--max-per-source", "4", "--out", str(written), "--backbone",
-                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", str(sources), "--max-per-source", "4", "--backbone", str(missing)):
         assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
     small = tmp_path / "small.jsonl"  # groups of 3 under the default cap of 150: the cap cut nothing, so is not blamed
     small.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
                              for label in ("harmful", "benign") for s in range(4) for i in range(3)))
-    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
-        out = herald(command, "--data", str(small), "--out", str(written), "--backbone", str(missing), "--cache-dir",
-                     str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", str(small), "--backbone", str(missing)):
         assert out.returncode == 1 and out.stderr.strip() == (
             "herald: --test-fraction 0.2 leaves no benign row in the calibration part: the test part takes a share of"
             " each (source, label) group and calibration a quarter of the rest, both rounded, so a group of 2 training"
@@ -1211,15 +1209,13 @@ def test_a_test_fraction_that_leaves_the_test_part_a_label_short_is_refused_befo
     data = tmp_path / "data.jsonl"
     labeled_rows(data, 20)  # one source of 20 rows per label: round(20 x 0.01) = 0 test rows
     missing = unloadable_backbone(tmp_path)
-    for command, written in (("fit", tmp_path / "probe"), ("eval", tmp_path / "results.json")):
-        out = herald(command, "--data", str(data), "--test-fraction", "0.01", "--out", str(written), "--backbone",
-                     str(missing), "--cache-dir", str(tmp_path / "cache"))
+    for command, out in fit_and_eval(tmp_path, "--data", str(data), "--test-fraction", "0.01", "--backbone", str(missing)):
         assert out.returncode == 1 and out.stderr.strip() == (
             "herald: --test-fraction 0.01 leaves 0 harmful and 0 benign rows in the held-out test part, whose metrics"
             " need at least one of each: it takes that share of each (source, label) group of 2 or more rows, rounded,"
             " so the largest benign group (20 rows) gives it none; raise --test-fraction above 0.025"), (command, out.stderr)
-        out = herald(command, "--data", str(data), "--test-fraction", "0.026", "--out", str(written), "--backbone",
-                     str(missing), "--cache-dir", str(tmp_path / "cache"))  # round(20 x 0.026) = 1: on to the load
+    # round(20 x 0.026) = 1: on to the load
+    for command, out in fit_and_eval(tmp_path, "--data", str(data), "--test-fraction", "0.026", "--backbone", str(missing)):
         assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
 
 
