@@ -27,6 +27,7 @@ from herald_service.config import (
     EMBEDDED_BACKBONE, FILE_DESCRIPTOR_RESERVE, BackboneSettings, Device, DType, LogLevel, Settings, default_cache_dir,
 )
 from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
+from herald_service.training.corpus import DEFAULT_TEST_FRACTION
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
 if typing.TYPE_CHECKING:
@@ -101,12 +102,15 @@ class LocalCommand(BackboneSettings):
     prompts to ``herald classify``.
     """
 
-    # herald serve's setting, which said "herald serve's log level" in these commands' --help too; they configure no
-    # logging, so Python's last-resort handler prints their warnings and errors, whatever the level
-    log_level: LogLevel = Field("info", description=(
-        "Not used by this command: it prints its results on stdout and warnings and errors only on stderr, at any"
-        " level. Accepted, from HERALD_LOG_LEVEL or a .env too, because it is herald serve's setting and a .env may"
-        " serve both."))
+    # herald serve's setting (HERALD_LOG_LEVEL, a .env may serve both); here it was accepted and did nothing (tester)
+    log_level: LogLevel = Field("warning", description=(
+        "Log lines on stderr at this level and above, in herald serve's format; results go to stdout whatever the"
+        " level. info adds the backbone load and conversion, debug the libraries' detail."))
+
+    def start_logging(self) -> None:
+        """Send log lines at ``log_level`` and above to stderr in :data:`LOG_FORMAT`, as fit and eval do; the first
+        step of each command's ``cli_cmd``."""
+        logging.basicConfig(level=self.log_level.upper(), format=LOG_FORMAT)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -300,6 +304,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     trajectory: bool = Field(False, description="Add each prompt's per-layer projections (one per decoder layer).")
 
     def cli_cmd(self) -> None:
+        self.start_logging()
         from herald_service.errors import InputTooLarge
 
         words = prompt_words(self.text, "classify")
@@ -493,6 +498,7 @@ class ReferenceCommand(LocalCommand):
         " dtype), bfloat16 or auto (herald serve's default on the CPU); the block records which."))
 
     def cli_cmd(self) -> None:
+        self.start_logging()
         import fcntl
         from datetime import datetime, timezone
 
@@ -549,7 +555,7 @@ class FitCommand(BaseModel):
     max_per_source: int | None = Field(150, ge=1, description=(
         "Most prompts kept per (source, label) group, drawn with --seed, so no large source dominates; null for all."))
     max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
-    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False, description=(
+    test_fraction: float = Field(DEFAULT_TEST_FRACTION, gt=0, lt=1, allow_inf_nan=False, description=(
         "Share of each (source, label) group (rounded; a group of one prompt stays in training) held out of the fit"
         " for the held-out metrics probe.json records; between 0 and 1."))
     threshold_method: Literal["max_f1", "target_fpr"] = Field("max_f1", description=(
@@ -595,6 +601,11 @@ class FitCommand(BaseModel):
             raise ValueError(f"--target-fpr {self.target_fpr:g} applies to --threshold-method target_fpr only; with"
                              f" --threshold-method {self.threshold_method} it would be ignored: add --threshold-method"
                              " target_fpr or leave --target-fpr out")
+        if "jailbreak_templates" in self.model_fields_set and self.jailbreak_templates is not None \
+                and not self.jailbreak_train_per_class:  # fit reads them only for wrapped training rows: it was ignored
+            raise ValueError(f"--jailbreak-templates {self.jailbreak_templates} is read only for"
+                             " --jailbreak-train-per-class above 0 (fit adds no jailbreak-wrapped rows without it): add"
+                             " --jailbreak-train-per-class N or leave --jailbreak-templates out")
         check_default_data(self)
         if self.out is not None:
             check_probe_out(self.out)
@@ -636,6 +647,7 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
 
     def cli_cmd(self) -> None:
+        self.start_logging()
         from herald_service.errors import InputTooLarge
 
         texts = prompt_words(self.text, "plot")
@@ -751,6 +763,7 @@ class SteerEvalCommand(LocalCommand):
             raise SystemExit(f"herald steer-eval: --layers {exc}") from None
 
     def cli_cmd(self) -> None:
+        self.start_logging()
         if isinstance(self.layers, list):
             self._check_layers(None)  # a layer below 1 or twice: refused now, not after the backbone's load
         lines = read_prompt_lines(self.file, f"herald steer-eval: {self.file}")
@@ -801,7 +814,7 @@ class EvalCommand(BaseModel):
     max_per_source: int | None = Field(150, ge=1, description=(
         "Most prompts kept per (source, label) group, drawn with --seed, as in `herald fit`; null for all."))
     max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
-    test_fraction: float = Field(0.2, gt=0, lt=1, allow_inf_nan=False, description=(
+    test_fraction: float = Field(DEFAULT_TEST_FRACTION, gt=0, lt=1, allow_inf_nan=False, description=(
         "Share of each (source, label) group (rounded; a group of one prompt stays in training) held out as the"
         " random split's test part, which no protocol trains on; between 0 and 1."))
     seed: Seed = Field(0, description=(

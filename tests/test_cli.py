@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -256,10 +257,25 @@ def test_help_names_the_valid_values_and_units():
                                                          " false-positive rate allowed")
     # the local commands said "herald serve's log level ... info logs one line per request", which they never log
     for command in ("classify", "plot", "reference", "steer-eval"):
-        assert option_help(command)["--log-level"].startswith("{debug,info,warning,error} Not used by this command: it"
-                                                              " prints its results on stdout and warnings and errors"
-                                                              " only on stderr, at any level."), command
+        assert option_help(command)["--log-level"].startswith("{debug,info,warning,error} Log lines on stderr at this"
+                                                              " level and above, in herald serve's format; results go"
+                                                              " to stdout whatever the level."), command
     assert option_help("serve")["--log-level"].startswith("{debug,info,warning,error} herald serve's log level")
+
+
+def test_the_local_commands_log_at_the_level_given():
+    # --log-level was accepted by classify, plot, reference and steer-eval and did nothing (tester finding)
+    quiet = herald("classify", "bake", "bread", HERALD_FAKE_BACKEND="true")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    for given in (("--log-level", "info"), ("--log-level", "INFO")):
+        out = herald("classify", *given, "bake", "bread", HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 0 and out.stdout == quiet.stdout, out.stderr
+        lines = out.stderr.splitlines()
+        assert len(lines) == 1 and re.fullmatch(
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO herald_service\.engine\.runtime: loaded the fake backbone"
+            r" \(8 layers, d=16\) with a probe fitted on its 240 synthetic prompts", lines[0]), out.stderr
+    out = herald("classify", "bake", "bread", HERALD_FAKE_BACKEND="true", HERALD_LOG_LEVEL="info")  # serve's variable
+    assert out.returncode == 0 and "INFO herald_service.engine.runtime: loaded the fake backbone" in out.stderr
 
 
 def test_classify_refuses_non_utf8_and_over_long_text_in_one_line():
@@ -925,6 +941,15 @@ def test_fit_takes_jailbreak_templates_null_as_eval_and_recipes_do(tmp_path):
         out = herald("fit", "--data", str(data), "--jailbreak-templates", "null", "--out", str(tmp_path / "probe"))
     assert out.returncode == 0, out.stderr
     assert [(o.jailbreak_templates, o.jailbreak_train_per_class) for o in given] == [(None, 0)]
+    # a templates file without wrapped training rows was read by nothing, silently (tester finding)
+    templates = tmp_path / "templates.jsonl"
+    templates.write_text('{"template": "Pretend: {{ prompt }}"}\n')
+    out = herald("fit", "--data", str(data), "--jailbreak-templates", str(templates), "--out", str(tmp_path / "probe"),
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --jailbreak-templates {templates} is read only for --jailbreak-train-per-class above 0 (fit adds no"
+        " jailbreak-wrapped rows without it): add --jailbreak-train-per-class N or leave --jailbreak-templates out"), out.stderr
+    assert len(given) == 1
     out = herald("fit", "--data", str(data), "--jailbreak-templates", "null", "--jailbreak-train-per-class", "80",
                  "--out", str(tmp_path / "probe"), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and out.stderr.strip() == (
@@ -1217,6 +1242,21 @@ def test_a_test_fraction_that_leaves_the_test_part_a_label_short_is_refused_befo
     # round(20 x 0.026) = 1: on to the load
     for command, out in fit_and_eval(tmp_path, "--data", str(data), "--test-fraction", "0.026", "--backbone", str(missing)):
         assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
+    # the other end: --test-fraction 0.9 leaves 2 training rows per label and calibration a quarter of them, rounded:
+    # none. The remedy named first is a lower fraction (the message advised only more rows: tester finding)
+    for command, out in fit_and_eval(tmp_path, "--data", str(data), "--test-fraction", "0.9", "--backbone", str(missing)):
+        assert out.returncode == 1 and out.stderr.strip() == (
+            "herald: --test-fraction 0.9 leaves no benign row in the calibration part: the test part takes a share of"
+            " each (source, label) group and calibration a quarter of the rest, both rounded, so a group of 2"
+            " training rows gives calibration none; lower --test-fraction (the default is 0.2) or give more benign"
+            " rows per source"), (command, out.stderr)
+    data.write_text("".join(f'{{"prompt": "{label}{s}-{i}", "label": "{label}", "source": "{label}{s}"}}\n'
+                            for label in ("harmful", "benign") for s in range(3) for i in range(20)))
+    for command, out in fit_and_eval(tmp_path, "--data", str(data), "--test-fraction", "0.9", "--max-per-source", "10",
+                                     "--backbone", str(missing)):
+        assert out.returncode == 1 and out.stderr.strip().endswith(
+            "gives calibration none; lower --test-fraction (the default is 0.2), raise --max-per-source or give more"
+            " benign rows per source"), (command, out.stderr)
 
 
 def test_eval_refuses_learning_curve_sizes_whose_draws_cannot_be_calibrated_before_the_backbone_loads(tmp_path):

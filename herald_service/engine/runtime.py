@@ -109,6 +109,8 @@ def fake_runtime() -> Runtime:
         "backbone": backbone_manifest(backbone.info),
         "training_data": {"synthetic": len(prompts)},
     }
+    log.info("loaded the fake backbone (%d layers, d=%d) with a probe fitted on its %d synthetic prompts",
+             backbone.info.num_layers, backbone.info.hidden_size, len(prompts))
     return Runtime(backbone, probe, manifest, "fake-backbone")  # no folder: fitted at start-up, named as its backbone
 
 

@@ -240,6 +240,10 @@ def require_both_labels(examples: list[Example], files: list[Path], max_per_sour
                          f"and fit parts each need both{advice}")
 
 
+DEFAULT_TEST_FRACTION = 0.2
+"""``--test-fraction`` of herald fit and eval when none is given: the share of each (source, label) group held out."""
+
+
 def require_split_parts(examples: list[Example], test_fraction: float, seed: int, max_per_source: int | None) -> None:
     """Refuse, before any model loads, rows whose random split (:func:`stratified_split`) leaves a label out of the
     held-out test part, or whose calibration split (:func:`~herald_service.probes.probe.calibration_mask`, with
@@ -291,10 +295,14 @@ def require_split_parts(examples: list[Example], test_fraction: float, seed: int
         capped = cap_binds(examples, label, max_per_source)
         lead = (f"--max-per-source {max_per_source} (at most {max_per_source} rows per source and label) and "
                 f"--test-fraction {test_fraction} leave" if capped else f"--test-fraction {test_fraction} leaves")
-        advice = "raise --max-per-source or give" if capped else "give"
+        # a large --test-fraction (0.99) is the cause to undo first: more rows alone would not have been the remedy
+        remedies = [f"lower --test-fraction (the default is {DEFAULT_TEST_FRACTION})"] if test_fraction > DEFAULT_TEST_FRACTION else []
+        remedies += ["raise --max-per-source"] if capped else []
+        remedies.append(f"give more {name} rows per source")
+        advice = " or ".join([", ".join(remedies[:-1]), remedies[-1]]) if len(remedies) > 1 else remedies[0]
         raise ValueError(f"{lead} {part}: the test part takes a share of each (source, label) group and calibration a "
                          f"quarter of the rest, both rounded, so a group of 2 training rows gives calibration none; "
-                         f"{advice} more {name} rows per source")
+                         f"{advice}")
 
 
 def require_regular_file(path: Path, option: str) -> None:
