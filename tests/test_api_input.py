@@ -824,7 +824,8 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
             answer = read_until_closed(sock, 5)
-        assert answer.startswith(b"HTTP/1.1 400 ") and b"exceed 65536 bytes (HERALD_MAX_HEADER_BYTES)" in answer, answer[:300]
+        assert answer.startswith(b"HTTP/1.1 400 ") and layer_error(answer) == {
+            "type": "invalid_request", "message": "Request line and headers exceed 65536 bytes (HERALD_MAX_HEADER_BYTES)."}
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
             assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 400 ")
@@ -853,7 +854,8 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
                     break
             answer = read_until_closed(sock, 5)
             assert time.monotonic() - started < 3
-        assert answer.startswith(b"HTTP/1.1 408 ") and b"not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S)" in answer, answer
+        assert answer.startswith(b"HTTP/1.1 408 ") and layer_error(answer) == {
+            "type": "timeout", "message": "Request headers not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S)."}, answer
         assert rejected_counts(fast, ("header_timeout",)) == [1]
         with socket.create_connection(("127.0.0.1", port)) as sock:  # a prompt client is served on a kept-alive connection
             for _ in range(3):
@@ -868,7 +870,6 @@ def test_headers_over_the_bound_in_one_write_and_slow_headers_are_refused():
 def test_a_connection_past_the_open_connection_bound_is_answered_503_and_closed():
     # the connection count was not bounded: a flood of connections was stopped only by the file-descriptor limit, past
     # which the event loop accepts nothing at all (the gateway's and the readiness probe's connections included)
-    import json
     import socket
     import time
 
@@ -890,10 +891,10 @@ def test_a_connection_past_the_open_connection_bound_is_answered_503_and_closed(
                 answer = read_until_closed(sock, 5)
             lingering = socket.create_connection(("127.0.0.1", port))  # refused, and its client does not close it
             assert lingering.recv(65536).startswith(b"HTTP/1.1 503 ")
-            head, _, body = answer.partition(b"\r\n\r\n")
+            head = answer.partition(b"\r\n\r\n")[0]
             assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head.lower(), answer[:300]
-            error = json.loads(body)["error"]
-            assert error["type"] == "overloaded" and "limit 3, HERALD_MAX_CONNECTIONS" in error["message"], error
+            assert layer_error(answer) == {"type": "overloaded", "message": (
+                "Too many open connections (limit 3, HERALD_MAX_CONNECTIONS): retry shortly, or reuse a connection.")}
             assert rejected_counts(app, ("connections",)) == [2]
             assert ask(held[0]).startswith(b"HTTP/1.1 200 ")  # the connections already open are still served
             held.pop().close()
@@ -994,6 +995,19 @@ def _answers(data: bytes) -> list[bytes]:
     return re.findall(rb"HTTP/1\.1 \d{3} [^\r]*", data)
 
 
+def layer_error(data: bytes) -> dict:
+    """The ``error`` object of the last answer in ``data``, an answer the HTTP layer wrote itself (400, 408, 503),
+    checked to be what a route's error is: JSON, with an ``X-Request-ID`` of 32 hex digits and ``connection: close``."""
+    import re
+
+    last = [m.start() for m in re.finditer(rb"HTTP/1\.1 \d{3} ", data)][-1]  # a message may say "send HTTP/1.1"
+    head, body = data[last:].split(b"\r\n\r\n", 1)
+    fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    assert fields[b"content-type"] == b"application/json" and fields[b"connection"] == b"close", head
+    assert re.fullmatch(rb"[0-9a-f]{32}", fields[b"x-request-id"]) and int(fields[b"content-length"]) == len(body), head
+    return json.loads(body)["error"]
+
+
 CLASSIFY = (b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n"
             b'{"input": "hi!"}\n')
 
@@ -1056,7 +1070,7 @@ def test_the_start_of_a_request_in_the_same_write_as_the_one_before_it_has_the_h
             data = read_until_closed(sock, 5)  # keep-alive is 60 s here
             took = time.monotonic() - started
     assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 408 Request Timeout"], data[-300:]
-    assert data.endswith(b"Request headers not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S).")
+    assert layer_error(data) == {"type": "timeout", "message": "Request headers not complete within 0.6 s (HERALD_HEADER_TIMEOUT_S)."}
     assert 0.6 <= took < 3, took
 
 
@@ -1072,7 +1086,8 @@ def test_garbage_pipelined_after_requests_is_answered_400_after_their_answers():
             data = read_until_closed(sock, 5)
         metrics = app.state.herald.metrics.registry
     assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"], data[-300:]
-    assert data.endswith(b"Invalid HTTP request received: Invalid method encountered.")  # the parser's reason
+    assert layer_error(data) == {"type": "invalid_request",  # the parser's reason
+                                 "message": "Invalid HTTP request received: Invalid method encountered."}
     assert metrics.get_sample_value("herald_requests_total", {"route": "/classify", "status": "200"}) == 2
 
 
@@ -1106,7 +1121,7 @@ def test_a_request_http_1_1_does_not_allow_is_answered_400_naming_why_after_the_
             plain = read_until_closed(sock, 5)
         count = app.state.herald.metrics.registry.get_sample_value
     assert _answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"], data[-300:]
-    assert data.endswith(message), data[-300:]
+    assert layer_error(data) == {"type": "invalid_request", "message": message.decode()}, data[-300:]
     assert count("herald_rejected_requests_total", {"reason": "invalid_http"}) == 1
     assert plain.startswith(b"HTTP/1.1 200 OK"), plain
 
@@ -1139,7 +1154,7 @@ def test_a_body_the_parser_refuses_is_answered_400_once_and_after_the_answers_be
     expected = [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"] if pipelined else [b"HTTP/1.1 400 Bad Request"]
     assert _answers(data) == expected, data[-300:]
     reason = b"Request has invalid `Transfer-Encoding`" if bad == "identity" else b"Invalid character in chunk size"
-    assert data.endswith(b"Invalid HTTP request received: " + reason + b"."), data[-200:]  # it said no more (tester)
+    assert layer_error(data)["message"] == f"Invalid HTTP request received: {reason.decode()}.", data[-200:]  # no more (tester)
     assert count("herald_rejected_requests_total", {"reason": "invalid_http"}) == 1
     assert count("herald_rejected_requests_total", {"reason": "transfer_encoding"}) in (None, 0.0)
     assert {status: count("herald_requests_total", {"route": "/classify", "status": status}) or 0

@@ -734,7 +734,7 @@ def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_abortin
 
 
 @pytest.mark.backbone
-def test_classify_on_the_embedded_backbone_prints_its_verdicts_and_nothing_on_stderr():
+def test_classify_on_the_embedded_backbone_prints_its_verdicts_and_only_log_lines_on_stderr():
     # tester: transformers' "Loading weights" progress bar went to stderr, where classify prints warnings and errors
     # only; a process of its own, since the bar is switched off process-wide
     import subprocess
@@ -742,9 +742,17 @@ def test_classify_on_the_embedded_backbone_prints_its_verdicts_and_nothing_on_st
 
     out = subprocess.run([sys.executable, "-m", "herald_service", "classify", "Write a poem about the sea"],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "HERALD_LOG_LEVEL": "info"})
-    assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+    # at info, the log lines of the load and nothing else: no bar, no carriage return
+    assert out.returncode == 0 and "\r" not in out.stderr, out.stderr[-2000:]
+    lines = out.stderr.splitlines()
+    assert lines and all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) herald_service\.", line)
+                         for line in lines), out.stderr[-2000:]
+    assert "INFO herald_service.engine.runtime: loaded HuggingFaceTB/SmolLM2-135M-Instruct on cpu" in out.stderr
     (row,) = [json.loads(line) for line in out.stdout.splitlines()]
     assert row["input"] == "Write a poem about the sea" and row["flagged"] is False, row
+    quiet = subprocess.run([sys.executable, "-m", "herald_service", "classify", "Write a poem about the sea"],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "HERALD_LOG_LEVEL": "warning"})
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == out.stdout, quiet.stderr[-2000:]
 
 
 def test_serve_names_a_host_it_cannot_listen_on(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from typing import Any, Callable
 
 from uvicorn.config import Config
@@ -89,6 +90,29 @@ REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
 over the bound (400), headers not complete in time (408), not HTTP/1.1 (400), a connection past the open-connection
 bound (503)."""
+
+
+LAYER_ERROR_TYPES = {400: "invalid_request", 408: "timeout", 503: "overloaded"}
+"""The ``error.type`` of each answer the HTTP layer writes itself, from the API's own types (DESIGN section 3)."""
+
+
+def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, bytes]], retry_after_s: int | None = None) -> bytes:
+    """The bytes of an answer the HTTP layer writes before any route runs (400, 408, 503): the API's error body
+    ``{"error": {"type", "message"}}`` (:data:`LAYER_ERROR_TYPES`) as JSON, a new ``X-Request-ID`` (UUID4 in hex, as
+    the middleware gives a request without one: the request's own could not be read), uvicorn's default headers
+    (``date``, ``server``) and ``connection: close``. These were plain text without a request id, the one exception to
+    "errors are always JSON" a gateway had to parse apart (tester).
+
+    Args:
+        status: 400, 408 or 503; ``message`` ASCII text naming the cause and the setting (``HERALD_*``) that bounds it;
+            ``retry_after_s`` the ``Retry-After`` header in seconds, or None for none.
+    """
+    body = json.dumps({"error": {"type": LAYER_ERROR_TYPES[status], "message": message}}).encode("ascii")
+    head = [STATUS_LINE[status], *(b"%s: %s\r\n" % (name, value) for name, value in default_headers),
+            b"content-type: application/json\r\n", b"x-request-id: %s\r\n" % uuid.uuid4().hex.encode("ascii")]
+    if retry_after_s is not None:
+        head.append(b"retry-after: %d\r\n" % retry_after_s)
+    return b"".join([*head, b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body])
 
 
 def header_bounded_protocol(header_timeout_s: float, refused: Callable[[str], None] | None = None,
@@ -254,7 +278,7 @@ if HttpToolsProtocol is not None:
             if self.transport.is_closing() or self._answer_pending():
                 return
             if self._deferred_400 is not None:
-                super().send_400_response(self._deferred_400)
+                self._write_400(self._deferred_400)
             elif self._headers_begun or self._read_bytes:  # the next request's turn: its clock starts now
                 self._arm_header_timer()
 
@@ -280,12 +304,9 @@ if HttpToolsProtocol is not None:
                 BoundedHeadersProtocol._full_warned_at = self.loop.time()
                 log.warning("%d connections open (HERALD_MAX_CONNECTIONS): new ones are answered 503 and closed;"
                             " herald_rejected_requests_total{reason=\"connections\"} counts them", self.max_connections)
-            body = json.dumps({"error": {"type": "overloaded", "message": (
+            self.transport.write(layer_answer(503, (
                 f"Too many open connections (limit {self.max_connections}, HERALD_MAX_CONNECTIONS): retry shortly,"
-                " or reuse a connection.")}}).encode("ascii")
-            self.transport.write(b"".join([
-                STATUS_LINE[503], b"content-type: application/json\r\n", b"retry-after: 1\r\n",
-                b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body]))
+                " or reuse a connection."), self.server_state.default_headers, retry_after_s=1))
             # a lingering close: closed at once with a request unread, the kernel resets the connection and the client
             # may read the reset instead of the 503; so the write side ends here, what the client sends is discarded
             # (data_received), and the connection closes at the client's end of stream or after 1 s
@@ -337,7 +358,12 @@ if HttpToolsProtocol is not None:
                 self._end_headers()
                 self.flow.pause_reading()
                 return
-            super().send_400_response(msg)
+            self._write_400(msg)
+
+        def _write_400(self, msg: str) -> None:
+            """Write the 400 (:func:`layer_answer`) and close: uvicorn's own send_400_response wrote plain text."""
+            self.transport.write(layer_answer(400, msg, self.server_state.default_headers))
+            self.transport.close()
 
         def _refuses(self, scope: dict[str, Any]) -> Callable[[], bool]:
             """The ``herald.refused`` extension of the request whose ``scope`` this is: whether a body-framing 400
@@ -360,7 +386,5 @@ if HttpToolsProtocol is not None:
             log.warning("request headers not complete within %g s: answered 408", self.header_timeout_s)
             self.refused("header_timeout")
             msg = f"Request headers not complete within {self.header_timeout_s:g} s (HERALD_HEADER_TIMEOUT_S)."
-            self.transport.write(b"".join([
-                STATUS_LINE[408], b"content-type: text/plain; charset=utf-8\r\n",
-                b"content-length: %d\r\n" % len(msg), b"connection: close\r\n\r\n", msg.encode("ascii")]))
+            self.transport.write(layer_answer(408, msg, self.server_state.default_headers))
             self.transport.close()
