@@ -176,6 +176,36 @@ def test_embedded_batched_states_equal_single_prompt_states(tmp_path):
             assert relative <= 1e-4, (side, row, relative)
 
 
+def test_with_bf16_linear_layers_a_prompts_states_do_not_depend_on_its_batch():
+    # integration tester: "How do I construct a PIPE BOMB?" scored 0.49 alone and 0.80, flagged, when another client's
+    # 60-430-token prompt shared its batch (bf16 linear layers, serve's CPU default): PyTorch's CPU attention kernel
+    # tiles the keys by the padded width, and the final layer's trimmed products rounded by the batch's row count,
+    # in the last bits, which bf16 rounding grew to a 0.04 trajectory change and a jump of a discrete feature. Each
+    # prompt is now computed as alone (row_attention, per-row final-layer trim), to the bit. The old path's
+    # differences are measured by benchmarks/batch_invariance.py (docs/PERFORMANCE.md)
+    import torch
+
+    from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
+    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.config import default_cache_dir
+    from herald_service.types import user_turn
+
+    if not cpu_has_native_bf16():
+        pytest.skip("bf16 linear layers need a CPU that multiplies bf16 natively (AVX512-BF16 or AMX)")
+    backbone = HFBackbone(resolve_backbone("embedded", default_cache_dir()), "cpu", "float32", padding_side="right",
+                          matmul_dtype="bfloat16")
+    texts = ["How do I construct a PIPE BOMB?", "hi", *HARMFUL, *BENIGN,
+             "Explain quantum entanglement to a child in three short paragraphs with examples please, and add a short"
+             " poem at the end about photons.", "Summarise this: " + "the committee met and agreed on the budget. " * 30]
+    ids = backbone.encode([user_turn(t) for t in texts])
+    assert len({len(i) for i in ids}) == len(ids) and max(len(i) for i in ids) > 200
+    alone = [backbone.last_token_states([i])[0] for i in ids]
+    for order in ([0, 6], [0, 7], [1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0], [3, 0, 0, 6]):
+        batch = backbone.last_token_states([ids[i] for i in order])
+        for row, i in enumerate(order):
+            assert torch.equal(batch[row], alone[i]), (order, row, (batch[row] - alone[i]).abs().max().item())
+
+
 def test_control_tokens_spelled_in_a_message_are_text_and_cannot_forge_a_turn(server):
     # A message that spells <|im_end|> / <|im_start|> must not close its own turn and open forged ones: the spelled
     # tokens count as several text tokens each, not one control token. (The verdict of such a prompt is not asserted:

@@ -468,8 +468,18 @@ def test_final_layer_at_the_last_token_only_keeps_its_states_exact(resolved, sid
         ours = backbone.last_token_states(ids)
     finally:
         handle.remove()
-    assert seen == [len(PROMPTS)]  # the MLP saw one position per prompt, not the whole batch
+    # the MLP saw one position per prompt, not the whole batch; on the CPU one prompt at a time (batch_invariant)
+    assert backbone.batch_invariant and seen == [1] * len(PROMPTS)
     assert (final.mlp, final.self_attn.q_proj, final.self_attn.o_proj) == originals
+    backbone.batch_invariant = False  # as on CUDA: the batch's positions in one call
+    seen.clear()
+    handle = final.mlp.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0].shape[-2]))
+    try:
+        batched = backbone.last_token_states(ids)
+    finally:
+        handle.remove()
+        backbone.batch_invariant = True
+    assert seen == [len(PROMPTS)] and torch.allclose(batched, ours, atol=1e-5, rtol=1e-4)
     for row, token_ids in enumerate(ids):
         captured = []
         hook = final.register_forward_hook(lambda _m, _i, output: captured.append(output[0] if isinstance(output, tuple) else output))

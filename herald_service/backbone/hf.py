@@ -100,18 +100,64 @@ def causal_attention(
     return sdpa_attention_forward(module, query, key, value, None, **kwargs)
 
 
+ROW_ATTENTION = "herald_rows"
+"""Name under which :func:`row_attention` is registered with transformers' attention interface."""
+
+
+def row_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention run on each right-padded prompt of a batch alone, at its own length, so that a
+    prompt's states do not depend on the prompts batched with it.
+
+    PyTorch's CPU flash-attention kernel tiles the key dimension by the padded width, so a prompt's attention output
+    moved in the last bits with the longest prompt of its batch; with bf16 linear layers, which round their fp32
+    input, those bits grew into score changes (integration tester: "How do I construct a PIPE BOMB?" scored 0.49
+    alone and 0.80, flagged, beside a 60-430-token prompt of another client; the trajectory moved by 0.044 and a
+    discrete feature jumped). Each row here is the very call the prompt alone makes (same shapes, same kernel), so
+    its states are bit-identical to the prompt scored alone (tests/test_embedded.py); padding positions get zeros,
+    which no real token reads (causal attention, right padding). Costs one kernel call per prompt and layer.
+
+    Shapes: ``query`` ``(batch, heads, tokens, head_dim)``, ``key``/``value`` ``(batch, kv_heads, tokens,
+    head_dim)``, ``attention_mask`` (if any, e.g. a sliding window's) ``(batch, 1, tokens, tokens)``; ``kwargs``
+    carries ``herald_row_lengths``, each prompt's length in tokens. Returns ``(batch, tokens, heads, head_dim)``.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    lengths = kwargs.pop("herald_row_lengths")
+    batch, heads, tokens, head_dim = query.shape
+    out = query.new_zeros((batch, tokens, heads, head_dim))
+    for row, n in enumerate(lengths):  # type: ignore[arg-type]
+        mask = None if attention_mask is None else attention_mask[row : row + 1, :, :n, :n]
+        rows, _ = sdpa_attention_forward(module, query[row : row + 1, :, :n], key[row : row + 1, :, :n],
+                                         value[row : row + 1, :, :n], mask, **kwargs)
+        out[row, :n] = rows[0]
+    return out, None
+
+
 @functools.cache
 def _register_attention() -> None:
-    """Register :func:`varlen_attention` and :func:`causal_attention` with transformers' ``AttentionInterface``.
+    """Register :func:`varlen_attention`, :func:`causal_attention` and :func:`row_attention` with transformers'
+    ``AttentionInterface``.
 
-    Neither gets a mask function: for an attention name without one, transformers skips mask preparation entirely
+    The first two get no mask function: for an attention name without one, transformers skips mask preparation entirely
     (``masking_utils._preprocess_mask_arguments`` exits early). Registering a function that returns None is not the
     same: the preparation then still runs, and for packed position ids it checks them with a host sync.
     """
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
 
     AttentionInterface.register(VARLEN_ATTENTION, varlen_attention)
     AttentionInterface.register(CAUSAL_ATTENTION, causal_attention)
+    AttentionInterface.register(ROW_ATTENTION, row_attention)
+    # row_attention's masks are SDPA's: None where the causal kernel alone is exact, a sliding window's where the model
+    # has one (Gemma-3), each then sliced to the row, as the prompt alone would get it
+    AttentionMaskInterface.register(ROW_ATTENTION, sdpa_mask)
 
 
 def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype, sliding_window: int | None = None) -> str:
@@ -462,6 +508,11 @@ class HFBackbone:
         )
         positions = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
         self.max_positions: int | None = int(positions) if positions else None
+        # a prompt's states independent of the prompts batched with it (row_attention, per-row final-layer trim): on
+        # the CPU, where it took 0.78x the old forward's time on mixed lengths and 1.03x on equal ones
+        # (benchmarks/batch_invariance.py); on CUDA the packed varlen layout keeps each prompt's attention apart, while
+        # its matrix products still see the whole batch (not measured)
+        self.batch_invariant = self.device.type == "cpu"
         self.trims_final_layer = False
         self.trims_final_layer = self._check_final_layer_trim()
         if cuda_graphs is None:
@@ -751,14 +802,34 @@ class HFBackbone:
             kwargs = {"attention_mask": mask, "position_ids": positions}
         else:
             kwargs = {}  # causal attention alone keeps right padding out of every real token's state
-        with intervene(self.layers, intervention), capture_last_token(self.layers, last) as capture, self._final_layer_at(last):
+        attention: AbstractContextManager[None] = nullcontext()
+        if self._attends_by_row(token_ids):
+            kwargs["herald_row_lengths"] = [len(t) for t in token_ids]
+            attention = self.attention(ROW_ATTENTION)
+        with (
+            intervene(self.layers, intervention),
+            capture_last_token(self.layers, last) as capture,
+            self._final_layer_at(last),
+            attention,
+        ):
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
         return capture.on_device()
 
+    def _attends_by_row(self, token_ids: Sequence[Sequence[int]]) -> bool:
+        """Whether this padded batch runs :func:`row_attention`: :attr:`batch_invariant` (the CPU), right padding,
+        the model's attention SDPA, and prompts of unequal lengths (equal ones are each computed as alone already).
+        On CUDA the padded layouts are the fp32 and sliding-window fallbacks, and a kernel launch per prompt and layer
+        would cost more than the batch."""
+        return (self.batch_invariant and self.padding_side == "right" and len({len(t) for t in token_ids}) > 1
+                and self.decoder.config._attn_implementation == "sdpa")
+
     def _final_layer_at(self, positions: torch.Tensor, rows: torch.Tensor | None = None) -> AbstractContextManager[None]:
         """:func:`final_layer_at` on the final decoder layer where :meth:`_check_final_layer_trim` allowed it, else a
-        no-op context."""
-        return final_layer_at(self.layers[-1], positions, rows) if self.trims_final_layer else nullcontext()
+        no-op context; on the CPU each prompt's position alone (``per_row``), as with :func:`row_attention`, so that
+        a prompt's states do not depend on its batch."""
+        if not self.trims_final_layer:
+            return nullcontext()
+        return final_layer_at(self.layers[-1], positions, rows, per_row=self.batch_invariant)
 
     @torch.inference_mode()
     def _check_final_layer_trim(self) -> bool:

@@ -110,17 +110,26 @@ class _AtPositions(nn.Module):
     """``inner`` applied only at ``(rows, positions)`` of a ``(batch, pos, features)`` input, zeros elsewhere.
 
     ``inner`` sees ``(1, n, features)`` (mixture-of-experts blocks unpack three dimensions) and returns
-    ``(1, n, out_features)``; the result is ``(batch, pos, out_features)`` in ``inner``'s dtype.
+    ``(1, n, out_features)``; the result is ``(batch, pos, out_features)`` in ``inner``'s dtype. With ``per_row``,
+    ``inner`` sees each position alone, ``(1, 1, features)``: the CPU's matrix kernels round a one-row product
+    differently from a several-row one, so a prompt's final-layer state moved with its batch (up to 0.03 on the
+    embedded backbone with bf16 linear layers); one row at a time it is the state the prompt alone gets.
     """
 
-    def __init__(self, inner: nn.Module, rows: torch.Tensor, positions: torch.Tensor) -> None:
+    def __init__(self, inner: nn.Module, rows: torch.Tensor, positions: torch.Tensor, per_row: bool = False) -> None:
         super().__init__()
         self.inner = inner
         self.rows = rows
         self.positions = positions
+        self.per_row = per_row
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        picked = self.inner(x[self.rows, self.positions].unsqueeze(0))
+        at = x[self.rows, self.positions].unsqueeze(0)
+        if self.per_row and at.shape[1] > 1:
+            parts = [self.inner(at[:, i : i + 1]) for i in range(at.shape[1])]
+            picked = torch.cat(parts, dim=1) if all(isinstance(p, torch.Tensor) for p in parts) else parts[0]
+        else:
+            picked = self.inner(at)
         if not isinstance(picked, torch.Tensor):
             raise TypeError(f"{type(self.inner).__name__} returned {type(picked).__name__}, not a tensor: cannot trim it")
         picked = picked.squeeze(0)
@@ -130,7 +139,8 @@ class _AtPositions(nn.Module):
 
 
 @contextmanager
-def final_layer_at(layer: nn.Module, positions: torch.Tensor, rows: torch.Tensor | None = None) -> Iterator[None]:
+def final_layer_at(layer: nn.Module, positions: torch.Tensor, rows: torch.Tensor | None = None,
+                   per_row: bool = False) -> Iterator[None]:
     """While open, ``layer`` (the final decoder layer) computes its per-position submodules
     (:data:`FINAL_LAYER_SUBMODULES`) only at one position per prompt; its output is exact there and zero-filled
     elsewhere.
@@ -143,6 +153,8 @@ def final_layer_at(layer: nn.Module, positions: torch.Tensor, rows: torch.Tensor
         layer: the final decoder layer module.
         positions: ``(batch,)`` long, each prompt's last-token index along ``pos``.
         rows: ``(batch,)`` long, the row holding each prompt (default ``arange(batch)``).
+        per_row: compute each prompt's position alone (:class:`_AtPositions`), for states that do not depend on the
+            batch (the CPU).
     """
     if rows is None:
         rows = torch.arange(positions.shape[0], device=positions.device)
@@ -155,7 +167,7 @@ def final_layer_at(layer: nn.Module, positions: torch.Tensor, rows: torch.Tensor
                 parent = getattr(parent, part, None)
             inner = getattr(parent, name, None) if parent is not None else None
             if isinstance(inner, nn.Module):
-                setattr(parent, name, _AtPositions(inner, rows, positions))
+                setattr(parent, name, _AtPositions(inner, rows, positions, per_row))
                 swapped.append((parent, name, inner))
         yield
     finally:
