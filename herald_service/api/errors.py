@@ -144,10 +144,15 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         # key was echoed whole).
         parent = _field_path(loc[:-1])
         key = echoed(loc[-1])
-        return error_response(422, "invalid_request", message, f"{parent}.{key}" if parent else key, path=path)
+        field = f"{parent}.{key}" if parent else key
+        # pydantic's "Extra inputs are not permitted" named no field: an SDK shows only the message (tester)
+        return error_response(422, "invalid_request", f"unknown field '{field}': not part of this request (/docs lists"
+                              " the fields)", field, path=path)
     error = first.get("ctx", {}).get("error")
     # schemas.FieldConflict names its field from the top of the body; schemas.PartError a part below the field's own
     field = getattr(error, "field", None) or _field_path(loc) + getattr(error, "subfield", "")
+    if first.get("type") == "missing" and field:  # pydantic's "Field required" named no field (tester)
+        message = f"'{field}' is required"
     return error_response(422, "invalid_request", message, field, path=path)
 
 
