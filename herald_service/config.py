@@ -12,9 +12,10 @@ import os
 import re
 import resource
 from pathlib import Path
+import typing
 from typing import Any, Literal, Sequence
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -223,6 +224,13 @@ def _shown_name(name: str) -> str:
     return name if cut == name else f"{cut}..."
 
 
+def _takes_words(annotation: object) -> bool:
+    """Whether a field's type admits a ``Literal`` of strings (``Literal["auto", "cpu"]``, ``int | Literal["auto"]``)."""
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(choice, str) for choice in typing.get_args(annotation))
+    return any(_takes_words(arg) for arg in typing.get_args(annotation))
+
+
 class BackboneSettings(BaseSettings):
     """The knobs of any Herald process that loads a backbone and a probe: ``herald serve`` and the local commands
     (``herald classify``, ``plot``, ``steer-eval``). Field names map to ``HERALD_<NAME>`` environment variables.
@@ -289,11 +297,16 @@ class BackboneSettings(BaseSettings):
     def _empty_probe_is_unset(cls, value: object) -> object:
         return _none_if_empty(value)
 
-    @field_validator("log_level", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _any_case_level(cls, value: object) -> object:
-        """``INFO`` as ``info``: logging's own names are upper case, and ``HERALD_LOG_LEVEL=INFO`` was refused."""
-        return value.lower() if isinstance(value, str) else value
+    def _any_case_choice(cls, value: object, info: ValidationInfo) -> object:
+        """A choice among words in any letter case, ``INFO`` as ``info``, ``CPU`` as ``cpu``: every setting whose
+        values are a fixed set of lower-case words (logging's own level names are upper case; an operator's tester
+        found ``HERALD_LOG_LEVEL=WARNING`` accepted but ``HERALD_DEVICE=CPU`` refused)."""
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, str) and field is not None and _takes_words(field.annotation):
+            return value.lower()
+        return value
 
     @model_validator(mode="after")
     def _refuse_inconsistent_backbone(self) -> "BackboneSettings":
@@ -414,9 +427,11 @@ class Settings(BackboneSettings):
         " line every 2 s held a connection for as long as it liked (re-test)."
     )
     max_header_bytes: int = Field(
-        65_536, gt=0, description="Bytes of a request's line and headers together; past it, 400 and the connection is"
-        " closed before the app sees the request (herald_service/api/http_protocol.py). Without a bound the"
-        " server buffered headers of any size before the API key was checked (200 x 1 MB headers: +400 MB RSS)."
+        65_536, ge=4096, description="Bytes of a request's line and headers together, at least 4096 (nginx's default"
+        " header buffer is 8 KiB; below a few hundred bytes even the health probes got 400, tester); past it, 400 and"
+        " the connection is closed before the app sees the request (herald_service/api/http_protocol.py). Without a"
+        " bound the server buffered headers of any size before the API key was checked (200 x 1 MB headers: +400 MB"
+        " RSS)."
     )
     max_connections: int = Field(
         1000, ge=1, description="HTTP connections open at once; one more is answered 503 (Retry-After: 1) and closed"
@@ -429,6 +444,18 @@ class Settings(BackboneSettings):
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"
                          " admission uses queue places only until the first batch, then a fit of live batches alone,"
                          " which can misprice long prompts after short-prompt traffic.")
+
+    @field_validator("prefill_chunk_tokens", mode="wrap")
+    @classmethod
+    def _one_line_chunk_error(cls, value: object, handler: Any) -> object:
+        """One line for a value that is neither a whole number nor ``auto`` (``off``): pydantic's answer for the
+        union was one line per branch, "Input should be a valid integer" and "Input should be 'auto'" (tester)."""
+        try:
+            return handler(value)
+        except ValueError:
+            if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+                raise
+            raise ValueError(f"must be 0 (off), auto, or a whole number of tokens of at least 16, got {value!r}") from None
 
     @field_validator("prefill_chunk_tokens")
     @classmethod

@@ -707,12 +707,18 @@ def test_sigterm_drains_serve_and_exits_0():
     assert "HTTP/1.1" not in output and not re.search(r"^INFO: ", output, re.M), output
 
 
-def test_max_header_bytes_must_be_positive():
+def test_max_header_bytes_has_a_floor_every_client_clears():
     from herald_service.config import Settings
 
     assert Settings(_env_file=None).max_header_bytes == 65_536
     with pytest.raises(ValueError, match="max_header_bytes"):
         Settings(_env_file=None, max_header_bytes=0)
+    # tester: 1 was accepted, and every request (the health probes' too) got 400
+    out = herald("serve", "--fake-backend", HERALD_MAX_HEADER_BYTES="1")
+    assert out.returncode == 1 and (
+        "max_header_bytes (--max-header-bytes or HERALD_MAX_HEADER_BYTES): Input should be greater than or equal to"
+        " 4096") in out.stderr, out.stderr
+    assert Settings(_env_file=None, max_header_bytes=4096).max_header_bytes == 4096
     assert Settings(_env_file=None).max_connections == 1000
     with pytest.raises(ValueError, match="max_connections"):
         Settings(_env_file=None, max_connections=0)

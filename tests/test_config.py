@@ -354,6 +354,27 @@ def test_the_log_level_is_read_in_any_letter_case(monkeypatch, given):
     assert Settings(_env_file=None).log_level == "info"
 
 
+def test_every_choice_of_words_is_read_in_any_letter_case(monkeypatch):
+    # tester: HERALD_LOG_LEVEL=WARNING was accepted, HERALD_DEVICE=CPU, HERALD_SCORE_MESSAGES=ALL and
+    # HERALD_PREFILL_CHUNK_TOKENS=AUTO refused
+    for name, given, expected in (("device", "CPU", "cpu"), ("score_messages", "All", "all"),
+                                  ("prefill_chunk_tokens", "AUTO", "auto"), ("matmul_dtype", "Weights", "weights"),
+                                  ("padding_side", "RIGHT", "right")):
+        monkeypatch.setenv(f"HERALD_{name.upper()}", given)
+        assert getattr(Settings(_env_file=None), name) == expected, name
+        monkeypatch.delenv(f"HERALD_{name.upper()}")
+    monkeypatch.setenv("HERALD_BACKBONE", "/models/MyModel")  # a path is not a choice: kept as given
+    assert Settings(_env_file=None).backbone == "/models/MyModel"
+
+
+def test_a_chunk_size_that_is_no_number_is_one_line_naming_the_choices(monkeypatch):
+    monkeypatch.setenv("HERALD_PREFILL_CHUNK_TOKENS", "off")
+    with pytest.raises(ValueError) as caught:
+        Settings(_env_file=None)
+    assert [e["msg"] for e in caught.value.errors()] == [
+        "Value error, must be 0 (off), auto, or a whole number of tokens of at least 16, got 'off'"]
+
+
 def test_an_empty_steer_key_is_unset_with_steering_off_and_refused_with_it_on(monkeypatch):
     # k8s/secret.example.yaml said an empty key "is an invalid key and stops the pod" even with steering off (tester).
     monkeypatch.setenv("HERALD_STEER_API_KEY", "")
