@@ -240,6 +240,13 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     every = client.post("/steer", json={"prompt": "x", "layers": "all", "max_new_tokens": 2},
                         headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert every.status_code == 200 and every.json()["layers"] == list(range(1, 9))  # herald steer-eval's too
+    shouted = client.post("/steer", json={"prompt": "x", "layers": "ALL", "max_new_tokens": 2},
+                          headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert shouted.status_code == 200 and shouted.json()["layers"] == list(range(1, 9))  # was "a valid list" (tester)
+    word = client.post("/steer", json={"prompt": "x", "layers": "peak"}, headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert word.status_code == 422 and word.json()["error"] == {
+        "type": "invalid_request", "field": "layers",
+        "message": "layers is a list of 1-based decoder layers ([4] or [4, 8]) or 'all', not 'peak'"}
     long = client.post("/steer", json={"prompt": "x", "max_new_tokens": 100_000}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert long.status_code == 422 and long.json()["error"]["field"] == "max_new_tokens"
     both = client.post("/steer", json={"prompt": "x", "messages": [{"role": "user", "content": "x"}]},

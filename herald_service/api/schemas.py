@@ -328,6 +328,17 @@ class SteerRequest(BaseModel):
                          " sigma_l added along w_l")
     max_new_tokens: int = Field(64, ge=1)
 
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _all_in_any_case(cls, value: object) -> object:
+        """``"ALL"`` as ``"all"``; any other string named with the choices (it read "Input should be a valid list",
+        tester)."""
+        if not isinstance(value, str):
+            return value
+        if value.lower() == "all":
+            return "all"
+        raise ValueError(f"layers is a list of 1-based decoder layers ([4] or [4, 8]) or 'all', not '{echoed(value)}'")
+
     @model_validator(mode="after")
     def _one_of(self) -> "SteerRequest":
         exactly_one(self, "prompt", "messages")
