@@ -136,8 +136,10 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
             " them again on the weights you serve (herald reference --overwrite), or refit with `herald fit`.",
             field="probe")
     raise ProbeMismatch(
-        f"{head} The weights differ from the ones the probe was fitted on (a damaged or re-quantized file, or other"
-        " weights of the same architecture), so its verdicts do not hold, or probe.json's reference block was edited."
-        " A cached GGUF conversion: delete it to convert anew; other weights: fit a probe for them with `herald fit`.",
+        f"{head} Either the weights differ from the ones the probe was fitted on (a damaged or re-quantized file, or"
+        " other weights of the same architecture), or the probe's own files changed after the fit (probe.safetensors"
+        " damaged or replaced, or probe.json's reference block edited); either way its verdicts do not hold. A probe"
+        " copied from elsewhere: copy it again from its source (models/ of this repository for the shipped one); a"
+        " cached GGUF conversion: delete it to convert anew; other weights: fit a probe for them with `herald fit`.",
         field="probe",
     )
