@@ -227,6 +227,35 @@ def raise_descriptor_limit(needed: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+def finish_the_load(raised: BaseException | None) -> str | None:
+    """After ``herald serve``'s server has stopped: let a model load under way end while the interpreter is whole, for
+    up to :data:`~herald_service.api.app.LOAD_WAIT_AT_SHUTDOWN_S` seconds, then give it up: log why and end the process
+    at once (``os._exit``: the load's thread cannot be stopped, and the interpreter's exit would wait for it), with the
+    status serve would have had, 130 after Ctrl+C, else 0 (1 for another error).
+
+    Args:
+        raised: what the server's run raised (KeyboardInterrupt for Ctrl+C), or None.
+
+    Returns:
+        Why a load that ended in time failed, or None (:func:`~herald_service.api.app.wait_for_the_load`).
+    """
+    from herald_service.api.app import LOAD_WAIT_AT_SHUTDOWN_S, load_under_way, wait_for_the_load
+
+    failure = wait_for_the_load(LOAD_WAIT_AT_SHUTDOWN_S)
+    if load_under_way():
+        log.warning("the model load under way did not finish within %g s of the shutdown: exiting without it (a GGUF"
+                    " conversion under way is converted again at the next start)", LOAD_WAIT_AT_SHUTDOWN_S)
+        for handler in logging.getLogger().handlers:  # os._exit flushes nothing
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        status = 0 if raised is None else 130 if isinstance(raised, KeyboardInterrupt) else 1
+        if isinstance(raised, SystemExit) and isinstance(raised.code, int):
+            status = raised.code
+        os._exit(status)
+    return failure
+
+
 class ServeCommand(Settings):
     """Start the HTTP server (DESIGN section 3) on the configured backbone and probe."""
 
@@ -237,7 +266,7 @@ class ServeCommand(Settings):
         os.environ["TQDM_DISABLE"] = "1"
         import uvicorn
 
-        from herald_service.api.app import build_app, wait_for_the_load
+        from herald_service.api.app import build_app
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
@@ -274,10 +303,14 @@ class ServeCommand(Settings):
         # systemd report as a failure. With this handler the re-raise does nothing and serve exits 0. (A Python
         # handler, not SIG_IGN, which child processes would inherit across exec.)
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        raised: BaseException | None = None
         try:
             server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
-        finally:
-            abandoned = wait_for_the_load()  # a load or conversion under way ends while the interpreter is whole
+        except BaseException as exc:  # raised again below, once a load under way has ended or been given up
+            raised = exc
+        abandoned = finish_the_load(raised)
+        if raised is not None:
+            raise raised
         if abandoned:
             raise SystemExit(f"herald serve: the model load under way at shutdown failed: {abandoned}")
         if app.state.herald.load_error:

@@ -504,6 +504,41 @@ def test_serve_waits_for_a_load_under_way_before_the_interpreter_exits():
         assert wait_for_the_load() == reported
 
 
+def test_serve_gives_up_a_load_that_outlasts_the_shutdown_wait(monkeypatch, caplog):
+    # operator tester: a SIGTERM during the load waited for all of it, unbounded; a large backbone's load ran past
+    # Kubernetes' grace period and the pod was killed anyway
+    import threading
+    import time
+
+    from herald_service import cli
+    from herald_service.api import app as app_module
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(status):
+        raise Exited(status)
+
+    monkeypatch.setattr(app_module, "LOAD_WAIT_AT_SHUTDOWN_S", 0.3)
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    release = threading.Event()
+    for raised, status in ((None, 0), (KeyboardInterrupt(), 130), (SystemExit(3), 3), (RuntimeError("x"), 1)):
+        thread = threading.Thread(target=lambda: release.wait(10), name=app_module.LOAD_THREAD)
+        thread.start()
+        started = time.monotonic()
+        with pytest.raises(Exited) as exited:
+            cli.finish_the_load(raised)
+        assert exited.value.args == (status,) and 0.3 <= time.monotonic() - started < 2
+        assert "did not finish within 0.3 s of the shutdown: exiting without it" in caplog.text
+        release.set()
+        thread.join(5)
+        release.clear()
+    # a load that ends within the wait is let finish, and its failure reported as before
+    done = threading.Thread(target=lambda: time.sleep(0.1), name=app_module.LOAD_THREAD)
+    done.start()
+    assert cli.finish_the_load(None) is None and not done.is_alive()
+
+
 def test_a_backbone_that_cannot_encode_the_empty_prompt_still_comes_up_and_says_so(caplog):
     # tester finding: on a backbone with no chat template and no BOS token the empty prompt is no token at all; the
     # start-up check of the timeout raised after readiness, unlogged, and "ready" was never logged

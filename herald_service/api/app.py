@@ -171,26 +171,40 @@ LOAD_THREAD = "herald-load"
 """Name of the thread :func:`in_passing_thread` runs the model's load and warm-up on."""
 
 
-def wait_for_the_load() -> str | None:
-    """Return once no load thread (:data:`LOAD_THREAD`) runs: ``herald serve`` calls it after its server has stopped,
-    so that a shutdown during the start-up lets the load finish while the interpreter is still whole. Left to the
+LOAD_WAIT_AT_SHUTDOWN_S = 30.0
+"""Seconds ``herald serve`` lets a model load under way finish once its server has stopped (a GGUF conversion is then
+kept for the next start); past them it exits without it. Unbounded, a SIGTERM during a large backbone's load waited
+for all of it, past Kubernetes' grace period (70 s in k8s/), and the pod was killed anyway (operator tester)."""
+
+
+def wait_for_the_load(timeout_s: float | None = None) -> str | None:
+    """Return once no load thread (:data:`LOAD_THREAD`) runs, or ``timeout_s`` seconds have passed
+    (:func:`load_under_way` then says one still runs): ``herald serve`` calls it after its server has stopped, so
+    that a shutdown during the start-up lets the load finish while the interpreter is still whole. Left to the
     interpreter's exit, the load ran on after ``concurrent.futures`` had stopped taking work, and a GGUF conversion
     under way failed in ``save_pretrained`` and was thrown away (tester finding: the next start converted again).
-    The warm-up stops at its next step (:class:`ShutDownDuringStartUp`); the load and a conversion run to their end.
+    The warm-up stops at its next step (:class:`ShutDownDuringStartUp`); the load and a conversion run on.
 
     Returns:
         Why such a load failed (nobody awaited it any more, and the process exited 0 without a word: tester finding),
         or None.
     """
     failure = None
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for thread in threading.enumerate():
         if thread.name == LOAD_THREAD and thread is not threading.current_thread():
-            log.info("waiting for the model load under way to finish (a GGUF conversion is kept for the next start)")
-            thread.join()
+            log.info("waiting%s for the model load under way to finish (a GGUF conversion is kept for the next start)",
+                     "" if timeout_s is None else f" up to {timeout_s:g} s")
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             error = getattr(thread, "herald_error", None)
             if error is not None and not isinstance(error, ShutDownDuringStartUp):
                 failure = error.message if isinstance(error, HeraldError) else f"{type(error).__name__}: {error}"
     return failure
+
+
+def load_under_way() -> bool:
+    """Whether a load thread (:data:`LOAD_THREAD`) still runs."""
+    return any(t.name == LOAD_THREAD and t.is_alive() for t in threading.enumerate() if t is not threading.current_thread())
 
 
 async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
