@@ -205,5 +205,7 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
-    log.info("loaded %s on %s (%s) with probe %s", backbone.info.model_id, backbone.info.device, numerics, folder)
+    # the threshold as served: probe.json's, which an operator may have edited (nothing else says so at start-up)
+    log.info("loaded %s on %s (%s) with probe %s (threshold %.4f logit, %s)", backbone.info.model_id,
+             backbone.info.device, numerics, folder, probe.threshold, probe.threshold_method)
     return Runtime(backbone, probe, manifest, str(folder), distance)
