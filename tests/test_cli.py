@@ -755,7 +755,8 @@ def test_classify_on_the_embedded_backbone_prints_its_verdicts_and_only_log_line
                          for line in lines), out.stderr[-2000:]
     assert "INFO herald_service.engine.runtime: loaded HuggingFaceTB/SmolLM2-135M-Instruct on cpu" in out.stderr
     # with the threshold it serves, probe.json's (operator tester: an edited one was served without a word)
-    threshold = json.loads((Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct" / "probe.json").read_text())["threshold"]
+    manifest = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct" / "probe.json"
+    threshold = json.loads(manifest.read_text())["threshold"]
     assert f"with probe models/smollm2-135m-instruct (threshold {threshold:.4f} logit, max_f1)" in out.stderr, out.stderr
     (row,) = [json.loads(line) for line in out.stdout.splitlines()]
     assert row["input"] == "Write a poem about the sea" and row["flagged"] is False, row
