@@ -11,8 +11,8 @@ import io
 import os
 import re
 import resource
-from pathlib import Path
 import typing
+from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator

@@ -120,7 +120,7 @@ def row_attention(
     input, those bits grew into score changes (integration tester: "How do I construct a PIPE BOMB?" scored 0.49
     alone and 0.80, flagged, beside a 60-430-token prompt of another client; the trajectory moved by 0.044 and a
     discrete feature jumped). Each row here is the very call the prompt alone makes (same shapes, same kernel), so
-    its states are bit-identical to the prompt scored alone (tests/test_embedded.py); padding positions get zeros,
+    its states are bit-identical to the prompt scored alone (tests/test_embedded_e2e.py); padding positions get zeros,
     which no real token reads (causal attention, right padding). Costs one kernel call per prompt and layer.
 
     Shapes: ``query`` ``(batch, heads, tokens, head_dim)``, ``key``/``value`` ``(batch, kv_heads, tokens,
