@@ -107,7 +107,8 @@ def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, b
         status: 400, 408 or 503; ``message`` ASCII text naming the cause and the setting (``HERALD_*``) that bounds it;
             ``retry_after_s`` the ``Retry-After`` header in seconds, or None for none.
     """
-    body = json.dumps({"error": {"type": LAYER_ERROR_TYPES[status], "message": message}}).encode("ascii")
+    error = {"error": {"type": LAYER_ERROR_TYPES[status], "message": message}}
+    body = json.dumps(error, separators=(",", ":")).encode("ascii")  # compact, as the routes' JSONResponse writes it
     head = [STATUS_LINE[status], *(b"%s: %s\r\n" % (name, value) for name, value in default_headers),
             b"content-type: application/json\r\n", b"x-request-id: %s\r\n" % uuid.uuid4().hex.encode("ascii")]
     if retry_after_s is not None:
