@@ -739,7 +739,10 @@ class SteerEvalCommand(LocalCommand):
     @field_validator("layers", mode="before")
     @classmethod
     def _all_layers(cls, layers: object) -> object:
-        return "all" if layers == ["all"] else layers  # the CLI reads any value of a list field as a list
+        # the CLI reads any value of a list field as a list; "ALL" as POST /steer takes it
+        if isinstance(layers, list) and len(layers) == 1 and isinstance(layers[0], str) and layers[0].lower() == "all":
+            return "all"
+        return layers
 
     @field_validator("alpha")
     @classmethod

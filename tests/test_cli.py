@@ -1227,6 +1227,8 @@ def test_steer_eval_takes_layers_all_and_prints_each_prompts_completions(tmp_pat
         assert 0 <= row["baseline_score"] <= 1
     assert result["baseline_mean_score"] == pytest.approx(sum(r["baseline_score"] for r in result["rows"]) / 2)
     assert result["steered_refusal_rate"] == sum(r["steered_refused"] for r in result["rows"]) / 2
+    shouted = herald("steer-eval", str(rows), "--layers", "ALL", "--max-new-tokens", "3", HERALD_FAKE_BACKEND="true")
+    assert shouted.returncode == 0 and json.loads(shouted.stdout)["layers"] == list(range(1, 9)), shouted.stderr
     bad = herald("steer-eval", str(rows), "--layers", "al", HERALD_FAKE_BACKEND="true")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr and "Input should be 'all'" in bad.stderr
 
