@@ -296,8 +296,11 @@ def require_split_parts(examples: list[Example], test_fraction: float, seed: int
         lead = (f"--max-per-source {max_per_source} (at most {max_per_source} rows per source and label) and "
                 f"--test-fraction {test_fraction} leave" if capped else f"--test-fraction {test_fraction} leaves")
         # a large --test-fraction (0.99) is the cause to undo first: more rows alone would not have been the remedy
-        remedies = [f"lower --test-fraction (the default is {DEFAULT_TEST_FRACTION})"] if test_fraction > DEFAULT_TEST_FRACTION else []
-        remedies += ["raise --max-per-source"] if capped else []
+        remedies = []
+        if test_fraction > DEFAULT_TEST_FRACTION:
+            remedies.append(f"lower --test-fraction (the default is {DEFAULT_TEST_FRACTION})")
+        if capped:
+            remedies.append("raise --max-per-source")
         remedies.append(f"give more {name} rows per source")
         advice = " or ".join([", ".join(remedies[:-1]), remedies[-1]]) if len(remedies) > 1 else remedies[0]
         raise ValueError(f"{lead} {part}: the test part takes a share of each (source, label) group and calibration a "
