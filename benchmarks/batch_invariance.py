@@ -22,7 +22,6 @@ Writes ``benchmarks/results/batch_invariance_cpu.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, data_folder, hardware, print_table
+from benchmarks.common import RESULTS, data_folder, print_table, write_cpu_result
 from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import default_cache_dir
@@ -113,15 +112,10 @@ def main() -> None:
     for name in ("old", "new"):
         print(f"{name}: {result[name]}")
     print_table("service forward, medians (ms)", timings)
-    payload = {"benchmark": "batch_invariance", "target": "cpu", "backbone": backbone.info.model_id,
-               "matmul_dtype": backbone.info.matmul_dtype or "weights", "cpu_has_native_bf16": cpu_has_native_bf16(),
-               "hardware": {**hardware(), "load_average_start": load_start, "load_average_end": os.getloadavg()},
-               "quick": args.quick, "prompts": len(prompts), "batches": len(batches), "batch_size": BATCH,
-               "max_tokens": MAX_TOKENS, "invariance": result, "speed": timings}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"batch_invariance_cpu{'_quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(payload, indent=2, default=float))
-    print(f"wrote {path}")
+    write_cpu_result(args.out, "batch_invariance", args.quick, load_start, {
+        "backbone": backbone.info.model_id, "matmul_dtype": backbone.info.matmul_dtype or "weights",
+        "cpu_has_native_bf16": cpu_has_native_bf16(), "prompts": len(prompts), "batches": len(batches),
+        "batch_size": BATCH, "max_tokens": MAX_TOKENS, "invariance": result, "speed": timings})
 
 
 if __name__ == "__main__":

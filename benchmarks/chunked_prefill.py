@@ -17,7 +17,6 @@ Writes ``benchmarks/results/chunked_prefill_cpu.json``. Ports 8191 and 8192 must
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -30,7 +29,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from benchmarks.common import RESULTS, hardware, load_texts, print_table
+from benchmarks.common import RESULTS, load_texts, print_table, write_cpu_result
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import default_cache_dir
@@ -168,13 +167,8 @@ def main() -> None:
         print(f"prefill_chunk_tokens={chunk}: short requests behind the long one: median {s['short_median_ms']:.0f} ms,"
               f" max {s['short_max_ms']:.0f} ms (n={s['short_n']}); long one {s['long_median_ms']:.0f} ms")
     print(f"short median off/on {served['short_median_off_over_on']:.1f}x; long on/off {served['long_median_on_over_off']:.3f}")
-    payload = {"benchmark": "chunked_prefill", "target": "cpu", "torch_threads": torch.get_num_threads(),
-               "hardware": {**hardware(), "load_average_start": load_start, "load_average_end": os.getloadavg()},
-               "quick": args.quick, "prefill": rows, "serving": served}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"chunked_prefill_cpu{'_quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(payload, indent=2))
-    print(f"wrote {path}")
+    write_cpu_result(args.out, "chunked_prefill", args.quick, load_start,
+                     {"torch_threads": torch.get_num_threads(), "prefill": rows, "serving": served})
 
 
 if __name__ == "__main__":

@@ -548,6 +548,19 @@ def write(out: Path, name: str, target: Target, payload: dict) -> Path:
     return path
 
 
+def write_cpu_result(out: Path, name: str, quick: bool, load_start: tuple[float, float, float], payload: dict) -> Path:
+    """Write a CPU benchmark that loads its own backbone (no :class:`Target`) as ``<out>/<name>_cpu.json``
+    (``_cpu_quick.json`` for a ``--quick`` smoke run): ``benchmark``, ``target`` ``cpu``, then ``payload``, then
+    ``hardware`` (:func:`hardware`, with the load averages of the run's start and end) and ``quick``."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": name, "target": "cpu", **payload, "quick": quick,
+               "hardware": {**hardware(), "load_average_start": load_start, "load_average_end": os.getloadavg()}}
+    path = out / f"{name}_cpu{'_quick' if quick else ''}.json"
+    path.write_text(json.dumps(payload, indent=2, default=float))
+    print(f"wrote {path}")
+    return path
+
+
 def figure(out: Path, name: str, target: Target):
     import matplotlib
 

@@ -19,12 +19,11 @@ Writes ``benchmarks/results/cpu_batch_budget_cpu.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
-from benchmarks.common import RESULTS, hardware, print_table
+from benchmarks.common import RESULTS, print_table, write_cpu_result
 from herald_service.api.app import WARMUP_PROMPTS
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
@@ -71,14 +70,9 @@ def main() -> None:
     rows = [row for words, total in WORKLOADS[: 1 if args.quick else None]
             for row in run(backbone, words, total, 1 if args.quick else 3)]
     print_table("workload time by batch size (fastest round)", rows)
-    payload = {"benchmark": "cpu_batch_budget", "target": "cpu", "backbone": backbone.info.model_id,
-               "matmul_dtype": backbone.info.matmul_dtype or "weights",
-               "hardware": {**hardware(), "load_average_start": load_start, "load_average_end": os.getloadavg()},
-               "quick": args.quick, "budget": BUDGET, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"cpu_batch_budget_cpu{'_quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(payload, indent=2, default=float))
-    print(f"wrote {path}")
+    write_cpu_result(args.out, "cpu_batch_budget", args.quick, load_start, {
+        "backbone": backbone.info.model_id, "matmul_dtype": backbone.info.matmul_dtype or "weights", "budget": BUDGET,
+        "rows": rows})
 
 
 if __name__ == "__main__":
