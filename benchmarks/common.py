@@ -326,8 +326,6 @@ class Server:
             self.port = s.getsockname()[1]
         defaults = {"max_tokens": 4096, "max_batch_size": 256, "queue_capacity": 4096, "request_timeout_s": 600.0}
         defaults.update(settings)
-        if defaults["max_tokens"] > defaults.get("batch_token_budget", 8192):
-            defaults["max_tokens"] = defaults.get("batch_token_budget", 8192)
         self.settings = Settings(**defaults)
         app = build_app(self.settings, loader=lambda _s: target.runtime)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, timeout_keep_alive=600, backlog=4096,

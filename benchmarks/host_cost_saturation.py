@@ -19,6 +19,7 @@ import herald_before.api.app as before_app
 import herald_service.api.app as after_app
 from benchmarks.common import LoadClient, Server, bare_throughput, build_target, prompt_mix
 from benchmarks.overhead import BATCHING, PLAN
+from herald_service.engine.service import engine_limits
 
 
 def main():
@@ -37,7 +38,8 @@ def main():
 
     res = {"before": [], "after": [], "bare_same_layout": [], "steady_before": [], "steady_after": [], "statuses": {}}
     with server(before_app.build_app) as sb, server(real) as sa, LoadClient(plan["client_processes"]) as client:
-        budget, rows = sa.settings.batch_token_budget, sa.settings.batch_max_prompts
+        limits = engine_limits(sa.settings, target.backbone)  # auto resolved as the server resolves it
+        budget, rows = limits.token_budget, limits.max_rows
         for s in (sb, sa):
             client.warm(s.url, texts)
             client.run(s.url, texts[:256], plan["concurrency"])

@@ -47,8 +47,11 @@ PLAN["tiny"] = PLAN["cpu"]
 
 
 def saturation(target: Target, server: Server, texts: list[str], ids: list[list[int]], plan: dict) -> dict:
+    from herald_service.engine.service import engine_limits
+
     settings = server.settings
-    budget, rows = settings.batch_token_budget, settings.batch_max_prompts
+    limits = engine_limits(settings, target.backbone)  # auto resolved as the server resolves it
+    budget, rows = limits.token_budget, limits.max_rows
     layout = target.backbone.padding_side
     bare_s, same_s, http_s, engine_s, shaped_s, steady, latencies, statuses = [], [], [], [], [], [], [], {}
     with LoadClient(plan["client_processes"]) as client:
@@ -111,7 +114,7 @@ def engine_alone(target: Target, server: Server, ids: list[list[int]]) -> float:
     from herald_service.engine.service import engine_limits
     from herald_service.metrics import HeraldMetrics
 
-    engine = InferenceEngine(target.backbone, target.probe, engine_limits(server.settings), HeraldMetrics())
+    engine = InferenceEngine(target.backbone, target.probe, engine_limits(server.settings, target.backbone), HeraldMetrics())
     engine.start()
     try:
         started = time.perf_counter()

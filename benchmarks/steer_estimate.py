@@ -48,12 +48,11 @@ def moderator_for(target: Target, timeout_s: float | None = None) -> Moderator:
     """The service's Moderator over a started engine on ``target``, its cost model seeded as at the service's
     warm-up."""
     from herald_service.api.app import _warm_cost
-    from herald_service.engine.engine import chunk_tokens_for
 
     settings = Settings(_env_file=None, **({} if timeout_s is None else {"request_timeout_s": timeout_s}))
     metrics = HeraldMetrics()
-    limits = engine_limits(settings)
-    seed = _warm_cost(target.runtime, chunk_tokens_for(limits.chunk_tokens, target.backbone))  # as the service seeds it
+    limits = engine_limits(settings, target.backbone)
+    seed = _warm_cost(target.runtime, limits.chunk_tokens or 0)  # as the service seeds it
     engine = InferenceEngine(target.backbone, target.probe, limits, metrics, seed=seed)
     engine.start()
     return Moderator(target.runtime, engine, settings, metrics)

@@ -71,6 +71,73 @@ def numerics_conflict(device: str, dtype: str, padding_side: str = "auto", matmu
     return None
 
 
+CPU_CHUNK_TOKENS = 512
+"""Chunk of a long prompt's prefill where the backbone runs on the host (CPU), tokens; the default of
+``HERALD_PREFILL_CHUNK_TOKENS``. Through ``herald serve`` on the embedded backbone (2 cores), one-line requests sent
+while a 3,978-token prompt ran waited 5.7 s (median; its whole prefill) without chunks and 0.73 s (max 1.5 s) with
+512-token chunks, and the long prompt took 15% longer, answering 24 short requests on the way; its prefill alone
+takes 8-17% longer in chunks (``benchmarks/chunked_prefill.py``, ``benchmarks/results/chunked_prefill_cpu.json``).
+Off on CUDA (:func:`resolved_chunk_tokens`), where a 4,096-token prefill of an 8B model takes a few hundred ms and each chunk
+would add a kernel-launch-bound pass."""
+
+
+CPU_TOKEN_BUDGET = 2048
+"""Tokens in one forward pass where the backbone runs on the host (CPU): ``HERALD_BATCH_TOKEN_BUDGET`` auto there.
+On the embedded backbone (2 cores, bf16 linear layers) the same equal-length prompts took 0.75-0.78 of the time in
+batches of 750-1,700 tokens as in the batches an 8,192-token budget forms (64 x 94 tokens: 4.3 s against 5.7 s;
+60 x 414 tokens: 21.4 s against 27.6 s); the time per token grows with the batch past about 1,700 tokens
+(``benchmarks/cpu_batch_budget.py``, ``benchmarks/results/cpu_batch_budget_cpu.json``)."""
+
+CUDA_TOKEN_BUDGET = 8192
+"""Tokens in one forward pass on CUDA: ``HERALD_BATCH_TOKEN_BUDGET`` auto there. The H200 holds 65% MFU from 8k batch
+tokens up on Llama-3.1-8B's shapes (``benchmarks/hardware_limit.py``), so 8k is past the knee there."""
+
+
+def resolved_chunk_tokens(setting: int | None, on_host: bool) -> int:
+    """The prefill chunk, tokens: ``setting`` as given (0: off), or for ``None`` (``HERALD_PREFILL_CHUNK_TOKENS``
+    auto) :data:`CPU_CHUNK_TOKENS` where the backbone runs on the host (``on_host``) and 0 (off) on CUDA."""
+    if setting is not None:
+        return setting
+    return CPU_CHUNK_TOKENS if on_host else 0
+
+
+def longest_pass(max_tokens: int, chunk_tokens: int) -> int:
+    """Tokens of the longest single forward pass a prompt of at most ``max_tokens`` takes with the prefill chunk
+    ``chunk_tokens`` (0: off): a prompt longer than the chunk is prefilled alone, chunk by chunk."""
+    return min(max_tokens, chunk_tokens) if chunk_tokens else max_tokens
+
+
+def pass_limits(budget: int | None, chunk: int | None, max_tokens: int, on_host: bool) -> tuple[int, int]:
+    """The batch token budget and prefill chunk the engine uses, tokens, from their settings (``None``: auto) on a
+    backbone that runs on the host (``on_host``: CPU) or not (CUDA). Auto budget: :data:`CPU_TOKEN_BUDGET` on the
+    host, :data:`CUDA_TOKEN_BUDGET` on CUDA, raised to the longest single pass (:func:`longest_pass`) where that is
+    longer; auto chunk: :func:`resolved_chunk_tokens`.
+
+    Raises:
+        ValueError: a budget given below the longest single pass (a prompt at ``max_tokens`` with chunking off, or a
+            chunk), naming both settings.
+    """
+    chunk_tokens = resolved_chunk_tokens(chunk, on_host)
+    need = longest_pass(max_tokens, chunk_tokens)
+    if budget is None:
+        return max(CPU_TOKEN_BUDGET if on_host else CUDA_TOKEN_BUDGET, need), chunk_tokens
+    if budget < need:
+        auto = ", auto" if chunk is None else ""
+        if need < max_tokens:
+            other = f"prefill_chunk_tokens ({need}{auto}, HERALD_PREFILL_CHUNK_TOKENS): a chunk"
+        else:
+            chunking = f"of {chunk_tokens} tokens" if chunk_tokens else "off"
+            other = (f"max_tokens ({max_tokens}, HERALD_MAX_TOKENS) with prefill chunks {chunking}"
+                     f" (HERALD_PREFILL_CHUNK_TOKENS{auto}): a prompt at the limit")
+        raise ValueError(f"batch_token_budget ({budget}, HERALD_BATCH_TOKEN_BUDGET) is below {other} must fit in one"
+                         " forward pass; raise the budget, lower the other, or leave the budget auto")
+    return budget, chunk_tokens
+
+
+_AUTO_OR_TOKENS = {"prefill_chunk_tokens": "0 (off), auto, or a whole number of tokens of at least 16",
+                   "batch_token_budget": "auto or a whole number of tokens of at least 64"}
+
+
 def default_cache_dir() -> Path:
     """Folder for converted backbones and extracted-state caches: ``$XDG_CACHE_HOME/herald`` or ``~/.cache/herald``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -390,12 +457,16 @@ class Settings(BackboneSettings):
         " tokenize (a breaker's 64 x 5,600 empty turns took 11 s of CPU before the token limit refused them)."
     )
 
-    batch_token_budget: int = Field(8192, ge=64, description="Tokens in one forward pass: rows x longest when padded, real tokens when packed (varlen).")
+    batch_token_budget: int | Literal["auto"] = Field(
+        "auto", description="Tokens in one forward pass, at least 64: rows x longest when padded, real tokens when packed"
+        " (varlen). auto: 2,048 on the CPU (benchmarks/cpu_batch_budget.py), 8,192 on CUDA (benchmarks/hardware_limit.py),"
+        " raised to the longest single pass where that is longer (max_tokens with prefill chunks off); /v1/info shows"
+        " the value in use."
+    )
     batch_max_prompts: int = Field(64, ge=1, description="Prompts in one forward pass.")
     # 0 ms, from benchmarks/overhead.py (docs/PERFORMANCE.md): batches fill while the previous forward runs, so a
     # wait only adds to idle latency (a 128-token prompt on the H200: 19 ms through HTTP against 12 ms engine work
-    # with a 2 ms wait). Token budget and prompt cap are unchanged: the H200 holds 65% MFU from 8k batch tokens up
-    # (benchmarks/hardware_limit.py), so 8k is past the knee there; the CPU was not re-measured beyond 1k.
+    # with a 2 ms wait). The token budget's auto values: CPU_TOKEN_BUDGET and CUDA_TOKEN_BUDGET above.
     batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="Milliseconds the worker waits for"
                                   " more prompts to fill a batch, 0 to 1000; 0: none (batches fill while the previous"
                                   " forward runs).")
@@ -445,9 +516,9 @@ class Settings(BackboneSettings):
                          " admission uses queue places only until the first batch, then a fit of live batches alone,"
                          " which can misprice long prompts after short-prompt traffic.")
 
-    @field_validator("prefill_chunk_tokens", mode="wrap")
+    @field_validator("prefill_chunk_tokens", "batch_token_budget", mode="wrap")
     @classmethod
-    def _one_line_chunk_error(cls, value: object, handler: Any) -> object:
+    def _one_line_auto_or_tokens(cls, value: object, handler: Any, info: ValidationInfo) -> object:
         """One line for a value that is neither a whole number nor ``auto`` (``off``): pydantic's answer for the
         union was one line per branch, "Input should be a valid integer" and "Input should be 'auto'" (tester)."""
         try:
@@ -455,13 +526,20 @@ class Settings(BackboneSettings):
         except ValueError:
             if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
                 raise
-            raise ValueError(f"must be 0 (off), auto, or a whole number of tokens of at least 16, got {value!r}") from None
+            raise ValueError(f"must be {_AUTO_OR_TOKENS[info.field_name or '']}, got {value!r}") from None
 
     @field_validator("prefill_chunk_tokens")
     @classmethod
     def _sensible_chunk(cls, value: int | str) -> int | str:
         if isinstance(value, int) and (value < 0 or 0 < value < 16):
-            raise ValueError(f"must be 0 (off), auto, or at least 16 tokens, got {value}")
+            raise ValueError(f"must be {_AUTO_OR_TOKENS['prefill_chunk_tokens']}, got {value}")
+        return value
+
+    @field_validator("batch_token_budget")
+    @classmethod
+    def _sensible_budget(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 64:
+            raise ValueError(f"must be {_AUTO_OR_TOKENS['batch_token_budget']}, got {value}")
         return value
 
     @field_validator("steer_api_key", mode="before")
@@ -526,12 +604,11 @@ class Settings(BackboneSettings):
                 for k in self.api_keys):
             raise ValueError("HERALD_STEER_API_KEY is also one of HERALD_API_KEYS: every moderation client could call"
                              " /steer, which removes a safety behaviour; give /steer a key of its own")
-        if self.max_tokens > self.batch_token_budget:
-            raise ValueError(
-                f"max_tokens ({self.max_tokens}, HERALD_MAX_TOKENS) must not exceed batch_token_budget ({self.batch_token_budget},"
-                " HERALD_BATCH_TOKEN_BUDGET):"
-                " a prompt at the limit must fit in one forward pass"
-            )
+        # The budget against the longest single pass, where the device is known before the load (with device auto and
+        # chunk auto, at the engine's start: api/app.py, pass_limits on the loaded backbone)
+        if self.batch_token_budget != "auto" and (self.prefill_chunk_tokens != "auto" or self.device != "auto"):
+            pass_limits(self.batch_token_budget, None if self.prefill_chunk_tokens == "auto" else self.prefill_chunk_tokens,
+                        self.max_tokens, on_host=self.device == "cpu")
         if self.max_batch_size > self.queue_capacity:
             raise ValueError(
                 f"max_batch_size ({self.max_batch_size}, HERALD_MAX_BATCH_SIZE) must not exceed queue_capacity"

@@ -98,6 +98,13 @@ class SettingsFileError(HeraldError):
     error_type = "settings_error"
 
 
+class SettingsConflict(HeraldError):
+    """Settings that cannot hold together on the loaded backbone's device, found once it is known (start-up): a
+    batch token budget below the longest single forward pass with the prefill chunk auto and the device auto."""
+
+    error_type = "settings_error"
+
+
 class MisspeltSetting(HeraldError):
     """A ``HERALD_*`` name set in the environment or ``.env`` is not a setting but nearly one (start-up)."""
 

@@ -1,6 +1,7 @@
 """The real app factory, lifespan, engine and probe on the weight-free fake backend."""
 
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -612,6 +613,33 @@ def test_load_failure_is_reported_not_hung():
         metrics = c.get("/metrics").text
     # the alert rule fires on this at once, not after the 10-minute startup allowance (docker/prometheus/alerts.yml)
     assert "herald_worker_failed 1.0" in metrics and "herald_worker_up 0.0" in metrics
+
+
+def test_a_budget_the_device_cannot_hold_stops_the_start_with_the_settings_named():
+    """HERALD_BATCH_TOKEN_BUDGET below HERALD_MAX_TOKENS, device and chunk auto: refused once the backbone turns out to
+    run on CUDA (chunks off there), as a settings error on /health/ready, not a traceback."""
+    from herald_service.backbone.fake import FakeBackbone
+    from herald_service.engine.runtime import Runtime
+
+    runtime = fake_runtime()
+    cuda = sharing_vocab(runtime, FakeBackbone(overlaps_host=True))
+    stopped = []
+    settings = Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None)
+    app = build_app(settings, loader=lambda _s: Runtime(cuda, runtime.probe, runtime.manifest, runtime.probe_path),
+                    on_load_error=lambda: stopped.append(True))
+    with TestClient(app) as c:
+        for _ in range(100):
+            if stopped:
+                break
+            time.sleep(0.05)
+        r = c.get("/health/ready")
+    assert stopped == [True] and r.status_code == 503
+    assert r.json()["error"]["message"].startswith("batch_token_budget (4096, HERALD_BATCH_TOKEN_BUDGET) is below max_tokens")
+
+
+def test_info_shows_the_batch_token_budget_in_use(client):
+    limits = client.get("/v1/info").json()["limits"]
+    assert (limits["batch_token_budget"], limits["prefill_chunk_tokens"]) == (2048, 512)  # the fake backbone: host
 
 
 def test_lone_surrogate_is_a_422_naming_the_field(client):

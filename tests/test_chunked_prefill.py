@@ -7,12 +7,12 @@ import pytest
 from pydantic import ValidationError
 
 from herald_service.backbone.fake import FakeBackbone
-from herald_service.config import Settings
+from herald_service.config import CPU_CHUNK_TOKENS, Settings
 from herald_service.engine.admission import BatchTiming, Work
-from herald_service.engine.engine import CPU_CHUNK_TOKENS, EngineLimits, InferenceEngine, chunk_tokens_for
+from herald_service.engine.engine import EngineLimits, InferenceEngine, chunk_tokens_for
 from herald_service.engine.runtime import fake_runtime
 from herald_service.engine.service import engine_limits
-from herald_service.errors import RequestTimeout
+from herald_service.errors import RequestTimeout, SettingsConflict
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
 
@@ -121,14 +121,29 @@ def test_prompts_up_to_a_chunk_run_in_one_pass_and_the_chunk_follows_the_device(
 
 
 def test_the_chunk_setting(monkeypatch):
-    assert engine_limits(Settings(_env_file=None)).chunk_tokens is None  # auto: the engine decides by device
+    cpu, cuda = FakeBackbone(), FakeBackbone(overlaps_host=True)
+    assert engine_limits(Settings(_env_file=None), cpu).chunk_tokens == 512  # auto: by the backbone's device
+    assert engine_limits(Settings(_env_file=None), cuda).chunk_tokens == 0
     monkeypatch.setenv("HERALD_PREFILL_CHUNK_TOKENS", "256")
-    assert engine_limits(Settings(_env_file=None)).chunk_tokens == 256
+    assert engine_limits(Settings(_env_file=None), cuda).chunk_tokens == 256
     monkeypatch.setenv("HERALD_PREFILL_CHUNK_TOKENS", "0")
-    assert engine_limits(Settings(_env_file=None)).chunk_tokens == 0
+    assert engine_limits(Settings(_env_file=None), cpu).chunk_tokens == 0
     monkeypatch.setenv("HERALD_PREFILL_CHUNK_TOKENS", "8")
-    with pytest.raises(ValidationError, match="(?s)prefill_chunk_tokens.*at least 16 tokens, got 8"):
+    with pytest.raises(ValidationError, match="(?s)prefill_chunk_tokens.*whole number of tokens of at least 16, got 8"):
         Settings(_env_file=None)
+
+
+def test_a_budget_below_a_prompt_at_the_limit_is_refused_once_the_device_is_known():
+    """With device and chunk auto, HERALD_BATCH_TOKEN_BUDGET=4096 under HERALD_MAX_TOKENS=10000 holds on the CPU (a
+    prompt over the 512-token chunk never joins a batch) and not on CUDA (chunks off): the loaded backbone decides."""
+    settings = Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None)
+    limits = engine_limits(settings, FakeBackbone())
+    assert (limits.token_budget, limits.chunk_tokens) == (4096, 512)
+    with pytest.raises(SettingsConflict, match=r"batch_token_budget \(4096, HERALD_BATCH_TOKEN_BUDGET\) is below max_tokens"
+                       r" \(10000, HERALD_MAX_TOKENS\) with prefill chunks off \(HERALD_PREFILL_CHUNK_TOKENS, auto\)"):
+        engine_limits(settings, FakeBackbone(overlaps_host=True))
+    auto = engine_limits(Settings(_env_file=None), FakeBackbone(overlaps_host=True))
+    assert (auto.token_budget, auto.chunk_tokens) == (8192, 0)
 
 
 @pytest.mark.parametrize("queued_kind", ["long prompt", "timed exclusive job"])

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from herald_service.config import Settings
+from herald_service.config import CPU_TOKEN_BUDGET, CUDA_TOKEN_BUDGET, Settings, pass_limits
 
 
 def test_env_names_are_the_contract(monkeypatch):
@@ -43,9 +43,38 @@ def test_steer_needs_its_own_key():
             Settings(**keys, _env_file=None)
 
 
-def test_token_limit_must_fit_a_batch():
-    with pytest.raises(ValidationError, match="batch_token_budget"):
-        Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None)
+def test_token_budget_must_hold_the_longest_single_pass():
+    with pytest.raises(ValidationError, match=r"batch_token_budget \(4096, HERALD_BATCH_TOKEN_BUDGET\) is below max_tokens"
+                       r" \(10000, HERALD_MAX_TOKENS\) with prefill chunks off \(HERALD_PREFILL_CHUNK_TOKENS\): a prompt at"
+                       " the limit must fit in one forward pass"):
+        Settings(max_tokens=10_000, batch_token_budget=4096, prefill_chunk_tokens=0, _env_file=None)
+    with pytest.raises(ValidationError, match=r"with prefill chunks off \(HERALD_PREFILL_CHUNK_TOKENS, auto\)"):
+        Settings(max_tokens=10_000, batch_token_budget=4096, device="cuda", _env_file=None)  # auto: off on CUDA
+    with pytest.raises(ValidationError, match=r"below prefill_chunk_tokens \(1024, HERALD_PREFILL_CHUNK_TOKENS\): a chunk"
+                       " must fit in one forward pass"):
+        Settings(batch_token_budget=512, prefill_chunk_tokens=1024, _env_file=None)
+    # a prompt longer than the chunk is prefilled alone, chunk by chunk: it never needs the budget
+    assert Settings(max_tokens=10_000, batch_token_budget=4096, device="cpu", _env_file=None).batch_token_budget == 4096
+    assert Settings(max_tokens=10_000, batch_token_budget=1024, prefill_chunk_tokens=1024,
+                    _env_file=None).batch_token_budget == 1024
+    # device auto, chunk auto: which it is, only the loaded backbone tells (engine_limits; test_chunked_prefill.py)
+    assert Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None).batch_token_budget == 4096
+
+
+def test_auto_token_budget_follows_the_device_and_the_longest_pass():
+    assert Settings(_env_file=None).batch_token_budget == "auto"
+    assert pass_limits(None, None, 4096, on_host=True) == (CPU_TOKEN_BUDGET, 512) == (2048, 512)
+    assert pass_limits(None, None, 4096, on_host=False) == (CUDA_TOKEN_BUDGET, 0) == (8192, 0)
+    assert pass_limits(None, 0, 4096, on_host=True) == (4096, 0)  # chunks off: a prompt at the limit is one pass
+    assert pass_limits(None, None, 32_768, on_host=False) == (32_768, 0)
+    assert pass_limits(None, 3000, 4096, on_host=True) == (3000, 3000)
+    assert pass_limits(None, 3000, 1000, on_host=True) == (2048, 3000)  # no prompt reaches the chunk
+    assert pass_limits(1024, None, 4096, on_host=True) == (1024, 512)
+    assert Settings(batch_token_budget="AUTO", _env_file=None).batch_token_budget == "auto"
+    for value, shown in (("big", "'big'"), (32, "32"), ("8k", "'8k'")):
+        with pytest.raises(ValidationError, match=f"batch_token_budget\n.*must be auto or a whole number of tokens of"
+                                                  f" at least 64, got {shown}"):
+            Settings(batch_token_budget=value, _env_file=None)
 
 
 def test_empty_strings_from_configmaps_mean_unset():

@@ -24,7 +24,7 @@ def test_client_gone_cancels_its_prompts_without_an_unretrieved_exception_log(ca
     slow_runtime = Runtime(slow, runtime.probe, runtime.manifest, runtime.probe_path)
     settings = Settings(_env_file=None)
     metrics = HeraldMetrics()
-    engine = InferenceEngine(slow, runtime.probe, engine_limits(settings), metrics)
+    engine = InferenceEngine(slow, runtime.probe, engine_limits(settings, slow), metrics)
     engine.start()
     moderator = Moderator(slow_runtime, engine, settings, metrics)
 
@@ -81,7 +81,7 @@ def test_a_full_queue_is_refused_before_tokenizing():
         alive = True  # not started: the queue keeps what it is given
 
         def __init__(self):
-            super().__init__(backbone, runtime.probe, engine_limits(settings), metrics)
+            super().__init__(backbone, runtime.probe, engine_limits(settings, backbone), metrics)
             self._queue.extend([object(), object()])
 
     moderator = Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), Full(), settings, metrics)
@@ -107,7 +107,7 @@ def test_a_full_queue_answers_retry_after_from_the_work_that_must_drain():
         alive = True  # not started: the queue keeps what it is given
 
         def __init__(self):
-            super().__init__(runtime.backbone, runtime.probe, engine_limits(settings), HeraldMetrics())
+            super().__init__(runtime.backbone, runtime.probe, engine_limits(settings, runtime.backbone), HeraldMetrics())
             self._queue.extend([object()] * 4)
             self._ahead = Work.of_prompts([400] * 4)  # four 400-token prompts waiting, about 2 s each
             self._latest_deadline = time.perf_counter() + 60  # accepted just now, under the 60 s timeout
@@ -132,7 +132,7 @@ def test_prompts_dropped_after_a_timeout_are_counted_as_timeouts_not_as_gone_cli
     slow._vocab, slow._words = runtime.backbone._vocab, runtime.backbone._words
     settings = Settings(_env_file=None, request_timeout_s=0.2)
     metrics = HeraldMetrics()
-    engine = InferenceEngine(slow, runtime.probe, engine_limits(settings), metrics)
+    engine = InferenceEngine(slow, runtime.probe, engine_limits(settings, slow), metrics)
     engine.start()
     moderator = Moderator(Runtime(slow, runtime.probe, runtime.manifest, runtime.probe_path), engine, settings, metrics)
 

@@ -37,7 +37,7 @@ def moderator_for(runtime, backbone, seed=(), **overrides) -> Moderator:
     """A Moderator over a started engine on ``backbone``, its cost model seeded with ``seed``."""
     settings = Settings(_env_file=None, **overrides)
     metrics = HeraldMetrics()
-    engine = InferenceEngine(backbone, runtime.probe, engine_limits(settings), metrics, seed=seed)
+    engine = InferenceEngine(backbone, runtime.probe, engine_limits(settings, backbone), metrics, seed=seed)
     engine.start()
     return Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), engine, settings, metrics)
 

@@ -23,7 +23,7 @@ from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, C
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
 from herald_service.engine.admission import WAIT_HEADROOM, BatchTiming, Work
-from herald_service.engine.engine import InferenceEngine, chunk_tokens_for, runs_in_chunks
+from herald_service.engine.engine import EngineLimits, InferenceEngine, runs_in_chunks
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_time, engine_limits
 from herald_service.errors import HeraldError
@@ -146,25 +146,27 @@ def _warm_decode_step(runtime: Runtime) -> tuple[float, int]:
 
 
 def _load_warm_and_measure(settings: Settings, loader: Callable[[Settings], Runtime], state: AppState | None = None
-                           ) -> tuple[Runtime, tuple[BatchTiming, ...], tuple[float, int] | None]:
-    """The runtime, the cost model's seed (:func:`_warm_cost`) and, with steering on, the decode seconds and steps of
-    a timed generation (:func:`_warm_decode_step`); neither with ``HERALD_WARMUP=false``. Once the model is loaded,
+                           ) -> tuple[Runtime, EngineLimits, tuple[BatchTiming, ...], tuple[float, int] | None]:
+    """The runtime, the engine's limits resolved for its device (:func:`engine_limits`), the cost model's seed
+    (:func:`_warm_cost`) and, with steering on, the decode seconds and steps of a timed generation
+    (:func:`_warm_decode_step`); neither of the last two with ``HERALD_WARMUP=false``. Once the model is loaded,
     ``state.loading`` says the warm-up runs (its 503s said "loading model and probe" throughout: tester finding).
 
     Raises:
         ShutDownDuringStartUp: ``state.stopping`` was set (the server shuts down); checked after the load and between
             the warm-up's steps.
+        SettingsConflict: the batch token budget cannot hold the longest single pass on the loaded backbone's device.
     """
     stopping = state.stopping if state is not None else None
     runtime = _load_and_warm(settings, loader, stopping)
+    limits = engine_limits(settings, runtime.backbone)
     if not settings.warmup:
-        return runtime, (), None
+        return runtime, limits, (), None
     if state is not None:
         state.loading = "warming up: timing the batch shapes admission control prices requests by"
-    chunk_tokens = chunk_tokens_for(engine_limits(settings).chunk_tokens, runtime.backbone)
-    seed = _warm_cost(runtime, chunk_tokens, stopping)
+    seed = _warm_cost(runtime, limits.chunk_tokens or 0, stopping)
     _stop_if_shutting_down(stopping)
-    return runtime, seed, _warm_decode_step(runtime) if settings.steer_enabled else None
+    return runtime, limits, seed, _warm_decode_step(runtime) if settings.steer_enabled else None
 
 
 LOAD_THREAD = "herald-load"
@@ -251,7 +253,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
 async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> None:
     settings = state.settings
     try:
-        runtime, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state)
+        runtime, limits, seed, decode_timing = await in_passing_thread(_load_warm_and_measure, settings, loader, state)
     except HeraldError as exc:
         state.load_error = exc.message
         state.metrics.worker_failed.set(1)
@@ -264,7 +266,7 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
         log.critical(state.load_error, exc_info=exc)
         _stop_if_asked(state)
         return
-    engine = InferenceEngine(runtime.backbone, runtime.probe, engine_limits(settings), state.metrics, seed)
+    engine = InferenceEngine(runtime.backbone, runtime.probe, limits, state.metrics, seed)
     engine.start()
     info = runtime.backbone.info
     state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)

@@ -27,6 +27,7 @@ import torch
 
 from herald_service.backbone.base import Backbone
 from herald_service.backbone.batching import batch_tokens, plan_in_arrival_order
+from herald_service.config import resolved_chunk_tokens
 from herald_service.engine.admission import (
     TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
@@ -44,16 +45,6 @@ RUN_BATCHES = 8
 run also ends when the pipeline drains. Past a few batches the split error at a run's two ends is a small share of it,
 and the cost model still follows a load that never lets the pipeline drain."""
 
-CPU_CHUNK_TOKENS = 512
-"""Chunk of a long prompt's prefill where the backbone runs on the host (CPU), tokens; the default of
-``HERALD_PREFILL_CHUNK_TOKENS``. Through ``herald serve`` on the embedded backbone (2 cores), one-line requests sent
-while a 3,978-token prompt ran waited 5.7 s (median; its whole prefill) without chunks and 0.73 s (max 1.5 s) with
-512-token chunks, and the long prompt took 15% longer, answering 24 short requests on the way; its prefill alone
-takes 8-17% longer in chunks (``benchmarks/chunked_prefill.py``, ``benchmarks/results/chunked_prefill_cpu.json``).
-Off on CUDA (:func:`chunk_tokens_for`), where a 4,096-token prefill of an 8B model takes a few hundred ms and each chunk
-would add a kernel-launch-bound pass."""
-
-
 def runs_in_chunks(tokens: int, chunk_tokens: int) -> bool:
     """Whether a prompt of ``tokens`` is prefilled in chunks of ``chunk_tokens`` (0: chunking off): it is longer than
     a chunk. The engine plans its batches by it and the warm-up times its shapes by it."""
@@ -62,11 +53,9 @@ def runs_in_chunks(tokens: int, chunk_tokens: int) -> bool:
 
 def chunk_tokens_for(setting: int | None, backbone: Backbone) -> int:
     """The chunk size the engine uses, tokens: ``setting`` as given (0: off), or for ``None`` (auto)
-    :data:`CPU_CHUNK_TOKENS` where the backbone's forward runs on the host (not :attr:`Backbone.overlaps_host`) and
-    0 where it does (CUDA)."""
-    if setting is not None:
-        return setting
-    return 0 if backbone.overlaps_host else CPU_CHUNK_TOKENS
+    :data:`~herald_service.config.CPU_CHUNK_TOKENS` where the backbone's forward runs on the host (not
+    :attr:`Backbone.overlaps_host`) and 0 where it does (CUDA)."""
+    return resolved_chunk_tokens(setting, on_host=not backbone.overlaps_host)
 
 
 @dataclass(frozen=True)
@@ -74,7 +63,8 @@ class EngineLimits:
     """Batching and admission knobs (from settings).
 
     Attributes:
-        token_budget: tokens in one forward pass (``batch_token_budget``).
+        token_budget: tokens in one forward pass (``batch_token_budget`` resolved:
+            :func:`~herald_service.config.pass_limits`).
         max_rows: prompts in one forward pass (``batch_max_prompts``).
         delay_s: seconds the worker waits to fill a batch (``batch_delay_ms``).
         queue_capacity: prompts and exclusive jobs waiting before 429 (``queue_capacity``).

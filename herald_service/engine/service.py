@@ -17,13 +17,15 @@ from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Generation, Intervention
+from herald_service.backbone.base import Backbone, Generation, Intervention
 from herald_service.backbone.batching import plan_batches
-from herald_service.config import Settings
+from herald_service.config import Settings, pass_limits
 from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
 from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
-from herald_service.errors import HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, WorkTooLarge
+from herald_service.errors import (
+    HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, SettingsConflict, WorkTooLarge,
+)
 from herald_service.metrics import HeraldMetrics
 from herald_service.refusal import is_refusal
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
@@ -100,11 +102,22 @@ class SteerOutcome:
     steered_classification: Classification
 
 
-def engine_limits(settings: Settings) -> EngineLimits:
-    """Batching and admission knobs from settings (the longest estimated wait admitted is ``request_timeout_s``;
-    ``prefill_chunk_tokens`` auto is resolved by the engine, which knows the backbone)."""
-    chunk = None if settings.prefill_chunk_tokens == "auto" else settings.prefill_chunk_tokens
-    return EngineLimits(settings.batch_token_budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity,
+def engine_limits(settings: Settings, backbone: Backbone) -> EngineLimits:
+    """Batching and admission knobs from settings, resolved for ``backbone`` (its device): the longest estimated wait
+    admitted is ``request_timeout_s``; ``batch_token_budget`` and ``prefill_chunk_tokens`` auto become the device's
+    values (:func:`~herald_service.config.pass_limits`).
+
+    Raises:
+        SettingsConflict: a budget given below the longest single forward pass on this device (settings validation
+            refuses it earlier where the device is set; with device auto only the loaded backbone tells).
+    """
+    try:
+        budget, chunk = pass_limits(None if settings.batch_token_budget == "auto" else settings.batch_token_budget,
+                                    None if settings.prefill_chunk_tokens == "auto" else settings.prefill_chunk_tokens,
+                                    settings.max_tokens, on_host=not backbone.overlaps_host)
+    except ValueError as exc:
+        raise SettingsConflict(str(exc)) from None
+    return EngineLimits(budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity,
                         settings.request_timeout_s, chunk)
 
 
@@ -497,7 +510,7 @@ class Moderator:
         prefill_s = None if fit is None else fit.seconds(Work.of_prompts([len(ids)]))  # None: no batch measured yet
         # the views run in the engine's batches (a padded batch of a 20-turn conversation and its 20 turns cost the
         # whole conversation's length 21 times: a re-test's /steer ran 27 s past its 504 and held the worker)
-        plan = plan_batches(lengths, self.settings.batch_token_budget, self.settings.batch_max_prompts,
+        plan = plan_batches(lengths, self.engine.limits.token_budget, self.engine.limits.max_rows,
                             self.runtime.backbone.packs_batches)
         classify_s = None if fit is None else sum(fit.seconds(Work.of_prompts([lengths[i] for i in batch])) for batch in plan)
         prefills_s = None if prefill_s is None else (STEER_PREFILLS - 2) * prefill_s + 2 * classify_s

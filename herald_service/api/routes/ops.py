@@ -65,7 +65,8 @@ async def info(state: State) -> dict:
             "max_messages": s.max_messages,
             "max_tokens": s.max_tokens if state.runtime is None else state.runtime.token_limit(s.max_tokens)[0],
             "queue_capacity": s.queue_capacity,
-            "batch_token_budget": s.batch_token_budget,
+            # resolved once the engine runs (auto: 2,048 on the CPU, 8,192 on CUDA), the setting before
+            "batch_token_budget": s.batch_token_budget if state.engine is None else state.engine.limits.token_budget,
             "batch_max_prompts": s.batch_max_prompts,
             "request_timeout_s": s.request_timeout_s,
             "body_timeout_s": s.body_timeout_s,
