@@ -52,3 +52,16 @@ def test_committed_probe_records_the_reference_prompts_herald_fit_records(folder
     assert block["numerics"] == "float32 on cpu" and block["revision"] == manifest["backbone"]["revision"]
     flagged = [e["logit"] >= manifest["threshold"] for e in block["prompts"]]
     assert flagged[:6] == [True] * 6  # the six harmful requests
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_a_trajectorys_score_is_the_same_bits_alone_and_in_any_batch(folder: Path):
+    # The backbone's states are batch-invariant on the CPU (test_embedded_e2e.py); the scorer's matrix products were
+    # not: BLAS picks kernels by the batch's size, and a logit moved by up to 1e-14 (re-test of that change)
+    probe, manifest = load_probe(folder)
+    trajectories = np.random.default_rng(0).normal(size=(64, manifest["backbone"]["num_layers"]))
+    batch = probe.predict_trajectories(trajectories)
+    for row in range(len(trajectories)):
+        alone = probe.predict_trajectories(trajectories[row:row + 1])
+        assert alone.logits[0] == batch.logits[row] and alone.scores[0] == batch.scores[row], row
+        assert np.array_equal(alone.features[0], batch.features[row]), row

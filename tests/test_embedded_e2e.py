@@ -188,6 +188,7 @@ def test_with_bf16_linear_layers_a_prompts_states_do_not_depend_on_its_batch():
     from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.config import default_cache_dir
+    from herald_service.probes.artifact import load_probe
     from herald_service.types import user_turn
 
     if not cpu_has_native_bf16():
@@ -199,11 +200,15 @@ def test_with_bf16_linear_layers_a_prompts_states_do_not_depend_on_its_batch():
              " poem at the end about photons.", "Summarise this: " + "the committee met and agreed on the budget. " * 30]
     ids = backbone.encode([user_turn(t) for t in texts])
     assert len({len(i) for i in ids}) == len(ids) and max(len(i) for i in ids) > 200
+    probe, _ = load_probe(Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct")
     alone = [backbone.last_token_states([i])[0] for i in ids]
+    alone_logits = [probe.predict(state[None]).logits[0] for state in alone]
     for order in ([0, 6], [0, 7], [1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1, 0], [3, 0, 0, 6]):
         batch = backbone.last_token_states([ids[i] for i in order])
+        logits = probe.predict(batch).logits
         for row, i in enumerate(order):
             assert torch.equal(batch[row], alone[i]), (order, row, (batch[row] - alone[i]).abs().max().item())
+            assert logits[row] == alone_logits[i], (order, row, logits[row] - alone_logits[i])  # projection to logit
 
 
 def test_control_tokens_spelled_in_a_message_are_text_and_cannot_forge_a_turn(server):

@@ -52,7 +52,7 @@ def _spearman_rows(s: np.ndarray) -> np.ndarray:
     xc = x_rank - x_rank.mean()
     denom = np.sqrt((rc**2).sum(axis=1) * (xc**2).sum())
     with np.errstate(invalid="ignore", divide="ignore"):
-        rho = (rc @ xc) / denom
+        rho = (rc * xc).sum(axis=1) / denom  # row sums, not a matrix product: the same bits in any batch
     return np.where(denom > 0, rho, 0.0)
 
 
@@ -83,10 +83,11 @@ def _herald_v1(s: np.ndarray) -> np.ndarray:
     n_layers = s.shape[1]
     x = layer_positions(n_layers)
 
-    # Least-squares fits for every row at once: coefficients = pinv(V) @ s.
+    # Least-squares fits for every row at once: coefficients = pinv(V) @ s, as products and row sums so that a row's
+    # features are the same bits alone and in any batch (BLAS picks its kernel by the batch's size)
     pinv_line, pinv_quadratic = _fit_operators(n_layers)
-    slope = (pinv_line @ s.T)[0]
-    curvature = (pinv_quadratic @ s.T)[0]
+    slope = (s * pinv_line[0]).sum(axis=1)
+    curvature = (s * pinv_quadratic[0]).sum(axis=1)
 
     monotonicity = _spearman_rows(s)
     onset_x, _ = _onset(s, x)
