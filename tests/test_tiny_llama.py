@@ -961,3 +961,85 @@ def test_named_chat_templates_render_and_hash_the_default_one(folder, tmp_path):
         HFBackbone(resolve_backbone(str(named), tmp_path), "cpu", "float32")
     assert refused.value.message.startswith("the backbone's tokenizer has named chat templates (rag, tool_use) and none"
                                             " named 'default'")
+
+
+def _tiny_family(resolved, family: str):
+    """A random 2-layer model of ``family`` on the tiny tokenizer, as HFBackbone wraps it on the CPU (from_model)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
+    sizes = {"falcon": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+             "stablelm": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                              intermediate_size=64),
+             "opt": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32),
+             "gpt2": dict(n_embd=32, n_layer=2, n_head=4)}[family]
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(family, vocab_size=len(tokenizer), max_position_embeddings=256, **sizes)
+    return tokenizer, AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()  # as from_pretrained
+
+
+@pytest.mark.parametrize("family", ["falcon", "stablelm", "gpt2", "bloom"])
+def test_on_the_cpu_each_prompts_states_are_as_alone_for_other_families(resolved, family):
+    """Falcon's and StableLM's decoder layers call their attention without passing keywords on: the prompt lengths
+    row_attention reads reach it by a context variable (a KeyError on every batch of unequal prompts: tester). Where
+    the load's check finds attention by prompt inexact (here fp32 linear layers, whose products round by the batch's
+    rows on some shapes) or never called (BLOOM computes its own attention), such batches run one prompt at a time:
+    either way each prompt's states are the bits it gets alone."""
+    if family == "bloom":
+        backbone = _tiny_bloom(resolved)
+    else:
+        tokenizer, model = _tiny_family(resolved, family)
+        backbone = HFBackbone.from_model(model, tokenizer, resolved)
+    assert (backbone.row_attention_calls > 0) is (family != "bloom")  # the check ran it, and the lengths arrived
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    batch = backbone.last_token_states(ids)
+    for row, token_ids in enumerate(ids):
+        assert torch.equal(batch[row], backbone.last_token_states([token_ids])[0]), (family, row)
+
+
+def test_packing_is_refused_or_replaced_where_a_packed_prompt_would_see_the_others(resolved, monkeypatch, caplog):
+    """OPT builds its positions from the attention mask, BLOOM its ALiBi and mask: packed, a prompt attends to the
+    prompts before it (tester: OPT 0.13 relative, BLOOM 5.5e-3, served without a word). Checked at load: refused where
+    the layout was asked for, right padding where it was auto's choice (varlen on CUDA: simulated here)."""
+    from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
+
+    from herald_service.backbone import hf
+    from herald_service.errors import BackboneError
+
+    tokenizer, opt = _tiny_family(resolved, "opt")
+    with pytest.raises(BackboneError, match=r"padding_side packed: a packed prompt's states change with the prompt"
+                                            r" packed before it .*; use right \(HERALD_PADDING_SIDE, --padding-side\)"):
+        HFBackbone.from_model(opt, tokenizer, resolved, padding_side="packed")
+    torch.manual_seed(0)
+    bloom = BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=2, n_head=2)).eval()
+    with pytest.raises(BackboneError, match="padding_side packed: a packed prompt's states change"):
+        HFBackbone.from_model(bloom, AutoTokenizer.from_pretrained(resolved.folder), resolved, padding_side="packed")
+    assert HFBackbone(resolved, "cpu", "float32", padding_side="packed").padding_side == "packed"  # Llama: exact
+    monkeypatch.setattr(hf, "resolve_padding_side", lambda *args: "packed")
+    with caplog.at_level("WARNING"):
+        backbone = HFBackbone.from_model(opt, tokenizer, resolved)  # auto
+    assert backbone.padding_side == "right" and "batches are right-padded instead of packed" in caplog.text
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    batch = backbone.last_token_states(ids)
+    assert all(torch.equal(batch[row], backbone.last_token_states([i])[0]) for row, i in enumerate(ids))
+
+
+def test_the_decoder_layers_of_a_multimodal_model_are_its_text_decoders(resolved):
+    """A Gemma-3 image-text model whose vision tower has as many layers as its text decoder: the hooks go on the text
+    decoder's layers (the tower's list came first, and every prompt failed: tester finding)."""
+    from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
+    vocab = len(tokenizer)
+    config = Gemma3Config(
+        text_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                         intermediate_size=64, vocab_size=vocab + 16, sliding_window=16, max_position_embeddings=256),
+        vision_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                           image_size=32, patch_size=8),
+        mm_tokens_per_image=4, image_token_index=vocab + 10, boi_token_index=vocab + 11, eoi_token_index=vocab + 12)
+    torch.manual_seed(0)
+    model = Gemma3ForConditionalGeneration(config).eval()
+    backbone = HFBackbone.from_model(model, tokenizer, resolved)
+    assert backbone.layers is model.model.language_model.layers
+    states = backbone.last_token_states(backbone.encode([user_turn(p) for p in PROMPTS[:2]]))
+    assert states.shape == (2, 2, 32) and torch.isfinite(states).all()

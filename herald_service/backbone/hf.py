@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -10,6 +11,7 @@ import re
 import statistics
 import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -104,6 +106,32 @@ ROW_ATTENTION = "herald_rows"
 """Name under which :func:`row_attention` is registered with transformers' attention interface."""
 
 
+@dataclass
+class _Rows:
+    """The prompt lengths of the right-padded batch :func:`row_attention` runs on, and how often it was called."""
+
+    lengths: list[int]
+    calls: int = 0
+
+
+_ROWS: contextvars.ContextVar[_Rows | None] = contextvars.ContextVar("herald_rows", default=None)
+"""The batch :func:`row_attention` splits, set around the forward (:func:`rows_of`). A context variable, not a
+decoder keyword: Falcon's, StableLM's and Nemotron's decoder layers call their attention without passing keywords
+on, and the lengths never arrived (tester: a ``KeyError`` on every batch of unequal prompts)."""
+
+
+@contextmanager
+def rows_of(lengths: Sequence[int]) -> Iterator[_Rows]:
+    """While open, :func:`row_attention` splits its batch into prompts of ``lengths`` (tokens); yields the record
+    of its calls."""
+    rows = _Rows(list(lengths))
+    token = _ROWS.set(rows)
+    try:
+        yield rows
+    finally:
+        _ROWS.reset(token)
+
+
 def row_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -124,15 +152,21 @@ def row_attention(
     which no real token reads (causal attention, right padding). Costs one kernel call per prompt and layer.
 
     Shapes: ``query`` ``(batch, heads, tokens, head_dim)``, ``key``/``value`` ``(batch, kv_heads, tokens,
-    head_dim)``, ``attention_mask`` (if any, e.g. a sliding window's) ``(batch, 1, tokens, tokens)``; ``kwargs``
-    carries ``herald_row_lengths``, each prompt's length in tokens. Returns ``(batch, tokens, heads, head_dim)``.
+    head_dim)``, ``attention_mask`` (if any, e.g. a sliding window's) ``(batch, 1, tokens, tokens)``; each prompt's
+    length in tokens comes from :func:`rows_of`. Returns ``(batch, tokens, heads, head_dim)``.
+
+    Raises:
+        RuntimeError: called outside :func:`rows_of`.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    lengths = kwargs.pop("herald_row_lengths")
+    rows_state = _ROWS.get()
+    if rows_state is None:
+        raise RuntimeError("row_attention runs inside rows_of(lengths) only")
+    rows_state.calls += 1
     batch, heads, tokens, head_dim = query.shape
     out = query.new_zeros((batch, tokens, heads, head_dim))
-    for row, n in enumerate(lengths):  # type: ignore[arg-type]
+    for row, n in enumerate(rows_state.lengths):
         mask = None if attention_mask is None else attention_mask[row : row + 1, :, :n, :n]
         rows, _ = sdpa_attention_forward(module, query[row : row + 1, :, :n], key[row : row + 1, :, :n],
                                          value[row : row + 1, :, :n], mask, **kwargs)
@@ -286,18 +320,32 @@ def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtyp
     return torch.device(device), _DTYPES[dtype]
 
 
-def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
-    """The ``nn.ModuleList`` of decoder layers: the one whose length equals ``num_hidden_layers``.
+def _relative_change(states: torch.Tensor, reference: torch.Tensor) -> float:
+    """The largest relative L2 difference of ``states`` from ``reference`` over layers, both ``(layer, d_model)``."""
+    return ((states - reference).norm(dim=-1) / reference.norm(dim=-1).clamp_min(1e-12)).max().item()
 
-    Works for Llama/Mistral/Qwen/Gemma (``model.layers``), GPT-2 (``transformer.h``) and similar.
+
+def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
+    """The ``nn.ModuleList`` of decoder layers: the one whose length equals ``num_hidden_layers``, searched in the
+    text decoder (``model.get_decoder()``) where the model names one, else in the whole model.
+
+    Works for Llama/Mistral/Qwen/Gemma (``model.layers``), GPT-2 (``transformer.h``) and similar, and for a
+    multimodal model whose vision tower has as many layers as its text decoder (Gemma-3's: the tower's list came
+    first, and every prompt failed with "decoder layers produced no output": tester finding).
 
     Raises:
         BackboneError: if no such list exists.
     """
-    candidates = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == num_layers]
-    if not candidates:
-        raise BackboneError(f"cannot find the {num_layers} decoder layers of {type(model).__name__}")
-    return candidates[0]
+    get_decoder = getattr(model, "get_decoder", None)
+    try:
+        decoder = get_decoder() if callable(get_decoder) else None
+    except Exception:  # a model class whose get_decoder does not apply to it
+        decoder = None
+    for root in ((decoder, model) if isinstance(decoder, nn.Module) else (model,)):
+        candidates = [m for m in root.modules() if isinstance(m, nn.ModuleList) and len(m) == num_layers]
+        if candidates:
+            return candidates[0]
+    raise BackboneError(f"cannot find the {num_layers} decoder layers of {type(model).__name__}")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt",
@@ -486,6 +534,7 @@ class HFBackbone:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         text_config = self.model.config.get_text_config()
+        requested = padding_side
         self.padding_side = padding_side = resolve_padding_side(padding_side, self.device, self.dtype, sliding_window_of(text_config))
         num_layers = int(text_config.num_hidden_layers)
         self.decoder = self.model.base_model  # the decoder stack without the LM head
@@ -513,7 +562,17 @@ class HFBackbone:
         # (benchmarks/batch_invariance.py); on CUDA the packed varlen layout keeps each prompt's attention apart, while
         # its matrix products still see the whole batch (not measured)
         self.batch_invariant = self.device.type == "cpu"
-        self.trims_final_layer = False
+        self.trims_final_layer = self.attends_by_row = False
+        if padding_side in ("packed", "varlen"):
+            problem = self._packing_problem()
+            if problem is not None and requested != "auto":
+                raise BackboneError(f"padding_side {padding_side}: {problem}; use right (HERALD_PADDING_SIDE,"
+                                    " --padding-side)", field="padding_side")
+            if problem is not None:
+                log.warning("%s; batches are right-padded instead of %s", problem, padding_side)
+                self.padding_side = padding_side = "right"
+        self.row_attention_calls = 0  # calls of row_attention seen by _forward_states (its load check reads them)
+        self.attends_by_row = self._check_row_attention()
         self.trims_final_layer = self._check_final_layer_trim()
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda" and padding_side in ("right", "varlen")
@@ -794,6 +853,8 @@ class HFBackbone:
     def _forward_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
         if self.packs(token_ids):
             return self._packed_states(token_ids, intervention)
+        if self._unequal_on_the_cpu(token_ids) and not self.attends_by_row:  # each prompt as alone, the slow way
+            return torch.cat([self._forward_states([ids], intervention) for ids in token_ids])
         ids, mask, last = self._pad(token_ids)
         ids, last = self._upload(ids), self._upload(last)
         if self.padding_side == "left":
@@ -802,26 +863,97 @@ class HFBackbone:
             kwargs = {"attention_mask": mask, "position_ids": positions}
         else:
             kwargs = {}  # causal attention alone keeps right padding out of every real token's state
-        attention: AbstractContextManager[None] = nullcontext()
-        if self._attends_by_row(token_ids):
-            kwargs["herald_row_lengths"] = [len(t) for t in token_ids]
-            attention = self.attention(ROW_ATTENTION)
+        by_row = self._attends_by_row(token_ids)
         with (
             intervene(self.layers, intervention),
             capture_last_token(self.layers, last) as capture,
             self._final_layer_at(last),
-            attention,
+            self.attention(ROW_ATTENTION) if by_row else nullcontext(),
+            rows_of([len(t) for t in token_ids]) if by_row else nullcontext() as rows,
         ):
             self.decoder(input_ids=ids, use_cache=False, **kwargs)
+        if rows is not None:
+            self.row_attention_calls += rows.calls
         return capture.on_device()
 
+    def _unequal_on_the_cpu(self, token_ids: Sequence[Sequence[int]]) -> bool:
+        """A right-padded batch whose prompts' states must each be as alone (:attr:`batch_invariant`, the CPU) and
+        that pads some of them (unequal lengths: equal ones are each computed as alone already). On CUDA the padded
+        layouts are the fp32 and sliding-window fallbacks, and a kernel launch per prompt and layer would cost more
+        than the batch."""
+        return self.batch_invariant and self.padding_side == "right" and len({len(t) for t in token_ids}) > 1
+
     def _attends_by_row(self, token_ids: Sequence[Sequence[int]]) -> bool:
-        """Whether this padded batch runs :func:`row_attention`: :attr:`batch_invariant` (the CPU), right padding,
-        the model's attention SDPA, and prompts of unequal lengths (equal ones are each computed as alone already).
-        On CUDA the padded layouts are the fp32 and sliding-window fallbacks, and a kernel launch per prompt and layer
-        would cost more than the batch."""
-        return (self.batch_invariant and self.padding_side == "right" and len({len(t) for t in token_ids}) > 1
-                and self.decoder.config._attn_implementation == "sdpa")
+        """Whether this padded batch runs :func:`row_attention`: :meth:`_unequal_on_the_cpu`, and the load's check
+        found it computes each prompt as alone on this model (:meth:`_check_row_attention`)."""
+        return self.attends_by_row and self._unequal_on_the_cpu(token_ids)
+
+    @torch.inference_mode()
+    def _packing_problem(self) -> str | None:
+        """Why the packed layout (``packed``, ``varlen``) would not give this model's prompts their own states, or
+        None: checked at load with a 13-token prompt packed after two different 7-token ones, against itself alone.
+        Its states must not change with the prompt before it (relative difference <= 1e-5 in float32, 1e-3 in half
+        precision: a block-diagonal attention gives exactly 0) and must match it alone (1e-4, 5e-2 in half precision
+        or with bf16 linear layers, as tests/test_gpu.py allows varlen batches). Packing restarts position ids per
+        prompt; OPT and BLOOM build positions or ALiBi from the attention mask instead, BLOOM, MPT and RWKV compute
+        their own attention mask, and their packed prompts saw the prompts before them (tester: OPT 0.13 relative,
+        BLOOM 5.5e-3, served without a word)."""
+        vocab = int(self.model.config.get_text_config().vocab_size)
+        before = [[(k * i + k) % vocab for i in range(7)] for k in (5, 11)]
+        prompt = [(7 * i + 3) % vocab for i in range(13)]
+        try:
+            after_one, after_other = (self._forward_states([ids, prompt], None)[1].float() for ids in before)
+            alone = self._forward_states([prompt], None)[0].float()
+        except Exception as exc:
+            log.warning("a packed batch failed at the load's check", exc_info=True)
+            return f"a packed batch failed on this model ({type(exc).__name__}: {exc})"
+        half = self.dtype != torch.float32 or self.bf16_matmuls
+        leak, moved = _relative_change(after_one, after_other), _relative_change(after_one, alone)
+        if leak > (1e-3 if half else 1e-5):
+            return (f"a packed prompt's states change with the prompt packed before it (by {leak:.2g}, relative): this"
+                    " model's attention reaches across the prompts of a packed row")
+        if moved > (5e-2 if half else 1e-4):
+            return (f"a packed prompt's states differ from the prompt alone by {moved:.2g} (relative): this model does"
+                    " not restart positions per packed prompt")
+        return None
+
+    @torch.inference_mode()
+    def _check_row_attention(self) -> bool:
+        """Whether :func:`row_attention` keeps each prompt's states as alone on this model, checked at load on the
+        CPU (:attr:`batch_invariant`, right padding): the model's attention is SDPA, reached through transformers'
+        attention interface (BLOOM, MPT and RWKV compute attention in their own code and never call it), and two
+        prompts of 5 and 33 tokens batched give the states of each alone, bit for bit. Otherwise, or on an
+        exception, a batch of unequal prompts runs one prompt at a time (:meth:`_forward_states`; logged)."""
+        if not (self.batch_invariant and self.padding_side == "right"):
+            return False
+        name = type(self.layers[0]).__name__
+        if self.decoder.config._attn_implementation != "sdpa":
+            log.info("%s attention is %s, not SDPA: on the CPU a batch of unequal prompts runs one prompt at a time",
+                     name, self.decoder.config._attn_implementation)
+            return False
+        vocab = int(self.model.config.get_text_config().vocab_size)
+        batch = [[(7 * i + 3) % vocab for i in range(n)] for n in (5, 33)]
+        calls = self.row_attention_calls
+        self.attends_by_row = True
+        try:
+            together = self._forward_states(batch, None)
+            self.attends_by_row = False
+            alone = [self._forward_states([ids], None)[0] for ids in batch]
+        except Exception:
+            log.warning("attention by prompt failed on %s: on the CPU a batch of unequal prompts runs one prompt at"
+                        " a time", name, exc_info=True)
+            return False
+        finally:
+            self.attends_by_row = False
+        if self.row_attention_calls == calls:
+            log.info("%s computes attention in its own code, not through transformers' attention interface: on the"
+                     " CPU a batch of unequal prompts runs one prompt at a time", name)
+            return False
+        if not all(torch.equal(together[i], alone[i]) for i in range(len(batch))):
+            log.warning("attention by prompt does not give %s's prompts the states they get alone: on the CPU a batch"
+                        " of unequal prompts runs one prompt at a time", name)
+            return False
+        return True
 
     def _final_layer_at(self, positions: torch.Tensor, rows: torch.Tensor | None = None) -> AbstractContextManager[None]:
         """:func:`final_layer_at` on the final decoder layer where :meth:`_check_final_layer_trim` allowed it, else a
