@@ -853,7 +853,7 @@ class HFBackbone:
     def _forward_states(self, token_ids: Sequence[Sequence[int]], intervention: Intervention | None) -> torch.Tensor:
         if self.packs(token_ids):
             return self._packed_states(token_ids, intervention)
-        if self._unequal_on_the_cpu(token_ids) and not self.attends_by_row:  # each prompt as alone, the slow way
+        if self._unequal_on_the_cpu(token_ids) and not self.attends_by_row:  # as alone: _check_row_attention said no
             return torch.cat([self._forward_states([ids], intervention) for ids in token_ids])
         ids, mask, last = self._pad(token_ids)
         ids, last = self._upload(ids), self._upload(last)
