@@ -122,3 +122,23 @@ def test_gpt2_and_bloom_configs_of_other_heads_or_activation_hash_apart_and_comm
         assert not set(config.to_dict()) & set(OTHER_FAMILY_ARCH_KEYS)
         recorded = json.loads((models / slug / "probe.json").read_text())["backbone"]["config_hash"]
         assert config_hash(config) == recorded, slug
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"model_type": "llama",\n', "is not valid JSON (Expecting property name enclosed in double quotes at line 2, column 1)"),
+    ("[1, 2]", "holds an array, not a JSON object of config keys"),
+    ("null", "holds null, not a JSON object of config keys"),
+    (b'{"a": "\xff"}', "is not UTF-8 text"),
+])
+def test_a_config_json_that_is_not_a_json_object_is_refused_naming_the_file(tmp_path: Path, text, expected):
+    # Tester finding: a JSON list stopped with "AttributeError: 'list' object has no attribute 'get'", and truncated
+    # JSON with "Expecting property name enclosed in double quotes: line 2 column 1 (char 25)", naming no file.
+    from herald_service.errors import BackboneError
+
+    folder = _model_folder(tmp_path / "m", b"\x01" * 64)
+    config = folder / "config.json"
+    config.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(BackboneError) as refused:
+        resolve_backbone(str(folder), tmp_path / "cache")
+    assert str(refused.value).startswith(f"{config} {expected}")
+    assert "\n" not in str(refused.value) and "config.json again" in str(refused.value)

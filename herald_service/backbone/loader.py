@@ -698,7 +698,8 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
             (:func:`folder_revision`).
 
     Raises:
-        BackboneError: if the path does not exist or holds no model.
+        BackboneError: if the path does not exist or holds no model, or a folder's ``config.json`` is not a JSON
+            object (:func:`read_config_json`).
     """
     if spec == EMBEDDED_BACKBONE:
         gguf = embedded_gguf_path()
@@ -710,10 +711,36 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
         prefix = "gguf-shards-sha256" if source.kind == "shards" else "gguf-sha256"
         converted = convert_gguf(source, cache_dir, sha)
         return ResolvedBackbone(converted, source.stem, f"{prefix}:{sha}", _slug(path, source))
-    config = json.loads((path / "config.json").read_text())
+    config = read_config_json(path / "config.json")
     model_id = config.get("_name_or_path") or path.name
     revision = conversion_revision(path, cache_dir) or f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}"
     return ResolvedBackbone(path, model_id, revision, _slug(path, None))
+
+
+def read_config_json(file: Path) -> dict[str, Any]:
+    """A model folder's ``config.json`` as a dict. Truncated JSON stopped ``herald fit`` with "Expecting property name
+    enclosed in double quotes: line 2 column 1 (char 25)", naming no file (and ``herald serve`` logged a traceback),
+    and a JSON list with "'list' object has no attribute 'get'" (tester finding).
+
+    Raises:
+        BackboneError: the file cannot be read, is not UTF-8, is not valid JSON (naming the JSON error's line and
+            column) or is not a JSON object.
+    """
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BackboneError(f"cannot read {file}: {exc.strerror}", field="backbone") from None
+    except UnicodeDecodeError:
+        raise BackboneError(f"{file} is not UTF-8 text, so not a JSON config; copy the model's config.json again from"
+                            " its source", field="backbone") from None
+    except json.JSONDecodeError as exc:
+        raise BackboneError(f"{file} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); fix it, or"
+                            " copy the model's config.json again from its source", field="backbone") from None
+    if not isinstance(config, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(config), "a number")
+        raise BackboneError(f"{file} holds {kind}, not a JSON object of config keys; copy the model's config.json"
+                            " again from its source", field="backbone")
+    return config
 
 
 def conversion_revision(folder: Path, cache_dir: Path | None = None) -> str | None:
