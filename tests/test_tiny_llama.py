@@ -214,10 +214,25 @@ def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tri
         shutil.copy(folder / name, bare / name)
     with pytest.raises(BackboneError) as refused:
         HFBackbone(resolve_backbone(str(bare), tmp_path / "cache"), "cpu", "float32")
-    assert str(refused.value).startswith("no tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model,")
-    assert f"or *.tiktoken) in {bare};" in str(refused.value)
-    (bare / "qwen.tiktoken").write_text("")  # any tiktoken rank file counts as a tokenizer file: the check passes
+    looked_for = ("it needs one of tokenizer.json, tokenizer.model, vocab.json with merges.txt, vocab.txt,"
+                  " spiece.model, sentencepiece.bpe.model or a *.tiktoken file")
+    assert str(refused.value) == (f"no tokenizer files holding the vocabulary in {bare}: {looked_for}; copy the model's"
+                                  " tokenizer files beside its config.json")
+    # Tester finding: tokenizer_config.json alone passed the check and got transformers' sentencepiece message
     from herald_service.backbone.hf import refuse_a_folder_without_tokenizer
+    shutil.copy(folder / "tokenizer_config.json", bare / "tokenizer_config.json")
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(resolve_backbone(str(bare), tmp_path / "cache"), "cpu", "float32")
+    assert str(refused.value) == (f"no tokenizer files holding the vocabulary in {bare}: {looked_for}"
+                                  " (tokenizer_config.json is there: it holds the tokenizer's settings, not its"
+                                  " vocabulary); copy the model's tokenizer files beside its config.json")
+    (bare / "vocab.json").write_text("{}")
+    with pytest.raises(BackboneError, match=r"file \(vocab.json is there, merges.txt is missing\); copy"):
+        refuse_a_folder_without_tokenizer(bare)
+    (bare / "merges.txt").write_text("")
+    refuse_a_folder_without_tokenizer(bare)  # a GPT-2-style pair holds a vocabulary
+    (bare / "vocab.json").unlink()
+    (bare / "qwen.tiktoken").write_text("")  # any tiktoken rank file counts as a tokenizer file: the check passes
     refuse_a_folder_without_tokenizer(bare)
 
 

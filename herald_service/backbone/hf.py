@@ -348,23 +348,38 @@ def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
     raise BackboneError(f"cannot find the {num_layers} decoder layers of {type(model).__name__}")
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt",
-                   "spiece.model", "sentencepiece.bpe.model")
-"""Files of which a transformers model folder needs at least one for ``AutoTokenizer`` (or a ``*.tiktoken`` file)."""
+VOCABULARY_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",),
+                    ("spiece.model",), ("sentencepiece.bpe.model",))
+"""Files (or pairs of files) of which a transformers model folder needs one for ``AutoTokenizer`` to have a
+vocabulary, or else a ``*.tiktoken`` file. ``tokenizer_config.json`` is not one: it holds settings, not tokens."""
 
 
 def refuse_a_folder_without_tokenizer(folder: Path) -> None:
-    """Refuse a model folder that holds none of :data:`TOKENIZER_FILES` nor a ``*.tiktoken`` file, before
-    transformers tries: without them it says "Couldn't instantiate the backend tokenizer ... You need to have
-    sentencepiece or tiktoken installed", which sends one looking for a missing package (tester finding).
+    """Refuse a model folder that holds none of :data:`VOCABULARY_FILES` (both files of a pair) nor a ``*.tiktoken``
+    file, before transformers tries: without them it says "Couldn't instantiate the backend tokenizer ... You need to
+    have sentencepiece or tiktoken installed", which sends one looking for a missing package (tester finding). A
+    folder with ``tokenizer_config.json`` alone passed an earlier form of this check, which counted it as a tokenizer
+    file, and got that message (tester finding).
 
     Raises:
-        BackboneError: naming the folder and the files looked for.
+        BackboneError: naming the folder, the files looked for, and what of them is there without its pair or is
+            only ``tokenizer_config.json``.
     """
-    if any((folder / name).is_file() for name in TOKENIZER_FILES) or any(folder.glob("*.tiktoken")):
+    if any(all((folder / name).is_file() for name in group) for group in VOCABULARY_FILES):
         return
-    raise BackboneError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)} or *.tiktoken) in {folder}; copy the "
-                        "model's tokenizer files beside its config.json", field="backbone")
+    if any(folder.glob("*.tiktoken")):
+        return
+    looked_for = ", ".join(" with ".join(group) for group in VOCABULARY_FILES)
+    halves = [(a, b) for a, b in (("vocab.json", "merges.txt"), ("merges.txt", "vocab.json")) if (folder / a).is_file()]
+    if halves:
+        found = f" ({halves[0][0]} is there, {halves[0][1]} is missing)"
+    elif (folder / "tokenizer_config.json").is_file():
+        found = " (tokenizer_config.json is there: it holds the tokenizer's settings, not its vocabulary)"
+    else:
+        found = ""
+    raise BackboneError(f"no tokenizer files holding the vocabulary in {folder}: it needs one of {looked_for} or a"
+                        f" *.tiktoken file{found}; copy the model's tokenizer files beside its config.json",
+                        field="backbone")
 
 
 CAUSAL_CHECK_TOLERANCE = 1e-3
@@ -472,9 +487,9 @@ class HFBackbone:
             keep ``weights``, so a fit on the CPU is an fp32 fit wherever it runs.
 
     Raises:
-        BackboneError: if the folder holds no tokenizer file (:func:`refuse_a_folder_without_tokenizer`), cannot be
-            loaded as a causal LM, or its attention is not causal (:func:`refuse_a_bidirectional_model`: a BERT
-            folder loads as ``BertLMHeadModel``), or ``matmul_dtype`` is unknown or ``bfloat16`` off the CPU.
+        BackboneError: if the folder holds no tokenizer vocabulary (:func:`refuse_a_folder_without_tokenizer`),
+            cannot be loaded as a causal LM, or its attention is not causal (:func:`refuse_a_bidirectional_model`: a
+            BERT folder loads as ``BertLMHeadModel``), or ``matmul_dtype`` is unknown or ``bfloat16`` off the CPU.
     """
 
     def __init__(
