@@ -236,6 +236,33 @@ def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tri
     refuse_a_folder_without_tokenizer(bare)
 
 
+@pytest.mark.parametrize("layers", [6, 2])
+def test_a_config_of_other_layers_than_the_weights_is_refused_and_tied_weights_are_not_missing(folder, tmp_path, layers):
+    # Tester finding: config.json of 6 layers over weights of 4 loaded with two random layers, and herald fit wrote a
+    # probe of them. A config of 2 layers over them would run the first two alone: refused too.
+    import shutil
+
+    from herald_service.errors import BackboneError
+
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(resolve_backbone(str(other), tmp_path / "cache"), "cpu", "float32")
+    message = str(refused.value)
+    if layers == 6:  # layers 4 and 5, 9 tensors each
+        assert message.startswith(f"{other}: its weights lack 18 tensors (model.layers.4.input_layernorm.weight, ")
+        assert "which transformers would fill with random values; make config.json match the weights" in message
+    else:
+        assert message.startswith(f"{other}: its weights hold 18 tensors (model.layers.2.input_layernorm.weight, ")
+        assert "has no place for, which transformers would drop" in message
+    assert message.count("model.layers.") == 3 and ", ...)" in message and "\n" not in message
+    tied = build_tiny_llama(tmp_path / "tied", num_layers=2, tie_word_embeddings=True)  # no lm_head.weight saved
+    backbone = HFBackbone(resolve_backbone(str(tied), tmp_path / "cache"), "cpu", "float32")
+    assert backbone.model.lm_head.weight is backbone.model.get_input_embeddings().weight
+
+
 def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(monkeypatch):
     from herald_service.backbone import hf
     from herald_service.errors import BackboneError

@@ -20,8 +20,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_llama(folder: Path, num_layers: int = 4, hidden_size: int = 64, seed: int = 0) -> Path:
-    """Save a random Llama (fp32) and tokenizer into ``folder`` and return it."""
+def build_tiny_llama(folder: Path, num_layers: int = 4, hidden_size: int = 64, seed: int = 0,
+                     vocab_size: int | None = None, tie_word_embeddings: bool = False) -> Path:
+    """Save a random Llama (fp32) and tokenizer into ``folder`` and return it. ``vocab_size``: the model's embedding
+    rows (default: the tokenizer's size); ``tie_word_embeddings``: the LM head shares the embedding's weights."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -36,7 +38,8 @@ def build_tiny_llama(folder: Path, num_layers: int = 4, hidden_size: int = 64, s
     tokenizer.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(vocab),
+        vocab_size=vocab_size or len(vocab),
+        tie_word_embeddings=tie_word_embeddings,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,

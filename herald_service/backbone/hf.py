@@ -382,6 +382,48 @@ def refuse_a_folder_without_tokenizer(folder: Path) -> None:
                         field="backbone")
 
 
+def refuse_weights_that_do_not_fill_the_model(loading_info: dict[str, object], folder: Path) -> None:
+    """Refuse a checkpoint whose tensors are not the ones its ``config.json`` builds, as transformers reports them
+    (``from_pretrained(..., output_loading_info=True)``; weights tied by the config, such as an ``lm_head`` tied to
+    the embedding, are not reported).
+
+    - ``missing_keys``: tensors the model has and the weights lack. transformers fills them with random values and
+      says so only in a log table, so a config of 6 layers over weights of 4 loaded with two random layers and
+      ``herald fit`` wrote a probe of them (tester finding).
+    - ``unexpected_keys``: tensors of the weights the model has no place for. transformers drops them, so the model
+      that runs is not the checkpoint's: a config of 2 layers over weights of 4 runs the first two layers alone, and
+      every probe fitted or served on it reads states the real model never computes. A user who points Herald at a
+      checkpoint means that checkpoint, so this is refused too, rather than served cut down.
+
+    Args:
+        loading_info: transformers' loading report: ``missing_keys`` and ``unexpected_keys``, collections of tensor
+            names.
+        folder: named in the error.
+
+    Raises:
+        BackboneError: naming up to 3 of the tensors, their count, and the way out (make ``config.json`` match the
+            weights, or restore the weight files).
+    """
+    missing = sorted(loading_info.get("missing_keys") or ())  # type: ignore[arg-type]
+    unexpected = sorted(loading_info.get("unexpected_keys") or ())  # type: ignore[arg-type]
+    if missing:
+        raise BackboneError(
+            f"{folder}: its weights lack {_some_of(missing)} of the model its config.json describes, which transformers"
+            " would fill with random values; make config.json match the weights (num_hidden_layers, sizes) or copy"
+            " the missing weight files beside it", field="backbone")
+    if unexpected:
+        raise BackboneError(
+            f"{folder}: its weights hold {_some_of(unexpected)} that the model its config.json describes has no place"
+            " for, which transformers would drop and run a different model; make config.json match the weights"
+            " (num_hidden_layers, sizes) or remove the tensors that are not the model's", field="backbone")
+
+
+def _some_of(names: Sequence[str], shown: int = 3) -> str:
+    """``"18 tensors (a, b, c, ...)"``: the count and the first ``shown`` names."""
+    more = ", ..." if len(names) > shown else ""
+    return f"{len(names)} tensor{'s' if len(names) != 1 else ''} ({', '.join(names[:shown])}{more})"
+
+
 CAUSAL_CHECK_TOLERANCE = 1e-3
 """Largest change of the first position's final states, relative to their largest magnitude, that
 :func:`refuse_a_bidirectional_model` allows when only the second token differs. Both prompts run as rows of one
@@ -488,8 +530,10 @@ class HFBackbone:
 
     Raises:
         BackboneError: if the folder holds no tokenizer vocabulary (:func:`refuse_a_folder_without_tokenizer`),
-            cannot be loaded as a causal LM, or its attention is not causal (:func:`refuse_a_bidirectional_model`: a
-            BERT folder loads as ``BertLMHeadModel``), or ``matmul_dtype`` is unknown or ``bfloat16`` off the CPU.
+            cannot be loaded as a causal LM, its weights lack tensors of the model its config describes or hold
+            others (:func:`refuse_weights_that_do_not_fill_the_model`), or its attention is not causal
+            (:func:`refuse_a_bidirectional_model`: a BERT folder loads as ``BertLMHeadModel``), or ``matmul_dtype``
+            is unknown or ``bfloat16`` off the CPU.
     """
 
     def __init__(
@@ -510,13 +554,15 @@ class HFBackbone:
         refuse_a_folder_without_tokenizer(resolved.folder)
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
-            model = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype)
+            model, loading_info = AutoModelForCausalLM.from_pretrained(resolved.folder, dtype=torch_dtype,
+                                                                       output_loading_info=True)
         except Exception as exc:  # OSError, ValueError, safetensors' SafetensorError for a damaged file, ...
             hint = ""
             if (resolved.folder / SOURCE_RECORD).is_file():  # our own GGUF conversion (backbone.loader)
                 hint = f"; it is a cached conversion: delete {resolved.folder} and start again to convert anew"
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {type(exc).__name__}: {exc}{hint}",
                                 field="backbone") from exc
+        refuse_weights_that_do_not_fill_the_model(loading_info, resolved.folder)
         model = model.to(torch_device)
         refuse_a_bidirectional_model(model, resolved.folder)
         self._setup(model, tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches, bf16_matmuls)
