@@ -263,6 +263,23 @@ def test_a_config_of_other_layers_than_the_weights_is_refused_and_tied_weights_a
     assert backbone.model.lm_head.weight is backbone.model.get_input_embeddings().weight
 
 
+def test_a_tokenizer_of_more_tokens_than_the_embedding_has_rows_is_refused_at_load(tmp_path):
+    # Tester finding: a model of 1,000 embedding rows beside a tokenizer of 49,152 stopped the forward with a bare
+    # "IndexError: index out of range in self".
+    from herald_service.errors import BackboneError
+
+    small = build_tiny_llama(tmp_path / "small-vocab", num_layers=2, vocab_size=16)
+    with pytest.raises(BackboneError) as refused:
+        HFBackbone(resolve_backbone(str(small), tmp_path / "cache"), "cpu", "float32")
+    tokens = len(json.loads((small / "tokenizer.json").read_text())["model"]["vocab"])
+    assert str(refused.value) == (
+        f"{small}: its tokenizer has {tokens} tokens but the model's input embedding has 16 rows, so a prompt holding a"
+        " token id of 16 or more cannot run; put the tokenizer files of these weights beside them, or use weights"
+        " whose vocabulary covers the tokenizer")
+    padded = build_tiny_llama(tmp_path / "padded-vocab", num_layers=2, vocab_size=tokens + 8)  # more rows: fine
+    HFBackbone(resolve_backbone(str(padded), tmp_path / "cache"), "cpu", "float32")
+
+
 def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(monkeypatch):
     from herald_service.backbone import hf
     from herald_service.errors import BackboneError

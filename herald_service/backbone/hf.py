@@ -424,6 +424,28 @@ def _some_of(names: Sequence[str], shown: int = 3) -> str:
     return f"{len(names)} tensor{'s' if len(names) != 1 else ''} ({', '.join(names[:shown])}{more})"
 
 
+def refuse_a_tokenizer_beyond_the_embeddings(tokenizer: object, model: nn.Module, folder: Path) -> None:
+    """Refuse a tokenizer of more tokens (``len(tokenizer)``, added tokens included) than the model's input embedding
+    has rows: a prompt holding an id past the last row stopped the forward with a bare "IndexError: index out of range
+    in self" (tester finding: a model of a 1,000-token vocabulary beside SmolLM2's tokenizer of 49,152). A model with
+    more rows than tokens (padded for speed, as Qwen2's) is fine. A model without an input embedding to read
+    (``get_input_embeddings`` not implemented) is not checked.
+
+    Raises:
+        BackboneError: naming both counts and the folder.
+    """
+    try:
+        rows = getattr(model.get_input_embeddings(), "num_embeddings", None)
+    except NotImplementedError:
+        return
+    tokens = len(tokenizer)  # type: ignore[arg-type]
+    if rows is not None and tokens > rows:
+        raise BackboneError(
+            f"{folder}: its tokenizer has {tokens:,} tokens but the model's input embedding has {rows:,} rows, so a"
+            f" prompt holding a token id of {rows:,} or more cannot run; put the tokenizer files of these weights"
+            " beside them, or use weights whose vocabulary covers the tokenizer", field="backbone")
+
+
 CAUSAL_CHECK_TOLERANCE = 1e-3
 """Largest change of the first position's final states, relative to their largest magnitude, that
 :func:`refuse_a_bidirectional_model` allows when only the second token differs. Both prompts run as rows of one
@@ -531,8 +553,9 @@ class HFBackbone:
     Raises:
         BackboneError: if the folder holds no tokenizer vocabulary (:func:`refuse_a_folder_without_tokenizer`),
             cannot be loaded as a causal LM, its weights lack tensors of the model its config describes or hold
-            others (:func:`refuse_weights_that_do_not_fill_the_model`), or its attention is not causal
-            (:func:`refuse_a_bidirectional_model`: a BERT folder loads as ``BertLMHeadModel``), or ``matmul_dtype``
+            others (:func:`refuse_weights_that_do_not_fill_the_model`), its tokenizer has more tokens than the model's
+            input embedding has rows (:func:`refuse_a_tokenizer_beyond_the_embeddings`), or its attention is not
+            causal (:func:`refuse_a_bidirectional_model`: a BERT folder loads as ``BertLMHeadModel``), or ``matmul_dtype``
             is unknown or ``bfloat16`` off the CPU.
     """
 
@@ -563,6 +586,7 @@ class HFBackbone:
             raise BackboneError(f"cannot load a causal LM from {resolved.folder}: {type(exc).__name__}: {exc}{hint}",
                                 field="backbone") from exc
         refuse_weights_that_do_not_fill_the_model(loading_info, resolved.folder)
+        refuse_a_tokenizer_beyond_the_embeddings(tokenizer, model, resolved.folder)
         model = model.to(torch_device)
         refuse_a_bidirectional_model(model, resolved.folder)
         self._setup(model, tokenizer, resolved, padding_side, cuda_graphs, compile_graphs, compile_batches, bf16_matmuls)
