@@ -482,6 +482,31 @@ def test_reference_logits_pass_within_the_tolerance_and_refuse_beyond_it(fitted)
     assert refused.value.message.endswith("tokens on 'herald/fake-backbone'; a reference prompt may have at most 128")
 
 
+def test_a_reference_refused_with_bf16_linear_layers_now_and_not_when_recorded_names_the_way_out(fitted, monkeypatch):
+    # Tester finding: a probe just fitted in fp32 on a random OLMo-2 was refused under herald serve's bf16 linear
+    # layers (median 1.22, tolerance 1), and the message blamed only the weights and the probe's files.
+    from herald_service.probes.reference import REFERENCE_PROMPTS, check_reference, reference_block
+
+    backbone, probe, _ = fitted
+    block = reference_block(probe, backbone)  # recorded in float32, as herald fit runs
+    moved = json.loads(json.dumps(block))
+    for entry in moved["prompts"]:
+        entry["logit"] += 1.22
+    monkeypatch.setattr(backbone, "info", dataclasses.replace(backbone.info, matmul_dtype="bfloat16"))
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference({"reference": moved}, probe, backbone)
+    text = refused.value.message
+    assert f"its {len(REFERENCE_PROMPTS)} reference prompts moved by a median of 1.22 (tolerance 1)" in text
+    assert "now in float32 with bfloat16 linear layers on cpu. The linear layers ran in bfloat16 now and at the" \
+           " weights' dtype when the logits were recorded" in text
+    assert ("with HERALD_MATMUL_DTYPE=weights (herald serve) or --matmul-dtype weights (herald classify, plot,"
+            " steer-eval). If it is refused in those numerics too, either the weights differ") in text
+    moved["numerics"] = "float32 with bfloat16 linear layers on cpu"  # recorded with them: the numerics are not it
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference({"reference": moved}, probe, backbone)
+    assert "HERALD_MATMUL_DTYPE" not in refused.value.message and " Either the weights differ" in refused.value.message
+
+
 def test_the_same_probe_is_saved_as_the_same_bytes(tmp_path, fitted):
     # tester finding: probe.safetensors of two fits with the same seed differed: safetensors writes its metadata map
     # in an order that changes from call to call, and the header had two keys
