@@ -479,7 +479,7 @@ class Settings(BackboneSettings):
     )
     request_timeout_s: float = Field(
         60.0, gt=0, allow_inf_nan=False, description="Seconds a request may wait for its answer before 504. Also the"
-        " admission limit: a request whose own estimated model time exceeds it is refused at once with 413, and one"
+        " admission limit: a request whose own estimated model time exceeds 85% of it is refused at once with 413, and one"
         " whose estimated wait behind the work accepted earlier exceeds 80% of it with 429 and Retry-After"
         " (engine/admission.py)."
     )

@@ -29,8 +29,9 @@ class InputTooLarge(HeraldError):
 
 
 class WorkTooLarge(InputTooLarge):
-    """A request whose own estimated model time exceeds ``request_timeout_s``, so it could only time out, even on an
-    idle worker (HTTP 413; ``reason`` is its ``herald_rejected_requests_total`` label)."""
+    """A request whose own estimated model time exceeds ``OWN_WORK_HEADROOM`` of ``request_timeout_s``
+    (engine/admission.py), so it would likely time out, even on an idle worker (HTTP 413; ``reason`` is its
+    ``herald_rejected_requests_total`` label)."""
 
     reason = "estimated_work"
 

@@ -22,7 +22,7 @@ from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.config import Settings
-from herald_service.engine.admission import WAIT_HEADROOM, BatchTiming, Work
+from herald_service.engine.admission import OWN_WORK_HEADROOM, WAIT_HEADROOM, BatchTiming, Work
 from herald_service.engine.engine import EngineLimits, InferenceEngine, runs_in_chunks
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_time, engine_limits
@@ -288,15 +288,17 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
 
 
 def timeout_warning(engine: InferenceEngine, timeout_s: float, shortest_tokens: int) -> str | None:
-    """A start-up warning when ``request_timeout_s`` is below the cost model's price of the shortest prompt the
-    backbone renders (``shortest_tokens``: an empty user turn in its chat template): every request would then be
-    refused 413 (or time out) while ``/health/ready`` says ready (breaker: ``HERALD_REQUEST_TIMEOUT_S=0.05``; a re-test
-    found a fixed 16-token price too low for SmolLM2's 30-token empty prompt). ``None`` when it is met, or before any
-    batch was timed (``HERALD_WARMUP=false``)."""
+    """A start-up warning when the 413 limit, :data:`~herald_service.engine.admission.OWN_WORK_HEADROOM` of
+    ``request_timeout_s``, is below the cost model's price of the shortest prompt the backbone renders
+    (``shortest_tokens``: an empty user turn in its chat template): every request would then be refused 413 (or time
+    out) while ``/health/ready`` says ready (breaker: ``HERALD_REQUEST_TIMEOUT_S=0.05``; a re-test found a fixed
+    16-token price too low for SmolLM2's 30-token empty prompt). ``None`` when it is met, or before any batch was
+    timed (``HERALD_WARMUP=false``)."""
     seconds = engine.cost.seconds(Work.of_prompts([shortest_tokens]))
-    if seconds is None or seconds <= timeout_s:
+    if seconds is None or seconds <= OWN_WORK_HEADROOM * timeout_s:
         return None
-    return (f"HERALD_REQUEST_TIMEOUT_S {timeout_s:g} s is below the shortest prompt's estimated model time"
+    return (f"{OWN_WORK_HEADROOM:.0%} of HERALD_REQUEST_TIMEOUT_S {timeout_s:g} s, the most estimated model time a"
+            f" request is admitted with, is below the shortest prompt's estimated model time"
             f" ({shortest_tokens} tokens, {seconds:.3g} s) on this backbone: every request will be refused or time out,"
             " unless the warm-up was timed slow (other work on this machine), which the first one-prompt request,"
             " run on an idle worker, corrects")

@@ -43,6 +43,14 @@ with 10 of 2,000 tokens ended in five 504s. A 429 with ``Retry-After`` now
 is better than a 504 a minute later. A request whose own work alone is over the headroom is still admitted on an
 idle worker."""
 
+OWN_WORK_HEADROOM = 0.85
+"""A request whose own estimated work exceeds this share of ``request_timeout_s`` is refused at once (413), even on
+an idle worker. The estimate ran 0.85-1.03x the real work of 64-prompt requests on the embedded backbone, and at the
+full limit 64 x 831 tokens, estimated at 59.0 s, was admitted under a 60 s timeout, ran 65.4 s and ended in a 504
+after the worker had spent the whole timeout on it (benchmarks/admission.py, ``admission_cpu_budget_auto.json``; in
+an earlier run it was answered at 59.6 s of 60). A 413 costs nothing and names the estimate; a 504 costs a timeout of
+the worker's time that every other request waits behind."""
+
 DECODE_MEMORY = 0.99
 """Weight an observed decode step keeps per decode step observed after it, in :class:`StepSeconds` (about the last
 100 steps count)."""
@@ -413,9 +421,9 @@ class Refusal:
 
 @dataclass(frozen=True)
 class TooMuchWork:
-    """A request whose own estimated work exceeds the limit (413): it could only time out, even on an idle worker.
-    ``partial``: ``own`` holds the tokens of the prompts tokenized so far only (the rest counted as none), so the
-    estimate is a lower bound."""
+    """A request whose own estimated work exceeds :data:`OWN_WORK_HEADROOM` of ``limit_s`` (``request_timeout_s``)
+    (413): it would likely time out, even on an idle worker. ``partial``: ``own`` holds the tokens of the prompts
+    tokenized so far only (the rest counted as none), so the estimate is a lower bound."""
 
     work_s: float
     limit_s: float
@@ -429,10 +437,11 @@ class TooMuchWork:
         shape = f"{self.own.prompts:,} prompt{'s' if self.own.prompts != 1 else ''}"
         if self.own.tokens:
             shape += f", {'at least ' if self.partial else ''}{self.own.tokens:,} tokens"
-        work, limit = exceeding_texts(self.work_s, self.limit_s)
+        work, limit = exceeding_texts(self.work_s, OWN_WORK_HEADROOM * self.limit_s)
         work += " s or more" if self.partial and not work.startswith("over") else " s"
-        return (f"this request is estimated at {work} of model time on this backbone ({shape}); the limit is"
-                f" request_timeout_s {limit} s (HERALD_REQUEST_TIMEOUT_S): send fewer or shorter prompts")
+        return (f"this request is estimated at {work} of model time on this backbone ({shape}); the limit is {limit} s,"
+                f" {OWN_WORK_HEADROOM:.0%} of request_timeout_s {seconds_text(self.limit_s, 0)} s"
+                " (HERALD_REQUEST_TIMEOUT_S; the rest is the estimate's margin): send fewer or shorter prompts")
 
 
 def priced_by_extrapolation(tokens: int, checked_tokens: int) -> bool:
@@ -465,7 +474,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
         checked_tokens: the longest prompt, tokens, of the live batches ``fit`` holds (:attr:`BatchCost.longest_live`;
             0: none, the fit is the warm-up seed alone); ``None``: trusted at every length.
 
-    Own work costing more than ``limit_s`` alone: :class:`TooMuchWork`, except for a request of one prompt more than
+    Own work costing more than :data:`OWN_WORK_HEADROOM` x ``limit_s`` alone: :class:`TooMuchWork`, except for a request of one prompt more than
     twice as long as ``checked_tokens``, which is then treated as work over the headroom (admitted on an idle worker).
     A warm-up timed under load can price every prompt over the limit (a breaker pass: 2 x 70 tokens timed at 6.3 s,
     35x their real cost, so even "hi" got 413 under a 2 s limit), and a refused request is never timed, so the seed
@@ -485,7 +494,7 @@ def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: floa
     # checked_tokens 0: no live batch at all, so even a prompt of unknown length (check_room's, before tokenizing)
     # is unchecked (a breaker pass: "hi" got 413 from a slow seed again once the rule read tokens).
     unchecked = checked_tokens is not None and own.prompts == 1 and priced_by_extrapolation(own.tokens, checked_tokens)
-    if own_work_s > limit_s and not unchecked:
+    if own_work_s > OWN_WORK_HEADROOM * limit_s and not unchecked:
         return TooMuchWork(own_work_s, limit_s, own, partial)
     ahead_s = ahead_seconds(ahead, fit, limit_s, horizon_s, jobs_s)
     own_s = own_work_s + own_job_s

@@ -368,7 +368,7 @@ class Moderator:
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`; InputTooLarge also when the
                 prompts with the last-turn views exceed ``max_batch_size``.
-            WorkTooLarge: the prompts' own estimated model time exceeds ``request_timeout_s`` (413 naming
+            WorkTooLarge: the prompts' own estimated model time exceeds 85% of ``request_timeout_s`` (413 naming
                 ``batch_field``; counted in ``herald_rejected_requests_total`` under ``estimated_work``).
             QueueFull: the engine's queue is full, or the estimated wait behind the work accepted earlier exceeds
                 ``request_timeout_s`` (429; counted in ``herald_rejected_requests_total`` under its ``reason``). A
