@@ -54,7 +54,9 @@ def test_artifact_has_no_pickle(tmp_path, fitted):
     [
         ({"num_layers": 9}, "num_layers 8 in probe.json, 9 in the backbone"),
         ({"hidden_size": 32}, "hidden_size 16 in probe.json, 32 in the backbone"),
-        ({"config_hash": "0" * 64}, "config hash differs (another architecture or size)"),
+        ({"config_hash": "0" * 64}, "config hash differs (another architecture or size; or a probe fitted before"
+                                    " 2026-12-05 on a GPT-2, GPT-J, GPT-NeoX, BLOOM, Falcon, OPT, StableLM, StarCoder2 or"
+                                    " Mixtral model, whose hash then read fewer of its config's keys: fit it again)"),
     ],
 )
 def test_mismatched_backbone_is_refused(tmp_path, fitted, change, problem):

@@ -144,6 +144,11 @@ def test_a_budget_below_a_prompt_at_the_limit_is_refused_once_the_device_is_know
         engine_limits(settings, FakeBackbone(overlaps_host=True))
     auto = engine_limits(Settings(_env_file=None), FakeBackbone(overlaps_host=True))
     assert (auto.token_budget, auto.chunk_tokens) == (8192, 0)
+    short_table = FakeBackbone()
+    short_table.max_positions = 2048  # the longest pass is the table's, not HERALD_MAX_TOKENS' 4,096 (tester finding)
+    capped = engine_limits(Settings(prefill_chunk_tokens=0, _env_file=None), short_table)
+    assert (capped.token_budget, capped.chunk_tokens) == (2048, 0)
+    assert engine_limits(Settings(prefill_chunk_tokens=0, _env_file=None), FakeBackbone()).token_budget == 4096
 
 
 @pytest.mark.parametrize("queued_kind", ["long prompt", "timed exclusive job"])

@@ -1105,3 +1105,18 @@ def test_the_decoder_layers_of_a_multimodal_model_are_its_text_decoders(resolved
     assert backbone.layers is model.model.language_model.layers
     states = backbone.last_token_states(backbone.encode([user_turn(p) for p in PROMPTS[:2]]))
     assert states.shape == (2, 2, 32) and torch.isfinite(states).all()
+
+
+def test_the_position_limit_is_read_under_each_familys_name():
+    """MPT names its longest input max_seq_len: unread, the warm-up's 1,470-token prompt stopped its load with a
+    tensor size error, and HERALD_MAX_TOKENS was never capped (tester finding)."""
+    from types import SimpleNamespace
+
+    from herald_service.backbone.hf import position_limit
+
+    assert position_limit(SimpleNamespace(max_position_embeddings=2048, n_positions=1024)) == (2048, "max_position_embeddings")
+    assert position_limit(SimpleNamespace(n_positions=1024)) == (1024, "n_positions")  # GPT-2
+    assert position_limit(SimpleNamespace(max_seq_len=1024)) == (1024, "max_seq_len")  # MPT
+    assert position_limit(SimpleNamespace(n_ctx=512, seq_length=None)) == (512, "n_ctx")
+    assert position_limit(SimpleNamespace(max_position_embeddings=None, max_seq_len=True)) == (None, None)  # no number
+    assert position_limit(SimpleNamespace()) == (None, None)

@@ -320,6 +320,24 @@ def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtyp
     return torch.device(device), _DTYPES[dtype]
 
 
+POSITION_LIMIT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx", "seq_length",
+                       "max_sequence_length")
+"""Config keys that name a model's longest input, tokens, in the order read: Llama-style, GPT-2's, MPT's (whose ALiBi
+bias is built for ``max_seq_len`` positions: a longer prompt, even the warm-up's 1,470-token one, stopped the load
+with "The size of tensor a (1470) must match the size of tensor b (1024)": tester finding), GPT-J/CodeGen's older
+name, ChatGLM's and others'."""
+
+
+def position_limit(text_config: object) -> tuple[int, str] | tuple[None, None]:
+    """The model's longest input, tokens, and the config key that sets it: the first of :data:`POSITION_LIMIT_KEYS`
+    its config sets to a positive whole number; ``(None, None)`` where none is set (no known limit)."""
+    for key in POSITION_LIMIT_KEYS:
+        value = getattr(text_config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, key
+    return None, None
+
+
 def _relative_change(states: torch.Tensor, reference: torch.Tensor) -> float:
     """The largest relative L2 difference of ``states`` from ``reference`` over layers, both ``(layer, d_model)``."""
     return ((states - reference).norm(dim=-1) / reference.norm(dim=-1).clamp_min(1e-12)).max().item()
@@ -640,8 +658,8 @@ class HFBackbone:
             dtype=str(self.dtype).removeprefix("torch."),
             matmul_dtype="bfloat16" if self.bf16_matmuls else None,
         )
-        positions = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
-        self.max_positions: int | None = int(positions) if positions else None
+        # the longest input, tokens, and its config key (named where a prompt is refused or a limit capped by it)
+        self.max_positions, self.max_positions_key = position_limit(text_config)
         # a prompt's states independent of the prompts batched with it (row_attention, per-row final-layer trim): on
         # the CPU, where it took 0.78x the old forward's time on mixed lengths and 1.03x on equal ones
         # (benchmarks/batch_invariance.py); on CUDA the packed varlen layout keeps each prompt's attention apart, while
@@ -1224,7 +1242,7 @@ class PrefillGraphs:
 
     A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`): the graphs run
     :func:`causal_attention`, and buckets longer than a sliding attention window (the window would need its mask)
-    or than the model's position table (``max_position_embeddings``/``n_positions``: learned positions past it would
+    or than the model's position table (:func:`position_limit`: learned positions past it would
     index out of range on the device) are left out. The last-token rows are copied by the capture hooks into a
     static ``(1, layer, d_model)`` buffer. Graphs are captured once, longest first, sharing one memory pool. If capture fails (a model whose forward
     synchronizes with the host), graphs are captured again without compiled layers, and if that fails too they are

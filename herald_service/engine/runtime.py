@@ -57,7 +57,7 @@ class Runtime:
         positions it was never trained on, so such prompts are refused at admission."""
         positions = getattr(self.backbone, "max_positions", None)
         if positions is not None and (max_tokens is None or positions < max_tokens):
-            return positions, "the backbone's max_position_embeddings"
+            return positions, f"the backbone's {getattr(self.backbone, 'max_positions_key', None) or 'max_position_embeddings'}"
         return max_tokens, "max_tokens"
 
     def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None,

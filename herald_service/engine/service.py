@@ -111,10 +111,12 @@ def engine_limits(settings: Settings, backbone: Backbone) -> EngineLimits:
         SettingsConflict: a budget given below the longest single forward pass on this device (settings validation
             refuses it earlier where the device is set; with device auto only the loaded backbone tells).
     """
+    positions = getattr(backbone, "max_positions", None)  # the fake backbone has no position table
+    max_tokens = min(settings.max_tokens, positions) if positions else settings.max_tokens  # as Runtime.token_limit
     try:
         budget, chunk = pass_limits(None if settings.batch_token_budget == "auto" else settings.batch_token_budget,
                                     None if settings.prefill_chunk_tokens == "auto" else settings.prefill_chunk_tokens,
-                                    settings.max_tokens, on_host=not backbone.overlaps_host)
+                                    max_tokens, on_host=not backbone.overlaps_host)
     except ValueError as exc:
         raise SettingsConflict(str(exc)) from None
     return EngineLimits(budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity,

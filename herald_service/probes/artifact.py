@@ -353,7 +353,9 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
         if fitted.get(key) != ours:
             problems.append(f"{key} {fitted.get(key)} in probe.json, {ours} in the backbone")
     if fitted.get("config_hash") != info.config_hash:
-        problems.append("config hash differs (another architecture or size)")
+        problems.append("config hash differs (another architecture or size; or a probe fitted before 2026-12-05 on a"
+                        " GPT-2, GPT-J, GPT-NeoX, BLOOM, Falcon, OPT, StableLM, StarCoder2 or Mixtral model, whose hash"
+                        " then read fewer of its config's keys: fit it again)")
     if problems:
         # the same id on both sides read as a contradiction ("fitted on 'X' but the backbone is 'X'": breaker finding)
         head = (f"probe.json names backbone {info.model_id!r}, the one loaded, but does not match it"

@@ -39,8 +39,8 @@ def capped_max_tokens(backbone: Backbone, max_tokens: int) -> int:
     """
     positions = getattr(backbone, "max_positions", None)
     if positions is not None and positions < max_tokens:
-        log.info("--max-tokens %d capped at %d, the backbone's max_position_embeddings: longer prompts are skipped",
-                 max_tokens, positions)
+        log.info("--max-tokens %d capped at %d, the backbone's %s: longer prompts are skipped", max_tokens, positions,
+                 getattr(backbone, "max_positions_key", None) or "max_position_embeddings")
         return int(positions)
     return max_tokens
 

@@ -68,8 +68,9 @@ def guard_token_limit(backbone, max_tokens: int) -> int:
         raise ValueError(f"the guard instruction takes {around} tokens, the backbone's whole position table"
                          f" ({positions}); run herald eval with --guard-per-source 0")
     if positions - around < max_tokens:
-        log.info("--guard-max-tokens %d capped at %d: the backbone's max_position_embeddings (%d) less the guard"
-                 " instruction's %d tokens", max_tokens, positions - around, positions, around)
+        log.info("--guard-max-tokens %d capped at %d: the backbone's %s (%d) less the guard instruction's %d tokens",
+                 max_tokens, positions - around, getattr(backbone, "max_positions_key", None) or "max_position_embeddings",
+                 positions, around)
         return positions - around
     return max_tokens
 
