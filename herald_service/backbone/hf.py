@@ -1054,7 +1054,7 @@ class HFBackbone:
             return False
         if not all(torch.equal(together[i], alone[i]) for i in range(len(batch))):
             log.info("attention by prompt does not give %s's prompts the states they get alone: on the CPU a batch"
-                        " of unequal prompts runs one prompt at a time", name)
+                     " of unequal prompts runs one prompt at a time", name)
             return False
         return True
 
