@@ -31,10 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, data_folder, print_table, write_cpu_result
+from benchmarks.common import RESULTS, data_folder, embedded_serving_backbone, print_table, write_cpu_result
 from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
-from herald_service.backbone.loader import resolve_backbone
-from herald_service.config import default_cache_dir
 from herald_service.engine.runtime import default_probe_folder
 from herald_service.probes.artifact import load_probe
 from herald_service.training.corpus import cap_per_group, default_data_files, load_training_corpus
@@ -95,8 +93,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="24 prompts, 6 batches and 3 repeats (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    backbone = HFBackbone(resolve_backbone("embedded", default_cache_dir()), "cpu", "float32", padding_side="right",
-                          matmul_dtype="auto")
+    backbone = embedded_serving_backbone()
     probe, _ = load_probe(default_probe_folder(backbone.info.slug), backbone.info)
     load_start = os.getloadavg()
     prompts = corpus_prompts(backbone, 24 if args.quick else 64)

@@ -29,10 +29,8 @@ from pathlib import Path
 import httpx
 import torch
 
-from benchmarks.common import RESULTS, load_texts, print_table, write_cpu_result
+from benchmarks.common import RESULTS, embedded_serving_backbone, load_texts, print_table, write_cpu_result
 from herald_service.backbone.hf import HFBackbone
-from herald_service.backbone.loader import resolve_backbone
-from herald_service.config import default_cache_dir
 from herald_service.types import user_turn
 
 LENGTHS = (1024, 2048, 4000)
@@ -156,7 +154,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     load_start = os.getloadavg()
-    backbone = HFBackbone(resolve_backbone("embedded", default_cache_dir()), "cpu", "float32", matmul_dtype="auto")
+    backbone = embedded_serving_backbone()
     text = long_text(backbone, LONG_TOKENS)
     rows = prefill(backbone, text, 2 if args.quick else 5)
     print_table("prefill of one prompt (medians)", rows)

@@ -139,6 +139,18 @@ def build_target(
     return Target(name, backbone, probe, runtime, hardware())
 
 
+def embedded_serving_backbone() -> HFBackbone:
+    """The embedded backbone on the CPU as ``herald serve`` runs it there (float32 weights, ``matmul_dtype`` auto: bf16
+    linear layers where the CPU multiplies bf16 natively, right padding): the CPU benchmarks that load their own
+    backbone (batch_invariance, cpu_batch_budget, chunked_prefill). :func:`build_target` ``cpu`` keeps the weights'
+    dtype in every product, as the older benchmarks measured."""
+    from herald_service.backbone.loader import resolve_backbone
+    from herald_service.config import default_cache_dir
+
+    return HFBackbone(resolve_backbone("embedded", default_cache_dir()), "cpu", "float32", padding_side="right",
+                      matmul_dtype="auto")
+
+
 def tokenizer_folder() -> Path:
     """The embedded SmolLM2 tokenizer files (ids < 49,152, valid for a 128,256-token vocabulary)."""
     carried = CARRY / "tokenizer"

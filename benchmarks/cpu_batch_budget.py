@@ -23,11 +23,10 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.common import RESULTS, print_table, write_cpu_result
+from benchmarks.common import RESULTS, embedded_serving_backbone, print_table, write_cpu_result
 from herald_service.api.app import WARMUP_PROMPTS
 from herald_service.backbone.hf import HFBackbone
-from herald_service.backbone.loader import resolve_backbone
-from herald_service.config import CUDA_TOKEN_BUDGET, default_cache_dir
+from herald_service.config import CUDA_TOKEN_BUDGET
 from herald_service.types import user_turn
 
 BUDGET = CUDA_TOKEN_BUDGET
@@ -65,8 +64,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the short workload only, one round (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    backbone = HFBackbone(resolve_backbone("embedded", default_cache_dir()), "cpu", "float32", padding_side="right",
-                          matmul_dtype="auto")
+    backbone = embedded_serving_backbone()
     load_start = os.getloadavg()
     rows = [row for words, total in WORKLOADS[: 1 if args.quick else None]
             for row in run(backbone, words, total, 1 if args.quick else 3)]

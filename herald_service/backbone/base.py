@@ -52,6 +52,18 @@ def chunk_starts(token_ids: Sequence[int], chunk_tokens: int) -> range:
     return range(0, len(token_ids), chunk_tokens)
 
 
+def token_limit(backbone: object, max_tokens: int | None) -> tuple[int | None, str]:
+    """The tokens a prompt may render to on ``backbone`` and the name of what sets it: ``max_tokens`` (the setting;
+    ``None``: none) or the backbone's position table (``max_positions``, named by its config key
+    ``max_positions_key``), whichever is smaller. Past its position table a model with learned positions fails on the
+    device (for the whole batch) and one with rotary positions reads positions it was never trained on. A backbone
+    without a position table (the fake) leaves ``max_tokens``."""
+    positions = getattr(backbone, "max_positions", None)
+    if positions is not None and (max_tokens is None or positions < max_tokens):
+        return int(positions), f"the backbone's {getattr(backbone, 'max_positions_key', None) or 'max_position_embeddings'}"
+    return max_tokens, "max_tokens"
+
+
 class Backbone(Protocol):
     """What the engine needs from a model. Implementations: ``hf.HFBackbone``, ``fake.FakeBackbone``."""
 

@@ -339,7 +339,8 @@ def position_limit(text_config: object) -> tuple[int, str] | tuple[None, None]:
 
 
 def _relative_change(states: torch.Tensor, reference: torch.Tensor) -> float:
-    """The largest relative L2 difference of ``states`` from ``reference`` over layers, both ``(layer, d_model)``."""
+    """The largest relative L2 difference of ``states`` from ``reference`` over their rows (layers, or prompts), both
+    ``(rows, d_model)``."""
     return ((states - reference).norm(dim=-1) / reference.norm(dim=-1).clamp_min(1e-12)).max().item()
 
 
@@ -1088,7 +1089,7 @@ class HFBackbone:
             return False
         finally:
             self.trims_final_layer = False
-        relative = ((trimmed - full).norm(dim=-1) / full.norm(dim=-1).clamp_min(1e-12)).max().item()
+        relative = _relative_change(trimmed, full)
         tolerance = 1e-4 if self.dtype == torch.float32 and not self.bf16_matmuls else 2e-2
         if not relative <= tolerance:
             log.warning("trimmed final decoder layer differs from the full one by %.2e (> %.0e); not trimming", relative, tolerance)

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from herald_service.backbone.base import Backbone
+from herald_service.backbone.base import Backbone, token_limit
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
@@ -51,14 +51,9 @@ class Runtime:
         return Path(self.probe_path).name
 
     def token_limit(self, max_tokens: int | None) -> tuple[int | None, str]:
-        """The tokens a prompt may render to and the name of what sets it: ``max_tokens`` (the setting) or the
-        backbone's position table (``max_position_embeddings``), whichever is smaller. Past its position table a
-        model with learned positions fails on the device (for the whole batch) and one with rotary positions reads
-        positions it was never trained on, so such prompts are refused at admission."""
-        positions = getattr(self.backbone, "max_positions", None)
-        if positions is not None and (max_tokens is None or positions < max_tokens):
-            return positions, f"the backbone's {getattr(self.backbone, 'max_positions_key', None) or 'max_position_embeddings'}"
-        return max_tokens, "max_tokens"
+        """:func:`~herald_service.backbone.base.token_limit` of this runtime's backbone: prompts past it are refused
+        at admission."""
+        return token_limit(self.backbone, max_tokens)
 
     def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None,
                        names: Sequence[str] | None = None, max_tokens_name: str = "max_tokens") -> list[Classification]:

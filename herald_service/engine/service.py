@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Backbone, Generation, Intervention
+from herald_service.backbone.base import Backbone, Generation, Intervention, token_limit
 from herald_service.backbone.batching import plan_batches
 from herald_service.config import Settings, pass_limits
 from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
@@ -111,8 +111,7 @@ def engine_limits(settings: Settings, backbone: Backbone) -> EngineLimits:
         SettingsConflict: a budget given below the longest single forward pass on this device (settings validation
             refuses it earlier where the device is set; with device auto only the loaded backbone tells).
     """
-    positions = getattr(backbone, "max_positions", None)  # the fake backbone has no position table
-    max_tokens = min(settings.max_tokens, positions) if positions else settings.max_tokens  # as Runtime.token_limit
+    max_tokens, _ = token_limit(backbone, settings.max_tokens)
     try:
         budget, chunk = pass_limits(None if settings.batch_token_budget == "auto" else settings.batch_token_budget,
                                     None if settings.prefill_chunk_tokens == "auto" else settings.prefill_chunk_tokens,

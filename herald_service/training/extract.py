@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from herald_service.backbone.base import Backbone
+from herald_service.backbone.base import Backbone, token_limit
 from herald_service.backbone.batching import plan_batches
 from herald_service.training.corpus import Example
 from herald_service.types import Conversation, user_turn
@@ -37,12 +37,10 @@ def capped_max_tokens(backbone: Backbone, max_tokens: int) -> int:
     Returns:
         The smaller of ``max_tokens`` and the backbone's ``max_positions`` (``max_tokens`` when it has none).
     """
-    positions = getattr(backbone, "max_positions", None)
-    if positions is not None and positions < max_tokens:
-        log.info("--max-tokens %d capped at %d, the backbone's %s: longer prompts are skipped", max_tokens, positions,
-                 getattr(backbone, "max_positions_key", None) or "max_position_embeddings")
-        return int(positions)
-    return max_tokens
+    limit, name = token_limit(backbone, max_tokens)
+    if limit != max_tokens:
+        log.info("--max-tokens %d capped at %d, %s: longer prompts are skipped", max_tokens, limit, name)
+    return limit
 
 
 class StateCache:
