@@ -63,7 +63,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.common import RESULTS, Server, build_target, hardware, percentile, print_table, require_bench_extra
+from benchmarks.common import (
+    RESULTS, Server, build_target, exit_on_sigterm, hardware, percentile, print_table, require_bench_extra,
+)
 from benchmarks.host_cost import Build
 from herald_service.engine.admission import TERMS, CostFit, Work
 
@@ -417,6 +419,7 @@ def main() -> None:
                         help="only the overload bursts (run(overload=True)); writes admission_<target>_overload.json")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/admission_<target>.json")
     args = parser.parse_args()
+    exit_on_sigterm()
     require_bench_extra()
     name = f"admission_{args.target}{'_overload' if args.overload else ''}.json"
     report(run(args.quick, args.target, args.timeout_s, args.overload), args.out or RESULTS / name)

@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from benchmarks.common import RESULTS, embedded_serving_backbone, load_texts, print_table, write_cpu_result
+from benchmarks.common import RESULTS, embedded_serving_backbone, exit_on_sigterm, load_texts, print_table, write_cpu_result
 from herald_service.backbone.hf import HFBackbone
 from herald_service.types import user_turn
 
@@ -153,6 +153,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one serving trial and 2 prefill repeats (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    exit_on_sigterm()
     load_start = os.getloadavg()
     backbone = embedded_serving_backbone()
     text = long_text(backbone, LONG_TOKENS)

@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import random
+import signal
 import socket
 import statistics
 import threading
@@ -204,6 +205,18 @@ def data_folder() -> Path:
         raise SystemExit(f"benchmarks: no prompt text: {carried} and {DEFAULT_DATA} hold no *.jsonl; build the corpus"
                          f" with `herald data build --out {DEFAULT_DATA}` (README, Rebuild the corpus)")
     return folder
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in this process, so that the ``with`` blocks and ``finally`` clauses of
+    the benchmarks that start ``herald serve`` processes (admission, chunked_prefill, cpu_budget_serve, host_cost) stop
+    them: a benchmark killed by ``timeout`` or a job runner left its servers running, holding the CPU and their ports.
+    (SIGKILL cannot be caught; those servers stay.)"""
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def require_bench_extra() -> None:

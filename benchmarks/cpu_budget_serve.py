@@ -33,7 +33,7 @@ import httpx
 from benchmarks.admission import (
     BASELINE_TIMEOUT_S, CHAT, REPO, HeraldServer, burst_kinds, classify, cost_fit, send_burst,
 )
-from benchmarks.common import RESULTS, hardware, percentile, print_table, require_bench_extra
+from benchmarks.common import RESULTS, exit_on_sigterm, hardware, percentile, print_table, require_bench_extra
 from herald_service.config import CUDA_TOKEN_BUDGET
 from herald_service.engine.admission import Work
 
@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--out", type=Path, default=RESULTS / "cpu_budget_serve_cpu.json")
     args = parser.parse_args()
+    exit_on_sigterm()
     require_bench_extra()
     result = run(args.rounds)
     print_table(f"one POST /classify per shape, median of {args.rounds} rounds (seconds; est_over_real: the server's"

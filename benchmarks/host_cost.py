@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import post_load, require_bench_extra
+from benchmarks.common import exit_on_sigterm, post_load, require_bench_extra
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -194,6 +194,7 @@ def main() -> None:
                         " size at one (the steadiest per-request figure), 32 is saturation")
     parser.add_argument("--out", type=Path, default=RESULTS / "host_cost_cpu.json")
     args = parser.parse_args()
+    exit_on_sigterm()
     require_bench_extra()
     with tempfile.TemporaryDirectory(prefix="herald-before-") as tmp:
         sources = ([("before", export(args.before, Path(tmp)))] if args.before else []) + [("after", REPO)]
