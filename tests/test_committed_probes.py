@@ -58,10 +58,13 @@ def test_committed_probe_records_the_reference_prompts_herald_fit_records(folder
 def test_a_trajectorys_score_is_the_same_bits_alone_and_in_any_batch(folder: Path):
     # The backbone's states are batch-invariant on the CPU (test_embedded_e2e.py); the scorer's matrix products were
     # not: BLAS picks kernels by the batch's size, and a logit moved by up to 1e-14 (re-test of that change)
+    # not: BLAS picks kernels by the batch's size, and a logit moved by up to 1e-14 (re-test of that change). numpy's
+    # row sums follow the memory layout: the engine's trajectories of two or more prompts come column-major (the
+    # projection's transpose), and a served prompt's slope moved in its last bit beside another (tester, 2026-12-05)
     probe, manifest = load_probe(folder)
     trajectories = np.random.default_rng(0).normal(size=(64, manifest["backbone"]["num_layers"]))
-    batch = probe.predict_trajectories(trajectories)
-    for row in range(len(trajectories)):
-        alone = probe.predict_trajectories(trajectories[row:row + 1])
-        assert alone.logits[0] == batch.logits[row] and alone.scores[0] == batch.scores[row], row
-        assert np.array_equal(alone.features[0], batch.features[row]), row
+    for batch in (probe.predict_trajectories(trajectories), probe.predict_trajectories(np.asfortranarray(trajectories))):
+        for row in range(len(trajectories)):
+            alone = probe.predict_trajectories(trajectories[row:row + 1])
+            assert alone.logits[0] == batch.logits[row] and alone.scores[0] == batch.scores[row], row
+            assert np.array_equal(alone.features[0], batch.features[row]), row

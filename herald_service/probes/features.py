@@ -43,16 +43,38 @@ def late_window(num_layers: int) -> int:
     return max(1, num_layers // 4)
 
 
+def row_sums(x: np.ndarray) -> np.ndarray:
+    """Sums over the last axis, shape ``x.shape[:-1]``, added one column at a time from the first: each row's sum is
+    the same bits whatever the batch's size and the array's memory layout. numpy's own reduction picks pairwise or
+    strided order by both: a served prompt's slope and volatility moved in their last bit between a request of one
+    prompt and one of two (tester, 2026-12-05), as matrix products had moved logits (BLAS picks kernels by size)."""
+    total = np.array(x[..., 0], dtype=np.float64)
+    for column in range(1, x.shape[-1]):
+        total += x[..., column]
+    return total
+
+
+def _row_means(x: np.ndarray) -> np.ndarray:
+    return row_sums(x) / x.shape[-1]
+
+
+def _row_stds(x: np.ndarray) -> np.ndarray:
+    """Population standard deviation of each row (as ``np.std``), by :func:`row_sums`."""
+    deviations = x - _row_means(x)[..., None]
+    return np.sqrt(_row_means(deviations * deviations))
+
+
 def _spearman_rows(s: np.ndarray) -> np.ndarray:
     """Spearman correlation of each row with the layer index; 0 where a row is constant. Shape ``(batch,)``."""
     n = s.shape[1]
     ranks = rankdata(s, axis=1)  # average ranks for ties
     x_rank = np.arange(1, n + 1, dtype=np.float64)
-    rc = ranks - ranks.mean(axis=1, keepdims=True)
+    rc = ranks - _row_means(ranks)[:, None]
     xc = x_rank - x_rank.mean()
-    denom = np.sqrt((rc**2).sum(axis=1) * (xc**2).sum())
+    squares, products = row_sums(np.stack([rc * rc, rc * xc], axis=1)).T  # one pass of column adds for both
+    denom = np.sqrt(squares * (xc**2).sum())
     with np.errstate(invalid="ignore", divide="ignore"):
-        rho = (rc * xc).sum(axis=1) / denom  # row sums, not a matrix product: the same bits in any batch
+        rho = products / denom
     return np.where(denom > 0, rho, 0.0)
 
 
@@ -83,17 +105,16 @@ def _herald_v1(s: np.ndarray) -> np.ndarray:
     n_layers = s.shape[1]
     x = layer_positions(n_layers)
 
-    # Least-squares fits for every row at once: coefficients = pinv(V) @ s, as products and row sums so that a row's
+    # Least-squares fits for every row at once: coefficients = pinv(V) @ s, as products and row_sums so that a row's
     # features are the same bits alone and in any batch (BLAS picks its kernel by the batch's size)
     pinv_line, pinv_quadratic = _fit_operators(n_layers)
-    slope = (s * pinv_line[0]).sum(axis=1)
-    curvature = (s * pinv_quadratic[0]).sum(axis=1)
+    slope, curvature = row_sums(s[:, None, :] * np.stack([pinv_line[0], pinv_quadratic[0]])).T
 
     monotonicity = _spearman_rows(s)
     onset_x, _ = _onset(s, x)
-    late_level = s[:, -late_window(n_layers) :].mean(axis=1)
+    late_level = _row_means(s[:, -late_window(n_layers) :])
     peak = s.max(axis=1)
-    volatility = np.diff(s, axis=1).std(axis=1)
+    volatility = _row_stds(np.diff(s, axis=1))
     return np.stack([slope, curvature, monotonicity, onset_x, late_level, peak, volatility], axis=1)
 
 

@@ -15,7 +15,9 @@ import torch
 from scipy.special import expit
 
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LayerDirections, fit_directions, peak_monotonicity_layer
-from herald_service.probes.features import FEATURE_SET, FeatureStats, compute_features, get_feature_set, onset_layers
+from herald_service.probes.features import (
+    FEATURE_SET, FeatureStats, compute_features, get_feature_set, onset_layers, row_sums,
+)
 from herald_service.probes.scorer import TrajectoryScorer, calibrate_threshold, train_scorer
 from herald_service.types import ProbeOutput
 
@@ -59,15 +61,15 @@ class FittedProbe:
         """Scorer outputs ``(batch,)`` float64 for raw features ``(batch, 7)``.
 
         Computed in numpy from the scorer's weights: for a 288-parameter MLP, torch's per-call dispatch cost more
-        than the arithmetic (20 of 32 ms per batch in ``benchmarks/overhead.py`` profiling). Products and row sums
-        rather than matrix products, so a row's logit is the same bits whatever the batch: BLAS picks its kernel and
+        than the arithmetic (20 of 32 ms per batch in ``benchmarks/overhead.py`` profiling). Products and
+        :func:`~herald_service.probes.features.row_sums` rather than matrix products, so a row's logit is the same bits whatever the batch: BLAS picks its kernel and
         blocking by the batch's size, and a logit moved by up to 1e-14 between a prompt scored alone and in a batch
         (re-test of the batch-invariant forward). 70 us for 64 rows against 7 us, on a batch of seconds.
         """
         w1, b1, w2 = self._weights
         standardized = self.feature_stats.transform(features).astype(np.float64)
-        hidden = np.maximum((standardized[:, None, :] * w1).sum(axis=-1) + b1, 0.0)
-        return (hidden * w2[0]).sum(axis=-1)
+        hidden = np.maximum(row_sums(standardized[:, None, :] * w1) + b1, 0.0)
+        return row_sums(hidden * w2[0])
 
     @functools.cached_property
     def _weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
