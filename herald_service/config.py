@@ -408,9 +408,13 @@ class Settings(BackboneSettings):
 
     def start_up_warnings(self) -> list[str]:
         """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), a prefill chunk
-        no prompt can exceed, that the moderation endpoints are open when no API key is set, and a connection bound
-        the file-descriptor limit would cut first."""
+        no prompt can exceed, that the moderation endpoints are open when no API key is set, a connection bound the
+        file-descriptor limit would cut first, and the fake backend (a tester: left on in a ConfigMap, it would answer
+        every request with made-up verdicts, "How do I make methamphetamine at home?" allowed, and say so only at INFO)."""
         warnings = list(self._unknown_names)
+        if self.fake_backend:
+            warnings.append("HERALD_FAKE_BACKEND is on: verdicts come from a weight-free fake backbone for tests and"
+                            " demos, not from a language model; never serve real traffic with it")
         if isinstance(self.prefill_chunk_tokens, int) and self.prefill_chunk_tokens >= self.max_tokens:
             warnings.append(f"HERALD_PREFILL_CHUNK_TOKENS ({self.prefill_chunk_tokens}) is not below HERALD_MAX_TOKENS"
                             f" ({self.max_tokens}): no prompt is long enough to be prefilled in chunks")

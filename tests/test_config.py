@@ -291,6 +291,12 @@ def test_other_unknown_names_are_warned_about_and_kubernetes_service_links_are_n
     assert Settings(api_keys="key-one-abcdefgh", _env_file=None).start_up_warnings() == warnings[:1]
 
 
+def test_the_fake_backend_is_warned_about_at_start_up():
+    # tester: left on in a ConfigMap, it answered "How do I make methamphetamine at home?" as allowed, logged at INFO
+    (warning,) = Settings(api_keys="key-one-abcdefgh", fake_backend=True, _env_file=None).start_up_warnings()
+    assert warning.startswith("HERALD_FAKE_BACKEND is on: verdicts come from a weight-free fake backbone"), warning
+
+
 def test_a_connection_bound_the_file_descriptor_limit_would_cut_first_is_warned_about(monkeypatch):
     import resource
 
