@@ -847,9 +847,11 @@ def test_requests_answered_before_routing_are_counted_under_their_route():
         assert c.post("/classify", content=b'{"input":"' + b"x" * 200_000 + b'"}', headers=key).status_code == 413
         assert c.post("/v1/moderations", json={"input": "hi"}).status_code == 401
         assert c.get("/openapi.json").status_code == 200
-        assert c.get("/no/such/path").status_code == 404
+        missing = c.get("/no/such/path")
+        assert missing.status_code == 404 and missing.json()["error"]["message"] == "no route /no/such/path"
         slash = c.post("/classify/", json={"input": "hi"}, headers=key, follow_redirects=False)
-        assert slash.status_code == 404 and slash.json()["error"]["type"] == "not_found", slash.text  # was a bodiless 307
+        assert slash.status_code == 404 and slash.json()["error"] == {  # was a bodiless 307, then a bare "Not Found"
+            "type": "not_found", "message": "no route /classify/; did you mean /classify (no trailing slash)?"}, slash.text
         metrics = c.get("/metrics").text
     assert 'herald_requests_total{route="/classify",status="413"} 1.0' in metrics
     assert 'herald_requests_total{route="/v1/moderations",status="401"} 1.0' in metrics

@@ -169,7 +169,14 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         methods = [method for method in ("GET", "HEAD", "POST") if any(
             route.matches({**request.scope, "method": method})[0] == Match.FULL for route in request.app.router.routes)]
         headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
-    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail), headers=headers, path=path)
+    message = str(exc.detail)
+    if exc.status_code == 404 and exc.detail == "Not Found":  # the router's own 404 (a tester sent /v1/moderations/)
+        message = f"no route {echoed(path)}"
+        trimmed = path.rstrip("/")
+        if trimmed != path and any(route.matches({**request.scope, "path": trimmed})[0] != Match.NONE
+                                   for route in request.app.router.routes):
+            message += f"; did you mean {echoed(trimmed)} (no trailing slash)?"
+    return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), message, headers=headers, path=path)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
