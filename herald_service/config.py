@@ -579,9 +579,10 @@ class Settings(BackboneSettings):
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> "Settings":
-        keys = [("HERALD_API_KEYS", k.get_secret_value()) for k in self.api_keys]
+        # named as the other settings' errors are, by flag and variable (the key may come from either)
+        keys = [("--api-keys or HERALD_API_KEYS", k.get_secret_value()) for k in self.api_keys]
         if self.steer_api_key is not None:
-            keys.append(("HERALD_STEER_API_KEY", self.steer_api_key.get_secret_value()))
+            keys.append(("--steer-api-key or HERALD_STEER_API_KEY", self.steer_api_key.get_secret_value()))
         for name, key in keys:
             if _is_placeholder(key) or len(key) < 12:
                 raise ValueError(f"{name}: API keys must be at least 12 characters and not a placeholder such as 'changeme'")

@@ -16,7 +16,10 @@ from conftest import herald, read_until_closed
 def test_invalid_settings_exit_with_the_field_and_no_traceback():
     out = herald("serve", HERALD_API_KEYS="changeme")
     assert out.returncode == 1
-    assert "HERALD_API_KEYS: API keys must be at least 12 characters" in out.stderr and "Traceback" not in out.stderr
+    assert "--api-keys or HERALD_API_KEYS: API keys must be at least 12 characters" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    flag = herald("serve", "--api-keys", "short")  # named HERALD_API_KEYS only, though the flag gave it (tester)
+    assert flag.returncode == 1 and "--api-keys or HERALD_API_KEYS: API keys must be at least" in flag.stderr, flag.stderr
 
 
 def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
