@@ -496,6 +496,27 @@ def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_
     assert refusal.retry_after_s == math.ceil(expected) == 24
 
 
+def test_a_steer_arriving_with_the_one_holding_the_slot_is_told_that_jobs_estimate(runtime):
+    # Tester: two /steer requests at once; the refused one got "Retry-After: 1" while the slot holder was still
+    # tokenizing (the engine knew no job yet), and that job then ran 12 s. The holder's job is now counted from the
+    # slot on: 60 new tokens at 0.1 s a step, its prefills not yet priced: 2 x (2 x 59 x 0.1) = 23.6 s, retry in 24 s.
+    moderator = moderator_for(runtime, runtime.backbone, per_token(0.001), request_timeout_s=60.0)
+    moderator.decode_step_s.observe(1.0, 10)  # 10 steps of 0.1 s
+    holder = moderator._take_steer_slot(60)  # taken, its job not yet handed to the engine
+    assert moderator.engine.exclusive_seconds_left() == 0.0
+    with pytest.raises(QueueFull) as refused:
+        asyncio.run(steer(moderator, "bake bread", 8))
+    assert refused.value.retry_after_s == math.ceil(steer_job_seconds(0.0, 60, 0.1)) == 24
+    moderator._give_back_steer_slot(holder)
+    unmeasured = moderator_for(runtime, runtime.backbone, per_token(0.001), request_timeout_s=60.0)
+    holder = unmeasured._take_steer_slot(60)  # no decode step timed yet: until the holder's deadline
+    with pytest.raises(QueueFull) as refused:
+        asyncio.run(steer(unmeasured, "bake bread", 8))
+    assert 59 <= refused.value.retry_after_s <= 60
+    moderator.engine.stop()
+    unmeasured.engine.stop()
+
+
 def test_steer_classifies_a_conversations_views_in_the_engines_batches():
     # One padded batch of a 20-turn conversation and its 20 turns cost the whole conversation's length 21 times: a
     # re-test's /steer ran 27 s past its 504 on the CPU backbone and held the worker (/classify answered it in 8 s)

@@ -72,6 +72,17 @@ def steer_job_seconds(prefill_s: float | None, max_new_tokens: int, step_s: floa
     return STEER_ESTIMATE_SAFETY * (STEER_PREFILLS * prefill_s + 2 * (max_new_tokens - 1) * step_s)
 
 
+@dataclass(eq=False)  # compared and hashed by identity: the set of slots holds each request's own
+class _SteerSlot:
+    """One /steer request's slot: what its job is expected to take before the engine knows of it (``expected_s``,
+    :func:`steer_job_seconds` without prefills; ``None`` while decode steps are unmeasured: until ``deadline``, the
+    request's own ``time.perf_counter()`` end), and whether the job has been handed to the engine."""
+
+    expected_s: float | None
+    deadline: float
+    submitted: bool = False
+
+
 def decode_time(generation: Generation, seconds: float, prefill_s: float) -> tuple[float, int]:
     """The decode seconds and steps of a greedy ``generation`` that took ``seconds`` in all, its prefill about
     ``prefill_s`` (a prefill of the same prompt, timed): the time after the prefill, and the tokens after the first,
@@ -260,7 +271,7 @@ class Moderator:
         self.metrics = metrics
         # /steer requests holding a slot. A slot is given back when its request has ended and its job has left the
         # worker (the worker thread may be the one to do it).
-        self._steer_slots: set[object] = set()
+        self._steer_slots: set[_SteerSlot] = set()
         self._steer_lock = threading.Lock()
         # Seconds of one decode step in /steer generations, weighted by steps (:func:`steer_job_seconds`); worker
         # thread only.
@@ -477,11 +488,12 @@ class Moderator:
         except ValueError as exc:
             raise InvalidInput(f"layers {exc}", field="layers") from None
         self.check_shape([conversation], [field], field)
-        slot = self._take_steer_slot()
+        slot = self._take_steer_slot(max_new_tokens)
         submitted = None
         abandoned = threading.Event()  # set when the request ends before its job: the job stops at its next step
         try:
             submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens, abandoned)
+            slot.submitted = True  # the engine counts its job from here (exclusive_seconds_left)
             (outcome,) = await self._wait([submitted], disconnected)
             return outcome
         except (ClientGone, RequestTimeout):
@@ -606,24 +618,31 @@ class Moderator:
         self.decode_step_s.observe(*decode_time(generation, time.perf_counter() - started, prefill_s))
         return generation
 
-    def _take_steer_slot(self) -> object:
-        """A slot for one /steer request.
+    def _take_steer_slot(self, max_new_tokens: int) -> "_SteerSlot":
+        """A slot for one /steer request of ``max_new_tokens``.
 
         Raises:
             QueueFull: all ``steer_max_concurrent`` slots are taken (``reason`` ``steer_concurrency``). Its
                 ``retry_after_s`` is when the /steer jobs running and queued are expected to have ended
                 (:meth:`~herald_service.engine.engine.InferenceEngine.exclusive_seconds_left`: each job's estimate,
                 or its deadline without one or past it; exact for the default one slot, an upper bound for more),
-                rounded up, 1 to ``request_timeout_s``. It was the mean of earlier jobs: 2 s after 2-token jobs,
-                while a 128-token one ran 19 s (breaker pass).
+                plus, for a slot whose request has not handed its job to the engine yet (it is tokenizing), that
+                job's estimate without its prefills (:func:`steer_job_seconds`; until its deadline while decode
+                steps are unmeasured), rounded up, 1 to ``request_timeout_s``. It was the mean of earlier jobs: 2 s
+                after 2-token jobs, while a 128-token one ran 19 s (breaker pass); and 1 s for a request arriving
+                with the one holding the slot, whose job then ran 12 s (tester).
         """
         limit = self.settings.steer_max_concurrent
+        now = time.perf_counter()
         with self._steer_lock:
             if len(self._steer_slots) < limit:
-                slot = object()
+                slot = _SteerSlot(steer_job_seconds(0.0, max_new_tokens, self.decode_step_s.seconds),
+                                  now + self.settings.request_timeout_s)
                 self._steer_slots.add(slot)
                 return slot
-        left_s = min(self.engine.exclusive_seconds_left(), self.settings.request_timeout_s)
+            pending_s = sum(slot.deadline - now if slot.expected_s is None else slot.expected_s
+                            for slot in self._steer_slots if not slot.submitted)
+        left_s = min(self.engine.exclusive_seconds_left() + pending_s, self.settings.request_timeout_s)
         retry_after_s = max(1, math.ceil(left_s))
         self.metrics.rejected.labels("steer_concurrency").inc()
         raise QueueFull(
@@ -632,7 +651,7 @@ class Moderator:
             retry_after_s=retry_after_s, reason="steer_concurrency",
         )
 
-    def _give_back_steer_slot(self, slot: object) -> None:
+    def _give_back_steer_slot(self, slot: "_SteerSlot") -> None:
         with self._steer_lock:
             self._steer_slots.discard(slot)
 
