@@ -2,10 +2,11 @@
 same text with the embedded backbone's tokenizer, per kind of text, and the training corpus's load time, before and
 after a change to the fold.
 
-Why: every prompt Herald serves or trains on is folded before it is tokenized (``nfkc-ascii-v4``), in Python, on the
-host: serving folds each request in the encode thread pool, and ``load_training_corpus`` folds each row of the
-corpus. Seconds of a fold mean nothing across machines; the tokenizer (the embedded SmolLM2's, Rust) does comparable
-work on the same text on the same machine, so the fold is reported as a multiple of it.
+Why: every prompt Herald serves or trains on is folded before it is tokenized (``PROMPT_TEXT``,
+herald_service/prompt_text.py), in Python, on the host: serving folds each request in the encode thread pool, and
+``load_training_corpus`` folds each row of the corpus. Seconds of a fold mean nothing across machines; the tokenizer
+(the embedded SmolLM2's, Rust) does comparable work on the same text on the same machine, so the fold is reported as a
+multiple of it.
 
 Texts: for each kind (ASCII, accented Latin, Cyrillic, CJK), the ``../shared/data`` prompts of that script in file
 order (:func:`script_kind`), joined by blank lines and repeated to 2,000 and 20,000 characters. Each is folded once to

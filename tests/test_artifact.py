@@ -117,16 +117,16 @@ def test_a_probe_fitted_with_another_chat_template_is_refused(tmp_path, fitted):
         check_chat_template(manifest, templated)
 
 
-@pytest.mark.parametrize("rule, warned", [(None, False), ("nfkc-ascii-v4", False), ("nfkc-ascii-v3", True)])
+@pytest.mark.parametrize("rule, warned", [(None, False), ("nfkc-ascii-v5", False), ("nfkc-ascii-v4", True)])
 def test_a_probe_fitted_with_another_prompt_text_rule_loads_with_a_warning(tmp_path, fitted, rule, warned):
-    # a probe fitted on v3-folded text read symbols for letters as written; served under v4 it should say
+    # a probe fitted on v4-folded text read whitespace at a message's ends as written; served under v5 it should say
     backbone, probe, _ = fitted
     training = {} if rule is None else {"training_data": {"prompt_text": rule}}
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info), **training})
     _, manifest = load_probe(tmp_path, backbone.info)
     lines = compatibility_warnings(manifest, backbone.info)
-    assert lines == (["probe was fitted on prompt text folded by rule 'nfkc-ascii-v3'; this server folds it by"
-                      " 'nfkc-ascii-v4' (herald_service/prompt_text.py): prompts the rules read differently may score"
+    assert lines == (["probe was fitted on prompt text folded by rule 'nfkc-ascii-v4'; this server folds it by"
+                      " 'nfkc-ascii-v5' (herald_service/prompt_text.py): prompts the rules read differently may score"
                       " differently; refit with `herald fit`"] if warned else [])
 
 

@@ -77,7 +77,7 @@ def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path, caplog, 
     why = (WHY_CAPPED.replace("all 6", "all 12") if templates_there else
            f"--jailbreak-templates {templates} does not exist (relative to the current directory)")
     assert results["extra"] == {} and results["meta"]["extra_sets"] == {}
-    assert results["meta"]["prompt_text"] == "nfkc-ascii-v4"
+    assert results["meta"]["prompt_text"] == "nfkc-ascii-v5"
     # the numerics the states were extracted in, for herald report (it said "CPU, fp32" for every run)
     assert {k: results["meta"]["backbone"][k] for k in ("device", "dtype", "matmul_dtype")} == {
         "device": "cpu", "dtype": "float32", "matmul_dtype": "float32"}

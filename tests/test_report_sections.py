@@ -256,12 +256,12 @@ def test_report_says_whether_the_prompts_were_folded_as_serving_folds_them(tmp_p
     write(tmp_path, "results.json", main_results())
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "- **Prompt text as written.** These results predate the prompt-text fold" in text
-    write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"], "prompt_text": "nfkc-ascii-v4"}})
+    write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"], "prompt_text": "nfkc-ascii-v5"}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    assert "- **Prompt text** was folded as serving folds it (`nfkc-ascii-v4`" in text and "as written" not in text
+    assert "- **Prompt text** was folded as serving folds it (`nfkc-ascii-v5`" in text and "as written" not in text
     write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"], "prompt_text": "nfkc-ascii-v2"}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    assert "- **Prompt text** was folded with an earlier rule (`nfkc-ascii-v2`); serving" in text and "`nfkc-ascii-v4`" in text
+    assert "- **Prompt text** was folded with an earlier rule (`nfkc-ascii-v2`); serving" in text and "`nfkc-ascii-v5`" in text
 
 
 def test_report_names_the_studies_measured_on_text_other_than_the_main_results(tmp_path):

@@ -400,7 +400,7 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     assert (tmp_path / "out" / "probe.safetensors").is_file()
     saved = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert saved["training_data"]["split"]["test"] == 18  # 20% of 30 per (source, label) group x 3 groups
-    assert saved["training_data"]["prompt_text"] == "nfkc-ascii-v4"  # the fold serving applies (prompt_text.py)
+    assert saved["training_data"]["prompt_text"] == "nfkc-ascii-v5"  # the fold serving applies (prompt_text.py)
     assert set(saved["evaluation"]["per_source"]) == {"A", "B", "C"}
     assert "f1" in saved["evaluation"]["pooled"] and "tpr_at_1pct_fpr" in saved["evaluation"]["pooled"]
     assert saved["training_data"]["files"][0]["sha256"] == manifest["training_data"]["files"][0]["sha256"]

@@ -1,7 +1,7 @@
 """What the prompt-text measurements beside this file share: an earlier rule read from git, the corpus prompts two
 rules read differently, and the shipped probe's verdicts on them under each rule.
 
-Used by evasions.py, measure_v2.py and measure_v3.py (run from the repository root, ``../shared/data`` beside it).
+Used by evasions.py and measure_v2.py to measure_v5.py (run from the repository root, ``../shared/data`` beside it).
 """
 import collections
 import glob
