@@ -136,15 +136,20 @@ def test_zero_width_and_fullwidth_spellings_score_as_the_plain_prompt(server):
         assert [x["logit"] for x in results[1:]] == pytest.approx([results[0]["logit"]] * 4, abs=1e-3)
 
 
+def _flagged_moderations(metrics: str) -> float:
+    prefix = 'herald_moderation_decisions_total{decision="flagged",route="/v1/moderations"} '
+    return float(next(line for line in metrics.splitlines() if line.startswith(prefix)).rsplit(" ", 1)[1])
+
+
 def test_moderations_metrics_and_bad_input(server):
+    before = _flagged_moderations(server.get("/metrics").text)  # other tests of the module may moderate too
     r = server.post("/v1/moderations", json={"input": HARMFUL[0]})
     assert r.status_code == 200 and r.json()["results"][0]["flagged"] is True
     too_long = server.post("/classify", json={"input": "word " * 20_000})
     assert too_long.status_code == 413 and too_long.json()["error"]["field"] == "input"
     assert server.post("/classify", json={"input": None}).status_code == 422
     metrics = server.get("/metrics").text
-    # this test's own request (other tests of the module classify on /classify, in an order pytest may change)
-    assert 'herald_moderation_decisions_total{decision="flagged",route="/v1/moderations"} 1.0' in metrics
+    assert _flagged_moderations(metrics) == before + 1  # this test's own request
     assert 'herald_requests_total{route="/classify",status="413"} 1.0' in metrics
     assert 'herald_model_info{backbone="HuggingFaceTB/SmolLM2-135M-Instruct"' in metrics
     distance = [line for line in metrics.splitlines() if line.startswith("herald_probe_reference_logit_distance{")]
