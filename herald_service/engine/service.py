@@ -618,7 +618,7 @@ class Moderator:
         self.decode_step_s.observe(*decode_time(generation, time.perf_counter() - started, prefill_s))
         return generation
 
-    def _take_steer_slot(self, max_new_tokens: int) -> "_SteerSlot":
+    def _take_steer_slot(self, max_new_tokens: int) -> _SteerSlot:
         """A slot for one /steer request of ``max_new_tokens``.
 
         Raises:
@@ -651,7 +651,7 @@ class Moderator:
             retry_after_s=retry_after_s, reason="steer_concurrency",
         )
 
-    def _give_back_steer_slot(self, slot: "_SteerSlot") -> None:
+    def _give_back_steer_slot(self, slot: _SteerSlot) -> None:
         with self._steer_lock:
             self._steer_slots.discard(slot)
 

@@ -62,9 +62,10 @@ class FittedProbe:
 
         Computed in numpy from the scorer's weights: for a 288-parameter MLP, torch's per-call dispatch cost more
         than the arithmetic (20 of 32 ms per batch in ``benchmarks/overhead.py`` profiling). Products and
-        :func:`~herald_service.probes.features.row_sums` rather than matrix products, so a row's logit is the same bits whatever the batch: BLAS picks its kernel and
-        blocking by the batch's size, and a logit moved by up to 1e-14 between a prompt scored alone and in a batch
-        (re-test of the batch-invariant forward). 70 us for 64 rows against 7 us, on a batch of seconds.
+        :func:`~herald_service.probes.features.row_sums` rather than matrix products, so a row's logit is the same
+        bits whatever the batch: BLAS picks its kernel and blocking by the batch's size, and a logit moved by up to
+        1e-14 between a prompt scored alone and in a batch (re-test of the batch-invariant forward). 70 us for 64
+        rows against 7 us, on a batch of seconds.
         """
         w1, b1, w2 = self._weights
         standardized = self.feature_stats.transform(features).astype(np.float64)
