@@ -10,7 +10,8 @@ The fold is narrow, so that ordinary text in any script reads as it did:
 - **Invisible characters** are removed: format characters (Unicode general category ``Cf``: zero-width space,
   direction marks and overrides, the byte-order mark, soft hyphen, word joiner...) and the other
   Default_Ignorable_Code_Point characters (variation selectors, the combining grapheme joiner, Hangul fillers),
-  control characters but tab and line ends, and private-use characters (no meaning a backbone could know; fonts draw
+  control characters but tab and line ends, private-use characters and noncharacters (U+FDD0-U+FDEF, U+FFFE,
+  U+FFFF and their twins in every plane; no meaning a backbone could know; fonts draw
   them as boxes or nothing). The tag characters U+E0020-U+E007E, which spell ASCII invisibly ("ASCII smuggling"), become the ASCII they spell rather
   than nothing, except in an emoji flag of a region (Scotland). The zero-width joiner and non-joiner stay after a
   non-ASCII character and before anything but an ASCII letter or digit, where Persian, Indic scripts and emoji
@@ -104,7 +105,8 @@ PROMPT_TEXT = "nfkc-ascii-v5"
 ``nfkc-ascii-v1`` with the rule before invisible non-format and private-use characters, marks on Latin letters,
 letters with strokes and hooks, small capitals and Latin look-alikes were folded (commit 6be6c90), ``nfkc-ascii-v2``
 with the rule before the ASCII disguises (815980d), ``nfkc-ascii-v3`` with the rule before symbols for letters
-(8ccab40), ``nfkc-ascii-v4`` with the rule before whitespace at a message's ends was removed (eebcd9a)."""
+(8ccab40), ``nfkc-ascii-v4`` with the rule before whitespace at a message's ends was removed (eebcd9a). ``v5``
+also removes noncharacters since later the same day (no corpus row holds one, so no fit or evaluation differs)."""
 
 _TAGS = range(0xE0020, 0xE007F)
 """Tag characters that mirror printable ASCII (U+E0020 space ... U+E007E tilde)."""
@@ -181,6 +183,13 @@ def _is_mark(char: str) -> bool:
     return unicodedata.category(char)[0] == "M"
 
 
+def _is_noncharacter(code_point: int) -> bool:
+    """Unicode's 66 noncharacters (U+FDD0-U+FDEF and the last two code points of every plane), permanently reserved
+    for a program's internal use: at a message's end U+FDD0 or U+FFFF moved a harmful request's logit by -2.5
+    (re-tester, 2026-12-05)."""
+    return 0xFDD0 <= code_point <= 0xFDEF or code_point & 0xFFFE == 0xFFFE
+
+
 def _fold_char(char: str) -> str:
     """One character as the backbone reads it, outside its context (module docstring): ``""`` for an invisible one,
     the ASCII it imitates, or ``char``. Joiners are left for :func:`_joiner_run` to decide."""
@@ -190,8 +199,9 @@ def _fold_char(char: str) -> str:
     category = unicodedata.category(char)
     if category == "Cf" or _ignorable(code_point):
         return chr(code_point - 0xE0000) if code_point in _TAGS else ""
-    if category == "Co" or (category == "Cc" and char not in _KEEP_CONTROLS):
-        return ""  # private use (a font draws a box or nothing) and control characters: no meaning to read
+    if category == "Co" or (category == "Cc" and char not in _KEEP_CONTROLS) or _is_noncharacter(code_point):
+        # private use and noncharacters (a font draws a box or nothing) and control characters: no meaning to read
+        return ""
     if category in ("Zl", "Zp"):
         return "\n"
     if char in _BLANKS:
