@@ -52,6 +52,12 @@ def chunk_starts(token_ids: Sequence[int], chunk_tokens: int) -> range:
     return range(0, len(token_ids), chunk_tokens)
 
 
+def position_table_key(backbone: object) -> str:
+    """The config key of ``backbone``'s position table (``max_positions_key``: ``n_positions``, ``max_seq_len``, ...),
+    as limits it sets are named; ``max_position_embeddings`` where the backbone does not say."""
+    return getattr(backbone, "max_positions_key", None) or "max_position_embeddings"
+
+
 def token_limit(backbone: object, max_tokens: int | None) -> tuple[int | None, str]:
     """The tokens a prompt may render to on ``backbone`` and the name of what sets it: ``max_tokens`` (the setting;
     ``None``: none) or the backbone's position table (``max_positions``, named by its config key
@@ -60,7 +66,7 @@ def token_limit(backbone: object, max_tokens: int | None) -> tuple[int | None, s
     without a position table (the fake) leaves ``max_tokens``."""
     positions = getattr(backbone, "max_positions", None)
     if positions is not None and (max_tokens is None or positions < max_tokens):
-        return int(positions), f"the backbone's {getattr(backbone, 'max_positions_key', None) or 'max_position_embeddings'}"
+        return int(positions), f"the backbone's {position_table_key(backbone)}"
     return max_tokens, "max_tokens"
 
 

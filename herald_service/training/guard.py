@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from herald_service.backbone.base import position_table_key
 from herald_service.types import user_turn
 
 GUARD_INSTRUCTION = (
@@ -69,8 +70,7 @@ def guard_token_limit(backbone, max_tokens: int) -> int:
                          f" ({positions}); run herald eval with --guard-per-source 0")
     if positions - around < max_tokens:
         log.info("--guard-max-tokens %d capped at %d: the backbone's %s (%d) less the guard instruction's %d tokens",
-                 max_tokens, positions - around, getattr(backbone, "max_positions_key", None) or "max_position_embeddings",
-                 positions, around)
+                 max_tokens, positions - around, position_table_key(backbone), positions, around)
         return positions - around
     return max_tokens
 
