@@ -166,16 +166,19 @@ def scored_messages(conversation: Conversation, every_message: bool = False) -> 
     safety advice, an earlier question on how attackers steal passwords), and every later request of a conversation
     with such a message stays flagged; and it costs a prefill per message (about 2x the latency of a 20-message
     conversation)."""
-    # "Holds text" as the backbone reads it (normalize_prompt_text): an assistant message of a zero-width space held
-    # text to str.strip, answered the request before it and was read as empty (0.9995 -> 0.0057: re-tester)
-    holds_text = [bool(normalize_prompt_text(message.content)) for message in conversation]
+    def holds_text(i: int) -> bool:
+        # as the backbone reads it (the fold): an assistant message of a zero-width space held text to str.strip,
+        # answered the request before it and was read as empty (0.9995 -> 0.0057: re-tester). Called for the
+        # messages that need it only (the assistant ones by default): encode folds every message again.
+        return bool(normalize_prompt_text(conversation[i].content))
+
     seen: set[tuple[str, tuple[str, ...]]] = set()
     picked = []
     if every_message:
-        candidates = [i for i in range(len(conversation)) if holds_text[i]]
+        candidates = [i for i in range(len(conversation)) if holds_text(i)]
     else:
         end = len(conversation) - 1 if conversation and conversation[-1].role == "assistant" else len(conversation)
-        answers = [i for i in range(end) if conversation[i].role == "assistant" and holds_text[i]]
+        answers = [i for i in range(end) if conversation[i].role == "assistant" and holds_text(i)]
         first = answers[-1] + 1 if answers else 0
         candidates = [i for i in range(first, end) if conversation[i].role == "user"]
     for i in candidates:
