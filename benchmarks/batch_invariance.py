@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS, data_folder, embedded_serving_backbone, print_table, write_cpu_result
+from benchmarks.common import (
+    RESULTS, data_folder, difference_quantiles, embedded_serving_backbone, print_table, write_cpu_result,
+)
 from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
 from herald_service.engine.runtime import default_probe_folder
 from herald_service.probes.artifact import load_probe
@@ -65,8 +67,7 @@ def invariance(backbone: HFBackbone, probe, prompts: list[list[int]], batches: l
     diff = np.array(logit_diff)
     return {"scored_in_a_batch": len(diff), "max_abs_state_difference": state_diff,
             "rows_with_any_state_difference": moved,
-            "abs_logit_difference": {q: float(np.quantile(diff, p)) for q, p in
-                                     (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))},
+            "abs_logit_difference": difference_quantiles(diff),
             "decisions_differ_from_alone": flips}
 
 

@@ -335,6 +335,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
+def difference_quantiles(differences: np.ndarray) -> dict[str, float]:
+    """``median``, ``p90``, ``p99`` and ``max`` of ``differences`` (|logit| differences between two ways of scoring the
+    same prompts): how cpu_dtype, batch_invariance and embedded_cuda report them."""
+    return {q: float(np.quantile(differences, p)) for q, p in (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
+
+
 # -- a real server -------------------------------------------------------------------------------------------------
 class Server:
     """The real Herald app under uvicorn on 127.0.0.1 in a thread, with the target's runtime as its loader."""

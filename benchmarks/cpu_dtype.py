@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import REPO, RESULTS, data_folder, hardware, print_table
+from benchmarks.common import REPO, RESULTS, data_folder, difference_quantiles, hardware, print_table
 from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import default_cache_dir
@@ -89,8 +89,7 @@ def agreement(backbones: dict[str, HFBackbone], quick: bool) -> dict:
             diff = np.abs(per_way[name] - per_way["fp32"])
             flips = (per_way[name] >= threshold) != (per_way["fp32"] >= threshold)  # flagged: logit >= threshold
             out[key][name]["decisions_differ_from_fp32"] = int(flips.sum())
-            out[key][name]["abs_logit_difference"] = {q: float(np.quantile(diff, p)) for q, p in
-                                                       (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
+            out[key][name]["abs_logit_difference"] = difference_quantiles(diff)
             if key == "held_out":
                 out[key][name]["differing"] = [
                     {"source": sources[i], "label": int(labels[i]), "logit_fp32": float(per_way["fp32"][i]),

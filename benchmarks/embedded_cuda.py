@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import CARRY, RESULTS, data_folder, embedded_serving_backbone, hardware
+from benchmarks.common import CARRY, RESULTS, data_folder, difference_quantiles, embedded_serving_backbone, hardware
 from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
 from herald_service.types import user_turn
 
@@ -64,25 +64,22 @@ def served_logits(backbone: HFBackbone, probe, batch: list[list[int]]) -> np.nda
     return probe.predict_trajectories(probe.directions.normalize(projections.numpy())).logits
 
 
-def quantiles(diff: np.ndarray) -> dict[str, float]:
-    return {q: float(np.quantile(diff, p)) for q, p in (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
-
-
 def agreement(a: np.ndarray, b: np.ndarray, threshold: float) -> dict:
-    return {"abs_logit_difference": quantiles(np.abs(a - b)),
+    return {"abs_logit_difference": difference_quantiles(np.abs(a - b)),
             "decisions_differ": int(np.sum((a >= threshold) != (b >= threshold)))}
 
 
 def quality(logits: np.ndarray, labels: np.ndarray, threshold: float) -> dict:
-    """F1 at ``threshold`` and AUROC against ``labels`` (harmful = 1), and how many were flagged; the GPU machine may
-    lack scikit-learn: then the flag count only (the result keeps every logit: ``python -m benchmarks.embedded_cuda
-    --rescore FILE`` adds the rest here)."""
+    """How many were flagged at ``threshold``, and ``herald eval``'s metrics against ``labels`` (harmful = 1;
+    :func:`~herald_service.training.evaluation.binary_metrics`: F1, precision, recall, FPR, AUROC, TPR@1%FPR). The GPU
+    machine may lack scikit-learn, which they need: then the flag count only (the result keeps every logit: ``python
+    -m benchmarks.embedded_cuda --rescore FILE`` adds the rest here)."""
+    flagged = logits >= threshold
     try:
-        from sklearn.metrics import f1_score, roc_auc_score
+        from herald_service.training.evaluation import binary_metrics
     except ImportError:
-        return {"flagged": int(np.sum(logits >= threshold))}
-    return {"f1": float(f1_score(labels, logits >= threshold)), "auroc": float(roc_auc_score(labels, logits)),
-            "flagged": int(np.sum(logits >= threshold))}
+        return {"flagged": int(flagged.sum())}
+    return {**binary_metrics(labels, logits, flagged), "flagged": int(flagged.sum())}
 
 
 def batch_invariance(backbone: HFBackbone, probe, ids: list[list[int]], alone: np.ndarray) -> dict:
