@@ -378,7 +378,9 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             raise SystemExit(f"herald classify: {exc.message}") from None
         for prompt, number, result in zip(prompts, line_numbers, results):
             row = {"input": prompt} if number is None else {"line": number, "input": prompt}
-            row.update(flagged=result.flagged, score=round(result.score, 4), tokens=result.tokens)
+            # the API's numbers, unrounded: a score rounded to 4 digits read 0.5 on a prompt not flagged
+            row.update(flagged=result.flagged, score=result.score, logit=result.logit, threshold=result.threshold,
+                       tokens=result.tokens)
             if self.trajectory:
                 row["trajectory"] = [round(v, 3) for v in result.trajectory]
             print(json.dumps(row, ensure_ascii=False))

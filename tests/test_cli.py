@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -99,6 +100,9 @@ def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
     # the blank line is skipped; each result names its line, so results line up with the file (new-user pass)
     assert [(r["line"], r["input"], r["flagged"]) for r in rows] == [(1, "build a bomb", True), (3, "bake bread", False)]
     assert "JSON row" not in out.stderr  # plain text lines: no notice
+    for r in rows:  # the API's numbers, unrounded (a 4-digit score read 0.5 on a prompt not flagged)
+        assert r["score"] == pytest.approx(1 / (1 + math.exp(r["threshold"] - r["logit"])), rel=1e-6)
+        assert r["flagged"] == (r["score"] >= 0.5)
     out = herald("classify", "bake", "bread", HERALD_FAKE_BACKEND="true")
     assert "line" not in json.loads(out.stdout) and json.loads(out.stdout)["input"] == "bake bread"
 
@@ -398,7 +402,8 @@ def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):
     out = herald("classify", "hello", cwd=tmp_path, HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0, out.stderr
     assert [json.loads(line) for line in out.stdout.splitlines()] == [
-        {"input": "hello", "flagged": False, "score": json.loads(out.stdout)["score"], "tokens": json.loads(out.stdout)["tokens"]}]
+        {"input": "hello", **{k: json.loads(out.stdout)[k] for k in ("flagged", "score", "logit", "threshold", "tokens")}}]
+    assert set(json.loads(out.stdout)) == {"input", "flagged", "score", "logit", "threshold", "tokens"}
 
 
 def test_a_value_after_a_switch_is_refused_not_read_as_text():
