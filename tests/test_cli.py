@@ -1048,6 +1048,10 @@ def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_bac
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald: --out {default} already exists; pass --out FILE to write elsewhere, or --overwrite to replace"
             " it"), (command, out.stderr)
+        lost = (command, "--data", str(tmp_path / "lost.jsonl"), *base[3:])  # the inputs are named first
+        out = herald(*lost, cwd=tmp_path)
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --data {tmp_path / 'lost.jsonl'} does not exist"), (command, out.stderr)
         mine = tmp_path / f"{command}.json"
         mine.write_text("{}")
         out = herald(*base, "--out", str(mine), cwd=tmp_path)
