@@ -195,8 +195,9 @@ def wait_for_the_load(timeout_s: float | None = None) -> str | None:
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for thread in threading.enumerate():
         if thread.name == LOAD_THREAD and thread is not threading.current_thread():
-            log.info("waiting%s for the model load under way to finish (a GGUF conversion is kept for the next start)",
-                     "" if timeout_s is None else f" up to {timeout_s:g} s")
+            # after uvicorn's "Finished server process", which read as the process's end (tester nit)
+            log.info("server stopped; the process waits%s for the model load under way to finish, then exits (a GGUF"
+                     " conversion is kept for the next start)", "" if timeout_s is None else f" up to {timeout_s:g} s")
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             error = getattr(thread, "herald_error", None)
             if error is not None and not isinstance(error, ShutDownDuringStartUp):
