@@ -633,7 +633,9 @@ class Moderator:
             QueueFull: all ``steer_max_concurrent`` slots are taken (``reason`` ``steer_concurrency``). Its
                 ``retry_after_s`` is when the /steer jobs running and queued are expected to have ended
                 (:meth:`~herald_service.engine.engine.InferenceEngine.exclusive_seconds_left`: each job's estimate,
-                or its deadline without one or past it; exact for the default one slot, an upper bound for more),
+                or its deadline without one or past it; each estimate assumes its job runs all its
+                ``max_new_tokens`` (x2), so one that stops at end-of-sequence frees the slot sooner: README, 0.94-5.9x
+                its real duration on the H200),
                 plus, for a slot whose request has not handed its job to the engine yet (it is tokenizing), that
                 job's estimate without its prefills (:func:`steer_job_seconds`; until its deadline while decode
                 steps are unmeasured), rounded up, 1 to ``request_timeout_s``. It was the mean of earlier jobs: 2 s
