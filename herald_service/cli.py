@@ -469,7 +469,8 @@ def check_data_and_backbone(options: BaseModel) -> None:
     modules import torch (about 5 s) and read the corpus: a data path (``--data``, and recipes' ``--sensitive-data``)
     that does not exist or a folder without JSONL files, a backbone path that does not exist or holds no model.
     ``herald fit --backbone /nope`` read and folded the whole corpus first and said so after 32 s (a session's try). The commands check the default ``--data``
-    (:func:`check_default_data`) before this, ``--out`` after it (fit's probe folder before), and the data's rows last.
+    (:func:`check_default_data`) and whether ``--out`` can be written before this, whether ``--out`` exists after
+    it, and the data's rows last.
 
     Raises:
         ValueError: naming ``--data`` and the path (:func:`~herald_service.training.corpus.expand_data`).
@@ -919,9 +920,10 @@ class EvalCommand(BaseModel):
 
     def cli_cmd(self) -> None:
         check_default_data(self)
+        check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
         check_jailbreak_templates(self)
-        # the inputs first: with the committed default --out, a missing --data was reported as "--out exists"
+        # after the inputs: with the committed default --out, a missing --data was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
         from herald_service.training.eval import EvalOptions, run_eval
 
@@ -985,9 +987,10 @@ class RecipesCommand(BaseModel):
 
     def cli_cmd(self) -> None:
         check_default_data(self)
+        check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
         check_jailbreak_templates(self)
-        # the inputs first: with the committed default --out, a missing --data was reported as "--out exists"
+        # after the inputs: with the committed default --out, a missing --data was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
         from herald_service.training.recipes import RecipeOptions, run_recipes
 
