@@ -37,8 +37,11 @@ class HeraldMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter("herald_requests_total", "HTTP requests by route and status code.", ["route", "status"], registry=r)
+        # by status class: fast refusals (422, 413, 429: no model work) pulled a route's p50-p99 down under a flood of
+        # bad requests, with no way to leave them out (tester); the class, not the code, keeps the buckets few
         self.request_duration = Histogram(
-            "herald_request_duration_seconds", "HTTP request latency, seconds.", ["route"], buckets=_LATENCY_BUCKETS, registry=r
+            "herald_request_duration_seconds", "HTTP request latency, seconds, by route and status class (2xx, 4xx, 5xx).",
+            ["route", "status_class"], buckets=_LATENCY_BUCKETS, registry=r
         )
         self.inference_duration = Histogram(
             "herald_inference_duration_seconds", "Forward pass plus scoring of one batch, seconds.", buckets=_LATENCY_BUCKETS, registry=r
@@ -85,9 +88,11 @@ class HeraldMetrics:
         # from /proc (Linux; none elsewhere): the alert rules tell a model still loading from one that never loads by
         # the process's age, and from a failed load or a dead worker by herald_worker_failed.
         ProcessCollector(namespace="herald", registry=r)
+        # probe and probe_sha256: two replicas mid-rollout with different probes looked the same (tester)
         self.model_info = Gauge(
-            "herald_model_info", "Loaded backbone and probe (value 1).",
-            ["backbone", "revision", "probe_feature_set", "device", "dtype", "version"], registry=r,
+            "herald_model_info", "Loaded backbone and probe (value 1): probe is its folder's name, probe_sha256 the"
+            " first 12 hex digits of the SHA-256 of its probe.json and probe.safetensors.",
+            ["backbone", "revision", "probe", "probe_sha256", "probe_feature_set", "device", "dtype", "version"], registry=r,
         )
         # set once the load's reference check passed (herald_service/probes/reference.py); no series for a probe
         # without reference logits, so "unchecked" is not read as "checked, distance 0"
@@ -124,7 +129,8 @@ class HeraldMetrics:
     def _request_children(self, route: str, status: int) -> tuple[Counter, Histogram]:
         series = self._request_series.get((route, status))
         if series is None:
-            series = self._request_series[(route, status)] = (self.requests.labels(route, str(status)), self.request_duration.labels(route))
+            series = self._request_series[(route, status)] = (self.requests.labels(route, str(status)),
+                                                              self.request_duration.labels(route, f"{status // 100}xx"))
         return series
 
     def _decision_child(self, route: str, flagged: bool) -> Counter:

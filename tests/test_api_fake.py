@@ -760,9 +760,9 @@ def test_moderation_routes_still_count_requests_latency_decisions_and_scores(cli
     after = client.get("/metrics").text
     moved = {
         'herald_requests_total{route="/v1/moderations",status="200"}': 2,
-        'herald_request_duration_seconds_count{route="/v1/moderations"}': 2,
+        'herald_request_duration_seconds_count{route="/v1/moderations",status_class="2xx"}': 2,
         'herald_requests_total{route="/classify",status="200"}': 1,
-        'herald_request_duration_seconds_count{route="/classify"}': 1,
+        'herald_request_duration_seconds_count{route="/classify",status_class="2xx"}': 1,
         'herald_moderation_decisions_total{decision="flagged",route="/v1/moderations"}': 2,
         'herald_moderation_decisions_total{decision="allowed",route="/v1/moderations"}': 2,
         'herald_moderation_decisions_total{decision="allowed",route="/classify"}': 1,

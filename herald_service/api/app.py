@@ -270,7 +270,8 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
     engine = InferenceEngine(runtime.backbone, runtime.probe, limits, state.metrics, seed)
     engine.start()
     info = runtime.backbone.info
-    state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
+    state.metrics.model_info.labels(info.model_id, info.revision[:24], runtime.probe_name, (runtime.probe_sha256 or "")[:12],
+                                    runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     if runtime.reference_distance is not None:
         state.metrics.reference_distance.labels(runtime.probe_name).set(runtime.reference_distance)
     state.runtime, state.engine = runtime, engine

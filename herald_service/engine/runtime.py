@@ -14,7 +14,7 @@ from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
 from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_chat_template, check_compatible,
-                                            compatibility_warnings, load_probe)
+                                            compatibility_warnings, load_probe, probe_sha256)
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.probes.reference import REFERENCE_TOLERANCE, check_reference
 from herald_service.types import Classification, user_turn
@@ -35,6 +35,9 @@ class Runtime:
     reference_distance: float | None = None
     """Median distance, in logits, of the probe's reference prompts from their fitted logits at load
     (:func:`~herald_service.probes.reference.check_reference`); ``None``: not checked (no reference block)."""
+    probe_sha256: str | None = None
+    """:func:`~herald_service.probes.artifact.probe_sha256` of the probe folder, hex; ``None`` for the fake backend's
+    probe, fitted at start-up."""
 
     @property
     def reference_check(self) -> dict[str, Any] | None:
@@ -203,4 +206,4 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     # the threshold as served: probe.json's, which an operator may have edited (nothing else says so at start-up)
     log.info("loaded %s on %s (%s) with probe %s (threshold %.4f logit, %s)", backbone.info.model_id,
              backbone.info.device, numerics, folder, probe.threshold, probe.threshold_method)
-    return Runtime(backbone, probe, manifest, str(folder), distance)
+    return Runtime(backbone, probe, manifest, str(folder), distance, probe_sha256(folder))

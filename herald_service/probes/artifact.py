@@ -7,6 +7,7 @@ Tensors: ``directions`` fp16 ``(layer, d_model)``; ``centers``, ``scales`` fp32 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -408,6 +409,23 @@ def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list
         lines.append(f"probe was fitted on weights {fitted.get('revision')!r}, the backbone's are {info.revision!r}:"
                      " its directions and threshold may not hold for these weights; refit with `herald fit`")
     return lines
+
+
+def probe_sha256(folder: Path) -> str:
+    """SHA-256 (hex) of a probe folder's two files, ``probe.json`` then ``probe.safetensors``, read as bytes: what
+    tells two probes apart where their folder names agree (two replicas mid-rollout, each with ``models/<slug>``);
+    ``herald_model_info``'s ``probe_sha256`` label and ``/v1/info`` give it.
+
+    Raises:
+        ProbeMismatch: a file cannot be read (the probe was replaced or removed since it loaded).
+    """
+    digest = hashlib.sha256()
+    for name in (MANIFEST_FILE, TENSORS_FILE):
+        try:
+            digest.update((folder / name).read_bytes())
+        except OSError as exc:
+            raise ProbeMismatch(f"cannot read {folder / name}: {exc.strerror or exc}", field="probe") from exc
+    return digest.hexdigest()
 
 
 def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedProbe, dict[str, Any]]:

@@ -85,7 +85,7 @@ async def info(state: State) -> dict:
             "hidden_size": info.hidden_size, "device": info.device, "dtype": info.dtype,
             "matmul_dtype": info.matmul_dtype or info.dtype,
         }
-        body["probe"] = {"path": state.runtime.probe_path, "manifest": state.runtime.manifest,
+        body["probe"] = {"path": state.runtime.probe_path, "sha256": state.runtime.probe_sha256, "manifest": state.runtime.manifest,
                          "reference_check": state.runtime.reference_check}
     return body
 
