@@ -715,6 +715,28 @@ def test_sigterm_drains_serve_and_exits_0():
     assert "HTTP/1.1" not in output and not re.search(r"^INFO: ", output, re.M), output
 
 
+def test_sigterm_before_serve_starts_its_server_exits_0():
+    import signal
+    import time
+
+    # signal handlers came with the server, about 3 s in: a SIGTERM during the imports and the probe check took the
+    # default action, status 143 (tester). Deterministic: the entry's handler, with the command's modules stubbed out
+    stubbed = ("import os, signal, sys; sys.argv = ['herald', 'serve']; import herald_service.__main__ as entry;"
+               " import herald_service.cli as cli; cli.main = lambda: os.kill(os.getpid(), signal.SIGTERM); entry.main();"
+               " print('not stopped')")
+    out = subprocess.run([sys.executable, "-c", stubbed], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr.strip()) == (
+        0, "", "herald serve: SIGTERM before the server started; nothing was loading, exiting"), out
+    # and a real start stopped 1 s in (the server not up yet, or up with uvicorn's handling: 0 either way)
+    env = {**os.environ, "HERALD_FAKE_BACKEND": "true", "HERALD_PORT": "8136"}
+    proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and "Traceback" not in output, output
+
+
 def test_max_header_bytes_has_a_floor_every_client_clears():
     from herald_service.config import Settings
 
