@@ -200,3 +200,18 @@ def test_prompts_are_compared_as_the_backbone_reads_them(tmp_path):
         load_training_corpus([path])
     assert str(caught.value) == (f"the prompt 'bomb' has both labels: {path} line 1 (harmful), {path} line 2 (benign),"
                                  f" {path} line 3 (benign); 1 prompt of the data has both labels: give each prompt one label")
+
+
+@pytest.mark.parametrize(("text", "rows"), [
+    (ROW % ("a", "harmful") + "\n" + ROW % ("b", "benign") + "\n\n", 2),  # a trailing blank line: 3 newlines
+    (ROW % ("a", "harmful") + "\n" + ROW % ("b", "benign"), 2),  # a last row without a newline: 1 newline
+    (ROW % ("a", "harmful") + "\r\n  \r\n" + ROW % ("b", "benign") + "\r\n", 2),  # CRLF and a whitespace-only line
+])
+def test_file_manifest_counts_the_rows_the_reader_reads_not_newlines(tmp_path, text, rows):
+    # probe.json's training_data.files[].rows was data.count(b"\n") (tester finding)
+    from herald_service.training.corpus import file_manifest
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(text, encoding="utf-8", newline="")
+    assert len(load_corpus([path])) == rows
+    assert file_manifest([path])[0]["rows"] == rows

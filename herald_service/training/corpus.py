@@ -60,19 +60,24 @@ def _read_rows(paths: list[Path]) -> list[tuple[Example, str, str | None]]:
     the row was checked with it (:func:`_row_example`), in file and line order."""
     rows = []
     for path in paths:
-        # split at "\n" only: str.splitlines would also cut at a U+2028 that JSON allows inside a string
-        for number, line in enumerate(read_utf8(path).split("\n"), 1):
-            if line.strip():
-                where = f"{path} line {number}"
-                try:
-                    example, read = _row_example(line, where, path.name)
-                    rows.append((example, where, read))
-                except NotJsonRow as exc:
-                    if path.suffix.lower() in TABLE_SUFFIXES:  # "data.csv line 1: not JSON" did not say why
-                        raise NotJsonRow(f"{exc}; Herald reads labeled data as JSONL only, not {path.suffix} tables:"
-                                         " convert the file to one JSON object a line") from None
-                    raise
+        for number, line in row_lines(read_utf8(path)):
+            where = f"{path} line {number}"
+            try:
+                example, read = _row_example(line, where, path.name)
+                rows.append((example, where, read))
+            except NotJsonRow as exc:
+                if path.suffix.lower() in TABLE_SUFFIXES:  # "data.csv line 1: not JSON" did not say why
+                    raise NotJsonRow(f"{exc}; Herald reads labeled data as JSONL only, not {path.suffix} tables:"
+                                     " convert the file to one JSON object a line") from None
+                raise
     return rows
+
+
+def row_lines(text: str) -> list[tuple[int, str]]:
+    """The lines of a JSONL text that hold a row, with their 1-based line numbers: blank (whitespace-only) lines are
+    skipped. Split at ``"\n"`` only: :meth:`str.splitlines` would also cut at a U+2028 that JSON allows inside a
+    string."""
+    return [(number, line) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 
 TABLE_SUFFIXES = frozenset({".csv", ".tsv", ".parquet", ".xlsx", ".xls"})
@@ -412,10 +417,17 @@ def stratified_split(examples: list[Example], test_fraction: float, seed: int = 
 
 
 def file_manifest(paths: list[Path]) -> list[dict]:
-    """sha256 and row count of each data file, for the probe manifest."""
+    """sha256 and row count of each data file, for the probe manifest (``training_data.files``).
+
+    ``rows`` counts the lines the readers read as rows (:func:`row_lines`: blank lines skipped, a last line without a
+    newline counted), not newlines: a trailing blank line counted as a row and a last row without a newline was missed
+    (tester finding). A file that is not UTF-8 (refused by its reader before this runs) is counted with each bad byte
+    read as U+FFFD.
+    """
     out = []
     for path in paths:
         data = path.read_bytes()
-        out.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": data.count(b"\n")})
+        rows = len(row_lines(data.decode("utf-8-sig", errors="replace")))
+        out.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": rows})
     return out
 
