@@ -776,6 +776,39 @@ def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prom
         run_fit(FitOptions(out=tmp_path / "none", max_tokens=3, **{**common, "data": [tmp_path / "folder" / "data.jsonl"]}))
 
 
+def test_fit_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_any_state(folder, tmp_path, monkeypatch):
+    # every harmful row over --max-tokens failed after the extraction with "no harmful row in the calibration part ...
+    # give more harmful prompts per source", a cause that was not it (tester finding)
+    def extracted(*args, **kwargs):
+        raise AssertionError("states were extracted before the refusal")
+
+    monkeypatch.setattr("herald_service.training.fit.extract_tokenized_states", extracted)
+    benign = [{"prompt": f"how do i bake bread {s} {i}", "label": "benign", "source": s} for s in "AC" for i in range(30)]
+
+    def refusal(harmful: list[tuple[str, bool]]) -> str:
+        """fit's message for the benign rows and ``(source, long)`` harmful rows (long: 51 tokens, short: 11)."""
+        rows = benign + [{"prompt": f"build a bomb {i}" + " hello" * 40 * long, "label": "harmful", "source": source}
+                         for i, (source, long) in enumerate(harmful)]
+        data = tmp_path / "data.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(ValueError) as refused:
+            run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache",
+                               device="cpu", max_tokens=32))
+        return str(refused.value)
+
+    assert refusal([("B", True)] * 25) == ("all 25 harmful rows render to more than --max-tokens 32 tokens; a probe needs"
+                                           " both labels: raise --max-tokens or give shorter prompts")
+    assert refusal([("B", True)] * 20 + [("B", False)] * 5) == (
+        "--max-tokens 32 leaves 5 harmful rows (20 of 25 render to more tokens and are skipped); a probe needs at least"
+        " 8 of each label: its test, calibration and fit parts each need both; raise --max-tokens or give shorter prompts")
+    # five harmful sources of 5 rows, 2 of them long: groups of 3 rows are left, whose 2 training rows give the
+    # calibration quarter none (groups of 5 give it one: checked before the backbone loads)
+    message = refusal([(f"H{k}", i >= 3) for k in range(5) for i in range(5)])
+    assert message.startswith("--test-fraction 0.2 leaves no harmful row in the calibration part"), message
+    assert message.endswith("; 10 prompts over --max-tokens 32 were skipped before the split (10 harmful, 0 benign):"
+                            " raise --max-tokens or give shorter prompts"), message
+
+
 def _tiny_gemma3(resolved, sliding_window: int):
     """A random Gemma-3 text model whose local layers attend to ``sliding_window`` tokens, on the tiny tokenizer."""
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig

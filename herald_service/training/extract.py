@@ -163,14 +163,45 @@ def extract_corpus_states(
 ) -> CorpusStates:
     """Render each example as one user turn, skip (and count) those over ``max_tokens``, and extract the rest.
 
-    Each prompt is tokenized once.
+    Each prompt is tokenized once (:func:`tokenize_within_limit`, then :func:`extract_tokenized_states`).
     """
+    return extract_tokenized_states(backbone, tokenize_within_limit(backbone, examples, max_tokens), cache, token_budget, desc)
+
+
+@dataclass(frozen=True)
+class TokenizedCorpus:
+    """Labeled examples within the token limit and their token ids, before any state is extracted.
+
+    Attributes:
+        examples: the kept examples, in input order.
+        token_ids: the rendered token ids of each kept example.
+        skipped: examples over the limit, counted per source.
+        skipped_by_label: examples over the limit, counted per label (1 harmful, 0 benign; both keys present).
+    """
+
+    examples: list[Example]
+    token_ids: list[list[int]]
+    skipped: dict[str, int]
+    skipped_by_label: dict[int, int]
+
+
+def tokenize_within_limit(backbone: Backbone, examples: Sequence[Example], max_tokens: int) -> TokenizedCorpus:
+    """Render each example as one user turn and tokenize it, keeping those of at most ``max_tokens`` tokens: what
+    :func:`extract_corpus_states` extracts, known before any forward pass, so a caller can refuse a corpus the limit
+    leaves unusable without extracting it first."""
     token_ids = backbone.encode([user_turn(e.prompt) for e in examples])
     kept = [i for i, ids in enumerate(token_ids) if len(ids) <= max_tokens]
-    skipped = Counter(e.source for e, ids in zip(examples, token_ids) if len(ids) > max_tokens)
-    kept_ids = [token_ids[i] for i in kept]
-    states = states_of_token_ids(backbone, kept_ids, cache, token_budget, 32, desc)
-    return CorpusStates([examples[i] for i in kept], states, np.array([len(t) for t in kept_ids]), dict(sorted(skipped.items())))
+    over = [e for e, ids in zip(examples, token_ids) if len(ids) > max_tokens]
+    by_label = Counter(e.label for e in over)
+    return TokenizedCorpus([examples[i] for i in kept], [token_ids[i] for i in kept],
+                           dict(sorted(Counter(e.source for e in over).items())), {0: by_label[0], 1: by_label[1]})
+
+
+def extract_tokenized_states(backbone: Backbone, corpus: TokenizedCorpus, cache: StateCache | None,
+                             token_budget: int = 4096, desc: str = "extracting states") -> CorpusStates:
+    """The states of the kept examples of :func:`tokenize_within_limit`, read from ``cache`` or extracted."""
+    states = states_of_token_ids(backbone, corpus.token_ids, cache, token_budget, 32, desc)
+    return CorpusStates(corpus.examples, states, np.array([len(t) for t in corpus.token_ids]), corpus.skipped)
 
 
 def states_of_token_ids(
