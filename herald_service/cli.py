@@ -9,6 +9,7 @@ import json
 import logging
 import logging.config
 import os
+import re
 import resource
 import shlex
 import signal
@@ -653,7 +654,23 @@ class FitCommand(BaseModel):
             limit_threads(self.threads)
         options = FitOptions(**self.model_dump(exclude={"threads"}), command=invoked_command())
         manifest = run_fit(options)
-        print(json.dumps({"out": manifest["out"], "held_out_pooled": manifest["evaluation"]["pooled"]}, indent=2))
+        # each [lo, hi] interval on one line: indented, the six intervals took 24 lines
+        print(re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + ", ".join(v.strip() for v in m[1].split(",")) + "]",
+                     json.dumps(fit_summary(manifest), indent=2)))
+
+
+def fit_summary(manifest: dict) -> dict:
+    """What ``herald fit`` prints of the manifest it wrote: the folder, the held-out pooled metrics with their 95%
+    intervals, how many held-out rows repeat a training prompt and, when any do, the pooled metrics without them (the
+    metrics alone read F1 1.0 on a file of repeated rows: tester finding)."""
+    evaluation = manifest["evaluation"]
+    summary = {"out": manifest["out"], "held_out_pooled": evaluation["pooled"],
+               "held_out_pooled_95ci": {name: [round(b["lo"], 4), round(b["hi"], 4)]
+                                        for name, b in evaluation["pooled_95ci"].items() if "lo" in b},
+               "held_out_also_in_training": evaluation["also_in_training"]}
+    if "excluding_also_in_training" in evaluation:
+        summary["held_out_pooled_excluding_also_in_training"] = evaluation["excluding_also_in_training"]["pooled"]
+    return summary
 
 
 def _not_a_folder_path(value: object) -> object:

@@ -983,7 +983,7 @@ def test_fit_takes_jailbreak_templates_null_as_eval_and_recipes_do(tmp_path):
 
     def fit(options):
         given.append(options)
-        return {"out": str(options.out), "evaluation": {"pooled": {}}}
+        return {"out": str(options.out), "evaluation": {"pooled": {}, "pooled_95ci": {}, "also_in_training": 0}}
 
     with mock.patch("herald_service.training.fit.run_fit", fit):
         out = herald("fit", "--data", str(data), "--jailbreak-templates", "null", "--out", str(tmp_path / "probe"))

@@ -302,3 +302,49 @@ def test_the_learning_curve_check_refuses_exactly_the_sizes_whose_draws_cannot_b
             fitted = False
         assert fitted == (size not in refused), size
     assert refused and refused == list(range(3, refused[-1] + 1))  # 3 benign sources: small draws fail, larger fit
+
+
+def test_fit_held_out_evaluation_gives_intervals_and_warns_of_a_label_with_few_held_out_rows(caplog):
+    # 8 harmful + 150 benign rows left 2 harmful held out: F1 and AUROC 1.0, no interval, no word (tester finding)
+    from herald_service.training.fit import held_out_evaluation
+
+    labels = np.array([1, 1] + [0] * 30)
+    margins = np.array([3.0, 2.0] + list(np.linspace(-3, -0.5, 30)))
+    scores = 1 / (1 + np.exp(-margins))
+    nothing_seen = np.zeros(32, dtype=bool)
+    evaluation = held_out_evaluation(labels, margins, scores, margins >= 0, ["s"] * 32, nothing_seen, seed=0)
+    assert evaluation["pooled"]["f1"] == evaluation["pooled"]["auroc"] == 1.0
+    # every resample of 2 harmful rows both caught says 1.0: the interval is a point, which the warning names
+    assert evaluation["pooled_95ci"]["f1"] == {"value": 1.0, "lo": 1.0, "hi": 1.0}
+    assert evaluation["pooled_95ci"]["n_harmful"] == {"value": 2}
+    assert evaluation["bootstrap"]["replicates"] == 1000 and evaluation["bootstrap"]["seed"] == 0
+    assert evaluation["also_in_training"] == 0 and "excluding_also_in_training" not in evaluation
+    assert ("the held-out part holds only 2 harmful rows (fewer than 20 of a label): its metrics and their 95% intervals"
+            " say little") in caplog.text
+    # one benign row flagged: the interval opens, and the same seed gives the same interval
+    flagged = margins >= -0.6
+    first = held_out_evaluation(labels, margins + 0.6, scores, flagged, ["s"] * 32, nothing_seen, seed=0)
+    assert first["pooled_95ci"]["false_positive_rate"]["lo"] == 0.0 < first["pooled_95ci"]["false_positive_rate"]["hi"]
+    assert held_out_evaluation(labels, margins + 0.6, scores, flagged, ["s"] * 32, nothing_seen, seed=0) == first
+
+
+def test_fit_held_out_evaluation_counts_rows_also_in_training_and_scores_the_rest_alone(caplog):
+    from herald_service.training.fit import held_out_evaluation
+
+    labels = np.array([1] * 25 + [0] * 25)
+    margins = np.where(labels == 1, 1.0, -1.0)
+    margins[[0, 1, 25]] = [-1.0, -1.0, 1.0]  # the three the probe decides wrong: held-out rows without a copy in training
+    seen = np.ones(50, dtype=bool)
+    seen[[0, 1, 2, 25, 26]] = False
+    sources = ["h"] * 25 + ["b"] * 25
+    evaluation = held_out_evaluation(labels, margins, 1 / (1 + np.exp(-margins)), margins >= 0, sources, seen, seed=0)
+    assert evaluation["also_in_training"] == 45
+    unseen = evaluation["excluding_also_in_training"]
+    assert (unseen["pooled"]["n"], unseen["pooled"]["n_harmful"]) == (5, 3)
+    assert unseen["pooled"]["recall"] == pytest.approx(1 / 3) and unseen["pooled"]["false_positive_rate"] == 0.5
+    assert unseen["per_source"]["h"]["recall"] == pytest.approx(1 / 3) and unseen["pooled_95ci"]["n"] == {"value": 5}
+    assert evaluation["pooled"]["recall"] == pytest.approx(23 / 25)  # the copies count in the plain metrics
+    assert "45 of the 50 held-out rows repeat a prompt the probe was fitted or calibrated on" in caplog.text
+    assert "without them (evaluation.excluding_also_in_training) 5 rows remain, 3 harmful" in caplog.text
+    every = held_out_evaluation(labels, margins, margins, margins >= 0, sources, np.ones(50, dtype=bool), seed=0)
+    assert every["excluding_also_in_training"] == {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}

@@ -390,6 +390,17 @@ def test_fit_command_takes_threads_and_records_its_command(folder, tmp_path):
     assert out.returncode == 0, out.stderr
     saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert saved["command"].endswith("--threads 1") and saved["training_data"]["split"]["test"] == 4
+    # what it prints: the held-out metrics with their 95% intervals (one line each) and the rows also trained on
+    printed, evaluation = json.loads(out.stdout), saved["evaluation"]
+    assert printed["held_out_pooled"] == evaluation["pooled"]
+    assert printed["held_out_also_in_training"] == evaluation["also_in_training"]
+    f1 = evaluation["pooled_95ci"]["f1"]
+    assert printed["held_out_pooled_95ci"]["f1"] == [round(f1["lo"], 4), round(f1["hi"], 4)]
+    assert f'"f1": [{round(f1["lo"], 4)}, {round(f1["hi"], 4)}]' in out.stdout
+    assert "the held-out part holds only 2 harmful and 2 benign rows (fewer than 20 of a label)" in out.stderr
+    # source B repeats 2 of its 10 prompts: 1 of the 4 held-out rows is one of them, its twin in training
+    assert evaluation["also_in_training"] == 1 and "1 of the 4 held-out rows repeats a prompt" in out.stderr
+    assert printed["held_out_pooled_excluding_also_in_training"] == evaluation["excluding_also_in_training"]["pooled"]
 
 
 def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path):
@@ -414,6 +425,33 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
     run_fit(dataclasses.replace(options, overwrite=True))  # second run reads states from the cache (same --out)
     assert {p: p.stat().st_mtime_ns for p in cached} == mtimes
+
+
+def test_fit_counts_held_out_rows_that_repeat_a_training_prompt_and_scores_the_rest_alone(folder, tmp_path):
+    # 80 rows repeated 5 times gave held-out F1 and AUROC 1.0 (0.93 and 0.95 unique) and only a log line said why
+    from herald_service.prompt_text import normalize_prompt_text
+    from herald_service.training.corpus import load_training_corpus, stratified_split
+
+    unique = [{"prompt": f"{text} {i}", "label": label, "source": source} for i in range(30)
+              for text, label, source in (("how do i bake bread", "benign", "A"), ("build a bomb", "harmful", "B"),
+                                          ("write poem about the sea", "benign", "C"))]
+    common = dict(backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", max_per_source=None)
+    for name, rows in (("unique", unique), ("repeated", unique * 5)):
+        data = tmp_path / f"{name}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        evaluation = run_fit(FitOptions(data=[data], out=tmp_path / name, **common))["evaluation"]
+        examples = load_training_corpus([data])
+        train, test = stratified_split(examples, 0.2, 0)
+        trained = {normalize_prompt_text(examples[i].prompt) for i in train}
+        unseen = [i for i in test if normalize_prompt_text(examples[i].prompt) not in trained]
+        assert evaluation["also_in_training"] == len(test) - len(unseen)
+        assert {"f1", "auroc"} <= set(evaluation["pooled_95ci"])
+        if name == "unique":
+            assert evaluation["also_in_training"] == 0 and "excluding_also_in_training" not in evaluation
+        else:
+            assert evaluation["pooled"]["n"] == 90 and evaluation["also_in_training"] > 80  # most held-out rows
+            excluded = evaluation["excluding_also_in_training"]["pooled"]
+            assert (excluded["n"], excluded["n_harmful"]) == (len(unseen), sum(examples[i].label for i in unseen))
 
 
 def test_fit_with_a_target_fpr_threshold_records_the_target_beside_the_method(folder, tmp_path):

@@ -92,7 +92,8 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
     is the same prompt). A prompt given with both labels is refused: a probe cannot learn both, and its metrics would count one of them wrong whatever it does. A prompt
     given more than once with one label is kept as often as given (the shipped corpus has 14, most of them in two
     sources, and removing them would change its fits) and counted in one warning line: its copies can land on both sides of
-    the random split, on the train part and the held-out one.
+    the random split, on the train part and the held-out one (``herald fit`` counts those held out and scores the
+    held-out rows without them: :func:`~herald_service.training.fit.held_out_evaluation`).
 
     Raises:
         ValueError: naming the rows (file and line, with their labels) of the first prompt given with both labels, and

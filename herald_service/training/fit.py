@@ -20,7 +20,7 @@ from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe, balanced_weights
 from herald_service.probes.reference import reference_block
-from herald_service.prompt_text import PROMPT_TEXT
+from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.corpus import (
     LABELS,
     MIN_ROWS_PER_LABEL,
@@ -33,6 +33,7 @@ from herald_service.training.corpus import (
     require_split_parts,
     stratified_split,
 )
+from herald_service.training.bootstrap import DEFAULT_REPLICATES, bootstrap_metrics
 from herald_service.training.evaluation import metrics_by_source
 from herald_service.training.extract import (
     CorpusStates,
@@ -282,6 +283,74 @@ def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCo
                              f"{advice}") from None
 
 
+FEW_HELD_OUT_PER_LABEL = 20
+"""Fewest held-out rows of a label below which ``herald fit`` warns that its held-out metrics say little. With n rows
+of a label one row moves recall (or the false-positive rate) by 1/n, 5 points at 20, so the interval is wide; and a
+percentile bootstrap can only resample the rows there are, so when all of few rows are decided right every replicate
+agrees and the interval collapses to a point: 2 harmful rows both caught give recall, F1 and AUROC 1.0 with the
+interval [1, 1], where the exact binomial 95% interval of 2 of 2 is [0.16, 1] (the tester's 8 harmful rows, 2 held
+out). The warning, not the interval, is what tells the reader then."""
+
+
+def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, scores: np.ndarray, flagged: np.ndarray,
+                        sources: list[str], also_in_training: np.ndarray, seed: int,
+                        replicates: int = DEFAULT_REPLICATES) -> dict:
+    """probe.json's ``evaluation``: the held-out metrics, with 95% bootstrap intervals, and again without the held-out
+    rows whose prompt the probe was fitted or calibrated on.
+
+    A prompt given more than once is kept as often as given (:func:`~.corpus.load_training_corpus`), so copies land on
+    both sides of the random split and a held-out copy scores what the probe learned on its twin: 80 rows repeated 5
+    times gave held-out F1 and AUROC 1.0 against 0.93 and 0.95 unique (tester finding). Such rows are counted in
+    ``also_in_training`` (always written, 0 when none), logged as a warning and, when there are any, left out of a
+    second block ``excluding_also_in_training`` of the same metrics.
+
+    Args:
+        labels: ``(n,)`` 1 harmful, 0 benign, of the held-out rows.
+        logits, scores, flagged: ``(n,)`` the probe's :class:`~herald_service.types.ProbeOutput` fields for them.
+        sources: ``n`` source names; ``also_in_training``: ``(n,)`` bool, the prompt (folded as
+            :func:`~herald_service.prompt_text.normalize_prompt_text` reads it, as the duplicate check compares) is
+            also one of the rows the probe was fitted or calibrated on.
+        seed: of the bootstrap resamples (``--seed``), so a fit is reproducible.
+
+    Returns:
+        ``{"split", "pooled", "per_source", "pooled_95ci", "bootstrap", "also_in_training",
+        "excluding_also_in_training"?}``: ``pooled`` and ``per_source`` the point metrics of
+        :func:`~.evaluation.metrics_by_source` on ``scores`` (as before); ``pooled_95ci`` the
+        :func:`~.bootstrap.bootstrap_metrics` block ``{metric: {"value", "lo", "hi"}}`` of herald eval, computed on
+        ``logits - threshold`` margins (``scores`` saturate at 1.0 and would tie), resampled within each label.
+    """
+    def block(index: np.ndarray) -> dict:
+        if not len(index):
+            return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}
+        metrics = metrics_by_source(labels[index], scores[index], flagged[index], [sources[i] for i in index])
+        interval = bootstrap_metrics(labels[index], logits[index], flagged[index], replicates=replicates, seed=seed)
+        return {**metrics, "pooled_95ci": interval}
+
+    copies = int(also_in_training.sum())
+    out = {"split": "held-out (random, stratified by source and label)", **block(np.arange(len(labels))),
+           "bootstrap": {"replicates": replicates, "seed": seed, "interval": "95% percentile",
+                         "resampling": "within each label (herald_service/training/bootstrap.py, as herald eval)"},
+           "also_in_training": copies}
+    names = {value: name for name, value in LABELS.items()}
+    few = {names[label]: int((labels == label).sum()) for label in (1, 0)
+           if (labels == label).sum() < FEW_HELD_OUT_PER_LABEL}
+    if few:
+        shown = " and ".join(f"{n} {name}" for name, n in few.items())
+        log.warning("the held-out part holds only %s row%s (fewer than %d of a label): its metrics and their 95%% "
+                    "intervals say little (an interval over few rows all decided right is a point); give more rows of "
+                    "that label", shown, "s" if sum(few.values()) > 1 else "",
+                    FEW_HELD_OUT_PER_LABEL)
+    if copies:
+        unseen = block(np.flatnonzero(~also_in_training))
+        out["excluding_also_in_training"] = unseen
+        log.warning("%d of the %d held-out rows repeat%s a prompt the probe was fitted or calibrated on (a prompt "
+                    "given more than once in --data); its held-out metrics count them: without them (evaluation."
+                    "excluding_also_in_training) %d rows remain, %d harmful", copies, len(labels),
+                    "s" if copies == 1 else "",
+                    unseen["pooled"]["n"], unseen["pooled"]["n_harmful"])
+    return out
+
+
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
@@ -348,7 +417,13 @@ def run_fit(options: FitOptions) -> dict:
                         feature_set=options.feature_set, direction_estimator=options.direction_estimator)
     probe.fit(fit_states, fit_labels, groups=fit_groups, sample_weight=weights)
     held_out = probe.predict(states[test])
-    metrics = metrics_by_source(labels[test], held_out.scores, held_out.flagged, [sources[i] for i in test])
+    # the rows fitted or calibrated on: the train part (calibration is a quarter of it) and any wrapped rows
+    trained = {normalize_prompt_text(examples[i].prompt) for i in train}
+    if templates:
+        trained |= {normalize_prompt_text(e.prompt) for e in wrapped.examples}
+    also_in_training = np.array([normalize_prompt_text(examples[i].prompt) in trained for i in test], dtype=bool)
+    evaluation = held_out_evaluation(labels[test], held_out.logits - held_out.threshold, held_out.scores,
+                                     held_out.flagged, [sources[i] for i in test], also_in_training, options.seed)
 
     counts = Counter((e.source, "harmful" if e.label else "benign") for e in examples)
     manifest = {
@@ -375,7 +450,7 @@ def run_fit(options: FitOptions) -> dict:
             "jailbreak_augmentation": augmentation,
         },
         "directions": direction_manifest(options.direction_estimator),
-        "evaluation": {"split": "held-out (random, stratified by source and label)", **metrics},
+        "evaluation": evaluation,
         # scored again at every load: weights that moved them refuse the probe (herald_service/probes/reference.py)
         "reference": reference_block(probe.fitted_, backbone),
         "fit_seconds": round(time.perf_counter() - started, 1),
