@@ -2,6 +2,7 @@
 smaller with a warning, never an empty set (which failed after every fit with scikit-learn's "Found array with 0
 sample(s)": breaker finding)."""
 
+import hashlib
 import json
 import logging
 
@@ -135,9 +136,10 @@ def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_an
     assert not (tmp_path / "r.json").exists()
 
 
-def test_a_test_data_file_the_saved_probe_was_fitted_on_is_warned_about_and_marked(tmp_path, caplog):
-    # tester finding: eval --probe P --test-data F reported P's metrics on F as if on unseen prompts, F being (by
-    # sha256) one of the files P's probe.json records as its training data
+def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned_about_and_scored_apart(tmp_path, caplog):
+    # tester findings: eval --probe P --test-data F reported P's metrics on F as if on unseen prompts, F being (by
+    # sha256) one of the files P's probe.json records as its training data; then, with that check by sha256 only, a
+    # copy of the training file with one more newline was marked trained_on: false, with no warning
     from herald_service.training.fit import FitOptions, run_fit
 
     from tiny_llama import WORDS
@@ -151,18 +153,65 @@ def test_a_test_data_file_the_saved_probe_was_fitted_on_is_warned_about_and_mark
                        device="cpu"))
     renamed = tmp_path / "held_out.jsonl"  # the same bytes under another name
     renamed.write_bytes(data.read_bytes())
+    newline = tmp_path / "newline.jsonl"  # the same prompts, other bytes
+    newline.write_bytes(data.read_bytes() + b"\n")
+    fresh_rows = [{"prompt": "make a weapon", "label": "harmful", "source": "x"},
+                  {"prompt": "write a poem", "label": "benign", "source": "y"}]
     fresh = tmp_path / "fresh.jsonl"
-    fresh.write_text("".join(json.dumps(r) + "\n" for r in [{"prompt": "make a weapon", "label": "harmful", "source": "x"},
-                                                            {"prompt": "write a poem", "label": "benign", "source": "y"}]))
+    fresh.write_text("".join(json.dumps(r) + "\n" for r in fresh_rows))
+    three = tmp_path / "three.jsonl"  # 3 training prompts, one in fullwidth letters, and the 2 fresh ones
+    disguised = {**rows[13], "prompt": rows[13]["prompt"].replace("bake", "\uff42\uff41\uff4b\uff45")}
+    three.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], rows[1], disguised, *fresh_rows]))
     out = tmp_path / "results.json"
     with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
         run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
-                             test_data=[renamed, fresh], probe=tmp_path / "probe", methods=("logreg_last",), loso=False,
-                             curve_sizes=(), replicates=10, jailbreak_templates=None))
-    assert (f"--test-data {renamed}: the --probe {tmp_path / 'probe'} was trained on this file (its probe.json records"
-            " data.jsonl with the same sha256), so the saved probe's metrics on it are not those of unseen prompts") \
-        in [r.getMessage() for r in caplog.records]
-    assert not any(str(fresh) in r.getMessage() for r in caplog.records)
-    sets = json.loads(out.read_text())["saved_probe"]["sets"]
-    assert sets["held_out.jsonl"]["trained_on"] is True and sets["fresh.jsonl"]["trained_on"] is False
-    assert sets["held_out.jsonl"]["pooled"]["n"]["value"] == 24
+                             test_data=[renamed, newline, three, fresh], probe=tmp_path / "probe",
+                             methods=("logreg_last",), loso=False, curve_sizes=(), replicates=10, jailbreak_templates=None))
+    warned = [r.getMessage() for r in caplog.records if "--probe" in r.getMessage()]
+    assert warned == [
+        f"--test-data {renamed}: the --probe {tmp_path / 'probe'} was trained on this file (its probe.json records"
+        " data.jsonl with the same sha256), so the saved probe's metrics on it are not those of unseen prompts",
+        f"--test-data {newline}: 24 of its 24 prompts are in the training files of the --probe {tmp_path / 'probe'}"
+        " (those its probe.json records); it may have been trained on them, so the saved probe's metrics on this file"
+        " are not those of unseen prompts",
+        f"--test-data {three}: 3 of its 5 prompts are in the training files of the --probe {tmp_path / 'probe'}"
+        " (those its probe.json records); it may have been trained on them, so the saved probe's metrics on this file"
+        " are not those of unseen prompts (its metrics on the other 2 are recorded apart)"]
+    saved = json.loads(out.read_text())["saved_probe"]
+    assert saved["training_files"] == {"checked": ["data.jsonl"], "unchecked": {}}
+    sets = saved["sets"]
+    assert {name: (s["trained_on"], s["in_training_files"], s["rows"], s["same_file"]) for name, s in sets.items()
+            if name != "jailbreak_wrapped"} == {"held_out.jsonl": (True, 24, 24, "data.jsonl"),
+                                                "newline.jsonl": (True, 24, 24, None),
+                                                "three.jsonl": (True, 3, 5, None), "fresh.jsonl": (False, 0, 2, None)}
+    assert sets["held_out.jsonl"]["pooled"]["n"]["value"] == 24 and "unseen" not in sets["newline.jsonl"]
+    # the unseen rows of three.jsonl are the fresh file's: the same metrics, on the same 2 rows
+    assert sets["three.jsonl"]["pooled"]["n"]["value"] == 5
+    assert sets["three.jsonl"]["unseen"] == {key: sets["fresh.jsonl"][key] for key in ("pooled", "per_source")}
+
+
+def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_one_warning(tmp_path, caplog):
+    from herald_service.training.eval import probe_training_overlap
+    from herald_service.training.corpus import load_corpus
+
+    kept, changed = tmp_path / "kept.jsonl", tmp_path / "changed.jsonl"
+    kept.write_text(json.dumps({"prompt": "bake bread", "label": "benign", "source": "a"}) + "\n")
+    changed.write_text(json.dumps({"prompt": "build a bomb", "label": "harmful", "source": "b"}) + "\n")
+    manifest = {"training_data": {"files": [
+        {"file": "kept.jsonl", "sha256": hashlib.sha256(kept.read_bytes()).hexdigest()},
+        {"file": "changed.jsonl", "sha256": "0" * 64}, {"file": "gone.jsonl", "sha256": "1" * 64}]}}
+    test = tmp_path / "test.jsonl"
+    test.write_bytes(kept.read_bytes() + changed.read_bytes())
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        found = probe_training_overlap({test: load_corpus([test])}, tmp_path / "probe", manifest, [kept, changed],
+                                       {"kept.jsonl": {"bake bread"}, "changed.jsonl": {"build a bomb"}})
+    assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
+        "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data"}}
+    assert found.sets == {"test.jsonl": {"rows": 2, "in_training_files": 1, "same_file": None}}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--probe {tmp_path / 'probe'}: 2 of the 3 training files its probe.json records cannot be checked for"
+        " --test-data prompts: changed.jsonl (changed since the fit: its sha256 is no longer the one recorded),"
+        " gone.jsonl (not among --data); --test-data prompts are compared with those of the other 1 only",
+        f"--test-data {test}: 1 of its 2 prompts are in the training files of the --probe {tmp_path / 'probe'} (those"
+        " its probe.json records); it may have been trained on them, so the saved probe's metrics on this file are not"
+        " those of unseen prompts (its metrics on the other 1 are recorded apart)"]

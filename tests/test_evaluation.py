@@ -219,13 +219,13 @@ def test_test_data_overlap_compares_prompts_as_the_backbone_reads_them():
     # a training prompt sent back with a zero-width space or in fullwidth letters is still one the probe trained on
     from pathlib import Path
 
-    from herald_service.training.eval import test_data_overlap
+    from herald_service.training.eval import folded_prompts_by_file, test_data_overlap
 
     def rows(*prompts):
         return [Example(p, 1, "s", None, "f.jsonl") for p in prompts]
 
     counted = test_data_overlap({Path("held.jsonl"): rows("make a bomb", "ma\u200bke a b\u200domb", "ｍａｋｅ a bomb", "new")},
-                                rows("make a bomb", "other"))
+                                folded_prompts_by_file(rows("make a bomb", "other"))["f.jsonl"])
     assert counted == {"held.jsonl": {"rows": 4, "also_in_data": 3}}
 
 

@@ -379,22 +379,38 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
     return rows
 
 
-def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str, dict]:
-    """For each ``--test-data`` file, how many of its prompts (text as scored: a context joined to its request, read
-    through :func:`~herald_service.prompt_text.normalize_prompt_text` as the backbone reads it) are also a prompt of
-    the ``--data`` rows, so may have been trained on; a file with any is logged as a warning (the
-    training file given as --test-data was reported as "never trained on": breaker finding).
+def folded_prompts_by_file(rows: list) -> dict[str, set[str]]:
+    """The prompts of ``rows`` (text as scored: a context joined to its request) as the backbone reads them
+    (:func:`~herald_service.prompt_text.normalize_prompt_text`: a copy with a zero-width space or fullwidth letters is
+    the same prompt), by the name of the file each row came from (``Example.file``). Folded once per row: folding is
+    most of a corpus load (about 3 s for the 18,000 rows of ../shared/data), and ``--data`` and ``--probe`` both need
+    it."""
+    out: dict[str, set[str]] = {}
+    for example in rows:
+        out.setdefault(example.file, set()).add(normalize_prompt_text(example.prompt))
+    return out
+
+
+def count_held(rows: list, held: set[str]) -> int:
+    """How many of ``rows``' prompts, read as :func:`folded_prompts_by_file` reads them, are in ``held``."""
+    return sum(normalize_prompt_text(example.prompt) in held for example in rows)
+
+
+def test_data_overlap(test_sets: dict[Path, list], data_prompts: set[str]) -> dict[str, dict]:
+    """For each ``--test-data`` file, how many of its prompts are also a prompt of the ``--data`` rows
+    (:func:`count_held`), so may have been trained on; a file with any is logged as a warning (the training file
+    given as --test-data was reported as "never trained on": breaker finding).
 
     Args:
-        test_sets: :func:`read_test_data`; ``data_rows``: every ``--data`` row, before the per-source cap.
+        test_sets: :func:`read_test_data`; ``data_prompts``: the folded prompts of every ``--data`` row, before the
+            per-source cap (:func:`folded_prompts_by_file`).
 
     Returns:
         ``{file name: {"rows": n, "also_in_data": k}}`` for the results' ``meta.test_data_overlap``.
     """
-    trained = {normalize_prompt_text(example.prompt) for example in data_rows}
     out = {}
     for path, rows in test_sets.items():
-        shared = sum(normalize_prompt_text(example.prompt) in trained for example in rows)
+        shared = count_held(rows, data_prompts)
         out[path.name] = {"rows": len(rows), "also_in_data": shared}
         if shared:
             log.warning("--test-data %s: %d of its %d prompts also appear in --data; they may have been trained on, "
@@ -402,32 +418,97 @@ def test_data_overlap(test_sets: dict[Path, list], data_rows: list) -> dict[str,
     return out
 
 
-def probe_trained_on(test_paths: list[Path], probe_folder: Path, probe_manifest: dict) -> dict[str, bool]:
-    """For each ``--test-data`` file, whether the ``--probe`` was fitted on it: its sha256 is that of one of the files
-    the probe's ``probe.json`` records under ``training_data.files`` (``herald fit`` records each file's sha256). Such a
-    file is logged as a warning: the saved probe's metrics on it were reported as if on unseen prompts (tester
-    finding). The probe saw only its training part, after the per-source cap and the 20% held out, but which rows those
-    were is not recorded, so the whole file counts as trained on.
+@dataclass(frozen=True)
+class ProbeTrainingOverlap:
+    """What ``herald eval --probe`` knows of the ``--test-data`` prompts the probe may have been trained on
+    (:func:`probe_training_overlap`).
 
-    Returns:
-        ``{file name: trained on}`` for the results' ``saved_probe.sets.<name>.trained_on``.
+    Attributes:
+        sets: ``{test file name: {"rows": n, "in_training_files": k, "same_file": recorded name or None}}``.
+        unchecked: ``{recorded training file name: why its prompts could not be compared}``.
+        checked: the recorded training files whose prompts were compared.
+        held: the folded prompts of the checked training files (:func:`folded_prompts_by_file`).
+        whole: test file names whose bytes are those of a recorded training file (every row counts as trained on).
+    """
+
+    sets: dict[str, dict]
+    unchecked: dict[str, str]
+    checked: list[str]
+    held: frozenset[str]
+    whole: frozenset[str]
+
+    def seen(self, name: str, prompts: list[str]) -> np.ndarray:
+        """``(n,)`` bool: which of the scored ``prompts`` of test set ``name`` are in the probe's training files."""
+        if name in self.whole:
+            return np.ones(len(prompts), dtype=bool)
+        return np.array([normalize_prompt_text(p) in self.held for p in prompts], dtype=bool)
+
+    def record(self) -> dict:
+        """The results' ``saved_probe.training_files``."""
+        return {"checked": self.checked, "unchecked": self.unchecked}
+
+
+def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, probe_manifest: dict, data_files: list[Path],
+                           data_prompts: dict[str, set[str]]) -> ProbeTrainingOverlap:
+    """For each ``--test-data`` file, how many of its prompts are in the files the ``--probe`` was fitted on.
+
+    ``probe.json`` records each training file's name and sha256 (``training_data.files``), not its folder, so a
+    recorded file is looked for by name among this run's ``--data`` files and compared only when its sha256 is still
+    the recorded one (its rows, then, are those the probe read). Prompts are compared as :func:`test_data_overlap`
+    compares them (:func:`count_held`). A test file whose sha256 is a recorded file's counts whole even when that file
+    is not among ``--data``. Only a sha256 match was checked before: a copy of the training file with one more newline
+    was marked ``trained_on: false`` with no warning and its F1 of 0.98 read as unseen (tester finding). The probe saw
+    only its training part, after the per-source cap and the 20% held out, but which rows those were is not recorded,
+    so every prompt of a training file counts as trained on.
+
+    Logged as warnings: in one line, the recorded files that cannot be checked (not among ``--data``, or changed since
+    the fit); per test file with any, its count.
+
+    Args:
+        data_files: this run's ``--data`` files (:func:`~.corpus.expand_data`); ``data_prompts``: their folded
+            prompts by file name (:func:`folded_prompts_by_file`).
 
     Raises:
-        OSError: a file that cannot be read (:func:`read_test_data` has read it already).
+        OSError: a file that cannot be read (:func:`read_test_data` and the corpus load have read them already).
     """
     from herald_service.backbone.loader import sha256_file
 
-    fitted = {entry.get("sha256"): entry.get("file") for entry in (probe_manifest.get("training_data") or {}).get("files", [])
-              if isinstance(entry, dict)}
-    out = {}
-    for path in test_paths:
-        digest = sha256_file(path)
-        out[path.name] = digest in fitted
-        if out[path.name]:
+    recorded = [entry for entry in (probe_manifest.get("training_data") or {}).get("files", []) if isinstance(entry, dict)]
+    by_sha = {entry.get("sha256"): entry.get("file") for entry in recorded}
+    digests = {path: sha256_file(path) for path in data_files}
+    checked, unchecked = [], {}
+    for entry in recorded:
+        name = entry.get("file")
+        named = [path for path in data_files if path.name == name]
+        if not named:
+            unchecked[name] = "not among --data"
+        elif not any(digests[path] == entry.get("sha256") for path in named):
+            unchecked[name] = "changed since the fit: its sha256 is no longer the one recorded"
+        else:
+            checked.append(name)
+    if unchecked:
+        log.warning("--probe %s: %d of the %d training files its probe.json records cannot be checked for --test-data "
+                    "prompts: %s; %s", probe_folder, len(unchecked), len(recorded),
+                    ", ".join(f"{name} ({why})" for name, why in unchecked.items()),
+                    f"--test-data prompts are compared with those of the other {len(checked)} only" if checked else
+                    "only a --test-data file with the same sha256 as one of them is caught")
+    held = set().union(*(data_prompts.get(name, set()) for name in checked))
+    sets, whole = {}, set()
+    for path, rows in test_sets.items():
+        same = by_sha.get(sha256_file(path))
+        count = len(rows) if same is not None else count_held(rows, held)
+        sets[path.name] = {"rows": len(rows), "in_training_files": count, "same_file": same}
+        if same is not None:
+            whole.add(path.name)
             log.warning("--test-data %s: the --probe %s was trained on this file (its probe.json records %s with the same"
                         " sha256), so the saved probe's metrics on it are not those of unseen prompts", path,
-                        probe_folder, fitted[digest])
-    return out
+                        probe_folder, same)
+        elif count:
+            log.warning("--test-data %s: %d of its %d prompts are in the training files of the --probe %s (those its "
+                        "probe.json records); it may have been trained on them, so the saved probe's metrics on this file"
+                        " are not those of unseen prompts%s", path, count, len(rows), probe_folder,
+                        f" (its metrics on the other {len(rows) - count} are recorded apart)" if count < len(rows) else "")
+    return ProbeTrainingOverlap(sets, unchecked, checked, frozenset(held), frozenset(whole))
 
 
 def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
@@ -583,7 +664,8 @@ def run_eval(options: EvalOptions) -> dict:
 
     A jailbreak-wrapped set that cannot be built (:func:`jailbreak_wrapped_states`, or a templates file that is missing)
     is left out, and ``meta.jailbreak_wrapped_skipped`` says why (``herald report`` shows it). ``--test-data`` prompts
-    that are also in ``--data`` are counted in ``meta.test_data_overlap`` (:func:`test_data_overlap`).
+    that are also in ``--data`` are counted in ``meta.test_data_overlap`` (:func:`test_data_overlap`), and with
+    ``--probe`` those in the probe's training files in ``saved_probe`` (:func:`probe_training_overlap`).
 
     Raises:
         ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`~herald_service.out_path.refuse_an_existing_out`),
@@ -616,7 +698,6 @@ def run_eval(options: EvalOptions) -> dict:
     resolved = None
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         saved_probe, probe_manifest = load_probe(options.probe)
-        trained_on = probe_trained_on(list(test_sets), options.probe, probe_manifest)
         # and one of another architecture by the backbone's config.json, before the corpus is read and its states
         # extracted (it came 52 s into a run: tester finding); the resolved folder (a GGUF's conversion) is reused
         resolved = resolve_backbone(options.backbone, options.cache_dir)
@@ -645,7 +726,10 @@ def run_eval(options: EvalOptions) -> dict:
                 extra["jailbreak_wrapped"] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
             jailbreak_skipped = missing_templates(options.jailbreak_templates)
-    overlap = test_data_overlap(test_sets, everything)
+    data_prompts = folded_prompts_by_file(everything)
+    overlap = test_data_overlap(test_sets, set().union(*data_prompts.values()))
+    probe_overlap = (probe_training_overlap(test_sets, options.probe, probe_manifest, files, data_prompts)
+                     if options.probe is not None else None)
     for path, rows in test_sets.items():
         extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
         if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
@@ -663,7 +747,7 @@ def run_eval(options: EvalOptions) -> dict:
         results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
     if options.probe is not None:
         results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
-                                                   trained_on)
+                                                   probe_overlap)
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -765,7 +849,7 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
 
 
 def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0,
-                      trained_on: dict[str, bool] | None = None) -> dict:
+                      overlap: ProbeTrainingOverlap | None = None) -> dict:
     """Score the extra sets with a saved probe artifact (e.g. the shipped one, fitted on the whole capped corpus)
     at its own stored threshold; margins are ``logit - threshold`` as in :func:`margins`.
 
@@ -773,12 +857,14 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
     trained on templates of this run's jailbreak-wrapped set: the output then carries a ``warning`` (also logged).
 
     Args:
-        trained_on: ``{set name: whether the probe was fitted on that file}`` of the ``--test-data`` sets
-            (:func:`probe_trained_on`), recorded as each set's ``trained_on``.
+        overlap: the ``--test-data`` prompts in the probe's training files (:func:`probe_training_overlap`).
 
     Returns:
-        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}`` (plus ``"trained_on"`` for a set in
-        ``trained_on``), plus ``"warning"`` in that case.
+        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case. With
+        ``overlap``: ``"training_files"`` (:meth:`ProbeTrainingOverlap.record`) and, for each ``--test-data`` set,
+        ``"rows"``, ``"in_training_files"`` (prompts of the file, scored or not), ``"trained_on"`` (any) and
+        ``"same_file"``; a set with both seen and unseen scored rows also has ``"unseen": {"pooled", "per_source"}``,
+        its metrics on the scored rows that are in none of the checked training files.
     """
     from herald_service.probes.artifact import load_probe
 
@@ -790,13 +876,21 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
                           f"this evaluation uses --seed {seed}: its templates may overlap the probe's training templates, "
                           "so its jailbreak-wrapped recall may be inflated; evaluate with the probe's seed")
         log.warning("%s", out["warning"])
+    if overlap is not None:
+        out["training_files"] = overlap.record()
     for name, extra in extra_sets.items():
         output = probe.predict(extra.states)
         m = np.asarray(output.logits, dtype=np.float64) - probe.threshold
         out["sets"][name] = {"pooled": boot(extra.labels, m, replicates),
                              "per_source": by_source(extra.labels, m, extra.sources, replicates)}
-        if trained_on and name in trained_on:
-            out["sets"][name]["trained_on"] = trained_on[name]
+        if overlap is not None and name in overlap.sets:
+            counted = overlap.sets[name]
+            out["sets"][name].update(counted, trained_on=counted["in_training_files"] > 0)
+            unseen = ~overlap.seen(name, extra.prompts)
+            if 0 < unseen.sum() < len(unseen):
+                out["sets"][name]["unseen"] = {"pooled": boot(extra.labels[unseen], m[unseen], replicates),
+                                               "per_source": by_source(extra.labels[unseen], m[unseen],
+                                                                       extra.sources[unseen], replicates)}
     return out
 
 
