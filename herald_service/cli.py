@@ -852,6 +852,30 @@ def eval_summary(results: dict) -> dict[str, dict[str, float | None]]:
     return summary
 
 
+def saved_probe_summary(results: dict) -> dict | None:
+    """What ``herald eval --probe`` prints of the saved probe (the results' ``saved_probe``; None without one): its
+    folder and threshold, per set its F1, AUROC, recall and false-positive rate (:func:`rounded_metric`: None where the
+    set lacks a class), the prompts of the set in its training files and the same metrics on the other rows alone
+    (``unseen``) where recorded, and its warnings (:func:`~herald_service.training.report_saved_probe.warnings`). The
+    summary printed only the methods fitted in the run, so a saved probe's numbers, and whether it had been trained on
+    a set, were read only in the JSON (tester finding)."""
+    from herald_service.training.report_saved_probe import warnings
+
+    saved = results.get("saved_probe")
+    if not saved:
+        return None
+    keys = ("f1", "auroc", "recall", "false_positive_rate")
+    sets = {}
+    for name, block in saved.get("sets", {}).items():
+        sets[name] = {"n": block["pooled"]["n"]["value"], **{key: rounded_metric(block["pooled"], key) for key in keys}}
+        if "in_training_files" in block:
+            sets[name]["in_training_files"] = block["in_training_files"]
+        if block.get("unseen"):
+            sets[name]["unseen"] = {"n": block["unseen"]["pooled"]["n"]["value"],
+                                    **{key: rounded_metric(block["unseen"]["pooled"], key) for key in keys}}
+    return {"folder": saved.get("folder"), "threshold": saved.get("threshold"), "sets": sets, "warnings": warnings(saved)}
+
+
 class EvalCommand(BaseModel):
     """Evaluate Herald against latent and guard-style baselines on cached states: random split, leave-one-source-out,
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
@@ -950,7 +974,9 @@ class EvalCommand(BaseModel):
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
         results = run_eval(EvalOptions(**fields, command=invoked_command()))
-        print(json.dumps({"out": str(self.out), "summary": eval_summary(results)}, indent=2))
+        saved = saved_probe_summary(results)
+        print(json.dumps({"out": str(self.out), "summary": eval_summary(results),
+                          **({"saved_probe": saved} if saved else {})}, indent=2))
 
 
 class RecipesCommand(BaseModel):

@@ -679,3 +679,81 @@ def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
             " near chance).") in text
     assert "saturated" not in text and "## Random stratified split\n" in text
     assert "## Targets of issue 3" in text  # still the development corpus
+
+
+def saved_probe_block() -> dict:
+    """A `saved_probe` block as herald eval --probe writes it: a --test-data file sharing 3 of its 5 prompts with the
+    probe's training files (with its unseen rows scored apart), one sharing none, the jailbreak-wrapped set, one
+    recorded training file not among --data, and the jailbreak-seed warning."""
+    fresh = {"n": m(2), "n_harmful": m(1), "f1": m(0.5, 0.0, 1.0), "auroc": m(0.75, 0.5, 1.0), "recall": m(1.0, 1.0, 1.0),
+             "false_positive_rate": m(0.5, 0.0, 1.0)}
+    return {"folder": "models/tiny", "threshold": -0.74681, "warning": "the probe was fitted with jailbreak-wrapped rows",
+            "training_files": {"checked": ["data.jsonl"], "unchecked": {"gone.jsonl": "not among --data"}},
+            "sets": {"jailbreak_wrapped": {"pooled": {"n": m(40), "n_harmful": m(40), "recall": m(0.95, 0.875, 1.0)}},
+                     "three.jsonl": {"pooled": {**pooled(0.8, 0.9), "n": m(5)}, "rows": 5, "in_training_files": 3,
+                                     "same_file": None, "trained_on": True, "unseen": {"pooled": fresh, "per_source": {}}},
+                     "fresh.jsonl": {"pooled": fresh, "rows": 2, "in_training_files": 0, "same_file": None,
+                                     "trained_on": False}}}
+
+
+def test_the_saved_probe_has_a_section_with_its_threshold_metrics_and_trained_on_warnings(tmp_path):
+    # tester finding: herald report left the results' saved_probe out entirely
+    results = main_results()
+    results["saved_probe"] = saved_probe_block()
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    section = text[text.index("## Saved probe (`herald eval --probe`)"):]
+    section = section[: section.index("\n## ", 1)]
+    assert section.splitlines()[2].startswith("The probe in `models/tiny`, fitted by `herald fit` (not in this run),"
+                                              " scored at its own stored threshold -0.7468 on the sets below")
+    assert ("**Warning**: 1 of the 2 training files its probe.json records could not be checked for --test-data prompts:"
+            " gone.jsonl (not among --data); the counts below compare with those of the other 1 only") in section
+    assert ("**Warning**: `three.jsonl`: 3 of its 5 prompts are in the probe's training files, so the saved probe's"
+            " metrics on it are not those of unseen prompts (its rows the probe never saw are scored apart below)") in section
+    assert "**Warning**: the probe was fitted with jailbreak-wrapped rows" in section
+    assert "`fresh.jsonl`:" not in section
+    assert ("| `three.jsonl` | 5 | 3 of its 5 prompts are in the probe's training files | 0.800 [0.750, 0.850] |"
+            " 0.900 [0.880, 0.920] | 40.0 [30.0, 50.0] | 10.0 [9.0, 11.0] |") in section
+    assert ("| `three.jsonl`, unseen rows only | 2 | none (the rest of the file) | 0.500 [0.000, 1.000] |"
+            " 0.750 [0.500, 1.000] | 100.0 [100.0, 100.0] | 50.0 [0.0, 100.0] |") in section
+    assert ("| `jailbreak_wrapped` | 40 | not compared (wrapped requests of this run) | – | – | 95.0 [87.5, 100.0] | – |"
+            in section)
+    assert "| `fresh.jsonl` | 2 | none of its 2 prompts is in the probe's training files |" in section
+
+
+def test_results_without_a_saved_probe_have_no_such_section(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    assert "Saved probe" not in write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md",
+                                             tmp_path / "eval").read_text()
+
+
+def test_herald_eval_prints_the_saved_probes_headline_numbers_and_warnings():
+    from herald_service.cli import saved_probe_summary
+
+    assert saved_probe_summary(main_results()) is None
+    summary = saved_probe_summary({**main_results(), "saved_probe": saved_probe_block()})
+    assert summary["folder"] == "models/tiny" and summary["threshold"] == -0.74681
+    assert summary["sets"]["three.jsonl"] == {
+        "n": 5, "f1": 0.8, "auroc": 0.9, "recall": 0.4, "false_positive_rate": 0.1, "in_training_files": 3,
+        "unseen": {"n": 2, "f1": 0.5, "auroc": 0.75, "recall": 1.0, "false_positive_rate": 0.5}}
+    assert summary["sets"]["jailbreak_wrapped"] == {"n": 40, "f1": None, "auroc": None, "recall": 0.95,
+                                                    "false_positive_rate": None}
+    assert len(summary["warnings"]) == 3
+
+
+def test_sensitive_sets_with_prompts_of_the_shipped_probes_training_files_are_not_called_never_trained_on(tmp_path):
+    results = main_results()
+    write(tmp_path, "results.json", results)
+    write(tmp_path / "benign_sensitive", "results.json", {
+        "extra": {"law.jsonl": {"herald": {"pooled": {"n": m(40), "false_positive_rate": m(0.05, 0.01, 0.09)}}}},
+        "saved_probe": {"folder": "models/tiny", "threshold": 0.1, "sets": {"law.jsonl": {
+            "pooled": {"n": m(40), "false_positive_rate": m(0.05, 0.01, 0.09)}, "rows": 40, "in_training_files": 3,
+            "same_file": None, "trained_on": True}}},
+        "meta": {"command": "herald eval --test-data law.jsonl --probe models/tiny", "replicates": 30,
+                 "backbone": {"id": "tiny"}, "test_data_overlap": {"law.jsonl": {"rows": 40, "also_in_data": 0}}}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("| Benign sensitive-topic held-out sets (law: 3 of its 40 prompts are in the probe's training files,"
+            " shipped probe): FPR <= 15% |") in text
+    assert ("the held-out benign sensitive-topic sets (section above) were only scored; law: 3 of its 40 prompts are in"
+            " the probe's training files.") in text
+    assert "never trained on by the shipped probe" not in text

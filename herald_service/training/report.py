@@ -23,6 +23,7 @@ from herald_service.training import (
     report_directions,
     report_jailbreak,
     report_recipe_studies,
+    report_saved_probe,
     report_scorer,
     report_sensitive,
     report_threshold,
@@ -276,6 +277,9 @@ def _targets(results: dict) -> list[list[str]]:
         worst = max(values, key=values.get)
         counted = sensitive.get("meta", {}).get("test_data_overlap", {})
         seen = [f"{name.removesuffix('.jsonl')}: {note}" for name in counted if (note := in_data_note(sensitive, name))]
+        if who == "shipped probe":  # the probe's own training files, not this run's --data
+            seen += [f"{name.removesuffix('.jsonl')}: {note}"
+                     for name, note in report_saved_probe.trained_on_sets(sensitive.get("saved_probe")).items()]
         rows.append([f"Benign sensitive-topic held-out sets ({'; '.join(seen) if seen else 'never trained on'}, {who}):"
                      " FPR <= 15%",
                      f"{sum(v <= 0.15 for v in values.values())}/{len(values)} sets; max {values[worst] * 100:.1f}% ({worst})",
@@ -598,6 +602,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             out += [f"![learning curve]({rel(plots['learning_curve'])})", ""]
 
     out += _shortcut_section(results, development)
+    out += report_saved_probe.section(results.get("saved_probe"), meta)
     out += _guard_section(results)
     out += _recipe_section(results)
     sensitive = results.get("benign_sensitive") or {}
@@ -675,14 +680,24 @@ def _not_shown(results: dict, development: bool) -> list[str]:
     if development:
         lines.append(
             "- The corpus is read as it is in `../shared/data` (hash above); it was not rebuilt from the pinned packages, and "
-            + ("the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped"
-               " probe." if (results.get("benign_sensitive") or {}).get("results") else
+            + (_sensitive_sets_line((results.get("benign_sensitive") or {}).get("results"))
+               if (results.get("benign_sensitive") or {}).get("results") else
                "no new benign sensitive-topic sets were added from the registries (issue 3, item 4 beyond what the corpus"
                " has)."))
     if biggest and biggest["harmful"] < max(curve.get("sizes", [0])):
         lines.append(f"- The learning curve's largest sizes are limited by the cached training pool: at most "
                      f"{biggest['harmful']} harmful and {biggest['benign']} benign training prompts were available.")
     return lines + [""]
+
+
+def _sensitive_sets_line(sensitive: dict) -> str:
+    """The end of the "Not shown" line on the held-out benign sensitive-topic sets: never trained on by the shipped
+    probe, unless its ``herald eval --probe`` counted prompts of its training files in them."""
+    seen = report_saved_probe.trained_on_sets(sensitive.get("saved_probe"))
+    if not seen:
+        return "the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped probe."
+    return ("the held-out benign sensitive-topic sets (section above) were only scored; "
+            + "; ".join(f"{name.removesuffix('.jsonl')}: {note}" for name, note in seen.items()) + ".")
 
 
 NEAR_CHANCE_AUROC = 0.6

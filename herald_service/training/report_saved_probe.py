@@ -1,0 +1,98 @@
+"""The saved-probe section of ``herald report``: the metrics of the probe that ``herald eval --probe`` scored at its own
+stored threshold (the results' ``saved_probe``, :func:`~.eval.score_saved_probe`) on each ``--test-data`` file and the
+jailbreak-wrapped set, with what is known of the prompts it was trained on. The report left the block out entirely,
+so a saved probe's numbers were read only in the JSON, beside a ``trained_on`` flag that nothing showed (tester
+finding).
+"""
+
+from __future__ import annotations
+
+METRICS = (("f1", "F1", False), ("auroc", "AUROC", False), ("recall", "recall %", True),
+           ("false_positive_rate", "FPR %", True))
+"""The columns of the section's table: results key, header, shown as a percentage."""
+
+
+def _fmt(metric: dict | None, pct: bool) -> str:
+    """A bootstrap metric with its 95% interval where it has one; ``–`` where absent (a one-class set has no F1)."""
+    if not metric or metric.get("value") is None:
+        return "–"
+    scale, digits = (100, 1) if pct else (1, 3)
+    text = f"{metric['value'] * scale:.{digits}f}"
+    if metric.get("lo") is not None and metric.get("hi") is not None:
+        text += f" [{metric['lo'] * scale:.{digits}f}, {metric['hi'] * scale:.{digits}f}]"
+    return text
+
+
+def trained_on_note(block: dict) -> str | None:
+    """What a saved-probe set's block says of the probe's training prompts in it, or None when it says nothing (the
+    jailbreak-wrapped set; results written before ``herald eval --probe`` checked).
+
+    ``in_training_files`` (prompts counted, :func:`~.eval.probe_training_overlap`) where recorded; else the older
+    ``trained_on`` flag, which compared whole files by sha256 only.
+    """
+    if "in_training_files" in block:
+        count, rows = block["in_training_files"], block.get("rows")
+        if not count:
+            return f"none of its {rows} prompts is in the probe's training files"
+        same = f" (the bytes of its training file {block['same_file']})" if block.get("same_file") else ""
+        return f"{count} of its {rows} prompts are in the probe's training files{same}"
+    if "trained_on" in block:
+        return ("the probe was trained on this file (same sha256)" if block["trained_on"] else
+                "not the bytes of a training file (sha256 only; prompts not compared)")
+    return None
+
+
+def warnings(saved: dict) -> list[str]:
+    """The saved probe's warnings, in the words of ``herald eval``'s log: its jailbreak-wrapped seed, training files
+    that could not be checked, and each set that holds prompts it may have been trained on."""
+    out = [saved["warning"]] if saved.get("warning") else []
+    unchecked = (saved.get("training_files") or {}).get("unchecked") or {}
+    if unchecked:
+        checked = (saved.get("training_files") or {}).get("checked") or []
+        out.append(f"{len(unchecked)} of the {len(unchecked) + len(checked)} training files its probe.json records could"
+                   " not be checked for --test-data prompts: "
+                   + ", ".join(f"{name} ({why})" for name, why in unchecked.items())
+                   + (f"; the counts below compare with those of the other {len(checked)} only" if checked else
+                      "; only a --test-data file with the same sha256 as one of them is caught"))
+    for name, block in (saved.get("sets") or {}).items():
+        if block.get("trained_on"):
+            apart = " (its rows the probe never saw are scored apart below)" if block.get("unseen") else ""
+            out.append(f"`{name}`: {trained_on_note(block)}, so the saved probe's metrics on it are not those of unseen"
+                       f" prompts{apart}")
+    return out
+
+
+def section(saved: dict | None, meta: dict) -> list[str]:
+    """Markdown lines of the report's section on ``saved`` (the results' ``saved_probe``); none without it."""
+    if not saved:
+        return []
+    sets = saved.get("sets") or {}
+    out = ["## Saved probe (`herald eval --probe`)", "",
+           f"The probe in `{saved.get('folder')}`, fitted by `herald fit` (not in this run), scored at its own stored "
+           f"threshold {saved.get('threshold'):.4f} on the sets below: the rows of each `--test-data` file that fit "
+           f"--max-tokens and the jailbreak-wrapped set ({meta.get('replicates')}-replicate bootstrap intervals). Its "
+           "training rows are not this run's split, so nothing here is leave-one-source-out.", ""]
+    for text in warnings(saved):
+        out += [f"**Warning**: {text}", ""]
+    rows = []
+    for name, block in sets.items():
+        note = trained_on_note(block) or ("not compared (wrapped requests of this run)" if name == "jailbreak_wrapped"
+                                          else "not checked (results from before the check)")
+        n = (block.get("pooled") or {}).get("n", {}).get("value")
+        rows.append([f"`{name}`", str(n), note, *(_fmt((block.get("pooled") or {}).get(key), pct) for key, _, pct in METRICS)])
+        unseen = block.get("unseen")
+        if unseen:
+            rows.append([f"`{name}`, unseen rows only", str(unseen["pooled"].get("n", {}).get("value")),
+                         "none (the rest of the file)",
+                         *(_fmt(unseen["pooled"].get(key), pct) for key, _, pct in METRICS)])
+    header = ["set", "n scored", "prompts in the probe's training files", *(title for _, title, _ in METRICS)]
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out + [""]
+
+
+def trained_on_sets(saved: dict | None) -> dict[str, str]:
+    """``{set name: note}`` (:func:`trained_on_note`) of the saved probe's sets that hold prompts it may have been
+    trained on, for the report's lines that would otherwise call them never trained on."""
+    return {name: trained_on_note(block) or "trained on" for name, block in ((saved or {}).get("sets") or {}).items()
+            if block.get("trained_on")}
