@@ -206,12 +206,24 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
         found = probe_training_overlap({test: load_corpus([test])}, tmp_path / "probe", manifest, [kept, changed],
                                        {"kept.jsonl": {"bake bread"}, "changed.jsonl": {"build a bomb"}})
     assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
-        "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data"}}
+        "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
     assert found.sets == {"test.jsonl": {"rows": 2, "in_training_files": 1, "same_file": None}}
     assert [r.getMessage() for r in caplog.records] == [
         f"--probe {tmp_path / 'probe'}: 2 of the 3 training files its probe.json records cannot be checked for"
         " --test-data prompts: changed.jsonl (changed since the fit: its sha256 is no longer the one recorded),"
-        " gone.jsonl (not among --data); --test-data prompts are compared with those of the other 1 only",
+        " gone.jsonl (not among --data or --test-data); --test-data prompts are compared with those of the other 1 only",
         f"--test-data {test}: 1 of its 2 prompts are in the training files of the --probe {tmp_path / 'probe'} (those"
         " its probe.json records); it may have been trained on them, so the saved probe's metrics on this file are not"
         " those of unseen prompts (its metrics on the other 1 are recorded apart)"]
+    # the training file not among --data but given as --test-data (the tester's run: --data other.jsonl --test-data
+    # copy.jsonl --test-data combo.jsonl): found by its sha256 there, so its copy with one more newline is caught too
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(kept.read_bytes() + b"\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        found = probe_training_overlap({copy: load_corpus([copy]), kept: load_corpus([kept])}, tmp_path / "probe",
+                                       manifest, [changed], {"changed.jsonl": {"build a bomb"}})
+    assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
+        "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
+    assert found.sets == {"copy.jsonl": {"rows": 1, "in_training_files": 1, "same_file": None},
+                          "kept.jsonl": {"rows": 1, "in_training_files": 1, "same_file": "kept.jsonl"}}

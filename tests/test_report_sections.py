@@ -688,7 +688,7 @@ def saved_probe_block() -> dict:
     fresh = {"n": m(2), "n_harmful": m(1), "f1": m(0.5, 0.0, 1.0), "auroc": m(0.75, 0.5, 1.0), "recall": m(1.0, 1.0, 1.0),
              "false_positive_rate": m(0.5, 0.0, 1.0)}
     return {"folder": "models/tiny", "threshold": -0.74681, "warning": "the probe was fitted with jailbreak-wrapped rows",
-            "training_files": {"checked": ["data.jsonl"], "unchecked": {"gone.jsonl": "not among --data"}},
+            "training_files": {"checked": ["data.jsonl"], "unchecked": {"gone.jsonl": "not among --data or --test-data"}},
             "sets": {"jailbreak_wrapped": {"pooled": {"n": m(40), "n_harmful": m(40), "recall": m(0.95, 0.875, 1.0)}},
                      "three.jsonl": {"pooled": {**pooled(0.8, 0.9), "n": m(5)}, "rows": 5, "in_training_files": 3,
                                      "same_file": None, "trained_on": True, "unseen": {"pooled": fresh, "per_source": {}}},
@@ -707,7 +707,7 @@ def test_the_saved_probe_has_a_section_with_its_threshold_metrics_and_trained_on
     assert section.splitlines()[2].startswith("The probe in `models/tiny`, fitted by `herald fit` (not in this run),"
                                               " scored at its own stored threshold -0.7468 on the sets below")
     assert ("**Warning**: 1 of the 2 training files its probe.json records could not be checked for --test-data prompts:"
-            " gone.jsonl (not among --data); the counts below compare with those of the other 1 only") in section
+            " gone.jsonl (not among --data or --test-data); the counts below compare with those of the other 1 only") in section
     assert ("**Warning**: `three.jsonl`: 3 of its 5 prompts are in the probe's training files, so the saved probe's"
             " metrics on it are not those of unseen prompts (its rows the probe never saw are scored apart below)") in section
     assert "**Warning**: the probe was fitted with jailbreak-wrapped rows" in section

@@ -454,7 +454,7 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
 
     ``probe.json`` records each training file's name and sha256 (``training_data.files``), not its folder, so a
     recorded file is looked for by name among this run's ``--data`` files and compared only when its sha256 is still
-    the recorded one (its rows, then, are those the probe read). Prompts are compared as :func:`test_data_overlap`
+    the recorded one (its rows, then, are those the probe read), or else among the ``--test-data`` files by sha256. Prompts are compared as :func:`test_data_overlap`
     compares them (:func:`count_held`). A test file whose sha256 is a recorded file's counts whole even when that file
     is not among ``--data``. Only a sha256 match was checked before: a copy of the training file with one more newline
     was marked ``trained_on: false`` with no warning and its F1 of 0.98 read as unseen (tester finding). The probe saw
@@ -476,26 +476,32 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
     recorded = [entry for entry in (probe_manifest.get("training_data") or {}).get("files", []) if isinstance(entry, dict)]
     by_sha = {entry.get("sha256"): entry.get("file") for entry in recorded}
     digests = {path: sha256_file(path) for path in data_files}
+    test_digests = {path: sha256_file(path) for path in test_sets}
     checked, unchecked = [], {}
+    extra: set[str] = set()  # prompts of recorded training files given as --test-data, not --data
     for entry in recorded:
         name = entry.get("file")
         named = [path for path in data_files if path.name == name]
-        if not named:
-            unchecked[name] = "not among --data"
-        elif not any(digests[path] == entry.get("sha256") for path in named):
-            unchecked[name] = "changed since the fit: its sha256 is no longer the one recorded"
-        else:
+        given = [path for path, digest in test_digests.items() if digest == entry.get("sha256")]
+        if named and any(digests[path] == entry.get("sha256") for path in named):
             checked.append(name)
+        elif given:  # the training file itself among --test-data: its copies elsewhere are caught too (tester's case)
+            checked.append(name)
+            extra |= {normalize_prompt_text(example.prompt) for example in test_sets[given[0]]}
+        elif not named:
+            unchecked[name] = "not among --data or --test-data"
+        else:
+            unchecked[name] = "changed since the fit: its sha256 is no longer the one recorded"
     if unchecked:
         log.warning("--probe %s: %d of the %d training files its probe.json records cannot be checked for --test-data "
                     "prompts: %s; %s", probe_folder, len(unchecked), len(recorded),
                     ", ".join(f"{name} ({why})" for name, why in unchecked.items()),
                     f"--test-data prompts are compared with those of the other {len(checked)} only" if checked else
                     "only a --test-data file with the same sha256 as one of them is caught")
-    held = set().union(*(data_prompts.get(name, set()) for name in checked))
+    held = set().union(extra, *(data_prompts.get(name, set()) for name in checked))
     sets, whole = {}, set()
     for path, rows in test_sets.items():
-        same = by_sha.get(sha256_file(path))
+        same = by_sha.get(test_digests[path])
         count = len(rows) if same is not None else count_held(rows, held)
         sets[path.name] = {"rows": len(rows), "in_training_files": count, "same_file": same}
         if same is not None:
