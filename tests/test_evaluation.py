@@ -310,9 +310,8 @@ def test_fit_held_out_evaluation_gives_intervals_and_warns_of_a_label_with_few_h
 
     labels = np.array([1, 1] + [0] * 30)
     margins = np.array([3.0, 2.0] + list(np.linspace(-3, -0.5, 30)))
-    scores = 1 / (1 + np.exp(-margins))
     nothing_seen = np.zeros(32, dtype=bool)
-    evaluation = held_out_evaluation(labels, margins, scores, margins >= 0, ["s"] * 32, nothing_seen, seed=0)
+    evaluation = held_out_evaluation(labels, margins, margins >= 0, ["s"] * 32, nothing_seen, seed=0)
     assert evaluation["pooled"]["f1"] == evaluation["pooled"]["auroc"] == 1.0
     # every resample of 2 harmful rows both caught says 1.0: the interval is a point, which the warning names
     assert evaluation["pooled_95ci"]["f1"] == {"value": 1.0, "lo": 1.0, "hi": 1.0}
@@ -323,9 +322,15 @@ def test_fit_held_out_evaluation_gives_intervals_and_warns_of_a_label_with_few_h
             " say little") in caplog.text
     # one benign row flagged: the interval opens, and the same seed gives the same interval
     flagged = margins >= -0.6
-    first = held_out_evaluation(labels, margins + 0.6, scores, flagged, ["s"] * 32, nothing_seen, seed=0)
+    first = held_out_evaluation(labels, margins + 0.6, flagged, ["s"] * 32, nothing_seen, seed=0)
     assert first["pooled_95ci"]["false_positive_rate"]["lo"] == 0.0 < first["pooled_95ci"]["false_positive_rate"]["hi"]
-    assert held_out_evaluation(labels, margins + 0.6, scores, flagged, ["s"] * 32, nothing_seen, seed=0) == first
+    assert held_out_evaluation(labels, margins + 0.6, flagged, ["s"] * 32, nothing_seen, seed=0) == first
+    # ranked on margins, not scores: past a margin of about 37 every score is 1.0, and a benign row there tied the
+    # harmful ones (AUROC 0.983 from scores); the interval's value is the pooled metric
+    far = np.array([50.0, 45.0] + [40.0] + list(np.linspace(-3, -0.5, 29)))
+    assert 1 / (1 + np.exp(-far[2])) == 1.0
+    saturated = held_out_evaluation(labels, far, far >= 0, ["s"] * 32, nothing_seen, seed=0)
+    assert saturated["pooled"]["auroc"] == 1.0 == saturated["pooled_95ci"]["auroc"]["value"]
 
 
 def test_fit_held_out_evaluation_counts_rows_also_in_training_and_scores_the_rest_alone(caplog):
@@ -337,7 +342,7 @@ def test_fit_held_out_evaluation_counts_rows_also_in_training_and_scores_the_res
     seen = np.ones(50, dtype=bool)
     seen[[0, 1, 2, 25, 26]] = False
     sources = ["h"] * 25 + ["b"] * 25
-    evaluation = held_out_evaluation(labels, margins, 1 / (1 + np.exp(-margins)), margins >= 0, sources, seen, seed=0)
+    evaluation = held_out_evaluation(labels, margins, margins >= 0, sources, seen, seed=0)
     assert evaluation["also_in_training"] == 45
     unseen = evaluation["excluding_also_in_training"]
     assert (unseen["pooled"]["n"], unseen["pooled"]["n_harmful"]) == (5, 3)
@@ -346,5 +351,5 @@ def test_fit_held_out_evaluation_counts_rows_also_in_training_and_scores_the_res
     assert evaluation["pooled"]["recall"] == pytest.approx(23 / 25)  # the copies count in the plain metrics
     assert "45 of the 50 held-out rows repeat a prompt the probe was fitted or calibrated on" in caplog.text
     assert "without them (evaluation.excluding_also_in_training) 5 rows remain, 3 harmful" in caplog.text
-    every = held_out_evaluation(labels, margins, margins, margins >= 0, sources, np.ones(50, dtype=bool), seed=0)
+    every = held_out_evaluation(labels, margins, margins >= 0, sources, np.ones(50, dtype=bool), seed=0)
     assert every["excluding_also_in_training"] == {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}

@@ -292,7 +292,7 @@ interval [1, 1], where the exact binomial 95% interval of 2 of 2 is [0.16, 1] (t
 out). The warning, not the interval, is what tells the reader then."""
 
 
-def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, scores: np.ndarray, flagged: np.ndarray,
+def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, flagged: np.ndarray,
                         sources: list[str], also_in_training: np.ndarray, seed: int,
                         replicates: int = DEFAULT_REPLICATES) -> dict:
     """probe.json's ``evaluation``: the held-out metrics, with 95% bootstrap intervals, and again without the held-out
@@ -306,7 +306,8 @@ def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, scores: np.ndarr
 
     Args:
         labels: ``(n,)`` 1 harmful, 0 benign, of the held-out rows.
-        logits, scores, flagged: ``(n,)`` the probe's :class:`~herald_service.types.ProbeOutput` fields for them.
+        logits: ``(n,)`` float, the probe's logits minus its threshold (margins: the scores, their sigmoid, reach 1.0
+            past a margin of about 37 and would tie); flagged: ``(n,)`` bool, its verdicts.
         sources: ``n`` source names; ``also_in_training``: ``(n,)`` bool, the prompt (folded as
             :func:`~herald_service.prompt_text.normalize_prompt_text` reads it, as the duplicate check compares) is
             also one of the rows the probe was fitted or calibrated on.
@@ -315,14 +316,14 @@ def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, scores: np.ndarr
     Returns:
         ``{"split", "pooled", "per_source", "pooled_95ci", "bootstrap", "also_in_training",
         "excluding_also_in_training"?}``: ``pooled`` and ``per_source`` the point metrics of
-        :func:`~.evaluation.metrics_by_source` on ``scores`` (as before); ``pooled_95ci`` the
-        :func:`~.bootstrap.bootstrap_metrics` block ``{metric: {"value", "lo", "hi"}}`` of herald eval, computed on
-        ``logits - threshold`` margins (``scores`` saturate at 1.0 and would tie), resampled within each label.
+        :func:`~.evaluation.metrics_by_source`, ``pooled_95ci`` the :func:`~.bootstrap.bootstrap_metrics` block
+        ``{metric: {"value", "lo", "hi"}}`` of herald eval, resampled within each label; both on the margins, so a
+        ``value`` is its ``pooled`` metric.
     """
     def block(index: np.ndarray) -> dict:
         if not len(index):
             return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}
-        metrics = metrics_by_source(labels[index], scores[index], flagged[index], [sources[i] for i in index])
+        metrics = metrics_by_source(labels[index], logits[index], flagged[index], [sources[i] for i in index])
         interval = bootstrap_metrics(labels[index], logits[index], flagged[index], replicates=replicates, seed=seed)
         return {**metrics, "pooled_95ci": interval}
 
@@ -422,8 +423,8 @@ def run_fit(options: FitOptions) -> dict:
     if templates:
         trained |= {normalize_prompt_text(e.prompt) for e in wrapped.examples}
     also_in_training = np.array([normalize_prompt_text(examples[i].prompt) in trained for i in test], dtype=bool)
-    evaluation = held_out_evaluation(labels[test], held_out.logits - held_out.threshold, held_out.scores,
-                                     held_out.flagged, [sources[i] for i in test], also_in_training, options.seed)
+    evaluation = held_out_evaluation(labels[test], held_out.logits - held_out.threshold, held_out.flagged,
+                                     [sources[i] for i in test], also_in_training, options.seed)
 
     counts = Counter((e.source, "harmful" if e.label else "benign") for e in examples)
     manifest = {
