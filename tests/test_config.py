@@ -105,6 +105,16 @@ def test_non_finite_durations_are_refused_as_such(monkeypatch, value):
         Settings(_env_file=None)
 
 
+@pytest.mark.parametrize("name", ["HERALD_BODY_TIMEOUT_S", "HERALD_HEADER_TIMEOUT_S"])
+def test_the_slow_client_timeouts_are_bounded_at_an_hour(monkeypatch, name):
+    # 1e308 was accepted: no bound on a client trickling its headers or body (tester)
+    monkeypatch.setenv(name, "1e308")
+    with pytest.raises(ValidationError, match="less than or equal to 3600"):
+        Settings(_env_file=None)
+    monkeypatch.setenv(name, "3600")
+    assert getattr(Settings(_env_file=None), name.removeprefix("HERALD_").lower()) == 3600
+
+
 @pytest.mark.parametrize(("device", "dtype"), [("cpu", "auto"), ("auto", "float32")])
 def test_varlen_where_it_cannot_run_is_refused_before_loading(device, dtype):
     with pytest.raises(ValidationError, match="varlen needs CUDA"):
