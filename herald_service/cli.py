@@ -322,6 +322,25 @@ LIMIT_NAMES = {"max_chars": "--max-chars or HERALD_MAX_CHARS", "max_tokens": "--
 """How the local commands' errors name the limits they share with ``herald serve`` (flag or environment variable)."""
 
 
+def refuse_unusable_prompts(command: str, prompts: list[str], sources: list[str], max_chars: int) -> None:
+    """Refuse, before the backbone loads, a prompt of ``herald classify`` or ``plot`` that is not UTF-8 text (argv
+    bytes that are not UTF-8 arrive as lone surrogates) or is longer than ``max_chars`` characters, as the server
+    refuses it; ``plot`` checked neither, and a 32,001-character prompt was named for its tokens after the load
+    (tester). ``sources`` name the prompts (``prompt 1``, ``--file prompts.txt line 7``).
+
+    Raises:
+        SystemExit: naming the command, the prompt and the limit.
+    """
+    for prompt, source in zip(prompts, sources):
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SystemExit(f"herald {command}: {source} is not valid UTF-8 text") from None
+        if len(prompt) > max_chars:
+            raise SystemExit(f"herald {command}: {source} has {len(prompt)} characters; the limit is {max_chars}"
+                             f" ({LIMIT_NAMES['max_chars']})")
+
+
 class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     """Classify one prompt (or each line of --file) and print JSON lines: herald classify [options] TEXT ...
 
@@ -343,11 +362,6 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
 
         words = prompt_words(self.text, "classify")
         prompts = [" ".join(words)] if words else []
-        for prompt in prompts:
-            try:
-                prompt.encode("utf-8")
-            except UnicodeEncodeError:  # argv bytes that are not UTF-8 arrive as lone surrogates
-                raise SystemExit("herald classify: prompt 1 is not valid UTF-8 text") from None
         # where each prompt came from, for the errors below: TEXT is prompt 1, a --file prompt is named by its line
         sources = [f"prompt {i + 1}" for i in range(len(prompts))]
         line_numbers: list[int | None] = [None] * len(prompts)  # --file prompts print their line: blank lines are skipped
@@ -365,10 +379,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
             line_numbers += [number for number, _ in lines]
         if not prompts:
             raise SystemExit("herald classify: give TEXT or --file (see herald classify --help)")
-        for prompt, source in zip(prompts, sources):
-            if len(prompt) > self.max_chars:
-                raise SystemExit(f"herald classify: {source} has {len(prompt)} characters; the limit is {self.max_chars}"
-                                 f" ({LIMIT_NAMES['max_chars']})")
+        refuse_unusable_prompts("classify", prompts, sources, self.max_chars)
         # torch (about 4 s) is imported once the text is known good: a missing --file was named after that import
         from herald_service.engine.runtime import load_runtime
 
@@ -706,6 +717,7 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         texts = prompt_words(self.text, "plot")
         if not texts:
             raise SystemExit("herald plot: give one or more prompts (see herald plot --help)")
+        refuse_unusable_prompts("plot", texts, [f"prompt {i + 1}" for i in range(len(texts))], self.max_chars)
         if not self.out.name:  # "" and "." name no file (with_name raised "PosixPath('.') has an empty name")
             raise SystemExit(f"herald plot: --out {str(self.out)!r} names no file; give a path such as --out trajectory.png")
         out = self.out if self.out.suffix else self.out.with_name(self.out.name + ".png")

@@ -285,14 +285,20 @@ def test_the_local_commands_log_at_the_level_given():
     assert out.returncode == 0 and "INFO herald_service.engine.runtime: loaded the fake backbone" in out.stderr
 
 
-def test_classify_refuses_non_utf8_and_over_long_text_in_one_line():
+@pytest.mark.parametrize("command", ["classify", "plot"])
+def test_classify_and_plot_refuse_non_utf8_and_over_long_text_in_one_line(command, tmp_path):
     bad = subprocess.run(
-        [sys.executable.encode(), b"-m", b"herald_service", b"classify", b"abc\xff"], capture_output=True, timeout=180,
-        env={**os.environ, "HERALD_FAKE_BACKEND": "true"},
+        [sys.executable.encode(), b"-m", b"herald_service", command.encode(), b"abc\xff"], capture_output=True,
+        timeout=180, env={**os.environ, "HERALD_FAKE_BACKEND": "true"}, cwd=tmp_path,
     )
-    assert bad.returncode == 1 and b"prompt 1 is not valid UTF-8 text" in bad.stderr and b"Traceback" not in bad.stderr
-    out = herald("classify", "x" * 50, "--max-chars", "10", HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 1 and "the limit is 10 (--max-chars or HERALD_MAX_CHARS)" in out.stderr and "Traceback" not in out.stderr
+    assert bad.returncode == 1 and bad.stderr.strip() == f"herald {command}: prompt 1 is not valid UTF-8 text".encode()
+    # plot checked neither, and named a 32,001-character prompt for its tokens after the backbone load (tester)
+    out = herald(command, "hi", "x" * 50, "--max-chars", "10", HERALD_BACKBONE=str(tmp_path / "not-loaded"), cwd=tmp_path)
+    prompt = "prompt 1" if command == "classify" else "prompt 2"
+    length = 53 if command == "classify" else 50
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald {command}: {prompt} has {length} characters; the limit is 10 (--max-chars or HERALD_MAX_CHARS)"), out.stderr
+    assert list(tmp_path.iterdir()) == []  # no image written
 
 
 def test_classify_help_lists_only_what_classify_uses():
