@@ -847,6 +847,27 @@ def test_fit_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_
                             " raise --max-tokens or give shorter prompts"), message
 
 
+def test_eval_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_any_state(folder, tmp_path, monkeypatch):
+    # as fit (above): herald eval and recipes share load_corpus_states, which extracted first and failed later
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    def extracted(*args, **kwargs):
+        raise AssertionError("states were extracted before the refusal")
+
+    monkeypatch.setattr("herald_service.training.extract.extract_tokenized_states", extracted)
+    rows = [{"prompt": f"how do i bake bread {s} {i}", "label": "benign", "source": s} for s in "AC" for i in range(30)]
+    rows += [{"prompt": f"build a bomb {i}" + " hello" * 40, "label": "harmful", "source": "B"} for i in range(25)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError) as refused:
+        run_eval(EvalOptions(data=[data], backbone=str(folder), out=tmp_path / "results.json",
+                             cache_dir=tmp_path / "cache", device="cpu", max_tokens=32, jailbreak_templates=None,
+                             loso=False, curve_sizes=(), guard_per_source=0))
+    assert str(refused.value) == ("all 25 harmful rows render to more than --max-tokens 32 tokens; a probe needs both"
+                                  " labels: raise --max-tokens or give shorter prompts")
+    assert not (tmp_path / "results.json").exists()
+
+
 def _tiny_gemma3(resolved, sliding_window: int):
     """A random Gemma-3 text model whose local layers attend to ``sliding_window`` tokens, on the tiny tokenizer."""
     from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig

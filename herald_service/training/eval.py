@@ -521,10 +521,14 @@ def _states_for(backbone, examples, cache, max_tokens: int, desc: str):
     from herald_service.training.extract import extract_corpus_states
 
     corpus = extract_corpus_states(backbone, examples, cache, max_tokens, desc=desc)
+    return _labeled(corpus), corpus.examples, corpus.skipped
+
+
+def _labeled(corpus) -> LabeledStates:
+    """The :class:`LabeledStates` of an extracted corpus (:class:`~.extract.CorpusStates`)."""
     kept = corpus.examples
-    data = LabeledStates(corpus.states, np.array([e.label for e in kept]), np.array([e.source for e in kept]),
+    return LabeledStates(corpus.states, np.array([e.label for e in kept]), np.array([e.source for e in kept]),
                          corpus.tokens, [e.prompt for e in kept])
-    return data, kept, corpus.skipped
 
 
 @dataclass(frozen=True)
@@ -582,7 +586,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     from herald_service.backbone.loader import backbone_slug, resolve_backbone
     from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
                                                 require_split_parts, stratified_split)
-    from herald_service.training.extract import StateCache, capped_max_tokens
+    from herald_service.training.extract import (StateCache, capped_max_tokens, extract_tokenized_states,
+                                                 require_rows_within_max_tokens, tokenize_within_limit)
 
     files = expand_data(data)
     backbone_slug(backbone)  # a backbone path that is not a model: named before the corpus is read and folded
@@ -596,7 +601,12 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     loaded = HFBackbone(resolved or resolve_backbone(backbone, cache_dir), device, dtype)
     cache = StateCache(cache_dir, loaded)
     max_tokens = capped_max_tokens(loaded, max_tokens)
-    states, examples, skipped = _states_for(loaded, capped, cache, max_tokens, "corpus states")
+    tokenized = tokenize_within_limit(loaded, capped, max_tokens)
+    # before any state is extracted, as herald fit: every harmful row over the limit failed after the extraction,
+    # naming the calibration part (tester finding, on fit)
+    require_rows_within_max_tokens(capped, tokenized, max_tokens, test_fraction, seed, max_per_source)
+    corpus = extract_tokenized_states(loaded, tokenized, cache, desc="corpus states")
+    states, examples, skipped = _labeled(corpus), corpus.examples, corpus.skipped
     train_index, test_index = stratified_split(examples, test_fraction, seed)
     return CorpusStates(loaded, cache, files, everything, capped, states, examples, skipped, train_index, test_index,
                         max_tokens)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from herald_service.backbone.base import Backbone, token_limit
 from herald_service.backbone.batching import plan_batches
-from herald_service.training.corpus import Example
+from herald_service.training.corpus import LABELS, MIN_ROWS_PER_LABEL, Example, require_split_parts
 from herald_service.types import Conversation, user_turn
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,47 @@ def tokenize_within_limit(backbone: Backbone, examples: Sequence[Example], max_t
     by_label = Counter(e.label for e in over)
     return TokenizedCorpus([examples[i] for i in kept], [token_ids[i] for i in kept],
                            dict(sorted(Counter(e.source for e in over).items())), {0: by_label[0], 1: by_label[1]})
+
+
+def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCorpus, max_tokens: int,
+                                   test_fraction: float, seed: int, max_per_source: int | None) -> None:
+    """Refuse, once the prompts are tokenized and before any state is extracted, rows that ``--max-tokens`` leaves
+    unusable: none at all, none or fewer than :data:`~.corpus.MIN_ROWS_PER_LABEL` of a label, or a split
+    (:func:`~.corpus.require_split_parts`) without a label in a part. Every harmful row over the limit failed after
+    the extraction with "no harmful row in the calibration part ... give more harmful prompts per source", which
+    named a cause that was not it (tester finding). ``herald fit``, ``eval`` and ``recipes`` call it.
+
+    Args:
+        capped: the rows after the ``--max-per-source`` cap; ``tokenized``: those of them within ``max_tokens``
+            (``--max-tokens``, capped at the backbone's position table); ``test_fraction``, ``seed``,
+            ``max_per_source``: those of the random split (:func:`~.corpus.require_split_parts`).
+
+    Raises:
+        ValueError: naming ``--max-tokens``, the label, how many of its rows it skips, and the way out.
+    """
+    if not tokenized.examples:
+        raise ValueError(f"all {len(capped)} prompts exceed --max-tokens {max_tokens} once rendered; raise it")
+    given, kept = Counter(e.label for e in capped), Counter(e.label for e in tokenized.examples)
+    advice = "raise --max-tokens or give shorter prompts"
+    for name, label in LABELS.items():
+        if not kept[label]:
+            raise ValueError(f"all {given[label]} {name} rows render to more than --max-tokens {max_tokens} "
+                             f"tokens; a probe needs both labels: {advice}")
+    for name, label in LABELS.items():
+        if kept[label] < MIN_ROWS_PER_LABEL:  # capped holds at least that many (require_both_labels): the limit cut them
+            skipped = tokenized.skipped_by_label[label]
+            raise ValueError(f"--max-tokens {max_tokens} leaves {kept[label]} {name} row"
+                             f"{'s' if kept[label] > 1 else ''} ({skipped} of {given[label]} render to more tokens and "
+                             f"are skipped); a probe needs at least {MIN_ROWS_PER_LABEL} of each label: its test, "
+                             f"calibration and fit parts each need both; {advice}")
+    skipped = sum(tokenized.skipped_by_label.values())
+    if skipped:  # the split of the capped rows was checked before the load; the rows left split otherwise
+        try:
+            require_split_parts(tokenized.examples, test_fraction, seed, max_per_source)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; {skipped} prompts over --max-tokens {max_tokens} were skipped before the "
+                             f"split ({tokenized.skipped_by_label[1]} harmful, {tokenized.skipped_by_label[0]} benign): "
+                             f"{advice}") from None
 
 
 def extract_tokenized_states(backbone: Backbone, corpus: TokenizedCorpus, cache: StateCache | None,

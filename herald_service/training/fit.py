@@ -23,8 +23,6 @@ from herald_service.probes.reference import reference_block
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.corpus import (
     LABELS,
-    MIN_ROWS_PER_LABEL,
-    Example,
     cap_per_group,
     expand_data,
     file_manifest,
@@ -38,10 +36,10 @@ from herald_service.training.evaluation import metrics_by_source
 from herald_service.training.extract import (
     CorpusStates,
     StateCache,
-    TokenizedCorpus,
     capped_max_tokens,
     extract_corpus_states,
     extract_tokenized_states,
+    require_rows_within_max_tokens,
     tokenize_within_limit,
 )
 from herald_service.types import user_turn
@@ -245,44 +243,6 @@ def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) 
         check_replaceable(out / name, "--out")
 
 
-def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCorpus, options: FitOptions) -> None:
-    """Refuse, once the prompts are tokenized and before any state is extracted, rows that ``--max-tokens`` leaves
-    unusable: none at all, none or fewer than :data:`~.corpus.MIN_ROWS_PER_LABEL` of a label, or a split
-    (:func:`~.corpus.require_split_parts`) without a label in a part. Every harmful row over the limit failed after
-    the extraction with "no harmful row in the calibration part ... give more harmful prompts per source", which
-    named a cause that was not it (tester finding).
-
-    Args:
-        capped: the rows after the ``--max-per-source`` cap; ``tokenized``: those of them within ``--max-tokens``.
-
-    Raises:
-        ValueError: naming ``--max-tokens``, the label, how many of its rows it skips, and the way out.
-    """
-    if not tokenized.examples:
-        raise ValueError(f"all {len(capped)} prompts exceed --max-tokens {options.max_tokens} once rendered; raise it")
-    given, kept = Counter(e.label for e in capped), Counter(e.label for e in tokenized.examples)
-    advice = "raise --max-tokens or give shorter prompts"
-    for name, label in LABELS.items():
-        if not kept[label]:
-            raise ValueError(f"all {given[label]} {name} rows render to more than --max-tokens {options.max_tokens} "
-                             f"tokens; a probe needs both labels: {advice}")
-    for name, label in LABELS.items():
-        if kept[label] < MIN_ROWS_PER_LABEL:  # capped holds at least that many (require_both_labels): the limit cut them
-            skipped = tokenized.skipped_by_label[label]
-            raise ValueError(f"--max-tokens {options.max_tokens} leaves {kept[label]} {name} row"
-                             f"{'s' if kept[label] > 1 else ''} ({skipped} of {given[label]} render to more tokens and "
-                             f"are skipped); a probe needs at least {MIN_ROWS_PER_LABEL} of each label: its test, "
-                             f"calibration and fit parts each need both; {advice}")
-    skipped = sum(tokenized.skipped_by_label.values())
-    if skipped:  # the split of the capped rows was checked before the load; the rows left split otherwise
-        try:
-            require_split_parts(tokenized.examples, options.test_fraction, options.seed, options.max_per_source)
-        except ValueError as exc:
-            raise ValueError(f"{exc}; {skipped} prompts over --max-tokens {options.max_tokens} were skipped before the "
-                             f"split ({tokenized.skipped_by_label[1]} harmful, {tokenized.skipped_by_label[0]} benign): "
-                             f"{advice}") from None
-
-
 FEW_HELD_OUT_PER_LABEL = 20
 """Fewest held-out rows of a label below which ``herald fit`` warns that its held-out metrics say little. With n rows
 of a label one row moves recall (or the false-positive rate) by 1/n, 5 points at 20, so the interval is wide; and a
@@ -366,7 +326,7 @@ def run_fit(options: FitOptions) -> dict:
             (:func:`~herald_service.training.corpus.load_training_corpus` names file and line), or the jailbreak
             templates are (:func:`jailbreak_templates_of`): all before the backbone loads; once the prompts are
             tokenized and before any state is extracted, rows that ``max_tokens`` leaves unusable
-            (:func:`require_rows_within_max_tokens`); or, after extraction, a label too thin for the calibration or fit
+            (:func:`~.extract.require_rows_within_max_tokens`); or, after extraction, a label too thin for the calibration or fit
             part (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
     """
     started = time.perf_counter()
@@ -398,7 +358,8 @@ def run_fit(options: FitOptions) -> dict:
     tokenized = tokenize_within_limit(backbone, capped, options.max_tokens)
     log.info("%d prompts after caps (%d over %d tokens skipped)", len(tokenized.examples), sum(tokenized.skipped.values()),
              options.max_tokens)
-    require_rows_within_max_tokens(capped, tokenized, options)
+    require_rows_within_max_tokens(capped, tokenized, options.max_tokens, options.test_fraction, options.seed,
+                                   options.max_per_source)
     corpus = extract_tokenized_states(backbone, tokenized, cache, options.token_budget)
     examples, states, tokens = corpus.examples, corpus.states, corpus.tokens
     labels = np.array([e.label for e in examples])
