@@ -9,7 +9,6 @@ import json
 import logging
 import logging.config
 import os
-import re
 import resource
 import shlex
 import signal
@@ -665,9 +664,7 @@ class FitCommand(BaseModel):
             limit_threads(self.threads)
         options = FitOptions(**self.model_dump(exclude={"threads"}), command=invoked_command())
         manifest = run_fit(options)
-        # each [lo, hi] interval on one line: indented, the six intervals took 24 lines
-        print(re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + ", ".join(v.strip() for v in m[1].split(",")) + "]",
-                     json.dumps(fit_summary(manifest), indent=2)))
+        print(json.dumps(fit_summary(manifest), indent=2))
 
 
 def fit_summary(manifest: dict) -> dict:
