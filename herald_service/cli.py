@@ -557,7 +557,7 @@ class ReferenceCommand(LocalCommand):
         if self.fake_backend:
             raise SystemExit("herald reference: the fake backend fits its probe at start-up; there is no probe file to"
                              " record reference logits in")
-        folder, _, _ = checked_probe(self)  # before the backbone loads: a refusal costs no load
+        folder, _ = checked_probe(self)  # before the backbone loads: a refusal costs no load
         path = folder / MANIFEST_FILE
         check_replaceable(path, "--probe's")
         with open(path, "rb") as held:

@@ -975,7 +975,7 @@ def test_eval_refuses_a_probe_of_another_architecture_before_it_reads_the_corpus
     assert not (tmp_path / "cache" / "states").exists()
 
 
-def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_refused(folder, tmp_path):
+def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_refused(folder, tmp_path, monkeypatch):
     # Weights of the same architecture that differ from the fitted ones (a damaged copy, another fine-tune) only drew
     # the revision warning, and the probe read states it was not fitted on.
     import shutil
@@ -997,6 +997,26 @@ def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_
     assert [round(r.logit, 4) for r in logits] == [e["logit"] for e in reference["prompts"]]
     # bf16 linear layers (the CPU default where the CPU has bf16) stay within the tolerance
     load_runtime(settings.model_copy(update={"matmul_dtype": "bfloat16"}))
+    # the probe's hash is that of the bytes loaded: a probe written over the folder while the backbone loaded (herald
+    # fit --overwrite into the folder serve loads) was named by the new files' hash while the old probe served
+    from herald_service.backbone.hf import HFBackbone
+
+    probe_json = tmp_path / "probe" / "probe.json"
+    served = hashlib.sha256(probe_json.read_bytes() + (tmp_path / "probe" / "probe.safetensors").read_bytes()).hexdigest()
+    assert runtime.probe_sha256 == served
+    load_backbone = HFBackbone.__init__
+
+    def overwritten_during_the_load(self, *args, **kwargs):
+        probe_json.write_text(probe_json.read_text().replace('"threshold": ', '"threshold": 1.5, "was": ', 1))
+        load_backbone(self, *args, **kwargs)
+
+    fitted = probe_json.read_text()
+    monkeypatch.setattr(HFBackbone, "__init__", overwritten_during_the_load)
+    raced = load_runtime(settings)
+    assert raced.probe_sha256 == served and raced.probe.threshold == runtime.probe.threshold != 1.5
+    monkeypatch.undo()
+    assert '"threshold": 1.5' in probe_json.read_text()  # the race happened
+    probe_json.write_text(fitted)
 
     other = tmp_path / "other"
     shutil.copytree(folder, other)

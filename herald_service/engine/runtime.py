@@ -14,7 +14,7 @@ from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
 from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_chat_template, check_compatible,
-                                            compatibility_warnings, load_probe, probe_sha256)
+                                            compatibility_warnings, LoadedProbe, load_probe_files)
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.probes.reference import REFERENCE_TOLERANCE, check_reference
 from herald_service.types import Classification, user_turn
@@ -36,8 +36,8 @@ class Runtime:
     """Median distance, in logits, of the probe's reference prompts from their fitted logits at load
     (:func:`~herald_service.probes.reference.check_reference`); ``None``: not checked (no reference block)."""
     probe_sha256: str | None = None
-    """:func:`~herald_service.probes.artifact.probe_sha256` of the probe folder, hex; ``None`` for the fake backend's
-    probe, fitted at start-up."""
+    """SHA-256 (hex) of the probe's files as loaded (:attr:`~herald_service.probes.artifact.LoadedProbe.sha256`);
+    ``None`` for the fake backend's probe, fitted at start-up."""
 
     @property
     def reference_check(self) -> dict[str, Any] | None:
@@ -112,7 +112,7 @@ def fake_runtime() -> Runtime:
     return Runtime(backbone, probe, manifest, "fake-backbone")  # no folder: fitted at start-up, named as its backbone
 
 
-def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[str, Any]]:
+def checked_probe(settings: BackboneSettings) -> tuple[Path, LoadedProbe]:
     """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), its probe and its
     manifest, checked without loading the backbone: the backbone path names a model, and the folder holds a probe that
     :func:`load_probe` loads (``probe.json`` parses and its fields are in range, ``probe.safetensors`` is there,
@@ -148,8 +148,7 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, FittedProbe, dict[s
             looked = [local, folder] if local.resolve() != folder.resolve() else [folder]
         where = " or ".join(map(str, looked))
         raise ProbeMismatch(f"no probe for backbone {slug!r} at {where}{hint}; set --probe or HERALD_PROBE", field="probe")
-    probe, manifest = load_probe(folder)
-    return folder, probe, manifest
+    return folder, load_probe_files(folder)
 
 
 def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runtime:
@@ -178,7 +177,8 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     # transformers' "Loading weights" bar (carriage returns) went to the stderr of classify, plot and reference, which
     # print warnings and errors only (tester), and into serve's log
     transformers_logging.disable_progress_bar()
-    folder, probe, manifest = checked_probe(settings)  # before a backbone load of seconds to minutes
+    folder, loaded = checked_probe(settings)  # before a backbone load of seconds to minutes
+    probe, manifest = loaded.probe, loaded.manifest
     resolved = resolve_backbone(settings.backbone, settings.cache_dir)
     check_compatible(manifest, config_info(resolved))  # another architecture: refused before its weights load
     if settings.num_threads:
@@ -206,4 +206,4 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     # the threshold as served: probe.json's, which an operator may have edited (nothing else says so at start-up)
     log.info("loaded %s on %s (%s) with probe %s (threshold %.4f logit, %s)", backbone.info.model_id,
              backbone.info.device, numerics, folder, probe.threshold, probe.threshold_method)
-    return Runtime(backbone, probe, manifest, str(folder), distance, probe_sha256(folder))
+    return Runtime(backbone, probe, manifest, str(folder), distance, loaded.sha256)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load as load_bytes
+from safetensors.numpy import save_file
 
 from herald_service import __version__
 from herald_service.errors import ProbeMismatch
@@ -91,8 +93,8 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
     (folder / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """Parse ``probe.json``.
+def read_manifest(folder: Path, data: bytes | None = None) -> dict[str, Any]:
+    """Parse ``probe.json`` (``data``: its bytes, already read).
 
     Raises:
         ProbeMismatch: if the folder or file is missing, not valid JSON (NaN and Infinity are not), repeats a key, or
@@ -100,11 +102,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             hand-edited and names the field.
     """
     path = folder / MANIFEST_FILE
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
     corrupt = f"probe file {path} is corrupt or hand-edited"
     try:
-        manifest = loads_unique(path.read_bytes(), check_numbers=True)
+        manifest = loads_unique(path.read_bytes() if data is None else data, check_numbers=True)
     except StrictJsonError as exc:  # NaN, Infinity, 1e999, a key given twice: json.loads took them silently
         # exc.problem, not exc.message: the request-body advice ("send a finite number") misled (breaker finding)
         raise ProbeMismatch(f"{corrupt}: {exc.problem}; refit the probe with `herald fit`", field="probe") from None
@@ -411,43 +413,55 @@ def compatibility_warnings(manifest: dict[str, Any], info: BackboneInfo) -> list
     return lines
 
 
-def probe_sha256(folder: Path) -> str:
-    """SHA-256 (hex) of a probe folder's two files, ``probe.json`` then ``probe.safetensors``, read as bytes: what
-    tells two probes apart where their folder names agree (two replicas mid-rollout, each with ``models/<slug>``);
-    ``herald_model_info``'s ``probe_sha256`` label and ``/v1/info`` give it.
+@dataclass(frozen=True)
+class LoadedProbe:
+    """A probe as :func:`load_probe_files` read it from its folder."""
 
-    Raises:
-        ProbeMismatch: a file cannot be read (the probe was replaced or removed since it loaded).
-    """
-    digest = hashlib.sha256()
-    for name in (MANIFEST_FILE, TENSORS_FILE):
-        try:
-            digest.update((folder / name).read_bytes())
-        except OSError as exc:
-            raise ProbeMismatch(f"cannot read {folder / name}: {exc.strerror or exc}", field="probe") from exc
-    return digest.hexdigest()
+    probe: FittedProbe
+    manifest: dict[str, Any]
+    sha256: str
+    """SHA-256 (hex) of the bytes read, ``probe.json``'s then ``probe.safetensors``': what tells two probes apart
+    where their folder names agree (two replicas mid-rollout, each with ``models/<slug>``); ``herald_model_info``'s
+    ``probe_sha256`` label and ``/v1/info`` give it. Of the bytes loaded, not of the files read again later: a probe
+    written over the folder while the backbone loaded was named by the new files' hash while the old probe served
+    (re-tester)."""
 
 
 def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedProbe, dict[str, Any]]:
-    """Load a probe; with ``info``, first check it matches that backbone.
+    """Load a probe; with ``info``, first check it matches that backbone (:func:`load_probe_files`).
 
     Returns:
         The probe and its manifest.
+
+    Raises:
+        ProbeMismatch: as :func:`load_probe_files`.
+    """
+    loaded = load_probe_files(folder, info)
+    return loaded.probe, loaded.manifest
+
+
+def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedProbe:
+    """Load a probe, each of its two files read once; with ``info``, first check it matches that backbone.
 
     Raises:
         ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
             unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
             backbone mismatch.
     """
-    manifest = read_manifest(folder)
-    feature_set = check_manifest(manifest, folder / MANIFEST_FILE)
+    manifest_path = folder / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    manifest_bytes = _read_probe_file(manifest_path)
+    manifest = read_manifest(folder, manifest_bytes)
+    feature_set = check_manifest(manifest, manifest_path)
     if info is not None:
         check_compatible(manifest, info)
     path = folder / TENSORS_FILE
     if not path.is_file():
         raise ProbeMismatch(f"no probe tensors at {path}", field="probe")
+    tensor_bytes = _read_probe_file(path)
     try:
-        tensors = load_file(str(path))
+        tensors = load_bytes(tensor_bytes)
     except Exception as exc:  # safetensors raises its own SafetensorError (truncated, corrupt header)
         raise ProbeMismatch(f"cannot read probe tensors {path}: {type(exc).__name__}: {exc} (HERALD_PROBE)", field="probe") from exc
     missing = sorted({"directions", "centers", "scales", "feature_mean", "feature_std"} - set(tensors))
@@ -471,4 +485,16 @@ def load_probe(folder: Path, info: BackboneInfo | None = None) -> tuple[FittedPr
         target_fpr=manifest.get("target_fpr"),
     )
     _check_scores(probe, path)
-    return probe, manifest
+    return LoadedProbe(probe, manifest, hashlib.sha256(manifest_bytes + tensor_bytes).hexdigest())
+
+
+def _read_probe_file(path: Path) -> bytes:
+    """The bytes of one of a probe's files.
+
+    Raises:
+        ProbeMismatch: naming the file and why it cannot be read.
+    """
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ProbeMismatch(f"cannot read {path}: {exc.strerror or exc} (HERALD_PROBE)", field="probe") from exc
