@@ -300,9 +300,11 @@ class ServeCommand(Settings):
         server = uvicorn.Server(server_config(app, self))
         # uvicorn re-raises the signal it stopped on once it has shut down, with the handler from before it started:
         # SIGTERM's default action then killed the process with status 143 after a clean drain, which Kubernetes and
-        # systemd report as a failure. With this handler the re-raise does nothing and serve exits 0. (A Python
-        # handler, not SIG_IGN, which child processes would inherit across exec.)
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        # systemd report as a failure. With this handler the re-raise only asks a stopped server to stop and serve
+        # exits 0. It stops the server rather than doing nothing: a SIGTERM between here and uvicorn's own handlers
+        # was swallowed, and the server came up and served until killed (re-tester). (A Python handler, not SIG_IGN,
+        # which child processes would inherit across exec.)
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop())
         raised: BaseException | None = None
         try:
             server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130

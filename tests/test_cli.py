@@ -733,6 +733,14 @@ def test_sigterm_before_serve_starts_its_server_exits_0():
     out = subprocess.run([sys.executable, "-c", stubbed], capture_output=True, text=True, timeout=120)
     assert (out.returncode, out.stdout, out.stderr.strip()) == (
         0, "", "herald serve: SIGTERM before the server started; nothing was loading, exiting"), out
+    # a SIGTERM after serve's own handler replaced the entry's and before uvicorn's took over was swallowed: the server
+    # came up and served until killed (re-tester, with the gap widened as here)
+    gap = ("import os, signal, sys, uvicorn; run = uvicorn.Server.run;"
+           " uvicorn.Server.run = lambda self, *a: (os.kill(os.getpid(), signal.SIGTERM), run(self, *a))[1];"
+           " sys.argv = ['herald', 'serve', '--fake-backend', '--no-warmup', '--port', '8137'];"
+           " import herald_service.__main__ as entry; entry.main()")
+    out = subprocess.run([sys.executable, "-c", gap], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Finished server process" in out.stderr and "Traceback" not in out.stderr, out.stderr
     # and a real start stopped 1 s in (the server not up yet, or up with uvicorn's handling: 0 either way)
     env = {**os.environ, "HERALD_FAKE_BACKEND": "true", "HERALD_PORT": "8136"}
     proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], env=env, text=True,
