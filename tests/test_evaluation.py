@@ -320,6 +320,10 @@ def test_fit_held_out_evaluation_gives_intervals_and_warns_of_a_label_with_few_h
     assert evaluation["also_in_training"] == 0 and "excluding_also_in_training" not in evaluation
     assert ("the held-out part holds only 2 harmful rows (fewer than 20 of a label): its metrics and their 95% intervals"
             " say little") in caplog.text
+    # and says so in probe.json, where /v1/info readers saw [1.0, 1.0] with no caveat (re-tester)
+    assert evaluation["note"] == ("the held-out part holds only 2 harmful rows (fewer than 20 of a label): its metrics"
+                                  " and their 95% intervals say little (an interval over few rows all decided right is"
+                                  " a point)")
     # one benign row flagged: the interval opens, and the same seed gives the same interval
     flagged = margins >= -0.6
     first = held_out_evaluation(labels, margins + 0.6, flagged, ["s"] * 32, nothing_seen, seed=0)
@@ -351,5 +355,10 @@ def test_fit_held_out_evaluation_counts_rows_also_in_training_and_scores_the_res
     assert evaluation["pooled"]["recall"] == pytest.approx(23 / 25)  # the copies count in the plain metrics
     assert "45 of the 50 held-out rows repeat a prompt the probe was fitted or calibrated on" in caplog.text
     assert "without them (evaluation.excluding_also_in_training) 5 rows remain, 3 harmful" in caplog.text
+    assert "note" not in evaluation and unseen["note"] == (  # 25 of each held out; 3 and 2 of them unseen
+        "the held-out part without copies of training rows holds only 3 harmful and 2 benign rows (fewer than 20 of a label):"
+        " its metrics and their 95% intervals say little (an interval over few rows all decided right is a point)")
+    for block in (evaluation, unseen):  # each interval's value is its pooled metric, to the last digit (re-tester)
+        assert all(bounds["value"] == block["pooled"][name] for name, bounds in block["pooled_95ci"].items()), block
     every = held_out_evaluation(labels, margins, margins >= 0, sources, np.ones(50, dtype=bool), seed=0)
     assert every["excluding_also_in_training"] == {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}

@@ -274,35 +274,42 @@ def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, flagged: np.ndar
         seed: of the bootstrap resamples (``--seed``), so a fit is reproducible.
 
     Returns:
-        ``{"split", "pooled", "per_source", "pooled_95ci", "bootstrap", "also_in_training",
+        ``{"split", "pooled", "per_source", "pooled_95ci", "note"?, "bootstrap", "also_in_training",
         "excluding_also_in_training"?}``: ``pooled`` and ``per_source`` the point metrics of
         :func:`~.evaluation.metrics_by_source`, ``pooled_95ci`` the :func:`~.bootstrap.bootstrap_metrics` block
-        ``{metric: {"value", "lo", "hi"}}`` of herald eval, resampled within each label; both on the margins, so a
-        ``value`` is its ``pooled`` metric.
+        ``{metric: {"value", "lo", "hi"}}`` of herald eval, resampled within each label; both on the margins, and
+        each ``value`` is its ``pooled`` metric. ``note`` (here and in ``excluding_also_in_training``) when the rows
+        hold fewer than :data:`FEW_HELD_OUT_PER_LABEL` of a label, also logged as a warning.
     """
-    def block(index: np.ndarray) -> dict:
+    names = {value: name for name, value in LABELS.items()}
+
+    def block(index: np.ndarray, part: str) -> dict:
         if not len(index):
             return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}
         metrics = metrics_by_source(labels[index], logits[index], flagged[index], [sources[i] for i in index])
         interval = bootstrap_metrics(labels[index], logits[index], flagged[index], replicates=replicates, seed=seed)
-        return {**metrics, "pooled_95ci": interval}
+        for name, bounds in interval.items():  # one number: the bootstrap's own estimate differed in its last digit
+            if name in metrics["pooled"]:
+                bounds["value"] = metrics["pooled"][name]
+        out = {**metrics, "pooled_95ci": interval}
+        counts = {names[label]: int((labels[index] == label).sum()) for label in (1, 0)}
+        few = {name: n for name, n in counts.items() if n < FEW_HELD_OUT_PER_LABEL}
+        if few:  # written beside the metrics too: read in probe.json or /v1/info, [1.0, 1.0] carried no caveat
+            shown = " and ".join(f"{n} {name}" for name, n in few.items())
+            out["note"] = (f"{part} holds only {shown} row{'s' if sum(few.values()) != 1 else ''} (fewer than "
+                           f"{FEW_HELD_OUT_PER_LABEL} of a label): its metrics and their 95% intervals say little (an "
+                           "interval over few rows all decided right is a point)")
+            log.warning("%s; give more rows of that label", out["note"])
+        return out
 
     copies = int(also_in_training.sum())
-    out = {"split": "held-out (random, stratified by source and label)", **block(np.arange(len(labels))),
+    out = {"split": "held-out (random, stratified by source and label)",
+           **block(np.arange(len(labels)), "the held-out part"),
            "bootstrap": {"replicates": replicates, "seed": seed, "interval": "95% percentile",
                          "resampling": "within each label (herald_service/training/bootstrap.py, as herald eval)"},
            "also_in_training": copies}
-    names = {value: name for name, value in LABELS.items()}
-    few = {names[label]: int((labels == label).sum()) for label in (1, 0)
-           if (labels == label).sum() < FEW_HELD_OUT_PER_LABEL}
-    if few:
-        shown = " and ".join(f"{n} {name}" for name, n in few.items())
-        log.warning("the held-out part holds only %s row%s (fewer than %d of a label): its metrics and their 95%% "
-                    "intervals say little (an interval over few rows all decided right is a point); give more rows of "
-                    "that label", shown, "s" if sum(few.values()) > 1 else "",
-                    FEW_HELD_OUT_PER_LABEL)
     if copies:
-        unseen = block(np.flatnonzero(~also_in_training))
+        unseen = block(np.flatnonzero(~also_in_training), "the held-out part without copies of training rows")
         out["excluding_also_in_training"] = unseen
         log.warning("%d of the %d held-out rows repeat%s a prompt the probe was fitted or calibrated on (a prompt "
                     "given more than once in --data); its held-out metrics count them: without them (evaluation."
