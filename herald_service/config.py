@@ -491,15 +491,16 @@ class Settings(BackboneSettings):
         75.0, gt=0, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
         " a client never reuses a connection the server is closing (uvicorn's 5 s default raced under load)."
     )
-    # at most an hour: 1e308 was accepted, which is no bound on a client trickling bytes (tester)
+    # at most an hour: 1e308 was accepted, which is no bound on a client trickling bytes (tester); at least 0.1 s:
+    # 1e-9 was accepted, and a first request got 408 (re-tester)
     body_timeout_s: float = Field(
-        10.0, gt=0, le=3600, allow_inf_nan=False, description="Seconds from a request's headers to the last byte of its"
-        " body, at most 3600; past it, 408 and the connection is closed. Bounds a client that trickles its body to hold"
+        10.0, ge=0.1, le=3600, allow_inf_nan=False, description="Seconds from a request's headers to the last byte of"
+        " its body, 0.1 to 3600; past it, 408 and the connection is closed. Bounds a client that trickles its body to hold"
         " a connection (slowloris); raise it for clients that send large batches over slow links."
     )
     header_timeout_s: float = Field(
-        10.0, gt=0, le=3600, allow_inf_nan=False, description="Seconds from a request's first byte to the end of its"
-        " headers, at most 3600; past it, 408 and the connection is closed (herald_service/api/http_protocol.py). A"
+        10.0, ge=0.1, le=3600, allow_inf_nan=False, description="Seconds from a request's first byte to the end of its"
+        " headers, 0.1 to 3600; past it, 408 and the connection is closed (herald_service/api/http_protocol.py). A"
         " client sending one header line every 2 s held a connection for as long as it liked (re-test)."
     )
     max_header_bytes: int = Field(
