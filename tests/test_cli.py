@@ -737,7 +737,7 @@ def test_sigterm_before_serve_starts_its_server_exits_0():
     # came up and served until killed (re-tester, with the gap widened as here)
     gap = ("import os, signal, sys, uvicorn; run = uvicorn.Server.run;"
            " uvicorn.Server.run = lambda self, *a: (os.kill(os.getpid(), signal.SIGTERM), run(self, *a))[1];"
-           " sys.argv = ['herald', 'serve', '--fake-backend', '--no-warmup', '--port', '8137'];"
+           " sys.argv = ['herald', 'serve', '--fake-backend', '--no-warmup', '--port', '8134'];"
            " import herald_service.__main__ as entry; entry.main()")
     out = subprocess.run([sys.executable, "-c", gap], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Finished server process" in out.stderr and "Traceback" not in out.stderr, out.stderr
