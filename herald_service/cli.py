@@ -27,7 +27,7 @@ from herald_service.config import (
     EMBEDDED_BACKBONE, FILE_DESCRIPTOR_RESERVE, BackboneSettings, Device, DType, LogLevel, Settings, default_cache_dir,
 )
 from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
-from herald_service.training.corpus import DEFAULT_TEST_FRACTION
+from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
 if typing.TYPE_CHECKING:
@@ -515,6 +515,25 @@ def check_jailbreak_templates(options: BaseModel) -> None:
                          "set out")
 
 
+def check_probe_folder(probe: Path | None) -> None:
+    """Refuse a ``herald eval --probe`` that is no probe folder (missing, a file, or without ``probe.json``) before
+    torch is imported and before an existing ``--out`` is refused (``--probe /nonexistent`` was answered "--out ...
+    already exists": tester finding); the probe itself is loaded and checked by ``run_eval``, before the backbone.
+
+    Raises:
+        ValueError: naming ``--probe`` and the path.
+    """
+    if probe is None:
+        return
+    if not probe.exists():
+        raise ValueError(f"probe folder {probe} does not exist (--probe)")
+    if probe.is_file():
+        advice = f"use {probe.parent}" if (probe.parent / "probe.json").is_file() else f"{probe} is a file"
+        raise ValueError(f"the probe (--probe) must be its folder, the one holding probe.json: {advice}")
+    if not (probe / "probe.json").is_file():
+        raise ValueError(f"no probe at {probe}: probe.json is missing (--probe; fit one with `herald fit`)")
+
+
 def limit_threads(threads: int) -> None:
     """Run torch and the BLAS libraries (through threadpoolctl) on ``threads`` threads: ``--threads`` of fit, eval
     and recipes. BLAS threads spin-wait on a shared CPU, where one thread was 4x faster for these small fits."""
@@ -975,7 +994,10 @@ class EvalCommand(BaseModel):
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
         check_jailbreak_templates(self)
-        # after the inputs: with the committed default --out, a missing --data was reported as "--out exists"
+        check_test_data_paths(self.test_data)
+        check_probe_folder(self.probe)
+        # after the inputs: with the committed default --out, a missing --data (or --test-data, or --probe: tester
+        # finding) was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
         from herald_service.training.eval import EvalOptions, run_eval
 

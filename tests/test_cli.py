@@ -1122,6 +1122,70 @@ def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_l
     assert not (tmp_path / "cache").exists()
 
 
+def test_eval_names_a_missing_test_data_file_or_probe_before_it_refuses_an_existing_out(tmp_path):
+    # tester finding: `herald eval --test-data /nonexistent --out <existing file>` (or --probe /nonexistent) answered
+    # "--out ... already exists", as a missing --data once was
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    results = tmp_path / "results.json"
+    results.write_text("{}")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "holder").mkdir()
+    (tmp_path / "holder" / "probe.json").write_text("{}")
+    missing = unloadable_backbone(tmp_path)
+    for args, error in (
+            (("--test-data", str(tmp_path / "nonexist.jsonl")), f"{tmp_path / 'nonexist.jsonl'} does not exist (--test-data)"),
+            (("--probe", str(tmp_path / "nope")), f"probe folder {tmp_path / 'nope'} does not exist (--probe)"),
+            (("--probe", str(tmp_path / "empty")),
+             f"no probe at {tmp_path / 'empty'}: probe.json is missing (--probe; fit one with `herald fit`)"),
+            (("--probe", str(tmp_path / "holder" / "probe.json")),
+             f"the probe (--probe) must be its folder, the one holding probe.json: use {tmp_path / 'holder'}")):
+        out = herald("eval", "--data", str(data), *args, "--out", str(results), "--backbone", str(missing),
+                     "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
+        assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", (args, out.stderr)
+    assert results.read_text() == "{}" and nothing_cached(tmp_path / "cache")
+
+
+def test_two_data_or_test_data_files_with_one_name_are_refused_before_anything_loads(tmp_path):
+    # tester findings: --test-data ta/t.jsonl --test-data tb/t.jsonl gave one set, the other lost with its trained-on
+    # warning (results are keyed by file name); --data likewise, as probe.json records its files by name
+    ta, tb = tmp_path / "ta", tmp_path / "tb"
+    for folder in (ta, tb):
+        folder.mkdir()
+        labeled_rows(folder / "t.jsonl")
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    results = tmp_path / "existing.json"
+    results.write_text("{}")  # named after the inputs
+    missing = unloadable_backbone(tmp_path)
+    out = herald("eval", "--data", str(data), "--test-data", str(ta / "t.jsonl"), "--test-data", str(tb / "t.jsonl"),
+                 "--out", str(results), "--backbone", str(missing), "--jailbreak-templates", "null",
+                 "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --test-data {ta / 't.jsonl'} and {tb / 't.jsonl'} share the file name t.jsonl, and Herald keys data"
+        " files by name (probe.json, the results' sets); rename one of them"), out.stderr
+    for command, out in fit_and_eval(tmp_path, "--data", f"{ta / 't.jsonl'},{tb}", "--backbone", str(missing)):
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: --data {ta / 't.jsonl'} and {tb / 't.jsonl'} share the file name t.jsonl, and Herald keys data"
+            " files by name (probe.json, the results' sets); rename one of them"), (command, out.stderr)
+    # the same file twice is read once, as --data's; a --test-data file named as a --data file is its own set
+    for command, out in fit_and_eval(tmp_path, "--data", f"{ta / 't.jsonl'},{ta / '..' / 'ta' / 't.jsonl'}",
+                                     "--backbone", str(missing)):
+        assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
+    out = herald("eval", "--data", str(ta / "t.jsonl"), "--test-data", str(tb / "t.jsonl"), "--test-data",
+                 str(tb / ".." / "tb" / "t.jsonl"), "--out", str(tmp_path / "new.json"), "--backbone", str(missing),
+                 "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and UNLOADABLE in out.stderr, out.stderr
+    wrapped = tmp_path / "jailbreak_wrapped"
+    labeled_rows(wrapped)
+    out = herald("eval", "--data", str(data), "--test-data", str(wrapped), "--out", str(results), "--backbone",
+                 str(missing), "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --test-data {wrapped} is named jailbreak_wrapped, the results' name of the jailbreak-wrapped set;"
+        " rename it"), out.stderr
+    assert results.read_text() == "{}"
+
+
 def test_a_data_file_that_is_a_pipe_or_a_device_is_refused_before_anything_loads(tmp_path):
     # `cat mine.jsonl | herald fit --data /dev/stdin` trained on every row and recorded the drained pipe in probe.json:
     # {"file": "stdin", "sha256": <sha256 of nothing>, "rows": 0} (tester finding)

@@ -115,6 +115,13 @@ def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_an
     with pytest.raises(ValueError) as caught:  # a second run into the same file is refused before any model loads
         run_eval(EvalOptions(data=[data], backbone=str(tmp_path / "nope"), cache_dir=tmp_path / "cache", out=out))
     assert str(caught.value) == f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it"
+    for inputs, error in (({"test_data": [tmp_path / "gone.jsonl"]}, f"{tmp_path / 'gone.jsonl'} does not exist (--test-data)"),
+                          ({"probe": tmp_path / "no-probe"},
+                           f"no probe at {tmp_path / 'no-probe'}: probe.json is missing (fit one with `herald fit`)")):
+        with pytest.raises(Exception) as caught:  # the inputs are named before the existing --out (tester finding)
+            run_eval(EvalOptions(data=[data], backbone=str(tmp_path / "nope"), cache_dir=tmp_path / "cache", out=out,
+                                 **inputs))
+        assert str(caught.value) == error
     assert out.read_text() == written
 
 

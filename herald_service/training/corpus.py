@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 LABELS = {"benign": 0, "harmful": 1}
 JAILBREAK_TEMPLATE_FILE = "pyrit_jailbreak_templates.jsonl"
 """Wrappers with a ``{{ prompt }}`` slot, not prompts: left out of ``herald fit`` by default (SOURCES.md)."""
+JAILBREAK_SET = "jailbreak_wrapped"
+"""The name of ``herald eval``'s jailbreak-wrapped set among the results' sets, beside the ``--test-data`` file names."""
 
 
 @dataclass(frozen=True)
@@ -348,7 +350,8 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
 
     Raises:
         ValueError: a path that does not exist, a folder without such files, a file that is not a regular file
-            (:func:`require_regular_file`: a pipe such as ``/dev/stdin``), or no path at all, naming ``option``.
+            (:func:`require_regular_file`: a pipe such as ``/dev/stdin``), two files with one name
+            (:func:`refuse_shared_file_names`), or no path at all, naming ``option``.
     """
     files: list[Path] = []
     for path in paths:
@@ -368,7 +371,60 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
     first: dict[Path, Path] = {}
     for file in files:
         first.setdefault(file.resolve(), file)
+    refuse_shared_file_names(list(first.values()), option)
     return list(first.values())
+
+
+def refuse_shared_file_names(files: list[Path], option: str) -> None:
+    """Refuse two different files of ``option`` with the same file name (``a/t.jsonl`` and ``b/t.jsonl``): Herald keys
+    data files by name (``probe.json``'s ``training_data.files``, rows' ``Example.file``, the results' sets and
+    ``herald eval --probe``'s check of training prompts), so one file was taken for the other: two ``--test-data``
+    files gave one set and lost the other with its trained-on warning, and a changed copy's new row under ``--data``
+    was counted as trained on (tester findings). ``../shared/data`` and ``herald data build``'s corpus have unique
+    names.
+
+    Args:
+        files: each file once (resolved paths differ); ``option``: named in the error.
+
+    Raises:
+        ValueError: naming ``option``, both paths and the shared name.
+    """
+    seen: dict[str, Path] = {}
+    for file in files:
+        if file.name in seen:
+            raise ValueError(f"{option} {seen[file.name]} and {file} share the file name {file.name}, and Herald keys"
+                             f" data files by name (probe.json, the results' sets); rename one of them")
+        seen[file.name] = file
+
+
+def check_test_data_paths(paths: list[Path]) -> list[Path]:
+    """The ``--test-data`` files, each once (a file given twice, under any spelling, is read once, as in
+    :func:`expand_data`), checked without reading them: ``herald eval`` checks them before it refuses an existing
+    ``--out`` (it answered "--out ... already exists" for a --test-data path that does not exist: tester finding), and
+    :func:`~.eval.read_test_data` again before any model loads.
+
+    Raises:
+        ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
+            a raw "[Errno 2] No such file or directory": breaker finding), one that is not a regular file (a pipe:
+            :func:`require_regular_file`; ``--probe``'s check hashes it again), two files with one name
+            (:func:`refuse_shared_file_names`: the results key sets by it, and one set was silently lost: tester
+            finding), or a file named as the jailbreak-wrapped set (:data:`JAILBREAK_SET`), whose results it would
+            replace.
+    """
+    first: dict[Path, Path] = {}
+    for path in paths:
+        if not path.exists():
+            raise ValueError(f"{path} does not exist (--test-data)")
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
+        require_regular_file(path, "--test-data")
+        if path.name == JAILBREAK_SET:
+            raise ValueError(f"--test-data {path} is named {JAILBREAK_SET}, the results' name of the jailbreak-wrapped"
+                             " set; rename it")
+        first.setdefault(path.resolve(), path)
+    files = list(first.values())
+    refuse_shared_file_names(files, "--test-data")
+    return files
 
 
 def default_data_files(data_dir: Path) -> list[Path]:

@@ -26,6 +26,7 @@ from herald_service.out_path import refuse_an_existing_out, write_text_atomicall
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.bootstrap import bootstrap_metrics
+from herald_service.training.corpus import JAILBREAK_SET
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
 
@@ -356,22 +357,14 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
     (:func:`~herald_service.training.corpus.load_corpus`).
 
     Raises:
-        ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
-            a raw "[Errno 2] No such file or directory": breaker finding), one that is not a regular file (a pipe:
-            :func:`~herald_service.training.corpus.require_regular_file`; ``--probe``'s check hashes it again), a
-            file without a row (empty or blank lines only), and every error of ``load_corpus`` (file and line of a
-            bad row).
+        ValueError: every error of :func:`~herald_service.training.corpus.check_test_data_paths`, a file without a row (empty or blank lines only),
+            and every error of ``load_corpus`` (file and line of a bad row).
         NotUtf8Error, OSError: as ``load_corpus``.
     """
-    from herald_service.training.corpus import load_corpus, require_regular_file
+    from herald_service.training.corpus import check_test_data_paths, load_corpus
 
     rows = {}
-    for path in paths:
-        if not path.exists():
-            raise ValueError(f"{path} does not exist (--test-data)")
-        if path.is_dir():
-            raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
-        require_regular_file(path, "--test-data")
+    for path in check_test_data_paths(paths):
         rows[path] = load_corpus([path])
         if not rows[path]:  # scored as no rows, it failed after the backbone load with "need equal, non-empty lengths"
             raise ValueError(f"{path} holds no labeled row (--test-data): it is empty or only blank lines; give JSONL"
@@ -684,10 +677,10 @@ def run_eval(options: EvalOptions) -> dict:
     ``--probe`` those in the probe's training files in ``saved_probe`` (:func:`probe_training_overlap`).
 
     Raises:
-        ValueError: before any model loads, an existing ``out`` without ``overwrite`` (:func:`~herald_service.out_path.refuse_an_existing_out`),
-            ``jailbreak_train_per_class`` without a templates file, a missing, bad or empty ``--test-data`` file
-            (:func:`read_test_data`), learning-curve sizes whose draws cannot be fitted (:func:`require_curve_draws`),
-            and the data errors of :func:`load_corpus_states`; after the load, a ``--test-data`` file whose prompts
+        ValueError: before any model loads, ``jailbreak_train_per_class`` without a templates file, a missing, bad,
+            empty or same-named ``--test-data`` file (:func:`read_test_data`), then (after these inputs and ``--probe``)
+            an existing ``out`` without ``overwrite`` (:func:`~herald_service.out_path.refuse_an_existing_out`),
+            learning-curve sizes whose draws cannot be fitted (:func:`require_curve_draws`), and the data errors of :func:`load_corpus_states`; after the load, a ``--test-data`` file whose prompts
             all exceed ``max_tokens``.
         BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another
             backbone.
@@ -700,7 +693,6 @@ def run_eval(options: EvalOptions) -> dict:
     from herald_service.training.attacks import load_templates
 
     started = time.perf_counter()
-    refuse_an_existing_out(options.out, options.overwrite)
     template_file = options.jailbreak_templates
     if options.jailbreak_train_per_class > 0 and (template_file is None or not template_file.is_file()):
         raise ValueError("--jailbreak-train-per-class needs --jailbreak-templates"
@@ -711,11 +703,15 @@ def run_eval(options: EvalOptions) -> dict:
         raise ValueError(f"--jailbreak-templates {template_file} has no usable template (one {{{{ prompt }}}} slot, at most"
                          f" {options.jailbreak_max_chars} characters: --jailbreak-max-chars)")
     test_sets = read_test_data(options.test_data)
-    resolved = None
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         saved_probe, probe_manifest = load_probe(options.probe)
-        # and one of another architecture by the backbone's config.json, before the corpus is read and its states
-        # extracted (it came 52 s into a run: tester finding); the resolved folder (a GGUF's conversion) is reused
+    # after the inputs, as the CLI: a --test-data or --probe path that does not exist was answered "--out ... already
+    # exists" (tester finding)
+    refuse_an_existing_out(options.out, options.overwrite)
+    resolved = None
+    if options.probe is not None:
+        # a probe of another architecture is refused by the backbone's config.json, before the corpus is read and its
+        # states extracted (it came 52 s into a run: tester finding); the resolved folder (a GGUF's conversion) is reused
         resolved = resolve_backbone(options.backbone, options.cache_dir)
         check_compatible(probe_manifest, config_info(resolved))
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
@@ -739,7 +735,7 @@ def run_eval(options: EvalOptions) -> dict:
                 backbone, cache, templates, everything, capped, options.jailbreak_n, options.seed, options.max_tokens,
                 options.jailbreak_max_chars, options.max_per_source)
             if wrapped is not None:
-                extra["jailbreak_wrapped"] = wrapped
+                extra[JAILBREAK_SET] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
             jailbreak_skipped = missing_templates(options.jailbreak_templates)
     data_prompts = folded_prompts_by_file(everything)
