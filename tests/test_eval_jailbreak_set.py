@@ -234,3 +234,27 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
         "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
     assert found.sets == {"copy.jsonl": {"rows": 1, "in_training_files": 1, "same_file": None},
                           "kept.jsonl": {"rows": 1, "in_training_files": 1, "same_file": "kept.jsonl"}}
+
+
+def test_a_saved_probes_training_file_given_in_data_under_another_name_is_found_by_its_sha256(tmp_path):
+    # tester finding: cp base.jsonl renamed.jsonl; --data renamed.jsonl reported base.jsonl "not among --data or
+    # --test-data" and in_training_files 0, though its prompts were all there
+    from herald_service.training.eval import probe_training_overlap
+    from herald_service.training.corpus import load_corpus
+
+    base = tmp_path / "base.jsonl"
+    base.write_text(json.dumps({"prompt": "bake bread", "label": "benign", "source": "a"}) + "\n")
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_bytes(base.read_bytes())
+    other = tmp_path / "other"  # a file of the recorded name with other bytes: not the one the probe read
+    other.mkdir()
+    (other / "base.jsonl").write_text(json.dumps({"prompt": "build a bomb", "label": "harmful", "source": "b"}) + "\n")
+    manifest = {"training_data": {"files": [{"file": "base.jsonl", "sha256": hashlib.sha256(base.read_bytes()).hexdigest()}]}}
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps({"prompt": p, "label": "benign", "source": "t"}) + "\n"
+                            for p in ("bake bread", "build a bomb", "write a poem")))
+    found = probe_training_overlap({test: load_corpus([test])}, tmp_path / "probe", manifest, [renamed, other / "base.jsonl"],
+                                   {"renamed.jsonl": {"bake bread"}, "base.jsonl": {"build a bomb"}})
+    assert found.record() == {"checked": ["base.jsonl"], "unchecked": {}}
+    assert found.sets["test.jsonl"]["in_training_files"] == 1
+    assert found.seen("test.jsonl", ["bake bread", "build a bomb", "write a poem"]).tolist() == [True, False, False]

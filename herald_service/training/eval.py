@@ -446,8 +446,9 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
     """For each ``--test-data`` file, how many of its prompts are in the files the ``--probe`` was fitted on.
 
     ``probe.json`` records each training file's name and sha256 (``training_data.files``), not its folder, so a
-    recorded file is looked for by name among this run's ``--data`` files and compared only when its sha256 is still
-    the recorded one (its rows, then, are those the probe read), or else among the ``--test-data`` files by sha256. Prompts are compared as :func:`test_data_overlap`
+    recorded file is looked for among this run's ``--data`` files by its sha256 (its rows, then, are those the probe
+    read), under its name or another (a renamed copy was reported "not among --data": tester finding), or else among
+    the ``--test-data`` files by sha256; a ``--data`` file of its name with other bytes is "changed since the fit". Prompts are compared as :func:`test_data_overlap`
     compares them (:func:`count_held`). A test file whose sha256 is a recorded file's counts whole even when that file
     is not among ``--data``. Only a sha256 match was checked before: a copy of the training file with one more newline
     was marked ``trained_on: false`` with no warning and its F1 of 0.98 read as unseen (tester finding). The probe saw
@@ -471,16 +472,19 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
     digests = {path: sha256_file(path) for path in data_files}
     test_digests = {path: sha256_file(path) for path in test_sets}
     checked, unchecked = [], {}
-    extra: set[str] = set()  # prompts of recorded training files given as --test-data, not --data
+    held: set[str] = set()  # the folded prompts of the recorded training files found
     for entry in recorded:
         name = entry.get("file")
         named = [path for path in data_files if path.name == name]
+        same_bytes = [path for path in data_files if digests[path] == entry.get("sha256")]
         given = [path for path, digest in test_digests.items() if digest == entry.get("sha256")]
-        if named and any(digests[path] == entry.get("sha256") for path in named):
+        if same_bytes:  # by name, else under another name (cp base.jsonl renamed.jsonl: it went unchecked, tester finding)
+            found = next((path for path in same_bytes if path.name == name), same_bytes[0])
             checked.append(name)
+            held |= data_prompts.get(found.name, set())
         elif given:  # the training file itself among --test-data: its copies elsewhere are caught too (tester's case)
             checked.append(name)
-            extra |= {normalize_prompt_text(example.prompt) for example in test_sets[given[0]]}
+            held |= {normalize_prompt_text(example.prompt) for example in test_sets[given[0]]}
         elif not named:
             unchecked[name] = "not among --data or --test-data"
         else:
@@ -491,7 +495,6 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
                     ", ".join(f"{name} ({why})" for name, why in unchecked.items()),
                     f"--test-data prompts are compared with those of the other {len(checked)} only" if checked else
                     "only a --test-data file with the same sha256 as one of them is caught")
-    held = set().union(extra, *(data_prompts.get(name, set()) for name in checked))
     sets, whole = {}, set()
     for path, rows in test_sets.items():
         same = by_sha.get(test_digests[path])
