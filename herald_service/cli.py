@@ -885,7 +885,8 @@ def eval_summary(results: dict) -> dict[str, dict[str, float | None]]:
 def saved_probe_summary(results: dict) -> dict | None:
     """What ``herald eval --probe`` prints of the saved probe (the results' ``saved_probe``; None without one): its
     folder and threshold, per set its F1, AUROC, recall and false-positive rate (:func:`rounded_metric`: None where the
-    set lacks a class), the prompts of the set in its training files and the same metrics on the other rows alone
+    set lacks a class), the prompts of the set in its training files (with ``checked_all: false`` where some training
+    files could not be checked) and the same metrics on the other rows alone
     (``unseen``) where recorded, and its warnings (:func:`~herald_service.training.report_saved_probe.warnings`). The
     summary printed only the methods fitted in the run, so a saved probe's numbers, and whether it had been trained on
     a set, were read only in the JSON (tester finding)."""
@@ -900,6 +901,8 @@ def saved_probe_summary(results: dict) -> dict | None:
         sets[name] = {"n": block["pooled"]["n"]["value"], **{key: rounded_metric(block["pooled"], key) for key in keys}}
         if "in_training_files" in block:
             sets[name]["in_training_files"] = block["in_training_files"]
+        if block.get("checked_all") is False:  # the count is of the training files that could be checked only
+            sets[name]["checked_all"] = False
         if block.get("unseen"):
             sets[name]["unseen"] = {"n": block["unseen"]["pooled"]["n"]["value"],
                                     **{key: rounded_metric(block["unseen"]["pooled"], key) for key in keys}}

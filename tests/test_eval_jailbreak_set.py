@@ -214,7 +214,7 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
                                        {"kept.jsonl": {"bake bread"}, "changed.jsonl": {"build a bomb"}})
     assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
         "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
-    assert found.sets == {"test.jsonl": {"rows": 2, "in_training_files": 1, "same_file": None}}
+    assert found.sets == {"test.jsonl": {"rows": 2, "in_training_files": 1, "same_file": None, "checked_all": False}}
     assert [r.getMessage() for r in caplog.records] == [
         f"--probe {tmp_path / 'probe'}: 2 of the 3 training files its probe.json records cannot be checked for"
         " --test-data prompts: changed.jsonl (changed since the fit: its sha256 is no longer the one recorded),"
@@ -232,8 +232,9 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
                                        manifest, [changed], {"changed.jsonl": {"build a bomb"}})
     assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
         "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
-    assert found.sets == {"copy.jsonl": {"rows": 1, "in_training_files": 1, "same_file": None},
-                          "kept.jsonl": {"rows": 1, "in_training_files": 1, "same_file": "kept.jsonl"}}
+    # a file with a training file's bytes is counted whole however many others could not be checked
+    assert found.sets == {"copy.jsonl": {"rows": 1, "in_training_files": 1, "same_file": None, "checked_all": False},
+                          "kept.jsonl": {"rows": 1, "in_training_files": 1, "same_file": "kept.jsonl", "checked_all": True}}
 
 
 def test_a_saved_probes_training_file_given_in_data_under_another_name_is_found_by_its_sha256(tmp_path):
@@ -256,5 +257,5 @@ def test_a_saved_probes_training_file_given_in_data_under_another_name_is_found_
     found = probe_training_overlap({test: load_corpus([test])}, tmp_path / "probe", manifest, [renamed, other / "base.jsonl"],
                                    {"renamed.jsonl": {"bake bread"}, "base.jsonl": {"build a bomb"}})
     assert found.record() == {"checked": ["base.jsonl"], "unchecked": {}}
-    assert found.sets["test.jsonl"]["in_training_files"] == 1
+    assert found.sets["test.jsonl"] == {"rows": 3, "in_training_files": 1, "same_file": None, "checked_all": True}
     assert found.seen("test.jsonl", ["bake bread", "build a bomb", "write a poem"]).tolist() == [True, False, False]

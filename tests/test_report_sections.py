@@ -691,9 +691,10 @@ def saved_probe_block() -> dict:
             "training_files": {"checked": ["data.jsonl"], "unchecked": {"gone.jsonl": "not among --data or --test-data"}},
             "sets": {"jailbreak_wrapped": {"pooled": {"n": m(40), "n_harmful": m(40), "recall": m(0.95, 0.875, 1.0)}},
                      "three.jsonl": {"pooled": {**pooled(0.8, 0.9), "n": m(5)}, "rows": 5, "in_training_files": 3,
-                                     "same_file": None, "trained_on": True, "unseen": {"pooled": fresh, "per_source": {}}},
+                                     "same_file": None, "checked_all": False, "trained_on": True,
+                                     "unseen": {"pooled": fresh, "per_source": {}}},
                      "fresh.jsonl": {"pooled": fresh, "rows": 2, "in_training_files": 0, "same_file": None,
-                                     "trained_on": False}}}
+                                     "checked_all": False, "trained_on": False}}}
 
 
 def test_the_saved_probe_has_a_section_with_its_threshold_metrics_and_trained_on_warnings(tmp_path):
@@ -708,17 +709,38 @@ def test_the_saved_probe_has_a_section_with_its_threshold_metrics_and_trained_on
                                               " scored at its own stored threshold -0.7468 on the sets below")
     assert ("**Warning**: 1 of the 2 training files its probe.json records could not be checked for --test-data prompts:"
             " gone.jsonl (not among --data or --test-data); the counts below compare with those of the other 1 only") in section
-    assert ("**Warning**: `three.jsonl`: 3 of its 5 prompts are in the probe's training files, so the saved probe's"
-            " metrics on it are not those of unseen prompts (its rows the probe never saw are scored apart below)") in section
+    assert ("**Warning**: `three.jsonl`: 3 of its 5 prompts are in the 1 training file checked (1 could not be), so the"
+            " saved probe's metrics on it are not those of unseen prompts (its rows the probe never saw are scored apart"
+            " below)") in section
     assert "**Warning**: the probe was fitted with jailbreak-wrapped rows" in section
     assert "`fresh.jsonl`:" not in section
-    assert ("| `three.jsonl` | 5 | 3 of its 5 prompts are in the probe's training files | 0.800 [0.750, 0.850] |"
+    assert ("| `three.jsonl` | 5 | 3 of its 5 prompts are in the 1 training file checked (1 could not be) |"
+            " 0.800 [0.750, 0.850] |"
             " 0.900 [0.880, 0.920] | 40.0 [30.0, 50.0] | 10.0 [9.0, 11.0] |") in section
     assert ("| `three.jsonl`, unseen rows only | 2 | none (the rest of the file) | 0.500 [0.000, 1.000] |"
             " 0.750 [0.500, 1.000] | 100.0 [100.0, 100.0] | 50.0 [0.0, 100.0] |") in section
     assert ("| `jailbreak_wrapped` | 40 | not compared (wrapped requests of this run) | – | – | 95.0 [87.5, 100.0] | – |"
             in section)
-    assert "| `fresh.jsonl` | 2 | none of its 2 prompts is in the probe's training files |" in section
+    # not "none of its 2 prompts is in the probe's training files": gone.jsonl could not be checked (tester finding)
+    assert "| `fresh.jsonl` | 2 | 0 of its 2 prompts are in the 1 training file checked (1 could not be) |" in section
+
+
+def test_a_saved_probe_count_over_some_of_its_training_files_is_never_called_none():
+    # tester finding: with 2 of 5 training files unchecked, a set with 20 prompts in one of them read "none of its 60
+    # prompts is in the probe's training files"
+    from herald_service.training.report_saved_probe import trained_on_note, trained_on_sets
+
+    files = {"checked": ["a.jsonl", "b.jsonl", "c.jsonl"], "unchecked": {"d.jsonl": "gone", "e.jsonl": "gone"}}
+    partial = {"rows": 60, "in_training_files": 0, "same_file": None, "checked_all": False, "trained_on": False}
+    assert trained_on_note(partial, files) == "0 of its 60 prompts are in the 3 training files checked (2 could not be)"
+    assert trained_on_note(partial) == "0 of its 60 prompts are in the training files checked (some could not be)"
+    assert trained_on_note(partial, {"checked": [], "unchecked": {"d.jsonl": "gone"}}) == (
+        "not compared: none of the 1 training file its probe.json records could be checked")
+    complete = {**partial, "checked_all": True}
+    assert trained_on_note(complete, files) == "none of its 60 prompts is in the probe's training files"
+    saved = {"training_files": files, "sets": {"law.jsonl": partial, "tax.jsonl": complete}}
+    assert trained_on_sets(saved) == {
+        "law.jsonl": "0 of its 60 prompts are in the 3 training files checked (2 could not be)"}
 
 
 def test_results_without_a_saved_probe_have_no_such_section(tmp_path):
@@ -735,7 +757,7 @@ def test_herald_eval_prints_the_saved_probes_headline_numbers_and_warnings():
     assert summary["folder"] == "models/tiny" and summary["threshold"] == -0.74681
     assert summary["sets"]["three.jsonl"] == {
         "n": 5, "f1": 0.8, "auroc": 0.9, "recall": 0.4, "false_positive_rate": 0.1, "in_training_files": 3,
-        "unseen": {"n": 2, "f1": 0.5, "auroc": 0.75, "recall": 1.0, "false_positive_rate": 0.5}}
+        "checked_all": False, "unseen": {"n": 2, "f1": 0.5, "auroc": 0.75, "recall": 1.0, "false_positive_rate": 0.5}}
     assert summary["sets"]["jailbreak_wrapped"] == {"n": 40, "f1": None, "auroc": None, "recall": 0.95,
                                                     "false_positive_rate": None}
     assert len(summary["warnings"]) == 3

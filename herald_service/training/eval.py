@@ -417,7 +417,10 @@ class ProbeTrainingOverlap:
     (:func:`probe_training_overlap`).
 
     Attributes:
-        sets: ``{test file name: {"rows": n, "in_training_files": k, "same_file": recorded name or None}}``.
+        sets: ``{test file name: {"rows": n, "in_training_files": k, "same_file": recorded name or None,
+            "checked_all": bool}}``: ``k`` counts the prompts in the checked training files; ``checked_all`` is false
+            when some recorded files could not be checked (``unchecked``) and the file is not one of them by sha256,
+            so ``k`` may be short.
         unchecked: ``{recorded training file name: why its prompts could not be compared}``.
         checked: the recorded training files whose prompts were compared.
         held: the folded prompts of the checked training files (:func:`folded_prompts_by_file`).
@@ -499,7 +502,10 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
     for path, rows in test_sets.items():
         same = by_sha.get(test_digests[path])
         count = len(rows) if same is not None else count_held(rows, held)
-        sets[path.name] = {"rows": len(rows), "in_training_files": count, "same_file": same}
+        # a whole-file match counts every row whatever else could be checked; else the count is of the checked files
+        # only, which read as "none of its prompts" when some could not be checked (tester finding)
+        sets[path.name] = {"rows": len(rows), "in_training_files": count, "same_file": same,
+                           "checked_all": same is not None or not unchecked}
         if same is not None:
             whole.add(path.name)
             log.warning("--test-data %s: the --probe %s was trained on this file (its probe.json records %s with the same"
@@ -877,8 +883,9 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
     Returns:
         ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case. With
         ``overlap``: ``"training_files"`` (:meth:`ProbeTrainingOverlap.record`) and, for each ``--test-data`` set,
-        ``"rows"``, ``"in_training_files"`` (prompts of the file, scored or not), ``"trained_on"`` (any) and
-        ``"same_file"``; a set with both seen and unseen scored rows also has ``"unseen": {"pooled", "per_source"}``,
+        ``"rows"``, ``"in_training_files"`` (prompts of the file, scored or not, in the checked training files),
+        ``"trained_on"`` (any), ``"same_file"`` and ``"checked_all"`` (false: some training files could not be checked,
+        so neither a count of 0 nor ``trained_on: false`` means unseen); a set with both seen and unseen scored rows also has ``"unseen": {"pooled", "per_source"}``,
         its metrics on the scored rows that are in none of the checked training files.
     """
     from herald_service.probes.artifact import load_probe

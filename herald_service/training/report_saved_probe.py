@@ -23,15 +23,30 @@ def _fmt(metric: dict | None, pct: bool) -> str:
     return text
 
 
-def trained_on_note(block: dict) -> str | None:
+def _files(n: int) -> str:
+    return f"{n} training file" + ("" if n == 1 else "s")
+
+
+def trained_on_note(block: dict, training_files: dict | None = None) -> str | None:
     """What a saved-probe set's block says of the probe's training prompts in it, or None when it says nothing (the
     jailbreak-wrapped set; results written before ``herald eval --probe`` checked).
 
     ``in_training_files`` (prompts counted, :func:`~.eval.probe_training_overlap`) where recorded; else the older
-    ``trained_on`` flag, which compared whole files by sha256 only.
+    ``trained_on`` flag, which compared whole files by sha256 only. A block with ``checked_all: false`` counted the
+    prompts of the checked training files only, and says so with the numbers of ``training_files`` (the results'
+    ``saved_probe.training_files``) where given: it said "none of its 60 prompts is in the probe's training files"
+    when 20 were, in a file that could not be checked (tester finding).
     """
     if "in_training_files" in block:
         count, rows = block["in_training_files"], block.get("rows")
+        if block.get("checked_all") is False:
+            checked = len((training_files or {}).get("checked") or [])
+            unchecked = len((training_files or {}).get("unchecked") or {})
+            if training_files is None:
+                return f"{count} of its {rows} prompts are in the training files checked (some could not be)"
+            if not checked:
+                return f"not compared: none of the {_files(unchecked)} its probe.json records could be checked"
+            return f"{count} of its {rows} prompts are in the {_files(checked)} checked ({unchecked} could not be)"
         if not count:
             return f"none of its {rows} prompts is in the probe's training files"
         same = f" (the bytes of its training file {block['same_file']})" if block.get("same_file") else ""
@@ -57,7 +72,7 @@ def warnings(saved: dict) -> list[str]:
     for name, block in (saved.get("sets") or {}).items():
         if block.get("trained_on"):
             apart = " (its rows the probe never saw are scored apart below)" if block.get("unseen") else ""
-            out.append(f"`{name}`: {trained_on_note(block)}, so the saved probe's metrics on it are not those of unseen"
+            out.append(f"`{name}`: {trained_on_note(block, saved.get('training_files'))}, so the saved probe's metrics on it are not those of unseen"
                        f" prompts{apart}")
     return out
 
@@ -76,7 +91,7 @@ def section(saved: dict | None, meta: dict) -> list[str]:
         out += [f"**Warning**: {text}", ""]
     rows = []
     for name, block in sets.items():
-        note = trained_on_note(block) or ("not compared (wrapped requests of this run)" if name == "jailbreak_wrapped"
+        note = trained_on_note(block, saved.get("training_files")) or ("not compared (wrapped requests of this run)" if name == "jailbreak_wrapped"
                                           else "not checked (results from before the check)")
         n = (block.get("pooled") or {}).get("n", {}).get("value")
         rows.append([f"`{name}`", str(n), note, *(_fmt((block.get("pooled") or {}).get(key), pct) for key, _, pct in METRICS)])
@@ -93,6 +108,8 @@ def section(saved: dict | None, meta: dict) -> list[str]:
 
 def trained_on_sets(saved: dict | None) -> dict[str, str]:
     """``{set name: note}`` (:func:`trained_on_note`) of the saved probe's sets that hold prompts it may have been
-    trained on, for the report's lines that would otherwise call them never trained on."""
-    return {name: trained_on_note(block) or "trained on" for name, block in ((saved or {}).get("sets") or {}).items()
-            if block.get("trained_on")}
+    trained on, or that could not be checked in full (``checked_all: false``), for the report's lines that would
+    otherwise call them never trained on."""
+    files = (saved or {}).get("training_files")
+    return {name: trained_on_note(block, files) or "trained on" for name, block in ((saved or {}).get("sets") or {}).items()
+            if block.get("trained_on") or block.get("checked_all") is False}
