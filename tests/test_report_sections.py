@@ -706,7 +706,9 @@ def test_the_saved_probe_has_a_section_with_its_threshold_metrics_and_trained_on
     section = text[text.index("## Saved probe (`herald eval --probe`)"):]
     section = section[: section.index("\n## ", 1)]
     assert section.splitlines()[2].startswith("The probe in `models/tiny`, fitted by `herald fit` (not in this run),"
-                                              " scored at its own stored threshold -0.7468 on the sets below")
+                                              " scored at its own stored threshold -0.7468 on the sets below: the rows"
+                                              " of each `--test-data` file that fit --max-tokens and the"
+                                              " jailbreak-wrapped set (")
     assert ("**Warning**: 1 of the 2 training files its probe.json records could not be checked for --test-data prompts:"
             " gone.jsonl (not among --data or --test-data); the counts below compare with those of the other 1 only") in section
     assert ("**Warning**: `three.jsonl`: 3 of its 5 prompts are in the 1 training file checked (1 could not be), so the"
@@ -741,6 +743,22 @@ def test_a_saved_probe_count_over_some_of_its_training_files_is_never_called_non
     saved = {"training_files": files, "sets": {"law.jsonl": partial, "tax.jsonl": complete}}
     assert trained_on_sets(saved) == {
         "law.jsonl": "0 of its 60 prompts are in the 3 training files checked (2 could not be)"}
+
+
+def test_the_saved_probe_intro_names_only_the_sets_it_scored():
+    # tester finding: it named "the jailbreak-wrapped set" under --jailbreak-n 0, where the results have none
+    from herald_service.training.report_saved_probe import section
+
+    block = saved_probe_block()
+    lines = {}
+    for kept in (("three.jsonl", "fresh.jsonl"), ("jailbreak_wrapped",)):
+        saved = {**block, "sets": {name: block["sets"][name] for name in kept}}
+        lines[kept] = section(saved, {"replicates": 30})[2]
+    assert ("on the sets below: the rows of each `--test-data` file that fit --max-tokens (30-replicate bootstrap"
+            " intervals).") in lines[("three.jsonl", "fresh.jsonl")]
+    assert "jailbreak" not in lines[("three.jsonl", "fresh.jsonl")]
+    assert "on the sets below: the jailbreak-wrapped set (30-replicate" in lines[("jailbreak_wrapped",)]
+    assert "--test-data" not in lines[("jailbreak_wrapped",)]
 
 
 def test_results_without_a_saved_probe_have_no_such_section(tmp_path):

@@ -7,6 +7,8 @@ finding).
 
 from __future__ import annotations
 
+from herald_service.training.corpus import JAILBREAK_SET
+
 METRICS = (("f1", "F1", False), ("auroc", "AUROC", False), ("recall", "recall %", True),
            ("false_positive_rate", "FPR %", True))
 """The columns of the section's table: results key, header, shown as a percentage."""
@@ -82,17 +84,22 @@ def section(saved: dict | None, meta: dict) -> list[str]:
     if not saved:
         return []
     sets = saved.get("sets") or {}
+    # only the sets present: it named the jailbreak-wrapped set under --jailbreak-n 0 (tester finding)
+    scored = [text for text, present in (
+        ("the rows of each `--test-data` file that fit --max-tokens", any(name != JAILBREAK_SET for name in sets)),
+        ("the jailbreak-wrapped set", JAILBREAK_SET in sets)) if present]
     out = ["## Saved probe (`herald eval --probe`)", "",
            f"The probe in `{saved.get('folder')}`, fitted by `herald fit` (not in this run), scored at its own stored "
-           f"threshold {saved.get('threshold'):.4f} on the sets below: the rows of each `--test-data` file that fit "
-           f"--max-tokens and the jailbreak-wrapped set ({meta.get('replicates')}-replicate bootstrap intervals). Its "
-           "training rows are not this run's split, so nothing here is leave-one-source-out.", ""]
+           f"threshold {saved.get('threshold'):.4f} on the sets below: {' and '.join(scored) or 'none'} "
+           f"({meta.get('replicates')}-replicate bootstrap intervals). Its training rows are not this run's split, so "
+           "nothing here is leave-one-source-out.", ""]
     for text in warnings(saved):
         out += [f"**Warning**: {text}", ""]
     rows = []
     for name, block in sets.items():
-        note = trained_on_note(block, saved.get("training_files")) or ("not compared (wrapped requests of this run)" if name == "jailbreak_wrapped"
-                                          else "not checked (results from before the check)")
+        note = trained_on_note(block, saved.get("training_files")) or (
+            "not compared (wrapped requests of this run)" if name == JAILBREAK_SET
+            else "not checked (results from before the check)")
         n = (block.get("pooled") or {}).get("n", {}).get("value")
         rows.append([f"`{name}`", str(n), note, *(_fmt((block.get("pooled") or {}).get(key), pct) for key, _, pct in METRICS)])
         unseen = block.get("unseen")
@@ -110,6 +117,6 @@ def trained_on_sets(saved: dict | None) -> dict[str, str]:
     """``{set name: note}`` (:func:`trained_on_note`) of the saved probe's sets that hold prompts it may have been
     trained on, or that could not be checked in full (``checked_all: false``), for the report's lines that would
     otherwise call them never trained on."""
-    files = (saved or {}).get("training_files")
-    return {name: trained_on_note(block, files) or "trained on" for name, block in ((saved or {}).get("sets") or {}).items()
+    files, sets = (saved or {}).get("training_files"), (saved or {}).get("sets") or {}
+    return {name: trained_on_note(block, files) or "trained on" for name, block in sets.items()
             if block.get("trained_on") or block.get("checked_all") is False}
