@@ -461,7 +461,7 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
         raise ProbeMismatch(f"no probe tensors at {path}", field="probe")
     tensor_bytes = _read_probe_file(path)
     try:
-        tensors = load_bytes(tensor_bytes)
+        tensors = dict(sorted(load_bytes(tensor_bytes).items()))  # by name, as load_file gave them: errors name the first
     except Exception as exc:  # safetensors raises its own SafetensorError (truncated, corrupt header)
         raise ProbeMismatch(f"cannot read probe tensors {path}: {type(exc).__name__}: {exc} (HERALD_PROBE)", field="probe") from exc
     missing = sorted({"directions", "centers", "scales", "feature_mean", "feature_std"} - set(tensors))
