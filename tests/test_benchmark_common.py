@@ -17,8 +17,8 @@ SCRIPT = textwrap.dedent("""
     if sys.argv[1] == "handled":
         exit_on_sigterm()
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # stands in for herald serve
-    print(server.pid, flush=True)
-    try:
+    try:  # the pid is printed inside: a SIGTERM right after it, before the try, skipped the cleanup (a flaky run)
+        print(server.pid, flush=True)
         time.sleep(120)
     finally:  # what HeraldServer.__exit__ and the other benchmarks' cleanups do
         server.terminate()
