@@ -357,8 +357,8 @@ def read_test_data(paths: list[Path]) -> dict[Path, list]:
     (:func:`~herald_service.training.corpus.load_corpus`).
 
     Raises:
-        ValueError: every error of :func:`~herald_service.training.corpus.check_test_data_paths`, a file without a row (empty or blank lines only),
-            and every error of ``load_corpus`` (file and line of a bad row).
+        ValueError: every error of :func:`~herald_service.training.corpus.check_test_data_paths`, a file without a
+            row (empty or blank lines only), and every error of ``load_corpus`` (file and line of a bad row).
         NotUtf8Error, OSError: as ``load_corpus``.
     """
     from herald_service.training.corpus import check_test_data_paths, load_corpus
@@ -451,8 +451,8 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
     ``probe.json`` records each training file's name and sha256 (``training_data.files``), not its folder, so a
     recorded file is looked for among this run's ``--data`` files by its sha256 (its rows, then, are those the probe
     read), under its name or another (a renamed copy was reported "not among --data": tester finding), or else among
-    the ``--test-data`` files by sha256; a ``--data`` file of its name with other bytes is "changed since the fit". Prompts are compared as :func:`test_data_overlap`
-    compares them (:func:`count_held`). A test file whose sha256 is a recorded file's counts whole even when that file
+    the ``--test-data`` files by sha256; a ``--data`` file of its name with other bytes is "changed since the fit".
+    Prompts are compared as :func:`test_data_overlap` compares them (:func:`count_held`). A test file whose sha256 is a recorded file's counts whole even when that file
     is not among ``--data``. Only a sha256 match was checked before: a copy of the training file with one more newline
     was marked ``trained_on: false`` with no warning and its F1 of 0.98 read as unseen (tester finding). The probe saw
     only its training part, after the per-source cap and the 20% held out, but which rows those were is not recorded,
@@ -689,8 +689,9 @@ def run_eval(options: EvalOptions) -> dict:
         ValueError: before any model loads, ``jailbreak_train_per_class`` without a templates file, a missing, bad,
             empty or same-named ``--test-data`` file (:func:`read_test_data`), then (after these inputs and ``--probe``)
             an existing ``out`` without ``overwrite`` (:func:`~herald_service.out_path.refuse_an_existing_out`),
-            learning-curve sizes whose draws cannot be fitted (:func:`require_curve_draws`), and the data errors of :func:`load_corpus_states`; after the load, a ``--test-data`` file whose prompts
-            all exceed ``max_tokens``.
+            learning-curve sizes whose draws cannot be fitted (:func:`require_curve_draws`), and the data errors of
+            :func:`load_corpus_states`; after the load, a ``--test-data`` file whose prompts all exceed
+            ``max_tokens``.
         BackboneError: the backbone cannot be loaded; ProbeMismatch: ``--probe`` cannot be loaded or is for another
             backbone.
     """
@@ -884,9 +885,10 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case. With
         ``overlap``: ``"training_files"`` (:meth:`ProbeTrainingOverlap.record`) and, for each ``--test-data`` set,
         ``"rows"``, ``"in_training_files"`` (prompts of the file, scored or not, in the checked training files),
-        ``"trained_on"`` (any), ``"same_file"`` and ``"checked_all"`` (false: some training files could not be checked,
-        so neither a count of 0 nor ``trained_on: false`` means unseen); a set with both seen and unseen scored rows also has ``"unseen": {"pooled", "per_source"}``,
-        its metrics on the scored rows that are in none of the checked training files.
+        ``"trained_on"`` (any), ``"same_file"`` and ``"checked_all"`` (false: some training files could not be
+        checked, so neither a count of 0 nor ``trained_on: false`` means unseen); a set with both seen and unseen
+        scored rows also has ``"unseen": {"pooled", "per_source"}``, its metrics on the scored rows that are in none
+        of the checked training files.
     """
     from herald_service.probes.artifact import load_probe
 
