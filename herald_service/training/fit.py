@@ -252,7 +252,7 @@ interval [1, 1], where the exact binomial 95% interval of 2 of 2 is [0.16, 1] (t
 out). The warning, not the interval, is what tells the reader then."""
 
 
-def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, flagged: np.ndarray,
+def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.ndarray,
                         sources: list[str], also_in_training: np.ndarray, seed: int,
                         replicates: int = DEFAULT_REPLICATES) -> dict:
     """probe.json's ``evaluation``: the held-out metrics, with 95% bootstrap intervals, and again without the held-out
@@ -266,8 +266,8 @@ def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, flagged: np.ndar
 
     Args:
         labels: ``(n,)`` 1 harmful, 0 benign, of the held-out rows.
-        logits: ``(n,)`` float, the probe's logits minus its threshold (margins: the scores, their sigmoid, reach 1.0
-            past a margin of about 37 and would tie); flagged: ``(n,)`` bool, its verdicts.
+        margins: ``(n,)`` float, the probe's logits minus its threshold (not the scores, their sigmoid, which reach
+            1.0 past a margin of about 37 and would tie); flagged: ``(n,)`` bool, its verdicts.
         sources: ``n`` source names; ``also_in_training``: ``(n,)`` bool, the prompt (folded as
             :func:`~herald_service.prompt_text.normalize_prompt_text` reads it, as the duplicate check compares) is
             also one of the rows the probe was fitted or calibrated on.
@@ -286,8 +286,8 @@ def held_out_evaluation(labels: np.ndarray, logits: np.ndarray, flagged: np.ndar
     def block(index: np.ndarray, part: str) -> dict:
         if not len(index):
             return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}
-        metrics = metrics_by_source(labels[index], logits[index], flagged[index], [sources[i] for i in index])
-        interval = bootstrap_metrics(labels[index], logits[index], flagged[index], replicates=replicates, seed=seed)
+        metrics = metrics_by_source(labels[index], margins[index], flagged[index], [sources[i] for i in index])
+        interval = bootstrap_metrics(labels[index], margins[index], flagged[index], replicates=replicates, seed=seed)
         for name, bounds in interval.items():  # one number: the bootstrap's own estimate differed in its last digit
             if name in metrics["pooled"]:
                 bounds["value"] = metrics["pooled"][name]
