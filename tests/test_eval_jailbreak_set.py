@@ -195,6 +195,25 @@ def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned
     # the unseen rows of three.jsonl are the fresh file's: the same metrics, on the same 2 rows
     assert sets["three.jsonl"]["pooled"]["n"]["value"] == 5
     assert sets["three.jsonl"]["unseen"] == {key: sets["fresh.jsonl"][key] for key in ("pooled", "per_source")}
+    # the training file changed since the fit (same name, one more row): not checked, so no row is called unseen (the
+    # rows of an unchecked file were scored as "the rows the probe never saw": re-tester), and a test file's rows over
+    # --max-tokens are counted and logged (they were dropped without a word)
+    changed = tmp_path / "changed" / "data.jsonl"
+    changed.parent.mkdir()
+    changed.write_text(data.read_text() + json.dumps({"prompt": "bake bread again", "label": "benign", "source": "Alpaca"}) + "\n")
+    long = tmp_path / "long.jsonl"
+    long.write_text("".join(json.dumps({**r, "prompt": r["prompt"] + " hello" * 40 * (i % 2)}) + "\n" for i, r in enumerate(rows[10:16])))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        run_eval(EvalOptions(data=[changed], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                             test_data=[three, long], probe=tmp_path / "probe", methods=("logreg_last",), loso=False,
+                             curve_sizes=(), replicates=10, jailbreak_templates=None, overwrite=True, max_tokens=32))
+    results = json.loads(out.read_text())
+    sets = results["saved_probe"]["sets"]
+    assert (sets["three.jsonl"]["checked_all"], sets["three.jsonl"]["in_training_files"]) == (False, 0)
+    assert "unseen" not in sets["three.jsonl"]
+    assert results["meta"]["test_data_skipped_over_max_tokens"] == {"long.jsonl": 3}
+    assert f"--test-data {long}: 3 of its 6 prompts render to more than --max-tokens 32 tokens and are not scored" in caplog.text
 
 
 def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_one_warning(tmp_path, caplog):
@@ -219,9 +238,19 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
         f"--probe {tmp_path / 'probe'}: 2 of the 3 training files its probe.json records cannot be checked for"
         " --test-data prompts: changed.jsonl (changed since the fit: its sha256 is no longer the one recorded),"
         " gone.jsonl (not among --data or --test-data); --test-data prompts are compared with those of the other 1 only",
-        f"--test-data {test}: 1 of its 2 prompts are in the training files of the --probe {tmp_path / 'probe'} (those"
-        " its probe.json records); it may have been trained on them, so the saved probe's metrics on this file are not"
-        " those of unseen prompts (its metrics on the other 1 are recorded apart)"]
+        f"--test-data {test}: 1 of its 2 prompts is in the checked training files of the --probe {tmp_path / 'probe'}"
+        " (those its probe.json records); it may have been trained on them, so the saved probe's metrics on this file"
+        " are not those of unseen prompts"]
+    # a probe.json that records no training files: nothing was checked, so a count of 0 says nothing (it read "none
+    # of its prompts is in the probe's training files": re-tester)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        bare = probe_training_overlap({test: load_corpus([test])}, tmp_path / "probe", {"training_data": {}}, [kept],
+                                      {"kept.jsonl": {"bake bread"}})
+    assert bare.sets == {"test.jsonl": {"rows": 2, "in_training_files": 0, "same_file": None, "checked_all": False}}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--probe {tmp_path / 'probe'}: its probe.json records no training files (training_data.files), so --test-data"
+        " prompts cannot be checked against its training data"]
     # the training file not among --data but given as --test-data (the tester's run: --data other.jsonl --test-data
     # copy.jsonl --test-data combo.jsonl): found by its sha256 there, so its copy with one more newline is caught too
     copy = tmp_path / "copy.jsonl"

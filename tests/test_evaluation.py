@@ -361,4 +361,24 @@ def test_fit_held_out_evaluation_counts_rows_also_in_training_and_scores_the_res
     for block in (evaluation, unseen):  # each interval's value is its pooled metric, to the last digit (re-tester)
         assert all(bounds["value"] == block["pooled"][name] for name, bounds in block["pooled_95ci"].items()), block
     every = held_out_evaluation(labels, margins, margins >= 0, sources, np.ones(50, dtype=bool), seed=0)
-    assert every["excluding_also_in_training"] == {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}
+    assert every["excluding_also_in_training"] == {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}, "note": (
+        "the held-out part without copies of training rows holds no row: every held-out prompt is also a training"
+        " prompt")}
+
+
+def test_fit_held_out_auroc_lies_inside_its_interval_where_scikit_learn_reads_a_perfect_ranking_as_below_1():
+    # 60 rows of a label drawn from 34 distinct margins: roc_auc_score says 0.9999999999999999, the bootstrap 1.0,
+    # and the interval [1.0, 1.0] did not hold its own value (re-tester)
+    from sklearn.metrics import roc_auc_score
+
+    from herald_service.training.fit import held_out_evaluation
+
+    rng = np.random.default_rng(0)
+    k = rng.integers(5, 40)
+    harmful, benign = rng.normal(3, 1, k), rng.normal(-3, 1, k)
+    margins = np.r_[rng.choice(harmful, 60), rng.choice(benign, 60)]
+    labels = np.r_[np.ones(60, dtype=int), np.zeros(60, dtype=int)]
+    assert roc_auc_score(labels, margins) < 1.0  # the case
+    evaluation = held_out_evaluation(labels, margins, margins >= 0, ["s"] * 120, np.zeros(120, dtype=bool), seed=0)
+    auroc = evaluation["pooled_95ci"]["auroc"]
+    assert auroc["lo"] <= auroc["value"] == evaluation["pooled"]["auroc"] <= auroc["hi"]

@@ -743,6 +743,19 @@ def test_a_saved_probe_count_over_some_of_its_training_files_is_never_called_non
     saved = {"training_files": files, "sets": {"law.jsonl": partial, "tax.jsonl": complete}}
     assert trained_on_sets(saved) == {
         "law.jsonl": "0 of its 60 prompts are in the 3 training files checked (2 could not be)"}
+    # a probe.json that records no training files (re-tester: "none of its 40 prompts"), and one prompt's verb
+    assert trained_on_note(partial, {"checked": [], "unchecked": {}}) == (
+        "not compared: the probe's probe.json records no training files")
+    assert trained_on_note({**complete, "rows": 18, "in_training_files": 1}) == (
+        "1 of its 18 prompts is in the probe's training files")
+
+
+def test_a_saved_probe_with_nothing_scored_has_no_section():
+    # --probe without --test-data or a wrapped set printed "on the sets below: none" over an empty table (re-tester)
+    from herald_service.training.report_saved_probe import section
+
+    assert section({**saved_probe_block(), "sets": {}}, {"replicates": 30}) == []
+    assert section(saved_probe_block(), {"replicates": 30})[0] == "## Saved probe (`herald eval --probe`)"
 
 
 def test_the_saved_probe_intro_names_only_the_sets_it_scored():

@@ -492,6 +492,9 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
             unchecked[name] = "not among --data or --test-data"
         else:
             unchecked[name] = "changed since the fit: its sha256 is no longer the one recorded"
+    if not recorded:  # nothing checked: a count of 0 said "none of its prompts" (re-tester)
+        log.warning("--probe %s: its probe.json records no training files (training_data.files), so --test-data prompts"
+                    " cannot be checked against its training data", probe_folder)
     if unchecked:
         log.warning("--probe %s: %d of the %d training files its probe.json records cannot be checked for --test-data "
                     "prompts: %s; %s", probe_folder, len(unchecked), len(recorded),
@@ -504,18 +507,20 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
         count = len(rows) if same is not None else count_held(rows, held)
         # a whole-file match counts every row whatever else could be checked; else the count is of the checked files
         # only, which read as "none of its prompts" when some could not be checked (tester finding)
-        sets[path.name] = {"rows": len(rows), "in_training_files": count, "same_file": same,
-                           "checked_all": same is not None or not unchecked}
+        complete = same is not None or (bool(recorded) and not unchecked)
+        sets[path.name] = {"rows": len(rows), "in_training_files": count, "same_file": same, "checked_all": complete}
         if same is not None:
             whole.add(path.name)
             log.warning("--test-data %s: the --probe %s was trained on this file (its probe.json records %s with the same"
                         " sha256), so the saved probe's metrics on it are not those of unseen prompts", path,
                         probe_folder, same)
         elif count:
-            log.warning("--test-data %s: %d of its %d prompts are in the training files of the --probe %s (those its "
+            log.warning("--test-data %s: %d of its %d prompts %s in the %straining files of the --probe %s (those its "
                         "probe.json records); it may have been trained on them, so the saved probe's metrics on this file"
-                        " are not those of unseen prompts%s", path, count, len(rows), probe_folder,
-                        f" (its metrics on the other {len(rows) - count} are recorded apart)" if count < len(rows) else "")
+                        " are not those of unseen prompts%s", path, count, len(rows), "is" if count == 1 else "are",
+                        "" if complete else "checked ", probe_folder,
+                        f" (its metrics on the other {len(rows) - count} are recorded apart)"
+                        if count < len(rows) and complete else "")
     return ProbeTrainingOverlap(sets, unchecked, checked, frozenset(held), frozenset(whole))
 
 
@@ -752,8 +757,16 @@ def run_eval(options: EvalOptions) -> dict:
     overlap = test_data_overlap(test_sets, set().union(*data_prompts.values()))
     probe_overlap = (probe_training_overlap(test_sets, options.probe, probe_manifest, files, data_prompts)
                      if options.probe is not None else None)
+    if options.probe is not None and not test_sets and JAILBREAK_SET not in extra:
+        log.warning("--probe %s has nothing to score: give --test-data files (or a jailbreak-wrapped set, "
+                    "--jailbreak-n above 0); the saved probe is left out of the results' sets", options.probe)
+    test_skipped: dict[str, int] = {}
     for path, rows in test_sets.items():
-        extra[path.name], _, _ = _states_for(backbone, rows, cache, options.max_tokens, path.name)
+        extra[path.name], _, over = _states_for(backbone, rows, cache, options.max_tokens, path.name)
+        if sum(over.values()):  # dropped without a word, and its set read "none of its N prompts" (re-tester)
+            test_skipped[path.name] = sum(over.values())
+            log.warning("--test-data %s: %d of its %d prompts render to more than --max-tokens %d tokens and are not "
+                        "scored", path, test_skipped[path.name], len(rows), options.max_tokens)
         if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
             raise ValueError(f"every prompt of {path} (--test-data) exceeds --max-tokens {options.max_tokens} once"
                              " rendered; raise --max-tokens or give shorter prompts")
@@ -780,6 +793,7 @@ def run_eval(options: EvalOptions) -> dict:
         "max_tokens": options.max_tokens,
         "prompt_text": PROMPT_TEXT,
         "skipped_over_max_tokens": skipped,
+        "test_data_skipped_over_max_tokens": test_skipped,  # per --test-data file name
         "seed": options.seed,
         "command": options.command,
         "jailbreak_max_chars": options.jailbreak_max_chars,
@@ -911,7 +925,8 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
             counted = overlap.sets[name]
             out["sets"][name].update(counted, trained_on=counted["in_training_files"] > 0)
             unseen = ~overlap.seen(name, extra.prompts)
-            if 0 < unseen.sum() < len(unseen):
+            # only where every training file was checked: else rows of an unchecked one were called unseen (re-tester)
+            if counted["checked_all"] and 0 < unseen.sum() < len(unseen):
                 out["sets"][name]["unseen"] = {"pooled": boot(extra.labels[unseen], m[unseen], replicates),
                                                "per_source": by_source(extra.labels[unseen], m[unseen],
                                                                        extra.sources[unseen], replicates)}

@@ -284,13 +284,16 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
     names = {value: name for name, value in LABELS.items()}
 
     def block(index: np.ndarray, part: str) -> dict:
-        if not len(index):
-            return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {}}
+        if not len(index):  # every held-out row has a copy in training (re-tester: a bare n 0, no word)
+            return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {},
+                    "note": f"{part} holds no row: every held-out prompt is also a training prompt"}
         metrics = metrics_by_source(labels[index], margins[index], flagged[index], [sources[i] for i in index])
         interval = bootstrap_metrics(labels[index], margins[index], flagged[index], replicates=replicates, seed=seed)
-        for name, bounds in interval.items():  # one number: the bootstrap's own estimate differed in its last digit
-            if name in metrics["pooled"]:
-                bounds["value"] = metrics["pooled"][name]
+        for name, bounds in interval.items():  # one number: the bootstrap's own estimate differed in its last digit,
+            if name in metrics["pooled"]:  # and the bounds hold it (scikit-learn's AUROC of a perfect ranking can
+                bounds["value"] = metrics["pooled"][name]  # read 0.9999999999999999 against the bootstrap's 1.0)
+                if "lo" in bounds:
+                    bounds["lo"], bounds["hi"] = min(bounds["lo"], bounds["value"]), max(bounds["hi"], bounds["value"])
         out = {**metrics, "pooled_95ci": interval}
         counts = {names[label]: int((labels[index] == label).sum()) for label in (1, 0)}
         few = {name: n for name, n in counts.items() if n < FEW_HELD_OUT_PER_LABEL}

@@ -29,6 +29,11 @@ def _files(n: int) -> str:
     return f"{n} training file" + ("" if n == 1 else "s")
 
 
+def _are(count: int) -> str:
+    """The verb of "N of its prompts are": "1 of its 18 prompts is"."""
+    return "is" if count == 1 else "are"
+
+
 def trained_on_note(block: dict, training_files: dict | None = None) -> str | None:
     """What a saved-probe set's block says of the probe's training prompts in it, or None when it says nothing (the
     jailbreak-wrapped set; results written before ``herald eval --probe`` checked).
@@ -45,14 +50,17 @@ def trained_on_note(block: dict, training_files: dict | None = None) -> str | No
             checked = len((training_files or {}).get("checked") or [])
             unchecked = len((training_files or {}).get("unchecked") or {})
             if training_files is None:
-                return f"{count} of its {rows} prompts are in the training files checked (some could not be)"
+                return f"{count} of its {rows} prompts {_are(count)} in the training files checked (some could not be)"
+            if not checked and not unchecked:  # probe.json records none (re-tester: read "none of its prompts")
+                return "not compared: the probe's probe.json records no training files"
             if not checked:
                 return f"not compared: none of the {_files(unchecked)} its probe.json records could be checked"
-            return f"{count} of its {rows} prompts are in the {_files(checked)} checked ({unchecked} could not be)"
+            return (f"{count} of its {rows} prompts {_are(count)} in the {_files(checked)} checked ({unchecked} could"
+                    " not be)")
         if not count:
             return f"none of its {rows} prompts is in the probe's training files"
         same = f" (the bytes of its training file {block['same_file']})" if block.get("same_file") else ""
-        return f"{count} of its {rows} prompts are in the probe's training files{same}"
+        return f"{count} of its {rows} prompts {_are(count)} in the probe's training files{same}"
     if "trained_on" in block:
         return ("the probe was trained on this file (same sha256)" if block["trained_on"] else
                 "not the bytes of a training file (sha256 only; prompts not compared)")
@@ -81,7 +89,7 @@ def warnings(saved: dict) -> list[str]:
 
 def section(saved: dict | None, meta: dict) -> list[str]:
     """Markdown lines of the report's section on ``saved`` (the results' ``saved_probe``); none without it."""
-    if not saved:
+    if not saved or not saved.get("sets"):  # nothing scored (--probe without --test-data or a wrapped set): no table
         return []
     sets = saved.get("sets") or {}
     # only the sets present: it named the jailbreak-wrapped set under --jailbreak-n 0 (tester finding)
