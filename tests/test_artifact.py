@@ -235,6 +235,17 @@ def test_eval_warns_when_a_jailbreak_augmented_probe_was_fitted_under_another_se
     assert "warning" not in score_saved_probe(tmp_path / "augmented", backbone.info, extra, replicates=20, seed=1)
     save_probe(probe, tmp_path / "plain", {**augmented, "training_data": {"seed": 1, "jailbreak_augmentation": None}})
     assert "warning" not in score_saved_probe(tmp_path / "plain", backbone.info, extra, replicates=20, seed=0)
+    # fitted under another cap: the wrapped requests (rows this run's cap left out) may be its training rows, and their
+    # recall read 100% with no word (re-tester)
+    capped = {**augmented, "training_data": {"seed": 0, "max_per_source_and_label": None}}
+    save_probe(probe, tmp_path / "uncapped", capped)
+    out = score_saved_probe(tmp_path / "uncapped", backbone.info, extra, replicates=20, seed=0, max_per_source=20)
+    assert out["warning"] == ("the jailbreak-wrapped set wraps AdvBench and HarmBench requests this run's"
+                              " --max-per-source 20 (--seed 0) left out, and the probe was fitted with --max-per-source"
+                              " null (--seed 0): it may have been trained on some of them, so its jailbreak-wrapped"
+                              " recall may be inflated; evaluate with the probe's --max-per-source and --seed")
+    assert "warning" not in score_saved_probe(tmp_path / "uncapped", backbone.info, extra, replicates=20, seed=0,
+                                              max_per_source=None)
 
 
 def _saved(tmp_path, fitted):

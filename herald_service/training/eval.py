@@ -782,7 +782,7 @@ def run_eval(options: EvalOptions) -> dict:
         results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
     if options.probe is not None:
         results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
-                                                   probe_overlap)
+                                                   probe_overlap, options.max_per_source)
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -885,15 +885,18 @@ def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_
 
 
 def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0,
-                      overlap: ProbeTrainingOverlap | None = None) -> dict:
+                      overlap: ProbeTrainingOverlap | None = None, max_per_source: int | None = 150) -> dict:
     """Score the extra sets with a saved probe artifact (e.g. the shipped one, fitted on the whole capped corpus)
     at its own stored threshold; margins are ``logit - threshold`` as in :func:`margins`.
 
     A probe fitted with ``herald fit --jailbreak-train-per-class`` under another ``--seed`` than ``seed`` may have
-    trained on templates of this run's jailbreak-wrapped set: the output then carries a ``warning`` (also logged).
+    trained on templates of this run's jailbreak-wrapped set, and one fitted under another ``--max-per-source`` or
+    ``--seed`` on the requests it wraps (the AdvBench and HarmBench rows this run's cap left out: their recall read
+    100% with no word, re-tester): the output then carries a ``warning`` (also logged).
 
     Args:
         overlap: the ``--test-data`` prompts in the probe's training files (:func:`probe_training_overlap`).
+        max_per_source: this run's ``--max-per-source`` (None: no cap), compared with the probe's.
 
     Returns:
         ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case. With
@@ -909,10 +912,24 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
     probe, manifest = load_probe(folder, info)
     out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "sets": {}}
     training = manifest.get("training_data") or {}
-    if training.get("jailbreak_augmentation") and training.get("seed") != seed and "jailbreak_wrapped" in extra_sets:
-        out["warning"] = (f"the probe was fitted with jailbreak-wrapped training rows under --seed {training.get('seed')}, "
-                          f"this evaluation uses --seed {seed}: its templates may overlap the probe's training templates, "
-                          "so its jailbreak-wrapped recall may be inflated; evaluate with the probe's seed")
+    warnings = []
+    if training.get("jailbreak_augmentation") and training.get("seed") != seed and JAILBREAK_SET in extra_sets:
+        warnings.append(f"the probe was fitted with jailbreak-wrapped training rows under --seed {training.get('seed')}, "
+                        f"this evaluation uses --seed {seed}: its templates may overlap the probe's training templates, "
+                        "so its jailbreak-wrapped recall may be inflated; evaluate with the probe's seed")
+    cap = training.get("max_per_source_and_label")
+    if JAILBREAK_SET in extra_sets and "max_per_source_and_label" in training and (cap, training.get("seed")) != (
+            max_per_source, seed):  # the wrapped requests are the rows this run's cap left out (re-tester)
+        def spelt(value: int | None) -> str:  # as the option is given
+            return "null" if value is None else str(value)
+
+        warnings.append(f"the jailbreak-wrapped set wraps AdvBench and HarmBench requests this run's --max-per-source "
+                        f"{spelt(max_per_source)} (--seed {seed}) left out, and the probe was fitted with "
+                        f"--max-per-source {spelt(cap)} "
+                        f"(--seed {training.get('seed')}): it may have been trained on some of them, so its "
+                        "jailbreak-wrapped recall may be inflated; evaluate with the probe's --max-per-source and --seed")
+    if warnings:
+        out["warning"] = "; and ".join(warnings)
         log.warning("%s", out["warning"])
     if overlap is not None:
         out["training_files"] = overlap.record()
