@@ -521,17 +521,16 @@ def check_probe_folder(probe: Path | None) -> None:
     already exists": tester finding); the probe itself is loaded and checked by ``run_eval``, before the backbone.
 
     Raises:
-        ValueError: naming ``--probe`` and the path.
+        ProbeMismatch: a path that does not exist or is a file (:func:`~herald_service.probes.folder.require_probe_folder`,
+            as ``herald serve`` checks its probe); ValueError: a folder without ``probe.json``, naming ``--probe``.
     """
+    from herald_service.probes.folder import MANIFEST_FILE, require_probe_folder
+
     if probe is None:
         return
-    if not probe.exists():
-        raise ValueError(f"probe folder {probe} does not exist (--probe)")
-    if probe.is_file():
-        advice = f"use {probe.parent}" if (probe.parent / "probe.json").is_file() else f"{probe} is a file"
-        raise ValueError(f"the probe (--probe) must be its folder, the one holding probe.json: {advice}")
-    if not (probe / "probe.json").is_file():
-        raise ValueError(f"no probe at {probe}: probe.json is missing (--probe; fit one with `herald fit`)")
+    require_probe_folder(probe, "--probe")
+    if not (probe / MANIFEST_FILE).is_file():
+        raise ValueError(f"no probe at {probe}: {MANIFEST_FILE} is missing (--probe; fit one with `herald fit`)")
 
 
 def limit_threads(threads: int) -> None:

@@ -13,8 +13,9 @@ from herald_service.backbone.base import Backbone, token_limit
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings
 from herald_service.engine.engine import classification_at
 from herald_service.errors import InputTooLarge, ProbeMismatch
-from herald_service.probes.artifact import (MANIFEST_FILE, backbone_manifest, check_chat_template, check_compatible,
+from herald_service.probes.artifact import (backbone_manifest, check_chat_template, check_compatible,
                                             compatibility_warnings, LoadedProbe, load_probe_files)
+from herald_service.probes.folder import require_probe_folder
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.probes.reference import REFERENCE_TOLERANCE, check_reference
 from herald_service.types import Classification, user_turn
@@ -131,13 +132,8 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, LoadedProbe]:
     """
     from herald_service.backbone.loader import backbone_slug
 
-    if settings.probe is not None and not settings.probe.exists():
-        raise ProbeMismatch(f"probe folder {settings.probe} does not exist (--probe or HERALD_PROBE)", field="probe")
-    if settings.probe is not None and settings.probe.is_file():
-        parent = settings.probe.parent
-        advice = f"use {parent}" if (parent / MANIFEST_FILE).is_file() else f"{settings.probe} is a file"
-        raise ProbeMismatch(f"the probe (--probe or HERALD_PROBE) must be its folder, the one holding {MANIFEST_FILE}: {advice}",
-                            field="probe")
+    if settings.probe is not None:
+        require_probe_folder(settings.probe, "--probe or HERALD_PROBE")
     slug = backbone_slug(settings.backbone)
     folder = settings.probe or default_probe_folder(slug)
     if not folder.exists():

@@ -23,6 +23,7 @@ from herald_service import __version__
 from herald_service.errors import ProbeMismatch
 from herald_service.out_path import umask_mode
 from herald_service.probes.directions import LayerDirections
+from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
 from herald_service.probes.scorer import TrajectoryScorer
@@ -31,8 +32,6 @@ from herald_service.strict_json import StrictJsonError, loads_unique
 from herald_service.types import BackboneInfo
 
 FORMAT_VERSION = 1
-TENSORS_FILE = "probe.safetensors"
-MANIFEST_FILE = "probe.json"
 
 TENSORS_METADATA = {"format": "herald-probe"}
 """The ``__metadata__`` of ``probe.safetensors``: one key, so that the same probe is the same bytes. safetensors writes
@@ -93,6 +92,18 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
     (folder / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
 
 
+def _manifest_path(folder: Path) -> Path:
+    """``folder``'s ``probe.json``, which must be there.
+
+    Raises:
+        ProbeMismatch: the folder or the file is missing.
+    """
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    return path
+
+
 def read_manifest(folder: Path, data: bytes | None = None) -> dict[str, Any]:
     """Parse ``probe.json`` (``data``: its bytes, already read).
 
@@ -101,9 +112,7 @@ def read_manifest(folder: Path, data: bytes | None = None) -> dict[str, Any]:
             is not a JSON object. ``herald fit`` writes none of these, so the message says the file is corrupt or
             hand-edited and names the field.
     """
-    path = folder / MANIFEST_FILE
-    if data is None and not path.is_file():
-        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    path = folder / MANIFEST_FILE if data is not None else _manifest_path(folder)
     corrupt = f"probe file {path} is corrupt or hand-edited"
     try:
         manifest = loads_unique(path.read_bytes() if data is None else data, check_numbers=True)
@@ -448,9 +457,7 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
             unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
             backbone mismatch.
     """
-    manifest_path = folder / MANIFEST_FILE
-    if not manifest_path.is_file():
-        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
+    manifest_path = _manifest_path(folder)
     manifest_bytes = _read_probe_file(manifest_path)
     manifest = read_manifest(folder, manifest_bytes)
     feature_set = check_manifest(manifest, manifest_path)
