@@ -351,7 +351,7 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
     Raises:
         ValueError: a path that does not exist, a folder without such files, a file that is not a regular file
             (:func:`require_regular_file`: a pipe such as ``/dev/stdin``), two files with one name
-            (:func:`refuse_shared_file_names`), or no path at all, naming ``option``.
+            (:func:`distinct_files`), or no path at all, naming ``option``.
     """
     files: list[Path] = []
     for path in paths:
@@ -368,15 +368,12 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
         require_regular_file(file, option)
     if not files:
         raise ValueError(f"{option}: no JSONL file or folder given")
-    first: dict[Path, Path] = {}
-    for file in files:
-        first.setdefault(file.resolve(), file)
-    refuse_shared_file_names(list(first.values()), option)
-    return list(first.values())
+    return distinct_files(files, option)
 
 
-def refuse_shared_file_names(files: list[Path], option: str) -> None:
-    """Refuse two different files of ``option`` with the same file name (``a/t.jsonl`` and ``b/t.jsonl``): Herald keys
+def distinct_files(files: list[Path], option: str) -> list[Path]:
+    """``files`` each once, where it first comes (a file given twice under any spelling, resolved), refusing two
+    different files of ``option`` with the same file name (``a/t.jsonl`` and ``b/t.jsonl``): Herald keys
     data files by name (``probe.json``'s ``training_data.files``, rows' ``Example.file``, the results' sets and
     ``herald eval --probe``'s check of training prompts), so one file was taken for the other: two ``--test-data``
     files gave one set and lost the other with its trained-on warning, and a changed copy's new row under ``--data``
@@ -384,34 +381,37 @@ def refuse_shared_file_names(files: list[Path], option: str) -> None:
     names.
 
     Args:
-        files: each file once (resolved paths differ); ``option``: named in the error.
+        option: named in the error.
 
     Raises:
         ValueError: naming ``option``, both paths and the shared name.
     """
-    seen: dict[str, Path] = {}
+    first: dict[Path, Path] = {}
     for file in files:
+        first.setdefault(file.resolve(), file)
+    seen: dict[str, Path] = {}
+    for file in first.values():
         if file.name in seen:
             raise ValueError(f"{option} {seen[file.name]} and {file} share the file name {file.name}, and Herald keys"
                              f" data files by name (probe.json, the results' sets); rename one of them")
         seen[file.name] = file
+    return list(first.values())
 
 
 def check_test_data_paths(paths: list[Path]) -> list[Path]:
-    """The ``--test-data`` files, each once (a file given twice, under any spelling, is read once, as in
-    :func:`expand_data`), checked without reading them: ``herald eval`` checks them before it refuses an existing
-    ``--out`` (it answered "--out ... already exists" for a --test-data path that does not exist: tester finding), and
-    :func:`~.eval.read_test_data` again before any model loads.
+    """The ``--test-data`` files, each once (:func:`distinct_files`, as :func:`expand_data`), checked without reading
+    them: ``herald eval`` checks them before it refuses an existing ``--out`` (it answered "--out ... already exists"
+    for a --test-data path that does not exist: tester finding), and :func:`~.eval.read_test_data` again before any
+    model loads.
 
     Raises:
         ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
             a raw "[Errno 2] No such file or directory": breaker finding), one that is not a regular file (a pipe:
             :func:`require_regular_file`; ``--probe``'s check hashes it again), two files with one name
-            (:func:`refuse_shared_file_names`: the results key sets by it, and one set was silently lost: tester
+            (:func:`distinct_files`: the results key sets by it, and one set was silently lost: tester
             finding), or a file named as the jailbreak-wrapped set (:data:`JAILBREAK_SET`), whose results it would
             replace.
     """
-    first: dict[Path, Path] = {}
     for path in paths:
         if not path.exists():
             raise ValueError(f"{path} does not exist (--test-data)")
@@ -421,10 +421,7 @@ def check_test_data_paths(paths: list[Path]) -> list[Path]:
         if path.name == JAILBREAK_SET:
             raise ValueError(f"--test-data {path} is named {JAILBREAK_SET}, the results' name of the jailbreak-wrapped"
                              " set; rename it")
-        first.setdefault(path.resolve(), path)
-    files = list(first.values())
-    refuse_shared_file_names(files, "--test-data")
-    return files
+    return distinct_files(paths, "--test-data")
 
 
 def default_data_files(data_dir: Path) -> list[Path]:

@@ -487,7 +487,7 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
             held |= data_prompts.get(found.name, set())
         elif given:  # the training file itself among --test-data: its copies elsewhere are caught too (tester's case)
             checked.append(name)
-            held |= {normalize_prompt_text(example.prompt) for example in test_sets[given[0]]}
+            held |= set().union(*folded_prompts_by_file(test_sets[given[0]]).values())
         elif not named:
             unchecked[name] = "not among --data or --test-data"
         else:

@@ -276,10 +276,9 @@ def _targets(results: dict) -> list[list[str]]:
         values = {name: _val(metric) for name, metric in held.items()}
         worst = max(values, key=values.get)
         counted = sensitive.get("meta", {}).get("test_data_overlap", {})
-        seen = [f"{name.removesuffix('.jsonl')}: {note}" for name in counted if (note := in_data_note(sensitive, name))]
+        seen = _set_notes({name: note for name in counted if (note := in_data_note(sensitive, name))})
         if who == "shipped probe":  # the probe's own training files, not this run's --data
-            seen += [f"{name.removesuffix('.jsonl')}: {note}"
-                     for name, note in report_saved_probe.trained_on_sets(sensitive.get("saved_probe")).items()]
+            seen += _set_notes(report_saved_probe.trained_on_sets(sensitive.get("saved_probe")))
         rows.append([f"Benign sensitive-topic held-out sets ({'; '.join(seen) if seen else 'never trained on'}, {who}):"
                      " FPR <= 15%",
                      f"{sum(v <= 0.15 for v in values.values())}/{len(values)} sets; max {values[worst] * 100:.1f}% ({worst})",
@@ -690,6 +689,11 @@ def _not_shown(results: dict, development: bool) -> list[str]:
     return lines + [""]
 
 
+def _set_notes(notes: dict[str, str]) -> list[str]:
+    """``"<set>: <note>"`` for each set file name (``.jsonl`` dropped) and its note."""
+    return [f"{name.removesuffix('.jsonl')}: {note}" for name, note in notes.items()]
+
+
 def _sensitive_sets_line(sensitive: dict) -> str:
     """The end of the "Not shown" line on the held-out benign sensitive-topic sets: never trained on by the shipped
     probe, unless its ``herald eval --probe`` counted prompts of its training files in them."""
@@ -697,7 +701,7 @@ def _sensitive_sets_line(sensitive: dict) -> str:
     if not seen:
         return "the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped probe."
     return ("the held-out benign sensitive-topic sets (section above) were only scored; "
-            + "; ".join(f"{name.removesuffix('.jsonl')}: {note}" for name, note in seen.items()) + ".")
+            + "; ".join(_set_notes(seen)) + ".")
 
 
 NEAR_CHANCE_AUROC = 0.6
