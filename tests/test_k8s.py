@@ -1,0 +1,150 @@
+"""k8s/: the manifests are valid Kubernetes objects and agree with each other, the image and the code.
+
+Schemas are those bundled by kubernetes-validate (offline). Nothing here needs a cluster; what a cluster would refuse
+(an unknown field, a selector that matches no pod) or silently get wrong (a probe on a route that does not exist, an
+HPA on a metric Herald does not export) is checked here instead.
+"""
+
+import re
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from herald_service.api.app import build_app
+from herald_service.config import Settings
+from herald_service.metrics import HeraldMetrics
+from conftest import wait_ready
+
+ROOT = Path(__file__).parents[1]
+K8S = ROOT / "k8s"
+KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.latest_version())
+"""The oldest version the manifests' APIs are checked against (autoscaling/v2 and policy/v1 are GA from 1.23 and 1.21)
+and the newest schema kubernetes-validate bundles."""
+
+
+def documents(name: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all((K8S / name).read_text(encoding="utf-8")) if doc]
+
+
+def resources() -> dict[str, dict]:
+    """The kustomization's resources by kind (one object of each kind)."""
+    listed = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))["resources"]
+    objects = [doc for name in listed for doc in documents(name)]
+    by_kind = {doc["kind"]: doc for doc in objects}
+    assert len(by_kind) == len(objects)
+    return by_kind
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict]:
+    return resources()
+
+
+@pytest.fixture(scope="module")
+def container(k8s) -> dict:
+    (only,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_manifest_is_a_valid_object_with_no_unknown_field(version):
+    names = ["secret.example.yaml", *yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))["resources"]]
+    for name in names:
+        for doc in documents(name):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_schema_check_refuses_a_misspelt_field(container):
+    broken = resources()["Deployment"]
+    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = "/health/ready"
+    with pytest.raises(kubernetes_validate.ValidationError, match="paht"):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_every_yaml_file_in_k8s_is_applied_or_said_not_to_be():
+    # README: kustomization.yaml takes everything except the Secret example and the prometheus-adapter Helm values.
+    listed = set(yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))["resources"])
+    present = {path.name for path in K8S.glob("*.yaml")}
+    assert present - listed == {"kustomization.yaml", "secret.example.yaml", "prometheus-adapter-values.yaml"}
+
+
+def test_the_selectors_match_the_pods(k8s):
+    pod_labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    for selector in (k8s["Deployment"]["spec"]["selector"]["matchLabels"], k8s["Service"]["spec"]["selector"],
+                     k8s["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]):
+        assert selector and selector.items() <= pod_labels.items()
+    target = k8s["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", k8s["Deployment"]["metadata"]["name"])
+
+
+def test_the_service_the_scrape_annotations_and_the_config_name_one_port(k8s, container):
+    (port,) = container["ports"]
+    (service_port,) = k8s["Service"]["spec"]["ports"]
+    assert service_port["targetPort"] == port["name"]
+    annotations = k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) == port["containerPort"] == int(k8s["ConfigMap"]["data"]["HERALD_PORT"])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == port["name"], probe
+
+
+def test_the_probe_and_scrape_paths_answer_on_the_real_app(k8s, container):
+    # A probe on a path the app does not serve fails every pod; a scrape path that 404s hides every metric.
+    paths = {container[probe]["httpGet"]["path"] for probe in ("startupProbe", "readinessProbe", "livenessProbe")}
+    paths.add(k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"])
+    assert paths == {"/health/ready", "/health/live", "/metrics"}
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True))) as client:
+        wait_ready(client)
+        for path in sorted(paths):
+            assert client.get(path).status_code == 200, path
+
+
+def test_the_environment_names_the_configmap_and_the_secret_keys_settings_reads(k8s, container):
+    (source,) = container["envFrom"]
+    assert source["configMapRef"]["name"] == k8s["ConfigMap"]["metadata"]["name"]
+    (secret,) = documents("secret.example.yaml")
+    refs = {env["name"]: env["valueFrom"]["secretKeyRef"] for env in container["env"]}
+    assert {ref["name"] for ref in refs.values()} == {secret["metadata"]["name"]}
+    assert all(name == ref["key"] for name, ref in refs.items())
+    settings = {f"HERALD_{field.upper()}" for field in Settings.model_fields}
+    assert set(refs) <= settings and not set(refs) & set(k8s["ConfigMap"]["data"])
+    required = {name for name, ref in refs.items() if not ref.get("optional", False)}
+    assert required == {"HERALD_API_KEYS"} and required <= set(secret["stringData"])
+
+
+def test_the_hpa_and_the_adapter_ask_for_gauges_herald_exports(k8s):
+    exported = {metric.name for metric in HeraldMetrics().registry.collect() if metric.type == "gauge"}
+    wanted = [m["pods"]["metric"]["name"] for m in k8s["HorizontalPodAutoscaler"]["spec"]["metrics"] if m["type"] == "Pods"]
+    assert wanted and set(wanted) <= exported
+    adapter = yaml.safe_load((K8S / "prometheus-adapter-values.yaml").read_text(encoding="utf-8"))
+    served = {rule["name"]["as"] for rule in adapter["rules"]["custom"]}
+    assert set(wanted) <= served
+    for rule in adapter["rules"]["custom"]:
+        (series,) = re.findall(r"^(\w+)\{", rule["seriesQuery"])
+        assert series in exported and re.fullmatch(rule["name"]["matches"], series), rule
+
+
+def test_the_pod_runs_as_the_images_user():
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    (uid,) = re.findall(r"useradd .*--uid (\d+)", dockerfile)
+    (gid,) = re.findall(r"groupadd .*--gid (\d+)", dockerfile)
+    assert re.search(rf"^USER {uid}:{gid}$", dockerfile, re.MULTILINE)
+    security = resources()["Deployment"]["spec"]["template"]["spec"]["securityContext"]
+    assert (security["runAsUser"], security["runAsGroup"]) == (int(uid), int(gid))
+
+
+def test_the_grace_period_outlasts_a_request_and_the_pre_stop_sleep(k8s, container):
+    # In-flight requests finish only if Kubernetes waits longer than the preStop sleep plus a request's deadline.
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep"
+    timeout_s = Settings(_env_file=None, **{"request_timeout_s": k8s["ConfigMap"]["data"]["HERALD_REQUEST_TIMEOUT_S"]}).request_timeout_s
+    assert pod["terminationGracePeriodSeconds"] > timeout_s + float(command[1])
+
+
+def test_the_thread_count_equals_the_cpu_limit(k8s, container):
+    # k8s/README.md: keep HERALD_NUM_THREADS equal to the pod's CPU count (more threads than CPUs only contend).
+    limits = container["resources"]["limits"]
+    assert int(k8s["ConfigMap"]["data"]["HERALD_NUM_THREADS"]) == int(limits["cpu"]) == int(container["resources"]["requests"]["cpu"])
