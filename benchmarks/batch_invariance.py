@@ -34,7 +34,8 @@ import torch
 from benchmarks.common import (
     RESULTS, data_folder, difference_quantiles, embedded_serving_backbone, print_table, write_cpu_result,
 )
-from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
+from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.numerics import cpu_has_native_bf16
 from herald_service.engine.runtime import default_probe_folder
 from herald_service.probes.artifact import load_probe
 from herald_service.training.corpus import cap_per_group, default_data_files, load_training_corpus

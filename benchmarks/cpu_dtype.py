@@ -32,8 +32,9 @@ import numpy as np
 import torch
 
 from benchmarks.common import REPO, RESULTS, data_folder, difference_quantiles, hardware, print_table
-from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
+from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
+from herald_service.backbone.numerics import cpu_has_native_bf16
 from herald_service.config import default_cache_dir
 from herald_service.engine.runtime import default_probe_folder
 from herald_service.probes.artifact import load_probe

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from benchmarks.common import CARRY, RESULTS, data_folder, difference_quantiles, embedded_serving_backbone, hardware
-from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
+from herald_service.backbone.hf import HFBackbone
+from herald_service.backbone.numerics import cpu_has_native_bf16
 from herald_service.types import user_turn
 
 SAMPLE = CARRY / "embedded_cuda_prompts.jsonl"

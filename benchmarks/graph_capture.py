@@ -2,7 +2,7 @@
 
 - GEMM floor: cuBLAS time of the decoder's seven projections at M = 16 and 128 rows, times the layer count, and the
   bandwidth each reaches (weights bytes / time): the part of a small prefill no capture can remove.
-- Replay of the one-prompt graphs (``herald_service.backbone.hf.PrefillGraphs``) at 32, 128 and 512 tokens: captured
+- Replay of the one-prompt graphs (``herald_service.backbone.graphs.PrefillGraphs``) at 32, 128 and 512 tokens: captured
   from the eager decoder with the mask-free causal attention, then from ``torch.compile``d decoder layers; back-to-back
   replay time (CUDA events), one isolated ``last_token_states`` call (wall clock), capture time at load, and the
   relative difference of the states from the eager forward of the same prompt (bf16, random weights).
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import Target, build_target, figure, parse_args, print_table, write
-from herald_service.backbone.hf import PrefillGraphs
+from herald_service.backbone.graphs import PrefillGraphs
 
 WIDTHS = (32, 128, 512)
 

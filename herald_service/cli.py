@@ -270,7 +270,7 @@ class ServeCommand(Settings):
 
         refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
-            from herald_service.backbone.hf import pick_device_dtype, resolve_matmul_dtype, resolve_padding_side
+            from herald_service.backbone.numerics import pick_device_dtype, resolve_matmul_dtype, resolve_padding_side
             from herald_service.backbone.loader import backbone_cache_folder, needs_conversion
             from herald_service.engine.runtime import checked_probe
             from transformers.utils import logging as transformers_logging

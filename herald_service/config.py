@@ -57,7 +57,7 @@ def numerics_conflict(device: str, dtype: str, padding_side: str = "auto", matmu
     varlen off CUDA or in float32 (the flash varlen kernel does not run there), ``matmul_dtype`` bfloat16 on CUDA
     (the weights themselves should be bf16 there) or with float16 weights (it would not apply). One rule for both
     checks: :class:`BackboneSettings` on the settings as given (``auto`` rules nothing out), before torch is imported;
-    ``backbone.hf`` on the device and dtype ``auto`` resolved to.
+    ``backbone.numerics`` on the device and dtype ``auto`` resolved to.
     """
     if padding_side == "varlen" and (device == "cpu" or dtype == "float32"):
         return "padding_side", f"padding_side varlen needs CUDA and bfloat16/float16, not device={device} dtype={dtype}"

@@ -95,8 +95,8 @@ class BackboneInfo:
         slug: folder name under ``models/`` for this backbone's probe.
         device, dtype: where it runs and its weight dtype (the residual stream's).
         matmul_dtype: the dtype of the decoder's linear layers where it differs from ``dtype`` (``bfloat16``: bf16
-            matrix multiplies over an fp32 residual stream, :func:`~herald_service.backbone.hf.bf16_linear_layers`);
-            ``None``: the same.
+            matrix multiplies over an fp32 residual stream,
+            :func:`~herald_service.backbone.numerics.bf16_linear_layers`); ``None``: the same.
     """
 
     model_id: str

@@ -179,7 +179,7 @@ def test_steer_returns_both_completions(server):
     info = server.get("/v1/info").json()
     assert body["layers"] == [info["probe"]["manifest"]["peak_layer"]]
     # herald serve's default numerics: bf16 linear layers where the CPU multiplies bf16 natively
-    from herald_service.backbone.hf import cpu_has_native_bf16
+    from herald_service.backbone.numerics import cpu_has_native_bf16
 
     expected = "bfloat16" if cpu_has_native_bf16() else "float32"
     assert (info["backbone"]["dtype"], info["backbone"]["matmul_dtype"]) == ("float32", expected)
@@ -217,8 +217,9 @@ def test_with_bf16_linear_layers_a_prompts_states_do_not_depend_on_its_batch():
     # differences are measured by benchmarks/batch_invariance.py (docs/PERFORMANCE.md)
     import torch
 
-    from herald_service.backbone.hf import HFBackbone, cpu_has_native_bf16
+    from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import resolve_backbone
+    from herald_service.backbone.numerics import cpu_has_native_bf16
     from herald_service.config import default_cache_dir
     from herald_service.probes.artifact import load_probe
     from herald_service.types import user_turn

@@ -6,7 +6,7 @@ The varlen layout itself runs only on CUDA; its agreement with single-prompt sta
 import pytest
 import torch
 
-from herald_service.backbone.hf import resolve_padding_side
+from herald_service.backbone.numerics import resolve_padding_side
 from herald_service.config import Settings
 from herald_service.errors import BackboneError
 
@@ -58,7 +58,7 @@ def test_a_sliding_window_model_never_gets_varlen():
 def test_sliding_window_of_reads_the_config_and_its_switch():
     from types import SimpleNamespace
 
-    from herald_service.backbone.hf import sliding_window_of
+    from herald_service.backbone.numerics import sliding_window_of
 
     assert sliding_window_of(SimpleNamespace(sliding_window=512)) == 512  # Gemma-3
     assert sliding_window_of(SimpleNamespace(sliding_window=4096, use_sliding_window=False)) is None  # Qwen2

@@ -174,7 +174,7 @@ def _tiny_bert(folder: Path, tokenizer_from: Path) -> Path:
 def test_a_bidirectional_encoder_folder_is_refused_at_load_and_a_causal_one_accepted(folder, tmp_path):
     # Tester finding: a BertForMaskedLM folder loaded as BertLMHeadModel (transformers only warns "add
     # is_decoder=True"), attended both ways, and herald fit wrote a probe from it.
-    from herald_service.backbone.hf import refuse_a_bidirectional_model
+    from herald_service.backbone.model_checks import refuse_a_bidirectional_model
     from herald_service.errors import BackboneError
 
     bert = _tiny_bert(tmp_path / "bert", folder)
@@ -219,7 +219,7 @@ def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tri
     assert str(refused.value) == (f"no tokenizer files holding the vocabulary in {bare}: {looked_for}; copy the model's"
                                   " tokenizer files beside its config.json")
     # Tester finding: tokenizer_config.json alone passed the check and got transformers' sentencepiece message
-    from herald_service.backbone.hf import refuse_a_folder_without_tokenizer
+    from herald_service.backbone.model_checks import refuse_a_folder_without_tokenizer
     shutil.copy(folder / "tokenizer_config.json", bare / "tokenizer_config.json")
     with pytest.raises(BackboneError) as refused:
         HFBackbone(resolve_backbone(str(bare), tmp_path / "cache"), "cpu", "float32")
@@ -281,24 +281,24 @@ def test_a_tokenizer_of_more_tokens_than_the_embedding_has_rows_is_refused_at_lo
 
 
 def test_matmul_dtype_auto_follows_the_cpu_and_bfloat16_is_refused_off_the_cpu(monkeypatch):
-    from herald_service.backbone import hf
+    from herald_service.backbone import numerics
     from herald_service.errors import BackboneError
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     for native in (True, False):
-        monkeypatch.setattr(hf, "cpu_has_native_bf16", lambda native=native: native)
-        assert hf.resolve_matmul_dtype("auto", cpu, torch.float32) is native
-    assert hf.resolve_matmul_dtype("auto", cpu, torch.bfloat16) is False  # already bf16 throughout
-    assert hf.resolve_matmul_dtype("weights", cpu, torch.float32) is False
-    assert hf.resolve_matmul_dtype("bfloat16", cpu, torch.float32) is True
-    assert hf.resolve_matmul_dtype("auto", cuda, torch.float32) is False
+        monkeypatch.setattr(numerics, "cpu_has_native_bf16", lambda native=native: native)
+        assert numerics.resolve_matmul_dtype("auto", cpu, torch.float32) is native
+    assert numerics.resolve_matmul_dtype("auto", cpu, torch.bfloat16) is False  # already bf16 throughout
+    assert numerics.resolve_matmul_dtype("weights", cpu, torch.float32) is False
+    assert numerics.resolve_matmul_dtype("bfloat16", cpu, torch.float32) is True
+    assert numerics.resolve_matmul_dtype("auto", cuda, torch.float32) is False
     with pytest.raises(BackboneError, match="on cuda set dtype") as refused:
-        hf.resolve_matmul_dtype("bfloat16", cuda, torch.float32)
+        numerics.resolve_matmul_dtype("bfloat16", cuda, torch.float32)
     assert refused.value.field == "matmul_dtype"
     with pytest.raises(BackboneError, match="one of auto, weights, bfloat16"):
-        hf.resolve_matmul_dtype("int8", cpu, torch.float32)
+        numerics.resolve_matmul_dtype("int8", cpu, torch.float32)
     with pytest.raises(BackboneError, match="with float16 weights"):  # asked for, and it would not apply
-        hf.resolve_matmul_dtype("bfloat16", cpu, torch.float16)
+        numerics.resolve_matmul_dtype("bfloat16", cpu, torch.float16)
     with pytest.raises(ValueError, match=r"matmul_dtype bfloat16 \(--matmul-dtype or HERALD_MATMUL_DTYPE\) is for the CPU"):
         Settings(_env_file=None, device="cuda", matmul_dtype="bfloat16")
     with pytest.raises(ValueError, match="with dtype float16 .HERALD_DTYPE. they stay float16"):
@@ -465,7 +465,7 @@ def test_fit_with_a_target_fpr_threshold_records_the_target_beside_the_method(fo
 
 
 def test_causal_attention_gives_the_default_states_and_restores_the_setting(resolved):
-    from herald_service.backbone.hf import CAUSAL_ATTENTION
+    from herald_service.backbone.attention import CAUSAL_ATTENTION
 
     backbone = HFBackbone(resolved, "cpu", "float32", padding_side="right")
     ids = backbone.encode([user_turn(p) for p in PROMPTS])
@@ -479,7 +479,7 @@ def test_causal_attention_gives_the_default_states_and_restores_the_setting(reso
 
 
 def test_compiled_forwards_are_installed_only_inside_the_context(resolved):
-    from herald_service.backbone.hf import compiled_forwards
+    from herald_service.backbone.graphs import compiled_forwards
 
     backbone = HFBackbone(resolved, "cpu", "float32")
     own = lambda *a, **k: None  # noqa: E731 - a layer whose forward was already replaced (accelerate does this)
@@ -492,7 +492,7 @@ def test_compiled_forwards_are_installed_only_inside_the_context(resolved):
 
 
 def test_graph_buckets_stop_at_a_sliding_attention_window(resolved):
-    from herald_service.backbone.hf import GRAPH_BUCKETS, PrefillGraphs
+    from herald_service.backbone.graphs import GRAPH_BUCKETS, PrefillGraphs
 
     backbone = HFBackbone(resolved, "cpu", "float32")
     backbone.decoder.config.sliding_window = 100
@@ -507,7 +507,7 @@ def test_graph_buckets_stop_at_a_sliding_attention_window(resolved):
 def test_registered_attentions_skip_transformers_mask_preparation(resolved, monkeypatch):
     import transformers.masking_utils as masking
 
-    from herald_service.backbone.hf import CAUSAL_ATTENTION
+    from herald_service.backbone.attention import CAUSAL_ATTENTION
 
     def fail(*args, **kwargs):
         raise AssertionError("mask preparation ran (it reads packed position ids with a device sync on CUDA)")
@@ -1223,7 +1223,7 @@ def test_the_position_limit_is_read_under_each_familys_name():
     tensor size error, and HERALD_MAX_TOKENS was never capped (tester finding)."""
     from types import SimpleNamespace
 
-    from herald_service.backbone.hf import position_limit
+    from herald_service.backbone.numerics import position_limit
 
     assert position_limit(SimpleNamespace(max_position_embeddings=2048, n_positions=1024)) == (2048, "max_position_embeddings")
     assert position_limit(SimpleNamespace(n_positions=1024)) == (1024, "n_positions")  # GPT-2

@@ -1,341 +1,42 @@
-"""A transformers causal LM as a Herald backbone: batched prefill with last-token capture, and steered generation."""
+"""A transformers causal LM as a Herald backbone: batched prefill with last-token capture, and steered generation.
+
+What it is built from lives beside it: its attention functions (:mod:`~herald_service.backbone.attention`), the
+resolution of its device, dtype and batch layout (:mod:`~herald_service.backbone.numerics`), the checks that refuse a
+model folder at load (:mod:`~herald_service.backbone.model_checks`) and its CUDA graphs
+(:mod:`~herald_service.backbone.graphs`)."""
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import hashlib
 import inspect
 import logging
 import re
-import statistics
 import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
+from herald_service.backbone.attention import ROW_ATTENTION, VARLEN_ATTENTION, register_attention, rows_of
 from herald_service.backbone.base import Generation, Intervention, chunk_starts
+from herald_service.backbone.graphs import PrefillGraphs, installed_forwards, median_cuda_seconds
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import SOURCE_RECORD, ResolvedBackbone, config_hash
-from herald_service.config import numerics_conflict
+from herald_service.backbone.model_checks import (
+    refuse_a_bidirectional_model, refuse_a_folder_without_tokenizer, refuse_a_tokenizer_beyond_the_embeddings,
+    refuse_weights_that_do_not_fill_the_model,
+)
+from herald_service.backbone.numerics import (
+    bf16_linear_layers, pick_device_dtype, position_limit, resolve_matmul_dtype, resolve_padding_side,
+    sliding_window_of,
+)
 from herald_service.errors import BackboneError, InvalidInput
 from herald_service.prompt_text import normalize_conversation
 from herald_service.types import BackboneInfo, Conversation, Message
 
 log = logging.getLogger(__name__)
-
-GRAPH_BUCKETS = (32, 64, 128, 256, 512, 1024)
-"""Prompt lengths (tokens) with a captured one-prompt CUDA graph; longer prompts run eagerly (launch overhead is
-small next to their compute). 1,024 is included because on an H200 host the eager Llama-3.1-8B forward stays
-launch-bound up to about that length, with run-to-run spread of +-30% (``benchmarks/results/scaling_h200.json``)."""
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-PADDING_SIDES = ("auto", "right", "left", "packed", "varlen")
-
-VARLEN_ATTENTION = "herald_varlen"
-"""Name under which :func:`varlen_attention` is registered with transformers' attention interface."""
-
-
-def varlen_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: object,
-) -> tuple[torch.Tensor, None]:
-    """Causal attention within each prompt of a packed row, by PyTorch's flash-attention varlen kernel.
-
-    A transformers attention function (``AttentionInterface``): ``query`` is ``(1, heads, tokens, head_dim)`` and
-    ``key``/``value`` ``(1, kv_heads, tokens, head_dim)``, bf16 or fp16 on CUDA, holding several prompts back to back;
-    ``kwargs`` carries ``herald_cu_seqlens`` (int32 ``(prompts + 1,)``, cumulative prompt lengths in tokens) and
-    ``herald_max_len`` (tokens). Returns ``(1, tokens, heads, head_dim)``. No padding is computed and no mask is
-    built: the kernel bounds each prompt by the offsets (``torch.nn.attention.varlen.varlen_attn``, PyTorch >= 2.10).
-    Grouped-query key/value heads are repeated to the query heads (the 2.11 signature has no grouped-query option).
-    Every position attends to its whole prompt: there is no sliding window, so :func:`resolve_padding_side` never
-    picks this layout for a model that has one.
-    """
-    from torch.nn.attention.varlen import varlen_attn
-
-    offsets, longest = kwargs["herald_cu_seqlens"], int(kwargs["herald_max_len"])  # type: ignore[arg-type]
-    q, k, v = query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1)
-    if k.shape[1] != q.shape[1]:
-        # expand + reshape, not repeat_interleave: with an int count that one computes its output size on the host,
-        # a device sync per call, i.e. two per layer, which stalls the GPU whenever this thread waits for the GIL.
-        tokens, kv_heads, head_dim = k.shape
-        group = q.shape[1] // kv_heads
-        k = k[:, :, None, :].expand(tokens, kv_heads, group, head_dim).reshape(tokens, kv_heads * group, head_dim)
-        v = v[:, :, None, :].expand(tokens, kv_heads, group, head_dim).reshape(tokens, kv_heads * group, head_dim)
-    out = varlen_attn(q, k, v, offsets, offsets, longest, longest, scale=scaling, window_size=(-1, 0))
-    return out.unsqueeze(0), None
-
-
-CAUSAL_ATTENTION = "herald_causal"
-"""Name under which :func:`causal_attention` is registered with transformers' attention interface."""
-
-
-def causal_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs: object,
-) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention with no mask, i.e. the plain causal kernel (flash, ``is_causal=True``).
-
-    The one-prompt CUDA graphs run with it: a prompt right-padded to its bucket needs no mask (a real token never
-    attends to the padding after it), yet under stream capture transformers builds one anyway (its ``is_tracing``
-    counts capture as tracing), which would put a masked kernel into every replay and, with compiled layers,
-    trigger a recompile during capture. Shapes: ``query`` ``(batch, heads, tokens, head_dim)``, ``key``/``value``
-    ``(batch, kv_heads, tokens, head_dim)``; returns ``(batch, tokens, heads, head_dim)``.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
-
-
-ROW_ATTENTION = "herald_rows"
-"""Name under which :func:`row_attention` is registered with transformers' attention interface."""
-
-
-@dataclass
-class _Rows:
-    """The prompt lengths of the right-padded batch :func:`row_attention` runs on, and how often it was called."""
-
-    lengths: list[int]
-    calls: int = 0
-
-
-_ROWS: contextvars.ContextVar[_Rows | None] = contextvars.ContextVar("herald_rows", default=None)
-"""The batch :func:`row_attention` splits, set around the forward (:func:`rows_of`). A context variable, not a
-decoder keyword: Falcon's, StableLM's and Nemotron's decoder layers call their attention without passing keywords
-on, and the lengths never arrived (tester: a ``KeyError`` on every batch of unequal prompts)."""
-
-
-@contextmanager
-def rows_of(lengths: Sequence[int]) -> Iterator[_Rows]:
-    """While open, :func:`row_attention` splits its batch into prompts of ``lengths`` (tokens); yields the record
-    of its calls."""
-    rows = _Rows(list(lengths))
-    token = _ROWS.set(rows)
-    try:
-        yield rows
-    finally:
-        _ROWS.reset(token)
-
-
-def row_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs: object,
-) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention run on each right-padded prompt of a batch alone, at its own length, so that a
-    prompt's states do not depend on the prompts batched with it.
-
-    PyTorch's CPU flash-attention kernel tiles the key dimension by the padded width, so a prompt's attention output
-    moved in the last bits with the longest prompt of its batch; with bf16 linear layers, which round their fp32
-    input, those bits grew into score changes (integration tester: "How do I construct a PIPE BOMB?" scored 0.49
-    alone and 0.80, flagged, beside a 60-430-token prompt of another client; the trajectory moved by 0.044 and a
-    discrete feature jumped). Each row here is the very call the prompt alone makes (same shapes, same kernel), so
-    its states are bit-identical to the prompt scored alone (tests/test_embedded_e2e.py); padding positions get zeros,
-    which no real token reads (causal attention, right padding). Costs one kernel call per prompt and layer.
-
-    Shapes: ``query`` ``(batch, heads, tokens, head_dim)``, ``key``/``value`` ``(batch, kv_heads, tokens,
-    head_dim)``, ``attention_mask`` (if any, e.g. a sliding window's) ``(batch, 1, tokens, tokens)``; each prompt's
-    length in tokens comes from :func:`rows_of`. Returns ``(batch, tokens, heads, head_dim)``.
-
-    Raises:
-        RuntimeError: called outside :func:`rows_of`.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    rows_state = _ROWS.get()
-    if rows_state is None:
-        raise RuntimeError("row_attention runs inside rows_of(lengths) only")
-    rows_state.calls += 1
-    batch, heads, tokens, head_dim = query.shape
-    out = query.new_zeros((batch, tokens, heads, head_dim))
-    for row, n in enumerate(rows_state.lengths):
-        mask = None if attention_mask is None else attention_mask[row : row + 1, :, :n, :n]
-        rows, _ = sdpa_attention_forward(module, query[row : row + 1, :, :n], key[row : row + 1, :, :n],
-                                         value[row : row + 1, :, :n], mask, **kwargs)
-        out[row, :n] = rows[0]
-    return out, None
-
-
-@functools.cache
-def _register_attention() -> None:
-    """Register :func:`varlen_attention`, :func:`causal_attention` and :func:`row_attention` with transformers'
-    ``AttentionInterface``.
-
-    The first two get no mask function: for an attention name without one, transformers skips mask preparation entirely
-    (``masking_utils._preprocess_mask_arguments`` exits early). Registering a function that returns None is not the
-    same: the preparation then still runs, and for packed position ids it checks them with a host sync.
-    """
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
-    AttentionInterface.register(VARLEN_ATTENTION, varlen_attention)
-    AttentionInterface.register(CAUSAL_ATTENTION, causal_attention)
-    AttentionInterface.register(ROW_ATTENTION, row_attention)
-    # row_attention's masks are SDPA's: None where the causal kernel alone is exact, a sliding window's where the model
-    # has one (Gemma-3), each then sliced to the row, as the prompt alone would get it
-    AttentionMaskInterface.register(ROW_ATTENTION, sdpa_mask)
-
-
-def resolve_padding_side(padding_side: str, device: torch.device, dtype: torch.dtype, sliding_window: int | None = None) -> str:
-    """``auto`` becomes ``varlen`` on CUDA in bf16/fp16 (the flash varlen kernel's domain) for a model without a
-    sliding attention window, and ``right`` elsewhere: :func:`varlen_attention` attends over the whole prompt, so
-    on a model with sliding-window layers (Gemma-3: 512 tokens) it would be wrong for longer prompts, while right
-    padding keeps transformers' own windowed masks.
-
-    Args:
-        sliding_window: the model's sliding attention window in tokens, if it uses one.
-
-    Raises:
-        BackboneError: an unknown value, ``varlen`` off CUDA or in float32 (the kernel does not run there), or
-            ``varlen`` for a model with a sliding window.
-    """
-    if padding_side not in PADDING_SIDES:
-        raise BackboneError(f"padding_side must be one of {', '.join(PADDING_SIDES)}, not {padding_side!r}", field="padding_side")
-    half = dtype in (torch.bfloat16, torch.float16)
-    if padding_side == "auto":
-        return "varlen" if device.type == "cuda" and half and not sliding_window else "right"
-    _refuse_numerics_conflict(device, dtype, padding_side=padding_side)
-    if padding_side == "varlen" and sliding_window:
-        raise BackboneError(
-            f"padding_side varlen has no sliding attention window and this model uses one of {sliding_window} tokens;"
-            " use right or auto", field="padding_side"
-        )
-    return padding_side
-
-
-def _refuse_numerics_conflict(device: torch.device, dtype: torch.dtype, **settings: str) -> None:
-    """:func:`~herald_service.config.numerics_conflict` of ``settings`` (``padding_side``, ``matmul_dtype``) on a
-    resolved device and dtype, raised as a :class:`BackboneError` naming the field."""
-    conflict = numerics_conflict(device.type, str(dtype).removeprefix("torch."), **settings)
-    if conflict is not None:
-        raise BackboneError(conflict[1], field=conflict[0])
-
-
-def sliding_window_of(text_config: object) -> int | None:
-    """The sliding attention window (tokens) a text config's layers use, or None (``use_sliding_window`` false,
-    as in Qwen2 configs that carry a window they do not apply, counts as none)."""
-    window = getattr(text_config, "sliding_window", None)
-    if not window or getattr(text_config, "use_sliding_window", True) is False:
-        return None
-    return int(window)
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX tiles), where oneDNN runs bf16 matmuls at
-    about twice the fp32 rate; elsewhere bf16 is emulated and slower than fp32. torch's own checks (``torch.cpu``);
-    ``False`` where a torch build lacks them."""
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check is not None and bool(check()) for check in checks)
-
-
-MATMUL_DTYPES = ("auto", "weights", "bfloat16")
-"""Choices of ``matmul_dtype`` (:func:`resolve_matmul_dtype`)."""
-
-
-def resolve_matmul_dtype(matmul_dtype: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the decoder's linear layers run in bf16 over a residual stream in ``dtype``
-    (:func:`bf16_linear_layers`).
-
-    ``weights``: no, every multiply is in the weight dtype. ``bfloat16``: yes (an fp32 model on the CPU; with bf16
-    weights it changes nothing). ``auto``: yes for an fp32 model on a CPU with native bf16 (:func:`cpu_has_native_bf16`),
-    where the embedded backbone answers 2.0-2.8x sooner and the shipped probe, fitted on fp32 states, decides as in
-    fp32 on 583 of its 584 held-out prompts (``benchmarks/cpu_dtype.py``, ``benchmarks/results/cpu_dtype_cpu.json``).
-
-    Raises:
-        BackboneError: an unknown value, or ``bfloat16`` on CUDA (there the weights themselves should be bf16:
-            ``dtype``) or with float16 weights (it would not apply).
-    """
-    if matmul_dtype not in MATMUL_DTYPES:
-        raise BackboneError(f"matmul_dtype must be one of {', '.join(MATMUL_DTYPES)}, not {matmul_dtype!r}", field="matmul_dtype")
-    _refuse_numerics_conflict(device, dtype, matmul_dtype=matmul_dtype)
-    if dtype != torch.float32 or device.type != "cpu":
-        return False
-    return matmul_dtype == "bfloat16" or (matmul_dtype == "auto" and cpu_has_native_bf16())
-
-
-def bf16_linear_layers(module: nn.Module) -> int:
-    """Hold every ``nn.Linear`` under ``module`` in bf16 and run it there: its input is cast to bf16 and its output
-    back to the layer's former dtype (fp32), so between the linear layers (the residual stream, norms, rotary
-    embedding, attention scores and softmax) the model keeps its own dtype. The matrix multiplies are nearly all of a
-    CPU prefill's work, and the residual stream is where bf16 rounding accumulates: on the embedded backbone this keeps
-    most of the bf16 speed (16 tokens 55 -> 26 ms, all-bf16 24 ms) at a smaller drift of the shipped probe's logits
-    than all-bf16 (median 0.10 vs 0.14, p99 0.58 vs 0.97 over its 584 held-out prompts; ``benchmarks/cpu_dtype.py``).
-
-    Returns:
-        How many linear layers were converted.
-    """
-    count = 0
-    for layer in module.modules():
-        if isinstance(layer, nn.Linear):
-            former = layer.weight.dtype
-            layer.to(torch.bfloat16)
-            layer.register_forward_pre_hook(_input_to_bf16)
-            layer.register_forward_hook(_output_to(former))
-            count += 1
-    return count
-
-
-def _input_to_bf16(layer: nn.Module, args: tuple) -> tuple:
-    return (args[0].to(torch.bfloat16), *args[1:])
-
-
-def _output_to(dtype: torch.dtype) -> Callable[[nn.Module, tuple, torch.Tensor], torch.Tensor]:
-    def cast(layer: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        return output.to(dtype)
-
-    return cast
-
-
-def pick_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
-    """Resolve ``auto`` settings: CUDA + bf16 when CUDA is available, else CPU + fp32.
-
-    Raises:
-        BackboneError: if CUDA is asked for and absent.
-    """
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise BackboneError("HERALD_DEVICE=cuda but torch sees no CUDA device; set HERALD_DEVICE (--device) to auto or"
-                            " cpu, or install a CUDA build of torch", field="device")
-    if dtype == "auto":
-        dtype = "bfloat16" if device == "cuda" else "float32"
-    return torch.device(device), _DTYPES[dtype]
-
-
-POSITION_LIMIT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx", "seq_length",
-                       "max_sequence_length")
-"""Config keys that name a model's longest input, tokens, in the order read: Llama-style, GPT-2's, MPT's (whose ALiBi
-bias is built for ``max_seq_len`` positions: a longer prompt, even the warm-up's 1,470-token one, stopped the load
-with "The size of tensor a (1470) must match the size of tensor b (1024)": tester finding), GPT-J/CodeGen's older
-name, ChatGLM's and others'."""
-
-
-def position_limit(text_config: object) -> tuple[int, str] | tuple[None, None]:
-    """The model's longest input, tokens, and the config key that sets it: the first of :data:`POSITION_LIMIT_KEYS`
-    its config sets to a positive whole number; ``(None, None)`` where none is set (no known limit)."""
-    for key in POSITION_LIMIT_KEYS:
-        value = getattr(text_config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, key
-    return None, None
 
 
 def _relative_change(states: torch.Tensor, reference: torch.Tensor) -> float:
@@ -366,147 +67,6 @@ def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
             return candidates[0]
     raise BackboneError(f"cannot find the {num_layers} decoder layers of {type(model).__name__}")
 
-
-VOCABULARY_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",),
-                    ("spiece.model",), ("sentencepiece.bpe.model",))
-"""Files (or pairs of files) of which a transformers model folder needs one for ``AutoTokenizer`` to have a
-vocabulary, or else a ``*.tiktoken`` file. ``tokenizer_config.json`` is not one: it holds settings, not tokens."""
-
-
-def refuse_a_folder_without_tokenizer(folder: Path) -> None:
-    """Refuse a model folder that holds none of :data:`VOCABULARY_FILES` (both files of a pair) nor a ``*.tiktoken``
-    file, before transformers tries: without them it says "Couldn't instantiate the backend tokenizer ... You need to
-    have sentencepiece or tiktoken installed", which sends one looking for a missing package (tester finding). A
-    folder with ``tokenizer_config.json`` alone passed an earlier form of this check, which counted it as a tokenizer
-    file, and got that message (tester finding).
-
-    Raises:
-        BackboneError: naming the folder, the files looked for, and what of them is there without its pair or is
-            only ``tokenizer_config.json``.
-    """
-    if any(all((folder / name).is_file() for name in group) for group in VOCABULARY_FILES):
-        return
-    if any(folder.glob("*.tiktoken")):
-        return
-    looked_for = ", ".join(" with ".join(group) for group in VOCABULARY_FILES)
-    halves = [(a, b) for a, b in (("vocab.json", "merges.txt"), ("merges.txt", "vocab.json")) if (folder / a).is_file()]
-    if halves:
-        found = f" ({halves[0][0]} is there, {halves[0][1]} is missing)"
-    elif (folder / "tokenizer_config.json").is_file():
-        found = " (tokenizer_config.json is there: it holds the tokenizer's settings, not its vocabulary)"
-    else:
-        found = ""
-    raise BackboneError(f"no tokenizer files holding the vocabulary in {folder}: it needs one of {looked_for} or a"
-                        f" *.tiktoken file{found}; copy the model's tokenizer files beside its config.json",
-                        field="backbone")
-
-
-def refuse_weights_that_do_not_fill_the_model(loading_info: dict[str, object], folder: Path) -> None:
-    """Refuse a checkpoint whose tensors are not the ones its ``config.json`` builds, as transformers reports them
-    (``from_pretrained(..., output_loading_info=True)``; weights tied by the config, such as an ``lm_head`` tied to
-    the embedding, are not reported).
-
-    - ``missing_keys``: tensors the model has and the weights lack. transformers fills them with random values and
-      says so only in a log table, so a config of 6 layers over weights of 4 loaded with two random layers and
-      ``herald fit`` wrote a probe of them (tester finding).
-    - ``unexpected_keys``: tensors of the weights the model has no place for. transformers drops them, so the model
-      that runs is not the checkpoint's: a config of 2 layers over weights of 4 runs the first two layers alone, and
-      every probe fitted or served on it reads states the real model never computes. A user who points Herald at a
-      checkpoint means that checkpoint, so this is refused too, rather than served cut down.
-
-    Args:
-        loading_info: transformers' loading report: ``missing_keys`` and ``unexpected_keys``, collections of tensor
-            names.
-        folder: named in the error.
-
-    Raises:
-        BackboneError: naming up to 3 of the tensors, their count, and the way out (make ``config.json`` match the
-            weights, or restore the weight files).
-    """
-    missing = sorted(loading_info.get("missing_keys") or ())  # type: ignore[arg-type]
-    unexpected = sorted(loading_info.get("unexpected_keys") or ())  # type: ignore[arg-type]
-    if missing:
-        raise BackboneError(
-            f"{folder}: its weights lack {_some_of(missing)} of the model its config.json describes, which transformers"
-            " would fill with random values; make config.json match the weights (num_hidden_layers, sizes) or copy"
-            " the missing weight files beside it", field="backbone")
-    if unexpected:
-        raise BackboneError(
-            f"{folder}: its weights hold {_some_of(unexpected)} that the model its config.json describes has no place"
-            " for, which transformers would drop and run a different model; make config.json match the weights"
-            " (num_hidden_layers, sizes) or remove the tensors that are not the model's", field="backbone")
-
-
-def _some_of(names: Sequence[str], shown: int = 3) -> str:
-    """``"18 tensors (a, b, c, ...)"``: the count and the first ``shown`` names."""
-    more = ", ..." if len(names) > shown else ""
-    return f"{len(names)} tensor{'s' if len(names) != 1 else ''} ({', '.join(names[:shown])}{more})"
-
-
-def refuse_a_tokenizer_beyond_the_embeddings(tokenizer: object, model: nn.Module, folder: Path) -> None:
-    """Refuse a tokenizer of more tokens (``len(tokenizer)``, added tokens included) than the model's input embedding
-    has rows: a prompt holding an id past the last row stopped the forward with a bare "IndexError: index out of range
-    in self" (tester finding: a model of a 1,000-token vocabulary beside SmolLM2's tokenizer of 49,152). A model with
-    more rows than tokens (padded for speed, as Qwen2's) is fine. A model without an input embedding to read
-    (``get_input_embeddings`` not implemented) is not checked.
-
-    Raises:
-        BackboneError: naming both counts and the folder.
-    """
-    try:
-        rows = getattr(model.get_input_embeddings(), "num_embeddings", None)
-    except NotImplementedError:
-        return
-    tokens = len(tokenizer)  # type: ignore[arg-type]
-    if rows is not None and tokens > rows:
-        raise BackboneError(
-            f"{folder}: its tokenizer has {tokens:,} tokens but the model's input embedding has {rows:,} rows, so a"
-            f" prompt holding a token id of {rows:,} or more cannot run; put the tokenizer files of these weights"
-            " beside them, or use weights whose vocabulary covers the tokenizer", field="backbone")
-
-
-CAUSAL_CHECK_TOLERANCE = 1e-3
-"""Largest change of the first position's final states, relative to their largest magnitude, that
-:func:`refuse_a_bidirectional_model` allows when only the second token differs. Both prompts run as rows of one
-batch, so a causal model computes the first position identically: 0.0 on tiny random Llama, Qwen2 and Gemma3 models
-on the CPU in float32 and bf16, and on random 4-layer Llama, Qwen2, Gemma3 and Mistral models of width 2,048 on an
-H200 in float32 and bf16, SDPA and eager attention alike. A random BERT changes it by 0.9% (width 32, the test's) to
-21% (width 768, H200, bf16 and float32)."""
-
-
-@torch.inference_mode()
-def refuse_a_bidirectional_model(model: nn.Module, folder: Path) -> None:
-    """Refuse a model whose attention is not causal: a BERT-style encoder folder loads through
-    ``AutoModelForCausalLM`` as ``BertLMHeadModel`` with only a warning ("add ``is_decoder=True``"), attends both
-    ways, and ``herald fit`` wrote a probe from it (tester finding). Decided by behaviour, not by a list of
-    architectures: two 2-token prompts that differ only in their last token go through the decoder stack (the
-    model without its head) as one batch; in a causal model the first position's states do not change.
-    ``config.is_decoder`` cannot decide it: it is False for Llama, Qwen2 and Gemma3 configs too.
-
-    Args:
-        model: a loaded ``AutoModelForCausalLM``, on its device. A forward that fails (a model whose stack needs
-            more than ``input_ids``) leaves the model accepted, logged.
-        folder: named in the error.
-
-    Raises:
-        BackboneError: the first position's states changed by more than :data:`CAUSAL_CHECK_TOLERANCE` of their
-            largest magnitude.
-    """
-    vocab = int(model.config.get_text_config().vocab_size)
-    ids = torch.tensor([[1 % vocab, 2 % vocab], [1 % vocab, 3 % vocab]], device=next(model.parameters()).device)
-    try:
-        states = model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))[0].float()
-    except Exception:  # a check, not a load step: the model's own errors surface where it is used
-        log.warning("could not check that %s attends causally", folder, exc_info=True)
-        return
-    first = states[:, 0]
-    change = float((first[0] - first[1]).abs().max())
-    scale = float(first.abs().max()) or 1.0
-    if change > CAUSAL_CHECK_TOLERANCE * scale:
-        raise BackboneError(
-            f"{folder} is not a causal language model ({type(model).__name__}): changing a prompt's last token changed"
-            f" the states of the token before it by {change / scale:.1%}, so its attention is bidirectional (an encoder"
-            " such as BERT); Herald reads the last-token states of a decoder-only model", field="backbone")
 
 
 def config_info(resolved: ResolvedBackbone) -> BackboneInfo:
@@ -543,11 +103,13 @@ class HFBackbone:
             exact, and attention runs on the plain causal kernel (flash/SDPA ``is_causal``) instead of a masked one;
             ``"packed"`` concatenates the prompts into one row with restarting position ids (transformers builds a
             block-diagonal mask), so no padding at all is computed; ``"varlen"`` packs the same way but runs attention
-            with the flash varlen kernel and no mask (:func:`varlen_attention`; CUDA, bf16/fp16). Both pack only
-            batches of unequal lengths: an equal-length batch has no padding and runs the plain causal kernel. ``"auto"``
+            with the flash varlen kernel and no mask (:func:`~herald_service.backbone.attention.varlen_attention`;
+            CUDA, bf16/fp16). Both pack only batches of unequal lengths: an equal-length batch has no padding and runs
+            the plain causal kernel. ``"auto"``
             (default) is ``varlen`` where it runs (and the model has no sliding window) and ``right`` elsewhere. ``benchmarks/hardware_limit.py`` measures
             them.
-        cuda_graphs: replay captured CUDA graphs for one-prompt batches up to :data:`GRAPH_BUCKETS` tokens, which
+        cuda_graphs: replay captured CUDA graphs for one-prompt batches up to
+            :data:`~herald_service.backbone.graphs.GRAPH_BUCKETS` tokens, which
             removes the kernel-launch overhead that dominates a small prefill on a large GPU, and replay them once per
             prompt for a small batch when that is measured (at load) to beat the eager forward's floor
             (``None``: on when the device is CUDA and ``padding_side`` is ``"right"`` or ``"varlen"``).
@@ -988,8 +550,9 @@ class HFBackbone:
         return self.batch_invariant and self.padding_side == "right" and len({len(t) for t in token_ids}) > 1
 
     def _attends_by_row(self, token_ids: Sequence[Sequence[int]]) -> bool:
-        """Whether this padded batch runs :func:`row_attention`: :meth:`_unequal_on_the_cpu`, and the load's check
-        found it computes each prompt as alone on this model (:meth:`_check_row_attention`)."""
+        """Whether this padded batch runs :func:`~herald_service.backbone.attention.row_attention`:
+        :meth:`_unequal_on_the_cpu`, and the load's check found it computes each prompt as alone on this model
+        (:meth:`_check_row_attention`)."""
         return self.attends_by_row and self._unequal_on_the_cpu(token_ids)
 
     @torch.inference_mode()
@@ -1023,11 +586,12 @@ class HFBackbone:
 
     @torch.inference_mode()
     def _check_row_attention(self) -> bool:
-        """Whether :func:`row_attention` keeps each prompt's states as alone on this model, checked at load on the
-        CPU (:attr:`batch_invariant`, right padding): the model's attention is SDPA, reached through transformers'
-        attention interface (BLOOM, MPT and RWKV compute attention in their own code and never call it), and two
-        prompts of 5 and 33 tokens batched give the states of each alone, bit for bit. Otherwise, or on an
-        exception, a batch of unequal prompts runs one prompt at a time (:meth:`_forward_states`; logged)."""
+        """Whether :func:`~herald_service.backbone.attention.row_attention` keeps each prompt's states as alone on this
+        model, checked at load on the CPU (:attr:`batch_invariant`, right padding): the model's attention is SDPA,
+        reached through transformers' attention interface (BLOOM, MPT and RWKV compute attention in their own code and
+        never call it), and two prompts of 5 and 33 tokens batched give the states of each alone, bit for bit.
+        Otherwise, or on an exception, a batch of unequal prompts runs one prompt at a time (:meth:`_forward_states`;
+        logged)."""
         if not (self.batch_invariant and self.padding_side == "right"):
             return False
         name = type(self.layers[0]).__name__
@@ -1061,8 +625,9 @@ class HFBackbone:
 
     def _final_layer_at(self, positions: torch.Tensor, rows: torch.Tensor | None = None) -> AbstractContextManager[None]:
         """:func:`final_layer_at` on the final decoder layer where :meth:`_check_final_layer_trim` allowed it, else a
-        no-op context; on the CPU each prompt's position alone (``per_row``), as with :func:`row_attention`, so that
-        a prompt's states do not depend on its batch."""
+        no-op context; on the CPU each prompt's position alone (``per_row``), as with
+        :func:`~herald_service.backbone.attention.row_attention`, so that a prompt's states do not depend on its
+        batch."""
         if not self.trims_final_layer:
             return nullcontext()
         return final_layer_at(self.layers[-1], positions, rows, per_row=self.batch_invariant)
@@ -1111,7 +676,7 @@ class HFBackbone:
         """Seconds for the eager forward of two 16-token prompts (median of ``repeats`` after one warm-up): the least
         any eager batch costs here, since a short batch is bound by kernel launches, not arithmetic."""
         batch = [[self.pad_id] * 16] * 2
-        return _median_cuda_seconds(lambda: self._eager_states(batch, None), self.device, repeats, warmup=1)
+        return median_cuda_seconds(lambda: self._eager_states(batch, None), self.device, repeats, warmup=1)
 
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         """``host`` (a small CPU tensor: token ids, positions, offsets) on the model's device without a host sync.
@@ -1137,7 +702,7 @@ class HFBackbone:
     def packed_inputs(self, token_ids: Sequence[Sequence[int]]) -> dict[str, object]:
         """Decoder kwargs for prompts packed into one row: ``input_ids`` and ``position_ids`` ``(1, tokens)`` int64
         with positions restarting at 0 per prompt, and for ``varlen`` the int32 ``(prompts + 1,)`` token offsets and
-        the longest prompt (tokens) that :func:`varlen_attention` reads."""
+        the longest prompt (tokens) that :func:`~herald_service.backbone.attention.varlen_attention` reads."""
         lengths = [len(t) for t in token_ids]
         inputs: dict[str, object] = {
             "input_ids": self._upload(torch.tensor([[t for seq in token_ids for t in seq]])),
@@ -1163,7 +728,8 @@ class HFBackbone:
 
     @contextmanager
     def attention_for_layout(self) -> Iterator[None]:
-        """While open, the decoder runs :func:`varlen_attention` if the layout is ``varlen`` (else unchanged).
+        """While open, the decoder runs :func:`~herald_service.backbone.attention.varlen_attention` if the layout is
+        ``varlen`` (else unchanged).
 
         Only the thread that owns the model (the engine's worker) may use it: the setting is the model config's.
         """
@@ -1176,8 +742,9 @@ class HFBackbone:
     @contextmanager
     def attention(self, name: str) -> Iterator[None]:
         """While open, the decoder runs the registered attention ``name`` (:data:`VARLEN_ATTENTION` or
-        :data:`CAUSAL_ATTENTION`); the model's own setting is restored on exit. Worker thread only, as above."""
-        _register_attention()
+        :data:`~herald_service.backbone.attention.CAUSAL_ATTENTION`); the model's own setting is restored on exit.
+        Worker thread only, as above."""
+        register_attention()
         config = self.decoder.config
         previous = config._attn_implementation
         config._attn_implementation = name
@@ -1236,150 +803,3 @@ def _stop_when_class() -> type:
             return torch.full((input_ids.shape[0],), bool(self.stop()), device=input_ids.device, dtype=torch.bool)
 
     return StopWhen
-
-
-class PrefillGraphs:
-    """CUDA graphs of the one-prompt prefill, one per length bucket of :data:`GRAPH_BUCKETS`.
-
-    A prompt is right-padded to its bucket, which is exact without a mask (see :class:`HFBackbone`): the graphs run
-    :func:`causal_attention`, and buckets longer than a sliding attention window (the window would need its mask)
-    or than the model's position table (:func:`position_limit`: learned positions past it would
-    index out of range on the device) are left out. The last-token rows are copied by the capture hooks into a
-    static ``(1, layer, d_model)`` buffer. Graphs are captured once, longest first, sharing one memory pool. If capture fails (a model whose forward
-    synchronizes with the host), graphs are captured again without compiled layers, and if that fails too they are
-    switched off and the eager path serves.
-
-    Args:
-        compile_layers: capture each decoder layer's forward compiled by ``torch.compile`` (TorchInductor fuses
-            the norms, rotary embedding and activation into a few kernels; one compile per bucket, shared by all
-            layers). The compiled forwards are used only while capturing; the eager batched path is unchanged.
-            ``benchmarks/graph_capture.py`` measures what it gives.
-    """
-
-    def __init__(self, backbone: HFBackbone, buckets: Sequence[int] = GRAPH_BUCKETS, compile_layers: bool = False) -> None:
-        self.backbone = backbone
-        window = sliding_window_of(backbone.decoder.config.get_text_config())
-        limit = min(window or 1 << 62, backbone.max_positions or 1 << 62)  # no padding past the positions
-        self.buckets = tuple(sorted(w for w in buckets if w <= limit))
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        self.compiled = compile_layers and self._capture_all(True)
-        if not self.compiled and not self._capture_all(False):
-            log.warning("one-prompt prefill runs eagerly")
-        self.replay_s = {width: self._time_replay(width) for width in self._graphs}
-        """Seconds per replay of each captured bucket (median of three, measured at capture)."""
-
-    def replay_seconds(self, lengths: Sequence[int]) -> float | None:
-        """Measured seconds to replay one graph per prompt of these lengths (tokens); None if one is too long."""
-        total = 0.0
-        for n in lengths:
-            width = self._bucket(n)
-            if width is None:
-                return None
-            total += self.replay_s[width]
-        return total
-
-    def _bucket(self, tokens: int) -> int | None:
-        """The smallest captured bucket that holds a prompt of ``tokens``, or None."""
-        return next((w for w in self.buckets if w >= tokens and w in self._graphs), None)
-
-    def _time_replay(self, width: int, repeats: int = 3) -> float:
-        return _median_cuda_seconds(self._graphs[width][0].replay, self.backbone.device, repeats)
-
-    def _capture_all(self, compile_layers: bool) -> bool:
-        """Capture every bucket; on any failure keep none and return False."""
-        try:
-            with self.backbone.attention(CAUSAL_ATTENTION), compiled_forwards(self.backbone.layers, compile_layers):
-                pool = None
-                for width in sorted(self.buckets, reverse=True):
-                    pool = self._capture(width, pool)
-            return True
-        except Exception:  # capture is an optimization: never let it stop the service from loading
-            log.warning("CUDA graph capture failed (compiled layers: %s)", compile_layers, exc_info=True)
-            self._graphs.clear()
-            return False
-
-    @torch.inference_mode()
-    def _capture(self, width: int, pool: object) -> object:
-        b = self.backbone
-        ids = torch.full((1, width), b.pad_id, dtype=torch.long, device=b.device)
-        last = torch.zeros(1, dtype=torch.long, device=b.device)
-        out = torch.zeros((1, b.info.num_layers, b.info.hidden_size), dtype=b.dtype, device=b.device)
-
-        def forward() -> None:
-            with capture_last_token(b.layers, last, out=out):
-                b.decoder(input_ids=ids, use_cache=False)
-
-        side = torch.cuda.Stream(device=b.device)
-        side.wait_stream(torch.cuda.current_stream(b.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # the first call also compiles, when compiling
-                forward()
-        torch.cuda.current_stream(b.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            forward()
-        self._graphs[width] = (graph, ids, last, out)
-        return graph.pool()
-
-    @torch.inference_mode()
-    def run(self, token_ids: Sequence[int]) -> torch.Tensor | None:
-        """States ``(1, layer, d_model)`` float32 on the device (a copy: the next replay cannot overwrite it), or None
-        when the prompt is longer than every bucket."""
-        n = len(token_ids)
-        width = self._bucket(n)
-        if width is None:
-            return None
-        graph, ids, last, out = self._graphs[width]
-        ids.fill_(self.backbone.pad_id)
-        ids[0, :n].copy_(self.backbone._upload(torch.tensor(token_ids, dtype=torch.long)))
-        last.fill_(n - 1)
-        graph.replay()
-        return out.to(dtype=torch.float32, copy=True)
-
-
-@contextmanager
-def compiled_forwards(layers: Sequence[nn.Module], enabled: bool = True) -> Iterator[None]:
-    """While open, each decoder layer's ``forward`` is ``torch.compile(forward, dynamic=False)``; restored on exit.
-
-    Hooks stay outside the compiled code (``nn.Module`` runs them around ``forward``). Compiled code is shared by
-    layers of one class, so a shape compiles once for the whole stack; the recompile limit is raised while open so
-    that every graph bucket gets its own static-shape kernels.
-    """
-    if not enabled:
-        yield
-        return
-    with torch._dynamo.config.patch(recompile_limit=64):
-        with installed_forwards(layers, [torch.compile(layer.forward, dynamic=False) for layer in layers]):
-            yield
-
-
-@contextmanager
-def installed_forwards(layers: Sequence[nn.Module], forwards: Sequence[Callable]) -> Iterator[None]:
-    """While open, ``layers[i].forward`` is ``forwards[i]`` (an instance attribute, so ``nn.Module`` still runs the
-    hooks around it); whatever each layer had before, its own instance forward or none, is restored on exit."""
-    own = [layer.__dict__.get("forward") for layer in layers]
-    try:
-        for layer, forward in zip(layers, forwards):
-            layer.forward = forward
-        yield
-    finally:
-        for layer, previous in zip(layers, own):
-            if previous is None:
-                layer.__dict__.pop("forward", None)
-            else:
-                layer.forward = previous
-
-
-def _median_cuda_seconds(run: Callable[[], object], device: torch.device, repeats: int, warmup: int = 0) -> float:
-    """Median wall-clock seconds of ``run()`` over ``repeats`` calls after ``warmup`` untimed ones, the device
-    synchronized before and after each (load-time measurements that pick a path; CUDA only)."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        run()
-        torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
