@@ -360,7 +360,7 @@ class Server:
         self.settings = Settings(**defaults)
         app = build_app(self.settings, loader=lambda _s: target.runtime)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, timeout_keep_alive=600, backlog=4096,
-                                                     http=header_bounded_protocol(10.0), h11_max_incomplete_event_size=65_536))  # as herald serve (cli.server_config)
+                                                     http=header_bounded_protocol(10.0), h11_max_incomplete_event_size=65_536))  # as herald serve (cli.serve.server_config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"
 

@@ -511,8 +511,8 @@ def test_serve_gives_up_a_load_that_outlasts_the_shutdown_wait(monkeypatch, capl
     import threading
     import time
 
-    from herald_service import cli
     from herald_service.api import app as app_module
+    from herald_service.cli import serve
 
     class Exited(Exception):
         pass
@@ -521,14 +521,14 @@ def test_serve_gives_up_a_load_that_outlasts_the_shutdown_wait(monkeypatch, capl
         raise Exited(status)
 
     monkeypatch.setattr(app_module, "LOAD_WAIT_AT_SHUTDOWN_S", 0.3)
-    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    monkeypatch.setattr(serve.os, "_exit", fake_exit)
     release = threading.Event()
     for raised, status in ((None, 0), (KeyboardInterrupt(), 130), (SystemExit(3), 3), (RuntimeError("x"), 1)):
         thread = threading.Thread(target=lambda: release.wait(10), name=app_module.LOAD_THREAD)
         thread.start()
         started = time.monotonic()
         with pytest.raises(Exited) as exited:
-            cli.finish_the_load(raised)
+            serve.finish_the_load(raised)
         assert exited.value.args == (status,) and 0.3 <= time.monotonic() - started < 2
         assert "did not finish within 0.3 s of the shutdown: exiting without it" in caplog.text
         release.set()
@@ -537,7 +537,7 @@ def test_serve_gives_up_a_load_that_outlasts_the_shutdown_wait(monkeypatch, capl
     # a load that ends within the wait is let finish, and its failure reported as before
     done = threading.Thread(target=lambda: time.sleep(0.1), name=app_module.LOAD_THREAD)
     done.start()
-    assert cli.finish_the_load(None) is None and not done.is_alive()
+    assert serve.finish_the_load(None) is None and not done.is_alive()
 
 
 def test_a_backbone_that_cannot_encode_the_empty_prompt_still_comes_up_and_says_so(caplog):

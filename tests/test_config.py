@@ -326,7 +326,7 @@ def test_a_connection_bound_the_file_descriptor_limit_would_cut_first_is_warned_
 def test_serve_raises_the_soft_descriptor_limit_up_to_the_hard_one(monkeypatch):
     import resource
 
-    from herald_service.cli import raise_descriptor_limit
+    from herald_service.cli.serve import raise_descriptor_limit
 
     calls = []
     monkeypatch.setattr(resource, "setrlimit", lambda which, limits: calls.append(limits))

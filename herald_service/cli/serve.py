@@ -1,0 +1,201 @@
+"""``herald serve``: the HTTP server, and what its start and stop need around uvicorn (the address checked before
+the load, Herald's log format, the file-descriptor limit, a model load under way at shutdown)."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import os
+import resource
+import signal
+import sys
+import typing
+from typing import Any
+
+from herald_service.cli.conventions import LOG_FORMAT
+from herald_service.config import FILE_DESCRIPTOR_RESERVE, Settings
+
+if typing.TYPE_CHECKING:
+    import uvicorn
+
+log = logging.getLogger(__name__)
+
+
+def refuse_unusable_address(host: str, port: int) -> None:
+    """Bind, then release, every address uvicorn will listen on, with the options of asyncio's ``create_server``
+    (which uvicorn calls): SO_REUSEADDR on POSIX, IPV6_V6ONLY on IPv6 sockets, one socket per address ``host``
+    resolves to, all interfaces for an empty host.
+
+    uvicorn binds only after the lifespan has started loading the backbone, so a port already in use failed after
+    seconds, with exit status 3 and uvicorn's log line; this runs first. Another process can still take the port
+    between this check and uvicorn's bind; uvicorn then reports it as before.
+
+    Raises:
+        SystemExit: naming ``host:port`` and the setting to change, if the host does not resolve or an address cannot
+            be bound (already in use, not an address of this machine, a privileged port).
+    """
+    import errno
+    import os
+    import socket
+
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise SystemExit(f"herald serve: cannot resolve host {host!r} ({exc.strerror}); set HERALD_HOST or --host") from None
+    for family, kind, proto, _, address in dict.fromkeys(addresses):  # create_server skips duplicates too
+        with socket.socket(family, kind, proto) as sock:
+            if os.name == "posix" and sys.platform != "cygwin":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise SystemExit(f"herald serve: {shown} is already in use; set HERALD_PORT or --port, or stop the"
+                                     " other process") from None
+                raise SystemExit(f"herald serve: cannot listen on {shown} ({exc.strerror}); set HERALD_HOST or --host,"
+                                 " HERALD_PORT or --port") from None
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` of ``herald serve``: one stderr handler in :data:`LOG_FORMAT` on the root
+    logger at ``level`` (any case), which uvicorn's loggers propagate to. Given to uvicorn as its ``log_config``,
+    whose own (``INFO:     Uvicorn running on ...``, colours, no time or logger name) it replaces."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"herald": {"format": LOG_FORMAT}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "herald", "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+    }
+
+
+def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
+    """uvicorn's configuration for ``herald serve``: ``settings``' address, keep-alive and log level, Herald's log
+    format (:func:`log_config`), and no access log (``herald_service.access`` logs each request instead).
+
+    The HTTP protocol is httptools' parser with request line and headers bounded by ``settings.max_header_bytes``
+    (passed as ``h11_max_incomplete_event_size``; past it 400) and ``settings.header_timeout_s`` (past it 408), both
+    closing the connection, and open connections bounded by ``settings.max_connections`` (past it 503)
+    (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11, header size only, where httptools is
+    absent).
+    """
+    import uvicorn
+
+    from herald_service.api.http_protocol import header_bounded_protocol
+
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
+        log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
+        http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal,
+                                     settings.max_connections),
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+    )
+
+
+def raise_descriptor_limit(needed: int) -> None:
+    """Raise this process's soft file-descriptor limit (``ulimit -n``) to ``needed`` descriptors, or to the hard limit
+    where that is lower, as servers commonly do at start: the usual soft limit of 1,024 sits below the 1,000
+    connections of ``HERALD_MAX_CONNECTIONS`` plus the descriptors Herald keeps for itself, so every default start
+    warned (tester). The hard limit is the administrator's and is never raised; what stays short is left to
+    :meth:`~herald_service.config.Settings.start_up_warnings` to name."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def finish_the_load(raised: BaseException | None) -> str | None:
+    """After ``herald serve``'s server has stopped: let a model load under way end while the interpreter is whole, for
+    up to :data:`~herald_service.api.app.LOAD_WAIT_AT_SHUTDOWN_S` seconds, then give it up: log why and end the process
+    at once (``os._exit``: the load's thread cannot be stopped, and the interpreter's exit would wait for it), with the
+    status serve would have had, 130 after Ctrl+C, else 0 (1 for another error).
+
+    Args:
+        raised: what the server's run raised (KeyboardInterrupt for Ctrl+C), or None.
+
+    Returns:
+        Why a load that ended in time failed, or None (:func:`~herald_service.api.app.wait_for_the_load`).
+    """
+    from herald_service.api.app import LOAD_WAIT_AT_SHUTDOWN_S, load_under_way, wait_for_the_load
+
+    failure = wait_for_the_load(LOAD_WAIT_AT_SHUTDOWN_S)
+    if load_under_way():
+        log.warning("the model load under way did not finish within %g s of the shutdown: exiting without it (a GGUF"
+                    " conversion under way is converted again at the next start)", LOAD_WAIT_AT_SHUTDOWN_S)
+        for handler in logging.getLogger().handlers:  # os._exit flushes nothing
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        status = 0 if raised is None else 130 if isinstance(raised, KeyboardInterrupt) else 1
+        if isinstance(raised, SystemExit) and isinstance(raised.code, int):
+            status = raised.code
+        os._exit(status)
+    return failure
+
+
+class ServeCommand(Settings):
+    """Start the HTTP server (DESIGN section 3) on the configured backbone and probe."""
+
+    def cli_cmd(self) -> None:
+        # transformers' GGUF conversion draws its own tqdm bar ("Converting and de-quantizing GGUF tensors...", carriage
+        # returns) into the log of a first start, which disable_progress_bar below does not reach; tqdm reads
+        # TQDM_DISABLE once, when it is first imported, and nothing has imported it yet (test_embedded_e2e converts)
+        os.environ["TQDM_DISABLE"] = "1"
+        import uvicorn
+
+        from herald_service.api.app import build_app
+
+        refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
+        if not self.fake_backend:
+            from herald_service.backbone.numerics import pick_device_dtype, resolve_matmul_dtype, resolve_padding_side
+            from herald_service.backbone.loader import backbone_cache_folder, needs_conversion
+            from herald_service.engine.runtime import checked_probe
+            from transformers.utils import logging as transformers_logging
+
+            # transformers' tqdm bar ("Loading weights: ...it/s", carriage returns) went into the log, at any log level
+            transformers_logging.disable_progress_bar()
+
+            checked_probe(self)  # a bad backbone path, probe path or probe file stops here, not after "Uvicorn running on ..."
+            # so do HERALD_DEVICE=cuda without CUDA (it came after the bind), bf16 linear layers on CUDA and, once auto
+            # has resolved to a CPU or float32, padding_side varlen (the model's sliding window is checked at load)
+            device, dtype = pick_device_dtype(self.device, self.dtype)
+            resolve_matmul_dtype(self.matmul_dtype, device, dtype)
+            resolve_padding_side(self.padding_side, device, dtype)
+            if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
+                backbone_cache_folder(self.cache_dir)
+        logging.config.dictConfig(log_config(self.log_level))
+        raise_descriptor_limit(self.max_connections + FILE_DESCRIPTOR_RESERVE)
+        for warning in self.start_up_warnings():
+            log.warning(warning)
+        server: uvicorn.Server | None = None
+
+        def stop() -> None:
+            if server is not None:
+                server.should_exit = True
+
+        app = build_app(self, on_load_error=stop)
+        server = uvicorn.Server(server_config(app, self))
+        # uvicorn re-raises the signal it stopped on once it has shut down, with the handler from before it started:
+        # SIGTERM's default action then killed the process with status 143 after a clean drain, which Kubernetes and
+        # systemd report as a failure. With this handler the re-raise only asks a stopped server to stop and serve
+        # exits 0. It stops the server rather than doing nothing: a SIGTERM between here and uvicorn's own handlers
+        # was swallowed, and the server came up and served until killed (re-tester). (A Python handler, not SIG_IGN,
+        # which child processes would inherit across exec.)
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop())
+        raised: BaseException | None = None
+        try:
+            server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
+        except BaseException as exc:  # raised again below, once a load under way has ended or been given up
+            raised = exc
+        abandoned = finish_the_load(raised)
+        if raised is not None:
+            raise raised
+        if abandoned:
+            raise SystemExit(f"herald serve: the model load under way at shutdown failed: {abandoned}")
+        if app.state.herald.load_error:
+            raise SystemExit(f"herald serve: {app.state.herald.load_error}")
