@@ -346,7 +346,7 @@ class BackboneSettings(BaseSettings):
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
-    # the local commands, which do not use it, describe it as they read it (cli.LocalCommand)
+    # the local commands, which do not use it, describe it as they read it (cli.local.LocalCommand)
     log_level: LogLevel = Field(
         "info", description="herald serve's log level, for Herald's and uvicorn's loggers, in any letter case (INFO ="
         " info); info logs one line per request, warning hides those lines."
