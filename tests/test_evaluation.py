@@ -244,7 +244,7 @@ def test_a_loso_fold_without_a_label_to_train_on_is_named_recorded_and_left_out_
     # KeyError: 'auroc' traceback, herald report in KeyError: 'f1'
     import logging
 
-    from herald_service.cli import eval_summary
+    from herald_service.cli.training import eval_summary
 
     data = one_harmful_source()
     train, test = split(data)

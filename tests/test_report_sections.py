@@ -781,7 +781,7 @@ def test_results_without_a_saved_probe_have_no_such_section(tmp_path):
 
 
 def test_herald_eval_prints_the_saved_probes_headline_numbers_and_warnings():
-    from herald_service.cli import saved_probe_summary
+    from herald_service.cli.training import saved_probe_summary
 
     assert saved_probe_summary(main_results()) is None
     summary = saved_probe_summary({**main_results(), "saved_probe": saved_probe_block()})

