@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import numpy as np
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, DotEnvSettingsSource, EnvSettingsSource,
@@ -305,6 +304,8 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
                            "an image file path such as --out trajectory.png", folder=False)
         except ValueError as exc:
             raise SystemExit(f"herald plot: {exc}") from None
+        import numpy as np
+
         from herald_service.analysis.trajectory_plot import plot_trajectories  # torch, matplotlib: after the checks
         from herald_service.engine.runtime import load_runtime
 

@@ -50,6 +50,7 @@ def _no_empty_entries(value: object) -> object:
 
 
 DataPaths = Annotated[list[Path], BeforeValidator(_no_empty_entries)]
+"""``--data``: files or folders, none empty."""
 
 METHODS_HELP = (
     "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
@@ -74,7 +75,6 @@ reason of :data:`METHODS_HELP`."""
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 """A random seed: numpy's and scikit-learn's ``random_state`` take 0 to 2**32 - 1; a negative one failed only once
 the corpus was loaded and states extracted (breaker pass: --seed -1, 41 s into ``herald recipes``)."""
-"""``--data``: files or folders, none empty."""
 
 
 def check_default_data(options: BaseModel) -> None:
