@@ -481,14 +481,19 @@ class Settings(BackboneSettings):
         " prefill (engine.InferenceEngine._run_chunked); 0: off; auto: 512 on the CPU, off on CUDA"
         " (benchmarks/chunked_prefill.py)."
     )
+    # at most an hour, like the body and header timeouts: 1e10 was accepted and its shutdown wait overflowed
+    # (thread.join raised OverflowError: "Application shutdown failed"), and 1e308 put a 309-digit Retry-After on /steer
+    # (tester)
     request_timeout_s: float = Field(
-        60.0, gt=0, allow_inf_nan=False, description="Seconds a request may wait for its answer before 504. Also the"
+        60.0, gt=0, le=3600, allow_inf_nan=False, description="Seconds a request may wait for its answer before 504, at"
+        " most 3600. Also the"
         " admission limit: a request whose own estimated model time exceeds 85% of it is refused at once with 413, and one"
         " whose estimated wait behind the work accepted earlier exceeds 80% of it with 429 and Retry-After"
         " (engine/admission.py)."
     )
     keep_alive_s: float = Field(
-        75.0, gt=0, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds; above common load-balancer idle timeouts, so"
+        75.0, gt=0, le=3600, allow_inf_nan=False, description="HTTP keep-alive idle timeout, seconds, at most 3600; above"
+        " common load-balancer idle timeouts, so"
         " a client never reuses a connection the server is closing (uvicorn's 5 s default raced under load)."
     )
     # at most an hour: 1e308 was accepted, which is no bound on a client trickling bytes (tester); at least 0.1 s:

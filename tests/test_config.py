@@ -105,6 +105,17 @@ def test_non_finite_durations_are_refused_as_such(monkeypatch, value):
         Settings(_env_file=None)
 
 
+@pytest.mark.parametrize("name", ["HERALD_REQUEST_TIMEOUT_S", "HERALD_KEEP_ALIVE_S"])
+def test_the_request_and_keep_alive_timeouts_are_at_most_an_hour(monkeypatch, name):
+    # HERALD_REQUEST_TIMEOUT_S=1e10 was accepted and the shutdown's thread join overflowed ("Application shutdown
+    # failed"); 1e308 gave /steer a 309-digit Retry-After (tester)
+    monkeypatch.setenv(name, "1e10")
+    with pytest.raises(ValidationError, match="less than or equal to 3600"):
+        Settings(_env_file=None)
+    monkeypatch.setenv(name, "3600")
+    assert getattr(Settings(_env_file=None), name.removeprefix("HERALD_").lower()) == 3600
+
+
 @pytest.mark.parametrize("name", ["HERALD_BODY_TIMEOUT_S", "HERALD_HEADER_TIMEOUT_S"])
 def test_the_slow_client_timeouts_are_bounded_from_a_tenth_of_a_second_to_an_hour(monkeypatch, name):
     # 1e308 was accepted: no bound on a client trickling its headers or body (tester)
