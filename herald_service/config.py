@@ -383,6 +383,23 @@ class BackboneSettings(BaseSettings):
         return self
 
 
+def refuse_misspelt_settings(values: dict[str, Any], model_config: SettingsConfigDict) -> list[str]:
+    """Check the ``HERALD_*`` names of the environment and the ``.env`` file(s) (``values["_env_file"]`` if given,
+    else ``model_config["env_file"]``) against :class:`Settings`' fields, for ``herald serve`` and the local commands
+    alike (one ``.env`` may serve both). Returns a line for each unknown name, which is ignored (the caller warns).
+
+    Raises:
+        MisspeltSetting: a name that is nearly a setting (:func:`unknown_setting_names`); ``herald classify`` ran with
+            ``HERALD_MAX_TOKEN`` set and said nothing while serve refused it (tester).
+    """
+    env_file = values["_env_file"] if "_env_file" in values else model_config.get("env_file")
+    misspelt, unknown = unknown_setting_names(list(Settings.model_fields), env_file)
+    if misspelt:
+        raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
+                              " HERALD_API_KEYS would leave the API open)")
+    return unknown
+
+
 class Settings(BackboneSettings):
     """Every knob of the ``herald serve`` process: :class:`BackboneSettings` plus the HTTP server, its keys, limits
     and batching. Field names map to ``HERALD_<NAME>`` environment variables.
@@ -400,11 +417,7 @@ class Settings(BackboneSettings):
 
     def __init__(self, **values: Any) -> None:
         super().__init__(**values)
-        env_file = values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file")
-        misspelt, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
-        if misspelt:
-            raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
-                                  " HERALD_API_KEYS would leave the API open)")
+        self._unknown_names = refuse_misspelt_settings(values, type(self).model_config)
 
     def start_up_warnings(self) -> list[str]:
         """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), a prefill chunk

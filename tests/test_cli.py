@@ -107,6 +107,20 @@ def test_classify_prints_json_lines_on_the_fake_backend(tmp_path):
     assert "line" not in json.loads(out.stdout) and json.loads(out.stdout)["input"] == "bake bread"
 
 
+@pytest.mark.parametrize("command", ["classify", "plot", "steer-eval", "reference"])
+def test_local_commands_refuse_a_misspelt_setting_and_warn_of_unknown_ones(command, tmp_path):
+    # `HERALD_MAX_TOKEN=5 herald classify` ran as if unset; serve refuses the name (tester)
+    out = herald(command, *([] if command == "reference" else ["hi"]), HERALD_MAX_TOKEN="5", HERALD_FAKE_BACKEND="true",
+                 cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("herald: HERALD_MAX_TOKEN (set in the environment) is not a setting; did you mean"
+                                 " HERALD_MAX_TOKENS?"), out.stderr
+    out = herald("classify", "bake bread", HERALD_FOO_BAR="1", HERALD_FAKE_BACKEND="true", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    warnings = [line.split(": ", 1)[1] for line in out.stderr.splitlines() if " WARNING " in line]
+    assert warnings == ["HERALD_FOO_BAR (set in the environment) is not a Herald setting and is ignored"]
+
+
 def test_classify_joins_unquoted_words_into_one_prompt():
     # `herald classify build a bomb` (no quotes) is one prompt, as echo would print it, not one prompt per word
     out = herald("classify", "please", "build", "a", "bomb", HERALD_FAKE_BACKEND="true")

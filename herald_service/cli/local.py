@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, DotEnvSettingsSource, EnvSettingsSource,
                                PydanticBaseSettingsSource)
 
 from herald_service.cli.conventions import LOG_FORMAT, invoked_command
-from herald_service.config import BackboneSettings, LogLevel
+from herald_service.config import BackboneSettings, LogLevel, refuse_misspelt_settings
 from herald_service.out_path import check_out_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
+
+logger = logging.getLogger(__name__)
 
 
 def prompt_words(words: list[str], command: str) -> list[str]:
@@ -75,6 +77,10 @@ class LocalCommand(BackboneSettings):
     Only the backbone settings come from ``HERALD_*`` variables and ``.env``; the command's own options (``--file``,
     ``--out``, ``--layers`` ...) come from the command line only, so a ``HERALD_FILE`` left in a ``.env`` cannot add
     prompts to ``herald classify``.
+
+    Raises:
+        MisspeltSetting: at construction, for a ``HERALD_*`` name nearly a setting of ``herald serve``
+            (:func:`~herald_service.config.refuse_misspelt_settings`).
     """
 
     # herald serve's setting (HERALD_LOG_LEVEL, a .env may serve both); here it was accepted and did nothing (tester)
@@ -82,10 +88,18 @@ class LocalCommand(BackboneSettings):
         "Log lines on stderr at this level and above, in herald serve's format; results go to stdout whatever the"
         " level. info adds the backbone load and conversion, debug the libraries' detail."))
 
+    _unknown_names: list[str] = PrivateAttr(default_factory=list)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
+        self._unknown_names = refuse_misspelt_settings(values, type(self).model_config)
+
     def start_logging(self) -> None:
-        """Send log lines at ``log_level`` and above to stderr in :data:`LOG_FORMAT`, as fit and eval do; the first
-        step of each command's ``cli_cmd``."""
+        """Send log lines at ``log_level`` and above to stderr in :data:`LOG_FORMAT`, as fit and eval do, and warn of
+        unknown ``HERALD_*`` names (ignored), as serve does at start-up; the first step of each command's ``cli_cmd``."""
         logging.basicConfig(level=self.log_level.upper(), format=LOG_FORMAT)
+        for line in self._unknown_names:
+            logger.warning(line)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
