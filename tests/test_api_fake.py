@@ -415,6 +415,9 @@ def test_info_and_page(client):
     assert info["probe"]["manifest"]["feature_set"] == "herald-v1"
     page = client.get("/")
     assert page.status_code == 200 and "classify" in page.text
+    # the page has an API-key field: no other site may frame it (tester)
+    assert page.headers["content-security-policy"] == "frame-ancestors 'none'" and page.headers["x-frame-options"] == "DENY"
+    assert page.headers["x-content-type-options"] == "nosniff" and page.headers["referrer-policy"] == "no-referrer"
 
 
 def test_not_ready_until_loaded_then_ready():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -124,3 +127,35 @@ def test_ui_features(text, script):
     assert 'role="alert"' in text and 'for="prompt"' in text and 'for="apikey"' in text
     assert 'type="password"' in text
     assert len(text.splitlines()) < 320
+
+
+def page_function(script: str, name: str) -> str:
+    """The source of ``function name(...) {...}`` in the page's script (its body ends at the first line ``  }``)."""
+    match = re.search(rf"^  function {name}\(.*?^  }}$", script, re.MULTILINE | re.DOTALL)
+    assert match, name
+    return match.group(0)
+
+
+def run_node(script: str) -> str:
+    node = shutil.which("node")
+    assert node, "Node.js runs the page's own functions here; .ci/run installs Debian's nodejs"
+    return subprocess.run([node, "-e", script], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_the_shown_score_sits_on_its_verdicts_side_of_one_half(script):
+    # 0.4996 read "0.500" beside ALLOWED and "flagged at score >= 0.5" (tester)
+    cases = [(0.4996, False), (0.49999996, False), (0.5, True), (0.5000004, True), (0.98765, True), (0.0012, False),
+             (None, False)]
+    calls = ", ".join(f"scoreText({'null' if score is None else score!r}, {str(flagged).lower()})" for score, flagged in cases)
+    shown = json.loads(run_node(page_function(script, "scoreText") + f"\nconsole.log(JSON.stringify([{calls}]));"))
+    assert shown == ["0.4996", "0.49999996", "0.500", "0.500", "0.988", "0.001", "—"]
+    assert '$("score").textContent = scoreText(r.score, r.flagged);' in script
+
+
+def test_an_api_key_fetch_cannot_send_is_named_before_the_request(script):
+    # a key outside Latin-1 made fetch() throw, and the page said "Could not reach the service" (tester)
+    keys = ["client-key-0123456789", "clé-0123456789", "two words", "key\u2014dash"]
+    calls = ", ".join(f"keyProblem({json.dumps(key)})" for key in keys)
+    problems = json.loads(run_node(page_function(script, "keyProblem") + f"\nconsole.log(JSON.stringify([{calls}]));"))
+    assert "if (keyProblem(key)) { showError(keyProblem(key), \"API key\")" in script
+    assert problems[0] is None and all(p == "An API key holds printable ASCII characters only (no spaces)." for p in problems[1:])

@@ -90,8 +90,17 @@ async def info(state: State) -> dict:
     return body
 
 
+PAGE_HEADERS = {
+    "Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+}
+"""The page has an API-key field: another site must not frame it (clickjacking; CSP for current browsers,
+X-Frame-Options for older ones), and it sends no referrer (tester)."""
+
+
 @router.head("/", response_class=HTMLResponse, include_in_schema=False)
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index() -> HTMLResponse:
     """A page where a person types a prompt and sees the verdict and the layer trajectory."""
-    return HTMLResponse(files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8"))
+    page = files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8")
+    return HTMLResponse(page, headers=PAGE_HEADERS)
