@@ -1337,6 +1337,15 @@ def test_steer_eval_refuses_layers_below_1_or_twice_before_the_backbone_loads(tm
     assert out.returncode == 1 and "does not exist" in out.stderr  # a valid list gets as far as the load
 
 
+@pytest.mark.parametrize("layers, shown", [("some", "'some'"), ("4,x", "'x'"), ("4.5", "4.5"), ("true", "True")])
+def test_steer_eval_names_a_layer_that_is_no_whole_number_in_one_line(tmp_path, layers, shown):
+    # pydantic printed one line per member of the union, "layers.list[int].0 ..." and "layers.literal['all'] ..." (tester)
+    out = herald("steer-eval", str(tmp_path / "rows.txt"), "--layers", layers)
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("herald: invalid settings\n  layers (--layers): give 1-based decoder layers (4 or 4,8)"
+                                  f" or 'all', not {shown}"), out.stderr
+
+
 def test_steer_eval_takes_layers_all_and_prints_each_prompts_completions(tmp_path):
     # --layers all, as POST /steer takes it, was "Input should be a valid integer"; the output held rates only.
     rows = tmp_path / "rows.txt"
@@ -1356,7 +1365,7 @@ def test_steer_eval_takes_layers_all_and_prints_each_prompts_completions(tmp_pat
     shouted = herald("steer-eval", str(rows), "--layers", "ALL", "--max-new-tokens", "3", HERALD_FAKE_BACKEND="true")
     assert shouted.returncode == 0 and json.loads(shouted.stdout)["layers"] == list(range(1, 9)), shouted.stderr
     bad = herald("steer-eval", str(rows), "--layers", "al", HERALD_FAKE_BACKEND="true")
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "Input should be 'all'" in bad.stderr
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "or 'all', not 'al'" in bad.stderr
 
 
 def test_eval_refuses_a_test_data_file_without_rows_naming_it_before_the_backbone_loads(tmp_path):

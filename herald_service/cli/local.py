@@ -364,6 +364,11 @@ class SteerEvalCommand(LocalCommand):
         # the CLI reads any value of a list field as a list; "ALL" as POST /steer takes it
         if isinstance(layers, list) and len(layers) == 1 and isinstance(layers[0], str) and layers[0].lower() == "all":
             return "all"
+        if isinstance(layers, list):  # one line, not pydantic's line per member of the union (tester)
+            for layer in layers:
+                whole = isinstance(layer, int) and not isinstance(layer, bool)
+                if not whole and not (isinstance(layer, str) and layer.strip().lstrip("+-").isdecimal()):
+                    raise ValueError(f"give 1-based decoder layers (4 or 4,8) or 'all', not {layer!r}")
         return layers
 
     @field_validator("alpha")
