@@ -319,11 +319,14 @@ def probe_dir(resolved, tmp_path_factory):
     return out
 
 
-def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path):
+def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path, caplog):
     settings = Settings(_env_file=None, backbone=str(folder), probe=probe_dir, cache_dir=tmp_path, device="cpu",
                         steer_enabled=True, steer_api_key="steer-key-0123456789")
-    with TestClient(build_app(settings)) as client:
+    with caplog.at_level("INFO", logger="herald_service"), TestClient(build_app(settings)) as client:
         wait_ready(client)
+        # the cap below the setting is said at start-up (/v1/info gave 4096 while loading, then 256, without a word)
+        assert ("prompts are limited to 256 tokens, the backbone's max_position_embeddings: below HERALD_MAX_TOKENS"
+                " (4096)") in caplog.messages
         r = client.post("/classify", json={"input": PROMPTS})
         assert r.status_code == 200
         results = r.json()["results"]
