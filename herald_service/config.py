@@ -431,6 +431,8 @@ class Settings(BackboneSettings):
         if isinstance(self.prefill_chunk_tokens, int) and self.prefill_chunk_tokens >= self.max_tokens:
             warnings.append(f"HERALD_PREFILL_CHUNK_TOKENS ({self.prefill_chunk_tokens}) is not below HERALD_MAX_TOKENS"
                             f" ({self.max_tokens}): no prompt is long enough to be prefilled in chunks")
+        if self.steer_api_key is not None and not self.steer_enabled:  # a key stored for nothing (tester)
+            warnings.append("HERALD_STEER_API_KEY is set but HERALD_STEER_ENABLED is false: /steer answers 404")
         if not self.api_keys:
             warnings.append("no HERALD_API_KEYS: /classify, /v1/moderations and /v1/info answer anyone who can reach"
                             f" {self.host}:{self.port}")

@@ -64,7 +64,7 @@ class HeraldMetrics:
             "herald_interleaved_prompts_total", "Prompts answered between two chunks of a longer prompt's prefill.", registry=r
         )
         self.rejected = Counter("herald_rejected_requests_total", "Requests refused before any model work, by reason.", ["reason"], registry=r)
-        self.steer_runs = Counter("herald_steer_runs_total", "/steer runs by intervention mode.", ["mode"], registry=r)
+        self.steer_runs = Counter("herald_steer_runs_total", "/steer jobs admitted to the worker by intervention mode, whatever their end (200, 499 client gone, 504).", ["mode"], registry=r)
         self.worker_cost = Gauge(
             "herald_worker_cost_seconds",
             "Admission's model of the worker: busy seconds of a batch per batch, prompt, prompt token and squared prompt"

@@ -321,6 +321,15 @@ def test_the_fake_backend_is_warned_about_at_start_up():
     assert warning.startswith("HERALD_FAKE_BACKEND is on: verdicts come from a weight-free fake backbone"), warning
 
 
+def test_a_steer_key_with_steering_off_is_warned_about_at_start_up():
+    # a key stored in the Secret while /steer answers 404 said nothing (tester)
+    key = "key-one-abcdefgh"
+    (warning,) = Settings(api_keys=key, steer_api_key="steer-key-0123456789", _env_file=None).start_up_warnings()
+    assert warning == "HERALD_STEER_API_KEY is set but HERALD_STEER_ENABLED is false: /steer answers 404"
+    assert Settings(api_keys=key, steer_api_key="steer-key-0123456789", steer_enabled=True,
+                    _env_file=None).start_up_warnings() == []
+
+
 def test_a_connection_bound_the_file_descriptor_limit_would_cut_first_is_warned_about(monkeypatch):
     import resource
 
