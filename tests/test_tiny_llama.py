@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from conftest import wait_ready
 from herald_service.api.app import build_app
-from herald_service.backbone.base import Intervention
+from herald_service.backbone.base import Generation, Intervention
 from herald_service.backbone.hf import HFBackbone, config_info
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.config import Settings
@@ -685,6 +685,32 @@ def test_generation_stops_at_its_time_budget(resolved):
     assert stopped.tokens == 3 and stopped.cut_short and len(asked) == 3
 
 
+def test_a_chunked_generation_generates_what_one_pass_does_and_stops_between_its_chunks(resolved):
+    """/steer's generations prefill a long prompt in chunks, asking ``stop`` between two (a tester's /steer whose
+    client left held the worker for whole prefills): the same greedy tokens, with and without an intervention; a stop
+    asked true stops the prefill before its next chunk, with nothing generated and no hook left behind."""
+    backbone = HFBackbone(resolved, "cpu", "float32")
+    (ids,) = backbone.encode([user_turn(PROMPTS[2])])  # 26 tokens: four chunks of 8
+    ablate = Intervention("ablate", (2,), np.random.default_rng(0).standard_normal((4, 64)), np.ones(4))
+    for intervention in (None, ablate):
+        assert backbone.generate(ids, 12, intervention, chunk_tokens=8) == backbone.generate(ids, 12, intervention)
+    passes = []
+    handle = backbone.model.register_forward_hook(  # the passes that ran, by their tokens
+        lambda _m, _args, kwargs, _out: passes.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        asked = []
+        stopped = backbone.generate(ids, 12, ablate, stop=lambda: asked.append(1) or len(asked) >= 2, chunk_tokens=8)
+        assert stopped == Generation("", 0, cut_short=True)
+        assert passes == [8, 8] and len(asked) == 2  # asked before the second and third chunks; the third never ran
+        passes.clear()
+        asked.clear()  # true at the first step after the prefill: the prefill's token comes back, as without chunks
+        stopped = backbone.generate(ids, 12, stop=lambda: asked.append(1) or len(asked) >= 4, chunk_tokens=8)
+        assert stopped.tokens == 1 and stopped.cut_short and passes == [8, 8, 8, 2]
+    finally:
+        handle.remove()
+    assert not backbone.model._forward_pre_hooks and all(not layer._forward_hooks for layer in backbone.layers)
+
+
 def test_fit_with_logistic_directions_records_them_and_fits_other_directions(folder, tmp_path):
     words = " ".join(PROMPTS).split()  # the tiny tokenizer knows these; digits all map to one token
     rows = [{"prompt": f"how do i bake bread {words[i]} {words[-i]}", "label": "benign", "source": "A"} for i in range(20)]
@@ -903,6 +929,12 @@ def test_a_chunked_prefill_gives_the_one_pass_states(resolved, model):
         assert relative <= 1e-5, (model, chunk, relative)
     projected = list(backbone.prefill_chunks(ids, 8, reduce=lambda s: s[..., 0]))[-1]  # the engine's projection path
     assert torch.allclose(projected, whole[..., 0], atol=1e-5)
+    ablate = Intervention("ablate", (2,), np.random.default_rng(0).standard_normal((backbone.info.num_layers, backbone.info.hidden_size)),
+                          np.ones(backbone.info.num_layers))  # /steer's classification of a long prompt, in chunks
+    ablated = backbone.last_token_states([ids], ablate)
+    relative = ((list(backbone.prefill_chunks(ids, 8, intervention=ablate))[-1] - ablated).norm(dim=-1)
+                / ablated.norm(dim=-1)).max().item()
+    assert relative <= 1e-5 and not torch.allclose(ablated, whole, atol=1e-3), (model, relative)
     with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
         next(backbone.prefill_chunks(ids, 0))
 

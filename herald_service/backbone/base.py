@@ -100,19 +100,23 @@ class Backbone(Protocol):
         ...
 
     def prefill_chunks(
-        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        intervention: Intervention | None = None,
     ) -> Iterator[torch.Tensor | None]:
         """Prefill one prompt ``chunk_tokens`` tokens at a time (a generator: one chunk per ``next()``, ``None`` after
-        each chunk but the last, then what ``launch_last_token_states``' function returns for the prompt alone); the
-        caller may run other batches between chunks, or ``close()`` it."""
+        each chunk but the last, then what ``launch_last_token_states``' function returns for the prompt alone, or
+        with ``intervention`` what ``last_token_states`` returns with it); the caller may run other batches between
+        chunks, or ``close()`` it."""
         ...
 
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,
-        stop: Callable[[], bool] | None = None,
+        stop: Callable[[], bool] | None = None, chunk_tokens: int = 0,
     ) -> Generation:
         """Greedy completion of one prompt, with the intervention active at every step. With ``max_time_s`` (seconds,
         counted from before the prefill), decoding stops after the step that passes it: the call can overrun it by
         one step (the prefill, when that alone passes it), and the answer says it was cut short. ``stop``, asked
-        after every step, ends decoding the same way when it returns true (a /steer whose client left)."""
+        after every step, ends decoding the same way when it returns true (a /steer whose client left). A prompt
+        longer than ``chunk_tokens`` (0: none) is prefilled that many tokens at a time, and ``stop`` is also asked
+        between two chunks; stopped there, nothing was generated: ``Generation("", 0, cut_short=True)``."""
         ...

@@ -127,42 +127,58 @@ class FakeBackbone:
         return lambda: result
 
     def prefill_chunks(
-        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        intervention: Intervention | None = None,
     ) -> Iterator[torch.Tensor | None]:
-        """One chunk per ``next()``: each sleeps ``token_delay_s`` per token of the chunk (and the first also
-        ``forward_delay_s``); ``None`` is yielded after each chunk but the last, then the prompt's states (or
-        ``reduce`` of them) as :meth:`launch_last_token_states` gives them. ``chunks_run`` counts the chunks run
-        (tests).
+        """One chunk per ``next()`` (:meth:`_chunk`); ``None`` is yielded after each chunk but the last, then the
+        prompt's states (or ``reduce`` of them) as :meth:`launch_last_token_states` gives them, or with
+        ``intervention`` as :meth:`last_token_states` gives them with it.
 
         Raises:
             ValueError: ``chunk_tokens`` < 1 or an empty prompt.
         """
         for start in chunk_starts(token_ids, chunk_tokens):
-            part = token_ids[start : start + chunk_tokens]
-            delay_s = self.token_delay_s * len(part) + (self.forward_delay_s if start == 0 else 0.0)
-            if delay_s:
-                time.sleep(delay_s)
-            self.chunks_run += 1
+            self._chunk(token_ids, start, chunk_tokens)
             if start + chunk_tokens < len(token_ids):
                 yield None
-        states = torch.tensor(self._states([token_ids]), dtype=torch.float32)
+        states = self._states([token_ids])
+        if intervention is not None:
+            self._intervene(states[0], intervention)
+        states = torch.tensor(states, dtype=torch.float32)
         yield states if reduce is None else reduce(states).to(torch.float32)
+
+    def _chunk(self, token_ids: Sequence[int], start: int, chunk_tokens: int) -> None:
+        """One chunk of a chunked prefill: sleeps ``token_delay_s`` per token of the chunk (and the first chunk also
+        ``forward_delay_s``); counted in ``chunks_run`` (tests)."""
+        part = token_ids[start : start + chunk_tokens]
+        delay_s = self.token_delay_s * len(part) + (self.forward_delay_s if start == 0 else 0.0)
+        if delay_s:
+            time.sleep(delay_s)
+        self.chunks_run += 1
 
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,
-        stop: Callable[[], bool] | None = None,
+        stop: Callable[[], bool] | None = None, chunk_tokens: int = 0,
     ) -> Generation:
         """A canned reply, one word a token: a refusal for harmful prompts, unless an intervention removes the harm
         direction (``"ablate"``) or pushes against it (``"add"`` with a negative ``alpha``). The prefill gives the
         first word; decoding stops after the step that passes ``max_time_s`` (seconds from before the prefill), as
         transformers' ``max_time`` does, or once ``stop()`` is true, and the reply then holds the words so far,
-        marked cut short."""
+        marked cut short. A prompt longer than ``chunk_tokens`` (0: none) is prefilled in chunks
+        (:meth:`_chunk`, counted in ``chunks_run``), ``stop()`` asked between two of them, as the real backbone asks
+        it; stopped there, nothing was generated."""
         started = time.perf_counter()
         harmful = any(self._words.get(t) in HARM_WORDS for t in token_ids)
         lifted = intervention is not None and (intervention.mode == "ablate" or intervention.alpha < 0)
         text = "I'm sorry, but I can't help with that." if harmful and not lifted else "Sure, here is an answer."
         words = text.split()[:max_new_tokens]
-        self._prefill([token_ids])
+        if 0 < chunk_tokens < len(token_ids):
+            for start in chunk_starts(token_ids, chunk_tokens):
+                if start > 0 and stop is not None and stop():
+                    return Generation("", 0, cut_short=True)
+                self._chunk(token_ids, start, chunk_tokens)
+        else:
+            self._prefill([token_ids])
         for n in range(1, len(words)):
             if (max_time_s is not None and time.perf_counter() - started > max_time_s) or (stop is not None and stop()):
                 return Generation(" ".join(words[:n]), n, cut_short=True)

@@ -415,13 +415,16 @@ class HFBackbone:
 
     @torch.inference_mode()  # torch enters it around each resumption of the generator
     def prefill_chunks(
-        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self, token_ids: Sequence[int], chunk_tokens: int, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        intervention: Intervention | None = None,
     ) -> Iterator[torch.Tensor | None]:
         """Prefill one prompt ``chunk_tokens`` tokens at a time through a KV cache: a generator that runs one chunk
         per ``next()``, yields ``None`` after each chunk but the last, then what :meth:`last_token_states` returns
         for the prompt, ``(1, layer, d_model)`` float32 on the CPU (or ``reduce``'s result, as
         :meth:`launch_last_token_states`). The caller may run other forward passes between two chunks (the engine
-        answers short prompts there) and may ``close()`` it to stop early.
+        answers short prompts there) and may ``close()`` it to stop early (a /steer job whose request ended).
+        ``intervention`` (a /steer classification) is active in each chunk only, not while the generator waits: it
+        edits each position's residual stream alone, so the chunks compute what one pass with it computes.
 
         Chunked prefill (as in vLLM and SGLang) computes the same function as one pass: each chunk's queries attend to
         the cached keys and values of the earlier chunks. The final decoder layer is trimmed to each chunk's last
@@ -447,7 +450,11 @@ class HFBackbone:
             part = list(token_ids[start : start + chunk_tokens])
             ids = self._upload(torch.tensor([part]))
             last = self._upload(torch.tensor([len(part) - 1]))
-            with capture_last_token(self.layers, last) as capture, self._final_layer_at(last):
+            with (
+                intervene(self.layers, intervention),  # before the capture, which then sees the edit
+                capture_last_token(self.layers, last) as capture,
+                self._final_layer_at(last),
+            ):
                 self.decoder(input_ids=ids, use_cache=True, **{cache_kwarg: cache})
             if start + chunk_tokens < len(token_ids):
                 yield None
@@ -756,26 +763,38 @@ class HFBackbone:
     @torch.inference_mode()
     def generate(
         self, token_ids: Sequence[int], max_new_tokens: int, intervention: Intervention | None = None, max_time_s: float | None = None,
-        stop: Callable[[], bool] | None = None,
+        stop: Callable[[], bool] | None = None, chunk_tokens: int = 0,
     ) -> Generation:
         """Greedy decoding of up to ``max_new_tokens`` tokens; the intervention is active in prefill and every step.
         With ``max_time_s`` (seconds, counted from before the prefill), decoding stops after the step that passes it
         (transformers' ``max_time``), so a long ``/steer`` job cannot hold the worker past its request's timeout;
         ``stop`` (a transformers stopping criterion, asked after every step) ends it when it returns true, so a
-        /steer whose client left frees the worker. What was generated until then comes back, marked cut short."""
+        /steer whose client left frees the worker. What was generated until then comes back, marked cut short.
+
+        A prompt longer than ``chunk_tokens`` (0: none) is prefilled that many tokens at a time (transformers'
+        ``prefill_chunk_size``), and ``stop`` is also asked between two chunks (a forward pre-hook: transformers asks
+        stopping criteria only once the prefill has given a token), so a /steer whose client left during a long
+        prefill frees the worker at the next chunk; stopped there, nothing was generated and
+        ``Generation("", 0, cut_short=True)`` comes back."""
         from transformers import StoppingCriteriaList
 
         ids = torch.tensor([list(token_ids)], device=self.device)
-        with intervene(self.layers, intervention):
-            out = self.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=self.pad_id,
-                max_time=max_time_s,
-                stopping_criteria=StoppingCriteriaList([_stop_when_class()(stop)] if stop is not None else []),
-            )
+        criterion = _stop_when_class()(stop) if stop is not None else None
+        chunked = 0 < chunk_tokens < len(token_ids)
+        try:
+            with intervene(self.layers, intervention), _asked_between_prefill_chunks(self.model, criterion if chunked else None):
+                out = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.pad_id,
+                    max_time=max_time_s,
+                    stopping_criteria=StoppingCriteriaList([criterion] if criterion is not None else []),
+                    **({"prefill_chunk_size": chunk_tokens} if chunked else {}),
+                )
+        except _PrefillStopped:
+            return Generation("", 0, cut_short=True)
         new = out[0, ids.shape[1] :].tolist()
         # One sequence, so no padding after an end token: fewer tokens than asked for and no end token last can only
         # be the time budget.
@@ -788,18 +807,50 @@ class HFBackbone:
         return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(i) for i in eos}
 
 
+class _PrefillStopped(Exception):
+    """Raised by :func:`_asked_between_prefill_chunks` to leave ``generate`` between two chunks of its prefill."""
+
+
+@contextmanager
+def _asked_between_prefill_chunks(model: nn.Module, criterion: object | None) -> Iterator[None]:
+    """While open, every forward pass of ``model`` after the first and before ``criterion`` (a
+    :func:`_stop_when_class` instance; ``None``: nothing is asked) was first asked, the later chunks of a chunked
+    prefill, raises :class:`_PrefillStopped` when its ``stop()`` is true. Not before the first pass: the caller asks
+    before it calls, and a one-pass prefill is asked only after its token, as before. The hook is removed on leaving,
+    however ``generate`` ends."""
+    if criterion is None:
+        yield
+        return
+    passes = 0
+
+    def ask(_module: nn.Module, _args: object) -> None:
+        nonlocal passes
+        passes += 1
+        if passes > 1 and not criterion.asked and criterion.stop():  # type: ignore[attr-defined]
+            raise _PrefillStopped
+
+    handle = model.register_forward_pre_hook(ask)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 @functools.cache
 def _stop_when_class() -> type:
     """A transformers ``StoppingCriteria`` class built on first use (this module imports transformers lazily)."""
     from transformers import StoppingCriteria
 
     class StopWhen(StoppingCriteria):
-        """A stopping criterion that asks ``stop()`` after every decode step (one bool for the whole batch)."""
+        """A stopping criterion that asks ``stop()`` after every decode step (one bool for the whole batch);
+        ``asked`` says whether transformers has asked it yet (it does once the prefill has given a token)."""
 
         def __init__(self, stop: Callable[[], bool]) -> None:
             self.stop = stop
+            self.asked = False
 
         def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+            self.asked = True
             return torch.full((input_ids.shape[0],), bool(self.stop()), device=input_ids.device, dtype=torch.bool)
 
     return StopWhen
