@@ -735,7 +735,7 @@ def test_a_steer_request_over_steer_max_concurrent_is_answered_429_and_the_slot_
     class Held(FakeBackbone):
         """Generations wait for ``release`` once ``armed`` (after the warm-up, which times one)."""
 
-        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None):
+        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None, chunk_tokens=0):
             if armed.is_set():
                 generating.set()
                 release.wait(10)

@@ -25,7 +25,7 @@ from herald_service.errors import QueueFull, RequestTimeout, WorkTooLarge
 from herald_service.engine.service import ClientGone
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
-from test_admission import sharing_vocab  # one copy of the fake-vocabulary helper
+from test_admission import prompt_of, sharing_vocab  # one copy of the fake-vocabulary helpers
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ class Clocked(FakeBackbone):
         self.calls.append(("states", self.clock.now_s))
         return super().last_token_states(token_ids, intervention)
 
-    def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None):
+    def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None, chunk_tokens=0):
         started = self.clock.now_s
         self.clock.now_s += self.prefill_s  # the prefill gives the first token
         tokens = 1
@@ -425,7 +425,7 @@ def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime
     class Long(FakeBackbone):
         """Generates ``max_new_tokens`` tokens at 20 ms a step, stopping early as the real backbone does."""
 
-        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None):
+        def generate(self, token_ids, max_new_tokens, intervention=None, max_time_s=None, stop=None, chunk_tokens=0):
             tokens = 1
             while tokens < max_new_tokens and not (stop is not None and stop()):
                 time.sleep(0.02)
@@ -456,6 +456,100 @@ def test_a_steer_whose_client_left_stops_generating_and_frees_the_worker(runtime
     assert freed_after_s < 1.0
     assert len(calls) == 1 and calls[0][0] is False and calls[0][1] < 100  # the baseline, stopped; no steered one
     assert not classified.flagged
+
+
+CHUNK = 100
+"""Chunk size (tokens) of the tests below; their prompt of 1,000 tokens takes 10 chunks a prefill, 40 a /steer job
+(two classification passes, two generations)."""
+
+
+class EndsAt(FakeBackbone):
+    """The fake whose chunk number ``end_at`` (counted over the whole job, every prefill's chunks) is the last the
+    request sees: after it, it has the request end (``leave``, from the worker thread) and waits until it has,
+    so the job's next check is sure to find it ended: what is counted is chunks, not seconds."""
+
+    def __init__(self, end_at: int) -> None:
+        super().__init__()
+        self.end_at = end_at
+        self.leave = lambda: None  # set by the test, in its event loop
+        self.ended = threading.Event()  # set once the /steer request has raised
+
+    def _chunk(self, token_ids, start, chunk_tokens):
+        super()._chunk(token_ids, start, chunk_tokens)
+        if self.chunks_run == self.end_at:
+            self.leave()
+            assert self.ended.wait(30)
+
+
+@pytest.mark.parametrize("end_at, where", [
+    (3, "the first classification prefill"),
+    (10, "between the two classification passes"),
+    (14, "the steered classification prefill"),
+    (20, "between classifying and generating"),
+    (22, "the baseline generation's prefill"),
+    (30, "the baseline generation's decoding"),
+    (38, "the steered generation's prefill"),
+])
+def test_a_steer_whose_client_left_stops_at_the_next_chunk_of_any_of_its_prefills(runtime, end_at, where):
+    # The tester's case: a 3,800-token /steer on the CPU whose client left at 2 s (logged 499) still ran both
+    # classification prefills whole, and a /classify sent next waited 24 s. The job now asks at every chunk boundary
+    # and between passes, as /classify's chunked prefill does, and the drop is counted as /classify's is.
+    backbone = sharing_vocab(runtime, EndsAt(end_at))
+    moderator = moderator_for(runtime, backbone, request_timeout_s=60.0, prefill_chunk_tokens=CHUNK)
+    assert moderator.engine.chunk_tokens == CHUNK
+
+    async def scenario() -> None:
+        gone = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        backbone.leave = lambda: loop.call_soon_threadsafe(gone.set)
+        try:
+            with pytest.raises(ClientGone):
+                await moderator.steer(user_turn(prompt_of(1000)), "ablate", None, 0.0, 16, gone.wait)
+        finally:
+            backbone.ended.set()
+        while moderator.engine.ahead != Work():  # the worker is done with the job (bounded by the chunk count below)
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    (classified,), _ = asyncio.run(moderator.classify([user_turn("bake bread")], ["input"], "input"))
+    alive = moderator.engine.alive  # answered once: a second answer would have killed the worker
+    moderator.engine.stop()
+    assert backbone.chunks_run == end_at, where  # not one chunk more of 40
+    registry = moderator.metrics.registry
+    assert registry.get_sample_value("herald_dropped_prompts_total", {"reason": "client_gone"}) == 1
+    assert registry.get_sample_value("herald_dropped_prompts_total", {"reason": "timeout"}) == 0
+    assert not classified.flagged and alive
+
+
+def test_a_steer_whose_request_timed_out_stops_at_the_next_chunk_and_is_counted_as_timed_out(runtime):
+    # Without a cost model nothing prices the job, so only its request's timeout (1 s) ends it: the worker holds the
+    # third chunk until the request has answered 504, then the job stops before the fourth.
+    backbone = sharing_vocab(runtime, EndsAt(3))
+    moderator = moderator_for(runtime, backbone, request_timeout_s=1.0, prefill_chunk_tokens=CHUNK)
+
+    async def scenario() -> None:
+        try:
+            with pytest.raises(RequestTimeout):
+                await moderator.steer(user_turn(prompt_of(1000)), "ablate", None, 0.0, 16)
+        finally:
+            backbone.ended.set()
+        while moderator.engine.ahead != Work():
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    moderator.engine.stop()
+    assert backbone.chunks_run == 3
+    registry = moderator.metrics.registry
+    assert registry.get_sample_value("herald_dropped_prompts_total", {"reason": "timeout"}) == 1
+    assert registry.get_sample_value("herald_dropped_prompts_total", {"reason": "client_gone"}) == 0
+
+
+def test_a_steer_prompt_up_to_a_chunk_runs_each_prefill_in_one_pass(runtime):
+    backbone = sharing_vocab(runtime, EndsAt(0))
+    moderator = moderator_for(runtime, backbone, request_timeout_s=60.0, prefill_chunk_tokens=CHUNK)
+    outcome = asyncio.run(moderator.steer(user_turn("make a " + prompt_of(CHUNK - 2)), "ablate", None, 0.0, 16))
+    moderator.engine.stop()
+    assert backbone.chunks_run == 0 and outcome.baseline_classification.tokens == CHUNK
 
 
 def test_a_steer_over_the_concurrency_cap_is_told_to_retry_when_the_running_job_is_expected_to_end(runtime):

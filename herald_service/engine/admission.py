@@ -280,7 +280,8 @@ class StepSeconds:
 
 STOPPING_S = 1.0
 """Seconds a running exclusive job whose request ended is still counted (:func:`jobs_left_s`): a /steer told to stop
-ends at its next decode step (a re-test measured 0.14-0.16 s on the CPU), or after the prefill it is in. Before, it
+ends at its next decode step (a re-test measured 0.14-0.16 s on the CPU), or after the prefill chunk it is in (after
+the whole prefill where that runs in one pass, as :func:`jobs_left_s` counts by ``forward_until``). Before, it
 was counted for its whole estimate, and the next /steer got ``Retry-After: 28`` for a worker free 0.15 s later."""
 
 
@@ -289,8 +290,8 @@ class JobClock:
     """An exclusive job (``/steer``) accepted and not yet answered: when it must have ended (``deadline``,
     ``perf_counter`` seconds: its request's), how long it is expected to run once started (``expected_s``, seconds;
     ``None``: unknown), when it started (``None``: still queued), when it was told to stop because its request
-    ended (``stopping_since``; ``None``: not), and until when a forward pass it has started, which nothing stops, is
-    estimated to run (``forward_until``; ``None``: none running). Written under the engine's lock."""
+    ended (``stopping_since``; ``None``: not), and until when a forward pass it has started, which only a chunk boundary
+    stops, is estimated to run (``forward_until``; ``None``: none running). Written under the engine's lock."""
 
     deadline: float
     expected_s: float | None = None

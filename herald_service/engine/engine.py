@@ -173,7 +173,8 @@ class InferenceEngine:
         before the app stops, so normally none: a new-user pass could not tell from the log).
 
         Waits up to ``timeout_s`` seconds for a batch or /steer job still running (one whose request has already
-        ended: a generation stops at its next step, a prefill cannot be cut), saying so after :data:`STOP_NOTICE_S`. The process used
+        ended stops at its next decode step or prefill chunk; a prefill in one pass cannot be cut), saying so after
+        :data:`STOP_NOTICE_S`. The process used
         to exit 10 s in with the worker inside torch, and the C++ runtime aborted it (status 134: re-test)."""
         with self._cond:
             self._stopping = True
@@ -321,7 +322,8 @@ class InferenceEngine:
         longer counts toward ``queue_capacity`` (before, 429s answered new clients while only abandoned prompts were
         waiting). Prompts already taken by the worker are dropped, and counted, when it reaches them; running or
         finished ones are left to finish. A running exclusive job is marked as stopping (a /steer whose request ended
-        stops at its next decode step): admission counts it :data:`~herald_service.engine.admission.STOPPING_S` more."""
+        stops at its next pass, prefill chunk or decode step): admission counts it
+        :data:`~herald_service.engine.admission.STOPPING_S` more."""
         cancelled = set()
         for future in futures:
             future.herald_cancel_reason = reason  # type: ignore[attr-defined]
@@ -663,6 +665,9 @@ class InferenceEngine:
         self._finishing = []
 
     def _run_exclusive(self, job: _Exclusive) -> None:
+        """Run ``job`` and answer its future once. A job whose request ended (:meth:`cancel`) before it started is
+        dropped; one that stops part-way for it (a /steer job checks between its passes, chunks and decode steps) is
+        counted dropped too, under the same reason, as a chunked /classify prompt stopped at a chunk is."""
         if not job.future.set_running_or_notify_cancel():
             self.metrics.dropped.labels(_cancel_reason(job.future)).inc()
             return
@@ -676,6 +681,9 @@ class InferenceEngine:
             result = job.run()
         except HeraldError as exc:
             self._job_done()
+            reason = getattr(job.future, "herald_cancel_reason", None)
+            if reason is not None:  # its request had ended: the job stopped early for no one
+                self.metrics.dropped.labels(reason).inc()
             job.future.set_exception(exc)
         except Exception:
             log.exception("exclusive job failed")
@@ -687,9 +695,11 @@ class InferenceEngine:
 
     def _job_done(self) -> None:
         # Before the answer is set, so a caller woken by it sees the worker's busy time start here and the gauges
-        # current.
+        # current. A job that stopped inside a pass :meth:`job_forward` marked leaves no forward running: the wait
+        # cap is not held to that pass's estimated end.
         with self._cond:
             self._running_job = None
+            self._busy_until = min(self._busy_until, time.perf_counter())
         self._last_answered = time.perf_counter()
         self._export_estimates()
 
@@ -750,7 +760,8 @@ class InferenceEngine:
 
     def job_forward(self, lengths: Sequence[int]) -> None:
         """The running exclusive job starts a forward pass of prompts of these token ``lengths`` (a /steer prefill),
-        which nothing stops: until its estimated end the job counts as busy in admission, past its deadline too
+        which only its request's end stops (at a chunk): until its estimated end the job counts as busy in admission,
+        past its deadline too
         (:attr:`JobClock.forward_until`, :func:`~herald_service.engine.admission.jobs_left_s`), and so does the worker
         in the wait cap (``_horizon_s``), as a launched batch does. :meth:`observe_job_batch` ends it. Worker thread."""
         estimate_s = self.cost.seconds(Work.of_prompts(list(lengths))) or 0.0

@@ -21,7 +21,7 @@ from herald_service.backbone.base import Backbone, Generation, Intervention, tok
 from herald_service.backbone.batching import plan_batches
 from herald_service.config import Settings, pass_limits
 from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
-from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
+from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at, runs_in_chunks
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import (
     HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, SettingsConflict, WorkTooLarge,
@@ -228,13 +228,41 @@ def highest_scoring(views: Iterable[Classification]) -> Classification:
 
 
 def planned_states(backbone: Any, token_ids: Sequence[Sequence[int]], plan: Sequence[Sequence[int]],
-                   intervention: Intervention | None = None) -> torch.Tensor:
+                   intervention: Intervention | None = None, chunk_tokens: int = 0,
+                   stop: Callable[[], bool] | None = None) -> torch.Tensor:
     """Last-token states of ``token_ids`` run in the batches of ``plan`` (:func:`~herald_service.backbone.batching.
-    plan_batches` index lists), back in input order: ``(len(token_ids), layer, d_model)`` float32 on the CPU."""
+    plan_batches` index lists), back in input order: ``(len(token_ids), layer, d_model)`` float32 on the CPU.
+
+    As the engine runs /classify prompts (``InferenceEngine._plan`` and ``_run_chunked``), a prompt longer than
+    ``chunk_tokens`` (:func:`~herald_service.engine.engine.runs_in_chunks`; 0: none) runs alone after the rest of its
+    batch, prefilled chunk by chunk (:meth:`~herald_service.backbone.base.Backbone.prefill_chunks`), and ``stop`` is
+    asked before every pass and between two chunks.
+
+    Raises:
+        ClientGone: ``stop()`` was true (the /steer request ended): the passes and chunks left were not run.
+    """
+    def stop_if_asked() -> None:
+        if stop is not None and stop():
+            raise ClientGone("the /steer request ended during its classification prefills; job stopped")
+
     rows: dict[int, torch.Tensor] = {}
     for batch in plan:
-        states = backbone.last_token_states([token_ids[i] for i in batch], intervention)
-        rows.update(zip(batch, states))
+        short = [i for i in batch if not runs_in_chunks(len(token_ids[i]), chunk_tokens)]
+        if short:
+            stop_if_asked()
+            rows.update(zip(short, backbone.last_token_states([token_ids[i] for i in short], intervention)))
+        for i in batch:
+            if runs_in_chunks(len(token_ids[i]), chunk_tokens):
+                stop_if_asked()
+                steps = backbone.prefill_chunks(token_ids[i], chunk_tokens, intervention=intervention)
+                try:
+                    for states in steps:
+                        if states is None:
+                            stop_if_asked()
+                        else:
+                            rows[i] = states[0]
+                finally:
+                    steps.close()  # frees the prompt's KV cache when stopped part-way
     return torch.stack([rows[i] for i in range(len(token_ids))])
 
 
@@ -456,8 +484,11 @@ class Moderator:
         ``field`` names the request field that holds ``conversation`` (``prompt`` or ``messages``) in errors.
 
         At most ``steer_max_concurrent`` run at once, from admission until the worker has finished the request's job.
-        A job whose request ended first (client gone, or timed out) stops at its next decode step, or before its next
-        generation, and frees the worker (DESIGN section 4: a gone client's work is dropped).
+        A job whose request ended first (client gone, or timed out) stops before its next forward pass: between its
+        passes, between two chunks of a prefill (a prompt longer than ``prefill_chunk_tokens`` is prefilled in chunks,
+        as /classify's is), or at its next decode step; it frees the worker and is counted in
+        ``herald_dropped_prompts_total`` under the reason (DESIGN section 4: a gone client's work is dropped). A
+        prefill run in one pass (a prompt up to a chunk, or chunking off, as on CUDA by default) runs to its end.
 
         Herald's verdicts (``baseline_classification``, ``steered_classification``) score the conversation as
         :meth:`classify` does: whole and each message alone (:func:`message_views`, and its content parts), the
@@ -498,7 +529,7 @@ class Moderator:
         self.check_shape([conversation], [field], field)
         slot = self._take_steer_slot(max_new_tokens)
         submitted = None
-        abandoned = threading.Event()  # set when the request ends before its job: the job stops at its next step
+        abandoned = threading.Event()  # set when the request ends before its job: the job stops at its next pass or chunk
         try:
             submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens, abandoned)
             slot.submitted = True  # the engine counts its job from here (exclusive_seconds_left)
@@ -510,7 +541,7 @@ class Moderator:
         finally:
             if submitted is None:
                 self._give_back_steer_slot(slot)
-            else:  # the slot stays taken until the worker is done with the job (an abandoned one stops at its next step)
+            else:  # the slot stays taken until the worker is done with the job (an abandoned one stops at its next pass or chunk)
                 submitted.add_done_callback(lambda _future: self._give_back_steer_slot(slot))
 
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
@@ -557,6 +588,7 @@ class Moderator:
         directions = self.runtime.probe.directions
         intervention = Intervention(mode, tuple(chosen), directions.directions.astype(np.float32), directions.scales, alpha)
         backbone, probe = self.runtime.backbone, self.runtime.probe
+        chunk_tokens = self.engine.chunk_tokens  # /classify's: the same prompts are cut the same way
 
         admitted = time.perf_counter()
         end = admitted + limit_s - margin_s  # the job is done by then
@@ -580,12 +612,15 @@ class Moderator:
             if prefills_s is not None and not extrapolated and started + prefills_s > end:  # it waited: don't start
                 raise too_late(prefills_s, started)
             self.engine.job_forward(lengths)  # admission counts the worker busy until its estimated end
-            plain = probe.predict(planned_states(backbone, views_ids, plan))
+            # A request that ends meanwhile stops the job at the next chunk or pass: a tester's 3,800-token /steer
+            # whose client left at 2 s held the worker for both classification prefills, and a /classify sent next
+            # waited 24 s.
+            plain = probe.predict(planned_states(backbone, views_ids, plan, None, chunk_tokens, abandoned.is_set))
             first_s = time.perf_counter() - started
             self.engine.observe_job_batch(lengths, first_s)  # what admission prices the next /steer by
             if time.perf_counter() + 3 * first_s > end:  # the three prefills to come cannot fit: checked here too since
                 raise too_late(3 * first_s, started)    # an unseeded cost model (HERALD_WARMUP=false) prices none
-            edited = probe.predict(planned_states(backbone, views_ids, plan, intervention))
+            edited = probe.predict(planned_states(backbone, views_ids, plan, intervention, chunk_tokens, abandoned.is_set))
             measured_s = (time.perf_counter() - started) / 2
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)
             if share_s < 0:
@@ -614,13 +649,16 @@ class Moderator:
         """One /steer generation (worker thread), its decode steps timed into :attr:`decode_step_s`
         (:func:`decode_time`; ``prefill_s`` measured by the job's own prefills of the prompt).
 
+        The prompt's prefill is cut in chunks as /classify's is (``engine.chunk_tokens``), so a request that ends
+        during it stops the job at the next chunk, not after the whole prefill.
+
         Raises:
             ClientGone: the request ended (``abandoned``) before or during the generation: the job stops there."""
         if abandoned.is_set():
             raise ClientGone("the /steer request ended before its generation; job stopped")
         started = time.perf_counter()
         generation = self.runtime.backbone.generate(ids, max_new_tokens, intervention, max_time_s=max_time_s,
-                                                    stop=abandoned.is_set)
+                                                    stop=abandoned.is_set, chunk_tokens=self.engine.chunk_tokens)
         if abandoned.is_set():
             raise ClientGone("the /steer request ended during its generation; job stopped")
         self.decode_step_s.observe(*decode_time(generation, time.perf_counter() - started, prefill_s))
