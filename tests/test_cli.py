@@ -619,6 +619,116 @@ def test_serve_refuses_a_port_in_use_before_the_backbone_loads(tmp_path):
                                   " the other process")
 
 
+@pytest.mark.parametrize("reuse", [False, True])
+def test_serve_refuses_a_port_another_server_listens_on_before_the_backbone_loads(tmp_path, reuse):
+    # with SO_REUSEADDR, as another herald serve (or any asyncio server) holds its port
+    import socket
+
+    with socket.socket() as taken:
+        if reuse:
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", 8176))
+        taken.listen()
+        out = herald("serve", HERALD_PORT="8176", HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
+    assert (out.returncode, out.stdout, out.stderr) == (
+        1, "", "herald serve: 127.0.0.1:8176 is already in use; set HERALD_PORT or --port, or stop the other process\n")
+
+
+def test_serve_listens_on_every_address_of_its_host_as_uvicorn_would_and_lets_go_of_them_on_a_refusal():
+    import socket
+
+    from herald_service.cli.serve import listening_sockets
+
+    sockets = listening_sockets("", 8174)  # all interfaces: 0.0.0.0 and ::, one socket each, as create_server binds
+    try:
+        assert [sock.family for sock in sockets] == [socket.AF_INET, socket.AF_INET6]
+        for sock in sockets:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1  # listening: the port is held
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
+        assert sockets[1].getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 1
+        with pytest.raises(SystemExit, match=r"^herald serve: 127\.0\.0\.1:8174 is already in use"):
+            listening_sockets("127.0.0.1", 8174)
+        with pytest.raises(SystemExit, match=r"^herald serve: \[::\]:8174 is already in use"):
+            listening_sockets("::", 8174)
+    finally:
+        for sock in sockets:
+            sock.close()
+    # :: taken alone: 0.0.0.0 was bound and listening when :: failed, and is closed again
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        taken.bind(("::", 8175))
+        taken.listen()
+        with pytest.raises(SystemExit, match="already in use"):
+            listening_sockets("", 8175)
+    (free,) = listening_sockets("0.0.0.0", 8175)
+    free.close()
+
+
+def test_two_servers_started_at_once_on_one_port_the_second_exits_1_with_one_line_before_it_loads(tmp_path):
+    # Tester: both passed a test bind that was then closed; the second printed uvicorn's "[Errno 98] address already
+    # in use" after the lifespan had started its load, and exited 3. Made deterministic: once the first server has
+    # passed its address step (when it builds its app), a second herald serve runs to its end on the same port, with
+    # a backbone path that does not exist (so a load would fail differently), and then a plain socket tries to listen
+    # there too. The first serves on the very socket it checked, which neither could take.
+    import json
+    import signal
+    import time
+
+    import httpx
+
+    record = tmp_path / "race.json"
+    stub = f"""
+import json, os, socket, subprocess, sys
+import herald_service.api.app as app_module
+
+build_app = app_module.build_app
+
+def racing_build_app(*args, **kwargs):
+    env = {{**os.environ, "HERALD_BACKBONE": {str(tmp_path / "missing")!r}, "HERALD_CACHE_DIR": {str(tmp_path)!r}}}
+    second = subprocess.run([sys.executable, "-m", "herald_service", "serve"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    with socket.socket() as third:
+        third.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            third.bind(("127.0.0.1", 8177))
+            third.listen()
+            took = True
+        except OSError:
+            took = False
+    with open({str(record)!r}, "w") as out:
+        json.dump({{"status": second.returncode, "stdout": second.stdout, "stderr": second.stderr, "took": took}}, out)
+    return build_app(*args, **kwargs)
+
+app_module.build_app = racing_build_app
+sys.argv = ["herald", "serve", "--fake-backend", "--no-warmup"]
+import herald_service.__main__ as entry
+entry.main()
+"""
+    proc = subprocess.Popen([sys.executable, "-c", stub], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "HERALD_PORT": "8177"})
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=5)[0]
+            try:
+                if httpx.get("http://127.0.0.1:8177/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert httpx.post("http://127.0.0.1:8177/classify", json={"input": "hi"}).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        proc.kill()
+    race = json.loads(record.read_text())
+    assert (race["status"], race["stdout"], race["stderr"]) == (
+        1, "", "herald serve: 127.0.0.1:8177 is already in use; set HERALD_PORT or --port, or stop the other process\n")
+    assert not race["took"]
+    assert proc.returncode == 0 and "Traceback" not in output, output
+    assert re.search(r" INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:8177 \(Press CTRL\+C to quit\)$",
+                     output, re.M), output
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_serve_refuses_cuda_without_a_cuda_device_before_it_listens(tmp_path):
     # It bound the port, logged CRITICAL from the lifespan and exited (breaker pass); now one line before the bind.
@@ -750,7 +860,7 @@ def test_sigterm_before_serve_starts_its_server_exits_0():
     # a SIGTERM after serve's own handler replaced the entry's and before uvicorn's took over was swallowed: the server
     # came up and served until killed (re-tester, with the gap widened as here)
     gap = ("import os, signal, sys, uvicorn; run = uvicorn.Server.run;"
-           " uvicorn.Server.run = lambda self, *a: (os.kill(os.getpid(), signal.SIGTERM), run(self, *a))[1];"
+           " uvicorn.Server.run = lambda self, *a, **k: (os.kill(os.getpid(), signal.SIGTERM), run(self, *a, **k))[1];"
            " sys.argv = ['herald', 'serve', '--fake-backend', '--no-warmup', '--port', '8134'];"
            " import herald_service.__main__ as entry; entry.main()")
     out = subprocess.run([sys.executable, "-c", gap], capture_output=True, text=True, timeout=120)

@@ -1,8 +1,9 @@
-"""``herald serve``: the HTTP server, and what its start and stop need around uvicorn (the address checked before
-the load, Herald's log format, the file-descriptor limit, a model load under way at shutdown)."""
+"""``herald serve``: the HTTP server, and what its start and stop need around uvicorn (the sockets bound before the
+load and served on, Herald's log format, the file-descriptor limit, a model load under way at shutdown)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import logging.config
 import os
@@ -16,23 +17,40 @@ from herald_service.cli.conventions import LOG_FORMAT
 from herald_service.config import FILE_DESCRIPTOR_RESERVE, Settings
 
 if typing.TYPE_CHECKING:
+    import socket
+
     import uvicorn
 
 log = logging.getLogger(__name__)
 
 
-def refuse_unusable_address(host: str, port: int) -> None:
-    """Bind, then release, every address uvicorn will listen on, with the options of asyncio's ``create_server``
-    (which uvicorn calls): SO_REUSEADDR on POSIX, IPV6_V6ONLY on IPv6 sockets, one socket per address ``host``
-    resolves to, all interfaces for an empty host.
+BACKLOG = 2048
+"""Connections waiting to be accepted on each listening socket: uvicorn's default, given to the ``listen`` of
+:func:`listening_sockets` and to uvicorn (:func:`server_config`), which listens again with it."""
 
-    uvicorn binds only after the lifespan has started loading the backbone, so a port already in use failed after
-    seconds, with exit status 3 and uvicorn's log line; this runs first. Another process can still take the port
-    between this check and uvicorn's bind; uvicorn then reports it as before.
+
+def listening_sockets(host: str, port: int, backlog: int = BACKLOG) -> list["socket.socket"]:
+    """Bind and listen on every address uvicorn would listen on, with the options of asyncio's ``create_server``
+    (which uvicorn calls when it binds itself): SO_REUSEADDR on POSIX, IPV6_V6ONLY on IPv6 sockets, one socket per
+    address ``host`` resolves to (``localhost``: 127.0.0.1 and ::1), all interfaces for an empty host. ``herald
+    serve`` calls it before anything loads and hands these very sockets to uvicorn (``Server.run(sockets=...)``),
+    so the port it checked is the port it serves on.
+
+    It used to bind, close, and leave uvicorn to bind again after the lifespan had started loading the backbone: two
+    servers started at once on one port both passed the check, and the second printed uvicorn's "[Errno 98] address
+    already in use", loaded the model anyway and exited 3 (tester). Listening at once holds the port: with
+    SO_REUSEADDR, Linux lets two sockets bind one address while neither listens, and refuses a second ``listen``
+    (EADDRINUSE), so whichever process listens second gets the one line below. A client that connects before the
+    server runs waits in the backlog and is answered once it does (``/health/ready`` 503 while the model loads, as
+    before).
+
+    Returns:
+        the listening sockets, one per address; the caller closes them (uvicorn does at shutdown).
 
     Raises:
         SystemExit: naming ``host:port`` and the setting to change, if the host does not resolve or an address cannot
-            be bound (already in use, not an address of this machine, a privileged port).
+            be bound or listened on (already in use, not an address of this machine, a privileged port); the sockets
+            already opened are closed first.
     """
     import errno
     import os
@@ -43,20 +61,55 @@ def refuse_unusable_address(host: str, port: int) -> None:
         addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise SystemExit(f"herald serve: cannot resolve host {host!r} ({exc.strerror}); set HERALD_HOST or --host") from None
-    for family, kind, proto, _, address in dict.fromkeys(addresses):  # create_server skips duplicates too
-        with socket.socket(family, kind, proto) as sock:
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(addresses):  # create_server skips duplicates too
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
             if os.name == "posix" and sys.platform != "cygwin":
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.bind(address)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise SystemExit(f"herald serve: {shown} is already in use; set HERALD_PORT or --port, or stop the"
-                                     " other process") from None
-                raise SystemExit(f"herald serve: cannot listen on {shown} ({exc.strerror}); set HERALD_HOST or --host,"
-                                 " HERALD_PORT or --port") from None
+            sock.bind(address)
+            sock.listen(backlog)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise SystemExit(f"herald serve: {shown} is already in use; set HERALD_PORT or --port, or stop the"
+                             " other process") from None
+        raise SystemExit(f"herald serve: cannot listen on {shown} ({exc.strerror}); set HERALD_HOST or --host,"
+                         " HERALD_PORT or --port") from None
+    return sockets
+
+
+def log_listening(host: str, sockets: "list[socket.socket]") -> None:
+    """The line uvicorn logs once it serves (``Uvicorn running on http://127.0.0.1:8000 (Press CTRL+C to quit)``, on
+    its ``uvicorn.error`` logger), which it leaves out for sockets handed to it; the port is the first socket's."""
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown,
+                                            sockets[0].getsockname()[1])
+
+
+@functools.cache
+def _server_class() -> type:
+    """``uvicorn.Server`` that logs :func:`log_listening` once it serves on the sockets handed to it (built on first
+    use: this module imports uvicorn lazily)."""
+    import uvicorn
+
+    class ListeningServer(uvicorn.Server):
+        async def startup(self, sockets: "list[socket.socket] | None" = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and sockets:
+                log_listening(self.config.host, sockets)
+
+    return ListeningServer
+
+
+def server_on(config: "uvicorn.Config") -> "uvicorn.Server":
+    """A ``uvicorn.Server`` for ``config``, to be run on :func:`listening_sockets` (``run(sockets=...)``), that says
+    where it serves as uvicorn does when it binds itself (:func:`log_listening`)."""
+    return _server_class()(config)
 
 
 def log_config(level: str) -> dict[str, Any]:
@@ -74,7 +127,8 @@ def log_config(level: str) -> dict[str, Any]:
 
 def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     """uvicorn's configuration for ``herald serve``: ``settings``' address, keep-alive and log level, Herald's log
-    format (:func:`log_config`), and no access log (``herald_service.access`` logs each request instead).
+    format (:func:`log_config`), no access log (``herald_service.access`` logs each request instead) and
+    :data:`BACKLOG`. The address is what uvicorn names; it serves on the sockets :func:`listening_sockets` bound.
 
     The HTTP protocol is httptools' parser with request line and headers bounded by ``settings.max_header_bytes``
     (passed as ``h11_max_incomplete_event_size``; past it 400) and ``settings.header_timeout_s`` (past it 408), both
@@ -87,7 +141,7 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
     from herald_service.api.http_protocol import header_bounded_protocol
 
     return uvicorn.Config(
-        app, host=settings.host, port=settings.port, timeout_keep_alive=settings.keep_alive_s,
+        app, host=settings.host, port=settings.port, backlog=BACKLOG, timeout_keep_alive=settings.keep_alive_s,
         log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
         http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal,
                                      settings.max_connections),
@@ -146,11 +200,21 @@ class ServeCommand(Settings):
         # returns) into the log of a first start, which disable_progress_bar below does not reach; tqdm reads
         # TQDM_DISABLE once, when it is first imported, and nothing has imported it yet (test_embedded_e2e converts)
         os.environ["TQDM_DISABLE"] = "1"
+        # Bound and listening before the backbone starts loading, and served on by uvicorn as they are: a port taken
+        # now or later by another process is this one's (listening_sockets).
+        sockets = listening_sockets(self.host, self.port)
+        try:
+            self._serve(sockets)
+        finally:  # uvicorn closed them if it ran; a check or start-up that failed leaves them to close here
+            for sock in sockets:
+                sock.close()
+
+    def _serve(self, sockets: "list[socket.socket]") -> None:
+        """The checks that need no model, then the server on ``sockets`` until it stops (:meth:`cli_cmd`)."""
         import uvicorn
 
         from herald_service.api.app import build_app
 
-        refuse_unusable_address(self.host, self.port)  # before the backbone starts loading
         if not self.fake_backend:
             from herald_service.backbone.numerics import pick_device_dtype, resolve_matmul_dtype, resolve_padding_side
             from herald_service.backbone.loader import backbone_cache_folder, needs_conversion
@@ -179,7 +243,7 @@ class ServeCommand(Settings):
                 server.should_exit = True
 
         app = build_app(self, on_load_error=stop)
-        server = uvicorn.Server(server_config(app, self))
+        server = server_on(server_config(app, self))
         # uvicorn re-raises the signal it stopped on once it has shut down, with the handler from before it started:
         # SIGTERM's default action then killed the process with status 143 after a clean drain, which Kubernetes and
         # systemd report as a failure. With this handler the re-raise only asks a stopped server to stop and serve
@@ -189,7 +253,7 @@ class ServeCommand(Settings):
         signal.signal(signal.SIGTERM, lambda signum, frame: stop())
         raised: BaseException | None = None
         try:
-            server.run()  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
+            server.run(sockets=sockets)  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
         except BaseException as exc:  # raised again below, once a load under way has ended or been given up
             raised = exc
         abandoned = finish_the_load(raised)
