@@ -568,6 +568,15 @@ class Settings(BackboneSettings):
             raise ValueError(f"must be {_AUTO_OR_TOKENS['batch_token_budget']}, got {value}")
         return value
 
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, value: str) -> str:
+        # `--host ""` listened on every interface while HERALD_HOST="" (read as unset) kept 127.0.0.1 (re-tester)
+        if not value.strip():
+            raise ValueError("give an address: 127.0.0.1 (this machine only, the default), or 0.0.0.0 for every"
+                             " interface")
+        return value
+
     @field_validator("steer_api_key", mode="before")
     @classmethod
     def _empty_key_is_unset(cls, value: object) -> object:

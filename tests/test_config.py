@@ -105,6 +105,14 @@ def test_non_finite_durations_are_refused_as_such(monkeypatch, value):
         Settings(_env_file=None)
 
 
+def test_an_empty_host_flag_is_refused_and_an_empty_host_variable_is_unset(monkeypatch):
+    # `herald serve --host ""` listened on every interface, while HERALD_HOST="" kept 127.0.0.1 (re-tester)
+    with pytest.raises(ValidationError, match="give an address: 127.0.0.1"):
+        Settings(_env_file=None, host="")
+    monkeypatch.setenv("HERALD_HOST", "")
+    assert Settings(_env_file=None).host == "127.0.0.1"
+
+
 @pytest.mark.parametrize("name", ["HERALD_REQUEST_TIMEOUT_S", "HERALD_KEEP_ALIVE_S"])
 def test_the_request_and_keep_alive_timeouts_are_at_most_an_hour(monkeypatch, name):
     # HERALD_REQUEST_TIMEOUT_S=1e10 was accepted and the shutdown's thread join overflowed ("Application shutdown

@@ -324,9 +324,11 @@ def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path, cap
                         steer_enabled=True, steer_api_key="steer-key-0123456789")
     with caplog.at_level("INFO", logger="herald_service"), TestClient(build_app(settings)) as client:
         wait_ready(client)
-        # the cap below the setting is said at start-up (/v1/info gave 4096 while loading, then 256, without a word)
-        assert ("prompts are limited to 256 tokens, the backbone's max_position_embeddings: below HERALD_MAX_TOKENS"
-                " (4096)") in caplog.messages
+        # the cap below the setting is said at start-up (/v1/info gave 4096 while loading, then 256, without a word);
+        # at INFO for the default max_tokens (test_a_given_max_tokens_above_the_position_table_is_warned_about)
+        (cap,) = [r for r in caplog.records if r.getMessage().startswith("prompts are limited to")]
+        assert cap.getMessage() == ("prompts are limited to 256 tokens, the backbone's max_position_embeddings: below"
+                                    " HERALD_MAX_TOKENS (4096)") and cap.levelname == "INFO"
         r = client.post("/classify", json={"input": PROMPTS})
         assert r.status_code == 200
         results = r.json()["results"]
@@ -343,6 +345,18 @@ def test_api_serves_a_tiny_llama_with_its_probe(folder, probe_dir, tmp_path, cap
         assert error["field"] == "input[1]" and "the limit is 256 (the backbone's max_position_embeddings)" in error["message"]
         assert client.post("/classify", json={"input": PROMPTS[0]}).status_code == 200
         assert client.get("/v1/info").json()["limits"]["max_tokens"] == 256
+
+
+def test_a_given_max_tokens_above_the_position_table_is_warned_about(folder, probe_dir, tmp_path, caplog):
+    # HERALD_MAX_TOKENS=100000 was capped to the table with a line at INFO only, unseen at HERALD_LOG_LEVEL=warning
+    # (re-tester)
+    settings = Settings(_env_file=None, backbone=str(folder), probe=probe_dir, cache_dir=tmp_path, device="cpu",
+                        max_tokens=1000, warmup=False)
+    with caplog.at_level("INFO", logger="herald_service"), TestClient(build_app(settings)) as client:
+        wait_ready(client)
+        assert client.get("/v1/info").json()["limits"]["max_tokens"] == 256
+    (cap,) = [r for r in caplog.records if r.getMessage().startswith("prompts are limited to")]
+    assert cap.levelname == "WARNING" and cap.getMessage().endswith("below HERALD_MAX_TOKENS (1000)")
 
 
 def _no_weights_load(*args, **kwargs):

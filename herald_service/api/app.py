@@ -274,11 +274,13 @@ async def _bring_up(state: AppState, loader: Callable[[Settings], Runtime]) -> N
                                     runtime.probe.feature_set, info.device, info.dtype, __version__).set(1)
     if runtime.reference_distance is not None:
         state.metrics.reference_distance.labels(runtime.probe_name).set(runtime.reference_distance)
-    # before readiness, so a client that saw ready can read it
+    # before readiness, so a client that saw ready can read it; a warning where the setting was given (the default
+    # 4096 above a small model's table is no one's mistake): /v1/info said 1e23 while loading, then 8192 (tester)
     limit, limit_name = runtime.token_limit(settings.max_tokens)
-    if limit != settings.max_tokens:  # /v1/info said 1e23 while loading, then 8192, with no word why (tester)
-        log.info("prompts are limited to %d tokens, %s: below HERALD_MAX_TOKENS (%d)", limit, limit_name,
-                 settings.max_tokens)
+    if limit != settings.max_tokens:
+        level = logging.WARNING if "max_tokens" in settings.model_fields_set else logging.INFO
+        log.log(level, "prompts are limited to %d tokens, %s: below HERALD_MAX_TOKENS (%d)", limit, limit_name,
+                settings.max_tokens)
     state.runtime, state.engine = runtime, engine
     state.moderator = Moderator(runtime, engine, settings, state.metrics, decode_timing)
     try:
