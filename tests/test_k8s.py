@@ -73,6 +73,8 @@ def test_every_yaml_file_in_k8s_is_applied_or_said_not_to_be():
 
 def test_the_selectors_match_the_pods(k8s):
     pod_labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    # matchLabels only: a matchExpressions term would need its own check (re-tester)
+    assert set(k8s["Deployment"]["spec"]["selector"]) == set(k8s["PodDisruptionBudget"]["spec"]["selector"]) == {"matchLabels"}
     for selector in (k8s["Deployment"]["spec"]["selector"]["matchLabels"], k8s["Service"]["spec"]["selector"],
                      k8s["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]):
         assert selector and selector.items() <= pod_labels.items()
@@ -90,15 +92,34 @@ def test_the_service_the_scrape_annotations_and_the_config_name_one_port(k8s, co
         assert container[probe]["httpGet"]["port"] == port["name"], probe
 
 
-def test_the_probe_and_scrape_paths_answer_on_the_real_app(k8s, container):
-    # A probe on a path the app does not serve fails every pod; a scrape path that 404s hides every metric.
-    paths = {container[probe]["httpGet"]["path"] for probe in ("startupProbe", "readinessProbe", "livenessProbe")}
-    paths.add(k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"])
-    assert paths == {"/health/ready", "/health/live", "/metrics"}
-    with TestClient(build_app(Settings(_env_file=None, fake_backend=True))) as client:
+def test_each_probe_asks_its_own_question_and_answers_on_the_real_app_with_keys_set(k8s, container):
+    # Readiness and start-up wait on the model (ready), liveness only on the process (live): swapped, traffic would
+    # reach loading pods and liveness would restart them while they load (re-tester: a set of paths passed that).
+    # A probe on a path the app does not serve fails every pod; a scrape path that 404s hides every metric; the
+    # Deployment requires HERALD_API_KEYS, and kubelet and Prometheus send no key.
+    paths = {probe: container[probe]["httpGet"]["path"] for probe in ("startupProbe", "readinessProbe", "livenessProbe")}
+    assert paths == {"startupProbe": "/health/ready", "readinessProbe": "/health/ready", "livenessProbe": "/health/live"}
+    scrape = k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"]
+    assert scrape == "/metrics"
+    settings = Settings(_env_file=None, fake_backend=True, api_keys="client-key-0123456789")
+    with TestClient(build_app(settings)) as client:
         wait_ready(client)
-        for path in sorted(paths):
+        for path in sorted({*paths.values(), scrape}):
             assert client.get(path).status_code == 200, path
+        assert client.post("/classify", json={"input": "hi"}).status_code == 401  # the keys are on
+
+
+def test_the_configmap_is_one_valid_set_of_settings(k8s):
+    # Each value was checked alone (test_config.py); limits that conflict with each other passed (re-tester).
+    data = k8s["ConfigMap"]["data"]
+    settings = Settings(_env_file=None, **{name.removeprefix("HERALD_").lower(): value for name, value in data.items()})
+    assert settings.port == 8000 and settings.host == "0.0.0.0"
+
+
+def test_the_kustomization_sets_the_image_the_deployment_names(k8s, container):
+    # images[].name must be the Deployment's image name, or the override silently does not apply (re-tester)
+    (image,) = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))["images"]
+    assert container["image"].split(":")[0] == image["name"]
 
 
 def test_the_environment_names_the_configmap_and_the_secret_keys_settings_reads(k8s, container):
@@ -114,10 +135,15 @@ def test_the_environment_names_the_configmap_and_the_secret_keys_settings_reads(
     assert required == {"HERALD_API_KEYS"} and required <= set(secret["stringData"])
 
 
-def test_the_hpa_and_the_adapter_ask_for_gauges_herald_exports(k8s):
+def test_the_hpa_and_the_adapter_ask_for_gauges_herald_exports(k8s, container):
     exported = {metric.name for metric in HeraldMetrics().registry.collect() if metric.type == "gauge"}
-    wanted = [m["pods"]["metric"]["name"] for m in k8s["HorizontalPodAutoscaler"]["spec"]["metrics"] if m["type"] == "Pods"]
+    metrics = k8s["HorizontalPodAutoscaler"]["spec"]["metrics"]
+    assert {m["type"] for m in metrics} == {"Pods", "Resource"}  # another type would need its own check
+    wanted = [m["pods"]["metric"]["name"] for m in metrics if m["type"] == "Pods"]
     assert wanted and set(wanted) <= exported
+    # a Utilization target is a share of the container's request: without one the HPA cannot compute it
+    for metric in (m["resource"] for m in metrics if m["type"] == "Resource"):
+        assert metric["target"]["type"] == "Utilization" and metric["name"] in container["resources"]["requests"]
     adapter = yaml.safe_load((K8S / "prometheus-adapter-values.yaml").read_text(encoding="utf-8"))
     served = {rule["name"]["as"] for rule in adapter["rules"]["custom"]}
     assert set(wanted) <= served
