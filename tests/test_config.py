@@ -59,6 +59,12 @@ def test_token_budget_must_hold_the_longest_single_pass():
                     _env_file=None).batch_token_budget == 1024
     # device auto, chunk auto: which it is, only the loaded backbone tells (engine_limits; test_chunked_prefill.py)
     assert Settings(max_tokens=10_000, batch_token_budget=4096, _env_file=None).batch_token_budget == 4096
+    # ... but a budget below the CPU's chunk fails on every device: refused before the load (it came 14 s in: re-tester)
+    with pytest.raises(ValidationError, match=r"batch_token_budget \(100, HERALD_BATCH_TOKEN_BUDGET\) is below 512 tokens,"
+                       " the shortest a forward pass must hold on any device"):
+        Settings(batch_token_budget=100, _env_file=None)
+    assert Settings(batch_token_budget=512, _env_file=None).batch_token_budget == 512
+    assert Settings(batch_token_budget=100, max_tokens=100, _env_file=None).batch_token_budget == 100
 
 
 def test_auto_token_budget_follows_the_device_and_the_longest_pass():
