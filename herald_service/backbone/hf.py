@@ -782,7 +782,7 @@ class HFBackbone:
         criterion = _stop_when_class()(stop) if stop is not None else None
         chunked = 0 < chunk_tokens < len(token_ids)
         try:
-            with intervene(self.layers, intervention), _asked_between_prefill_chunks(self.model, criterion if chunked else None):
+            with intervene(self.layers, intervention), _asked_between_prefill_chunks(self.layers[0], criterion if chunked else None):
                 out = self.model.generate(
                     input_ids=ids,
                     attention_mask=torch.ones_like(ids),
@@ -812,12 +812,13 @@ class _PrefillStopped(Exception):
 
 
 @contextmanager
-def _asked_between_prefill_chunks(model: nn.Module, criterion: object | None) -> Iterator[None]:
-    """While open, every forward pass of ``model`` after the first and before ``criterion`` (a
-    :func:`_stop_when_class` instance; ``None``: nothing is asked) was first asked, the later chunks of a chunked
-    prefill, raises :class:`_PrefillStopped` when its ``stop()`` is true. Not before the first pass: the caller asks
-    before it calls, and a one-pass prefill is asked only after its token, as before. The hook is removed on leaving,
-    however ``generate`` ends."""
+def _asked_between_prefill_chunks(first_layer: nn.Module, criterion: object | None) -> Iterator[None]:
+    """While open, every forward pass through ``first_layer`` (the first decoder layer) after the first and before
+    ``criterion`` (a :func:`_stop_when_class` instance; ``None``: nothing is asked) was first asked, the later chunks
+    of a chunked prefill, raises :class:`_PrefillStopped` when its ``stop()`` is true. Not before the first pass: the
+    caller asks before it calls, and a one-pass prefill is asked only after its token, as before. The hook is removed
+    on leaving, however ``generate`` ends. On the first decoder layer, not the model: transformers 4.56's chunked
+    prefill calls the model's ``forward`` itself, which runs no hook of the model's."""
     if criterion is None:
         yield
         return
@@ -829,7 +830,7 @@ def _asked_between_prefill_chunks(model: nn.Module, criterion: object | None) ->
         if passes > 1 and not criterion.asked and criterion.stop():  # type: ignore[attr-defined]
             raise _PrefillStopped
 
-    handle = model.register_forward_pre_hook(ask)
+    handle = first_layer.register_forward_pre_hook(ask)
     try:
         yield
     finally:
