@@ -646,15 +646,15 @@ class Settings(BackboneSettings):
             pass_limits(self.batch_token_budget, None if self.prefill_chunk_tokens == "auto" else self.prefill_chunk_tokens,
                         self.max_tokens, on_host=self.device == "cpu")
         elif self.batch_token_budget != "auto":
-            # Device and chunk auto: the CPU's chunk is the shortest longest pass of any device (CUDA prefills in one
-            # pass), so a budget below it fails wherever the backbone runs; refused now, not after a load of seconds
-            # to minutes (re-tester: HERALD_BATCH_TOKEN_BUDGET=100 was refused 14 s in)
+            # Device and chunk auto: of every device's longest single pass the CPU's chunk is the shortest (CUDA
+            # prefills in one pass), so a budget below it fails wherever the backbone runs; refused now, not after a
+            # load of seconds to minutes (tester: HERALD_BATCH_TOKEN_BUDGET=100 was refused 14 s in)
             need = longest_pass(self.max_tokens, resolved_chunk_tokens(None, on_host=True))
             if self.batch_token_budget < need:
                 raise ValueError(
                     f"batch_token_budget ({self.batch_token_budget}, HERALD_BATCH_TOKEN_BUDGET) is below {need} tokens,"
                     " the shortest a forward pass must hold on any device (a prefill chunk on the CPU,"
-                    f" HERALD_PREFILL_CHUNK_TOKENS auto; on CUDA, where chunks are off, a prompt at max_tokens,"
+                    " HERALD_PREFILL_CHUNK_TOKENS auto; on CUDA, where chunks are off, a prompt at max_tokens,"
                     f" {self.max_tokens}); raise the budget or leave it auto")
         if self.max_batch_size > self.queue_capacity:
             raise ValueError(
