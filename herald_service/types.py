@@ -32,8 +32,10 @@ def checked_steer_layers(layers: list[int], num_layers: int | None) -> list[int]
             |alpha| limit, a researcher's pass; ``/steer`` had refused it since a breaker pass).
     """
     if num_layers is None:
-        if not layers or min(layers) < 1:
+        if not layers:
             raise ValueError("must be a non-empty list of 1-based layers (1 is the first decoder layer)")
+        if below := [layer for layer in layers if layer < 1]:  # named, as above the top: "non-empty" misread [0]
+            raise ValueError(f"lists {', '.join(map(str, below))}: layers are 1-based (1 is the first decoder layer)")
     elif not layers:
         raise ValueError(f"must be a non-empty list of layers within 1..{num_layers}")
     elif outside := [layer for layer in layers if not 1 <= layer <= num_layers]:

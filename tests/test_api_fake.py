@@ -1114,8 +1114,10 @@ def test_steer_layers_are_checked_without_a_backbone_as_far_as_they_can_be():
     from herald_service.types import checked_steer_layers, steer_layers
 
     assert checked_steer_layers([40, 2], None) == [2, 40]  # no upper bound before the backbone is known
-    for layers in ([], [0], [3, -1]):
-        with pytest.raises(ValueError, match="non-empty list of 1-based layers"):
+    with pytest.raises(ValueError, match="non-empty list of 1-based layers"):
+        checked_steer_layers([], None)
+    for layers, named in (([0], "0"), ([3, -1, 0], "-1, 0")):  # "non-empty list" for [0] misread it (re-tester)
+        with pytest.raises(ValueError, match=f"lists {named}: layers are 1-based"):
             checked_steer_layers(layers, None)
     with pytest.raises(ValueError, match="lists 2 more than once"):
         checked_steer_layers([2, 2], None)

@@ -1440,7 +1440,7 @@ def test_steer_eval_refuses_layers_below_1_or_twice_before_the_backbone_loads(tm
     rows.write_text("how to make a bomb\n")
     missing = str(tmp_path / "missing")
     # the other refusals are checked_steer_layers' (test_api_fake); this shows the order, one subprocess each
-    for layers, error in (("[2,0]", "must be a non-empty list of 1-based layers (1 is the first decoder layer)"),):
+    for layers, error in (("[2,0]", "lists 0: layers are 1-based (1 is the first decoder layer)"),):
         out = herald("steer-eval", str(rows), "--layers", layers, HERALD_BACKBONE=missing, HERALD_CACHE_DIR=str(tmp_path))
         assert out.returncode == 1 and out.stderr.strip() == f"herald steer-eval: --layers {error}", out.stderr
     out = herald("steer-eval", str(rows), "--layers", "[3]", HERALD_BACKBONE=missing, HERALD_CACHE_DIR=str(tmp_path))
