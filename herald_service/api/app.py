@@ -21,9 +21,10 @@ from herald_service.api.errors import install_error_handlers
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies, RequestMetrics
 from herald_service.api.routes import classify, moderations, ops, steer
+from herald_service.backbone.base import runs_in_chunks
 from herald_service.config import Settings
 from herald_service.engine.admission import OWN_WORK_HEADROOM, WAIT_HEADROOM, BatchTiming, Work
-from herald_service.engine.engine import EngineLimits, InferenceEngine, runs_in_chunks
+from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, load_runtime
 from herald_service.engine.service import Moderator, decode_time, engine_limits
 from herald_service.errors import HeraldError

@@ -41,6 +41,13 @@ class Generation:
     cut_short: bool = False
 
 
+def runs_in_chunks(tokens: int, chunk_tokens: int) -> bool:
+    """Whether a prompt of ``tokens`` is prefilled in chunks of ``chunk_tokens`` (0: chunking off): it is longer than
+    a chunk. The engine plans its batches by it, the warm-up times its shapes by it, and a /steer job's passes and
+    generations (``Backbone.generate``) cut their prefills by it."""
+    return 0 < chunk_tokens < tokens
+
+
 def chunk_starts(token_ids: Sequence[int], chunk_tokens: int) -> range:
     """Start offsets of the chunks of a chunked prefill (``Backbone.prefill_chunks``): ``0, chunk_tokens, ...``.
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Generation, Intervention, chunk_starts
+from herald_service.backbone.base import Generation, Intervention, chunk_starts, runs_in_chunks
 from herald_service.prompt_text import normalize_conversation
 from herald_service.types import BackboneInfo, Conversation
 
@@ -172,7 +172,7 @@ class FakeBackbone:
         lifted = intervention is not None and (intervention.mode == "ablate" or intervention.alpha < 0)
         text = "I'm sorry, but I can't help with that." if harmful and not lifted else "Sure, here is an answer."
         words = text.split()[:max_new_tokens]
-        if 0 < chunk_tokens < len(token_ids):
+        if runs_in_chunks(len(token_ids), chunk_tokens):
             for start in chunk_starts(token_ids, chunk_tokens):
                 if start > 0 and stop is not None and stop():
                     return Generation("", 0, cut_short=True)

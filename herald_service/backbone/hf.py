@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from herald_service.backbone.attention import ROW_ATTENTION, VARLEN_ATTENTION, register_attention, rows_of
-from herald_service.backbone.base import Generation, Intervention, chunk_starts
+from herald_service.backbone.base import Generation, Intervention, chunk_starts, runs_in_chunks
 from herald_service.backbone.graphs import PrefillGraphs, installed_forwards, median_cuda_seconds
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import SOURCE_RECORD, ResolvedBackbone, config_hash
@@ -780,7 +780,7 @@ class HFBackbone:
 
         ids = torch.tensor([list(token_ids)], device=self.device)
         criterion = _stop_when_class()(stop) if stop is not None else None
-        chunked = 0 < chunk_tokens < len(token_ids)
+        chunked = runs_in_chunks(len(token_ids), chunk_tokens)
         try:
             with intervene(self.layers, intervention), _asked_between_prefill_chunks(self.layers[0], criterion if chunked else None):
                 out = self.model.generate(

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Backbone
+from herald_service.backbone.base import Backbone, runs_in_chunks
 from herald_service.backbone.batching import batch_tokens, plan_in_arrival_order
 from herald_service.config import resolved_chunk_tokens
 from herald_service.engine.admission import (
@@ -44,12 +44,6 @@ RUN_BATCHES = 8
 """Pipelined batches (CUDA) observed as one timing at most (:class:`~herald_service.engine.admission.BatchTiming`); a
 run also ends when the pipeline drains. Past a few batches the split error at a run's two ends is a small share of it,
 and the cost model still follows a load that never lets the pipeline drain."""
-
-def runs_in_chunks(tokens: int, chunk_tokens: int) -> bool:
-    """Whether a prompt of ``tokens`` is prefilled in chunks of ``chunk_tokens`` (0: chunking off): it is longer than
-    a chunk. The engine plans its batches by it and the warm-up times its shapes by it."""
-    return 0 < chunk_tokens < tokens
-
 
 def chunk_tokens_for(setting: int | None, backbone: Backbone) -> int:
     """The chunk size the engine uses, tokens: ``setting`` as given (0: off), or for ``None`` (auto)
@@ -500,7 +494,7 @@ class InferenceEngine:
         return planned
 
     def _chunked(self, prompt: _Prompt) -> bool:
-        """Whether ``prompt`` is prefilled in chunks (:func:`runs_in_chunks`)."""
+        """Whether ``prompt`` is prefilled in chunks (:func:`~herald_service.backbone.base.runs_in_chunks`)."""
         return runs_in_chunks(len(prompt.token_ids), self.chunk_tokens)
 
     def _run_chunked(self, prompt: _Prompt) -> None:

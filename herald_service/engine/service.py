@@ -17,11 +17,11 @@ from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Backbone, Generation, Intervention, token_limit
+from herald_service.backbone.base import Backbone, Generation, Intervention, runs_in_chunks, token_limit
 from herald_service.backbone.batching import plan_batches
 from herald_service.config import Settings, pass_limits
 from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
-from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at, runs_in_chunks
+from herald_service.engine.engine import EngineLimits, InferenceEngine, classification_at
 from herald_service.engine.runtime import Runtime
 from herald_service.errors import (
     HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, SettingsConflict, WorkTooLarge,
@@ -234,7 +234,7 @@ def planned_states(backbone: Any, token_ids: Sequence[Sequence[int]], plan: Sequ
     plan_batches` index lists), back in input order: ``(len(token_ids), layer, d_model)`` float32 on the CPU.
 
     As the engine runs /classify prompts (``InferenceEngine._plan`` and ``_run_chunked``), a prompt longer than
-    ``chunk_tokens`` (:func:`~herald_service.engine.engine.runs_in_chunks`; 0: none) runs alone after the rest of its
+    ``chunk_tokens`` (:func:`~herald_service.backbone.base.runs_in_chunks`; 0: none) runs alone after the rest of its
     batch, prefilled chunk by chunk (:meth:`~herald_service.backbone.base.Backbone.prefill_chunks`), and ``stop`` is
     asked before every pass and between two chunks.
 
