@@ -309,6 +309,9 @@ class BackboneSettings(BaseSettings):
             no file) or has a line that is not ``NAME=value`` with a name of letters, digits and ``_``, or a
             ``HERALD_*`` line without ``=``, holding ``${``, or setting a name set on an earlier line (python-dotenv
             skips, misreads, ignores or rewrites them: :func:`_unparsed_line`).
+        MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
+            setting of :class:`Settings` (:func:`unknown_setting_names`); other unknown names are kept for the
+            start-up warnings of serve (:meth:`Settings.start_up_warnings`) and the local commands.
     """
 
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".
@@ -352,12 +355,20 @@ class BackboneSettings(BaseSettings):
         " info); info logs one line per request, warning hides those lines."
     )
 
+    _unknown_names: list[str] = PrivateAttr(default_factory=list)
+
     def __init__(self, **values: Any) -> None:
         env_file = values["_env_file"] if "_env_file" in values else type(self).model_config.get("env_file")
         error = _not_utf8(env_file) or _unparsed_line(env_file)  # before python-dotenv fails or warns on its own
         if error is not None:
             raise error
         super().__init__(**values)
+        # against serve's settings for every command, as one .env may serve both: `herald classify` ran with
+        # HERALD_MAX_TOKEN set and said nothing while serve refused it (tester); unknown names are kept for warnings
+        misspelt, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
+        if misspelt:
+            raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
+                                  " HERALD_API_KEYS would leave the API open)")
 
     @field_validator("probe", mode="before")
     @classmethod
@@ -383,23 +394,6 @@ class BackboneSettings(BaseSettings):
         return self
 
 
-def refuse_misspelt_settings(values: dict[str, Any], model_config: SettingsConfigDict) -> list[str]:
-    """Check the ``HERALD_*`` names of the environment and the ``.env`` file(s) (``values["_env_file"]`` if given,
-    else ``model_config["env_file"]``) against :class:`Settings`' fields, for ``herald serve`` and the local commands
-    alike (one ``.env`` may serve both). Returns a line for each unknown name, which is ignored (the caller warns).
-
-    Raises:
-        MisspeltSetting: a name that is nearly a setting (:func:`unknown_setting_names`); ``herald classify`` ran with
-            ``HERALD_MAX_TOKEN`` set and said nothing while serve refused it (tester).
-    """
-    env_file = values["_env_file"] if "_env_file" in values else model_config.get("env_file")
-    misspelt, unknown = unknown_setting_names(list(Settings.model_fields), env_file)
-    if misspelt:
-        raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
-                              " HERALD_API_KEYS would leave the API open)")
-    return unknown
-
-
 class Settings(BackboneSettings):
     """Every knob of the ``herald serve`` process: :class:`BackboneSettings` plus the HTTP server, its keys, limits
     and batching. Field names map to ``HERALD_<NAME>`` environment variables.
@@ -412,12 +406,6 @@ class Settings(BackboneSettings):
         MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
             setting (:func:`unknown_setting_names`); other unknown names are kept for :meth:`start_up_warnings`.
     """
-
-    _unknown_names: list[str] = PrivateAttr(default_factory=list)
-
-    def __init__(self, **values: Any) -> None:
-        super().__init__(**values)
-        self._unknown_names = refuse_misspelt_settings(values, type(self).model_config)
 
     def start_up_warnings(self) -> list[str]:
         """What ``herald serve`` logs at start-up as warnings: unknown ``HERALD_*`` names (ignored), a prefill chunk

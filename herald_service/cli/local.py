@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 
-from pydantic import BeforeValidator, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, DotEnvSettingsSource, EnvSettingsSource,
                                PydanticBaseSettingsSource)
 
 from herald_service.cli.conventions import LOG_FORMAT, invoked_command
-from herald_service.config import BackboneSettings, LogLevel, refuse_misspelt_settings
+from herald_service.config import BackboneSettings, LogLevel
 from herald_service.out_path import check_out_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
@@ -80,19 +80,13 @@ class LocalCommand(BackboneSettings):
 
     Raises:
         MisspeltSetting: at construction, for a ``HERALD_*`` name nearly a setting of ``herald serve``
-            (:func:`~herald_service.config.refuse_misspelt_settings`).
+            (:class:`~herald_service.config.BackboneSettings`).
     """
 
     # herald serve's setting (HERALD_LOG_LEVEL, a .env may serve both); here it was accepted and did nothing (tester)
     log_level: LogLevel = Field("warning", description=(
         "Log lines on stderr at this level and above, in herald serve's format; results go to stdout whatever the"
         " level. info adds the backbone load and conversion, debug the libraries' detail."))
-
-    _unknown_names: list[str] = PrivateAttr(default_factory=list)
-
-    def __init__(self, **values: Any) -> None:
-        super().__init__(**values)
-        self._unknown_names = refuse_misspelt_settings(values, type(self).model_config)
 
     def start_logging(self) -> None:
         """Send log lines at ``log_level`` and above to stderr in :data:`LOG_FORMAT`, as fit and eval do, and warn of
