@@ -1295,3 +1295,25 @@ def test_the_position_limit_is_read_under_each_familys_name():
     assert position_limit(SimpleNamespace(n_ctx=512, seq_length=None)) == (512, "n_ctx")
     assert position_limit(SimpleNamespace(max_position_embeddings=None, max_seq_len=True)) == (None, None)  # no number
     assert position_limit(SimpleNamespace()) == (None, None)
+
+
+def test_a_completion_cut_inside_a_multi_byte_character_ends_at_the_last_whole_one():
+    """A byte-level tokenizer spells 🙂 (4 bytes) over several tokens; a completion cut among them ended in U+FFFD
+    (tester). Its text now ends before the partial character; a whole one, and a text without one, are kept."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from herald_service.backbone.hf import decode_whole_characters
+
+    trained = ByteLevelBPETokenizer()
+    trained.train_from_iterator(["hello there, how are you"] * 4, vocab_size=300, show_progress=False)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=trained)
+    ids = tokenizer.encode("hello 🙂", add_special_tokens=False)
+    partial = [n for n in range(1, len(ids)) if tokenizer.decode(ids[:n]).endswith("\ufffd")]  # as decoded before
+    assert len(partial) == 3 and partial == list(range(partial[0], len(ids)))  # the emoji's last three tokens
+    before = tokenizer.decode(ids[: partial[0] - 1])
+    assert before.rstrip() == "hello"
+    for n in partial:
+        assert decode_whole_characters(tokenizer, ids[:n]) == before
+    assert decode_whole_characters(tokenizer, ids) == "hello 🙂"
+    assert decode_whole_characters(tokenizer, ids[:2]) == tokenizer.decode(ids[:2])

@@ -799,12 +799,30 @@ class HFBackbone:
         # One sequence, so no padding after an end token: fewer tokens than asked for and no end token last can only
         # be the time budget.
         ended = bool(new) and new[-1] in self._end_ids()
-        return Generation(self.tokenizer.decode(new, skip_special_tokens=True), len(new), len(new) < max_new_tokens and not ended)
+        text = self.tokenizer.decode(new, skip_special_tokens=True) if ended else decode_whole_characters(self.tokenizer, new)
+        return Generation(text, len(new), len(new) < max_new_tokens and not ended)
 
     def _end_ids(self) -> set[int]:
         """Token ids that end greedy generation (the generation config's ``eos_token_id``: one id, a list, or none)."""
         eos = self.model.generation_config.eos_token_id
         return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(i) for i in eos}
+
+
+def decode_whole_characters(tokenizer: object, token_ids: Sequence[int]) -> str:
+    """The text of a completion cut by ``max_new_tokens`` or its time budget (special tokens left out), up to its last
+    whole character.
+
+    A byte-level tokenizer spells a multi-byte UTF-8 character over up to four tokens; cut among them, the decoded
+    text would end in U+FFFD for the partial bytes. Those at most three tokens' text is left out, as streaming
+    detokenizers hold it back until the character is whole (transformers' ``TextStreamer``). ``tokenizer``: a
+    transformers tokenizer; ``token_ids``: the generated ids, in order."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=True)
+    if text.endswith("\ufffd"):
+        for cut in range(1, min(3, len(token_ids)) + 1):
+            shorter = tokenizer.decode(token_ids[:-cut], skip_special_tokens=True)
+            if not shorter.endswith("\ufffd"):
+                return shorter
+    return text  # whole, or ending in a U+FFFD no cut of a partial character explains
 
 
 class _PrefillStopped(Exception):
