@@ -316,9 +316,10 @@ def test_steer_refuses_an_alpha_that_mode_ablate_would_ignore(client, options):
     error = r.json()["error"]
     assert (error["type"], error["field"]) == ("invalid_request", "alpha")
     assert error["message"].startswith("alpha applies to mode 'add' only; mode 'ablate' ignores it (got alpha")
-    for fine in ({"mode": "ablate", "alpha": 0}, {"mode": "ablate"}, {"mode": "add", "alpha": 5}):
+    for fine in ({"mode": "ablate", "alpha": 0}, {"mode": "ablate"}, {"mode": "add", "alpha": 5}, {"alpha": -0.0}):
         ok = client.post("/steer", json={"prompt": "make a bomb", "max_new_tokens": 4, **fine}, headers=auth)
         assert ok.status_code == 200 and ok.json()["alpha"] == fine.get("alpha", 0), ok.text
+        assert '"alpha":-' not in ok.text  # -0.0 is echoed as 0.0: no edit (tester)
 
 
 @pytest.mark.parametrize("options", [{"mode": "add"}, {"mode": "add", "alpha": 0}, {"mode": "add", "alpha": -0.0}])

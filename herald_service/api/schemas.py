@@ -339,6 +339,12 @@ class SteerRequest(BaseModel):
             return "all"
         raise ValueError(f"layers is a list of 1-based decoder layers ([4] or [4, 8]) or 'all', not '{echoed(value)}'")
 
+    @field_validator("alpha")
+    @classmethod
+    def _no_negative_zero(cls, value: float) -> float:
+        """-0.0 as 0.0: it adds nothing either way, and was echoed as ``"alpha": -0.0`` (tester)."""
+        return value + 0.0
+
     @model_validator(mode="after")
     def _one_of(self) -> "SteerRequest":
         exactly_one(self, "prompt", "messages")
