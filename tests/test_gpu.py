@@ -229,6 +229,12 @@ def test_cuda_generation_with_and_without_a_time_budget(resolved):
     direction[:, 0] = 1.0
     edited = backbone.generate(ids, 8, Intervention("ablate", (2,), direction, np.ones(4, np.float32)), max_time_s=60.0)
     assert isinstance(edited, Generation) and edited.cut_short is False
+    # a /steer prefill in chunks (transformers' prefill_chunk_size) generates the same tokens, and a client gone
+    # between two chunks stops it there with nothing generated
+    assert len(ids) > 8
+    assert backbone.generate(ids, 8, chunk_tokens=4) == full
+    asked: list[int] = []
+    assert backbone.generate(ids, 8, stop=lambda: asked.append(1) or len(asked) >= 2, chunk_tokens=4) == Generation("", 0, True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
