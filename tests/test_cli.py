@@ -1447,7 +1447,8 @@ def test_steer_eval_refuses_layers_below_1_or_twice_before_the_backbone_loads(tm
     assert out.returncode == 1 and "does not exist" in out.stderr  # a valid list gets as far as the load
 
 
-@pytest.mark.parametrize("layers, shown", [("some", "'some'"), ("4,x", "'x'"), ("4.5", "4.5"), ("true", "True")])
+@pytest.mark.parametrize("layers, shown", [("some", "'some'"), ("4,x", "'x'"), ("4.5", "4.5"), ("true", "true"),
+                                           ("[null]", "null")])
 def test_steer_eval_names_a_layer_that_is_no_whole_number_in_one_line(tmp_path, layers, shown):
     # pydantic printed one line per member of the union, "layers.list[int].0 ..." and "layers.literal['all'] ..." (tester)
     out = herald("steer-eval", str(tmp_path / "rows.txt"), "--layers", layers)

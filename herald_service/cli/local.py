@@ -362,7 +362,8 @@ class SteerEvalCommand(LocalCommand):
             for layer in layers:
                 whole = isinstance(layer, int) and not isinstance(layer, bool)
                 if not whole and not (isinstance(layer, str) and layer.strip().lstrip("+-").isdecimal()):
-                    raise ValueError(f"give 1-based decoder layers (4 or 4,8) or 'all', not {layer!r}")
+                    shown = f"'{layer}'" if isinstance(layer, str) else json.dumps(layer)  # as typed: true, not True
+                    raise ValueError(f"give 1-based decoder layers (4 or 4,8) or 'all', not {shown}")
         return layers
 
     @field_validator("alpha")
