@@ -1150,3 +1150,43 @@ def test_each_request_is_logged_once_with_its_route_status_duration_and_request_
 def test_a_request_id_that_could_forge_a_log_line_is_replaced(client, sent):
     answer = client.get("/v1/info", headers={"X-Request-ID": sent.encode("utf-8")})
     assert answer.headers["x-request-id"] != sent and len(answer.headers["x-request-id"]) == 32
+
+
+def test_the_openapi_document_gives_the_limits_the_server_enforces():
+    """The document gave /steer's max_new_tokens no maximum and texts no length (tester): its request schemas carry
+    this server's limits (settings), and a request at each limit is answered while one past it is refused naming the
+    field (413 or 422; /v1/moderations: OpenAI's 400)."""
+    limits = dict(max_chars=30, max_batch_size=3, max_messages=4, steer_max_new_tokens=5)
+    with client_for(**limits, steer_enabled=True, steer_api_key=STEER_KEY) as c:
+        wait_ready(c)
+        schemas = c.get("/openapi.json").json()["components"]["schemas"]
+        text, prompts, _ = schemas["ClassifyRequest"]["properties"]["input"]["anyOf"]
+        messages = schemas["ClassifyRequest"]["properties"]["messages"]["anyOf"][0]["maxItems"]
+        parts = schemas["ModerationRequest"]["properties"]["input"]["anyOf"][2]["maxItems"]
+        new_tokens = schemas["SteerRequest"]["properties"]["max_new_tokens"]["maximum"]
+        assert (text["maxLength"], prompts["maxItems"], prompts["items"]["maxLength"], messages, parts, new_tokens) == (
+            30, 3, 30, 4, 2, 5)
+        assert schemas["SteerRequest"]["properties"]["prompt"]["anyOf"][0]["maxLength"] == 30
+        assert schemas["ChatMessage"]["properties"]["content"]["anyOf"][0]["maxLength"] == 30
+        steer = {"Authorization": f"Bearer {STEER_KEY}"}
+
+        def conversation(n: int) -> list[dict]:  # one pending user turn, so it counts 2 prompts of the batch
+            return [{"role": "system", "content": "be brief"}] * (n - 3) + [
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}]
+
+        def part(n: int) -> list[dict]:
+            return [{"type": "text", "text": "hi"}] * n
+
+        cases = [  # path, body of size n, the limit from the document, the field a refusal names, headers
+            ("/classify", lambda n: {"input": "a" * n}, text["maxLength"], "input", {}),
+            ("/classify", lambda n: {"input": ["hi"] * n}, prompts["maxItems"], "input", {}),
+            ("/classify", lambda n: {"messages": conversation(n)}, messages, "messages", {}),
+            ("/v1/moderations", lambda n: {"input": part(n)}, parts, "input", {}),
+            ("/steer", lambda n: {"prompt": "hi", "max_new_tokens": n}, new_tokens, "max_new_tokens", steer),
+        ]
+        for path, body, limit, field, headers in cases:
+            at = c.post(path, json=body(limit), headers=headers)
+            assert at.status_code == 200, (path, limit, at.text)
+            past = c.post(path, json=body(limit + 1), headers=headers)
+            expected = {400} if path == "/v1/moderations" else {413, 422}
+            assert past.status_code in expected and past.json()["error"]["field"] == field, (path, limit, past.text)

@@ -20,6 +20,7 @@ from herald_service.api.deps import STEER_DISABLED, STEER_KEY_NAME, AppState
 from herald_service.api.errors import install_error_handlers
 from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies, RequestMetrics
+from herald_service.api.openapi import limited_openapi
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.backbone.base import runs_in_chunks
 from herald_service.config import Settings
@@ -360,6 +361,7 @@ def build_app(
         redirect_slashes=False,
     )
     app.state.herald = state
+    app.openapi = limited_openapi(app, settings)  # type: ignore[method-assign]
     install_error_handlers(app)
     routers = (classify.router, moderations.router, steer.router, ops.router)
     for router in routers:

@@ -1,0 +1,85 @@
+"""The app's OpenAPI document with this server's request limits in its request schemas.
+
+The limits are settings (``max_chars``, ``max_batch_size``, ``max_messages``, ``steer_max_new_tokens``), so the
+pydantic models of :mod:`herald_service.api.schemas` cannot carry them; without them the document gave ``/steer``'s
+``max_new_tokens`` no maximum and every text no length (tester), and a client generated from it, or a fuzzer reading
+it, learnt the limits only from refusals. They are written into the generated document as JSON Schema's
+``maxLength``, ``maxItems`` and ``maximum``: upper bounds the server enforces field by field (413 or 422). Some requests
+within them are still refused: a conversation's turns together over ``max_chars``, a request whose pending turns or
+content parts make more than ``max_batch_size`` prompts; ``GET /v1/info`` gives the same limits under ``limits``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fastapi import FastAPI
+
+from herald_service.api.json_body import list_limit
+from herald_service.config import Settings
+
+_TEXT_FIELDS = {
+    "ClassifyRequest": ("input", "messages"),
+    "ModerationRequest": ("input",),
+    "SteerRequest": ("prompt", "messages"),
+    "ChatMessage": ("content",),
+    "TextPart": ("text",),
+    "MessagePart": ("text", "refusal"),
+}
+"""Schema name -> properties whose strings are prompt text and whose lists are prompts, messages or parts."""
+
+
+def _is_string(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "string" and "enum" not in schema and "const" not in schema
+
+
+def _limit(schema: dict[str, Any], settings: Settings, *, top: bool) -> None:
+    """Write the limits into one property's schema (each branch of an ``anyOf``) in place. ``top``: a request's own
+    field, where a list is one prompt per item (``max_batch_size``) or one conversation's messages."""
+    for branch in schema.get("anyOf", [schema]):
+        if _is_string(branch):
+            branch["maxLength"] = settings.max_chars
+        elif branch.get("type") == "array":
+            items = branch.get("items", {})
+            ref = items.get("$ref", "")
+            if ref.endswith("/ChatMessage"):
+                branch["maxItems"] = settings.max_messages
+            elif items.get("type") == "array":  # a list of conversations
+                branch["maxItems"] = settings.max_batch_size
+                items["maxItems"] = settings.max_messages
+            elif _is_string(items):
+                branch["maxItems"] = settings.max_batch_size
+                items["maxLength"] = settings.max_chars
+            elif ref.endswith("Part"):
+                # /v1/moderations: several parts are each scored alone and joined (routes.moderations); a message's
+                # parts: any list of a body (json_body.list_limit)
+                branch["maxItems"] = max(1, settings.max_batch_size - 1) if top else list_limit(settings)
+
+
+def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """``document`` (an OpenAPI document FastAPI generated from Herald's routes) with the request limits of
+    ``settings`` written into its request schemas, in place; returned for chaining.
+
+    Raises:
+        KeyError: a schema or property this module limits is missing from the document (a renamed model or field:
+            the limits must follow it).
+    """
+    schemas = document["components"]["schemas"]
+    for name, fields in _TEXT_FIELDS.items():
+        for field in fields:
+            _limit(schemas[name]["properties"][field], settings, top=name != "ChatMessage")
+    schemas["SteerRequest"]["properties"]["max_new_tokens"]["maximum"] = settings.steer_max_new_tokens
+    return document
+
+
+def limited_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
+    """A replacement for ``app.openapi`` (FastAPI's documented way to extend the generated document) that writes the
+    limits of ``settings`` in once, when the document is first asked for."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_request_limits(generate(), settings)
+        return app.openapi_schema
+
+    return openapi
