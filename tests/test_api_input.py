@@ -658,8 +658,10 @@ def test_an_unknown_key_beside_a_missing_field_is_named_with_what_is_needed(clie
     # {"messages": ...} sent to /v1/moderations read "Field required, field input" (new-user pass)
     r = client.post("/v1/moderations", json={"messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 400 and r.json()["error"] == {
-        "type": "invalid_request_error", "code": "invalid_request", "message": "unknown field; this endpoint needs"
-        " 'input'", "field": "messages", "param": "messages"}
+        "type": "invalid_request_error", "code": "invalid_request", "message": "unknown field 'messages'; this endpoint"
+        " needs 'input'", "field": "messages", "param": "messages"}
+    r = client.post("/v1/moderations", json={"inptu": "a"})  # the SDK shows the message alone: the key is in it
+    assert r.json()["error"]["message"] == "unknown field 'inptu'; this endpoint needs 'input'"
     r = client.post("/v1/moderations", json={})
     assert r.json()["error"]["field"] == "input" and r.json()["error"]["message"] == "'input' is required"
     r = client.post("/v1/moderations", json={"input": "x", "inputz": 1})  # nothing missing: the key alone
@@ -1285,3 +1287,25 @@ def test_a_large_body_is_validated_off_the_event_loop_and_fastapi_takes_the_mode
     with pytest.raises(ValidationError) as caught:
         ClassifyRequest.model_validate({"messages": bad})
     assert caught.value.error_count() <= 3  # the first bad item per branch of the union, not all 108,000 parts
+
+
+@pytest.mark.parametrize("messages, field, message", [
+    ([[{"role": "user", "content": "a"}], {"role": "user", "content": "b"}], "messages[1]",
+     "messages mixes messages (objects) and conversations (lists): give one conversation, a list of message objects,"
+     " or a list of conversations"),
+    ([{"role": "user", "content": "a"}, [{"role": "user", "content": "b"}]], "messages[1]",
+     "messages mixes messages (objects) and conversations (lists): give one conversation, a list of message objects,"
+     " or a list of conversations"),
+    ([{"role": "user", "content": "a"}, "b"], "messages[1]",
+     "each item of messages is a message object (one conversation) or a list of them (one conversation each); got a"
+     " string"),
+])
+def test_messages_mixing_conversations_and_messages_are_named_by_the_odd_item(client, messages, field, message):
+    # pydantic said "Input should be a valid dictionary or object to extract fields from" at messages[0] (fuzz tester)
+    r = client.post("/classify", json={"messages": messages})
+    assert r.status_code == 422 and r.json()["error"] == {"type": "invalid_request", "field": field, "message": message}
+    steer = client.post("/steer", json={"messages": [{"role": "user", "content": "a"}, [{"role": "user", "content": "b"}]]},
+                        headers=STEER)
+    assert steer.status_code == 422 and steer.json()["error"] == {
+        "type": "invalid_request", "field": "messages[1]",
+        "message": "/steer takes one conversation: messages is a list of message objects, not of conversations"}

@@ -128,8 +128,9 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     extra = [e for e in errors if e.get("type") == "extra_forbidden" and e.get("loc", ())[:-1] == ("body",)]
     if missing and extra and isinstance(extra[0]["loc"][-1], str):
         needed = " and ".join(f"'{e['loc'][-1]}'" for e in missing)
-        return error_response(422, "invalid_request", f"unknown field; this endpoint needs {needed}",
-                              echoed(extra[0]["loc"][-1]), path=path)
+        key = echoed(extra[0]["loc"][-1])
+        # the key in the message too: an SDK shows the message alone ("unknown field; ..." named nothing: fuzz tester)
+        return error_response(422, "invalid_request", f"unknown field '{key}'; this endpoint needs {needed}", key, path=path)
     loc = tuple(first.get("loc", ()))
     if loc == ("body",) and first.get("type") == "missing":
         return error_response(422, "invalid_request", "request body is required (a JSON object)", "body", path=path)

@@ -246,6 +246,24 @@ class ClassifyRequest(BaseModel):
                                 f"input[{part}]")
         return value
 
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _one_form_of_messages(cls, value: object) -> object:
+        """A list mixing conversations (lists) and messages (objects), or holding neither, is named by its first odd
+        item before the union is tried: pydantic said "Input should be a valid dictionary or object to extract fields
+        from" at messages[0] (fuzz tester)."""
+        if isinstance(value, list) and value:
+            first = value[0]
+            for i, item in enumerate(value):
+                if not isinstance(item, (list, dict)):
+                    raise FieldConflict(f"each item of messages is a message object (one conversation) or a list of"
+                                        f" them (one conversation each); got {json_kind(item)}", f"messages[{i}]")
+                if isinstance(item, list) != isinstance(first, list):
+                    raise FieldConflict("messages mixes messages (objects) and conversations (lists): give one"
+                                        " conversation, a list of message objects, or a list of conversations",
+                                        f"messages[{i}]")
+        return value
+
     @model_validator(mode="after")
     def _one_of(self) -> "ClassifyRequest":
         exactly_one(self, "input", "messages")
@@ -359,6 +377,16 @@ class SteerRequest(BaseModel):
     def _no_negative_zero(cls, value: float) -> float:
         """-0.0 as 0.0: it adds nothing either way, and was echoed as ``"alpha": -0.0`` (tester)."""
         return value + 0.0
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _one_conversation(cls, value: object) -> object:
+        if isinstance(value, list):  # pydantic said "Input should be a valid dictionary ..." of a list (fuzz tester)
+            nested = next((i for i, item in enumerate(value) if isinstance(item, list)), None)
+            if nested is not None:
+                raise FieldConflict("/steer takes one conversation: messages is a list of message objects, not of"
+                                    " conversations", f"messages[{nested}]")
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> "SteerRequest":
