@@ -798,7 +798,7 @@ def test_api_key_is_checked_before_readiness_and_before_the_body():
 
 
 def test_moderation_routes_still_document_the_bearer_scheme_and_their_models():
-    spec = build_app(Settings(_env_file=None, fake_backend=True)).openapi()
+    spec = build_app(Settings(_env_file=None, fake_backend=True, api_keys=[API_KEY])).openapi()  # keys: the scheme
     for path, model in (("/classify", "ClassifyResponse"), ("/v1/moderations", "ModerationResponse")):
         operation = spec["paths"][path]["post"]
         assert {"HTTPBearer": []} in operation["security"]
@@ -1190,3 +1190,33 @@ def test_the_openapi_document_gives_the_limits_the_server_enforces():
             past = c.post(path, json=body(limit + 1), headers=headers)
             expected = {400} if path == "/v1/moderations" else {413, 422}
             assert past.status_code in expected and past.json()["error"]["field"] == field, (path, limit, past.text)
+
+
+@pytest.mark.parametrize("keys", [False, True])
+def test_the_openapi_document_asks_for_keys_where_this_server_does_and_names_each_routes_answers(keys):
+    """The document declared the bearer scheme on every route of a server without keys, /metrics as JSON, the health
+    checks without their 503 and /v1/info without its 401 (fuzz tester); lists are minItems 1 as an empty one is
+    refused."""
+    overrides = {"api_keys": [API_KEY]} if keys else {}
+    with client_for(**overrides, steer_enabled=True, steer_api_key=STEER_KEY) as c:
+        wait_ready(c)
+        document = c.get("/openapi.json").json()
+        secured = {path for path, ops in document["paths"].items() if any("security" in op for op in ops.values())}
+        assert secured == ({"/classify", "/v1/moderations", "/v1/info", "/steer"} if keys else {"/steer"})
+        assert "HTTPBearer" in document["components"]["securitySchemes"]
+        paths = document["paths"]
+        assert set(paths["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
+        assert c.get("/metrics").headers["content-type"].startswith("text/plain")
+        for health in ("/health/live", "/health/ready"):
+            assert paths[health]["get"]["responses"]["503"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorBody"}
+        assert "401" in paths["/v1/info"]["get"]["responses"]
+        if keys:
+            assert c.get("/v1/info").status_code == 401  # as documented
+        request = document["components"]["schemas"]["ClassifyRequest"]["properties"]
+        assert all(b["minItems"] == 1 for b in request["messages"]["anyOf"] if b.get("type") == "array")
+        assert c.post("/classify", json={"messages": []}, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 422
+    with client_for() as c:  # steering off, no keys: no operation asks for one, and no scheme is declared
+        document = c.get("/openapi.json").json()
+        assert not any("security" in op for ops in document["paths"].values() for op in ops.values())
+        assert "securitySchemes" not in document.get("components", {})

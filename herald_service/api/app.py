@@ -361,7 +361,6 @@ def build_app(
         redirect_slashes=False,
     )
     app.state.herald = state
-    app.openapi = limited_openapi(app, settings)  # type: ignore[method-assign]
     install_error_handlers(app)
     routers = (classify.router, moderations.router, steer.router, ops.router)
     for router in routers:
@@ -380,7 +379,10 @@ def build_app(
     app.add_middleware(JsonBodies, methods_by_path={r.path: frozenset(r.methods) for r in json_routes}, metrics=metrics)
     api_keys = [k.get_secret_value() for k in settings.api_keys]
     steer_keys = [settings.steer_api_key.get_secret_value()] if settings.steer_enabled and settings.steer_api_key else []
-    app.add_middleware(BearerGate, keys_by_path={"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys},
+    keys_by_path = {"/classify": api_keys, "/v1/moderations": api_keys, "/steer": steer_keys}
+    keyed_paths = {path for path, keys in {**keys_by_path, "/v1/info": api_keys}.items() if keys}  # info: deps.ApiKey
+    app.openapi = limited_openapi(app, settings, keyed_paths)  # type: ignore[method-assign]
+    app.add_middleware(BearerGate, keys_by_path=keys_by_path,
                        key_names={"/steer": STEER_KEY_NAME}, closed={} if steer_keys else {"/steer": STEER_DISABLED})
     app.add_middleware(CloseUnreadBodies)  # outside every middleware that answers before reading the body
     app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths))

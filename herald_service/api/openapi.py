@@ -1,4 +1,5 @@
-"""The app's OpenAPI document with this server's request limits in its request schemas.
+"""The app's OpenAPI document as this server runs: its request limits in the request schemas, and API keys only
+where this server asks for them.
 
 The limits are settings (``max_chars``, ``max_batch_size``, ``max_messages``, ``steer_max_new_tokens``), so the
 pydantic models of :mod:`herald_service.api.schemas` cannot carry them; without them the document gave ``/steer``'s
@@ -7,6 +8,11 @@ it, learnt the limits only from refusals. They are written into the generated do
 ``maxLength``, ``maxItems`` and ``maximum``: upper bounds the server enforces field by field (413 or 422). Some requests
 within them are still refused: a conversation's turns together over ``max_chars``, a request whose pending turns or
 content parts make more than ``max_batch_size`` prompts; ``GET /v1/info`` gives the same limits under ``limits``.
+Every list of prompts, messages, parts or layers is ``minItems: 1`` (an empty one is refused).
+
+The bearer scheme is declared on the operations whose keys are set (``HERALD_API_KEYS``; ``/steer``: its key while
+steering is on), as :class:`~herald_service.api.middleware.BearerGate` checks them: a document that asked for a key
+everywhere told a client of a server without keys to send one (fuzz tester).
 """
 
 from __future__ import annotations
@@ -40,13 +46,14 @@ def _limit(schema: dict[str, Any], settings: Settings, *, top: bool) -> None:
         if _is_string(branch):
             branch["maxLength"] = settings.max_chars
         elif branch.get("type") == "array":
+            branch["minItems"] = 1
             items = branch.get("items", {})
             ref = items.get("$ref", "")
             if ref.endswith("/ChatMessage"):
                 branch["maxItems"] = settings.max_messages
             elif items.get("type") == "array":  # a list of conversations
                 branch["maxItems"] = settings.max_batch_size
-                items["maxItems"] = settings.max_messages
+                items["minItems"], items["maxItems"] = 1, settings.max_messages
             elif _is_string(items):
                 branch["maxItems"] = settings.max_batch_size
                 items["maxLength"] = settings.max_chars
@@ -69,17 +76,32 @@ def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[st
         for field in fields:
             _limit(schemas[name]["properties"][field], settings, top=name != "ChatMessage")
     schemas["SteerRequest"]["properties"]["max_new_tokens"]["maximum"] = settings.steer_max_new_tokens
+    layers = next(b for b in schemas["SteerRequest"]["properties"]["layers"]["anyOf"] if b.get("type") == "array")
+    layers["minItems"], layers["items"]["minimum"] = 1, 1  # 1-based; the top layer is the backbone's
     return document
 
 
-def limited_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
+def with_configured_keys(document: dict[str, Any], keyed_paths: set[str]) -> dict[str, Any]:
+    """``document`` with the bearer scheme required only by the operations of ``keyed_paths`` (those whose keys are
+    set), and the scheme itself left out where none is; in place, returned for chaining."""
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            if "security" in operation and path not in keyed_paths:
+                del operation["security"]
+    if not any("security" in op for operations in document["paths"].values() for op in operations.values()):
+        document.get("components", {}).pop("securitySchemes", None)
+    return document
+
+
+def limited_openapi(app: FastAPI, settings: Settings, keyed_paths: set[str]) -> Callable[[], dict[str, Any]]:
     """A replacement for ``app.openapi`` (FastAPI's documented way to extend the generated document) that writes the
-    limits of ``settings`` in once, when the document is first asked for."""
+    limits of ``settings`` and the keys of ``keyed_paths`` (paths that ask for an API key on this server) in once,
+    when the document is first asked for."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_request_limits(generate(), settings)
+            app.openapi_schema = with_configured_keys(with_request_limits(generate(), settings), keyed_paths)
         return app.openapi_schema
 
     return openapi

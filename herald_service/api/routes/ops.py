@@ -10,18 +10,20 @@ from __future__ import annotations
 from importlib.resources import files
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from herald_service import __version__
 from herald_service.api.deps import ApiKey, State
 from herald_service.api.errors import error_response
+from herald_service.api.schemas import ErrorBody
 
 router = APIRouter(tags=["operations"])
+WORKER_DEAD = {503: {"model": ErrorBody, "description": "The inference worker died"}}
 
 
 @router.head("/health/live", include_in_schema=False)  # one operation id per method: the schema keeps GET only
-@router.get("/health/live")  # registered first, so a 405 on this path says "allow: GET" (breaker)
+@router.get("/health/live", responses=WORKER_DEAD)  # registered first, so a 405 on this path says "allow: GET" (breaker)
 async def live(state: State) -> JSONResponse:
     """200 while the process can still serve; 503 once the inference worker has died, so an orchestrator restarts it."""
     if state.engine is not None and state.engine.failure is not None:
@@ -30,7 +32,7 @@ async def live(state: State) -> JSONResponse:
 
 
 @router.head("/health/ready", include_in_schema=False)
-@router.get("/health/ready")
+@router.get("/health/ready", responses={503: {"model": ErrorBody, "description": "Not ready yet, or the worker died"}})
 async def ready(state: State) -> JSONResponse:
     """200 once model, probe, warm-up and worker are up; 503 (with the reason) before that or if the worker dies."""
     reason = state.not_ready_reason()
@@ -42,7 +44,8 @@ async def ready(state: State) -> JSONResponse:
 
 
 @router.head("/metrics", include_in_schema=False)
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"description": "Prometheus text exposition", "content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}})
 async def metrics(state: State) -> Response:
     """Prometheus text exposition."""
     if state.engine is not None:
@@ -52,7 +55,7 @@ async def metrics(state: State) -> Response:
 
 
 @router.head("/v1/info", dependencies=[ApiKey], include_in_schema=False)
-@router.get("/v1/info", dependencies=[ApiKey])
+@router.get("/v1/info", dependencies=[ApiKey], responses={401: {"model": ErrorBody}})
 async def info(state: State) -> dict:
     """Backbone, probe manifest and limits."""
     s = state.settings
