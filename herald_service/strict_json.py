@@ -69,11 +69,14 @@ class InvalidKey(StrictJsonError):
 
 
 class TooManyKeys(StrictJsonError):
-    """A JSON object of the body holds more than :data:`MAX_KEYS` keys (``args[0]``: how many)."""
+    """A JSON object of the body holds more than :data:`MAX_KEYS` keys (``count``); ``path`` names it as
+    :class:`DuplicateKey` names a key (``""``: the body itself)."""
 
-    def __init__(self, count: int) -> None:
-        super().__init__(count)
-        self.message = f"a JSON object has {count} keys; the limit is {MAX_KEYS}"
+    def __init__(self, count: int, path: str = "") -> None:
+        super().__init__(count, path)
+        self.count, self.path = count, path
+        where = f"the object at '{path}'" if path else "a JSON object"
+        self.message = f"{where} has {count} keys; the limit is {MAX_KEYS}"
 
 
 class BadNumber(StrictJsonError):
@@ -172,17 +175,19 @@ class _Faulty(dict):
     """A parsed JSON object that breaks a rule of :func:`loads_unique`, kept until the whole document is parsed: only
     then is its path known (``json`` builds objects innermost first and tells a hook nothing of where they are)."""
 
-    def __init__(self, pairs: list[tuple[str, Any]], fault: type[DuplicateKey] | type[InvalidKey], key: str) -> None:
+    def __init__(self, pairs: list[tuple[str, Any]], fault: type[DuplicateKey] | type[InvalidKey] | type[TooManyKeys],
+                 key: str | int) -> None:
         super().__init__(pairs)
         self.fault = fault
         self.key = key
 
 
 def _checked_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, a :class:`_Faulty` dict naming its first
-    repeated key or else its first key that is not valid Unicode, or :class:`TooManyKeys`."""
+    """``object_pairs_hook`` for :func:`json.loads`: the object as a dict, or a :class:`_Faulty` dict naming its first
+    repeated key or else its first key that is not valid Unicode; an object of over :data:`MAX_KEYS` keys is an empty
+    :class:`_Faulty` holding its count (none of its keys is kept: 600,000 of them cost seconds downstream)."""
     if len(pairs) > MAX_KEYS:
-        raise TooManyKeys(len(pairs))
+        return _Faulty([], TooManyKeys, len(pairs))
     obj = dict(pairs)
     if len(obj) < len(pairs):
         repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
@@ -210,13 +215,15 @@ def _nodes_with_paths(document: Any, held: tuple[type, ...]) -> Iterator[tuple[A
             stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))) if isinstance(v, held))
 
 
-def _first_fault(document: Any) -> DuplicateKey | InvalidKey | BadNumber | None:
+def _first_fault(document: Any) -> DuplicateKey | InvalidKey | TooManyKeys | BadNumber | None:
     """The fault of the first :class:`_Faulty` object or :class:`_Unrepresentable` number of ``document`` in document
     order (outer objects before the ones they hold), with its path; ``None`` when there is none."""
     for node, path in _nodes_with_paths(document, (dict, list, _Unrepresentable)):
         if isinstance(node, _Unrepresentable):
             where = _cut_path(path or "body")
             return BadNumber(f"the number at '{where}' {node.problem}", where, node.advice)
+        if isinstance(node, _Faulty) and node.fault is TooManyKeys:
+            return TooManyKeys(int(node.key), _cut_path(path))
         if isinstance(node, _Faulty):
             key = echoed(node.key)
             return node.fault(node.key, _cut_path(f"{path}.{key}" if path else key))

@@ -1006,7 +1006,14 @@ def test_an_object_with_too_many_keys_is_refused_while_parsing(client):
     body = "{" + ",".join(f'"k{i}":1' for i in range(300)) + ', "input": "a"}'
     r = client.post("/classify", content=body.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"] == {
-        "type": "invalid_request", "message": "a JSON object of the request body has 301 keys; the limit is 256", "field": "body"}
+        "type": "invalid_request", "message": "the request body has 301 keys; the limit is 256", "field": "body"}
+    # an inner object is named by its path (it read "body": fuzz tester)
+    calls = "{" + ",".join(f'"k{i}":1' for i in range(257)) + "}"
+    body = '{"messages": [{"role": "assistant", "content": null, "function_call": ' + calls + '}]}'
+    r = client.post("/classify", content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "message": "the object at 'messages[0].function_call' has 257 keys; the limit is 256",
+        "field": "messages[0].function_call"}
 
 
 def test_a_client_gone_mid_upload_is_counted_as_499_not_500():

@@ -156,8 +156,9 @@ class UniqueKeysRoute(APIRoute):
                                         f" {request.list_limit} (the larger of max_batch_size and max_messages)",
                                         field=exc.path) from None
                 except TooManyKeys as exc:
-                    raise InvalidInput(f"a JSON object of the request body has {exc.args[0]} keys; the limit is {MAX_KEYS}",
-                                       field="body") from None
+                    where = f"the object at '{exc.path}'" if exc.path else "the request body"
+                    raise InvalidInput(f"{where} has {exc.count:,} keys; the limit is {MAX_KEYS}",
+                                       field=exc.path or "body") from None
                 except NotUtf8 as exc:  # one message had covered this and deep nesting (breaker finding)
                     raise InvalidInput(f"request body is {exc.message}; send UTF-8 JSON", field="body") from None
                 except RecursionError:
