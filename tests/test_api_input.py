@@ -1244,14 +1244,12 @@ def test_a_large_body_is_validated_off_the_event_loop_and_fastapi_takes_the_mode
     FastAPI's own validation (the same errors), and FastAPI's second pass on the loop gets the model instance back
     untouched. Invalid bodies stop at their first bad item (schemas.Items), so their error list stays short."""
     import asyncio
-    import gc
 
     from fastapi._compat import ModelField
 
     from herald_service.api import json_body
 
     calls: list[tuple[str, bool, object]] = []
-    collecting: list[bool] = []
     validate = ModelField.validate
 
     def recorded(self, value, *args, **kwargs):
@@ -1262,7 +1260,6 @@ def test_a_large_body_is_validated_off_the_event_loop_and_fastapi_takes_the_mode
             on_loop = False
         result = validate(self, value, *args, **kwargs)
         calls.append((type(value).__name__, on_loop, result[0]))
-        collecting.append(gc.isenabled())
         return result
 
     monkeypatch.setattr(ModelField, "validate", recorded)
@@ -1276,7 +1273,6 @@ def test_a_large_body_is_validated_off_the_event_loop_and_fastapi_takes_the_mode
         body_calls = [call for call in calls if call[0] in ("dict", "ClassifyRequest")]
         assert [(kind, on_loop) for kind, on_loop, _ in body_calls] == [("dict", False), ("ClassifyRequest", True)]
         assert body_calls[1][2] is body_calls[0][2]  # the loop's pass returned the thread's model itself
-        assert collecting[0] is False and gc.isenabled()  # the collector paused in the thread, and on again after
         calls.clear()
         r = c.post("/classify", json={"messages": [{"role": "user", "content": "hi"}]})  # small: FastAPI alone
         assert r.status_code == 200 and [(k, loop) for k, loop, _ in calls if k == "dict"] == [("dict", True)]
@@ -1313,39 +1309,3 @@ def test_messages_mixing_conversations_and_messages_are_named_by_the_odd_item(cl
     assert steer.status_code == 422 and steer.json()["error"] == {
         "type": "invalid_request", "field": "messages[1]",
         "message": "/steer takes one conversation: messages is a list of message objects, not of conversations"}
-
-
-def test_the_collector_pause_holds_while_any_large_body_is_read_and_keeps_a_collector_that_was_off_off():
-    import gc
-    import threading
-
-    from herald_service.api.json_body import CollectorPause
-
-    pause = CollectorPause()
-    assert gc.isenabled()
-    inside, release = threading.Event(), threading.Event()
-
-    def other_body() -> None:
-        with pause.paused():
-            inside.set()
-            release.wait(10)
-
-    with pause.paused():
-        other = threading.Thread(target=other_body)
-        other.start()
-        inside.wait(10)
-        assert not gc.isenabled()
-    assert not gc.isenabled()  # the other body is still being read
-    release.set()
-    other.join(10)
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), pause.paused():
-        raise RuntimeError("a body refused mid-validation")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with pause.paused():
-            pass
-        assert not gc.isenabled()  # off before the first pause: left off
-    finally:
-        gc.enable()

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import email.message
-import gc
 import sys
-import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Coroutine, Iterator
+from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -32,42 +29,6 @@ THREAD_PARSE_BYTES = 65_536
 """Bodies larger than this are parsed and validated in a worker thread: a 12 MB body (just under the default body
 limit) takes about 2 s to parse, and one of 458,000 valid content parts 1.8 s more to validate against the request
 model, which on the event loop stalled every other request and the health checks (breaker and fuzz-tester findings)."""
-
-
-class CollectorPause:
-    """Python's cyclic garbage collector switched off while large bodies are parsed and validated, and on again when
-    the last of them is done (if it was on before the first). Thread-safe; the pause is the whole process's.
-
-    The hundreds of thousands of small objects of such a body (dicts, lists, models) set off one full collection
-    after another over the objects made so far: with it on, a 12 MB body of 458,752 content parts took 0.90 s to parse
-    and 2.55 s to validate in a thread, and the event loop waited up to 0.29 s for the GIL; paused, 0.54 s, 0.80 s and
-    0.07 s (an ad-hoc timing of this session; benchmarks/loop_stall.py measures the server). What a pause of a second
-    or two leaves uncollected (cycles only; reference counting still frees the rest) is collected when it ends.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held = 0
-        self._was_enabled = False
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        with self._lock:
-            if self._held == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._held += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._held -= 1
-                if self._held == 0 and self._was_enabled:
-                    gc.enable()
-
-
-LARGE_BODIES = CollectorPause()
-"""The one pause of this process's large request bodies (:meth:`UniqueKeysRequest._validated`)."""
 
 
 class UniqueKeysRequest(Request):
@@ -100,19 +61,17 @@ class UniqueKeysRequest(Request):
 
     def _validated(self, body: bytes) -> Any:
         """:meth:`_parsed`, then validated as the route's body model (:attr:`body_field`, FastAPI's own validation:
-        the same errors at the same locations), in one call so that a large body does all three off the event loop,
-        with the garbage collector paused (:class:`CollectorPause`).
+        the same errors at the same locations), in one call so that a large body does all three off the event loop.
         FastAPI then validates the model this returns again, on the loop, which passes an instance through as it is.
 
         Raises:
             RequestValidationError: the body does not fit the model (answered 422, as FastAPI's own).
             ListTooLong: and what :meth:`_parsed` raises.
         """
-        with LARGE_BODIES.paused():
-            document = self._parsed(body)
-            if self.body_field is None:
-                return document
-            model, errors = self.body_field.validate(document, {}, loc=("body",))
+        document = self._parsed(body)
+        if self.body_field is None:
+            return document
+        model, errors = self.body_field.validate(document, {}, loc=("body",))
         if errors:
             raise RequestValidationError(errors, body=document)
         return model
