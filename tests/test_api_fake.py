@@ -1227,3 +1227,17 @@ def test_the_openapi_document_asks_for_keys_where_this_server_does_and_names_eac
         document = c.get("/openapi.json").json()
         assert not any("security" in op for ops in document["paths"].values() for op in ops.values())
         assert "securitySchemes" not in document.get("components", {})
+
+
+def test_a_steer_cap_below_the_default_caps_the_default_and_the_document_stays_valid():
+    # HERALD_STEER_MAX_NEW_TOKENS=3 refused a request without max_new_tokens ("64 exceeds the limit of 3"), and the
+    # document said default 64 beside maximum 3 (re-tester)
+    with client_for(steer_enabled=True, steer_api_key=STEER_KEY, steer_max_new_tokens=3) as c:
+        wait_ready(c)
+        auth = {"Authorization": f"Bearer {STEER_KEY}"}
+        r = c.post("/steer", json={"prompt": "tell me a long story about the sea"}, headers=auth)
+        assert r.status_code == 200 and r.json()["baseline"]["completion"].count(" ") <= 2, r.text  # 3 words at most
+        r = c.post("/steer", json={"prompt": "hi", "max_new_tokens": 4}, headers=auth)  # sent: still checked
+        assert r.status_code == 422 and r.json()["error"]["field"] == "max_new_tokens"
+        field = c.get("/openapi.json").json()["components"]["schemas"]["SteerRequest"]["properties"]["max_new_tokens"]
+        assert (field["default"], field["maximum"]) == (3, 3)

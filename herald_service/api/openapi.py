@@ -75,7 +75,9 @@ def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[st
     for name, fields in _TEXT_FIELDS.items():
         for field in fields:
             _limit(schemas[name]["properties"][field], settings, top=name != "ChatMessage")
-    schemas["SteerRequest"]["properties"]["max_new_tokens"]["maximum"] = settings.steer_max_new_tokens
+    new_tokens = schemas["SteerRequest"]["properties"]["max_new_tokens"]
+    new_tokens["maximum"] = settings.steer_max_new_tokens
+    new_tokens["default"] = min(new_tokens["default"], settings.steer_max_new_tokens)  # as routes.steer caps it
     layers = next(b for b in schemas["SteerRequest"]["properties"]["layers"]["anyOf"] if b.get("type") == "array")
     layers["minItems"], layers["items"]["minimum"] = 1, 1  # 1-based; the top layer is the backbone's
     return document

@@ -359,7 +359,7 @@ class SteerRequest(BaseModel):
     alpha: float = Field(0.0, ge=-50, le=50, allow_inf_nan=False,
                          description=f"For mode 'add' (required there, |alpha| at least {MIN_ADD_ALPHA:g}): multiple of"
                          " sigma_l added along w_l")
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: int = Field(64, ge=1, description="Default 64, or HERALD_STEER_MAX_NEW_TOKENS where lower")
 
     @field_validator("layers", mode="before")
     @classmethod

@@ -22,7 +22,11 @@ async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -
     """Baseline and steered greedy completions, refusal judgments, and Herald's verdict with and without the edit."""
     refuse_query_parameters(request)
     conversation = user_turn(body.prompt) if body.prompt is not None else tuple(m.turn() for m in body.messages or [])
-    outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, body.max_new_tokens, disconnect_watch(request),
+    # the default (64) is capped at HERALD_STEER_MAX_NEW_TOKENS: under it, a request without the field was refused
+    # naming a field it never sent (re-tester); a value sent is checked against it
+    max_new_tokens = (body.max_new_tokens if "max_new_tokens" in body.model_fields_set
+                      else min(body.max_new_tokens, moderator.settings.steer_max_new_tokens))
+    outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, max_new_tokens, disconnect_watch(request),
                                     field="prompt" if body.prompt is not None else "messages")
     return SteerResponse(
         model=moderator.runtime.backbone.info.model_id,
