@@ -1309,3 +1309,29 @@ def test_messages_mixing_conversations_and_messages_are_named_by_the_odd_item(cl
     assert steer.status_code == 422 and steer.json()["error"] == {
         "type": "invalid_request", "field": "messages[1]",
         "message": "/steer takes one conversation: messages is a list of message objects, not of conversations"}
+
+
+def test_a_large_body_sent_before_the_server_is_ready_gets_the_503_a_small_one_gets():
+    # validated in its parsing thread, a large invalid body was a 422 where the same body small was a 503 (re-tester)
+    import threading
+
+    from herald_service.engine.runtime import fake_runtime
+
+    gate = threading.Event()
+
+    def slow_loader(_settings):
+        gate.wait(30)
+        return fake_runtime()
+
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=slow_loader)) as c:
+        try:
+            small = b'{"input": 5}'
+            large = small[:-1] + b" " * 70_000 + b"}"
+            answers = [c.post("/classify", content=body, headers={"content-type": "application/json"}) for body in (small, large)]
+            assert [a.status_code for a in answers] == [503, 503]
+            assert answers[0].json() == answers[1].json()
+        finally:
+            gate.set()
+        wait_ready(c)
+        r = c.post("/classify", content=large, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "input"  # ready: validated, in the thread

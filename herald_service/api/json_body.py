@@ -134,7 +134,9 @@ class UniqueKeysRoute(APIRoute):
         async def unique_keys_handler(request: Request) -> Response:
             request = UniqueKeysRequest(request.scope, request.receive)
             request.list_limit = list_limit(request.app.state.herald.settings)
-            request.body_field = self.body_field
+            # not ready: the route's dependency answers 503 before any validation, whatever the body's size (a large
+            # invalid body was a 422 where a small one was a 503: re-tester)
+            request.body_field = self.body_field if request.app.state.herald.not_ready_reason() is None else None
             try:
                 body = await request.body()
             except ClientDisconnect:
