@@ -1317,3 +1317,12 @@ def test_a_completion_cut_inside_a_multi_byte_character_ends_at_the_last_whole_o
         assert decode_whole_characters(tokenizer, ids[:n]) == before
     assert decode_whole_characters(tokenizer, ids) == "hello 🙂"
     assert decode_whole_characters(tokenizer, ids[:2]) == tokenizer.decode(ids[:2])
+    # a U+FFFD generated whole stays, spelt over its three bytes' tokens or as one token of its own (SmolLM2 has one;
+    # it was cut: re-tester)
+    merged = ByteLevelBPETokenizer()
+    merged.train_from_iterator(["hello \ufffd there"] * 40, vocab_size=300, show_progress=False)
+    for spelling in (tokenizer, PreTrainedTokenizerFast(tokenizer_object=merged)):
+        replacement = spelling.encode("hello \ufffd", add_special_tokens=False)
+        assert decode_whole_characters(spelling, replacement) == "hello \ufffd"
+        partial = spelling.encode("hello \ufffd🙂", add_special_tokens=False)[:-1]
+        assert decode_whole_characters(spelling, partial) == "hello \ufffd"

@@ -814,15 +814,21 @@ def decode_whole_characters(tokenizer: object, token_ids: Sequence[int]) -> str:
 
     A byte-level tokenizer spells a multi-byte UTF-8 character over up to four tokens; cut among them, the decoded
     text would end in U+FFFD for the partial bytes. Those at most three tokens' text is left out, as streaming
-    detokenizers hold it back until the character is whole (transformers' ``TextStreamer``). ``tokenizer``: a
-    transformers tokenizer; ``token_ids``: the generated ids, in order."""
+    detokenizers hold it back until the character is whole (transformers' ``TextStreamer``). The cut is the last
+    character boundary, a point where the text of the tokens before it and of those after it join into the whole
+    text (splitting a character's bytes makes a U+FFFD of each part); what follows it is left out when it does not
+    encode back to its tokens, as a partial character does and a U+FFFD the model generated whole (SmolLM2 has a token
+    for it) does (re-tester). A tokenizer whose pieces do not join so (one that drops a leading space) keeps the text
+    as decoded. ``tokenizer``: a transformers tokenizer; ``token_ids``: the generated ids, in order."""
     text = tokenizer.decode(token_ids, skip_special_tokens=True)
     if text.endswith("\ufffd"):
         for cut in range(1, min(3, len(token_ids)) + 1):
-            shorter = tokenizer.decode(token_ids[:-cut], skip_special_tokens=True)
-            if not shorter.endswith("\ufffd"):
-                return shorter
-    return text  # whole, or ending in a U+FFFD no cut of a partial character explains
+            tail = list(token_ids[-cut:])
+            head, rest = (tokenizer.decode(part, skip_special_tokens=True) for part in (token_ids[:-cut], tail))
+            if head + rest == text:  # a character boundary
+                partial = tokenizer.encode(rest, add_special_tokens=False) != tail
+                return head if partial else text
+    return text
 
 
 class _PrefillStopped(Exception):
