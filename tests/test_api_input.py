@@ -1335,3 +1335,34 @@ def test_a_large_body_sent_before_the_server_is_ready_gets_the_503_a_small_one_g
         wait_ready(c)
         r = c.post("/classify", content=large, headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["error"]["field"] == "input"  # ready: validated, in the thread
+
+
+@pytest.mark.parametrize("path, body, field, message", [
+    ("/classify", {"messages": [{"rol": "user", "content": "x"}]}, "messages[0].rol",
+     "unknown field 'messages[0].rol'; 'messages[0]' needs 'role'"),
+    ("/classify", {"messages": [{"role": "user", "contnet": "x"}]}, "messages[0].contnet",
+     "unknown field 'messages[0].contnet'; 'messages[0]' needs 'content'"),
+    ("/classify", {"messages": [[{"role": "user", "content": "a"}], [{"rol": "user", "content": "b"}]]},
+     "messages[1][0].rol", "unknown field 'messages[1][0].rol'; 'messages[1][0]' needs 'role'"),
+    ("/v1/moderations", {"input": [{"type": "text", "txt": "x"}]}, "input[0].txt",
+     "unknown field 'input[0].txt'; 'input[0]' needs 'text'"),
+])
+def test_a_misspelt_key_of_an_inner_object_is_named_with_what_it_needs(client, path, body, field, message):
+    # "'messages[0].role' is required" named the field the client had sent under another name (re-tester)
+    r = client.post(path, json=body)
+    error = r.json()["error"]
+    assert r.status_code in (400, 422) and (error["field"], error["message"]) == (field, message), r.text
+
+
+@pytest.mark.parametrize("path, messages, field, kind", [
+    ("/classify", [[{"role": "user", "content": "a"}, "s"]], "messages[0][1]", "a string"),
+    ("/classify", [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}, [{"role": "user"}]]],
+     "messages[1][1]", "an array"),
+    ("/classify", [[[{"role": "user", "content": "a"}]]], "messages[0][0]", "an array"),
+    ("/steer", [{"role": "user", "content": "a"}, 5], "messages[1]", "a number"),
+])
+def test_an_item_of_a_conversation_that_is_no_message_object_is_named(client, path, messages, field, kind):
+    r = client.post(path, json={"messages": messages}, headers=STEER)
+    assert r.status_code == 422 and r.json()["error"] == {
+        "type": "invalid_request", "field": field,
+        "message": f"each message of a conversation is an object with a role and content; got {kind}"}, r.text

@@ -122,15 +122,24 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     # For a union field pydantic reports one error per branch; the one with the deepest location names the element
     # actually at fault ({"input": ["a", null]} -> input[1], not input).
     first = max(errors, key=lambda e: len(e.get("loc", ())), default={"loc": (), "msg": "invalid request"})
-    # A required field missing beside an unknown key is most often that field under another name ({"messages": ...}
-    # sent to /v1/moderations read "Field required, field input": a new-user pass): name the key and what is needed.
-    missing = [e for e in errors if e.get("type") == "missing" and e.get("loc", ())[:-1] == ("body",)]
-    extra = [e for e in errors if e.get("type") == "extra_forbidden" and e.get("loc", ())[:-1] == ("body",)]
-    if missing and extra and isinstance(extra[0]["loc"][-1], str):
-        needed = " and ".join(f"'{e['loc'][-1]}'" for e in missing)
-        key = echoed(extra[0]["loc"][-1])
-        # the key in the message too: an SDK shows the message alone ("unknown field; ..." named nothing: fuzz tester)
-        return error_response(422, "invalid_request", f"unknown field '{key}'; this endpoint needs {needed}", key, path=path)
+    # A required field missing beside an unknown key of the same object is most often that field under another name
+    # ({"messages": ...} sent to /v1/moderations read "Field required, field input": a new-user pass; a message's
+    # "rol" read "'messages[0].role' is required": re-tester): name the key and what is needed. A field not given
+    # that a validator requires (a message's content) counts as missing.
+    unknown = [e for e in errors if e.get("type") == "extra_forbidden" and e.get("loc") and isinstance(e["loc"][-1], str)]
+    wanted = [e for e in errors if e.get("loc") and (e.get("type") == "missing" or (e.get("type") == "value_error"
+                                                                                    and e.get("input") is None))]
+    for need in wanted:
+        parent = tuple(need["loc"][:-1])
+        beside = [e for e in unknown if tuple(e["loc"][:-1]) == parent]
+        if beside:
+            needed = " and ".join(dict.fromkeys(f"'{e['loc'][-1]}'" for e in wanted if tuple(e["loc"][:-1]) == parent))
+            where = _field_path(parent)
+            key = echoed(beside[0]["loc"][-1])
+            field = f"{where}.{key}" if where else key
+            owner = f"'{where}'" if where else "this endpoint"
+            # the key in the message too: an SDK shows the message alone ("unknown field; ..." named nothing: fuzz tester)
+            return error_response(422, "invalid_request", f"unknown field '{field}'; {owner} needs {needed}", field, path=path)
     loc = tuple(first.get("loc", ()))
     if loc == ("body",) and first.get("type") == "missing":
         return error_response(422, "invalid_request", "request body is required (a JSON object)", "body", path=path)

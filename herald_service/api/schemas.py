@@ -53,6 +53,15 @@ def json_kind(value: object) -> str:
     return kinds.get(type(value), "a number")
 
 
+def message_objects(conversation: list, path: str) -> None:
+    """Raise :class:`FieldConflict` naming the first item of ``conversation`` (a list of messages at ``path``) that is
+    not a JSON object: pydantic said "Input should be a valid dictionary or object to extract fields from" (re-tester)."""
+    odd = next((i for i, item in enumerate(conversation) if not isinstance(item, dict)), None)
+    if odd is not None:
+        raise FieldConflict(f"each message of a conversation is an object with a role and content; got"
+                            f" {json_kind(conversation[odd])}", f"{path}[{odd}]")
+
+
 class PartError(ValueError):
     """A content part that Herald cannot read; ``subfield`` (``"[1].type"``) is appended to the location of the field
     whose validator raised it, so the 422 answer names the part (``messages[0].content[1].type``)."""
@@ -262,6 +271,8 @@ class ClassifyRequest(BaseModel):
                     raise FieldConflict("messages mixes messages (objects) and conversations (lists): give one"
                                         " conversation, a list of message objects, or a list of conversations",
                                         f"messages[{i}]")
+                if isinstance(item, list):
+                    message_objects(item, f"messages[{i}]")
         return value
 
     @model_validator(mode="after")
@@ -386,6 +397,7 @@ class SteerRequest(BaseModel):
             if nested is not None:
                 raise FieldConflict("/steer takes one conversation: messages is a list of message objects, not of"
                                     " conversations", f"messages[{nested}]")
+            message_objects(value, "messages")
         return value
 
     @model_validator(mode="after")
