@@ -244,6 +244,31 @@ def _has_list_over(document: Any, limit: int) -> bool:
     return False
 
 
+def containers_outside_strings(body: bytes) -> int:
+    """How many JSON arrays and objects ``body`` (UTF-8 JSON text) opens: its ``[`` and ``{`` outside strings, counted
+    without parsing it. Quotes escaped by an odd run of backslashes do not end a string.
+
+    Made of numpy passes over the bytes (about 30 ms for 12 MB), which let other threads run, unlike ``json``'s C
+    parser: it holds the GIL for a whole body, 0.8 s for one of four million empty lists (re-tester).
+    """
+    import numpy as np
+
+    data = np.frombuffer(body, dtype=np.uint8)
+    opens = (data == ord("[")) | (data == ord("{"))
+    quote = data == ord('"')
+    slashes = np.flatnonzero(data == ord("\\"))
+    if slashes.size:  # unmark each quote right after an odd run of backslashes
+        run_start = np.ones(slashes.size, dtype=bool)
+        run_start[1:] = slashes[1:] != slashes[:-1] + 1
+        starts = np.flatnonzero(run_start)
+        ends = np.append(starts[1:], slashes.size) - 1  # index of each run's last backslash
+        after = slashes[ends] + 1
+        escaped = after[((ends - starts + 1) % 2 == 1) & (after < data.size)]
+        quote[escaped[quote[escaped]]] = False
+    inside = np.logical_xor.accumulate(quote)  # true from an opening quote up to its closing one
+    return int(np.count_nonzero(opens & ~inside))
+
+
 def longest_list(document: Any, limit: int) -> tuple[str, int] | None:
     """The first list (in document order) of a parsed JSON ``document`` holding more than ``limit`` items, as
     ``(path, length)`` (path as ``input`` or ``messages[0]``, keys :func:`echoed` and the path cut as a repeated key's

@@ -1366,3 +1366,67 @@ def test_an_item_of_a_conversation_that_is_no_message_object_is_named(client, pa
     assert r.status_code == 422 and r.json()["error"] == {
         "type": "invalid_request", "field": field,
         "message": f"each message of a conversation is an object with a role and content; got {kind}"}, r.text
+
+
+def test_arrays_and_objects_are_counted_outside_strings_as_a_parse_would():
+    import random
+
+    from herald_service.strict_json import containers_outside_strings
+
+    def opened(value) -> int:
+        if isinstance(value, dict):
+            return 1 + sum(opened(v) for v in value.values())
+        if isinstance(value, list):
+            return 1 + sum(opened(v) for v in value)
+        return 0
+
+    rng = random.Random(0)
+    alphabet = '[]{}"\\ab,:é'
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+
+    def document(depth: int = 0):
+        kind = rng.random()
+        if depth > 4 or kind < 0.3:
+            return text()
+        if kind < 0.6:
+            return [document(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {text(): document(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    for _ in range(1000):  # brackets, quotes and runs of backslashes inside keys and strings, escaped or not
+        value = document()
+        body = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode()
+        assert containers_outside_strings(body) == opened(value), body
+    assert containers_outside_strings(rb'{"a":"\\\\","b":["\\\"["]}') == 2  # an even run ends the string, an odd one not
+
+
+def test_a_body_of_more_arrays_and_objects_than_any_request_needs_is_refused_before_its_parse():
+    """A 12 MB body of four million empty lists held the event loop 0.8 s in json's C parser before the list limit
+    refused it (re-tester): the body's arrays and objects are counted first, outside strings, and over
+    json_body.container_limit (here 65,536) it is a 413 counted as json_containers. Brackets inside strings do not
+    count."""
+    from herald_service.api.json_body import container_limit
+
+    settings = Settings(_env_file=None, fake_backend=True, max_batch_size=4, max_chars=10_000)  # bodies to 305 KB
+    limit = container_limit(settings)
+    assert limit == 65_536  # the floor: 8 x 4 prompts x 256 messages is less
+    with TestClient(build_app(settings)) as client:
+        wait_ready(client)
+        _refused_for_its_arrays_and_objects(client, limit)
+
+
+def _refused_for_its_arrays_and_objects(client, limit: int) -> None:
+    count = lambda text: float(re.search(r'herald_rejected_requests_total\{reason="json_containers"\} (\S+)', text)[1])  # noqa: E731
+    before = count(client.get("/metrics").text)
+    for path in ("/classify", "/v1/moderations"):
+        body = b'{"input":[' + b",".join([b"[]"] * limit) + b"]}"
+        r = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == (413 if path == "/classify" else 400)
+        assert r.json()["error"]["field"] == "body" and r.json()["error"]["message"] == (
+            f"request body holds {limit + 2:,} JSON arrays and objects; the limit is {limit:,} (8 x max_batch_size x"
+            " max_messages, at least 65,536)"), r.text
+    assert count(client.get("/metrics").text) == before + 2
+    brackets = json.dumps({"input": ["[{" * 40_000]}).encode()  # 80,000 brackets, all inside one string
+    r = client.post("/classify", content=brackets, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["field"] == "input[0]", r.text  # max_chars (10,000), not the count

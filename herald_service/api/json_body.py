@@ -22,7 +22,8 @@ from herald_service.config import Settings
 from herald_service.engine.service import ClientGone
 from herald_service.errors import InputTooLarge, InvalidInput
 from herald_service.strict_json import (
-    MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, NotUtf8, TooManyKeys, loads_unique, longest_list,
+    MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, NotUtf8, TooManyKeys, containers_outside_strings, loads_unique,
+    longest_list,
 )
 
 THREAD_PARSE_BYTES = 65_536
@@ -37,6 +38,8 @@ class UniqueKeysRequest(Request):
 
     list_limit: int | None = None
     """Most items any list of the body may hold (:func:`list_limit`); None: unchecked."""
+    container_limit: int | None = None
+    """Most arrays and objects the body may hold (:func:`container_limit`); None: unchecked."""
     body_field: Any = None
     """The route's body field (FastAPI's ``APIRoute.body_field``), which validates a large body in the parsing thread;
     None: FastAPI validates it, on the event loop."""
@@ -52,8 +55,13 @@ class UniqueKeysRequest(Request):
         """The body parsed (:func:`loads_unique`) and its lists measured (:func:`longest_list`).
 
         Raises:
+            TooManyContainers: more arrays and objects than :attr:`container_limit`, counted before the parse.
             ListTooLong: a list over :attr:`list_limit`; and what :func:`loads_unique` raises.
         """
+        limit = self.container_limit
+        if limit is not None and body.count(b"[") + body.count(b"{") > limit:  # a bound: brackets in strings count
+            if (found := containers_outside_strings(body)) > limit:
+                raise TooManyContainers(found)
         document = loads_unique(body, True)
         if self.list_limit is not None and (found := longest_list(document, self.list_limit)) is not None:
             raise ListTooLong(*found)
@@ -77,6 +85,14 @@ class UniqueKeysRequest(Request):
         return model
 
 
+class TooManyContainers(Exception):
+    """The request body opens more JSON arrays and objects (``count``) than :func:`container_limit`."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
+
+
 class ListTooLong(Exception):
     """A list of the request body holds more items than any Herald field takes (``path``, ``length``)."""
 
@@ -93,6 +109,16 @@ def list_limit(settings: Settings) -> int:
     names the field precisely below this bound."""
     return max(settings.max_batch_size, settings.max_messages)
 
+
+
+def container_limit(settings: Settings) -> int:
+    """Most JSON arrays and objects a request body may open: 8 per message of the largest request (``max_batch_size``
+    conversations of ``max_messages``: a message, its content parts and tool calls), at least 65,536. Counted before
+    the parse (:func:`~herald_service.strict_json.containers_outside_strings`), since ``json``'s C parser holds the GIL
+    while it builds them: a 12 MB body of four million empty lists, refused after its parse by the list limit, held
+    the event loop 0.8 s, and one with as many inside an accepted ``function_call`` 1.0 s (re-tester). 131,072 (the
+    default's) take about 30 ms to parse."""
+    return max(65_536, 8 * settings.max_batch_size * settings.max_messages)
 
 
 def is_json_content_type(content_type: str) -> bool:
@@ -134,6 +160,7 @@ class UniqueKeysRoute(APIRoute):
         async def unique_keys_handler(request: Request) -> Response:
             request = UniqueKeysRequest(request.scope, request.receive)
             request.list_limit = list_limit(request.app.state.herald.settings)
+            request.container_limit = container_limit(request.app.state.herald.settings)
             # not ready: the route's dependency answers 503 before any validation, whatever the body's size (a large
             # invalid body was a 422 where a small one was a 503: re-tester)
             request.body_field = self.body_field if request.app.state.herald.not_ready_reason() is None else None
@@ -152,6 +179,11 @@ class UniqueKeysRoute(APIRoute):
                                        " Unicode); send well-formed UTF-8", field=exc.path) from None
                 except BadNumber as exc:
                     raise InvalidInput(exc.message, field=exc.path) from None
+                except TooManyContainers as exc:
+                    request.app.state.herald.metrics.rejected.labels("json_containers").inc()
+                    raise InputTooLarge(f"request body holds {exc.count:,} JSON arrays and objects; the limit is"
+                                        f" {request.container_limit:,} (8 x max_batch_size x max_messages, at least"
+                                        " 65,536)", field="body") from None
                 except ListTooLong as exc:
                     request.app.state.herald.metrics.rejected.labels("list_length").inc()
                     raise InputTooLarge(f"{exc.path} holds {exc.length:,} items; no list of a request may hold more than"
