@@ -5,7 +5,9 @@ delays every other request of the process, the health checks included (a readine
 timeout takes the pod out of its Service). The fuzz tester of 2026-12-05 found 12 MB bodies of many small JSON
 objects that held the loop for 2-4 s each, under the body limit: pydantic validated them on the loop (1.8 s for
 458,000 valid content parts) and, when invalid, listed every error (1.0 s more). Since then a body over
-``THREAD_PARSE_BYTES`` is validated in its parsing thread, and request lists stop at their first bad item.
+``THREAD_PARSE_BYTES`` is validated in its parsing thread, and request lists stop at their first bad item. Its
+re-tester found bodies of millions of arrays, whose parse holds the GIL in json's C parser even in a thread (0.8 s):
+a body that opens more arrays and objects than ``json_body.container_limit`` is now refused before its parse.
 
 How: real ``herald serve`` processes on the fake backend (:class:`benchmarks.host_cost.Build`), ``--before REF``
 serving ``herald_service/`` exported at that ref beside the working tree's, one at a time. For each body of
@@ -43,12 +45,21 @@ def _parts(text: object) -> bytes:
     return json.dumps({"messages": [conversation] * 256}, separators=(",", ":")).encode()
 
 
+def _function_call_lists() -> bytes:
+    lists = {f"k{i}": [[[] for _ in range(255)] for _ in range(255)] for i in range(60)}
+    message = {"role": "assistant", "content": None, "function_call": lists}
+    return json.dumps({"messages": [message, {"role": "user", "content": "hi"}]}, separators=(",", ":")).encode()
+
+
 BODIES = {
     "parts_valid": _parts(""),  # 11.6 MB, 458,752 content parts that each fit the schema (refused after it: 413)
     "parts_invalid": _parts(1),  # the same parts with a number for text (422)
+    "empty_lists": b'{"input":[' + b",".join([b"[]"] * 4_000_000) + b"]}",  # 12 MB, refused by the list limit (413)
+    "function_call_lists": _function_call_lists(),  # 11.7 MB, 3.9 million lists in a field not read (was 200)
     "one_string": json.dumps({"input": "a" * 11_000_000}).encode(),  # control: 11 MB in one value (413, max_chars)
 }
-"""Bodies of about 11-12 MB, under the body limit of the builds' settings (HERALD_MAX_BATCH_SIZE 256 there)."""
+"""Bodies of about 11-12 MB, under the body limit of the builds' settings (HERALD_MAX_BATCH_SIZE 256 there); the
+first two from the fuzz tester, the next two from the re-tester of 2026-12-05."""
 
 PROBE_GAP_S = 0.010
 
