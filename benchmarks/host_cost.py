@@ -119,6 +119,14 @@ def export(ref: str, into: Path) -> Path:
     return into
 
 
+def working_tree() -> str:
+    """What the 'after' build served: ``working tree at <commit>``, with ``(uncommitted changes)`` where
+    ``herald_service/`` differs from it."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "herald_service"], cwd=REPO, capture_output=True, text=True)
+    return f"working tree at {commit}" + (" (uncommitted changes)" if dirty.stdout.strip() else "")
+
+
 # -- measurement ---------------------------------------------------------------------------------------------------
 def measure(pool: concurrent.futures.Executor, build: Build, endpoint: str, prompts: list[str], concurrency: int) -> dict:
     path, body = ENDPOINTS[endpoint]
@@ -206,13 +214,11 @@ def main() -> None:
         finally:
             for build in builds:
                 build.stop()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "herald_service"], cwd=REPO, capture_output=True, text=True).stdout.strip())
     payload = {
         "benchmark": "host_cost",
         "backend": "fake (HERALD_FAKE_BACKEND=true)",
         "before_ref": args.before,
-        "after": f"working tree at {commit}" + (" (uncommitted changes)" if dirty else ""),
+        "after": working_tree(),
         "requests_per_round": args.requests,
         "rounds": args.rounds,
         "in_flight": args.concurrency,

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.common import RESULTS, exit_on_sigterm, print_table, require_bench_extra
-from benchmarks.host_cost import REPO, Build, export
+from benchmarks.host_cost import REPO, Build, export, working_tree
 
 
 def _parts(text: object) -> bytes:
@@ -140,13 +139,11 @@ def main() -> None:
         for name in BODIES:
             by[("after", name)]["after_over_before"] = round(
                 by[("after", name)]["longest_health_s"] / by[("before", name)]["longest_health_s"], 3)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "herald_service"], cwd=REPO, capture_output=True, text=True).stdout.strip())
     payload = {
         "benchmark": "loop_stall",
         "backend": "fake (HERALD_FAKE_BACKEND=true)",
         "before_ref": args.before,
-        "after": f"working tree at {commit}" + (" (uncommitted changes)" if dirty else ""),
+        "after": working_tree(),
         "bodies_bytes": {name: len(body) for name, body in BODIES.items()},
         "rounds_per_body": args.rounds,
         "hardware": {"python": platform.python_version(), "cpu_count": os.cpu_count(), "load_average_end": os.getloadavg()},

@@ -27,6 +27,20 @@ def wait_ready(client, timeout_s: float = 120.0) -> None:
     raise AssertionError(f"not ready after {timeout_s} s: {last.status_code if last else None} {last.text if last else ''}")
 
 
+def held_loader(wait_s: float = 30.0):
+    """``(loader, gate)``: a loader for ``build_app`` that returns the fake runtime once ``gate`` is set (or after
+    ``wait_s`` seconds), so a test sees the app while it loads."""
+    from herald_service.engine.runtime import fake_runtime
+
+    gate = threading.Event()
+
+    def loader(_settings):
+        gate.wait(wait_s)
+        return fake_runtime()
+
+    return loader, gate
+
+
 @contextlib.contextmanager
 def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float = 10.0, counted_by=None,
             keep_alive_s: float = 60.0, max_connections: int | None = None) -> Iterator[int]:

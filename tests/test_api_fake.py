@@ -6,7 +6,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import wait_ready
+from conftest import held_loader, wait_ready
 from test_admission import sharing_vocab  # one copy of the fake-vocabulary helper
 from herald_service.api.app import build_app
 from herald_service.config import Settings
@@ -422,15 +422,7 @@ def test_info_and_page(client):
 
 
 def test_not_ready_until_loaded_then_ready():
-    import threading
-
-    from herald_service.engine.runtime import fake_runtime
-
-    gate = threading.Event()
-
-    def slow_loader(_settings):
-        gate.wait(10)
-        return fake_runtime()
+    slow_loader, gate = held_loader(10)
 
     with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=slow_loader)) as c:
         assert c.get("/health/live").status_code == 200
@@ -571,15 +563,7 @@ def test_a_backbone_that_cannot_encode_the_empty_prompt_still_comes_up_and_says_
 
 def test_health_probes_answer_head_with_the_status_of_get():
     # Load balancers and uptime checkers send HEAD; it was a 405, which reads as "down" to some of them
-    import threading
-
-    from herald_service.engine.runtime import fake_runtime
-
-    gate = threading.Event()
-
-    def slow_loader(_settings):
-        gate.wait(10)
-        return fake_runtime()
+    slow_loader, gate = held_loader(10)
 
     with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=slow_loader)) as c:
         live, ready = c.head("/health/live"), c.head("/health/ready")
@@ -776,15 +760,7 @@ def test_moderation_routes_still_count_requests_latency_decisions_and_scores(cli
 
 
 def test_api_key_is_checked_before_readiness_and_before_the_body():
-    import threading
-
-    from herald_service.engine.runtime import fake_runtime
-
-    gate = threading.Event()
-
-    def slow_loader(_settings):
-        gate.wait(10)
-        return fake_runtime()
+    slow_loader, gate = held_loader(10)
 
     with TestClient(build_app(Settings(_env_file=None, fake_backend=True, api_keys=API_KEY), loader=slow_loader)) as c:
         for path in ("/classify", "/v1/moderations"):
