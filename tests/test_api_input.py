@@ -1389,7 +1389,8 @@ def test_arrays_and_objects_are_counted_outside_strings_as_a_parse_would():
     for _ in range(1000):  # brackets, quotes and runs of backslashes inside keys and strings, escaped or not
         value = document()
         body = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode()
-        assert containers_outside_strings(body) == opened(value), body
+        for chunk_bytes in (1, 2, 3, 7, 1 << 18):  # state carried across chunk boundaries anywhere
+            assert containers_outside_strings(body, chunk_bytes) == opened(value), (body, chunk_bytes)
     assert containers_outside_strings(rb'{"a":"\\\\","b":["\\\"["]}') == 2  # an even run ends the string, an odd one not
 
 
@@ -1400,9 +1401,9 @@ def test_a_body_of_more_arrays_and_objects_than_any_request_needs_is_refused_bef
     count."""
     from herald_service.api.json_body import container_limit
 
-    settings = Settings(_env_file=None, fake_backend=True, max_batch_size=4, max_chars=10_000)  # bodies to 305 KB
+    settings = Settings(_env_file=None, fake_backend=True, max_batch_size=4, max_chars=40_000)  # bodies to 1 MB
     limit = container_limit(settings)
-    assert limit == 65_536  # the floor: 8 x 4 prompts x 256 messages is less
+    assert limit == 131_072  # the floor: 16 x 4 prompts x 256 messages is less
     with TestClient(build_app(settings)) as client:
         wait_ready(client)
         _refused_for_its_arrays_and_objects(client, limit)
@@ -1416,9 +1417,34 @@ def _refused_for_its_arrays_and_objects(client, limit: int) -> None:
         r = client.post(path, content=body, headers={"content-type": "application/json"})
         assert r.status_code == (413 if path == "/classify" else 400)
         assert r.json()["error"]["field"] == "body" and r.json()["error"]["message"] == (
-            f"request body holds {limit + 2:,} JSON arrays and objects; the limit is {limit:,} (8 x max_batch_size x"
-            " max_messages, at least 65,536)"), r.text
+            f"request body holds {limit + 2:,} JSON arrays and objects; the limit is {limit:,} (16 x max_batch_size x"
+            " max_messages, at least 131,072)"), r.text
     assert count(client.get("/metrics").text) == before + 2
-    brackets = json.dumps({"input": ["[{" * 40_000]}).encode()  # 80,000 brackets, all inside one string
+    brackets = json.dumps({"input": ["[{" * 70_000]}).encode()  # 140,000 brackets, all inside one string
     r = client.post("/classify", content=brackets, headers={"content-type": "application/json"})
-    assert r.status_code == 413 and r.json()["error"]["field"] == "input[0]", r.text  # max_chars (10,000), not the count
+    assert r.status_code == 413 and r.json()["error"]["field"] == "input[0]", r.text  # max_chars (40,000), not the count
+    # the encoding first: a UTF-16 body was refused for a count its bytes made meaningless (re-tester)
+    utf16 = ('{"input": [' + ",".join(["[]"] * limit) + "]}").encode("utf-16-le")
+    r = client.post("/classify", content=utf16, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "UTF-16" in r.json()["error"]["message"], r.text
+    assert count(client.get("/metrics").text) == before + 2
+
+
+def test_a_batch_of_long_chats_with_cited_answers_is_not_refused_for_its_arrays_and_objects():
+    """A tester's web-search batch: 32 conversations of 256 messages, each answer as the OpenAI SDK returns it with
+    16 url_citation annotations (143,394 arrays and objects in 7.4 MB), was refused 413 under a limit of 8 per
+    message; it is answered, 32 results."""
+    citation = {"type": "url_citation", "url_citation": {"url": "https://example.org/a", "title": "t", "start_index": 0,
+                                                         "end_index": 1}}
+    answer = {"role": "assistant", "content": "a", "refusal": None, "annotations": [citation] * 16, "audio": None,
+              "function_call": None, "tool_calls": None}
+    conversation = [{"role": "system", "content": "cite"}, *[{"role": "user", "content": "q"}, answer] * 127,
+                    {"role": "user", "content": "and now?"}]  # 256 messages, one user turn pending: 2 prompts
+    body = json.dumps({"messages": [conversation] * 32, "return_trajectory": False}).encode()
+    from herald_service.strict_json import containers_outside_strings
+
+    assert containers_outside_strings(body) > 8 * 64 * 256
+    with TestClient(build_app(Settings(_env_file=None, fake_backend=True))) as client:
+        wait_ready(client)
+        r = client.post("/classify", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 200 and len(r.json()["results"]) == 32, r.text[:300]

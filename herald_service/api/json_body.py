@@ -23,7 +23,7 @@ from herald_service.engine.service import ClientGone
 from herald_service.errors import InputTooLarge, InvalidInput
 from herald_service.strict_json import (
     MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, NotUtf8, TooManyKeys, containers_outside_strings, loads_unique,
-    longest_list,
+    longest_list, utf8_text,
 )
 
 THREAD_PARSE_BYTES = 65_536
@@ -55,14 +55,16 @@ class UniqueKeysRequest(Request):
         """The body parsed (:func:`loads_unique`) and its lists measured (:func:`longest_list`).
 
         Raises:
+            NotUtf8: the body is not UTF-8 (checked first).
             TooManyContainers: more arrays and objects than :attr:`container_limit`, counted before the parse.
             ListTooLong: a list over :attr:`list_limit`; and what :func:`loads_unique` raises.
         """
+        text = utf8_text(body)  # first: a UTF-16 body was refused for its count, which its bytes made meaningless
         limit = self.container_limit
         if limit is not None and body.count(b"[") + body.count(b"{") > limit:  # a bound: brackets in strings count
             if (found := containers_outside_strings(body)) > limit:
                 raise TooManyContainers(found)
-        document = loads_unique(body, True)
+        document = loads_unique(text, True)
         if self.list_limit is not None and (found := longest_list(document, self.list_limit)) is not None:
             raise ListTooLong(*found)
         return document
@@ -112,13 +114,15 @@ def list_limit(settings: Settings) -> int:
 
 
 def container_limit(settings: Settings) -> int:
-    """Most JSON arrays and objects a request body may open: 8 per message of the largest request (``max_batch_size``
-    conversations of ``max_messages``: a message, its content parts and tool calls), at least 65,536. Counted before
-    the parse (:func:`~herald_service.strict_json.containers_outside_strings`), since ``json``'s C parser holds the GIL
-    while it builds them: a 12 MB body of four million empty lists, refused after its parse by the list limit, held
-    the event loop 0.8 s, and one with as many inside an accepted ``function_call`` 1.0 s (re-tester). 131,072 (the
-    default's) take about 30 ms to parse."""
-    return max(65_536, 8 * settings.max_batch_size * settings.max_messages)
+    """Most JSON arrays and objects a request body may open: 32 per message of the largest request Herald answers in
+    full (``max_batch_size / 2`` conversations of ``max_messages``, each scored whole and as its pending user turn), at
+    least 131,072; 262,144 with the default settings. Counted before the parse
+    (:func:`~herald_service.strict_json.containers_outside_strings`), since ``json``'s C parser holds the GIL while it
+    builds them: a 12 MB body of four million empty lists, refused after its parse by the list limit, held the event
+    loop 0.8 s, and one with as many inside an accepted ``function_call`` 1.0 s (re-tester); 262,144 take about 50 ms.
+    A tester's web-search chat batch (32 conversations of 256 messages, each answer with 16 ``url_citation``
+    annotations in the OpenAI SDK's form) opens 143,394; 8 per message refused it."""
+    return max(131_072, 16 * settings.max_batch_size * settings.max_messages)
 
 
 def is_json_content_type(content_type: str) -> bool:
@@ -182,8 +186,8 @@ class UniqueKeysRoute(APIRoute):
                 except TooManyContainers as exc:
                     request.app.state.herald.metrics.rejected.labels("json_containers").inc()
                     raise InputTooLarge(f"request body holds {exc.count:,} JSON arrays and objects; the limit is"
-                                        f" {request.container_limit:,} (8 x max_batch_size x max_messages, at least"
-                                        " 65,536)", field="body") from None
+                                        f" {request.container_limit:,} (16 x max_batch_size x max_messages, at least"
+                                        " 131,072)", field="body") from None
                 except ListTooLong as exc:
                     request.app.state.herald.metrics.rejected.labels("list_length").inc()
                     raise InputTooLarge(f"{exc.path} holds {exc.length:,} items; no list of a request may hold more than"
