@@ -52,7 +52,9 @@ class UniqueKeysRequest(Request):
         return self._unique_json
 
     def _parsed(self, body: bytes) -> Any:
-        """The body parsed (:func:`loads_unique`) and its lists measured (:func:`longest_list`).
+        """The body checked as UTF-8, its arrays and objects counted when its brackets could exceed
+        :attr:`container_limit` (:func:`containers_outside_strings`), parsed (:func:`loads_unique`) and its lists
+        measured (:func:`longest_list`).
 
         Raises:
             NotUtf8: the body is not UTF-8 (checked first).
