@@ -121,7 +121,8 @@ def container_limit(settings: Settings) -> int:
     least 131,072; 262,144 with the default settings. Counted before the parse
     (:func:`~herald_service.strict_json.containers_outside_strings`), since ``json``'s C parser holds the GIL while it
     builds them: a 12 MB body of four million empty lists, refused after its parse by the list limit, held the event
-    loop 0.8 s, and one with as many inside an accepted ``function_call`` 1.0 s (re-tester); 262,144 take about 50 ms.
+    loop 0.93 s, and one with as many inside an accepted ``function_call`` 0.84 s (benchmarks/loop_stall.py); at the
+    0.2 us per array that parse took, 262,144 take about 50 ms.
     A tester's web-search chat batch (32 conversations of 256 messages, each answer with 16 ``url_citation``
     annotations in the OpenAI SDK's form) opens 143,394; 8 per message refused it."""
     return max(131_072, 16 * settings.max_batch_size * settings.max_messages)
