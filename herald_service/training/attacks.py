@@ -1,13 +1,17 @@
 """Attack sets built from the corpus: harmful requests wrapped in jailbreak templates.
 
-``pyrit_jailbreak_templates.jsonl`` rows are wrappers with a ``{{ prompt }}`` slot (SOURCES.md). We fill each picked
-template with one harmful request that is *not* in the training pool (rows the per-source cap left out), so a probe
-cannot have seen the request itself. Templates with extra slots are skipped.
+``pyrit_jailbreak_templates.jsonl`` rows are Jinja templates with a ``{{ prompt }}`` slot (SOURCES.md; PyRIT wraps
+most of their text in ``{% raw %}`` blocks). :func:`load_templates` renders each with jinja2's sandbox, so a wrapped
+prompt is the text an attacker would send, not the template's markup (the raw tags appeared in no corpus row, only in
+wrapped harmful ones: a shortcut a probe could learn; reviewer's audit, docs/eval/template_audit.md). We fill each
+picked template with one harmful request that is *not* in the training pool (rows the per-source cap left out), so a
+probe cannot have seen the request itself. Templates with another variable are skipped.
 
 For training on wrapped requests (``herald recipes --recipes jailbreak``, docs/eval/jailbreak_recipe.md) the templates
-are split by identity: :func:`split_templates` keeps the evaluation's templates, and every near-duplicate of them,
-out of training, and marks templates linked to the in-the-wild jailbreak corpus source (:func:`itw_linked`) so the
-leave-one-source-out fold that holds that source out never trains on them (:func:`fold_rows`).
+are split by identity: :func:`split_templates` keeps the evaluation's templates, and every near-duplicate of them
+(:func:`near_duplicate_groups`: same opening, or half of one's 8-word sequences in the other), out of training, and
+marks templates linked to the in-the-wild jailbreak corpus source (:func:`itw_linked`) so the leave-one-source-out
+fold that holds that source out never trains on them (:func:`fold_rows`).
 """
 
 from __future__ import annotations
@@ -16,15 +20,28 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
 import numpy as np
+from jinja2.sandbox import SandboxedEnvironment
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+from sklearn.feature_extraction.text import CountVectorizer
 
 from herald_service.strict_json import object_row
 from herald_service.text_file import is_valid_unicode, read_utf8
 from herald_service.training.corpus import Example
 
 SLOT = re.compile(r"\{\{\s*prompt\s*\}\}")
-OTHER_SLOT = re.compile(r"\{\{\s*(?!prompt\s*\}\})\w+\s*\}\}")
+SLOT_TEXT = "{{ prompt }}"
+"""The slot as :func:`render_template` leaves it in a loaded template (:func:`fill` puts the request there)."""
 JAILBREAK_SOURCE = "Jailbreak-wrapped held-out harmful requests (PyRIT templates)"
+TEMPLATE_RULE = "jinja-rendered, 8-word-overlap groups (v1)"
+"""How templates are read and grouped (:func:`load_templates`, :func:`near_duplicate_groups`, :func:`found_in`):
+recorded by ``herald eval``, ``herald recipes`` and ``herald fit``, so a report can tell runs that filled the templates
+as written (``{% raw %}`` tags in the prompts) and grouped them by their opening alone (no rule recorded) apart."""
+SEEN_TEMPLATE_SOURCE = "Jailbreak-wrapped held-out harmful requests, template found in a training prompt (PyRIT templates)"
+"""Source of the evaluation rows whose template :func:`found_in` a training prompt (the in-the-wild jailbreak source
+holds many templates whole), so the report can give recall on the templates no fit saw apart."""
 REQUEST_SOURCES = ("AdvBench", "HarmBench")
 ITW_TEMPLATE_ORIGIN = "TrustAIRLab"
 """``template_source`` of the PyRIT templates taken from the in-the-wild jailbreak prompts (Shen et al.)."""
@@ -32,7 +49,14 @@ ITW_SOURCE_KEY = "In-the-wild"
 """Substring naming the in-the-wild jailbreak corpus source (a leave-one-source-out fold)."""
 KEY_CHARS = 60
 """Templates whose normalized text starts alike over this many characters count as one (many in-the-wild templates
-are light edits of one another: 425 templates of <= 2500 characters have 325 distinct 60-character keys)."""
+are light edits of one another: of the 420 rendered templates of <= 2500 characters, 280 distinct 60-character keys)."""
+SHINGLE_WORDS = 8
+"""Length, in words, of the word sequences :func:`near_duplicate_groups` and :func:`itw_linked` compare."""
+OVERLAP = 0.5
+"""Share of a template's :data:`SHINGLE_WORDS`-word sequences found in another text that makes the two one template
+(the 420 rendered templates form 248 groups, the largest of 25 DAN variants; by the opening alone 280; the reviewer's
+audit found 68 pairs with over 90% of their sequences in common and different openings: a ``{% raw %}`` tag, or an
+edited first line)."""
 WRAPPED_HARMFUL_SOURCE = "Jailbreak-wrapped training requests (augmentation)"
 WRAPPED_BENIGN_SOURCE = "Jailbreak-wrapped benign training prompts (augmentation)"
 EVALUATION_TEMPLATES = 40
@@ -44,7 +68,8 @@ TEMPLATE_MAX_CHARS = 2500
 
 
 def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
-    """Template rows with exactly the ``{{ prompt }}`` slot (and no other), optionally at most ``max_chars`` long.
+    """Template rows, each ``prompt`` rendered by :func:`render_template`, optionally at most ``max_chars`` long
+    (rendered, in characters); a template :func:`render_template` refuses is skipped.
 
     Raises:
         ValueError: a line is not a JSON object with a ``prompt`` string, or one that
@@ -65,8 +90,31 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
             if row.get(key) is not None and not isinstance(row[key], str):
                 raise ValueError(f"{path} line {number}: {key} must be a string or null; got {type(row[key]).__name__}")
         rows.append(row)
-    keep = [r for r in rows if SLOT.search(r["prompt"]) and not OTHER_SLOT.search(r["prompt"])]
-    return [r for r in keep if max_chars is None or len(r["prompt"]) <= max_chars]
+    rendered = [{**r, "prompt": render_template(r["prompt"])} for r in rows]
+    return [r for r in rendered if r["prompt"] is not None and (max_chars is None or len(r["prompt"]) <= max_chars)]
+
+
+_JINJA = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+_SLOT_MARK = "\ue000prompt\ue000"  # a private-use character pair: no template holds it
+_MARKUP = re.compile(r"\{\{|\{%|\{#")
+
+
+def render_template(text: str) -> str | None:
+    """``text`` as Jinja renders it with the request still to come: raw blocks unwrapped, the slot as :data:`SLOT_TEXT`.
+
+    Rendered by jinja2's sandbox (no attribute access to Python objects from a template) with ``prompt`` the only
+    variable. None, so the template is skipped, when Jinja refuses it (a syntax error, another variable), when no
+    rendered ``prompt`` is left (a slot inside a raw block, or a filter applied to it), or when the rendered text
+    still holds Jinja markup (``{{``, ``{%`` or ``{#`` written inside a raw block): an attacker would not send that.
+    Of the 655 rows of ``pyrit_jailbreak_templates.jsonl``, 8 are skipped.
+    """
+    try:
+        out = _JINJA.from_string(text).render(prompt=_SLOT_MARK)
+    except jinja2.TemplateError:
+        return None
+    if _SLOT_MARK not in out or _MARKUP.search(out):
+        return None
+    return out.replace(_SLOT_MARK, SLOT_TEXT)
 
 
 def held_out_requests(all_examples: list[Example], training_pool: list[Example]) -> list[Example]:
@@ -82,14 +130,23 @@ def evaluation_picks(n_templates: int, n_requests: int, n: int, seed: int = 0) -
 
 
 def fill(template: dict, request: str) -> str:
-    return SLOT.sub(lambda _: request, template["prompt"])
+    """A loaded template's text with ``request`` in its slot (every slot, where a template repeats it)."""
+    return template["prompt"].replace(SLOT_TEXT, request)
 
 
-def wrap_requests(templates: list[dict], requests: list[Example], n: int, seed: int = 0) -> list[Example]:
-    """``n`` harmful examples: template i (random order) filled with request i (random order)."""
+def wrap_requests(templates: list[dict], requests: list[Example], n: int, seed: int = 0,
+                  train_prompts: list[str] | None = None) -> list[Example]:
+    """``n`` harmful examples: template i (random order) filled with request i (random order).
+
+    Source :data:`JAILBREAK_SOURCE`, or :data:`SEEN_TEMPLATE_SOURCE` for a template :func:`found_in`
+    ``train_prompts`` (the rows the scoring models trained on), when given.
+    """
     t_order, r_order = evaluation_picks(len(templates), len(requests), n, seed)
-    return [Example(fill(templates[ti], requests[ri].prompt), 1, JAILBREAK_SOURCE, origin(templates[ti]), "jailbreak")
-            for ti, ri in zip(t_order, r_order)]
+    seen = (found_in([templates[i] for i in t_order], train_prompts) if train_prompts is not None
+            else np.zeros(len(t_order), dtype=bool))
+    return [Example(fill(templates[ti], requests[ri].prompt), 1, SEEN_TEMPLATE_SOURCE if was_seen else JAILBREAK_SOURCE,
+                    origin(templates[ti]), "jailbreak")
+            for ti, ri, was_seen in zip(t_order, r_order, seen)]
 
 
 def origin(template: dict) -> str | None:
@@ -102,15 +159,56 @@ def template_key(text: str, chars: int = KEY_CHARS) -> str:
     return words[:chars]
 
 
+def _shingles(texts: list[str], vocabulary=None) -> tuple[csr_matrix, dict]:
+    """Binary ``(len(texts), vocabulary)`` matrix of the :data:`SHINGLE_WORDS`-word sequences of ``texts`` (lower-case
+    alphanumeric words, slot removed), and its vocabulary (fitted on ``texts`` when none is given)."""
+    vectorizer = CountVectorizer(ngram_range=(SHINGLE_WORDS, SHINGLE_WORDS), token_pattern=r"[a-z0-9]+", binary=True,
+                                 vocabulary=vocabulary, dtype=np.int32)
+    texts = [SLOT.sub(" ", t) for t in texts]
+    try:
+        matrix = vectorizer.fit_transform(texts) if vocabulary is None else vectorizer.transform(texts)
+    except ValueError:  # every text shorter than a sequence: sklearn's "empty vocabulary"
+        return csr_matrix((len(texts), 0), dtype=np.int32), {}
+    return matrix.tocsr(), vectorizer.vocabulary_
+
+
+def near_duplicate_groups(texts: list[str]) -> np.ndarray:
+    """``(len(texts),)`` int group of each template: texts joined by a shared :func:`template_key`, or by one holding
+    at least :data:`OVERLAP` of the other's :data:`SHINGLE_WORDS`-word sequences, are one group (transitively).
+    """
+    keys = [template_key(t) for t in texts]
+    shingles, _ = _shingles(texts)
+    sizes = np.asarray(shingles.sum(axis=1)).ravel()
+    common = (shingles @ shingles.T).toarray()
+    smaller = np.minimum(sizes[:, None], sizes[None, :])
+    linked = (common >= OVERLAP * smaller) & (smaller > 0)
+    _, first = np.unique(keys, return_inverse=True)
+    linked |= first[:, None] == first[None, :]
+    return connected_components(csr_matrix(linked), directed=False)[1]
+
+
+def found_in(templates: list[dict], prompts: list[str]) -> np.ndarray:
+    """``(n_templates,)`` bool: the template is in one of ``prompts``: the same :func:`template_key`, or at least
+    :data:`OVERLAP` of its :data:`SHINGLE_WORDS`-word sequences in that one prompt."""
+    texts = [t["prompt"] for t in templates]
+    keys = {template_key(p) for p in prompts}
+    found = np.array([template_key(t) in keys for t in texts], dtype=bool)
+    shingles, vocabulary = _shingles(texts)
+    if vocabulary and prompts:
+        sizes = np.asarray(shingles.sum(axis=1)).ravel()
+        best = (shingles @ _shingles(prompts, vocabulary)[0].T).max(axis=1).toarray().ravel()
+        found |= (sizes > 0) & (best >= OVERLAP * sizes)
+    return found
+
+
 def itw_linked(templates: list[dict], itw_prompts: list[str]) -> np.ndarray:
-    """``(n_templates,)`` bool: taken from the in-the-wild prompts, or starting like a row of that corpus source.
+    """``(n_templates,)`` bool: taken from the in-the-wild prompts, or :func:`found_in` a row of that corpus source.
 
     The second test matters: 50 of the 117 non-TrustAIRLab templates (jailbreakchat and others) share their
     60-character key with a row of the in-the-wild corpus source.
     """
-    corpus_keys = {template_key(p) for p in itw_prompts}
-    return np.array([ITW_TEMPLATE_ORIGIN in (t.get("template_source") or "") or template_key(t["prompt"]) in corpus_keys
-                     for t in templates])
+    taken = np.array([ITW_TEMPLATE_ORIGIN in (t.get("template_source") or "") for t in templates], dtype=bool)
+    return taken | found_in(templates, itw_prompts)
 
 
 @dataclass(frozen=True)
@@ -134,25 +232,25 @@ def split_templates(templates: list[dict], itw_prompts: list[str], n_requests: i
                     seed: int = 0) -> TemplateSplit:
     """Split templates by identity: evaluation, extra evaluation, training; near-duplicates never straddle the split.
 
-    Groups of templates sharing a :func:`template_key` are the units. Every group holding one of the evaluation's
+    Groups of :func:`near_duplicate_groups` are the units. Every group holding one of the evaluation's
     ``test_n`` templates (``wrap_requests(templates, requests, test_n, seed)`` with ``len(requests) == n_requests``)
     is kept out of both other parts. The remaining groups are shuffled with ``seed`` and dealt alternately to training
     and extra evaluation, separately for in-the-wild-linked and unlinked groups (so both parts hold both kinds); a
     group is linked when any member is. Each group is represented by its first template.
     """
-    keys = [template_key(t["prompt"]) for t in templates]
+    groups = near_duplicate_groups([t["prompt"] for t in templates]).tolist()
     test, _ = evaluation_picks(len(templates), n_requests, test_n, seed)
     linked_one = itw_linked(templates, itw_prompts)
-    linked_keys = {k for k, flag in zip(keys, linked_one) if flag}
-    linked = np.array([k in linked_keys for k in keys])
-    test_keys = {keys[i] for i in test}
-    first: dict[str, int] = {}
-    for i, k in enumerate(keys):
-        first.setdefault(k, i)
+    linked_groups = {g for g, flag in zip(groups, linked_one) if flag}
+    linked = np.array([g in linked_groups for g in groups])
+    test_groups = {groups[i] for i in test}
+    first: dict[int, int] = {}
+    for i, g in enumerate(groups):
+        first.setdefault(g, i)
     rng = np.random.default_rng(seed)
     train, extra = [], []
     for want_linked in (False, True):
-        reps = np.array([i for k, i in first.items() if k not in test_keys and linked[i] == want_linked], dtype=int)
+        reps = np.array([i for g, i in first.items() if g not in test_groups and linked[i] == want_linked], dtype=int)
         reps = rng.permutation(reps)
         train += reps[0::2].tolist()
         extra += reps[1::2].tolist()

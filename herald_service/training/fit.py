@@ -142,7 +142,7 @@ def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list
             HarmBench rows, no copyright or contextual ones), or every template is an evaluation template of
             ``herald eval`` (same ``--seed``) or a near-duplicate of one, leaving none to train on.
     """
-    from herald_service.training.attacks import (EVALUATION_TEMPLATES, REQUEST_SOURCES, template_key,
+    from herald_service.training.attacks import (EVALUATION_TEMPLATES, REQUEST_SOURCES, near_duplicate_groups,
                                                  training_template_split, wrappable)
 
     per_class = options.jailbreak_train_per_class
@@ -151,7 +151,7 @@ def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list
                          f"{' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no blank line)")
     _, split = training_template_split(templates, everything, capped, EVALUATION_TEMPLATES, options.seed)
     if not len(split.train):
-        distinct = len({template_key(t["prompt"]) for t in templates})
+        distinct = len(set(near_duplicate_groups([t["prompt"] for t in templates]).tolist()))
         raise ValueError(f"--jailbreak-templates: {options.jailbreak_templates} has {distinct} distinct templates; the "
                          f"{EVALUATION_TEMPLATES} of herald eval's jailbreak-wrapped set (with their near-duplicates) "
                          "and half of the rest are never trained on, which leaves none")
@@ -175,7 +175,8 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
     Raises:
         ValueError: the train part has no wrappable request, or every wrapped prompt is over ``max_tokens``.
     """
-    from herald_service.training.attacks import TEMPLATE_MAX_CHARS, WRAPPED_HARMFUL_SOURCE, training_wrappers
+    from herald_service.training.attacks import (TEMPLATE_MAX_CHARS, TEMPLATE_RULE, WRAPPED_HARMFUL_SOURCE,
+                                                 training_wrappers)
 
     per_class = options.jailbreak_train_per_class
     try:
@@ -202,6 +203,7 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
               "distinct_requests": distinct, "skipped_over_max_tokens": len(harmful) - len(fits),
               "templates": file_manifest([options.jailbreak_templates])[0], "usable_templates": len(templates),
               "max_template_chars": TEMPLATE_MAX_CHARS, "training_templates": int(len(split.train)),
+              "template_rule": TEMPLATE_RULE,
               "excluded": (f"the templates of herald eval --seed {options.seed}'s jailbreak-wrapped set and their "
                            "near-duplicates, and the extra evaluation templates of herald recipes"),
               "requests": "AdvBench / HarmBench rows of the train part",
