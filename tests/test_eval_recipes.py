@@ -209,3 +209,29 @@ def test_recipes_run_on_a_researchers_data_and_name_a_fold_they_cannot_fit(tmp_p
     assert recipe_decision(json.loads(out.read_text())) == (
         "The shipped recipe's LOSO pooled F1 and AUROC cannot be computed (a skipped fold left one class), so no recipe"
         " is chosen.")
+
+
+def test_feature_logistic_uses_the_direction_estimator_of_the_herald_it_is_compared_with():
+    from herald_service.training.methods import shared_directions
+
+    data = _style_shortcut_data(2)
+    with threadpool_limits(1):
+        lda = fit_method("features_logreg", data, 0)
+        logistic = fit_method("features_logreg", data, 0, "logistic")
+        herald = fit_method("herald", data, 0, "logistic")
+    assert lda.name == logistic.name == "features_logreg"
+    assert lda.direction_estimator == "lda" and logistic.direction_estimator == "logistic"
+    # the very directions Herald's fit drew from (one memoized fit of the same fit rows), not the LDA ones
+    fit_rows = ~herald_calibration_mask(data)
+    groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
+    expected = shared_directions(data.states[fit_rows], data.labels[fit_rows], groups[fit_rows], "logistic")
+    assert logistic.directions_ is expected
+    assert not np.allclose(logistic.directions_.project(data.states), lda.directions_.project(data.states))
+    assert np.array_equal(herald.trajectories(data.states), logistic.directions_.project(data.states))
+
+
+def herald_calibration_mask(data: LabeledStates) -> np.ndarray:
+    from herald_service.training.methods import CALIBRATION_FRACTION, calibration_mask
+
+    groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
+    return calibration_mask(groups, CALIBRATION_FRACTION, 0)

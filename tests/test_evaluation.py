@@ -202,17 +202,31 @@ def test_added_training_rows_join_every_methods_training_set_but_the_learning_cu
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "| Herald (logistic-direction trajectory + 288-param MLP, 30 wrapped training requests) |" in text
     assert "include 30 harmful requests wrapped in jailbreak training templates (`t.jsonl`" in text
+    # the learning curve's Herald had no wrapped rows, and its label says none (reviewer's audit)
+    curve = text[text.index("## Learning curve"):]
+    curve = curve[:curve.index("\n## ")] if "\n## " in curve else curve
+    assert "| Herald (logistic-direction trajectory + 288-param MLP) |" in curve and "wrapped training requests" not in curve
 
 
-def test_plan_direction_estimator_changes_only_the_herald_method():
+def test_the_spread_over_seeds_is_the_sample_standard_deviation():
+    from herald_service.training.report import spread
+
+    assert spread([0.90, 0.92, 0.94]) == pytest.approx(0.02)  # ddof=1; np.std's default gives 0.0163
+    assert spread([0.9]) == 0.0
+
+
+def test_plan_direction_estimator_changes_herald_and_the_feature_logistic_baseline_only():
     data = synthetic()
     train, test = split(data)
-    lda = evaluate_states(data, train, test, Plan(methods=("herald", "logreg_last"), loso=False, curve_sizes=(), replicates=20))
-    logistic = evaluate_states(data, train, test, Plan(methods=("herald", "logreg_last"), loso=False, curve_sizes=(),
-                                                        replicates=20, direction_estimator="logistic"))
+    methods = ("herald", "features_logreg", "logreg_last")
+    lda = evaluate_states(data, train, test, Plan(methods=methods, loso=False, curve_sizes=(), replicates=20))
+    logistic = evaluate_states(data, train, test, Plan(methods=methods, loso=False, curve_sizes=(), replicates=20,
+                                                        direction_estimator="logistic"))
     same = lambda r, m: r["random_split"][m]["pooled"]["auroc"]["value"]  # noqa: E731
     assert same(lda, "logreg_last") == same(logistic, "logreg_last")
     assert lda["random_split"]["herald"] != logistic["random_split"]["herald"]
+    # the MLP's contribution: Herald's directions with a logistic scorer, so the estimator moves it too
+    assert lda["random_split"]["features_logreg"] != logistic["random_split"]["features_logreg"]
 
 
 def test_test_data_overlap_compares_prompts_as_the_backbone_reads_them():

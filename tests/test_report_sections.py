@@ -810,3 +810,35 @@ def test_sensitive_sets_with_prompts_of_the_shipped_probes_training_files_are_no
     assert ("the held-out benign sensitive-topic sets (section above) were only scored; law: 3 of its 40 prompts are in"
             " the probe's training files.") in text
     assert "never trained on by the shipped probe" not in text
+
+
+def test_jailbreak_recall_is_given_apart_for_templates_no_training_prompt_holds_and_older_runs_are_named(tmp_path):
+    from herald_service.training.attacks import JAILBREAK_SOURCE, SEEN_TEMPLATE_SOURCE, TEMPLATE_RULE
+
+    def block(unseen: float, seen: float) -> dict:
+        recall = (31 * unseen + 9 * seen) / 40
+        return {"pooled": {"n": m(40), "recall": m(recall, recall - 0.05, 1.0)},
+                "per_source": {JAILBREAK_SOURCE: {"n": m(31), "recall": m(unseen)},
+                               SEEN_TEMPLATE_SOURCE: {"n": m(9), "recall": m(seen)}}}
+
+    results = main_results()
+    results["meta"].update(prompt_text=PROMPT_TEXT, jailbreak_template_rule=TEMPLATE_RULE,
+                           extra_sets={"jailbreak_wrapped": {"n": 40}})
+    results["extra"] = {"jailbreak_wrapped": {"herald": block(0.9355, 1.0), "logreg_last": block(0.8387, 1.0)}}
+    write(tmp_path, "results.json", results)
+    write(tmp_path / "jailbreak_recipe", "seed0.json",  # a run before the rule names none
+          {"prompt_text": PROMPT_TEXT, "results": {"shipped": jailbreak_block(0.88, 0.85, 0.53, 0.74, 0.2, [0.05, 0.12])}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    # 29 + 9 of 40 = 95.0%: met on the whole set, and the templates no fit saw are shown beside it
+    assert ("| Jailbreak-wrapped held-out harmful requests: recall >= 95% | 95.0% (n=40) | met | templates found in no"
+            " training prompt: 93.5% (n=31) |") in text
+    assert ("| method | recall | AUROC | recall, template in no training prompt (n = 31) | recall, template in a training"
+            " prompt (n = 9) |") in text
+    assert "| logistic, last layer | 87.5 [82.5, 100.0] | – | 83.9 | 100.0 |" in text
+    line = next(line for line in text.splitlines() if line.startswith("- **Wrapped prompts of older runs**"))
+    assert '"Jailbreak-augmented training"' in line and '"Trajectory feature sets"' not in line
+    assert "- Held out means no verbatim match" in text and "- Recipe choice:" in text
+    results["meta"].pop("jailbreak_template_rule")  # main results before the rule: no line comparing runs with it
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "Wrapped prompts of older runs" not in text

@@ -25,9 +25,10 @@ import numpy as np
 from herald_service.out_path import refuse_an_existing_out, write_text_atomically
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
+from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.corpus import JAILBREAK_SET
-from herald_service.training.methods import FACTORIES, LATENT_BASELINES, HeraldMethod, Method, make_method
+from herald_service.training.methods import FACTORIES, LATENT_BASELINES, FeatureLogistic, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
 
 if TYPE_CHECKING:
@@ -83,11 +84,18 @@ def groups_of(data: LabeledStates) -> np.ndarray:
 
 
 def fit_method(name: str, data: LabeledStates, seed: int, direction_estimator: str = DIRECTION_ESTIMATORS[0]) -> Method:
-    """Fit method ``name`` on ``data``; ``herald`` with ``direction_estimator`` (:class:`~.methods.HeraldMethod`).
+    """Fit method ``name`` on ``data``; ``herald`` and ``features_logreg`` (the MLP's contribution: Herald's
+    directions, a logistic scorer) with ``direction_estimator`` (:class:`~.methods.HeraldMethod`,
+    :class:`~.methods.FeatureLogistic`).
 
     Raises:
         KeyError: an unknown method name."""
-    method = HeraldMethod(seed, direction_estimator=direction_estimator) if name == "herald" else make_method(name, seed)
+    if name == "herald":
+        method = HeraldMethod(seed, direction_estimator=direction_estimator)
+    elif name == "features_logreg":
+        method = FeatureLogistic(seed, direction_estimator)
+    else:
+        method = make_method(name, seed)
     return method.fit(data.states, data.labels, groups_of(data))
 
 
@@ -620,8 +628,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
 
 
 def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything: list, capped: list, n: int, seed: int,
-                             max_tokens: int, max_chars: int,
-                             max_per_source: int | None) -> tuple[LabeledStates | None, str | None]:
+                             max_tokens: int, max_chars: int, max_per_source: int | None,
+                             train_prompts: list[str] | None = None) -> tuple[LabeledStates | None, str | None]:
     """The jailbreak-wrapped evaluation set (:func:`~.attacks.wrap_requests`: held-out AdvBench / HarmBench requests,
     each in its own template) and its states, or ``None`` and why it is skipped.
 
@@ -633,6 +641,8 @@ def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything:
         templates: :func:`~.attacks.load_templates` rows (at most ``max_chars`` characters each).
         everything, capped: every corpus row, and those the per-source cap kept (the training pool).
         n: rows wanted (``--jailbreak-n``); ``max_tokens``: wrapped prompts rendered longer are dropped.
+        train_prompts: the prompts the scoring models train on: a row whose template is found in one gets the source
+            :data:`~.attacks.SEEN_TEMPLATE_SOURCE` (:func:`~.attacks.wrap_requests`).
 
     Returns:
         ``(states, None)``, or ``(None, reason)`` (the reason is also logged).
@@ -653,7 +663,7 @@ def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything:
         reason = (f"no {sources} request is left outside the per-source cap: --max-per-source {cap} keeps all "
                   f"{len(wrappable_rows)} of them for training; a lower --max-per-source leaves some for this set")
     if reason is None:
-        wrapped = wrap_requests(templates, requests, n, seed)
+        wrapped = wrap_requests(templates, requests, n, seed, train_prompts)
         if len(wrapped) < n:
             log.warning("jailbreak-wrapped set: %d prompts of the %d asked: %d %s requests are left outside the "
                         "per-source cap (--max-per-source) and %d templates are usable", len(wrapped), n, len(requests),
@@ -748,7 +758,7 @@ def run_eval(options: EvalOptions) -> dict:
             templates = load_templates(options.jailbreak_templates, options.jailbreak_max_chars)
             wrapped, jailbreak_skipped = jailbreak_wrapped_states(
                 backbone, cache, templates, everything, capped, options.jailbreak_n, options.seed, options.max_tokens,
-                options.jailbreak_max_chars, options.max_per_source)
+                options.jailbreak_max_chars, options.max_per_source, [corpus.examples[i].prompt for i in train_index])
             if wrapped is not None:
                 extra[JAILBREAK_SET] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
@@ -792,6 +802,7 @@ def run_eval(options: EvalOptions) -> dict:
         "max_per_source_and_label": options.max_per_source,
         "max_tokens": options.max_tokens,
         "prompt_text": PROMPT_TEXT,
+        "jailbreak_template_rule": TEMPLATE_RULE,
         "skipped_over_max_tokens": skipped,
         "test_data_skipped_over_max_tokens": test_skipped,  # per --test-data file name
         "seed": options.seed,

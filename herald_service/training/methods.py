@@ -309,13 +309,22 @@ class LayerLogistic(_Calibrated):
 
 
 class FeatureLogistic(_Calibrated):
-    """Herald's directions (its default estimator) and seven features scored by logistic regression: isolates the
-    MLP's contribution."""
+    """Herald's directions and seven features scored by logistic regression: isolates the MLP's contribution.
+
+    Args:
+        direction_estimator: that of the Herald it is compared with (``herald eval --direction-estimator``); with
+            another, it would differ from Herald in its directions too (it always fitted the LDA ones, beside a Herald
+            of logistic directions: reviewer's audit, docs/eval/template_audit.md).
+    """
 
     name = "features_logreg"
 
+    def __init__(self, seed: int = 0, direction_estimator: str = DIRECTION_ESTIMATORS[0]) -> None:
+        super().__init__(seed)
+        self.direction_estimator = direction_estimator
+
     def _fit(self, X, y, groups, X_calib, y_calib) -> None:
-        self.directions_ = shared_directions(X, y, groups, DIRECTION_ESTIMATORS[0])
+        self.directions_ = shared_directions(X, y, groups, self.direction_estimator)
         features = compute_features(self.directions_.project(X))
         self.scaler_ = StandardScaler().fit(features)
         self.model_ = LogisticRegression(C=1.0, max_iter=2000)

@@ -36,6 +36,7 @@ import numpy as np
 
 from herald_service.out_path import write_text_atomically
 from herald_service.prompt_text import PROMPT_TEXT
+from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins, pooled_metrics, unlearnable_fold
 from herald_service.training.eval import joined as concat
@@ -361,6 +362,7 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates, starte
                            "(docs/eval/jailbreak_recipe.md)." if any(map(jailbreak_labels, results)) else "")),
         "fit_seed": options.seed if options.fit_seed is None else options.fit_seed,
         "prompt_text": PROMPT_TEXT,
+        "jailbreak_template_rule": TEMPLATE_RULE,
         "results": results,
         "templated_n": int(len(augment.labels)),
         "seconds": round(time.perf_counter() - started, 1),
