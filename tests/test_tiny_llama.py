@@ -851,7 +851,9 @@ def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prom
     assert [f["file"] for f in manifest["training_data"]["files"]] == ["data.jsonl"]
     assert "30 rows wrap 12 distinct training requests" in caplog.text
     long = tmp_path / "long.jsonl"
-    long.write_text("\n".join(json.dumps({"prompt": f"{i} " + "tell me a story " * 100 + "{{ prompt }}"}) for i in range(100)))
+    # 100 distinct long templates (repeating one text made them one near-duplicate group, none left to train on)
+    long.write_text("\n".join(json.dumps({"prompt": " ".join(f"tale{i}n{j}" for j in range(100)) + " {{ prompt }}"})
+                              for i in range(100)))
     with pytest.raises(ValueError, match=r"^--jailbreak-train-per-class 4: all 4 wrapped training prompts exceed --max-tokens 64"):
         run_fit(FitOptions(out=tmp_path / "short", jailbreak_train_per_class=4, max_tokens=64,
                            **{**common, "data": [tmp_path / "folder" / "data.jsonl"], "jailbreak_templates": long}))
