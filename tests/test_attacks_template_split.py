@@ -160,8 +160,8 @@ def test_recipe_loso_gives_each_fold_only_the_wrapped_rows_it_may_see():
     seen = {}
 
     class Spy(WrappedPool):
-        def for_fold(self, held_out, labels):
-            out = super().for_fold(held_out, labels)
+        def for_fold(self, held_out, labels, scale=1):
+            out = super().for_fold(held_out, labels, scale)
             seen[held_out] = out
             return out
 
@@ -229,3 +229,19 @@ def test_found_in_marks_templates_whose_text_is_in_a_prompt():
     rows = wrap_requests(templates, requests, 6, seed=0, train_prompts=prompts)
     assert [r.source for r in rows] == [SEEN_TEMPLATE_SOURCE if t == 1 else JAILBREAK_SOURCE for t in t_order]
     assert {r.source for r in wrap_requests(templates, requests, 6, seed=0)} == {JAILBREAK_SOURCE}
+
+
+def test_a_jailbreak_x2_recipe_trains_on_twice_the_wrapped_rows_of_the_same_pool():
+    from herald_service.training.eval import LabeledStates
+    from herald_service.training.recipes import RECIPES, WrappedPool, jailbreak_scale
+
+    assert jailbreak_scale("logistic+jailbreak-x2") == 2 and jailbreak_scale("logistic+jailbreak") == 1
+    assert jailbreak_labels("logistic+jailbreak-x2") == (1,) and RECIPES["logistic+jailbreak-x2"] == ("herald_logistic", False)
+    _, _, rows = _pool(8)  # drawn for 8 rows per label: 16 of each
+    states = LabeledStates(np.zeros((len(rows), 2, 3), np.float32), np.array([r.example.label for r in rows]),
+                           np.array([r.example.source for r in rows]), np.full(len(rows), 5), [r.example.prompt for r in rows])
+    pool = WrappedPool(states, rows, 4)
+    once, twice = pool.for_fold("AdvBench", (1,)), pool.for_fold("AdvBench", (1,), 2)
+    assert len(once.labels) == 4 and len(twice.labels) == 8
+    assert set(once.prompts) < set(twice.prompts)  # the same first rows, then more
+    assert not any("AdvBench request" in p for p in twice.prompts)  # never the held-out source's requests

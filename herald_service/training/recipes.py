@@ -61,6 +61,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic": ("herald_logistic", False),
     "logistic+jailbreak": ("herald_logistic", False),
     "logistic+jailbreak+benign": ("herald_logistic", False),
+    "logistic+jailbreak-x2": ("herald_logistic", False),
     "logistic+jailbreak+templated": ("herald_logistic", True),
     "logistic+jailbreak+crossfit": ("herald_logistic_crossfit", False),
     "logistic-C0.03+jailbreak": ("herald_logistic_C0.03", False),
@@ -70,7 +71,8 @@ RECIPES: dict[str, tuple[str, bool]] = {
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
-(:func:`jailbreak_labels`); recipes named ``logistic*`` fit Herald with logistic directions
+(:func:`jailbreak_labels`), twice ``--jailbreak-train-per-class`` of them for ``*jailbreak-x2`` (:func:`jailbreak_scale`;
+docs/eval/recipe_studies.md, fifth study); recipes named ``logistic*`` fit Herald with logistic directions
 (docs/eval/direction_estimators.md, round 3)."""
 
 
@@ -86,6 +88,11 @@ def jailbreak_labels(recipe: str) -> tuple[int, ...]:
     return (1, 0) if recipe.endswith("jailbreak+benign") else (1,)
 
 
+def jailbreak_scale(recipe: str) -> int:
+    """Wrapped rows per label a recipe trains on, in units of ``--jailbreak-train-per-class``: 2 for ``*jailbreak-x2``."""
+    return 2 if recipe.endswith("jailbreak-x2") else 1
+
+
 @dataclass(frozen=True)
 class WrappedPool:
     """Jailbreak-wrapped training prompts (:func:`.attacks.wrap_training_prompts`) and their states.
@@ -93,23 +100,24 @@ class WrappedPool:
     Attributes:
         states: the rows whose states were extracted (rows over the token limit are dropped).
         rows: ``rows[i]`` describes ``states`` row i.
-        per_class: rows of each label a fold trains on.
+        per_class: rows of each label a fold trains on (times a recipe's :func:`jailbreak_scale`).
     """
 
     states: LabeledStates
     rows: list
     per_class: int
 
-    def for_fold(self, held_out: str | None, labels: tuple[int, ...]) -> LabeledStates:
-        """The rows a fold holding out ``held_out`` (None: the random split) may train on (:func:`.attacks.fold_rows`)."""
+    def for_fold(self, held_out: str | None, labels: tuple[int, ...], scale: int = 1) -> LabeledStates:
+        """The rows a fold holding out ``held_out`` (None: the random split) may train on (:func:`.attacks.fold_rows`):
+        the first ``scale * per_class`` eligible rows of each label."""
         from herald_service.training.attacks import fold_rows
 
-        return self.states.take(fold_rows(self.rows, held_out, self.per_class, labels))
+        return self.states.take(fold_rows(self.rows, held_out, scale * self.per_class, labels))
 
 
 def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augment: LabeledStates | None,
                 seed: int = 0, replicates: int = 1000, wrapped: WrappedPool | None = None,
-                wrapped_labels: tuple[int, ...] = ()) -> dict:
+                wrapped_labels: tuple[int, ...] = (), wrapped_scale: int = 1) -> dict:
     """LOSO for one recipe: per-fold held-out metrics and the pooled metrics over every held-out row.
 
     ``augment`` joins every fold's training set; with ``wrapped_labels``, so do the rows of ``wrapped`` that the fold
@@ -127,7 +135,7 @@ def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augme
         if augment is not None:
             train = concat(train, augment)
         if wrapped_labels:
-            train = concat(train, wrapped.for_fold(fold.source, wrapped_labels))
+            train = concat(train, wrapped.for_fold(fold.source, wrapped_labels, wrapped_scale))
         reason = unlearnable_fold(fold.source, train.labels)
         if reason is not None:
             log.warning("LOSO fold skipped: %s", reason)
@@ -249,7 +257,10 @@ def run_recipes(options: RecipeOptions) -> dict:
                                                 options.max_per_source)
         enlarged = options.jailbreak_extra_n > 0 and jailbreak is not None  # no held-out request: no enlarged set either
         if enlarged or needs_pool:
-            extended, rows = jailbreak_sets(templates, everything, capped, [examples[i] for i in train_index], options)
+            # one pool for the run, drawn for the recipe wanting most rows: the others take the first of it
+            scale = max([jailbreak_scale(name) for name in options.recipes if jailbreak_labels(name)], default=1)
+            extended, rows = jailbreak_sets(templates, everything, capped, [examples[i] for i in train_index], options,
+                                            scale)
             if enlarged:
                 jailbreak_extended, _, _ = _states_for(backbone, extended, cache, options.max_tokens,
                                                        "jailbreak states, enlarged")
@@ -263,17 +274,17 @@ def run_recipes(options: RecipeOptions) -> dict:
     results = {}
     for name in options.recipes:
         method, use_augment = RECIPES[name]
-        wrapped_labels = jailbreak_labels(name)
+        wrapped_labels, scale = jailbreak_labels(name), jailbreak_scale(name)
         with_sensitive = uses_sensitive(name)
         extra = [augment] if use_augment else []
         t0 = time.perf_counter()
         loso = recipe_loso(data, train_index, test_index, method, _join(extra + [sensitive] * with_sensitive),
-                           fit_seed, options.replicates, pool, wrapped_labels)
+                           fit_seed, options.replicates, pool, wrapped_labels, scale)
         train = data.take(train_index)
         for more in extra + [sensitive] * with_sensitive:
             train = concat(train, more)
         if wrapped_labels:
-            train = concat(train, pool.for_fold(None, wrapped_labels))
+            train = concat(train, pool.for_fold(None, wrapped_labels, scale))
         model = fit_method(method, train, fit_seed)
         test = data.take(test_index)
         m = margins(model, test.states)
@@ -289,7 +300,7 @@ def run_recipes(options: RecipeOptions) -> dict:
             block["jailbreak_wrapped_enlarged"] = bootstrap_metrics(jailbreak_extended.labels, jm, jm >= 0,
                                                                     replicates=options.replicates)
         if sensitive is not None:  # a refit without one set trains on what the model did, wrapped rows included
-            wrapped = [pool.for_fold(None, wrapped_labels)] if wrapped_labels else []
+            wrapped = [pool.for_fold(None, wrapped_labels, scale)] if wrapped_labels else []
             block["held_out_sets"] = held_out_sets(data.take(train_index), extra + wrapped, sensitive, method,
                                                    with_sensitive, model, fit_seed, options.replicates)
         results[name] = block
@@ -300,8 +311,9 @@ def run_recipes(options: RecipeOptions) -> dict:
 
 
 def jailbreak_sets(templates: list[dict], everything: list, capped: list, train_rows: list,
-                   options: RecipeOptions) -> tuple[list, list]:
-    """The enlarged jailbreak-wrapped evaluation set and the wrapped training prompts (before state extraction).
+                   options: RecipeOptions, scale: int = 1) -> tuple[list, list]:
+    """The enlarged jailbreak-wrapped evaluation set and the wrapped training prompts (before state extraction), drawn
+    for ``scale * options.jailbreak_train_per_class`` rows per label and fold (:func:`jailbreak_scale`).
 
     Requests of the evaluation sets are never in the capped corpus; training prompts come from ``train_rows`` (the
     random split's train part) only, with the filters of :func:`.attacks.held_out_requests` for harmful rows and at
@@ -309,8 +321,8 @@ def jailbreak_sets(templates: list[dict], everything: list, capped: list, train_
     """
     from herald_service.training.attacks import extended_test_set, training_wrappers
 
-    split, requests, rows = training_wrappers(templates, everything, capped, train_rows, options.jailbreak_train_per_class,
-                                              options.jailbreak_n, options.seed)
+    split, requests, rows = training_wrappers(templates, everything, capped, train_rows,
+                                              scale * options.jailbreak_train_per_class, options.jailbreak_n, options.seed)
     extended = extended_test_set(templates, split, requests, options.jailbreak_n, options.jailbreak_extra_n, options.seed)
     return extended, rows
 

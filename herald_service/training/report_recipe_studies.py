@@ -1,6 +1,6 @@
 """The section of ``docs/EVALUATION.md`` (``herald report``) for the studies of docs/eval/recipe_studies.md: scorer
 inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training,
-the last two together;
+the last two together, the wrapped training rows after the template fix;
 each candidate recipe against the shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1,
 2), with the rule fixed before the runs.
 
@@ -48,6 +48,23 @@ def sensitive_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
     }
 
 
+SENSITIVE_TARGET = 0.15
+"""Issue 3's bar for benign prompts on sensitive topics: criterion (d) of the fifth study."""
+LOSS_ALLOWED = 0.01
+"""Criterion (b) of the fifth study: seed-mean LOSO pooled F1 and AUROC may each fall this much below the reference's."""
+
+
+def rendered_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
+    """Criteria (a)-(d) of the fifth study (wrapped training rows after the template fix): the issue's wrapped-recall
+    target met without giving up source-held-out ranking or decisions."""
+    return {
+        "(a) wrapped recall >= 95% on both sets": cand["recall_n40"] >= 0.95 and cand["recall_enlarged"] >= 0.95,
+        f"(b) F1 and AUROC >= ref - {LOSS_ALLOWED}": gains["f1"]["mean"] >= -LOSS_ALLOWED and gains["auroc"]["mean"] >= -LOSS_ALLOWED,
+        "(c) instr. folds <= 10% FPR >= ref": cand["instr_ok"] >= ref["instr_ok"],
+        f"(d) max sensitive-set FPR <= {SENSITIVE_TARGET * 100:.0f}%": cand["sens_max"] <= SENSITIVE_TARGET,
+    }
+
+
 @dataclass(frozen=True)
 class Study:
     """One study: its folder under ``recipe_studies/``, its title, its candidate recipes and its rule."""
@@ -64,6 +81,8 @@ STUDIES = (
     Study("sensitive", "Benign sensitive-topic sets in training", ("logistic+jailbreak+sensitive",), sensitive_criteria),
     Study("combined", "Weaker L2 and the sensitive-topic sets together", ("logistic-C0.3+jailbreak+sensitive",),
           sensitive_criteria),
+    Study("rendered", "Wrapped training rows after the template fix", ("logistic+jailbreak-x2", "logistic+jailbreak+benign"),
+          rendered_criteria),
 )
 
 
