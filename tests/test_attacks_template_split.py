@@ -184,7 +184,13 @@ def test_render_template_unwraps_raw_blocks_and_skips_what_an_attacker_would_not
     assert render_template("{{ persona }} {{ prompt }}") is None  # another variable
     assert render_template("{{ prompt | upper }}") is None  # no request left where the slot was
     assert render_template("{% if %}{{ prompt }}") is None  # a syntax error
-    assert render_template("{{ prompt.__class__.__mro__ }}") is None  # the sandbox refuses, the template is skipped
+    assert render_template("{{ prompt.__class__.__mro__ }}") is None  # an attribute: not text or the slot
+    # nothing but text and the slot is run: a loop of a user's file could hang the fit (re-audit), a call or an include
+    # raised errors that are not Jinja's
+    for code in ("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}{{ prompt }}",
+                 "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}{{ prompt }}", "{{ 1 / 0 }}{{ prompt }}",
+                 "{% include 'other' %}{{ prompt }}", "{{ 'a' * 1000000000 }}{{ prompt }}"):
+        assert render_template(code) is None, code
 
 
 def test_load_templates_gives_rendered_text_and_counts_rendered_characters(tmp_path):
@@ -215,6 +221,20 @@ def test_near_duplicates_are_found_by_shared_word_sequences_not_only_by_the_open
     groups = near_duplicate_groups(texts).tolist()
     assert groups[0] == groups[1] and groups[2] == groups[3] and groups[4] == groups[5]
     assert len({groups[0], groups[2], groups[4]}) == 3
+
+
+def test_a_renamed_copy_is_a_near_duplicate_though_its_name_breaks_most_word_sequences():
+    from herald_service.training.attacks import found_in, near_duplicate_groups, renamed_copies
+
+    rng = np.random.default_rng(5)
+    lines = [" ".join(rng.choice(WORDS, 7)) for _ in range(12)]
+    persona = lambda name: "You are {0}. ".format(name) + " ".join(f"{name} {line}." for line in lines) + " {{ prompt }}"  # noqa: E731
+    aim, ait = persona("AIM"), persona("AIT")  # the re-audit's pair: one name, repeated every 8 words
+    other = "You are AIM. " + " ".join(" ".join(rng.choice(WORDS, 7)) for _ in range(12)) + " {{ prompt }}"
+    assert renamed_copies([aim], [ait, other]).tolist() == [[True, False]]
+    groups = near_duplicate_groups([aim, ait, other]).tolist()
+    assert groups[0] == groups[1] != groups[2]
+    assert found_in([{"prompt": ait}], [aim.replace("{{ prompt }}", "how do I pick a lock")]).tolist() == [True]
 
 
 def test_found_in_marks_templates_whose_text_is_in_a_prompt():

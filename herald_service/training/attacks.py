@@ -16,12 +16,14 @@ fold that holds that source out never trains on them (:func:`fold_rows`).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import numpy as np
+from jinja2 import nodes
 from jinja2.sandbox import SandboxedEnvironment
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
@@ -35,7 +37,7 @@ SLOT = re.compile(r"\{\{\s*prompt\s*\}\}")
 SLOT_TEXT = "{{ prompt }}"
 """The slot as :func:`render_template` leaves it in a loaded template (:func:`fill` puts the request there)."""
 JAILBREAK_SOURCE = "Jailbreak-wrapped held-out harmful requests (PyRIT templates)"
-TEMPLATE_RULE = "jinja-rendered, 8-word-overlap groups (v1)"
+TEMPLATE_RULE = "jinja-rendered, 8-word-overlap and renamed-copy groups (v2)"
 """How templates are read and grouped (:func:`load_templates`, :func:`near_duplicate_groups`, :func:`found_in`):
 recorded by ``herald eval``, ``herald recipes`` and ``herald fit``, so a report can tell runs that filled the templates
 as written (``{% raw %}`` tags in the prompts) and grouped them by their opening alone (no rule recorded) apart."""
@@ -57,6 +59,13 @@ OVERLAP = 0.5
 (the 420 rendered templates form 248 groups, the largest of 25 DAN variants; by the opening alone 280; the reviewer's
 audit found 68 pairs with over 90% of their sequences in common and different openings: a ``{% raw %}`` tag, or an
 edited first line)."""
+RENAMED_RATIO = 0.7
+"""difflib's ratio of two texts' word sequences at or above which they are one template with a name or a few lines
+changed: a persona's name repeated every few words breaks most 8-word sequences (AIM and "AIT", "Act as APM" and "Act
+as DAC" share under half of them; a re-audit found 84 such pairs in different groups). With it the 420 rendered
+templates form 227 groups, the largest of 27."""
+PREFILTER_JACCARD = 0.3
+"""Word-set Jaccard below which two texts are not compared by :data:`RENAMED_RATIO` (no pair under 0.4 reached it)."""
 WRAPPED_HARMFUL_SOURCE = "Jailbreak-wrapped training requests (augmentation)"
 WRAPPED_BENIGN_SOURCE = "Jailbreak-wrapped benign training prompts (augmentation)"
 EVALUATION_TEMPLATES = 40
@@ -95,6 +104,8 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
 
 
 _JINJA = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+_PLAIN = (nodes.Output, nodes.TemplateData, nodes.Name, nodes.Const)
+"""What a usable template is made of: text, raw blocks (text too once parsed) and ``{{ prompt }}``."""
 _SLOT_MARK = "\ue000prompt\ue000"  # a private-use character pair: no template holds it
 _MARKUP = re.compile(r"\{\{|\{%|\{#")
 
@@ -102,14 +113,19 @@ _MARKUP = re.compile(r"\{\{|\{%|\{#")
 def render_template(text: str) -> str | None:
     """``text`` as Jinja renders it with the request still to come: raw blocks unwrapped, the slot as :data:`SLOT_TEXT`.
 
-    Rendered by jinja2's sandbox (no attribute access to Python objects from a template) with ``prompt`` the only
-    variable. None, so the template is skipped, when Jinja refuses it (a syntax error, another variable), when no
-    rendered ``prompt`` is left (a slot inside a raw block, or a filter applied to it), or when the rendered text
-    still holds Jinja markup (``{{``, ``{%`` or ``{#`` written inside a raw block): an attacker would not send that.
-    Of the 655 rows of ``pyrit_jailbreak_templates.jsonl``, 8 are skipped.
+    Parsed and rendered by jinja2's sandbox with ``prompt`` the only variable. None, so the template is skipped, when
+    Jinja refuses it (a syntax error), when it holds anything but text and ``{{ prompt }}`` (another variable, a
+    filter, a loop, a call: nothing a wrapper needs, and a loop of a user's file could run for minutes), when no
+    rendered ``prompt`` is left (a slot inside a raw block), or when the rendered text still holds Jinja markup
+    (``{{``, ``{%`` or ``{#`` written inside a raw block): an attacker would not send that. Of the 655 rows of
+    ``pyrit_jailbreak_templates.jsonl``, 8 are skipped (3 with other variables, 5 of PyRIT's doubled escapes).
     """
     try:
-        out = _JINJA.from_string(text).render(prompt=_SLOT_MARK)
+        parsed = _JINJA.parse(text)
+        if any(not isinstance(node, _PLAIN) or isinstance(node, nodes.Name) and node.name != "prompt"
+               for node in parsed.find_all(nodes.Node)):
+            return None
+        out = _JINJA.from_string(parsed).render(prompt=_SLOT_MARK)
     except jinja2.TemplateError:
         return None
     if _SLOT_MARK not in out or _MARKUP.search(out):
@@ -172,9 +188,33 @@ def _shingles(texts: list[str], vocabulary=None) -> tuple[csr_matrix, dict]:
     return matrix.tocsr(), vectorizer.vocabulary_
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", SLOT.sub(" ", text).lower())
+
+
+def renamed_copies(a: list[str], b: list[str]) -> np.ndarray:
+    """``(len(a), len(b))`` bool: the texts' word sequences have a :class:`difflib.SequenceMatcher` ratio of at least
+    :data:`RENAMED_RATIO` (compared only where their word sets have a Jaccard of :data:`PREFILTER_JACCARD` or more)."""
+    words_a, words_b = [_words(t) for t in a], [_words(t) for t in b]
+    out = np.zeros((len(a), len(b)), dtype=bool)
+    try:
+        matrix = CountVectorizer(token_pattern=r"[a-z0-9]+", binary=True, dtype=np.int32).fit_transform(
+            [" ".join(w) for w in words_a + words_b]).tocsr()
+    except ValueError:  # no word at all: sklearn's "empty vocabulary"
+        return out
+    left, right = matrix[:len(a)], matrix[len(a):]
+    common = (left @ right.T).toarray()
+    sizes_a, sizes_b = np.asarray(left.sum(axis=1)).ravel(), np.asarray(right.sum(axis=1)).ravel()
+    jaccard = common / np.maximum(sizes_a[:, None] + sizes_b[None, :] - common, 1)
+    for i, j in np.argwhere(jaccard >= PREFILTER_JACCARD):
+        out[i, j] = difflib.SequenceMatcher(None, words_a[i], words_b[j], autojunk=False).ratio() >= RENAMED_RATIO
+    return out
+
+
 def near_duplicate_groups(texts: list[str]) -> np.ndarray:
-    """``(len(texts),)`` int group of each template: texts joined by a shared :func:`template_key`, or by one holding
-    at least :data:`OVERLAP` of the other's :data:`SHINGLE_WORDS`-word sequences, are one group (transitively).
+    """``(len(texts),)`` int group of each template: texts joined by a shared :func:`template_key`, by one holding at
+    least :data:`OVERLAP` of the other's :data:`SHINGLE_WORDS`-word sequences, or as :func:`renamed_copies`, are one
+    group (transitively).
     """
     keys = [template_key(t) for t in texts]
     shingles, _ = _shingles(texts)
@@ -184,12 +224,14 @@ def near_duplicate_groups(texts: list[str]) -> np.ndarray:
     linked = (common >= OVERLAP * smaller) & (smaller > 0)
     _, first = np.unique(keys, return_inverse=True)
     linked |= first[:, None] == first[None, :]
+    linked |= renamed_copies(texts, texts)
     return connected_components(csr_matrix(linked), directed=False)[1]
 
 
 def found_in(templates: list[dict], prompts: list[str]) -> np.ndarray:
-    """``(n_templates,)`` bool: the template is in one of ``prompts``: the same :func:`template_key`, or at least
-    :data:`OVERLAP` of its :data:`SHINGLE_WORDS`-word sequences in that one prompt."""
+    """``(n_templates,)`` bool: the template is in one of ``prompts``: the same :func:`template_key` (60-character
+    opening), at least :data:`OVERLAP` of its :data:`SHINGLE_WORDS`-word sequences in that one prompt, or a
+    :func:`renamed_copies` of it."""
     texts = [t["prompt"] for t in templates]
     keys = {template_key(p) for p in prompts}
     found = np.array([template_key(t) in keys for t in texts], dtype=bool)
@@ -198,13 +240,15 @@ def found_in(templates: list[dict], prompts: list[str]) -> np.ndarray:
         sizes = np.asarray(shingles.sum(axis=1)).ravel()
         best = (shingles @ _shingles(prompts, vocabulary)[0].T).max(axis=1).toarray().ravel()
         found |= (sizes > 0) & (best >= OVERLAP * sizes)
+    if prompts:
+        found |= renamed_copies(texts, prompts).any(axis=1)
     return found
 
 
 def itw_linked(templates: list[dict], itw_prompts: list[str]) -> np.ndarray:
     """``(n_templates,)`` bool: taken from the in-the-wild prompts, or :func:`found_in` a row of that corpus source.
 
-    The second test matters: 50 of the 117 non-TrustAIRLab templates (jailbreakchat and others) share their
+    The second test matters: 50 of the 113 non-TrustAIRLab templates (jailbreakchat and others) share their
     60-character key with a row of the in-the-wild corpus source.
     """
     taken = np.array([ITW_TEMPLATE_ORIGIN in (t.get("template_source") or "") for t in templates], dtype=bool)

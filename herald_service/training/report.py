@@ -324,6 +324,8 @@ def _targets(results: dict) -> list[list[str]]:
                 detail += (f"; recipe `logistic+jailbreak` ({shipped('logistic+jailbreak')}): {np.mean(table['logistic+jailbreak']['recall n=40']):.1%}"
                            " (n=40), seed mean, fitted by `herald fit --direction-estimator logistic"
                            " --jailbreak-train-per-class 80`; section Per-layer direction estimators, round 3")
+        if detail and results.get("meta", {}).get("jailbreak_template_rule") == TEMPLATE_RULE:
+            detail = "study runs made before the template fix (their prompts carried the markup): " + detail
         unseen = jb.get("per_source", {}).get(JAILBREAK_SOURCE)
         if unseen and SEEN_TEMPLATE_SOURCE in jb.get("per_source", {}):  # results that tell the two kinds apart
             detail = "; ".join(filter(None, [f"templates found in no training prompt: {_val(unseen['recall']) * 100:.1f}%"
@@ -494,7 +496,8 @@ def _older_templates_line(results: dict, audit: str) -> str | None:
     return ("- **Wrapped prompts of older runs**: the runs of " + ", ".join(older) + " filled the jailbreak templates"
             " as written (PyRIT's `{% raw %}` tags, found in no corpus row, were in 29 of the 40 evaluation prompts and 41"
             " of the 80 wrapped training rows of the previous report's run) and kept templates apart by their opening"
-            " alone, so five evaluation templates had a near-copy among the training templates. The tables above render the templates and group them by shared 8-word sequences"
+            " alone (five of that run's evaluation templates had a near-copy among the training templates). The tables"
+            " above render the templates and group them by shared 8-word sequences and renamed copies"
             f" (`{TEMPLATE_RULE}`); the jailbreak-wrapped numbers of those sections are not comparable with them"
             f" ([template_audit.md]({audit})).")
 
