@@ -5,13 +5,13 @@ most of their text in ``{% raw %}`` blocks). :func:`load_templates` renders each
 prompt is the text an attacker would send, not the template's markup (the raw tags appeared in no corpus row, only in
 wrapped harmful ones: a shortcut a probe could learn; reviewer's audit, docs/eval/template_audit.md). We fill each
 picked template with one harmful request that is *not* in the training pool (rows the per-source cap left out), so a
-probe cannot have seen the request itself. Templates with another variable are skipped.
+probe cannot have seen the request itself. A template holding anything but text and the slot is skipped.
 
 For training on wrapped requests (``herald recipes --recipes jailbreak``, docs/eval/jailbreak_recipe.md) the templates
 are split by identity: :func:`split_templates` keeps the evaluation's templates, and every near-duplicate of them
-(:func:`near_duplicate_groups`: same opening, or half of one's 8-word sequences in the other), out of training, and
-marks templates linked to the in-the-wild jailbreak corpus source (:func:`itw_linked`) so the leave-one-source-out
-fold that holds that source out never trains on them (:func:`fold_rows`).
+(:func:`near_duplicate_groups`: same opening, half of one's 8-word sequences in the other, or a renamed copy), out
+of training, and marks templates linked to the in-the-wild jailbreak corpus source (:func:`itw_linked`) so the
+leave-one-source-out fold that holds that source out never trains on them (:func:`fold_rows`).
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ KEY_CHARS = 60
 """Templates whose normalized text starts alike over this many characters count as one (many in-the-wild templates
 are light edits of one another: of the 420 rendered templates of <= 2500 characters, 280 distinct 60-character keys)."""
 SHINGLE_WORDS = 8
-"""Length, in words, of the word sequences :func:`near_duplicate_groups` and :func:`itw_linked` compare."""
+"""Length, in words, of the word sequences :func:`near_duplicate_groups` and :func:`found_in` compare."""
 OVERLAP = 0.5
 """Share of a template's :data:`SHINGLE_WORDS`-word sequences found in another text that makes the two one template
-(the 420 rendered templates form 248 groups, the largest of 25 DAN variants; by the opening alone 280; the reviewer's
-audit found 68 pairs with over 90% of their sequences in common and different openings: a ``{% raw %}`` tag, or an
+(with this test and the opening alone the 420 rendered templates form 248 groups, the largest of 25 DAN variants; by
+the opening alone 280; the reviewer's audit found 68 pairs with over 90% of their sequences in common and different openings: a ``{% raw %}`` tag, or an
 edited first line)."""
 RENAMED_RATIO = 0.7
 """difflib's ratio of two texts' word sequences at or above which they are one template with a name or a few lines
