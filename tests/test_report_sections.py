@@ -842,3 +842,24 @@ def test_jailbreak_recall_is_given_apart_for_templates_no_training_prompt_holds_
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "Wrapped prompts of older runs" not in text
+
+
+def test_a_study_whose_runs_lack_a_recipe_is_named_not_judged(tmp_path):
+    # herald recipes writes its file after every recipe: a report made while a study ran ended in a KeyError traceback
+    from herald_service.training import report_recipe_studies
+    from herald_service.training.report_recipe_studies import rendered_criteria
+
+    folder = tmp_path / "recipe_studies" / "rendered"
+    folder.mkdir(parents=True)
+    block = _recipes_block(0.6, 0.83, 0.9, (0.05, 0.08, 0.12), (0.10, 0.18))
+    (folder / "seed0.json").write_text(json.dumps({"fit_seed": 0, "results": {"logistic+jailbreak": block,
+                                                                              "logistic+jailbreak-x2": block}}))
+    lines = report_recipe_studies.section(report_recipe_studies.load_runs(tmp_path / "recipe_studies"))
+    assert ("Not judged: its runs in `recipe_studies/rendered/` lack `logistic+jailbreak+benign` at fit seed 0"
+            " (unfinished or stopped runs).") in lines
+    # the fifth study's rule: the recall and sensitive-set bars, a loss of at most 0.01
+    ref = {"recall_n40": 0.897, "recall_enlarged": 0.9, "instr_ok": 9.0, "sens_max": 0.18}
+    cand = {"recall_n40": 0.95, "recall_enlarged": 0.96, "instr_ok": 9.0, "sens_max": 0.15}
+    assert all(rendered_criteria(cand, ref, {"f1": {"mean": -0.01}, "auroc": {"mean": 0.0}}).values())
+    assert list(rendered_criteria({**cand, "recall_enlarged": 0.949, "sens_max": 0.16}, ref,
+                                  {"f1": {"mean": 0.0}, "auroc": {"mean": -0.011}}).values()) == [False, False, True, False]

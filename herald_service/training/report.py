@@ -486,8 +486,11 @@ def _older_templates_line(results: dict, audit: str) -> str | None:
     write-up of the reviewer's audit that found it."""
     if results.get("meta", {}).get("jailbreak_template_rule") != TEMPLATE_RULE:
         return None
-    older = [f"\"{title}\"" for title, rules in _study_rules(results, "jailbreak_template_rule").items()
-             if any(rule != TEMPLATE_RULE for rule in rules)]
+    older = []
+    for title, rules in _study_rules(results, "jailbreak_template_rule").items():
+        other = [rule for rule in rules if rule != TEMPLATE_RULE]
+        if other:
+            older.append(f"\"{title}\"" + (f" ({len(other)} of its {len(rules)} runs)" if len(other) < len(rules) else ""))
     lda = results.get("lda_recipe")
     if lda and lda.get("meta", {}).get("jailbreak_template_rule") != TEMPLATE_RULE:
         older.append("the LDA recipe's results (`lda_recipe/`)")

@@ -154,6 +154,12 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
     for study in STUDIES:
         if study.folder not in runs:
             continue
+        missing = [f"`{name}` at fit seed {run.get('fit_seed')}" for run in runs[study.folder]
+                   for name in (REFERENCE, *study.candidates) if name not in run.get("results", {})]
+        if missing:  # a run still going, or stopped: `herald recipes` writes its file after every recipe
+            out += [f"### {study.title}", "", f"Not judged: its runs in `recipe_studies/{study.folder}/` lack "
+                    + ", ".join(missing) + " (unfinished or stopped runs).", ""]
+            continue
         summary = summarize(runs[study.folder], study.candidates, criteria=study.criteria)
         out += [f"### {study.title}", "",
                 f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `recipe_studies/{study.folder}/`.", "",
