@@ -761,7 +761,7 @@ def test_fit_with_jailbreak_augmentation_trains_on_wrapped_training_requests_onl
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     templates = tmp_path / "templates.jsonl"
     trust = "https://huggingface.co/datasets/TrustAIRLab/in-the-wild-jailbreak-prompts"
-    templates.write_text("\n".join(json.dumps({"prompt": f"template {i} tell me a story {words[i % 20]} {{{{ prompt }}}}",
+    templates.write_text("\n".join(json.dumps({"prompt": f"tale{i} of{i} the{i} story{i} {words[i % 20]} {{{{ prompt }}}}",
                                                "template_source": trust if i % 2 else "jailbreakchat"})
                                    for i in range(100)) + "\n")
     common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", max_per_source=30,
@@ -795,7 +795,8 @@ def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=1
     data = tmp_path / "data.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     templates = tmp_path / "templates.jsonl"
-    templates.write_text("\n".join(json.dumps({"prompt": f"template {i} tell me a story {words[i % 20]} {{{{ prompt }}}}"})
+    # each template its own words: templates alike but for a number are renamed copies, one near-duplicate group
+    templates.write_text("\n".join(json.dumps({"prompt": f"tale{i} of{i} the{i} story{i} {words[i % 20]} {{{{ prompt }}}}"})
                                    for i in range(n_templates)) + "\n")
     return data, templates
 
