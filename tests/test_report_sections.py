@@ -838,6 +838,14 @@ def test_jailbreak_recall_is_given_apart_for_templates_no_training_prompt_holds_
     line = next(line for line in text.splitlines() if line.startswith("- **Wrapped prompts of older runs**"))
     assert '"Jailbreak-augmented training"' in line and '"Trajectory feature sets"' not in line
     assert "- Held out means no verbatim match" in text and "- Recipe choice:" in text
+    # the fifth study's reference (the shipped recipe on rendered templates) joins the row, as a seed mean
+    for seed, recall in enumerate((0.92, 0.95, 0.926)):
+        write(tmp_path / "recipe_studies" / "rendered", f"seed{seed}.json", {"fit_seed": seed, "results": {
+            "logistic+jailbreak": _recipes_block(0.6, 0.83, recall, (0.05, 0.08, 0.12), (0.10, 0.18))}})
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("training prompt: 93.5% (n=31); recipe `logistic+jailbreak` on rendered templates: 93.2%, mean of 3 fit"
+            " seeds; section Studies of the shipped recipe") in text
+    assert "Not judged: its runs in `recipe_studies/rendered/` lack `logistic+jailbreak-x2` at fit seed 0" in text
     results["meta"].pop("jailbreak_template_rule")  # main results before the rule: no line comparing runs with it
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()

@@ -326,6 +326,14 @@ def _targets(results: dict) -> list[list[str]]:
                            " --jailbreak-train-per-class 80`; section Per-layer direction estimators, round 3")
         if detail and results.get("meta", {}).get("jailbreak_template_rule") == TEMPLATE_RULE:
             detail = "study runs made before the template fix (their prompts carried the markup): " + detail
+        rendered = (results.get("recipe_studies") or {}).get("rendered")
+        if rendered and all(report_recipe_studies.REFERENCE in run.get("results", {}) for run in rendered):
+            reference = [report_recipe_studies.seed_row(run["results"][report_recipe_studies.REFERENCE])["recall_n40"]
+                         for run in rendered]
+            detail = "; ".join(filter(None, [
+                f"recipe `{report_recipe_studies.REFERENCE}` on rendered templates: {np.mean(reference):.1%}, mean of"
+                f" {len(reference)} fit seeds; section Studies of the shipped recipe, wrapped training rows after the"
+                " template fix", detail]))
         unseen = jb.get("per_source", {}).get(JAILBREAK_SOURCE)
         if unseen and SEEN_TEMPLATE_SOURCE in jb.get("per_source", {}):  # results that tell the two kinds apart
             detail = "; ".join(filter(None, [f"templates found in no training prompt: {_val(unseen['recall']) * 100:.1f}%"
