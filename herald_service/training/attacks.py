@@ -169,27 +169,31 @@ def origin(template: dict) -> str | None:
     return template.get("template_source") or template.get("category")
 
 
-def template_key(text: str, chars: int = KEY_CHARS) -> str:
-    """Lower-case alphanumeric words of ``text`` (slot removed), first ``chars`` characters: near-duplicates collide."""
-    words = re.sub(r"[^a-z0-9]+", " ", SLOT.sub(" ", text).lower()).strip()
-    return words[:chars]
-
-
-def _shingles(texts: list[str], vocabulary=None) -> tuple[csr_matrix, dict]:
-    """Binary ``(len(texts), vocabulary)`` matrix of the :data:`SHINGLE_WORDS`-word sequences of ``texts`` (lower-case
-    alphanumeric words, slot removed), and its vocabulary (fitted on ``texts`` when none is given)."""
-    vectorizer = CountVectorizer(ngram_range=(SHINGLE_WORDS, SHINGLE_WORDS), token_pattern=r"[a-z0-9]+", binary=True,
-                                 vocabulary=vocabulary, dtype=np.int32)
-    texts = [SLOT.sub(" ", t) for t in texts]
-    try:
-        matrix = vectorizer.fit_transform(texts) if vocabulary is None else vectorizer.transform(texts)
-    except ValueError:  # every text shorter than a sequence: sklearn's "empty vocabulary"
-        return csr_matrix((len(texts), 0), dtype=np.int32), {}
-    return matrix.tocsr(), vectorizer.vocabulary_
+WORD = r"[a-z0-9]+"
+"""A word of the template comparisons (:func:`template_key`, :func:`template_matches`): lower-case alphanumerics."""
 
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", SLOT.sub(" ", text).lower())
+    """The :data:`WORD` words of ``text``, lower-cased, with its slot removed."""
+    return re.findall(WORD, SLOT.sub(" ", text).lower())
+
+
+def template_key(text: str, chars: int = KEY_CHARS) -> str:
+    """Lower-case alphanumeric words of ``text`` (slot removed), first ``chars`` characters: near-duplicates collide."""
+    return " ".join(_words(text))[:chars]
+
+
+def _vectors(a: list[list[str]], b: list[list[str]], **options) -> tuple[csr_matrix, csr_matrix]:
+    """Binary count matrices of the word lists ``a`` and ``b`` (``options`` go to :class:`CountVectorizer`) on the
+    vocabulary of ``a``: ``(len(a), vocabulary)`` and ``(len(b), vocabulary)``; no column when ``a`` has no term
+    (texts shorter than an n-gram: scikit-learn's "empty vocabulary")."""
+    vectorizer = CountVectorizer(token_pattern=WORD, binary=True, dtype=np.int32, **options)
+    try:
+        left = vectorizer.fit_transform([" ".join(w) for w in a]).tocsr()
+    except ValueError:
+        return csr_matrix((len(a), 0), dtype=np.int32), csr_matrix((len(b), 0), dtype=np.int32)
+    right = vectorizer.transform([" ".join(w) for w in b]).tocsr() if b else csr_matrix((0, left.shape[1]), dtype=np.int32)
+    return left, right
 
 
 def renamed_copies(a: list[str], b: list[str]) -> np.ndarray:
@@ -197,12 +201,8 @@ def renamed_copies(a: list[str], b: list[str]) -> np.ndarray:
     :data:`RENAMED_RATIO` (compared only where their word sets have a Jaccard of :data:`PREFILTER_JACCARD` or more)."""
     words_a, words_b = [_words(t) for t in a], [_words(t) for t in b]
     out = np.zeros((len(a), len(b)), dtype=bool)
-    try:
-        matrix = CountVectorizer(token_pattern=r"[a-z0-9]+", binary=True, dtype=np.int32).fit_transform(
-            [" ".join(w) for w in words_a + words_b]).tocsr()
-    except ValueError:  # no word at all: sklearn's "empty vocabulary"
-        return out
-    left, right = matrix[:len(a)], matrix[len(a):]
+    both, _ = _vectors(words_a + words_b, [])  # one vocabulary: word-set sizes count every word of both
+    left, right = both[:len(a)], both[len(a):]
     common = (left @ right.T).toarray()
     sizes_a, sizes_b = np.asarray(left.sum(axis=1)).ravel(), np.asarray(right.sum(axis=1)).ravel()
     jaccard = common / np.maximum(sizes_a[:, None] + sizes_b[None, :] - common, 1)
@@ -211,38 +211,30 @@ def renamed_copies(a: list[str], b: list[str]) -> np.ndarray:
     return out
 
 
-def near_duplicate_groups(texts: list[str]) -> np.ndarray:
-    """``(len(texts),)`` int group of each template: texts joined by a shared :func:`template_key`, by one holding at
-    least :data:`OVERLAP` of the other's :data:`SHINGLE_WORDS`-word sequences, or as :func:`renamed_copies`, are one
-    group (transitively).
-    """
-    keys = [template_key(t) for t in texts]
-    shingles, _ = _shingles(texts)
+def template_matches(a: list[str], b: list[str]) -> np.ndarray:
+    """``(len(a), len(b))`` bool: text ``a[i]`` is in ``b[j]`` as a template: the same :func:`template_key`
+    (60-character opening), at least :data:`OVERLAP` of ``a[i]``'s :data:`SHINGLE_WORDS`-word sequences in ``b[j]``,
+    or :func:`renamed_copies`."""
+    keys_a, keys_b = (np.array([template_key(t) for t in texts], dtype=object) for texts in (a, b))
+    out = keys_a[:, None] == keys_b[None, :]
+    shingles, in_b = _vectors([_words(t) for t in a], [_words(t) for t in b], ngram_range=(SHINGLE_WORDS, SHINGLE_WORDS))
     sizes = np.asarray(shingles.sum(axis=1)).ravel()
-    common = (shingles @ shingles.T).toarray()
-    smaller = np.minimum(sizes[:, None], sizes[None, :])
-    linked = (common >= OVERLAP * smaller) & (smaller > 0)
-    _, first = np.unique(keys, return_inverse=True)
-    linked |= first[:, None] == first[None, :]
-    linked |= renamed_copies(texts, texts)
-    return connected_components(csr_matrix(linked), directed=False)[1]
+    out |= (sizes[:, None] > 0) & ((shingles @ in_b.T).toarray() >= OVERLAP * sizes[:, None])
+    return out | renamed_copies(a, b)
+
+
+def near_duplicate_groups(texts: list[str]) -> np.ndarray:
+    """``(len(texts),)`` int group of each template: texts of which either is in the other as a template
+    (:func:`template_matches`: a shared opening, one holding at least :data:`OVERLAP` of the other's
+    :data:`SHINGLE_WORDS`-word sequences, or renamed copies) are one group (transitively).
+    """
+    linked = template_matches(texts, texts)
+    return connected_components(csr_matrix(linked | linked.T), directed=False)[1]
 
 
 def found_in(templates: list[dict], prompts: list[str]) -> np.ndarray:
-    """``(n_templates,)`` bool: the template is in one of ``prompts``: the same :func:`template_key` (60-character
-    opening), at least :data:`OVERLAP` of its :data:`SHINGLE_WORDS`-word sequences in that one prompt, or a
-    :func:`renamed_copies` of it."""
-    texts = [t["prompt"] for t in templates]
-    keys = {template_key(p) for p in prompts}
-    found = np.array([template_key(t) in keys for t in texts], dtype=bool)
-    shingles, vocabulary = _shingles(texts)
-    if vocabulary and prompts:
-        sizes = np.asarray(shingles.sum(axis=1)).ravel()
-        best = (shingles @ _shingles(prompts, vocabulary)[0].T).max(axis=1).toarray().ravel()
-        found |= (sizes > 0) & (best >= OVERLAP * sizes)
-    if prompts:
-        found |= renamed_copies(texts, prompts).any(axis=1)
-    return found
+    """``(n_templates,)`` bool: the template is in one of ``prompts`` (:func:`template_matches`)."""
+    return template_matches([t["prompt"] for t in templates], prompts).any(axis=1)
 
 
 def itw_linked(templates: list[dict], itw_prompts: list[str]) -> np.ndarray:
