@@ -398,8 +398,9 @@ def fold_rows(rows: list[WrappedRow], held_out: str | None, per_class: int, labe
 
 
 def training_wrappers(templates: list[dict], everything: list[Example], capped: list[Example], train_rows: list[Example],
-                      per_class: int, test_n: int = EVALUATION_TEMPLATES,
-                      seed: int = 0) -> tuple[TemplateSplit, list[Example], list[WrappedRow]]:
+                      per_class: int, test_n: int = EVALUATION_TEMPLATES, seed: int = 0,
+                      known: tuple[list[Example], TemplateSplit] | None = None
+                      ) -> tuple[TemplateSplit, list[Example], list[WrappedRow]]:
     """Training prompts wrapped in training templates, for ``herald recipes`` and ``herald fit``.
 
     Args:
@@ -411,6 +412,8 @@ def training_wrappers(templates: list[dict], everything: list[Example], capped: 
         per_class: wrapped rows per label a fit draws (:func:`wrap_training_prompts` makes up to twice as many).
         test_n: templates of the evaluation set (:func:`wrap_requests` with the same ``seed``), kept out of training
             with their near-duplicates.
+        known: :func:`training_template_split` of these arguments, when the caller already has it (seconds of work
+            on the PyRIT templates: ``herald fit`` computes it to refuse a file before the backbone loads).
 
     Returns:
         ``(split, requests, rows)``: the template split, the held-out requests of the evaluation sets, and the
@@ -420,7 +423,7 @@ def training_wrappers(templates: list[dict], everything: list[Example], capped: 
     Raises:
         ValueError: as :func:`wrap_training_prompts` (no template or request of a kind).
     """
-    requests, split = training_template_split(templates, everything, capped, test_n, seed)
+    requests, split = known or training_template_split(templates, everything, capped, test_n, seed)
     benign = [e for e in train_rows if e.label == 0 and len(e.prompt) <= 500]
     return split, requests, wrap_training_prompts(templates, split, wrappable(train_rows), benign, per_class, seed)
 

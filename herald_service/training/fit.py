@@ -134,8 +134,11 @@ def jailbreak_templates_of(options: FitOptions) -> list[dict]:
     return templates
 
 
-def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list, options: FitOptions) -> None:
+def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list, options: FitOptions) -> tuple:
     """Refuse, before the backbone loads, an augmentation that could only fail after the corpus is extracted.
+
+    Returns:
+        The :func:`~.attacks.training_template_split` it checked, for :func:`jailbreak_training_rows` to reuse.
 
     Raises:
         ValueError: the capped corpus has no wrappable harmful request (:func:`~.attacks.wrappable`: AdvBench or
@@ -149,16 +152,19 @@ def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list
     if not wrappable(capped):
         raise ValueError(f"--jailbreak-train-per-class {per_class}: --data has no harmful row of source "
                          f"{' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no blank line)")
-    _, split = training_template_split(templates, everything, capped, EVALUATION_TEMPLATES, options.seed)
+    known = training_template_split(templates, everything, capped, EVALUATION_TEMPLATES, options.seed)
+    split = known[1]
     if not len(split.train):
         distinct = len(set(near_duplicate_groups([t["prompt"] for t in templates]).tolist()))
         raise ValueError(f"--jailbreak-templates: {options.jailbreak_templates} has {distinct} distinct templates; the "
                          f"{EVALUATION_TEMPLATES} of herald eval's jailbreak-wrapped set (with their near-duplicates) "
                          "and half of the rest are never trained on, which leaves none")
+    return known
 
 
 def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], everything: list, capped: list,
-                            train_rows: list, options: FitOptions) -> tuple[CorpusStates, dict]:
+                            train_rows: list, options: FitOptions,
+                            known: tuple | None = None) -> tuple[CorpusStates, dict]:
     """The harmful rows of the jailbreak augmentation and their states, and the manifest's record of them.
 
     Exactly the random-split training rows of ``herald recipes --recipes jailbreak`` with the same seed (the fold
@@ -167,7 +173,8 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
     jailbreak-wrapped set *for the same seed* and their near-duplicates are never used, so that set stays unseen.
     Prompts over ``max_tokens`` are skipped (by token count, before any extraction) and the first
     ``jailbreak_train_per_class`` of the rest are extracted. With fewer distinct requests than rows, requests repeat
-    in other templates (logged, and counted in the record).
+    in other templates (logged, and counted in the record). ``known``: the template split of
+    :func:`check_jailbreak_inputs`, not computed again.
 
     Returns:
         ``(states, record)``: kept rows (``states.states`` ``(n, layer, d_model)`` float32) and a JSON-able record.
@@ -180,7 +187,8 @@ def jailbreak_training_rows(backbone, cache: StateCache, templates: list[dict], 
 
     per_class = options.jailbreak_train_per_class
     try:
-        split, _, rows = training_wrappers(templates, everything, capped, train_rows, per_class, seed=options.seed)
+        split, _, rows = training_wrappers(templates, everything, capped, train_rows, per_class, seed=options.seed,
+                                           known=known)
     except ValueError as exc:
         raise ValueError(f"--jailbreak-train-per-class {per_class}: {exc} in the train part") from None
     harmful = [r for r in rows if r.example.label == 1]
@@ -361,8 +369,7 @@ def run_fit(options: FitOptions) -> dict:
     capped = cap_per_group(rows, options.max_per_source, options.seed)
     require_both_labels(capped, files, options.max_per_source)  # the cap can leave too few: named before the load
     require_split_parts(capped, options.test_fraction, options.seed, options.max_per_source)
-    if templates:
-        check_jailbreak_inputs(templates, rows, capped, options)
+    known = check_jailbreak_inputs(templates, rows, capped, options) if templates else None
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     options = replace(options, max_tokens=capped_max_tokens(backbone, options.max_tokens))  # the manifest records it
     out = options.out or Path("models") / backbone.info.slug
@@ -382,7 +389,7 @@ def run_fit(options: FitOptions) -> dict:
     augmentation = None
     if templates:  # appended after the corpus rows, as herald recipes does, so the same seed gives the same fit
         wrapped, augmentation = jailbreak_training_rows(backbone, cache, templates, rows, capped,
-                                                        [examples[i] for i in train], options)
+                                                        [examples[i] for i in train], options, known)
         fit_states = np.concatenate([fit_states, wrapped.states])
         fit_labels = np.concatenate([fit_labels, [e.label for e in wrapped.examples]])
         fit_groups = np.concatenate([fit_groups, [f"{e.source}|{e.label}" for e in wrapped.examples]])
