@@ -487,6 +487,20 @@ def _study_rules(results: dict, key: str = "prompt_text") -> dict[str, list[str 
     return rules
 
 
+def _sections_before(results: dict, key: str, current: str) -> list[tuple[str, list, int]]:
+    """``(title, the rules other than current of its runs, its number of runs)`` of each study section with a run
+    measured under another ``key`` rule than ``current`` (:func:`_study_rules`); none when the main results were not
+    measured under ``current`` either (their own line says so)."""
+    if results.get("meta", {}).get(key) != current:
+        return []
+    out = []
+    for title, rules in _study_rules(results, key).items():
+        other = [rule for rule in rules if rule != current]
+        if other:
+            out.append((title, other, len(rules)))
+    return out
+
+
 def _older_templates_line(results: dict, audit: str) -> str | None:
     """A line naming the study sections (and the LDA recipe's results) whose wrapped prompts were made before
     :data:`~.attacks.TEMPLATE_RULE` (templates filled as written, ``{% raw %}`` tags included, and grouped by their
@@ -494,11 +508,8 @@ def _older_templates_line(results: dict, audit: str) -> str | None:
     write-up of the reviewer's audit that found it."""
     if results.get("meta", {}).get("jailbreak_template_rule") != TEMPLATE_RULE:
         return None
-    older = []
-    for title, rules in _study_rules(results, "jailbreak_template_rule").items():
-        other = [rule for rule in rules if rule != TEMPLATE_RULE]
-        if other:
-            older.append(f"\"{title}\"" + (f" ({len(other)} of its {len(rules)} runs)" if len(other) < len(rules) else ""))
+    older = [f"\"{title}\"" + (f" ({len(other)} of its {runs} runs)" if len(other) < runs else "")
+             for title, other, runs in _sections_before(results, "jailbreak_template_rule", TEMPLATE_RULE)]
     lda = results.get("lda_recipe")
     if lda and lda.get("meta", {}).get("jailbreak_template_rule") != TEMPLATE_RULE:
         older.append("the LDA recipe's results (`lda_recipe/`)")
@@ -517,15 +528,11 @@ def _older_text_line(results: dict) -> str | None:
     """A line naming the study sections measured on prompt text other than the main results' (runs that predate the
     fold or name an earlier rule), each with the texts its runs read, or ``None`` when there are none or the main
     results are not folded by the current rule either (the prompt-text line already says so)."""
-    if results.get("meta", {}).get("prompt_text") != PROMPT_TEXT:
-        return None
     older = []
-    for title, rules in _study_rules(results).items():
-        other = [rule for rule in rules if rule != PROMPT_TEXT]
-        if other:
-            texts = ", ".join(sorted({f"`{rule}`" if rule else "as written" for rule in other}))
-            share = f"{len(other)} of its {len(rules)} runs: " if len(other) < len(rules) else ""
-            older.append(f"\"{title}\" ({share}{texts})")
+    for title, other, runs in _sections_before(results, "prompt_text", PROMPT_TEXT):
+        texts = ", ".join(sorted({f"`{rule}`" if rule else "as written" for rule in other}))
+        share = f"{len(other)} of its {runs} runs: " if len(other) < runs else ""
+        older.append(f"\"{title}\" ({share}{texts})")
     if not older:
         return None
     return ("- **Studies measured on other prompt text**: the runs of the sections " + ", ".join(older)
