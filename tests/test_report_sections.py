@@ -871,3 +871,57 @@ def test_a_study_whose_runs_lack_a_recipe_is_named_not_judged(tmp_path):
     assert all(rendered_criteria(cand, ref, {"f1": {"mean": -0.01}, "auroc": {"mean": 0.0}}).values())
     assert list(rendered_criteria({**cand, "recall_enlarged": 0.949, "sens_max": 0.16}, ref,
                                   {"f1": {"mean": 0.0}, "auroc": {"mean": -0.011}}).values()) == [False, False, True, False]
+
+
+def recipe_block(f1, auroc):
+    return {"loso_pooled": pooled(f1, auroc), "highlights": {}}
+
+
+def test_side_files_of_another_backbone_or_corpus_are_left_out_with_a_line_and_a_warning(tmp_path, capsys):
+    # Tester finding: a recipes.json from `herald recipes` on another backbone and corpus was tabled beside these
+    # results and its winner announced as theirs.
+    results = main_results()
+    results["meta"]["backbone"] = {"id": "tiny", "revision": "sha256:aaaa"}
+    write(tmp_path, "results.json", results)
+    write(tmp_path, "recipes.json", {"description": "…", "templated_n": 150, "backbone": {"id": "tiny", "revision": "sha256:bbbb"},
+                                     "corpus_sha256": LABELED_CORPUS_SHA256,
+                                     "results": {"shipped": recipe_block(0.5, 0.7), "templated": recipe_block(0.7, 0.9)}})
+    for i, run in enumerate(feature_set_runs()):
+        run["meta"]["corpus_sha256"] = "c0ffee"
+        write(tmp_path / "feature_sets", f"seed{i}.json", run)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    at = lines.index("## Training recipe: before and after (source-held-out)")
+    assert lines[at + 2] == ("Left out: `recipes.json` beside the results file is from another experiment: its"
+                             " backbone.revision is `sha256:bbbb`, `results.json`'s is `sha256:aaaa`.")
+    assert lines[at + 4].startswith("## ") and not any("Best on source-held-out" in line for line in lines)
+    at = lines.index("## Trajectory feature sets (source-held-out)")
+    assert lines[at + 2] == ("Left out: `feature_sets/seed0.json` beside the results file is from another experiment:"
+                             f" its corpus_sha256 is `c0ffee`, `results.json`'s is `{LABELED_CORPUS_SHA256[:27]}…`.")
+    assert not any(line.startswith("| LOSO, any candidate feature set") for line in lines)
+    assert "recipes.json" not in lines[2] and "feature_sets/" not in lines[2]
+    assert capsys.readouterr().err.splitlines() == [
+        "herald report: warning: `recipes.json` beside the results file is from another experiment: its backbone.revision"
+        " is `sha256:bbbb`, `results.json`'s is `sha256:aaaa`. Its section is left out.",
+        "herald report: warning: `feature_sets/seed0.json` beside the results file is from another experiment: its"
+        f" corpus_sha256 is `c0ffee`, `results.json`'s is `{LABELED_CORPUS_SHA256[:27]}…`. Its section is left out."]
+
+
+def test_the_recipe_section_describes_only_the_recipes_its_file_ran_and_shows_its_command(tmp_path):
+    results = main_results()
+    write(tmp_path, "results.json", results)
+    write(tmp_path, "recipes.json", {
+        "description": "`templated` adds 150 templated benign prompts ...; `hardneg` repeats ...", "templated_n": 150,
+        "command": "herald recipes --recipes shipped,logistic --out r.json", **{"backbone": results["meta"]["backbone"]},
+        "corpus_sha256": LABELED_CORPUS_SHA256, "results": {"shipped": recipe_block(0.5, 0.7), "logistic": recipe_block(0.6, 0.8)}})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    at = lines.index("## Training recipe: before and after (source-held-out)")
+    assert lines[at + 2] == ("Herald trained with different recipes, judged on leave-one-source-out (each source scored"
+                             " by a model that never saw it; pooled over all sources). From `herald recipes --recipes"
+                             " shipped,logistic --out r.json`.")
+    assert "recipes.json" in lines[2]
+    assert lines[at + 7:at + 11:3] == ["| logreg_last | 0.600 [0.550, 0.650] | 0.800 [0.780, 0.820] | 10.0 [9.0, 11.0] | 40.0 [30.0, 50.0] |",
+                                       "Best on source-held-out evaluation: `logistic` (LOSO pooled F1 0.600 vs 0.500, AUROC"
+                                       " 0.800 vs 0.700 for `shipped`). Overlapping intervals mean the gain is not certain; see"
+                                       " the per-source numbers above."]

@@ -467,7 +467,7 @@ class RecipesCommand(BaseModel):
         limit_threads(self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
-        out = run_recipes(RecipeOptions(**fields))
+        out = run_recipes(RecipeOptions(**fields, command=invoked_command()))
         print(json.dumps({name: {"loso_pooled_f1": rounded_metric(r["loso_pooled"], "f1"),
                                  "loso_pooled_auroc": rounded_metric(r["loso_pooled"], "auroc")}
                           for name, r in out["results"].items()}, indent=2))
