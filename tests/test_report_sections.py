@@ -925,3 +925,19 @@ def test_the_recipe_section_describes_only_the_recipes_its_file_ran_and_shows_it
                                        "Best on source-held-out evaluation: `logistic` (LOSO pooled F1 0.600 vs 0.500, AUROC"
                                        " 0.800 vs 0.700 for `shipped`). Overlapping intervals mean the gain is not certain; see"
                                        " the per-source numbers above."]
+
+
+def test_an_extra_set_shows_fpr_when_benign_only_recall_when_harmful_only_and_f1_when_mixed(tmp_path):
+    # tester finding: a benign-only --test-data set was tabled as "method | recall | AUROC" with "–" cells
+    results = main_results()
+    results["extra"] = {"benign_only.jsonl": {"herald": {"pooled": {"n": m(30), "false_positive_rate": m(0.1, 0.02, 0.2)}}},
+                        "harmful_only.jsonl": {"herald": {"pooled": {"n": m(30), "recall": m(0.8, 0.7, 0.9)}}},
+                        "mixed.jsonl": {"herald": {"pooled": {"n": m(30), "f1": m(0.9, 0.85, 0.95), "auroc": m(0.95)}}}}
+    results["meta"]["extra_sets"] = {name: {"n": 30} for name in results["extra"]}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    label = "Herald (LDA trajectory + 288-param MLP)"
+    assert (f"`benign_only.jsonl` (n = 30), never trained on\n\n| method | FPR | AUROC |\n|---|---|---|\n"
+            f"| {label} | 10.0 [2.0, 20.0] | – |") in text
+    assert f"| method | recall | AUROC |\n|---|---|---|\n| {label} | 80.0 [70.0, 90.0] | – |" in text
+    assert f"| method | f1 | AUROC |\n|---|---|---|\n| {label} | 90.0 [85.0, 95.0] | 0.950 |" in text

@@ -867,8 +867,9 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
                     "which contains in-the-wild jailbreak prompts" + (
                         "; a template found in one of its prompts (half of its 8-word sequences in that prompt) is counted"
                         " apart." if len(kinds) == 2 else "."), ""]
-        key = "recall" if "auroc" not in next(iter(block.values()))["pooled"] else "f1"
-        header, split_cells = ["method", key, "AUROC"], lambda b: []  # noqa: E731
+        # a one-class set has recall (harmful) or FPR (benign) only: a benign-only set showed "–" under recall
+        key, _ = _held_metric(next(iter(block.values()))["pooled"])
+        header, split_cells = ["method", {"false_positive_rate": "FPR"}.get(key, key), "AUROC"], lambda b: []  # noqa: E731
         if name == "jailbreak_wrapped" and len(kinds) == 2:
             sizes = [next(iter(block.values()))["per_source"][k]["n"]["value"] for k in kinds]
             header += [f"recall, template in no training prompt (n = {sizes[0]})",
