@@ -513,6 +513,8 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("fit", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
     (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
     (("eval", "--replicates", "0"), "replicates (--replicates): Input should be greater than or equal to 10"),
+    (("eval", "--replicates", "1000000000"), "replicates (--replicates): Input should be less than or equal to 10000"),
+    (("recipes", "--replicates", "10001"), "replicates (--replicates): Input should be less than or equal to 10000"),
     (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
     (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 3"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),

@@ -23,6 +23,14 @@ DEVICE_HELP = BackboneSettings.model_fields["device"].description
 DTYPE_HELP = BackboneSettings.model_fields["dtype"].description
 MAX_TOKENS_HELP = ("Longest prompt, in rendered chat-template tokens; longer ones are skipped and counted. Capped, with a"
                    " log line, at the backbone's max_position_embeddings.")
+MAX_REPLICATES = 10_000
+"""The most bootstrap replicates ``--replicates`` of eval and recipes take (here, not in :mod:`.bootstrap`, which
+imports scipy: ``--help`` should not wait for it). A 95% percentile interval's ends move by well under a tenth of its
+width past 2,000 replicates, while memory grows with them: each replicate is an int64 index row over every scored
+prompt, times several float copies (the pooled LOSO block of the development corpus scores about 2,900 prompts, so
+10,000 replicates hold a few 0.2 GB matrices); 10**9 asked for 60 GB and ended in a traceback (tester finding)."""
+REPLICATES_HELP = (f"Bootstrap replicates of the 95% intervals, 10 to {MAX_REPLICATES:,}: memory grows with them (an index"
+                   " row over every scored prompt each) and the intervals' ends barely move past 2,000.")
 THREADS_HELP = "torch and BLAS threads; 1 is fastest for these small fits on a shared CPU."
 
 
@@ -335,7 +343,7 @@ class EvalCommand(BaseModel):
     curve_seeds: list[Seed] = Field([0, 1, 2], description=(
         "Seeds of the learning curve: each size is drawn and fitted once per seed (its spread shows in the report);"
         " each 0 to 4294967295."))
-    replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
+    replicates: int = Field(1000, ge=10, le=MAX_REPLICATES, description=REPLICATES_HELP)
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot for the jailbreak-wrapped set; null: no such set. A path given "
         "must exist; a missing default skips the set with a warning."))
@@ -429,7 +437,7 @@ class RecipesCommand(BaseModel):
     seed: Seed = Field(0, description=(
         "Seed of the --max-per-source draw, the random split, the templated prompts, the jailbreak-wrapped sets and,"
         " without --fit-seed, every fit; 0 to 4294967295."))
-    replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
+    replicates: int = Field(1000, ge=10, le=MAX_REPLICATES, description=REPLICATES_HELP)
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for the jailbreak-wrapped sets and the `*jailbreak` recipes; "
         "null: none. A path given must exist; a missing default skips the wrapped sets with a warning."))
