@@ -516,6 +516,9 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("eval", "--replicates", "1000000000"), "replicates (--replicates): Input should be less than or equal to 10000"),
     (("recipes", "--replicates", "10001"), "replicates (--replicates): Input should be less than or equal to 10000"),
     (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
+    (("eval", "--threads", "100000"), "threads (--threads): Input should be less than or equal to 1024"),
+    (("fit", "--num-threads", "1025"), "threads (--threads): Input should be less than or equal to 1024"),
+    (("recipes", "--threads", "100000"), "threads (--threads): Input should be less than or equal to 1024"),
     (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 3"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
     (("fit", "--seed", "-1"), "seed (--seed): Input should be greater than or equal to 0"),
@@ -529,6 +532,16 @@ def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert expected in out.stderr, out.stderr
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+
+
+@pytest.mark.parametrize("command", ["fit", "eval", "recipes"])
+def test_the_training_commands_take_num_threads_as_the_other_commands_spell_it(command):
+    # classify, plot, steer-eval, reference and serve take --num-threads (also HERALD_NUM_THREADS), these --threads
+    from herald_service.cli.training import EvalCommand, FitCommand, RecipesCommand
+
+    assert "--threads int, --num-threads int" in herald(command, "--help").stdout
+    model = {"fit": FitCommand, "eval": EvalCommand, "recipes": RecipesCommand}[command]
+    assert model.model_validate({"num_threads": 3}).threads == 3 == model.model_validate({"threads": 3}).threads
 
 
 def test_fit_refuses_a_target_fpr_its_threshold_method_would_ignore_before_anything_loads(tmp_path):

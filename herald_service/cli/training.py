@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, field_validator
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, default_cache_dir
@@ -31,7 +31,17 @@ prompt, times several float copies (the pooled LOSO block of the development cor
 10,000 replicates hold a few 0.2 GB matrices); 10**9 asked for 60 GB and ended in a traceback (tester finding)."""
 REPLICATES_HELP = (f"Bootstrap replicates of the 95% intervals, 10 to {MAX_REPLICATES:,}: memory grows with them (an index"
                    " row over every scored prompt each) and the intervals' ends barely move past 2,000.")
-THREADS_HELP = "torch and BLAS threads; 1 is fastest for these small fits on a shared CPU."
+MAX_THREADS = 1024
+"""The most torch and BLAS threads ``--threads`` of fit, eval and recipes take: more than any host's cores here, and
+threads beyond the cores only spin-wait; 100,000 ended in a MemoryError traceback inside threadpoolctl (tester
+finding). A fixed bound, not one read from this host's core count, so that a command line means the same on every
+host."""
+THREADS_ALIASES = AliasChoices("threads", "num_threads")
+"""``--threads``, also spelled ``--num-threads`` as classify, plot, steer-eval, reference and serve spell it (their
+``num_threads`` is a setting also read from ``HERALD_NUM_THREADS``, which an alias would rename, so the other way
+round is not offered)."""
+THREADS_HELP = (f"torch and BLAS threads, 1 to {MAX_THREADS} (also --num-threads); 1 is fastest for these small fits on"
+                " a shared CPU.")
 
 
 DEFAULT_DATA = Path("../shared/data")
@@ -214,9 +224,10 @@ class FitCommand(BaseModel):
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"
         " null: none, as in eval and recipes."))
-    threads: int | None = Field(None, ge=1, description=(
-        "torch and BLAS threads; default: torch's and the BLAS library's own (every core). 1 is faster on a CPU "
-        "shared with other work, as for herald eval and recipes (BLAS threads spin-wait)."))
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=(
+        f"torch and BLAS threads, 1 to {MAX_THREADS} (also --num-threads); default: torch's and the BLAS library's own"
+        " (every core). 1 is faster on a CPU shared with other work, as for herald eval and recipes (BLAS threads"
+        " spin-wait)."))
 
     @field_validator("feature_set")
     @classmethod
@@ -366,7 +377,7 @@ class EvalCommand(BaseModel):
         "Harmful requests wrapped in jailbreak training templates added to every method's training rows (random split "
         "and each leave-one-source-out fold, never rows made from the held-out source), as herald fit "
         "--jailbreak-train-per-class adds them; not to the learning curve. 0 = none."))
-    threads: int = Field(1, ge=1, description=THREADS_HELP)
+    threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("methods")
     @classmethod
@@ -450,7 +461,7 @@ class RecipesCommand(BaseModel):
     sensitive_data: list[Path] = Field(default_factory=list, description=(
         "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
         "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out. Default: none."))
-    threads: int = Field(1, ge=1, description=THREADS_HELP)
+    threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("recipes")
     @classmethod
