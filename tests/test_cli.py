@@ -1562,3 +1562,23 @@ def test_eval_refuses_learning_curve_sizes_whose_draws_cannot_be_calibrated_befo
     assert nothing_cached(tmp_path / "cache")
     out = herald(*base, "--curve-sizes", "[5,25]")  # 5 benign rows from 2 sources: a group of 3 or more
     assert out.returncode == 1 and UNLOADABLE in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("command", ["fit", "eval", "recipes"])
+def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_backbone_loads(tmp_path, command):
+    # tester finding: a file, /proc/x or a read-only folder failed after the load and tokenization, with a bare OSError,
+    # or "set HERALD_CACHE_DIR" for the embedded backbone though --cache-dir was given
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n{"prompt": "bomb", "label": "harmful", "source": "b"}\n')
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out_args = ("--out", str(tmp_path / ("probe" if command == "fit" else "r.json")))
+    give = "give a writable folder for converted backbones and extracted states"
+    for cache, expected in ((afile, f"--cache-dir {afile} is a file; {give}"),
+                            (afile / "sub", f"--cache-dir {afile / 'sub'}: {afile} is a file; {give}"),
+                            (Path("/proc/herald-cache"), "--cache-dir /proc/herald-cache: cannot make a file in /proc, where"
+                                                         " it would be made")):
+        out = herald(command, "--data", str(data), *out_args, "--cache-dir", str(cache))
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip().startswith(f"herald: {expected}"), out.stderr
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "r.json").exists()

@@ -12,7 +12,7 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, field_vali
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, default_cache_dir
-from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
+from herald_service.out_path import check_cache_dir, check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 
 
@@ -250,6 +250,7 @@ class FitCommand(BaseModel):
         if self.out is not None:
             check_probe_out(self.out)
         check_data_and_backbone(self)
+        check_cache_dir(self.cache_dir)
         from herald_service.training.fit import FitOptions, run_fit
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
@@ -405,6 +406,7 @@ class EvalCommand(BaseModel):
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
+        check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
         check_test_data_paths(self.test_data)
         check_probe_folder(self.probe)
@@ -477,6 +479,7 @@ class RecipesCommand(BaseModel):
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
+        check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
         # after the inputs: with the committed default --out, a missing --data was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
