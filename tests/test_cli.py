@@ -512,6 +512,9 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("fit", "--max-per-source", "0"), "max_per_source (--max-per-source): Input should be greater than or equal to 1"),
     (("fit", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
     (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
+    (("eval", "--methods", "lda_best_layer,mlpm"), "methods (--methods): include herald (got lda_best_layer, mlpm): every table"
+                                                  " of herald report compares the other methods with it; add herald to --methods"),
+    (("eval", "--methods", "herald,herald"), "methods (--methods): herald given more than once; name each method once"),
     (("eval", "--replicates", "0"), "replicates (--replicates): Input should be greater than or equal to 10"),
     (("eval", "--replicates", "1000000000"), "replicates (--replicates): Input should be less than or equal to 10000"),
     (("recipes", "--replicates", "10001"), "replicates (--replicates): Input should be less than or equal to 10000"),

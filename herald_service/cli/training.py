@@ -388,6 +388,12 @@ class EvalCommand(BaseModel):
         unknown = [n for n in names if n not in available_methods()]
         if unknown or not names:  # refused here, not after the backbone load and the state extraction
             raise ValueError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(available_methods())}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # herald,herald was accepted and fitted twice
+            raise ValueError(f"{', '.join(twice)} given more than once; name each method once")
+        if "herald" not in names:  # the run exited 0 and herald report then failed with KeyError 'herald' (tester finding)
+            raise ValueError(f"include herald (got {', '.join(names)}): every table of herald report compares the other"
+                             " methods with it; add herald to --methods")
         return names
 
     @field_validator("curve_sizes")
