@@ -523,6 +523,8 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("fit", "--num-threads", "1025"), "threads (--threads): Input should be less than or equal to 1024"),
     (("recipes", "--threads", "100000"), "threads (--threads): Input should be less than or equal to 1024"),
     (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 3"),
+    (("eval", "--curve-seeds", "[]"), "curve_seeds (--curve-seeds): no seed for the learning curve's sizes; give at least one"),
+    (("eval", "--curve-seeds", "1,1"), "curve_seeds (--curve-seeds): seed 1 given more than once: each seed draws the same rows"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
     (("fit", "--seed", "-1"), "seed (--seed): Input should be greater than or equal to 0"),
     (("eval", "--curve-seeds", "[0,-1]"), "curve_seeds.1 (--curve-seeds): Input should be greater than or equal to 0"),
@@ -545,6 +547,13 @@ def test_the_training_commands_take_num_threads_as_the_other_commands_spell_it(c
     assert "--threads int, --num-threads int" in herald(command, "--help").stdout
     model = {"fit": FitCommand, "eval": EvalCommand, "recipes": RecipesCommand}[command]
     assert model.model_validate({"num_threads": 3}).threads == 3 == model.model_validate({"threads": 3}).threads
+
+
+def test_no_curve_seed_is_accepted_only_without_curve_sizes():
+    from herald_service.cli.training import EvalCommand
+
+    assert EvalCommand.model_validate({"curve_sizes": [], "curve_seeds": []}).curve_seeds == []
+    assert EvalCommand.model_validate({"curve_seeds": [2, 0]}).curve_seeds == [2, 0]
 
 
 def test_fit_refuses_a_target_fpr_its_threshold_method_would_ignore_before_anything_loads(tmp_path):

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, field_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, default_cache_dir
@@ -407,6 +407,20 @@ class EvalCommand(BaseModel):
             raise ValueError(f"each learning-curve size is prompts per class, at least 3 (a method calibrates on a"
                              f" quarter of each source's rows of a draw, rounded); got {sizes}")
         return sizes
+
+    @field_validator("curve_seeds")
+    @classmethod
+    def _curve_seeds(cls, seeds: list[int], info: ValidationInfo) -> list[int]:
+        # [] drew no curve under the sizes' heading (an empty table and plot); 1,1 drew the same rows twice and showed a
+        # spread of ± 0.000 as if measured (tester finding)
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        if twice:
+            raise ValueError(f"seed {', '.join(map(str, twice))} given more than once: each seed draws the same rows, so"
+                             " the spread over seeds would be 0 by construction; give distinct seeds")
+        if not seeds and info.data.get("curve_sizes"):
+            raise ValueError("no seed for the learning curve's sizes; give at least one (the default is 0,1,2), or"
+                             " --curve-sizes '[]' to skip the curve")
+        return seeds
 
     def cli_cmd(self) -> None:
         check_default_data(self)
