@@ -679,6 +679,12 @@ def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
             " near chance).") in text
     assert "saturated" not in text and "## Random stratified split\n" in text
     assert "## Targets of issue 3" in text  # still the development corpus
+    inverted = pooled(0.3, 0.40)  # interval [0.38, 0.42]: wholly under 0.5
+    weak["loso"] = loso({"herald": (inverted, 0.433, 0.5), "logreg_last": (inverted, 0.4, 0.4)})
+    write(tmp_path, "results.json", weak)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert " Pooled over folds, the best AUROC is Herald (LDA trajectory + 288-param MLP)'s (0.400, below chance" \
+           " (inverted ranking))." in text
 
 
 def saved_probe_block() -> dict:

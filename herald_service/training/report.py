@@ -795,6 +795,15 @@ SATURATED_AUROC = 0.95
 to 0.994 on SmolLM2; the brief's plain run: F1 0.96-0.98 for every method)."""
 
 
+def _chance_note(auroc: dict) -> str:
+    """``", below chance (inverted ranking)"`` for an AUROC whose whole 95% interval lies under 0.5 (the scores rank
+    benign prompts above harmful ones: "near chance" said otherwise, tester finding), ``", near chance"`` for one
+    under :data:`NEAR_CHANCE_AUROC`, else nothing."""
+    if auroc.get("hi") is not None and auroc["hi"] < 0.5:
+        return ", below chance (inverted ranking)"
+    return ", near chance" if auroc["value"] < NEAR_CHANCE_AUROC else ""
+
+
 def _reading(loso: dict) -> list[str]:
     """One computed paragraph: ranking quality versus threshold transfer on unseen harmful sources, worded by what the
     medians show (it said "ranked above benign prompts" at a median AUROC of 0.433: researcher pass)."""
@@ -824,7 +833,7 @@ def _reading(loso: dict) -> list[str]:
         best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
         best_auroc = pooled[best]["auroc"]["value"]
         text += (f" Pooled over folds, the best AUROC is {METHOD_LABELS.get(best, best)}'s ({best_auroc:.3f}"
-                 + (", near chance" if best_auroc < NEAR_CHANCE_AUROC else "") + ").")
+                 + _chance_note(pooled[best]["auroc"]) + ").")
     return [text, ""]
 
 
