@@ -135,6 +135,11 @@ def test_expand_data_refuses_a_pipe_or_a_device_naming_it(tmp_path):
     ('{"prompt": "\\u200b\\u200d\\ufe0f", "label": "benign", "source": "s"}',
      "line 1: prompt is only invisible characters (nothing is left once the prompt-text fold"),
     ('{"prompt": "hi", "label": "benign", "source": " "}', "line 1: source is empty or only whitespace; name the dataset"),
+    # "  myharmA" was another source than "myharmA" (tester finding); labels are strict, so are source names now
+    ('{"prompt": "hi", "label": "benign", "source": "  myharmA"}', "line 1: source '  myharmA' begins or ends with"
+     " whitespace, so it would be a source apart from 'myharmA'; give the name without it"),
+    ('{"prompt": "hi", "label": "benign", "source": "myharmA\\u00a0"}', "line 1: source 'myharmA\\xa0' begins or ends"
+     " with whitespace, so it would be a source apart from 'myharmA'; give the name without it"),
 ])
 def test_rows_are_parsed_strictly(tmp_path, line, message):
     # a repeated key kept its last value; a surrogate failed in the tokenizer after the backbone load with a

@@ -168,11 +168,15 @@ def _row_problem(row: dict) -> tuple[str | None, str | None]:
 def _source_problem(source: str) -> str | None:
     """What makes ``source`` unusable as a source name, or None. A source name goes into log lines, into the rows of
     ``herald report``'s Markdown tables and into the ``"source|label"`` group keys of the splits and the sample weights:
-    a line break or another control character (Unicode category Cc, or a line or paragraph separator, U+2028 and
-    U+2029) split a log line and a table row, ``|`` a table row and a group key, and an invisible format character
+    leading or trailing whitespace (a no-break space too) made a second source of one name, a line break or another
+    control character (Unicode category Cc, or a line or paragraph separator, U+2028 and U+2029) split a log line and
+    a table row, ``|`` a table row and a group key, and an invisible format character
     (category Cf: a right-to-left override reorders a table row, a zero-width space makes two sources look the same)
     misleads whoever reads them (tester findings)."""
     shown = source if len(source) <= 40 else source[:39] + "…"
+    if source != source.strip():  # "  myharmA" was a source apart from "myharmA", as labels are not (tester finding)
+        return (f"source {shown!r} begins or ends with whitespace, so it would be a source apart from"
+                f" {source.strip()!r}; give the name without it")
     if "|" in source:
         return (f"source {shown!r} holds '|', which separates the columns of herald report's tables and the source"
                 " from the label in Herald's group keys; name the source without it")
