@@ -880,6 +880,23 @@ def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prom
         run_fit(FitOptions(out=tmp_path / "none", max_tokens=3, **{**common, "data": [tmp_path / "folder" / "data.jsonl"]}))
 
 
+def test_fit_names_the_position_table_not_max_tokens_when_the_table_is_the_limit(folder, tmp_path):
+    # tester finding: on a backbone with max_position_embeddings 32, "all 80 prompts exceed --max-tokens 32 once
+    # rendered; raise it" gave advice that could not help
+    import shutil
+
+    short = shutil.copytree(folder, tmp_path / "short-positions")
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 8}))
+    with pytest.raises(ValueError) as refused:
+        run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(short), out=tmp_path / "out",
+                           cache_dir=tmp_path / "cache", device="cpu"))
+    assert str(refused.value) == (
+        "all 90 prompts exceed the backbone's position table (max_position_embeddings 8, where --max-tokens is capped)"
+        " once rendered; give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot"
+        " help)")
+
+
 def test_fit_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_any_state(folder, tmp_path, monkeypatch):
     # every harmful row over --max-tokens failed after the extraction with "no harmful row in the calibration part ...
     # give more harmful prompts per source", a cause that was not it (tester finding)

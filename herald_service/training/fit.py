@@ -401,7 +401,7 @@ def run_fit(options: FitOptions) -> dict:
     log.info("%d prompts after caps (%d over %d tokens skipped)", len(tokenized.examples), sum(tokenized.skipped.values()),
              options.max_tokens)
     require_rows_within_max_tokens(capped, tokenized, options.max_tokens, options.test_fraction, options.seed,
-                                   options.max_per_source)
+                                   options.max_per_source, backbone)
     corpus = extract_tokenized_states(backbone, tokenized, cache, options.token_budget)
     examples, states, tokens = corpus.examples, corpus.states, corpus.tokens
     labels = np.array([e.label for e in examples])
