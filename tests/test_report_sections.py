@@ -540,7 +540,7 @@ def test_targets_without_a_source_of_their_kind_are_not_applicable_not_missed(tm
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "| Benign help-seeking / instruction sources unseen in training: FPR <= 10% | 1/1 sources; max 10.0% | met |  |" in text
-    assert "| Benign sensitive-topic sources unseen in training: FPR <= 15% | OpenAI security_guide 10.0% | met |  |" in text
+    assert "| Benign sensitive-topic sources unseen in training: FPR <= 15% | OpenAI security\\_guide 10.0% | met |  |" in text
 
 
 def test_a_skipped_jailbreak_wrapped_set_is_a_target_row_and_a_line_of_what_is_not_shown(tmp_path):
@@ -947,3 +947,25 @@ def test_an_extra_set_shows_fpr_when_benign_only_recall_when_harmful_only_and_f1
             f"| {label} | 10.0 [2.0, 20.0] | – |") in text
     assert f"| method | recall | AUROC |\n|---|---|---|\n| {label} | 80.0 [70.0, 90.0] | – |" in text
     assert f"| method | f1 | AUROC |\n|---|---|---|\n| {label} | 90.0 [85.0, 95.0] | 0.950 |" in text
+
+
+def test_source_names_are_markdown_text_in_the_tables_and_no_loso_is_named_among_what_is_not_shown(tmp_path):
+    # tester finding: `<img src=x onerror=alert(1)>**bold**` went into the tables as HTML and emphasis
+    from herald_service.training.report_markdown import escape
+
+    assert escape("<img src=x onerror=alert(1)>**bold**") == "&lt;img src=x onerror=alert(1)&gt;\\*\\*bold\\*\\*"
+    assert escape("a_b [c](d) `e` & \\") == "a\\_b \\[c\\](d) \\`e\\` &amp; \\\\"
+    results = main_results()
+    evil = "<img src=x onerror=alert(1)>**bold**"
+    results["loso"]["folds"] = {evil: results["loso"]["folds"]["A harmful"], "B benign": results["loso"]["folds"]["B benign"]}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "| &lt;img src=x onerror=alert(1)&gt;\\*\\*bold\\*\\* | 20 | recall |" in text
+    assert "<img" not in text and "**bold**" not in text
+    assert "Leave-one-source-out: not run" not in text
+    del results["loso"]  # herald eval --no-loso
+    write(tmp_path, "results.json", results)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    at = lines.index("## Not shown by this report")
+    assert ("- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
+            " prompts of sources the models were trained on (the extra sets aside).") in lines[at:]
