@@ -47,6 +47,28 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
         raise ValueError(f"{option} {path}: cannot make a file in folder {written} ({exc.strerror or exc})") from None
 
 
+def check_cache_dir(path: Path, option: str = "--cache-dir") -> None:
+    """Refuse a cache folder that cannot be made or written, before any model loads, without making it (the command
+    makes it, with any missing folders on the way, when it first caches something). A file, ``/proc/x`` or a read-only
+    place failed only after the backbone load and the tokenization, with a bare OSError or, for the embedded backbone,
+    "set HERALD_CACHE_DIR" though the option had been given (tester finding).
+
+    Raises:
+        ValueError: naming ``option`` and the path: it, or a folder on its way, is a file; or no file can be made in
+            it (or, while it does not exist, in the nearest folder on its way that does).
+    """
+    give = "give a writable folder for converted backbones and extracted states"
+    nearest = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not nearest.is_dir():
+        raise ValueError(f"{option} {path}" + (" is a file" if nearest == path else f": {nearest} is a file") + f"; {give}")
+    try:  # a file made and removed, as check_out_path does (os.access passes root for /proc)
+        with tempfile.TemporaryFile(dir=nearest, prefix=".herald-write-check-"):
+            pass
+    except OSError as exc:
+        where = "it" if nearest == path else f"{nearest}, where it would be made"
+        raise ValueError(f"{option} {path}: cannot make a file in {where} ({exc.strerror or exc}); {give}") from None
+
+
 def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
     """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
     ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json

@@ -520,6 +520,32 @@ def test_a_reference_refused_with_bf16_linear_layers_now_and_not_when_recorded_n
     assert "HERALD_MATMUL_DTYPE" not in refused.value.message and " Either the weights differ" in refused.value.message
 
 
+def test_a_reference_refused_on_a_backbone_of_another_revision_says_so_before_the_numerics(fitted, monkeypatch):
+    # tester finding: the first advice blamed bf16 linear layers though the content-sha256 revisions differed
+    from herald_service.probes.reference import check_reference, reference_block
+
+    backbone, probe, _ = fitted
+    moved = json.loads(json.dumps(reference_block(probe, backbone)))
+    for entry in moved["prompts"]:
+        entry["logit"] += 1.5
+    monkeypatch.setattr(backbone, "info", dataclasses.replace(backbone.info, matmul_dtype="bfloat16",
+                                                              revision="content-sha256:new"))
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference({"reference": moved, "backbone": {"revision": "content-sha256:old"}}, probe, backbone)
+    text = refused.value.message
+    after_head = text[text.index("now in float32 with bfloat16 linear layers on cpu.") + 50:]
+    assert after_head.startswith(
+        " The backbone is not the one the probe was fitted on: its revision is 'content-sha256:new', probe.json records"
+        " 'content-sha256:old' (a sha256 of the weight, config and tokenizer files), so other weights are the likely"
+        " cause: serve the backbone the probe was fitted on, or fit a probe for this one with `herald fit`. The linear"
+        " layers also ran in bfloat16 now"), after_head
+    # the same revision: the numerics come first, as before
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference({"reference": moved, "backbone": {"revision": "content-sha256:new"}}, probe, backbone)
+    assert "The backbone is not the one" not in refused.value.message
+    assert "now in float32 with bfloat16 linear layers on cpu. The linear layers ran in bfloat16" in refused.value.message
+
+
 def test_the_same_probe_is_saved_as_the_same_bytes(tmp_path, fitted):
     # tester finding: probe.safetensors of two fits with the same seed differed: safetensors writes its metadata map
     # in an order that changes from call to call, and the header had two keys

@@ -512,9 +512,19 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("fit", "--max-per-source", "0"), "max_per_source (--max-per-source): Input should be greater than or equal to 1"),
     (("fit", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
     (("eval", "--methods", '["herald","lgbm"]'), "methods (--methods): unknown method lgbm; choose from"),
+    (("eval", "--methods", "lda_best_layer,mlpm"), "methods (--methods): include herald (got lda_best_layer, mlpm): every table"
+                                                  " of herald report compares the other methods with it; add herald to --methods"),
+    (("eval", "--methods", "herald,herald"), "methods (--methods): herald given more than once; name each method once"),
     (("eval", "--replicates", "0"), "replicates (--replicates): Input should be greater than or equal to 10"),
+    (("eval", "--replicates", "1000000000"), "replicates (--replicates): Input should be less than or equal to 10000"),
+    (("recipes", "--replicates", "10001"), "replicates (--replicates): Input should be less than or equal to 10000"),
     (("eval", "--threads", "0"), "threads (--threads): Input should be greater than or equal to 1"),
+    (("eval", "--threads", "100000"), "threads (--threads): Input should be less than or equal to 1024"),
+    (("fit", "--num-threads", "1025"), "threads (--threads): Input should be less than or equal to 1024"),
+    (("recipes", "--threads", "100000"), "threads (--threads): Input should be less than or equal to 1024"),
     (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 3"),
+    (("eval", "--curve-seeds", "[]"), "curve_seeds (--curve-seeds): no seed for the learning curve's sizes; give at least one"),
+    (("eval", "--curve-seeds", "1,1"), "curve_seeds (--curve-seeds): seed 1 given more than once: each seed draws the same rows"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
     (("fit", "--seed", "-1"), "seed (--seed): Input should be greater than or equal to 0"),
     (("eval", "--curve-seeds", "[0,-1]"), "curve_seeds.1 (--curve-seeds): Input should be greater than or equal to 0"),
@@ -527,6 +537,23 @@ def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert expected in out.stderr, out.stderr
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
+
+
+@pytest.mark.parametrize("command", ["fit", "eval", "recipes"])
+def test_the_training_commands_take_num_threads_as_the_other_commands_spell_it(command):
+    # classify, plot, steer-eval, reference and serve take --num-threads (also HERALD_NUM_THREADS), these --threads
+    from herald_service.cli.training import EvalCommand, FitCommand, RecipesCommand
+
+    assert "--threads int, --num-threads int" in herald(command, "--help").stdout
+    model = {"fit": FitCommand, "eval": EvalCommand, "recipes": RecipesCommand}[command]
+    assert model.model_validate({"num_threads": 3}).threads == 3 == model.model_validate({"threads": 3}).threads
+
+
+def test_no_curve_seed_is_accepted_only_without_curve_sizes():
+    from herald_service.cli.training import EvalCommand
+
+    assert EvalCommand.model_validate({"curve_sizes": [], "curve_seeds": []}).curve_seeds == []
+    assert EvalCommand.model_validate({"curve_seeds": [2, 0]}).curve_seeds == [2, 0]
 
 
 def test_fit_refuses_a_target_fpr_its_threshold_method_would_ignore_before_anything_loads(tmp_path):
@@ -1547,3 +1574,23 @@ def test_eval_refuses_learning_curve_sizes_whose_draws_cannot_be_calibrated_befo
     assert nothing_cached(tmp_path / "cache")
     out = herald(*base, "--curve-sizes", "[5,25]")  # 5 benign rows from 2 sources: a group of 3 or more
     assert out.returncode == 1 and UNLOADABLE in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("command", ["fit", "eval", "recipes"])
+def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_backbone_loads(tmp_path, command):
+    # tester finding: a file, /proc/x or a read-only folder failed after the load and tokenization, with a bare OSError,
+    # or "set HERALD_CACHE_DIR" for the embedded backbone though --cache-dir was given
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n{"prompt": "bomb", "label": "harmful", "source": "b"}\n')
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out_args = ("--out", str(tmp_path / ("probe" if command == "fit" else "r.json")))
+    give = "give a writable folder for converted backbones and extracted states"
+    for cache, expected in ((afile, f"--cache-dir {afile} is a file; {give}"),
+                            (afile / "sub", f"--cache-dir {afile / 'sub'}: {afile} is a file; {give}"),
+                            (Path("/proc/herald-cache"), "--cache-dir /proc/herald-cache: cannot make a file in /proc, where"
+                                                         " it would be made")):
+        out = herald(command, "--data", str(data), *out_args, "--cache-dir", str(cache))
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip().startswith(f"herald: {expected}"), out.stderr
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "r.json").exists()

