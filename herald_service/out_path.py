@@ -120,9 +120,14 @@ def umask_mode(mode: int) -> int:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder renamed over it, so a run stopped
-    during the write leaves the old file or the new one, never one cut short. The file gets the mode a new file gets
-    under the process's umask.
+    """Write ``text`` (UTF-8) to ``path`` as :func:`write_bytes_atomically` writes bytes."""
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder renamed over it, so a run stopped during
+    the write leaves the old file or the new one, never one cut short. The file gets the mode a new file gets under
+    the process's umask.
 
     A symbolic link is followed: its target is replaced.
 
@@ -132,8 +137,8 @@ def write_text_atomically(path: Path, text: str) -> None:
     path = path.resolve()
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
         os.chmod(temporary, umask_mode(0o666))  # mkstemp makes it 0600
         os.replace(temporary, path)
     except BaseException:

@@ -581,3 +581,31 @@ def test_a_target_fpr_threshold_records_its_target_beside_the_method(tmp_path, f
     manifest = json.loads((tmp_path / "f1" / "probe.json").read_text())
     assert manifest["threshold_method"] == "max_f1" and "target_fpr" not in manifest
     assert load_probe(tmp_path / "f1", backbone.info)[0].target_fpr is None
+
+
+def test_a_save_stopped_mid_write_leaves_the_previous_probe_whole(tmp_path, fitted, monkeypatch):
+    # tester finding: probe.safetensors and probe.json were written in place; a fit stopped during the write left a
+    # file cut short. Each is now written to a temporary file and renamed over the old one.
+    import os
+
+    from herald_service import out_path
+
+    backbone, probe, states = fitted
+    save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
+    before = {name: (tmp_path / name).read_bytes() for name in ("probe.safetensors", "probe.json")}
+    calls = []
+
+    def stopped(src, dst):
+        calls.append(dst)
+        raise KeyboardInterrupt  # the rename of the first file never happens
+
+    monkeypatch.setattr(out_path.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info), "extra": "x"})
+    monkeypatch.undo()
+    assert [os.path.basename(c) for c in calls] == ["probe.safetensors"]
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]  # no temporary left
+    loaded, manifest = load_probe(tmp_path, backbone.info)
+    assert "extra" not in manifest
+    assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.numpy import load as load_bytes
-from safetensors.numpy import save_file
+from safetensors.numpy import save as save_bytes
 
 from herald_service import __version__
 from herald_service.errors import ProbeMismatch
-from herald_service.out_path import umask_mode
+from herald_service.out_path import write_bytes_atomically, write_text_atomically
 from herald_service.probes.directions import LayerDirections
 from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
@@ -55,7 +55,10 @@ def backbone_manifest(info: BackboneInfo) -> dict[str, Any]:
 
 
 def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> None:
-    """Write ``probe.safetensors`` and ``probe.json`` into ``folder`` (created if needed).
+    """Write ``probe.safetensors`` and ``probe.json`` into ``folder`` (created if needed), each through a temporary
+    file renamed over the old one: a fit stopped during the write leaves each file whole, old or new. Two fits writing
+    one folder at once can still pair one's tensors with the other's manifest; loading refuses such a pair where the
+    manifest's ``reference`` logits are not reproduced (:mod:`herald_service.probes.reference`).
 
     Args:
         manifest: must hold ``backbone`` (see :func:`backbone_manifest`); training data, metrics and the command
@@ -72,10 +75,10 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "feature_std": probe.feature_stats.std.astype(np.float32),
         **state,
     }
-    save_file(tensors, str(folder / TENSORS_FILE), metadata=TENSORS_METADATA)
-    # safetensors writes its file 0600; give it the mode probe.json gets (0644 under the usual umask), or a probe fitted
-    # by one user cannot be served by another (the image's uid 10001 on a mounted volume: breaker finding)
-    (folder / TENSORS_FILE).chmod(umask_mode(0o666))
+    # Each file is written whole or not at all (a fit stopped mid-write left one cut short: tester finding), with the
+    # mode a new file gets under the umask (0644 as a rule: safetensors' own writer made it 0600, and a probe fitted by
+    # one user could not be served by another, the image's uid 10001 on a mounted volume: breaker finding).
+    write_bytes_atomically(folder / TENSORS_FILE, save_bytes(tensors, metadata=TENSORS_METADATA))
     full = {
         "format_version": FORMAT_VERSION,
         "herald_version": __version__,
@@ -89,7 +92,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         "directions_bytes": int(tensors["directions"].nbytes),  # for people; loading checks the tensor's shape
         **manifest,
     }
-    (folder / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=False) + "\n")
+    write_text_atomically(folder / MANIFEST_FILE, json.dumps(full, indent=2, sort_keys=False) + "\n")
 
 
 def _manifest_path(folder: Path) -> Path:
