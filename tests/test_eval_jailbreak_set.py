@@ -5,6 +5,7 @@ sample(s)": breaker finding)."""
 import hashlib
 import json
 import logging
+import shutil
 
 import pytest
 
@@ -141,6 +142,19 @@ def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_an
     assert str(caught.value) == (f"every prompt of {long} (--test-data) exceeds --max-tokens 20 once rendered; raise"
                                  " --max-tokens or give shorter prompts")
     assert not (tmp_path / "r.json").exists()
+    # where the backbone's position table is the limit, raising --max-tokens cannot help: the table is named instead
+    short = tmp_path / "tiny-20"
+    shutil.copytree(folder, short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 20}))
+    with pytest.raises(ValueError) as caught:
+        run_eval(EvalOptions(data=[data], backbone=str(short), cache_dir=tmp_path / "cache", out=tmp_path / "r.json",
+                             device="cpu", test_data=[long], methods=("logreg_last",), loso=False,
+                             curve_sizes=(), replicates=10, jailbreak_templates=None))
+    assert str(caught.value) == (
+        f"every prompt of {long} (--test-data) exceeds the backbone's position table (max_position_embeddings 20,"
+        " where --max-tokens is capped) once rendered; give shorter prompts or a backbone with a longer position"
+        " table (a larger --max-tokens cannot help)")
 
 
 def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned_about_and_scored_apart(tmp_path, caplog):
@@ -213,7 +227,7 @@ def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned
     assert (sets["three.jsonl"]["checked_all"], sets["three.jsonl"]["in_training_files"]) == (False, 0)
     assert "unseen" not in sets["three.jsonl"]
     assert results["meta"]["test_data_skipped_over_max_tokens"] == {"long.jsonl": 3}
-    assert f"--test-data {long}: 3 of its 6 prompts render to more than --max-tokens 32 tokens and are not scored" in caplog.text
+    assert f"--test-data {long}: 3 of its 6 prompts render to more tokens than --max-tokens 32 and are not scored" in caplog.text
 
 
 def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_one_warning(tmp_path, caplog):

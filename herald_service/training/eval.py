@@ -770,16 +770,18 @@ def run_eval(options: EvalOptions) -> dict:
     if options.probe is not None and not test_sets and JAILBREAK_SET not in extra:
         log.warning("--probe %s has nothing to score: give --test-data files (or a jailbreak-wrapped set, "
                     "--jailbreak-n above 0); the saved probe is left out of the results' sets", options.probe)
+    from herald_service.training.extract import token_limit_words
+
     test_skipped: dict[str, int] = {}
+    _, limit, advice = token_limit_words(backbone, options.max_tokens)
     for path, rows in test_sets.items():
         extra[path.name], _, over = _states_for(backbone, rows, cache, options.max_tokens, path.name)
         if sum(over.values()):  # dropped without a word, and its set read "none of its N prompts" (re-tester)
             test_skipped[path.name] = sum(over.values())
-            log.warning("--test-data %s: %d of its %d prompts render to more than --max-tokens %d tokens and are not "
-                        "scored", path, test_skipped[path.name], len(rows), options.max_tokens)
+            log.warning("--test-data %s: %d of its %d prompts render to more tokens than %s and are not scored",
+                        path, test_skipped[path.name], len(rows), limit)
         if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
-            raise ValueError(f"every prompt of {path} (--test-data) exceeds --max-tokens {options.max_tokens} once"
-                             " rendered; raise --max-tokens or give shorter prompts")
+            raise ValueError(f"every prompt of {path} (--test-data) exceeds {limit} once rendered; {advice}")
 
     added_rows, augmentation = None, None
     if options.jailbreak_train_per_class > 0:

@@ -197,6 +197,18 @@ def tokenize_within_limit(backbone: Backbone, examples: Sequence[Example], max_t
                            dict(sorted(Counter(e.source for e in over).items())), {0: by_label[0], 1: by_label[1]})
 
 
+def token_limit_words(backbone: object | None, max_tokens: int) -> tuple[bool, str, str]:
+    """How an error names the token limit ``max_tokens`` (``--max-tokens`` after :func:`capped_max_tokens`) and the
+    way out: ``(table, limit, advice)``, ``table`` True where the limit is the backbone's position table, where a
+    larger ``--max-tokens`` cannot help ("raise it" was the advice for a 32-position backbone: tester finding)."""
+    table = backbone is not None and getattr(backbone, "max_positions", None) == max_tokens
+    limit = (f"the backbone's position table ({position_table_key(backbone)} {max_tokens}, where --max-tokens is"
+             " capped)" if table else f"--max-tokens {max_tokens}")
+    advice = ("give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot help)"
+              if table else "raise --max-tokens or give shorter prompts")
+    return table, limit, advice
+
+
 def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCorpus, max_tokens: int,
                                    test_fraction: float, seed: int, max_per_source: int | None,
                                    backbone: object | None = None) -> None:
@@ -218,11 +230,7 @@ def require_rows_within_max_tokens(capped: list[Example], tokenized: TokenizedCo
     Raises:
         ValueError: naming ``--max-tokens``, the label, how many of its rows it skips, and the way out.
     """
-    table = backbone is not None and getattr(backbone, "max_positions", None) == max_tokens
-    limit = (f"the backbone's position table ({position_table_key(backbone)} {max_tokens}, where --max-tokens is"
-             " capped)" if table else f"--max-tokens {max_tokens}")
-    advice = ("give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot help)"
-              if table else "raise --max-tokens or give shorter prompts")
+    table, limit, advice = token_limit_words(backbone, max_tokens)
     if not tokenized.examples:
         raise ValueError(f"all {len(capped)} prompts exceed {limit} once rendered; "
                          + (advice if table else "raise it"))
