@@ -42,6 +42,23 @@ def test_target_fpr_threshold():
     assert t2 == pytest.approx(4.5)
 
 
+def test_a_target_fpr_finer_than_the_benign_calibration_rows_can_measure_is_warned_about(caplog):
+    # tester finding: 8 benign calibration rows and --target-fpr 0.01 set a threshold for no false positive, silently
+    logits = np.arange(10, dtype=float)
+    labels = np.array([0, 0, 0, 0, 0, 1, 0, 1, 1, 1])  # 6 benign: one false positive is 16.7%
+    with caplog.at_level("WARNING", logger="herald_service.probes.scorer"):
+        assert calibrate_threshold(logits, labels, "target_fpr", target_fpr=0.01) == pytest.approx(6.5)
+    assert caplog.messages == ["the calibration part holds 6 benign prompts: one false positive among them is 16.7%,"
+                               " above the target false-positive rate 1%, so the threshold is set for none; give more"
+                               " benign prompts for a threshold at that rate"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="herald_service.probes.scorer"):
+        calibrate_threshold(logits, labels, "target_fpr", target_fpr=1 / 6)  # measurable: 1 of 6
+        calibrate_threshold(logits, labels, "target_fpr", target_fpr=0.0)  # none asked for
+        calibrate_threshold(logits, labels)
+    assert caplog.messages == []
+
+
 def test_calibration_needs_both_classes():
     with pytest.raises(ValueError):
         calibrate_threshold(np.zeros(3), np.ones(3))

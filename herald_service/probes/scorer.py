@@ -6,12 +6,15 @@ has no bias: the decision offset is the calibrated threshold, ``score = sigmoid(
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 NUM_FEATURES = 7
 HIDDEN_UNITS = 32
@@ -105,7 +108,8 @@ def calibrate_threshold(
         logits: ``(n,)`` scorer outputs on calibration prompts not used to fit the scorer.
         labels: ``(n,)`` 1 = harmful.
         method: ``"max_f1"`` (default): the threshold with the highest F1; ``"target_fpr"``: the lowest threshold
-            whose benign false-positive rate is <= ``target_fpr``.
+            whose benign false-positive rate is <= ``target_fpr`` (a warning is logged where the calibration part has
+            too few benign prompts to measure that rate: fewer than ``1 / target_fpr``).
 
     Returns:
         A threshold t; a prompt is flagged when ``logit >= t``. Midpoints between neighbouring logits are used, so the
@@ -128,7 +132,12 @@ def calibrate_threshold(
         f1 = 2 * tp / np.maximum(2 * tp + fp + fn, 1)
         return float(candidates[int(np.argmax(f1))])
     if method == "target_fpr":
-        fpr = fp / max(int((~labels).sum()), 1)
+        benign = int((~labels).sum())
+        if 0 < target_fpr < 1 / benign:  # 8 benign rows and 1%: a threshold for no false positive, silently (tester)
+            log.warning("the calibration part holds %d benign prompts: one false positive among them is %.1f%%, above "
+                        "the target false-positive rate %.2g%%, so the threshold is set for none; give more benign "
+                        "prompts for a threshold at that rate", benign, 100 / benign, 100 * target_fpr)
+        fpr = fp / max(benign, 1)
         ok = np.nonzero(fpr <= target_fpr)[0]
         return float(candidates[ok[0]])
     raise ValueError(f"unknown threshold method {method!r}; use 'max_f1' or 'target_fpr'")
