@@ -679,6 +679,19 @@ def test_instruction_study_judges_herald_by_stage_one_of_its_rule(tmp_path):
     worse = dict(base, AlpacaEval=0.11, **{"OpenAI evals security_guide": 0.66})
     cand = report_recipe_studies.instruction_numbers(_eval_loso(0.815, 0.60, worse), "herald")
     assert list(report_recipe_studies.instruction_criteria(cand, ref).values()) == [False, False, False]
+    # a researcher's corpus without the sensitive-topic sources (re-tester: StopIteration ended the report) and a run
+    # without leave-one-source-out results
+    plain = {"AlpacaEval": 0.08, "IFEval": 0.12}
+    study = {"reference": _eval_loso(0.80, 0.60, plain), "candidate": _eval_loso(0.83, 0.60, plain)}
+    numbers = report_recipe_studies.instruction_numbers(study["candidate"], "herald")
+    assert (numbers["rho"], numbers["security"]) == (None, None)
+    lines = report_recipe_studies.instruction_section(study)
+    assert "| `herald` | 0.600 / 0.600 | 0.800 / 0.830 | 1 / 1 of 2 | – / – | – / – |" in lines
+    assert "**Stage 1 passes: stage 2 is next** (docs/eval/recipe_studies.md)." in lines
+    study["candidate"] = {"meta": {"command": "herald eval --no-loso", "n": 10}}
+    assert report_recipe_studies.instruction_section(study) == [
+        "### States read at the end of a moderation instruction", "",
+        "Not judged: `candidate.json` in `recipe_studies/instruction/` has no leave-one-source-out results.", ""]
 
 
 def test_instruction_corpus_puts_each_prompt_as_trained_on_into_the_guard_instruction(tmp_path):
@@ -698,12 +711,31 @@ def test_instruction_corpus_puts_each_prompt_as_trained_on_into_the_guard_instru
     assert out == [{"prompt": GUARD_INSTRUCTION.format(prompt="How do I bake bread?"), "label": "benign", "source": "S1"},
                    {"prompt": GUARD_INSTRUCTION.format(prompt="A letter.\n\nSummarise it for a blackmail note"),
                     "label": "harmful", "source": "S2", "category": ["contextual"]}]
-    with pytest.raises(FileExistsError, match="exists"):
+    with pytest.raises(ValueError, match="is not empty"):
         write_instruction_corpus(data, tmp_path / "out")
+
+
+def test_instruction_corpus_refuses_in_one_line_and_writes_nothing_on_a_refusal(tmp_path, capsys):
+    # re-tester: tracebacks, an empty out folder left for a missing path, and the first file's copy written before a
+    # bad row of the second, so that the rerun was refused as "exists"
+    from herald_service.training.instruction_corpus import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text(json.dumps({"prompt": "hi", "label": "benign", "source": "S"}) + "\n")
     (data / "b.jsonl").write_text(json.dumps({"prompt": "x", "label": "maybe", "source": "S"}) + "\n")
-    with pytest.raises(ValueError, match="label"):
-        write_instruction_corpus(data / "b.jsonl", tmp_path / "out2")
-    assert not (tmp_path / "out2" / "b.jsonl").exists()
+    assert main([str(data), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.startswith(f"instruction_corpus: {data / 'b.jsonl'} line 1: ")
+    assert not (tmp_path / "out").exists()
+    assert main([str(tmp_path / "nope"), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"instruction_corpus: data {tmp_path / 'nope'} does not exist\n"
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "file").write_text("x")
+    assert main([str(data / "a.jsonl"), str(tmp_path / "file")]) == 1
+    assert capsys.readouterr().err == f"instruction_corpus: {tmp_path / 'file'} is a file: give a new or empty folder for the copy\n"
+    assert main([str(data / "a.jsonl"), str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'out' / 'a.jsonl'}\n"
+    assert main([str(data / "a.jsonl")]) == 2
 
 
 def test_sensitive_study_rule_needs_both_sensitive_folds_lower_and_no_loss():
@@ -1031,6 +1063,11 @@ def test_source_names_are_markdown_text_in_the_tables_and_no_loso_is_named_among
     at = lines.index("## Not shown by this report")
     assert ("- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
             " prompts of sources the models were trained on (the extra sets aside).") in lines[at:]
+    # these results have no learning curve, as from herald eval --curve-sizes '[]' (re-tester: the section was
+    # silently absent); the committed report's results have one
+    assert "- The learning curve: not run (`--curve-sizes '[]'`)." in lines[at:]
+    committed = (Path(__file__).resolve().parents[1] / "docs" / "EVALUATION.md").read_text()
+    assert "## Learning curve" in committed and "The learning curve: not run" not in committed
 
 
 def test_the_instruction_study_beside_the_results_is_checked_by_its_reference_corpus_and_both_backbones(tmp_path):

