@@ -525,6 +525,7 @@ def test_steer_eval_refuses_mode_add_without_a_non_zero_alpha(tmp_path, alpha):
     (("eval", "--curve-sizes", "[1,25]"), "each learning-curve size is prompts per class, at least 3"),
     (("eval", "--curve-seeds", "[]"), "curve_seeds (--curve-seeds): no seed for the learning curve's sizes; give at least one"),
     (("eval", "--curve-seeds", "1,1"), "curve_seeds (--curve-seeds): seed 1 given more than once: each seed draws the same rows"),
+    (("eval", "--curve-sizes", "8,12,8"), "curve_sizes (--curve-sizes): size 8 given more than once; give each size once"),
     (("recipes", "--recipes", '["shipped","magic"]'), "recipes (--recipes): unknown recipe magic; choose from shipped"),
     (("fit", "--seed", "-1"), "seed (--seed): Input should be greater than or equal to 0"),
     (("eval", "--curve-seeds", "[0,-1]"), "curve_seeds.1 (--curve-seeds): Input should be greater than or equal to 0"),

@@ -406,6 +406,9 @@ class EvalCommand(BaseModel):
         if any(size < 3 for size in sizes):
             raise ValueError(f"each learning-curve size is prompts per class, at least 3 (a method calibrates on a"
                              f" quarter of each source's rows of a draw, rounded); got {sizes}")
+        twice = sorted({s for s in sizes if sizes.count(s) > 1})
+        if twice:  # 8,12,8 pooled both runs of size 8 under one key and showed a duplicate column (re-tester)
+            raise ValueError(f"size {', '.join(map(str, twice))} given more than once; give each size once")
         return sizes
 
     @field_validator("curve_seeds")

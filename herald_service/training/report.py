@@ -750,6 +750,7 @@ def _not_shown(results: dict, development: bool, audit: str) -> list[str]:
         *([] if results.get("loso") else [
             "- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
             " prompts of sources the models were trained on (the extra sets aside)."]),
+        *([] if results.get("learning_curve") else ["- The learning curve: not run (`--curve-sizes '[]'`)."]),
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
          if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
