@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -1432,6 +1433,23 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
             f"herald report: --results {results} is not complete herald eval output ({error}, while building the report;"
             " nothing was written); give the file herald eval --out wrote"), run.stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]
+    # a well-formed file beside the results that breaks its section: named beside --results as a possible cause
+    results.write_text(json.dumps(good))
+    (tmp_path / "recipes.json").write_text("{}")
+    (tmp_path / "feature_sets").mkdir()
+    (tmp_path / "feature_sets" / "seed0.json").write_text("{}")
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    assert run.returncode == 1 and run.stderr.strip() == (
+        f"herald report: --results {results} or a file read beside it (recipes.json in {tmp_path}) is not complete"
+        " herald output (KeyError: 'results', while building the report; nothing was written); give the file herald"
+        " eval --out wrote, and move aside a file beside it that its study command did not write"), run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feature_sets", "notes.txt", "recipes.json", "results.json"]
+    (tmp_path / "recipes.json").unlink()
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    assert run.returncode == 1 and run.stderr.strip().startswith(
+        f"herald report: --results {results} or a file read beside it (feature_sets/ in {tmp_path}) is not complete"
+        " herald output ("), run.stderr
+    shutil.rmtree(tmp_path / "feature_sets")
     results.write_text("[" * 100_000)  # was a RecursionError traceback
     run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"))
     assert run.returncode == 1 and run.stderr.strip() == (

@@ -523,7 +523,7 @@ class ReportCommand(BaseModel):
     plots: Path = Field(Path("docs/eval"), description="Folder for the PNG plots (made if missing; its parent must exist).")
 
     def cli_cmd(self) -> None:
-        from herald_service.training.report import NotEvalResults, write_report
+        from herald_service.training.report import NotEvalResults, ReportNotBuilt, write_report
 
         try:  # every path is checked before anything is written: a bad --results left an empty plots folder behind
             check_out_path(self.out, "--out", "the Markdown file to write, such as --out EVALUATION.md", folder=False)
@@ -536,8 +536,14 @@ class ReportCommand(BaseModel):
             raise SystemExit(f"herald report: {exc}") from None
         except OSError as exc:
             raise SystemExit(f"herald report: cannot write {exc.filename}: {exc.strerror}") from None
-        except Exception as exc:  # noqa: BLE001 - any part deeper than read_eval_results checks (a 700-case mutation
-            # run of a breaker pass raised KeyError, TypeError, StopIteration, numpy's broadcast ValueError ...)
-            raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output"
-                             f" ({type(exc).__name__}: {exc}, while building the report; nothing was written); give"
-                             " the file herald eval --out wrote") from None
+        except ReportNotBuilt as exc:  # a part deeper than the checks read (a 700-case mutation run of a breaker pass
+            # raised KeyError, TypeError, StopIteration, numpy's broadcast ValueError ...); a file beside the results
+            # may be the one (it was blamed on --results alone: tester finding)
+            if not exc.side_files:
+                raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output ({exc},"
+                                 " while building the report; nothing was written); give the file herald eval --out"
+                                 " wrote") from None
+            raise SystemExit(f"herald report: --results {self.results} or a file read beside it"
+                             f" ({', '.join(exc.side_files)} in {self.results.parent}) is not complete herald output"
+                             f" ({exc}, while building the report; nothing was written); give the file herald eval"
+                             " --out wrote, and move aside a file beside it that its study command did not write") from None

@@ -1148,6 +1148,7 @@ SIDE_SECTIONS = {
     "recipes": "Training recipe: before and after (source-held-out)",
     "benign_sensitive": "Benign prompts on sensitive topics (held-out sets)",
     "feature_sets": "Trajectory feature sets (source-held-out)",
+    "scorer_training": "Scorer training recipes (source-held-out)",
     "direction_estimators": "Per-layer direction estimators (source-held-out)",
     "jailbreak_recipe": "Jailbreak-augmented training (source-held-out)",
     "threshold_rule": "Threshold from source-held-out margins (source-held-out)",
@@ -1208,50 +1209,118 @@ def read_eval_results(path: Path) -> dict:
     return results
 
 
+def read_side_file(path: Path) -> tuple[Any, str | None]:
+    """A JSON file beside the results (``recipes.json``, ``feature_sets/seed0.json`` ...) as ``(content, None)``, or
+    ``(None, why)`` where it is not UTF-8 JSON or not an object at its top level (what every study command writes):
+    ``why`` ends a sentence that starts with the file's name. A ``{bad`` in ``feature_sets/x.json`` stopped the
+    report with a message that blamed ``--results`` (tester finding).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    import json
+
+    try:
+        part = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text"
+    except RecursionError:
+        return None, "is JSON nested more deeply than herald writes"
+    except json.JSONDecodeError as exc:
+        return None, f"is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+    if not isinstance(part, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(part), "a number")
+        return None, f"holds {kind} at its top level where herald writes an object"
+    return part, None
+
+
+class ReportNotBuilt(Exception):
+    """A part of the results, or of a file read beside them, that :func:`read_eval_results` and
+    :func:`read_side_file` do not check broke the report while it was built; nothing was written. ``cause`` is the
+    exception raised; ``side_files`` names what was read beside the results (a file, or a folder ending in ``/``), any
+    of which may be the cause (empty when none was read)."""
+
+    def __init__(self, cause: Exception, side_files: tuple[str, ...]):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause, self.side_files = cause, side_files
+
+
 def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
     """Write the Markdown report and its plots; returns the Markdown path. Nothing is written unless all of it could
-    be built: the plots are drawn in a scratch folder beside ``md_path`` and moved into ``plot_dir`` last.
+    be built: the plots are drawn in a scratch folder beside ``md_path`` and moved into ``plot_dir`` last. A file
+    beside the results that is another experiment's (:func:`foreign_side_file`), or is not a JSON object
+    (:func:`read_side_file`), leaves its section out with a line saying why and a warning on stderr.
 
     Raises:
         NotEvalResults: the results file is not ``herald eval`` output (:func:`read_eval_results`), before anything
             is written.
-        Exception: whatever a deeper malformed part of it raises while the report is built (``herald report`` names
-            the file).
+        ReportNotBuilt: a deeper malformed part of the results or of a file read beside them broke the build
+            (``herald report`` names them).
         OSError: a file cannot be read or written.
     """
-    import json
-
     results = read_eval_results(Path(results_path))
+    read: list[str] = []
+    try:
+        return _write_report(results, Path(results_path), md_path, plot_dir, read)
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any part deeper than the checks (KeyError, TypeError, StopIteration ...)
+        raise ReportNotBuilt(exc, tuple(dict.fromkeys(
+            name.split("/")[0] + "/" if "/" in name else name for name in read))) from exc
+
+
+def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Path, read: list[str]) -> Path:
+    """:func:`write_report` once the results are checked; ``read`` collects the names of the files read beside them."""
     # Every table and plot names "herald" through METHOD_LABELS; set per report from its own results.
     METHOD_LABELS["herald"] = herald_label(results.get("meta", {}))
-    folder = Path(results_path).parent
+    folder = results_path.parent
     beside: list[str] = []
     left_out: dict[str, str] = {}
 
-    def agrees(key: str, files: dict[str, Any]) -> bool:
-        """Whether the files of section ``key`` are this experiment's (:func:`foreign_side_file`); if not, the
-        report says so in the section's place and on stderr."""
-        line = foreign_side_file(results, Path(results_path).name, files)
-        if line is None:
-            return True
+    def leave(key: str, line: str) -> None:
+        """Section ``key`` is left out: the report says ``line`` in its place, and stderr says it too."""
         left_out[key] = line
         print(f"herald report: warning: {line.removeprefix('Left out: ')} Its section is left out.", file=sys.stderr)
-        return False
 
-    def read(path: Path) -> Any:
-        return json.loads(path.read_text())
+    def agrees(key: str, files: dict[str, Any] | None) -> bool:
+        """Whether the files of section ``key`` were read (None: one was not a JSON object, already left out) and are
+        this experiment's (:func:`foreign_side_file`); if not, the report says so in the section's place and on
+        stderr."""
+        if files is None:
+            return False
+        line = foreign_side_file(results, results_path.name, files)
+        if line is not None:
+            leave(key, line)
+        return line is None
+
+    def read_all(key: str, paths: dict[str, Path]) -> dict[str, Any] | None:
+        """Each of ``paths`` (name beside the results file -> path) of section ``key`` parsed, or None when one is
+        not a JSON object (:func:`read_side_file`): then the section is left out, as for another experiment's file."""
+        parts = {}
+        for name, path in paths.items():
+            part, problem = read_side_file(path)
+            if problem is not None:
+                leave(key, f"Left out: `{name}` beside the results file {problem}.")
+                return None
+            read.append(name)
+            parts[name] = part
+        return parts
+
+    def optional(name: str) -> dict[str, Path]:
+        """``{name: path}`` for a file of a section that may lack it, ``{}`` where it is absent."""
+        return {name: folder / name} if (folder / name).is_file() else {}
 
     lda = folder / "lda_recipe" / "results.json"
-    if "lda_recipe" not in results and lda.is_file() and lda.resolve() != Path(results_path).resolve():
-        part = read(lda)
-        if agrees("lda_recipe", {"lda_recipe/results.json": part}):
-            results["lda_recipe"] = part
-            beside.append("lda_recipe/")
-    recipes = Path(results_path).with_name("recipes.json")
-    if "recipes" not in results and recipes.is_file() and agrees("recipes", {"recipes.json": (part := read(recipes))}):
+    if "lda_recipe" not in results and lda.is_file() and lda.resolve() != results_path.resolve() and agrees(
+            "lda_recipe", parts := read_all("lda_recipe", {"lda_recipe/results.json": lda})):
+        results["lda_recipe"] = parts["lda_recipe/results.json"]
+        beside.append("lda_recipe/")
+    recipes = results_path.with_name("recipes.json")
+    if "recipes" not in results and recipes.is_file() and agrees(
+            "recipes", parts := read_all("recipes", {"recipes.json": recipes})):
         from herald_service.training.recipes import block_from_eval
 
-        results["recipes"] = part
+        results["recipes"] = parts["recipes.json"]
         # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds.
         ordered = {}
         for name, method in (("shipped", "herald"), ("logreg_last", "logreg_last")):
@@ -1265,7 +1334,7 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
                        [folder / "benign_sensitive" / f"{name}.json" for name in ("results", "recipes")]
                        + sorted((folder / "benign_sensitive").glob("recipes_fitseed*.json")) if f.is_file()}
     if "benign_sensitive" not in results and sensitive_files and agrees(
-            "benign_sensitive", parts := {name: read(f) for name, f in sensitive_files.items()}):
+            "benign_sensitive", parts := read_all("benign_sensitive", sensitive_files)):
         sensitive = {name: parts[f"benign_sensitive/{name}.json"] for name in ("results", "recipes")
                      if f"benign_sensitive/{name}.json" in parts}
         if sensitive:
@@ -1275,54 +1344,66 @@ def write_report(results_path: Path, md_path: Path, plot_dir: Path) -> Path:
             beside.append("benign_sensitive/")
     runs = sorted((folder / "feature_sets").glob("*.json"))
     if "feature_sets" not in results and runs and agrees(
-            "feature_sets", parts := {f"feature_sets/{f.name}": read(f) for f in runs}):
+            "feature_sets", parts := read_all("feature_sets", {f"feature_sets/{f.name}": f for f in runs})):
         results["feature_sets"] = list(parts.values())
         beside.append("feature_sets/")
-    scorer = folder / "scorer_training" / "summary.json"
-    if "scorer_training" not in results and scorer.is_file():
-        results["scorer_training"] = read(scorer)
+    if "scorer_training" not in results and (parts := read_all("scorer_training",
+                                                               optional("scorer_training/summary.json"))):
+        results["scorer_training"] = parts["scorer_training/summary.json"]
         beside.append("scorer_training/")
-    directions = folder / "direction_estimators" / "summary.json"
-    if "direction_estimators" not in results and directions.is_file():
-        results["direction_estimators"] = read(directions)
+    if "direction_estimators" not in results and (parts := read_all("direction_estimators",
+                                                                    optional("direction_estimators/summary.json"))):
+        results["direction_estimators"] = parts["direction_estimators/summary.json"]
         beside.append("direction_estimators/")
-    round3_files = sorted((folder / "direction_estimators" / "round3").glob("seed*.json"))
+    round3_files = {f"direction_estimators/round3/{f.name}": f
+                    for f in sorted((folder / "direction_estimators" / "round3").glob("seed*.json"))}
+    diagnostic = "direction_estimators/round3/benign_wrapped.json"
     if "direction_round3" not in results and round3_files and agrees(
-            "direction_round3", parts := {f"direction_estimators/round3/{f.name}": read(f) for f in round3_files}):
-        diagnostic = folder / "direction_estimators" / "round3" / "benign_wrapped.json"
-        runs = {int(Path(name).stem.removeprefix("seed")): run for name, run in parts.items()}
+            "direction_round3", parts := read_all("direction_round3", {**round3_files, **optional(diagnostic)})):
+        runs = {int(Path(name).stem.removeprefix("seed")): parts[name] for name in round3_files}
         results["direction_round3"] = {
             "runs": {seed: run["results"] for seed, run in runs.items()},
             "prompt_texts": [run.get("prompt_text") for run in runs.values()],
-            "benign_wrapped": read(diagnostic) if diagnostic.is_file() else None}
-    seed_files = sorted((folder / "jailbreak_recipe").glob("seed*.json"))
+            "benign_wrapped": parts.get(diagnostic)}
+    seed_files = {f"jailbreak_recipe/{f.name}": f for f in sorted((folder / "jailbreak_recipe").glob("seed*.json"))}
+    diagnostic = "jailbreak_recipe/benign_wrapped.json"
     if "jailbreak_recipe" not in results and seed_files and agrees(
-            "jailbreak_recipe", parts := {f"jailbreak_recipe/{f.name}": read(f) for f in seed_files}):
-        diagnostic = folder / "jailbreak_recipe" / "benign_wrapped.json"
-        runs = {int(Path(name).stem.removeprefix("seed")): run for name, run in parts.items()}
+            "jailbreak_recipe", parts := read_all("jailbreak_recipe", {**seed_files, **optional(diagnostic)})):
+        runs = {int(Path(name).stem.removeprefix("seed")): parts[name] for name in seed_files}
         results["jailbreak_recipe"] = {
             "runs": {seed: run["results"] for seed, run in runs.items()},
             "prompt_texts": [run.get("prompt_text") for run in runs.values()],
-            "benign_wrapped": read(diagnostic) if diagnostic.is_file() else None}
+            "benign_wrapped": parts.get(diagnostic)}
         beside.append("jailbreak_recipe/")
-    threshold_runs = report_threshold.load_runs(folder / "threshold_rule")
-    if "threshold_rule" not in results and threshold_runs and agrees(
-            "threshold_rule", {f"threshold_rule/seed{seed}.json": run for seed, run in threshold_runs.items()}):
+    threshold_files = {f"threshold_rule/{f.name}": f for f in sorted((folder / "threshold_rule").glob("seed*.json"))}
+    if ("threshold_rule" not in results and threshold_files
+            and read_all("threshold_rule", threshold_files) is not None
+            and (threshold_runs := report_threshold.load_runs(folder / "threshold_rule")) and agrees(
+                "threshold_rule", {f"threshold_rule/seed{seed}.json": run for seed, run in threshold_runs.items()})):
         results["threshold_rule"] = threshold_runs
         beside.append("threshold_rule/")
-    study_runs = report_recipe_studies.load_runs(folder / "recipe_studies")
-    instruction_study = report_recipe_studies.load_instruction_study(folder / "recipe_studies")
-    study_files = {f"recipe_studies/{study}/{f.name}": run for study, runs in study_runs.items()
-                   for f, run in zip(sorted((folder / "recipe_studies" / study).glob("seed*.json")), runs)}
-    if instruction_study:  # the candidate's corpus is by design another (every prompt inside the instruction)
-        folder_name = f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}"
-        study_files[f"{folder_name}/reference.json"] = instruction_study["reference"]
-        study_files[f"{folder_name}/candidate.json"] = {"meta": {"backbone": instruction_study["candidate"]["meta"]["backbone"]}}
-    if "recipe_studies" not in results and study_files and agrees("recipe_studies", study_files):
-        if instruction_study and "instruction_study" not in results:
-            results["instruction_study"] = instruction_study
-        results["recipe_studies"] = study_runs
-        beside.append("recipe_studies/")
+    # the files report_recipe_studies reads: each study's seed*.json, and the sixth study's two (when both are there)
+    studies = folder / "recipe_studies"
+    study_paths = {f"recipe_studies/{study.folder}/{f.name}": f for study in report_recipe_studies.STUDIES
+                   for f in sorted((studies / study.folder).glob("seed*.json"))}
+    instruction = {f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}/{name}.json":
+                   studies / report_recipe_studies.INSTRUCTION_FOLDER / f"{name}.json" for name in ("reference", "candidate")}
+    if all(path.is_file() for path in instruction.values()):
+        study_paths.update(instruction)
+    if "recipe_studies" not in results and study_paths and read_all("recipe_studies", study_paths) is not None:
+        study_runs = report_recipe_studies.load_runs(studies)
+        instruction_study = report_recipe_studies.load_instruction_study(studies)
+        study_files = {f"recipe_studies/{study}/{f.name}": run for study, runs in study_runs.items()
+                       for f, run in zip(sorted((studies / study).glob("seed*.json")), runs)}
+        if instruction_study:  # the candidate's corpus is by design another (every prompt inside the instruction)
+            folder_name = f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}"
+            study_files[f"{folder_name}/reference.json"] = instruction_study["reference"]
+            study_files[f"{folder_name}/candidate.json"] = {"meta": {"backbone": instruction_study["candidate"]["meta"]["backbone"]}}
+        if agrees("recipe_studies", study_files):
+            if instruction_study and "instruction_study" not in results:
+                results["instruction_study"] = instruction_study
+            results["recipe_studies"] = study_runs
+            beside.append("recipe_studies/")
     results["side_files_left_out"] = left_out
     # Everything is drawn and written out in a scratch folder first, and moved into place only once the Markdown is
     # built: results malformed deep inside failed after some plots were written (breaker pass).
