@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
-from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, default_cache_dir
+from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, training_cache_dir
 from herald_service.out_path import check_cache_dir, check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 
@@ -69,6 +69,22 @@ def _no_empty_entries(value: object) -> object:
 
 DataPaths = Annotated[list[Path], BeforeValidator(_no_empty_entries)]
 """``--data``: files or folders, none empty."""
+
+def _no_empty_cache_dir(value: object) -> object:
+    """Refuse an empty ``--cache-dir`` before it becomes ``Path("")``, the current directory: ``--cache-dir ""`` wrote
+    ``states/`` into the repository (tester finding). ``HERALD_CACHE_DIR=""`` means unset, as for serve.
+
+    Raises:
+        ValueError: saying what to give instead.
+    """
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("is empty (it would be the current directory); give a folder for converted backbones and"
+                         " extracted states, or leave --cache-dir out for HERALD_CACHE_DIR or ~/.cache/herald")
+    return value
+
+
+CacheDir = Annotated[Path, BeforeValidator(_no_empty_cache_dir)]
+"""``--cache-dir`` of fit, eval and recipes: a folder, not empty."""
 
 METHODS_HELP = (
     "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
@@ -188,7 +204,7 @@ class FitCommand(BaseModel):
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
         "already holds a probe is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the probe already in the --out folder.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
+    cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
     max_per_source: int | None = Field(150, ge=1, description=(
@@ -328,7 +344,7 @@ class EvalCommand(BaseModel):
         "Extra labeled JSONL files to score, not trained on; prompts that are also in --data are counted, warned "
         "about and reported. Default: none."))
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
+    cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
@@ -452,7 +468,7 @@ class RecipesCommand(BaseModel):
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
+    cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/recipes.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
