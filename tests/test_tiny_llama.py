@@ -906,9 +906,9 @@ def test_fit_names_the_position_table_not_max_tokens_when_the_table_is_the_limit
         run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(short), out=tmp_path / "out",
                            cache_dir=tmp_path / "cache", device="cpu"))
     assert str(refused.value) == (
-        "all 90 prompts exceed the backbone's position table (max_position_embeddings 8, where --max-tokens is capped)"
-        " once rendered; give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot"
-        " help)")
+        "all 90 prompts exceed the backbone's position table (max_position_embeddings 8, the longest --max-tokens it"
+        " takes) once rendered; give shorter prompts or a backbone with a longer position table (a larger --max-tokens"
+        " cannot help)")
 
 
 def test_fit_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_any_state(folder, tmp_path, monkeypatch):
