@@ -533,12 +533,14 @@ def test_a_reference_refused_on_a_backbone_of_another_revision_says_so_before_th
     with pytest.raises(ProbeMismatch) as refused:
         check_reference({"reference": moved, "backbone": {"revision": "content-sha256:old"}}, probe, backbone)
     text = refused.value.message
-    after_head = text[text.index("now in float32 with bfloat16 linear layers on cpu.") + 50:]
-    assert after_head.startswith(
-        " The backbone is not the one the probe was fitted on: its revision is 'content-sha256:new', probe.json records"
-        " 'content-sha256:old' (a sha256 of the weight, config and tokenizer files), so other weights are the likely"
-        " cause: serve the backbone the probe was fitted on, or fit a probe for this one with `herald fit`. The linear"
-        " layers also ran in bfloat16 now"), after_head
+    # the first sentence says the weights differ (it opened with the numerics: tester nit)
+    assert text.startswith(
+        f"the backbone {backbone.info.model_id!r} is not the one the probe was fitted on, and does not give its reference"
+        " scores: its revision is 'content-sha256:new', probe.json records 'content-sha256:old' (a sha256 of the weight,"
+        " config and tokenizer files), so other weights are the likely cause: serve the backbone the probe was fitted on,"
+        " or fit a probe for this one with `herald fit`. The logits of its "), text
+    after_numbers = text[text.index("now in float32 with bfloat16 linear layers on cpu.") + 50:]
+    assert after_numbers.startswith(" The linear layers also ran in bfloat16 now"), after_numbers
     # the same revision: the numerics come first, as before
     with pytest.raises(ProbeMismatch) as refused:
         check_reference({"reference": moved, "backbone": {"revision": "content-sha256:new"}}, probe, backbone)
