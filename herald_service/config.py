@@ -394,6 +394,31 @@ class BackboneSettings(BaseSettings):
         return self
 
 
+class CacheDirSetting(BaseSettings):
+    """``HERALD_CACHE_DIR`` alone, read as :class:`BackboneSettings` reads it (its field, prefix, ``.env`` file and
+    empty-is-unset rule): the ``--cache-dir`` default of ``herald fit``, ``eval`` and ``recipes``
+    (:func:`training_cache_dir`). They take no other ``HERALD_*`` setting, so a serve-only value (a misspelt one, or
+    ``HERALD_DEVICE=cuda`` with fp32 varlen padding) must not refuse a fit: hence not the whole settings object."""
+
+    model_config = BackboneSettings.model_config
+    cache_dir: Path = BackboneSettings.model_fields["cache_dir"]
+
+
+def training_cache_dir() -> Path:
+    """The ``--cache-dir`` default of ``herald fit``, ``eval`` and ``recipes``: ``HERALD_CACHE_DIR`` (the environment,
+    then ``.env``), where ``herald serve`` and README put the cache, else :func:`default_cache_dir`. They read only
+    ``$XDG_CACHE_HOME`` and converted the backbone a second time into another cache (tester finding).
+
+    Raises:
+        SettingsFileError: a ``.env`` file that is not UTF-8 or has a line python-dotenv would misread, as for serve.
+    """
+    env_file = CacheDirSetting.model_config.get("env_file")
+    error = _not_utf8(env_file) or _unparsed_line(env_file)  # before python-dotenv fails or warns on its own
+    if error is not None:
+        raise error
+    return CacheDirSetting().cache_dir
+
+
 class Settings(BackboneSettings):
     """Every knob of the ``herald serve`` process: :class:`BackboneSettings` plus the HTTP server, its keys, limits
     and batching. Field names map to ``HERALD_<NAME>`` environment variables.

@@ -533,12 +533,14 @@ def test_a_reference_refused_on_a_backbone_of_another_revision_says_so_before_th
     with pytest.raises(ProbeMismatch) as refused:
         check_reference({"reference": moved, "backbone": {"revision": "content-sha256:old"}}, probe, backbone)
     text = refused.value.message
-    after_head = text[text.index("now in float32 with bfloat16 linear layers on cpu.") + 50:]
-    assert after_head.startswith(
-        " The backbone is not the one the probe was fitted on: its revision is 'content-sha256:new', probe.json records"
-        " 'content-sha256:old' (a sha256 of the weight, config and tokenizer files), so other weights are the likely"
-        " cause: serve the backbone the probe was fitted on, or fit a probe for this one with `herald fit`. The linear"
-        " layers also ran in bfloat16 now"), after_head
+    # the first sentence says the weights differ (it opened with the numerics: tester nit)
+    assert text.startswith(
+        f"the backbone {backbone.info.model_id!r} is not the one the probe was fitted on, and does not give its reference"
+        " scores: its revision is 'content-sha256:new', probe.json records 'content-sha256:old' (a sha256 of the weight,"
+        " config and tokenizer files), so other weights are the likely cause: serve the backbone the probe was fitted on,"
+        " or fit a probe for this one with `herald fit`. The logits of its "), text
+    after_numbers = text[text.index("now in float32 with bfloat16 linear layers on cpu.") + 50:]
+    assert after_numbers.startswith(" The linear layers also ran in bfloat16 now"), after_numbers
     # the same revision: the numerics come first, as before
     with pytest.raises(ProbeMismatch) as refused:
         check_reference({"reference": moved, "backbone": {"revision": "content-sha256:new"}}, probe, backbone)
@@ -609,3 +611,37 @@ def test_a_save_stopped_mid_write_leaves_the_previous_probe_whole(tmp_path, fitt
     loaded, manifest = load_probe(tmp_path, backbone.info)
     assert "extra" not in manifest
     assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)
+
+
+def test_tensors_of_another_fit_beside_the_manifest_are_refused_naming_both_files(tmp_path, fitted):
+    # tester finding: one fit's probe.safetensors beside another's probe.json was refused with a numerics message
+    # ("moved by a median of 2.71 ... bfloat16 linear layers"); probe.json now records the tensors' sha256
+    import hashlib
+
+    backbone, probe, states = fitted
+    other = HeraldProbe(seed=1).fit(states, np.array(synthetic_corpus(60)[1])).fitted_
+    save_probe(probe, tmp_path / "a", {"backbone": backbone_manifest(backbone.info)})
+    save_probe(other, tmp_path / "b", {"backbone": backbone_manifest(backbone.info)})
+    tensors = (tmp_path / "a" / "probe.safetensors").read_bytes()
+    manifest = json.loads((tmp_path / "a" / "probe.json").read_text())
+    keys = list(manifest)
+    assert keys[keys.index("directions_bytes") + 1] == "tensors_sha256"
+    assert manifest["tensors_sha256"] == hashlib.sha256(tensors).hexdigest()
+    (tmp_path / "b" / "probe.safetensors").write_bytes(tensors)
+    recorded = json.loads((tmp_path / "b" / "probe.json").read_text())["tensors_sha256"]
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path / "b", backbone.info)
+    assert refused.value.message == (
+        f"probe.safetensors is not the one probe.json was written with in {tmp_path / 'b'} (its sha256 is"
+        f" {manifest['tensors_sha256'][:16]}…, probe.json records {recorded[:16]}…): refit, or copy both files together"
+        " (HERALD_PROBE)")
+    # a manifest without the field (every probe saved before it, the committed ones too) loads as before
+    del manifest["tensors_sha256"]
+    (tmp_path / "a" / "probe.json").write_text(json.dumps(manifest))
+    loaded, _ = load_probe(tmp_path / "a", backbone.info)
+    assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)
+    (tmp_path / "a" / "probe.json").write_text(json.dumps({**manifest, "tensors_sha256": "ABC"}))
+    with pytest.raises(ProbeMismatch) as refused:
+        load_probe(tmp_path / "a", backbone.info)
+    assert refused.value.message == (f"probe file {tmp_path / 'a' / 'probe.json'}: tensors_sha256 must be the sha256 of"
+                                     ' probe.safetensors (64 lower-case hex digits); got "ABC"')

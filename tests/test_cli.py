@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -1433,6 +1434,23 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
             f"herald report: --results {results} is not complete herald eval output ({error}, while building the report;"
             " nothing was written); give the file herald eval --out wrote"), run.stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results.json"]
+    # a well-formed file beside the results that breaks its section: named beside --results as a possible cause
+    results.write_text(json.dumps(good))
+    (tmp_path / "recipes.json").write_text("{}")
+    (tmp_path / "feature_sets").mkdir()
+    (tmp_path / "feature_sets" / "seed0.json").write_text("{}")
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    assert run.returncode == 1 and run.stderr.strip() == (
+        f"herald report: --results {results} or a file read beside it (recipes.json in {tmp_path}) is not complete"
+        " herald output (KeyError: 'results', while building the report; nothing was written); give the file herald"
+        " eval --out wrote, and move aside a file beside it that its study command did not write"), run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feature_sets", "notes.txt", "recipes.json", "results.json"]
+    (tmp_path / "recipes.json").unlink()
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"), "--plots", str(tmp_path / "plots"))
+    assert run.returncode == 1 and run.stderr.strip().startswith(
+        f"herald report: --results {results} or a file read beside it (feature_sets/ in {tmp_path}) is not complete"
+        " herald output ("), run.stderr
+    shutil.rmtree(tmp_path / "feature_sets")
     results.write_text("[" * 100_000)  # was a RecursionError traceback
     run = herald("report", "--results", str(results), "--out", str(tmp_path / "E.md"))
     assert run.returncode == 1 and run.stderr.strip() == (
@@ -1595,3 +1613,41 @@ def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_backbone_loads
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.strip().startswith(f"herald: {expected}"), out.stderr
     assert not (tmp_path / "probe").exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("command", ["fit", "eval", "recipes"])
+def test_an_empty_cache_dir_is_refused_and_herald_cache_dir_is_the_default(tmp_path, command):
+    # tester findings: --cache-dir "" was the current directory (states/ written into the repository); and fit, eval
+    # and recipes read only $XDG_CACHE_HOME while README and herald serve put the cache at HERALD_CACHE_DIR
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "hi", "label": "benign", "source": "a"}\n{"prompt": "bomb", "label": "harmful", "source": "b"}\n')
+    out_args = ("--out", str(tmp_path / ("probe" if command == "fit" else "r.json")))
+    out = herald(command, "--data", str(data), *out_args, "--cache-dir", "", cwd=tmp_path)
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "herald: invalid settings\n  cache_dir (--cache-dir): is empty (it would be the current directory); give a"
+        " folder for converted backbones and extracted states, or leave --cache-dir out for HERALD_CACHE_DIR or"
+        " ~/.cache/herald"), out.stderr
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    give = "give a writable folder for converted backbones and extracted states"
+    out = herald(command, "--data", str(data), *out_args, HERALD_CACHE_DIR=str(afile))  # the default: refused as given
+    assert out.returncode == 1 and out.stderr.strip().startswith(f"herald: --cache-dir {afile} is a file; {give}"), out.stderr
+    out = herald(command, "--data", str(data), *out_args, "--cache-dir", str(afile / "sub"), HERALD_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 1 and out.stderr.strip().startswith(  # --cache-dir wins
+        f"herald: --cache-dir {afile / 'sub'}: {afile} is a file; {give}"), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "data.jsonl"]
+
+
+def test_the_training_cache_dir_reads_herald_cache_dir_from_the_environment_then_dot_env(tmp_path, monkeypatch):
+    from herald_service.config import default_cache_dir, training_cache_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HERALD_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert training_cache_dir() == default_cache_dir() == tmp_path / "xdg" / "herald"
+    (tmp_path / ".env").write_text(f"HERALD_CACHE_DIR={tmp_path / 'from-env-file'}\n")
+    assert training_cache_dir() == tmp_path / "from-env-file"
+    monkeypatch.setenv("HERALD_CACHE_DIR", str(tmp_path / "from-environment"))
+    assert training_cache_dir() == tmp_path / "from-environment"
+    monkeypatch.setenv("HERALD_CACHE_DIR", "")  # empty is unset, as for serve: the .env's
+    assert training_cache_dir() == tmp_path / "from-env-file"

@@ -71,3 +71,12 @@ def test_a_trajectorys_score_is_the_same_bits_alone_and_in_any_batch(folder: Pat
             alone = probe.predict_trajectories(trajectories[row:row + 1])
             assert alone.logits[0] == batch.logits[row] and alone.scores[0] == batch.scores[row], row
             assert np.array_equal(alone.features[0], batch.features[row]), row
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_committed_probes_predate_the_tensors_sha256_and_load_without_it(folder: Path):
+    # probe.json records the sha256 of probe.safetensors since the field came; the committed probes are not rewritten
+    import json
+
+    assert "tensors_sha256" not in json.loads((folder / "probe.json").read_text())
+    assert load_probe(folder)[1].get("tensors_sha256") is None

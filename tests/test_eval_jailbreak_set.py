@@ -153,7 +153,7 @@ def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_an
                              curve_sizes=(), replicates=10, jailbreak_templates=None))
     assert str(caught.value) == (
         f"every prompt of {long} (--test-data) exceeds the backbone's position table (max_position_embeddings 20,"
-        " where --max-tokens is capped) once rendered; give shorter prompts or a backbone with a longer position"
+        " the longest --max-tokens it takes) once rendered; give shorter prompts or a backbone with a longer position"
         " table (a larger --max-tokens cannot help)")
 
 

@@ -1007,6 +1007,57 @@ def test_side_files_of_another_backbone_or_corpus_are_left_out_with_a_line_and_a
         f" corpus_sha256 is `c0ffee`, `results.json`'s is `{LABELED_CORPUS_SHA256[:27]}…`. Its section is left out."]
 
 
+def test_side_files_that_are_not_json_objects_are_left_out_with_a_line_and_a_warning(tmp_path, capsys):
+    # Tester finding: `{bad` in feature_sets/x.json or `[1,2]` in recipes.json stopped the report with a message that
+    # blamed results.json.
+    write(tmp_path, "results.json", main_results())
+    (tmp_path / "recipes.json").write_text("[1,2]")
+    for i, run in enumerate(feature_set_runs()):
+        write(tmp_path / "feature_sets", f"seed{i}.json", run)
+    (tmp_path / "feature_sets" / "x.json").write_text("{bad")
+    write(tmp_path / "scorer_training", "summary.json", {})
+    (tmp_path / "scorer_training" / "summary.json").write_bytes(b"\xff")
+    write(tmp_path / "lda_recipe", "results.json", {})
+    (tmp_path / "lda_recipe" / "results.json").write_text("null")
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    at = lines.index("## Training recipe: before and after (source-held-out)")
+    assert lines[at + 2] == ("Left out: `recipes.json` beside the results file holds an array at its top level where"
+                             " herald writes an object.")
+    at = lines.index("## Trajectory feature sets (source-held-out)")
+    assert lines[at + 2] == ("Left out: `feature_sets/x.json` beside the results file is not JSON (line 1, column 2:"
+                             " Expecting property name enclosed in double quotes).")
+    assert lines[at + 4].startswith("## ") and not any(line.startswith("| LOSO, any candidate") for line in lines)
+    at = lines.index("## Scorer training recipes (source-held-out)")
+    assert lines[at + 2:at + 4] == ["Left out: `scorer_training/summary.json` beside the results file is not UTF-8 text.", ""]
+    assert ("- **Left out: `lda_recipe/results.json` beside the results file holds null at its top level where herald"
+            " writes an object**; the study sections read without it.") in lines
+    assert "recipes.json" not in lines[2] and "feature_sets/" not in lines[2]
+    assert capsys.readouterr().err.splitlines() == [
+        "herald report: warning: `lda_recipe/results.json` beside the results file holds null at its top level where"
+        " herald writes an object. Its section is left out.",
+        "herald report: warning: `recipes.json` beside the results file holds an array at its top level where herald"
+        " writes an object. Its section is left out.",
+        "herald report: warning: `feature_sets/x.json` beside the results file is not JSON (line 1, column 2: Expecting"
+        " property name enclosed in double quotes). Its section is left out.",
+        "herald report: warning: `scorer_training/summary.json` beside the results file is not UTF-8 text. Its section"
+        " is left out."]
+    # the files of the two studies whose loaders live in their own modules are checked before those read them
+    write(tmp_path / "threshold_rule", "seed0.json", {})
+    (tmp_path / "threshold_rule" / "seed1.json").write_text('"text"')
+    write(tmp_path / "recipe_studies" / "rendered", "seed0.json", {"fit_seed": 0, "results": {}})
+    (tmp_path / "recipe_studies" / "instruction").mkdir()
+    for name in ("reference", "candidate"):
+        (tmp_path / "recipe_studies" / "instruction" / f"{name}.json").write_text("{}" if name == "reference" else "7")
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    at = lines.index("## Threshold from source-held-out margins (source-held-out)")
+    assert lines[at + 2] == ("Left out: `threshold_rule/seed1.json` beside the results file holds a string at its top"
+                             " level where herald writes an object.")
+    at = lines.index("## Studies of the shipped recipe (source-held-out)")
+    assert lines[at + 2] == ("Left out: `recipe_studies/instruction/candidate.json` beside the results file holds a"
+                             " number at its top level where herald writes an object.")
+
+
 def test_the_recipe_section_describes_only_the_recipes_its_file_ran_and_shows_its_command(tmp_path):
     results = main_results()
     write(tmp_path, "results.json", results)
@@ -1105,3 +1156,25 @@ def test_the_instruction_study_beside_the_results_is_checked_by_its_reference_co
     assert "### States read at the end of a moderation instruction" not in lines
     assert any(line.startswith("Left out: `recipe_studies/instruction/reference.json` beside the results file is from"
                                " another experiment: its corpus_sha256 is `0ther`") for line in lines)
+
+
+def test_file_names_and_commands_are_code_spans_their_backticks_cannot_cut(tmp_path):
+    # tester finding: --test-data '/tmp/x/md_te`st_<b>x*y*.jsonl' gave "### Extra set `md_te`st_<b>x*y*.jsonl`" and the
+    # header's command span was cut at the backtick
+    from herald_service.training.report_markdown import code_span, escape
+
+    assert code_span("plain") == "`plain`"
+    assert code_span("md_te`st_<b>x*y*.jsonl") == "``md_te`st_<b>x*y*.jsonl``"
+    assert code_span("`a``b`") == "``` `a``b` ```"
+    assert code_span(" both ") == "`  both  `" and code_span(" ") == "` `"
+    assert escape("~~gone~~") == "\\~\\~gone\\~\\~"
+    name = "md_te`st_<b>x*y*.jsonl"
+    results = main_results()
+    results["meta"]["command"] = f"herald eval --test-data '/tmp/x/{name}'"
+    results["extra"] = {name: {"herald": {"pooled": {"n": m(30), "false_positive_rate": m(0.1, 0.02, 0.2)}}}}
+    results["meta"]["extra_sets"] = {name: {"n": 30}}
+    write(tmp_path, "results.json", results)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    assert lines[2].startswith("Generated by `herald report` from the JSON written by `herald eval`"
+                               f" (``herald eval --test-data '/tmp/x/{name}'``); do not edit by hand.")
+    assert f"### Extra set ``{name}`` (n = 30), never trained on" in lines

@@ -217,6 +217,20 @@ def test_fit_refuses_an_out_in_the_backbones_folder_before_the_corpus_is_read(fo
         assert str(refused.value).startswith(f"--out {out} {where} (--backbone {backbone}): the probe's files would"
                                              " change the backbone's content hash"), refused.value
     assert sorted(p.name for p in folder.iterdir()) == before and not (tmp_path / "cache").exists()
+    # inside the converted-backbone cache, whatever the backbone (tester finding: a reconversion or the README's
+    # rm -rf of the cache deleted the probe)
+    cache = tmp_path / "cache"
+    (cache / "backbones" / "smollm2-0123456789ab").mkdir(parents=True)
+    for backbone in ("embedded", str(folder)):
+        for out in (cache / "backbones", cache / "backbones" / "smollm2-0123456789ab" / "probe"):
+            with pytest.raises(ValueError) as refused:
+                run_fit(FitOptions(backbone=backbone, data=[_fit_corpus(tmp_path)], out=out, cache_dir=cache,
+                                   device="cpu", dtype="float32"))
+            assert str(refused.value) == (
+                f"--out {out} is inside the converted-backbone cache {(cache / 'backbones').resolve()} (--cache-dir"
+                f" {cache}): a reconversion, or clearing the cache, would delete the probe; give a folder outside it,"
+                f" such as --out models/{'smollm2-135m-instruct' if backbone == 'embedded' else folder.name}"), refused.value
+    assert [p.relative_to(cache).as_posix() for p in sorted(cache.rglob("*"))] == ["backbones", "backbones/smollm2-0123456789ab"]
 
 
 def test_a_model_folder_without_tokenizer_files_is_named_before_transformers_tries(folder, tmp_path):
@@ -892,9 +906,9 @@ def test_fit_names_the_position_table_not_max_tokens_when_the_table_is_the_limit
         run_fit(FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(short), out=tmp_path / "out",
                            cache_dir=tmp_path / "cache", device="cpu"))
     assert str(refused.value) == (
-        "all 90 prompts exceed the backbone's position table (max_position_embeddings 8, where --max-tokens is capped)"
-        " once rendered; give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot"
-        " help)")
+        "all 90 prompts exceed the backbone's position table (max_position_embeddings 8, the longest --max-tokens it"
+        " takes) once rendered; give shorter prompts or a backbone with a longer position table (a larger --max-tokens"
+        " cannot help)")
 
 
 def test_fit_names_max_tokens_when_it_leaves_a_label_unusable_before_extracting_any_state(folder, tmp_path, monkeypatch):

@@ -7,7 +7,8 @@ import shlex
 import sys
 
 
-CACHE_DIR_HELP = "Converted backbones and extracted states (default: $XDG_CACHE_HOME/herald or ~/.cache/herald)."
+CACHE_DIR_HELP = ("Converted backbones and extracted states (default: HERALD_CACHE_DIR, as herald serve reads it, else"
+                  " $XDG_CACHE_HOME/herald or ~/.cache/herald).")
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

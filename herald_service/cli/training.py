@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
-from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, default_cache_dir
+from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, training_cache_dir
 from herald_service.out_path import check_cache_dir, check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 
@@ -69,6 +69,22 @@ def _no_empty_entries(value: object) -> object:
 
 DataPaths = Annotated[list[Path], BeforeValidator(_no_empty_entries)]
 """``--data``: files or folders, none empty."""
+
+def _no_empty_cache_dir(value: object) -> object:
+    """Refuse an empty ``--cache-dir`` before it becomes ``Path("")``, the current directory: ``--cache-dir ""`` wrote
+    ``states/`` into the repository (tester finding). ``HERALD_CACHE_DIR=""`` means unset, as for serve.
+
+    Raises:
+        ValueError: saying what to give instead.
+    """
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("is empty (it would be the current directory); give a folder for converted backbones and"
+                         " extracted states, or leave --cache-dir out for HERALD_CACHE_DIR or ~/.cache/herald")
+    return value
+
+
+CacheDir = Annotated[Path, BeforeValidator(_no_empty_cache_dir)]
+"""``--cache-dir`` of fit, eval and recipes: a folder, not empty."""
 
 METHODS_HELP = (
     "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
@@ -188,7 +204,7 @@ class FitCommand(BaseModel):
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
         "already holds a probe is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the probe already in the --out folder.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
+    cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
     max_per_source: int | None = Field(150, ge=1, description=(
@@ -328,7 +344,7 @@ class EvalCommand(BaseModel):
         "Extra labeled JSONL files to score, not trained on; prompts that are also in --data are counted, warned "
         "about and reported. Default: none."))
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
+    cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
@@ -455,7 +471,7 @@ class RecipesCommand(BaseModel):
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP)
+    cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/recipes.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
@@ -526,7 +542,7 @@ class ReportCommand(BaseModel):
     plots: Path = Field(Path("docs/eval"), description="Folder for the PNG plots (made if missing; its parent must exist).")
 
     def cli_cmd(self) -> None:
-        from herald_service.training.report import NotEvalResults, write_report
+        from herald_service.training.report import NotEvalResults, ReportNotBuilt, write_report
 
         try:  # every path is checked before anything is written: a bad --results left an empty plots folder behind
             check_out_path(self.out, "--out", "the Markdown file to write, such as --out EVALUATION.md", folder=False)
@@ -539,8 +555,14 @@ class ReportCommand(BaseModel):
             raise SystemExit(f"herald report: {exc}") from None
         except OSError as exc:
             raise SystemExit(f"herald report: cannot write {exc.filename}: {exc.strerror}") from None
-        except Exception as exc:  # noqa: BLE001 - any part deeper than read_eval_results checks (a 700-case mutation
-            # run of a breaker pass raised KeyError, TypeError, StopIteration, numpy's broadcast ValueError ...)
-            raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output"
-                             f" ({type(exc).__name__}: {exc}, while building the report; nothing was written); give"
-                             " the file herald eval --out wrote") from None
+        except ReportNotBuilt as exc:  # a part deeper than the checks read (a 700-case mutation run of a breaker pass
+            # raised KeyError, TypeError, StopIteration, numpy's broadcast ValueError ...); a file beside the results
+            # may be the one (it was blamed on --results alone: tester finding)
+            if not exc.side_files:
+                raise SystemExit(f"herald report: --results {self.results} is not complete herald eval output ({exc},"
+                                 " while building the report; nothing was written); give the file herald eval --out"
+                                 " wrote") from None
+            raise SystemExit(f"herald report: --results {self.results} or a file read beside it"
+                             f" ({', '.join(exc.side_files)} in {self.results.parent}) is not complete herald output"
+                             f" ({exc}, while building the report; nothing was written); give the file herald eval"
+                             " --out wrote, and move aside a file beside it that its study command did not write") from None

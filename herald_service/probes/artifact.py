@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,10 @@ def backbone_manifest(info: BackboneInfo) -> dict[str, Any]:
 def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> None:
     """Write ``probe.safetensors`` and ``probe.json`` into ``folder`` (created if needed), each through a temporary
     file renamed over the old one: a fit stopped during the write leaves each file whole, old or new. Two fits writing
-    one folder at once can still pair one's tensors with the other's manifest; loading refuses such a pair where the
-    manifest's ``reference`` logits are not reproduced (:mod:`herald_service.probes.reference`).
+    one folder at once can still pair one's tensors with the other's manifest, as can a copy of one file alone:
+    ``probe.json`` records the sha256 of the ``probe.safetensors`` bytes (``tensors_sha256``), and loading refuses
+    tensors of other bytes (:func:`load_probe_files`); it spoke of numerics where the manifest's ``reference`` logits
+    were not reproduced (tester finding). Probes saved before the field load as before.
 
     Args:
         manifest: must hold ``backbone`` (see :func:`backbone_manifest`); training data, metrics and the command
@@ -78,7 +81,8 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
     # Each file is written whole or not at all (a fit stopped mid-write left one cut short: tester finding), with the
     # mode a new file gets under the umask (0644 as a rule: safetensors' own writer made it 0600, and a probe fitted by
     # one user could not be served by another, the image's uid 10001 on a mounted volume: breaker finding).
-    write_bytes_atomically(folder / TENSORS_FILE, save_bytes(tensors, metadata=TENSORS_METADATA))
+    tensor_bytes = save_bytes(tensors, metadata=TENSORS_METADATA)
+    write_bytes_atomically(folder / TENSORS_FILE, tensor_bytes)
     full = {
         "format_version": FORMAT_VERSION,
         "herald_version": __version__,
@@ -90,6 +94,7 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         **({"target_fpr": probe.target_fpr} if probe.target_fpr is not None else {}),
         "peak_layer": probe.peak_layer,
         "directions_bytes": int(tensors["directions"].nbytes),  # for people; loading checks the tensor's shape
+        "tensors_sha256": hashlib.sha256(tensor_bytes).hexdigest(),  # loading refuses another fit's tensors
         **manifest,
     }
     write_text_atomically(folder / MANIFEST_FILE, json.dumps(full, indent=2, sort_keys=False) + "\n")
@@ -244,9 +249,9 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> str:
     :data:`FORMAT_VERSION`), ``feature_set`` (:func:`check_feature_set`), ``backbone.num_layers`` and
     ``backbone.hidden_size`` (positive integers), ``threshold`` (a finite number of magnitude at most
     :data:`THRESHOLD_LIMIT`), ``threshold_method`` (a string), the optional ``target_fpr`` (a number between 0 and
-    1, written by ``herald fit --threshold-method target_fpr``) and ``peak_layer`` (an integer decoder layer,
-    1..num_layers, which ``/steer`` edits by default), and the optional ``reference`` block
-    (:func:`check_reference_block`).
+    1, written by ``herald fit --threshold-method target_fpr``), ``peak_layer`` (an integer decoder layer,
+    1..num_layers, which ``/steer`` edits by default), the optional ``tensors_sha256`` (64 lower-case hex digits) and
+    the optional ``reference`` block (:func:`check_reference_block`).
 
     Raises:
         ProbeMismatch: naming ``path``, the first bad field, what it must be and its value (or that it is missing).
@@ -277,6 +282,9 @@ def check_manifest(manifest: dict[str, Any], path: Path) -> str:
     peak, layers = manifest.get("peak_layer"), backbone["num_layers"]
     if not _integer(peak) or not 1 <= peak <= layers:
         raise _bad_field(path, manifest, "peak_layer", f"an integer decoder layer in 1..{layers}")
+    if "tensors_sha256" in manifest and not (isinstance(manifest["tensors_sha256"], str)
+                                             and re.fullmatch(r"[0-9a-f]{64}", manifest["tensors_sha256"])):
+        raise _bad_field(path, manifest, "tensors_sha256", f"the sha256 of {TENSORS_FILE} (64 lower-case hex digits)")
     check_reference_block(manifest, path)
     return feature_set
 
@@ -457,7 +465,7 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
 
     Raises:
         ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
-            unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
+            tensors of other bytes than the manifest's ``tensors_sha256`` (another fit's), unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
             backbone mismatch.
     """
     manifest_path = _manifest_path(folder)
@@ -495,6 +503,14 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
         target_fpr=manifest.get("target_fpr"),
     )
     _check_scores(probe, path)
+    # last: tensors that cannot be used are named by what is wrong with them (cut short, misshapen); usable ones of
+    # another fit were refused by the reference check with a message about numerics (tester finding). Probes saved
+    # before the field have none.
+    recorded, actual = manifest.get("tensors_sha256"), hashlib.sha256(tensor_bytes).hexdigest()
+    if recorded is not None and recorded != actual:
+        raise ProbeMismatch(f"{TENSORS_FILE} is not the one {MANIFEST_FILE} was written with in {folder} (its sha256 is"
+                            f" {actual[:16]}…, {MANIFEST_FILE} records {recorded[:16]}…): refit, or copy both files"
+                            " together (HERALD_PROBE)", field="probe")
     return LoadedProbe(probe, manifest, hashlib.sha256(manifest_bytes + tensor_bytes).hexdigest())
 
 

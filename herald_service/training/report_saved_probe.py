@@ -8,6 +8,7 @@ finding).
 from __future__ import annotations
 
 from herald_service.training.corpus import JAILBREAK_SET
+from herald_service.training.report_markdown import code_span
 
 METRICS = (("f1", "F1", False), ("auroc", "AUROC", False), ("recall", "recall %", True),
            ("false_positive_rate", "FPR %", True))
@@ -82,7 +83,7 @@ def warnings(saved: dict) -> list[str]:
     for name, block in (saved.get("sets") or {}).items():
         if block.get("trained_on"):
             apart = " (its rows the probe never saw are scored apart below)" if block.get("unseen") else ""
-            out.append(f"`{name}`: {trained_on_note(block, saved.get('training_files'))}, so the saved probe's metrics on it are not those of unseen"
+            out.append(f"{code_span(name)}: {trained_on_note(block, saved.get('training_files'))}, so the saved probe's metrics on it are not those of unseen"
                        f" prompts{apart}")
     return out
 
@@ -97,7 +98,7 @@ def section(saved: dict | None, meta: dict) -> list[str]:
         ("the rows of each `--test-data` file that fit --max-tokens", any(name != JAILBREAK_SET for name in sets)),
         ("the jailbreak-wrapped set", JAILBREAK_SET in sets)) if present]
     out = ["## Saved probe (`herald eval --probe`)", "",
-           f"The probe in `{saved.get('folder')}`, fitted by `herald fit` (not in this run), scored at its own stored "
+           f"The probe in {code_span(str(saved.get('folder')))}, fitted by `herald fit` (not in this run), scored at its own stored "
            f"threshold {saved.get('threshold'):.4f} on the sets below: {' and '.join(scored) or 'none'} "
            f"({meta.get('replicates')}-replicate bootstrap intervals). Its training rows are not this run's split, so "
            "nothing here is leave-one-source-out.", ""]
@@ -109,10 +110,10 @@ def section(saved: dict | None, meta: dict) -> list[str]:
             "not compared (wrapped requests of this run)" if name == JAILBREAK_SET
             else "not checked (results from before the check)")
         n = (block.get("pooled") or {}).get("n", {}).get("value")
-        rows.append([f"`{name}`", str(n), note, *(_fmt((block.get("pooled") or {}).get(key), pct) for key, _, pct in METRICS)])
+        rows.append([code_span(name), str(n), note, *(_fmt((block.get("pooled") or {}).get(key), pct) for key, _, pct in METRICS)])
         unseen = block.get("unseen")
         if unseen:
-            rows.append([f"`{name}`, unseen rows only", str(unseen["pooled"].get("n", {}).get("value")),
+            rows.append([f"{code_span(name)}, unseen rows only", str(unseen["pooled"].get("n", {}).get("value")),
                          "none (the rest of the file)",
                          *(_fmt(unseen["pooled"].get(key), pct) for key, _, pct in METRICS)])
     header = ["set", "n scored", "prompts in the probe's training files", *(title for _, title, _ in METRICS)]

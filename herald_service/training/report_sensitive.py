@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from herald_service.training.report_markdown import escape
+from herald_service.training.report_markdown import code_span, escape
 
 METHOD_NAMES = {"herald": "Herald", "lda_best_layer": "best-layer LDA", "logreg_last": "logistic last",
                 "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM"}
@@ -145,7 +145,7 @@ def section(results: dict | None, recipes: dict | None, more_seeds: dict[int, di
             + ". Does not show: a refit of the shipped probe, other backbones, the guard-style baseline, or which "
             "prompts are flagged and why (docs/eval/benign_sensitive.md reads these tables).", "",
             "### False-positive rate on the held-out sets (percent)", "",
-            f"From `{meta.get('command', 'herald eval')}`. The last row is the jailbreak-wrapped harmful set, scored by "
+            f"From {code_span(meta.get('command', 'herald eval'))}. The last row is the jailbreak-wrapped harmful set, scored by "
             "recall.", "", fpr_table(results), ""]
     if recipes is None:
         return out + ["No `benign_sensitive/recipes.json` (`herald recipes --sensitive-data ...`): the recipe "
