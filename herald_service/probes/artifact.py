@@ -465,8 +465,8 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
 
     Raises:
         ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
-            tensors of other bytes than the manifest's ``tensors_sha256`` (another fit's), unusable tensors (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a
-            backbone mismatch.
+            tensors of other bytes than the manifest's ``tensors_sha256`` (another fit's), unusable tensors
+            (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a backbone mismatch.
     """
     manifest_path = _manifest_path(folder)
     manifest_bytes = _read_probe_file(manifest_path)
