@@ -83,6 +83,12 @@ def _no_empty_cache_dir(value: object) -> object:
     return value
 
 
+def given_twice(values: list) -> list:
+    """The values that ``values`` holds more than once, sorted (each once): what --methods, --curve-sizes and
+    --curve-seeds refuse."""
+    return sorted({v for v in values if values.count(v) > 1})
+
+
 CacheDir = Annotated[Path, BeforeValidator(_no_empty_cache_dir)]
 """``--cache-dir`` of fit, eval and recipes: a folder, not empty."""
 
@@ -404,7 +410,7 @@ class EvalCommand(BaseModel):
         unknown = [n for n in names if n not in available_methods()]
         if unknown or not names:  # refused here, not after the backbone load and the state extraction
             raise ValueError(f"unknown method {', '.join(unknown) or '(none given)'}; choose from {', '.join(available_methods())}")
-        twice = sorted({n for n in names if names.count(n) > 1})
+        twice = given_twice(names)
         if twice:  # herald,herald was accepted and fitted twice
             raise ValueError(f"{', '.join(twice)} given more than once; name each method once")
         if "herald" not in names:  # the run exited 0 and herald report then failed with KeyError 'herald' (tester finding)
@@ -422,7 +428,7 @@ class EvalCommand(BaseModel):
         if any(size < 3 for size in sizes):
             raise ValueError(f"each learning-curve size is prompts per class, at least 3 (a method calibrates on a"
                              f" quarter of each source's rows of a draw, rounded); got {sizes}")
-        twice = sorted({s for s in sizes if sizes.count(s) > 1})
+        twice = given_twice(sizes)
         if twice:  # 8,12,8 pooled both runs of size 8 under one key and showed a duplicate column (re-tester)
             raise ValueError(f"size {', '.join(map(str, twice))} given more than once; give each size once")
         return sizes
@@ -432,7 +438,7 @@ class EvalCommand(BaseModel):
     def _curve_seeds(cls, seeds: list[int], info: ValidationInfo) -> list[int]:
         # [] drew no curve under the sizes' heading (an empty table and plot); 1,1 drew the same rows twice and showed a
         # spread of ± 0.000 as if measured (tester finding)
-        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        twice = given_twice(seeds)
         if twice:
             raise ValueError(f"seed {', '.join(map(str, twice))} given more than once: each seed draws the same rows, so"
                              " the spread over seeds would be 0 by construction; give distinct seeds")
