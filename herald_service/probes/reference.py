@@ -142,7 +142,7 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
     if fitted and backbone.info.revision and fitted != backbone.info.revision:
         # known other files: the first sentence says so, the numerics come after (it opened with them and blamed bf16
         # linear layers first: tester findings)
-        also = (way_out.replace(" The linear layers ran", " The linear layers also ran", 1) if way_out else "")
+        also = _linear_layers_way_out(block, backbone.info, also=True)
         raise ProbeMismatch(
             f"the backbone {backbone.info.model_id!r} is not the one the probe was fitted on, and does not give its"
             f" reference scores: its revision is {backbone.info.revision!r}, probe.json records {fitted!r} (a sha256 of"
@@ -160,16 +160,16 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
     )
 
 
-def _linear_layers_way_out(block: dict[str, Any], info: BackboneInfo) -> str:
+def _linear_layers_way_out(block: dict[str, Any], info: BackboneInfo, also: bool = False) -> str:
     """The way out when the backbone now runs bf16 linear layers (``matmul_dtype`` auto on a CPU with native bf16)
     and the reference logits were recorded without them (``herald fit`` runs them at the weights' dtype), else
     ``""``. On the embedded backbone bf16 linear layers move the logits by a median of at most 0.15, but a probe just
     fitted in fp32 on a random-initialized OLMo-2 was refused at 1.22, and the message blamed only the weights and the
     probe's files (tester finding); the tolerance stays, since on a model where they move the logits that far they can
-    move verdicts too."""
+    move verdicts too. ``also``: said after another cause (other weights), as "also ran"."""
     if info.matmul_dtype is None or " linear layers" in str(block.get("numerics", "")):
         return ""
-    return (f" The linear layers ran in {info.matmul_dtype} now and at the weights' dtype when the logits were"
-            " recorded, which can move a model's logits this far: run them at the weights' dtype, as the probe was"
-            " fitted, with HERALD_MATMUL_DTYPE=weights (herald serve) or --matmul-dtype weights (herald classify,"
+    return (f" The linear layers {'also ' if also else ''}ran in {info.matmul_dtype} now and at the weights' dtype"
+            " when the logits were recorded, which can move a model's logits this far: run them at the weights' dtype,"
+            " as the probe was fitted, with HERALD_MATMUL_DTYPE=weights (herald serve) or --matmul-dtype weights (herald classify,"
             " plot, steer-eval).")
