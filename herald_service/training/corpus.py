@@ -54,14 +54,17 @@ def load_corpus(paths: list[Path]) -> list[Example]:
             control character or ``|`` (:func:`_source_problem`); the message names the field and what it found.
         OSError: a file that cannot be read.
     """
-    return [example for example, _, _ in _read_rows(paths)]
+    return [example for _, rows in _read_rows(paths) for example, _, _ in rows]
 
 
-def _read_rows(paths: list[Path]) -> list[tuple[Example, str, str | None]]:
-    """Each row's :class:`Example`, where it is (``"<path> line <n>"``) and its prompt as the backbone reads it where
-    the row was checked with it (:func:`_row_example`), in file and line order."""
-    rows = []
+def _read_rows(paths: list[Path]) -> list[tuple[Path, list[tuple[Example, str, str | None]]]]:
+    """Each file with its rows, in file and line order: each row's :class:`Example`, where it is (``"<path> line
+    <n>"``) and its prompt as the backbone reads it where the row was checked with it (:func:`_row_example`). A file
+    without a row comes with an empty list."""
+    by_file: list[tuple[Path, list[tuple[Example, str, str | None]]]] = []
     for path in paths:
+        rows: list[tuple[Example, str, str | None]] = []
+        by_file.append((path, rows))
         for number, line in row_lines(read_utf8(path)):
             where = f"{path} line {number}"
             try:
@@ -72,7 +75,7 @@ def _read_rows(paths: list[Path]) -> list[tuple[Example, str, str | None]]:
                     raise NotJsonRow(f"{exc}; Herald reads labeled data as JSONL only, not {path.suffix} tables:"
                                      " convert the file to one JSON object a line") from None
                 raise
-    return rows
+    return by_file
 
 
 def row_lines(text: str) -> list[tuple[int, str]]:
@@ -103,13 +106,13 @@ def load_training_corpus(paths: list[Path]) -> list[Example]:
             :func:`load_corpus`.
         NotUtf8Error, OSError: as :func:`load_corpus`.
     """
-    rows = _read_rows(paths)
-    read_from = {where.rsplit(" line ", 1)[0] for _, where, _ in rows}
-    empty = next((path for path in paths if str(path) not in read_from), None)
+    by_file = _read_rows(paths)
+    empty = next((path for path, rows in by_file if not rows), None)
     if empty is not None:  # accepted as "rows: 0", while an empty --test-data file was refused (tester finding)
         raise ValueError(f"{empty} holds no labeled row (--data): it is empty or only blank lines; give JSONL rows"
                          " {\"prompt\", \"label\", \"source\"} or leave the file out")
     places: dict[str, list[tuple[int, str]]] = defaultdict(list)  # prompt as read -> (label, where) of each row
+    rows = [row for _, file_rows in by_file for row in file_rows]
     for example, where, read in rows:  # read: the fold of the row's check, reused (folding is most of the load time)
         places[normalize_prompt_text(example.prompt) if read is None else read].append((example.label, where))
     repeated = {prompt: found for prompt, found in places.items() if len(found) > 1}
