@@ -1356,51 +1356,50 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
                                                                     optional("direction_estimators/summary.json"))):
         results["direction_estimators"] = parts["direction_estimators/summary.json"]
         beside.append("direction_estimators/")
-    round3_files = {f"direction_estimators/round3/{f.name}": f
-                    for f in sorted((folder / "direction_estimators" / "round3").glob("seed*.json"))}
-    diagnostic = "direction_estimators/round3/benign_wrapped.json"
-    if "direction_round3" not in results and round3_files and agrees(
-            "direction_round3", parts := read_all("direction_round3", {**round3_files, **optional(diagnostic)})):
-        runs = {int(Path(name).stem.removeprefix("seed")): parts[name] for name in round3_files}
-        results["direction_round3"] = {
-            "runs": {seed: run["results"] for seed, run in runs.items()},
-            "prompt_texts": [run.get("prompt_text") for run in runs.values()],
-            "benign_wrapped": parts.get(diagnostic)}
-    seed_files = {f"jailbreak_recipe/{f.name}": f for f in sorted((folder / "jailbreak_recipe").glob("seed*.json"))}
-    diagnostic = "jailbreak_recipe/benign_wrapped.json"
-    if "jailbreak_recipe" not in results and seed_files and agrees(
-            "jailbreak_recipe", parts := read_all("jailbreak_recipe", {**seed_files, **optional(diagnostic)})):
-        runs = {int(Path(name).stem.removeprefix("seed")): parts[name] for name in seed_files}
-        results["jailbreak_recipe"] = {
-            "runs": {seed: run["results"] for seed, run in runs.items()},
-            "prompt_texts": [run.get("prompt_text") for run in runs.values()],
-            "benign_wrapped": parts.get(diagnostic)}
+    def seed_study(key: str, sub: str) -> dict | None:
+        """The ``seed<S>.json`` runs of ``sub`` beside the results and its optional ``benign_wrapped.json`` (round 3
+        of the direction estimators, the jailbreak recipe) as the report reads them, or None where there are no runs
+        or the section is left out (:func:`read_all`, :func:`agrees`)."""
+        seeds = {f"{sub}/{f.name}": f for f in sorted((folder / sub).glob("seed*.json"))}
+        diagnostic = f"{sub}/benign_wrapped.json"
+        if not seeds or not agrees(key, parts := read_all(key, {**seeds, **optional(diagnostic)})):
+            return None
+        runs = {int(Path(name).stem.removeprefix("seed")): parts[name] for name in seeds}
+        return {"runs": {seed: run["results"] for seed, run in runs.items()},
+                "prompt_texts": [run.get("prompt_text") for run in runs.values()],
+                "benign_wrapped": parts.get(diagnostic)}
+
+    if "direction_round3" not in results and (round3 := seed_study("direction_round3", "direction_estimators/round3")):
+        results["direction_round3"] = round3
+    if "jailbreak_recipe" not in results and (jailbreak := seed_study("jailbreak_recipe", "jailbreak_recipe")):
+        results["jailbreak_recipe"] = jailbreak
         beside.append("jailbreak_recipe/")
+    # threshold_rule/ and recipe_studies/ are parsed once, here (report_threshold.load_runs and
+    # report_recipe_studies.load_runs read the same files for those modules' own command lines)
     threshold_files = {f"threshold_rule/{f.name}": f for f in sorted((folder / "threshold_rule").glob("seed*.json"))}
     if ("threshold_rule" not in results and threshold_files
-            and read_all("threshold_rule", threshold_files) is not None
-            and (threshold_runs := report_threshold.load_runs(folder / "threshold_rule")) and agrees(
-                "threshold_rule", {f"threshold_rule/seed{seed}.json": run for seed, run in threshold_runs.items()})):
-        results["threshold_rule"] = threshold_runs
+            and agrees("threshold_rule", parts := read_all("threshold_rule", threshold_files))):
+        results["threshold_rule"] = {int(Path(name).stem.removeprefix("seed")): part for name, part in parts.items()}
         beside.append("threshold_rule/")
-    # the files report_recipe_studies reads: each study's seed*.json, and the sixth study's two (when both are there)
+    # each study's seed*.json, and the sixth study's two (when both are there)
     studies = folder / "recipe_studies"
     study_paths = {f"recipe_studies/{study.folder}/{f.name}": f for study in report_recipe_studies.STUDIES
                    for f in sorted((studies / study.folder).glob("seed*.json"))}
-    instruction = {f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}/{name}.json":
-                   studies / report_recipe_studies.INSTRUCTION_FOLDER / f"{name}.json" for name in ("reference", "candidate")}
-    if all(path.is_file() for path in instruction.values()):
-        study_paths.update(instruction)
-    if "recipe_studies" not in results and study_paths and read_all("recipe_studies", study_paths) is not None:
-        study_runs = report_recipe_studies.load_runs(studies)
-        instruction_study = report_recipe_studies.load_instruction_study(studies)
-        study_files = {f"recipe_studies/{study}/{f.name}": run for study, runs in study_runs.items()
-                       for f, run in zip(sorted((studies / study).glob("seed*.json")), runs)}
+    instruction = {name: f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}/{name}.json"
+                   for name in ("reference", "candidate")}
+    if all((folder / path).is_file() for path in instruction.values()):
+        study_paths.update({path: folder / path for path in instruction.values()})
+    if "recipe_studies" not in results and study_paths and (
+            parts := read_all("recipe_studies", study_paths)) is not None:
+        study_runs = {study.folder: runs for study in report_recipe_studies.STUDIES
+                      if (runs := [part for name, part in parts.items()
+                                   if name.startswith(f"recipe_studies/{study.folder}/")])}
+        instruction_study = ({name: parts[path] for name, path in instruction.items()}
+                             if instruction["candidate"] in parts else None)
+        checked = dict(parts)
         if instruction_study:  # the candidate's corpus is by design another (every prompt inside the instruction)
-            folder_name = f"recipe_studies/{report_recipe_studies.INSTRUCTION_FOLDER}"
-            study_files[f"{folder_name}/reference.json"] = instruction_study["reference"]
-            study_files[f"{folder_name}/candidate.json"] = {"meta": {"backbone": instruction_study["candidate"]["meta"]["backbone"]}}
-        if agrees("recipe_studies", study_files):
+            checked[instruction["candidate"]] = {"meta": {"backbone": instruction_study["candidate"]["meta"]["backbone"]}}
+        if agrees("recipe_studies", checked):
             if instruction_study and "instruction_study" not in results:
                 results["instruction_study"] = instruction_study
             results["recipe_studies"] = study_runs
