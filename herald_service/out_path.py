@@ -39,12 +39,20 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
     if nearest != path.parent:
         raise ValueError(f"{option} {path}: folder {path.parent} does not exist; create it or choose another path")
     written = path if folder and path.is_dir() else path.parent
-    try:  # a file made and removed, not os.access: root passes that for /proc and /sys, whose writes then fail
-        # (tester finding: such an --out was refused only after the whole run)
-        with tempfile.TemporaryFile(dir=written, prefix=".herald-write-check-"):
-            pass
+    problem = _write_problem(written)
+    if problem is not None:
+        raise ValueError(f"{option} {path}: cannot make a file in folder {written} ({problem})")
+
+
+def _write_problem(folder: Path) -> str | None:
+    """Why no file can be made in the existing ``folder`` (the OS error's text), or None: a file is made and removed,
+    not ``os.access``, which root passes for /proc and /sys, whose writes then fail (tester finding: such an --out
+    was refused only after the whole run)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".herald-write-check-"):
+            return None
     except OSError as exc:
-        raise ValueError(f"{option} {path}: cannot make a file in folder {written} ({exc.strerror or exc})") from None
+        return str(exc.strerror or exc)
 
 
 def check_cache_dir(path: Path, option: str = "--cache-dir") -> None:
@@ -61,12 +69,10 @@ def check_cache_dir(path: Path, option: str = "--cache-dir") -> None:
     nearest = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if not nearest.is_dir():
         raise ValueError(f"{option} {path}" + (" is a file" if nearest == path else f": {nearest} is a file") + f"; {give}")
-    try:  # a file made and removed, as check_out_path does (os.access passes root for /proc)
-        with tempfile.TemporaryFile(dir=nearest, prefix=".herald-write-check-"):
-            pass
-    except OSError as exc:
+    problem = _write_problem(nearest)
+    if problem is not None:
         where = "it" if nearest == path else f"{nearest}, where it would be made"
-        raise ValueError(f"{option} {path}: cannot make a file in {where} ({exc.strerror or exc}); {give}") from None
+        raise ValueError(f"{option} {path}: cannot make a file in {where} ({problem}); {give}")
 
 
 def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
