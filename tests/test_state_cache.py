@@ -88,3 +88,22 @@ def test_a_pickled_entry_and_a_folder_in_an_entry_s_place_are_named(tmp_path, ca
     assert str(refused.value).startswith(f"cannot write the extracted-state cache entry {folder} (Is a directory);"
                                          " remove what is there, or give another --cache-dir")
     assert not list(folder.parent.glob("*.tmp"))
+
+
+def test_states_of_another_forward_are_not_read(tmp_path, monkeypatch):
+    # the cache served states of the forward before the CPU's batch-invariant one for every unchanged prompt, so the
+    # shipped probe's recorded command, rerun on an empty cache, fitted another probe (session 30)
+    from herald_service.training import extract
+
+    backbone = CountingBackbone()
+    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    states_of_token_ids(backbone, ids, StateCache(tmp_path, backbone))
+    old = StateCache(tmp_path, backbone)
+    monkeypatch.setattr(extract, "FORWARD_VERSION", extract.FORWARD_VERSION + "-next")
+    new = StateCache(tmp_path, backbone)
+    assert new.folder != old.folder and new.folder.parent == old.folder.parent
+    backbone.forwarded = 0
+    states_of_token_ids(backbone, ids, new)
+    assert backbone.forwarded == 5  # every prompt again: none of the older forward's entries was read
+    states_of_token_ids(backbone, ids, StateCache(tmp_path, backbone))
+    assert backbone.forwarded == 5  # and the new entries are read by a later run of the same forward

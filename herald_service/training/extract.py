@@ -1,8 +1,9 @@
 """Extract last-token residual states for a corpus, with a progress bar and an on-disk cache.
 
 Cache layout: ``<cache_dir>/states/<key>/<hh>/<sha256>.npy``, one float32 ``(layer, d_model)`` array per prompt,
-where ``key`` hashes the backbone revision and config hash and the file name hashes the prompt's token ids. A
-second fit, eval or baseline over the same prompts reads states instead of recomputing them.
+where ``key`` hashes the backbone revision and config hash, the numerics and :data:`FORWARD_VERSION`, and the file
+name hashes the prompt's token ids. A second fit, eval or baseline over the same prompts reads states instead of
+recomputing them.
 """
 
 from __future__ import annotations
@@ -43,8 +44,19 @@ def capped_max_tokens(backbone: Backbone, max_tokens: int) -> int:
     return limit
 
 
+FORWARD_VERSION = "row-attention-1"
+"""The forward whose states the cache holds: part of every cache key, so states an earlier forward computed are not
+read as this one's. Change it whenever a change to the forward moves any state by a bit (batching, attention,
+chunking, numerics). Before it was in the key, a cache filled before the CPU's batch-invariant forward
+(``HFBackbone.batch_invariant``, 2026-12-04) went on serving that forward's states for every prompt whose text had
+not changed; the shipped probe's recorded ``herald fit`` command, rerun on an empty cache on another machine, gave
+another probe (threshold logit 0.875 against 1.106), which such entries explain (another CPU could too: the old cache
+is gone). The forward in use gives the same bits for a prompt alone, in any batch, and at 1 or 2 threads (40 corpus
+prompts, README "Reproducibility")."""
+
+
 class StateCache:
-    """Per-prompt state files keyed by backbone identity and token ids.
+    """Per-prompt state files keyed by backbone identity, numerics, :data:`FORWARD_VERSION` and token ids.
 
     Attributes:
         folder: ``<root>/states/<key>``, the files of this backbone and numerics.
@@ -54,7 +66,8 @@ class StateCache:
     def __init__(self, root: Path, backbone: Backbone) -> None:
         info = backbone.info
         numerics = info.dtype if info.matmul_dtype is None else f"{info.dtype}|matmul={info.matmul_dtype}"
-        key = hashlib.sha256(f"{info.revision}|{info.config_hash}|{numerics}".encode()).hexdigest()[:16]
+        identity = f"{info.revision}|{info.config_hash}|{numerics}|{FORWARD_VERSION}"
+        key = hashlib.sha256(identity.encode()).hexdigest()[:16]
         self.folder = root / "states" / key
         self.shape = (info.num_layers, info.hidden_size)
         self._warned: set[Path] = set()
