@@ -120,9 +120,17 @@ def read_until_closed(sock, timeout_s: float) -> bytes:
     raise AssertionError(f"connection still open after {timeout_s} s; got {data!r}")
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (the kernel's pick), for a test's server: a fixed one
+    collided with whatever else the machine ran there (a Herald another engineer served on 8137 failed a test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def herald(*args: str, cwd=None, **env: str) -> "subprocess.CompletedProcess[str]":
     """``herald ARGS`` run in this process, from the folder ``cwd`` (default: this one) with these environment
-    variables added (``HERALD_PORT`` 8139 unless given), as ``python -m herald_service ARGS`` would run: the same
+    variables added (``HERALD_PORT`` a :func:`free_port` unless given), as ``python -m herald_service ARGS`` would run: the same
     :func:`~herald_service.cli.main`, ``sys.argv``, ``.env`` and log lines on stderr, and the exit status Python gives
     a ``SystemExit`` (a message: 1 with the message on stderr). A child process paid torch's import (about 5 s) on each
     of the CLI tests' hundred calls; ``tests/test_cli.py`` keeps real processes for serve's signals, the non-UTF-8
@@ -163,7 +171,7 @@ def herald(*args: str, cwd=None, **env: str) -> "subprocess.CompletedProcess[str
     code: int | str | None = 0
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(mock.patch.dict(os.environ, {"HERALD_PORT": "8139", **env}))
+            stack.enter_context(mock.patch.dict(os.environ, {"HERALD_PORT": str(free_port()), **env}))
             stack.enter_context(mock.patch.object(sys, "argv", ["herald", *args]))
             stack.enter_context(mock.patch("logging.basicConfig", basic_config))
             stack.enter_context(mock.patch("logging.config.dictConfig", serve_started))

@@ -616,10 +616,10 @@ def test_a_body_sent_slowly_but_in_time_is_served(server):
 
 @pytest.fixture(scope="module")
 def keyed_server():
-    """A real uvicorn server on 127.0.0.1:8142 with an API key and a 30 s body timeout: (host, port)."""
+    """A real uvicorn server on a free port of 127.0.0.1 with an API key and a 30 s body timeout: (host, port)."""
     settings = Settings(_env_file=None, fake_backend=True, body_timeout_s=30, api_keys="k" * 16, max_batch_size=1,
                         max_chars=100)
-    with serving(build_app(settings), port=8142) as port:
+    with serving(build_app(settings)) as port:
         yield "127.0.0.1", port
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import herald, read_until_closed
+from conftest import free_port, herald, read_until_closed
 
 
 def test_invalid_settings_exit_with_the_field_and_no_traceback():
@@ -666,11 +666,12 @@ def test_serve_refuses_a_port_another_server_listens_on_before_the_backbone_load
     with socket.socket() as taken:
         if reuse:
             taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        taken.bind(("127.0.0.1", 8176))
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
-        out = herald("serve", HERALD_PORT="8176", HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
+        port = taken.getsockname()[1]
+        out = herald("serve", HERALD_PORT=str(port), HERALD_BACKBONE=str(tmp_path / "missing"), HERALD_CACHE_DIR=str(tmp_path))
     assert (out.returncode, out.stdout, out.stderr) == (
-        1, "", "herald serve: 127.0.0.1:8176 is already in use; set HERALD_PORT or --port, or stop the other process\n")
+        1, "", f"herald serve: 127.0.0.1:{port} is already in use; set HERALD_PORT or --port, or stop the other process\n")
 
 
 def test_serve_listens_on_every_address_of_its_host_as_uvicorn_would_and_lets_go_of_them_on_a_refusal():
@@ -678,28 +679,29 @@ def test_serve_listens_on_every_address_of_its_host_as_uvicorn_would_and_lets_go
 
     from herald_service.cli.serve import listening_sockets
 
-    sockets = listening_sockets("", 8174)  # all interfaces: 0.0.0.0 and ::, one socket each, as create_server binds
+    port = free_port()
+    sockets = listening_sockets("", port)  # all interfaces: 0.0.0.0 and ::, one socket each, as create_server binds
     try:
         assert [sock.family for sock in sockets] == [socket.AF_INET, socket.AF_INET6]
         for sock in sockets:
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1  # listening: the port is held
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
         assert sockets[1].getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 1
-        with pytest.raises(SystemExit, match=r"^herald serve: 127\.0\.0\.1:8174 is already in use"):
-            listening_sockets("127.0.0.1", 8174)
-        with pytest.raises(SystemExit, match=r"^herald serve: \[::\]:8174 is already in use"):
-            listening_sockets("::", 8174)
+        with pytest.raises(SystemExit, match=rf"^herald serve: 127\.0\.0\.1:{port} is already in use"):
+            listening_sockets("127.0.0.1", port)
+        with pytest.raises(SystemExit, match=rf"^herald serve: \[::\]:{port} is already in use"):
+            listening_sockets("::", port)
     finally:
         for sock in sockets:
             sock.close()
     # :: taken alone: 0.0.0.0 was bound and listening when :: failed, and is closed again
     with socket.socket(socket.AF_INET6) as taken:
         taken.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        taken.bind(("::", 8175))
+        taken.bind(("::", port))
         taken.listen()
         with pytest.raises(SystemExit, match="already in use"):
-            listening_sockets("", 8175)
-    (free,) = listening_sockets("0.0.0.0", 8175)
+            listening_sockets("", port)
+    (free,) = listening_sockets("0.0.0.0", port)
     free.close()
 
 
@@ -716,6 +718,7 @@ def test_two_servers_started_at_once_on_one_port_the_second_exits_1_with_one_lin
     import httpx
 
     record = tmp_path / "race.json"
+    port = free_port()
     stub = f"""
 import json, os, socket, subprocess, sys
 import herald_service.api.app as app_module
@@ -729,7 +732,7 @@ def racing_build_app(*args, **kwargs):
     with socket.socket() as third:
         third.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            third.bind(("127.0.0.1", 8177))
+            third.bind(("127.0.0.1", {port}))
             third.listen()
             took = True
         except OSError:
@@ -744,27 +747,27 @@ import herald_service.__main__ as entry
 entry.main()
 """
     proc = subprocess.Popen([sys.executable, "-c", stub], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "HERALD_PORT": "8177"})
+                            env={**os.environ, "HERALD_PORT": str(port)})
     try:
         deadline = time.monotonic() + 180
         while True:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=5)[0]
             try:
-                if httpx.get("http://127.0.0.1:8177/health/ready", timeout=1).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        assert httpx.post("http://127.0.0.1:8177/classify", json={"input": "hi"}).status_code == 200
+        assert httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": "hi"}).status_code == 200
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=60)[0]
     finally:
         proc.kill()
     race = json.loads(record.read_text())
     assert (race["status"], race["stdout"], race["stderr"]) == (
-        1, "", "herald serve: 127.0.0.1:8177 is already in use; set HERALD_PORT or --port, or stop the other process\n")
+        1, "", f"herald serve: 127.0.0.1:{port} is already in use; set HERALD_PORT or --port, or stop the other process\n")
     assert not race["took"]
     assert proc.returncode == 0 and "Traceback" not in output, output
-    assert re.search(r" INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:8177 \(Press CTRL\+C to quit\)$",
+    assert re.search(rf" INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:{port} \(Press CTRL\+C to quit\)$",
                      output, re.M), output
 
 
@@ -848,25 +851,26 @@ def test_sigterm_drains_serve_and_exits_0():
 
     import socket
 
-    with running_serve(8135, "--fake-backend", "--no-warmup", HERALD_MAX_HEADER_BYTES="40000",
+    port = free_port()
+    with running_serve(port, "--fake-backend", "--no-warmup", HERALD_MAX_HEADER_BYTES="40000",
                        HERALD_MAX_CONNECTIONS="2") as proc:
-        answer = httpx.post("http://127.0.0.1:8135/classify", json={"input": "hi"}, headers={"x-request-id": "req-7"})
+        answer = httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": "hi"}, headers={"x-request-id": "req-7"})
         assert answer.headers["x-request-id"] == "req-7"
         # herald serve bounds request headers (httptools buffered 200 x 1 MB before the key check: tester); the
         # protocol itself is tested in test_api_input
-        ok = httpx.get("http://127.0.0.1:8135/health/live", headers={"x-big": "a" * 30_000}, timeout=5)
+        ok = httpx.get(f"http://127.0.0.1:{port}/health/live", headers={"x-big": "a" * 30_000}, timeout=5)
         assert ok.status_code == 200, ok.text
-        with socket.create_connection(("127.0.0.1", 8135)) as sock:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 50_000)
             refused = read_until_closed(sock, 5)
         assert refused.startswith(b"HTTP/1.1 400 ") and b"exceed 40000 bytes" in refused, refused[:300]
         # and bounds open connections (HERALD_MAX_CONNECTIONS): two held open, the third answered 503
-        held = [socket.create_connection(("127.0.0.1", 8135)) for _ in range(2)]
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
         for sock in held:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
             sock.settimeout(5)
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
-        with socket.create_connection(("127.0.0.1", 8135)) as sock:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
             assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 503 ")
         for sock in held:
             sock.close()
@@ -878,7 +882,7 @@ def test_sigterm_drains_serve_and_exits_0():
     # uvicorn's lines in Herald's format (they were "INFO:     Uvicorn running on ..."), one line per request, and
     # no uvicorn access line
     when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
-    assert re.search(rf"^{when} INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:8135", output, re.M), output
+    assert re.search(rf"^{when} INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:{port}", output, re.M), output
     assert re.search(rf"^{when} INFO herald_service\.access: POST /classify 200 \d+\.\d ms request_id=req-7$", output,
                      re.M), output
     assert "HTTP/1.1" not in output and not re.search(r"^INFO: ", output, re.M), output
@@ -900,12 +904,12 @@ def test_sigterm_before_serve_starts_its_server_exits_0():
     # came up and served until killed (re-tester, with the gap widened as here)
     gap = ("import os, signal, sys, uvicorn; run = uvicorn.Server.run;"
            " uvicorn.Server.run = lambda self, *a, **k: (os.kill(os.getpid(), signal.SIGTERM), run(self, *a, **k))[1];"
-           " sys.argv = ['herald', 'serve', '--fake-backend', '--no-warmup', '--port', '8134'];"
+           f" sys.argv = ['herald', 'serve', '--fake-backend', '--no-warmup', '--port', '{free_port()}'];"
            " import herald_service.__main__ as entry; entry.main()")
     out = subprocess.run([sys.executable, "-c", gap], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Finished server process" in out.stderr and "Traceback" not in out.stderr, out.stderr
     # and a real start stopped 1 s in (the server not up yet, or up with uvicorn's handling: 0 either way)
-    env = {**os.environ, "HERALD_FAKE_BACKEND": "true", "HERALD_PORT": "8136"}
+    env = {**os.environ, "HERALD_FAKE_BACKEND": "true", "HERALD_PORT": str(free_port())}
     proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(1.0)
@@ -933,7 +937,7 @@ def test_max_header_bytes_has_a_floor_every_client_clears():
 
 def test_ctrl_c_ends_serve_quietly_with_status_130():
     # Breaker pass: uvicorn shut down cleanly, then a 40-line CancelledError/KeyboardInterrupt traceback, status -2.
-    status, output = interrupted_serve(8138, "--fake-backend")
+    status, output = interrupted_serve(free_port(), "--fake-backend")
     assert status == 130 and "Traceback" not in output, output
 
 
@@ -941,7 +945,7 @@ def test_ctrl_c_ends_serve_quietly_with_status_130():
 def test_ctrl_c_during_the_model_load_waits_for_it_and_exits_130_without_aborting():
     # Second breaker pass: the load thread was a daemon still inside torch at exit: "terminate called without an active
     # exception", status 134. 4 s in: inside the load or the warm-up on its thread (the abort showed from about 3 s in).
-    status, output = interrupted_serve(8137, after_s=4.0)
+    status, output = interrupted_serve(free_port(), after_s=4.0)
     assert status == 130, output
     assert "Traceback" not in output and "terminate called" not in output, output
 
@@ -973,7 +977,7 @@ def test_classify_on_the_embedded_backbone_prints_its_verdicts_and_only_log_line
 
 
 def test_serve_names_a_host_it_cannot_listen_on(tmp_path):
-    out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1, not ours
+    out = herald("serve", HERALD_HOST="192.0.2.1", HERALD_PORT="8139", HERALD_BACKBONE=str(tmp_path / "missing"))  # TEST-NET-1
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip() == ("herald serve: cannot listen on 192.0.2.1:8139 (Cannot assign requested address);"
                                   " set HERALD_HOST or --host, HERALD_PORT or --port")

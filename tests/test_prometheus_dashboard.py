@@ -17,7 +17,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from conftest import free_port
 
 pytestmark = pytest.mark.prometheus
 
@@ -49,12 +49,6 @@ HERALD_NAME = re.compile(r"\bherald_[A-Za-z0-9_:]*")
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log_tail(path: Path, chars: int = 3000) -> str:
