@@ -64,6 +64,22 @@ def test_content_parts_joined_over_max_chars_are_refused_naming_the_join(client)
     assert fits.status_code == 200, fits.text
 
 
+def test_content_parts_joined_over_max_tokens_are_refused_naming_the_join(client):
+    # Tester: parts each under the limit said "prompt renders to 4132 tokens", as if one prompt had been sent.
+    limit = client.app.state.herald.settings.max_tokens
+    part = "!" * (limit - 3)  # the fake: 3 template tokens and one per punctuation mark; alone exactly the limit
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": part}] * 2})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "input_too_large", "field": "input", "param": "input",
+        "message": "input's 2 content parts are joined with newlines (each is also scored alone), and the joined prompt"
+                   f" renders to {2 * (limit - 3) + 3} tokens; the limit is {limit} (max_tokens)"}
+    alone = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a"}, {"type": "text", "text": part + "!"}]})
+    assert alone.status_code == 400 and alone.json()["error"]["field"] == "input[1].text"
+    assert alone.json()["error"]["message"] == f"prompt renders to {limit + 1} tokens; the limit is {limit} (max_tokens)"
+    single = client.post("/v1/moderations", json={"input": part + "!"})
+    assert single.json()["error"]["message"] == f"prompt renders to {limit + 1} tokens; the limit is {limit} (max_tokens)"
+
+
 PARTS_WITH_SURROGATE = '[{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]'
 
 
