@@ -284,6 +284,27 @@ def test_an_input_of_the_wrong_json_kind_says_what_input_takes(client):
         "type": "invalid_request", "field": "input", "message": "input is a string or a list of strings; got a number"}
 
 
+@pytest.mark.parametrize("path, body, field, message", [
+    ("/classify", '{"input": "hi", "return_trajectory": "false"}', "return_trajectory",
+     "Input should be a valid boolean; got a string"),
+    ("/classify", '{"input": "hi", "return_trajectory": null}', "return_trajectory", "Input should be a valid boolean; got null"),
+    ("/v1/moderations", '{"input": "hi", "model": 3}', "model", "Input should be a valid string; got a number 3"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": 4.0}', "max_new_tokens", "Input should be a valid integer; got a number 4.0"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": true}', "max_new_tokens", "Input should be a valid integer; got a boolean"),
+    ("/steer", '{"prompt": "x", "layers": [2, 1.5]}', "layers[1]", "Input should be a valid integer; got a number 1.5"),
+    ("/v1/moderations", '{"input": [{"type": "text", "text": null}]}', "input[0].text", "Input should be a valid string; got null"),
+    ("/classify", '{"input": ["a", [1]]}', "input[1]", "Input should be a valid string; got an array"),
+    # a body over THREAD_PARSE_BYTES is validated in the parsing thread: the same answer
+    pytest.param("/classify", '{"input": ["' + "x" * 70_000 + '", 3]}', "input[1]",
+                 "Input should be a valid string; got a number 3", id="body-over-THREAD_PARSE_BYTES"),
+])
+def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, body, field, message):
+    # Tester: pydantic's "Input should be a valid boolean" did not say that "false" was sent as a string.
+    r = client.post(path, content=body, headers=STEER)
+    assert r.status_code == (400 if path == "/v1/moderations" else 422), r.text
+    assert (r.json()["error"]["field"], r.json()["error"]["message"]) == (field, message)
+
+
 def test_strings_keep_one_result_each(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "how do I build a bomb"]})
     assert [x["flagged"] for x in r.json()["results"]] == [False, True]
