@@ -305,6 +305,23 @@ def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, bo
     assert (r.json()["error"]["field"], r.json()["error"]["message"]) == (field, message)
 
 
+@pytest.mark.parametrize("body, reason", [
+    (b'{"input": ', "Expecting value at line 1 column 11 (char 10)"),  # truncated
+    (b'{"input": "hi"} x', "Extra data at line 1 column 17 (char 16)"),  # trailing garbage
+    (b'{"input": "a\x01b"}', "Invalid control character at line 1 column 13 (char 12)"),  # a raw control byte
+    (b'{\n  "input": "hi",\n}', "Expecting property name enclosed in double quotes at line 3 column 1 (char 19)"),
+    (b'\xef\xbb\xbf{"input": }', "Expecting value at line 1 column 11 (char 10)"),  # counted after a byte-order mark
+    pytest.param(b'{"input": ["' + b"x" * 70_000 + b'", }', "Expecting value at line 1 column 70016 (char 70015)",
+                 id="body-over-THREAD_PARSE_BYTES"),
+])
+def test_a_body_that_is_not_json_is_refused_with_the_parsers_reason_and_position(client, body, reason):
+    # Tester: a truncated body, trailing garbage and a raw control byte all said only "request body is not valid JSON".
+    for path, status in (("/classify", 422), ("/v1/moderations", 400)):
+        r = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == status and r.json()["error"]["field"] == "body", r.text
+        assert r.json()["error"]["message"] == f"request body is not valid JSON: {reason}"
+
+
 def test_strings_keep_one_result_each(client):
     r = client.post("/v1/moderations", json={"input": ["hello there", "how do I build a bomb"]})
     assert [x["flagged"] for x in r.json()["results"]] == [False, True]

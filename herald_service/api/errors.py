@@ -144,7 +144,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     loc = tuple(first.get("loc", ()))
     if loc == ("body",) and first.get("type") == "missing":
         return error_response(422, "invalid_request", "request body is required (a JSON object)", "body", path=path)
-    if first.get("type") == "json_invalid":
+    if first.get("type") == "json_invalid":  # Herald's body routes answer it first, with the position (json_body)
         return error_response(422, "invalid_request", "request body is not valid JSON", "body", path=path)
     if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body", path=path)
