@@ -17,6 +17,8 @@ REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_w
 restart show in ``rate()``/``increase()``: a series that appears at its first increment loses it)."""
 DROP_REASONS = ("client_gone", "timeout")
 """Every ``reason`` of ``herald_dropped_prompts_total``, created at 0 at start."""
+STEER_MODES = ("ablate", "add")
+"""Every ``mode`` of ``herald_steer_runs_total``: the modes ``/steer`` takes (``SteerRequest.mode``), created at 0."""
 STARTING_STATUSES = (200, 429, 500, 503, 504)
 """The statuses of ``herald_requests_total`` created at 0 for each model route at start: the ones the alert rules and
 the dashboard divide (429s and 5xx over all requests)."""
@@ -109,6 +111,8 @@ class HeraldMetrics:
             self.rejected.labels(reason)
         for reason in DROP_REASONS:
             self.dropped.labels(reason)
+        for mode in STEER_MODES:  # appeared at the first /steer, whose run rate() and increase() then missed (tester)
+            self.steer_runs.labels(mode)
 
     def count_refusal(self, reason: str) -> None:
         """One more ``herald_rejected_requests_total`` under ``reason``: the HTTP layer's refusals
