@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 
 from herald_service.types import Classification
 
@@ -36,6 +36,9 @@ class HeraldMetrics:
     """The process's metrics on one registry (a fresh registry per app keeps tests independent)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # No *_created sample beside each counter and histogram series (prometheus_client's default): it doubled the
+        # series and nothing reads it (tester). A switch for the whole process, which exports Herald's metrics only.
+        disable_created_metrics()
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter("herald_requests_total", "HTTP requests by route and status code.", ["route", "status"], registry=r)

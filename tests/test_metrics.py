@@ -102,6 +102,21 @@ def test_every_steer_mode_is_created_at_start():
     assert set(STEER_MODES) == set(typing.get_args(SteerRequest.model_fields["mode"].annotation))
 
 
+def test_no_created_sample_is_exported_beside_counters_and_histograms():
+    # prometheus_client's default *_created sample doubled the series (tester); nothing reads it.
+    from fastapi.testclient import TestClient
+
+    from herald_service.api.app import build_app
+    from herald_service.config import Settings
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    app.state.herald.metrics.observe_request("/classify", 200, 0.01)
+    scraped = _scraped(TestClient(app).get("/metrics").text)
+    assert ("herald_requests_total", (("route", "/classify"), ("status", "200"))) in scraped
+    assert ("herald_request_duration_seconds_count", (("route", "/classify"), ("status_class", "2xx"))) in scraped
+    assert [name for name, _ in scraped if name.endswith("_created")] == []
+
+
 def test_latency_buckets_reach_past_the_default_request_timeout():
     # They ended at 30 s against a 60 s default timeout: a p99 of requests that timed out read about 29.5 s (tester).
     from herald_service.config import Settings
