@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 
 from herald_service.types import Classification
 
@@ -17,6 +17,8 @@ REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_w
 restart show in ``rate()``/``increase()``: a series that appears at its first increment loses it)."""
 DROP_REASONS = ("client_gone", "timeout")
 """Every ``reason`` of ``herald_dropped_prompts_total``, created at 0 at start."""
+STEER_MODES = ("ablate", "add")
+"""Every ``mode`` of ``herald_steer_runs_total``: the modes ``/steer`` takes (``SteerRequest.mode``), created at 0."""
 STARTING_STATUSES = (200, 429, 500, 503, 504)
 """The statuses of ``herald_requests_total`` created at 0 for each model route at start: the ones the alert rules and
 the dashboard divide (429s and 5xx over all requests)."""
@@ -34,6 +36,9 @@ class HeraldMetrics:
     """The process's metrics on one registry (a fresh registry per app keeps tests independent)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # No *_created sample beside each counter and histogram series (prometheus_client's default): it doubled the
+        # series and nothing reads it (tester). A switch for the whole process, which exports Herald's metrics only.
+        disable_created_metrics()
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter("herald_requests_total", "HTTP requests by route and status code.", ["route", "status"], registry=r)
@@ -109,6 +114,8 @@ class HeraldMetrics:
             self.rejected.labels(reason)
         for reason in DROP_REASONS:
             self.dropped.labels(reason)
+        for mode in STEER_MODES:  # appeared at the first /steer, whose run rate() and increase() then missed (tester)
+            self.steer_runs.labels(mode)
 
     def count_refusal(self, reason: str) -> None:
         """One more ``herald_rejected_requests_total`` under ``reason``: the HTTP layer's refusals

@@ -186,7 +186,8 @@ def test_openai_moderations_shape(client):
                                  "param": "input", "message": "5 prompts exceed the limit of 4 prompts per request (max_batch_size)"}),
     # an error of the whole body names it as its field does
     (b"{not json", 400, {"type": "invalid_request_error", "code": "invalid_request", "field": "body", "param": "body",
-                         "message": "request body is not valid JSON"}),
+                         "message": "request body is not valid JSON: Expecting property name enclosed in double quotes"
+                                    " at line 1 column 2 (char 1)"}),
 ])
 def test_moderations_errors_have_openais_status_and_fields(client, body, status, error):
     r = (client.post("/v1/moderations", json=body) if isinstance(body, dict)

@@ -64,6 +64,22 @@ def test_content_parts_joined_over_max_chars_are_refused_naming_the_join(client)
     assert fits.status_code == 200, fits.text
 
 
+def test_content_parts_joined_over_max_tokens_are_refused_naming_the_join(client):
+    # Tester: parts each under the limit said "prompt renders to 4132 tokens", as if one prompt had been sent.
+    limit = client.app.state.herald.settings.max_tokens
+    part = "!" * (limit - 3)  # the fake: 3 template tokens and one per punctuation mark; alone exactly the limit
+    r = client.post("/v1/moderations", json={"input": [{"type": "text", "text": part}] * 2})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_request_error", "code": "input_too_large", "field": "input", "param": "input",
+        "message": "input's 2 content parts are joined with newlines (each is also scored alone), and the joined prompt"
+                   f" renders to {2 * (limit - 3) + 3} tokens; the limit is {limit} (max_tokens)"}
+    alone = client.post("/v1/moderations", json={"input": [{"type": "text", "text": "a"}, {"type": "text", "text": part + "!"}]})
+    assert alone.status_code == 400 and alone.json()["error"]["field"] == "input[1].text"
+    assert alone.json()["error"]["message"] == f"prompt renders to {limit + 1} tokens; the limit is {limit} (max_tokens)"
+    single = client.post("/v1/moderations", json={"input": part + "!"})
+    assert single.json()["error"]["message"] == f"prompt renders to {limit + 1} tokens; the limit is {limit} (max_tokens)"
+
+
 PARTS_WITH_SURROGATE = '[{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]'
 
 
@@ -266,6 +282,44 @@ def test_an_input_of_the_wrong_json_kind_says_what_input_takes(client):
     r = client.post("/classify", json={"input": 5})
     assert r.status_code == 422 and r.json()["error"] == {
         "type": "invalid_request", "field": "input", "message": "input is a string or a list of strings; got a number"}
+
+
+@pytest.mark.parametrize("path, body, field, message", [
+    ("/classify", '{"input": "hi", "return_trajectory": "false"}', "return_trajectory",
+     "Input should be a valid boolean; got a string"),
+    ("/classify", '{"input": "hi", "return_trajectory": null}', "return_trajectory", "Input should be a valid boolean; got null"),
+    ("/v1/moderations", '{"input": "hi", "model": 3}', "model", "Input should be a valid string; got a number 3"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": 4.0}', "max_new_tokens", "Input should be a valid integer; got a number 4.0"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": true}', "max_new_tokens", "Input should be a valid integer; got a boolean"),
+    ("/steer", '{"prompt": "x", "layers": [2, 1.5]}', "layers[1]", "Input should be a valid integer; got a number 1.5"),
+    ("/v1/moderations", '{"input": [{"type": "text", "text": null}]}', "input[0].text", "Input should be a valid string; got null"),
+    ("/classify", '{"input": ["a", [1]]}', "input[1]", "Input should be a valid string; got an array"),
+    # a body over THREAD_PARSE_BYTES is validated in the parsing thread: the same answer
+    pytest.param("/classify", '{"input": ["' + "x" * 70_000 + '", 3]}', "input[1]",
+                 "Input should be a valid string; got a number 3", id="body-over-THREAD_PARSE_BYTES"),
+])
+def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, body, field, message):
+    # Tester: pydantic's "Input should be a valid boolean" did not say that "false" was sent as a string.
+    r = client.post(path, content=body, headers=STEER)
+    assert r.status_code == (400 if path == "/v1/moderations" else 422), r.text
+    assert (r.json()["error"]["field"], r.json()["error"]["message"]) == (field, message)
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b'{"input": ', "Expecting value at line 1 column 11 (char 10)"),  # truncated
+    (b'{"input": "hi"} x', "Extra data at line 1 column 17 (char 16)"),  # trailing garbage
+    (b'{"input": "a\x01b"}', "Invalid control character at line 1 column 13 (char 12)"),  # a raw control byte
+    (b'{\n  "input": "hi",\n}', "Expecting property name enclosed in double quotes at line 3 column 1 (char 19)"),
+    (b'\xef\xbb\xbf{"input": }', "Expecting value at line 1 column 11 (char 10)"),  # counted after a byte-order mark
+    pytest.param(b'{"input": ["' + b"x" * 70_000 + b'", }', "Expecting value at line 1 column 70016 (char 70015)",
+                 id="body-over-THREAD_PARSE_BYTES"),
+])
+def test_a_body_that_is_not_json_is_refused_with_the_parsers_reason_and_position(client, body, reason):
+    # Tester: a truncated body, trailing garbage and a raw control byte all said only "request body is not valid JSON".
+    for path, status in (("/classify", 422), ("/v1/moderations", 400)):
+        r = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == status and r.json()["error"]["field"] == "body", r.text
+        assert r.json()["error"]["message"] == f"request body is not valid JSON: {reason}"
 
 
 def test_strings_keep_one_result_each(client):

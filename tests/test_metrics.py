@@ -75,6 +75,8 @@ def test_known_label_series_are_exported_at_zero_before_any_traffic():
         assert scraped[("herald_rejected_requests_total", (("reason", reason),))] == 0, reason
     for reason in ("client_gone", "timeout"):
         assert scraped[("herald_dropped_prompts_total", (("reason", reason),))] == 0, reason
+    for mode in ("ablate", "add"):  # appeared only after the first /steer (tester)
+        assert scraped[("herald_steer_runs_total", (("mode", mode),))] == 0, mode
 
 
 def test_every_reason_the_code_counts_is_created_at_start():
@@ -89,6 +91,30 @@ def test_every_reason_the_code_counts_is_created_at_start():
     assert rejected and rejected <= set(REJECT_REASONS), rejected - set(REJECT_REASONS)
     dropped = set(re.findall(r'\.cancel\(futures, "(\w+)" if \w+ else "(\w+)"\)', source)[0])
     assert dropped | {"client_gone"} <= set(DROP_REASONS)
+
+
+def test_every_steer_mode_is_created_at_start():
+    import typing
+
+    from herald_service.api.schemas import SteerRequest
+    from herald_service.metrics import STEER_MODES
+
+    assert set(STEER_MODES) == set(typing.get_args(SteerRequest.model_fields["mode"].annotation))
+
+
+def test_no_created_sample_is_exported_beside_counters_and_histograms():
+    # prometheus_client's default *_created sample doubled the series (tester); nothing reads it.
+    from fastapi.testclient import TestClient
+
+    from herald_service.api.app import build_app
+    from herald_service.config import Settings
+
+    app = build_app(Settings(_env_file=None, fake_backend=True))
+    app.state.herald.metrics.observe_request("/classify", 200, 0.01)
+    scraped = _scraped(TestClient(app).get("/metrics").text)
+    assert ("herald_requests_total", (("route", "/classify"), ("status", "200"))) in scraped
+    assert ("herald_request_duration_seconds_count", (("route", "/classify"), ("status_class", "2xx"))) in scraped
+    assert [name for name, _ in scraped if name.endswith("_created")] == []
 
 
 def test_latency_buckets_reach_past_the_default_request_timeout():

@@ -207,7 +207,7 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
     assert calls == [] and moderator.engine.ahead == Work()
     metrics = moderator.metrics
     assert metrics.registry.get_sample_value("herald_rejected_requests_total", {"reason": "estimated_work"}) == 1
-    assert metrics.registry.get_sample_value("herald_steer_runs_total", {"mode": "ablate"}) is None
+    assert metrics.registry.get_sample_value("herald_steer_runs_total", {"mode": "ablate"}) == 0
     # Its /steer slot was given back: the next prompt, whose prefills fit, runs.
     outcome = asyncio.run(steer(moderator, " ".join(["wd"] * 17)))
     moderator.engine.stop()

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from herald_service.api.schemas import json_kind
 from herald_service.engine.service import ClientGone
 from herald_service.strict_json import echoed
 from herald_service.errors import (
@@ -143,11 +144,17 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     loc = tuple(first.get("loc", ()))
     if loc == ("body",) and first.get("type") == "missing":
         return error_response(422, "invalid_request", "request body is required (a JSON object)", "body", path=path)
-    if first.get("type") == "json_invalid":
+    if first.get("type") == "json_invalid":  # Herald's body routes answer it first, with the position (json_body)
         return error_response(422, "invalid_request", "request body is not valid JSON", "body", path=path)
     if loc == ("body",) and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body", path=path)
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if str(first.get("type", "")).endswith("_type") and "input" in first:
+        # pydantic's "Input should be a valid boolean" did not say what was sent ("false", a string: tester); a number
+        # is shown, since 4.0 for an integer is refused for its form, not its value
+        value = first["input"]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        message += f"; got {json_kind(value)}{f' {value!r}' if number else ''}"
     if first.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
         # The key is the client's: name it whatever it looks like (a key "str", "a[b]" or "function-x" read as a
         # union-branch marker and was dropped, leaving no field: breaker pass), escaped and cut (a 200,000-character

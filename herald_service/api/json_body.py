@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.message
+import json
 import sys
 from typing import Any, Callable, Coroutine
 
@@ -128,6 +129,14 @@ def container_limit(settings: Settings) -> int:
     return max(131_072, 16 * settings.max_batch_size * settings.max_messages)
 
 
+def not_json_reason(exc: json.JSONDecodeError) -> str:
+    """Why and where ``json`` could not parse a body, e.g. ``"Expecting value at line 1 column 11 (char 10)"``: line
+    and column count from 1, ``char`` is the offset in characters of the body as decoded (without a byte-order mark).
+    The decoder's "Invalid control character at" (a raw tab or newline in a string) is not followed by a second
+    "at"."""
+    return f"{exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno} (char {exc.pos})"
+
+
 def is_json_content_type(content_type: str) -> bool:
     """Whether a ``Content-Type`` value is ``application/json`` or ``application/*+json`` (parameters such as
     ``charset`` allowed), parsed as FastAPI parses it (``fastapi.routing.get_request_handler``, stdlib headers)."""
@@ -159,6 +168,9 @@ class UniqueKeysRoute(APIRoute):
             its offset in the body as sent) or JSON nested past the parser's recursion limit (422).
         InputTooLarge: a list longer than :func:`list_limit`, naming its path (413; counted as ``list_length``).
         ClientGone: the client went away while sending the body (counted as 499, not as a server error).
+
+    A body that is not JSON is an InvalidInput too, naming the parser's reason and position
+    (:func:`not_json_reason`).
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -206,8 +218,8 @@ class UniqueKeysRoute(APIRoute):
                     raise InvalidInput("request body's JSON is nested more deeply than the parser allows (about"
                                        f" {sys.getrecursionlimit():,} levels, Python's recursion limit; a Herald request"
                                        " needs fewer than ten)", field="body") from None
-                except ValueError:
-                    pass  # not JSON: FastAPI's own parsing answers it (a 422, "request body is not valid JSON")
+                except json.JSONDecodeError as exc:  # FastAPI's own answer gave no position or reason (tester)
+                    raise InvalidInput(f"request body is not valid JSON: {not_json_reason(exc)}", field="body") from None
             return await handler(request)
 
         return unique_keys_handler

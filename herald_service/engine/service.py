@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -350,12 +350,17 @@ class Moderator:
                     f"prompt has {chars} characters; the limit is {self.settings.max_chars} (max_chars)", field=field
                 )
 
-    async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str]) -> tuple[list[list[int]], float]:
+    async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str],
+                       prompt_names: Mapping[str, str] | None = None) -> tuple[list[list[int]], float]:
         """Render and tokenize off the event loop, applying the token limit and admission as it goes: prompts are
         encoded in chunks of about :data:`ENCODE_CHUNK_CHARS` characters, and the first prompt over the limit ends the
         work (a breaker pass: 64 prompts of 32,000 look-alike characters took 4 s of CPU to fold and tokenize before
         their 413, and a one-word request beside four such took 10.7 s), as does a chunk after which the prompts
         tokenized so far could not be admitted (:meth:`InferenceEngine.check_work`).
+
+        Args:
+            prompt_names: how the token-limit refusal names the prompt at a field, the words before "renders to N
+                tokens" ("prompt" for a field not in it).
 
         Returns:
             token ids per prompt and the seconds it took.
@@ -384,7 +389,8 @@ class Moderator:
             for token_ids, field in zip(chunk, fields[first:end]):
                 if len(token_ids) > limit:
                     self.metrics.rejected.labels("tokens").inc()
-                    raise InputTooLarge(f"prompt renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
+                    what = (prompt_names or {}).get(field, "prompt")
+                    raise InputTooLarge(f"{what} renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
                                         field=field)
             ids += chunk
             lengths += (len(token_ids) for token_ids in chunk)
@@ -403,6 +409,7 @@ class Moderator:
         fields: Sequence[str],
         batch_field: str,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
+        prompt_names: Mapping[str, str] | None = None,
     ) -> tuple[list[Classification], Timing]:
         """Classify prompts through the engine; results in input order, plus the request's merged timing.
 
@@ -412,6 +419,8 @@ class Moderator:
         is the highest-scoring of these prompts (its ``tokens``, features and trajectory are that prompt's). Herald reads the last token, and the probe was fitted on single prompts: a
         harmful request after one benign exchange scored 0.003 in the conversation and 0.99 alone (a session's try),
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
+
+        ``prompt_names`` names prompts in the token-limit refusal, as :meth:`tokenize`'s.
 
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`; InputTooLarge also when the
@@ -431,7 +440,7 @@ class Moderator:
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
-            ids, tokenize_s = await self.tokenize(prompts, prompt_fields)
+            ids, tokenize_s = await self.tokenize(prompts, prompt_fields, prompt_names)
             futures = self.engine.submit(ids, tokenize_s)
         except (QueueFull, WorkTooLarge) as exc:
             self.metrics.rejected.labels(exc.reason).inc()

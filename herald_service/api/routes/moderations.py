@@ -67,6 +67,7 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
     """OpenAI-compatible moderation of a string, a list of strings (one result each), or the text parts of one
     multimodal input (one result: :func:`content_part_prompts`)."""
     parts = body.input and not isinstance(body.input, str) and not isinstance(body.input[0], str)
+    joined: dict[str, str] = {}  # how the token-limit refusal names the joined parts
     if isinstance(body.input, str):
         texts, fields = [body.input], ["input"]
     elif parts:
@@ -82,10 +83,14 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
             raise InputTooLarge(f"input's {len(texts) - 1} content parts joined with newlines have {len(texts[-1])}"
                                 f" characters; the limit is {limit} (max_chars), for the joined text as for each part",
                                 field="input")
+        if len(texts) > 1:  # said "prompt renders to 4132 tokens" of parts each under the limit (tester)
+            joined["input"] = (f"input's {len(texts) - 1} content parts are joined with newlines (each is also scored"
+                               " alone), and the joined prompt")
     else:
         texts = list(body.input)  # type: ignore[arg-type]
         fields = [f"input[{i}]" for i in range(len(texts))]
-    results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request))
+    results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request),
+                                               joined)
     if parts:
         results = [highest_scoring(results)]
     moderator.metrics.observe_decisions("/v1/moderations", results)
