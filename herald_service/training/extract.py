@@ -51,8 +51,8 @@ chunking, numerics). Before it was in the key, a cache filled before the CPU's b
 (``HFBackbone.batch_invariant``, 2026-12-04) went on serving that forward's states for every prompt whose text had
 not changed; the shipped probe's recorded ``herald fit`` command, rerun on an empty cache on another machine, gave
 another probe (threshold logit 0.875 against 1.106), which such entries explain (another CPU could too: the old cache
-is gone). The forward in use gives the same bits for a prompt alone, in any batch, and at 1 or 2 threads (40 corpus
-prompts, README "Reproducibility")."""
+is gone). The forward in use gives the same bits for a prompt alone, in any batch, and at 1 or 2 threads (180
+corpus prompts of up to 1,024 tokens, README "Reproducibility")."""
 
 
 class StateCache:
