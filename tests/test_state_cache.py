@@ -107,3 +107,17 @@ def test_states_of_another_forward_are_not_read(tmp_path, monkeypatch):
     assert backbone.forwarded == 5  # every prompt again: none of the older forward's entries was read
     states_of_token_ids(backbone, ids, StateCache(tmp_path, backbone))
     assert backbone.forwarded == 5  # and the new entries are read by a later run of the same forward
+
+
+def test_states_of_another_torch_or_transformers_are_not_read(tmp_path, monkeypatch):
+    # their kernels are part of the forward: another version may round otherwise
+    import torch
+    import transformers
+
+    backbone = CountingBackbone()
+    folders = {StateCache(tmp_path, backbone).folder}
+    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".next")
+    folders.add(StateCache(tmp_path, backbone).folder)
+    monkeypatch.setattr(transformers, "__version__", transformers.__version__ + ".next")
+    folders.add(StateCache(tmp_path, backbone).folder)
+    assert len(folders) == 3

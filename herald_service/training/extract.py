@@ -1,8 +1,8 @@
 """Extract last-token residual states for a corpus, with a progress bar and an on-disk cache.
 
 Cache layout: ``<cache_dir>/states/<key>/<hh>/<sha256>.npy``, one float32 ``(layer, d_model)`` array per prompt,
-where ``key`` hashes the backbone revision and config hash, the numerics and :data:`FORWARD_VERSION`, and the file
-name hashes the prompt's token ids. A second fit, eval or baseline over the same prompts reads states instead of
+where ``key`` hashes the backbone revision and config hash, the numerics, :data:`FORWARD_VERSION` and the torch and
+transformers versions, and the file name hashes the prompt's token ids. A second fit, eval or baseline over the same prompts reads states instead of
 recomputing them.
 """
 
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import torch
+import transformers
 from tqdm import tqdm
 
 from herald_service.backbone.base import Backbone, position_table_key, token_limit
@@ -56,7 +58,8 @@ corpus prompts of up to 1,024 tokens, README "Reproducibility")."""
 
 
 class StateCache:
-    """Per-prompt state files keyed by backbone identity, numerics, :data:`FORWARD_VERSION` and token ids.
+    """Per-prompt state files keyed by backbone identity, numerics, :data:`FORWARD_VERSION`, torch's and transformers'
+    versions, and token ids.
 
     Attributes:
         folder: ``<root>/states/<key>``, the files of this backbone and numerics.
@@ -66,7 +69,10 @@ class StateCache:
     def __init__(self, root: Path, backbone: Backbone) -> None:
         info = backbone.info
         numerics = info.dtype if info.matmul_dtype is None else f"{info.dtype}|matmul={info.matmul_dtype}"
-        identity = f"{info.revision}|{info.config_hash}|{numerics}|{FORWARD_VERSION}"
+        # torch's and transformers' versions too: their kernels are part of the forward (another version may round a
+        # matmul or attention otherwise), and an upgrade costs one re-extraction, not a silently mixed cache
+        libraries = f"torch={torch.__version__}|transformers={transformers.__version__}"
+        identity = f"{info.revision}|{info.config_hash}|{numerics}|{FORWARD_VERSION}|{libraries}"
         key = hashlib.sha256(identity.encode()).hexdigest()[:16]
         self.folder = root / "states" / key
         self.shape = (info.num_layers, info.hidden_size)
