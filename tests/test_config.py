@@ -395,7 +395,7 @@ def test_herald_version_prints_the_package_version():
 
 
 SECRET_SETTINGS = {"HERALD_API_KEYS", "HERALD_STEER_API_KEY"}
-CONFIGMAP_OVERRIDES = {"HERALD_HOST", "HERALD_CACHE_DIR", "HERALD_NUM_THREADS"}
+CONFIGMAP_OVERRIDES = {"HERALD_HOST", "HERALD_CACHE_DIR", "HERALD_NUM_THREADS", "HERALD_HEALTH_PORT"}
 """The settings k8s/configmap.yaml sets on purpose to other than config.py's default (its comments say why)."""
 
 
