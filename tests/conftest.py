@@ -43,12 +43,14 @@ def held_loader(wait_s: float = 30.0):
 
 @contextlib.contextmanager
 def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float = 10.0, counted_by=None,
-            keep_alive_s: float = 60.0, max_connections: int | None = None) -> Iterator[int]:
+            keep_alive_s: float = 60.0, max_connections: int | None = None, health_port: int | None = None) -> Iterator[int]:
     """Run ``app`` on a real uvicorn server on 127.0.0.1 (``port``, 0: a free one; keep-alive ``keep_alive_s``; the HTTP protocol
     ``herald serve`` uses, headers bounded at 64 KiB and ``header_timeout_s`` seconds, at most ``max_connections`` open
     connections, None: unbounded) in a thread; yields the port
     once /health/ready answers 200, and stops the server after. The HTTP layer's refusals are counted in the metrics
-    of ``counted_by`` (a Herald app; default ``app`` itself), as ``herald serve`` counts them."""
+    of ``counted_by`` (a Herald app; default ``app`` itself), as ``herald serve`` counts them. With ``health_port``
+    (the app's settings' ``health_port``) the same server also serves that port, as ``herald serve`` does: both bound
+    first (``listening_sockets``) and handed to uvicorn."""
     import httpx
     import uvicorn
 
@@ -61,9 +63,16 @@ def serving(app, timeout_s: float = 60.0, port: int = 0, header_timeout_s: float
     herald = getattr(getattr(counted_by or app, "state", None), "herald", None)  # None: an app wrapped by a test
     refused = herald.metrics.count_refusal if herald is not None else None
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=keep_alive_s,
-                                           http=header_bounded_protocol(header_timeout_s, refused, max_connections),
+                                           http=header_bounded_protocol(header_timeout_s, refused, max_connections,
+                                                                        health_port),
                                            h11_max_incomplete_event_size=65_536))
-    thread = threading.Thread(target=server.run, daemon=True)
+    sockets = None
+    if health_port is not None:
+        from herald_service.cli.serve import HEALTH_PORT_SETTING, listening_sockets
+
+        sockets = listening_sockets("127.0.0.1", port) + listening_sockets("127.0.0.1", health_port,
+                                                                           setting=HEALTH_PORT_SETTING)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1003,6 +1003,131 @@ def test_refused_connections_linger_only_up_to_a_bound(monkeypatch):
     assert rejected_counts(app, ("connections",)) == [5]
 
 
+def health_port_app(max_connections: int = 2):
+    """``(app, port, health_port)``: an app on the fake backend whose settings name two free ports, the main one and
+    the health port (``HERALD_HEALTH_PORT``), for :func:`conftest.serving`."""
+    from conftest import free_port
+
+    port, health_port = free_port(), free_port()
+    while health_port == port:
+        health_port = free_port()
+    settings = Settings(_env_file=None, fake_backend=True, warmup=False, port=port, health_port=health_port,
+                        max_connections=max_connections, api_keys="client-key-0123456789")
+    return build_app(settings), port, health_port
+
+
+def test_the_health_port_answers_probes_and_scrapes_while_the_main_ports_connection_bound_is_reached():
+    # tester: the kubelet's probes and Prometheus' scrapes are connections too; while a flood held
+    # HERALD_MAX_CONNECTIONS, /health/live answered 503 and after 30 s the kubelet restarted a healthy pod, and
+    # /metrics could not be scraped exactly when it mattered
+    import socket
+
+    import httpx
+
+    app, port, health_port = health_port_app(max_connections=2)
+    with serving(app, port=port, max_connections=2, health_port=health_port):
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]  # idle, keep-alive: they count
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 503 ")  # the main port is full
+            for path in ("/health/live", "/health/ready", "/metrics"):
+                answer = httpx.get(f"http://127.0.0.1:{health_port}{path}", timeout=5)
+                assert answer.status_code == 200, (path, answer.text)
+                assert httpx.head(f"http://127.0.0.1:{health_port}{path}", timeout=5).status_code == 200, path
+            assert "herald_requests_total" in answer.text  # the scrape: Prometheus text
+            # several health-port connections open at once, on top of the full main port: none refused
+            probes = [socket.create_connection(("127.0.0.1", health_port)) for _ in range(5)]
+            for sock in probes:
+                sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(5)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            for sock in probes:
+                sock.close()
+            with socket.create_connection(("127.0.0.1", port)) as sock:  # still full: health connections not counted
+                assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 503 ")
+            assert rejected_counts(app, ("connections",)) == [2]
+            # the probes stay out of the request metrics on this port too, as on the main port
+            metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=5).text
+            assert not re.search(r'herald_requests_total\{route="(/health/live|/health/ready|/metrics)"', metrics)
+        finally:
+            for sock in held:
+                sock.close()
+        time.sleep(0.3)  # the server sees those closes
+        # the main port still serves the probes, /metrics and the API (backwards compatible)
+        for path in ("/health/live", "/health/ready", "/metrics"):
+            assert httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200, path
+        keyed = httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": "hi"},
+                           headers={"authorization": "Bearer client-key-0123456789"}, timeout=5)
+        assert keyed.status_code == 200, keyed.text
+
+
+def test_the_health_port_serves_nothing_but_the_probes_and_metrics():
+    # /classify there would be a way around HERALD_MAX_CONNECTIONS: a 404 naming the port's purpose, before the key
+    # check (not a 401 that says the path exists), counted as any 404 is
+    import httpx
+
+    app, port, health_port = health_port_app()
+    base = f"http://127.0.0.1:{health_port}"
+    with serving(app, port=port, max_connections=2, health_port=health_port):
+        for method, path in (("POST", "/classify"), ("POST", "/v1/moderations"), ("GET", "/v1/info"), ("GET", "/"),
+                             ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/health/live/"), ("GET", "/nope")):
+            answer = httpx.request(method, base + path, json={"input": "hi"} if method == "POST" else None,
+                                   headers={"authorization": "Bearer client-key-0123456789"}, timeout=5)
+            assert answer.status_code == 404, (path, answer.text)
+            assert answer.json() == {"error": {"type": "not_found", "message": (
+                f"no route {path} on the health port ({health_port}, HERALD_HEALTH_PORT), which serves /health/live,"
+                f" /health/ready, /metrics only, for probes and scrapes; the API is on port {port} (HERALD_PORT)")}}
+            assert answer.headers["x-request-id"], path
+        # with a body unread, the connection closes (CloseUnreadBodies), as for any early answer
+        assert httpx.post(base + "/classify", json={"input": "hi"}, timeout=5).headers["connection"] == "close"
+        # methods are the router's, as on the main port: POST on a probe is its 405
+        assert httpx.post(base + "/health/live", timeout=5).status_code == 405
+        metrics = httpx.get(base + "/metrics", timeout=5).text
+        assert 'herald_requests_total{route="/classify",status="404"} 2.0' in metrics, metrics
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200  # the main port: as before
+
+
+def test_the_health_ports_own_connection_bound_answers_503_past_it():
+    # its connections are outside HERALD_MAX_CONNECTIONS, so they have a bound of their own: a flood on that port
+    # cannot use up the process's file descriptors either
+    import socket
+
+    from herald_service.config import HEALTH_PORT_CONNECTIONS
+
+    app, port, health_port = health_port_app(max_connections=2)
+    with serving(app, port=port, max_connections=2, health_port=health_port):
+        held = []
+        try:
+            for _ in range(HEALTH_PORT_CONNECTIONS):
+                held.append(socket.create_connection(("127.0.0.1", health_port)))
+            held[-1].sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # the last one in is served
+            held[-1].settimeout(5)
+            assert held[-1].recv(65536).startswith(b"HTTP/1.1 200 ")
+            with socket.create_connection(("127.0.0.1", health_port)) as sock:
+                answer = read_until_closed(sock, 5)
+            assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in answer.lower(), answer[:300]
+            assert layer_error(answer) == {"type": "overloaded", "message": (
+                f"Too many open connections (limit {HEALTH_PORT_CONNECTIONS}, on the health port, HERALD_HEALTH_PORT):"
+                " retry shortly, or reuse a connection.")}
+            assert rejected_counts(app, ("connections",)) == [1]
+            # the main port's bound is its own: its two connections are served
+            main = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+            for sock in main:
+                sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(5)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            held += main
+            held.pop(0).close()  # one health-port connection closes: room for one more there
+            time.sleep(0.3)
+            with socket.create_connection(("127.0.0.1", health_port)) as sock:
+                sock.sendall(b"GET /health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(5)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        finally:
+            for sock in held:
+                sock.close()
+
+
 def test_a_list_longer_than_any_field_takes_is_refused_before_it_is_read():
     # Breaker pass: {"input": [3,000,000 x "a"]} (12 MB, under the body limit) held the event loop 14 s, /health/live
     # with it, building 3M prompts before the batch-size check refused it; a 3M-item junk list beside a valid input

@@ -674,6 +674,30 @@ def test_serve_refuses_a_port_another_server_listens_on_before_the_backbone_load
         1, "", f"herald serve: 127.0.0.1:{port} is already in use; set HERALD_PORT or --port, or stop the other process\n")
 
 
+def test_serve_refuses_a_health_port_in_use_before_the_backbone_loads(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        health_port = taken.getsockname()[1]
+        out = herald("serve", HERALD_HEALTH_PORT=str(health_port), HERALD_BACKBONE=str(tmp_path / "missing"),
+                     HERALD_CACHE_DIR=str(tmp_path))
+    assert (out.returncode, out.stdout, out.stderr) == (
+        1, "", f"herald serve: 127.0.0.1:{health_port} is already in use; set HERALD_HEALTH_PORT or --health-port, or"
+        " stop the other process\n")
+
+
+def test_serve_refuses_a_health_port_equal_to_its_port_naming_both():
+    port = free_port()
+    for out in (herald("serve", "--health-port", str(port), HERALD_PORT=str(port)),
+                herald("serve", HERALD_PORT=str(port), HERALD_HEALTH_PORT=str(port))):
+        assert out.returncode == 1 and out.stdout == "", out.stderr
+        assert out.stderr == ("herald: invalid settings\n  serve settings: health_port (HERALD_HEALTH_PORT,"
+                              f" --health-port) is {port}, the same as port (HERALD_PORT, --port): the health port is a"
+                              " second listener; give it a port of its own, or leave it empty\n")
+
+
 def test_serve_listens_on_every_address_of_its_host_as_uvicorn_would_and_lets_go_of_them_on_a_refusal():
     import socket
 
@@ -886,6 +910,39 @@ def test_sigterm_drains_serve_and_exits_0():
     assert re.search(rf"^{when} INFO herald_service\.access: POST /classify 200 \d+\.\d ms request_id=req-7$", output,
                      re.M), output
     assert "HTTP/1.1" not in output and not re.search(r"^INFO: ", output, re.M), output
+
+
+def test_serve_answers_probes_on_its_health_port_while_its_connection_bound_is_reached():
+    # tester: on one port the kubelet's liveness probe got 503 while a flood held HERALD_MAX_CONNECTIONS, and
+    # restarted a healthy pod; herald serve binds HERALD_HEALTH_PORT beside the main port and serves both
+    import re
+    import signal
+    import socket
+
+    import httpx
+
+    port, health_port = free_port(), free_port()
+    while health_port == port:
+        health_port = free_port()
+    with running_serve(port, "--fake-backend", "--no-warmup", HERALD_HEALTH_PORT=str(health_port),
+                       HERALD_MAX_CONNECTIONS="1") as proc:
+        with socket.create_connection(("127.0.0.1", port)) as held:  # the main port's one connection
+            held.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            held.settimeout(5)
+            assert held.recv(65536).startswith(b"HTTP/1.1 200 ")
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                assert read_until_closed(sock, 5).startswith(b"HTTP/1.1 503 ")
+            for path in ("/health/live", "/health/ready", "/metrics"):
+                assert httpx.get(f"http://127.0.0.1:{health_port}{path}", timeout=5).status_code == 200, path
+            assert httpx.post(f"http://127.0.0.1:{health_port}/classify", json={"input": "hi"},
+                              timeout=5).status_code == 404
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and "Traceback" not in output, output
+    assert re.search(rf"INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:{port} \(Press CTRL\+C to quit\)$",
+                     output, re.M), output
+    assert re.search(rf"INFO uvicorn\.error: Health probes and /metrics also on http://127\.0\.0\.1:{health_port}"
+                     r" \(HERALD_HEALTH_PORT\)$", output, re.M), output
 
 
 def test_sigterm_before_serve_starts_its_server_exits_0():

@@ -36,3 +36,15 @@ def test_the_compose_environment_starts_herald(monkeypatch, host):
     key = settings.steer_api_key.get_secret_value() if settings.steer_api_key else None
     assert key == host.get("HERALD_STEER_API_KEY")
     assert [k.get_secret_value() for k in settings.api_keys] == ([host["HERALD_API_KEYS"]] if "HERALD_API_KEYS" in host else [])
+
+
+def test_the_stack_s_prometheus_scrapes_herald_s_health_port():
+    # its connections are outside HERALD_MAX_CONNECTIONS: on the API's port a flood holding that bound made the
+    # scrape fail exactly when the metrics mattered (tester)
+    environment = herald_environment({})
+    config = yaml.safe_load((COMPOSE.parent / "prometheus" / "prometheus.yml").read_text())
+    (job,) = [job for job in config["scrape_configs"] if job["job_name"] == "herald"]
+    (target,) = [target for group in job["static_configs"] for target in group["targets"]]
+    assert target == f"herald:{environment['HERALD_HEALTH_PORT']}" and job["metrics_path"] == "/metrics"
+    assert Settings(_env_file=None, **{name.removeprefix("HERALD_").lower(): value for name, value in environment.items()
+                                       if name in ("HERALD_PORT", "HERALD_HEALTH_PORT")}).health_port == 8001

@@ -395,7 +395,7 @@ def test_herald_version_prints_the_package_version():
 
 
 SECRET_SETTINGS = {"HERALD_API_KEYS", "HERALD_STEER_API_KEY"}
-CONFIGMAP_OVERRIDES = {"HERALD_HOST", "HERALD_CACHE_DIR", "HERALD_NUM_THREADS"}
+CONFIGMAP_OVERRIDES = {"HERALD_HOST", "HERALD_CACHE_DIR", "HERALD_NUM_THREADS", "HERALD_HEALTH_PORT"}
 """The settings k8s/configmap.yaml sets on purpose to other than config.py's default (its comments say why)."""
 
 
@@ -465,3 +465,36 @@ def test_an_empty_steer_key_is_unset_with_steering_off_and_refused_with_it_on(mo
     monkeypatch.setenv("HERALD_STEER_API_KEY", "changeme")
     with pytest.raises(ValidationError, match="HERALD_STEER_API_KEY: API keys must be at least 12 characters"):
         Settings(_env_file=None)
+
+
+def test_the_health_port_is_off_by_default_set_by_its_name_and_never_the_main_port(monkeypatch):
+    # The operations listener (tester: probes and scrapes shared HERALD_MAX_CONNECTIONS with the flood they watch)
+    assert Settings(_env_file=None).health_port is None
+    monkeypatch.setenv("HERALD_HEALTH_PORT", "")  # a ConfigMap's empty value: unset
+    assert Settings(_env_file=None).health_port is None
+    monkeypatch.setenv("HERALD_HEALTH_PORT", "8001")
+    assert Settings(_env_file=None).health_port == 8001
+    assert Settings(_env_file=None, health_port="").health_port is None  # --health-port "" too
+    for bad in (0, 65536, "eighty"):
+        with pytest.raises(ValidationError, match="health_port"):
+            Settings(_env_file=None, health_port=bad)
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None, port=9000, health_port=9000)
+    assert ("health_port (HERALD_HEALTH_PORT, --health-port) is 9000, the same as port (HERALD_PORT, --port)"
+            in str(refused.value)), refused.value
+
+
+def test_the_health_port_adds_its_own_connections_to_the_descriptors_serve_keeps(monkeypatch):
+    import resource
+
+    from herald_service.config import FILE_DESCRIPTOR_RESERVE, HEALTH_PORT_CONNECTIONS
+
+    key = "key-one-abcdefgh"
+    assert Settings(api_keys=key, _env_file=None).file_descriptors_needed() == 1000 + FILE_DESCRIPTOR_RESERVE
+    with_health = Settings(api_keys=key, health_port=8001, _env_file=None)
+    assert with_health.file_descriptors_needed() == 1000 + FILE_DESCRIPTOR_RESERVE + HEALTH_PORT_CONNECTIONS
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1100, 4096))  # enough for 1,064, not for 1,128
+    assert Settings(api_keys=key, _env_file=None).start_up_warnings() == []
+    (warning,) = with_health.start_up_warnings()
+    assert warning.startswith("HERALD_MAX_CONNECTIONS (1000) is not below the process's file descriptor limit (1100,"
+                              " ulimit -n) by 128: past about 972 connections"), warning

@@ -8,6 +8,7 @@ HPA on a metric Herald does not export) is checked here instead.
 import re
 from pathlib import Path
 
+import httpx
 import kubernetes_validate
 import pytest
 import yaml
@@ -16,7 +17,7 @@ from fastapi.testclient import TestClient
 from herald_service.api.app import build_app
 from herald_service.config import Settings
 from herald_service.metrics import HeraldMetrics
-from conftest import wait_ready
+from conftest import free_port, serving, wait_ready
 
 ROOT = Path(__file__).parents[1]
 K8S = ROOT / "k8s"
@@ -82,14 +83,19 @@ def test_the_selectors_match_the_pods(k8s):
     assert (target["kind"], target["name"]) == ("Deployment", k8s["Deployment"]["metadata"]["name"])
 
 
-def test_the_service_the_scrape_annotations_and_the_config_name_one_port(k8s, container):
-    (port,) = container["ports"]
+def test_the_service_the_scrape_annotations_the_probes_and_the_config_name_their_ports(k8s, container):
+    # the API on HERALD_PORT behind the Service; probes and scrapes on HERALD_HEALTH_PORT, outside
+    # HERALD_MAX_CONNECTIONS: on the API's port a flood holding that bound failed the liveness probe, and the kubelet
+    # restarted a healthy pod after 30 s (tester)
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    data = k8s["ConfigMap"]["data"]
+    assert ports == {"http": int(data["HERALD_PORT"]), "health": int(data["HERALD_HEALTH_PORT"])}
     (service_port,) = k8s["Service"]["spec"]["ports"]
-    assert service_port["targetPort"] == port["name"]
+    assert service_port["targetPort"] == "http"
     annotations = k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]
-    assert int(annotations["prometheus.io/port"]) == port["containerPort"] == int(k8s["ConfigMap"]["data"]["HERALD_PORT"])
+    assert int(annotations["prometheus.io/port"]) == ports["health"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["port"] == port["name"], probe
+        assert container[probe]["httpGet"]["port"] == "health", probe
 
 
 def test_each_probe_asks_its_own_question_and_answers_on_the_real_app_with_keys_set(k8s, container):
@@ -107,13 +113,20 @@ def test_each_probe_asks_its_own_question_and_answers_on_the_real_app_with_keys_
         for path in sorted({*paths.values(), scrape}):
             assert client.get(path).status_code == 200, path
         assert client.post("/classify", json={"input": "hi"}).status_code == 401  # the keys are on
+    # and on a real server's health port, where the probes and the scrape go (free ports stand in for the ConfigMap's)
+    port, health_port = free_port(), free_port()
+    settings = Settings(_env_file=None, fake_backend=True, warmup=False, api_keys="client-key-0123456789", port=port,
+                        health_port=health_port)
+    with serving(build_app(settings), port=port, health_port=health_port):
+        for path in sorted({*paths.values(), scrape}):
+            assert httpx.get(f"http://127.0.0.1:{health_port}{path}", timeout=5).status_code == 200, path
 
 
 def test_the_configmap_is_one_valid_set_of_settings(k8s):
     # Each value was checked alone (test_config.py); limits that conflict with each other passed (re-tester).
     data = k8s["ConfigMap"]["data"]
     settings = Settings(_env_file=None, **{name.removeprefix("HERALD_").lower(): value for name, value in data.items()})
-    assert settings.port == 8000 and settings.host == "0.0.0.0"
+    assert settings.port == 8000 and settings.host == "0.0.0.0" and settings.health_port == 8001
 
 
 def test_the_kustomization_sets_the_image_the_deployment_names(k8s, container):

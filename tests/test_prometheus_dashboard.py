@@ -1,8 +1,9 @@
 """A real Prometheus scrapes the real Herald server (fake backend) and answers every Grafana dashboard query.
 
 DESIGN section 5: the dashboard and the alert rules in ``docker/`` use exactly the metric names the service exports.
-This module starts ``python -m herald_service serve`` and ``prometheus`` as subprocesses on loopback ports, sends
-real traffic over HTTP, then checks that
+This module starts ``python -m herald_service serve`` and ``prometheus`` as subprocesses on loopback ports (Prometheus
+scraping Herald's health port, ``HERALD_HEALTH_PORT``, as the shipped configs do), sends real traffic over HTTP, then
+checks that
 
 * every ``expr`` of every panel target in ``docker/grafana/dashboards/herald.json`` returns data (a non-empty
   vector or a scalar, and no NaN), all failures reported together;
@@ -207,16 +208,17 @@ def stack(tmp_path_factory):
     if prometheus_bin is None:
         pytest.fail("no prometheus binary on PATH (apt-get install prometheus)")
     tmp = tmp_path_factory.mktemp("prom")
-    herald_port, prom_port = free_port(), free_port()
-    while prom_port == herald_port:
-        prom_port = free_port()
+    herald_port, health_port, prom_port = free_port(), free_port(), free_port()
+    while len({herald_port, health_port, prom_port}) < 3:
+        health_port, prom_port = free_port(), free_port()
     herald_url, prom_url = f"http://127.0.0.1:{herald_port}", f"http://127.0.0.1:{prom_port}"
 
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
         "scrape_configs": [
-            {"job_name": "herald", "metrics_path": "/metrics", "static_configs": [{"targets": [f"127.0.0.1:{herald_port}"]}]}
+            # Herald's health port, as docker/prometheus/prometheus.yml and the k8s scrape annotation use
+            {"job_name": "herald", "metrics_path": "/metrics", "static_configs": [{"targets": [f"127.0.0.1:{health_port}"]}]}
         ],
     }
     config_path = tmp / "prometheus.yml"
@@ -227,6 +229,7 @@ def stack(tmp_path_factory):
         HERALD_FAKE_BACKEND="true",
         HERALD_HOST="127.0.0.1",
         HERALD_PORT=str(herald_port),
+        HERALD_HEALTH_PORT=str(health_port),
         HERALD_STEER_ENABLED="true",
         HERALD_STEER_API_KEY=STEER_KEY,
         HERALD_LOG_LEVEL="warning",

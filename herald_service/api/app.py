@@ -19,7 +19,8 @@ from herald_service import __version__
 from herald_service.api.deps import STEER_DISABLED, STEER_KEY_NAME, AppState
 from herald_service.api.errors import install_error_handlers
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.middleware import BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies, RequestMetrics
+from herald_service.api.middleware import (BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies,
+                                          OperationsPortOnly, RequestMetrics)
 from herald_service.api.openapi import limited_openapi
 from herald_service.api.routes import classify, moderations, ops, steer
 from herald_service.backbone.base import runs_in_chunks
@@ -384,6 +385,8 @@ def build_app(
     app.openapi = limited_openapi(app, settings, keyed_paths)  # type: ignore[method-assign]
     app.add_middleware(BearerGate, keys_by_path=keys_by_path,
                        key_names={"/steer": STEER_KEY_NAME}, closed={} if steer_keys else {"/steer": STEER_DISABLED})
+    # outside the key check (a keyed path on the health port is a 404, not a 401), inside the metrics (counted as any 404)
+    app.add_middleware(OperationsPortOnly, health_port=settings.health_port, main_port=settings.port)
     app.add_middleware(CloseUnreadBodies)  # outside every middleware that answers before reading the body
     app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths))
     return app

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 from uvicorn.config import Config
 
+from herald_service.config import HEALTH_PORT_CONNECTIONS
+
 try:
     import httptools
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
@@ -89,7 +91,8 @@ at the client's end of stream or after 1 s); half of the 64 descriptors ``herald
 REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
 over the bound (400), headers not complete in time (408), not HTTP/1.1 (400), a connection past the open-connection
-bound (503)."""
+bound (503; the main port's ``max_connections`` or the health port's
+:data:`~herald_service.config.HEALTH_PORT_CONNECTIONS`, the 503's message says which)."""
 
 
 LAYER_ERROR_TYPES = {400: "invalid_request", 408: "timeout", 503: "overloaded"}
@@ -117,18 +120,24 @@ def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, b
 
 
 def header_bounded_protocol(header_timeout_s: float, refused: Callable[[str], None] | None = None,
-                            max_connections: int | None = None) -> type[asyncio.Protocol] | str:
+                            max_connections: int | None = None, health_port: int | None = None,
+                            health_connections: int = HEALTH_PORT_CONNECTIONS) -> type[asyncio.Protocol] | str:
     """The ``http`` argument of ``uvicorn.Config`` for ``herald serve``: :class:`BoundedHeadersProtocol` with
     ``header_timeout_s`` (seconds from a request's first byte to the end of its headers) and ``max_connections``
-    (open connections at once; None: unbounded) where httptools is installed, else ``"h11"`` (header size bound only).
-    Either reads the size bound from the config's ``h11_max_incomplete_event_size`` (bytes;
-    ``HERALD_MAX_HEADER_BYTES``). ``refused`` is called with one of :data:`REFUSAL_REASONS` for each such answer
-    (``herald serve`` counts them in ``herald_rejected_requests_total``: they reach no route, so the request metrics
-    never saw them, breaker pass)."""
+    (open connections at once; None: unbounded) where httptools is installed, else ``"h11"`` (header size bound only,
+    and no connection bound on either port). Either reads the size bound from the config's
+    ``h11_max_incomplete_event_size`` (bytes; ``HERALD_MAX_HEADER_BYTES``). ``refused`` is called with one of
+    :data:`REFUSAL_REASONS` for each such answer (``herald serve`` counts them in ``herald_rejected_requests_total``:
+    they reach no route, so the request metrics never saw them, breaker pass).
+
+    ``health_port``: the TCP port of the operations listener (``HERALD_HEALTH_PORT``; None: none), whose connections
+    ``max_connections`` does not count and which are bounded by ``health_connections`` open at once instead. Each call
+    makes a new class, whose count of health-port connections is that server's own: one call per server."""
     if HttpToolsProtocol is None:
         return "h11"
     return type("BoundedHeadersProtocol", (BoundedHeadersProtocol,),
                 {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
+                 "health_port": health_port, "health_connections": health_connections, "_on_health_port": set(),
                  "refused": staticmethod(refused or (lambda reason: None))})
 
 
@@ -169,6 +178,14 @@ if HttpToolsProtocol is not None:
         past which the event loop stops accepting (every client then hangs, the gateway's included) and the
         readiness probe's own connection fails.
 
+        Health port: a connection accepted on :attr:`health_port` (told by the accepting socket's local port, as
+        uvicorn gives it in the scope's ``server``) is not counted toward :attr:`max_connections` and never refused
+        by it, so Kubernetes' probes and Prometheus' scrapes get through while a flood holds the main port's bound (on
+        one port they got 503 and the liveness probe restarted a healthy pod: tester). Those connections have their
+        own bound, :attr:`health_connections` open at once, past which they are answered the same 503, so that port
+        cannot be used to exhaust file descriptors either. Which paths that port serves is the app's concern
+        (:class:`~herald_service.api.middleware.OperationsPortOnly`).
+
         Scope: ``extensions["herald.connection_closed"]`` is a callable that says whether the connection is closing
         or closed, for :class:`~herald_service.api.middleware.RequestMetrics` to tell an answer that could not be
         written because the connection is gone from a server error.
@@ -176,8 +193,13 @@ if HttpToolsProtocol is not None:
 
         header_timeout_s: float | None = None
         max_connections: int | None = None
+        health_port: int | None = None
+        health_connections: int = HEALTH_PORT_CONNECTIONS
+        _on_health_port: set[Any] = set()  # this server's open health-port connections (a set per server's class)
         refused: Callable[[str], None] = staticmethod(lambda reason: None)
-        _full_warned_at = float("-inf")  # loop time of the last "connections full" warning, for all connections
+        # loop time of the last "connections full" warning of each bound (its name), for all connections: a flood on
+        # one port does not hide the other's warning
+        _full_warned_at: dict[str, float] = {}
         _lingering = 0  # refused connections lingering in this process (answered 503, not yet closed)
 
         def __init__(self, config: Config, server_state: Any, app_state: dict[str, Any],
@@ -197,8 +219,15 @@ if HttpToolsProtocol is not None:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if self.max_connections is not None and len(self.connections) > self.max_connections:
-                self._refuse_connection()
+            local_port = self.server[1] if self.server is not None else None  # the accepting socket's (uvicorn's)
+            if self.health_port is not None and local_port == self.health_port:
+                self._on_health_port.add(self)
+                if len(self._on_health_port) > self.health_connections:
+                    self._refuse_connection(self.health_connections, "on the health port, HERALD_HEALTH_PORT")
+                    return
+            elif (self.max_connections is not None
+                  and len(self.connections) - len(self._on_health_port) > self.max_connections):
+                self._refuse_connection(self.max_connections, "HERALD_MAX_CONNECTIONS")
                 return
             # A connection that never sends a byte is closed after the keep-alive timeout (HERALD_KEEP_ALIVE_S), as an
             # idle one between requests is: uvicorn armed that timer only after an answer and the header clock starts
@@ -284,6 +313,7 @@ if HttpToolsProtocol is not None:
                 self._arm_header_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._on_health_port.discard(self)
             if self._lingers:
                 self._lingers = False
                 BoundedHeadersProtocol._lingering -= 1
@@ -298,16 +328,18 @@ if HttpToolsProtocol is not None:
                     cycle.disconnected = True
                     cycle.message_event.set()
 
-        def _refuse_connection(self) -> None:
-            """Answer a connection past :attr:`max_connections` 503 before reading it, and close it."""
+        def _refuse_connection(self, limit: int, bound: str) -> None:
+            """Answer a connection past ``limit`` open at once 503 before reading it, and close it; ``bound`` names
+            the bound in the 503's message and the warning (``HERALD_MAX_CONNECTIONS``, or the health port's)."""
             self.refused("connections")
-            if self.loop.time() - BoundedHeadersProtocol._full_warned_at >= 60.0:  # not a line per connection of a flood
-                BoundedHeadersProtocol._full_warned_at = self.loop.time()
-                log.warning("%d connections open (HERALD_MAX_CONNECTIONS): new ones are answered 503 and closed;"
-                            " herald_rejected_requests_total{reason=\"connections\"} counts them", self.max_connections)
+            warned_at = BoundedHeadersProtocol._full_warned_at.get(bound, float("-inf"))
+            if self.loop.time() - warned_at >= 60.0:  # not a line per connection of a flood
+                BoundedHeadersProtocol._full_warned_at[bound] = self.loop.time()
+                log.warning("%d connections open (%s): new ones are answered 503 and closed;"
+                            " herald_rejected_requests_total{reason=\"connections\"} counts them", limit, bound)
             self.transport.write(layer_answer(503, (
-                f"Too many open connections (limit {self.max_connections}, HERALD_MAX_CONNECTIONS): retry shortly,"
-                " or reuse a connection."), self.server_state.default_headers, retry_after_s=1))
+                f"Too many open connections (limit {limit}, {bound}): retry shortly, or reuse a connection."),
+                self.server_state.default_headers, retry_after_s=1))
             # a lingering close: closed at once with a request unread, the kernel resets the connection and the client
             # may read the reset instead of the 503; so the write side ends here, what the client sends is discarded
             # (data_received), and the connection closes at the client's end of stream or after 1 s
@@ -315,6 +347,7 @@ if HttpToolsProtocol is not None:
             # no longer counted as open: closing connections counted for their second, and a stream of connects past
             # the bound kept every client out with no served connection open (tester)
             self.connections.discard(self)
+            self._on_health_port.discard(self)
             if BoundedHeadersProtocol._lingering >= LINGERING_LIMIT:
                 # each lingering connection holds a descriptor the bound does not count: past this many, close at
                 # once (a client that sent its request first may read a reset), or a burst of connects used up the

@@ -14,10 +14,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from herald_service.api.errors import error_response
 from herald_service.api.json_body import is_json_content_type, json_charset
 from herald_service.metrics import HeraldMetrics
+from herald_service.strict_json import echoed
 
 log = logging.getLogger(__name__)
 
 UNMETERED = {"/metrics", "/health/live", "/health/ready"}
+"""The probes and the scrape: kept out of the request metrics and the access log, on either port (vLLM habit)."""
+
+OPERATIONS_PATHS = frozenset(UNMETERED)
+"""What the health port (``HERALD_HEALTH_PORT``) serves: the probes and ``/metrics``, nothing else
+(:class:`OperationsPortOnly`)."""
 
 access_log = logging.getLogger("herald_service.access")
 """One INFO line per request (:class:`RequestMetrics`); uvicorn's own access log is off (``herald serve``)."""
@@ -126,6 +132,40 @@ class RequestMetrics:
         # the template, not the path: a client cannot put its own text in the log (nor in label values)
         access_log.info("%s %s %d %.1f ms request_id=%s", scope["method"], template, status, seconds * 1000,
                         rid.decode("ascii"))
+
+
+class OperationsPortOnly:
+    """404 for any path but :data:`OPERATIONS_PATHS` on a request that came in on the health port (``health_port``,
+    ``HERALD_HEALTH_PORT``), with the usual error body naming that port's purpose; requests on any other port pass.
+
+    That port's connections are not bounded by ``HERALD_MAX_CONNECTIONS``
+    (:class:`~herald_service.api.http_protocol.BoundedHeadersProtocol`), so the API served there would be a way
+    around that bound; it sits outside :class:`BearerGate` so a keyed path is a 404 there too, never a 401 that says
+    the path exists. Methods are the router's: ``HEAD`` is served where the main port serves it, a ``POST`` is its 405.
+
+    The port is the scope's ``server`` (the local address of the socket that accepted the connection, which uvicorn
+    gives every request); a server that gives none (a test client) is taken for the main port.
+
+    Args:
+        health_port: the health port's number, or None (every request passes).
+        main_port: ``HERALD_PORT``, named in the 404 as where the API is.
+    """
+
+    def __init__(self, app: ASGIApp, health_port: int | None, main_port: int) -> None:
+        self.app = app
+        self.health_port = health_port
+        self.main_port = main_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server") if scope["type"] == "http" else None
+        if (self.health_port is not None and server is not None and server[1] == self.health_port
+                and scope["path"] not in OPERATIONS_PATHS):
+            message = (f"no route {echoed(scope['path'])} on the health port ({self.health_port}, HERALD_HEALTH_PORT),"
+                       f" which serves {', '.join(sorted(OPERATIONS_PATHS))} only, for probes and scrapes; the API is on"
+                       f" port {self.main_port} (HERALD_PORT)")
+            await error_response(404, "not_found", message)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class CloseUnreadBodies:

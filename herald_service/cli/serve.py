@@ -14,7 +14,7 @@ import typing
 from typing import Any
 
 from herald_service.cli.conventions import LOG_FORMAT
-from herald_service.config import FILE_DESCRIPTOR_RESERVE, Settings
+from herald_service.config import Settings
 
 if typing.TYPE_CHECKING:
     import socket
@@ -29,7 +29,12 @@ BACKLOG = 2048
 :func:`listening_sockets` and to uvicorn (:func:`server_config`), which listens again with it."""
 
 
-def listening_sockets(host: str, port: int, backlog: int = BACKLOG) -> list["socket.socket"]:
+PORT_SETTING = "HERALD_PORT or --port"
+HEALTH_PORT_SETTING = "HERALD_HEALTH_PORT or --health-port"
+"""How :func:`listening_sockets`' refusals name the setting of the port they could not take."""
+
+
+def listening_sockets(host: str, port: int, backlog: int = BACKLOG, setting: str = PORT_SETTING) -> list["socket.socket"]:
     """Bind and listen on every address uvicorn would listen on, with the options of asyncio's ``create_server``
     (which uvicorn calls when it binds itself): SO_REUSEADDR on POSIX, IPV6_V6ONLY on IPv6 sockets, one socket per
     address ``host`` resolves to (``localhost``: 127.0.0.1 and ::1), all interfaces for an empty host. ``herald
@@ -43,6 +48,9 @@ def listening_sockets(host: str, port: int, backlog: int = BACKLOG) -> list["soc
     (EADDRINUSE), so whichever process listens second gets the one line below. A client that connects before the
     server runs waits in the backlog and is answered once it does (``/health/ready`` 503 while the model loads, as
     before).
+
+    ``setting`` names the port's setting in the refusals: ``HERALD_PORT or --port``, or :data:`HEALTH_PORT_SETTING`
+    for the health port, bound the same way.
 
     Returns:
         the listening sockets, one per address; the caller closes them (uvicorn does at shutdown).
@@ -76,19 +84,22 @@ def listening_sockets(host: str, port: int, backlog: int = BACKLOG) -> list["soc
         for sock in sockets:
             sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise SystemExit(f"herald serve: {shown} is already in use; set HERALD_PORT or --port, or stop the"
-                             " other process") from None
+            raise SystemExit(f"herald serve: {shown} is already in use; set {setting}, or stop the other process") from None
         raise SystemExit(f"herald serve: cannot listen on {shown} ({exc.strerror}); set HERALD_HOST or --host,"
-                         " HERALD_PORT or --port") from None
+                         f" {setting}") from None
     return sockets
 
 
 def log_listening(host: str, sockets: "list[socket.socket]") -> None:
     """The line uvicorn logs once it serves (``Uvicorn running on http://127.0.0.1:8000 (Press CTRL+C to quit)``, on
-    its ``uvicorn.error`` logger), which it leaves out for sockets handed to it; the port is the first socket's."""
+    its ``uvicorn.error`` logger), which it leaves out for sockets handed to it; the port is the first socket's. A
+    second port among ``sockets`` (the health port, bound after the main one) gets a line of its own."""
     shown = f"[{host}]" if ":" in host else host
-    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown,
-                                            sockets[0].getsockname()[1])
+    ports = list(dict.fromkeys(sock.getsockname()[1] for sock in sockets))
+    logger = logging.getLogger("uvicorn.error")
+    logger.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, ports[0])
+    for port in ports[1:]:
+        logger.info("Health probes and /metrics also on http://%s:%d (HERALD_HEALTH_PORT)", shown, port)
 
 
 @functools.cache
@@ -132,7 +143,8 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
 
     The HTTP protocol is httptools' parser with request line and headers bounded by ``settings.max_header_bytes``
     (passed as ``h11_max_incomplete_event_size``; past it 400) and ``settings.header_timeout_s`` (past it 408), both
-    closing the connection, and open connections bounded by ``settings.max_connections`` (past it 503)
+    closing the connection, and open connections bounded by ``settings.max_connections`` (past it 503), those of the
+    health port (``settings.health_port``) by :data:`~herald_service.config.HEALTH_PORT_CONNECTIONS` instead
     (:func:`~herald_service.api.http_protocol.header_bounded_protocol`; h11, header size only, where httptools is
     absent).
     """
@@ -144,7 +156,7 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
         app, host=settings.host, port=settings.port, backlog=BACKLOG, timeout_keep_alive=settings.keep_alive_s,
         log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
         http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal,
-                                     settings.max_connections),
+                                     settings.max_connections, settings.health_port),
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )
 
@@ -201,9 +213,12 @@ class ServeCommand(Settings):
         # TQDM_DISABLE once, when it is first imported, and nothing has imported it yet (test_embedded_e2e converts)
         os.environ["TQDM_DISABLE"] = "1"
         # Bound and listening before the backbone starts loading, and served on by uvicorn as they are: a port taken
-        # now or later by another process is this one's (listening_sockets).
+        # now or later by another process is this one's (listening_sockets). The health port's sockets, if any, come
+        # after the main port's and are served by the same server and app.
         sockets = listening_sockets(self.host, self.port)
         try:
+            if self.health_port is not None:
+                sockets += listening_sockets(self.host, self.health_port, setting=HEALTH_PORT_SETTING)
             self._serve(sockets)
         finally:  # uvicorn closed them if it ran; a check or start-up that failed leaves them to close here
             for sock in sockets:
@@ -233,7 +248,7 @@ class ServeCommand(Settings):
             if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
                 backbone_cache_folder(self.cache_dir)
         logging.config.dictConfig(log_config(self.log_level))
-        raise_descriptor_limit(self.max_connections + FILE_DESCRIPTOR_RESERVE)
+        raise_descriptor_limit(self.file_descriptors_needed())
         for warning in self.start_up_warnings():
             log.warning(warning)
         server: uvicorn.Server | None = None
