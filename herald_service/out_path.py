@@ -132,8 +132,10 @@ def write_text_atomically(path: Path, text: str) -> None:
 
 def write_bytes_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder renamed over it, so a run stopped during
-    the write leaves the old file or the new one, never one cut short. The file gets the mode a new file gets under
-    the process's umask.
+    the write leaves the old file or the new one, never one cut short. The temporary file is flushed to the disk
+    (``fsync``) before the rename and the folder after it, so a power loss right after leaves the old file or the
+    whole new one too, not an empty one under the new name (ext4 and XFS may write a rename before the renamed file's
+    data). The file gets the mode a new file gets under the process's umask.
 
     A symbolic link is followed: its target is replaced.
 
@@ -145,11 +147,18 @@ def write_bytes_atomically(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
         os.chmod(temporary, umask_mode(0o666))  # mkstemp makes it 0600
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself
+    finally:
+        os.close(folder)
 
 
 def check_probe_out(out: Path) -> None:

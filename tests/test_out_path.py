@@ -66,6 +66,25 @@ def test_results_are_written_whole_with_a_new_file_s_mode_or_not_at_all(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 
 
+def test_the_new_file_reaches_the_disk_before_its_rename_and_the_rename_after(tmp_path: Path, monkeypatch):
+    # a power loss after the rename could leave an empty file under the new name (ext4, XFS): tester nit
+    path = tmp_path / "probe.json"
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}"), os.path.getsize(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(out_path.os, "fsync", fsync)
+    monkeypatch.setattr(out_path.os, "replace", lambda a, b: (events.append(("replace",)), real_replace(a, b))[1])
+    write_text_atomically(path, "whole\n")
+    (kind, temporary, size), replaced, (kind2, folder, _) = events
+    assert (kind, size, replaced, kind2) == ("fsync", 6, ("replace",), "fsync")
+    assert Path(temporary).parent == tmp_path and Path(temporary).name.endswith(".tmp")
+    assert folder == str(tmp_path) and path.read_text() == "whole\n"
+
+
 @pytest.mark.parametrize("unwritable", ["probe.json"], indirect=True)
 def test_fit_overwrite_of_a_probe_file_that_cannot_be_written_is_refused_before_any_work(unwritable: Path):
     from herald_service.training.fit import refuse_a_probe_there
