@@ -1087,29 +1087,41 @@ def test_the_health_port_serves_nothing_but_the_probes_and_metrics():
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200  # the main port: as before
 
 
-def test_the_health_ports_own_connection_bound_answers_503_past_it():
-    # its connections are outside HERALD_MAX_CONNECTIONS, so they have a bound of their own: a flood on that port
-    # cannot use up the process's file descriptors either
+def test_the_health_ports_connection_bound_closes_its_oldest_idle_connection_to_let_a_probe_in():
+    # its connections are outside HERALD_MAX_CONNECTIONS, so they have a bound of their own (a flood on that port
+    # cannot use up the process's file descriptors either); tester: past it the newcomer was answered 503, so one
+    # client holding 64 idle connections made every liveness probe fail, and Kubernetes restarted healthy pods. Now
+    # the oldest idle connection is closed to make room, never one with a request in progress while idle ones exist
     import socket
 
     from herald_service.config import HEALTH_PORT_CONNECTIONS
 
     app, port, health_port = health_port_app(max_connections=2)
+    extra = 8
     with serving(app, port=port, max_connections=2, health_port=health_port):
         held = []
         try:
-            for _ in range(HEALTH_PORT_CONNECTIONS):
+            busy = socket.create_connection(("127.0.0.1", health_port))  # the oldest, mid-request (headers unfinished)
+            held.append(busy)
+            busy.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n")
+            time.sleep(0.2)  # the server has read it
+            for _ in range(HEALTH_PORT_CONNECTIONS - 1 + extra):  # the bound filled with idle ones, then more
                 held.append(socket.create_connection(("127.0.0.1", health_port)))
-            held[-1].sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # the last one in is served
-            held[-1].settimeout(5)
-            assert held[-1].recv(65536).startswith(b"HTTP/1.1 200 ")
-            with socket.create_connection(("127.0.0.1", health_port)) as sock:
-                answer = read_until_closed(sock, 5)
-            assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in answer.lower(), answer[:300]
-            assert layer_error(answer) == {"type": "overloaded", "message": (
-                f"Too many open connections (limit {HEALTH_PORT_CONNECTIONS}, on the health port, HERALD_HEALTH_PORT):"
-                " retry shortly, or reuse a connection.")}
-            assert rejected_counts(app, ("connections",)) == [1]
+            with socket.create_connection(("127.0.0.1", health_port)) as probe:
+                probe.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                probe.settimeout(5)
+                assert probe.recv(65536).startswith(b"HTTP/1.1 200 ")  # 503 before
+            # the oldest idle ones were closed, without an answer; the mid-request one was kept and is served
+            for sock in held[1:extra + 2]:
+                assert read_until_closed(sock, 5) == b""
+            busy.sendall(b"\r\n")
+            busy.settimeout(5)
+            assert busy.recv(65536).startswith(b"HTTP/1.1 200 ")
+            for sock in held[extra + 2:]:  # the rest are still open (closed only after HEALTH_PORT_IDLE_S idle)
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    sock.recv(1)
+            assert rejected_counts(app, ("connections",)) == [extra + 1]  # each close is counted
             # the main port's bound is its own: its two connections are served
             main = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
             for sock in main:
@@ -1117,15 +1129,34 @@ def test_the_health_ports_own_connection_bound_answers_503_past_it():
                 sock.settimeout(5)
                 assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
             held += main
-            held.pop(0).close()  # one health-port connection closes: room for one more there
-            time.sleep(0.3)
-            with socket.create_connection(("127.0.0.1", health_port)) as sock:
-                sock.sendall(b"GET /health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
-                sock.settimeout(5)
-                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         finally:
             for sock in held:
                 sock.close()
+
+
+def test_the_health_ports_connections_are_closed_after_a_short_idle_time(monkeypatch):
+    # held slots free themselves: HEALTH_PORT_IDLE_S is that port's keep-alive and silent-connection timeout, not
+    # HERALD_KEEP_ALIVE_S (75 s in k8s/), which the main port keeps
+    import socket
+
+    from herald_service.api import http_protocol
+
+    monkeypatch.setattr(http_protocol, "HEALTH_PORT_IDLE_S", 0.5)
+    app, port, health_port = health_port_app(max_connections=2)
+    with serving(app, port=port, max_connections=2, health_port=health_port, keep_alive_s=60):
+        with socket.create_connection(("127.0.0.1", health_port)) as silent, \
+                socket.create_connection(("127.0.0.1", health_port)) as answered, \
+                socket.create_connection(("127.0.0.1", port)) as main:
+            for sock in (answered, main):
+                sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(5)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()
+            assert read_until_closed(silent, 5) == b"" and read_until_closed(answered, 5) == b""
+            assert time.monotonic() - started < 3
+            main.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                main.recv(1)  # the main port's keep-alive is HERALD_KEEP_ALIVE_S
 
 
 def test_a_list_longer_than_any_field_takes_is_refused_before_it_is_read():
