@@ -1061,13 +1061,17 @@ def test_the_health_port_answers_probes_and_scrapes_while_the_main_ports_connect
         assert keyed.status_code == 200, keyed.text
 
 
-def test_the_health_port_serves_nothing_but_the_probes_and_metrics():
+def test_the_health_port_serves_nothing_but_the_probes_and_metrics(caplog):
     # /classify there would be a way around HERALD_MAX_CONNECTIONS: a 404 naming the port's purpose, before the key
-    # check (not a 401 that says the path exists), counted as any 404 is
+    # check (not a 401 that says the path exists); kept out of the request metrics and the access log, as all that
+    # port's traffic is (tester: they were counted and logged as API traffic, "/classify" 404)
+    import logging
+
     import httpx
 
     app, port, health_port = health_port_app()
     base = f"http://127.0.0.1:{health_port}"
+    caplog.set_level(logging.INFO, logger="herald_service.access")
     with serving(app, port=port, max_connections=2, health_port=health_port):
         for method, path in (("POST", "/classify"), ("POST", "/v1/moderations"), ("GET", "/v1/info"), ("GET", "/"),
                              ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/health/live/"), ("GET", "/nope")):
@@ -1083,8 +1087,14 @@ def test_the_health_port_serves_nothing_but_the_probes_and_metrics():
         # methods are the router's, as on the main port: POST on a probe is its 405
         assert httpx.post(base + "/health/live", timeout=5).status_code == 405
         metrics = httpx.get(base + "/metrics", timeout=5).text
-        assert 'herald_requests_total{route="/classify",status="404"} 2.0' in metrics, metrics
+        counted = re.findall(r"^herald_request(?:s_total|_duration_seconds_count)\{.*\} (\S+)$", metrics, re.M)
+        assert counted and all(float(value) == 0 for value in counted), metrics  # the series created at 0 only
+        assert not [r for r in caplog.records if r.name == "herald_service.access"], caplog.text
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200  # the main port: as before
+        assert httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": "hi"}, timeout=5).status_code == 401
+        metrics = httpx.get(base + "/metrics", timeout=5).text
+        assert 'herald_requests_total{route="/classify",status="401"} 1.0' in metrics, metrics
+        assert "POST /classify 401" in caplog.text
 
 
 def test_the_health_ports_connection_bound_closes_its_oldest_idle_connection_to_let_a_probe_in():
