@@ -80,6 +80,35 @@ def test_content_parts_joined_over_max_tokens_are_refused_naming_the_join(client
     assert single.json()["error"]["message"] == f"prompt renders to {limit + 1} tokens; the limit is {limit} (max_tokens)"
 
 
+def test_classify_and_steer_refusals_of_a_message_whose_content_parts_are_joined_name_the_join(client):
+    # Tester: /classify and /steer said "prompt has 40001 characters" and "prompt renders to 5031 tokens" of content
+    # parts each under the limit, as if one text had been sent; /v1/moderations already named the join.
+    settings = client.app.state.herald.settings
+    half = settings.max_chars // 2
+    long = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "a" * half}] * 2}]
+    r = client.post("/classify", json={"messages": long})
+    assert r.status_code == 413 and r.json()["error"]["field"] == "messages", r.text
+    assert r.json()["error"]["message"] == (
+        "messages[1].content's 2 content parts are joined with newlines, and the prompt has"
+        f" {len('Be brief.') + 2 * half + 1} characters; the limit is {settings.max_chars} (max_chars)")
+    part = "!" * (settings.max_tokens - 3)  # the fake: 3 template tokens and one per punctuation mark; alone the limit
+    for path, headers in (("/classify", None), ("/steer", STEER)):
+        r = client.post(path, json={"messages": [{"role": "user", "content": [{"type": "text", "text": part}] * 2}]},
+                        headers=headers)
+        assert r.status_code == 413 and r.json()["error"]["field"] == "messages", (path, r.text)
+        assert r.json()["error"]["message"] == (
+            "messages[0].content's 2 content parts are joined with newlines, and the prompt renders to"
+            f" {2 * len(part) + 3} tokens; the limit is {settings.max_tokens} (max_tokens)"), path
+    batch = client.post("/classify", json={"messages": [[{"role": "user", "content": "hi"}],
+                                                        [{"role": "user", "content": [{"type": "text", "text": part}] * 2}]]})
+    assert batch.status_code == 413 and batch.json()["error"]["field"] == "messages[1]", batch.text
+    assert batch.json()["error"]["message"].startswith("messages[1][0].content's 2 content parts are joined"), batch.text
+    # a single text, or a part alone, is still "prompt"
+    single = client.post("/classify", json={"messages": [{"role": "user", "content": part + "!"}]})
+    assert single.json()["error"]["message"] == (
+        f"prompt renders to {settings.max_tokens + 1} tokens; the limit is {settings.max_tokens} (max_tokens)")
+
+
 PARTS_WITH_SURROGATE = '[{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]'
 
 
