@@ -317,15 +317,22 @@ def test_an_input_of_the_wrong_json_kind_says_what_input_takes(client):
     ("/classify", '{"input": "hi", "return_trajectory": "false"}', "return_trajectory",
      "Input should be a valid boolean; got a string"),
     ("/classify", '{"input": "hi", "return_trajectory": null}', "return_trajectory", "Input should be a valid boolean; got null"),
-    ("/v1/moderations", '{"input": "hi", "model": 3}', "model", "Input should be a valid string; got a number 3"),
-    ("/steer", '{"prompt": "x", "max_new_tokens": 4.0}', "max_new_tokens", "Input should be a valid integer; got a number 4.0"),
+    ("/v1/moderations", '{"input": "hi", "model": 3}', "model", "Input should be a valid string; got a number"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": 4.0}', "max_new_tokens", "Input should be a valid integer; got a number with a fraction or exponent"),
     ("/steer", '{"prompt": "x", "max_new_tokens": true}', "max_new_tokens", "Input should be a valid integer; got a boolean"),
-    ("/steer", '{"prompt": "x", "layers": [2, 1.5]}', "layers[1]", "Input should be a valid integer; got a number 1.5"),
+    ("/steer", '{"prompt": "x", "layers": [2, 1.5]}', "layers[1]", "Input should be a valid integer; got a number with a fraction or exponent"),
+    # the kind only: the parsed value misreported what was sent (1e308 read "1e+308", 1e-400 "0.0": tester)
+    ("/v1/moderations", '{"input": "hi", "model": 1e308}', "model", "Input should be a valid string; got a number"),
+    ("/v1/moderations", '{"input": "hi", "model": 0.1111111111111111111111111111111111111111}', "model",
+     "Input should be a valid string; got a number"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": 1e-400}', "max_new_tokens",
+     "Input should be a valid integer; got a number with a fraction or exponent"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": "4"}', "max_new_tokens", "Input should be a valid integer; got a string"),
     ("/v1/moderations", '{"input": [{"type": "text", "text": null}]}', "input[0].text", "Input should be a valid string; got null"),
     ("/classify", '{"input": ["a", [1]]}', "input[1]", "Input should be a valid string; got an array"),
     # a body over THREAD_PARSE_BYTES is validated in the parsing thread: the same answer
     pytest.param("/classify", '{"input": ["' + "x" * 70_000 + '", 3]}', "input[1]",
-                 "Input should be a valid string; got a number 3", id="body-over-THREAD_PARSE_BYTES"),
+                 "Input should be a valid string; got a number", id="body-over-THREAD_PARSE_BYTES"),
 ])
 def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, body, field, message):
     # Tester: pydantic's "Input should be a valid boolean" did not say that "false" was sent as a string.

@@ -150,11 +150,12 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body", path=path)
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if str(first.get("type", "")).endswith("_type") and "input" in first:
-        # pydantic's "Input should be a valid boolean" did not say what was sent ("false", a string: tester); a number
-        # is shown, since 4.0 for an integer is refused for its form, not its value
+        # pydantic's "Input should be a valid boolean" did not say what was sent ("false", a string: tester). The kind
+        # only, never the value: it is the parsed one, not the client's text (1e308 read "1e+308", 1e-400 "0.0", a
+        # megabyte of digits 16 of them: tester); 4.0 for an integer is refused for its form, which is said instead
         value = first["input"]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        message += f"; got {json_kind(value)}{f' {value!r}' if number else ''}"
+        form = " with a fraction or exponent" if first.get("type") == "int_type" and isinstance(value, float) else ""
+        message += f"; got {json_kind(value)}{form}"
     if first.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
         # The key is the client's: name it whatever it looks like (a key "str", "a[b]" or "function-x" read as a
         # union-branch marker and was dropped, leaving no field: breaker pass), escaped and cut (a 200,000-character
