@@ -60,8 +60,9 @@ def _is_placeholder(key: str) -> bool:
 
 
 def _none_if_empty(value: object) -> object:
-    """``""`` given as a flag or argument means "not set" (environment values are covered by ``env_ignore_empty``)."""
-    return None if value == "" else value
+    """``""``, or whitespace alone, means "not set", as a flag, an argument or an environment value (``env_ignore_empty``
+    covers only an empty environment value): ``HERALD_HEALTH_PORT=" "`` was refused while ``""`` was unset (tester)."""
+    return None if isinstance(value, str) and not value.strip() else value
 
 
 def numerics_conflict(device: str, dtype: str, padding_side: str = "auto", matmul_dtype: str = "auto") -> tuple[str, str] | None:
