@@ -189,9 +189,12 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
     message = str(exc.detail)
     if exc.status_code == 404 and exc.detail == "Not Found":  # the router's own 404 (a tester sent /v1/moderations/)
-        message = f"no route {echoed(path)}"
-        trimmed = path.rstrip("/")
-        if trimmed != path and any(route.matches({**request.scope, "path": trimmed})[0] != Match.NONE
+        # the scope's path, as the router read it: request.url.path is parsed again as a URL, which drops CR, LF and
+        # TAB (GET /a%0db read "no route /ab", unlike the health port's 404: tester); echoed escapes them
+        sent = request.scope["path"]
+        message = f"no route {echoed(sent)}"
+        trimmed = sent.rstrip("/")
+        if trimmed != sent and any(route.matches({**request.scope, "path": trimmed})[0] != Match.NONE
                                    for route in request.app.router.routes):
             message += f"; did you mean {echoed(trimmed)} (no trailing slash)?"
     return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), message, headers=headers, path=path)
