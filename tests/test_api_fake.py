@@ -821,6 +821,15 @@ def test_an_unknown_field_is_named_even_when_it_starts_like_a_type_name(client):
     assert r.json()["error"]["field"] == "messages[0].strict", r.text
 
 
+@pytest.mark.parametrize("sent, shown", [("/a%0db", "/a\\rb"), ("/a%09b%0A", "/a\\tb\\n"), ("/caf%C3%A9", "/caf\\u00e9")])
+def test_a_404_on_the_main_port_echoes_the_path_with_control_characters_escaped_not_dropped(sent, shown):
+    # Tester: GET /a%0db read "no route /ab" (the URL parsed again drops CR, LF and TAB), while the health port's 404
+    # showed them escaped
+    with client_for() as c:
+        answer = c.get(sent)
+    assert answer.status_code == 404 and answer.json()["error"] == {"type": "not_found", "message": f"no route {shown}"}
+
+
 def test_requests_answered_before_routing_are_counted_under_their_route():
     with client_for(api_keys=API_KEY, max_batch_size=1, max_chars=10) as c:
         wait_ready(c)

@@ -80,6 +80,35 @@ def test_content_parts_joined_over_max_tokens_are_refused_naming_the_join(client
     assert single.json()["error"]["message"] == f"prompt renders to {limit + 1} tokens; the limit is {limit} (max_tokens)"
 
 
+def test_classify_and_steer_refusals_of_a_message_whose_content_parts_are_joined_name_the_join(client):
+    # Tester: /classify and /steer said "prompt has 40001 characters" and "prompt renders to 5031 tokens" of content
+    # parts each under the limit, as if one text had been sent; /v1/moderations already named the join.
+    settings = client.app.state.herald.settings
+    half = settings.max_chars // 2
+    long = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "a" * half}] * 2}]
+    r = client.post("/classify", json={"messages": long})
+    assert r.status_code == 413 and r.json()["error"]["field"] == "messages", r.text
+    assert r.json()["error"]["message"] == (
+        "messages[1].content's 2 content parts are joined with newlines, and the prompt has"
+        f" {len('Be brief.') + 2 * half + 1} characters; the limit is {settings.max_chars} (max_chars)")
+    part = "!" * (settings.max_tokens - 3)  # the fake: 3 template tokens and one per punctuation mark; alone the limit
+    for path, headers in (("/classify", None), ("/steer", STEER)):
+        r = client.post(path, json={"messages": [{"role": "user", "content": [{"type": "text", "text": part}] * 2}]},
+                        headers=headers)
+        assert r.status_code == 413 and r.json()["error"]["field"] == "messages", (path, r.text)
+        assert r.json()["error"]["message"] == (
+            "messages[0].content's 2 content parts are joined with newlines, and the prompt renders to"
+            f" {2 * len(part) + 3} tokens; the limit is {settings.max_tokens} (max_tokens)"), path
+    batch = client.post("/classify", json={"messages": [[{"role": "user", "content": "hi"}],
+                                                        [{"role": "user", "content": [{"type": "text", "text": part}] * 2}]]})
+    assert batch.status_code == 413 and batch.json()["error"]["field"] == "messages[1]", batch.text
+    assert batch.json()["error"]["message"].startswith("messages[1][0].content's 2 content parts are joined"), batch.text
+    # a single text, or a part alone, is still "prompt"
+    single = client.post("/classify", json={"messages": [{"role": "user", "content": part + "!"}]})
+    assert single.json()["error"]["message"] == (
+        f"prompt renders to {settings.max_tokens + 1} tokens; the limit is {settings.max_tokens} (max_tokens)")
+
+
 PARTS_WITH_SURROGATE = '[{"type": "text", "text": "hello"}, {"type": "text", "text": "bad \\ud800 part"}]'
 
 
@@ -288,15 +317,22 @@ def test_an_input_of_the_wrong_json_kind_says_what_input_takes(client):
     ("/classify", '{"input": "hi", "return_trajectory": "false"}', "return_trajectory",
      "Input should be a valid boolean; got a string"),
     ("/classify", '{"input": "hi", "return_trajectory": null}', "return_trajectory", "Input should be a valid boolean; got null"),
-    ("/v1/moderations", '{"input": "hi", "model": 3}', "model", "Input should be a valid string; got a number 3"),
-    ("/steer", '{"prompt": "x", "max_new_tokens": 4.0}', "max_new_tokens", "Input should be a valid integer; got a number 4.0"),
+    ("/v1/moderations", '{"input": "hi", "model": 3}', "model", "Input should be a valid string; got a number"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": 4.0}', "max_new_tokens", "Input should be a valid integer; got a number with a fraction or exponent"),
     ("/steer", '{"prompt": "x", "max_new_tokens": true}', "max_new_tokens", "Input should be a valid integer; got a boolean"),
-    ("/steer", '{"prompt": "x", "layers": [2, 1.5]}', "layers[1]", "Input should be a valid integer; got a number 1.5"),
+    ("/steer", '{"prompt": "x", "layers": [2, 1.5]}', "layers[1]", "Input should be a valid integer; got a number with a fraction or exponent"),
+    # the kind only: the parsed value misreported what was sent (1e308 read "1e+308", 1e-400 "0.0": tester)
+    ("/v1/moderations", '{"input": "hi", "model": 1e308}', "model", "Input should be a valid string; got a number"),
+    ("/v1/moderations", '{"input": "hi", "model": 0.1111111111111111111111111111111111111111}', "model",
+     "Input should be a valid string; got a number"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": 1e-400}', "max_new_tokens",
+     "Input should be a valid integer; got a number with a fraction or exponent"),
+    ("/steer", '{"prompt": "x", "max_new_tokens": "4"}', "max_new_tokens", "Input should be a valid integer; got a string"),
     ("/v1/moderations", '{"input": [{"type": "text", "text": null}]}', "input[0].text", "Input should be a valid string; got null"),
     ("/classify", '{"input": ["a", [1]]}', "input[1]", "Input should be a valid string; got an array"),
     # a body over THREAD_PARSE_BYTES is validated in the parsing thread: the same answer
     pytest.param("/classify", '{"input": ["' + "x" * 70_000 + '", 3]}', "input[1]",
-                 "Input should be a valid string; got a number 3", id="body-over-THREAD_PARSE_BYTES"),
+                 "Input should be a valid string; got a number", id="body-over-THREAD_PARSE_BYTES"),
 ])
 def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, body, field, message):
     # Tester: pydantic's "Input should be a valid boolean" did not say that "false" was sent as a string.
@@ -1061,13 +1097,17 @@ def test_the_health_port_answers_probes_and_scrapes_while_the_main_ports_connect
         assert keyed.status_code == 200, keyed.text
 
 
-def test_the_health_port_serves_nothing_but_the_probes_and_metrics():
+def test_the_health_port_serves_nothing_but_the_probes_and_metrics(caplog):
     # /classify there would be a way around HERALD_MAX_CONNECTIONS: a 404 naming the port's purpose, before the key
-    # check (not a 401 that says the path exists), counted as any 404 is
+    # check (not a 401 that says the path exists); kept out of the request metrics and the access log, as all that
+    # port's traffic is (tester: they were counted and logged as API traffic, "/classify" 404)
+    import logging
+
     import httpx
 
     app, port, health_port = health_port_app()
     base = f"http://127.0.0.1:{health_port}"
+    caplog.set_level(logging.INFO, logger="herald_service.access")
     with serving(app, port=port, max_connections=2, health_port=health_port):
         for method, path in (("POST", "/classify"), ("POST", "/v1/moderations"), ("GET", "/v1/info"), ("GET", "/"),
                              ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/health/live/"), ("GET", "/nope")):
@@ -1083,33 +1123,51 @@ def test_the_health_port_serves_nothing_but_the_probes_and_metrics():
         # methods are the router's, as on the main port: POST on a probe is its 405
         assert httpx.post(base + "/health/live", timeout=5).status_code == 405
         metrics = httpx.get(base + "/metrics", timeout=5).text
-        assert 'herald_requests_total{route="/classify",status="404"} 2.0' in metrics, metrics
+        counted = re.findall(r"^herald_request(?:s_total|_duration_seconds_count)\{.*\} (\S+)$", metrics, re.M)
+        assert counted and all(float(value) == 0 for value in counted), metrics  # the series created at 0 only
+        assert not [r for r in caplog.records if r.name == "herald_service.access"], caplog.text
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200  # the main port: as before
+        assert httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": "hi"}, timeout=5).status_code == 401
+        metrics = httpx.get(base + "/metrics", timeout=5).text
+        assert 'herald_requests_total{route="/classify",status="401"} 1.0' in metrics, metrics
+        assert "POST /classify 401" in caplog.text
 
 
-def test_the_health_ports_own_connection_bound_answers_503_past_it():
-    # its connections are outside HERALD_MAX_CONNECTIONS, so they have a bound of their own: a flood on that port
-    # cannot use up the process's file descriptors either
+def test_the_health_ports_connection_bound_closes_its_oldest_idle_connection_to_let_a_probe_in():
+    # its connections are outside HERALD_MAX_CONNECTIONS, so they have a bound of their own (a flood on that port
+    # cannot use up the process's file descriptors either); tester: past it the newcomer was answered 503, so one
+    # client holding 64 idle connections made every liveness probe fail, and Kubernetes restarted healthy pods. Now
+    # the oldest idle connection is closed to make room, never one with a request in progress while idle ones exist
     import socket
 
     from herald_service.config import HEALTH_PORT_CONNECTIONS
 
     app, port, health_port = health_port_app(max_connections=2)
+    extra = 8
     with serving(app, port=port, max_connections=2, health_port=health_port):
         held = []
         try:
-            for _ in range(HEALTH_PORT_CONNECTIONS):
+            busy = socket.create_connection(("127.0.0.1", health_port))  # the oldest, mid-request (headers unfinished)
+            held.append(busy)
+            busy.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n")
+            time.sleep(0.2)  # the server has read it
+            for _ in range(HEALTH_PORT_CONNECTIONS - 1 + extra):  # the bound filled with idle ones, then more
                 held.append(socket.create_connection(("127.0.0.1", health_port)))
-            held[-1].sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # the last one in is served
-            held[-1].settimeout(5)
-            assert held[-1].recv(65536).startswith(b"HTTP/1.1 200 ")
-            with socket.create_connection(("127.0.0.1", health_port)) as sock:
-                answer = read_until_closed(sock, 5)
-            assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in answer.lower(), answer[:300]
-            assert layer_error(answer) == {"type": "overloaded", "message": (
-                f"Too many open connections (limit {HEALTH_PORT_CONNECTIONS}, on the health port, HERALD_HEALTH_PORT):"
-                " retry shortly, or reuse a connection.")}
-            assert rejected_counts(app, ("connections",)) == [1]
+            with socket.create_connection(("127.0.0.1", health_port)) as probe:
+                probe.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                probe.settimeout(5)
+                assert probe.recv(65536).startswith(b"HTTP/1.1 200 ")  # 503 before
+            # the oldest idle ones were closed, without an answer; the mid-request one was kept and is served
+            for sock in held[1:extra + 2]:
+                assert read_until_closed(sock, 5) == b""
+            busy.sendall(b"\r\n")
+            busy.settimeout(5)
+            assert busy.recv(65536).startswith(b"HTTP/1.1 200 ")
+            for sock in held[extra + 2:]:  # the rest are still open (closed only after HEALTH_PORT_IDLE_S idle)
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    sock.recv(1)
+            assert rejected_counts(app, ("connections",)) == [extra + 1]  # each close is counted
             # the main port's bound is its own: its two connections are served
             main = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
             for sock in main:
@@ -1117,15 +1175,34 @@ def test_the_health_ports_own_connection_bound_answers_503_past_it():
                 sock.settimeout(5)
                 assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
             held += main
-            held.pop(0).close()  # one health-port connection closes: room for one more there
-            time.sleep(0.3)
-            with socket.create_connection(("127.0.0.1", health_port)) as sock:
-                sock.sendall(b"GET /health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
-                sock.settimeout(5)
-                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         finally:
             for sock in held:
                 sock.close()
+
+
+def test_the_health_ports_connections_are_closed_after_a_short_idle_time(monkeypatch):
+    # held slots free themselves: HEALTH_PORT_IDLE_S is that port's keep-alive and silent-connection timeout, not
+    # HERALD_KEEP_ALIVE_S (75 s in k8s/), which the main port keeps
+    import socket
+
+    from herald_service.api import http_protocol
+
+    monkeypatch.setattr(http_protocol, "HEALTH_PORT_IDLE_S", 0.5)
+    app, port, health_port = health_port_app(max_connections=2)
+    with serving(app, port=port, max_connections=2, health_port=health_port, keep_alive_s=60):
+        with socket.create_connection(("127.0.0.1", health_port)) as silent, \
+                socket.create_connection(("127.0.0.1", health_port)) as answered, \
+                socket.create_connection(("127.0.0.1", port)) as main:
+            for sock in (answered, main):
+                sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.settimeout(5)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()
+            assert read_until_closed(silent, 5) == b"" and read_until_closed(answered, 5) == b""
+            assert time.monotonic() - started < 3
+            main.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                main.recv(1)  # the main port's keep-alive is HERALD_KEEP_ALIVE_S
 
 
 def test_a_list_longer_than_any_field_takes_is_refused_before_it_is_read():

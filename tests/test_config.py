@@ -467,6 +467,15 @@ def test_an_empty_steer_key_is_unset_with_steering_off_and_refused_with_it_on(mo
         Settings(_env_file=None)
 
 
+def test_settings_whose_empty_value_is_unset_take_whitespace_alone_as_unset_too(monkeypatch):
+    # one helper for each of them: HERALD_HEALTH_PORT=" " was refused while "" was unset (tester)
+    monkeypatch.setenv("HERALD_PROBE", "  ")
+    monkeypatch.setenv("HERALD_STEER_API_KEY", " ")
+    settings = Settings(_env_file=None)
+    assert settings.probe is None and settings.steer_api_key is None
+    assert Settings(_env_file=None, probe=" ", steer_api_key="\t").probe is None
+
+
 def test_the_health_port_is_off_by_default_set_by_its_name_and_never_the_main_port(monkeypatch):
     # The operations listener (tester: probes and scrapes shared HERALD_MAX_CONNECTIONS with the flood they watch)
     assert Settings(_env_file=None).health_port is None
@@ -475,6 +484,10 @@ def test_the_health_port_is_off_by_default_set_by_its_name_and_never_the_main_po
     monkeypatch.setenv("HERALD_HEALTH_PORT", "8001")
     assert Settings(_env_file=None).health_port == 8001
     assert Settings(_env_file=None, health_port="").health_port is None  # --health-port "" too
+    monkeypatch.setenv("HERALD_HEALTH_PORT", " \t")  # whitespace alone is unset as "" is (it was refused: tester)
+    assert Settings(_env_file=None).health_port is None
+    monkeypatch.delenv("HERALD_HEALTH_PORT")
+    assert Settings(_env_file=None, health_port="  ").health_port is None
     for bad in (0, 65536, "eighty"):
         with pytest.raises(ValidationError, match="health_port"):
             Settings(_env_file=None, health_port=bad)

@@ -385,8 +385,9 @@ def build_app(
     app.openapi = limited_openapi(app, settings, keyed_paths)  # type: ignore[method-assign]
     app.add_middleware(BearerGate, keys_by_path=keys_by_path,
                        key_names={"/steer": STEER_KEY_NAME}, closed={} if steer_keys else {"/steer": STEER_DISABLED})
-    # outside the key check (a keyed path on the health port is a 404, not a 401), inside the metrics (counted as any 404)
+    # outside the key check (a keyed path on the health port is a 404, not a 401), inside the metrics (which keep the
+    # health port's requests out, 404s included, and give them their X-Request-ID) and CloseUnreadBodies
     app.add_middleware(OperationsPortOnly, health_port=settings.health_port, main_port=settings.port)
     app.add_middleware(CloseUnreadBodies)  # outside every middleware that answers before reading the body
-    app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths))
+    app.add_middleware(RequestMetrics, metrics=metrics, paths=frozenset(paths), health_port=settings.health_port)
     return app

@@ -150,11 +150,12 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         return error_response(422, "invalid_request", "request body must be a JSON object (Content-Type: application/json)", "body", path=path)
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if str(first.get("type", "")).endswith("_type") and "input" in first:
-        # pydantic's "Input should be a valid boolean" did not say what was sent ("false", a string: tester); a number
-        # is shown, since 4.0 for an integer is refused for its form, not its value
+        # pydantic's "Input should be a valid boolean" did not say what was sent ("false", a string: tester). The kind
+        # only, never the value: it is the parsed one, not the client's text (1e308 read "1e+308", 1e-400 "0.0", a
+        # megabyte of digits 16 of them: tester); 4.0 for an integer is refused for its form, which is said instead
         value = first["input"]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        message += f"; got {json_kind(value)}{f' {value!r}' if number else ''}"
+        form = " with a fraction or exponent" if first.get("type") == "int_type" and isinstance(value, float) else ""
+        message += f"; got {json_kind(value)}{form}"
     if first.get("type") == "extra_forbidden" and loc and isinstance(loc[-1], str):
         # The key is the client's: name it whatever it looks like (a key "str", "a[b]" or "function-x" read as a
         # union-branch marker and was dropped, leaving no field: breaker pass), escaped and cut (a 200,000-character
@@ -188,9 +189,12 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         headers = {**(headers or {}), "Allow": ", ".join(methods)} if methods else headers
     message = str(exc.detail)
     if exc.status_code == 404 and exc.detail == "Not Found":  # the router's own 404 (a tester sent /v1/moderations/)
-        message = f"no route {echoed(path)}"
-        trimmed = path.rstrip("/")
-        if trimmed != path and any(route.matches({**request.scope, "path": trimmed})[0] != Match.NONE
+        # the scope's path, as the router read it: request.url.path is parsed again as a URL, which drops CR, LF and
+        # TAB (GET /a%0db read "no route /ab", unlike the health port's 404: tester); echoed escapes them
+        sent = request.scope["path"]
+        message = f"no route {echoed(sent)}"
+        trimmed = sent.rstrip("/")
+        if trimmed != sent and any(route.matches({**request.scope, "path": trimmed})[0] != Match.NONE
                                    for route in request.app.router.routes):
             message += f"; did you mean {echoed(trimmed)} (no trailing slash)?"
     return error_response(exc.status_code, kinds.get(exc.status_code, "http_error"), message, headers=headers, path=path)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from uvicorn.config import Config
 
-from herald_service.config import HEALTH_PORT_CONNECTIONS
+from herald_service.config import HEALTH_PORT_CONNECTIONS, HEALTH_PORT_IDLE_S
 
 try:
     import httptools
@@ -91,8 +91,8 @@ at the client's end of stream or after 1 s); half of the 64 descriptors ``herald
 REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
 over the bound (400), headers not complete in time (408), not HTTP/1.1 (400), a connection past the open-connection
-bound (503; the main port's ``max_connections`` or the health port's
-:data:`~herald_service.config.HEALTH_PORT_CONNECTIONS`, the 503's message says which)."""
+bound (the main port's ``max_connections``: the new one is answered 503; the health port's
+:data:`~herald_service.config.HEALTH_PORT_CONNECTIONS`: its oldest idle connection is closed to make room)."""
 
 
 LAYER_ERROR_TYPES = {400: "invalid_request", 408: "timeout", 503: "overloaded"}
@@ -131,13 +131,14 @@ def header_bounded_protocol(header_timeout_s: float, refused: Callable[[str], No
     they reach no route, so the request metrics never saw them, breaker pass).
 
     ``health_port``: the TCP port of the operations listener (``HERALD_HEALTH_PORT``; None: none), whose connections
-    ``max_connections`` does not count and which are bounded by ``health_connections`` open at once instead. Each call
-    makes a new class, whose count of health-port connections is that server's own: one call per server."""
+    ``max_connections`` does not count and which are bounded by ``health_connections`` open at once instead (past it
+    the oldest idle one is closed). Each call makes a new class, whose health-port connections are that server's own:
+    one call per server."""
     if HttpToolsProtocol is None:
         return "h11"
     return type("BoundedHeadersProtocol", (BoundedHeadersProtocol,),
                 {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
-                 "health_port": health_port, "health_connections": health_connections, "_on_health_port": set(),
+                 "health_port": health_port, "health_connections": health_connections, "_on_health_port": {},
                  "refused": staticmethod(refused or (lambda reason: None))})
 
 
@@ -182,8 +183,14 @@ if HttpToolsProtocol is not None:
         uvicorn gives it in the scope's ``server``) is not counted toward :attr:`max_connections` and never refused
         by it, so Kubernetes' probes and Prometheus' scrapes get through while a flood holds the main port's bound (on
         one port they got 503 and the liveness probe restarted a healthy pod: tester). Those connections have their
-        own bound, :attr:`health_connections` open at once, past which they are answered the same 503, so that port
-        cannot be used to exhaust file descriptors either. Which paths that port serves is the app's concern
+        own bound, :attr:`health_connections` open at once, so that port cannot be used to exhaust file descriptors
+        either. Past it the newcomer is accepted and room is made by closing the oldest health-port connection with no
+        request in progress (nothing received since its last answer, or nothing at all), else the oldest; each such
+        close is counted as a ``connections`` refusal. Refusing the newcomer instead (a 503, as the main port does)
+        let one client holding 64 idle connections answer every liveness probe 503 (tester): the restart of healthy
+        pods the port exists to prevent. Health-port connections are also closed after
+        :data:`~herald_service.config.HEALTH_PORT_IDLE_S` idle (that port's keep-alive, and the timeout of one that
+        sends nothing), so held slots free themselves. Which paths that port serves is the app's concern
         (:class:`~herald_service.api.middleware.OperationsPortOnly`).
 
         Scope: ``extensions["herald.connection_closed"]`` is a callable that says whether the connection is closing
@@ -195,7 +202,9 @@ if HttpToolsProtocol is not None:
         max_connections: int | None = None
         health_port: int | None = None
         health_connections: int = HEALTH_PORT_CONNECTIONS
-        _on_health_port: set[Any] = set()  # this server's open health-port connections (a set per server's class)
+        # this server's open health-port connections in order of arrival (a dict used as an ordered set, one per
+        # server's class), for closing the oldest idle one when a new one would pass health_connections
+        _on_health_port: dict[Any, None] = {}
         refused: Callable[[str], None] = staticmethod(lambda reason: None)
         # loop time of the last "connections full" warning of each bound (its name), for all connections: a flood on
         # one port does not hide the other's warning
@@ -216,23 +225,25 @@ if HttpToolsProtocol is not None:
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
             self._refusing = False  # a connection past max_connections, answered 503 and closing
             self._lingers = False  # ... and counted in _lingering until its connection is lost
+            self._idle = True  # nothing received since the last answer, or nothing at all (health-port eviction)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             local_port = self.server[1] if self.server is not None else None  # the accepting socket's (uvicorn's)
             if self.health_port is not None and local_port == self.health_port:
-                self._on_health_port.add(self)
-                if len(self._on_health_port) > self.health_connections:
-                    self._refuse_connection(self.health_connections, "on the health port, HERALD_HEALTH_PORT")
-                    return
+                self.timeout_keep_alive = HEALTH_PORT_IDLE_S  # this port's keep-alive and silent timeout
+                if len(self._on_health_port) >= self.health_connections:
+                    self._close_oldest_health_connection()
+                self._on_health_port[self] = None
             elif (self.max_connections is not None
                   and len(self.connections) - len(self._on_health_port) > self.max_connections):
                 self._refuse_connection(self.max_connections, "HERALD_MAX_CONNECTIONS")
                 return
-            # A connection that never sends a byte is closed after the keep-alive timeout (HERALD_KEEP_ALIVE_S), as an
-            # idle one between requests is: uvicorn armed that timer only after an answer and the header clock starts
-            # at the first byte, so a silent connection was held for good (a session's check: open after 5 s with both
-            # set to 1 s), and enough of them use up the process's file descriptors. The first byte cancels it.
+            # A connection that never sends a byte is closed after the keep-alive timeout (HERALD_KEEP_ALIVE_S, or
+            # HEALTH_PORT_IDLE_S on the health port), as an idle one between requests is: uvicorn armed that timer
+            # only after an answer and the header clock starts at the first byte, so a silent connection was held for
+            # good (a session's check: open after 5 s with both set to 1 s), and enough of them use up the process's
+            # file descriptors. The first byte cancels it.
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
         def _answer_pending(self) -> bool:
@@ -243,6 +254,7 @@ if HttpToolsProtocol is not None:
         def data_received(self, data: bytes) -> None:
             if self._refusing:
                 return  # a connection past max_connections, answered 503 (_refuse_connection)
+            self._idle = False
             if self._deferred_400 is not None:
                 return  # the connection ends with that 400; what the client sends after the bad request is not read
             if self._in_headers:
@@ -311,9 +323,11 @@ if HttpToolsProtocol is not None:
                 self._write_400(self._deferred_400)
             elif self._headers_begun or self._read_bytes:  # the next request's turn: its clock starts now
                 self._arm_header_timer()
+            else:
+                self._idle = True
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._on_health_port.discard(self)
+            self._on_health_port.pop(self, None)
             if self._lingers:
                 self._lingers = False
                 BoundedHeadersProtocol._lingering -= 1
@@ -330,7 +344,7 @@ if HttpToolsProtocol is not None:
 
         def _refuse_connection(self, limit: int, bound: str) -> None:
             """Answer a connection past ``limit`` open at once 503 before reading it, and close it; ``bound`` names
-            the bound in the 503's message and the warning (``HERALD_MAX_CONNECTIONS``, or the health port's)."""
+            the bound in the 503's message and the warning (``HERALD_MAX_CONNECTIONS``)."""
             self.refused("connections")
             warned_at = BoundedHeadersProtocol._full_warned_at.get(bound, float("-inf"))
             if self.loop.time() - warned_at >= 60.0:  # not a line per connection of a flood
@@ -347,7 +361,6 @@ if HttpToolsProtocol is not None:
             # no longer counted as open: closing connections counted for their second, and a stream of connects past
             # the bound kept every client out with no served connection open (tester)
             self.connections.discard(self)
-            self._on_health_port.discard(self)
             if BoundedHeadersProtocol._lingering >= LINGERING_LIMIT:
                 # each lingering connection holds a descriptor the bound does not count: past this many, close at
                 # once (a client that sent its request first may read a reset), or a burst of connects used up the
@@ -358,6 +371,24 @@ if HttpToolsProtocol is not None:
             self._lingers = True
             self.transport.write_eof()
             self.loop.call_later(1.0, self.transport.close)
+
+        def _close_oldest_health_connection(self) -> None:
+            """Make room on the health port, whose :attr:`health_connections` are all open: close the oldest of them
+            that is idle (:attr:`_idle`, or already closing), else the oldest, and count it as a ``connections``
+            refusal. It stops being counted as open at once (as a refused connection does), not at its close."""
+            oldest = next(iter(self._on_health_port))
+            victim = next((conn for conn in self._on_health_port if conn._idle or conn.transport.is_closing()), oldest)
+            self.refused("connections")
+            bound = "on the health port, HERALD_HEALTH_PORT"
+            warned_at = BoundedHeadersProtocol._full_warned_at.get(bound, float("-inf"))
+            if self.loop.time() - warned_at >= 60.0:  # not a line per connection of a flood
+                BoundedHeadersProtocol._full_warned_at[bound] = self.loop.time()
+                log.warning("%d connections open (%s): for each new one the oldest idle one (else the oldest) is"
+                            " closed; herald_rejected_requests_total{reason=\"connections\"} counts them",
+                            self.health_connections, bound)
+            del self._on_health_port[victim]
+            self.connections.discard(victim)
+            victim.transport.close()
 
         def _arm_header_timer(self) -> None:
             if self.header_timeout_s is not None and self._header_timer is None:

@@ -19,7 +19,8 @@ from herald_service.strict_json import echoed
 log = logging.getLogger(__name__)
 
 UNMETERED = {"/metrics", "/health/live", "/health/ready"}
-"""The probes and the scrape: kept out of the request metrics and the access log, on either port (vLLM habit)."""
+"""The probes and the scrape: kept out of the request metrics and the access log, on either port (vLLM habit); every
+request on the health port is kept out too (:class:`RequestMetrics`)."""
 
 OPERATIONS_PATHS = frozenset(UNMETERED)
 """What the health port (``HERALD_HEALTH_PORT``) serves: the probes and ``/metrics``, nothing else
@@ -60,6 +61,11 @@ class RequestMetrics:
     the probes and ``/metrics`` is logged once at INFO on ``herald_service.access``: method, route template, status,
     duration in milliseconds and request id (``POST /classify 200 12.3 ms request_id=...``).
 
+    ``health_port``: the health port's number (``HERALD_HEALTH_PORT``), or None. Every request that came in on it (the
+    scope's ``server``, as :class:`OperationsPortOnly` tells it) is neither counted nor logged, whatever its path:
+    the 404s :class:`OperationsPortOnly` answers there for other paths were counted and logged as API traffic
+    (``/classify`` 404), mixing probe-port noise into the API's error rate. It still gets its ``X-Request-ID``.
+
     ``paths``: the app's route paths. A request answered before routing (401 from :class:`BearerGate`, 413 from
     :class:`BodyLimit`) or by a route that does not record itself is counted under its path when that is one of
     them, and as ``unmatched`` only when it is not (so stray paths cannot create label values).
@@ -74,17 +80,21 @@ class RequestMetrics:
     counted there and again 499 here, breaker pass).
     """
 
-    def __init__(self, app: ASGIApp, metrics: HeraldMetrics, paths: frozenset[str] = frozenset()) -> None:
+    def __init__(self, app: ASGIApp, metrics: HeraldMetrics, paths: frozenset[str] = frozenset(),
+                 health_port: int | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.paths = paths
+        self.health_port = health_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         rid = request_id(scope)
-        if scope["path"] in UNMETERED:
+        server = scope.get("server")
+        if scope["path"] in UNMETERED or (self.health_port is not None and server is not None
+                                          and server[1] == self.health_port):
             async def send_with_id(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     message["headers"] = [*message.get("headers", []), (b"x-request-id", rid)]

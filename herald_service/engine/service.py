@@ -219,6 +219,27 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     return TurnViews(prompts, prompt_fields, owners, turns, parts)
 
 
+def joined_parts_name(conversation: Conversation, field: str) -> str | None:
+    """How the character and token refusals name the prompt ``conversation`` (at request ``field``) where a message's
+    content parts are joined with newlines (:attr:`~herald_service.types.Message.parts`): the words before "has N
+    characters" or "renders to N tokens", naming each such message's content (``messages[1].content's 2 content parts
+    are joined with newlines, and the prompt``); None where no message has parts ("prompt" then). /classify and
+    /steer said "prompt has 40001 characters" of parts each under the limit, as if one text had been sent (tester);
+    ``/v1/moderations`` names its own join (its ``prompt_names``)."""
+    joins = [f"{field}[{k}].content's {len(m.parts)} content parts" for k, m in enumerate(conversation) if m.parts]
+    if not joins:
+        return None
+    return f"{' and '.join(joins)} {'are' if len(joins) == 1 else 'are each'} joined with newlines, and the prompt"
+
+
+def joined_parts_names(conversations: Sequence[Conversation], fields: Sequence[str]) -> dict[str, str]:
+    """:func:`joined_parts_name` of each conversation that has one, by its field (``prompt_names`` of
+    :meth:`Moderator.tokenize`: the whole conversation and a message of it alone share the field, and both hold the
+    join)."""
+    return {field: name for conversation, field in zip(conversations, fields)
+            if (name := joined_parts_name(conversation, field)) is not None}
+
+
 def highest_scoring(views: Iterable[Classification]) -> Classification:
     """The answer for one input scored as several prompts (a conversation and its messages alone, OpenAI content
     parts and their join): the highest-scoring, the first of them where scores tie (the whole conversation, a part before the
@@ -346,8 +367,9 @@ class Moderator:
             chars = sum(len(m.content) for m in conversation)
             if chars > self.settings.max_chars:
                 self.metrics.rejected.labels("characters").inc()
+                what = joined_parts_name(conversation, field) or "prompt"
                 raise InputTooLarge(
-                    f"prompt has {chars} characters; the limit is {self.settings.max_chars} (max_chars)", field=field
+                    f"{what} has {chars} characters; the limit is {self.settings.max_chars} (max_chars)", field=field
                 )
 
     async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str],
@@ -420,7 +442,8 @@ class Moderator:
         harmful request after one benign exchange scored 0.003 in the conversation and 0.99 alone (a session's try),
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
 
-        ``prompt_names`` names prompts in the token-limit refusal, as :meth:`tokenize`'s.
+        ``prompt_names`` names prompts in the token-limit refusal, as :meth:`tokenize`'s; a conversation with a
+        message's content parts joined is named so without it (:func:`joined_parts_name`).
 
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`; InputTooLarge also when the
@@ -440,7 +463,8 @@ class Moderator:
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
-            ids, tokenize_s = await self.tokenize(prompts, prompt_fields, prompt_names)
+            ids, tokenize_s = await self.tokenize(prompts, prompt_fields,
+                                                  {**joined_parts_names(conversations, fields), **(prompt_names or {})})
             futures = self.engine.submit(ids, tokenize_s)
         except (QueueFull, WorkTooLarge) as exc:
             self.metrics.rejected.labels(exc.reason).inc()
@@ -557,7 +581,8 @@ class Moderator:
                             alpha: float, max_new_tokens: int, abandoned: threading.Event) -> Future:
         views = self.turn_views([conversation], [field], field)
         try:
-            views_ids, _ = await self.tokenize(views.prompts, views.fields)
+            views_ids, _ = await self.tokenize(views.prompts, views.fields,
+                                               joined_parts_names([conversation], [field]))
         except (QueueFull, WorkTooLarge) as exc:  # tokenize's admission checks, counted and named as /classify's
             # were not: the same 413 had no field on /steer and no count (breaker pass)
             self.metrics.rejected.labels(exc.reason).inc()
