@@ -110,14 +110,16 @@ def test_states_of_another_forward_are_not_read(tmp_path, monkeypatch):
 
 
 def test_states_of_another_torch_or_transformers_are_not_read(tmp_path, monkeypatch):
-    # their kernels are part of the forward: another version may round otherwise
-    import torch
-    import transformers
+    # their kernels are part of the forward: another version may round otherwise. The names extract.py reads the
+    # versions through are replaced (not the shared modules' attributes), and its own StateCache is used
+    from types import SimpleNamespace
+
+    from herald_service.training import extract
 
     backbone = CountingBackbone()
-    folders = {StateCache(tmp_path, backbone).folder}
-    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".next")
-    folders.add(StateCache(tmp_path, backbone).folder)
-    monkeypatch.setattr(transformers, "__version__", transformers.__version__ + ".next")
-    folders.add(StateCache(tmp_path, backbone).folder)
+    folders = {extract.StateCache(tmp_path, backbone).folder}
+    monkeypatch.setattr(extract, "torch", SimpleNamespace(__version__="2.99.0"))
+    folders.add(extract.StateCache(tmp_path, backbone).folder)
+    monkeypatch.setattr(extract, "transformers", SimpleNamespace(__version__="9.99.0"))
+    folders.add(extract.StateCache(tmp_path, backbone).folder)
     assert len(folders) == 3
