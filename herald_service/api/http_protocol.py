@@ -237,7 +237,7 @@ if HttpToolsProtocol is not None:
                 self._on_health_port[self] = None
             elif (self.max_connections is not None
                   and len(self.connections) - len(self._on_health_port) > self.max_connections):
-                self._refuse_connection(self.max_connections, "HERALD_MAX_CONNECTIONS")
+                self._refuse_connection()
                 return
             # A connection that never sends a byte is closed after the keep-alive timeout (HERALD_KEEP_ALIVE_S, or
             # HEALTH_PORT_IDLE_S on the health port), as an idle one between requests is: uvicorn armed that timer
@@ -342,18 +342,23 @@ if HttpToolsProtocol is not None:
                     cycle.disconnected = True
                     cycle.message_event.set()
 
-        def _refuse_connection(self, limit: int, bound: str) -> None:
-            """Answer a connection past ``limit`` open at once 503 before reading it, and close it; ``bound`` names
-            the bound in the 503's message and the warning (``HERALD_MAX_CONNECTIONS``)."""
+        def _warn_full(self, bound: str, what_happens: str, limit: int) -> None:
+            """Count one more ``connections`` refusal and log that ``limit`` connections are open under ``bound``
+            (what then happens to new ones: ``what_happens``), at most once a minute per bound: not a line per
+            connection of a flood, and a flood on one port does not hide the other's line."""
             self.refused("connections")
             warned_at = BoundedHeadersProtocol._full_warned_at.get(bound, float("-inf"))
-            if self.loop.time() - warned_at >= 60.0:  # not a line per connection of a flood
+            if self.loop.time() - warned_at >= 60.0:
                 BoundedHeadersProtocol._full_warned_at[bound] = self.loop.time()
-                log.warning("%d connections open (%s): new ones are answered 503 and closed;"
-                            " herald_rejected_requests_total{reason=\"connections\"} counts them", limit, bound)
+                log.warning("%d connections open (%s): %s; herald_rejected_requests_total{reason=\"connections\"}"
+                            " counts them", limit, bound, what_happens)
+
+        def _refuse_connection(self) -> None:
+            """Answer a connection past :attr:`max_connections` 503 before reading it, and close it."""
+            self._warn_full("HERALD_MAX_CONNECTIONS", "new ones are answered 503 and closed", self.max_connections)
             self.transport.write(layer_answer(503, (
-                f"Too many open connections (limit {limit}, {bound}): retry shortly, or reuse a connection."),
-                self.server_state.default_headers, retry_after_s=1))
+                f"Too many open connections (limit {self.max_connections}, HERALD_MAX_CONNECTIONS): retry shortly,"
+                " or reuse a connection."), self.server_state.default_headers, retry_after_s=1))
             # a lingering close: closed at once with a request unread, the kernel resets the connection and the client
             # may read the reset instead of the 503; so the write side ends here, what the client sends is discarded
             # (data_received), and the connection closes at the client's end of stream or after 1 s
@@ -378,14 +383,8 @@ if HttpToolsProtocol is not None:
             refusal. It stops being counted as open at once (as a refused connection does), not at its close."""
             oldest = next(iter(self._on_health_port))
             victim = next((conn for conn in self._on_health_port if conn._idle or conn.transport.is_closing()), oldest)
-            self.refused("connections")
-            bound = "on the health port, HERALD_HEALTH_PORT"
-            warned_at = BoundedHeadersProtocol._full_warned_at.get(bound, float("-inf"))
-            if self.loop.time() - warned_at >= 60.0:  # not a line per connection of a flood
-                BoundedHeadersProtocol._full_warned_at[bound] = self.loop.time()
-                log.warning("%d connections open (%s): for each new one the oldest idle one (else the oldest) is"
-                            " closed; herald_rejected_requests_total{reason=\"connections\"} counts them",
-                            self.health_connections, bound)
+            self._warn_full("on the health port, HERALD_HEALTH_PORT",
+                            "for each new one the oldest idle one (else the oldest) is closed", self.health_connections)
             del self._on_health_port[victim]
             self.connections.discard(victim)
             victim.transport.close()
