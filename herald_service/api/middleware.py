@@ -26,6 +26,14 @@ OPERATIONS_PATHS = frozenset(UNMETERED)
 """What the health port (``HERALD_HEALTH_PORT``) serves: the probes and ``/metrics``, nothing else
 (:class:`OperationsPortOnly`)."""
 
+def arrived_on(scope: Scope, port: int | None) -> bool:
+    """Whether the request came in on ``port`` (None: no such port): the scope's ``server``, the local address of the
+    socket that accepted the connection, as uvicorn gives every request; a server that gives none (a test client) is
+    taken for the main port."""
+    server = scope.get("server")
+    return port is not None and server is not None and server[1] == port
+
+
 access_log = logging.getLogger("herald_service.access")
 """One INFO line per request (:class:`RequestMetrics`); uvicorn's own access log is off (``herald serve``)."""
 
@@ -62,7 +70,7 @@ class RequestMetrics:
     duration in milliseconds and request id (``POST /classify 200 12.3 ms request_id=...``).
 
     ``health_port``: the health port's number (``HERALD_HEALTH_PORT``), or None. Every request that came in on it (the
-    scope's ``server``, as :class:`OperationsPortOnly` tells it) is neither counted nor logged, whatever its path:
+    scope's ``server``: :func:`arrived_on`) is neither counted nor logged, whatever its path:
     the 404s :class:`OperationsPortOnly` answers there for other paths were counted and logged as API traffic
     (``/classify`` 404), mixing probe-port noise into the API's error rate. It still gets its ``X-Request-ID``.
 
@@ -92,9 +100,7 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         rid = request_id(scope)
-        server = scope.get("server")
-        if scope["path"] in UNMETERED or (self.health_port is not None and server is not None
-                                          and server[1] == self.health_port):
+        if scope["path"] in UNMETERED or arrived_on(scope, self.health_port):
             async def send_with_id(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     message["headers"] = [*message.get("headers", []), (b"x-request-id", rid)]
@@ -153,8 +159,7 @@ class OperationsPortOnly:
     around that bound; it sits outside :class:`BearerGate` so a keyed path is a 404 there too, never a 401 that says
     the path exists. Methods are the router's: ``HEAD`` is served where the main port serves it, a ``POST`` is its 405.
 
-    The port is the scope's ``server`` (the local address of the socket that accepted the connection, which uvicorn
-    gives every request); a server that gives none (a test client) is taken for the main port.
+    The port is told by :func:`arrived_on`.
 
     Args:
         health_port: the health port's number, or None (every request passes).
@@ -167,9 +172,7 @@ class OperationsPortOnly:
         self.main_port = main_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server = scope.get("server") if scope["type"] == "http" else None
-        if (self.health_port is not None and server is not None and server[1] == self.health_port
-                and scope["path"] not in OPERATIONS_PATHS):
+        if scope["type"] == "http" and arrived_on(scope, self.health_port) and scope["path"] not in OPERATIONS_PATHS:
             message = (f"no route {echoed(scope['path'])} on the health port ({self.health_port}, HERALD_HEALTH_PORT),"
                        f" which serves {', '.join(sorted(OPERATIONS_PATHS))} only, for probes and scrapes; the API is on"
                        f" port {self.main_port} (HERALD_PORT)")
