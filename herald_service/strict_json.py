@@ -99,8 +99,8 @@ class BadNumber(StrictJsonError):
 
 class NotUtf8(StrictJsonError):
     """A document given as bytes that is not UTF-8 (RFC 8259 section 8.1; a leading byte-order mark is allowed):
-    either ``encoding`` is the UTF-16 or UTF-32 form :func:`json.detect_encoding` reads in its first bytes (``json``
-    decoded those without a word), or ``encoding`` is ``None`` and ``byte`` is the first byte that is not UTF-8, at
+    either ``encoding`` is the UTF-16 or UTF-32 form :func:`json.detect_encoding` reads in its first bytes and the
+    document opens as JSON in it (``json`` decoded those without a word), or ``encoding`` is ``None`` and ``byte`` is the first byte that is not UTF-8, at
     ``offset`` in the document as given (a byte-order mark counted)."""
 
     def __init__(self, encoding: str | None = None, offset: int = 0, byte: int = 0) -> None:
@@ -113,15 +113,35 @@ class NotUtf8(StrictJsonError):
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
+_JSON_WHITESPACE = " \t\n\r"
+
+
+def _opens_as_json(document: bytes, encoding: str) -> bool:
+    """Whether ``document``, decoded in the UTF-16 or UTF-32 form :func:`json.detect_encoding` read from the NUL
+    bytes among its first four, opens as JSON does: its first character (after a byte-order mark and whitespace) is
+    ``{`` followed by ``"`` or ``}``, or ``[``, or a scalar's first character. A UTF-8 body with a NUL among its first
+    bytes matches the sniff's pattern too (``\x00{"input": ...`` reads as ``{`` then CJK characters in UTF-16-BE):
+    such a body is UTF-8 with a NUL, which the JSON parser then refuses by its position, not a UTF-16 body (tester
+    finding, session 30)."""
+    try:
+        text = document.decode(encoding).lstrip("\ufeff").lstrip(_JSON_WHITESPACE)
+    except UnicodeDecodeError:
+        return False
+    if text.startswith("{"):
+        return text[1:].lstrip(_JSON_WHITESPACE)[:1] in ('"', "}")
+    return text[:1] in ('[', '"', "-", "t", "f", "n") or text[:1].isdigit() and text[:1].isascii()
+
+
 def utf8_text(document: bytes) -> str:
     """``document`` decoded as UTF-8, without a leading byte-order mark, as :func:`json.loads` decodes it
     (``surrogatepass``: encoded lone surrogates decode, and :class:`InvalidKey` or the schema names them).
 
     Raises:
-        NotUtf8: UTF-16 or UTF-32 by its first bytes, or a byte that is not UTF-8 (its offset counts the mark).
+        NotUtf8: UTF-16 or UTF-32 by its first bytes (and opening as JSON in it), or a byte that is not UTF-8 (its
+            offset counts the mark).
     """
     encoding = json.detect_encoding(document)
-    if encoding not in ("utf-8", "utf-8-sig"):
+    if encoding not in ("utf-8", "utf-8-sig") and _opens_as_json(document, encoding):
         raise NotUtf8(encoding)
     start = len(_UTF8_BOM) if document.startswith(_UTF8_BOM) else 0
     try:

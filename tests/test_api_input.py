@@ -347,6 +347,11 @@ def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, bo
     (b'{"input": "a\x01b"}', "Invalid control character at line 1 column 13 (char 12)"),  # a raw control byte
     (b'{\n  "input": "hi",\n}', "Expecting property name enclosed in double quotes at line 3 column 1 (char 19)"),
     (b'\xef\xbb\xbf{"input": }', "Expecting value at line 1 column 11 (char 10)"),  # counted after a byte-order mark
+    # a NUL among the first four bytes matched json.detect_encoding's UTF-16/32 pattern: such bodies were named
+    # "UTF-16-BE (by its first bytes)" though they read as UTF-8 with a NUL (session 30's nit)
+    (b'\x00{"input": "hi"}', "Expecting value at line 1 column 1 (char 0)"),
+    (b'{\x00"input": "hi"}', "Expecting property name enclosed in double quotes at line 1 column 2 (char 1)"),
+    (b'{"\x00input": "hi"}', "Invalid control character at line 1 column 3 (char 2)"),
     pytest.param(b'{"input": ["' + b"x" * 70_000 + b'", }', "Expecting value at line 1 column 70016 (char 70015)",
                  id="body-over-THREAD_PARSE_BYTES"),
 ])
@@ -543,10 +548,11 @@ def test_a_body_that_is_not_utf8_is_answered_with_its_byte_and_offset_as_sent(cl
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
 def test_a_utf16_or_utf32_body_is_refused_naming_its_encoding(client, encoding):
     # json.loads on bytes decodes UTF-16 and UTF-32 too, so such a body was moderated; JSON bodies are UTF-8
-    r = client.post("/classify", content='{"input": "hello"}'.encode(encoding), headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"] == {
-        "type": "invalid_request", "field": "body",
-        "message": f"request body is {encoding.upper()} (by its first bytes), not UTF-8; send UTF-8 JSON"}
+    for text in ('{"input": "hello"}', ' [ {"input": "hello"} ]', '{ }', '"hello"', '{"input": "中文"}'):
+        r = client.post("/classify", content=text.encode(encoding), headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"] == {
+            "type": "invalid_request", "field": "body",
+            "message": f"request body is {encoding.upper()} (by its first bytes), not UTF-8; send UTF-8 JSON"}, text
     bom = client.post("/classify", content=b"\xef\xbb\xbf" + '{"input": "café"}'.encode(), headers={"content-type": "application/json"})
     assert bom.status_code == 200 and bom.json()["results"] == client.post("/classify", json={"input": "café"}).json()["results"]
 
