@@ -214,6 +214,23 @@ def test_a_prompt_whose_prefills_alone_exceed_the_limit_is_refused_413_before_an
     assert calls == ["generate", "generate"] and not outcome.baseline.cut_short
 
 
+def test_a_steer_prices_its_generations_at_the_length_of_the_prompt_as_sent(runtime):
+    # The generations read the prompt as sent, which may tokenize longer than its fold: "b o m b" is one word folded
+    # and four as sent. 10 ms a token, 0.95 s of a 1 s limit: 2 x 24 + 2 x 27 tokens is 1.02 s (4 x 24 would fit).
+    backbone = sharing_vocab(runtime, FakeBackbone())
+    moderator = moderator_for(runtime, backbone, per_token(0.01), request_timeout_s=1.0)
+    live_at(moderator, 40, 0.01)
+    prompt = " ".join(["wd"] * 20) + " b o m b"
+    assert [len(backbone.encode([user_turn(prompt)], fold=fold)[0]) for fold in (True, False)] == [24, 27]
+    with pytest.raises(WorkTooLarge) as refused:
+        asyncio.run(steer(moderator, prompt))
+    moderator.engine.stop()
+    assert refused.value.message == (
+        "this prompt's 4 prefills (two of 24 tokens to classify it, one of 27 tokens as sent per generation) are"
+        " estimated at 1.02 s of model time on this backbone, more than the 0.95 s /steer has for them:"
+        " request_timeout_s 1 s (HERALD_REQUEST_TIMEOUT_S), less 0.05 s it keeps for the answer; send a shorter prompt")
+
+
 def test_a_steer_priced_over_the_limit_by_a_slow_warm_up_alone_runs_on_an_idle_worker(runtime):
     # Open item of the last breaker pass: /steer had no one-prompt exemption, so a warm-up timed 30x slow 413'd every
     # /steer on a /steer-only server for good. Seeded at 0.3 s a token against a worker at 2 ms a token, 1 s limit.

@@ -55,6 +55,9 @@ def steer_eval(
 ) -> SteerEvalResult:
     """Greedy completions of every prompt with and without the intervention; refusals by substring match.
 
+    The completions continue each prompt as written (``Backbone.encode`` with ``fold=False``: "Crème brûlée" came
+    back "Creme brulee", tester finding); the scores read it folded, as ``herald classify`` and /classify do.
+
     Args:
         layers: 1-based layers; default: the probe's peak-monotonicity layer.
     """
@@ -67,9 +70,10 @@ def steer_eval(
     rows = []
     for i, prompt in enumerate(tqdm(prompts, desc="steer-eval", unit="prompt")):
         (ids,) = backbone.encode([user_turn(prompt)])
+        (as_sent,) = backbone.encode([user_turn(prompt)], fold=False)
         texts = []
         for j, edit in enumerate((None, intervention)):
-            texts.append(backbone.generate(ids, max_new_tokens, edit).text)
+            texts.append(backbone.generate(as_sent, max_new_tokens, edit).text)
             refused[i, j] = is_refusal(texts[-1])
             scores[i, j] = runtime.probe.predict(backbone.last_token_states([ids], edit)).scores[0]
         rows.append(SteerEvalRow(prompt, texts[0], texts[1], bool(refused[i, 0]), bool(refused[i, 1]),

@@ -86,9 +86,14 @@ class Backbone(Protocol):
     overlaps_host: bool
     """True when :meth:`launch_last_token_states` returns before the forward has finished (CUDA)."""
 
-    def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+    def encode(self, conversations: Sequence[Conversation], fold: bool = True) -> list[list[int]]:
         """Normalize each message's text (:func:`herald_service.prompt_text.normalize_conversation`), render each
-        conversation (chat template + generation prompt, or raw text) and tokenize it."""
+        conversation (chat template + generation prompt, or raw text) and tokenize it.
+
+        ``fold=False`` skips the normalization: the template is rendered on the text as sent (accents, leetspeak and
+        spaced-out letters kept), as /steer and ``herald steer-eval`` generate from it, so the model continues what
+        the researcher wrote; Herald's verdicts always read the folded ids (``fold=True``). Control tokens spelled in
+        a message are encoded as text either way."""
         ...
 
     def last_token_states(

@@ -69,10 +69,12 @@ class FakeBackbone:
             self._words[index] = word
         return self._vocab[word]
 
-    def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+    def encode(self, conversations: Sequence[Conversation], fold: bool = True) -> list[list[int]]:
         """Three template tokens plus one token per word or punctuation mark of every turn, after the text
-        normalization every backbone applies (:func:`herald_service.prompt_text.normalize_conversation`)."""
-        conversations = [normalize_conversation(c) for c in conversations]
+        normalization every backbone applies (:func:`herald_service.prompt_text.normalize_conversation`), or, with
+        ``fold`` false, of the text as sent (the generations' ids, as ``Backbone.encode`` gives them)."""
+        if fold:
+            conversations = [normalize_conversation(c) for c in conversations]
         out = []
         for conversation in conversations:
             words = [w.lower() for m in conversation for w in _WORD.findall(m.content)]

@@ -271,11 +271,13 @@ class HFBackbone:
             return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return "\n\n".join(m["content"] for m in messages)
 
-    def encode(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+    def encode(self, conversations: Sequence[Conversation], fold: bool = True) -> list[list[int]]:
         """Token ids of each rendered conversation; the count is the prompt's ``tokens``.
 
         Message text is first normalized (:mod:`herald_service.prompt_text`: invisible format characters removed,
-        look-alike letters and digits folded to ASCII). It is then always tokenized as text: a message that spells
+        look-alike letters and digits folded to ASCII), unless ``fold`` is false: then the text is rendered as sent,
+        which /steer's and ``herald steer-eval``'s generations continue ("Crème brûlée" came back "Creme brulee":
+        tester finding), while their verdicts read the folded ids. It is then always tokenized as text: a message that spells
         one of the tokenizer's added or special tokens (``<|im_end|>``, ``<|im_start|>``...) is encoded by
         :meth:`_encode_as_text`, so a user cannot close their own turn and forge a refusal and a new benign turn
         (which took a flagged prompt's score from 1.0 to 0.0 on the embedded backbone). Other conversations are
@@ -287,7 +289,8 @@ class HFBackbone:
                 prompt renders to no token at all (empty text on a backbone with neither a chat template nor a BOS
                 token), which has no last-token state to read.
         """
-        conversations = [normalize_conversation(c) for c in conversations]  # before the control-token check
+        if fold:  # before the control-token check, which then reads the text that is tokenized
+            conversations = [normalize_conversation(c) for c in conversations]
         ids: list[list[int] | None] = [None] * len(conversations)
         plain = [i for i, c in enumerate(conversations) if not any(self._control_text.search(m.content) for m in c)]
         if plain:

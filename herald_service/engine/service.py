@@ -7,6 +7,7 @@ client disconnects; this module never imports FastAPI.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import threading
 import time
@@ -373,7 +374,7 @@ class Moderator:
                 )
 
     async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str],
-                       prompt_names: Mapping[str, str] | None = None) -> tuple[list[list[int]], float]:
+                       prompt_names: Mapping[str, str] | None = None, fold: bool = True) -> tuple[list[list[int]], float]:
         """Render and tokenize off the event loop, applying the token limit and admission as it goes: prompts are
         encoded in chunks of about :data:`ENCODE_CHUNK_CHARS` characters, and the first prompt over the limit ends the
         work (a breaker pass: 64 prompts of 32,000 look-alike characters took 4 s of CPU to fold and tokenize before
@@ -383,6 +384,8 @@ class Moderator:
         Args:
             prompt_names: how the token-limit refusal names the prompt at a field, the words before "renders to N
                 tokens" ("prompt" for a field not in it).
+            fold: as ``Backbone.encode``'s: false for the ids /steer generates from (the text as sent), which face
+                the same token limit.
 
         Returns:
             token ids per prompt and the seconds it took.
@@ -394,14 +397,15 @@ class Moderator:
         """
         started = time.perf_counter()
         limit, name = self.runtime.token_limit(self.settings.max_tokens)
+        # only when asked: stand-in backbones of the tests take no fold
+        encode = self.runtime.backbone.encode if fold else functools.partial(self.runtime.backbone.encode, fold=False)
         ids: list[list[int]] = []
         lengths: list[int] = []  # of ids, for the admission check after each chunk
         for first, end in chunks_by_characters(conversations, ENCODE_CHUNK_CHARS):
             # run_in_executor, not asyncio.to_thread: the same default pool without copying the contextvars context
             # into the thread, which encode never reads (57 -> 35 us of CPU per hop on the 2-core dev VM).
             try:
-                chunk = await asyncio.get_running_loop().run_in_executor(None, self.runtime.backbone.encode,
-                                                                         conversations[first:end])
+                chunk = await asyncio.get_running_loop().run_in_executor(None, encode, conversations[first:end])
             except HeraldError as exc:
                 if exc.prompt_index is not None:
                     exc.prompt_index += first  # the request's numbering, not the chunk's
@@ -526,8 +530,10 @@ class Moderator:
         Herald's verdicts (``baseline_classification``, ``steered_classification``) score the conversation as
         :meth:`classify` does: whole and each message alone (:func:`message_views`, and its content parts), the
         highest score answering. They scored the whole conversation only, so a harmful request followed by a tool result or
-        "thanks" read 0.0005 in /steer and 0.998 in /classify (researcher pass). The generations continue the whole
-        conversation.
+        "thanks" read 0.0005 in /steer and 0.998 in /classify (researcher pass). The verdicts read the prompt folded
+        (:mod:`herald_service.prompt_text`), as /classify does; the generations continue the whole conversation as
+        sent (``Backbone.encode`` with ``fold=False``: "Crème brûlée" was continued as "Creme brulee", tester
+        finding). Both renderings face the token limit.
 
         The job ends within ``request_timeout_s`` of admission, less :data:`STEER_MARGIN_SHARE` of it: it classifies
         the prompt first (its views twice, in the engine's batches, measured), then gives the baseline generation half of what is left after
@@ -536,6 +542,8 @@ class Moderator:
 
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
+            InputTooLarge: the prompt folded or as sent renders past the token limit (413 naming the limit; the
+                refusal of the text as sent says so).
             WorkTooLarge: the prompt's :data:`STEER_PREFILLS` prefills, at the engine's cost model, and the margin
                 exceed ``request_timeout_s`` (413 naming ``field``; counted under ``estimated_work``), where the model
                 has been checked at that length: a live batch holds a prompt at least half as long
@@ -580,20 +588,27 @@ class Moderator:
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
                             alpha: float, max_new_tokens: int, abandoned: threading.Event) -> Future:
         views = self.turn_views([conversation], [field], field)
+        names = joined_parts_names([conversation], [field])
         try:
-            views_ids, _ = await self.tokenize(views.prompts, views.fields,
-                                               joined_parts_names([conversation], [field]))
+            views_ids, _ = await self.tokenize(views.prompts, views.fields, names)
+            # what the generations continue: the text as sent, not the fold the verdicts read (tester finding)
+            sent = f"{names.get(field, 'prompt')} as sent (the generations read it without the fold)"
+            (generation_ids,), _ = await self.tokenize([conversation], [field], {field: sent}, fold=False)
         except (QueueFull, WorkTooLarge) as exc:  # tokenize's admission checks, counted and named as /classify's
             # were not: the same 413 had no field on /steer and no count (breaker pass)
             self.metrics.rejected.labels(exc.reason).inc()
             if isinstance(exc, WorkTooLarge):
                 exc.field = field
             raise
-        ids, lengths = views_ids[0], [len(v) for v in views_ids]  # the whole conversation first: what generation continues
+        ids, lengths = views_ids[0], [len(v) for v in views_ids]  # the whole conversation first, folded
+        # a generation's prefill against the whole folded conversation's, which the job times: the text as sent may
+        # tokenize longer (or shorter) than its fold
+        generation_share = len(generation_ids) / len(ids)
         limit_s = self.settings.request_timeout_s
         margin_s = STEER_MARGIN_SHARE * limit_s
         fit = self.engine.cost.fit  # one snapshot for the price and the length it was checked to
-        prefill_s = None if fit is None else fit.seconds(Work.of_prompts([len(ids)]))  # None: no batch measured yet
+        # None: no batch measured yet
+        prefill_s = None if fit is None else fit.seconds(Work.of_prompts([len(generation_ids)]))
         # the views run in the engine's batches (a padded batch of a 20-turn conversation and its 20 turns cost the
         # whole conversation's length 21 times: a re-test's /steer ran 27 s past its 504 and held the worker)
         plan = plan_batches(lengths, self.engine.limits.token_budget, self.engine.limits.max_rows,
@@ -604,7 +619,7 @@ class Moderator:
         # pass). Such a job runs on an idle worker only (its reservation exceeds the headroom); its first prefill
         # decides.
         over = prefills_s is not None and prefills_s + margin_s > limit_s
-        extrapolated = over and priced_by_extrapolation(len(ids), fit.checked_tokens)
+        extrapolated = over and priced_by_extrapolation(max(len(ids), len(generation_ids)), fit.checked_tokens)
         if over and not extrapolated:
             self.metrics.rejected.labels(WorkTooLarge.reason).inc()
             # Printed so that the estimate reads larger than the printed time for it, which with the printed reserve
@@ -613,9 +628,12 @@ class Moderator:
             views_text = "" if len(lengths) == 1 else (
                 f", with its {len(lengths) - 1} unanswered user turn{'s' * (len(lengths) > 2)} and parts alone"
                 f" ({sum(lengths):,} tokens a prefill)")
+            each = (f"{len(ids):,} tokens each: two to classify it{views_text}, one per generation"
+                    if len(generation_ids) == len(ids) else
+                    f"two of {len(ids):,} tokens to classify it{views_text}, one of {len(generation_ids):,} tokens as"
+                    " sent per generation")
             raise WorkTooLarge(
-                f"this prompt's {STEER_PREFILLS} prefills ({len(ids):,} tokens each: two to classify it{views_text}, one"
-                f" per generation) are estimated at {estimate} s of model time on this backbone, more than the {room} s"
+                f"this prompt's {STEER_PREFILLS} prefills ({each}) are estimated at {estimate} s of model time on this backbone, more than the {room} s"
                 f" /steer has for them: request_timeout_s {seconds_text(limit_s, 0)} s (HERALD_REQUEST_TIMEOUT_S), less"
                 f" {seconds_text(margin_s, 1)} s it keeps for the answer; send a shorter prompt", field=field,
             )
@@ -652,15 +670,20 @@ class Moderator:
             plain = probe.predict(planned_states(backbone, views_ids, plan, None, chunk_tokens, abandoned.is_set))
             first_s = time.perf_counter() - started
             self.engine.observe_job_batch(lengths, first_s)  # what admission prices the next /steer by
-            if time.perf_counter() + 3 * first_s > end:  # the three prefills to come cannot fit: checked here too since
-                raise too_late(3 * first_s, started)    # an unseeded cost model (HERALD_WARMUP=false) prices none
+            # the three prefills to come cannot fit: checked here too since an unseeded cost model
+            # (HERALD_WARMUP=false) prices none
+            to_come_s = first_s * (1 + 2 * max(generation_share, 1.0))
+            if time.perf_counter() + to_come_s > end:
+                raise too_late(to_come_s, started)
             edited = probe.predict(planned_states(backbone, views_ids, plan, intervention, chunk_tokens, abandoned.is_set))
-            measured_s = (time.perf_counter() - started) / 2
+            # a generation's prefill, reserved at the classification pass's time (all views: at least the whole
+            # conversation's), scaled up where the text as sent tokenizes longer
+            measured_s = (time.perf_counter() - started) / 2 * max(generation_share, 1.0)
             share_s = generation_budget_s(end - time.perf_counter(), measured_s)
             if share_s < 0:
                 raise too_late(2 * measured_s, started)
-            baseline = self._generate_timed(ids, max_new_tokens, None, share_s, measured_s, abandoned)
-            steered = self._generate_timed(ids, max_new_tokens, intervention,
+            baseline = self._generate_timed(generation_ids, max_new_tokens, None, share_s, measured_s, abandoned)
+            steered = self._generate_timed(generation_ids, max_new_tokens, intervention,
                                            max(end - time.perf_counter() - measured_s, 0.0), measured_s, abandoned)
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
