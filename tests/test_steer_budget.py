@@ -122,10 +122,13 @@ def test_a_steer_whose_generations_reach_their_budget_ends_before_its_deadline_w
     end = admitted + 60.0 * (1 - STEER_MARGIN_SHARE)  # 57 s after admission, 3 s kept for the answer
     assert classified == admitted + 18.0
     assert baseline_s == pytest.approx(generation_budget_s(end - classified, 9.0)) == pytest.approx(10.5)
-    assert steered_s == pytest.approx(end - baseline_done - 9.0)  # what the baseline left, less its own reserve
+    # The same budget for both: the steered one got what the baseline left, its unused reserve included (19.4 s here),
+    # so on a 3,330-token prompt the baseline was cut to "The" and the steered one ran its 8 tokens (tester finding)
+    assert steered_s == baseline_s
+    assert end - baseline_done - 9.0 > steered_s  # what it was given before
     assert done <= end
     assert outcome.baseline.cut_short and outcome.steered.cut_short
-    assert 1 < len(outcome.baseline.text.split()) < len(outcome.steered.text.split()) < 128
+    assert 1 < len(outcome.baseline.text.split()) == len(outcome.steered.text.split()) < 128
     assert outcome.baseline_classification.flagged and outcome.steered_classification.score < outcome.baseline_classification.score
 
 

@@ -93,11 +93,17 @@ def decode_time(generation: Generation, seconds: float, prefill_s: float) -> tup
 
 
 def generation_budget_s(left_s: float, prefill_s: float) -> float:
-    """Seconds of ``max_time_s`` for the baseline generation of a /steer job that has ``left_s`` seconds to its
-    deadline (margin taken off) once it has classified the prompt, whose prefill took ``prefill_s`` seconds: half of
-    what is left after one prefill is reserved per generation (a generation overruns its ``max_time_s`` by one step:
-    its prefill, when that alone passes it, or one decode step, taken as at most a prefill). Negative: not even the
-    two prefills fit. The steered generation then gets what the baseline left, less its own reserve."""
+    """Seconds of ``max_time_s`` for each generation of a /steer job that has ``left_s`` seconds to its deadline
+    (margin taken off) once it has classified the prompt, a generation's prefill taking about ``prefill_s`` seconds:
+    half of what is left after one prefill is reserved per generation (a generation overruns its ``max_time_s`` by
+    one step: its prefill, when that alone passes it, or one decode step, taken as at most a prefill). Negative: not
+    even the two prefills fit.
+
+    Both generations get this same budget (the steered one at most what the baseline left, less its reserve, which
+    is never less unless the baseline overran by more than a prefill), so a difference between the completions is
+    the intervention's, not the clock's: the steered generation got what the baseline left, its unused reserve
+    included, and on a 3,330-token prompt with 8 new tokens the baseline was cut to "The" while the steered one
+    generated 8 tokens (tester finding)."""
     return (left_s - 2 * prefill_s) / 2
 
 
@@ -536,9 +542,9 @@ class Moderator:
         finding). Both renderings face the token limit.
 
         The job ends within ``request_timeout_s`` of admission, less :data:`STEER_MARGIN_SHARE` of it: it classifies
-        the prompt first (its views twice, in the engine's batches, measured), then gives the baseline generation half of what is left after
-        reserving one prefill per generation, and the steered one the rest; a generation that reaches its budget
-        comes back cut short (:class:`~herald_service.backbone.base.Generation`).
+        the prompt first (its views twice, in the engine's batches, measured), then gives each generation the same
+        budget, half of what is left after reserving one prefill per generation (:func:`generation_budget_s`); a
+        generation that reaches its budget comes back cut short (:class:`~herald_service.backbone.base.Generation`).
 
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
@@ -683,8 +689,11 @@ class Moderator:
             if share_s < 0:
                 raise too_late(2 * measured_s, started)
             baseline = self._generate_timed(generation_ids, max_new_tokens, None, share_s, measured_s, abandoned)
+            # the same budget, so that the completions differ by the edit, not by the clock; less only where the
+            # baseline overran its reserve
             steered = self._generate_timed(generation_ids, max_new_tokens, intervention,
-                                           max(end - time.perf_counter() - measured_s, 0.0), measured_s, abandoned)
+                                           max(min(share_s, end - time.perf_counter() - measured_s), 0.0), measured_s,
+                                           abandoned)
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
                 highest_scoring(classification_at(plain, i, n) for i, n in enumerate(lengths)),
