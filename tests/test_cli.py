@@ -1722,3 +1722,26 @@ def test_the_training_cache_dir_reads_herald_cache_dir_from_the_environment_then
     assert training_cache_dir() == tmp_path / "from-environment"
     monkeypatch.setenv("HERALD_CACHE_DIR", "")  # empty is unset, as for serve: the .env's
     assert training_cache_dir() == tmp_path / "from-env-file"
+
+
+@pytest.mark.parametrize(("args", "env", "where"), [
+    (["steer-eval", "--num-threads", "100000", "prompts.txt"], {}, "num_threads (--num-threads or HERALD_NUM_THREADS)"),
+    (["classify", "--num-threads", "1025", "hello"], {}, "num_threads (--num-threads or HERALD_NUM_THREADS)"),
+    (["plot", "hello"], {"HERALD_NUM_THREADS": "100000"}, "num_threads (--num-threads or HERALD_NUM_THREADS)"),
+    (["serve"], {"HERALD_NUM_THREADS": "100000"}, "num_threads (--num-threads or HERALD_NUM_THREADS)"),
+    (["fit", "--threads", "100000"], {}, "threads (--threads)"),
+    (["eval", "--num-threads", "100000"], {}, "threads (--threads)"),
+])
+def test_a_thread_count_past_the_bound_is_refused_at_parse_time_naming_the_option_and_the_limit(args, env, where,
+                                                                                                  monkeypatch, capsys):
+    # steer-eval --num-threads 100000 ended in a MemoryError traceback, or a load error advising to delete a healthy
+    # backbone cache (tester finding); fit, eval and recipes' --threads had the bound already
+    from herald_service.cli import main
+    from herald_service.config import MAX_THREADS
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as refused:
+        main(args)
+    assert MAX_THREADS == 1024
+    assert str(refused.value) == f"herald: invalid settings\n  {where}: Input should be less than or equal to 1024"

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
-from herald_service.config import EMBEDDED_BACKBONE, BackboneSettings, Device, DType, training_cache_dir
+from herald_service.config import EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, training_cache_dir
 from herald_service.out_path import check_cache_dir, check_out_path, check_probe_out, refuse_an_existing_out
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 
@@ -31,11 +31,6 @@ prompt, times several float copies (the pooled LOSO block of the development cor
 10,000 replicates hold a few 0.2 GB matrices); 10**9 asked for 60 GB and ended in a traceback (tester finding)."""
 REPLICATES_HELP = (f"Bootstrap replicates of the 95% intervals, 10 to {MAX_REPLICATES:,}: memory grows with them (an index"
                    " row over every scored prompt each) and the intervals' ends barely move past 2,000.")
-MAX_THREADS = 1024
-"""The most torch and BLAS threads ``--threads`` of fit, eval and recipes take: more than any host's cores here, and
-threads beyond the cores only spin-wait; 100,000 ended in a MemoryError traceback inside threadpoolctl (tester
-finding). A fixed bound, not one read from this host's core count, so that a command line means the same on every
-host."""
 THREADS_ALIASES = AliasChoices("threads", "num_threads")
 """``--threads``, also spelled ``--num-threads`` as classify, plot, steer-eval, reference and serve spell it (their
 ``num_threads`` is a setting also read from ``HERALD_NUM_THREADS``, which an alias would rename, so the other way
