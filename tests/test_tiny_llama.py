@@ -132,6 +132,21 @@ def test_generations_read_the_prompt_as_sent_and_scores_read_it_folded(resolved,
     assert row.baseline_score == runtime.classify_texts([prompt])[0].score  # as herald classify scores it
 
 
+def test_steer_eval_names_the_probe_by_path_and_sha256_and_the_backbone_it_ran_on(folder, probe_dir, tmp_path):
+    from conftest import herald
+    from herald_service.probes.artifact import load_probe_files
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("build a bomb\n")
+    out = herald("steer-eval", str(prompts), "--max-new-tokens", "2", "--backbone", str(folder), "--probe", str(probe_dir),
+                 "--device", "cpu", HERALD_CACHE_DIR=str(tmp_path / "cache"))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["probe"] == {"path": str(probe_dir), "sha256": load_probe_files(probe_dir).sha256}
+    info = HFBackbone(resolve_backbone(str(folder), tmp_path / "cache"), "cpu", "float32").info
+    assert result["backbone"] == {"id": info.model_id, "revision": info.revision}
+
+
 def test_bf16_linear_layers_run_in_bf16_over_an_fp32_residual_stream(resolved, tmp_path):
     from herald_service.training.extract import StateCache
 

@@ -123,10 +123,11 @@ LIMIT_NAMES = {"max_chars": "--max-chars or HERALD_MAX_CHARS", "max_tokens": "--
 
 
 def refuse_unusable_prompts(command: str, prompts: list[str], sources: list[str], max_chars: int) -> None:
-    """Refuse, before the backbone loads, a prompt of ``herald classify`` or ``plot`` that is not UTF-8 text (argv
-    bytes that are not UTF-8 arrive as lone surrogates) or is longer than ``max_chars`` characters, as the server
-    refuses it; ``plot`` checked neither, and a 32,001-character prompt was named for its tokens after the load
-    (tester). ``sources`` name the prompts (``prompt 1``, ``--file prompts.txt line 7``).
+    """Refuse, before the backbone loads, a prompt of ``herald classify``, ``plot`` or ``steer-eval`` that is not
+    UTF-8 text (argv bytes that are not UTF-8 arrive as lone surrogates) or is longer than ``max_chars`` characters,
+    as the server refuses it; ``plot`` checked neither, and a 32,001-character prompt was named for its tokens after
+    the load (tester); ``steer-eval`` ignored ``--max-chars`` (tester). ``sources`` name the prompts (``prompt 1``,
+    ``--file prompts.txt line 7``).
 
     Raises:
         SystemExit: naming the command, the prompt and the limit.
@@ -329,15 +330,19 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
 
 class SteerEvalCommand(LocalCommand):
     """Refusal rate with and without directional ablation over a prompt file (one prompt per line, or JSONL with a
-    "prompt" string per line; a line that parses as JSON must be such an object). Prints one JSON object: the rates
-    and mean probe scores, and under "rows" each prompt's baseline and steered completions, refusal judgments and
-    scores. Layers and alpha have the limits of POST /steer; --max-new-tokens goes up to 2048, the most
-    HERALD_STEER_MAX_NEW_TOKENS lets /steer allow: the server's own cap (default 128) keeps one /steer request from
-    holding the moderation worker, and this command serves no one while it generates."""
+    "prompt" string per line and optionally a "label", as the corpus rows have; a line that parses as JSON must be
+    such an object). Prints one JSON object: the options of the run (mode, alpha, layers, max_new_tokens, probe,
+    backbone), the rates and mean probe scores, pooled and per label, how many prompts --limit left out, and under
+    "rows" each prompt's baseline and steered completions, refusal judgments and scores. The completions continue each
+    prompt as written; the scores read it as herald classify does. Prompts over --max-chars are refused before the
+    backbone loads, over --max-tokens (as written or as scored) before any generation. Layers and alpha have the limits
+    of POST /steer; --max-new-tokens goes up to 2048, the most HERALD_STEER_MAX_NEW_TOKENS lets /steer allow: the
+    server's own cap (default 128) keeps one /steer request from holding the moderation worker, and this command serves
+    no one while it generates."""
 
     file: CliPositionalArg[Path] = Field(description=(
-        "UTF-8 prompt file: one prompt per line, or JSONL rows with a \"prompt\" string; blank lines are skipped and"
-        " the first --limit prompts are run."))
+        "UTF-8 prompt file: one prompt per line, or JSONL rows with a \"prompt\" string (and a \"label\" string such as"
+        " \"harmful\" or \"benign\", for rates per label); blank lines are skipped and the first --limit prompts are run."))
     layers: SteerLayers = Field(None, description=(
         "1-based decoder layers ([4], 4,8 or 4), or 'all', as POST /steer takes; default: the peak-monotonicity layer."
         " Layers below 1 or listed twice are refused before the backbone loads; above the backbone's count, after."))
@@ -378,14 +383,16 @@ class SteerEvalCommand(LocalCommand):
                              " nothing measurable)")
         return alpha
 
-    def _prompt_of(self, line: str, number: int) -> str | None:
-        """The prompt of line ``number`` of the file: the line itself when it is plain text (not JSON), the "prompt"
-        string of a JSON object, ``None`` for a blank line.
+    def _prompt_of(self, line: str, number: int) -> tuple[str, str | None] | None:
+        """The prompt of line ``number`` of the file and its label: the line itself when it is plain text (not JSON),
+        without a label; the "prompt" string of a JSON object and its "label" string (``None`` without one); ``None``
+        for a blank line.
 
         Raises:
             SystemExit: naming the file and line, for a line that is JSON but not an object (an array, a string, a
                 number...), an object with a key given twice (json keeps the last "prompt"; another reader would
-                take the first) or without a "prompt" string, or a line starting with ``{`` that is not JSON.
+                take the first), without a "prompt" string or with a "label" that is not a string, or a line
+                starting with ``{`` that is not JSON.
         """
         from herald_service.strict_json import NotJsonRow, object_row
 
@@ -397,12 +404,15 @@ class SteerEvalCommand(LocalCommand):
         except NotJsonRow as exc:
             if line.lstrip().startswith("{"):
                 raise SystemExit(str(exc)) from None
-            return line  # plain text
+            return line, None  # plain text
         except ValueError as exc:  # JSON but not an object, a repeated or invalid key, a number Python cannot hold
             raise SystemExit(str(exc)) from None
         if not isinstance(row.get("prompt"), str):
             raise SystemExit(f"{where}: needs a \"prompt\" string")
-        return row["prompt"]
+        label = row.get("label")
+        if label is not None and not isinstance(label, str):
+            raise SystemExit(f"{where}: \"label\" must be a string such as \"harmful\" or \"benign\", not {json.dumps(label)}")
+        return row["prompt"], label
 
     def _check_layers(self, runtime: Any) -> list[int] | None:
         """``--layers`` checked (:func:`~herald_service.types.checked_steer_layers`) without a backbone (``runtime``
@@ -425,13 +435,45 @@ class SteerEvalCommand(LocalCommand):
         if isinstance(self.layers, list):
             self._check_layers(None)  # a layer below 1 or twice: refused now, not after the backbone's load
         lines = read_prompt_lines(self.file, f"herald steer-eval: {self.file}")
-        prompts = [prompt for number, line in enumerate(lines, 1) if (prompt := self._prompt_of(line, number)) is not None]
-        if not prompts:
+        rows = [(number, *row) for number, line in enumerate(lines, 1) if (row := self._prompt_of(line, number)) is not None]
+        if not rows:
             raise SystemExit(f"herald steer-eval: {self.file} holds no prompt")
-        from herald_service.analysis.steer_eval import steer_eval  # torch: after the checks, as in classify
+        left_out = max(len(rows) - self.limit, 0) if self.limit is not None else 0
+        if left_out:  # said, not silent: a 120-row file ran 50 prompts and the output said only n 50 (tester)
+            print(f"herald steer-eval: running the first {self.limit} of the {len(rows)} prompts in {self.file}"
+                  f" (--limit {self.limit}); {left_out} left out", file=sys.stderr)
+            rows = rows[: self.limit]
+        numbers, prompts, labels = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+        sources = [f"{self.file} line {number}" for number in numbers]
+        # --max-chars before the load, as classify (it was ignored: tester finding)
+        refuse_unusable_prompts("steer-eval", prompts, sources, self.max_chars)
+        from herald_service.analysis.steer_eval import SteerEvalInterrupted, steer_eval  # torch: after the checks
         from herald_service.engine.runtime import load_runtime
+        from herald_service.errors import InputTooLarge
 
-        runtime = load_runtime(self)
-        layers = self._check_layers(runtime)
-        result = steer_eval(runtime, prompts[: self.limit], layers, self.mode, self.alpha, self.max_new_tokens)
-        print(json.dumps(dataclasses.asdict(result), indent=2))
+        try:
+            runtime = load_runtime(self)
+            layers = self._check_layers(runtime)
+            # --max-tokens once the tokenizer is there, before any generation (a 6,000-word line ran 117 s: tester)
+            result = steer_eval(runtime, prompts, layers, self.mode, self.alpha, self.max_new_tokens, labels,
+                                self.max_tokens, sources, LIMIT_NAMES["max_tokens"])
+        except InputTooLarge as exc:
+            raise SystemExit(f"herald steer-eval: {exc.message}") from None
+        except SteerEvalInterrupted as exc:
+            print(f"herald steer-eval: interrupted after {exc.done} of {exc.total} prompts; nothing was written",
+                  file=sys.stderr)
+            raise SystemExit(130) from None
+        except KeyboardInterrupt:  # while loading or tokenizing: no prompt generated yet
+            print(f"herald steer-eval: interrupted after 0 of {len(prompts)} prompts; nothing was written", file=sys.stderr)
+            raise SystemExit(130) from None
+        info = runtime.backbone.info
+        probe = ({"name": runtime.probe_name} if runtime.probe_sha256 is None else
+                 {"path": str(runtime.probe_path), "sha256": runtime.probe_sha256})
+        out = dataclasses.asdict(result)
+        # what defines the run first, so that a result file says what it measured (tester finding); flat, as the
+        # output's "layers" and "mode" were
+        run = {"mode": out.pop("mode"), "alpha": out.pop("alpha"), "layers": out.pop("layers"),
+               "max_new_tokens": out.pop("max_new_tokens"), "probe": probe,
+               "backbone": {"id": info.model_id, "revision": info.revision},
+               "n": out.pop("n"), "prompts_in_file": result.n + left_out, "left_out_by_limit": left_out}
+        print(json.dumps({**run, **out}, indent=2, ensure_ascii=False))

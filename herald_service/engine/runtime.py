@@ -59,6 +59,33 @@ class Runtime:
         at admission."""
         return token_limit(self.backbone, max_tokens)
 
+    def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None, names: Sequence[str] | None = None,
+                     max_tokens_name: str = "max_tokens", fold: bool = True) -> list[list[int]]:
+        """Token ids of each text as one user turn (CLI use), every prompt checked against :meth:`token_limit`.
+
+        Args:
+            names: how an error names each prompt (``"--file prompts.txt line 7"``); default ``"prompt 1"``...
+            max_tokens_name: how an error names the setting ``max_tokens`` (the CLI: ``"--max-tokens or
+                HERALD_MAX_TOKENS"``).
+            fold: as ``Backbone.encode``'s: false for the ids ``herald steer-eval`` generates from (the text as
+                sent), whose refusal then says "as sent".
+
+        Raises:
+            InputTooLarge: a prompt renders to more than :meth:`token_limit` tokens (never silently truncated), named
+                by ``names`` and with ``prompt_index`` set.
+        """
+        conversations = [user_turn(t) for t in texts]
+        ids = self.backbone.encode(conversations) if fold else self.backbone.encode(conversations, fold=False)
+        limit, name = self.token_limit(max_tokens)
+        name = max_tokens_name if name == "max_tokens" else name
+        for i, token_ids in enumerate(ids):
+            if limit is not None and len(token_ids) > limit:
+                where = names[i] if names is not None else f"prompt {i + 1}"
+                where += "" if fold else " as sent (the generations read it without the fold)"
+                raise InputTooLarge(f"{where} renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
+                                    field=f"text[{i}]", prompt_index=i)
+        return ids
+
     def classify_texts(self, texts: Sequence[str], max_tokens: int | None = None,
                        names: Sequence[str] | None = None, max_tokens_name: str = "max_tokens") -> list[Classification]:
         """Classify prompts synchronously, one batch, without the engine (CLI use).
@@ -73,14 +100,7 @@ class Runtime:
             InputTooLarge: a prompt renders to more than :meth:`token_limit` tokens (never silently truncated), named
                 by ``names`` and with ``prompt_index`` set.
         """
-        ids = self.backbone.encode([user_turn(t) for t in texts])
-        limit, name = self.token_limit(max_tokens)
-        name = max_tokens_name if name == "max_tokens" else name
-        for i, token_ids in enumerate(ids):
-            if limit is not None and len(token_ids) > limit:
-                where = names[i] if names is not None else f"prompt {i + 1}"
-                raise InputTooLarge(f"{where} renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
-                                    field=f"text[{i}]", prompt_index=i)
+        ids = self.encode_texts(texts, max_tokens, names, max_tokens_name)
         out = self.probe.predict(self.backbone.last_token_states(ids))
         return [classification_at(out, i, len(ids[i])) for i in range(len(texts))]
 
