@@ -752,7 +752,8 @@ def _not_shown(results: dict, development: bool, audit: str) -> list[str]:
             " prompts of sources the models were trained on (the extra sets aside)."]),
         *([] if results.get("learning_curve") else ["- The learning curve: not run (`--curve-sizes '[]'`)."]),
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
-         if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
+         if results.get("guard") else f"- The guard-style baseline: left out because {meta['guard_skipped']}."
+         if meta.get("guard_skipped") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
          "(an attacker who optimizes against the probe) are not evaluated." if development else
          "- Multi-turn conversations and adaptive attacks (an attacker who optimizes against the probe) are not evaluated."),
