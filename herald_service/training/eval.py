@@ -11,6 +11,7 @@ and writes one JSON file that ``herald report`` turns into ``docs/EVALUATION.md`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -712,6 +713,7 @@ def run_eval(options: EvalOptions) -> dict:
     """
     from herald_service.data.hashing import corpus_sha256
     from herald_service.backbone.hf import config_info
+    from herald_service.training.corpus import file_manifest
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.probes.artifact import backbone_manifest, check_chat_template, check_compatible, load_probe
     from herald_service.probes.reference import check_reference
@@ -803,6 +805,9 @@ def run_eval(options: EvalOptions) -> dict:
         "backbone": {**backbone_manifest(backbone.info), **backbone_numerics(backbone.info)},
         "corpus_sha256": corpus_sha256(files),
         "files": [p.name for p in files],
+        # each file's sha256 and rows, as probe.json's training_data.files: names alone did not pin the inputs (tester)
+        "data_files": file_manifest(files),
+        "test_data_files": file_manifest(list(test_sets)),
         "max_per_source_and_label": options.max_per_source,
         "max_tokens": options.max_tokens,
         "prompt_text": PROMPT_TEXT,
@@ -934,7 +939,10 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         max_per_source: this run's ``--max-per-source`` (None: no cap), compared with the probe's.
 
     Returns:
-        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case. With
+        ``{"folder", "threshold", "tensors_sha256", "sha256", "sets": {name: {"pooled", "per_source"}}}``
+        (``tensors_sha256``: of ``probe.safetensors``, as ``probe.json`` records it; ``sha256``: of both files, as
+        ``/v1/info`` names a probe; a folder and threshold alone did not pin the probe: tester finding), plus
+        ``"warning"`` in that case. With
         ``overlap``: ``"training_files"`` (:meth:`ProbeTrainingOverlap.record`) and, for each ``--test-data`` set,
         ``"rows"``, ``"in_training_files"`` (prompts of the file, scored or not, in the checked training files),
         ``"trained_on"`` (any), ``"same_file"`` and ``"checked_all"`` (false: some training files could not be
@@ -942,10 +950,14 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         scored rows also has ``"unseen": {"pooled", "per_source"}``, its metrics on the scored rows that are in none
         of the checked training files.
     """
-    from herald_service.probes.artifact import load_probe
+    from herald_service.probes.artifact import TENSORS_FILE, load_probe_files
 
-    probe, manifest = load_probe(folder, info)
-    out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "sets": {}}
+    loaded = load_probe_files(folder, info)
+    probe, manifest = loaded.probe, loaded.manifest
+    # a probe saved before probe.json recorded it: the file's, as herald fit computes it (loading checked a recorded one)
+    tensors_sha256 = manifest.get("tensors_sha256") or hashlib.sha256((folder / TENSORS_FILE).read_bytes()).hexdigest()
+    out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "tensors_sha256": tensors_sha256,
+                 "sha256": loaded.sha256, "sets": {}}
     training = manifest.get("training_data") or {}
     warnings = []
     if training.get("jailbreak_augmentation") and training.get("seed") != seed and JAILBREAK_SET in extra_sets:
