@@ -751,13 +751,35 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
     path, source = _locate(spec)
     if source is not None:
         sha = files_sha256(source.files, cache_dir)  # read in full once per change of the files
-        prefix = "gguf-shards-sha256" if source.kind == "shards" else "gguf-sha256"
         converted = convert_gguf(source, cache_dir, sha)
-        return ResolvedBackbone(converted, source.stem, f"{prefix}:{sha}", _slug(path, source))
+        return ResolvedBackbone(converted, source.stem, _gguf_revision(source, sha), _slug(path, source))
     config = read_config_json(path / "config.json")
     model_id = config.get("_name_or_path") or path.name
-    revision = conversion_revision(path, cache_dir) or f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}"
-    return ResolvedBackbone(path, model_id, revision, _slug(path, None))
+    return ResolvedBackbone(path, model_id, _folder_revision_of(path, cache_dir), _slug(path, None))
+
+
+def _gguf_revision(source: GGUFSource, sha: str) -> str:
+    return f"{'gguf-shards-sha256' if source.kind == 'shards' else 'gguf-sha256'}:{sha}"
+
+
+def _folder_revision_of(path: Path, cache_dir: Path | None) -> str:
+    return conversion_revision(path, cache_dir) or f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}"
+
+
+def backbone_revision(spec: str, cache_dir: Path) -> str:
+    """The revision :func:`resolve_backbone` gives ``spec``, found without converting a GGUF: its files' sha256
+    (memoized in ``cache_dir``: :func:`files_sha256`), or a model folder's (:func:`conversion_revision`,
+    :func:`folder_revision`).
+
+    Raises:
+        BackboneError: as :func:`backbone_slug`.
+    """
+    if spec == EMBEDDED_BACKBONE:
+        return f"gguf-sha256:{file_sha256(embedded_gguf_path(), cache_dir)}"
+    path, source = _locate(spec)
+    if source is not None:
+        return _gguf_revision(source, files_sha256(source.files, cache_dir))
+    return _folder_revision_of(path, cache_dir)
 
 
 def read_config_json(file: Path) -> dict[str, Any]:
