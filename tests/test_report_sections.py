@@ -1189,3 +1189,19 @@ def test_a_guard_left_out_is_named_with_its_reason_not_as_not_run(tmp_path):
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert f"\n- The guard-style baseline: left out because {why}.\n" in text
     assert "not run (`--guard-per-source 0`)" not in text and "## Guard-style baseline" not in text
+
+
+@pytest.mark.parametrize("seeds", [[0], [0, 1]])
+def test_a_learning_curve_of_one_seed_shows_no_spread(tmp_path, seeds):
+    # tester nit: one seed printed "0.812 ± 0.000", a spread it never measured
+    results = main_results()
+    values = {"auroc": [0.8123, 0.7][:len(seeds)], "f1": [0.7, 0.6][:len(seeds)]}
+    results["learning_curve"] = {"sizes": [25], "seeds": seeds, "methods": {"herald": {"25": values}},
+                                 "actual_per_class": {"25": {"benign": 25, "harmful": 25}}}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    if len(seeds) == 1:
+        assert "AUROC of the one seed (no spread: one draw per size)." in text and "±" not in text.split("## Learning curve")[1]
+        assert "| 0.812 |" in text
+    else:
+        assert "AUROC mean ± sample standard deviation over seeds." in text and "| 0.756 ± 0.079 |" in text
