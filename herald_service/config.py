@@ -362,7 +362,7 @@ class BackboneSettings(BaseSettings):
         " for about 20-30 s more at start (HFBackbone). Ignored on the CPU, where compiling takes minutes."
     )
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Converted backbones and extracted states"
-                            " (default: $XDG_CACHE_HOME/herald or ~/.cache/herald).")
+                            " (default: HERALD_CACHE_DIR, else $XDG_CACHE_HOME/herald or ~/.cache/herald).")
 
     max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (under herald serve, all turns of a"
                            " conversation together).")

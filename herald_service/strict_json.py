@@ -381,7 +381,7 @@ class NotJsonRow(ValueError):
 _JSON_KINDS = {list: "array", str: "string", bool: "boolean", type(None): "null", int: "number", float: "number"}
 
 
-def object_row(line: str, where: str, expected: str) -> dict[str, Any]:
+def object_row(line: str, where: str, expected: str, strings: tuple[str, ...] = ()) -> dict[str, Any]:
     """One line of a JSONL file a person hands to Herald (labeled corpus, jailbreak templates, ``herald steer-eval``
     prompts) as a JSON object, parsed by :func:`loads_unique` with ``check_numbers``.
 
@@ -389,6 +389,9 @@ def object_row(line: str, where: str, expected: str) -> dict[str, Any]:
         line: the line's text, without its line end.
         where: how the error names the line, e.g. ``"data/x.jsonl line 3"``.
         expected: what a row is, completing "not ...", e.g. ``"an object with prompt, label and source"``.
+        strings: the top-level keys whose value must be a string: a ``NaN`` or ``Infinity`` there is refused with
+            "'prompt' must be a string, not a number", not the request body's "send a finite number" (a ``"prompt":
+            NaN`` in a training row was told that: tester nit); elsewhere "write a finite number", as for a file.
 
     Raises:
         NotJsonRow: the line is not JSON (or nested too deeply): ``"<where>: not JSON (<why>); a row is <expected>"``.
@@ -398,6 +401,11 @@ def object_row(line: str, where: str, expected: str) -> dict[str, Any]:
     """
     try:
         row = loads_unique(line, check_numbers=True)
+    except BadNumber as exc:
+        if exc.message == exc.problem:  # too large to hold: no advice to replace
+            raise ValueError(f"{where}: {exc.message}") from None
+        advice = f"'{exc.path}' must be a string, not a number" if exc.path in strings else "write a finite number"
+        raise ValueError(f"{where}: {exc.problem}; {advice}") from None
     except StrictJsonError as exc:
         raise ValueError(f"{where}: {exc.message}") from None
     except (json.JSONDecodeError, RecursionError) as exc:

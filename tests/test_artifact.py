@@ -513,11 +513,44 @@ def test_a_reference_refused_with_bf16_linear_layers_now_and_not_when_recorded_n
     assert "now in float32 with bfloat16 linear layers on cpu. The linear layers ran in bfloat16 now and at the" \
            " weights' dtype when the logits were recorded" in text
     assert ("with HERALD_MATMUL_DTYPE=weights (herald serve) or --matmul-dtype weights (herald classify, plot,"
-            " steer-eval). If it is refused in those numerics too, either the weights differ") in text
+            " steer-eval). If it is refused in those numerics too, either the weights (or the tokenizer or chat"
+            " template) differ") in text
     moved["numerics"] = "float32 with bfloat16 linear layers on cpu"  # recorded with them: the numerics are not it
     with pytest.raises(ProbeMismatch) as refused:
         check_reference({"reference": moved}, probe, backbone)
-    assert "HERALD_MATMUL_DTYPE" not in refused.value.message and " Either the weights differ" in refused.value.message
+    assert "HERALD_MATMUL_DTYPE" not in refused.value.message and " Either the weights (or" in refused.value.message
+
+
+@pytest.mark.parametrize("revision", [None, "gguf-sha256:new"])
+def test_a_reference_moved_further_than_bf16_explains_names_other_weights_not_the_linear_layers(fitted, monkeypatch,
+                                                                                                revision):
+    # tester finding: damaged GGUF weights (median 3.02) were told bf16 linear layers "can move a model's logits this
+    # far", and a GGUF's revision was called "a sha256 of the weight, config and tokenizer files"
+    from herald_service.probes.reference import BF16_PLAUSIBLE_MEDIAN, check_reference, reference_block
+
+    backbone, probe, _ = fitted
+    moved = json.loads(json.dumps(reference_block(probe, backbone)))
+    for entry in moved["prompts"]:
+        entry["logit"] += 3.02
+    assert 3.02 > BF16_PLAUSIBLE_MEDIAN
+    info = dataclasses.replace(backbone.info, matmul_dtype="bfloat16", **({"revision": revision} if revision else {}))
+    monkeypatch.setattr(backbone, "info", info)
+    with pytest.raises(ProbeMismatch) as refused:
+        check_reference({"reference": moved, "backbone": {"revision": "gguf-sha256:old"} if revision else {}}, probe,
+                        backbone)
+    text = refused.value.message
+    assert "can move a model's logits this far" not in text and "--matmul-dtype weights" not in text
+    assert ("now in float32 with bfloat16 linear layers on cpu. The linear layers " + ("also " if revision else "")
+            + "ran in bfloat16 now and at the weights' dtype when the logits were recorded, but that is not the likely"
+            " cause: bf16 moved the embedded backbone's by a median of at most 0.15 (benchmarks/reference_check.py),"
+            " not 3.02.") in text
+    if revision:
+        assert ("its revision is 'gguf-sha256:new', probe.json records 'gguf-sha256:old' (the GGUF file's sha256), so"
+                " other weights are the likely cause") in text
+        assert "weight, config and tokenizer files" not in text
+    else:
+        assert ("not 3.02. Most likely either the weights (or the tokenizer or chat template) differ from the ones the"
+                " probe was fitted on") in text
 
 
 def test_a_reference_refused_on_a_backbone_of_another_revision_says_so_before_the_numerics(fitted, monkeypatch):
@@ -536,8 +569,9 @@ def test_a_reference_refused_on_a_backbone_of_another_revision_says_so_before_th
     # the first sentence says the weights differ (it opened with the numerics: tester nit)
     assert text.startswith(
         f"the backbone {backbone.info.model_id!r} is not the one the probe was fitted on, and does not give its reference"
-        " scores: its revision is 'content-sha256:new', probe.json records 'content-sha256:old' (a sha256 of the weight,"
-        " config and tokenizer files), so other weights are the likely cause: serve the backbone the probe was fitted on,"
+        " scores: its revision is 'content-sha256:new', probe.json records 'content-sha256:old' (a sha256 of the model"
+        " folder's weight, config and tokenizer files), so other weights are the likely cause: serve the backbone the"
+        " probe was fitted on,"
         " or fit a probe for this one with `herald fit`. The logits of its "), text
     after_numbers = text[text.index("now in float32 with bfloat16 linear layers on cpu.") + 50:]
     assert after_numbers.startswith(" The linear layers also ran in bfloat16 now"), after_numbers

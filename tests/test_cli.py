@@ -1837,3 +1837,31 @@ def test_steer_eval_interrupted_says_how_many_prompts_were_done_and_that_nothing
     assert out.returncode == 130 and out.stdout == ""
     assert out.stderr.strip().splitlines()[-1] == (
         "herald steer-eval: interrupted after 1 of 3 prompts; nothing was written"), out.stderr
+
+
+def test_cache_dir_helps_name_herald_cache_dir_and_what_each_cache_holds(tmp_path, monkeypatch):
+    # tester nits: classify, plot and reference said the default was "$XDG_CACHE_HOME/herald or ~/.cache/herald",
+    # though HERALD_CACHE_DIR is read; data build said "Converted backbones and extracted states" of its wheel cache,
+    # and its default did not read HERALD_CACHE_DIR
+    for command in ("classify", "plot", "reference", "serve"):
+        text = option_help(command)["--cache-dir"]
+        assert "(default: HERALD_CACHE_DIR, else $XDG_CACHE_HOME/herald or ~/.cache/herald)" in text, (command, text)
+    wheels = option_help("data", "build")["--cache-dir"]
+    assert wheels.startswith("Path Cache of the downloaded PyPI wheels, kept in <cache-dir>/packages (default:"
+                             " HERALD_CACHE_DIR"), wheels
+    assert "Converted backbones" not in wheels
+    from herald_service.cli.data import DataBuildCommand
+
+    monkeypatch.chdir(tmp_path)  # no .env here
+    monkeypatch.setenv("HERALD_CACHE_DIR", str(tmp_path / "shared-cache"))
+    assert DataBuildCommand().cache_dir == tmp_path / "shared-cache"
+
+
+def test_python_m_herald_service_cli_runs_the_herald_command():
+    # tester nit: "herald_service.cli is a package and cannot be directly executed"
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "herald_service.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "subcommands:" in out.stdout and " steer-eval " in " ".join(out.stdout.split())

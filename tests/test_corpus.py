@@ -131,6 +131,11 @@ def test_expand_data_refuses_a_pipe_or_a_device_naming_it(tmp_path):
     ('{"prompt": "\\ud800", "label": "benign", "source": "s"}', "line 1: prompt holds a lone UTF-16 surrogate"),
     ('{"prompt": "x", "label": "benign", "source": "s", "n": ' + "9" * 5000 + "}", "line 1: the number at 'n' is too large"),
     ('{"prompt": "x", "label": "benign", "source": "s", "context": 5}', "line 1: context must be a string or null, got the number 5"),
+    # a NaN prompt was advised to "send a finite number", a request body's advice for a field that holds text (tester)
+    ('{"prompt": NaN, "label": "benign", "source": "s"}', "line 1: the number at 'prompt' is NaN, which is not JSON"
+     " (RFC 8259 has no NaN or Infinity); 'prompt' must be a string, not a number"),
+    ('{"prompt": "x", "label": "benign", "source": "s", "w": -Infinity}', "line 1: the number at 'w' is -Infinity,"
+     " which is not JSON (RFC 8259 has no NaN or Infinity); write a finite number"),
     # a prompt the fold empties, and an empty source, were accepted (re-test)
     ('{"prompt": "\\u200b\\u200d\\ufe0f", "label": "benign", "source": "s"}',
      "line 1: prompt is only invisible characters (nothing is left once the prompt-text fold"),

@@ -200,6 +200,20 @@ def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned
         " are not those of unseen prompts (its metrics on the other 2 are recorded apart)"]
     saved = json.loads(out.read_text())["saved_probe"]
     assert saved["training_files"] == {"checked": ["data.jsonl"], "unchecked": {}}
+    # the inputs pinned by content, not by name (tester finding): every data and test file's sha256, the probe's
+    meta = json.loads(out.read_text())["meta"]
+
+    def pinned(path):
+        return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "rows": sum(1 for line in path.read_text().splitlines() if line.strip())}
+
+    assert meta["files"] == ["data.jsonl"] and meta["data_files"] == [pinned(data)]
+    assert meta["test_data_files"] == [pinned(p) for p in (renamed, newline, three, fresh)]
+    assert meta["test_data_files"][1]["rows"] == 24  # the blank last line is no row
+    probe_json = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    tensors = (tmp_path / "probe" / "probe.safetensors").read_bytes()
+    assert saved["tensors_sha256"] == probe_json["tensors_sha256"] == hashlib.sha256(tensors).hexdigest()
+    assert saved["sha256"] == hashlib.sha256((tmp_path / "probe" / "probe.json").read_bytes() + tensors).hexdigest()
     sets = saved["sets"]
     assert {name: (s["trained_on"], s["in_training_files"], s["rows"], s["same_file"]) for name, s in sets.items()
             if name != "jailbreak_wrapped"} == {"held_out.jsonl": (True, 24, 24, "data.jsonl"),

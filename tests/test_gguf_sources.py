@@ -512,3 +512,33 @@ def test_a_whole_conversion_given_as_a_model_folder_keeps_its_gguf_revision(whol
     assert converted.revision.startswith("gguf-sha256:")
     (copy / "chat_template.jinja").write_text("{{ other }}")  # no longer the conversion: a folder's content hash
     assert resolve_backbone(str(copy), cache).revision.startswith("content-sha256:")
+
+
+def test_a_conversion_folder_whose_writer_is_gone_is_removed_at_the_next_conversion(tmp_path: Path, caplog):
+    # tester finding: a conversion killed with SIGKILL left its 409 MB .convert-XXXX until it was an hour old
+    import logging
+    import subprocess
+    import sys
+    import time
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(ended.stdout)  # a PID that has just ended (reused within this test: most unlikely)
+    prefix = loader.conversion_prefix()
+    assert prefix == f".convert-{loader._host_tag()}-{os.getpid()}-"
+    killed = tmp_path / (prefix.replace(f"-{os.getpid()}-", f"-{dead}-") + "xyz")
+    running = tmp_path / f"{prefix}abc"  # this process: alive
+    elsewhere = tmp_path / f".convert-{'0' * 8 if loader._host_tag() != '0' * 8 else '1' * 8}-{dead}-abc"  # another host
+    older_style = tmp_path / ".convert-k2j4"  # named before the writer was: the age rule alone
+    for folder in (killed, running, elsewhere, older_style):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 10)
+    assert [loader.conversion_writer_gone(f.name) for f in (killed, running, elsewhere, older_style)] == [
+        True, False, False, False]
+    with caplog.at_level(logging.INFO, logger="herald_service.backbone.loader"):
+        loader._remove_stale_conversions(tmp_path)
+    assert not killed.exists() and running.exists() and elsewhere.exists() and older_style.exists()
+    assert caplog.messages == [f"removed {killed}, left by an interrupted conversion (its process has ended)"]
+    hours_ago = time.time() - 2 * loader.STALE_CONVERSION_S
+    os.utime(elsewhere, (hours_ago, hours_ago))  # the age rule still applies where the writer cannot be checked
+    loader._remove_stale_conversions(tmp_path)
+    assert not elsewhere.exists() and running.exists() and older_style.exists()

@@ -486,6 +486,8 @@ def test_fit_command_takes_threads_and_records_its_command(folder, tmp_path):
     assert out.returncode == 0, out.stderr
     saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert saved["command"].endswith("--threads 1") and saved["training_data"]["split"]["test"] == 4
+    # the thread count that made its tensors (2 threads write others than 1: README), and that --threads set it
+    assert saved["cpu_threads"] == {"torch": 1, "given": True}
     # what it prints: the held-out metrics with their 95% intervals and the rows also trained on
     printed, evaluation = json.loads(out.stdout), saved["evaluation"]
     assert printed["held_out_pooled"] == evaluation["pooled"]
@@ -513,6 +515,11 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     assert saved["training_data"]["corpus_sha256"] == corpus_sha256([data])
     assert saved["training_data"]["command"] == saved["command"] == "herald fit --data data.jsonl"
     assert saved["directions"] == {"estimator": "lda", "shrinkage": "ledoit-wolf", "source": "DESIGN section 1.3"}
+    assert saved["cpu_threads"] == {"torch": torch.get_num_threads(), "given": False}  # no --threads: torch's own
+    older = json.loads((tmp_path / "out" / "probe.json").read_text())
+    del older["cpu_threads"]  # a manifest written before the field (the committed probes') still loads
+    (tmp_path / "out" / "probe.json").write_text(json.dumps(older))
+    assert load_probe(tmp_path / "out")[1]["threshold"] == saved["threshold"]
     cached = list((tmp_path / "cache" / "states").rglob("*.npy"))
     backbone = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
     distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in map(json.loads, data.read_text().splitlines())])}

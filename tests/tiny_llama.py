@@ -21,14 +21,16 @@ CHAT_TEMPLATE = (
 
 
 def build_tiny_llama(folder: Path, num_layers: int = 4, hidden_size: int = 64, seed: int = 0,
-                     vocab_size: int | None = None, tie_word_embeddings: bool = False) -> Path:
+                     vocab_size: int | None = None, tie_word_embeddings: bool = False,
+                     extra_words: tuple[str, ...] = ()) -> Path:
     """Save a random Llama (fp32) and tokenizer into ``folder`` and return it. ``vocab_size``: the model's embedding
-    rows (default: the tokenizer's size); ``tie_word_embeddings``: the LM head shares the embedding's weights."""
+    rows (default: the tokenizer's size); ``tie_word_embeddings``: the LM head shares the embedding's weights;
+    ``extra_words``: words the tokenizer knows besides :data:`WORDS` (``("safe", "unsafe")`` for the guard baseline)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3, "user": 4, "assistant": 5, "system": 6, ":": 7}
-    for word in WORDS:
+    for word in [*WORDS, *extra_words]:
         vocab.setdefault(word, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])

@@ -596,7 +596,7 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
         del model.config.quantization_config
     model.hf_quantizer = None
     _remove_stale_conversions(target.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=conversion_prefix(), dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -637,16 +637,59 @@ def _publish(tmp: Path, target: Path) -> None:
 
 STALE_CONVERSION_S = 3600.0
 """A ``.convert-*`` folder untouched this long (seconds) is a conversion whose process was killed (one takes about
-30 s), removed before the next conversion in the same cache; younger ones may belong to a running process."""
+30 s), removed before the next conversion in the same cache; younger ones may belong to a running process. The rule
+for a folder whose writer cannot be checked (:func:`conversion_writer_gone`)."""
+
+CONVERSION_WRITER = re.compile(r"\.convert-([0-9a-f]{8})-(\d+)-")
+"""A conversion's temporary folder name: ``.convert-<host tag>-<pid>-<random>`` (:func:`conversion_prefix`)."""
+
+
+def _host_tag() -> str:
+    """8 hex digits of the host name's sha256: the PID namespace a writer's PID belongs to, in a folder name."""
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def conversion_prefix() -> str:
+    """The name prefix of this process's temporary conversion folder: ``.convert-<host tag>-<pid>-``, so the next
+    conversion can tell that its writer is gone (:func:`conversion_writer_gone`)."""
+    return f".convert-{_host_tag()}-{os.getpid()}-"
+
+
+def conversion_writer_gone(name: str) -> bool:
+    """Whether the process that named a ``.convert-*`` folder ``name`` is known to have ended: the name carries this
+    host's tag and a PID no process has (``os.kill(pid, 0)`` finds none). False where that cannot be told: a name of
+    another host (a cache shared between containers or machines, whose PIDs mean nothing here), one written before
+    the names carried the writer, or a PID in use (perhaps by another process now: the age rule then applies). A
+    conversion killed with SIGKILL left its 409 MB folder until it was an hour old and another conversion ran
+    (tester finding)."""
+    match = CONVERSION_WRITER.match(name)
+    if match is None or match.group(1) != _host_tag():
+        return False
+    pid = int(match.group(2))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: another user's live process
+        return False
+    return False
 
 
 def _remove_stale_conversions(folder: Path) -> None:
+    """Remove the ``.convert-*`` folders in ``folder`` left by conversions that were killed: those whose writer is
+    gone (:func:`conversion_writer_gone`), and any untouched for :data:`STALE_CONVERSION_S`."""
     now = time.time()
     for leftover in folder.glob(".convert-*"):
         try:
-            if now - leftover.stat().st_mtime > STALE_CONVERSION_S:
+            gone = conversion_writer_gone(leftover.name)
+            if gone or now - leftover.stat().st_mtime > STALE_CONVERSION_S:
                 shutil.rmtree(leftover, ignore_errors=True)
-                log.info("removed %s, left by an interrupted conversion", leftover)
+                log.info("removed %s, left by an interrupted conversion%s", leftover,
+                         " (its process has ended)" if gone else "")
         except OSError:
             pass
 
@@ -708,13 +751,35 @@ def resolve_backbone(spec: str, cache_dir: Path) -> ResolvedBackbone:
     path, source = _locate(spec)
     if source is not None:
         sha = files_sha256(source.files, cache_dir)  # read in full once per change of the files
-        prefix = "gguf-shards-sha256" if source.kind == "shards" else "gguf-sha256"
         converted = convert_gguf(source, cache_dir, sha)
-        return ResolvedBackbone(converted, source.stem, f"{prefix}:{sha}", _slug(path, source))
+        return ResolvedBackbone(converted, source.stem, _gguf_revision(source, sha), _slug(path, source))
     config = read_config_json(path / "config.json")
     model_id = config.get("_name_or_path") or path.name
-    revision = conversion_revision(path, cache_dir) or f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}"
-    return ResolvedBackbone(path, model_id, revision, _slug(path, None))
+    return ResolvedBackbone(path, model_id, _folder_revision_of(path, cache_dir), _slug(path, None))
+
+
+def _gguf_revision(source: GGUFSource, sha: str) -> str:
+    return f"{'gguf-shards-sha256' if source.kind == 'shards' else 'gguf-sha256'}:{sha}"
+
+
+def _folder_revision_of(path: Path, cache_dir: Path | None) -> str:
+    return conversion_revision(path, cache_dir) or f"{FOLDER_REVISION}:{folder_revision(path, cache_dir)}"
+
+
+def backbone_revision(spec: str, cache_dir: Path) -> str:
+    """The revision :func:`resolve_backbone` gives ``spec``, found without converting a GGUF: its files' sha256
+    (memoized in ``cache_dir``: :func:`files_sha256`), or a model folder's (:func:`conversion_revision`,
+    :func:`folder_revision`).
+
+    Raises:
+        BackboneError: as :func:`backbone_slug`.
+    """
+    if spec == EMBEDDED_BACKBONE:
+        return f"gguf-sha256:{file_sha256(embedded_gguf_path(), cache_dir)}"
+    path, source = _locate(spec)
+    if source is not None:
+        return _gguf_revision(source, files_sha256(source.files, cache_dir))
+    return _folder_revision_of(path, cache_dir)
 
 
 def read_config_json(file: Path) -> dict[str, Any]:

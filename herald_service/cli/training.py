@@ -273,7 +273,7 @@ class FitCommand(BaseModel):
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         if self.threads is not None:
             limit_threads(self.threads)
-        options = FitOptions(**self.model_dump(exclude={"threads"}), command=invoked_command())
+        options = FitOptions(**self.model_dump(), command=invoked_command())
         manifest = run_fit(options)
         print(json.dumps(fit_summary(manifest), indent=2))
 

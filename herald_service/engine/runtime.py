@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,33 @@ def fake_runtime() -> Runtime:
     return Runtime(backbone, probe, manifest, "fake-backbone")  # no folder: fitted at start-up, named as its backbone
 
 
+def probe_of_same_revision(settings: BackboneSettings, slug: str) -> Path | None:
+    """A probe folder under ``models/`` (of the working directory, then of the source checkout) whose ``probe.json``
+    records this backbone's revision (:func:`~herald_service.backbone.loader.backbone_revision`: for a GGUF the file's
+    sha256), for a backbone whose slug has no ``models/<slug>``; the first in name order, with one log line, or None.
+    The embedded GGUF given by its path (slug ``smollm2-135m-instruct.q4-1``) was refused "no probe for backbone",
+    though the shipped probe was fitted on that very file (tester finding). A ``probe.json`` that cannot be read is
+    passed over here; the probe found is loaded and checked as any other (:func:`checked_probe`, :func:`load_runtime`).
+    """
+    from herald_service.backbone.loader import backbone_revision
+
+    roots = list(dict.fromkeys(root.resolve() for root in (Path("models"), REPO_ROOT / "models") if root.is_dir()))
+    if not roots:
+        return None
+    revision = backbone_revision(settings.backbone, settings.cache_dir)
+    for root in roots:
+        for manifest in sorted(root.glob("*/probe.json")):
+            try:
+                recorded = json.loads(manifest.read_text(encoding="utf-8")).get("backbone", {}).get("revision")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if recorded == revision:
+                log.info("no probe at models/%s; using %s, fitted on this backbone's revision %s", slug,
+                         manifest.parent, revision)
+                return manifest.parent
+    return None
+
+
 def checked_probe(settings: BackboneSettings) -> tuple[Path, LoadedProbe]:
     """The probe folder a process will load (``settings.probe``, or ``models/<backbone slug>``), its probe and its
     manifest, checked without loading the backbone: the backbone path names a model, and the folder holds a probe that
@@ -156,6 +184,8 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, LoadedProbe]:
         require_probe_folder(settings.probe, "--probe or HERALD_PROBE")
     slug = backbone_slug(settings.backbone)
     folder = settings.probe or default_probe_folder(slug)
+    if not folder.exists() and settings.probe is None:
+        folder = probe_of_same_revision(settings, slug) or folder
     if not folder.exists():
         hint = "" if settings.backbone == EMBEDDED_BACKBONE else " (fit one with `herald fit --backbone ...`)"
         looked = [folder]

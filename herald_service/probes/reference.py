@@ -51,6 +51,27 @@ tolerance is 6.9 times it), the smallest median of a damage that changed a verdi
 bf16 the recorded fp32 CPU logits moved by a median of 0.122 (docs/PERFORMANCE.md, 2026-12-04)."""
 
 
+BF16_PLAUSIBLE_MEDIAN = 1.5
+"""Largest median reference-logit distance the refusal message attributes to bf16 linear layers (or bf16 weights)
+against the fp32 fit: ten times the most they moved the embedded backbone's (0.069 bf16 linear layers, 0.145 bf16
+weights, ``benchmarks/results/reference_check_cpu.json``; README "reference prompts" gives at most 0.15), and above
+the 1.22 of a probe fitted in fp32 on a random-initialized OLMo-2 and served with bf16 linear layers (tester finding).
+Further off, the message names other weights (or another tokenizer or template) as the likely cause: damaged GGUF
+weights refused at a median of 3.02 were told bf16 linear layers "can move a model's logits this far" (tester
+finding); the smallest median of a damage that changed a verdict was 3.96 (the same benchmark file)."""
+
+
+def revision_meaning(revision: str) -> str:
+    """What a backbone revision (``BackboneInfo.revision``, probe.json's ``backbone.revision``) is a hash of, by its
+    prefix (:func:`~herald_service.backbone.loader.resolve_backbone`), for a message: "" for a kind it does not know.
+    A GGUF's revision was described as a model folder's, "a sha256 of the weight, config and tokenizer files"
+    (tester finding)."""
+    kind = revision.split(":", 1)[0]
+    return {"gguf-sha256": "the GGUF file's sha256",
+            "gguf-shards-sha256": "the sha256 of the GGUF's gguf-split shards, in order",
+            "content-sha256": "a sha256 of the model folder's weight, config and tokenizer files"}.get(kind, "")
+
+
 class ScoringBackbone(Protocol):
     """What reference scoring needs of a backbone (``backbone.base.Backbone`` has it)."""
 
@@ -111,8 +132,10 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
     Raises:
         ProbeMismatch: naming the median, the prompt that moved most with its logits then and now, both numerics and
             what to do: first, where the backbone's revision differs from the one probe.json records, that it is
-            other weights; else, where the linear layers run in bf16 now and did not when recorded, how to run them
-            at the weights' dtype (:func:`_linear_layers_way_out`).
+            other weights, naming what each revision hashes (:func:`revision_meaning`); else, where the linear layers
+            run in bf16 now and did not when recorded and the median is within :data:`BF16_PLAUSIBLE_MEDIAN`, how to
+            run them at the weights' dtype, and beyond it that they are not the likely cause
+            (:func:`_linear_layers_way_out`).
     """
     block = manifest.get("reference")
     if block is None:
@@ -131,7 +154,7 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
              f" {block.get('numerics', 'unrecorded numerics')}, {now[worst]:.2f} now in {numerics_of(backbone.info)}.")
     head = f"the backbone {backbone.info.model_id!r} does not give the probe's reference scores: {moved}"
     fitted, recorded_on = manifest.get("backbone", {}).get("revision"), block.get("revision")
-    way_out = _linear_layers_way_out(block, backbone.info)
+    way_out = _linear_layers_way_out(block, backbone.info, median)
     if recorded_on is not None and recorded_on != fitted:  # herald reference --accept-other-weights moved them
         raise ProbeMismatch(
             f"{head}{way_out} They were recorded by {block.get('recorded_by', 'herald reference')!r} on weights"
@@ -142,17 +165,22 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
     if fitted and backbone.info.revision and fitted != backbone.info.revision:
         # known other files: the first sentence says so, the numerics come after (it opened with them and blamed bf16
         # linear layers first: tester findings)
-        also = _linear_layers_way_out(block, backbone.info, also=True)
+        also = _linear_layers_way_out(block, backbone.info, median, also=True)
+        meanings = dict.fromkeys(filter(None, (revision_meaning(fitted), revision_meaning(backbone.info.revision))))
+        meaning = f" ({'; '.join(meanings)})" if meanings else ""
         raise ProbeMismatch(
             f"the backbone {backbone.info.model_id!r} is not the one the probe was fitted on, and does not give its"
-            f" reference scores: its revision is {backbone.info.revision!r}, probe.json records {fitted!r} (a sha256 of"
-            " the weight, config and tokenizer files), so other weights are the likely cause: serve the backbone the"
-            f" probe was fitted on, or fit a probe for this one with `herald fit`. {moved[0].upper()}{moved[1:]}{also}",
+            f" reference scores: its revision is {backbone.info.revision!r}, probe.json records {fitted!r}{meaning},"
+            " so other weights are the likely cause: serve the backbone the probe was fitted on, or fit a probe for"
+            f" this one with `herald fit`. {moved[0].upper()}{moved[1:]}{also}",
             field="probe")
-    either = f"{way_out} If it is refused in those numerics too, either" if way_out else " Either"
+    plausible = median <= BF16_PLAUSIBLE_MEDIAN
+    either = (f"{way_out} If it is refused in those numerics too, either" if way_out and plausible else
+              f"{way_out} Most likely either" if way_out else " Either")
     raise ProbeMismatch(
-        f"{head}{either} the weights differ from the ones the probe was fitted on (a damaged or re-quantized file, or"
-        " other weights of the same architecture), or the probe's own files changed after the fit (probe.safetensors"
+        f"{head}{either} the weights (or the tokenizer or chat template) differ from the ones the probe was fitted on"
+        " (a damaged or re-quantized file, or other weights of the same architecture), or the probe's own files"
+        " changed after the fit (probe.safetensors"
         " damaged or replaced, or probe.json's reference block edited); either way its verdicts do not hold. A probe"
         " copied from elsewhere: copy it again from its source (models/ of this repository for the shipped one); a"
         " cached GGUF conversion: delete it to convert anew; other weights: fit a probe for them with `herald fit`.",
@@ -160,15 +188,21 @@ def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: Scor
     )
 
 
-def _linear_layers_way_out(block: dict[str, Any], info: BackboneInfo, also: bool = False) -> str:
-    """The way out when the backbone now runs bf16 linear layers (``matmul_dtype`` auto on a CPU with native bf16)
-    and the reference logits were recorded without them (``herald fit`` runs them at the weights' dtype), else
-    ``""``. On the embedded backbone bf16 linear layers move the logits by a median of at most 0.15, but a probe just
-    fitted in fp32 on a random-initialized OLMo-2 was refused at 1.22, and the message blamed only the weights and the
-    probe's files (tester finding); the tolerance stays, since on a model where they move the logits that far they can
-    move verdicts too. ``also``: said after another cause (other weights), as "also ran"."""
+def _linear_layers_way_out(block: dict[str, Any], info: BackboneInfo, median: float, also: bool = False) -> str:
+    """What the message says of bf16 linear layers when the backbone now runs them (``matmul_dtype`` auto on a CPU
+    with native bf16) and the reference logits were recorded without them (``herald fit`` runs them at the weights'
+    dtype), else ``""``. On the embedded backbone bf16 linear layers move the logits by a median of at most 0.15, but a
+    probe just fitted in fp32 on a random-initialized OLMo-2 was refused at 1.22, and the message blamed only the
+    weights and the probe's files (tester finding); the tolerance stays, since on a model where they move the logits
+    that far they can move verdicts too. Up to :data:`BF16_PLAUSIBLE_MEDIAN` (``median``, in logits) it gives the way
+    out, running them at the weights' dtype; beyond, that they are not the likely cause. ``also``: said after another
+    cause (other weights), as "also ran"."""
     if info.matmul_dtype is None or " linear layers" in str(block.get("numerics", "")):
         return ""
+    if median > BF16_PLAUSIBLE_MEDIAN:
+        return (f" The linear layers {'also ' if also else ''}ran in {info.matmul_dtype} now and at the weights' dtype"
+                " when the logits were recorded, but that is not the likely cause: bf16 moved the embedded backbone's"
+                f" by a median of at most 0.15 (benchmarks/reference_check.py), not {median:.2f}.")
     return (f" The linear layers {'also ' if also else ''}ran in {info.matmul_dtype} now and at the weights' dtype"
             " when the logits were recorded, which can move a model's logits this far: run them at the weights' dtype,"
             " as the probe was fitted, with HERALD_MATMUL_DTYPE=weights (herald serve) or --matmul-dtype weights (herald classify,"

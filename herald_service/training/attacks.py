@@ -90,7 +90,7 @@ def load_templates(path: Path, max_chars: int | None = None) -> list[dict]:
     for number, line in enumerate(read_utf8(path).split("\n"), 1):
         if not line.strip():
             continue
-        row = object_row(line, f"{path} line {number}", TEMPLATE_ROW)
+        row = object_row(line, f"{path} line {number}", TEMPLATE_ROW, strings=("prompt", "template_source", "category"))
         if not isinstance(row.get("prompt"), str):
             raise ValueError(f"{path} line {number}: needs a \"prompt\" string; a row is {TEMPLATE_ROW}")
         if not is_valid_unicode(row["prompt"]):  # as the corpus reader: no tokenizer can encode it

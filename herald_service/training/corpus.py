@@ -202,7 +202,7 @@ def _row_example(line: str, where: str, file: str) -> tuple[Example, str | None]
     """The :class:`Example` of one JSONL line and its prompt as the backbone reads it, or None where that is not the
     row's folded ``prompt`` (a HarmBench context is joined before it); ValueError naming ``where`` (file and line) and
     what is wrong."""
-    row = object_row(line, where, "an object with prompt, label and source")
+    row = object_row(line, where, "an object with prompt, label and source", strings=("prompt", "label", "source"))
     problem, read = _row_problem(row)
     if problem:
         raise ValueError(f"{where}: {problem}")

@@ -11,6 +11,7 @@ and writes one JSON file that ``herald report`` turns into ``docs/EVALUATION.md`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -712,6 +713,7 @@ def run_eval(options: EvalOptions) -> dict:
     """
     from herald_service.data.hashing import corpus_sha256
     from herald_service.backbone.hf import config_info
+    from herald_service.training.corpus import file_manifest
     from herald_service.backbone.loader import resolve_backbone
     from herald_service.probes.artifact import backbone_manifest, check_chat_template, check_compatible, load_probe
     from herald_service.probes.reference import check_reference
@@ -786,12 +788,14 @@ def run_eval(options: EvalOptions) -> dict:
     added_rows, augmentation = None, None
     if options.jailbreak_train_per_class > 0:
         added_rows, augmentation = _wrapped_training_rows(options, corpus, training_templates)
+    # before the fits: a tokenizer without the answers, or a damaged score file, is named now, not after every fit
+    guard_scorer, guard_skipped = guard_scorer_of(backbone, options) if options.guard_per_source > 0 else (None, None)
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
                 options.direction_estimator)
     results = evaluate_states(data, train_index, test_index, plan, extra, added_rows=added_rows)
 
-    if options.guard_per_source > 0:
-        results["guard"] = _guard_comparison(backbone, options, data, test_index, results, extra)
+    if guard_scorer is not None:
+        results["guard"] = _guard_comparison(guard_scorer, backbone, options, data, test_index, results, extra)
     if options.probe is not None:
         results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
                                                    probe_overlap, options.max_per_source)
@@ -801,6 +805,9 @@ def run_eval(options: EvalOptions) -> dict:
         "backbone": {**backbone_manifest(backbone.info), **backbone_numerics(backbone.info)},
         "corpus_sha256": corpus_sha256(files),
         "files": [p.name for p in files],
+        # each file's sha256 and rows, as probe.json's training_data.files: names alone did not pin the inputs (tester)
+        "data_files": file_manifest(files),
+        "test_data_files": file_manifest(list(test_sets)),
         "max_per_source_and_label": options.max_per_source,
         "max_tokens": options.max_tokens,
         "prompt_text": PROMPT_TEXT,
@@ -817,6 +824,7 @@ def run_eval(options: EvalOptions) -> dict:
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},
         "test_data_overlap": overlap,  # herald report: "k of n prompts also appear in --data", not "never trained on"
         **({"jailbreak_wrapped_skipped": jailbreak_skipped} if jailbreak_skipped else {}),
+        **({"guard_skipped": guard_skipped} if guard_skipped else {}),
         "methods": list(options.methods),
         "herald_direction_estimator": options.direction_estimator,
         **({"jailbreak_augmentation": augmentation} if augmentation else {}),
@@ -868,12 +876,31 @@ def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates
     return (lambda held_out: pool.for_fold(held_out, (1,))), record
 
 
-def _guard_comparison(backbone, options: EvalOptions, data: LabeledStates, test_index, results, extra) -> dict:
-    """Guard scores on a per-source subsample of the test part (+ jailbreak rows), beside the latent methods'
-    source-held-out (LOSO) margins on the very same rows."""
-    from herald_service.training.guard import GUARD_INSTRUCTION, GuardScorer, guard_token_limit
+def guard_scorer_of(backbone, options: EvalOptions):
+    """The guard baseline's scorer for ``--guard-per-source`` above 0, its scores cached per backbone and forward
+    (:func:`~herald_service.training.guard.guard_cache_file`), or why it is left out.
 
-    scorer = GuardScorer(backbone, options.cache_dir / "guard" / f"{backbone.info.slug}.jsonl")
+    Returns:
+        ``(scorer, None)``, or ``(None, reason)`` when the tokenizer cannot answer the guard instruction
+        (:class:`~herald_service.training.guard.GuardUnavailable`): the reason is logged as a warning and recorded in
+        the results' ``meta.guard_skipped`` (``herald report`` shows it), as a jailbreak-wrapped set that cannot be
+        built is; scored as it was, a word-level tokenizer's ``<unk>`` for both answers gave every prompt 0 and the
+        report a baseline of F1 0.667, AUROC 0.5 (tester finding).
+    """
+    from herald_service.training.guard import GuardScorer, GuardUnavailable, guard_cache_file
+
+    try:
+        return GuardScorer(backbone, guard_cache_file(options.cache_dir, backbone.info)), None
+    except GuardUnavailable as exc:
+        log.warning("guard-style baseline left out: %s", exc)
+        return None, str(exc)
+
+
+def _guard_comparison(scorer, backbone, options: EvalOptions, data: LabeledStates, test_index, results, extra) -> dict:
+    """Guard scores (``scorer``: :func:`guard_scorer_of`) on a per-source subsample of the test part (+ jailbreak
+    rows), beside the latent methods' source-held-out (LOSO) margins on the very same rows."""
+    from herald_service.training.guard import GUARD_INSTRUCTION, guard_token_limit
+
     max_tokens = guard_token_limit(backbone, options.guard_max_tokens)
     pick = _guard_subsample(data, test_index, options.guard_per_source, max_tokens, options.seed)
     labels, sources = data.labels[pick], data.sources[pick]
@@ -912,7 +939,10 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         max_per_source: this run's ``--max-per-source`` (None: no cap), compared with the probe's.
 
     Returns:
-        ``{"folder", "threshold", "sets": {name: {"pooled", "per_source"}}}``, plus ``"warning"`` in that case. With
+        ``{"folder", "threshold", "tensors_sha256", "sha256", "sets": {name: {"pooled", "per_source"}}}``
+        (``tensors_sha256``: of ``probe.safetensors``, as ``probe.json`` records it; ``sha256``: of both files, as
+        ``/v1/info`` names a probe; a folder and threshold alone did not pin the probe: tester finding), plus
+        ``"warning"`` in that case. With
         ``overlap``: ``"training_files"`` (:meth:`ProbeTrainingOverlap.record`) and, for each ``--test-data`` set,
         ``"rows"``, ``"in_training_files"`` (prompts of the file, scored or not, in the checked training files),
         ``"trained_on"`` (any), ``"same_file"`` and ``"checked_all"`` (false: some training files could not be
@@ -920,10 +950,14 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         scored rows also has ``"unseen": {"pooled", "per_source"}``, its metrics on the scored rows that are in none
         of the checked training files.
     """
-    from herald_service.probes.artifact import load_probe
+    from herald_service.probes.artifact import TENSORS_FILE, load_probe_files
 
-    probe, manifest = load_probe(folder, info)
-    out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "sets": {}}
+    loaded = load_probe_files(folder, info)
+    probe, manifest = loaded.probe, loaded.manifest
+    # a probe saved before probe.json recorded it: the file's, as herald fit computes it (loading checked a recorded one)
+    tensors_sha256 = manifest.get("tensors_sha256") or hashlib.sha256((folder / TENSORS_FILE).read_bytes()).hexdigest()
+    out: dict = {"folder": str(folder), "threshold": float(probe.threshold), "tensors_sha256": tensors_sha256,
+                 "sha256": loaded.sha256, "sets": {}}
     training = manifest.get("training_data") or {}
     warnings = []
     if training.get("jailbreak_augmentation") and training.get("seed") != seed and JAILBREAK_SET in extra_sets:

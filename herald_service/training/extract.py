@@ -57,6 +57,24 @@ is gone). The forward in use gives the same bits for a prompt alone, in any batc
 corpus prompts of up to 1,024 tokens, README "Reproducibility")."""
 
 
+def forward_identity_key(info) -> str:
+    """16 hex digits naming the forward that computed a cached value: a sha256 over the backbone's revision and config
+    hash, its numerics (dtype, and the linear layers' dtype where it differs), :data:`FORWARD_VERSION` and torch's and
+    transformers' versions. The state cache's folder (:class:`StateCache`) and the guard baseline's score file
+    (:func:`~herald_service.training.guard.guard_cache_file`) are named by it, so values another backbone or forward
+    computed are never read as this one's.
+
+    Args:
+        info: the loaded backbone's :class:`~herald_service.types.BackboneInfo`.
+    """
+    numerics = info.dtype if info.matmul_dtype is None else f"{info.dtype}|matmul={info.matmul_dtype}"
+    # torch's and transformers' versions too: their kernels are part of the forward (another version may round a
+    # matmul or attention otherwise), and an upgrade costs one re-extraction, not a silently mixed cache
+    libraries = f"torch={torch.__version__}|transformers={transformers.__version__}"
+    identity = f"{info.revision}|{info.config_hash}|{numerics}|{FORWARD_VERSION}|{libraries}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
 class StateCache:
     """Per-prompt state files keyed by backbone identity, numerics, :data:`FORWARD_VERSION`, torch's and transformers'
     versions, and token ids.
@@ -68,13 +86,7 @@ class StateCache:
 
     def __init__(self, root: Path, backbone: Backbone) -> None:
         info = backbone.info
-        numerics = info.dtype if info.matmul_dtype is None else f"{info.dtype}|matmul={info.matmul_dtype}"
-        # torch's and transformers' versions too: their kernels are part of the forward (another version may round a
-        # matmul or attention otherwise), and an upgrade costs one re-extraction, not a silently mixed cache
-        libraries = f"torch={torch.__version__}|transformers={transformers.__version__}"
-        identity = f"{info.revision}|{info.config_hash}|{numerics}|{FORWARD_VERSION}|{libraries}"
-        key = hashlib.sha256(identity.encode()).hexdigest()[:16]
-        self.folder = root / "states" / key
+        self.folder = root / "states" / forward_identity_key(info)
         self.shape = (info.num_layers, info.hidden_size)
         self._warned: set[Path] = set()
 

@@ -77,6 +77,23 @@ class FitOptions:
     """Replace a probe already in the output folder (``--overwrite``); without it :func:`refuse_a_probe_there` refuses."""
     command: str | None = None
     """The command line to record in the manifest (``herald fit ...``); None outside the CLI."""
+    threads: int | None = None
+    """``--threads`` as given (the CLI has set torch's and BLAS's threads to it before the fit); None: not given,
+    torch's own choice. The manifest records it beside the count in use (:func:`threads_manifest`)."""
+
+
+def threads_manifest(threads: int | None) -> dict:
+    """probe.json's ``cpu_threads``: ``{"torch": torch.get_num_threads() at fit time, "given": whether --threads set
+    it}``. A fit at 2 threads writes other tensors than one at 1 (README "Reproducibility", (3)), and probe.json did
+    not say which count made its tensors (tester finding); a manifest written before the field has none, and nothing
+    reads it to load a probe.
+
+    Args:
+        threads: ``--threads`` (:attr:`FitOptions.threads`), or None.
+    """
+    import torch
+
+    return {"torch": torch.get_num_threads(), "given": threads is not None}
 
 
 def direction_manifest(estimator: str) -> dict:
@@ -466,6 +483,7 @@ def run_fit(options: FitOptions) -> dict:
         "reference": reference_block(probe.fitted_, backbone),
         "fit_seconds": round(time.perf_counter() - started, 1),
         "mean_prompt_tokens": float(tokens.mean()),
+        "cpu_threads": threads_manifest(options.threads),
     }
     save_probe(probe.fitted_, out, manifest)
     return {**manifest, "out": str(out)}

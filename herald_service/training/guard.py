@@ -4,7 +4,8 @@ The prompt is wrapped in :data:`GUARD_INSTRUCTION` as one user turn, rendered wi
 ``add_generation_prompt=True``; one prefill with the LM head on the last position gives next-token probabilities.
 The score is ``log p(unsafe) - log p(safe)``, summed over the spellings in :data:`UNSAFE_WORDS` / :data:`SAFE_WORDS`
 that are single tokens; flagged when the score is >= 0 (the model prefers "unsafe"). No training, so every source is
-unseen by construction. Scores are cached as JSON lines keyed by the sha256 of the rendered guard prompt's tokens.
+unseen by construction. Scores are cached as JSON lines keyed by the sha256 of the rendered guard prompt's tokens, in
+one file per backbone and forward (:func:`guard_cache_file`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -34,13 +37,57 @@ UNSAFE_WORDS = ("unsafe", "Unsafe", " unsafe", " Unsafe", "UNSAFE")
 SAFE_WORDS = ("safe", "Safe", " safe", " Safe", "SAFE")
 
 
+class GuardUnavailable(ValueError):
+    """The backbone's tokenizer cannot answer the guard instruction with distinct "safe" and "unsafe" tokens, so the
+    guard baseline is left out (``herald eval`` records why in ``meta.guard_skipped``) rather than scored."""
+
+
 def _single_token_ids(tokenizer, words: Sequence[str]) -> list[int]:
+    """The token ids of the spellings in ``words`` that encode to one token other than the tokenizer's unknown token.
+
+    A word-level tokenizer without the word encodes it as one ``<unk>``: counted as an answer, both "safe" and
+    "unsafe" were ``<unk>``, every guard score was 0 and the report showed F1 0.667, AUROC 0.5 as a real baseline
+    (tester finding)."""
+    unknown = getattr(tokenizer, "unk_token_id", None)
     ids = []
     for word in words:
         enc = tokenizer(word, add_special_tokens=False)["input_ids"]
-        if len(enc) == 1:
+        if len(enc) == 1 and enc[0] != unknown:
             ids.append(enc[0])
     return sorted(set(ids))
+
+
+def answer_token_ids(tokenizer) -> tuple[list[int], list[int]]:
+    """The ``(unsafe, safe)`` token ids the guard score compares (:data:`UNSAFE_WORDS`, :data:`SAFE_WORDS`).
+
+    Raises:
+        GuardUnavailable: either answer has no single-token spelling other than the unknown token, or a token id is an
+            answer of both (the score could not tell them apart); the message says which.
+    """
+    unsafe, safe = _single_token_ids(tokenizer, UNSAFE_WORDS), _single_token_ids(tokenizer, SAFE_WORDS)
+    missing = [word for word, ids in (("unsafe", unsafe), ("safe", safe)) if not ids]
+    if missing:
+        raise GuardUnavailable(f"the tokenizer has no single token for {' or '.join(repr(w) for w in missing)} (other"
+                               " than its unknown token), so the backbone cannot answer the guard instruction")
+    shared = sorted(set(unsafe) & set(safe))
+    if shared:
+        raise GuardUnavailable(f"the tokenizer encodes 'safe' and 'unsafe' to the same token (id {shared[0]}), so the"
+                               " guard score cannot tell the answers apart")
+    return unsafe, safe
+
+
+def guard_cache_file(cache_dir: Path, info) -> Path:
+    """``<cache_dir>/guard/<slug>-<key>.jsonl``: the guard scores of one backbone and forward, ``key`` the state
+    cache's (:func:`~herald_service.training.extract.forward_identity_key`: revision, config hash, numerics, forward
+    version, torch and transformers versions). Keyed by the slug alone, a GGUF of the same file name with damaged
+    weights read the original's scores (AUROC 0.4375 for 0.375: tester finding).
+
+    Args:
+        info: the loaded backbone's :class:`~herald_service.types.BackboneInfo`.
+    """
+    from herald_service.training.extract import forward_identity_key
+
+    return cache_dir / "guard" / f"{info.slug}-{forward_identity_key(info)}.jsonl"
 
 
 def guard_token_limit(backbone, max_tokens: int) -> int:
@@ -75,26 +122,66 @@ def guard_token_limit(backbone, max_tokens: int) -> int:
     return max_tokens
 
 
+def read_guard_cache(path: Path) -> dict[str, float]:
+    """The scores of a guard cache file, ``{token-id sha256: score}``; ``{}`` when it does not exist.
+
+    A line that is not a JSON object with a string ``key`` and a finite number ``score`` (a write cut off by a killed
+    run: ``{"key": "abc", "sco``) is skipped, with one warning naming the file and its line numbers, and the file is
+    rewritten without it (atomically: a temporary file renamed over it), so the next append starts on a line of its
+    own; the prompts of the skipped lines are scored again, as the state cache treats a damaged entry. Read as it
+    was, one such line stopped ``herald eval`` after every method was fitted with "Unterminated string starting at:
+    line 1 column 16 (char 15)", naming no file (tester finding).
+    """
+    if not path.is_file():
+        return {}
+    scores: dict[str, float] = {}
+    good, bad = [], []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            key, score = row["key"], row["score"]
+            if not isinstance(key, str) or isinstance(score, bool) or not isinstance(score, (int, float)) \
+                    or not math.isfinite(score):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            bad.append(number)
+            continue
+        scores[key] = float(score)
+        good.append(raw)
+    if bad:
+        shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+        log.warning("guard score cache %s: line%s %s %s not a cached score (a cut-off or damaged write); skipped, and"
+                    " their prompts are scored again", path, "s" if len(bad) > 1 else "", shown,
+                    "are" if len(bad) > 1 else "is")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_bytes(b"".join(line + b"\n" for line in good))
+            os.replace(tmp, path)
+        except OSError as exc:  # a read-only cache: the bad lines are skipped again next time
+            tmp.unlink(missing_ok=True)
+            log.warning("guard score cache %s not rewritten without them: %s", path, exc)
+    return scores
+
+
 class GuardScorer:
     """Scores prompts with the guard instruction on an :class:`~herald_service.backbone.hf.HFBackbone`.
 
     Args:
         backbone: a loaded HF backbone (its ``model`` holds the LM head).
-        cache_file: JSON-lines cache of scores, created if missing.
+        cache_file: JSON-lines cache of scores (:func:`guard_cache_file`), created if missing, read by
+            :func:`read_guard_cache`.
+
+    Raises:
+        GuardUnavailable: the tokenizer has no distinct single tokens for the answers (:func:`answer_token_ids`).
     """
 
     def __init__(self, backbone, cache_file: Path) -> None:
         self.backbone = backbone
         self.cache_file = cache_file
-        self.unsafe_ids = _single_token_ids(backbone.tokenizer, UNSAFE_WORDS)
-        self.safe_ids = _single_token_ids(backbone.tokenizer, SAFE_WORDS)
-        if not self.unsafe_ids or not self.safe_ids:
-            raise ValueError("the tokenizer has no single-token spelling of 'safe' or 'unsafe'")
-        self._cache: dict[str, float] = {}
-        if cache_file.is_file():
-            for line in cache_file.read_text().splitlines():
-                row = json.loads(line)
-                self._cache[row["key"]] = row["score"]
+        self.unsafe_ids, self.safe_ids = answer_token_ids(backbone.tokenizer)
+        self._cache = read_guard_cache(cache_file)
 
     def token_ids(self, prompts: Sequence[str]) -> list[list[int]]:
         return self.backbone.encode([user_turn(GUARD_INSTRUCTION.format(prompt=p)) for p in prompts])

@@ -65,6 +65,12 @@ def spread(values) -> float:
     return float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
+def curve_cell(values) -> str:
+    """A learning-curve table cell: the per-seed AUROCs' mean ± :func:`spread` to 3 decimals, or the one value alone
+    (one seed printed "± 0.000", a spread it never measured: tester nit)."""
+    return f"{np.mean(values):.3f} ± {spread(values):.3f}" if len(values) > 1 else f"{float(values[0]):.3f}"
+
+
 def herald_recipe(meta: dict) -> str:
     """The recipe name, as the studies spell it (``lda``, ``jailbreak``, ``logistic``, ``logistic+jailbreak``), of the
     method ``herald`` in results with this ``meta``."""
@@ -164,6 +170,7 @@ def plot_learning_curve(results: dict, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    seeds = len(curve.get("seeds") or [None, None])  # one seed: no band, no "± std" in the title (no spread measured)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, rows in curve["methods"].items():
         sizes = [int(s) for s in rows]
@@ -172,14 +179,15 @@ def plot_learning_curve(results: dict, path: Path) -> Path | None:
             stds = np.array([spread(rows[str(s)][key]) for s in sizes])
             lw = 2.5 if name == "herald" else 1.2
             ax.plot(sizes, means, marker="o", lw=lw, label=curve_label(name, results.get("meta", {})))
-            ax.fill_between(sizes, means - stds, means + stds, alpha=0.15)
+            if seeds > 1:
+                ax.fill_between(sizes, means - stds, means + stds, alpha=0.15)
     for ax, key in zip(axes, ("AUROC", "F1")):
         ax.set_xscale("log")
         ax.set_xlabel("training prompts per class (requested)")
         ax.set_ylabel(f"{key} on the random-split test part")
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Learning curve (mean ± std over seeds)")
+    fig.suptitle("Learning curve (mean ± std over seeds)" if seeds > 1 else "Learning curve (one seed)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -659,12 +667,13 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     if curve:
         sizes = [str(s) for s in curve["sizes"]]
         actual = curve.get("actual_per_class", {})
-        rows = [[curve_label(m, results.get("meta", {}))] + [f"{np.mean(r[s]['auroc']):.3f} ± {spread(r[s]['auroc']):.3f}"
-                                                              for s in sizes]
+        rows = [[curve_label(m, results.get("meta", {}))] + [curve_cell(r[s]["auroc"]) for s in sizes]
                 for m, r in curve["methods"].items()]
+        over = ("AUROC mean ± sample standard deviation over seeds" if len(curve["seeds"]) > 1 else
+                "AUROC of the one seed (no spread: one draw per size)")
         out += ["## Learning curve", "",
                 f"Training rows drawn per class from the random split's train part (seeds {curve['seeds']}); scored on its "
-                "test part, with no wrapped training rows; AUROC mean ± sample standard deviation over seeds. " + (
+                f"test part, with no wrapped training rows; {over}. " + (
                     "Where a size exceeds what the cached train part holds, all available rows are used: actual counts " +
                     ", ".join(f"{s}: {actual[s]['benign']} benign / {actual[s]['harmful']} harmful" for s in sizes if s in actual)
                     + "." if any(min(actual[s]["benign"], actual[s]["harmful"]) < int(s) for s in sizes if s in actual)
@@ -752,7 +761,8 @@ def _not_shown(results: dict, development: bool, audit: str) -> list[str]:
             " prompts of sources the models were trained on (the extra sets aside)."]),
         *([] if results.get("learning_curve") else ["- The learning curve: not run (`--curve-sizes '[]'`)."]),
         ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
-         if results.get("guard") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
+         if results.get("guard") else f"- The guard-style baseline: left out because {meta['guard_skipped']}."
+         if meta.get("guard_skipped") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
          "(an attacker who optimizes against the probe) are not evaluated." if development else
          "- Multi-turn conversations and adaptive attacks (an attacker who optimizes against the probe) are not evaluated."),
