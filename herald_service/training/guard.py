@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -23,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from herald_service.backbone.base import position_table_key
+from herald_service.out_path import write_bytes_atomically
 from herald_service.types import user_turn
 
 GUARD_INSTRUCTION = (
@@ -155,12 +155,9 @@ def read_guard_cache(path: Path) -> dict[str, float]:
         log.warning("guard score cache %s: line%s %s %s not a cached score (a cut-off or damaged write); skipped, and"
                     " their prompts are scored again", path, "s" if len(bad) > 1 else "", shown,
                     "are" if len(bad) > 1 else "is")
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_bytes(b"".join(line + b"\n" for line in good))
-            os.replace(tmp, path)
+            write_bytes_atomically(path, b"".join(line + b"\n" for line in good))
         except OSError as exc:  # a read-only cache: the bad lines are skipped again next time
-            tmp.unlink(missing_ok=True)
             log.warning("guard score cache %s not rewritten without them: %s", path, exc)
     return scores
 
