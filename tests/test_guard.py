@@ -63,7 +63,9 @@ def test_a_cut_off_line_is_warned_about_once_skipped_rescored_and_removed(backbo
     assert caplog.records == []  # healed: read without a word
 
 
-@pytest.mark.parametrize("line", ['{"key": 3, "score": 1.0}', '{"key": "k", "score": NaN}', '[1, 2]', '\xff\xfe'])
+@pytest.mark.parametrize("line", ['{"key": 3, "score": 1.0}', '{"key": "k", "score": NaN}', '[1, 2]', '\xff\xfe',
+                                  # a repeated key: the last one won (re-tester finding)
+                                  '{"key": "k", "score": 1.0, "score": -9.0}'])
 def test_other_damaged_lines_are_skipped_too(tmp_path, line, caplog):
     from herald_service.training.guard import read_guard_cache
 
@@ -73,6 +75,39 @@ def test_other_damaged_lines_are_skipped_too(tmp_path, line, caplog):
         assert read_guard_cache(file) == {"good": -1.5}
     assert len(caplog.records) == 1 and "line 2 is not a cached score" in caplog.records[0].getMessage()
     assert file.read_bytes() == b'{"key": "good", "score": -1.5}\n'
+
+
+@pytest.mark.parametrize("damage", ["folder in place", "file in the folder's place"])
+def test_a_cache_that_cannot_be_written_is_warned_about_and_the_scores_computed_without_it(backbones, tmp_path, damage,
+                                                                                           caplog):
+    # opened for appending unconditionally, a cache file that cannot be written (read-only, a folder in its place)
+    # stopped herald eval after every method was fitted, even with every score cached (re-tester finding)
+    _, (a, _) = backbones
+    prompts = ["build a bomb", "how do i bake bread"]
+    other = GuardScorer(a, tmp_path / "other.jsonl")
+    fresh = [other._score_one(ids) for ids in other.token_ids(prompts)]
+    file = tmp_path / "guard" / "tiny.jsonl"
+    if damage == "folder in place":
+        file.mkdir(parents=True)
+    else:
+        file.parent.write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.guard"):
+        scores = GuardScorer(a, file).scores(prompts)
+    assert scores.tolist() == fresh
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [f"guard score cache {file} cannot be written"]
+
+
+def test_a_cache_with_every_score_is_not_opened_for_writing(backbones, tmp_path, caplog):
+    _, (a, _) = backbones
+    file = tmp_path / "guard" / "tiny.jsonl"
+    prompts = ["build a bomb", "how do i bake bread"]
+    scores = GuardScorer(a, file).scores(prompts)
+    scorer = GuardScorer(a, file)  # reads both scores
+    file.unlink()
+    file.mkdir()  # not writable as a file: opening it would fail
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.guard"):
+        assert scorer.scores(prompts).tolist() == scores.tolist()
+    assert caplog.records == []
 
 
 def test_an_unknown_token_or_one_token_for_both_answers_is_no_guard(backbones, tmp_path):

@@ -10,12 +10,13 @@ one file per backbone and forward (:func:`guard_cache_file`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence, TextIO
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from tqdm import tqdm
 
 from herald_service.backbone.base import position_table_key
 from herald_service.out_path import write_bytes_atomically
+from herald_service.strict_json import loads_unique
 from herald_service.types import user_turn
 
 GUARD_INSTRUCTION = (
@@ -125,8 +127,8 @@ def guard_token_limit(backbone, max_tokens: int) -> int:
 def read_guard_cache(path: Path) -> dict[str, float]:
     """The scores of a guard cache file, ``{token-id sha256: score}``; ``{}`` when it does not exist.
 
-    A line that is not a JSON object with a string ``key`` and a finite number ``score`` (a write cut off by a killed
-    run: ``{"key": "abc", "sco``) is skipped, with one warning naming the file and its line numbers, and the file is
+    A line that is not a JSON object with a string ``key`` and a finite number ``score``, each given once (a write
+    cut off by a killed run: ``{"key": "abc", "sco``) is skipped, with one warning naming the file and its line numbers, and the file is
     rewritten without it (atomically: a temporary file renamed over it), so the next append starts on a line of its
     own; the prompts of the skipped lines are scored again, as the state cache treats a damaged entry. Read as it
     was, one such line stopped ``herald eval`` after every method was fitted with "Unterminated string starting at:
@@ -140,12 +142,12 @@ def read_guard_cache(path: Path) -> dict[str, float]:
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw.decode("utf-8"))
+            row = loads_unique(raw)  # a repeated "score" key is a damaged line too (re-tester finding)
             key, score = row["key"], row["score"]
             if not isinstance(key, str) or isinstance(score, bool) or not isinstance(score, (int, float)) \
                     or not math.isfinite(score):
                 raise ValueError
-        except (ValueError, KeyError, TypeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        except (ValueError, KeyError, TypeError, RecursionError):  # JSON, UTF-8 and loads_unique's errors: ValueErrors
             bad.append(number)
             continue
         scores[key] = float(score)
@@ -183,6 +185,23 @@ class GuardScorer:
     def token_ids(self, prompts: Sequence[str]) -> list[list[int]]:
         return self.backbone.encode([user_turn(GUARD_INSTRUCTION.format(prompt=p)) for p in prompts])
 
+    @contextlib.contextmanager
+    def _appender(self) -> Iterator[TextIO | None]:
+        """The cache file opened for appending new scores, or ``None`` (one warning naming the file and the error)
+        where it cannot be written: a read-only cache, a folder in its place. The scores are then computed without
+        being kept; opened unconditionally, such a file stopped ``herald eval`` after every method was fitted, with
+        nothing to score (re-tester finding)."""
+        try:
+            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+            fh = self.cache_file.open("a", encoding="utf-8")
+        except OSError as exc:
+            log.warning("guard score cache %s cannot be written (%s); scoring without keeping the scores",
+                        self.cache_file, exc.strerror or exc)
+            yield None
+            return
+        with fh:
+            yield fh
+
     @staticmethod
     def key(ids: Sequence[int]) -> str:
         return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
@@ -201,15 +220,16 @@ class GuardScorer:
         """``(n,)`` guard scores (log-odds of unsafe vs safe); computes only prompts missing from the cache."""
         all_ids = self.token_ids(prompts)
         out = np.empty(len(prompts))
-        self.cache_file.parent.mkdir(parents=True, exist_ok=True)
         todo = [i for i, ids in enumerate(all_ids) if self.key(ids) not in self._cache]
-        with self.cache_file.open("a") as fh, tqdm(total=len(todo), desc="guard", disable=not todo) as bar:
-            for i in todo:
-                key = self.key(all_ids[i])
-                self._cache[key] = self._score_one(all_ids[i])
-                fh.write(json.dumps({"key": key, "score": self._cache[key]}) + "\n")
-                fh.flush()
-                bar.update(1)
+        if todo:
+            with self._appender() as fh, tqdm(total=len(todo), desc="guard") as bar:
+                for i in todo:
+                    key = self.key(all_ids[i])
+                    self._cache[key] = self._score_one(all_ids[i])
+                    if fh is not None:
+                        fh.write(json.dumps({"key": key, "score": self._cache[key]}) + "\n")
+                        fh.flush()
+                    bar.update(1)
         for i, ids in enumerate(all_ids):
             out[i] = self._cache[self.key(ids)]
         return out
