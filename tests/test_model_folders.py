@@ -71,36 +71,43 @@ def test_a_missing_default_probe_is_named_at_both_places_it_was_looked_for(tmp_p
                                " (fit one with `herald fit --backbone ...`); set --probe or HERALD_PROBE")
 
 
-def test_a_backbone_without_its_slugs_folder_uses_a_probe_fitted_on_its_revision(tmp_path: Path, monkeypatch, caplog):
+def test_a_backbone_without_its_slugs_folder_uses_a_shipped_probe_fitted_on_its_revision(tmp_path: Path, monkeypatch,
+                                                                                         caplog):
     # tester finding: the embedded GGUF given by its path (slug smollm2-135m-instruct.q4-1) was refused "no probe for
-    # backbone", though the shipped probe under models/smollm2-135m-instruct was fitted on that very file
+    # backbone", though the shipped probe under models/smollm2-135m-instruct was fitted on that very file; re-tester
+    # finding: a throwaway probe in the working directory's models/, fitted on the same weights, was picked up silently
     import json
     import logging
     import shutil
 
     from herald_service.config import BackboneSettings
-    from herald_service.engine.runtime import REPO_ROOT, checked_probe
+    from herald_service.engine import runtime
     from herald_service.errors import ProbeMismatch
 
     folder = _model_folder(tmp_path / "MyModel", b"\x01" * 64)
     cache = tmp_path / "cache"
     revision = loader.backbone_revision(str(folder), cache)
     assert revision == resolve_backbone(str(folder), cache).revision  # the one fit records, found without a load
-    models = tmp_path / "work" / "models"
-    for name, recorded in (("a-other", "content-sha256:" + "0" * 64), ("b-fitted-here", revision), ("c-broken", None)):
-        shutil.copytree(REPO_ROOT / "models" / "smollm2-135m-instruct", models / name)
-        manifest = json.loads((models / name / "probe.json").read_text())
+    shipped = runtime.REPO_ROOT / "models" / "smollm2-135m-instruct"
+    checkout, work = tmp_path / "checkout", tmp_path / "work"
+    for root, name, recorded in ((checkout, "a-other", "content-sha256:" + "0" * 64), (checkout, "b-fitted-here", revision),
+                                 (checkout, "c-broken", None), (work, "a-experiment", revision)):
+        shutil.copytree(shipped, root / "models" / name)
+        manifest = json.loads((root / "models" / name / "probe.json").read_text())
         manifest["backbone"]["revision"] = recorded
-        (models / name / "probe.json").write_text(json.dumps(manifest) if recorded else "{not json")
-    monkeypatch.chdir(tmp_path / "work")
+        (root / "models" / name / "probe.json").write_text(json.dumps(manifest) if recorded else "{not json")
+    monkeypatch.setattr(runtime, "REPO_ROOT", checkout)
+    monkeypatch.chdir(work)
     settings = BackboneSettings(_env_file=None, backbone=str(folder), cache_dir=cache)
     with caplog.at_level(logging.INFO, logger="herald_service.engine.runtime"):
-        found, loaded = checked_probe(settings)
-    assert found == (models / "b-fitted-here").resolve() and loaded.manifest["backbone"]["revision"] == revision
-    assert caplog.messages == [f"no probe at models/mymodel; using {found}, fitted on this backbone's revision {revision}"]
-    shutil.rmtree(models / "b-fitted-here")  # no probe of this revision: the clear error, as before
+        found, loaded = runtime.checked_probe(settings)
+    assert found == checkout / "models" / "b-fitted-here" and loaded.manifest["backbone"]["revision"] == revision
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [(
+        "WARNING", f"no probe at models/mymodel; using the shipped probe {found}, fitted on this backbone's revision"
+        f" {revision} (HERALD_PROBE or --probe names another)")]
+    shutil.rmtree(checkout / "models" / "b-fitted-here")  # the working directory's probe is never taken: the error
     with pytest.raises(ProbeMismatch, match=r"^no probe for backbone 'mymodel' at models/mymodel or "):
-        checked_probe(settings)
+        runtime.checked_probe(settings)
 
 
 def test_a_file_rewritten_in_place_with_its_mtime_restored_is_hashed_again(tmp_path: Path):

@@ -135,29 +135,30 @@ def fake_runtime() -> Runtime:
 
 
 def probe_of_same_revision(settings: BackboneSettings, slug: str) -> Path | None:
-    """A probe folder under ``models/`` (of the working directory, then of the source checkout) whose ``probe.json``
-    records this backbone's revision (:func:`~herald_service.backbone.loader.backbone_revision`: for a GGUF the file's
-    sha256), for a backbone whose slug has no ``models/<slug>``; the first in name order, with one log line, or None.
-    The embedded GGUF given by its path (slug ``smollm2-135m-instruct.q4-1``) was refused "no probe for backbone",
-    though the shipped probe was fitted on that very file (tester finding). A ``probe.json`` that cannot be read is
-    passed over here; the probe found is loaded and checked as any other (:func:`checked_probe`, :func:`load_runtime`).
+    """A probe shipped with Herald (``models/*/probe.json`` of the source checkout) whose ``probe.json`` records this
+    backbone's revision (:func:`~herald_service.backbone.loader.backbone_revision`: for a GGUF the file's sha256), for
+    a backbone whose slug has no ``models/<slug>``, with one warning naming it; None where none matches. The embedded
+    GGUF given by its path (slug ``smollm2-135m-instruct.q4-1``) was refused "no probe for backbone", though the
+    shipped probe was fitted on that very file (tester finding). Only the checkout's committed probes are searched,
+    never the working directory's ``models/``: any probe fitted there on the same weights (a 38-row experiment) was
+    picked up by folder name, silently (re-tester finding). A ``probe.json`` that cannot be read is passed over here;
+    the probe found is loaded and checked as any other (:func:`checked_probe`, :func:`load_runtime`).
     """
     from herald_service.backbone.loader import backbone_revision
 
-    roots = list(dict.fromkeys(root.resolve() for root in (Path("models"), REPO_ROOT / "models") if root.is_dir()))
-    if not roots:
+    root = REPO_ROOT / "models"
+    if not root.is_dir():
         return None
     revision = backbone_revision(settings.backbone, settings.cache_dir)
-    for root in roots:
-        for manifest in sorted(root.glob("*/probe.json")):
-            try:
-                recorded = json.loads(manifest.read_text(encoding="utf-8")).get("backbone", {}).get("revision")
-            except (OSError, ValueError, AttributeError):
-                continue
-            if recorded == revision:
-                log.info("no probe at models/%s; using %s, fitted on this backbone's revision %s", slug,
-                         manifest.parent, revision)
-                return manifest.parent
+    for manifest in sorted(root.glob("*/probe.json")):
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8")).get("backbone", {}).get("revision")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if recorded == revision:
+            log.warning("no probe at models/%s; using the shipped probe %s, fitted on this backbone's revision %s"
+                        " (HERALD_PROBE or --probe names another)", slug, manifest.parent, revision)
+            return manifest.parent
     return None
 
 
