@@ -352,6 +352,11 @@ def test_a_value_of_the_wrong_json_type_says_what_type_was_sent(client, path, bo
     (b'\x00{"input": "hi"}', "Expecting value at line 1 column 1 (char 0)"),
     (b'{\x00"input": "hi"}', "Expecting property name enclosed in double quotes at line 1 column 2 (char 1)"),
     (b'{"\x00input": "hi"}', "Invalid control character at line 1 column 3 (char 2)"),
+    # ... after any opening, not only "{" (re-tester finding)
+    (b'7\x00{"input":"hi"}', "Extra data at line 1 column 2 (char 1)"),
+    (b'[\x00"hi"] ', "Expecting value at line 1 column 2 (char 1)"),
+    (b'"\x00hi" ', "Invalid control character at line 1 column 2 (char 1)"),
+    (b'-\x00123 ', "Expecting value at line 1 column 1 (char 0)"),
     pytest.param(b'{"input": ["' + b"x" * 70_000 + b'", }', "Expecting value at line 1 column 70016 (char 70015)",
                  id="body-over-THREAD_PARSE_BYTES"),
 ])
@@ -548,7 +553,8 @@ def test_a_body_that_is_not_utf8_is_answered_with_its_byte_and_offset_as_sent(cl
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
 def test_a_utf16_or_utf32_body_is_refused_naming_its_encoding(client, encoding):
     # json.loads on bytes decodes UTF-16 and UTF-32 too, so such a body was moderated; JSON bodies are UTF-8
-    for text in ('{"input": "hello"}', ' [ {"input": "hello"} ]', '{ }', '"hello"', '{"input": "中文"}'):
+    # malformed JSON in UTF-16/32 is named by its encoding, not given a position in a UTF-8 reading (re-tester)
+    for text in ('{"input": "hello"}', ' [ {"input": "hello"} ]', '{ }', '"hello"', '{"input": "中文"}', '{input: hi}'):
         r = client.post("/classify", content=text.encode(encoding), headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["error"] == {
             "type": "invalid_request", "field": "body",
