@@ -1813,10 +1813,13 @@ def test_steer_eval_output_records_the_run_rates_per_label_and_what_limit_left_o
         (result["rows"][2]["baseline_score"] + result["rows"][3]["baseline_score"]) / 2)
     out = herald("steer-eval", "--limit", "5", "--max-new-tokens", "4", str(rows), HERALD_FAKE_BACKEND="true")
     assert "left out" not in out.stderr and json.loads(out.stdout)["left_out_by_limit"] == 0
-    rows.write_text('{"prompt": "x", "label": 1}\n')
-    out = herald("steer-eval", str(rows), HERALD_FAKE_BACKEND="true")
-    assert out.returncode == 1 and out.stderr.strip() == (
-        f'herald steer-eval: {rows} line 1: "label" must be a string such as "harmful" or "benign", not 1'), out.stderr
+    # the corpus's labels only: "HARMFUL", "harmful " and "" each made a by_label group of their own (re-tester)
+    for label, shown in ((1, "1"), ("HARMFUL", '"HARMFUL"'), ("harmful ", '"harmful "'), ("", '""'),
+                         ("x" * 60, '"' + "x" * 38 + "…")):
+        rows.write_text(json.dumps({"prompt": "x", "label": label}) + "\n")
+        out = herald("steer-eval", str(rows), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f'herald steer-eval: {rows} line 1: "label" must be "harmful" or "benign" (the corpus\'s labels), not {shown}')
 
 
 def test_steer_eval_interrupted_says_how_many_prompts_were_done_and_that_nothing_was_written(tmp_path, monkeypatch):

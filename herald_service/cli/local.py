@@ -341,8 +341,8 @@ class SteerEvalCommand(LocalCommand):
     no one while it generates."""
 
     file: CliPositionalArg[Path] = Field(description=(
-        "UTF-8 prompt file: one prompt per line, or JSONL rows with a \"prompt\" string (and a \"label\" string such as"
-        " \"harmful\" or \"benign\", for rates per label); blank lines are skipped and the first --limit prompts are run."))
+        "UTF-8 prompt file: one prompt per line, or JSONL rows with a \"prompt\" string (and a \"label\", \"harmful\" or"
+        " \"benign\", for rates per label); blank lines are skipped and the first --limit prompts are run."))
     layers: SteerLayers = Field(None, description=(
         "1-based decoder layers ([4], 4,8 or 4), or 'all', as POST /steer takes; default: the peak-monotonicity layer."
         " Layers below 1 or listed twice are refused before the backbone loads; above the backbone's count, after."))
@@ -409,9 +409,13 @@ class SteerEvalCommand(LocalCommand):
             raise SystemExit(str(exc)) from None
         if not isinstance(row.get("prompt"), str):
             raise SystemExit(f"{where}: needs a \"prompt\" string")
+        from herald_service.training.corpus import LABELS
+
         label = row.get("label")
-        if label is not None and not isinstance(label, str):
-            raise SystemExit(f"{where}: \"label\" must be a string such as \"harmful\" or \"benign\", not {json.dumps(label)}")
+        # the corpus's labels only: "HARMFUL", "harmful " and "" each made a group of their own (re-tester finding)
+        if label is not None and label not in LABELS:
+            shown = json.dumps(label) if len(json.dumps(label)) <= 40 else json.dumps(label)[:39] + "…"
+            raise SystemExit(f"{where}: \"label\" must be \"harmful\" or \"benign\" (the corpus's labels), not {shown}")
         return row["prompt"], label
 
     def _check_layers(self, runtime: Any) -> list[int] | None:
