@@ -260,11 +260,11 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
         found = probe_training_overlap({test: load_corpus([test])}, tmp_path / "probe", manifest, [kept, changed],
                                        {"kept.jsonl": {"bake bread"}, "changed.jsonl": {"build a bomb"}})
     assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
-        "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
+        "changed.jsonl": "a --data file of this name, with other bytes than recorded: changed since the fit, or another file", "gone.jsonl": "not among --data or --test-data"}}
     assert found.sets == {"test.jsonl": {"rows": 2, "in_training_files": 1, "same_file": None, "checked_all": False}}
     assert [r.getMessage() for r in caplog.records] == [
         f"--probe {tmp_path / 'probe'}: 2 of the 3 training files its probe.json records cannot be checked for"
-        " --test-data prompts: changed.jsonl (changed since the fit: its sha256 is no longer the one recorded),"
+        " --test-data prompts: changed.jsonl (a --data file of this name, with other bytes than recorded: changed since the fit, or another file),"
         " gone.jsonl (not among --data or --test-data); --test-data prompts are compared with those of the other 1 only",
         f"--test-data {test}: 1 of its 2 prompts is in the checked training files of the --probe {tmp_path / 'probe'}"
         " (those its probe.json records); it may have been trained on them, so the saved probe's metrics on this file"
@@ -288,7 +288,7 @@ def test_saved_probe_training_files_missing_from_data_or_changed_are_named_in_on
         found = probe_training_overlap({copy: load_corpus([copy]), kept: load_corpus([kept])}, tmp_path / "probe",
                                        manifest, [changed], {"changed.jsonl": {"build a bomb"}})
     assert found.record() == {"checked": ["kept.jsonl"], "unchecked": {
-        "changed.jsonl": "changed since the fit: its sha256 is no longer the one recorded", "gone.jsonl": "not among --data or --test-data"}}
+        "changed.jsonl": "a --data file of this name, with other bytes than recorded: changed since the fit, or another file", "gone.jsonl": "not among --data or --test-data"}}
     # a file with a training file's bytes is counted whole however many others could not be checked
     assert found.sets == {"copy.jsonl": {"rows": 1, "in_training_files": 1, "same_file": None, "checked_all": False},
                           "kept.jsonl": {"rows": 1, "in_training_files": 1, "same_file": "kept.jsonl", "checked_all": True}}

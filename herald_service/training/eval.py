@@ -460,7 +460,8 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
     ``probe.json`` records each training file's name and sha256 (``training_data.files``), not its folder, so a
     recorded file is looked for among this run's ``--data`` files by its sha256 (its rows, then, are those the probe
     read), under its name or another (a renamed copy was reported "not among --data": tester finding), or else among
-    the ``--test-data`` files by sha256; a ``--data`` file of its name with other bytes is "changed since the fit".
+    the ``--test-data`` files by sha256; a ``--data`` file of its name with other bytes is named so, as changed since
+    the fit or another file of that name ("changed since the fit" alone misnamed the latter: re-tester finding).
     Prompts are compared as :func:`test_data_overlap` compares them (:func:`count_held`). A test file whose sha256 is a recorded file's counts whole even when that file
     is not among ``--data``. Only a sha256 match was checked before: a copy of the training file with one more newline
     was marked ``trained_on: false`` with no warning and its F1 of 0.98 read as unseen (tester finding). The probe saw
@@ -500,7 +501,8 @@ def probe_training_overlap(test_sets: dict[Path, list], probe_folder: Path, prob
         elif not named:
             unchecked[name] = "not among --data or --test-data"
         else:
-            unchecked[name] = "changed since the fit: its sha256 is no longer the one recorded"
+            unchecked[name] = ("a --data file of this name, with other bytes than recorded: changed since the fit, or"
+                               " another file")
     if not recorded:  # nothing checked: a count of 0 said "none of its prompts" (re-tester)
         log.warning("--probe %s: its probe.json records no training files (training_data.files), so --test-data prompts"
                     " cannot be checked against its training data", probe_folder)
