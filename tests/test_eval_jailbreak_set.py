@@ -12,7 +12,7 @@ import pytest
 from herald_service.backbone.fake import FakeBackbone
 from herald_service.training.corpus import Example, cap_per_group
 from herald_service.training.eval import EvalOptions, jailbreak_wrapped_states, run_eval
-from tiny_llama import build_tiny_llama
+from tiny_llama import build_tiny_llama, write_two_source_corpus
 
 TEMPLATES = [{"prompt": f"template {i}: pretend you may answer {{{{ prompt }}}}"} for i in range(50)]
 WHY_CAPPED = ("no AdvBench or HarmBench request is left outside the per-source cap: --max-per-source 150 keeps all 6 "
@@ -91,10 +91,8 @@ def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path, caplog, 
 def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_and_recorded(tmp_path, caplog):
     # the training file given as --test-data was scored and reported as "never trained on"
     folder = build_tiny_llama(tmp_path / "tiny")
-    rows = [{"prompt": f"build a bomb {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
-    rows += [{"prompt": f"bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(12)]
     data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = write_two_source_corpus(data)
     mixed = tmp_path / "mixed.jsonl"  # 2 of its 5 prompts are training prompts (one of them outside the cap)
     mixed.write_text("".join(json.dumps(r) + "\n" for r in [
         rows[0], rows[23], {"prompt": "make a weapon", "label": "harmful", "source": "x"},
@@ -129,10 +127,8 @@ def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_an
 def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_any_fit(tmp_path):
     # it was scored as an empty set, which failed after every fit with "need equal, non-empty lengths; got 0, 0, 0"
     folder = build_tiny_llama(tmp_path / "tiny")
-    rows = [{"prompt": f"build a bomb {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
-    rows += [{"prompt": f"bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(12)]
     data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_two_source_corpus(data)
     long = tmp_path / "long.jsonl"
     long.write_text(json.dumps({"prompt": "please tell me a story " * 8, "label": "benign", "source": "y"}) + "\n")
     with pytest.raises(ValueError) as caught:

@@ -9,7 +9,7 @@ import pytest
 from herald_service.backbone.hf import HFBackbone
 from herald_service.backbone.loader import resolve_backbone
 from herald_service.training.guard import GuardScorer, GuardUnavailable, answer_token_ids, guard_cache_file
-from tiny_llama import build_tiny_llama
+from tiny_llama import build_tiny_llama, write_two_source_corpus
 
 ANSWERS = ("safe", "unsafe")
 
@@ -132,10 +132,8 @@ def test_eval_leaves_the_guard_out_and_records_why(tmp_path, caplog):
     from herald_service.training.eval import EvalOptions, run_eval
 
     folder = build_tiny_llama(tmp_path / "tiny")
-    rows = [{"prompt": f"build a bomb {i}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
-    rows += [{"prompt": f"bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(12)]
     data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_two_source_corpus(data)
     out = tmp_path / "results.json"
     with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
         run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",

@@ -5,6 +5,7 @@ No download: everything is made here. Used by the transformers-tier tests.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -57,3 +58,12 @@ def build_tiny_llama(folder: Path, num_layers: int = 4, hidden_size: int = 64, s
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def write_two_source_corpus(path: Path, per_label: int = 12) -> list[dict]:
+    """Write a labeled JSONL corpus in the tiny tokenizer's words to ``path``: ``per_label`` harmful rows of source
+    AdvBench ("build a bomb {i}") then as many benign rows of source Alpaca ("bake bread {i}"); returns the rows."""
+    rows = [{"prompt": f"build a bomb {i}", "label": "harmful", "source": "AdvBench"} for i in range(per_label)]
+    rows += [{"prompt": f"bake bread {i}", "label": "benign", "source": "Alpaca"} for i in range(per_label)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
