@@ -1235,9 +1235,14 @@ def test_the_openapi_document_asks_for_keys_where_this_server_does_and_names_eac
     with client_for(**overrides, steer_enabled=True, steer_api_key=STEER_KEY) as c:
         wait_ready(c)
         document = c.get("/openapi.json").json()
-        secured = {path for path, ops in document["paths"].items() if any("security" in op for op in ops.values())}
-        assert secured == ({"/classify", "/v1/moderations", "/v1/info", "/steer"} if keys else {"/steer"})
-        assert "HTTPBearer" in document["components"]["securitySchemes"]
+        secured = {path: [op["security"] for op in ops.values() if "security" in op] for path, ops in document["paths"].items()}
+        secured = {path: schemes for path, schemes in secured.items() if schemes}
+        client = [[{"HTTPBearer": []}]]
+        # /steer's key is not a client key: a scheme of its own, or Swagger's one "Authorize" filled both (tester)
+        assert secured == ({"/classify": client, "/v1/moderations": client, "/v1/info": client,
+                            "/steer": [[{"SteerKey": []}]]} if keys else {"/steer": [[{"SteerKey": []}]]})
+        assert set(document["components"]["securitySchemes"]) == ({"HTTPBearer", "SteerKey"} if keys else {"SteerKey"})
+        assert document["components"]["securitySchemes"]["SteerKey"]["scheme"] == "bearer"
         paths = document["paths"]
         assert set(paths["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
         assert c.get("/metrics").headers["content-type"].startswith("text/plain")
@@ -1250,7 +1255,11 @@ def test_the_openapi_document_asks_for_keys_where_this_server_does_and_names_eac
         request = document["components"]["schemas"]["ClassifyRequest"]["properties"]
         assert all(b["minItems"] == 1 for b in request["messages"]["anyOf"] if b.get("type") == "array")
         assert c.post("/classify", json={"messages": []}, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 422
+    with client_for(api_keys=[API_KEY]) as c:  # client keys, steering off: only their scheme is declared
+        wait_ready(c)
+        assert set(c.get("/openapi.json").json()["components"]["securitySchemes"]) == {"HTTPBearer"}
     with client_for() as c:  # steering off, no keys: no operation asks for one, and no scheme is declared
+        wait_ready(c)  # a loading thread left running at exit ended the run with "terminate called ..."
         document = c.get("/openapi.json").json()
         assert not any("security" in op for ops in document["paths"].values() for op in ops.values())
         assert "securitySchemes" not in document.get("components", {})

@@ -79,8 +79,13 @@ async def get_moderator(state: State) -> Moderator:
     return _ready_moderator(state)
 
 
-_bearer = HTTPBearer(auto_error=False)
+_bearer = HTTPBearer(auto_error=False, description="one of HERALD_API_KEYS (moderation routes and /v1/info)")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+_steer_bearer = HTTPBearer(auto_error=False, scheme_name="SteerKey", description="HERALD_STEER_API_KEY (/steer only)")
+SteerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_steer_bearer)]
+"""/steer's bearer credentials, under a scheme of their own in the OpenAPI document: the steer key and the client
+keys are not interchangeable, and one shared ``HTTPBearer`` scheme made Swagger's one "Authorize" fill both, so one
+of the two always answered 401 (tester finding)."""
 
 
 def _matches(token: str, keys: list[str]) -> bool:
@@ -122,7 +127,7 @@ STEER_DISABLED = "/steer is disabled; set HERALD_STEER_ENABLED=true and HERALD_S
 STEER_KEY_NAME = "steer key (Authorization: Bearer <HERALD_STEER_API_KEY>)"
 
 
-async def require_steer_key(state: State, credentials: Credentials) -> None:
+async def require_steer_key(state: State, credentials: SteerCredentials) -> None:
     """``/steer`` is off unless enabled, and then needs ``HERALD_STEER_API_KEY`` (it removes a safety behaviour).
 
     Raises:

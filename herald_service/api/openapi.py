@@ -84,14 +84,21 @@ def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[st
 
 
 def with_configured_keys(document: dict[str, Any], keyed_paths: set[str]) -> dict[str, Any]:
-    """``document`` with the bearer scheme required only by the operations of ``keyed_paths`` (those whose keys are
-    set), and the scheme itself left out where none is; in place, returned for chaining."""
+    """``document`` with the bearer schemes (``HTTPBearer``: the client keys; ``SteerKey``: /steer's) required only by
+    the operations of ``keyed_paths`` (those whose keys are set), and each scheme no operation requires left out; in
+    place, returned for chaining."""
+    used: set[str] = set()
     for path, operations in document["paths"].items():
         for operation in operations.values():
             if "security" in operation and path not in keyed_paths:
                 del operation["security"]
-    if not any("security" in op for operations in document["paths"].values() for op in operations.values()):
-        document.get("components", {}).pop("securitySchemes", None)
+            used.update(name for requirement in operation.get("security", []) for name in requirement)
+    components = document.get("components", {})
+    schemes = {name: scheme for name, scheme in components.get("securitySchemes", {}).items() if name in used}
+    if schemes:
+        components["securitySchemes"] = schemes
+    else:
+        components.pop("securitySchemes", None)
     return document
 
 
