@@ -159,3 +159,13 @@ def test_an_api_key_fetch_cannot_send_is_named_before_the_request(script):
     problems = json.loads(run_node(page_function(script, "keyProblem") + f"\nconsole.log(JSON.stringify([{calls}]));"))
     assert "if (keyProblem(key)) { showError(keyProblem(key), \"API key\")" in script
     assert problems[0] is None and all(p == "An API key holds printable ASCII characters only (no spaces)." for p in problems[1:])
+
+
+def test_a_refusal_with_retry_after_says_when_to_try_again(script):
+    # a 503 during loading read "Error: loading model and probe" though Retry-After: 5 came with it (tester)
+    values = ["5", "0.2", None, "", "soon", "-1"]
+    calls = ", ".join(f"retryAdvice({json.dumps(v)})" for v in values)
+    shown = json.loads(run_node(page_function(script, "retryAdvice") + f"\nconsole.log(JSON.stringify([{calls}]));"))
+    assert shown == [" Try again in 5 s.", " Try again in 1 s.", "", "", "", ""]
+    assert 'var retry = retryAdvice(res.headers.get("Retry-After"));' in script
+    assert "showError(err.message + retry, err.field);" in script
