@@ -7,6 +7,10 @@ from typing import Literal
 
 import numpy as np
 
+AS_SENT = "as sent (the generations read it without the fold)"
+"""How a token-limit refusal of /steer and ``herald steer-eval`` names a prompt whose text as sent, which their
+generations continue, renders past the limit (its folded form, which the verdicts read, may be shorter)."""
+
 MIN_ADD_ALPHA = 1e-6
 """Smallest ``|alpha|`` of an ``"add"`` :class:`~herald_service.backbone.base.Intervention` that ``POST /steer`` and
 ``herald steer-eval`` accept. Smaller adds under a millionth of sigma_l along w_l, which no completion shows, so

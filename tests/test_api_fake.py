@@ -686,10 +686,10 @@ def test_unexpected_error_is_a_500_without_internals():
 
         real_encode = runtime.backbone.encode
 
-        def broken_encode(conversations):
+        def broken_encode(conversations, fold=True):
             if any("boom" in m.content for c in conversations for m in c):
                 raise TypeError("secret internals")
-            return real_encode(conversations)
+            return real_encode(conversations, fold)
 
         runtime.backbone.encode = broken_encode
         return runtime
@@ -1086,9 +1086,9 @@ def test_a_prompt_over_the_token_limit_ends_the_encoding_of_the_prompts_after_it
         backbone = client.app.state.herald.runtime.backbone
         encode, seen = backbone.encode, []
 
-        def counting(conversations):
+        def counting(conversations, fold=True):
             seen.append(len(conversations))
-            return encode(conversations)
+            return encode(conversations, fold)
 
         monkeypatch.setattr(backbone, "encode", counting)
         long = "wd " * 9_000
@@ -1108,11 +1108,11 @@ def test_a_prompt_the_backbone_refuses_in_a_later_chunk_is_named_by_its_place_in
         backbone = client.app.state.herald.runtime.backbone
         encode = backbone.encode
 
-        def refusing(conversations):  # as HFBackbone.encode refuses a prompt that renders to no token
+        def refusing(conversations, fold=True):  # as HFBackbone.encode refuses a prompt that renders to no token
             for i, conversation in enumerate(conversations):
                 if conversation[0].content == "refuse me":
                     raise InvalidInput("prompt renders to no token", prompt_index=i)
-            return encode(conversations)
+            return encode(conversations, fold)
 
         monkeypatch.setattr(backbone, "encode", refusing)
         r = client.post("/classify", json={"input": ["wd " * 6_000] * 3 + ["hi", "refuse me"]})

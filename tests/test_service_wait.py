@@ -51,7 +51,7 @@ def test_an_encoding_error_about_one_prompt_names_that_prompts_request_field():
     runtime = fake_runtime()
 
     class Refusing(FakeBackbone):
-        def encode(self, conversations):
+        def encode(self, conversations, fold=True):
             raise InvalidInput("a message spells a control token", prompt_index=1)
 
     backbone = Refusing()
@@ -68,9 +68,9 @@ def test_a_full_queue_is_refused_before_tokenizing():
     encoded = []
 
     class Counting(FakeBackbone):
-        def encode(self, conversations):
+        def encode(self, conversations, fold=True):
             encoded.append(len(conversations))
-            return super().encode(conversations)
+            return super().encode(conversations, fold)
 
     backbone = Counting()
     backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words

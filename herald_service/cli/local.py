@@ -414,7 +414,8 @@ class SteerEvalCommand(LocalCommand):
         label = row.get("label")
         # the corpus's labels only: "HARMFUL", "harmful " and "" each made a group of their own (re-tester finding)
         if label is not None and label not in LABELS:
-            shown = json.dumps(label) if len(json.dumps(label)) <= 40 else json.dumps(label)[:39] + "…"
+            shown = json.dumps(label)
+            shown = shown if len(shown) <= 40 else shown[:39] + "…"
             raise SystemExit(f"{where}: \"label\" must be \"harmful\" or \"benign\" (the corpus's labels), not {shown}")
         return row["prompt"], label
 

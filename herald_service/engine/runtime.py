@@ -19,7 +19,7 @@ from herald_service.probes.artifact import (backbone_manifest, check_chat_templa
 from herald_service.probes.folder import require_probe_folder
 from herald_service.probes.probe import FittedProbe, HeraldProbe
 from herald_service.probes.reference import REFERENCE_TOLERANCE, check_reference
-from herald_service.types import Classification, user_turn
+from herald_service.types import AS_SENT, Classification, user_turn
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,13 @@ class Runtime:
                 by ``names`` and with ``prompt_index`` set.
         """
         conversations = [user_turn(t) for t in texts]
-        ids = self.backbone.encode(conversations) if fold else self.backbone.encode(conversations, fold=False)
+        ids = self.backbone.encode(conversations, fold=fold)
         limit, name = self.token_limit(max_tokens)
         name = max_tokens_name if name == "max_tokens" else name
         for i, token_ids in enumerate(ids):
             if limit is not None and len(token_ids) > limit:
                 where = names[i] if names is not None else f"prompt {i + 1}"
-                where += "" if fold else " as sent (the generations read it without the fold)"
+                where += "" if fold else f" {AS_SENT}"
                 raise InputTooLarge(f"{where} renders to {len(token_ids)} tokens; the limit is {limit} ({name})",
                                     field=f"text[{i}]", prompt_index=i)
         return ids

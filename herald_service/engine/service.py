@@ -31,7 +31,8 @@ from herald_service.metrics import HeraldMetrics
 from herald_service.prompt_text import normalize_prompt_text
 from herald_service.refusal import is_refusal
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
-from herald_service.types import Classification, Conversation, Message, SteerLayers, Timing, steer_layers, user_turn
+from herald_service.types import (AS_SENT, Classification, Conversation, Message, SteerLayers, Timing, steer_layers,
+                                  user_turn)
 
 
 class ClientGone(HeraldError):
@@ -403,8 +404,7 @@ class Moderator:
         """
         started = time.perf_counter()
         limit, name = self.runtime.token_limit(self.settings.max_tokens)
-        # only when asked: stand-in backbones of the tests take no fold
-        encode = self.runtime.backbone.encode if fold else functools.partial(self.runtime.backbone.encode, fold=False)
+        encode = functools.partial(self.runtime.backbone.encode, fold=fold)
         ids: list[list[int]] = []
         lengths: list[int] = []  # of ids, for the admission check after each chunk
         for first, end in chunks_by_characters(conversations, ENCODE_CHUNK_CHARS):
@@ -598,7 +598,7 @@ class Moderator:
         try:
             views_ids, _ = await self.tokenize(views.prompts, views.fields, names)
             # what the generations continue: the text as sent, not the fold the verdicts read (tester finding)
-            sent = f"{names.get(field, 'prompt')} as sent (the generations read it without the fold)"
+            sent = f"{names.get(field, 'prompt')} {AS_SENT}"
             (generation_ids,), _ = await self.tokenize([conversation], [field], {field: sent}, fold=False)
         except (QueueFull, WorkTooLarge) as exc:  # tokenize's admission checks, counted and named as /classify's
             # were not: the same 413 had no field on /steer and no count (breaker pass)
