@@ -463,6 +463,33 @@ def test_info_and_page(client):
     assert page.headers["x-content-type-options"] == "nosniff" and page.headers["referrer-policy"] == "no-referrer"
 
 
+def test_docs_pages_load_their_scripts_from_this_server_not_a_cdn(client):
+    # tester nit: FastAPI's /docs and /redoc load Swagger UI / ReDoc from cdn.jsdelivr.net (blank without internet)
+    import re
+
+    for path, title in (("/docs", "Herald - Swagger UI"), ("/redoc", "Herald - ReDoc")):
+        page = client.get(path)
+        assert page.status_code == 200 and f"<title>{title}</title>" in page.text
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["referrer-policy"] == "no-referrer"
+        assert "'/openapi.json'" in page.text or '"/openapi.json"' in page.text
+        urls = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+        assert urls and all(u.startswith("/") for u in urls), (path, urls)  # nothing from another host
+        assert "cdn." not in page.text and "fonts.googleapis" not in page.text
+        for url in urls:
+            asset = client.get(url)
+            assert asset.status_code == 200 and len(asset.content) > 1000, url
+            assert client.head(url).status_code == 200
+        assert client.head(path).status_code == 200
+    script = client.get("/docs/swagger-ui-bundle.js")
+    assert script.headers["content-type"].startswith(("application/javascript", "text/javascript"))
+    assert "SwaggerUIBundle" in script.text[:2000] and "max-age=86400" in script.headers["cache-control"]
+    assert client.get("/docs/swagger-ui.css").headers["content-type"].startswith("text/css")
+    assert "Redoc" in client.get("/redoc/redoc.standalone.js").text[:5000]
+    assert client.get("/docs/oauth2-redirect").status_code == 404  # bearer keys only: no OAuth page
+    assert client.get("/openapi.json").json()["openapi"].startswith("3.1")  # what Swagger UI 5 reads
+
+
 def test_not_ready_until_loaded_then_ready():
     slow_loader, gate = held_loader(10)
 

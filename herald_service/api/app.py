@@ -22,7 +22,7 @@ from herald_service.api.json_body import UniqueKeysRoute
 from herald_service.api.middleware import (BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies,
                                           OperationsPortOnly, RequestMetrics)
 from herald_service.api.openapi import limited_openapi
-from herald_service.api.routes import classify, moderations, ops, steer
+from herald_service.api.routes import classify, docs, moderations, ops, steer
 from herald_service.backbone.base import runs_in_chunks
 from herald_service.config import Settings
 from herald_service.engine.admission import OWN_WORK_HEADROOM, WAIT_HEADROOM, BatchTiming, Work
@@ -360,10 +360,12 @@ def build_app(
         # "POST /classify/" got a bodiless 307 to /classify (a client that does not follow it for a POST saw no
         # JSON error): now a 404 naming the path, like any other unknown path (breaker finding)
         redirect_slashes=False,
+        docs_url=None,  # /docs and /redoc are routes.docs: FastAPI's load their scripts from a CDN
+        redoc_url=None,
     )
     app.state.herald = state
     install_error_handlers(app)
-    routers = (classify.router, moderations.router, steer.router, ops.router)
+    routers = (classify.router, moderations.router, steer.router, ops.router, docs.router)
     for router in routers:
         app.include_router(router)
     metrics.admission_wait_limit.set(WAIT_HEADROOM * settings.request_timeout_s)

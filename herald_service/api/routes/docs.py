@@ -1,0 +1,81 @@
+"""The API description pages, ``/docs`` (Swagger UI) and ``/redoc`` (ReDoc), with their scripts and styles served by
+this server.
+
+FastAPI's own pages load Swagger UI and ReDoc from cdn.jsdelivr.net (and ReDoc's fonts from Google), so a browser
+without internet access, the usual place of a moderation service, got a blank page. The files come from the PyPI
+package ``fastapi-offline`` (MIT; Swagger UI 5, which reads the OpenAPI 3.1 that FastAPI writes, and ReDoc
+standalone); the pages are FastAPI's own HTML (``fastapi.openapi.docs``) pointed at them. Each answers ``HEAD`` too.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
+
+from herald_service.api.routes.ops import PAGE_HEADERS
+
+router = APIRouter(include_in_schema=False)
+
+ASSETS = Path(str(files("fastapi_offline") / "static"))
+"""The folder of ``swagger-ui-bundle.js``, ``swagger-ui.css``, ``redoc.standalone.js`` and ``favicon.png``."""
+
+ASSET_ROUTES = {
+    "/docs/swagger-ui-bundle.js": "swagger-ui-bundle.js",
+    "/docs/swagger-ui.css": "swagger-ui.css",
+    "/docs/favicon.png": "favicon.png",
+    "/redoc/redoc.standalone.js": "redoc.standalone.js",
+}
+"""Path on this server -> file in :data:`ASSETS`."""
+
+ASSET_CACHE = {"Cache-Control": "public, max-age=86400"}
+"""The files change only with the installed package; a day's caching spares a reload of 1.5 MB of script."""
+
+
+def _root(request: Request) -> str:
+    """The path prefix a reverse proxy serves this app under (``root_path``, as FastAPI's own pages use it)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _page(page: HTMLResponse) -> HTMLResponse:
+    """The page with :data:`~.ops.PAGE_HEADERS` (no framing by other sites, no referrer, no type sniffing)."""
+    page.headers.update(PAGE_HEADERS)
+    return page
+
+
+@router.head("/docs", response_class=HTMLResponse)
+@router.get("/docs", response_class=HTMLResponse)
+async def swagger_ui(request: Request) -> HTMLResponse:
+    """Swagger UI over ``/openapi.json``, with its script and styles from this server."""
+    root = _root(request)
+    return _page(get_swagger_ui_html(
+        openapi_url=f"{root}/openapi.json", title="Herald - Swagger UI",
+        swagger_js_url=f"{root}/docs/swagger-ui-bundle.js", swagger_css_url=f"{root}/docs/swagger-ui.css",
+        swagger_favicon_url=f"{root}/docs/favicon.png", oauth2_redirect_url=None,
+    ))
+
+
+@router.head("/redoc", response_class=HTMLResponse)
+@router.get("/redoc", response_class=HTMLResponse)
+async def redoc(request: Request) -> HTMLResponse:
+    """ReDoc over ``/openapi.json``, with its script from this server and the browser's own fonts."""
+    root = _root(request)
+    return _page(get_redoc_html(
+        openapi_url=f"{root}/openapi.json", title="Herald - ReDoc", redoc_js_url=f"{root}/redoc/redoc.standalone.js",
+        redoc_favicon_url=f"{root}/docs/favicon.png", with_google_fonts=False,
+    ))
+
+
+def _asset_route(path: str, name: str) -> None:
+    async def asset() -> FileResponse:
+        return FileResponse(ASSETS / name, headers=ASSET_CACHE)
+
+    asset.__name__ = f"asset_{name.replace('.', '_').replace('-', '_')}"
+    router.add_api_route(path, asset, methods=["GET", "HEAD"], response_class=FileResponse)
+
+
+for _path, _name in ASSET_ROUTES.items():
+    _asset_route(_path, _name)
