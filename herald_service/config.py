@@ -488,6 +488,11 @@ class Settings(BackboneSettings):
         health = HEALTH_PORT_CONNECTIONS if self.health_port is not None else 0
         return self.max_connections + FILE_DESCRIPTOR_RESERVE + health
 
+    def max_body_bytes(self) -> int:
+        """Largest request body in bytes before a 413 (the API's ``BodyLimit``): a full batch of the longest prompts
+        with every character written as a 6-byte JSON escape (``\\uXXXX``), plus 64 KiB for keys and structure."""
+        return self.max_batch_size * self.max_chars * 6 + 65_536
+
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 for every interface (containers).")
     port: int = Field(8000, ge=1, le=65535, description="TCP port to listen on.")
     # A second listener for operations (the usual admin port): Kubernetes' probes and Prometheus' scrapes are

@@ -448,6 +448,13 @@ def test_info_and_page(client):
     info = client.get("/v1/info").json()
     assert info["backbone"]["num_layers"] == 8 and info["limits"]["max_tokens"] == 40
     assert info["steer_enabled"] is True and info["limits"]["steer_max_concurrent"] == 1
+    # what a client needs to size its requests (tester nit: the body limit and score_messages were missing)
+    assert info["limits"]["max_body_bytes"] == 4 * 200 * 6 + 65_536 and info["score_messages"] == "pending"
+    assert info["probe"]["reference_check"] is None  # the fake probe has no reference prompts: null, not left out
+    schema = client.get("/openapi.json").json()
+    assert schema["paths"]["/v1/info"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/InfoResponse"}
+    assert set(schema["components"]["schemas"]["InfoLimits"]["required"]) >= {"max_tokens", "max_body_bytes"}
     assert info["limits"]["steer_max_new_tokens"] == 128  # the /steer limit a client must know before it asks
     with client_for(steer_enabled=True, steer_api_key=STEER_KEY, steer_max_new_tokens=16) as small:
         wait_ready(small)
@@ -498,6 +505,9 @@ def test_not_ready_until_loaded_then_ready():
         r = c.get("/health/ready")
         assert r.status_code == 503 and "loading" in r.json()["error"]["message"]
         assert r.headers["retry-after"] == "5"  # loading: up soon (a new-user pass found 503s without it)
+        loading = c.get("/v1/info").json()  # before the load: the limits as set, no backbone or probe (not null)
+        assert loading["ready"] is False and not {"backbone", "probe"} & set(loading)
+        assert loading["limits"]["batch_token_budget"] == "auto" and loading["limits"]["max_tokens"] == Settings(_env_file=None).max_tokens
         for path, body in (("/classify", {"input": "hi"}), ("/v1/moderations", {"input": "hi"})):
             r = c.post(path, json=body)
             assert (r.status_code, r.headers["retry-after"], r.json()["error"]["type"]) == (503, "5", "not_ready")

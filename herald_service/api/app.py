@@ -373,8 +373,7 @@ def build_app(
     metrics.start_routes([r.path for router in (classify.router, moderations.router, steer.router) for r in router.routes],
                          decision_routes=[r.path for router in (classify.router, moderations.router) for r in router.routes])
     paths = {r.path for router in routers for r in router.routes} | {r.path for r in app.routes if isinstance(getattr(r, "path", None), str)}
-    # JSON escapes can take 6 bytes per character; leave room for keys and structure.
-    max_body = settings.max_batch_size * settings.max_chars * 6 + 65_536
+    max_body = settings.max_body_bytes()
     set_by = f"HERALD_MAX_BATCH_SIZE ({settings.max_batch_size}) x HERALD_MAX_CHARS ({settings.max_chars}) x 6 + 65536"
     app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics, set_by=set_by)
     app.add_middleware(BodyDeadline, timeout_s=settings.body_timeout_s, metrics=metrics, setting="HERALD_BODY_TIMEOUT_S")

@@ -442,6 +442,60 @@ class SteerResponse(BaseModel):
     classification: dict[str, ClassifyResult]
 
 
+class InfoLimits(BaseModel):
+    """What this server refuses above (README "Configuration" names each setting); a request within every limit can
+    still be refused as a whole (a conversation's turns together over ``max_chars``)."""
+
+    max_batch_size: int = Field(description="Prompts per request (HERALD_MAX_BATCH_SIZE)")
+    max_chars: int = Field(description="Characters per prompt (HERALD_MAX_CHARS)")
+    max_messages: int = Field(description="Messages per conversation (HERALD_MAX_MESSAGES)")
+    max_tokens: int = Field(description="Tokens of a prompt in its chat template: HERALD_MAX_TOKENS, or the backbone's"
+                                        " context length where that is smaller")
+    max_body_bytes: int = Field(description="Request body bytes before a 413: max_batch_size x max_chars x 6 + 65536")
+    queue_capacity: int = Field(description="Prompts waiting for the worker before a 429 (HERALD_QUEUE_CAPACITY)")
+    batch_token_budget: int | Literal["auto"] = Field(
+        description="Tokens of one forward pass: the resolved number once the worker runs, the setting before")
+    batch_max_prompts: int = Field(description="Prompts in one forward pass (HERALD_BATCH_MAX_PROMPTS)")
+    request_timeout_s: float = Field(description="Seconds a request may take before its 504 (HERALD_REQUEST_TIMEOUT_S)")
+    body_timeout_s: float = Field(description="Seconds a request body may take to arrive (HERALD_BODY_TIMEOUT_S)")
+    prefill_chunk_tokens: int | Literal["auto"] = Field(
+        description="Tokens of one prefill chunk (0: off): the resolved number once the worker runs, the setting before")
+    steer_max_concurrent: int | None = Field(None, description="While steering is on: /steer requests at once")
+    steer_max_new_tokens: int | None = Field(None, description="While steering is on: the largest max_new_tokens")
+
+
+class InfoBackbone(BaseModel):
+    id: str
+    revision: str
+    num_layers: int
+    hidden_size: int
+    device: str
+    dtype: str
+    matmul_dtype: str
+
+
+class InfoProbe(BaseModel):
+    path: str = Field(description="The probe folder this server loaded (HERALD_PROBE, or the shipped probe's)")
+    sha256: str | None = Field(description="sha256 of the probe's files as loaded; null for a probe built in memory")
+    manifest: dict = Field(description="The probe's probe.json (DESIGN section 2.3)")
+    reference_check: dict | None = Field(
+        description="How far the reference prompts' logits moved on this backbone at load; null for a probe without them")
+
+
+class InfoResponse(BaseModel):
+    """``GET /v1/info``: fields absent before the model has loaded (``backbone``, ``probe``) or while steering is off
+    (the ``steer_`` limits) are left out, not null."""
+
+    herald_version: str
+    ready: bool = Field(description="Model, probe, warm-up and worker are up (as /health/ready)")
+    score_messages: Literal["pending", "all"] = Field(
+        description="Which user turns of a conversation are scored alone (HERALD_SCORE_MESSAGES)")
+    limits: InfoLimits
+    steer_enabled: bool
+    backbone: InfoBackbone | None = None
+    probe: InfoProbe | None = None
+
+
 class ErrorDetail(BaseModel):
     type: str
     message: str

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from herald_service import __version__
 from herald_service.api.deps import ApiKey, State
 from herald_service.api.errors import error_response
-from herald_service.api.schemas import ErrorBody
+from herald_service.api.schemas import ErrorBody, InfoResponse
 
 router = APIRouter(tags=["operations"])
 WORKER_DEAD = {503: {"model": ErrorBody, "description": "The inference worker died"}}
@@ -55,18 +55,21 @@ async def metrics(state: State) -> Response:
 
 
 @router.head("/v1/info", dependencies=[ApiKey], include_in_schema=False)
-@router.get("/v1/info", dependencies=[ApiKey], responses={401: {"model": ErrorBody}})
+@router.get("/v1/info", dependencies=[ApiKey], responses={401: {"model": ErrorBody}}, response_model=InfoResponse,
+            response_model_exclude_unset=True)
 async def info(state: State) -> dict:
-    """Backbone, probe manifest and limits."""
+    """Backbone, probe manifest and limits (:class:`~herald_service.api.schemas.InfoResponse`)."""
     s = state.settings
     body: dict = {
         "herald_version": __version__,
         "ready": state.not_ready_reason() is None,
+        "score_messages": s.score_messages,
         "limits": {
             "max_batch_size": s.max_batch_size,
             "max_chars": s.max_chars,
             "max_messages": s.max_messages,
             "max_tokens": s.max_tokens if state.runtime is None else state.runtime.token_limit(s.max_tokens)[0],
+            "max_body_bytes": s.max_body_bytes(),
             "queue_capacity": s.queue_capacity,
             # resolved once the engine runs (auto: 2,048 on the CPU, 8,192 on CUDA), the setting before
             "batch_token_budget": s.batch_token_budget if state.engine is None else state.engine.limits.token_budget,
