@@ -1263,6 +1263,47 @@ def test_the_openapi_document_gives_the_limits_the_server_enforces():
             assert past.status_code in expected and past.json()["error"]["field"] == field, (path, limit, past.text)
 
 
+def test_the_openapi_document_refuses_what_the_server_refuses_one_prompt_field_unique_layers_and_declares_retry_after():
+    """Schema nits (tester): the document let a request give both input and messages (or neither), listed /steer's
+    layers with repeats, and no 429 or 503 declared its Retry-After header. A body the document's request schema
+    (JSON Schema 2020-12, as OpenAPI 3.1 writes it) accepts is answered 200, one it refuses is a 422."""
+    from jsonschema import Draft202012Validator
+
+    with client_for(steer_enabled=True, steer_api_key=STEER_KEY) as c:
+        wait_ready(c)
+        document = c.get("/openapi.json").json()
+
+        def valid(schema: str, body: dict) -> bool:
+            root = {"$ref": f"#/components/schemas/{schema}", "components": document["components"]}
+            return Draft202012Validator(root).is_valid(body)
+
+        conversation = [{"role": "user", "content": "hi"}]
+        steer = {"Authorization": f"Bearer {STEER_KEY}"}
+        cases = [  # path, schema, body, whether the server takes it
+            ("/classify", "ClassifyRequest", {"input": "hi"}, True),
+            ("/classify", "ClassifyRequest", {"messages": conversation}, True),
+            ("/classify", "ClassifyRequest", {"input": "hi", "messages": None}, True),  # null counts as absent
+            ("/classify", "ClassifyRequest", {"input": None, "messages": conversation}, True),
+            ("/classify", "ClassifyRequest", {"input": "hi", "messages": conversation}, False),
+            ("/classify", "ClassifyRequest", {}, False),
+            ("/classify", "ClassifyRequest", {"input": None}, False),
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": [2, 3]}, True),
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": [2, 2]}, False),
+            ("/steer", "SteerRequest", {"prompt": "hi", "messages": conversation, "max_new_tokens": 2}, False),
+            ("/steer", "SteerRequest", {"max_new_tokens": 2}, False),
+        ]
+        for path, schema, body, taken in cases:
+            assert valid(schema, body) is taken, (schema, body)
+            answer = c.post(path, json=body, headers=steer if path == "/steer" else {})
+            assert answer.status_code == (200 if taken else 422), (path, body, answer.text)
+        for path in ("/classify", "/v1/moderations", "/steer"):
+            responses = document["paths"][path]["post"]["responses"]
+            for status in ("429", "503"):
+                header = responses[status]["headers"]["Retry-After"]
+                assert header["schema"] == {"type": "integer", "minimum": 1} and "HERALD_MAX_CONNECTIONS" in header["description"]
+        assert "headers" not in document["paths"]["/classify"]["post"]["responses"]["422"]
+
+
 @pytest.mark.parametrize("keys", [False, True])
 def test_the_openapi_document_asks_for_keys_where_this_server_does_and_names_each_routes_answers(keys):
     """The document declared the bearer scheme on every route of a server without keys, /metrics as JSON, the health

@@ -8,7 +8,9 @@ it, learnt the limits only from refusals. They are written into the generated do
 ``maxLength``, ``maxItems`` and ``maximum``: upper bounds the server enforces field by field (413 or 422). Some requests
 within them are still refused: a conversation's turns together over ``max_chars``, a request whose pending turns or
 content parts make more than ``max_batch_size`` prompts; ``GET /v1/info`` gives the same limits under ``limits``.
-Every list of prompts, messages, parts or layers is ``minItems: 1`` (an empty one is refused).
+Every list of prompts, messages, parts or layers is ``minItems: 1`` (an empty one is refused); ``/steer``'s layers are
+``uniqueItems``. ``/classify`` and ``/steer`` take exactly one of their two prompt fields (``oneOf``; a null one counts
+as absent), and every 429 and 503 declares its ``Retry-After`` header.
 
 The bearer scheme is declared on the operations whose keys are set (``HERALD_API_KEYS``; ``/steer``: its key while
 steering is on), as :class:`~herald_service.api.middleware.BearerGate` checks them: a document that asked for a key
@@ -79,8 +81,40 @@ def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[st
     new_tokens["maximum"] = settings.steer_max_new_tokens
     new_tokens["default"] = min(new_tokens["default"], settings.steer_max_new_tokens)  # as routes.steer caps it
     layers = next(b for b in schemas["SteerRequest"]["properties"]["layers"]["anyOf"] if b.get("type") == "array")
-    layers["minItems"], layers["items"]["minimum"] = 1, 1  # 1-based; the top layer is the backbone's
+    # 1-based, each once (types.checked_steer_layers); the top layer is the backbone's (GET /v1/info), unknown when
+    # this document is first written, which can be before the load
+    layers["minItems"], layers["items"]["minimum"], layers["uniqueItems"] = 1, 1, True
+    for name, first, second in (("ClassifyRequest", "input", "messages"), ("SteerRequest", "prompt", "messages")):
+        _exactly_one(schemas[name], first, second)
+    _retry_after(document)
     return document
+
+
+def _exactly_one(schema: dict[str, Any], first: str, second: str) -> None:
+    """Say in ``schema`` what :func:`~herald_service.api.schemas.exactly_one` checks: one of the two properties is
+    given and not null (a null one counts as not given)."""
+    for name in (first, second):
+        if name not in schema["properties"]:
+            raise KeyError(f"{name} is not a property of the schema")
+    schema["oneOf"] = [{"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in (first, second)]
+
+
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again: sent with every 429 (queue full,"
+                                              " or the wait behind the work ahead too long) and with a 503 while the"
+                                              " model loads or while the server holds its most connections"
+                                              " (HERALD_MAX_CONNECTIONS); not with the 503 of a dead worker",
+                               "schema": {"type": "integer", "minimum": 1}}}
+"""The ``Retry-After`` header of :func:`~herald_service.api.errors.error_response` (``QueueFull``, ``NotReady``) and
+of the connection bound's 503 (:func:`~herald_service.api.http_protocol.layer_answer`)."""
+
+
+def _retry_after(document: dict[str, Any]) -> None:
+    """Declare :data:`RETRY_AFTER` on every 429 and 503 answer of the document's operations."""
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for status in ("429", "503"):
+                if status in operation.get("responses", {}):
+                    operation["responses"][status]["headers"] = RETRY_AFTER
 
 
 def with_configured_keys(document: dict[str, Any], keyed_paths: set[str]) -> dict[str, Any]:
