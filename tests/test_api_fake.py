@@ -466,7 +466,8 @@ def test_info_and_page(client):
     page = client.get("/")
     assert page.status_code == 200 and "classify" in page.text
     # the page has an API-key field: no other site may frame it (tester)
-    assert page.headers["content-security-policy"] == "frame-ancestors 'none'" and page.headers["x-frame-options"] == "DENY"
+    policy = page.headers["content-security-policy"]  # its own script and style only (tests/test_ui_page.py)
+    assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy and page.headers["x-frame-options"] == "DENY"
     assert page.headers["x-content-type-options"] == "nosniff" and page.headers["referrer-policy"] == "no-referrer"
 
 

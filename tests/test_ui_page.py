@@ -95,6 +95,28 @@ def test_no_external_resources(parsed, text):
     assert "@import" not in text and not re.search(r"url\(\s*['\"]?(https?:)?//", text)
 
 
+def test_the_content_security_policy_hashes_the_one_inline_script_and_style_and_nothing_else_is_inline(parsed, text, script):
+    """The page is served with a CSP that runs only its inline script and style by their sha256
+    (herald_service/api/routes/ops.py): a second block, an inline handler (onclick=) or a style attribute, also one a
+    script sets, would be blocked in the browser, so none may exist."""
+    import base64
+    import hashlib
+
+    from herald_service.api.routes.ops import DEMO_PAGE, DEMO_PAGE_HEADERS
+
+    assert DEMO_PAGE == text  # the served page is this file
+    policy = dict(part.split(" ", 1) for part in DEMO_PAGE_HEADERS["Content-Security-Policy"].split("; "))
+    style = re.search(r"<style>(.*?)</style>", text, flags=re.DOTALL).group(1)
+    for directive, source in (("script-src", script), ("style-src", style)):
+        digest = base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode()
+        assert policy[directive] == f"'sha256-{digest}'", directive
+    assert (policy["default-src"], policy["connect-src"], policy["frame-ancestors"]) == ("'none'", "'self'", "'none'")
+    assert [tag for tag, _ in parsed.tags].count("script") == 1 and text.count("<style") == 1
+    inline = [(tag, name) for tag, attrs in parsed.tags for name in attrs if name.startswith("on") or name == "style"]
+    assert inline == []
+    assert not re.search(r"""\bstyle\s*:|["']style["']|\.style\b|cssText|innerHTML|javascript:""", script)
+
+
 def test_posts_to_relative_classify(script):
     m = re.search(r"fetch\(\s*([\"'])([^\"']+)\1\s*,\s*\{[^}]*method:\s*\"POST\"", script)
     assert m, "no POST fetch found"

@@ -7,6 +7,9 @@ send (a breaker pass: ``HEAD /metrics`` was a 405).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from importlib.resources import files
 
 from fastapi import APIRouter
@@ -100,13 +103,45 @@ PAGE_HEADERS = {
     "Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
 }
-"""The page has an API-key field: another site must not frame it (clickjacking; CSP for current browsers,
-X-Frame-Options for older ones), and it sends no referrer (tester)."""
+"""The pages (the demo page, ``/docs``, ``/redoc``): the demo page has an API-key field, and Swagger UI's Authorize
+holds keys, so another site must not frame them (clickjacking; CSP for current browsers, X-Frame-Options for older
+ones), and they send no referrer (tester)."""
+
+
+def _inline_source(page: str, tag: str) -> str:
+    """The text of the page's one ``<tag>`` block (``script`` or ``style``), for its CSP hash.
+
+    Raises:
+        ValueError: the page has no such block or more than one (each needs its own hash).
+    """
+    blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, flags=re.DOTALL)
+    if len(blocks) != 1:
+        raise ValueError(f"the demo page has {len(blocks)} <{tag}> blocks; its Content-Security-Policy hashes one")
+    return blocks[0]
+
+
+def _csp_hash(source: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+DEMO_PAGE = files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8")
+"""The demo page, read once (a file of the installed package)."""
+
+DEMO_PAGE_HEADERS = {
+    **PAGE_HEADERS,
+    "Content-Security-Policy": "; ".join((
+        "default-src 'none'", f"script-src {_csp_hash(_inline_source(DEMO_PAGE, 'script'))}",
+        f"style-src {_csp_hash(_inline_source(DEMO_PAGE, 'style'))}", "connect-src 'self'", "img-src 'self'",
+        "base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'",
+    )),
+}
+"""The demo page runs only its own inline script and style (by their sha256, CSP level 2) and talks only to this
+server: a prompt or answer that ever reached the page as markup could run nothing (defence in depth: the page writes
+text with ``textContent`` only; tester nit: its CSP was frame-ancestors alone)."""
 
 
 @router.head("/", response_class=HTMLResponse, include_in_schema=False)
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index() -> HTMLResponse:
     """A page where a person types a prompt and sees the verdict and the layer trajectory."""
-    page = files("herald_service.api").joinpath("static/index.html").read_text(encoding="utf-8")
-    return HTMLResponse(page, headers=PAGE_HEADERS)
+    return HTMLResponse(DEMO_PAGE, headers=DEMO_PAGE_HEADERS)
