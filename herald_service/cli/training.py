@@ -395,6 +395,11 @@ class EvalCommand(BaseModel):
         "Harmful requests wrapped in jailbreak training templates added to every method's training rows (random split "
         "and each leave-one-source-out fold, never rows made from the held-out source), as herald fit "
         "--jailbreak-train-per-class adds them; not to the learning curve. 0 = none."))
+    format_train_per_class: int = Field(0, ge=0, le=1000, description=(
+        "Harmful (AdvBench / HarmBench) and benign (instruction and help-seeking) training prompts, of each label,"
+        " wrapped in format instructions (\"Answer in German: ...\", \"... Be concise.\";"
+        " herald_service/training/format_wrapped.py) and added to every method's training rows as"
+        " --jailbreak-train-per-class adds its rows; 0 = none (docs/eval/format_wrapped.md)."))
     threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("methods")

@@ -357,6 +357,10 @@ class EvalOptions:
     jailbreak_train_per_class: int = 0
     """Harmful requests wrapped in jailbreak training templates, added to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
+    format_train_per_class: int = 0
+    """Harmful and benign training prompts wrapped in format instructions (:func:`.format_wrapped.training_rows`),
+    added to every method's training rows in the random split and every LOSO fold; 0: none
+    (docs/eval/format_wrapped.md)."""
     command: str | None = None
     """The command line to record in the results (``herald eval ...``); None outside the CLI."""
 
@@ -787,9 +791,13 @@ def run_eval(options: EvalOptions) -> dict:
         if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
             raise ValueError(f"every prompt of {path} (--test-data) exceeds {limit} once rendered; {advice}")
 
-    added_rows, augmentation = None, None
+    added_rows, augmentation, format_augmentation = None, None, None
     if options.jailbreak_train_per_class > 0:
         added_rows, augmentation = _wrapped_training_rows(options, corpus, training_templates)
+    if options.format_train_per_class > 0:
+        format_rows, format_augmentation = _format_training_rows(options, corpus)
+        added_rows = format_rows if added_rows is None else (
+            lambda held_out, jailbreak=added_rows: joined(jailbreak(held_out), format_rows(held_out)))
     # before the fits: a tokenizer without the answers, or a damaged score file, is named now, not after every fit
     guard_scorer, guard_skipped = guard_scorer_of(backbone, options) if options.guard_per_source > 0 else (None, None)
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
@@ -830,6 +838,7 @@ def run_eval(options: EvalOptions) -> dict:
         "methods": list(options.methods),
         "herald_direction_estimator": options.direction_estimator,
         **({"jailbreak_augmentation": augmentation} if augmentation else {}),
+        **({"format_augmentation": format_augmentation} if format_augmentation else {}),
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -876,6 +885,29 @@ def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates
               "random_split_rows": int(len(pool.for_fold(None, (1,)).labels)),
               "templates": options.jailbreak_templates.name if options.jailbreak_templates else None}
     return (lambda held_out: pool.for_fold(held_out, (1,))), record
+
+
+def _format_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[Callable[[str | None], LabeledStates], dict]:
+    """The format-instruction wrapped training rows of ``--format-train-per-class``
+    (:func:`.format_wrapped.training_rows` of the random split's train part) and their states; a fold never gets a
+    row made from its held-out source (:meth:`~.recipes.WrappedPool.for_fold`).
+
+    Returns:
+        rows by held-out source (``None``: the random split), for :func:`evaluate_states`; and the record for the
+        results' ``meta.format_augmentation``.
+    """
+    from herald_service.training.format_wrapped import TRAINING_INSTRUCTIONS, training_rows
+    from herald_service.training.recipes import WrappedPool
+
+    rows = training_rows([corpus.examples[i] for i in corpus.train_index], options.format_train_per_class, options.seed)
+    states, kept, _ = _states_for(corpus.backbone, [r.example for r in rows], corpus.cache, options.max_tokens,
+                                  "format-wrapped training states")
+    by_prompt = {r.example.prompt: r for r in rows}
+    pool = WrappedPool(states, [by_prompt[e.prompt] for e in kept], options.format_train_per_class)
+    record = {"per_class": options.format_train_per_class, "labels": [1, 0],
+              "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)),
+              "instructions": list(TRAINING_INSTRUCTIONS)}
+    return (lambda held_out: pool.for_fold(held_out, (1, 0))), record
 
 
 def guard_scorer_of(backbone, options: EvalOptions):

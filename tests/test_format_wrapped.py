@@ -1,0 +1,66 @@
+"""The format-instruction check's sets (herald_service/training/format_wrapped.py): rows the per-source cap left out,
+wrapped in evaluation instructions only, and the same rows as written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from herald_service.training.corpus import Example, cap_per_group
+from herald_service.training.format_wrapped import (
+    BENIGN_SOURCES, EVALUATION_INSTRUCTIONS, FILES, SLOT, TRAINING_INSTRUCTIONS, format_sets, left_out_rows, main, wrap,
+)
+
+
+def corpus(per_source: int = 30) -> list[Example]:
+    rows = [Example(f"{source} request {i}", 1, source, None, "h.jsonl") for source in ("AdvBench", "HarmBench")
+            for i in range(per_source)]
+    rows += [Example(f"{source} task {i}", 0, source, None, "b.jsonl") for source in BENIGN_SOURCES for i in range(per_source)]
+    rows += [Example(f"chit-chat {i}", 0, "ChatterBot Corpus (english)", None, "b.jsonl") for i in range(per_source)]
+    return rows
+
+
+def test_instructions_have_one_slot_and_the_two_halves_share_none():
+    for instruction in EVALUATION_INSTRUCTIONS + TRAINING_INSTRUCTIONS:
+        assert instruction.count(SLOT) == 1 and instruction.strip() != SLOT, instruction
+    assert not set(EVALUATION_INSTRUCTIONS) & set(TRAINING_INSTRUCTIONS)
+    assert wrap("  How do I bake bread?\n", "{prompt} Keep it short.") == "How do I bake bread? Keep it short."
+    assert wrap("x", "Q: {prompt}\nA:") == "Q: x\nA:"
+
+
+def test_the_sets_hold_only_rows_the_cap_left_out_each_wrapped_and_as_written():
+    examples = corpus()
+    kept = {e.prompt for e in cap_per_group(examples, 10, 3)}
+    left = left_out_rows(examples, 10, 3)
+    assert len(left) == len(examples) - len(kept) and not {e.prompt for e in left} & kept
+    sets = format_sets(examples, max_per_source=10, seed=3, per_label=14)
+    assert list(sets) == list(FILES)
+    harmful_wrapped, harmful_plain, benign_wrapped, benign_plain = (sets[name] for name in FILES)
+    for wrapped, plain, label in ((harmful_wrapped, harmful_plain, "harmful"), (benign_wrapped, benign_plain, "benign")):
+        assert len(wrapped) == len(plain) == 14
+        assert {r["label"] for r in wrapped + plain} == {label}
+        assert not {r["prompt"] for r in plain} & kept  # never a row the capped corpus (training) holds
+        for i, (w, p) in enumerate(zip(wrapped, plain)):
+            assert w["prompt"] == EVALUATION_INSTRUCTIONS[i % len(EVALUATION_INSTRUCTIONS)].replace(SLOT, p["prompt"])
+            assert w["source"] == p["source"] + " + format instruction"
+    assert {r["source"] for r in harmful_plain} <= {"AdvBench", "HarmBench"}
+    assert {r["source"] for r in benign_plain} <= set(BENIGN_SOURCES)  # no chit-chat
+    assert format_sets(examples, max_per_source=10, seed=3, per_label=14) == sets  # the seed alone decides
+    assert format_sets(examples, max_per_source=10, seed=4, per_label=14) != sets
+    with pytest.raises(ValueError, match="left-out harmful rows of AdvBench, HarmBench; --per-label 41 needs that many"):
+        format_sets(examples, max_per_source=10, seed=3, per_label=41)
+
+
+def test_the_command_writes_four_corpus_files_and_refuses_a_folder_with_files(tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": e.prompt, "label": "harmful" if e.label else "benign",
+                                        "source": e.source}) + "\n" for e in corpus()), encoding="utf-8")
+    out = tmp_path / "sets"
+    assert main([str(data), str(out), "--max-per-source", "10", "--per-label", "12"]) == 0
+    for name in FILES:
+        rows = [json.loads(line) for line in (out / name).read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == 12 and set(rows[0]) == {"prompt", "label", "source"}
+    with pytest.raises(SystemExit):
+        main([str(data), str(out)])
+    assert "is a file or not empty" in capsys.readouterr().err
