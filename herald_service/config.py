@@ -278,19 +278,32 @@ def _env_file_names(env_file: EnvFiles) -> dict[str, str]:
     return found
 
 
+CREDENTIAL_NAME = re.compile(r"KEY|SECRET|PASSW|AUTH|CREDENTIAL|BEARER|TOKEN(?!S)|(API|ACCESS)_?TOKENS")
+"""A ``HERALD_*`` name that is not a setting but matches this (upper case) looks like a key meant for the server:
+``HERALD_API_KEYS_FILE``, ``HERALD_API_TOKEN``, ``HERALD_KEYS``, ``HERALD_AUTH_KEYS``. Each was warned about and
+ignored, and the API served without a key (tester); :func:`unknown_setting_names` refuses them. ``TOKENS`` alone
+is left out: Herald's settings count prompt tokens (``HERALD_MAX_TOKENS``), and a misremembered limit is no key."""
+
+CREDENTIAL_HINT = ("Herald's keys are HERALD_API_KEYS (the API's bearer keys, comma-separated) and HERALD_STEER_API_KEY"
+                   " (/steer's); no other name is read, and no key file: pass the key's value in the environment (a"
+                   " Kubernetes Secret's env/envFrom, or Docker's environment:) or in .env")
+"""The end of the refusal of a :data:`CREDENTIAL_NAME`: which names Herald reads keys from, and how to pass them."""
+
+
 def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[list[str], list[str]]:
     """``HERALD_*`` names set in the process environment or ``env_file`` that are not ``HERALD_<field>`` of
-    ``fields``: (misspelt, unknown), each a line naming the variable (up to its first character that is not a
-    letter, digit or ``_``: :func:`_shown_name`) and where it was set. Misspelt ones are within
-    :data:`CLOSE_MATCH` of a field and name it; Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
+    ``fields``: (refused, unknown), each a line naming the variable (up to its first character that is not a
+    letter, digit or ``_``: :func:`_shown_name`) and where it was set. Refused ones are misspelt, within
+    :data:`CLOSE_MATCH` of a field (the line names it), or look like a credential (:data:`CREDENTIAL_NAME`; the line
+    ends with :data:`CREDENTIAL_HINT`); Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
     out. pydantic-settings ignores such names (``extra="ignore"``): a typo in ``HERALD_API_KEYS`` left the API open
-    without a word (breaker pass)."""
+    without a word (breaker pass), and ``HERALD_API_TOKEN`` with only a warning (tester)."""
     import difflib
 
     known = {field.lower() for field in fields}
     names = _env_file_names(env_file)
     names.update({key.upper(): "the environment" for key in os.environ if key.upper().startswith("HERALD_")})
-    misspelt, unknown = [], []
+    refused, unknown = [], []
     for name, where in sorted(names.items()):
         field = name.removeprefix("HERALD_").lower()
         if field in known or KUBERNETES_SERVICE_LINK.fullmatch(name):
@@ -298,10 +311,14 @@ def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[li
         shown = _shown_name(name)
         close = difflib.get_close_matches(field, known, n=1, cutoff=CLOSE_MATCH)
         if close:
-            misspelt.append(f"{shown} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}?")
+            refused.append(f"{shown} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}? (a"
+                           " misspelt setting is refused, not ignored: a misspelt HERALD_API_KEYS would leave the API open)")
+        elif CREDENTIAL_NAME.search(field.upper()):
+            refused.append(f"{shown} (set in {where}) is not a Herald setting and looks like a key; it is refused, not"
+                           f" ignored, as the API would be left open: {CREDENTIAL_HINT}")
         else:
             unknown.append(f"{shown} (set in {where}) is not a Herald setting and is ignored")
-    return misspelt, unknown
+    return refused, unknown
 
 
 def _shown_name(name: str) -> str:
@@ -330,7 +347,7 @@ class BackboneSettings(BaseSettings):
             ``HERALD_*`` line without ``=``, holding ``${``, or setting a name set on an earlier line (python-dotenv
             skips, misreads, ignores or rewrites them: :func:`_unparsed_line`).
         MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
-            setting of :class:`Settings` (:func:`unknown_setting_names`); other unknown names are kept for the
+            setting of :class:`Settings` or looks like a key (:func:`unknown_setting_names`); other unknown names are kept for the
             start-up warnings of serve (:meth:`Settings.start_up_warnings`) and the local commands.
     """
 
@@ -389,10 +406,9 @@ class BackboneSettings(BaseSettings):
         super().__init__(**values)
         # against serve's settings for every command, as one .env may serve both: `herald classify` ran with
         # HERALD_MAX_TOKEN set and said nothing while serve refused it (tester); unknown names are kept for warnings
-        misspelt, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
-        if misspelt:
-            raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
-                                  " HERALD_API_KEYS would leave the API open)")
+        refused, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
+        if refused:
+            raise MisspeltSetting("; ".join(refused))
 
     @field_validator("probe", mode="before")
     @classmethod
@@ -453,7 +469,8 @@ class Settings(BackboneSettings):
         pydantic.ValidationError: at construction, for unsafe or inconsistent values (a placeholder API key, steering
             enabled without its key, limits that cannot be met).
         MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
-            setting (:func:`unknown_setting_names`); other unknown names are kept for :meth:`start_up_warnings`.
+            setting or looks like a key (:func:`unknown_setting_names`); other unknown names are kept for
+            :meth:`start_up_warnings`.
     """
 
     def start_up_warnings(self) -> list[str]:

@@ -260,8 +260,14 @@ def test_an_unknown_name_is_logged_only_up_to_its_first_character_no_name_holds(
     from herald_service.config import unknown_setting_names
 
     monkeypatch.setenv("HERALD_API_KEYS:abcdefabcdefabcdef", "1")
-    misspelt, unknown = unknown_setting_names(list(Settings.model_fields), None)
-    assert (misspelt, unknown) == ([], ["HERALD_API_KEYS... (set in the environment) is not a Herald setting and is ignored"])
+    refused, unknown = unknown_setting_names(list(Settings.model_fields), None)
+    assert unknown == [] and len(refused) == 1  # it looks like a key: refused, not ignored
+    assert refused[0].startswith("HERALD_API_KEYS... (set in the environment) is not a Herald setting and looks like a key")
+    assert "abcdef" not in refused[0]
+    monkeypatch.delenv("HERALD_API_KEYS:abcdefabcdefabcdef")
+    monkeypatch.setenv("HERALD_SOME:abcdefabcdefabcdef", "1")
+    assert unknown_setting_names(list(Settings.model_fields), None) == (
+        [], ["HERALD_SOME... (set in the environment) is not a Herald setting and is ignored"])
 
 
 @pytest.mark.parametrize(("value", "error"), [
@@ -311,6 +317,35 @@ def test_a_misspelt_setting_is_refused_naming_it_and_the_setting_meant(monkeypat
     env.write_text("HERALD_MAX_TOKEN=100\nHERALD_PORT=9100\n")
     with pytest.raises(MisspeltSetting, match=rf"HERALD_MAX_TOKEN \(set in {env}\) is not a setting; did you mean HERALD_MAX_TOKENS\?"):
         Settings(_env_file=env)
+
+
+@pytest.mark.parametrize("name", ["HERALD_API_KEYS_FILE", "HERALD_API_TOKEN", "HERALD_KEYS", "HERALD_AUTH_KEYS",
+                                  "herald_client_secret", "HERALD_ADMIN_PASSWORD", "HERALD_ACCESS_TOKENS"])
+def test_an_unknown_name_that_looks_like_a_key_is_refused_naming_it_and_the_key_settings(monkeypatch, tmp_path, name):
+    # tester: each was "not a Herald setting and is ignored" (a warning), and the server started with no keys
+    from herald_service.errors import MisspeltSetting
+
+    monkeypatch.setenv(name, "abcdefghijklmnop-123")
+    with pytest.raises(MisspeltSetting) as refused:
+        Settings(_env_file=None)
+    assert refused.value.message == (
+        f"{name.upper()} (set in the environment) is not a Herald setting and looks like a key; it is refused, not"
+        " ignored, as the API would be left open: Herald's keys are HERALD_API_KEYS (the API's bearer keys,"
+        " comma-separated) and HERALD_STEER_API_KEY (/steer's); no other name is read, and no key file: pass the"
+        " key's value in the environment (a Kubernetes Secret's env/envFrom, or Docker's environment:) or in .env")
+    assert "abcdefghijklmnop" not in refused.value.message
+    monkeypatch.delenv(name)
+    env = tmp_path / ".env"
+    env.write_text(f"{name}=abcdefghijklmnop-123\n")
+    with pytest.raises(MisspeltSetting, match=rf"^{name.upper()} \(set in {env}\) is not a Herald setting and looks like a key"):
+        Settings(_env_file=env)
+
+
+@pytest.mark.parametrize("name", ["HERALD_MAX_PROMPT_TOKENS", "HERALD_SOMETHING_ELSE", "HERALD_LOG_FORMAT"])
+def test_an_unknown_name_that_is_no_key_is_only_warned_about(monkeypatch, name):
+    # a misremembered token limit counts prompt tokens, it is no credential
+    monkeypatch.setenv(name, "1")
+    assert Settings(_env_file=None).start_up_warnings()[0] == f"{name} (set in the environment) is not a Herald setting and is ignored"
 
 
 def test_other_unknown_names_are_warned_about_and_kubernetes_service_links_are_not(monkeypatch):
