@@ -78,8 +78,8 @@ def test_auto_token_budget_follows_the_device_and_the_longest_pass():
     assert pass_limits(1024, None, 4096, on_host=True) == (1024, 512)
     assert Settings(batch_token_budget="AUTO", _env_file=None).batch_token_budget == "auto"
     for value, shown in (("big", "'big'"), (32, "32"), ("8k", "'8k'")):
-        with pytest.raises(ValidationError, match=f"batch_token_budget\n.*must be auto or a whole number of tokens of"
-                                                  f" at least 64, got {shown}"):
+        with pytest.raises(ValidationError, match=f"batch_token_budget\n.*must be auto or a whole number of tokens from"
+                                                  f" 64 to 16,777,216, got {shown}"):
             Settings(batch_token_budget=value, _env_file=None)
 
 
@@ -486,7 +486,7 @@ def test_a_chunk_size_that_is_no_number_is_one_line_naming_the_choices(monkeypat
     with pytest.raises(ValueError) as caught:
         Settings(_env_file=None)
     assert [e["msg"] for e in caught.value.errors()] == [
-        "Value error, must be 0 (off), auto, or a whole number of tokens of at least 16, got 'off'"]
+        "Value error, must be 0 (off), auto, or a whole number of tokens from 16 to 1,048,576, got 'off'"]
 
 
 def test_an_empty_steer_key_is_unset_with_steering_off_and_refused_with_it_on(monkeypatch):
@@ -546,3 +546,36 @@ def test_the_health_port_adds_its_own_connections_to_the_descriptors_serve_keeps
     (warning,) = with_health.start_up_warnings()
     assert warning.startswith("HERALD_MAX_CONNECTIONS (1000) is not below the process's file descriptor limit (1100,"
                               " ulimit -n) by 128: past about 972 connections"), warning
+
+
+@pytest.mark.parametrize(("name", "bound"), [
+    ("max_chars", 10_000_000), ("max_tokens", 1_048_576), ("max_batch_size", 4096), ("batch_max_prompts", 4096),
+    ("max_messages", 65_536), ("queue_capacity", 1_048_576), ("max_connections", 1_000_000),
+    ("steer_max_concurrent", 1024), ("max_header_bytes", 16 * 1024 * 1024),
+])
+def test_count_settings_have_an_upper_bound_named_in_the_error(monkeypatch, name, bound):
+    # tester: HERALD_MAX_CHARS=99999999999999999999 and a queue of 10^21 prompts were accepted
+    monkeypatch.setenv(f"HERALD_{name.upper()}", str(bound + 1))
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None)
+    [error] = refused.value.errors()
+    assert (error["loc"], error["msg"]) == ((name,), f"Input should be less than or equal to {bound}")
+    monkeypatch.setenv(f"HERALD_{name.upper()}", "99999999999999999999")
+    with pytest.raises(ValidationError, match=f"less than or equal to {bound}"):
+        Settings(_env_file=None)
+    monkeypatch.setenv(f"HERALD_{name.upper()}", str(bound))
+    # a request at the limit must fit in the queue
+    extra = {"queue_capacity": bound} if name == "max_batch_size" else {}
+    assert getattr(Settings(_env_file=None, **extra), name) == bound
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    ("batch_token_budget", 16_777_217, "must be auto or a whole number of tokens from 64 to 16,777,216, got 16777217"),
+    ("prefill_chunk_tokens", 1_048_577, "must be 0 (off), auto, or a whole number of tokens from 16 to 1,048,576, got 1048577"),
+])
+def test_the_token_settings_that_also_take_auto_have_an_upper_bound_too(monkeypatch, name, value, error):
+    monkeypatch.setenv(f"HERALD_{name.upper()}", str(value))
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None)
+    [found] = refused.value.errors()
+    assert (found["loc"], found["msg"]) == ((name,), f"Value error, {error}")
