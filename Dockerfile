@@ -73,7 +73,10 @@ RUN groupadd --system --gid 10001 herald \
     && useradd --system --uid 10001 --gid herald --home-dir /home/herald --create-home --shell /usr/sbin/nologin herald
 
 COPY --from=builder /opt/venv /opt/venv
-# Owned by the service user so another GGUF given in HERALD_BACKBONE can still be converted at run time.
+# Owned by the service user so another GGUF given in HERALD_BACKBONE can still be converted at run time, where the
+# container's filesystem is writable (docker run, docker-compose.yml). Not under k8s/deployment.yaml's
+# readOnlyRootFilesystem: there only this baked backbone loads, unless HERALD_CACHE_DIR names a writable volume
+# (k8s/README.md).
 COPY --from=builder --chown=herald:herald /opt/herald-cache /opt/herald-cache
 
 # The default probe path is models/<backbone-slug>/ relative to the working directory.
@@ -81,7 +84,9 @@ WORKDIR /app
 COPY models ./models
 
 USER 10001:10001
-EXPOSE 8000
+# 8000: the API (HERALD_PORT). 8001: the health port, /health/* and /metrics, when HERALD_HEALTH_PORT=8001 is set, as
+# docker/docker-compose.yml and k8s/configmap.yaml do (off by default: then 8000 serves those too).
+EXPOSE 8000 8001
 
 # Liveness only (the process answers); readiness (/health/ready) is for load balancers and Kubernetes.
 # slim images have no curl: use the interpreter that is already there (an HTTP error or no answer raises: exit 1).

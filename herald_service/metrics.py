@@ -19,9 +19,12 @@ DROP_REASONS = ("client_gone", "timeout")
 """Every ``reason`` of ``herald_dropped_prompts_total``, created at 0 at start."""
 STEER_MODES = ("ablate", "add")
 """Every ``mode`` of ``herald_steer_runs_total``: the modes ``/steer`` takes (``SteerRequest.mode``), created at 0."""
-STARTING_STATUSES = (200, 429, 500, 503, 504)
+STARTING_STATUSES = (200, 429, 499, 500, 503, 504)
 """The statuses of ``herald_requests_total`` created at 0 for each model route at start: the ones the alert rules and
-the dashboard divide (429s and 5xx over all requests)."""
+the dashboard divide (429s, 499s and 5xx over all requests)."""
+CLIENT_GONE_STATUS = 499
+"""The status counted for a request whose client left before its answer was written (nginx's convention). Its
+latency has a ``status_class`` of its own, ``"499"``, not ``"4xx"``: see :meth:`HeraldMetrics._status_class`."""
 
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     45.0, 60.0, 90.0, 120.0)
@@ -45,7 +48,8 @@ class HeraldMetrics:
         # by status class: fast refusals (422, 413, 429: no model work) pulled a route's p50-p99 down under a flood of
         # bad requests, with no way to leave them out (tester); the class, not the code, keeps the buckets few
         self.request_duration = Histogram(
-            "herald_request_duration_seconds", "HTTP request latency, seconds, by route and status class (2xx, 4xx, 5xx).",
+            "herald_request_duration_seconds", "HTTP request latency, seconds, by route and status class (2xx, 4xx, 5xx,"
+            " and 499 on its own: a client that gave up waiting).",
             ["route", "status_class"], buckets=_LATENCY_BUCKETS, registry=r
         )
         self.inference_duration = Histogram(
@@ -137,8 +141,20 @@ class HeraldMetrics:
         series = self._request_series.get((route, status))
         if series is None:
             series = self._request_series[(route, status)] = (self.requests.labels(route, str(status)),
-                                                              self.request_duration.labels(route, f"{status // 100}xx"))
+                                                              self.request_duration.labels(route, self._status_class(status)))
         return series
+
+    @staticmethod
+    def _status_class(status: int) -> str:
+        """``herald_request_duration_seconds``'s ``status_class`` of ``status``: ``"2xx"``, ``"4xx"``, ``"5xx"`` ...,
+        but ``"499"`` for :data:`CLIENT_GONE_STATUS`.
+
+        The latency alert and the dashboard leave ``4xx`` out (refusals answered without model work are fast, and a
+        flood of them hid slow answers). A 499 is the opposite: behind a gateway with a short timeout, the slow requests
+        are the ones whose client gives up, so counted as ``4xx`` they left the latency alert blind exactly when
+        answers were slow (tester). Its duration is how long the client waited before leaving.
+        """
+        return str(status) if status == CLIENT_GONE_STATUS else f"{status // 100}xx"
 
     def _decision_child(self, route: str, flagged: bool) -> Counter:
         counter = self._decision_series.get((route, flagged))

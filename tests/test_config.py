@@ -78,8 +78,8 @@ def test_auto_token_budget_follows_the_device_and_the_longest_pass():
     assert pass_limits(1024, None, 4096, on_host=True) == (1024, 512)
     assert Settings(batch_token_budget="AUTO", _env_file=None).batch_token_budget == "auto"
     for value, shown in (("big", "'big'"), (32, "32"), ("8k", "'8k'")):
-        with pytest.raises(ValidationError, match=f"batch_token_budget\n.*must be auto or a whole number of tokens of"
-                                                  f" at least 64, got {shown}"):
+        with pytest.raises(ValidationError, match=f"batch_token_budget\n.*must be auto or a whole number of tokens from"
+                                                  f" 64 to 16,777,216, got {shown}"):
             Settings(batch_token_budget=value, _env_file=None)
 
 
@@ -260,8 +260,14 @@ def test_an_unknown_name_is_logged_only_up_to_its_first_character_no_name_holds(
     from herald_service.config import unknown_setting_names
 
     monkeypatch.setenv("HERALD_API_KEYS:abcdefabcdefabcdef", "1")
-    misspelt, unknown = unknown_setting_names(list(Settings.model_fields), None)
-    assert (misspelt, unknown) == ([], ["HERALD_API_KEYS... (set in the environment) is not a Herald setting and is ignored"])
+    refused, unknown = unknown_setting_names(list(Settings.model_fields), None)
+    assert unknown == [] and len(refused) == 1  # it looks like a key: refused, not ignored
+    assert refused[0].startswith("HERALD_API_KEYS... (set in the environment) is not a Herald setting and looks like a key")
+    assert "abcdef" not in refused[0]
+    monkeypatch.delenv("HERALD_API_KEYS:abcdefabcdefabcdef")
+    monkeypatch.setenv("HERALD_SOME:abcdefabcdefabcdef", "1")
+    assert unknown_setting_names(list(Settings.model_fields), None) == (
+        [], ["HERALD_SOME... (set in the environment) is not a Herald setting and is ignored"])
 
 
 @pytest.mark.parametrize(("value", "error"), [
@@ -311,6 +317,35 @@ def test_a_misspelt_setting_is_refused_naming_it_and_the_setting_meant(monkeypat
     env.write_text("HERALD_MAX_TOKEN=100\nHERALD_PORT=9100\n")
     with pytest.raises(MisspeltSetting, match=rf"HERALD_MAX_TOKEN \(set in {env}\) is not a setting; did you mean HERALD_MAX_TOKENS\?"):
         Settings(_env_file=env)
+
+
+@pytest.mark.parametrize("name", ["HERALD_API_KEYS_FILE", "HERALD_API_TOKEN", "HERALD_KEYS", "HERALD_AUTH_KEYS",
+                                  "herald_client_secret", "HERALD_ADMIN_PASSWORD", "HERALD_ACCESS_TOKENS"])
+def test_an_unknown_name_that_looks_like_a_key_is_refused_naming_it_and_the_key_settings(monkeypatch, tmp_path, name):
+    # tester: each was "not a Herald setting and is ignored" (a warning), and the server started with no keys
+    from herald_service.errors import MisspeltSetting
+
+    monkeypatch.setenv(name, "abcdefghijklmnop-123")
+    with pytest.raises(MisspeltSetting) as refused:
+        Settings(_env_file=None)
+    assert refused.value.message == (
+        f"{name.upper()} (set in the environment) is not a Herald setting and looks like a key; it is refused, not"
+        " ignored, as the API would be left open: Herald's keys are HERALD_API_KEYS (the API's bearer keys,"
+        " comma-separated) and HERALD_STEER_API_KEY (/steer's); no other name is read, and no key file: pass the"
+        " key's value in the environment (a Kubernetes Secret's env/envFrom, or Docker's environment:) or in .env")
+    assert "abcdefghijklmnop" not in refused.value.message
+    monkeypatch.delenv(name)
+    env = tmp_path / ".env"
+    env.write_text(f"{name}=abcdefghijklmnop-123\n")
+    with pytest.raises(MisspeltSetting, match=rf"^{name.upper()} \(set in {env}\) is not a Herald setting and looks like a key"):
+        Settings(_env_file=env)
+
+
+@pytest.mark.parametrize("name", ["HERALD_MAX_PROMPT_TOKENS", "HERALD_SOMETHING_ELSE", "HERALD_LOG_FORMAT"])
+def test_an_unknown_name_that_is_no_key_is_only_warned_about(monkeypatch, name):
+    # a misremembered token limit counts prompt tokens, it is no credential
+    monkeypatch.setenv(name, "1")
+    assert Settings(_env_file=None).start_up_warnings()[0] == f"{name} (set in the environment) is not a Herald setting and is ignored"
 
 
 def test_other_unknown_names_are_warned_about_and_kubernetes_service_links_are_not(monkeypatch):
@@ -451,7 +486,7 @@ def test_a_chunk_size_that_is_no_number_is_one_line_naming_the_choices(monkeypat
     with pytest.raises(ValueError) as caught:
         Settings(_env_file=None)
     assert [e["msg"] for e in caught.value.errors()] == [
-        "Value error, must be 0 (off), auto, or a whole number of tokens of at least 16, got 'off'"]
+        "Value error, must be 0 (off), auto, or a whole number of tokens from 16 to 1,048,576, got 'off'"]
 
 
 def test_an_empty_steer_key_is_unset_with_steering_off_and_refused_with_it_on(monkeypatch):
@@ -511,3 +546,36 @@ def test_the_health_port_adds_its_own_connections_to_the_descriptors_serve_keeps
     (warning,) = with_health.start_up_warnings()
     assert warning.startswith("HERALD_MAX_CONNECTIONS (1000) is not below the process's file descriptor limit (1100,"
                               " ulimit -n) by 128: past about 972 connections"), warning
+
+
+@pytest.mark.parametrize(("name", "bound"), [
+    ("max_chars", 10_000_000), ("max_tokens", 1_048_576), ("max_batch_size", 4096), ("batch_max_prompts", 4096),
+    ("max_messages", 65_536), ("queue_capacity", 1_048_576), ("max_connections", 1_000_000),
+    ("steer_max_concurrent", 1024), ("max_header_bytes", 16 * 1024 * 1024),
+])
+def test_count_settings_have_an_upper_bound_named_in_the_error(monkeypatch, name, bound):
+    # tester: HERALD_MAX_CHARS=99999999999999999999 and a queue of 10^21 prompts were accepted
+    monkeypatch.setenv(f"HERALD_{name.upper()}", str(bound + 1))
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None)
+    [error] = refused.value.errors()
+    assert (error["loc"], error["msg"]) == ((name,), f"Input should be less than or equal to {bound}")
+    monkeypatch.setenv(f"HERALD_{name.upper()}", "99999999999999999999")
+    with pytest.raises(ValidationError, match=f"less than or equal to {bound}"):
+        Settings(_env_file=None)
+    monkeypatch.setenv(f"HERALD_{name.upper()}", str(bound))
+    # a request at the limit must fit in the queue
+    extra = {"queue_capacity": bound} if name == "max_batch_size" else {}
+    assert getattr(Settings(_env_file=None, **extra), name) == bound
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    ("batch_token_budget", 16_777_217, "must be auto or a whole number of tokens from 64 to 16,777,216, got 16777217"),
+    ("prefill_chunk_tokens", 1_048_577, "must be 0 (off), auto, or a whole number of tokens from 16 to 1,048,576, got 1048577"),
+])
+def test_the_token_settings_that_also_take_auto_have_an_upper_bound_too(monkeypatch, name, value, error):
+    monkeypatch.setenv(f"HERALD_{name.upper()}", str(value))
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None)
+    [found] = refused.value.errors()
+    assert (found["loc"], found["msg"]) == ((name,), f"Value error, {error}")

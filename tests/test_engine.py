@@ -58,10 +58,16 @@ def test_full_queue_refuses_before_queueing(runtime):
     engine = make_engine(runtime, slow, queue_capacity=3, max_rows=1, delay_s=0.0)
     first = engine.submit(ids(runtime, ["a"]))  # taken by the worker
     time.sleep(0.05)
-    queued = engine.submit(ids(runtime, ["b", "c", "d"]))
+    queued = engine.submit(ids(runtime, ["b", "c"]))
+    with pytest.raises(QueueFull) as full:
+        engine.submit(ids(runtime, ["d", "e"]))
+    # how many wait, the capacity, and what this request needed (it printed the capacity as the count waiting: tester)
+    assert full.value.message.startswith("queue is full: 2 prompts waiting of a capacity of 3 (queue_capacity,"
+                                         " HERALD_QUEUE_CAPACITY), and this request needs 2 more; retry in ")
+    queued += engine.submit(ids(runtime, ["d"]))
     with pytest.raises(QueueFull):
         engine.submit(ids(runtime, ["e"]))
-    assert engine.depth == 3  # the refused prompt was not queued
+    assert engine.depth == 3  # the refused prompts were not queued
     wait(first + queued, timeout=10)
     assert all(f.done() and f.exception() is None for f in first + queued)
     engine.stop()

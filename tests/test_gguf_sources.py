@@ -542,3 +542,66 @@ def test_a_conversion_folder_whose_writer_is_gone_is_removed_at_the_next_convers
     os.utime(elsewhere, (hours_ago, hours_ago))  # the age rule still applies where the writer cannot be checked
     loader._remove_stale_conversions(tmp_path)
     assert not elsewhere.exists() and running.exists() and older_style.exists()
+
+
+@pytest.mark.parametrize("failure", ["oserror", "safetensors"])
+def test_a_full_disk_during_the_conversion_is_one_line_naming_the_folder_the_size_and_herald_cache_dir(
+        whole: Path, tmp_path: Path, monkeypatch, failure: str):
+    # Tester finding: a full disk at save_pretrained gave a ~35-line traceback ending in "SafetensorError: ... No space
+    # left on device", naming neither the cache folder nor HERALD_CACHE_DIR.
+    import collections
+    import errno
+
+    import torch
+    import transformers
+    from safetensors import SafetensorError
+
+    weights = torch.zeros(1000, 1000)  # 4,000,000 bytes in float32
+
+    class FullDiskModel:
+        config = type("Config", (), {})()
+        hf_quantizer = None
+
+        def state_dict(self):
+            return {"embed.weight": weights, "lm_head.weight": weights}  # tied: written once
+
+        def save_pretrained(self, folder):
+            (Path(folder) / "model.safetensors").write_bytes(b"partial")
+            if failure == "oserror":
+                raise OSError(errno.ENOSPC, "No space left on device")
+            raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space'
+                                  ' left on device" })')
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: FullDiskModel())
+    usage = collections.namedtuple("usage", "total used free")
+    real_disk_usage = loader.shutil.disk_usage
+    monkeypatch.setattr(loader.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1_500_000, 1_500_000)
+                        if Path(path) == tmp_path / "cache" / "backbones" else real_disk_usage(path))
+    with pytest.raises(BackboneError) as refused:
+        loader.convert_gguf(whole, tmp_path / "cache", "0" * 64)
+    folder = tmp_path / "cache" / "backbones"
+    assert str(refused.value) == (f"cannot write the converted backbone into {folder}: no space left on device (it needs"
+                                  " about 4 MB for the weights; 2 MB free there); free space there or set"
+                                  " HERALD_CACHE_DIR to a folder with room")
+    assert refused.value.field == "cache_dir"
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__  # no chained traceback
+    assert list(folder.iterdir()) == []  # the partial conversion is removed
+
+
+def test_a_read_only_backbones_folder_is_named_with_herald_cache_dir_not_a_traceback(whole: Path, tmp_path: Path, monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: type("M", (), {"config": type("C", (), {})(), "hf_quantizer": None})())
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(loader.tempfile, "mkdtemp", read_only)
+    with pytest.raises(BackboneError) as refused:
+        loader.convert_gguf(whole, tmp_path / "cache", "0" * 64)
+    assert str(refused.value) == (f"cannot write the converted backbone into {tmp_path / 'cache' / 'backbones'}: Read-only"
+                                  " file system; set HERALD_CACHE_DIR to a writable folder")
+    assert refused.value.field == "cache_dir"

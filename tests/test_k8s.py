@@ -187,3 +187,23 @@ def test_the_thread_count_equals_the_cpu_limit(k8s, container):
     # k8s/README.md: keep HERALD_NUM_THREADS equal to the pod's CPU count (more threads than CPUs only contend).
     limits = container["resources"]["limits"]
     assert int(k8s["ConfigMap"]["data"]["HERALD_NUM_THREADS"]) == int(limits["cpu"]) == int(container["resources"]["requests"]["cpu"])
+
+
+def test_the_image_exposes_the_api_port_and_the_health_port_compose_and_k8s_set():
+    # tester nit: EXPOSE listed 8000 only while docker-compose.yml and the ConfigMap serve probes and /metrics on 8001
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    (exposed,) = re.findall(r"^EXPOSE (.+)$", dockerfile, re.MULTILINE)
+    compose = yaml.safe_load((ROOT / "docker" / "docker-compose.yml").read_text(encoding="utf-8"))
+    health = {compose["services"]["herald"]["environment"]["HERALD_HEALTH_PORT"],
+              resources()["ConfigMap"]["data"]["HERALD_HEALTH_PORT"]}
+    assert exposed.split() == ["8000", *sorted(health)] == ["8000", "8001"]
+
+
+def test_the_docs_say_the_read_only_root_loads_only_the_baked_backbone():
+    # tester nit: with readOnlyRootFilesystem and HERALD_CACHE_DIR=/opt/herald-cache, another GGUF cannot be converted
+    container = resources()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert resources()["ConfigMap"]["data"]["HERALD_CACHE_DIR"] == "/opt/herald-cache"
+    readme = " ".join((K8S / "README.md").read_text(encoding="utf-8").split())
+    assert "So the pods load only that backbone: another GGUF in `HERALD_BACKBONE` cannot be converted at run time" in readme
+    assert 'HERALD_CACHE_DIR: "/var/cache/herald"' in readme and "emptyDir:" in readme

@@ -27,6 +27,19 @@ def test_observe_request_counts_by_route_and_status_and_observes_latency():
     assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", status_class="4xx", le="0.005") == 1
 
 
+def test_a_client_gone_499_has_a_latency_class_of_its_own_not_4xx():
+    # Behind a gateway with a short timeout the slow requests end as 499; as "4xx" they fell out of the latency alert
+    # and panels, which leave fast 4xx refusals out (tester).
+    metrics = HeraldMetrics()
+    metrics.observe_request("/classify", 499, 30.0)
+    metrics.observe_request("/classify", 422, 0.002)
+    assert sample(metrics, "herald_requests_total", route="/classify", status="499") == 1
+    assert sample(metrics, "herald_request_duration_seconds_count", route="/classify", status_class="499") == 1
+    assert sample(metrics, "herald_request_duration_seconds_sum", route="/classify", status_class="499") == 30.0
+    assert sample(metrics, "herald_request_duration_seconds_bucket", route="/classify", status_class="499", le="10.0") == 0
+    assert sample(metrics, "herald_request_duration_seconds_count", route="/classify", status_class="4xx") == 1
+
+
 def test_observe_decisions_counts_each_verdict_and_its_score():
     metrics = HeraldMetrics()
     metrics.observe_decisions("/v1/moderations", [_verdict(True, 0.97), _verdict(False, 0.02), _verdict(False, 0.3)])
@@ -61,9 +74,9 @@ def test_known_label_series_are_exported_at_zero_before_any_traffic():
 
     scraped = _scraped(TestClient(build_app(Settings(_env_file=None, fake_backend=True))).get("/metrics").text)
     for route in ("/classify", "/v1/moderations", "/steer"):
-        for status in ("200", "429", "500", "503", "504"):
+        for status in ("200", "429", "499", "500", "503", "504"):
             assert scraped[("herald_requests_total", (("route", route), ("status", status)))] == 0, (route, status)
-        for status_class in ("2xx", "4xx", "5xx"):  # of STARTING_STATUSES
+        for status_class in ("2xx", "4xx", "499", "5xx"):  # of STARTING_STATUSES
             assert scraped[("herald_request_duration_seconds_count", (("route", route), ("status_class", status_class)))] == 0
             assert scraped[("herald_request_duration_seconds_bucket", (("le", "+Inf"), ("route", route), ("status_class", status_class)))] == 0
     for route in ("/classify", "/v1/moderations"):

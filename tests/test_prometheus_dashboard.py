@@ -279,6 +279,15 @@ def test_dashboard_has_queries():
     assert len(exprs) >= 10, f"only {len(exprs)} expressions found in {DASHBOARD}"
 
 
+def test_dashboard_rate_windows_follow_the_scrape_interval():
+    # literal [1m] windows gave empty panels where Prometheus scrapes once a minute (rate() needs two samples in the
+    # window); Grafana's $__rate_interval is at least four scrape intervals. The 1-day flag-rate baseline stays literal.
+    exprs = dashboard_exprs(json.loads(DASHBOARD.read_text(encoding="utf-8")))
+    windows = [w for e in exprs for w in re.findall(r"\[([^\]]+)\]", e)]
+    assert windows.count("$__rate_interval") >= 40
+    assert set(windows) == {"$__rate_interval", "1d"}, sorted(set(windows))
+
+
 def test_every_dashboard_query_returns_data(stack):
     exprs = list(dict.fromkeys(resolve_variables(e) for e in dashboard_exprs(json.loads(DASHBOARD.read_text(encoding="utf-8")))))
     assert exprs

@@ -88,7 +88,9 @@ def test_a_full_queue_is_refused_before_tokenizing():
     with pytest.raises(QueueFull) as full:
         asyncio.run(moderator.classify([user_turn("a long prompt " * 50)], ["input"], "input"))
     # no batch timed yet: nothing to estimate the drain from
-    assert full.value.message == "queue is full (2 prompts waiting: queue_capacity, HERALD_QUEUE_CAPACITY); retry in 1 s"
+    # how many wait, the capacity and this request's need (it printed the capacity as the count waiting: tester)
+    assert full.value.message == ("queue is full: 2 prompts waiting of a capacity of 2 (queue_capacity,"
+                                  " HERALD_QUEUE_CAPACITY), and this request needs 1 more; retry in 1 s")
     assert full.value.retry_after_s == 1
     assert encoded == []  # refused before any work
     assert metrics.rejected.labels("queue_full")._value.get() == 1

@@ -19,6 +19,7 @@ A GGUF may come in pieces; both kinds are joined in a temporary file for the con
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import json
@@ -380,7 +381,8 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
 
     Raises:
         BackboneError: if the GGUF is truncated or corrupt (:func:`check_gguf_whole`), transformers cannot read it
-            (architecture not supported by the installed version), or the cache folder cannot be created.
+            (architecture not supported by the installed version), the cache folder cannot be created, or the
+            conversion cannot be written into it (no space left, read-only: :func:`conversion_write_error`).
     """
     if isinstance(source, Path):
         source = GGUFSource("file", (source,), source.stem)
@@ -596,16 +598,65 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
         del model.config.quantization_config
     model.hf_quantizer = None
     _remove_stale_conversions(target.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=conversion_prefix(), dir=target.parent))
+    from safetensors import SafetensorError
+
+    tmp: Path | None = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=conversion_prefix(), dir=target.parent))
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _give_umask_modes(tmp)
         write_source_record(tmp, source, sha256)
         _publish(tmp, target)
+    except (OSError, SafetensorError) as exc:
+        # a full disk ended in a ~35-line traceback and "SafetensorError: ... No space left on device" that named
+        # neither the folder nor HERALD_CACHE_DIR (tester)
+        raise conversion_write_error(target, exc, _weight_bytes(model)) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _weight_bytes(model: Any) -> int | None:
+    """Bytes of ``model``'s weights as saved (each tensor once, tied ones too), about what its conversion writes; None
+    when it has no ``state_dict``."""
+    state = getattr(model, "state_dict", None)
+    if state is None:
+        return None
+    seen, total = set(), 0
+    for tensor in state().values():
+        key = (tensor.data_ptr(), tensor.numel())
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def conversion_write_error(target: Path, exc: BaseException, needed_bytes: int | None) -> BackboneError:
+    """The one-line error for a conversion that could not be written into ``target``'s folder, naming the folder,
+    the reason (no space left, a read-only file system ...), about how many bytes the conversion needs
+    (``needed_bytes``, its weights; None: not said) against the bytes free there, and HERALD_CACHE_DIR.
+
+    ``exc``: the ``OSError`` (its ``strerror``) or safetensors' ``SafetensorError`` (its message, which holds the
+    OS's: "No space left on device").
+    """
+    folder = target.parent
+    reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in reason
+    if full:
+        reason = "no space left on device"
+    size = ""
+    if needed_bytes is not None:
+        try:
+            free = f"; {shutil.disk_usage(folder).free / 1e6:,.0f} MB free there"
+        except OSError:
+            free = ""
+        size = f" (it needs about {needed_bytes / 1e6:,.0f} MB for the weights{free})"
+    remedy = "free space there or set HERALD_CACHE_DIR to a folder with room" if full else \
+        "set HERALD_CACHE_DIR to a writable folder"
+    return BackboneError(f"cannot write the converted backbone into {folder}: {reason}{size}; {remedy}",
+                         field="cache_dir")
 
 
 def _give_umask_modes(folder: Path) -> None:

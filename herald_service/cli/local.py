@@ -79,8 +79,8 @@ class LocalCommand(BackboneSettings):
     prompts to ``herald classify``.
 
     Raises:
-        MisspeltSetting: at construction, for a ``HERALD_*`` name nearly a setting of ``herald serve``
-            (:class:`~herald_service.config.BackboneSettings`).
+        MisspeltSetting: at construction, for a ``HERALD_*`` name nearly a setting of ``herald serve``, or one that
+            looks like a key (:class:`~herald_service.config.BackboneSettings`).
     """
 
     # herald serve's setting (HERALD_LOG_LEVEL, a .env may serve both); here it was accepted and did nothing (tester)

@@ -353,8 +353,12 @@ class InferenceEngine:
         excess = self.depth + own.prompts + own.jobs - self.limits.queue_capacity
         if excess > 0:
             retry_s = self._drain_s(excess)
-            raise QueueFull(f"queue is full ({self.limits.queue_capacity} prompts waiting: queue_capacity,"
-                            f" HERALD_QUEUE_CAPACITY); retry in {retry_s} s", retry_after_s=retry_s)
+            # the waiting count, the capacity and this request's need: it printed the capacity as the count waiting
+            # (tester), and a request larger than the room left was refused with no word of why
+            needed = own.prompts + own.jobs
+            raise QueueFull(f"queue is full: {self.depth} {_prompts(self.depth)} waiting of a capacity of"
+                            f" {self.limits.queue_capacity} (queue_capacity, HERALD_QUEUE_CAPACITY), and this request"
+                            f" needs {needed} more; retry in {retry_s} s", retry_after_s=retry_s)
         fit = self.cost.fit  # one snapshot: the price and the length it was checked to come from the same fit
         checked = 0 if fit is None else fit.checked_tokens
         verdict = admission_verdict(self._queued(), own, fit, self.limits.max_wait_s, self._horizon_s(), self._started_s(),
@@ -832,3 +836,8 @@ def _cancel_reason(future: Future) -> str:
 def _empty_device_cache() -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _prompts(count: int) -> str:
+    """``"prompt"`` or ``"prompts"`` after ``count`` (a /steer job waiting counts as one)."""
+    return "prompt" if count == 1 else "prompts"
