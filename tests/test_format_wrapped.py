@@ -64,3 +64,31 @@ def test_the_command_writes_four_corpus_files_and_refuses_a_folder_with_files(tm
     with pytest.raises(SystemExit):
         main([str(data), str(out)])
     assert "is a file or not empty" in capsys.readouterr().err
+
+
+def test_training_rows_use_training_instructions_only_and_every_fold_finds_its_rows_from_other_sources():
+    from herald_service.training.attacks import fold_rows
+    from herald_service.training.format_wrapped import FORMAT_BENIGN_SOURCE, FORMAT_HARMFUL_SOURCE, training_rows
+
+    train = corpus(per_source=6)
+    rows = training_rows(train, per_class=10, seed=1)
+    harmful = [r for r in rows if r.example.label == 1]
+    benign = [r for r in rows if r.example.label == 0]
+    assert len(harmful) == len(benign) == 20
+    assert {r.request_source for r in harmful} == {"AdvBench", "HarmBench"}
+    assert sum(r.request_source == "AdvBench" for r in harmful) == 10  # half from each request source
+    assert {r.request_source for r in benign} <= set(BENIGN_SOURCES)
+    assert {r.example.source for r in harmful} == {FORMAT_HARMFUL_SOURCE}
+    assert {r.example.source for r in benign} == {FORMAT_BENIGN_SOURCE}
+    for r in rows:  # each prompt is a training instruction around its request, never an evaluation one
+        assert r.example.prompt == TRAINING_INSTRUCTIONS[r.template].replace(SLOT, r.request)
+        assert not any(r.example.prompt == e.replace(SLOT, r.request) for e in EVALUATION_INSTRUCTIONS)
+    # the fold that holds AdvBench out trains on HarmBench requests only, and still finds 10 of each label
+    picked = [rows[i] for i in fold_rows(rows, "AdvBench", 10)]
+    assert sum(r.example.label == 1 for r in picked) == 10 and sum(r.example.label == 0 for r in picked) == 10
+    assert {r.request_source for r in picked if r.example.label == 1} == {"HarmBench"}
+    picked = [rows[i] for i in fold_rows(rows, "IFEval", 10)]
+    assert "IFEval" not in {r.request_source for r in picked}
+    assert training_rows(train, per_class=10, seed=1) == rows
+    with pytest.raises(ValueError, match="no training row of AdvBench"):
+        training_rows([e for e in train if e.source != "AdvBench"], per_class=10)
