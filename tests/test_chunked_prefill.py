@@ -129,7 +129,7 @@ def test_the_chunk_setting(monkeypatch):
     monkeypatch.setenv("HERALD_PREFILL_CHUNK_TOKENS", "0")
     assert engine_limits(Settings(_env_file=None), cpu).chunk_tokens == 0
     monkeypatch.setenv("HERALD_PREFILL_CHUNK_TOKENS", "8")
-    with pytest.raises(ValidationError, match="(?s)prefill_chunk_tokens.*whole number of tokens of at least 16, got 8"):
+    with pytest.raises(ValidationError, match="(?s)prefill_chunk_tokens.*whole number of tokens from 16 to 1,048,576, got 8"):
         Settings(_env_file=None)
 
 
