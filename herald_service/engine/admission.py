@@ -34,6 +34,11 @@ RIDGE_WEIGHT = 0.3
 """Weight, in batches, that holds each term of the fit to its warm-up value, as a relative change
 (:meth:`BatchCost._solve`)."""
 
+SLOWDOWN_BATCHES = 3
+"""Live timings whose ratio to the fit says how much slower the worker runs now than the fit says
+(:attr:`BatchCost.slowdown_`): the median of the last three, so two slow batches in a row raise every estimate and
+one outlier (a cold cache, a pause) does not."""
+
 WAIT_HEADROOM = 0.8
 """A request is admitted behind other work only while its estimated wait is at most this share of
 ``request_timeout_s``: the estimate is an online fit, 0.91-1.10x the real work of single requests on the embedded
@@ -133,6 +138,11 @@ class CostFit:
     batch_tokens: int
     checked_tokens: int = 0
 
+    def scaled(self, factor: float) -> "CostFit":
+        """This fit with every term ``factor`` times as large."""
+        return CostFit(self.per_batch_s * factor, self.per_prompt_s * factor, self.per_token_s * factor,
+                       self.per_squared_token_s * factor, self.batch_prompts, self.batch_tokens, self.checked_tokens)
+
     def seconds(self, work: Work) -> float:
         """Estimated busy seconds for ``work``'s prompts (its jobs are not counted here)."""
         if work.prompts <= 0:
@@ -192,6 +202,9 @@ class BatchCost:
         self._prior = tuple(prior)
         self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
         self._anchor: np.ndarray | None = None
+        self.slowdown_ = 1.0
+        """How many times slower than the fit the last live batches ran (:meth:`_slowdown`, at least 1); ``fit`` is
+        the least-squares fit times this."""
         self.fit: CostFit | None = self._solve() if prior else None
         if self.fit is not None:
             self._anchor = np.array([self.fit.per_batch_s, self.fit.per_prompt_s, self.fit.per_token_s,
@@ -204,7 +217,17 @@ class BatchCost:
         if not _usable(timing):
             return
         self._live.append(timing)
-        self.fit = self._solve()
+        fit = self._solve()
+        self.slowdown_ = self._slowdown(fit)
+        self.fit = fit.scaled(self.slowdown_) if self.slowdown_ > 1.0 else fit
+
+    def _slowdown(self, fit: CostFit) -> float:
+        """The median ratio of measured to fitted seconds of the last :data:`SLOWDOWN_BATCHES` live timings (of two,
+        the smaller), at least 1; 1 with fewer than two."""
+        ratios = sorted(t.seconds / fitted for t in list(self._live)[-SLOWDOWN_BATCHES:]
+                        if (fitted := fit.per_batch_s * t.batches + fit.per_prompt_s * t.prompts
+                            + fit.per_token_s * t.tokens + fit.per_squared_token_s * t.squared_tokens) > 0)
+        return max(ratios[-2], 1.0) if len(ratios) >= 2 else 1.0
 
     @property
     def longest_live(self) -> int:
