@@ -175,7 +175,7 @@ class BatchCost:
     change of load or device) and the ``prior`` timings at a small permanent weight. That follows a slowdown slowly:
     forgetting keeps the faster batches before it, relative errors weigh a slow batch less than a fast one, and the
     ridge holds each term toward the warm-up, so a slowdown seen on one batch shape moves the other shapes' prices
-    hardly at all (a test: 10 batches run 3x slower left the fit at 0.59x their cost and 0.32x another shape's; on a
+    hardly at all (a simulation: 10 batches run 3x slower left the fit at 0.59x their cost and 0.32x another shape's; on a
     CPU that another process took a core of after warm-up, admitted requests ran several times their price into
     504s). So the fit is scaled by :attr:`slowdown_`, the median ratio of measured to fitted seconds of the last
     :data:`SLOWDOWN_BATCHES` live batches when over 1: a uniform slowdown reaches every estimate after two batches
