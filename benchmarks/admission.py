@@ -21,6 +21,14 @@ in this process.
    of the answered ones and the longest ``Retry-After``, each as a share of the timeout; the claims are no 504, every
    admitted request answered within the timeout, and ``Retry-After`` never above it.
 
+3. Contention (``--hog SOURCE...``, :func:`hog`): the testers' case. A default server (torch's threads) warms up,
+   then a busy loop in another process takes a core, and :data:`HOG_WAVE_SIZE` requests of 64 short prompts go at
+   once (priced at the warm-up's speed: nothing was measured under the load yet), then :data:`HOG_CLIENTS` clients
+   send them back to back for :data:`HOG_STREAM_S` s (after ``Retry-After`` on a 429). Counts of 200, 429 and 504:
+   does the cost model catch up with the slowdown, so that later requests get 429 rather than a 504? Each SOURCE is
+   a checkout whose ``herald_service`` the server runs (a worktree of the commit before a change, then ``.``), in
+   turn, ``--repeats`` times; ``benchmarks/results/admission_cpu_hog.json``.
+
 Servers start one at a time: each times its warm-up batches to seed its cost model, and a second one starting
 alongside would inflate them. The machine may be shared: the load average is recorded before and after, each
 server's warm-up timings (``cost_seeded_on``), and the CPU cores the server used while it worked (``baseline_cores``,
@@ -79,7 +87,16 @@ BURST_TEXTS = {
     "m": "Tell me about the history of bread. " * 40,  # ~300 tokens
     "l": "Explain the following text carefully. " + FOX * 200,  # ~2,000 tokens
     "x": [FOX * 400] * 8,  # 8 prompts of ~4,031 tokens: the longest shape of SHAPES
+    "c": [CHAT * 2] * 64,  # 64 short chat prompts (~45 tokens): the contention waves' request
 }
+HOG_WAVES = 1
+HOG_WAVE_SIZE = 12
+"""Contention (``--hog``): waves of :data:`HOG_WAVE_SIZE` requests of 64 short prompts at once, one after another."""
+HOG_STREAM_S = 120.0
+HOG_CLIENTS = 6
+"""Contention, then: :data:`HOG_CLIENTS` clients each sending 64 short prompts again as soon as answered (after
+``Retry-After``, at most :data:`RETRY_CAP_S`, on a 429) for :data:`HOG_STREAM_S` seconds."""
+RETRY_CAP_S = 10.0
 BURST_SIZE = 200
 OVERLOAD_SHORT = 2000
 """One-prompt requests of the short overload burst: twice the shipped queue capacity (1,024 prompts)."""
@@ -108,16 +125,16 @@ class HeraldServer(Build):
     inherited from this environment); :class:`~benchmarks.host_cost.Build`'s readiness wait and stop, without its
     fake backend."""
 
-    def __init__(self, name: str, **settings: object) -> None:
+    def __init__(self, name: str, source: Path = REPO, port: int | None = None, **settings: object) -> None:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind(("127.0.0.1", port or 0))
             self.port = s.getsockname()[1]
-        self.name, self.source = name, REPO
+        self.name, self.source = name, source
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
-        env.update({"HERALD_HOST": "127.0.0.1", "HERALD_PORT": str(self.port)})
+        env.update({"HERALD_HOST": "127.0.0.1", "HERALD_PORT": str(self.port), "PYTHONPATH": str(source)})
         env.update({f"HERALD_{k.upper()}": str(v) for k, v in settings.items()})
-        self.proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], cwd=REPO, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve"], cwd=source, env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def __enter__(self) -> "HeraldServer":
@@ -341,6 +358,72 @@ def burst(server: HeraldServer, mix: str, timeout_s: float) -> dict:
     }
 
 
+# -- 3. contention after warm-up ------------------------------------------------------------------------------------
+def hog(source: Path, port: int | None = None) -> dict:
+    """The testers' case: a server (``herald_service`` from ``source``, default threads) warmed up on an idle CPU,
+    then a busy loop in another process takes a core, and :data:`HOG_WAVES` waves of :data:`HOG_WAVE_SIZE`
+    requests of 64 short prompts are sent at once, each after the previous one is answered. The first wave is priced
+    at the idle speed whatever the model does (nothing has been measured under the load yet); the later waves show
+    whether the cost model caught up with the slowdown: admitted work answered (200), refused up front (429) or
+    admitted into a timeout (504). Per wave: counts, the server's estimate of one request just before the wave
+    (gauges), the longest answer and ``Retry-After``."""
+    with HeraldServer(f"hog-{source.name}", source=source, port=port) as server:
+        info = httpx.get(server.url + "/v1/info").json()
+        limits, timeout_s = info["limits"], info["limits"]["request_timeout_s"]
+        answer = httpx.post(server.url + "/classify", json={"input": BURST_TEXTS["c"][:1]}).json()
+        tokens = answer["results"][0]["tokens"]
+        work = Work.of_prompts([tokens] * len(BURST_TEXTS["c"]))
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        waves = []
+        try:
+            time.sleep(2.0)
+            for index in range(HOG_WAVES):
+                fit = cost_fit(httpx.get(server.url + "/metrics").text, limits)
+                seconds, answers = send_burst(server, ["c"] * HOG_WAVE_SIZE)
+                counts = {str(code): sum(a["status"] == code for a in answers) for code in (200, 413, 429, 504)}
+                answered = [a["seconds"] for a in answers if a["status"] == 200]
+                retry_after = [a["retry_after_s"] for a in answers if a["retry_after_s"] is not None]
+                waves.append({"wave": index + 1, "seconds": seconds, **{f"n_{k}": v for k, v in counts.items()},
+                              "n_other": len(answers) - sum(counts.values()),
+                              "est_request_s": fit.seconds(work),
+                              "max_answered_s": max(answered, default=None),
+                              "max_retry_after_s": max(retry_after, default=None), "answers": answers})
+                print(f"wave {index + 1}: {counts}, one request estimated at {waves[-1]['est_request_s']:.1f} s"
+                      f" before it, {seconds:.0f} s", flush=True)
+            fit = cost_fit(httpx.get(server.url + "/metrics").text, limits)
+            answers = asyncio.run(_stream(server.url, HOG_CLIENTS, HOG_STREAM_S))
+            counts = {str(code): sum(a["status"] == code for a in answers) for code in (200, 413, 429, 504)}
+            stream = {"clients": HOG_CLIENTS, "seconds": HOG_STREAM_S, **{f"n_{k}": v for k, v in counts.items()},
+                      "n_other": len(answers) - sum(counts.values()), "est_request_s": fit.seconds(work),
+                      "answered_s_median": percentile([a["seconds"] for a in answers if a["status"] == 200], 50)
+                      if counts["200"] else None, "answers": answers}
+            print(f"stream: {counts}", flush=True)
+        finally:
+            busy.kill()
+            busy.wait()
+        after = cost_fit(httpx.get(server.url + "/metrics").text, limits)
+    return {"source": str(source), "request_timeout_s": timeout_s, "seeded": server.seeded, "waves": waves,
+            "stream": stream, "est_request_s_after": after.seconds(work), "fit_after": after.__dict__,
+            "load_average_after": os.getloadavg()}
+
+
+async def _stream(url: str, clients: int, seconds: float) -> list[dict]:
+    """``clients`` closed-loop clients of 64-prompt requests for ``seconds`` (requests sent until then are awaited)."""
+    end = time.perf_counter() + seconds
+    answers: list[dict] = []
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while time.perf_counter() < end:
+            answer = await _send(http, url, "c")
+            answers.append(answer | {"sent_s": seconds - (end - time.perf_counter()) - answer["seconds"]})
+            if answer["status"] == 429:
+                await asyncio.sleep(min(answer["retry_after_s"] or 1.0, RETRY_CAP_S))
+
+    async with httpx.AsyncClient(timeout=BASELINE_TIMEOUT_S) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return answers
+
+
 # -- output --------------------------------------------------------------------------------------------------------
 def report(result: dict, out: Path) -> None:
     hidden = ("message", "message_est_s", "fit", "baseline_fit")
@@ -408,6 +491,31 @@ def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None, o
     }
 
 
+def run_hog(sources: list[Path], repeats: int, port: int | None) -> dict:
+    """:func:`hog` for each source in turn, ``repeats`` times (A B A B: the machine's load drifts)."""
+    hw = hardware()
+    runs = [hog(source, port) for _ in range(repeats) for source in sources]
+    hw["load_average_end"] = os.getloadavg()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commits = {str(source): subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True,
+                                           text=True).stdout.strip() for source in sources}
+    return {"benchmark": "admission_hog", "commit": commit, "source_commits": commits, "hardware": hw, "runs": runs}
+
+
+def report_hog(result: dict, out: Path) -> None:
+    print_table("contention after warm-up (waves of 12 x 64 short prompts at once, a busy loop on one core)",
+                [{"source": r["source"], "source_commit": result["source_commits"][r["source"]][:7], "wave": w["wave"],
+                  **{k: w[k] for k in ("n_200", "n_429", "n_504", "n_other", "est_request_s", "max_answered_s")}}
+                 for r in result["runs"] for w in r["waves"]])
+    print_table(f"then {HOG_CLIENTS} clients sending again as soon as answered for {HOG_STREAM_S:g} s",
+                [{"source": r["source"], **{k: r["stream"][k] for k in ("n_200", "n_429", "n_504", "n_other",
+                                                                       "est_request_s", "answered_s_median")}}
+                 for r in result["runs"]])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=float))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the two shortest shapes only (a smoke run)")
@@ -418,8 +526,17 @@ def main() -> None:
     parser.add_argument("--overload", action="store_true",
                         help="only the overload bursts (run(overload=True)); writes admission_<target>_overload.json")
     parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/admission_<target>.json")
+    parser.add_argument("--hog", type=Path, nargs="+", default=None, metavar="SOURCE",
+                        help="only the contention waves (hog()), against herald_service from each SOURCE folder in"
+                             " turn (e.g. a worktree of an earlier commit, then .); writes admission_cpu_hog.json")
+    parser.add_argument("--repeats", type=int, default=2, help="--hog: rounds over the sources")
+    parser.add_argument("--port", type=int, default=None, help="--hog: the servers' port (default: a free one)")
     args = parser.parse_args()
     exit_on_sigterm()
+    if args.hog:  # httpx only (a core dependency), no load client of the bench extra
+        sources = [source.resolve() for source in args.hog]
+        report_hog(run_hog(sources, args.repeats, args.port), args.out or RESULTS / "admission_cpu_hog.json")
+        return
     require_bench_extra()
     name = f"admission_{args.target}{'_overload' if args.overload else ''}.json"
     report(run(args.quick, args.target, args.timeout_s, args.overload), args.out or RESULTS / name)

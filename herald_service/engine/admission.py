@@ -4,7 +4,8 @@ Counting prompts is not enough: 64 queued prompts of 4k tokens hold the worker f
 accepted behind them only times out (504). The engine keeps the prompts, tokens and exclusive jobs it has accepted
 and not yet answered (:class:`Work`; a job counts for its expected duration, at most until its deadline:
 :func:`jobs_left_s`) and a model of what a batch costs it
-(:class:`BatchCost`: seconds per batch, per prompt, per token and per squared token, fitted online).
+(:class:`BatchCost`: seconds per batch, per prompt, per token and per squared token, fitted online, scaled up by how
+much slower the last batches ran than the fit).
 :func:`admission_verdict` then refuses a request whose own work alone exceeds the limit (413: it could only time out,
 however idle the worker) and one whose wait behind the work ahead exceeds :data:`WAIT_HEADROOM` of it (429, with a
 ``Retry-After`` from the same estimate). Pure arithmetic: no clocks, no threads, no I/O.
@@ -33,6 +34,11 @@ when every live batch has the same shape, too little to hold it against what liv
 RIDGE_WEIGHT = 0.3
 """Weight, in batches, that holds each term of the fit to its warm-up value, as a relative change
 (:meth:`BatchCost._solve`)."""
+
+SLOWDOWN_BATCHES = 3
+"""Live timings whose ratios of measured to fitted seconds say how much slower the worker runs now than the fit
+(:attr:`BatchCost.slowdown_`): the median of the last three, so two slow batches in a row raise every estimate and
+one outlier (a cold cache, a pause) does not."""
 
 WAIT_HEADROOM = 0.8
 """A request is admitted behind other work only while its estimated wait is at most this share of
@@ -133,6 +139,11 @@ class CostFit:
     batch_tokens: int
     checked_tokens: int = 0
 
+    def scaled(self, factor: float) -> "CostFit":
+        """This fit with every term ``factor`` times as large."""
+        return CostFit(self.per_batch_s * factor, self.per_prompt_s * factor, self.per_token_s * factor,
+                       self.per_squared_token_s * factor, self.batch_prompts, self.batch_tokens, self.checked_tokens)
+
     def seconds(self, work: Work) -> float:
         """Estimated busy seconds for ``work``'s prompts (its jobs are not counted here)."""
         if work.prompts <= 0:
@@ -161,7 +172,17 @@ class BatchCost:
     were admitted as free and timed out (breaker pass).
 
     The fit weighs each of the last :data:`WINDOW` live batches by ``forgetting`` per later batch (so it follows a
-    change of load or device) and the ``prior`` timings at a small permanent weight.
+    change of load or device) and the ``prior`` timings at a small permanent weight. That follows a slowdown slowly:
+    forgetting keeps the faster batches before it, relative errors weigh a slow batch less than a fast one, and the
+    ridge holds each term toward the warm-up, so a slowdown seen on one batch shape moves the other shapes' prices
+    hardly at all (a simulation: 10 batches run 3x slower left the fit at 0.59x their cost and 0.32x another shape's; on a
+    CPU that another process took a core of after warm-up, admitted requests ran several times their price into
+    504s). So the fit is scaled by :attr:`slowdown_`, the median ratio of measured to fitted seconds of the last
+    :data:`SLOWDOWN_BATCHES` live batches when over 1: a uniform slowdown reaches every estimate after two batches
+    measured under it, and leaves it two batches after speed returns. Only upwards: a ratio under 1 would as readily
+    be a shape the fit prices high as a faster worker, and a price too low costs a 504, one too high a 429. On a
+    worker of constant speed with 10% noise per batch, estimates averaged 1.02x the real cost against 0.98x without
+    it (tests/test_admission.py).
 
     Args:
         prior: timings measured at warm-up, of several shapes, so the terms are told apart before any live batch;
@@ -192,6 +213,9 @@ class BatchCost:
         self._prior = tuple(prior)
         self._live: deque[BatchTiming] = deque(maxlen=WINDOW)
         self._anchor: np.ndarray | None = None
+        self.slowdown_ = 1.0
+        """How many times slower than the least-squares fit the last live batches ran (:meth:`_slowdown`, at least
+        1); ``fit`` is that fit times this."""
         self.fit: CostFit | None = self._solve() if prior else None
         if self.fit is not None:
             self._anchor = np.array([self.fit.per_batch_s, self.fit.per_prompt_s, self.fit.per_token_s,
@@ -204,7 +228,17 @@ class BatchCost:
         if not _usable(timing):
             return
         self._live.append(timing)
-        self.fit = self._solve()
+        fit = self._solve()
+        self.slowdown_ = self._slowdown(fit)
+        self.fit = fit.scaled(self.slowdown_) if self.slowdown_ > 1.0 else fit
+
+    def _slowdown(self, fit: CostFit) -> float:
+        """The median ratio of measured to fitted seconds of the last :data:`SLOWDOWN_BATCHES` live timings (of two,
+        the smaller), at least 1; 1 with fewer than two."""
+        ratios = sorted(t.seconds / fitted for t in list(self._live)[-SLOWDOWN_BATCHES:]
+                        if (fitted := fit.per_batch_s * t.batches + fit.per_prompt_s * t.prompts
+                            + fit.per_token_s * t.tokens + fit.per_squared_token_s * t.squared_tokens) > 0)
+        return max(ratios[-2], 1.0) if len(ratios) >= 2 else 1.0
 
     @property
     def longest_live(self) -> int:
