@@ -938,9 +938,10 @@ def test_jailbreak_recall_is_given_apart_for_templates_no_training_prompt_holds_
     line = next(line for line in text.splitlines() if line.startswith("- **Wrapped prompts of older runs**"))
     assert '"Jailbreak-augmented training"' in line and '"Trajectory feature sets"' not in line
     assert "- Held out means no verbatim match" in text and "- Recipe choice:" in text
-    # the format-instruction check is measured apart: the report points at it, with the link beside its own files
-    assert "measured apart, for the SmolLM2-135M-Instruct recipe only, on held-out requests and prompts in" \
-        " [format_wrapped.md](eval/format_wrapped.md)" in text
+    # the format-instruction check is measured apart: the report points at it (here: the write-up this checkout ships)
+    link = re.search(r"measured apart, for the SmolLM2-135M-Instruct recipe only, on held-out requests and prompts in"
+                     r" \[format_wrapped\.md\]\(([^)]+)\)", text)
+    assert link and (tmp_path / link.group(1)).resolve() == (Path(__file__).parents[1] / "docs/eval/format_wrapped.md").resolve()
     # the fifth study's reference (the shipped recipe on rendered templates) joins the row, as a seed mean
     for seed, recall in enumerate((0.92, 0.95, 0.926)):
         write(tmp_path / "recipe_studies" / "rendered", f"seed{seed}.json", {"fit_seed": seed, "results": {
