@@ -308,23 +308,43 @@ def _env_file_names(env_file: EnvFiles) -> dict[str, str]:
     return found
 
 
-CREDENTIAL_NAME = re.compile(r"KEY|SECRET|PASSW|AUTH|CREDENTIAL|BEARER|TOKEN(?!S)|(API|ACCESS)_?TOKENS")
-"""A ``HERALD_*`` name that is not a setting but matches this (upper case) looks like a key meant for the server:
-``HERALD_API_KEYS_FILE``, ``HERALD_API_TOKEN``, ``HERALD_KEYS``, ``HERALD_AUTH_KEYS``. Each was warned about and
-ignored, and the API served without a key (tester); :func:`unknown_setting_names` refuses them. ``TOKENS`` alone
-is left out: Herald's settings count prompt tokens (``HERALD_MAX_TOKENS``), and a misremembered limit is no key."""
+CREDENTIAL_WORDS = frozenset({"KEY", "KEYS", "APIKEY", "APIKEYS", "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
+                              "PASS", "AUTH", "CREDENTIAL", "CREDENTIALS", "BEARER"})
+"""A ``HERALD_*`` name that is not a setting but has one of these words (between underscores, upper case) looks like
+a key meant for the server: ``HERALD_API_KEYS_FILE``, ``HERALD_API_TOKEN``, ``HERALD_KEYS``, ``HERALD_AUTH_KEYS``.
+Each was warned about and ignored, and the API served without a key (tester); :func:`unknown_setting_names` refuses
+them. Whole words only: matched inside words, ``HERALD_TOKENIZER``, ``HERALD_AUTHOR`` and ``HERALD_MONKEY`` stopped a
+start (re-tester); ``TOKENS`` is left out but after ``API`` or ``ACCESS``, as Herald's settings count prompt tokens
+(``HERALD_MAX_TOKENS``) and a misremembered limit is no key."""
+
+SIBLING_SERVICE_LINK = re.compile(r"HERALD_\w+?_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)")
+"""Names Kubernetes sets in pods for a Service whose name starts with ``herald-`` (``herald-auth``:
+``HERALD_AUTH_SERVICE_HOST``, ``HERALD_AUTH_PORT``): never taken for a key (a sibling Service named so made every pod
+refuse to start: re-tester), only warned about as any other unknown name. One of them, ``HERALD_AUTH_PORT``, is
+still refused as a near miss of ``HERALD_HEALTH_PORT`` (:data:`CLOSE_MATCH`); k8s/deployment.yaml turns service links
+off (``enableServiceLinks: false``)."""
+
+
+def looks_like_a_key(name: str) -> bool:
+    """Whether the ``HERALD_*`` ``name`` (upper case) has a word of :data:`CREDENTIAL_WORDS` and is no Kubernetes
+    service link of a sibling Service (:data:`SIBLING_SERVICE_LINK`)."""
+    field = name.removeprefix("HERALD_")
+    words = set(re.split(r"[^A-Z0-9]+", field))  # a name in the environment may hold ':' (HERALD_API_KEYS:abc...)
+    access_tokens = re.search(r"(^|_)(API|ACCESS)_?TOKENS(_|$)", field) is not None
+    return bool(words & CREDENTIAL_WORDS or access_tokens) and not SIBLING_SERVICE_LINK.fullmatch(name)
+
 
 CREDENTIAL_HINT = ("Herald's keys are HERALD_API_KEYS (the API's bearer keys, comma-separated) and HERALD_STEER_API_KEY"
                    " (/steer's); no other name is read, and no key file: pass the key's value in the environment (a"
                    " Kubernetes Secret's env/envFrom, or Docker's environment:) or in .env")
-"""The end of the refusal of a :data:`CREDENTIAL_NAME`: which names Herald reads keys from, and how to pass them."""
+"""The end of the refusal of a name that :func:`looks_like_a_key`: which names Herald reads keys from, and how to pass them."""
 
 
 def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[list[str], list[str]]:
     """``HERALD_*`` names set in the process environment or ``env_file`` that are not ``HERALD_<field>`` of
     ``fields``: (refused, unknown), each a line naming the variable (up to its first character that is not a
     letter, digit or ``_``: :func:`_shown_name`) and where it was set. Refused ones are misspelt, within
-    :data:`CLOSE_MATCH` of a field (the line names it), or look like a credential (:data:`CREDENTIAL_NAME`; the line
+    :data:`CLOSE_MATCH` of a field (the line names it), or look like a credential (:func:`looks_like_a_key`; the line
     ends with :data:`CREDENTIAL_HINT`); Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
     out. pydantic-settings ignores such names (``extra="ignore"``): a typo in ``HERALD_API_KEYS`` left the API open
     without a word (breaker pass), and ``HERALD_API_TOKEN`` with only a warning (tester)."""
@@ -343,7 +363,7 @@ def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[li
         if close:
             refused.append(f"{shown} (set in {where}) is not a setting; did you mean HERALD_{close[0].upper()}? (a"
                            " misspelt setting is refused, not ignored: a misspelt HERALD_API_KEYS would leave the API open)")
-        elif CREDENTIAL_NAME.search(field.upper()):
+        elif looks_like_a_key(name):
             refused.append(f"{shown} (set in {where}) is not a Herald setting and looks like a key; it is refused, not"
                            f" ignored, as the API would be left open: {CREDENTIAL_HINT}")
         else:

@@ -108,7 +108,7 @@ class SettingsConflict(HeraldError):
 
 class MisspeltSetting(HeraldError):
     """A ``HERALD_*`` name set in the environment or ``.env`` is not a setting but nearly one, or looks like a key
-    (``HERALD_API_TOKEN``: :data:`herald_service.config.CREDENTIAL_NAME`) (start-up)."""
+    (``HERALD_API_TOKEN``: :func:`herald_service.config.looks_like_a_key`) (start-up)."""
 
     error_type = "settings_error"
 

@@ -64,6 +64,16 @@ def test_the_command_writes_four_corpus_files_and_refuses_a_folder_with_files(tm
     with pytest.raises(SystemExit):
         main([str(data), str(out)])
     assert "is a file or not empty" in capsys.readouterr().err
+    for args, message in ((["--per-label", "0"], "--per-label must be at least 1, got 0"),
+                          (["--max-per-source", "-1"], "--max-per-source must be at least 1, got -1"),
+                          (["--seed", "-2"], "--seed must be 0 or more, got -2")):
+        with pytest.raises(SystemExit):
+            main([str(data), str(tmp_path / "new"), *args])
+        assert message in capsys.readouterr().err and not (tmp_path / "new").exists()
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(SystemExit):  # a folder that cannot be made: one line, not a traceback (re-tester)
+        main([str(data), str(tmp_path / "a-file" / "sets"), "--max-per-source", "10", "--per-label", "12"])
+    assert "a-file/sets" in capsys.readouterr().err
 
 
 def test_training_rows_use_training_instructions_only_and_every_fold_finds_its_rows_from_other_sources():

@@ -544,7 +544,7 @@ def test_a_conversion_folder_whose_writer_is_gone_is_removed_at_the_next_convers
     assert not elsewhere.exists() and running.exists() and older_style.exists()
 
 
-@pytest.mark.parametrize("failure", ["oserror", "safetensors"])
+@pytest.mark.parametrize("failure", ["oserror", "safetensors", "tokenizer"])
 def test_a_full_disk_during_the_conversion_is_one_line_naming_the_folder_the_size_and_herald_cache_dir(
         whole: Path, tmp_path: Path, monkeypatch, failure: str):
     # Tester finding: a full disk at save_pretrained gave a ~35-line traceback ending in "SafetensorError: ... No space
@@ -569,10 +569,16 @@ def test_a_full_disk_during_the_conversion_is_one_line_naming_the_folder_the_siz
             (Path(folder) / "model.safetensors").write_bytes(b"partial")
             if failure == "oserror":
                 raise OSError(errno.ENOSPC, "No space left on device")
-            raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space'
-                                  ' left on device" })')
+            if failure == "safetensors":
+                raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message:'
+                                      ' "No space left on device" })')
 
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    class FullDiskTokenizer:  # the weights fit, tokenizer.json does not: its Rust writer raises a bare Exception
+        def save_pretrained(self, folder):
+            raise Exception("No space left on device (os error 28)")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda *a, **k: FullDiskTokenizer() if failure == "tokenizer" else object())
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: FullDiskModel())
     usage = collections.namedtuple("usage", "total used free")
     real_disk_usage = loader.shutil.disk_usage
@@ -605,3 +611,11 @@ def test_a_read_only_backbones_folder_is_named_with_herald_cache_dir_not_a_trace
     assert str(refused.value) == (f"cannot write the converted backbone into {tmp_path / 'cache' / 'backbones'}: Read-only"
                                   " file system; set HERALD_CACHE_DIR to a writable folder")
     assert refused.value.field == "cache_dir"
+
+
+def test_only_the_file_systems_refusals_are_taken_for_a_write_failure_of_the_conversion():
+    from safetensors import SafetensorError
+
+    assert loader._write_failure(OSError(28, "No space left on device"), SafetensorError)
+    assert loader._write_failure(Exception("No space left on device (os error 28)"), SafetensorError)
+    assert not loader._write_failure(ValueError("tokenizer config is invalid"), SafetensorError)  # a bug stays a bug

@@ -608,14 +608,24 @@ def _convert(gguf: Path, source: GGUFSource, target: Path, sha256: str) -> Path:
         _give_umask_modes(tmp)
         write_source_record(tmp, source, sha256)
         _publish(tmp, target)
-    except (OSError, SafetensorError) as exc:
+    except Exception as exc:
         # a full disk ended in a ~35-line traceback and "SafetensorError: ... No space left on device" that named
-        # neither the folder nor HERALD_CACHE_DIR (tester)
+        # neither the folder nor HERALD_CACHE_DIR (tester); the tokenizer's Rust writer raises a bare Exception
+        # "No space left on device (os error 28)" (re-tester)
+        if not _write_failure(exc, SafetensorError):
+            raise
         raise conversion_write_error(target, exc, _weight_bytes(model)) from None
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _write_failure(exc: BaseException, safetensor_error: type) -> bool:
+    """Whether ``exc``, raised while a conversion is written, is the file system's refusal: an ``OSError``, a
+    ``safetensor_error`` (safetensors' ``SafetensorError``), or an exception of a Rust writer (the tokenizer's) whose
+    message ends in Rust's ``(os error N)``."""
+    return isinstance(exc, (OSError, safetensor_error)) or re.search(r"\(os error \d+\)", str(exc)) is not None
 
 
 def _weight_bytes(model: Any) -> int | None:

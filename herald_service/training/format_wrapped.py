@@ -177,17 +177,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-per-source", type=int, default=150, help="as herald eval --max-per-source (default 150)")
     parser.add_argument("--per-label", type=int, default=120, help="rows of each label (default 120)")
     args = parser.parse_args(argv)
+    for option, value in (("--per-label", args.per_label), ("--max-per-source", args.max_per_source)):
+        if value < 1:  # 0 wrote four empty files (re-tester); herald eval refuses a cap below 1 too
+            parser.error(f"{option} must be at least 1, got {value}")
+    if args.seed < 0:
+        parser.error(f"--seed must be 0 or more, got {args.seed}")
     if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         parser.error(f"{args.out} is a file or not empty: give a new or empty folder (nothing is replaced)")
     try:
         sets = format_sets(load_corpus(expand_data([args.data], option="data")), args.max_per_source, args.seed,
                            args.per_label)
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, rows in sets.items():
+            (args.out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+            print(f"{args.out / name}: {len(rows)} rows")
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, rows in sets.items():
-        (args.out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        print(f"{args.out / name}: {len(rows)} rows")
     return 0
 
 
