@@ -489,7 +489,12 @@ def test_docs_pages_load_their_scripts_from_this_server_not_a_cdn(client):
             assert asset.status_code == 200 and len(asset.content) > 1000, url
             assert client.head(url).status_code == 200
         assert client.head(path).status_code == 200
+    assert all("?v=" in url for url in urls if "openapi" not in url)  # a package upgrade changes the URLs
     script = client.get("/docs/swagger-ui-bundle.js")
+    # a browser's current copy is answered 304, with no body (re-tester: the 1.5 MB script came again every time)
+    again = client.get("/docs/swagger-ui-bundle.js", headers={"if-none-match": script.headers["etag"]})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == script.headers["etag"]
+    assert client.get("/docs/swagger-ui-bundle.js", headers={"if-none-match": '"other"'}).status_code == 200
     assert script.headers["content-type"].startswith(("application/javascript", "text/javascript"))
     assert "SwaggerUIBundle" in script.text[:2000] and "max-age=86400" in script.headers["cache-control"]
     assert client.get("/docs/swagger-ui.css").headers["content-type"].startswith("text/css")
