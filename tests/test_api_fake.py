@@ -1295,6 +1295,8 @@ def test_the_openapi_document_refuses_what_the_server_refuses_one_prompt_field_u
             ("/classify", "ClassifyRequest", {"input": None}, False),
             ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": [2, 3]}, True),
             ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": [2, 2]}, False),
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": "ALL"}, True),
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": "every"}, False),
             ("/steer", "SteerRequest", {"prompt": "hi", "messages": conversation, "max_new_tokens": 2}, False),
             ("/steer", "SteerRequest", {"max_new_tokens": 2}, False),
         ]

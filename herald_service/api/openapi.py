@@ -12,6 +12,12 @@ Every list of prompts, messages, parts or layers is ``minItems: 1`` (an empty on
 ``uniqueItems``. ``/classify`` and ``/steer`` take exactly one of their two prompt fields (``oneOf``; a null one counts
 as absent), and every 429 and 503 declares its ``Retry-After`` header.
 
+Rules the document does not carry, which the server checks (a re-tester compared 89 bodies): a whole number written
+``1.0`` (JSON Schema counts it an integer; the server's strict models do not), the top decoder layer of ``/steer``'s
+``layers`` (the backbone's, known after the load: ``GET /v1/info``), ``mode``/``alpha`` together (``add`` needs an
+``alpha``, ``ablate`` takes none), a message's ``content`` or a text part's ``text`` given as null or left out, and a
+``refusal`` part outside an assistant message.
+
 The bearer scheme is declared on the operations whose keys are set (``HERALD_API_KEYS``; ``/steer``: its key while
 steering is on), as :class:`~herald_service.api.middleware.BearerGate` checks them: a document that asked for a key
 everywhere told a client of a server without keys to send one (fuzz tester).
@@ -84,6 +90,9 @@ def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[st
     # 1-based, each once (types.checked_steer_layers); the top layer is the backbone's (GET /v1/info), unknown when
     # this document is first written, which can be before the load
     layers["minItems"], layers["items"]["minimum"], layers["uniqueItems"] = 1, 1, True
+    every = next(b for b in schemas["SteerRequest"]["properties"]["layers"]["anyOf"] if b.get("const") == "all")
+    del every["const"]
+    every["pattern"] = "^[Aa][Ll][Ll]$"  # "ALL" is taken as "all" (SteerRequest's validator): the re-tester's 200
     for name, first, second in (("ClassifyRequest", "input", "messages"), ("SteerRequest", "prompt", "messages")):
         _exactly_one(schemas[name], first, second)
     _retry_after(document)
