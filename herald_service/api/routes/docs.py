@@ -52,29 +52,30 @@ def _page(page: HTMLResponse) -> HTMLResponse:
     return page
 
 
+def _asset_url(request: Request, path: str) -> str:
+    """``path`` (one of :data:`ASSET_ROUTES`) under the request's ``root_path``, with the package version."""
+    return f"{_root(request)}{path}?v={ASSET_VERSION}"
+
+
 @router.head("/docs", response_class=HTMLResponse)
 @router.get("/docs", response_class=HTMLResponse)
 async def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI over ``/openapi.json``, with its script and styles from this server."""
-    root = _root(request)
     return _page(get_swagger_ui_html(
-        openapi_url=f"{root}/openapi.json", title="Herald - Swagger UI",
-        swagger_js_url=f"{root}/docs/swagger-ui-bundle.js?v={ASSET_VERSION}",
-        swagger_css_url=f"{root}/docs/swagger-ui.css?v={ASSET_VERSION}",
-        swagger_favicon_url=f"{root}/docs/favicon.png?v={ASSET_VERSION}", oauth2_redirect_url=None,
-    ))
+        openapi_url=f"{_root(request)}/openapi.json", title="Herald - Swagger UI", oauth2_redirect_url=None,
+        swagger_js_url=_asset_url(request, "/docs/swagger-ui-bundle.js"),
+        swagger_css_url=_asset_url(request, "/docs/swagger-ui.css"),
+        swagger_favicon_url=_asset_url(request, "/docs/favicon.png")))
 
 
 @router.head("/redoc", response_class=HTMLResponse)
 @router.get("/redoc", response_class=HTMLResponse)
 async def redoc(request: Request) -> HTMLResponse:
     """ReDoc over ``/openapi.json``, with its script from this server and the browser's own fonts."""
-    root = _root(request)
     return _page(get_redoc_html(
-        openapi_url=f"{root}/openapi.json", title="Herald - ReDoc",
-        redoc_js_url=f"{root}/redoc/redoc.standalone.js?v={ASSET_VERSION}",
-        redoc_favicon_url=f"{root}/docs/favicon.png?v={ASSET_VERSION}", with_google_fonts=False,
-    ))
+        openapi_url=f"{_root(request)}/openapi.json", title="Herald - ReDoc", with_google_fonts=False,
+        redoc_js_url=_asset_url(request, "/redoc/redoc.standalone.js"),
+        redoc_favicon_url=_asset_url(request, "/docs/favicon.png")))
 
 
 def _asset_route(path: str, name: str) -> None:
