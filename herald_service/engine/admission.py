@@ -149,8 +149,12 @@ class CostFit:
         if work.prompts <= 0:
             return 0.0
         batches = max(math.ceil(work.prompts / self._prompts_per_batch(work)), 1)
-        return (self.per_batch_s * batches + self.per_prompt_s * work.prompts + self.per_token_s * work.tokens
-                + self.per_squared_token_s * work.squared_tokens)
+        return self.terms_seconds(batches, work.prompts, work.tokens, work.squared_tokens)
+
+    def terms_seconds(self, batches: int, prompts: int, tokens: int, squared_tokens: int) -> float:
+        """The fit's seconds for that many batches, prompts, tokens and squared tokens (the model's four terms)."""
+        return (self.per_batch_s * batches + self.per_prompt_s * prompts + self.per_token_s * tokens
+                + self.per_squared_token_s * squared_tokens)
 
     def _prompts_per_batch(self, work: Work) -> int:
         """Prompts of ``work``'s mean length that fit one batch (at most ``batch_prompts``, at least 1: a prompt over
@@ -236,8 +240,7 @@ class BatchCost:
         """The median ratio of measured to fitted seconds of the last :data:`SLOWDOWN_BATCHES` live timings (of two,
         the smaller), at least 1; 1 with fewer than two."""
         ratios = sorted(t.seconds / fitted for t in list(self._live)[-SLOWDOWN_BATCHES:]
-                        if (fitted := fit.per_batch_s * t.batches + fit.per_prompt_s * t.prompts
-                            + fit.per_token_s * t.tokens + fit.per_squared_token_s * t.squared_tokens) > 0)
+                        if (fitted := fit.terms_seconds(t.batches, t.prompts, t.tokens, t.squared_tokens)) > 0)
         return max(ratios[-2], 1.0) if len(ratios) >= 2 else 1.0
 
     @property

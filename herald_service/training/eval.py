@@ -880,7 +880,7 @@ def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates
                            jailbreak_train_per_class=options.jailbreak_train_per_class)
     train_rows = [corpus.examples[i] for i in corpus.train_index]
     _, rows = jailbreak_sets(templates, corpus.everything, corpus.capped, train_rows, recipe)
-    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, recipe)
+    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, recipe.max_tokens, recipe.jailbreak_train_per_class)
     record = {"per_class": options.jailbreak_train_per_class, "labels": [1],
               "random_split_rows": int(len(pool.for_fold(None, (1,)).labels)),
               "templates": options.jailbreak_templates.name if options.jailbreak_templates else None}
@@ -897,13 +897,11 @@ def _format_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[C
         results' ``meta.format_augmentation``.
     """
     from herald_service.training.format_wrapped import TRAINING_INSTRUCTIONS, training_rows
-    from herald_service.training.recipes import WrappedPool
+    from herald_service.training.recipes import wrapped_pool
 
     rows = training_rows([corpus.examples[i] for i in corpus.train_index], options.format_train_per_class, options.seed)
-    states, kept, _ = _states_for(corpus.backbone, [r.example for r in rows], corpus.cache, options.max_tokens,
-                                  "format-wrapped training states")
-    by_prompt = {r.example.prompt: r for r in rows}
-    pool = WrappedPool(states, [by_prompt[e.prompt] for e in kept], options.format_train_per_class)
+    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, options.max_tokens, options.format_train_per_class,
+                        "format-wrapped training states")
     record = {"per_class": options.format_train_per_class, "labels": [1, 0],
               "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)),
               "instructions": list(TRAINING_INSTRUCTIONS)}

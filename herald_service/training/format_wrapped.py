@@ -126,10 +126,10 @@ def format_sets(examples: list[Example], max_per_source: int | None = 150, seed:
         picks[label] = [pool[j] for j in sorted(rng.permutation(len(pool))[:per_label])]
     out: dict[str, list[dict]] = {}
     for label, (wrapped_name, plain_name) in ((1, FILES[:2]), (0, FILES[2:])):
-        rows = picks[label]
+        rows, name = picks[label], "harmful" if label else "benign"
         out[wrapped_name] = [{"prompt": wrap(e.prompt, EVALUATION_INSTRUCTIONS[i % len(EVALUATION_INSTRUCTIONS)]),
-                              "label": "harmful" if label else "benign", "source": f"{e.source} + format instruction"} for i, e in enumerate(rows)]
-        out[plain_name] = [{"prompt": e.prompt.strip(), "label": "harmful" if label else "benign", "source": e.source} for e in rows]
+                              "label": name, "source": f"{e.source} + format instruction"} for i, e in enumerate(rows)]
+        out[plain_name] = [{"prompt": e.prompt.strip(), "label": name, "source": e.source} for e in rows]
     return out
 
 
@@ -143,8 +143,8 @@ def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> l
 
     Harmful rows wrap :data:`~.attacks.REQUEST_SOURCES` requests, half from each source, so the fold that holds one
     of them out (:func:`~.attacks.fold_rows`: never a row made from the held-out source) still finds ``per_class``;
-    benign rows wrap :data:`BENIGN_SOURCES` prompts. Requests are reused, each time in another instruction, when a
-    source has fewer rows. ``WrappedRow.template`` is the instruction's index.
+    benign rows wrap :data:`BENIGN_SOURCES` prompts. Requests are reused when a source has fewer rows; each row's
+    instruction is drawn at random, so a reused request may meet the same one again. ``WrappedRow.template`` is the instruction's index.
 
     Args:
         train_rows: the random split's training rows (never the evaluation's: these sets wrap rows the cap left out).

@@ -270,7 +270,7 @@ def run_recipes(options: RecipeOptions) -> dict:
                 jailbreak_extended, _, _ = _states_for(backbone, extended, cache, options.max_tokens,
                                                        "jailbreak states, enlarged")
             if needs_pool:
-                pool = wrapped_pool(backbone, cache, rows, options)
+                pool = wrapped_pool(backbone, cache, rows, options.max_tokens, options.jailbreak_train_per_class)
     sensitive = None
     if sensitive_rows:
         sensitive, _, _ = _states_for(backbone, sensitive_rows, cache, options.max_tokens, "sensitive-topic states")
@@ -332,12 +332,16 @@ def jailbreak_sets(templates: list[dict], everything: list, capped: list, train_
     return extended, rows
 
 
-def wrapped_pool(backbone, cache, rows: list, options: RecipeOptions) -> WrappedPool:
+def wrapped_pool(backbone, cache, rows: list, max_tokens: int, per_class: int,
+                 description: str = "wrapped training states") -> WrappedPool:
+    """The :class:`WrappedPool` of ``rows`` (:class:`~.attacks.WrappedRow`, jailbreak- or format-wrapped): their states
+    (rows over ``max_tokens`` dropped), ``per_class`` rows of each label per fold; ``description`` names the
+    extraction's progress bar."""
     from herald_service.training.eval import _states_for
 
-    states, kept, _ = _states_for(backbone, [r.example for r in rows], cache, options.max_tokens, "wrapped training states")
+    states, kept, _ = _states_for(backbone, [r.example for r in rows], cache, max_tokens, description)
     by_prompt = {r.example.prompt: r for r in rows}
-    return WrappedPool(states, [by_prompt[e.prompt] for e in kept], options.jailbreak_train_per_class)
+    return WrappedPool(states, [by_prompt[e.prompt] for e in kept], per_class)
 
 
 def _join(sets: list[LabeledStates]) -> LabeledStates | None:
