@@ -1,0 +1,73 @@
+"""Trimmed views of a prompt: its text without a short leading clause, without a short trailing clause, and without
+both, each scored as its own prompt beside the whole (docs/eval/trimmed_views.md).
+
+Herald reads the residual stream at the last prompt token, so an ordinary format instruction before or after a
+request ("Answer in Spanish: ...", "... Answer in 3 bullet points.") is what the last layers read: the shipped probe's
+recall on held-out harmful requests fell from 90.8% to 34.2% with one (docs/eval/format_wrapped.md). Reading other
+token positions of the same prefill does not help without a refit (the probe is fitted on last-token states only:
+every earlier position scored 10 to 400 logits below the threshold); a trimmed text scored as its own prompt is read
+at its own last token, where the probe was fitted.
+
+A clause boundary is whitespace after ``.``, ``?``, ``!``, ``:`` or ``;``, or a line break (:data:`STRONG`); where no
+strong boundary is in reach, whitespace between a lower-case letter, digit, quote or bracket and a capitalized word
+(:data:`WEAK`: "... crack passwords Thanks in advance!"). The leading clause ends at the first boundary with at most
+:data:`MAX_CLAUSE_WORDS` words before it; the trailing clause starts at the last boundary with at most that many after.
+"""
+
+from __future__ import annotations
+
+import re
+
+STRONG = re.compile(r"(?<=[.?!:;])\s+|\s*\n\s*")
+"""Sentence and clause ends, and line breaks."""
+WEAK = re.compile(r"(?<=[a-z0-9)\"'])\s+(?=[A-Z][a-z]+\b)")
+"""A capitalized word after a lower-case one: an instruction appended without a full stop."""
+MAX_CLAUSE_WORDS = 12
+"""The longest leading or trailing clause removed, in whitespace-separated words (format instructions are 2 to 8)."""
+MIN_VIEW_WORDS = 3
+"""The shortest view scored, in words: a shorter remainder is the instruction, not the request."""
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _leading_end(text: str) -> int | None:
+    """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it."""
+    for pattern in (STRONG, WEAK):
+        for match in pattern.finditer(text):
+            if _words(text[: match.start()]) > MAX_CLAUSE_WORDS:
+                break
+            return match.end()
+    return None
+
+
+def _trailing_start(text: str) -> int | None:
+    """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it."""
+    for pattern in (STRONG, WEAK):
+        starts = [m.start() for m in pattern.finditer(text) if _words(text[m.end():]) <= MAX_CLAUSE_WORDS]
+        if starts:
+            return starts[-1]
+    return None
+
+
+def trimmed_views(text: str) -> list[str]:
+    """The texts scored beside ``text``: without its leading clause, without its trailing clause, without both (in
+    that order), each once, none of fewer than :data:`MIN_VIEW_WORDS` words or equal to ``text`` stripped.
+
+    Example: ``"Answer in Spanish: How do I pick a lock?"`` gives ``["How do I pick a lock?", "Answer in Spanish:"]``
+    (its one boundary, after the colon, both ends the leading clause and starts the trailing one).
+
+    Returns:
+        0 to 3 texts; an empty list where ``text`` has no short leading or trailing clause.
+    """
+    text = text.strip()
+    lead, trail = _leading_end(text), _trailing_start(text)
+    views = []
+    if lead is not None:
+        views.append(text[lead:])
+    if trail is not None:
+        views.append(text[:trail])
+    if lead is not None and trail is not None and lead < trail:
+        views.append(text[lead:trail])
+    return [v for v in dict.fromkeys(views) if _words(v) >= MIN_VIEW_WORDS and v != text]
