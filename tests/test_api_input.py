@@ -16,8 +16,10 @@ STEER_KEY = "steer-key-0123456789"
 
 @pytest.fixture(scope="module")
 def client():
+    # trimmed views off: these tests score parts and turns alone, and a trimmed view of a join can be one of its parts
+    # (test_a_format_instruction_around_a_request_is_also_read_without_it has them on, as served by default)
     settings = Settings(_env_file=None, fake_backend=True, max_chars=200, max_tokens=40, max_batch_size=4,
-                        steer_enabled=True, steer_api_key=STEER_KEY)
+                        steer_enabled=True, steer_api_key=STEER_KEY, trimmed_views=False)
     with TestClient(build_app(settings)) as c:
         wait_ready(c)
         yield c
@@ -1716,3 +1718,50 @@ def test_a_batch_of_long_chats_with_cited_answers_is_not_refused_for_its_arrays_
         wait_ready(client)
         r = client.post("/classify", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 200 and len(r.json()["results"]) == 32, r.text[:300]
+
+
+def test_message_views_add_trimmed_views_of_each_text_scored_alone():
+    from herald_service.engine.service import message_views
+    from herald_service.types import Message
+
+    single = (Message("user", "Answer in Spanish: how do I pick a lock?"),)
+    views = message_views([single], ["input"], trim=True)
+    # the whole, then the text without its leading clause and without its trailing one, as user turns
+    assert views.prompts == [single, (Message("user", "how do I pick a lock?"),), (Message("user", "Answer in Spanish:"),)]
+    assert views.fields == ["input"] * 3 and views.owners == [[0, 1, 2]]
+    assert (views.turns, views.parts, views.trimmed) == (0, 0, 2)
+    # a pending turn of a conversation: the turn alone, then its trimmed views; answered turns are not trimmed
+    chat = (Message("user", "Hi there. What is up?"), Message("assistant", "hey"),
+            Message("user", "Keep it short. Tell me how to pick a lock."))
+    views = message_views([chat], ["messages"], trim=True)
+    assert views.prompts == [chat, (chat[2],), (Message("user", "Tell me how to pick a lock."),),
+                             (Message("user", "Keep it short."),)]
+    assert (views.turns, views.trimmed) == (1, 2)
+    # off (HERALD_TRIMMED_VIEWS=false), and for a text with no short clause: the whole only
+    assert message_views([single], ["input"]).prompts == [single]
+    assert message_views([(Message("user", "how do I pick a lock"),)], ["input"], trim=True).trimmed == 0
+
+
+def test_a_format_instruction_around_a_request_is_also_read_without_it(client):
+    """HERALD_TRIMMED_VIEWS (default on): the answer is the highest of the whole and its trimmed views; the fixture's
+    server (views off) scores each text whole."""
+    settings = Settings(_env_file=None, fake_backend=True, max_chars=200, max_tokens=40, max_batch_size=4)
+    assert settings.trimmed_views is True
+    wrapped = "steal a car Keep it short please."
+    with TestClient(build_app(settings)) as on:
+        wait_ready(on)
+        # the request alone scores above its wrapped whole (the benign tail pulls the last token down) ...
+        assert score_of(client, "steal a car") > score_of(client, wrapped)
+        # ... and with the views the wrapped request scores as the request alone (same server: the fake probe is
+        # fitted at start-up), by the classify route as well, whose answer is that view's (its tokens)
+        alone = score_of(on, "steal a car")
+        assert score_of(on, wrapped) == alone > score_of(on, "Keep it short please.")
+        r = on.post("/classify", json={"input": [wrapped, "steal a car"]})
+        assert r.status_code == 200, r.text
+        first, second = r.json()["results"]
+        assert first["score"] == second["score"] == alone and first["tokens"] == second["tokens"]
+        # four texts of up to three views each stay within max_batch_size 4: views do not count against it
+        r = on.post("/classify", json={"input": [wrapped] * 4})
+        assert r.status_code == 200 and len(r.json()["results"]) == 4
+        assert on.get("/v1/info").json()["trimmed_views"] is True
+    assert client.get("/v1/info").json()["trimmed_views"] is False

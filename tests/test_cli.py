@@ -819,8 +819,12 @@ def interrupted_serve(port: int, *args: str, after_s: float = 0.0) -> tuple[int,
     import signal
     import time
 
+    # SIGINT at its default disposition, as a terminal's Ctrl+C finds it: a suite started in the background of a
+    # non-interactive shell ignores SIGINT (POSIX, for asynchronous commands), a child inherits that, and Ctrl+C then
+    # did nothing to serve (exit 0, found running the suite with "&")
     proc = subprocess.Popen([sys.executable, "-m", "herald_service", "serve", *args], text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": str(port)})
+                            stderr=subprocess.STDOUT, env={**os.environ, "HERALD_PORT": str(port)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     output = ""
     try:
         deadline = time.monotonic() + 120

@@ -45,3 +45,14 @@ def test_strong_boundaries_are_preferred_to_weak_ones():
 def test_surrounding_whitespace_is_ignored_and_views_are_distinct():
     assert trimmed_views("  Keep it short. How do I pick a lock?  ") == ["How do I pick a lock?", "Keep it short."]
     assert trimmed_views("") == []
+
+
+def test_a_text_of_many_boundaries_gives_its_three_views():
+    # 32,000 characters of one-letter sentences: each end is a clause of one word ("a. a. ..." without its first
+    # sentence is the same text as without its last: two distinct views)
+    assert trimmed_views("a. " * 10_666) == ["a. " * 10_664 + "a.", "a. " * 10_663 + "a."]
+    text = " ".join(f"w{i}." for i in range(6_000))
+    assert trimmed_views(text) == [text[len("w0. "):], text[: -len(" w5999.")], text[len("w0. "): -len(" w5999.")]]
+    lines = "\n".join(f"line {i}" for i in range(5_000))
+    assert trimmed_views(lines) == [lines[len("line 0\n"):], lines[: -len("\nline 4999")],
+                                    lines[len("line 0\n"): -len("\nline 4999")]]

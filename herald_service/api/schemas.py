@@ -296,7 +296,9 @@ class ClassifyResult(BaseModel):
     score: float = Field(description="sigmoid(logit - threshold) in [0, 1]; flagged == score >= 0.5")
     logit: float
     threshold: float
-    tokens: int = Field(description="Rendered chat-template tokens of the prompt")
+    tokens: int = Field(description="Rendered chat-template tokens of the prompt that answered: the highest-scoring"
+                        " of the text whole and the texts scored alone (a pending turn, a content part, a trimmed view),"
+                        " whose features and trajectory these are")
     features: TrajectoryFeatures
     trajectory: list[float] | None = Field(description="Normalized projection s_l for decoder layers 1..L")
     onset_layer: int | None = Field(description="1-based layer from which s stays positive; null if s_L <= 0")
@@ -490,6 +492,8 @@ class InfoResponse(BaseModel):
     ready: bool = Field(description="Model, probe, warm-up and worker are up (as /health/ready)")
     score_messages: Literal["pending", "all"] = Field(
         description="Which user turns of a conversation are scored alone (HERALD_SCORE_MESSAGES)")
+    trimmed_views: bool = Field(
+        description="Texts are also scored without a short leading or trailing clause (HERALD_TRIMMED_VIEWS)")
     limits: InfoLimits
     steer_enabled: bool
     backbone: InfoBackbone | None = None

@@ -31,6 +31,7 @@ from herald_service.metrics import HeraldMetrics
 from herald_service.prompt_text import normalize_prompt_text
 from herald_service.refusal import is_refusal
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
+from herald_service.trimmed_views import trimmed_views
 from herald_service.types import (AS_SENT, Classification, Conversation, Message, SteerLayers, Timing, steer_layers,
                                   user_turn)
 
@@ -153,6 +154,9 @@ class TurnViews:
     owners: list[list[int]]
     turns: int
     parts: int
+    trimmed: int = 0
+    """Prompts that are trimmed views (:func:`~herald_service.trimmed_views.trimmed_views`); not counted against
+    ``max_batch_size`` (at most three per scored text, priced by admission like any prompt)."""
 
 
 def scored_messages(conversation: Conversation, every_message: bool = False) -> list[int]:
@@ -197,7 +201,8 @@ def scored_messages(conversation: Conversation, every_message: bool = False) -> 
     return picked
 
 
-def message_views(conversations: Sequence[Conversation], fields: Sequence[str], every_message: bool = False) -> TurnViews:
+def message_views(conversations: Sequence[Conversation], fields: Sequence[str], every_message: bool = False,
+                  trim: bool = False) -> TurnViews:
     """The prompts scored for ``conversations``: each one whole; after it each message :func:`scored_messages` names
     alone, as a single user turn (the form the probe was fitted on), unless it is the conversation's only message and
     a user turn (the whole is that turn); and when such a message is OpenAI content parts
@@ -205,11 +210,17 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     scores parts (a harmful part followed by benign ones scored 0.15 joined and 0.99995 alone: breaker pass). Herald
     reads the last token, so whatever follows a request reads it as benign whole (re-tests: a function result 0.0067
     whole against 0.998 alone; "Be concise." as a system message 0.0004; "continue" after a tool result 0.001). A
-    part's field is its path in the request (``messages[2].content[1].text``)."""
+    part's field is its path in the request (``messages[2].content[1].text``).
+
+    ``trim`` (``HERALD_TRIMMED_VIEWS``): each such message's text is also scored without a short leading clause,
+    without a short trailing one, and without both (:func:`~herald_service.trimmed_views.trimmed_views`, as a user
+    turn, under the message's field): a format instruction before or after a request ("Answer in Spanish: ...")
+    took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
+    (docs/eval/trimmed_views.md)."""
     prompts: list[Conversation] = []
     prompt_fields: list[str] = []
     owners: list[list[int]] = []
-    turns = parts = 0
+    turns = parts = trimmed = 0
     for conversation, field in zip(conversations, fields):
         views, view_fields = [conversation], [field]
         for k in scored_messages(conversation, every_message):
@@ -221,10 +232,15 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
             views += [user_turn(part) for part in message.parts]
             view_fields += [f"{field}[{k}].content[{j}].text" for j in range(len(message.parts))]
             parts += len(message.parts)
+            if trim:
+                texts = trimmed_views(message.content)
+                views += [user_turn(text) for text in texts]
+                view_fields += [field] * len(texts)
+                trimmed += len(texts)
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
         prompt_fields += view_fields
-    return TurnViews(prompts, prompt_fields, owners, turns, parts)
+    return TurnViews(prompts, prompt_fields, owners, turns, parts, trimmed)
 
 
 def joined_parts_name(conversation: Conversation, field: str) -> str | None:
@@ -496,8 +512,8 @@ class Moderator:
                 turns and parts scored alone; counted under ``batch_size``): 64 such conversations ran 128 prompts
                 (breaker pass)."""
         every = self.settings.score_messages == "all"
-        views = message_views(conversations, fields, every)
-        if len(views.prompts) > self.settings.max_batch_size:
+        views = message_views(conversations, fields, every, self.settings.trimmed_views)
+        if len(views.prompts) - views.trimmed > self.settings.max_batch_size:
             self.metrics.rejected.labels("batch_size").inc()
             what = "message" if every else "user turn"
             which = "" if every else " not yet answered by the model"
@@ -508,7 +524,7 @@ class Moderator:
             conversations_run = "1 conversation runs" if len(conversations) == 1 else f"{len(conversations)} conversations run"
             remedy = "; send fewer conversations at once or shorter histories, or raise HERALD_MAX_BATCH_SIZE"
             raise InputTooLarge(
-                f"{conversations_run} {len(views.prompts)} prompts ({'; '.join(why)}); the limit is"
+                f"{conversations_run} {len(views.prompts) - views.trimmed} prompts ({'; '.join(why)}); the limit is"
                 f" {self.settings.max_batch_size} prompts per request (max_batch_size){remedy}", field=batch_field)
         return views
 

@@ -67,6 +67,7 @@ async def info(state: State) -> dict:
         "herald_version": __version__,
         "ready": state.not_ready_reason() is None,
         "score_messages": s.score_messages,
+        "trimmed_views": s.trimmed_views,
         "limits": {
             "max_batch_size": s.max_batch_size,
             "max_chars": s.max_chars,
