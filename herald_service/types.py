@@ -163,6 +163,12 @@ class Timing:
         )
 
 
+VIEW_KINDS = ("whole", "message", "content_part", "trimmed")
+"""The prompts scored for one input (``engine.service.message_views``): the input whole, a message of a conversation
+alone as a user turn, an OpenAI content part alone, and a text without a short leading or trailing clause
+(``herald_service.trimmed_views``)."""
+
+
 @dataclass(frozen=True)
 class Classification:
     """One prompt's verdict as the engine returns it."""
@@ -176,3 +182,7 @@ class Classification:
     trajectory: list[float]
     onset_layer: int | None
     timing: Timing = field(default_factory=Timing, compare=False)
+    view: str = field(default="whole", compare=False)
+    """Which prompt of the input answered (:data:`VIEW_KINDS`): the input whole, or a text of it scored alone."""
+    view_text: str | None = field(default=None, compare=False)
+    """That text where it is not the input whole (a message, a content part, a trimmed view); None for the whole."""

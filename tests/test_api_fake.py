@@ -782,7 +782,8 @@ def test_classify_body_is_byte_for_byte_what_the_response_model_writes(client, b
     # The bytes FastAPI wrote when the route returned a ClassifyResponse: field order, float format, nulls.
     assert r.content == ClassifyResponse.model_validate_json(r.content).model_dump_json().encode()
     results = r.json()["results"]
-    assert list(results[0]) == ["flagged", "score", "logit", "threshold", "tokens", "features", "trajectory", "onset_layer"]
+    assert list(results[0]) == ["flagged", "score", "logit", "threshold", "tokens", "features", "trajectory", "onset_layer",
+                                "view", "view_text"]
     assert list(results[0]["features"]) == ["slope", "curvature", "monotonicity", "onset", "late_level", "peak", "volatility"]
     with_trajectory = body.get("return_trajectory", True)
     assert all((len(x["trajectory"]) == 8) if with_trajectory else (x["trajectory"] is None) for x in results)
@@ -813,7 +814,7 @@ def test_json_answer_writes_non_finite_floats_as_null_like_pydantic():
 
     fields = {"flagged": False, "score": float("nan"), "logit": float("-inf"), "threshold": 0.5, "tokens": 3,
               "features": dict.fromkeys(["slope", "curvature", "monotonicity", "onset", "late_level", "peak", "volatility"], 0.25),
-              "trajectory": [1e-07, float("inf")], "onset_layer": None}
+              "trajectory": [1e-07, float("inf")], "onset_layer": None, "view": "whole", "view_text": None}
     response = json_answer(fields, Timing(0.001, 0.002, 0.003, 0.004, 2))
     assert response.body == ClassifyResult(**fields).model_dump_json().encode()
     assert b'"score":null' in response.body

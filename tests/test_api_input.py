@@ -174,7 +174,9 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
     views = client.post("/classify", json={"input": ["\n".join(texts), *texts], "return_trajectory": False}).json()
     highest = max(views["results"], key=lambda v: v["score"])
     assert highest == views["results"][1] and highest["score"] > views["results"][0]["score"]  # the part beats the join
-    assert r.status_code == 200 and r.json()["results"][0] == highest, r.text
+    # the same verdict, now named as the content part alone that gave it
+    assert r.status_code == 200 and r.json()["results"][0] == {**highest, "view": "content_part",
+                                                               "view_text": "steal a car"}, r.text
     r = client.post("/classify", json={"messages": [[{"role": "user", "content": parts}]] * 2})  # 2 x (join + 3) > 4
     assert r.status_code == 413 and r.json()["error"] == {
         "type": "input_too_large", "field": "messages",
@@ -1730,6 +1732,8 @@ def test_message_views_add_trimmed_views_of_each_text_scored_alone():
     assert views.prompts == [single, (Message("user", "how do I pick a lock?"),), (Message("user", "Answer in Spanish:"),)]
     assert views.fields == ["input"] * 3 and views.owners == [[0, 1, 2]]
     assert (views.turns, views.parts, views.trimmed) == (0, 0, 2)
+    assert views.kinds == ["whole", "trimmed", "trimmed"]
+    assert views.texts == [None, "how do I pick a lock?", "Answer in Spanish:"]
     # a pending turn of a conversation: the turn alone, then its trimmed views; answered turns are not trimmed
     chat = (Message("user", "Hi there. What is up?"), Message("assistant", "hey"),
             Message("user", "Keep it short. Tell me how to pick a lock."))
@@ -1737,6 +1741,7 @@ def test_message_views_add_trimmed_views_of_each_text_scored_alone():
     assert views.prompts == [chat, (chat[2],), (Message("user", "Tell me how to pick a lock."),),
                              (Message("user", "Keep it short."),)]
     assert (views.turns, views.trimmed) == (1, 2)
+    assert views.kinds == ["whole", "message", "trimmed", "trimmed"] and views.texts[1] == chat[2].content
     # off (HERALD_TRIMMED_VIEWS=false), and for a text with no short clause: the whole only
     assert message_views([single], ["input"]).prompts == [single]
     assert message_views([(Message("user", "how do I pick a lock"),)], ["input"], trim=True).trimmed == 0
@@ -1760,6 +1765,9 @@ def test_a_format_instruction_around_a_request_is_also_read_without_it(client):
         assert r.status_code == 200, r.text
         first, second = r.json()["results"]
         assert first["score"] == second["score"] == alone and first["tokens"] == second["tokens"]
+        # the answer names the prompt that gave it: the wrapped text's view without its trailing clause
+        assert (first["view"], first["view_text"]) == ("trimmed", "steal a car")
+        assert (second["view"], second["view_text"]) == ("whole", None)
         # four texts of up to three views each stay within max_batch_size 4: views do not count against it
         r = on.post("/classify", json={"input": [wrapped] * 4})
         assert r.status_code == 200 and len(r.json()["results"]) == 4

@@ -427,6 +427,22 @@ def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):
     assert set(json.loads(out.stdout)) == {"input", "flagged", "score", "logit", "threshold", "tokens"}
 
 
+def test_classify_scores_the_trimmed_views_as_the_server_does_unless_told_not_to(tmp_path):
+    wrapped = "steal a car Keep it short please."
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(f"{wrapped}\nsteal a car\n")
+    rows = {}
+    for switch in ("--trimmed-views", "--no-trimmed-views"):
+        out = herald("classify", switch, "--file", str(prompts), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 0, out.stderr
+        rows[switch] = [json.loads(line) for line in out.stdout.splitlines()]
+    (on_wrapped, on_alone), (off_wrapped, off_alone) = rows["--trimmed-views"], rows["--no-trimmed-views"]
+    # with the views, the wrapped request gets the verdict of the request alone, and says which text gave it
+    assert on_wrapped["score"] == on_alone["score"] == off_alone["score"] > off_wrapped["score"]
+    assert (on_wrapped["view"], on_wrapped["view_text"]) == ("trimmed", "steal a car")
+    assert "view" not in on_alone and "view" not in off_wrapped  # the prompt whole answered
+
+
 def test_a_value_after_a_switch_is_refused_not_read_as_text():
     out = herald("classify", "--trajectory", "false", "hello", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and "--trajectory takes no value (got 'false'); use --trajectory or --no-trajectory" in out.stderr

@@ -302,6 +302,12 @@ class ClassifyResult(BaseModel):
     features: TrajectoryFeatures
     trajectory: list[float] | None = Field(description="Normalized projection s_l for decoder layers 1..L")
     onset_layer: int | None = Field(description="1-based layer from which s stays positive; null if s_L <= 0")
+    view: Literal["whole", "message", "content_part", "trimmed"] = Field(
+        description="Which prompt answered, the highest-scoring of those scored for this input: the input whole, a"
+        " pending message of a conversation alone (HERALD_SCORE_MESSAGES), a content part alone, or a text without a"
+        " short leading or trailing clause (HERALD_TRIMMED_VIEWS); tokens, features and trajectory are its own")
+    view_text: str | None = Field(description="The text of that prompt (as sent, before the server's normalization);"
+                                  " null where the input whole answered")
 
 
 class ClassifyResponse(BaseModel):

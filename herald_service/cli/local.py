@@ -156,6 +156,10 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     file: Path | None = Field(None, description=(
         "UTF-8 text file, one prompt per line (split at newlines only; blank lines skipped); each result names its line."))
     trajectory: bool = Field(False, description="Add each prompt's per-layer projections (one per decoder layer).")
+    trimmed_views: bool = Field(True, description=(
+        "Also score each prompt without a short leading clause, without a short trailing one, and without both, as"
+        " herald serve does by default (HERALD_TRIMMED_VIEWS; docs/eval/trimmed_views.md); the highest score answers,"
+        " and a result read on such a text names it (view, view_text). --no-trimmed-views: the prompt whole only."))
 
     def cli_cmd(self) -> None:
         self.start_logging()
@@ -183,17 +187,25 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
         refuse_unusable_prompts("classify", prompts, sources, self.max_chars)
         # torch (about 4 s) is imported once the text is known good: a missing --file was named after that import
         from herald_service.engine.runtime import load_runtime
+        from herald_service.engine.service import message_views
+        from herald_service.types import user_turn
 
         runtime = load_runtime(self)
+        # the prompts the server scores for these texts: each whole, then its trimmed views (named as their prompt)
+        views = message_views([user_turn(p) for p in prompts], sources, trim=self.trimmed_views)
         try:  # a --file prompt named by its line
-            results = runtime.classify_texts(prompts, self.max_tokens, sources, LIMIT_NAMES["max_tokens"])
+            scored = runtime.classify_texts([c[0].content for c in views.prompts], self.max_tokens, views.fields,
+                                            LIMIT_NAMES["max_tokens"])
         except InputTooLarge as exc:
             raise SystemExit(f"herald classify: {exc.message}") from None
+        results = [views.answer(scored, i) for i in range(len(prompts))]
         for prompt, number, result in zip(prompts, line_numbers, results):
             row = {"input": prompt} if number is None else {"line": number, "input": prompt}
             # the API's numbers, unrounded: a score rounded to 4 digits read 0.5 on a prompt not flagged
             row.update(flagged=result.flagged, score=result.score, logit=result.logit, threshold=result.threshold,
                        tokens=result.tokens)
+            if result.view != "whole":  # as the API's view and view_text: which text gave this verdict
+                row.update(view=result.view, view_text=result.view_text)
             if self.trajectory:
                 row["trajectory"] = [round(v, 3) for v in result.trajectory]
             print(json.dumps(row, ensure_ascii=False))

@@ -12,6 +12,7 @@ import math
 import threading
 import time
 from concurrent.futures import Future
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence
 
@@ -157,6 +158,16 @@ class TurnViews:
     trimmed: int = 0
     """Prompts that are trimmed views (:func:`~herald_service.trimmed_views.trimmed_views`); not counted against
     ``max_batch_size`` (at most three per scored text, priced by admission like any prompt)."""
+    kinds: list[str] = dataclasses.field(default_factory=list)
+    """Each prompt's kind (:data:`~herald_service.types.VIEW_KINDS`)."""
+    texts: list[str | None] = dataclasses.field(default_factory=list)
+    """Each prompt's text where it is not its input whole; None for the whole."""
+
+    def answer(self, results: Sequence[Classification], owner: int) -> Classification:
+        """The verdict for input ``owner``: the highest-scoring of its prompts' ``results`` (the first where scores
+        tie: the whole before a view), naming which prompt it is (``view``, ``view_text``)."""
+        best = max(self.owners[owner], key=lambda i: results[i].score)
+        return dataclasses.replace(results[best], view=self.kinds[best], view_text=self.texts[best])
 
 
 def scored_messages(conversation: Conversation, every_message: bool = False) -> list[int]:
@@ -220,27 +231,37 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     prompts: list[Conversation] = []
     prompt_fields: list[str] = []
     owners: list[list[int]] = []
+    kinds: list[str] = []
+    texts: list[str | None] = []
     turns = parts = trimmed = 0
     for conversation, field in zip(conversations, fields):
         views, view_fields = [conversation], [field]
+        kinds.append("whole")
+        texts.append(None)
         for k in scored_messages(conversation, every_message):
             message = conversation[k]
             if len(conversation) > 1 or message.role != "user":
                 views.append((Message("user", message.content, message.parts),))
                 view_fields.append(field)
+                kinds.append("message")
+                texts.append(message.content)
                 turns += 1
             views += [user_turn(part) for part in message.parts]
             view_fields += [f"{field}[{k}].content[{j}].text" for j in range(len(message.parts))]
+            kinds += ["content_part"] * len(message.parts)
+            texts += message.parts
             parts += len(message.parts)
             if trim:
-                texts = trimmed_views(message.content)
-                views += [user_turn(text) for text in texts]
-                view_fields += [field] * len(texts)
-                trimmed += len(texts)
+                cut = trimmed_views(message.content)
+                views += [user_turn(text) for text in cut]
+                view_fields += [field] * len(cut)
+                kinds += ["trimmed"] * len(cut)
+                texts += cut
+                trimmed += len(cut)
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
         prompt_fields += view_fields
-    return TurnViews(prompts, prompt_fields, owners, turns, parts, trimmed)
+    return TurnViews(prompts, prompt_fields, owners, turns, parts, trimmed, kinds, texts)
 
 
 def joined_parts_name(conversation: Conversation, field: str) -> str | None:
@@ -502,7 +523,7 @@ class Moderator:
         timing = Timing()
         for result in results:
             timing = timing.merge(result.timing)
-        return [highest_scoring(results[i] for i in views) for views in owners], timing
+        return [views.answer(results, i) for i in range(len(owners))], timing
 
     def turn_views(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> TurnViews:
         """The prompts that score ``conversations`` (:func:`message_views`), for /classify and /steer alike.
@@ -712,8 +733,8 @@ class Moderator:
                                            abandoned)
             return SteerOutcome(
                 chosen, baseline, steered, is_refusal(baseline.text), is_refusal(steered.text),
-                highest_scoring(classification_at(plain, i, n) for i, n in enumerate(lengths)),
-                highest_scoring(classification_at(edited, i, n) for i, n in enumerate(lengths)),
+                views.answer([classification_at(plain, i, n) for i, n in enumerate(lengths)], 0),
+                views.answer([classification_at(edited, i, n) for i, n in enumerate(lengths)], 0),
             )
 
         try:

@@ -47,6 +47,8 @@ def result_fields(result: Classification, with_trajectory: bool = True) -> dict[
         "features": {name: result.features[name] for name in _FEATURES},
         "trajectory": result.trajectory if with_trajectory else None,
         "onset_layer": result.onset_layer,
+        "view": result.view,
+        "view_text": result.view_text,
     }
 
 
