@@ -7,12 +7,12 @@ client disconnects; this module never imports FastAPI.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import math
 import threading
 import time
 from concurrent.futures import Future
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence
 

@@ -723,7 +723,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     if shown(results.get("recipe_studies") or results.get("instruction_study"), "recipe_studies"):
         out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"),
                                              results.get("instruction_study"))
-    out += _not_shown(results, development, doc("template_audit.md"), doc("format_wrapped.md"))
+    out += _not_shown(results, development, doc("template_audit.md"), doc("format_wrapped.md"), doc("trimmed_views.md"))
     return "\n".join(out)
 
 
@@ -739,7 +739,7 @@ def _round3_prompt_text(round3: dict, study: dict) -> str | None:
     return rules.pop()
 
 
-def _not_shown(results: dict, development: bool, audit: str, format_check: str) -> list[str]:
+def _not_shown(results: dict, development: bool, audit: str, format_check: str, trimmed: str) -> list[str]:
     meta = results.get("meta", {})
     curve = results.get("learning_curve", {})
     actual = curve.get("actual_per_class", {})
@@ -785,7 +785,9 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str) 
             f" training row; tense rewrites of AdvBench / HarmBench requests; [template_audit.md]({audit})).",
             "- Format instructions around a request (\"Answer in Spanish: ...\", \"... Answer in 3 bullet points.\"): not"
             " in these tables; measured apart, for the SmolLM2-135M-Instruct recipe only, on held-out requests and"
-            f" prompts in [format_wrapped.md]({format_check}), where they take most harmful requests below the threshold.",
+            f" prompts in [format_wrapped.md]({format_check}), where they take most harmful requests below the threshold"
+            " read whole; the server also scores a text without a short leading or trailing clause, which brings them"
+            f" back ([trimmed_views.md]({trimmed}), the same probe).",
             "- Recipe choice: this report's recipe was chosen over several studies judged on the same split-0"
             " leave-one-source-out folds its headline numbers come from; expect some optimism from that selection (the"
             " threshold study's second split gave Herald lower pooled numbers than split 0).",
