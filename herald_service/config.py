@@ -21,6 +21,7 @@ from typing_extensions import Annotated
 
 from herald_service.errors import MisspeltSetting, SettingsFileError
 from herald_service.text_file import NotUtf8Error, read_utf8
+from herald_service.trimmed_views import MAX_TRIMMED_VIEWS
 
 FILE_DESCRIPTOR_RESERVE = 64
 """File descriptors ``herald serve`` keeps for what is not a client connection (model and probe files, the listening
@@ -805,5 +806,13 @@ class Settings(BackboneSettings):
                 f"max_batch_size ({self.max_batch_size}, HERALD_MAX_BATCH_SIZE) must not exceed queue_capacity"
                 f" ({self.queue_capacity}, HERALD_QUEUE_CAPACITY):"
                 " a request at the limit must fit in the queue"
+            )
+        if self.trimmed_views and (1 + MAX_TRIMMED_VIEWS) * self.max_batch_size > self.queue_capacity:
+            raise ValueError(
+                f"max_batch_size ({self.max_batch_size}, HERALD_MAX_BATCH_SIZE) x {1 + MAX_TRIMMED_VIEWS} must not"
+                f" exceed queue_capacity ({self.queue_capacity}, HERALD_QUEUE_CAPACITY) while trimmed views are on"
+                f" (HERALD_TRIMMED_VIEWS): each prompt may be scored with up to {MAX_TRIMMED_VIEWS} trimmed views, and"
+                " a request at the limit must fit in the queue; raise the capacity, lower the batch size, or set"
+                " HERALD_TRIMMED_VIEWS=false"
             )
         return self

@@ -25,6 +25,8 @@ WEAK = re.compile(r"(?<=[a-z0-9)\"'])\s+(?=[A-Z][a-z]+\b)")
 """A capitalized word after a lower-case one: an instruction appended without a full stop."""
 MAX_CLAUSE_WORDS = 12
 """The longest leading or trailing clause removed, in whitespace-separated words (format instructions are 2 to 8)."""
+MAX_TRIMMED_VIEWS = 3
+"""The most views of one text: without the leading clause, without the trailing one, without both."""
 MIN_VIEW_WORDS = 3
 """The shortest view scored, in words: a shorter remainder is the instruction, not the request."""
 

@@ -568,8 +568,8 @@ def test_count_settings_have_an_upper_bound_named_in_the_error(monkeypatch, name
     with pytest.raises(ValidationError, match=f"less than or equal to {bound}"):
         Settings(_env_file=None)
     monkeypatch.setenv(f"HERALD_{name.upper()}", str(bound))
-    # a request at the limit must fit in the queue
-    extra = {"queue_capacity": bound} if name == "max_batch_size" else {}
+    # a request at the limit must fit in the queue, with up to three trimmed views per prompt
+    extra = {"queue_capacity": 4 * bound} if name == "max_batch_size" else {}
     assert getattr(Settings(_env_file=None, **extra), name) == bound
 
 
@@ -583,3 +583,16 @@ def test_the_token_settings_that_also_take_auto_have_an_upper_bound_too(monkeypa
         Settings(_env_file=None)
     [found] = refused.value.errors()
     assert (found["loc"], found["msg"]) == ((name,), f"Value error, {error}")
+
+
+def test_a_request_at_the_batch_limit_with_its_trimmed_views_must_fit_in_the_queue():
+    # each prompt may be scored with up to three trimmed views (HERALD_TRIMMED_VIEWS): 512 prompts could need 2,048
+    # places in a queue of 1,024, a 429 on an idle server for ever
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None, max_batch_size=512)
+    message = str(caught.value)
+    assert "max_batch_size (512, HERALD_MAX_BATCH_SIZE) x 4 must not exceed queue_capacity (1024" in message
+    assert "HERALD_TRIMMED_VIEWS=false" in message
+    assert Settings(_env_file=None, max_batch_size=256).max_batch_size == 256  # 4 x 256 fits
+    assert Settings(_env_file=None, max_batch_size=512, trimmed_views=False).max_batch_size == 512
+    assert Settings(_env_file=None, max_batch_size=512, queue_capacity=2048).queue_capacity == 2048
