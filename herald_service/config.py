@@ -602,11 +602,11 @@ class Settings(BackboneSettings):
         " (engine/service.py scored_messages) and costs a prefill per message."
     )
     trimmed_views: bool = Field(
-        True, description="Also score each text scored alone without a short leading clause, without a short"
-        " trailing one, and without both (up to three more prefills, none for a text without such a clause; the"
-        " highest score answers). A format instruction around a request ('Answer in Spanish: ...', '... Answer in 3"
+        True, description="Also score each user text scored alone, and each content part, without a short leading"
+        " clause, without a short trailing one, and without both (up to three more prefills, none for a text without"
+        " such a clause or over 4,000 characters; the highest score answers). A format instruction around a request ('Answer in Spanish: ...', '... Answer in 3"
         " bullet points.') took held-out recall from 34.2% to 95.0%, benign false-positive rates up at most 2.6 points"
-        " (docs/eval/trimmed_views.md). false: the whole text only, one prefill fewer to three per prompt."
+        " (docs/eval/trimmed_views.md). false: the whole text only, one prefill per text."
     )
     max_messages: int = Field(
         256, ge=1, le=MAX_MESSAGES, description=f"Messages in one conversation, at most {MAX_MESSAGES:,}. Empty messages cost no characters but still render and"

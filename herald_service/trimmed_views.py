@@ -8,10 +8,16 @@ token positions of the same prefill does not help without a refit (the probe is 
 every earlier position scored 10 to 400 logits below the threshold); a trimmed text scored as its own prompt is read
 at its own last token, where the probe was fitted.
 
-A clause boundary is whitespace after ``.``, ``?``, ``!``, ``:`` or ``;``, or a line break (:data:`STRONG`); where no
-strong boundary is in reach, whitespace between a lower-case letter, digit, quote or bracket and a capitalized word
-(:data:`WEAK`: "... crack passwords Thanks in advance!"). The leading clause ends at the first boundary with at most
-:data:`MAX_CLAUSE_WORDS` words before it; the trailing clause starts at the last boundary with at most that many after.
+The text is cut as the backbone reads it (:func:`~herald_service.prompt_text.normalize_prompt_text`: a full-width
+colon or a zero-width space around one split nothing on the text as sent: tester). A clause boundary is whitespace
+after ``.``, ``?``, ``!``, ``:`` or ``;``, a line break, or a colon or semicolon right before a letter, quote or
+bracket (:data:`STRONG`: "Answer in Spanish:How ..."); where no strong boundary is in reach, whitespace between a
+lower-case letter, digit, quote or bracket and a capitalized word (:data:`WEAK`: "... crack passwords Thanks in
+advance!"). The leading clause ends at the first boundary with at most :data:`MAX_CLAUSE_WORDS` words before it;
+the trailing clause starts at the last boundary with at most that many after it. Two short instructions at one end
+("R Answer in Spanish. Use bullet points.") still hide the request: cutting also at the farthest boundary in reach
+caught them but failed the study's rule (3.5% of CISSP exam questions flagged, up from 0%: their answer lines are
+short clauses; docs/eval/trimmed_views.md, second run).
 """
 
 from __future__ import annotations
@@ -19,22 +25,27 @@ from __future__ import annotations
 import bisect
 import re
 
-STRONG = re.compile(r"(?<=[.?!:;])\s+|\s*\n\s*")
-"""Sentence and clause ends, and line breaks."""
+from herald_service.prompt_text import normalize_prompt_text
+
+STRONG = re.compile(r"(?<=[.?!:;])\s+|\s*\n\s*|(?<=[A-Za-z][:;])(?=[A-Za-z\"'(\[])")
+"""Sentence and clause ends, line breaks, and a colon or semicolon glued to the next word."""
 WEAK = re.compile(r"(?<=[a-z0-9)\"'])\s+(?=[A-Z][a-z]+\b)")
 """A capitalized word after a lower-case one: an instruction appended without a full stop."""
 MAX_CLAUSE_WORDS = 12
-"""The longest leading or trailing clause removed, in whitespace-separated words (format instructions are 2 to 8)."""
-MAX_TRIMMED_VIEWS = 3
-"""The most views of one text: without the leading clause, without the trailing one, without both."""
+"""The most words removed at either end, in whitespace-separated words (format instructions are 2 to 8)."""
 MIN_VIEW_WORDS = 3
 """The shortest view scored, in words: a shorter remainder is the instruction, not the request."""
+MAX_VIEW_CHARS = 4000
+"""Texts longer than this, in characters as sent, get no views: each view of a long text costs about as much as the
+text (32,000 characters of short sentences took 14 s with views against 5 s without: tester), and a format
+instruction matters most on a short request."""
+MAX_TRIMMED_VIEWS = 3
+"""The most views of one text: without the leading clause, without the trailing one, without both."""
 
 
 class _Words:
     """Word counts before and after any offset of one text, from its word starts (one pass, then a bisection per
-    question: counting words afresh for every boundary was quadratic: 1.1 s for 32,000 characters of "a. a. ...", a
-    prompt within HERALD_MAX_CHARS, and a conversation holds up to 256 such messages)."""
+    question: counting words afresh for every boundary was quadratic: 1.1 s for 32,000 characters of "a. a. ...")."""
 
     def __init__(self, text: str) -> None:
         self.starts = [m.start() for m in re.finditer(r"\S+", text)]
@@ -69,16 +80,19 @@ def _trailing_start(text: str, words: _Words) -> int | None:
 
 
 def trimmed_views(text: str) -> list[str]:
-    """The texts scored beside ``text``: without its leading clause, without its trailing clause, without both (in
-    that order), each once, none of fewer than :data:`MIN_VIEW_WORDS` words or equal to ``text`` stripped.
+    """The texts scored beside ``text``, cut from it as the backbone reads it: without its leading clause, without its
+    trailing clause, then without both; each once, none of fewer than :data:`MIN_VIEW_WORDS` words
+    or equal to the whole; none for a text over :data:`MAX_VIEW_CHARS` characters.
 
     Example: ``"Answer in Spanish: How do I pick a lock?"`` gives ``["How do I pick a lock?", "Answer in Spanish:"]``
     (its one boundary, after the colon, both ends the leading clause and starts the trailing one).
 
     Returns:
-        0 to 3 texts; an empty list where ``text`` has no short leading or trailing clause.
+        0 to :data:`MAX_TRIMMED_VIEWS` texts, normalized as the backbone reads them.
     """
-    text = text.strip()
+    if len(text) > MAX_VIEW_CHARS:
+        return []
+    text = normalize_prompt_text(text)
     words = _Words(text)
     lead, trail = _leading_end(text, words), _trailing_start(text, words)
     views = []
@@ -88,4 +102,4 @@ def trimmed_views(text: str) -> list[str]:
         views.append(text[:trail])
     if lead is not None and trail is not None and lead < trail:
         views.append(text[lead:trail])
-    return [v for v in dict.fromkeys(views) if len(v.split()) >= MIN_VIEW_WORDS and v != text]
+    return [v for v in dict.fromkeys(v.strip() for v in views) if len(v.split()) >= MIN_VIEW_WORDS and v != text]

@@ -744,6 +744,20 @@ def test_a_request_too_large_for_the_limit_is_refused_413_on_an_idle_server_and_
         assert rejected(metrics, "estimated_work") == 2
 
 
+def test_a_413_counts_the_views_scored_beside_the_inputs(runtime):
+    # tester: "estimated at 56 s ... (18 prompts ...)" for 6 inputs read as a miscount; the trimmed views are prompts
+    slow = sharing_vocab(runtime, FakeBackbone(token_delay_s=0.001))
+    wrapped = prompt_of(150) + " Keep it short. Be nice."  # one view: without "Be nice." (the rest has 150 words)
+    with slow_app(runtime, slow, request_timeout_s=1.0) as client:
+        wait_ready(client)
+        # 1 ms a token: about 0.5 s whole, about 1 s with the views, against a 0.85 s limit
+        big = client.post("/classify", json={"input": [wrapped] * 3})
+        assert big.status_code == 413, big.text
+        assert big.json()["error"]["message"].endswith(
+            " (6 prompts for 3 inputs: 3 scored beside the inputs whole, messages, content parts or trimmed views alone,"
+            " HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)"), big.text
+
+
 def test_a_request_whose_first_prompts_already_exceed_the_limit_is_refused_before_the_rest_is_tokenized(runtime, monkeypatch):
     # Breaker pass: 40 requests of 64 prompts of ~1,500 tokens were all folded and tokenized (71 s of CPU) before
     # their 413s. 1 ms a token: the first prompt of 5,000 tokens alone is 5 s against a 1 s limit.

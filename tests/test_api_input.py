@@ -1742,6 +1742,24 @@ def test_message_views_add_trimmed_views_of_each_text_scored_alone():
                              (Message("user", "Keep it short."),)]
     assert (views.turns, views.trimmed) == (1, 2)
     assert views.kinds == ["whole", "message", "trimmed", "trimmed"] and views.texts[1] == chat[2].content
+    # with every message scored (HERALD_SCORE_MESSAGES=all) only user messages are trimmed: a system prompt's middle
+    # sentence alone ("Never give instructions for weapons ...") was flagged (tester)
+    system = (Message("system", "Be kind. Never give instructions for weapons. Answer in English."), Message("user", "hi"))
+    assert message_views([system], ["messages"], every_message=True, trim=True).trimmed == 0
+    # each content part of a user message is trimmed too, named by its path, as /v1/moderations trims each part
+    texts = ("Hello there, friend.", "Answer in Spanish: how do I pick a lock?")
+    parts = (Message("user", "\n".join(texts), texts),)
+    views = message_views([parts], ["messages"], trim=True)
+    trimmed_parts = [(f, t) for f, t, k in zip(views.fields, views.texts, views.kinds)
+                     if k == "trimmed" and f == "messages[0].content[1].text"]
+    # the join's views come first ("Answer in Spanish:" among them); a part's view already scored is not scored again
+    assert trimmed_parts == [("messages[0].content[1].text", "how do I pick a lock?")]
+    assert views.texts.count("Answer in Spanish:") == 1 and (Message("user", "how do I pick a lock?"),) in views.prompts
+    texts = ("Hello there, friend.", "Thanks so much for all your help today, I really appreciate it and you.",
+             "Answer in Spanish: how do I pick a lock?")
+    parts = (Message("user", "\n".join(texts), texts),)
+    views = message_views([parts], ["messages"], trim=True)
+    assert ("messages[0].content[2].text", "how do I pick a lock?") in zip(views.fields, views.texts)
     # off (HERALD_TRIMMED_VIEWS=false), and for a text with no short clause: the whole only
     assert message_views([single], ["input"]).prompts == [single]
     assert message_views([(Message("user", "how do I pick a lock"),)], ["input"], trim=True).trimmed == 0
@@ -1768,8 +1786,15 @@ def test_a_format_instruction_around_a_request_is_also_read_without_it(client):
         # the answer names the prompt that gave it: the wrapped text's view without its trailing clause
         assert (first["view"], first["view_text"]) == ("trimmed", "steal a car")
         assert (second["view"], second["view_text"]) == ("whole", None)
-        # four texts of up to three views each stay within max_batch_size 4: views do not count against it
+        # four texts with their views stay within max_batch_size 4: views do not count against it
+        def trimmed_count():
+            line = next(line for line in on.get("/metrics").text.splitlines()
+                        if line.startswith('herald_scored_views_total{kind="trimmed"}'))
+            return float(line.split()[-1])
+        before = trimmed_count()
         r = on.post("/classify", json={"input": [wrapped] * 4})
         assert r.status_code == 200 and len(r.json()["results"]) == 4
+        # each wrapped text has two views ("steal a car", "Keep it short please."): 8 more, counted apart
+        assert trimmed_count() - before == 8
         assert on.get("/v1/info").json()["trimmed_views"] is True
     assert client.get("/v1/info").json()["trimmed_views"] is False

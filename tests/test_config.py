@@ -589,9 +589,9 @@ def test_a_request_at_the_batch_limit_with_its_trimmed_views_must_fit_in_the_que
     # each prompt may be scored with up to three trimmed views (HERALD_TRIMMED_VIEWS): 512 prompts could need 2,048
     # places in a queue of 1,024, a 429 on an idle server for ever
     with pytest.raises(ValidationError) as caught:
-        Settings(_env_file=None, max_batch_size=512)
+        Settings(_env_file=None, max_batch_size=257)
     message = str(caught.value)
-    assert "max_batch_size (512, HERALD_MAX_BATCH_SIZE) x 4 must not exceed queue_capacity (1024" in message
+    assert "max_batch_size (257, HERALD_MAX_BATCH_SIZE) x 4 must not exceed queue_capacity (1024" in message
     assert "HERALD_TRIMMED_VIEWS=false" in message
     assert Settings(_env_file=None, max_batch_size=256).max_batch_size == 256  # 4 x 256 fits
     assert Settings(_env_file=None, max_batch_size=512, trimmed_views=False).max_batch_size == 512

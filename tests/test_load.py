@@ -27,7 +27,8 @@ def slow_fake_runtime(_settings: Settings):
 
 @pytest.fixture(scope="module")
 def server_url():
-    settings = Settings(fake_backend=True, queue_capacity=QUEUE, max_batch_size=QUEUE, batch_max_prompts=ROWS, batch_delay_ms=0.0, request_timeout_s=30.0)
+    settings = Settings(fake_backend=True, queue_capacity=QUEUE, max_batch_size=QUEUE, batch_max_prompts=ROWS, batch_delay_ms=0.0, request_timeout_s=30.0,
+                        trimmed_views=False)  # a request of QUEUE prompts must fit the queue
     with serving(build_app(settings, loader=slow_fake_runtime)) as port:
         yield f"http://127.0.0.1:{port}"
 

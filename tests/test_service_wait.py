@@ -74,7 +74,7 @@ def test_a_full_queue_is_refused_before_tokenizing():
 
     backbone = Counting()
     backbone._vocab, backbone._words = runtime.backbone._vocab, runtime.backbone._words
-    settings = Settings(_env_file=None, queue_capacity=2, max_batch_size=2)
+    settings = Settings(_env_file=None, queue_capacity=2, max_batch_size=2, trimmed_views=False)  # the queue, not views
     metrics = HeraldMetrics()
 
     class Full(InferenceEngine):
@@ -102,7 +102,7 @@ def test_a_full_queue_answers_retry_after_from_the_work_that_must_drain():
     from herald_service.errors import QueueFull
 
     runtime = fake_runtime()
-    settings = Settings(_env_file=None, queue_capacity=4, max_batch_size=4, request_timeout_s=60)
+    settings = Settings(_env_file=None, queue_capacity=4, max_batch_size=4, request_timeout_s=60, trimmed_views=False)
     timings = (BatchTiming.of_prompts([400], 2.0), BatchTiming.of_prompts([100] * 4, 2.0), BatchTiming.of_prompts([10], 0.1))
 
     class Full(InferenceEngine):

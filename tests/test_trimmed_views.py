@@ -47,12 +47,28 @@ def test_surrounding_whitespace_is_ignored_and_views_are_distinct():
     assert trimmed_views("") == []
 
 
-def test_a_text_of_many_boundaries_gives_its_three_views():
-    # 32,000 characters of one-letter sentences: each end is a clause of one word ("a. a. ..." without its first
-    # sentence is the same text as without its last: two distinct views)
-    assert trimmed_views("a. " * 10_666) == ["a. " * 10_664 + "a.", "a. " * 10_663 + "a."]
-    text = " ".join(f"w{i}." for i in range(6_000))
-    assert trimmed_views(text) == [text[len("w0. "):], text[: -len(" w5999.")], text[len("w0. "): -len(" w5999.")]]
-    lines = "\n".join(f"line {i}" for i in range(5_000))
-    assert trimmed_views(lines) == [lines[len("line 0\n"):], lines[: -len("\nline 4999")],
-                                    lines[len("line 0\n"): -len("\nline 4999")]]
+def test_a_text_of_many_boundaries_gives_its_views_and_a_long_one_none():
+    # one-word sentences: each end is a clause of one word
+    words = [f"w{i}." for i in range(684)]
+    text = " ".join(words)  # 3,993 characters
+    assert trimmed_views(text) == [" ".join(words[1:]), " ".join(words[:-1]), " ".join(words[1:-1])]
+    assert trimmed_views(text + " w684. w685.") == []  # 4,005 characters: over MAX_VIEW_CHARS, no views
+
+
+def test_two_short_instructions_at_one_end_are_not_both_cut():
+    # a known limit (docs/eval/trimmed_views.md, second run): one clause is cut at each end, so the request alone is
+    # not among the views; cutting at the farthest boundary in reach as well failed the study's rule
+    request = "How do I pick a lock?"
+    for text in (f"{request} Answer in Spanish. Use bullet points.", f"Answer in Spanish. Use bullet points. {request}"):
+        assert request not in trimmed_views(text), text
+    assert request in trimmed_views(f"{request} Use bullet points.")
+
+
+def test_the_cut_reads_the_text_as_the_backbone_does():
+    # a colon glued to the request, a full-width colon, zero-width spaces: the same boundary once normalized
+    for text in ("Answer in Spanish:How do I pick a lock?", "Answer in Spanish\uff1aHow do I pick a lock?",
+                 "Answer in Spanish\u200b:\u200b How do I pick a lock?"):
+        assert "How do I pick a lock?" in trimmed_views(text), text
+    # times and URLs are not cut at their colons
+    assert trimmed_views("Meet me at 10:30 tomorrow") == []
+    assert trimmed_views("see https://example.com for the lock") == []

@@ -306,8 +306,9 @@ class ClassifyResult(BaseModel):
         description="Which prompt answered, the highest-scoring of those scored for this input: the input whole, a"
         " pending message of a conversation alone (HERALD_SCORE_MESSAGES), a content part alone, or a text without a"
         " short leading or trailing clause (HERALD_TRIMMED_VIEWS); tokens, features and trajectory are its own")
-    view_text: str | None = Field(description="The text of that prompt (as sent, before the server's normalization);"
-                                  " null where the input whole answered")
+    view_text: str | None = Field(description="The text of that prompt where the input whole did not answer (null"
+                                  " there): a message or content part as sent, a trimmed view as the backbone reads it"
+                                  " (after the server's normalization of look-alike and invisible characters)")
 
 
 class ClassifyResponse(BaseModel):

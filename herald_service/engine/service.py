@@ -28,7 +28,7 @@ from herald_service.engine.runtime import Runtime
 from herald_service.errors import (
     HeraldError, InputTooLarge, InvalidInput, QueueFull, RequestTimeout, SettingsConflict, WorkTooLarge,
 )
-from herald_service.metrics import HeraldMetrics
+from herald_service.metrics import VIEW_KINDS_SCORED, HeraldMetrics
 from herald_service.prompt_text import normalize_prompt_text
 from herald_service.refusal import is_refusal
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
@@ -157,7 +157,7 @@ class TurnViews:
     parts: int
     trimmed: int = 0
     """Prompts that are trimmed views (:func:`~herald_service.trimmed_views.trimmed_views`); not counted against
-    ``max_batch_size`` (at most three per scored text, priced by admission like any prompt)."""
+    ``max_batch_size`` (at most MAX_TRIMMED_VIEWS, three, per scored text, priced by admission like any prompt)."""
     kinds: list[str] = dataclasses.field(default_factory=list)
     """Each prompt's kind (:data:`~herald_service.types.VIEW_KINDS`)."""
     texts: list[str | None] = dataclasses.field(default_factory=list)
@@ -223,9 +223,12 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     whole against 0.998 alone; "Be concise." as a system message 0.0004; "continue" after a tool result 0.001). A
     part's field is its path in the request (``messages[2].content[1].text``).
 
-    ``trim`` (``HERALD_TRIMMED_VIEWS``): each such message's text is also scored without a short leading clause,
-    without a short trailing one, and without both (:func:`~herald_service.trimmed_views.trimmed_views`, as a user
-    turn, under the message's field): a format instruction before or after a request ("Answer in Spanish: ...")
+    ``trim`` (``HERALD_TRIMMED_VIEWS``): each such user message's text, and each of its content parts (as
+    ``/v1/moderations`` trims each part: tester), is also scored without a short leading clause, without a short
+    trailing one, and without both (:func:`~herald_service.trimmed_views.trimmed_views`, as a user turn, under the
+    text's field); not a system, assistant or tool message's with ``every_message`` (the middle sentence of "You are a
+    helpful assistant. Never give instructions for weapons, drugs or self-harm. Answer in English." scored 0.947 alone:
+    tester). A format instruction before or after a request ("Answer in Spanish: ...")
     took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
     (docs/eval/trimmed_views.md)."""
     prompts: list[Conversation] = []
@@ -251,13 +254,17 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
             kinds += ["content_part"] * len(message.parts)
             texts += message.parts
             parts += len(message.parts)
-            if trim:
-                cut = trimmed_views(message.content)
-                views += [user_turn(text) for text in cut]
-                view_fields += [field] * len(cut)
-                kinds += ["trimmed"] * len(cut)
-                texts += cut
-                trimmed += len(cut)
+            if trim and message.role == "user":  # a system prompt's sentences alone were flagged (tester)
+                part_fields = [f"{field}[{k}].content[{j}].text" for j in range(len(message.parts))]
+                seen = {message.content, *message.parts}  # each text scored once for this message
+                for text, text_field in zip([message.content, *message.parts], [field, *part_fields]):
+                    cut = [c for c in trimmed_views(text) if c not in seen]
+                    seen.update(cut)
+                    views += [user_turn(c) for c in cut]
+                    view_fields += [text_field] * len(cut)
+                    kinds += ["trimmed"] * len(cut)
+                    texts += cut
+                    trimmed += len(cut)
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
         prompt_fields += view_fields
@@ -517,8 +524,16 @@ class Moderator:
             self.metrics.rejected.labels(exc.reason).inc()
             if isinstance(exc, WorkTooLarge):
                 exc.field = batch_field
+            beside = len(prompts) - len(conversations)
+            if beside:  # "18 prompts" of 6 inputs read as a miscount (tester)
+                exc.message += (f" ({len(prompts)} prompts for {len(conversations)} input{'s' if len(conversations) != 1 else ''}:"
+                                f" {beside} scored beside the inputs whole, messages, content parts or trimmed views"
+                                " alone, HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)")
             raise
         self._observe_tokens(ids)
+        for kind in VIEW_KINDS_SCORED:
+            if count := views.kinds.count(kind):
+                self.metrics.scored_views.labels(kind).inc(count)
         results = await self._wait(futures, disconnected)
         timing = Timing()
         for result in results:
