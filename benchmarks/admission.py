@@ -72,7 +72,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import (
-    RESULTS, Server, build_target, exit_on_sigterm, hardware, percentile, print_table, require_bench_extra,
+    RESULTS, Server, build_target, exit_on_sigterm, hardware, head_commit, percentile, print_table, require_bench_extra,
 )
 from benchmarks.host_cost import Build
 from herald_service.engine.admission import TERMS, CostFit, Work
@@ -474,7 +474,7 @@ def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None, o
         bursts = [burst(burst_server, mix, timeout_s) for mix in (("overload-long", "overload-short") if overload else ("s", "mixed"))]
     seeded[burst_server.name] = burst_server.seeded
     hw["load_average_end"] = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     return {
         "benchmark": "admission",
         "target": target_name,
@@ -496,9 +496,8 @@ def run_hog(sources: list[Path], repeats: int, port: int | None) -> dict:
     hw = hardware()
     runs = [hog(source, port) for _ in range(repeats) for source in sources]
     hw["load_average_end"] = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    commits = {str(source): subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True,
-                                           text=True).stdout.strip() for source in sources}
+    commit = head_commit()
+    commits = {str(source): head_commit(source) for source in sources}
     return {"benchmark": "admission_hog", "commit": commit, "source_commits": commits, "hardware": hw, "runs": runs}
 
 

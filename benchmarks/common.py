@@ -19,6 +19,7 @@ import random
 import signal
 import socket
 import statistics
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -161,6 +162,12 @@ def tokenizer_folder() -> Path:
     from herald_service.config import default_cache_dir
 
     return resolve_backbone("embedded", default_cache_dir()).folder
+
+
+def head_commit(folder: Path = REPO) -> str:
+    """The commit checked out in ``folder`` (``git rev-parse HEAD``; empty outside a git checkout), recorded in every
+    result file beside the hardware."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True).stdout.strip()
 
 
 def hardware() -> dict:

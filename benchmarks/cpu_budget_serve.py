@@ -24,16 +24,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
 from benchmarks.admission import (
-    BASELINE_TIMEOUT_S, CHAT, REPO, HeraldServer, burst_kinds, classify, cost_fit, send_burst,
+    BASELINE_TIMEOUT_S, CHAT, HeraldServer, burst_kinds, classify, cost_fit, send_burst,
 )
-from benchmarks.common import RESULTS, exit_on_sigterm, hardware, percentile, print_table, require_bench_extra
+from benchmarks.common import (
+    RESULTS, exit_on_sigterm, hardware, head_commit, percentile, print_table, require_bench_extra,
+)
 from herald_service.config import CUDA_TOKEN_BUDGET
 from herald_service.engine.admission import Work
 
@@ -107,7 +108,7 @@ def run(rounds: int = ROUNDS) -> dict:
     for b in bursts:
         print(f"mixed burst, {b['server']}: {b['seconds']:.1f} s, p50 {b['p50_s']:.1f} s, max {b['max_s']:.1f} s", flush=True)
     hw["load_average_end"] = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     return {
         "benchmark": "cpu_budget_serve",
         "target": "cpu",

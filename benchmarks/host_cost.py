@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import exit_on_sigterm, post_load, require_bench_extra
+from benchmarks.common import exit_on_sigterm, head_commit, post_load, require_bench_extra
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -122,7 +122,7 @@ def export(ref: str, into: Path) -> Path:
 def working_tree() -> str:
     """What the 'after' build served: ``working tree at <commit>``, with ``(uncommitted changes)`` where
     ``herald_service/`` differs from it."""
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     dirty = subprocess.run(["git", "status", "--porcelain", "herald_service"], cwd=REPO, capture_output=True, text=True)
     return f"working tree at {commit}" + (" (uncommitted changes)" if dirty.stdout.strip() else "")
 

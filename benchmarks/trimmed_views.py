@@ -44,15 +44,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from benchmarks.admission import BASELINE_TIMEOUT_S, REPO, HeraldServer, classify
+from benchmarks.admission import BASELINE_TIMEOUT_S, HeraldServer, classify
 from benchmarks.common import (
-    RESULTS, KeepAliveClient, exit_on_sigterm, hardware, load_texts, percentile, print_table, require_bench_extra,
+    RESULTS, KeepAliveClient, exit_on_sigterm, hardware, head_commit, load_texts, percentile, print_table,
+    require_bench_extra,
 )
 from herald_service.training.format_wrapped import EVALUATION_INSTRUCTIONS, wrap
 from herald_service.trimmed_views import trimmed_views
@@ -201,7 +201,7 @@ def run(rounds: int = ROUNDS, port: int = 8100, n: int = PROMPTS) -> dict:
         "batch_tokens": on["batch_tokens"] / off["batch_tokens"],
     }
     hw["load_average_end"] = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     return {
         "benchmark": "trimmed_views",
         "target": "cpu",

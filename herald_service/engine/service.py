@@ -249,13 +249,13 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
                 kinds.append("message")
                 texts.append(message.content)
                 turns += 1
+            part_fields = [f"{field}[{k}].content[{j}].text" for j in range(len(message.parts))]
             views += [user_turn(part) for part in message.parts]
-            view_fields += [f"{field}[{k}].content[{j}].text" for j in range(len(message.parts))]
+            view_fields += part_fields
             kinds += ["content_part"] * len(message.parts)
             texts += message.parts
             parts += len(message.parts)
             if trim and message.role == "user":  # a system prompt's sentences alone were flagged (tester)
-                part_fields = [f"{field}[{k}].content[{j}].text" for j in range(len(message.parts))]
                 seen = {message.content, *message.parts}  # each text scored once for this message
                 for text, text_field in zip([message.content, *message.parts], [field, *part_fields]):
                     cut = [c for c in trimmed_views(text) if c not in seen]

@@ -68,17 +68,18 @@ def score_texts(texts: list[str], max_tokens: int, batch: int = 8) -> dict[str, 
     return out
 
 
-def summarize(rows: list[dict], scored: dict[str, tuple[float, int]]) -> dict:
-    """Flag rates of the whole prompt alone and with its views, and prefill tokens of each, for the rows scored."""
+def summarize(rows: list[dict], views: dict[str, list[str]], scored: dict[str, tuple[float, int]]) -> dict:
+    """Flag rates of the whole prompt alone and with its ``views`` (each prompt's trimmed views), and prefill tokens of
+    each, for the rows scored."""
     kept = [r for r in rows if r["prompt"] in scored]
     whole = np.array([scored[r["prompt"]][0] >= 0.5 for r in kept])
-    best = np.array([max([scored[r["prompt"]][0]] + [scored[v][0] for v in trimmed_views(r["prompt"]) if v in scored])
+    best = np.array([max([scored[r["prompt"]][0]] + [scored[v][0] for v in views[r["prompt"]] if v in scored])
                      >= 0.5 for r in kept])
     tokens = sum(scored[r["prompt"]][1] for r in kept)
-    view_tokens = tokens + sum(scored[v][1] for r in kept for v in trimmed_views(r["prompt"]) if v in scored)
+    view_tokens = tokens + sum(scored[v][1] for r in kept for v in views[r["prompt"]] if v in scored)
     return {"n": len(kept), "not_scored": len(rows) - len(kept), "flagged_whole": float(whole.mean()),
             "flagged_views": float(best.mean()), "tokens_whole": tokens, "tokens_views": view_tokens,
-            "views_per_prompt": float(np.mean([len(trimmed_views(r["prompt"])) for r in kept]))}
+            "views_per_prompt": float(np.mean([len(views[r["prompt"]]) for r in kept]))}
 
 
 def judge(results: dict) -> dict[str, bool]:
@@ -111,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=1024)
     args = parser.parse_args(argv)
     sets = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
-    texts = sorted({t for rows in sets.values() for r in rows for t in [r["prompt"], *trimmed_views(r["prompt"])]})
-    scored = score_texts(texts, args.max_tokens)
-    results: dict = {name: summarize(rows, scored) for name, rows in sets.items()}
+    views = {r["prompt"]: trimmed_views(r["prompt"]) for rows in sets.values() for r in rows}
+    scored = score_texts(sorted({t for prompt, cut in views.items() for t in [prompt, *cut]}), args.max_tokens)
+    results: dict = {name: summarize(rows, views, scored) for name, rows in sets.items()}
     left = sets["left_out_benign"]
-    results["left_out_benign_by_source"] = {s: summarize([r for r in left if r["source"] == s], scored)
+    results["left_out_benign_by_source"] = {s: summarize([r for r in left if r["source"] == s], views, scored)
                                             for s in sorted({r["source"] for r in left})}
     verdict = judge(results)
     report = {"rule": RULE, "passed": verdict, "pass": all(verdict.values()), "results": results,
