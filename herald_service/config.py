@@ -85,6 +85,7 @@ Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 """Backbone weight dtype (``auto``: bf16 on CUDA, fp32 on the CPU)."""
 LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["text", "json"]
 """``herald serve``'s log level (``HERALD_LOG_LEVEL``), in lower case (:class:`BackboneSettings` folds any case)."""
 
 _PLACEHOLDER_WORDS = ("changeme", "replaceme", "placeholder", "yourapikey", "yourkey", "apikeyhere", "insertkey",
@@ -446,6 +447,10 @@ class BackboneSettings(BaseSettings):
     log_level: LogLevel = Field(
         "info", description="herald serve's log level, for Herald's and uvicorn's loggers, in any letter case (INFO ="
         " info); info logs one line per request, warning hides those lines."
+    )
+    log_format: LogFormat = Field(
+        "text", description="herald serve's log lines: text (time, level, logger, message) or json (one JSON object a"
+        " line, with the request lines' fields apart, for Loki or Elasticsearch), in any letter case."
     )
 
     _unknown_names: list[str] = PrivateAttr(default_factory=list)

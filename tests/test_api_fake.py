@@ -1216,10 +1216,16 @@ def test_each_request_is_logged_once_with_its_route_status_duration_and_request_
     assert sent.status_code == 200 and sent.headers["x-request-id"] == "abc-123:x/y=z"
     lines = [r.getMessage() for r in caplog.records if r.name == "herald_service.access"]
     assert len(lines) == 2, lines  # probes stay out of the log, as out of the metrics
-    assert re.fullmatch(r"POST /classify 200 \d+\.\d ms request_id=abc-123:x/y=z", lines[0]), lines[0]
+    # Starlette's test client connects from "testclient"
+    assert re.fullmatch(r"POST /classify 200 \d+\.\d ms request_id=abc-123:x/y=z client=testclient", lines[0]), lines[0]
     generated = stray.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", generated)  # none sent: a new UUID4
-    assert lines[1] == lines[1].split(" request_id=")[0] + f" request_id={generated}"
+    assert lines[1] == lines[1].split(" request_id=")[0] + f" request_id={generated} client=testclient"
+    # the same values as fields of the record, which HERALD_LOG_FORMAT=json writes apart
+    record = next(r for r in caplog.records if r.name == "herald_service.access")
+    assert (record.method, record.route, record.status, record.request_id, record.client) == (
+        "POST", "/classify", 200, "abc-123:x/y=z", "testclient")
+    assert isinstance(record.duration_ms, float) and f"{record.duration_ms:.1f} ms" in lines[0]
     assert lines[1].startswith("GET unmatched 404 ")  # the route template: the client's path is not logged
     assert re.fullmatch(r"[0-9a-f]{32}", probe.headers["x-request-id"])
 

@@ -927,9 +927,34 @@ def test_sigterm_drains_serve_and_exits_0():
     # no uvicorn access line
     when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
     assert re.search(rf"^{when} INFO uvicorn\.error: Uvicorn running on http://127\.0\.0\.1:{port}", output, re.M), output
-    assert re.search(rf"^{when} INFO herald_service\.access: POST /classify 200 \d+\.\d ms request_id=req-7$", output,
-                     re.M), output
+    assert re.search(rf"^{when} INFO herald_service\.access: POST /classify 200 \d+\.\d ms request_id=req-7"
+                     r" client=127\.0\.0\.1$", output, re.M), output
     assert "HTTP/1.1" not in output and not re.search(r"^INFO: ", output, re.M), output
+
+
+def test_serve_logs_one_json_object_a_line_with_herald_log_format_json():
+    import signal
+
+    import httpx
+
+    port = free_port()
+    with running_serve(port, "--fake-backend", "--no-warmup", HERALD_LOG_FORMAT="JSON") as proc:
+        answer = httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": "hi"}, headers={"x-request-id": "req-9"})
+        assert answer.status_code == 200, answer.text
+        assert httpx.post(f"http://127.0.0.1:{port}/classify", json={"input": 5}).status_code == 422
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    records = [json.loads(line) for line in output.splitlines()]  # every line, uvicorn's too, is one JSON object
+    assert all({"time", "level", "logger", "message"} <= set(record) for record in records), records
+    assert not any("color_message" in record for record in records), records  # uvicorn's copy with colour codes
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00", records[0]["time"]), records[0]
+    assert any(r["logger"] == "uvicorn.error" and r["message"].startswith("Uvicorn running on") for r in records), records
+    access = [r for r in records if r["logger"] == "herald_service.access"]
+    assert [(r["method"], r["route"], r["status"], r["client"]) for r in access] == [
+        ("POST", "/classify", 200, "127.0.0.1"), ("POST", "/classify", 422, "127.0.0.1")], access
+    assert access[0]["request_id"] == "req-9" and isinstance(access[0]["duration_ms"], float)
+    assert access[0]["message"] == f"POST /classify 200 {access[0]['duration_ms']:.1f} ms request_id=req-9 client=127.0.0.1"
 
 
 def test_serve_answers_probes_on_its_health_port_while_its_connection_bound_is_reached():

@@ -341,7 +341,7 @@ def test_an_unknown_name_that_looks_like_a_key_is_refused_naming_it_and_the_key_
         Settings(_env_file=env)
 
 
-@pytest.mark.parametrize("name", ["HERALD_MAX_PROMPT_TOKENS", "HERALD_SOMETHING_ELSE", "HERALD_LOG_FORMAT",
+@pytest.mark.parametrize("name", ["HERALD_MAX_PROMPT_TOKENS", "HERALD_SOMETHING_ELSE", "HERALD_LOG_STYLE",
                                   "HERALD_TOKENIZER", "HERALD_AUTHOR", "HERALD_MONKEY", "HERALD_OAUTH_ENABLED",
                                   "HERALD_AUTH_SERVICE_HOST", "HERALD_AUTH_SERVICE_PORT", "HERALD_AUTH_PORT_8080_TCP_ADDR"])
 def test_an_unknown_name_that_is_no_key_is_only_warned_about(monkeypatch, name):
@@ -434,7 +434,7 @@ def test_herald_version_prints_the_package_version():
 
 
 SECRET_SETTINGS = {"HERALD_API_KEYS", "HERALD_STEER_API_KEY"}
-CONFIGMAP_OVERRIDES = {"HERALD_HOST", "HERALD_CACHE_DIR", "HERALD_NUM_THREADS", "HERALD_HEALTH_PORT"}
+CONFIGMAP_OVERRIDES = {"HERALD_HOST", "HERALD_CACHE_DIR", "HERALD_NUM_THREADS", "HERALD_HEALTH_PORT", "HERALD_LOG_FORMAT"}
 """The settings k8s/configmap.yaml sets on purpose to other than config.py's default (its comments say why)."""
 
 

@@ -62,12 +62,22 @@ def refused_by_http(scope: Scope) -> bool:
     return bool(refused is not None and refused())
 
 
+def client_host(scope: Scope) -> str:
+    """The address the request came from, as the access log names it: the scope's ``client`` host (uvicorn puts the
+    ``X-Forwarded-For`` address there for a proxy in ``FORWARDED_ALLOW_IPS``, default 127.0.0.1), ``-`` when the
+    server gives none (a Unix socket)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "-"
+
+
 class RequestMetrics:
     """Counts requests by route template and status and observes their latency; probes stay out (vLLM habit).
 
     Every HTTP answer carries ``X-Request-ID`` (:func:`request_id`: the client's, or a new one), and every request but
     the probes and ``/metrics`` is logged once at INFO on ``herald_service.access``: method, route template, status,
-    duration in milliseconds and request id (``POST /classify 200 12.3 ms request_id=...``).
+    duration in milliseconds, request id and client address (``POST /classify 200 12.3 ms request_id=... client=...``;
+    :func:`client_host`), the same values as the record's fields ``method``, ``route``, ``status``, ``duration_ms``,
+    ``request_id`` and ``client``, which ``HERALD_LOG_FORMAT=json`` writes apart.
 
     ``health_port``: the health port's number (``HERALD_HEALTH_PORT``), or None. Every request that came in on it (the
     scope's ``server``: :func:`arrived_on`) is neither counted nor logged, whatever its path:
@@ -146,8 +156,10 @@ class RequestMetrics:
         template = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in self.paths else "unmatched")
         self.metrics.observe_request(template, status, seconds)
         # the template, not the path: a client cannot put its own text in the log (nor in label values)
-        access_log.info("%s %s %d %.1f ms request_id=%s", scope["method"], template, status, seconds * 1000,
-                        rid.decode("ascii"))
+        fields = {"method": scope["method"], "route": template, "status": status,
+                  "duration_ms": round(seconds * 1000, 1), "request_id": rid.decode("ascii"), "client": client_host(scope)}
+        access_log.info("%(method)s %(route)s %(status)d %(duration_ms).1f ms request_id=%(request_id)s"
+                        " client=%(client)s", fields, extra=fields)
 
 
 class OperationsPortOnly:

@@ -123,14 +123,30 @@ def server_on(config: "uvicorn.Config") -> "uvicorn.Server":
     return _server_class()(config)
 
 
-def log_config(level: str) -> dict[str, Any]:
-    """The ``logging.config.dictConfig`` of ``herald serve``: one stderr handler in :data:`LOG_FORMAT` on the root
-    logger at ``level`` (any case), which uvicorn's loggers propagate to. Given to uvicorn as its ``log_config``,
-    whose own (``INFO:     Uvicorn running on ...``, colours, no time or logger name) it replaces."""
+def log_config(level: str, log_format: str = "text") -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` of ``herald serve``: one stderr handler on the root logger at ``level`` (any
+    case), which uvicorn's loggers propagate to. Given to uvicorn as its ``log_config``, whose own (``INFO:     Uvicorn
+    running on ...``, colours, no time or logger name) it replaces.
+
+    ``log_format`` (``HERALD_LOG_FORMAT``): ``text``, lines in :data:`LOG_FORMAT`; or ``json``, one JSON object a line
+    (python-json-logger's ``JsonFormatter``) with ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, a
+    traceback as ``exc_info``, and the fields a line was logged with apart (the access log's ``method``, ``route``,
+    ``status``, ``duration_ms``, ``request_id``, ``client``: :class:`~herald_service.api.middleware.RequestMetrics`).
+    """
+    formatters: dict[str, dict[str, Any]] = {"text": {"format": LOG_FORMAT}}
+    if log_format == "json":
+        from pythonjsonlogger.core import RESERVED_ATTRS
+
+        formatters["json"] = {
+            "()": "pythonjsonlogger.json.JsonFormatter", "fmt": "%(levelname)s %(name)s %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger"}, "timestamp": "time",
+            # uvicorn's own copy of a message with terminal colour codes, passed as an extra field
+            "reserved_attrs": [*RESERVED_ATTRS, "color_message"],
+        }
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"herald": {"format": LOG_FORMAT}},
+        "formatters": {"herald": formatters[log_format]},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "herald", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
     }
@@ -154,7 +170,7 @@ def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
 
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, backlog=BACKLOG, timeout_keep_alive=settings.keep_alive_s,
-        log_level=settings.log_level, log_config=log_config(settings.log_level), access_log=False,
+        log_level=settings.log_level, log_config=log_config(settings.log_level, settings.log_format), access_log=False,
         http=header_bounded_protocol(settings.header_timeout_s, app.state.herald.metrics.count_refusal,
                                      settings.max_connections, settings.health_port),
         h11_max_incomplete_event_size=settings.max_header_bytes,
@@ -247,7 +263,7 @@ class ServeCommand(Settings):
             resolve_padding_side(self.padding_side, device, dtype)
             if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
                 backbone_cache_folder(self.cache_dir)
-        logging.config.dictConfig(log_config(self.log_level))
+        logging.config.dictConfig(log_config(self.log_level, self.log_format))
         raise_descriptor_limit(self.file_descriptors_needed())
         for warning in self.start_up_warnings():
             log.warning(warning)
