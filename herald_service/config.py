@@ -449,8 +449,9 @@ class BackboneSettings(BaseSettings):
         " info); info logs one line per request, warning hides those lines."
     )
     log_format: LogFormat = Field(
-        "text", description="herald serve's log lines: text (time, level, logger, message) or json (one JSON object a"
-        " line, with the request lines' fields apart, for Loki or Elasticsearch), in any letter case."
+        "text", description="Log lines of herald serve (and of classify, plot, reference, steer-eval): text (time,"
+        " level, logger, message) or json (one JSON object a line, with the request lines' fields apart, for Loki or"
+        " Elasticsearch), in any letter case."
     )
 
     _unknown_names: list[str] = PrivateAttr(default_factory=list)

@@ -146,9 +146,9 @@ def herald(*args: str, cwd=None, **env: str) -> "subprocess.CompletedProcess[str
     argv and the entry module.
 
     Log lines: a ``WARNING`` and above as the bare message (Python's last-resort handler, what a process without a
-    logging setup prints), and from a command that calls ``logging.basicConfig`` its level and format. ``herald serve``
-    is stopped before it configures logging for uvicorn (its checks have passed then: the test fails), so a test
-    never starts a server in this process.
+    logging setup prints), and from a command that calls ``logging.basicConfig`` its level and format (or its
+    handler's formatter). ``herald serve`` is stopped before it configures logging for uvicorn (its checks have passed
+    then: the test fails), so a test never starts a server in this process.
 
     Raises:
         AssertionError: for a ``herald serve`` that got past its checks.
@@ -166,9 +166,9 @@ def herald(*args: str, cwd=None, **env: str) -> "subprocess.CompletedProcess[str
     handler = logging.StreamHandler(stderr)
     handler.setLevel(logging.WARNING)
 
-    def basic_config(level="WARNING", format="%(message)s", **_):
-        handler.setLevel(level)
-        handler.setFormatter(logging.Formatter(format))
+    def basic_config(level="WARNING", format="%(message)s", handlers=None, **_):
+        handler.setLevel(level)  # a command's own handler lends its formatter (HERALD_LOG_FORMAT) to this one
+        handler.setFormatter(handlers[0].formatter if handlers else logging.Formatter(format))
 
     def serve_started(*_, **__):
         raise AssertionError("herald serve passed its checks: it would have started a server")

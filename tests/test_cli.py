@@ -298,6 +298,12 @@ def test_the_local_commands_log_at_the_level_given():
             r" \(8 layers, d=16\) with a probe fitted on its 240 synthetic prompts", lines[0]), out.stderr
     out = herald("classify", "bake", "bread", HERALD_FAKE_BACKEND="true", HERALD_LOG_LEVEL="info")  # serve's variable
     assert out.returncode == 0 and "INFO herald_service.engine.runtime: loaded the fake backbone" in out.stderr
+    # and serve's format: one JSON object a line on stderr, the results on stdout unchanged
+    out = herald("classify", "--log-level", "info", "bake", "bread", HERALD_FAKE_BACKEND="true", HERALD_LOG_FORMAT="json")
+    assert out.returncode == 0 and out.stdout == quiet.stdout, out.stderr
+    (record,) = [json.loads(line) for line in out.stderr.splitlines()]
+    assert (record["level"], record["logger"]) == ("INFO", "herald_service.engine.runtime"), record
+    assert record["message"].startswith("loaded the fake backbone (8 layers, d=16)"), record
 
 
 @pytest.mark.parametrize("command", ["classify", "plot"])

@@ -3,8 +3,10 @@ command line it records in the files it writes, and the help of ``--cache-dir``.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
+from typing import Any
 
 
 CACHE_DIR_HELP = ("Converted backbones and extracted states (default: HERALD_CACHE_DIR, as herald serve reads it, else"
@@ -13,6 +15,35 @@ CACHE_DIR_HELP = ("Converted backbones and extracted states (default: HERALD_CAC
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """Every log line of a ``herald`` command, uvicorn's included under ``herald serve``."""
+
+
+def log_formatter(log_format: str = "text") -> logging.Formatter:
+    """The formatter of every ``herald`` command's log lines under ``log_format`` (``HERALD_LOG_FORMAT``): ``text``,
+    lines in :data:`LOG_FORMAT`; or ``json``, one JSON object a line (python-json-logger's ``JsonFormatter``) with
+    ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, a traceback as ``exc_info``, and the fields a line
+    was logged with apart (the access log's ``method``, ``route``, ``status``, ``duration_ms``, ``request_id``,
+    ``client``: :class:`~herald_service.api.middleware.RequestMetrics`)."""
+    if log_format == "text":
+        return logging.Formatter(LOG_FORMAT)
+    from pythonjsonlogger.core import RESERVED_ATTRS
+    from pythonjsonlogger.json import JsonFormatter
+
+    # uvicorn passes its own copy of a message with terminal colour codes as an extra field: dropped
+    return JsonFormatter("%(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level", "name": "logger"},
+                         timestamp="time", reserved_attrs=[*RESERVED_ATTRS, "color_message"])
+
+
+def log_config(level: str, log_format: str = "text") -> dict[str, Any]:
+    """The ``logging.config.dictConfig`` of ``herald serve``: one stderr handler on the root logger at ``level`` (any
+    case), which uvicorn's loggers propagate to, its lines formatted by :func:`log_formatter`. Given to uvicorn as its
+    ``log_config``, whose own (``INFO:     Uvicorn running on ...``, colours, no time or logger name) it replaces."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"herald": {"()": log_formatter, "log_format": log_format}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "herald", "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+    }
 
 
 def invoked_command() -> str:

@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, DotEnvSettingsSource, EnvSettingsSource,
                                PydanticBaseSettingsSource)
 
-from herald_service.cli.conventions import LOG_FORMAT, invoked_command
+from herald_service.cli.conventions import invoked_command, log_formatter
 from herald_service.config import BackboneSettings, LogLevel
 from herald_service.out_path import check_out_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
@@ -89,9 +89,12 @@ class LocalCommand(BackboneSettings):
         " level. info adds the backbone load and conversion, debug the libraries' detail."))
 
     def start_logging(self) -> None:
-        """Send log lines at ``log_level`` and above to stderr in :data:`LOG_FORMAT`, as fit and eval do, and warn of
-        unknown ``HERALD_*`` names (ignored), as serve does at start-up; the first step of each command's ``cli_cmd``."""
-        logging.basicConfig(level=self.log_level.upper(), format=LOG_FORMAT)
+        """Send log lines at ``log_level`` and above to stderr in ``log_format`` (``HERALD_LOG_FORMAT``: text in
+        :data:`~herald_service.cli.conventions.LOG_FORMAT`, as fit and eval write, or json), as serve does, and warn of unknown ``HERALD_*`` names
+        (ignored), as serve does at start-up; the first step of each command's ``cli_cmd``."""
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(log_formatter(self.log_format))
+        logging.basicConfig(level=self.log_level.upper(), handlers=[handler])
         for line in self._unknown_names:
             logger.warning(line)
 

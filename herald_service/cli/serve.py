@@ -13,7 +13,7 @@ import sys
 import typing
 from typing import Any
 
-from herald_service.cli.conventions import LOG_FORMAT
+from herald_service.cli.conventions import log_config
 from herald_service.config import Settings
 
 if typing.TYPE_CHECKING:
@@ -121,35 +121,6 @@ def server_on(config: "uvicorn.Config") -> "uvicorn.Server":
     """A ``uvicorn.Server`` for ``config``, to be run on :func:`listening_sockets` (``run(sockets=...)``), that says
     where it serves as uvicorn does when it binds itself (:func:`log_listening`)."""
     return _server_class()(config)
-
-
-def log_config(level: str, log_format: str = "text") -> dict[str, Any]:
-    """The ``logging.config.dictConfig`` of ``herald serve``: one stderr handler on the root logger at ``level`` (any
-    case), which uvicorn's loggers propagate to. Given to uvicorn as its ``log_config``, whose own (``INFO:     Uvicorn
-    running on ...``, colours, no time or logger name) it replaces.
-
-    ``log_format`` (``HERALD_LOG_FORMAT``): ``text``, lines in :data:`LOG_FORMAT`; or ``json``, one JSON object a line
-    (python-json-logger's ``JsonFormatter``) with ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, a
-    traceback as ``exc_info``, and the fields a line was logged with apart (the access log's ``method``, ``route``,
-    ``status``, ``duration_ms``, ``request_id``, ``client``: :class:`~herald_service.api.middleware.RequestMetrics`).
-    """
-    formatters: dict[str, dict[str, Any]] = {"text": {"format": LOG_FORMAT}}
-    if log_format == "json":
-        from pythonjsonlogger.core import RESERVED_ATTRS
-
-        formatters["json"] = {
-            "()": "pythonjsonlogger.json.JsonFormatter", "fmt": "%(levelname)s %(name)s %(message)s",
-            "rename_fields": {"levelname": "level", "name": "logger"}, "timestamp": "time",
-            # uvicorn's own copy of a message with terminal colour codes, passed as an extra field
-            "reserved_attrs": [*RESERVED_ATTRS, "color_message"],
-        }
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"herald": formatters[log_format]},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "herald", "stream": "ext://sys.stderr"}},
-        "root": {"handlers": ["stderr"], "level": level.upper()},
-    }
 
 
 def server_config(app: Any, settings: Settings) -> "uvicorn.Config":
