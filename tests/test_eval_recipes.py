@@ -317,3 +317,28 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     written = json.loads(out.read_text())
     assert f"`questions` adds our {n} loaded-word benign questions" in written["description"]
     assert set(written["results"]) == {"logistic+jailbreak", "logistic+jailbreak+questions"}
+
+
+def test_eval_with_loaded_questions_adds_them_to_every_fold_and_the_split_and_records_them(tmp_path):
+    from herald_service.training.eval import EvalOptions, run_eval
+    from herald_service.training.loaded_questions import loaded_questions
+    from tiny_llama import build_tiny_llama
+
+    folder = build_tiny_llama(tmp_path / "tiny")
+    words = "how do i bake bread write poem about the sea hello world".split()
+    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": f"mine-harmful-{i % 2}"}
+            for i in range(16)]
+    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
+             for i in range(16)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results.json"
+    results = run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
+                                   methods=("herald", "logreg_last"), curve_sizes=(), replicates=10,
+                                   jailbreak_templates=None, loaded_questions=True))
+    n = len(loaded_questions())
+    assert results["meta"]["loaded_questions"]["n"] == n
+    assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {n}
+    assert "loaded_questions" not in run_eval(EvalOptions(
+        data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu", overwrite=True,
+        methods=("herald",), loso=False, curve_sizes=(), replicates=10, jailbreak_templates=None))["meta"]

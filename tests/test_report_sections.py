@@ -1223,3 +1223,25 @@ def test_a_learning_curve_of_one_seed_shows_no_spread(tmp_path, seeds):
         assert "| 0.812 |" in text
     else:
         assert "AUROC mean ± sample standard deviation over seeds." in text and "| 0.756 ± 0.079 |" in text
+
+
+def test_herald_is_named_by_every_training_row_kind_its_eval_added():
+    from herald_service.training.report import _augmentation_line, _split_key, curve_label, herald_label, herald_recipe
+
+    meta = {"herald_direction_estimator": "logistic", "jailbreak_augmentation": {"per_class": 80, "templates": "t.jsonl"},
+            "loaded_questions": {"n": 148, "module": "herald_service/training/loaded_questions.py"}}
+    assert herald_label(meta) == ("Herald (logistic-direction trajectory + 288-param MLP, 80 wrapped training requests,"
+                                  " 148 loaded-word benign questions)")
+    assert curve_label("herald", meta) == "Herald (logistic-direction trajectory + 288-param MLP)"  # the curve has none
+    assert herald_recipe(meta) == "logistic+jailbreak+questions"
+    assert herald_recipe({**meta, "loaded_questions": None}) == "logistic+jailbreak"
+    line = _augmentation_line(meta)
+    assert "80 harmful requests wrapped" in line and "our 148 benign questions with loaded words" in line
+    assert _augmentation_line({"loaded_questions": meta["loaded_questions"]}).startswith(
+        "- **Training rows** of every method, in the random split and in every leave-one-source-out fold, include our 148")
+    assert _augmentation_line({}) is None
+    assert _split_key(meta) != _split_key({**meta, "loaded_questions": None})  # other training rows: another split key
+    from herald_service.training.report import added_rows_words
+
+    assert added_rows_words(meta) == "added training rows (wrapped requests, loaded-word questions)"
+    assert added_rows_words({**meta, "loaded_questions": None}) == "wrapped training rows"

@@ -873,6 +873,31 @@ def test_fit_with_jailbreak_augmentation_trains_on_wrapped_training_requests_onl
     assert len(keys) == EVALUATION_TEMPLATES and not keys & {template_key(loaded[i]["prompt"]) for i in split.train}
 
 
+def test_fit_with_loaded_questions_trains_on_them_and_records_them(folder, tmp_path):
+    # docs/eval/recipe_studies.md, seventh study: the benign loaded-word questions join the training rows only
+    from herald_service.training.loaded_questions import SOURCE, loaded_questions
+
+    words = " ".join(PROMPTS).split()
+    rows = [{"prompt": f"how do i bake bread {words[i % 20]} {i}", "label": "benign", "source": "A"} for i in range(30)]
+    rows += [{"prompt": f"build a bomb {words[i % 20]} {i}", "label": "harmful", "source": "B"} for i in range(30)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu")
+    plain = run_fit(FitOptions(out=tmp_path / "plain", **common))
+    manifest = run_fit(FitOptions(out=tmp_path / "questions", loaded_questions=True, **common))
+    assert plain["training_data"]["loaded_questions"] is None
+    assert manifest["training_data"]["loaded_questions"] == {
+        "n": len(loaded_questions()), "label": "benign", "source": SOURCE,
+        "module": "herald_service/training/loaded_questions.py", "doc": "docs/eval/recipe_studies.md, seventh study"}
+    # training rows only: the corpus counts, split and held-out evaluation rows are the plain fit's
+    assert manifest["training_data"]["counts"] == plain["training_data"]["counts"]
+    assert manifest["evaluation"]["pooled"]["n"] == plain["evaluation"]["pooled"]["n"]
+    # in the calibration part too (a quarter of each (source, label) group of the fit rows): 148 / 4 = 37 more
+    assert manifest["training_data"]["split"]["calibration"] == plain["training_data"]["split"]["calibration"] + 37
+    dirs = {n: load_file(str(tmp_path / n / "probe.safetensors"))["directions"].float() for n in ("plain", "questions")}
+    assert not torch.equal(dirs["plain"], dirs["questions"])  # they reached the direction fit
+
+
 def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=100):
     words = " ".join(PROMPTS).split()
     rows = [{"prompt": f"how do i bake bread {words[i % 20]}", "label": "benign", "source": "A"} for i in range(20)]

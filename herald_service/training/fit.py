@@ -72,6 +72,9 @@ class FitOptions:
     """Harmful training requests wrapped in jailbreak templates added to training (0: none; docs/eval/jailbreak_recipe.md)."""
     jailbreak_templates: Path | None = None
     """``pyrit_jailbreak_templates.jsonl``; required when ``jailbreak_train_per_class`` > 0."""
+    loaded_questions: bool = False
+    """Add the benign loaded-word questions of :mod:`.loaded_questions` to training (docs/eval/recipe_studies.md,
+    seventh study)."""
     token_budget: int = 4096
     overwrite: bool = False
     """Replace a probe already in the output folder (``--overwrite``); without it :func:`refuse_a_probe_there` refuses."""
@@ -378,6 +381,35 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
     return out
 
 
+def loaded_question_states(backbone, cache, max_tokens: int):
+    """The states of the benign loaded-word questions (:func:`.loaded_questions.loaded_questions`), as
+    :class:`~.eval.LabeledStates`, for ``--loaded-questions`` of ``herald fit`` and ``herald eval``; each is far under
+    any ``max_tokens`` (rendered tokens) a fit accepts.
+
+    Raises:
+        ValueError: a question over ``max_tokens`` (a limit under about 40 tokens): it would be left out unseen.
+    """
+    from herald_service.training.eval import _states_for
+    from herald_service.training.loaded_questions import loaded_questions
+
+    states, _, skipped = _states_for(backbone, loaded_questions(), cache, max_tokens, "loaded-question states")
+    if sum(skipped.values()):
+        raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed --max-tokens {max_tokens} once"
+                         " rendered; raise --max-tokens or leave --loaded-questions out")
+    return states
+
+
+def loaded_questions_record(questions) -> dict | None:
+    """The manifest's and the eval results' record of ``--loaded-questions``: how many rows, their source name, the
+    module and the study; None without the option (``questions`` None)."""
+    if questions is None:
+        return None
+    from herald_service.training.loaded_questions import SOURCE
+
+    return {"n": int(len(questions.labels)), "label": "benign", "source": SOURCE,
+            "module": "herald_service/training/loaded_questions.py", "doc": "docs/eval/recipe_studies.md, seventh study"}
+
+
 def run_fit(options: FitOptions) -> dict:
     """Fit and save a probe; returns the manifest written to ``probe.json``.
 
@@ -433,7 +465,12 @@ def run_fit(options: FitOptions) -> dict:
     train, test = stratified_split(examples, options.test_fraction, options.seed)
     groups = np.array([f"{e.source}|{e.label}" for e in examples])
     fit_states, fit_labels, fit_groups = states[train], labels[train], groups[train]
-    augmentation = None
+    augmentation = questions = None
+    if options.loaded_questions:  # after the corpus rows and before any wrapped ones, in herald recipes' order
+        questions = loaded_question_states(backbone, cache, options.max_tokens)
+        fit_states = np.concatenate([fit_states, questions.states])
+        fit_labels = np.concatenate([fit_labels, questions.labels])
+        fit_groups = np.concatenate([fit_groups, [f"{s}|{y}" for s, y in zip(questions.sources, questions.labels)]])
     if templates:  # appended after the corpus rows, as herald recipes does, so the same seed gives the same fit
         wrapped, augmentation = jailbreak_training_rows(backbone, cache, templates, rows, capped,
                                                         [examples[i] for i in train], options, known)
@@ -449,6 +486,8 @@ def run_fit(options: FitOptions) -> dict:
     trained = {normalize_prompt_text(examples[i].prompt) for i in train}
     if templates:
         trained |= {normalize_prompt_text(e.prompt) for e in wrapped.examples}
+    if questions is not None:
+        trained |= {normalize_prompt_text(p) for p in questions.prompts}
     also_in_training = np.array([normalize_prompt_text(examples[i].prompt) in trained for i in test], dtype=bool)
     evaluation = held_out_evaluation(labels[test], held_out.logits - held_out.threshold, held_out.flagged,
                                      [sources[i] for i in test], also_in_training, options.seed)
@@ -476,6 +515,7 @@ def run_fit(options: FitOptions) -> dict:
             "sample_weighting": "each (source, label) group has equal total weight within its class",
             # training rows only: never in counts, train/test or the held-out evaluation (calibration: see the record)
             "jailbreak_augmentation": augmentation,
+            "loaded_questions": loaded_questions_record(questions),
         },
         "directions": direction_manifest(options.direction_estimator),
         "evaluation": evaluation,

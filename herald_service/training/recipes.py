@@ -237,7 +237,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
                                               missing_templates)
-    from herald_service.training.loaded_questions import loaded_questions
+    from herald_service.training.fit import loaded_question_states
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
@@ -283,7 +283,7 @@ def run_recipes(options: RecipeOptions) -> dict:
                 pool = wrapped_pool(backbone, cache, rows, options.max_tokens, options.jailbreak_train_per_class)
     questions = None
     if any(uses_questions(name) for name in options.recipes):
-        questions, _, _ = _states_for(backbone, loaded_questions(), cache, options.max_tokens, "loaded-question states")
+        questions = loaded_question_states(backbone, cache, options.max_tokens)
     sensitive = None
     if sensitive_rows:
         sensitive, _, _ = _states_for(backbone, sensitive_rows, cache, options.max_tokens, "sensitive-topic states")

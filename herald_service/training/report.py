@@ -49,13 +49,24 @@ def herald_label(meta: dict) -> str:
     (``--jailbreak-train-per-class``)."""
     estimator = "LDA" if meta.get("herald_direction_estimator", "lda") == "lda" else "logistic-direction"
     added = (meta.get("jailbreak_augmentation") or {}).get("per_class")
-    return f"Herald ({estimator} trajectory + 288-param MLP{f', {added} wrapped training requests' if added else ''})"
+    questions = (meta.get("loaded_questions") or {}).get("n")
+    return (f"Herald ({estimator} trajectory + 288-param MLP{f', {added} wrapped training requests' if added else ''}"
+            f"{f', {questions} loaded-word benign questions' if questions else ''})")
+
+
+def added_rows_words(meta: dict) -> str:
+    """What the learning curve's draws go without, in words, for results with this ``meta``: "wrapped training rows"
+    (as before ``--loaded-questions``), or "added training rows (wrapped requests, loaded-word questions)" when the
+    run added the questions (:func:`~.eval.evaluate_states` gives the curve neither)."""
+    return ("added training rows (wrapped requests, loaded-word questions)" if meta.get("loaded_questions")
+            else "wrapped training rows")
 
 
 def curve_label(method: str, meta: dict) -> str:
-    """A method's label in the learning curve, whose draws get no wrapped training rows (:func:`~.eval.evaluate_states`):
+    """A method's label in the learning curve, whose draws get no added training rows (:func:`~.eval.evaluate_states`):
     Herald's without their count (reviewer's audit: the curve's Herald was labelled with the 80 it never had)."""
-    return herald_label({**meta, "jailbreak_augmentation": None}) if method == "herald" else METHOD_LABELS.get(method, method)
+    return (herald_label({**meta, "jailbreak_augmentation": None, "loaded_questions": None}) if method == "herald"
+            else METHOD_LABELS.get(method, method))
 
 
 def spread(values) -> float:
@@ -76,7 +87,9 @@ def herald_recipe(meta: dict) -> str:
     method ``herald`` in results with this ``meta``."""
     estimator = meta.get("herald_direction_estimator", "lda")
     wrapped = bool((meta.get("jailbreak_augmentation") or {}).get("per_class"))
-    return "+".join([estimator] * (estimator != "lda" or not wrapped) + ["jailbreak"] * wrapped)
+    questions = bool(meta.get("loaded_questions"))
+    return "+".join([estimator] * (estimator != "lda" or not wrapped) + ["jailbreak"] * wrapped
+                    + ["questions"] * questions)
 
 
 def _study_base(results: dict) -> dict:
@@ -102,15 +115,22 @@ def _recipe_names_line(results: dict) -> str | None:
 
 
 def _augmentation_line(meta: dict) -> str | None:
-    """The report's bullet on wrapped training rows (``herald eval --jailbreak-train-per-class``); None without."""
-    record = meta.get("jailbreak_augmentation")
-    if not record:
+    """The report's bullet on added training rows (``herald eval --jailbreak-train-per-class``,
+    ``--loaded-questions``); None without."""
+    record, questions = meta.get("jailbreak_augmentation"), meta.get("loaded_questions")
+    if not record and not questions:
         return None
-    return (f"- **Training rows** of every method, in the random split and in every leave-one-source-out fold, include "
-            f"{record['per_class']} harmful requests wrapped in jailbreak training templates (`{record.get('templates')}`; "
-            "train-part AdvBench / HarmBench requests, templates disjoint from the jailbreak-wrapped evaluation set's, "
-            "never a request of the fold's held-out source), as `herald fit --jailbreak-train-per-class` adds them to a "
-            "probe; the learning curve's draws have none.")
+    parts = []
+    if record:
+        parts.append(f"{record['per_class']} harmful requests wrapped in jailbreak training templates "
+                     f"(`{record.get('templates')}`; train-part AdvBench / HarmBench requests, templates disjoint from"
+                     " the jailbreak-wrapped evaluation set's, never a request of the fold's held-out source), as"
+                     " `herald fit --jailbreak-train-per-class` adds them to a probe")
+    if questions:
+        parts.append(f"our {questions['n']} benign questions with loaded words (`{questions['module']}`; never"
+                     " scored), as `herald fit --loaded-questions` adds them")
+    return ("- **Training rows** of every method, in the random split and in every leave-one-source-out fold, include "
+            + "; and ".join(parts) + "; the learning curve's draws have none.")
 
 
 def _short(source: str, width: int = 38) -> str:
@@ -673,7 +693,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                 "AUROC of the one seed (no spread: one draw per size)")
         out += ["## Learning curve", "",
                 f"Training rows drawn per class from the random split's train part (seeds {curve['seeds']}); scored on its "
-                f"test part, with no wrapped training rows; {over}. " + (
+                f"test part, with no {added_rows_words(results.get('meta', {}))}; {over}. " + (
                     "Where a size exceeds what the cached train part holds, all available rows are used: actual counts " +
                     ", ".join(f"{s}: {actual[s]['benign']} benign / {actual[s]['harmful']} harmful" for s in sizes if s in actual)
                     + "." if any(min(actual[s]["benign"], actual[s]["harmful"]) < int(s) for s in sizes if s in actual)
@@ -1008,7 +1028,8 @@ def _split_key(meta: dict) -> tuple:
     """What makes two ``herald eval`` runs share their split, folds and training rows: seed, corpus, caps, backbone and
     the wrapped training rows every method got."""
     return (meta.get("seed"), meta.get("corpus_sha256"), meta.get("max_per_source_and_label"), meta.get("max_tokens"),
-            meta.get("backbone", {}).get("id"), (meta.get("jailbreak_augmentation") or {}).get("per_class", 0))
+            meta.get("backbone", {}).get("id"), (meta.get("jailbreak_augmentation") or {}).get("per_class", 0),
+            (meta.get("loaded_questions") or {}).get("n", 0))
 
 
 def feature_set_splits(runs: list[dict], results: dict) -> list[dict]:
