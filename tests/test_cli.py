@@ -1775,6 +1775,19 @@ def test_the_training_cache_dir_reads_herald_cache_dir_from_the_environment_then
     assert training_cache_dir() == tmp_path / "from-env-file"
 
 
+def test_a_refused_setting_value_is_named_unless_it_may_be_a_key_or_herald_says_it_already():
+    from herald_service.cli import _given
+
+    out = herald("serve", HERALD_PORT="abc")
+    assert out.returncode == 1 and out.stderr == ("herald: invalid settings\n  port (--port or HERALD_PORT): Input should"
+                                                  " be a valid integer, unable to parse string as an integer (got 'abc')\n")
+    assert _given({"type": "int_parsing", "loc": ("serve", "port"), "input": "abc"}) == " (got 'abc')"
+    assert _given({"type": "string_too_long", "loc": ("serve", "steer_api_key"), "input": "s3cret"}) == ""  # a key
+    assert _given({"type": "value_error", "loc": ("serve", "cache_dir"), "input": ""}) == ""  # Herald's message says it
+    assert _given({"type": "missing", "loc": ("serve",), "input": {"port": 1}}) == ""  # a rule over several fields
+    assert _given({"type": "int_parsing", "loc": ("serve", "port"), "input": "9" * 100}) == ""  # too long to quote
+
+
 @pytest.mark.parametrize(("args", "env", "where"), [
     (["steer-eval", "--num-threads", "100000", "prompts.txt"], {}, "num_threads (--num-threads or HERALD_NUM_THREADS)"),
     (["classify", "--num-threads", "1025", "hello"], {}, "num_threads (--num-threads or HERALD_NUM_THREADS)"),
@@ -1795,7 +1808,9 @@ def test_a_thread_count_past_the_bound_is_refused_at_parse_time_naming_the_optio
     with pytest.raises(SystemExit) as refused:
         main(args)
     assert MAX_THREADS == 1024
-    assert str(refused.value) == f"herald: invalid settings\n  {where}: Input should be less than or equal to 1024"
+    given = next(word for word in [*args, *env.values()] if word.isdigit())  # and the value refused (tester)
+    assert str(refused.value) == (f"herald: invalid settings\n  {where}: Input should be less than or equal to 1024"
+                                  f" (got '{given}')")
 
 
 def _recording_generations(monkeypatch) -> list:

@@ -102,6 +102,21 @@ def _refuse_both_thread_spellings(argv: list[str]) -> None:
         raise SystemExit(f"herald {argv[0]}: --threads and --num-threads are one option; give it once")
 
 
+def _given(error: dict) -> str:
+    """`` (got 'abc')``: the value a validation error refused, for a field's own error (``HERALD_PORT=abc`` said only
+    "unable to parse string as an integer": tester), or "" where Herald's own message says what is wrong with it (a
+    ``value_error``), it could leak a secret (a field whose name holds "key") or is no single short value (a rule over
+    several fields, a list, over 80 characters)."""
+    loc, value = error.get("loc") or (), error.get("input")
+    if error.get("type") == "value_error" or len(loc) < 2 or any("key" in str(part) for part in loc):
+        return ""
+    if isinstance(value, bool):
+        return ""
+    if not isinstance(value, (str, int, float)) or len(repr(value)) > 80:
+        return ""
+    return f" (got {value!r})"
+
+
 def _command_of(args: list[str]) -> str:
     """The command ``args`` run, as typed (``"fit"``, ``"data build"``), or "" for none: the name argparse errors are
     reported under."""
@@ -151,7 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         raise _usage_error(args, exc) from None
     except ValidationError as exc:
-        problems = "\n".join(f"  {_setting_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
+        problems = "\n".join(f"  {_setting_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}{_given(e)}"
+                             for e in exc.errors())
         raise SystemExit(f"herald: invalid settings\n{problems}") from None
     except HeraldError as exc:
         raise SystemExit(f"herald: {exc.message}") from None
