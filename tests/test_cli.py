@@ -1934,3 +1934,22 @@ def test_python_m_herald_service_cli_runs_the_herald_command():
     out = subprocess.run([sys.executable, "-m", "herald_service.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "subcommands:" in out.stdout and " steer-eval " in " ".join(out.stdout.split())
+
+
+def test_report_plots_go_beside_out_not_into_the_repositorys_docs_eval(tmp_path):
+    # tester: --plots defaulted to docs/eval whatever --out was, so `herald report --out /tmp/r.md` wrote its PNGs
+    # over the repository's committed plots
+    import shutil
+
+    results = tmp_path / "in" / "results.json"
+    results.parent.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "docs" / "eval" / "gemma-3-270m" / "results.json", results)
+    work = tmp_path / "work"  # where the command runs: a checkout's docs/eval
+    (work / "docs" / "eval").mkdir(parents=True)
+    (tmp_path / "site").mkdir()
+    run = herald("report", "--results", str(results), "--out", str(tmp_path / "site" / "r.md"), cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert list((work / "docs" / "eval").iterdir()) == []
+    plots = sorted(p.name for p in (tmp_path / "site" / "eval").iterdir())
+    assert plots == ["learning_curve.png", "loso_per_source.png", "trajectories_by_class.png"]
+    assert "](eval/learning_curve.png)" in (tmp_path / "site" / "r.md").read_text(encoding="utf-8")

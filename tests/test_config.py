@@ -555,7 +555,7 @@ def test_the_health_port_adds_its_own_connections_to_the_descriptors_serve_keeps
 @pytest.mark.parametrize(("name", "bound"), [
     ("max_chars", 10_000_000), ("max_tokens", 1_048_576), ("max_batch_size", 4096), ("batch_max_prompts", 4096),
     ("max_messages", 65_536), ("queue_capacity", 1_048_576), ("max_connections", 1_000_000),
-    ("steer_max_concurrent", 1024), ("max_header_bytes", 16 * 1024 * 1024),
+    ("steer_max_concurrent", 1024), ("max_header_bytes", 16 * 1024 * 1024), ("max_buffered_body_bytes", 2**48),
 ])
 def test_count_settings_have_an_upper_bound_named_in_the_error(monkeypatch, name, bound):
     # tester: HERALD_MAX_CHARS=99999999999999999999 and a queue of 10^21 prompts were accepted
@@ -570,6 +570,8 @@ def test_count_settings_have_an_upper_bound_named_in_the_error(monkeypatch, name
     monkeypatch.setenv(f"HERALD_{name.upper()}", str(bound))
     # a request at the limit must fit in the queue, with up to three trimmed views per prompt
     extra = {"queue_capacity": 4 * bound} if name == "max_batch_size" else {}
+    if name in ("max_chars", "max_batch_size"):  # the bodies in progress must hold one body at the size limit
+        extra["max_buffered_body_bytes"] = 2**48
     assert getattr(Settings(_env_file=None, **extra), name) == bound
 
 

@@ -3,6 +3,7 @@
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -1457,3 +1458,77 @@ def test_a_completion_cut_inside_a_multi_byte_character_ends_at_the_last_whole_o
         assert decode_whole_characters(spelling, replacement) == "hello \ufffd"
         partial = spelling.encode("hello \ufffd🙂", add_special_tokens=False)[:-1]
         assert decode_whole_characters(spelling, partial) == "hello \ufffd"
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_probe(tmp_path_factory):
+    """A tiny GPT-2 of 96 learned positions and a probe fitted on it: (folder, probe folder)."""
+    from tiny_llama import build_tiny_gpt2
+
+    folder = build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), n_positions=96)
+    backbone = HFBackbone(resolve_backbone(str(folder), tmp_path_factory.mktemp("cache")), "cpu", "float32")
+    assert backbone.max_positions == 96  # n_positions, read as transformers' alias max_position_embeddings
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(PROMPTS[i].split(), 6)) for i in (0, 1) for _ in range(30)]
+    states = backbone.last_token_states(backbone.encode([user_turn(t) for t in texts])).numpy()
+    probe = HeraldProbe().fit(states, np.array([0] * 30 + [1] * 30)).fitted_
+    out = tmp_path_factory.mktemp("gpt2-probe")
+    save_probe(probe, out, {"backbone": backbone_manifest(backbone.info)})
+    return folder, out
+
+
+TWENTY_WORDS = " ".join(["please tell me a story about the sea"] * 3).split()[:20]
+
+
+def test_generation_past_the_position_table_is_refused_before_it_runs(gpt2_with_probe, resolved, tmp_path):
+    # tester: GPT-2's generation past n_positions raised IndexError in wpe (/steer 500, steer-eval traceback); a
+    # rotary model (the tiny Llama, 256 positions) silently generated from positions it was never trained on
+    from herald_service.errors import InputTooLarge
+
+    gpt2 = HFBackbone(resolve_backbone(str(gpt2_with_probe[0]), tmp_path), "cpu", "float32")
+    (ids,) = gpt2.encode([user_turn(" ".join(TWENTY_WORDS))])
+    assert len(ids) == 27
+    assert gpt2.generate(ids, 69).tokens == 69  # to the table's last position
+    with pytest.raises(InputTooLarge, match=re.escape(
+            "max_new_tokens 70 after the prompt's 27 tokens needs 97 positions; the limit is 96 (the backbone's"
+            " max_position_embeddings): ask for at most 69 new tokens or send a shorter prompt")) as refused:
+        gpt2.generate(ids, 70)
+    assert refused.value.field == "max_new_tokens"
+    llama = HFBackbone(resolved, "cpu", "float32")
+    (ids,) = llama.encode([user_turn(" ".join(["hello"] * 250))])
+    with pytest.raises(InputTooLarge, match=re.escape(
+            "the limit is 256 (the backbone's max_position_embeddings): send a shorter prompt: it leaves no position")):
+        llama.generate(ids, 1)
+
+
+def test_steer_past_the_position_table_is_a_413_naming_max_new_tokens_and_steer_eval_says_so_in_one_line(
+        gpt2_with_probe, tmp_path):
+    from conftest import herald
+
+    folder, probe = gpt2_with_probe
+    settings = Settings(_env_file=None, backbone=str(folder), probe=probe, cache_dir=tmp_path, device="cpu",
+                        steer_enabled=True, steer_api_key="steer-key-0123456789")
+    key = {"Authorization": "Bearer steer-key-0123456789"}
+    with TestClient(build_app(settings)) as client:
+        wait_ready(client)
+        r = client.post("/steer", json={"prompt": " ".join(TWENTY_WORDS), "max_new_tokens": 100}, headers=key)
+        assert r.status_code == 413, r.text
+        assert r.json() == {"error": {"type": "input_too_large", "field": "max_new_tokens", "message":
+                                      "max_new_tokens 100 after the prompt as sent's 27 tokens needs 127 positions; the"
+                                      " limit is 96 (the backbone's max_position_embeddings): ask for at most 69 new"
+                                      " tokens or send a shorter prompt"}}
+        ok = client.post("/steer", json={"prompt": " ".join(TWENTY_WORDS), "max_new_tokens": 69}, headers=key)
+        assert ok.status_code == 200, ok.text
+        metrics = client.get("/metrics").text
+    assert 'herald_rejected_requests_total{reason="tokens"} 1.0' in metrics
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n" + " ".join(TWENTY_WORDS) + "\n")
+    # the first line fits (8 + 80 tokens), the second does not: refused before the first generation
+    out = herald("steer-eval", str(prompts), "--max-new-tokens", "80", "--backbone", str(folder), "--probe",
+                 str(probe), "--device", "cpu", HERALD_CACHE_DIR=str(tmp_path / "cache"))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"herald steer-eval: --max-new-tokens 80 after {prompts} line 2's 27 tokens needs 107 positions; the limit is"
+        " 96 (the backbone's max_position_embeddings): ask for at most 69 new tokens or send a shorter prompt"),\
+        out.stderr
+    assert "Traceback" not in out.stderr

@@ -8,7 +8,7 @@ from typing import Literal, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from herald_service.backbone.base import Intervention
+from herald_service.backbone.base import Intervention, check_generation_fits
 from herald_service.engine.runtime import Runtime
 from herald_service.refusal import is_refusal
 
@@ -88,6 +88,7 @@ def steer_eval(
     max_tokens: int | None = None,
     names: Sequence[str] | None = None,
     max_tokens_name: str = "max_tokens",
+    max_new_tokens_name: str = "max_new_tokens",
 ) -> SteerEvalResult:
     """Greedy completions of every prompt with and without the intervention; refusals by substring match.
 
@@ -102,9 +103,11 @@ def steer_eval(
         labels: each prompt's label (``None`` for none), for :attr:`SteerEvalResult.by_label`; default: none.
         max_tokens, names, max_tokens_name: the token limit and how its refusal names a prompt and the setting, as
             :meth:`~herald_service.engine.runtime.Runtime.encode_texts` takes them.
+        max_new_tokens_name: how the position-table refusal names ``max_new_tokens`` (``--max-new-tokens``).
 
     Raises:
-        InputTooLarge: a prompt, folded or as sent, renders past the token limit (no generation has run).
+        InputTooLarge: a prompt, folded or as sent, renders past the token limit, or one as sent and
+            ``max_new_tokens`` pass the backbone's position table (no generation has run).
         SteerEvalInterrupted: Ctrl+C during the generations, saying how many prompts were done.
     """
     chosen = layers or [runtime.probe.peak_layer]
@@ -114,6 +117,9 @@ def steer_eval(
     labels = list(labels) if labels is not None else [None] * len(prompts)
     folded = runtime.encode_texts(prompts, max_tokens, names, max_tokens_name)
     as_sent = runtime.encode_texts(prompts, max_tokens, names, max_tokens_name, fold=False)
+    for i, ids in enumerate(as_sent):  # past the position table: GPT-2's generation raised IndexError (tester)
+        check_generation_fits(backbone, len(ids), max_new_tokens, names[i] if names is not None else f"prompt {i + 1}",
+                              max_new_tokens_name)
     refused = np.zeros((len(prompts), 2), dtype=bool)
     scores = np.zeros((len(prompts), 2))
     rows = []

@@ -19,8 +19,8 @@ from herald_service import __version__
 from herald_service.api.deps import STEER_DISABLED, STEER_KEY_NAME, AppState
 from herald_service.api.errors import install_error_handlers
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.middleware import (BearerGate, BodyDeadline, BodyLimit, CloseUnreadBodies, JsonBodies,
-                                          OperationsPortOnly, RequestMetrics)
+from herald_service.api.middleware import (BearerGate, BodyBudget, BodyDeadline, BodyLimit, CloseUnreadBodies,
+                                          JsonBodies, OperationsPortOnly, RequestMetrics)
 from herald_service.api.openapi import limited_openapi
 from herald_service.api.routes import classify, docs, moderations, ops, steer
 from herald_service.backbone.base import runs_in_chunks
@@ -375,7 +375,9 @@ def build_app(
     paths = {r.path for router in routers for r in router.routes} | {r.path for r in app.routes if isinstance(getattr(r, "path", None), str)}
     max_body = settings.max_body_bytes()
     set_by = f"HERALD_MAX_BATCH_SIZE ({settings.max_batch_size}) x HERALD_MAX_CHARS ({settings.max_chars}) x 6 + 65536"
-    app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics, set_by=set_by)
+    budget = BodyBudget(settings.max_buffered_body_bytes, "HERALD_MAX_BUFFERED_BODY_BYTES")
+    app.state.body_budget = budget  # what the requests in progress hold, for tests and debugging
+    app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics, set_by=set_by, budget=budget)
     app.add_middleware(BodyDeadline, timeout_s=settings.body_timeout_s, metrics=metrics, setting="HERALD_BODY_TIMEOUT_S")
     json_routes = [r for router in routers for r in router.routes if isinstance(r, UniqueKeysRoute)]
     app.add_middleware(JsonBodies, methods_by_path={r.path: frozenset(r.methods) for r in json_routes}, metrics=metrics)

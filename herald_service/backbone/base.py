@@ -8,6 +8,7 @@ from typing import Callable, Iterator, Literal, Protocol, Sequence
 import numpy as np
 import torch
 
+from herald_service.errors import InputTooLarge
 from herald_service.types import BackboneInfo, Conversation
 
 
@@ -75,6 +76,36 @@ def token_limit(backbone: object, max_tokens: int | None) -> tuple[int | None, s
     if positions is not None and (max_tokens is None or positions < max_tokens):
         return int(positions), f"the backbone's {position_table_key(backbone)}"
     return max_tokens, "max_tokens"
+
+
+def check_generation_fits(backbone: object, prompt_tokens: int, max_new_tokens: int, prompt: str = "the prompt",
+                          new_tokens_name: str = "max_new_tokens") -> None:
+    """Refuse a generation of ``max_new_tokens`` new tokens after a prompt of ``prompt_tokens`` tokens that would run
+    past ``backbone``'s position table (``max_positions``; none, as on the fake: nothing to check).
+
+    Each new token takes the next position: past the table a model with learned positions fails on the device (GPT-2's
+    ``wpe``: ``IndexError: index out of range in self``, a 500 on /steer and a traceback from ``herald steer-eval``)
+    and a rotary one generates from positions it was never trained on (tester).
+
+    Args:
+        prompt: how the refusal names the prompt ("the prompt as sent", "prompts.txt line 3").
+        new_tokens_name: how it names ``max_new_tokens`` (the request field; ``--max-new-tokens`` for the CLI).
+
+    Raises:
+        InputTooLarge: with field ``max_new_tokens``, naming it, the prompt's tokens, the position limit and its config
+            key, and the most new tokens that prompt leaves room for (413).
+    """
+    positions = getattr(backbone, "max_positions", None)
+    if positions is None or prompt_tokens + max_new_tokens <= positions:
+        return
+    room = positions - prompt_tokens
+    advice = (f"ask for at most {room} new tokens or send a shorter prompt" if room > 0
+              else "send a shorter prompt: it leaves no position for a new token")
+    raise InputTooLarge(
+        f"{new_tokens_name} {max_new_tokens} after {prompt}'s {prompt_tokens} tokens needs"
+        f" {prompt_tokens + max_new_tokens} positions; the limit is {positions}"
+        f" (the backbone's {position_table_key(backbone)}): {advice}",
+        field="max_new_tokens")
 
 
 class Backbone(Protocol):

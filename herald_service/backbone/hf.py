@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from herald_service.backbone.attention import ROW_ATTENTION, VARLEN_ATTENTION, register_attention, rows_of
-from herald_service.backbone.base import Generation, Intervention, chunk_starts, runs_in_chunks
+from herald_service.backbone.base import Generation, Intervention, check_generation_fits, chunk_starts, runs_in_chunks
 from herald_service.backbone.graphs import PrefillGraphs, installed_forwards, median_cuda_seconds
 from herald_service.backbone.hooks import TRIMMABLE_LAYERS, capture_last_token, final_layer_at, intervene
 from herald_service.backbone.loader import SOURCE_RECORD, ResolvedBackbone, config_hash
@@ -778,8 +778,14 @@ class HFBackbone:
         ``prefill_chunk_size``), and ``stop`` is also asked between two chunks (a forward pre-hook: transformers asks
         stopping criteria only once the prefill has given a token), so a /steer whose client left during a long
         prefill frees the worker at the next chunk; stopped there, nothing was generated and
-        ``Generation("", 0, cut_short=True)`` comes back."""
+        ``Generation("", 0, cut_short=True)`` comes back.
+
+        Raises:
+            InputTooLarge: the prompt and ``max_new_tokens`` pass the position table (:func:`check_generation_fits`);
+                nothing was run."""
         from transformers import StoppingCriteriaList
+
+        check_generation_fits(self, len(token_ids), max_new_tokens)
 
         ids = torch.tensor([list(token_ids)], device=self.device)
         criterion = _stop_when_class()(stop) if stop is not None else None

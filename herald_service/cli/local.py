@@ -476,7 +476,7 @@ class SteerEvalCommand(LocalCommand):
             layers = self._check_layers(runtime)
             # --max-tokens once the tokenizer is there, before any generation (a 6,000-word line ran 117 s: tester)
             result = steer_eval(runtime, prompts, layers, self.mode, self.alpha, self.max_new_tokens, labels,
-                                self.max_tokens, sources, LIMIT_NAMES["max_tokens"])
+                                self.max_tokens, sources, LIMIT_NAMES["max_tokens"], "--max-new-tokens")
         except InputTooLarge as exc:
             raise SystemExit(f"herald steer-eval: {exc.message}") from None
         except SteerEvalInterrupted as exc:

@@ -555,18 +555,26 @@ class ReportCommand(BaseModel):
 
     results: Path = Field(Path("docs/eval/results.json"), description="The JSON file herald eval --out wrote.")
     out: Path = Field(Path("docs/EVALUATION.md"), description="Markdown file to write (replaced if it exists).")
-    plots: Path = Field(Path("docs/eval"), description="Folder for the PNG plots (made if missing; its parent must exist).")
+    # beside --out: a fixed docs/eval default put the plots of `--out /tmp/r.md` over the repository's committed ones
+    # (tester); the folder eval beside the default --out is docs/eval, so a bare `herald report` writes as before
+    plots: Path | None = Field(None, description="Folder for the PNG plots (made if missing; its parent must exist);"
+                               " default: the folder eval beside --out (docs/eval for the default --out).")
+
+    def plot_dir(self) -> Path:
+        """The folder the plots go to: ``--plots``, else ``eval`` beside ``--out``."""
+        return self.plots if self.plots is not None else self.out.parent / "eval"
 
     def cli_cmd(self) -> None:
         from herald_service.training.report import NotEvalResults, ReportNotBuilt, write_report
 
+        plots = self.plot_dir()
         try:  # every path is checked before anything is written: a bad --results left an empty plots folder behind
             check_out_path(self.out, "--out", "the Markdown file to write, such as --out EVALUATION.md", folder=False)
-            check_out_path(self.plots, "--plots", "a folder for the PNG plots", folder=True)
+            check_out_path(plots, "--plots", "a folder for the PNG plots", folder=True)
         except ValueError as exc:
             raise SystemExit(f"herald report: {exc}") from None
         try:  # write_report reads and checks --results before it writes anything
-            print(write_report(self.results, self.out, self.plots))
+            print(write_report(self.results, self.out, plots))
         except NotEvalResults as exc:
             raise SystemExit(f"herald report: {exc}") from None
         except OSError as exc:

@@ -19,7 +19,8 @@ from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequenc
 import numpy as np
 import torch
 
-from herald_service.backbone.base import Backbone, Generation, Intervention, runs_in_chunks, token_limit
+from herald_service.backbone.base import (Backbone, Generation, Intervention, check_generation_fits, runs_in_chunks,
+                                         token_limit)
 from herald_service.backbone.batching import plan_batches
 from herald_service.config import Settings, pass_limits
 from herald_service.engine.admission import StepSeconds, Work, exceeding_texts, priced_by_extrapolation, seconds_text
@@ -601,7 +602,9 @@ class Moderator:
         Raises:
             InvalidInput: a layer outside 1..L or too many new tokens (422).
             InputTooLarge: the prompt folded or as sent renders past the token limit (413 naming the limit; the
-                refusal of the text as sent says so).
+                refusal of the text as sent says so), or the prompt as sent and ``max_new_tokens`` together pass the
+                backbone's position table (413 naming ``max_new_tokens``, both counts and the table; counted under
+                ``tokens``).
             WorkTooLarge: the prompt's :data:`STEER_PREFILLS` prefills, at the engine's cost model, and the margin
                 exceed ``request_timeout_s`` (413 naming ``field``; counted under ``estimated_work``), where the model
                 has been checked at that length: a live batch holds a prompt at least half as long
@@ -657,6 +660,11 @@ class Moderator:
             self.metrics.rejected.labels(exc.reason).inc()
             if isinstance(exc, WorkTooLarge):
                 exc.field = field
+            raise
+        try:  # refused before any model work: past the position table GPT-2's generation was a 500 (tester)
+            check_generation_fits(self.runtime.backbone, len(generation_ids), max_new_tokens, f"the {field} as sent")
+        except InputTooLarge:
+            self.metrics.rejected.labels("tokens").inc()
             raise
         ids, lengths = views_ids[0], [len(v) for v in views_ids]  # the whole conversation first, folded
         # a generation's prefill against the whole folded conversation's, which the job times: the text as sent may

@@ -953,7 +953,7 @@ def _guard_section(results: dict) -> list[str]:
     corpus = guard["corpus"]
     out = ["## Guard-style baseline (the backbone asked to moderate)", "",
            f"The backbone reads each prompt inside a moderation instruction and we score log p(unsafe) − log p(safe) of "
-           f"its next token (flagged when > = 0). Zero-shot, so every source is unseen. New forward passes, so it runs on "
+           f"its next token (flagged when >= 0). Zero-shot, so every source is unseen. New forward passes, so it runs on "
            f"a subsample: at most {guard['per_source_cap']} test-part prompts per source of at most {guard['max_tokens']} tokens "
            f"(n = {guard['n']}). The latent methods are shown on the same rows with their leave-one-source-out scores.", "",
            "Instruction:", "", "```", guard["instruction"], "```", "",
