@@ -337,8 +337,9 @@ def test_shipped_probe_records_the_corpus_hash_and_command():
     data = manifest["training_data"]
     assert data["corpus_sha256"] == corpus_sha256([SHARED_DATA])
     assert data["command"] == manifest["command"] == (  # refitted in place
-        "herald fit --max-per-source 150 --direction-estimator logistic --jailbreak-train-per-class 80 --threads 1"
-        " --overwrite")
+        "herald fit --max-per-source 150 --direction-estimator logistic --jailbreak-train-per-class 80"
+        " --loaded-questions --threads 1 --overwrite")
+    assert data["loaded_questions"]["n"] == 148  # docs/eval/recipe_studies.md, seventh study
     for entry in data["files"]:
         assert entry["sha256"] == sha((SHARED_DATA / entry["file"]).read_bytes()), entry["file"]
 
