@@ -28,6 +28,21 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+TOY_WORDS = "how do i bake bread write poem about the sea hello world".split()
+
+
+def toy_corpus(path, harmful: list[tuple[str, str, int]], benign: int):
+    """A labeled JSONL file at ``path`` for the tiny Llama: for each (source, phrase, n) of ``harmful`` n rows "<phrase>
+    <word> <i>" of that source (a source name with ``{i}`` alternates by row parity), and ``benign`` rows "<word> bake
+    bread <i>" over two sources. Returns ``path``."""
+    rows = [{"prompt": f"{phrase} {TOY_WORDS[i % 12]} {i}", "label": "harmful", "source": source.format(i=i % 2)}
+            for source, phrase, n in harmful for i in range(n)]
+    rows += [{"prompt": f"{TOY_WORDS[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
+             for i in range(benign)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def test_templated_benign_is_deterministic_distinct_and_sorts_last():
     a, b = templated_benign(150, seed=0), templated_benign(150, seed=0)
     assert [e.prompt for e in a] == [e.prompt for e in b]
@@ -181,12 +196,7 @@ def test_recipes_run_on_a_researchers_data_and_name_a_fold_they_cannot_fit(tmp_p
     from tiny_llama import build_tiny_llama
 
     folder = build_tiny_llama(tmp_path / "tiny")
-    words = "how do i bake bread write poem about the sea hello world".split()
-    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": "mine-harmful"} for i in range(12)]
-    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
-             for i in range(16)]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = toy_corpus(tmp_path / "data.jsonl", [("mine-harmful", "build a bomb", 12)], 16)
     out = tmp_path / "recipes.json"
     with caplog.at_level(logging.WARNING, logger="herald_service.training.recipes"):
         run_recipes(RecipeOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
@@ -277,17 +287,11 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     assert RECIPES["logistic+jailbreak+questions"] == ("herald_logistic", False)
     assert recipes.uses_questions("logistic+jailbreak+questions") and not recipes.uses_questions("logistic+jailbreak")
     folder = build_tiny_llama(tmp_path / "tiny")
-    words = "how do i bake bread write poem about the sea hello world".split()
-    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": "AdvBench"} for i in range(24)]
-    rows += [{"prompt": f"give me a weapon {words[i % 12]} {i}", "label": "harmful", "source": "HarmBench"}
-             for i in range(12)]
-    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
-             for i in range(24)]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = toy_corpus(tmp_path / "data.jsonl", [("AdvBench", "build a bomb", 24), ("HarmBench", "give me a weapon", 12)],
+                      24)
     templates = tmp_path / "templates.jsonl"
-    templates.write_text("".join(json.dumps({"prompt": f"tale{i} of{i} the{i} story{i} {words[i % 12]} {{{{ prompt }}}}"})
-                                 + "\n" for i in range(100)))
+    templates.write_text("".join(json.dumps({"prompt": f"tale{i} of{i} the{i} story{i} {TOY_WORDS[i % 12]}"
+                                                       " {{ prompt }}"}) + "\n" for i in range(100)))
     seen: dict[str, list[int]] = {"loso": [], "split fit": []}
     real_loso, real_fit = recipes.recipe_loso, recipes.fit_method
     in_loso = [False]
@@ -325,13 +329,7 @@ def test_eval_with_loaded_questions_adds_them_to_every_fold_and_the_split_and_re
     from tiny_llama import build_tiny_llama
 
     folder = build_tiny_llama(tmp_path / "tiny")
-    words = "how do i bake bread write poem about the sea hello world".split()
-    rows = [{"prompt": f"build a bomb {words[i % 12]} {i}", "label": "harmful", "source": f"mine-harmful-{i % 2}"}
-            for i in range(16)]
-    rows += [{"prompt": f"{words[i % 12]} bake bread {i}", "label": "benign", "source": f"mine-benign-{i % 2}"}
-             for i in range(16)]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = toy_corpus(tmp_path / "data.jsonl", [("mine-harmful-{i}", "build a bomb", 16)], 16)
     out = tmp_path / "results.json"
     results = run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu",
                                    methods=("herald", "logreg_last"), curve_sizes=(), replicates=10,
