@@ -99,11 +99,12 @@ because that module imports scikit-learn, which ``--help`` should not wait for (
 RECIPES_HELP = (
     "Recipes to compare, comma-separated or a JSON list: shipped, hardneg, templated, templated+hardneg, logreg_last"
     " and logreg_last+templated (the default set); sensitive, logreg_last+sensitive, jailbreak, jailbreak+benign,"
-    " logreg_last+jailbreak, logreg_last+jailbreak+benign, logistic, logistic+jailbreak (the shipped SmolLM2 probe's"
-    " recipe), logistic+jailbreak-x2 (twice the wrapped rows), logistic+jailbreak+benign, logistic+jailbreak+templated,"
+    " logreg_last+jailbreak, logreg_last+jailbreak+benign, logistic, logistic+jailbreak (the SmolLM2 probe's"
+    " recipe before the questions), logistic+jailbreak-x2 (twice the wrapped rows), logistic+jailbreak+benign, logistic+jailbreak+templated,"
     " logistic+jailbreak+crossfit,"
-    " logistic-C0.03+jailbreak, logistic-C0.3+jailbreak, logistic+jailbreak+sensitive and"
-    " logistic-C0.3+jailbreak+sensitive, logistic+jailbreak+questions (our loaded-word benign questions in training)."
+    " logistic-C0.03+jailbreak, logistic-C0.3+jailbreak, logistic+jailbreak+sensitive,"
+    " logistic-C0.3+jailbreak+sensitive and logistic+jailbreak+questions (our loaded-word benign questions in"
+    " training: the shipped SmolLM2 probe's recipe)."
     " Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
     " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
 """``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the

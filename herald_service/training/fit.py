@@ -387,7 +387,8 @@ def loaded_question_states(backbone, cache, max_tokens: int):
     any ``max_tokens`` (rendered tokens) a fit accepts.
 
     Raises:
-        ValueError: a question over ``max_tokens`` (a limit under about 40 tokens): it would be left out unseen.
+        ValueError: a question over ``max_tokens`` (a limit below the longest question's rendered tokens): it would
+            be left out unseen.
     """
     from herald_service.training.eval import _states_for
     from herald_service.training.loaded_questions import loaded_questions
@@ -424,8 +425,9 @@ def run_fit(options: FitOptions) -> dict:
             (:func:`~herald_service.training.corpus.load_training_corpus` names file and line), or the jailbreak
             templates are (:func:`jailbreak_templates_of`): all before the backbone loads; once the prompts are
             tokenized and before any state is extracted, rows that ``max_tokens`` leaves unusable
-            (:func:`~.extract.require_rows_within_max_tokens`); or, after extraction, a label too thin for the calibration or fit
-            part (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
+            (:func:`~.extract.require_rows_within_max_tokens`), and with ``loaded_questions`` a question over
+            ``max_tokens`` (:func:`loaded_question_states`); or, after extraction, a label too thin for the calibration
+            or fit part (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
     """
     started = time.perf_counter()
     if options.out is not None:

