@@ -1585,7 +1585,16 @@ def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
     for args, line in (((), "herald: give a command: serve, classify, fit, reference, plot, steer-eval, eval, recipes, report, data"
                             " (see herald --help)"),
                        (("fit", "--bogus"), "herald fit: unknown option --bogus (see herald fit --help)"),
-                       (("eval", "--bogus", "x"), "herald eval: unexpected arguments: --bogus x (see herald eval --help)"),
+                       (("eval", "--bogus", "x"), "herald eval: unknown option --bogus and unexpected arguments: x (see"
+                                                  " herald eval --help)"),
+                       # a key typed to a command that takes none, or once too often, is never echoed (re-tester)
+                       (("serve", "--api-key", "zzSECRETzz1234567"), "herald serve: unknown option --api-key (1 other"
+                                                                    " word not shown: it may be a key) (see herald serve --help)"),
+                       (("serve", "--apikeys=zzSECRETzz1234567"), "herald serve: unknown option --apikeys (see herald"
+                                                                  " serve --help)"),
+                       (("serve", "--steer-api-key", "K1secret-abcdef", "K2secret-abcdef"), "herald serve: unexpected"
+                        " arguments (1 word not shown: it may be a key) (see herald serve --help)"),
+                       (("fit", "data.jsonl"), "herald fit: unexpected arguments: data.jsonl (see herald fit --help)"),
                        (("data",), "herald data: give a command: build (see herald data --help)"),
                        (("data", "build", "--x"), "herald data build: unknown option --x (see herald data build --help)"),
                        (("recipes", "--seed"), "herald recipes: argument --seed: expected one argument (see herald"

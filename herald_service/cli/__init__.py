@@ -126,6 +126,31 @@ def _command_of(args: list[str]) -> str:
     return " ".join(args[:2]) if args[0] == "data" and args[1:2] == ["build"] else args[0]
 
 
+def _unrecognized(words: list[str], args: list[str]) -> str:
+    """What to say of the ``words`` argparse did not recognize in the command line ``args``: the options by name, never
+    their values (``--api-key SECRET`` printed the key, and ``--steer-api-key K1 K2`` the second: re-tester), and the
+    other words only when no option on the line names a key (they may be its value).
+
+    >>> _unrecognized(["--api-key", "zzSECRETzz1234567"], ["serve", "--api-key", "zzSECRETzz1234567"])
+    'unknown option --api-key (1 other word not shown: it may be a key)'
+    >>> _unrecognized(["K2secret"], ["serve", "--steer-api-key", "K1secret", "K2secret"])
+    'unexpected arguments (1 word not shown: it may be a key)'
+    >>> _unrecognized(["data.jsonl"], ["fit", "data.jsonl"])
+    'unexpected arguments: data.jsonl'
+    """
+    options = [word.split("=", 1)[0] for word in words if word.startswith("-")]
+    others = [word for word in words if not word.startswith("-")]
+    secret = any(word.startswith("-") and "key" in word.lower() for word in args)
+    hidden = (f"{len(others)} {'other ' if options else ''}word{'s' if len(others) > 1 else ''} not shown:"
+              f" {'they' if len(others) > 1 else 'it'} may be a key")
+    if not options:
+        return f"unexpected arguments ({hidden})" if secret else f"unexpected arguments: {' '.join(others)}"
+    named = f"unknown option{'s' if len(options) > 1 else ''} {' '.join(options)}"
+    if not others:
+        return named
+    return named + (f" ({hidden})" if secret else f" and unexpected arguments: {' '.join(others)}")
+
+
 def _usage_error(args: list[str], exc: Exception) -> SystemExit:
     """One line on stderr for a command line argparse refuses (an unknown option, a missing value, a bad choice, no
     command), naming the command it was given to, and exit status 2 as argparse's: with argparse's own exit,
@@ -138,9 +163,7 @@ def _usage_error(args: list[str], exc: Exception) -> SystemExit:
         commands = ", ".join(name.replace("_", "-") for name in (DataCommand if command else Herald).model_fields)
         message = f"give a command: {commands}"
     elif message.startswith("unrecognized arguments: "):
-        words = message.removeprefix("unrecognized arguments: ")
-        one_option = words.startswith("-") and " " not in words
-        message = f"unknown option {words}" if one_option else f"unexpected arguments: {words}"
+        message = _unrecognized(message.removeprefix("unrecognized arguments: ").split(), args)
     print(f"{where}: {message} (see {where} --help)", file=sys.stderr)
     return SystemExit(2)
 
