@@ -1589,7 +1589,7 @@ def test_a_command_line_argparse_refuses_is_one_line_naming_the_command():
                                                   " herald eval --help)"),
                        # a key typed to a command that takes none, or once too often, is never echoed (re-tester)
                        (("serve", "--api-key", "zzSECRETzz1234567"), "herald serve: unknown option --api-key (1 other"
-                                                                    " word not shown: it may be a key) (see herald serve --help)"),
+                        " word not shown: it may be a key) (see herald serve --help)"),
                        (("serve", "--apikeys=zzSECRETzz1234567"), "herald serve: unknown option --apikeys (see herald"
                                                                   " serve --help)"),
                        (("serve", "--steer-api-key", "K1secret-abcdef", "K2secret-abcdef"), "herald serve: unexpected"
