@@ -963,6 +963,31 @@ def test_serve_logs_one_json_object_a_line_with_herald_log_format_json():
     assert access[0]["message"] == f"POST /classify 200 {access[0]['duration_ms']:.1f} ms request_id=req-9 client=127.0.0.1"
 
 
+def test_json_logs_take_transformers_records_and_turn_progress_bars_off():
+    # transformers' own handler wrote "[transformers] We strongly recommend passing in an attention_mask ..." as plain
+    # text among the JSON lines, and steer-eval's progress bar drew there too (re-tester); in a child process, which
+    # keeps this one's logging as it is
+    code = """
+import json, logging, os, sys
+from herald_service.cli.conventions import log_formatter, route_library_output
+handler = logging.StreamHandler(sys.stderr)
+handler.setFormatter(log_formatter("json"))
+logging.basicConfig(level="WARNING", handlers=[handler])
+route_library_output("json")
+from transformers.utils import logging as transformers_logging
+transformers_logging.get_logger("transformers.modeling_utils").warning("We strongly recommend an attention_mask")
+from tqdm import tqdm
+for _ in tqdm(range(3), desc="bar"):
+    pass
+print(os.environ["TQDM_DISABLE"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == "1\n", out.stderr
+    (record,) = [json.loads(line) for line in out.stderr.splitlines()]  # the warning as JSON, and no bar
+    assert (record["level"], record["logger"], record["message"]) == (
+        "WARNING", "transformers.modeling_utils", "We strongly recommend an attention_mask"), record
+
+
 def test_serve_answers_probes_on_its_health_port_while_its_connection_bound_is_reached():
     # tester: on one port the kubelet's liveness probe got 503 while a flood held HERALD_MAX_CONNECTIONS, and
     # restarted a healthy pod; herald serve binds HERALD_HEALTH_PORT beside the main port and serves both

@@ -4,6 +4,7 @@ command line it records in the files it writes, and the help of ``--cache-dir``.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
 from typing import Any
@@ -31,6 +32,20 @@ def log_formatter(log_format: str = "text") -> logging.Formatter:
     # uvicorn passes its own copy of a message with terminal colour codes as an extra field: dropped
     return JsonFormatter("%(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level", "name": "logger"},
                          timestamp="time", reserved_attrs=[*RESERVED_ATTRS, "color_message"])
+
+
+def route_library_output(log_format: str) -> None:
+    """Under ``json`` (``HERALD_LOG_FORMAT``), keep stderr one JSON object a line: transformers' records go through the
+    root logger's handler (:func:`log_formatter`) instead of transformers' own, which wrote ``[transformers] We strongly
+    recommend passing in an attention_mask ...`` as plain text (re-tester), and progress bars (tqdm: ``herald
+    steer-eval``'s, the weight loading's) are off (``TQDM_DISABLE``); under ``text``, nothing changes."""
+    if log_format != "json":
+        return
+    os.environ["TQDM_DISABLE"] = "1"
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_default_handler()
+    transformers_logging.enable_propagation()
 
 
 def log_config(level: str, log_format: str = "text") -> dict[str, Any]:

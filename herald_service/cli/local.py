@@ -16,7 +16,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, DotEnvSettingsSource, EnvSettingsSource,
                                PydanticBaseSettingsSource)
 
-from herald_service.cli.conventions import invoked_command, log_formatter
+from herald_service.cli.conventions import invoked_command, log_formatter, route_library_output
 from herald_service.config import BackboneSettings, LogLevel
 from herald_service.out_path import check_out_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
@@ -95,6 +95,7 @@ class LocalCommand(BackboneSettings):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(log_formatter(self.log_format))
         logging.basicConfig(level=self.log_level.upper(), handlers=[handler])
+        route_library_output(self.log_format)
         for line in self._unknown_names:
             logger.warning(line)
 

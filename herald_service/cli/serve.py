@@ -13,7 +13,7 @@ import sys
 import typing
 from typing import Any
 
-from herald_service.cli.conventions import log_config
+from herald_service.cli.conventions import log_config, route_library_output
 from herald_service.config import Settings
 
 if typing.TYPE_CHECKING:
@@ -235,6 +235,7 @@ class ServeCommand(Settings):
             if needs_conversion(self.backbone):  # and a cache folder a conversion could not write (breaker pass)
                 backbone_cache_folder(self.cache_dir)
         logging.config.dictConfig(log_config(self.log_level, self.log_format))
+        route_library_output(self.log_format)
         raise_descriptor_limit(self.file_descriptors_needed())
         for warning in self.start_up_warnings():
             log.warning(warning)
