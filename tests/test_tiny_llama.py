@@ -1491,13 +1491,13 @@ def test_generation_past_the_position_table_is_refused_before_it_runs(gpt2_with_
     assert gpt2.generate(ids, 69).tokens == 69  # to the table's last position
     with pytest.raises(InputTooLarge, match=re.escape(
             "max_new_tokens 70 after the prompt's 27 tokens needs 97 positions; the limit is 96 (the backbone's"
-            " max_position_embeddings): ask for at most 69 new tokens or send a shorter prompt")) as refused:
+            " max_position_embeddings): ask for at most 69 new tokens, or shorten the prompt")) as refused:
         gpt2.generate(ids, 70)
     assert refused.value.field == "max_new_tokens"
     llama = HFBackbone(resolved, "cpu", "float32")
     (ids,) = llama.encode([user_turn(" ".join(["hello"] * 250))])
     with pytest.raises(InputTooLarge, match=re.escape(
-            "the limit is 256 (the backbone's max_position_embeddings): send a shorter prompt: it leaves no position")):
+            "the limit is 256 (the backbone's max_position_embeddings): shorten the prompt: it leaves no position")):
         llama.generate(ids, 1)
 
 
@@ -1516,7 +1516,7 @@ def test_steer_past_the_position_table_is_a_413_naming_max_new_tokens_and_steer_
         assert r.json() == {"error": {"type": "input_too_large", "field": "max_new_tokens", "message":
                                       "max_new_tokens 100 after the prompt as sent's 27 tokens needs 127 positions; the"
                                       " limit is 96 (the backbone's max_position_embeddings): ask for at most 69 new"
-                                      " tokens or send a shorter prompt"}}
+                                      " tokens, or shorten the prompt as sent"}}
         ok = client.post("/steer", json={"prompt": " ".join(TWENTY_WORDS), "max_new_tokens": 69}, headers=key)
         assert ok.status_code == 200, ok.text
         metrics = client.get("/metrics").text
@@ -1529,6 +1529,34 @@ def test_steer_past_the_position_table_is_a_413_naming_max_new_tokens_and_steer_
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip().splitlines()[-1] == (
         f"herald steer-eval: --max-new-tokens 80 after {prompts} line 2's 27 tokens needs 107 positions; the limit is"
-        " 96 (the backbone's max_position_embeddings): ask for at most 69 new tokens or send a shorter prompt"),\
+        f" 96 (the backbone's max_position_embeddings): ask for at most 69 new tokens, or shorten {prompts} line 2"),\
         out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_position_refusal_counts_one_token_in_the_singular_and_names_what_to_shorten():
+    from types import SimpleNamespace
+
+    from herald_service.backbone.base import check_generation_fits
+    from herald_service.errors import InputTooLarge
+
+    table = SimpleNamespace(max_positions=10, info=SimpleNamespace(), config=SimpleNamespace())
+    check_generation_fits(table, 9, 1)  # the last position: fits
+    with pytest.raises(InputTooLarge, match=r": ask for at most 1 new token, or shorten the messages as sent$"):
+        check_generation_fits(table, 9, 2, "the messages as sent")
+    with pytest.raises(InputTooLarge, match=r": shorten prompts\.txt line 3: it leaves no position for a new token$"):
+        check_generation_fits(table, 10, 1, "prompts.txt line 3")
+
+
+def test_loaded_questions_over_the_token_limit_are_refused_with_advice_that_can_work(gpt2_with_probe, tmp_path):
+    # "raise --max-tokens" was no help where the limit was the backbone's position table (re-tester)
+    from herald_service.training.extract import StateCache
+    from herald_service.training.fit import loaded_question_states
+
+    backbone = HFBackbone(resolve_backbone(str(gpt2_with_probe[0]), tmp_path), "cpu", "float32")
+    with pytest.raises(ValueError, match=r"^\d+ of the loaded-word questions exceed the token limit 12 once rendered"
+                                         r" \(--max-tokens, at most the backbone's position table\); leave"
+                                         r" --loaded-questions out, or raise --max-tokens where the backbone has"
+                                         r" positions to spare$"):
+        loaded_question_states(backbone, StateCache(tmp_path / "cache", backbone), 12)
+    assert len(loaded_question_states(backbone, StateCache(tmp_path / "cache", backbone), 96).labels) == 148

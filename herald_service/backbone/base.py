@@ -99,8 +99,8 @@ def check_generation_fits(backbone: object, prompt_tokens: int, max_new_tokens: 
     if positions is None or prompt_tokens + max_new_tokens <= positions:
         return
     room = positions - prompt_tokens
-    advice = (f"ask for at most {room} new tokens or send a shorter prompt" if room > 0
-              else "send a shorter prompt: it leaves no position for a new token")
+    advice = (f"ask for at most {room} new token{'s' if room > 1 else ''}, or shorten {prompt}" if room > 0
+              else f"shorten {prompt}: it leaves no position for a new token")
     raise InputTooLarge(
         f"{new_tokens_name} {max_new_tokens} after {prompt}'s {prompt_tokens} tokens needs"
         f" {prompt_tokens + max_new_tokens} positions; the limit is {positions}"

@@ -395,8 +395,9 @@ def loaded_question_states(backbone, cache, max_tokens: int):
 
     states, _, skipped = _states_for(backbone, loaded_questions(), cache, max_tokens, "loaded-question states")
     if sum(skipped.values()):
-        raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed --max-tokens {max_tokens} once"
-                         " rendered; raise --max-tokens or leave --loaded-questions out")
+        raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed the token limit {max_tokens} once"
+                         " rendered (--max-tokens, at most the backbone's position table); leave --loaded-questions"
+                         " out, or raise --max-tokens where the backbone has positions to spare")
     return states
 
 
