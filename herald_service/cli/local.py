@@ -90,8 +90,9 @@ class LocalCommand(BackboneSettings):
 
     def start_logging(self) -> None:
         """Send log lines at ``log_level`` and above to stderr in ``log_format`` (``HERALD_LOG_FORMAT``: text in
-        :data:`~herald_service.cli.conventions.LOG_FORMAT`, as fit and eval write, or json), as serve does, and warn of unknown ``HERALD_*`` names
-        (ignored), as serve does at start-up; the first step of each command's ``cli_cmd``."""
+        :data:`~herald_service.cli.conventions.LOG_FORMAT`, as fit and eval write, or json), as serve does, and warn
+        of unknown ``HERALD_*`` names (ignored), as serve does at start-up; the first step of each command's
+        ``cli_cmd``."""
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(log_formatter(self.log_format))
         logging.basicConfig(level=self.log_level.upper(), handlers=[handler])
