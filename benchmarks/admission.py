@@ -73,6 +73,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import (
     RESULTS, Server, build_target, exit_on_sigterm, hardware, head_commit, percentile, print_table, require_bench_extra,
+    result_header,
 )
 from benchmarks.host_cost import Build
 from herald_service.engine.admission import TERMS, CostFit, Work
@@ -473,14 +474,9 @@ def run(quick: bool, target_name: str = "cpu", timeout_s: float | None = None, o
         timeout_s = info["limits"]["request_timeout_s"]
         bursts = [burst(burst_server, mix, timeout_s) for mix in (("overload-long", "overload-short") if overload else ("s", "mixed"))]
     seeded[burst_server.name] = burst_server.seeded
-    hw["load_average_end"] = os.getloadavg()
-    commit = head_commit()
     return {
-        "benchmark": "admission",
-        "target": target_name,
+        **result_header("admission", target_name, hw),
         "backbone": info["backbone"]["id"],
-        "commit": commit,
-        "hardware": hw,
         "request_timeout_s": timeout_s,
         "baseline_request_timeout_s": BASELINE_TIMEOUT_S,
         "limits": info["limits"],

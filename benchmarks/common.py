@@ -170,6 +170,13 @@ def head_commit(folder: Path = REPO) -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True).stdout.strip()
 
 
+def result_header(benchmark: str, target: str, hw: dict) -> dict:
+    """The first keys of a served benchmark's result file: ``benchmark``, ``target``, ``commit`` (:func:`head_commit`)
+    and ``hardware``, ``hw`` (:func:`hardware`, taken at the start) stamped with the load average at the end."""
+    hw["load_average_end"] = os.getloadavg()
+    return {"benchmark": benchmark, "target": target, "commit": head_commit(), "hardware": hw}
+
+
 def hardware() -> dict:
     info = {
         "python": platform.python_version(),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from benchmarks.admission import (
     BASELINE_TIMEOUT_S, CHAT, HeraldServer, burst_kinds, classify, cost_fit, send_burst,
 )
 from benchmarks.common import (
-    RESULTS, exit_on_sigterm, hardware, head_commit, percentile, print_table, require_bench_extra,
+    RESULTS, exit_on_sigterm, hardware, percentile, print_table, require_bench_extra, result_header,
 )
 from herald_service.config import CUDA_TOKEN_BUDGET
 from herald_service.engine.admission import Work
@@ -107,13 +106,8 @@ def run(rounds: int = ROUNDS) -> dict:
         bursts = [burst_row(name, s) for name, s in servers.items()]
     for b in bursts:
         print(f"mixed burst, {b['server']}: {b['seconds']:.1f} s, p50 {b['p50_s']:.1f} s, max {b['max_s']:.1f} s", flush=True)
-    hw["load_average_end"] = os.getloadavg()
-    commit = head_commit()
     return {
-        "benchmark": "cpu_budget_serve",
-        "target": "cpu",
-        "commit": commit,
-        "hardware": hw,
+        **result_header("cpu_budget_serve", "cpu", hw),
         "budgets": budgets,
         "rounds": rounds,
         "seconds": time.perf_counter() - started,

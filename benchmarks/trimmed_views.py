@@ -51,8 +51,8 @@ import httpx
 
 from benchmarks.admission import BASELINE_TIMEOUT_S, HeraldServer, classify
 from benchmarks.common import (
-    RESULTS, KeepAliveClient, exit_on_sigterm, hardware, head_commit, load_texts, percentile, print_table,
-    require_bench_extra,
+    RESULTS, KeepAliveClient, exit_on_sigterm, hardware, load_texts, percentile, print_table, require_bench_extra,
+    result_header,
 )
 from herald_service.training.format_wrapped import EVALUATION_INSTRUCTIONS, wrap
 from herald_service.trimmed_views import trimmed_views
@@ -200,13 +200,8 @@ def run(rounds: int = ROUNDS, port: int = 8100, n: int = PROMPTS) -> dict:
         "prompts_prefilled": on["prompts_prefilled"] / off["prompts_prefilled"],
         "batch_tokens": on["batch_tokens"] / off["batch_tokens"],
     }
-    hw["load_average_end"] = os.getloadavg()
-    commit = head_commit()
     return {
-        "benchmark": "trimmed_views",
-        "target": "cpu",
-        "commit": commit,
-        "hardware": hw,
+        **result_header("trimmed_views", "cpu", hw),
         "rounds": rounds,
         "seconds": time.perf_counter() - started,
         "prompts": {"plain": view_counts(plain), "wrapped": view_counts(wrapped), "all": view_counts(plain + wrapped),
