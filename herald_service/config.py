@@ -572,6 +572,11 @@ class Settings(BackboneSettings):
         with every character written as a 6-byte JSON escape (``\\uXXXX``), plus 64 KiB for keys and structure."""
         return self.max_batch_size * self.max_chars * 6 + 65_536
 
+    def max_body_bytes_formula(self) -> str:
+        """How :meth:`max_body_bytes` comes from the settings, with their values, for the messages that name the body
+        size limit (the 413, the start-up refusal of a smaller ``HERALD_MAX_BUFFERED_BODY_BYTES``)."""
+        return f"HERALD_MAX_BATCH_SIZE ({self.max_batch_size}) x HERALD_MAX_CHARS ({self.max_chars}) x 6 + 65536"
+
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 for every interface (containers).")
     port: int = Field(8000, ge=1, le=65535, description="TCP port to listen on.")
     # A second listener for operations (the usual admin port): Kubernetes' probes and Prometheus' scrapes are
@@ -827,8 +832,8 @@ class Settings(BackboneSettings):
         if self.max_buffered_body_bytes < self.max_body_bytes():
             raise ValueError(
                 f"max_buffered_body_bytes ({self.max_buffered_body_bytes}, HERALD_MAX_BUFFERED_BODY_BYTES) is below the"
-                f" body size limit ({self.max_body_bytes()} bytes: HERALD_MAX_BATCH_SIZE ({self.max_batch_size}) x"
-                f" HERALD_MAX_CHARS ({self.max_chars}) x 6 + 65536): a body at that limit could never be received;"
+                f" body size limit ({self.max_body_bytes()} bytes: {self.max_body_bytes_formula()}): a body at that"
+                " limit could never be received;"
                 " raise it or lower those limits")
         if self.max_batch_size > self.queue_capacity:
             raise ValueError(

@@ -374,7 +374,7 @@ def build_app(
                          decision_routes=[r.path for router in (classify.router, moderations.router) for r in router.routes])
     paths = {r.path for router in routers for r in router.routes} | {r.path for r in app.routes if isinstance(getattr(r, "path", None), str)}
     max_body = settings.max_body_bytes()
-    set_by = f"HERALD_MAX_BATCH_SIZE ({settings.max_batch_size}) x HERALD_MAX_CHARS ({settings.max_chars}) x 6 + 65536"
+    set_by = settings.max_body_bytes_formula()
     budget = BodyBudget(settings.max_buffered_body_bytes, "HERALD_MAX_BUFFERED_BODY_BYTES")
     app.state.body_budget = budget  # what the requests in progress hold, for tests and debugging
     app.add_middleware(BodyLimit, max_bytes=max_body, metrics=metrics, set_by=set_by, budget=budget)
