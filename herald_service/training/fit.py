@@ -381,19 +381,22 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
     return out
 
 
-def loaded_question_states(backbone, cache, max_tokens: int):
-    """The states of the benign loaded-word questions (:func:`.loaded_questions.loaded_questions`), as
-    :class:`~.eval.LabeledStates`, for ``--loaded-questions`` of ``herald fit`` and ``herald eval``; each is far under
-    any ``max_tokens`` (rendered tokens) a fit accepts.
+def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = False):
+    """The states of the benign loaded-word questions (:func:`.loaded_questions.loaded_questions`), followed with
+    ``paired`` by those of their harmful counterparts (:func:`.loaded_questions.harmful_questions`; docs/eval/
+    recipe_studies.md, eighth study), as :class:`~.eval.LabeledStates`, for ``--loaded-questions`` of ``herald fit``
+    and ``herald eval`` and the ``*questions`` recipes; each is far under any ``max_tokens`` (rendered tokens) a fit
+    accepts.
 
     Raises:
         ValueError: a question over ``max_tokens`` (a limit below the longest question's rendered tokens): it would
             be left out unseen.
     """
     from herald_service.training.eval import _states_for
-    from herald_service.training.loaded_questions import loaded_questions
+    from herald_service.training.loaded_questions import harmful_questions, loaded_questions
 
-    states, _, skipped = _states_for(backbone, loaded_questions(), cache, max_tokens, "loaded-question states")
+    rows = loaded_questions() + (harmful_questions() if paired else [])
+    states, _, skipped = _states_for(backbone, rows, cache, max_tokens, "loaded-question states")
     if sum(skipped.values()):
         raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed the token limit {max_tokens} once"
                          " rendered (--max-tokens, at most the backbone's position table); leave --loaded-questions"
