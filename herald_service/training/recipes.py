@@ -16,8 +16,9 @@ Recipes:
   trajectories), ``logistic-C<c>+jailbreak`` (another L2 strength of the directions), ``logistic+jailbreak+sensitive``
   (the ``--sensitive-data`` sets in training), ``logistic-C0.3+jailbreak+sensitive`` (both of the last two) and
   ``logistic+jailbreak+questions`` (our loaded-word benign questions in training: docs/eval/recipe_studies.md,
-  seventh study; the shipped SmolLM2 recipe since) and ``logistic+jailbreak+paired-questions`` (their harmful
-  counterparts too: eighth study).
+  seventh study; the shipped SmolLM2 recipe since), ``logistic+jailbreak+paired-questions`` (their harmful
+  counterparts too: eighth study) and ``logistic+jailbreak+balanced-questions`` (and everyday how-to questions in
+  their openings: ninth study).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -43,7 +44,7 @@ from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics
 from herald_service.training.eval import LabeledStates, fit_method, margins, pooled_metrics, unlearnable_fold
 from herald_service.training.eval import joined as concat
-from herald_service.training.loaded_questions import HARMFUL_QUESTIONS, QUESTIONS
+from herald_service.training.loaded_questions import EVERYDAY_QUESTIONS, HARMFUL_QUESTIONS, QUESTIONS
 from herald_service.training.protocol import loso_folds
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
@@ -74,6 +75,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic-C0.3+jailbreak+sensitive": ("herald_logistic_C0.3", False),
     "logistic+jailbreak+questions": ("herald_logistic", False),
     "logistic+jailbreak+paired-questions": ("herald_logistic", False),
+    "logistic+jailbreak+balanced-questions": ("herald_logistic", False),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
@@ -96,8 +98,14 @@ def uses_questions(recipe: str) -> bool:
 def uses_paired_questions(recipe: str) -> bool:
     """True for recipes that also train on the harmful counterparts of the loaded-word questions
     (:func:`.loaded_questions.harmful_questions`; named ``*paired-questions``; docs/eval/recipe_studies.md, eighth
-    study)."""
-    return recipe.endswith("paired-questions")
+    study), and ``*balanced-questions`` (ninth study)."""
+    return recipe.endswith(("paired-questions", "balanced-questions"))
+
+
+def uses_everyday_questions(recipe: str) -> bool:
+    """True for recipes that also train on the everyday how-to questions (:func:`.loaded_questions.everyday_questions`;
+    named ``*balanced-questions``; docs/eval/recipe_studies.md, ninth study)."""
+    return recipe.endswith("balanced-questions")
 
 
 def jailbreak_labels(recipe: str) -> tuple[int, ...]:
@@ -291,11 +299,11 @@ def run_recipes(options: RecipeOptions) -> dict:
                                                        "jailbreak states, enlarged")
             if needs_pool:
                 pool = wrapped_pool(backbone, cache, rows, options.max_tokens, options.jailbreak_train_per_class)
-    questions = paired = None
-    if any(uses_questions(name) and not uses_paired_questions(name) for name in options.recipes):
-        questions = loaded_question_states(backbone, cache, options.max_tokens)
-    if any(uses_paired_questions(name) for name in options.recipes):
-        paired = loaded_question_states(backbone, cache, options.max_tokens, paired=True)
+    question_sets = {}  # (paired, everyday) -> states, for each kind of *questions recipe in the run
+    for name in filter(uses_questions, options.recipes):
+        kind = (uses_paired_questions(name), uses_everyday_questions(name))
+        if kind not in question_sets:
+            question_sets[kind] = loaded_question_states(backbone, cache, options.max_tokens, *kind)
     sensitive = None
     if sensitive_rows:
         sensitive, _, _ = _states_for(backbone, sensitive_rows, cache, options.max_tokens, "sensitive-topic states")
@@ -306,8 +314,8 @@ def run_recipes(options: RecipeOptions) -> dict:
         method, use_augment = RECIPES[name]
         wrapped_labels, scale = jailbreak_labels(name), jailbreak_scale(name)
         with_sensitive = uses_sensitive(name)
-        extra = ([augment] if use_augment else []) + ([(paired if uses_paired_questions(name) else questions)]
-                                                     if uses_questions(name) else [])
+        extra = ([augment] if use_augment else []) + (
+            [question_sets[uses_paired_questions(name), uses_everyday_questions(name)]] if uses_questions(name) else [])
         t0 = time.perf_counter()
         loso = recipe_loso(data, train_index, test_index, method, _join(extra + [sensitive] * with_sensitive),
                            fit_seed, options.replicates, pool, wrapped_labels, scale)
@@ -408,9 +416,12 @@ def describe(names: list[str], templated_n: int) -> str:
     if any(uses_questions(n) for n in names if n in RECIPES):
         parts.append(f"`questions` adds our {sum(map(len, QUESTIONS.values()))} loaded-word benign questions"
                      " (herald_service/training/loaded_questions.py) to every fold's training set")
-    if any(uses_paired_questions(n) for n in names if n in RECIPES):
+    if any(uses_paired_questions(n) and not uses_everyday_questions(n) for n in names if n in RECIPES):
         parts.append(f"`paired-questions` adds their {sum(map(len, HARMFUL_QUESTIONS.values()))} harmful counterparts"
                      " too (HARMFUL_QUESTIONS of the same module)")
+    if any(uses_everyday_questions(n) for n in names if n in RECIPES):
+        parts.append(f"`balanced-questions` adds the harmful counterparts and {sum(map(len, EVERYDAY_QUESTIONS.values()))}"
+                     " everyday how-to questions opening as they do (EVERYDAY_QUESTIONS)")
     if any("hardneg" in n for n in names):
         parts.append("`hardneg` repeats training false positives twice in a second fit")
     text = ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a model that"
