@@ -1,6 +1,7 @@
 """The real app factory, lifespan, engine and probe on the weight-free fake backend."""
 
 import json
+import logging
 import time
 
 import pytest
@@ -745,6 +746,39 @@ def test_unexpected_error_is_a_500_without_internals():
         assert c.get("/health/ready").status_code == 200
         metrics = c.get("/metrics").text
         assert 'herald_requests_total{route="/classify",status="500"} 1.0' in metrics
+
+
+def test_a_failed_steer_job_logs_the_request_id_the_client_sees(caplog):
+    # the worker thread's "exclusive job failed" ERROR named no request, so an operator could not find its access line
+    from herald_service.engine.runtime import fake_runtime
+
+    broken = [False]  # after the start-up warm-up, which generates too
+
+    def loader(_settings):
+        runtime = fake_runtime()
+        real_generate = runtime.backbone.generate
+
+        def broken_generate(*args, **kwargs):
+            if broken[0]:
+                raise TypeError("secret internals")
+            return real_generate(*args, **kwargs)
+
+        runtime.backbone.generate = broken_generate
+        return runtime
+
+    settings = Settings(_env_file=None, fake_backend=True, steer_enabled=True, steer_api_key=STEER_KEY)
+    with TestClient(build_app(settings, loader=loader), raise_server_exceptions=False) as c:
+        wait_ready(c)
+        broken[0] = True
+        with caplog.at_level(logging.ERROR, logger="herald_service.engine.engine"):
+            r = c.post("/steer", json={"prompt": "x", "max_new_tokens": 2},
+                       headers={"Authorization": f"Bearer {STEER_KEY}", "X-Request-ID": "trace-steer-7"})
+        assert r.status_code == 500 and r.headers["x-request-id"] == "trace-steer-7"
+        assert "secret internals" not in r.text
+        failed = [rec for rec in caplog.records if rec.getMessage().startswith("exclusive job failed")]
+        assert [rec.getMessage() for rec in failed] == ["exclusive job failed (request_id=trace-steer-7)"]
+        assert failed[0].request_id == "trace-steer-7" and failed[0].exc_info is not None
+        assert c.post("/classify", json={"input": "hello"}).status_code == 200  # the worker carries on
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from herald_service.api.errors import error_response
 from herald_service.api.json_body import is_json_content_type, json_charset
 from herald_service.metrics import HeraldMetrics
+from herald_service.request_context import CURRENT_REQUEST_ID
 from herald_service.strict_json import echoed
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ class RequestMetrics:
     the probes and ``/metrics`` is logged once at INFO on ``herald_service.access``: method, route template, status,
     duration in milliseconds, request id and client address (``POST /classify 200 12.3 ms request_id=... client=...``;
     :func:`client_host`), the same values as the record's fields ``method``, ``route``, ``status``, ``duration_ms``,
-    ``request_id`` and ``client``, which ``HERALD_LOG_FORMAT=json`` writes apart.
+    ``request_id`` and ``client``, which ``HERALD_LOG_FORMAT=json`` writes apart. The id is also
+    :data:`~herald_service.request_context.CURRENT_REQUEST_ID` while the request runs, for lines logged elsewhere
+    about it (the engine's worker thread).
 
     ``health_port``: the health port's number (``HERALD_HEALTH_PORT``), or None. Every request that came in on it (the
     scope's ``server``: :func:`arrived_on`) is neither counted nor logged, whatever its path:
@@ -110,6 +113,13 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         rid = request_id(scope)
+        token = CURRENT_REQUEST_ID.set(rid.decode("ascii"))
+        try:
+            await self._answer(scope, receive, send, rid)
+        finally:
+            CURRENT_REQUEST_ID.reset(token)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, rid: bytes) -> None:
         if scope["path"] in UNMETERED or arrived_on(scope, self.health_port):
             async def send_with_id(message: Message) -> None:
                 if message["type"] == "http.response.start":

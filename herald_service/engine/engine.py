@@ -36,6 +36,7 @@ from herald_service.errors import (
 )
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
+from herald_service.request_context import CURRENT_REQUEST_ID
 from herald_service.types import Classification, ProbeOutput, Timing
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class _Exclusive:
     future: Future
     expected_s: float | None = None  # seconds it is expected to run once started; None: unknown
     enqueued: float = field(default_factory=time.perf_counter)
+    request_id: str | None = field(default_factory=CURRENT_REQUEST_ID.get)  # the HTTP request that queued it
 
 
 STOP_NOTICE_S = 10.0
@@ -684,7 +686,8 @@ class InferenceEngine:
                 self.metrics.dropped.labels(reason).inc()
             job.future.set_exception(exc)
         except Exception:
-            log.exception("exclusive job failed")
+            log.exception("exclusive job failed (request_id=%s)", job.request_id or "-",
+                          extra={"request_id": job.request_id})
             self._job_done()
             job.future.set_exception(InferenceFailed("inference failed; see server log"))
         else:
