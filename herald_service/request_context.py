@@ -2,8 +2,8 @@
 
 :class:`~herald_service.api.middleware.RequestMetrics` sets :data:`CURRENT_REQUEST_ID` for the life of each request
 (the ``X-Request-ID`` it answers with); code running in that request's context reads it, e.g. the engine when it
-queues a ``/steer`` job, so that the worker thread's error line names the request an operator sees in the access log. Neutral
-ground: the engine must not import the API layer (DESIGN section 4; tests/test_layering.py).
+queues a ``/steer`` job, so that the worker thread's error line names the request an operator sees in the access
+log. Neutral ground: the engine must not import the API layer (DESIGN section 4; tests/test_layering.py).
 """
 
 from __future__ import annotations
