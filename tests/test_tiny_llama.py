@@ -1519,8 +1519,13 @@ def test_steer_past_the_position_table_is_a_413_naming_max_new_tokens_and_steer_
                                       " tokens, or shorten the prompt as sent"}}
         ok = client.post("/steer", json={"prompt": " ".join(TWENTY_WORDS), "max_new_tokens": 69}, headers=key)
         assert ok.status_code == 200, ok.text
+        # without the field, the refusal says the 64 was the default, not a number the client sent (tester finding)
+        unsent = client.post("/steer", json={"prompt": " ".join(TWENTY_WORDS * 2)}, headers=key)
+        assert unsent.status_code == 413 and unsent.json()["error"]["field"] == "max_new_tokens", unsent.text
+        assert unsent.json()["error"]["message"].startswith(
+            "max_new_tokens (not sent: the default) 64 after the prompt as sent's "), unsent.text
         metrics = client.get("/metrics").text
-    assert 'herald_rejected_requests_total{reason="tokens"} 1.0' in metrics
+    assert 'herald_rejected_requests_total{reason="tokens"} 2.0' in metrics
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello\n" + " ".join(TWENTY_WORDS) + "\n")
     # the first line fits (8 + 80 tokens), the second does not: refused before the first generation

@@ -574,10 +574,12 @@ class Moderator:
         max_new_tokens: int,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
         field: str = "prompt",
+        max_new_tokens_sent: bool = True,
     ) -> SteerOutcome:
         """Generate with and without a residual intervention on the harm direction (DESIGN section 1.7).
 
-        ``field`` names the request field that holds ``conversation`` (``prompt`` or ``messages``) in errors.
+        ``field`` names the request field that holds ``conversation`` (``prompt`` or ``messages``) in errors;
+        ``max_new_tokens_sent`` False says ``max_new_tokens`` is the default, which a refusal then says it is.
 
         At most ``steer_max_concurrent`` run at once, from admission until the worker has finished the request's job.
         A job whose request ended first (client gone, or timed out) stops before its next forward pass: between its
@@ -633,7 +635,8 @@ class Moderator:
         submitted = None
         abandoned = threading.Event()  # set when the request ends before its job: the job stops at its next pass or chunk
         try:
-            submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens, abandoned)
+            submitted = await self._submit_steer(conversation, field, mode, chosen, alpha, max_new_tokens, abandoned,
+                                                 max_new_tokens_sent)
             slot.submitted = True  # the engine counts its job from here (exclusive_seconds_left)
             (outcome,) = await self._wait([submitted], disconnected)
             return outcome
@@ -647,7 +650,8 @@ class Moderator:
                 submitted.add_done_callback(lambda _future: self._give_back_steer_slot(slot))
 
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
-                            alpha: float, max_new_tokens: int, abandoned: threading.Event) -> Future:
+                            alpha: float, max_new_tokens: int, abandoned: threading.Event,
+                            max_new_tokens_sent: bool = True) -> Future:
         views = self.turn_views([conversation], [field], field)
         names = joined_parts_names([conversation], [field])
         try:
@@ -662,7 +666,8 @@ class Moderator:
                 exc.field = field
             raise
         try:  # refused before any model work: past the position table GPT-2's generation was a 500 (tester)
-            check_generation_fits(self.runtime.backbone, len(generation_ids), max_new_tokens, f"the {field} as sent")
+            check_generation_fits(self.runtime.backbone, len(generation_ids), max_new_tokens, f"the {field} as sent",
+                                  "max_new_tokens" if max_new_tokens_sent else "max_new_tokens (not sent: the default)")
         except InputTooLarge:
             self.metrics.rejected.labels("tokens").inc()
             raise

@@ -24,10 +24,10 @@ async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -
     conversation = user_turn(body.prompt) if body.prompt is not None else tuple(m.turn() for m in body.messages or [])
     # the default (64) is capped at HERALD_STEER_MAX_NEW_TOKENS: under it, a request without the field was refused
     # naming a field it never sent (re-tester); a value sent is checked against it
-    max_new_tokens = (body.max_new_tokens if "max_new_tokens" in body.model_fields_set
-                      else min(body.max_new_tokens, moderator.settings.steer_max_new_tokens))
+    sent = "max_new_tokens" in body.model_fields_set
+    max_new_tokens = body.max_new_tokens if sent else min(body.max_new_tokens, moderator.settings.steer_max_new_tokens)
     outcome = await moderator.steer(conversation, body.mode, body.layers, body.alpha, max_new_tokens, disconnect_watch(request),
-                                    field="prompt" if body.prompt is not None else "messages")
+                                    field="prompt" if body.prompt is not None else "messages", max_new_tokens_sent=sent)
     return SteerResponse(
         model=moderator.runtime.backbone.info.model_id,
         probe=moderator.runtime.probe_name,
