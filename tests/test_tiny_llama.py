@@ -1427,6 +1427,10 @@ def test_the_position_limit_is_read_under_each_familys_name():
     assert position_limit(SimpleNamespace(n_ctx=512, seq_length=None)) == (512, "n_ctx")
     assert position_limit(SimpleNamespace(max_position_embeddings=None, max_seq_len=True)) == (None, None)  # no number
     assert position_limit(SimpleNamespace()) == (None, None)
+    from transformers import GPT2Config
+
+    # GPT-2's config answers to max_position_embeddings too (attribute_map): named as its config.json spells it
+    assert position_limit(GPT2Config(n_positions=96)) == (96, "n_positions")
 
 
 def test_a_completion_cut_inside_a_multi_byte_character_ends_at_the_last_whole_one():
@@ -1467,7 +1471,7 @@ def gpt2_with_probe(tmp_path_factory):
 
     folder = build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"), n_positions=96)
     backbone = HFBackbone(resolve_backbone(str(folder), tmp_path_factory.mktemp("cache")), "cpu", "float32")
-    assert backbone.max_positions == 96  # n_positions, read as transformers' alias max_position_embeddings
+    assert (backbone.max_positions, backbone.max_positions_key) == (96, "n_positions")  # read through the alias
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(PROMPTS[i].split(), 6)) for i in (0, 1) for _ in range(30)]
     states = backbone.last_token_states(backbone.encode([user_turn(t) for t in texts])).numpy()
@@ -1491,7 +1495,7 @@ def test_generation_past_the_position_table_is_refused_before_it_runs(gpt2_with_
     assert gpt2.generate(ids, 69).tokens == 69  # to the table's last position
     with pytest.raises(InputTooLarge, match=re.escape(
             "max_new_tokens 70 after the prompt's 27 tokens needs 97 positions; the limit is 96 (the backbone's"
-            " max_position_embeddings): ask for at most 69 new tokens, or shorten the prompt")) as refused:
+            " n_positions): ask for at most 69 new tokens, or shorten the prompt")) as refused:
         gpt2.generate(ids, 70)
     assert refused.value.field == "max_new_tokens"
     llama = HFBackbone(resolved, "cpu", "float32")
@@ -1515,7 +1519,7 @@ def test_steer_past_the_position_table_is_a_413_naming_max_new_tokens_and_steer_
         assert r.status_code == 413, r.text
         assert r.json() == {"error": {"type": "input_too_large", "field": "max_new_tokens", "message":
                                       "max_new_tokens 100 after the prompt as sent's 27 tokens needs 127 positions; the"
-                                      " limit is 96 (the backbone's max_position_embeddings): ask for at most 69 new"
+                                      " limit is 96 (the backbone's n_positions): ask for at most 69 new"
                                       " tokens, or shorten the prompt as sent"}}
         ok = client.post("/steer", json={"prompt": " ".join(TWENTY_WORDS), "max_new_tokens": 69}, headers=key)
         assert ok.status_code == 200, ok.text
@@ -1534,7 +1538,7 @@ def test_steer_past_the_position_table_is_a_413_naming_max_new_tokens_and_steer_
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip().splitlines()[-1] == (
         f"herald steer-eval: --max-new-tokens 80 after {prompts} line 2's 27 tokens needs 107 positions; the limit is"
-        f" 96 (the backbone's max_position_embeddings): ask for at most 69 new tokens, or shorten {prompts} line 2"),\
+        f" 96 (the backbone's n_positions): ask for at most 69 new tokens, or shorten {prompts} line 2"),\
         out.stderr
     assert "Traceback" not in out.stderr
 

@@ -154,9 +154,12 @@ name, ChatGLM's and others'."""
 
 def position_limit(text_config: object) -> tuple[int, str] | tuple[None, None]:
     """The model's longest input, tokens, and the config key that sets it: the first of :data:`POSITION_LIMIT_KEYS`
-    its config sets to a positive whole number; ``(None, None)`` where none is set (no known limit)."""
+    its config sets to a positive whole number; ``(None, None)`` where none is set (no known limit). The key is named
+    as the model's ``config.json`` spells it: GPT-2's ``n_positions``, which transformers also answers to as
+    ``max_position_embeddings`` (the config class's ``attribute_map``), is named ``n_positions``."""
+    aliases = getattr(text_config, "attribute_map", None) or {}
     for key in POSITION_LIMIT_KEYS:
         value = getattr(text_config, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, key
+            return value, aliases.get(key, key)
     return None, None
