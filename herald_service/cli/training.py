@@ -519,6 +519,10 @@ class RecipesCommand(BaseModel):
         "Wrapped training rows per label in each fold of the `*jailbreak` recipes (docs/eval/jailbreak_recipe.md)."))
     fit_seed: Seed | None = Field(None, description=(
         "Seed of each fit (calibration split, initialisation); corpus sample, split and folds keep --seed."))
+    drop_near_copies: bool = Field(False, description=(
+        "Leave out of the *questions recipes' rows our written questions whose content words are near a --data"
+        " prompt's (Jaccard >= 0.55; herald_service/training/question_audit.py, docs/eval/recipe_studies/"
+        "near_copies.md). Exact copies are always left out."))
     sensitive_data: list[Path] = Field(default_factory=list, description=(
         "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
         "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out. Default: none."))

@@ -805,7 +805,7 @@ def run_eval(options: EvalOptions) -> dict:
 
     questions = None
     if options.loaded_questions:  # before any wrapped rows, in herald recipes' and herald fit's order
-        questions = loaded_question_states(backbone, cache, options.max_tokens)
+        questions = loaded_question_states(backbone, cache, options.max_tokens, data=everything)
         added_rows = (lambda held_out: questions) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
     # before the fits: a tokenizer without the answers, or a damaged score file, is named now, not after every fit

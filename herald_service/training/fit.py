@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from herald_service.probes.reference import reference_block
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.corpus import (
     LABELS,
+    Example,
     cap_per_group,
     expand_data,
     file_manifest,
@@ -381,13 +383,20 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
     return out
 
 
-def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = False, everyday: bool = False):
+def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = False, everyday: bool = False,
+                           data: Sequence[Example] = (), drop_near_copies: bool = False):
     """The states of the benign loaded-word questions (:func:`.loaded_questions.loaded_questions`), followed with
     ``paired`` by those of their harmful counterparts (:func:`.loaded_questions.harmful_questions`; docs/eval/
     recipe_studies.md, eighth study) and with ``everyday`` by the everyday how-to questions
-    (:func:`.loaded_questions.everyday_questions`; ninth study), as :class:`~.eval.LabeledStates`, for ``--loaded-questions`` of ``herald fit``
-    and ``herald eval`` and the ``*questions`` recipes; each is far under any ``max_tokens`` (rendered tokens) a fit
-    accepts.
+    (:func:`.loaded_questions.everyday_questions`; ninth study), as :class:`~.eval.LabeledStates`, for
+    ``--loaded-questions`` of ``herald fit`` and ``herald eval`` and the ``*questions`` recipes; each is far under any
+    ``max_tokens`` (rendered tokens) a fit accepts.
+
+    A question that repeats a prompt of ``data`` (the ``--data`` rows; folded as serving reads text) is left out with a
+    warning: on leave-one-source-out it would be a training row its own held-out fold scores (tester finding: the
+    eval and recipes kept it unseen). With ``drop_near_copies`` so is one whose content words are as near to a prompt of
+    ``data`` as :data:`~.question_audit.NEAR_COPY_JACCARD` (:func:`~.question_audit.near_copies`;
+    docs/eval/recipe_studies/near_copies.md).
 
     Raises:
         ValueError: a question over ``max_tokens`` (a limit below the longest question's rendered tokens): it would
@@ -395,8 +404,20 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     """
     from herald_service.training.eval import _states_for
     from herald_service.training.loaded_questions import everyday_questions, harmful_questions, loaded_questions
+    from herald_service.training.question_audit import exact_copies, near_copies
 
     rows = loaded_questions() + (harmful_questions() if paired else []) + (everyday_questions() if everyday else [])
+    left_out = exact_copies(rows, data) if data else set()
+    if left_out:
+        log.warning("%d of the %d written questions repeat a --data prompt and are left out of training (so no"
+                    " held-out fold scores a row it was trained on): %s", len(left_out), len(rows),
+                    "; ".join(sorted(left_out)[:3]) + ("; ..." if len(left_out) > 3 else ""))
+    if drop_near_copies and data:
+        near = {c.question.prompt for c in near_copies(rows, data)} - left_out
+        log.info("--drop-near-copies: %d of the %d written questions are near copies of --data prompts and are left"
+                 " out of training", len(near), len(rows))
+        left_out |= near
+    rows = [row for row in rows if row.prompt not in left_out]
     states, _, skipped = _states_for(backbone, rows, cache, max_tokens, "loaded-question states")
     if sum(skipped.values()):
         raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed the token limit {max_tokens} once"
@@ -474,7 +495,7 @@ def run_fit(options: FitOptions) -> dict:
     fit_states, fit_labels, fit_groups = states[train], labels[train], groups[train]
     augmentation = questions = None
     if options.loaded_questions:  # after the corpus rows and before any wrapped ones, in herald recipes' order
-        questions = loaded_question_states(backbone, cache, options.max_tokens)
+        questions = loaded_question_states(backbone, cache, options.max_tokens, data=examples)
         fit_states = np.concatenate([fit_states, questions.states])
         fit_labels = np.concatenate([fit_labels, questions.labels])
         fit_groups = np.concatenate([fit_groups, [f"{s}|{y}" for s, y in zip(questions.sources, questions.labels)]])

@@ -229,6 +229,9 @@ class RecipeOptions:
     jailbreak_extra_n: int = 80
     jailbreak_train_per_class: int = 80
     fit_seed: int | None = None
+    drop_near_copies: bool = False
+    """Leave out of the ``*questions`` recipes' rows the written questions near a ``--data`` prompt
+    (:func:`~.question_audit.near_copies`); exact copies are always left out (:func:`~.fit.loaded_question_states`)."""
     sensitive_data: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     command: str = "herald recipes"
@@ -303,7 +306,13 @@ def run_recipes(options: RecipeOptions) -> dict:
     for name in filter(uses_questions, options.recipes):
         kind = (uses_paired_questions(name), uses_everyday_questions(name))
         if kind not in question_sets:
-            question_sets[kind] = loaded_question_states(backbone, cache, options.max_tokens, *kind)
+            question_sets[kind] = loaded_question_states(backbone, cache, options.max_tokens, *kind, data=everything,
+                                                         drop_near_copies=options.drop_near_copies)
+    if question_sets:  # what the *questions recipes trained on, after exact (and with the option, near) copies left out
+        identity["written_questions"] = {
+            "drop_near_copies": options.drop_near_copies,
+            "rows": {"+".join(["benign"] + ["harmful"] * paired + ["everyday"] * everyday): int(len(states.labels))
+                     for (paired, everyday), states in question_sets.items()}}
     sensitive = None
     if sensitive_rows:
         sensitive, _, _ = _states_for(backbone, sensitive_rows, cache, options.max_tokens, "sensitive-topic states")
@@ -451,6 +460,7 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates, starte
         "templated_n": int(len(augment.labels)),
         "seconds": round(time.perf_counter() - started, 1),
         "notes": options.notes,
+        **({"written_questions": identity["written_questions"]} if "written_questions" in identity else {}),
     }
     options.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(options.out, json.dumps(out, indent=1) + "\n")
