@@ -1264,3 +1264,26 @@ def test_herald_is_named_by_every_training_row_kind_its_eval_added():
 
     assert added_rows_words(meta) == "added training rows (wrapped requests, loaded-word questions)"
     assert added_rows_words({**meta, "loaded_questions": None}) == "wrapped training rows"
+
+
+def test_an_eval_whose_herald_is_another_recipe_is_not_tabled_as_the_recipes_shipped_row(tmp_path):
+    # Tester finding: a researcher's `herald eval --direction-estimator logistic` filled the `shipped` row of the
+    # recipes table (herald recipes' `shipped` is LDA without added rows), and the recipes were judged against it
+    def report_with(meta_update: dict) -> list[str]:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        results = main_results()
+        results["meta"].update(meta_update)
+        write(folder, "results.json", results)
+        write(folder, "recipes.json", {"description": "…", "templated_n": 0, "corpus_sha256": LABELED_CORPUS_SHA256,
+                                       "results": {"logistic": recipe_block(0.7, 0.9)}})
+        return write_report(folder / "results.json", folder / "EVALUATION.md", folder / "eval").read_text().splitlines()
+
+    plain = report_with({})
+    assert any(line.startswith("| shipped |") for line in plain) and any(
+        line.startswith("Best on source-held-out evaluation: `logistic`") for line in plain)
+    for other in ({"herald_direction_estimator": "logistic"}, {"loaded_questions": {"n": 148, "label": "benign", "source": "written", "module": "m.py", "doc": "d.md"}},
+                  {"jailbreak_augmentation": {"per_class": 80}}):
+        lines = report_with(other)
+        assert not any(line.startswith("| shipped |") for line in lines), other
+        assert not any("for `shipped`" in line for line in lines), other
+        assert any(line.startswith("| logistic |") for line in lines), other

@@ -1358,10 +1358,16 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
         from herald_service.training.recipes import block_from_eval
 
         results["recipes"] = parts["recipes.json"]
-        # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds.
+        # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds, where
+        # that run trained them as `herald recipes` does: no added rows, and for `shipped` LDA directions. Another
+        # eval's Herald was tabled as `shipped` and the recipes judged against it (tester finding).
+        base_meta = _study_base(results).get("meta", {})
+        plain = not any(base_meta.get(k) for k in ("jailbreak_augmentation", "loaded_questions", "format_augmentation"))
+        same = {"shipped": plain and base_meta.get("herald_direction_estimator", "lda") == "lda", "logreg_last": plain}
         ordered = {}
         for name, method in (("shipped", "herald"), ("logreg_last", "logreg_last")):
-            block = results["recipes"]["results"].get(name) or block_from_eval(_study_base(results), method)
+            block = results["recipes"]["results"].get(name) or (block_from_eval(_study_base(results), method)
+                                                                if same[name] else None)
             if block:
                 ordered[name] = block
         ordered.update({k: v for k, v in results["recipes"]["results"].items() if k not in ordered})
