@@ -263,11 +263,12 @@ def run_recipes(options: RecipeOptions) -> dict:
 
     started = time.perf_counter()
     refuse_an_existing_out(options.out, options.overwrite)
-    needs_pool = any(jailbreak_labels(name) for name in options.recipes)
+    wrapping = [name for name in options.recipes if jailbreak_labels(name)]
+    needs_pool = bool(wrapping)
     template_file = options.jailbreak_templates
     if needs_pool and (template_file is None or not template_file.is_file()):  # before the backbone load and extraction
-        raise ValueError("jailbreak recipes need --jailbreak-templates"
-                         + (f"; {template_file} does not exist" if template_file is not None else ""))
+        raise ValueError(f"recipe {', '.join(wrapping)} need{'s' if len(wrapping) == 1 else ''} --jailbreak-templates"
+                         + (f"; {template_file} does not exist" if template_file is not None else " (null given)"))
     without = [name for name in options.recipes if uses_sensitive(name)] if not options.sensitive_data else []
     if without:
         raise ValueError(f"recipe {without[0]} needs --sensitive-data")
@@ -276,13 +277,26 @@ def run_recipes(options: RecipeOptions) -> dict:
                                     options.max_per_source, options.seed) if options.sensitive_data else [])
     if options.sensitive_data and not sensitive_rows:
         raise ValueError(f"--sensitive-data {', '.join(map(str, options.sensitive_data))} holds no row")
+    def check_rows(capped: list) -> None:  # before the backbone loads (it failed after the load and 150 extractions)
+        from herald_service.training.attacks import REQUEST_SOURCES, wrappable
+
+        if wrapping and not wrappable(capped):
+            raise ValueError(f"recipe {', '.join(wrapping)} wrap{'s' if len(wrapping) == 1 else ''} harmful training"
+                             f" requests in jailbreak templates: --data has no harmful row of source"
+                             f" {' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no"
+                             " blank line); leave out the recipes naming jailbreak or add such rows")
+
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
-                                options.max_per_source, options.max_tokens, options.test_fraction, options.seed)
+                                options.max_per_source, options.max_tokens, options.test_fraction, options.seed,
+                                check_rows=check_rows)
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions
     identity = {"backbone": backbone_manifest(corpus.backbone.info), "corpus_sha256": corpus_sha256(corpus.files)}
     backbone, cache, everything, capped = corpus.backbone, corpus.cache, corpus.everything, corpus.capped
     data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
-    augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache, options.max_tokens, "templated states")
+    augment = None  # the templated benign prompts, extracted only for the recipes that train on them
+    if any(RECIPES[name][1] for name in options.recipes):
+        augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache,
+                                    options.max_tokens, "templated states")
     jailbreak = jailbreak_extended = pool = None
     if template_file is not None and not template_file.is_file():  # the default path: the CLI refuses one given
         missing_templates(template_file)
@@ -444,12 +458,12 @@ def describe(names: list[str], templated_n: int) -> str:
     return text
 
 
-def _write(options: RecipeOptions, results: dict, augment: LabeledStates, started: float, identity: dict) -> dict:
+def _write(options: RecipeOptions, results: dict, augment: LabeledStates | None, started: float, identity: dict) -> dict:
     """Write the run's JSON: ``identity`` holds the ``backbone`` (its manifest entry: id, revision, config hash) and
     the ``corpus_sha256`` of ``--data``, as ``herald eval`` records them in ``meta``, so that ``herald report`` can
     tell a recipes file of another experiment from its own (:func:`~.report.foreign_side_file`)."""
     out = {
-        "description": describe(list(results), len(augment.labels)),
+        "description": describe(list(results), 0 if augment is None else len(augment.labels)),
         "command": options.command,
         "backbone": identity["backbone"],
         "corpus_sha256": identity["corpus_sha256"],
@@ -457,7 +471,7 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates, starte
         "prompt_text": PROMPT_TEXT,
         "jailbreak_template_rule": TEMPLATE_RULE,
         "results": results,
-        "templated_n": int(len(augment.labels)),
+        "templated_n": 0 if augment is None else int(len(augment.labels)),
         "seconds": round(time.perf_counter() - started, 1),
         "notes": options.notes,
         **({"written_questions": identity["written_questions"]} if "written_questions" in identity else {}),
