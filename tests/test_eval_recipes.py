@@ -427,6 +427,7 @@ def test_eval_with_loaded_questions_adds_them_to_every_fold_and_the_split_and_re
         f" scores a row it was trained on): {copied}"]
     n = len(loaded_questions()) - 1
     assert results["meta"]["loaded_questions"]["n"] == n
+    assert results["meta"]["jailbreak_wrapped_skipped"] == "not asked for (--jailbreak-templates null)"
     assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {n}
     assert "loaded_questions" not in run_eval(EvalOptions(
         data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out, device="cpu", overwrite=True,

@@ -550,7 +550,8 @@ def test_a_skipped_jailbreak_wrapped_set_is_a_target_row_and_a_line_of_what_is_n
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert f"| Jailbreak-wrapped held-out harmful requests: recall >= 95% | – | n/a | set skipped: {why} |" in text
-    assert f"\n- Jailbreak-wrapped held-out harmful requests: skipped, {why}.\n" in text
+    assert f"; the jailbreak-wrapped held-out harmful requests were skipped: {why}.\n" in text
+    assert text.count(why) == 2  # the target row and the line, not a third time (tester nit: every reason was listed)
 
 
 def test_without_shortcut_sources_or_a_guard_run_the_report_says_so_instead_of_empty_tables(tmp_path):

@@ -774,6 +774,9 @@ def run_eval(options: EvalOptions) -> dict:
                 extra[JAILBREAK_SET] = wrapped
         else:  # the default path (the CLI refuses a missing path given): the run goes on without the set
             jailbreak_skipped = missing_templates(options.jailbreak_templates)
+    else:  # asked for no set: said so, so that the report names this reason and not every possible one (tester nit)
+        jailbreak_skipped = ("not asked for (--jailbreak-templates null)" if options.jailbreak_templates is None
+                             else "not asked for (--jailbreak-n 0)")
     data_prompts = folded_prompts_by_file(everything)
     overlap = test_data_overlap(test_sets, set().union(*data_prompts.values()))
     probe_overlap = (probe_training_overlap(test_sets, options.probe, probe_manifest, files, data_prompts)

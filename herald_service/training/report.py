@@ -774,13 +774,16 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str, 
          "- Prompts longer than the token limit: none in these files") + (
             f"; the jailbreak-wrapped set uses only templates of at most {meta.get('jailbreak_max_chars', 2500)} characters."
             if "jailbreak_wrapped" in (meta.get("extra_sets") or {}) else
+            f"; the jailbreak-wrapped held-out harmful requests were skipped: {meta['jailbreak_wrapped_skipped']}."
+            if meta.get("jailbreak_wrapped_skipped") else
             "; the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`,"
             " or no held-out request)."),
         *([] if results.get("loso") else [
             "- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
             " prompts of sources the models were trained on (the extra sets aside)."]),
         *([] if results.get("learning_curve") else ["- The learning curve: not run (`--curve-sizes '[]'`)."]),
-        ("- The guard-style baseline uses a per-source subsample (new forward passes on a 2-core CPU); its intervals are wide."
+        (f"- The guard-style baseline uses a per-source subsample ({results['guard'].get('per_source_cap', 'a few')}"
+         " prompts per source: each is a new forward pass, inside the moderation instruction); its intervals are wide."
          if results.get("guard") else f"- The guard-style baseline: left out because {meta['guard_skipped']}."
          if meta.get("guard_skipped") else "- The guard-style baseline: not run (`--guard-per-source 0`)."),
         ("- Multi-turn conversations, non-English prompts beyond those in WritingBench / Arena-Hard, and adaptive attacks "
@@ -788,8 +791,6 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str, 
          "- Multi-turn conversations and adaptive attacks (an attacker who optimizes against the probe) are not evaluated."),
         "- Bootstrap intervals cover prompt sampling only, not fitting randomness or the choice of corpus sample.",
     ]
-    if meta.get("jailbreak_wrapped_skipped"):
-        lines.append(f"- Jailbreak-wrapped held-out harmful requests: skipped, {meta['jailbreak_wrapped_skipped']}.")
     if development:
         lines.append(
             "- The corpus is read as it is in `../shared/data` (hash above); it was not rebuilt from the pinned packages, and "
