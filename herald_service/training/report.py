@@ -255,7 +255,8 @@ def plot_loso_bars(results: dict, path: Path) -> Path | None:
 
     sources = list(loso["folds"])
     methods = list(next(iter(loso["folds"].values()))["methods"])
-    fig, ax = plt.subplots(figsize=(12, 0.38 * len(sources) + 1.5))
+    legend_in = 0.18 * -(-len(methods) // 2) + 0.1  # inches below the axes for the legend, two columns
+    fig, ax = plt.subplots(figsize=(12, 0.38 * len(sources) + 1.5 + legend_in))
     height = 0.8 / len(methods)
     for j, name in enumerate(methods):
         values, errs = [], [[], []]
@@ -275,9 +276,10 @@ def plot_loso_bars(results: dict, path: Path) -> Path | None:
     ax.set_xlabel("correct rate on the held-out source (recall if harmful, 1 − FPR if benign; F1 if mixed), 95% CI")
     ax.set_xlim(0, 1.02)
     ax.invert_yaxis()
-    ax.legend(fontsize=7, loc="lower right")
+    # under the plot, not over the bars: inside, it covered the last sources' bars (tester finding)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="lower center", ncol=2, frameon=False)
     ax.set_title("Leave-one-source-out: each source scored by models that never saw it")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
