@@ -139,6 +139,8 @@ STUDIES = (
     Study("rendered", "Wrapped training rows after the template fix", ("logistic+jailbreak-x2", "logistic+jailbreak+benign"),
           rendered_criteria),
     Study("questions", "Loaded-word benign questions in training", ("logistic+jailbreak+questions",), questions_criteria),
+    Study("questions_clean", "Loaded-word benign questions in training, near copies left out (audit of the seventh)",
+          ("logistic+jailbreak+questions",), questions_criteria),
     Study("paired", "Harmful counterparts of the loaded-word questions in training",
           ("logistic+jailbreak+paired-questions",), paired_criteria, "logistic+jailbreak+questions"),
     Study("balanced", "Everyday how-to questions beside the harmful counterparts",
