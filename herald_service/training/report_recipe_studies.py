@@ -1,8 +1,10 @@
 """The section of ``docs/EVALUATION.md`` (``herald report``) for the studies of docs/eval/recipe_studies.md: scorer
 inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training,
-the last two together, the wrapped training rows after the template fix;
-each candidate recipe against the shipped ``logistic+jailbreak`` of the same ``herald recipes`` runs (fit seeds 0, 1,
-2), with the rule fixed before the runs. The sixth study (states read at the end of a moderation instruction) compares
+the last two together, the wrapped training rows after the template fix, loaded-word benign questions (and the audit
+run without their near copies), their harmful counterparts, everyday how-to questions beside those;
+each candidate recipe against its study's reference (:attr:`Study.reference`: ``logistic+jailbreak``, the shipped
+recipe until the seventh study, or ``logistic+jailbreak+questions`` after it) of the same ``herald recipes`` runs
+(three fit seeds), with the rule fixed before the runs. The sixth study (states read at the end of a moderation instruction) compares
 two ``herald eval`` runs instead: the corpus as it is and the copy of
 :mod:`~herald_service.training.instruction_corpus`.
 
