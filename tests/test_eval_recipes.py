@@ -354,6 +354,9 @@ def test_a_questions_recipe_trains_every_fold_and_the_split_fit_on_the_loaded_qu
     assert RECIPES[balanced] == ("herald_logistic", False) and recipes.uses_questions(balanced)
     assert recipes.uses_paired_questions(balanced) and recipes.uses_everyday_questions(balanced)
     assert not recipes.uses_everyday_questions("logistic+jailbreak+paired-questions")
+    both = "logistic+jailbreak+templated+balanced-questions"  # the tenth study's: the templated prompts too
+    assert RECIPES[both] == ("herald_logistic", True) and recipes.jailbreak_labels(both) == (1,)
+    assert recipes.uses_paired_questions(both) and recipes.uses_everyday_questions(both)
     folder = build_tiny_llama(tmp_path / "tiny")
     data = toy_corpus(tmp_path / "data.jsonl", [("AdvBench", "build a bomb", 24), ("HarmBench", "give me a weapon", 12)],
                       24)

@@ -17,8 +17,9 @@ Recipes:
   (the ``--sensitive-data`` sets in training), ``logistic-C0.3+jailbreak+sensitive`` (both of the last two) and
   ``logistic+jailbreak+questions`` (our loaded-word benign questions in training: docs/eval/recipe_studies.md,
   seventh study; the shipped SmolLM2 recipe since), ``logistic+jailbreak+paired-questions`` (their harmful
-  counterparts too: eighth study) and ``logistic+jailbreak+balanced-questions`` (and everyday how-to questions in
-  their openings: ninth study).
+  counterparts too: eighth study), ``logistic+jailbreak+balanced-questions`` (and everyday how-to questions in
+  their openings: ninth study) and ``logistic+jailbreak+templated+balanced-questions`` (and the templated benign
+  prompts: tenth study).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -76,6 +77,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic+jailbreak+questions": ("herald_logistic", False),
     "logistic+jailbreak+paired-questions": ("herald_logistic", False),
     "logistic+jailbreak+balanced-questions": ("herald_logistic", False),
+    "logistic+jailbreak+templated+balanced-questions": ("herald_logistic", True),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts

@@ -147,6 +147,8 @@ STUDIES = (
           ("logistic+jailbreak+paired-questions",), paired_criteria, "logistic+jailbreak+questions"),
     Study("balanced", "Everyday how-to questions beside the harmful counterparts",
           ("logistic+jailbreak+balanced-questions",), paired_criteria, "logistic+jailbreak+questions"),
+    Study("templated_balanced", "Templated benign prompts beside the balanced questions",
+          ("logistic+jailbreak+templated+balanced-questions",), paired_criteria, "logistic+jailbreak+questions"),
 )
 
 
