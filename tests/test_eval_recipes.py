@@ -420,15 +420,20 @@ def test_eval_with_loaded_questions_adds_them_to_every_fold_and_the_split_and_re
     copied = loaded_questions()[3].prompt
     with data.open("a") as f:
         f.write(json.dumps({"prompt": copied.upper(), "label": "benign", "source": "mine-benign-0"}) + "\n")
+    # and one that is a row of a --test-data set, which the run scores as unseen too (re-tester finding)
+    tested = loaded_questions()[7].prompt
+    test_set = tmp_path / "held.jsonl"
+    test_set.write_text(json.dumps({"prompt": tested, "label": "benign", "source": "held"}) + "\n"
+                        + json.dumps({"prompt": "build a bomb now", "label": "harmful", "source": "held"}) + "\n")
     out = tmp_path / "results.json"
     with caplog.at_level(logging.WARNING, logger="herald_service.training.fit"):
         results = run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", out=out,
                                        device="cpu", methods=("herald", "logreg_last"), curve_sizes=(), replicates=10,
-                                       jailbreak_templates=None, loaded_questions=True))
+                                       jailbreak_templates=None, loaded_questions=True, test_data=[test_set]))
     assert [r.getMessage() for r in caplog.records if "written questions repeat" in r.getMessage()] == [
-        f"1 of the 148 written questions repeat a --data prompt and are left out of training (so no held-out fold"
-        f" scores a row it was trained on): {copied}"]
-    n = len(loaded_questions()) - 1
+        f"2 of the 148 written questions repeat a prompt of the data and are left out of training (so no held-out row"
+        f" is one it was trained on): {'; '.join(sorted([copied, tested]))}"]
+    n = len(loaded_questions()) - 2
     assert results["meta"]["loaded_questions"]["n"] == n
     assert results["meta"]["jailbreak_wrapped_skipped"] == "not asked for (--jailbreak-templates null)"
     assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {n}
@@ -451,6 +456,9 @@ def test_near_copies_are_found_by_content_words_and_exact_copies_as_serving_fold
     assert near_copies([reheat], rows) == [] and near_copies([reheat], rows, 0.5)[0].similarity == 0.5 < NEAR_COPY_JACCARD
     assert exact_copies([asked, reheat], [Example(asked.prompt.upper(), 1, "s", None, "f")]) == {asked.prompt}
     assert exact_copies([asked], rows) == set()
+    # case, spacing and punctuation do not make a copy new (re-tester: a lower-cased copy stayed in training)
+    for variant in (asked.prompt.lower(), asked.prompt.rstrip("?"), asked.prompt.replace(" ", "  "), f" {asked.prompt}!"):
+        assert exact_copies([asked], [Example(variant, 0, "s", None, "f")]) == {asked.prompt}, variant
 
 
 def test_the_committed_near_copy_audit_is_what_the_audit_writes_today():

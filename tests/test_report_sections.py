@@ -1270,21 +1270,35 @@ def test_herald_is_named_by_every_training_row_kind_its_eval_added():
 def test_an_eval_whose_herald_is_another_recipe_is_not_tabled_as_the_recipes_shipped_row(tmp_path):
     # Tester finding: a researcher's `herald eval --direction-estimator logistic` filled the `shipped` row of the
     # recipes table (herald recipes' `shipped` is LDA without added rows), and the recipes were judged against it
-    def report_with(meta_update: dict) -> list[str]:
+    def report_with(meta_update: dict, split: dict | None = None) -> list[str]:
         folder = tmp_path / str(len(list(tmp_path.iterdir())))
         results = main_results()
         results["meta"].update(meta_update)
         write(folder, "results.json", results)
         write(folder, "recipes.json", {"description": "…", "templated_n": 0, "corpus_sha256": LABELED_CORPUS_SHA256,
-                                       "results": {"logistic": recipe_block(0.7, 0.9)}})
+                                       "results": {"logistic": recipe_block(0.7, 0.9)},
+                                       **({"split": split} if split else {})})
         return write_report(folder / "results.json", folder / "EVALUATION.md", folder / "eval").read_text().splitlines()
 
-    plain = report_with({})
-    assert any(line.startswith("| shipped |") for line in plain) and any(
-        line.startswith("Best on source-held-out evaluation: `logistic`") for line in plain)
+    same_split = {"seed": 0, "max_per_source": 150, "max_tokens": 1024, "test_fraction": 0.2}
+    for plain in (report_with({}), report_with({}, same_split)):
+        assert any(line.startswith("| shipped |") for line in plain) and any(
+            line.startswith("Best on source-held-out evaluation: `logistic`") for line in plain)
+        assert not any("are not shown" in line for line in plain)
+    # a recipes run on another sample (re-tester finding): eval's rows are from other folds
+    other = report_with({}, {**same_split, "max_per_source": 20, "seed": 1})
+    assert not any(line.startswith("| shipped |") for line in other)
+    assert any(line.endswith("`shipped` and `logreg_last` are not shown: this recipes file did not run them, and"
+                             " `herald eval`'s rows cannot stand in here: its sample or split differs (seed, cap, token"
+                             " limit or test fraction).") for line in other)
+    logistic = report_with({"herald_direction_estimator": "logistic"})  # logreg_last is the same; Herald is not
+    assert any(line.endswith("`shipped` is not shown: this recipes file did not run it, and `herald eval`'s row cannot"
+                             " stand in here: it trained it otherwise (added rows or directions other than LDA).")
+               for line in logistic) and any(line.startswith("| logreg_last |") for line in logistic)
     for other in ({"herald_direction_estimator": "logistic"}, {"loaded_questions": {"n": 148, "label": "benign", "source": "written", "module": "m.py", "doc": "d.md"}},
                   {"jailbreak_augmentation": {"per_class": 80}}):
         lines = report_with(other)
         assert not any(line.startswith("| shipped |") for line in lines), other
         assert not any("for `shipped`" in line for line in lines), other
+        assert any("are not shown" in line or "is not shown" in line for line in lines), other
         assert any(line.startswith("| logistic |") for line in lines), other

@@ -808,7 +808,10 @@ def run_eval(options: EvalOptions) -> dict:
 
     questions = None
     if options.loaded_questions:  # before any wrapped rows, in herald recipes' and herald fit's order
-        questions = loaded_question_states(backbone, cache, options.max_tokens, data=everything)
+        # checked against every row the run scores as unseen: --data's and --test-data's (a re-tester trained on
+        # --test-data rows that were questions, and scored them as held out)
+        questions = loaded_question_states(backbone, cache, options.max_tokens,
+                                           data=[*everything, *(row for rows in test_sets.values() for row in rows)])
         added_rows = (lambda held_out: questions) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
     # before the fits: a tokenizer without the answers, or a damaged score file, is named now, not after every fit

@@ -392,9 +392,9 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     ``--loaded-questions`` of ``herald fit`` and ``herald eval`` and the ``*questions`` recipes; each is far under any
     ``max_tokens`` (rendered tokens) a fit accepts.
 
-    A question that repeats a prompt of ``data`` (the ``--data`` rows; folded as serving reads text) is left out with a
-    warning: on leave-one-source-out it would be a training row its own held-out fold scores (tester finding: the
-    eval and recipes kept it unseen). With ``drop_near_copies`` so is one whose content words are as near to a prompt of
+    A question that repeats a prompt of ``data`` (the rows the run scores as unseen: ``--data``'s, and ``--test-data``'s
+    or ``--sensitive-data``'s where given; folded as serving reads text) is left out with a warning: it would be a
+    training row that a held-out fold or set scores (tester finding: the eval and recipes kept it unseen). With ``drop_near_copies`` so is one whose content words are as near to a prompt of
     ``data`` as :data:`~.question_audit.NEAR_COPY_JACCARD` (:func:`~.question_audit.near_copies`;
     docs/eval/recipe_studies/near_copies.md).
 
@@ -409,13 +409,13 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     rows = loaded_questions() + (harmful_questions() if paired else []) + (everyday_questions() if everyday else [])
     left_out = exact_copies(rows, data) if data else set()
     if left_out:
-        log.warning("%d of the %d written questions repeat a --data prompt and are left out of training (so no"
-                    " held-out fold scores a row it was trained on): %s", len(left_out), len(rows),
+        log.warning("%d of the %d written questions repeat a prompt of the data and are left out of training (so no"
+                    " held-out row is one it was trained on): %s", len(left_out), len(rows),
                     "; ".join(sorted(left_out)[:3]) + ("; ..." if len(left_out) > 3 else ""))
     if drop_near_copies and data:
         near = {c.question.prompt for c in near_copies(rows, data)} - left_out
-        log.info("--drop-near-copies: %d of the %d written questions are near copies of --data prompts and are left"
-                 " out of training", len(near), len(rows))
+        log.info("--drop-near-copies: %d of the %d written questions are near copies of prompts of the data and are"
+                 " left out of training", len(near), len(rows))
         left_out |= near
     rows = [row for row in rows if row.prompt not in left_out]
     states, _, skipped = _states_for(backbone, rows, cache, max_tokens, "loaded-question states")

@@ -322,7 +322,9 @@ def run_recipes(options: RecipeOptions) -> dict:
     for name in filter(uses_questions, options.recipes):
         kind = (uses_paired_questions(name), uses_everyday_questions(name))
         if kind not in question_sets:
-            question_sets[kind] = loaded_question_states(backbone, cache, options.max_tokens, *kind, data=everything,
+            # --sensitive-data's rows are scored as unseen too: a question repeating one is left out as well
+            question_sets[kind] = loaded_question_states(backbone, cache, options.max_tokens, *kind,
+                                                         data=[*everything, *sensitive_rows],
                                                          drop_near_copies=options.drop_near_copies)
     if question_sets:  # what the *questions recipes trained on, after exact (and with the option, near) copies left out
         identity["written_questions"] = {
@@ -430,7 +432,7 @@ def held_out_sets(train: LabeledStates, extra: list[LabeledStates], sensitive: L
     return out
 
 
-def describe(names: list[str], templated_n: int) -> str:
+def describe(names: list[str], templated_n: int, written_rows: dict[str, int] | None = None) -> str:
     """The description of a ``herald recipes`` result that ran the recipes ``names``: what each kind of recipe among
     them adds, and nothing of kinds it did not run (it described ``templated`` and ``hardneg`` to a file that ran
     neither: tester finding). ``templated_n``: the templated benign prompts the run added."""
@@ -451,6 +453,9 @@ def describe(names: list[str], templated_n: int) -> str:
         parts.append("`hardneg` repeats training false positives twice in a second fit")
     text = ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a model that"
             " never saw it; pooled over all sources).") + (" " + "; ".join(parts) + "." if parts else "")
+    if written_rows:  # what was trained on, which copies of the data's prompts left out can make fewer (re-tester)
+        text += (" Written questions trained on, after copies of the data's prompts were left out: "
+                 + ", ".join(f"{n} ({kind})" for kind, n in written_rows.items()) + ".")
     if "logreg_last" in names and any(n.startswith("logreg_last+") for n in names):
         text += " The last-layer logistic probe is shown with and without the same data."
     if any(jailbreak_labels(n) for n in names):
@@ -465,7 +470,11 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates | None,
     the ``corpus_sha256`` of ``--data``, as ``herald eval`` records them in ``meta``, so that ``herald report`` can
     tell a recipes file of another experiment from its own (:func:`~.report.foreign_side_file`)."""
     out = {
-        "description": describe(list(results), 0 if augment is None else len(augment.labels)),
+        "description": describe(list(results), 0 if augment is None else len(augment.labels),
+                                (identity.get("written_questions") or {}).get("rows")),
+        # the corpus sample, split and folds: herald report fills rows from herald eval only where these match
+        "split": {"seed": options.seed, "max_per_source": options.max_per_source, "max_tokens": options.max_tokens,
+                  "test_fraction": options.test_fraction},
         "command": options.command,
         "backbone": identity["backbone"],
         "corpus_sha256": identity["corpus_sha256"],

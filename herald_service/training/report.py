@@ -982,8 +982,10 @@ def _recipe_section(results: dict) -> list[str]:
     # described from the recipes shown, not the file's description, which named recipes the file never ran (tester
     # finding); a name this version does not know keeps the file's own words
     names = list(recipes["results"])
-    text = (describe(names, recipes.get("templated_n", 0)) if all(n in RECIPES for n in names)
-            else recipes.get("description", ""))
+    text = (describe(names, recipes.get("templated_n", 0), (recipes.get("written_questions") or {}).get("rows"))
+            if all(n in RECIPES for n in names) else recipes.get("description", ""))
+    if recipes.get("not_filled"):
+        text += f" {recipes['not_filled']}"
     command = f" From {code_span(recipes['command'])}." if recipes.get("command") else ""
     out = [f"## {SIDE_SECTIONS['recipes']}", "", text + command, ""]
     blocks = recipes["results"].values()
@@ -1364,15 +1366,34 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
         # The shipped recipe and the plain last-layer probe were already run by `herald eval` on the same folds, where
         # that run trained them as `herald recipes` does: no added rows, and for `shipped` LDA directions. Another
         # eval's Herald was tabled as `shipped` and the recipes judged against it (tester finding).
+        # So are the corpus sample and folds, where the recipes file records them (a re-tester's recipes run with another
+        # --max-per-source and --seed got this eval's rows).
         base_meta = _study_base(results).get("meta", {})
         plain = not any(base_meta.get(k) for k in ("jailbreak_augmentation", "loaded_questions", "format_augmentation"))
-        same = {"shipped": plain and base_meta.get("herald_direction_estimator", "lda") == "lda", "logreg_last": plain}
-        ordered = {}
+        split = results["recipes"].get("split")
+        keys = {"seed": "seed", "max_per_source": "max_per_source_and_label", "max_tokens": "max_tokens",
+                "test_fraction": "test_fraction"}  # the recipes file's name -> herald eval's meta name
+        folds = split is None or all(split.get(mine) == base_meta[theirs] for mine, theirs in keys.items()
+                                     if theirs in base_meta)
+        same = {"shipped": plain and folds and base_meta.get("herald_direction_estimator", "lda") == "lda",
+                "logreg_last": plain and folds}
+        ordered, unfilled = {}, []
         for name, method in (("shipped", "herald"), ("logreg_last", "logreg_last")):
-            block = results["recipes"]["results"].get(name) or (block_from_eval(_study_base(results), method)
-                                                                if same[name] else None)
+            block = results["recipes"]["results"].get(name)
+            if block is None and same[name]:
+                block = block_from_eval(_study_base(results), method)
+            elif block is None:
+                unfilled.append(f"`{name}`")
             if block:
                 ordered[name] = block
+        if unfilled:  # said, so that a table without them is not read as a run that left them out
+            one = len(unfilled) == 1
+            why = ("its sample or split differs (seed, cap, token limit or test fraction)" if not folds else
+                   f"it trained {'it' if one else 'them'} otherwise (added rows or directions other than LDA)")
+            results["recipes"]["not_filled"] = (
+                f"{' and '.join(unfilled)} {'is' if one else 'are'} not shown: this recipes file did not run"
+                f" {'it' if one else 'them'}, and `herald eval`'s {'row' if one else 'rows'} cannot stand in here:"
+                f" {why}.")
         ordered.update({k: v for k, v in results["recipes"]["results"].items() if k not in ordered})
         results["recipes"]["results"] = ordered
         beside.append("recipes.json")
