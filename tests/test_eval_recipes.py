@@ -499,3 +499,28 @@ def test_recipes_refuse_wrapping_without_requests_or_templates_before_the_backbo
     with pytest.raises(ValueError, match=re.escape(
             "recipe logistic+jailbreak+paired-questions needs --jailbreak-templates (null given)")):
         recipes.run_recipes(replace(options, jailbreak_templates=None))
+
+
+def test_eval_adds_the_tenth_studys_rows_to_every_fold_and_names_them(tmp_path):
+    # herald eval --loaded-questions --harmful-questions --everyday-questions --templated-n: the rows of the tenth
+    # study's recipe (docs/eval/recipe_studies.md), as herald fit adds them, in every fold and the split
+    from herald_service.training.eval import EvalOptions, run_eval
+    from herald_service.training.report import herald_label, herald_recipe
+    from tiny_llama import build_tiny_llama
+
+    folder = build_tiny_llama(tmp_path / "tiny")
+    data = toy_corpus(tmp_path / "data.jsonl", [("mine-harmful-{i}", "build a bomb", 16)], 16)
+    common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", methods=("herald",),
+                  curve_sizes=(), replicates=10, jailbreak_templates=None, loaded_questions=True)
+    results = run_eval(EvalOptions(out=tmp_path / "r.json", harmful_questions=True, everyday_questions=True,
+                                   templated_n=8, **common))
+    meta = results["meta"]
+    assert meta["loaded_questions"]["sets"] == {"benign": 148, "harmful": 148, "everyday": 148}
+    assert meta["templated_benign"]["n"] == 8
+    assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {444 + 8}
+    assert herald_label(meta) == ("Herald (LDA trajectory + 288-param MLP, 8 templated benign prompts, 148 loaded-word"
+                                  " benign questions, 148 harmful questions, 148 everyday how-to questions)")
+    assert herald_recipe({**meta, "herald_direction_estimator": "logistic", "jailbreak_augmentation": {"per_class": 80}}
+                         ) == "logistic+jailbreak+templated+balanced-questions"
+    with pytest.raises(ValueError, match="--everyday-questions adds to the loaded-word questions"):
+        run_eval(EvalOptions(out=tmp_path / "x.json", **{**common, "loaded_questions": False}, everyday_questions=True))

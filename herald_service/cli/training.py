@@ -425,6 +425,13 @@ class EvalCommand(BaseModel):
         "Add our 148 benign questions with loaded words (herald_service/training/loaded_questions.py) to every"
         " method's training rows (random split and each leave-one-source-out fold), as herald fit --loaded-questions"
         " adds them; not to the learning curve."))
+    harmful_questions: bool = Field(False, description=(
+        "With --loaded-questions: their 148 harmful counterparts too, as herald fit --harmful-questions adds them."))
+    everyday_questions: bool = Field(False, description=(
+        "With --loaded-questions: the 148 everyday how-to questions too, as herald fit --everyday-questions adds them."))
+    templated_n: int = Field(0, ge=0, le=1000, description=(
+        "Templated benign prompts (herald_service/training/templated.py) added to every method's training rows, as herald"
+        " fit --templated-n adds them; 0: none. Not to the learning curve."))
     threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("methods")

@@ -364,6 +364,13 @@ class EvalOptions:
     loaded_questions: bool = False
     """Add the benign loaded-word questions (:mod:`.loaded_questions`) to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --loaded-questions`` adds them to a probe's."""
+    harmful_questions: bool = False
+    """With ``loaded_questions``, their harmful counterparts too, as ``herald fit --harmful-questions``."""
+    everyday_questions: bool = False
+    """With ``loaded_questions``, the everyday how-to questions too, as ``herald fit --everyday-questions``."""
+    templated_n: int = 0
+    """Templated benign prompts (:func:`.templated.templated_benign` with ``seed``) added to every method's training
+    rows in the random split and every LOSO fold, as ``herald fit --templated-n`` adds them; 0: none."""
     command: str | None = None
     """The command line to record in the results (``herald eval ...``); None outside the CLI."""
 
@@ -738,6 +745,9 @@ def run_eval(options: EvalOptions) -> dict:
     if options.jailbreak_train_per_class > 0 and not training_templates:
         raise ValueError(f"--jailbreak-templates {template_file} has no usable template (one {{{{ prompt }}}} slot, at most"
                          f" {options.jailbreak_max_chars} characters: --jailbreak-max-chars)")
+    from herald_service.training.fit import written_rows
+
+    templated_rows = written_rows(options)  # refused now, not after the load
     test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         saved_probe, probe_manifest = load_probe(options.probe)
@@ -806,14 +816,19 @@ def run_eval(options: EvalOptions) -> dict:
             lambda held_out, jailbreak=added_rows: joined(jailbreak(held_out), format_rows(held_out)))
     from herald_service.training.fit import loaded_question_states, loaded_questions_record
 
-    questions = None
+    questions = templated = None
     if options.loaded_questions:  # before any wrapped rows, in herald recipes' and herald fit's order
         # checked against every row the run scores as unseen: --data's and --test-data's (a re-tester trained on
         # --test-data rows that were questions, and scored them as held out)
-        questions = loaded_question_states(backbone, cache, options.max_tokens,
+        questions = loaded_question_states(backbone, cache, options.max_tokens, options.harmful_questions,
+                                           options.everyday_questions,
                                            data=[*everything, *(row for rows in test_sets.values() for row in rows)])
         added_rows = (lambda held_out: questions) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
+    if templated_rows:  # before the questions, in herald recipes' and herald fit's order
+        templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
+        added_rows = (lambda held_out: templated) if added_rows is None else (
+            lambda held_out, rest=added_rows: joined(templated, rest(held_out)))
     # before the fits: a tokenizer without the answers, or a damaged score file, is named now, not after every fit
     guard_scorer, guard_skipped = guard_scorer_of(backbone, options) if options.guard_per_source > 0 else (None, None)
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
@@ -856,6 +871,8 @@ def run_eval(options: EvalOptions) -> dict:
         **({"jailbreak_augmentation": augmentation} if augmentation else {}),
         **({"format_augmentation": format_augmentation} if format_augmentation else {}),
         **({"loaded_questions": loaded_questions_record(questions)} if questions is not None else {}),
+        **({"templated_benign": {"n": int(len(templated.labels)), "seed": options.seed, "label": "benign",
+                                 "module": "herald_service/training/templated.py"}} if templated is not None else {}),
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -435,6 +435,30 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     return states
 
 
+def written_rows(options) -> list[Example]:
+    """Check the written-row options of ``herald fit`` and ``herald eval`` (``options``: :class:`FitOptions` or
+    :class:`~.eval.EvalOptions`) before any model loads, and return the templated benign prompts they ask for
+    (:func:`.templated.templated_benign` with ``options.seed``; none with ``templated_n`` 0).
+
+    Raises:
+        ValueError: ``harmful_questions`` or ``everyday_questions`` without ``loaded_questions`` (the studies trained on
+            them together), or ``templated_n`` over the templated prompts there are.
+    """
+    if (options.harmful_questions or options.everyday_questions) and not options.loaded_questions:
+        given = " and ".join(name for name, on in (("--harmful-questions", options.harmful_questions),
+                                                   ("--everyday-questions", options.everyday_questions)) if on)
+        raise ValueError(f"{given} add{'s' if ' and ' not in given else ''} to the loaded-word questions: give"
+                         " --loaded-questions too (the studies trained on them together; docs/eval/recipe_studies.md)")
+    if not options.templated_n:
+        return []
+    from herald_service.training.templated import templated_benign
+
+    try:
+        return templated_benign(options.templated_n, options.seed)
+    except ValueError as exc:
+        raise ValueError(f"--templated-n {options.templated_n}: {exc}") from None
+
+
 def loaded_questions_record(questions) -> dict | None:
     """The manifest's and the eval results' record of ``--loaded-questions``: how many rows, their source name, the
     module and the study, and with ``--harmful-questions`` / ``--everyday-questions`` the rows of each written set
@@ -476,19 +500,7 @@ def run_fit(options: FitOptions) -> dict:
         check_probe_out(options.out)
     get_feature_set(options.feature_set)  # refuse an unknown name before any extraction
     direction_manifest(options.direction_estimator)  # likewise
-    if (options.harmful_questions or options.everyday_questions) and not options.loaded_questions:
-        given = " and ".join(name for name, on in (("--harmful-questions", options.harmful_questions),
-                                                   ("--everyday-questions", options.everyday_questions)) if on)
-        raise ValueError(f"{given} add{'s' if ' and ' not in given else ''} to the loaded-word questions: give"
-                         " --loaded-questions too (the studies trained on them together; docs/eval/recipe_studies.md)")
-    templated_rows = []
-    if options.templated_n:
-        from herald_service.training.templated import templated_benign
-
-        try:  # too many: refused before the load
-            templated_rows = templated_benign(options.templated_n, options.seed)
-        except ValueError as exc:
-            raise ValueError(f"--templated-n {options.templated_n}: {exc}") from None
+    templated_rows = written_rows(options)
     templates = jailbreak_templates_of(options)
     files = expand_data(options.data)
     default = default_out(options.backbone)  # a backbone path that is not a model: named before the corpus is read

@@ -49,9 +49,22 @@ def herald_label(meta: dict) -> str:
     (``--jailbreak-train-per-class``)."""
     estimator = "LDA" if meta.get("herald_direction_estimator", "lda") == "lda" else "logistic-direction"
     added = (meta.get("jailbreak_augmentation") or {}).get("per_class")
-    questions = (meta.get("loaded_questions") or {}).get("n")
+    templated = (meta.get("templated_benign") or {}).get("n")
     return (f"Herald ({estimator} trajectory + 288-param MLP{f', {added} wrapped training requests' if added else ''}"
-            f"{f', {questions} loaded-word benign questions' if questions else ''})")
+            f"{f', {templated} templated benign prompts' if templated else ''}{_questions_words(meta)})")
+
+
+def _questions_words(meta: dict) -> str:
+    """", 148 loaded-word benign questions" (or each written set's rows, with ``herald eval --harmful-questions`` /
+    ``--everyday-questions``) for results with this ``meta``; "" without ``--loaded-questions``."""
+    record = meta.get("loaded_questions") or {}
+    if not record.get("n"):
+        return ""
+    sets = record.get("sets")
+    if not sets:
+        return f", {record['n']} loaded-word benign questions"
+    named = {"benign": "loaded-word benign", "harmful": "harmful", "everyday": "everyday how-to"}
+    return ", " + ", ".join(f"{n} {named[k]} questions" for k, n in sets.items() if n)
 
 
 def added_rows_words(meta: dict) -> str:
@@ -59,13 +72,14 @@ def added_rows_words(meta: dict) -> str:
     (as before ``--loaded-questions``), or "added training rows (wrapped requests, loaded-word questions)" when the
     run added the questions (:func:`~.eval.evaluate_states` gives the curve neither)."""
     return ("added training rows (wrapped requests, loaded-word questions)" if meta.get("loaded_questions")
-            else "wrapped training rows")
+            or meta.get("templated_benign") else "wrapped training rows")
 
 
 def curve_label(method: str, meta: dict) -> str:
     """A method's label in the learning curve, whose draws get no added training rows (:func:`~.eval.evaluate_states`):
     Herald's without their count (reviewer's audit: the curve's Herald was labelled with the 80 it never had)."""
-    return (herald_label({**meta, "jailbreak_augmentation": None, "loaded_questions": None}) if method == "herald"
+    return (herald_label({**meta, "jailbreak_augmentation": None, "loaded_questions": None, "templated_benign": None})
+            if method == "herald"
             else METHOD_LABELS.get(method, method))
 
 
@@ -87,9 +101,11 @@ def herald_recipe(meta: dict) -> str:
     method ``herald`` in results with this ``meta``."""
     estimator = meta.get("herald_direction_estimator", "lda")
     wrapped = bool((meta.get("jailbreak_augmentation") or {}).get("per_class"))
-    questions = bool(meta.get("loaded_questions"))
+    sets = (meta.get("loaded_questions") or {}).get("sets") or {}
+    questions = ("balanced-questions" if sets.get("everyday") else "paired-questions" if sets.get("harmful")
+                 else "questions" if meta.get("loaded_questions") else None)
     return "+".join([estimator] * (estimator != "lda" or not wrapped) + ["jailbreak"] * wrapped
-                    + ["questions"] * questions)
+                    + ["templated"] * bool(meta.get("templated_benign")) + [questions] * bool(questions))
 
 
 def _study_base(results: dict) -> dict:
@@ -118,7 +134,8 @@ def _augmentation_line(meta: dict) -> str | None:
     """The report's bullet on added training rows (``herald eval --jailbreak-train-per-class``,
     ``--loaded-questions``); None without."""
     record, questions = meta.get("jailbreak_augmentation"), meta.get("loaded_questions")
-    if not record and not questions:
+    templated = meta.get("templated_benign")
+    if not record and not questions and not templated:
         return None
     parts = []
     if record:
@@ -126,7 +143,14 @@ def _augmentation_line(meta: dict) -> str | None:
                      f"(`{record.get('templates')}`; train-part AdvBench / HarmBench requests, templates disjoint from"
                      " the jailbreak-wrapped evaluation set's, never a request of the fold's held-out source), as"
                      " `herald fit --jailbreak-train-per-class` adds them to a probe")
-    if questions:
+    if templated:
+        parts.append(f"{templated['n']} templated benign prompts (`{templated['module']}`; never scored), as"
+                     " `herald fit --templated-n` adds them")
+    if questions and questions.get("sets"):
+        parts.append(f"our written questions ({_questions_words(meta).removeprefix(', ')}; `{questions['module']}`;"
+                     " never scored), as `herald fit --loaded-questions --harmful-questions --everyday-questions`"
+                     " adds them")
+    elif questions:
         parts.append(f"our {questions['n']} benign questions with loaded words (`{questions['module']}`; never"
                      " scored), as `herald fit --loaded-questions` adds them")
     return ("- **Training rows** of every method, in the random split and in every leave-one-source-out fold, include "
@@ -1034,7 +1058,7 @@ def _split_key(meta: dict) -> tuple:
     the wrapped training rows every method got."""
     return (meta.get("seed"), meta.get("corpus_sha256"), meta.get("max_per_source_and_label"), meta.get("max_tokens"),
             meta.get("backbone", {}).get("id"), (meta.get("jailbreak_augmentation") or {}).get("per_class", 0),
-            (meta.get("loaded_questions") or {}).get("n", 0))
+            (meta.get("loaded_questions") or {}).get("n", 0), (meta.get("templated_benign") or {}).get("n", 0))
 
 
 def feature_set_splits(runs: list[dict], results: dict) -> list[dict]:
@@ -1369,7 +1393,8 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
         # So are the corpus sample and folds, where the recipes file records them (a re-tester's recipes run with another
         # --max-per-source and --seed got this eval's rows).
         base_meta = _study_base(results).get("meta", {})
-        plain = not any(base_meta.get(k) for k in ("jailbreak_augmentation", "loaded_questions", "format_augmentation"))
+        plain = not any(base_meta.get(k) for k in ("jailbreak_augmentation", "loaded_questions", "format_augmentation",
+                                                   "templated_benign"))
         split = results["recipes"].get("split")
         keys = {"seed": "seed", "max_per_source": "max_per_source_and_label", "max_tokens": "max_tokens",
                 "test_fraction": "test_fraction"}  # the recipes file's name -> herald eval's meta name
