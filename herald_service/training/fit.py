@@ -402,9 +402,10 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     ``max_tokens`` (rendered tokens) a fit accepts.
 
     A question that repeats a prompt of ``data`` (the rows the run scores as unseen: ``--data``'s, and ``--test-data``'s
-    or ``--sensitive-data``'s where given; folded as serving reads text) is left out with a warning: it would be a
-    training row that a held-out fold or set scores (tester finding: the eval and recipes kept it unseen). With ``drop_near_copies`` so is one whose content words are as near to a prompt of
-    ``data`` as :data:`~.question_audit.NEAR_COPY_JACCARD` (:func:`~.question_audit.near_copies`;
+    or ``--sensitive-data``'s where given), whatever the case, spacing or punctuation (:func:`~.question_audit.
+    copy_key`), is left out with a warning: it would be a training row that a held-out fold or set scores (tester
+    finding: the eval and recipes kept it unseen). With ``drop_near_copies`` so is one whose content words are as near
+    to a prompt of ``data`` as :data:`~.question_audit.NEAR_COPY_JACCARD` (:func:`~.question_audit.near_copies`;
     docs/eval/recipe_studies/near_copies.md).
 
     Raises:
