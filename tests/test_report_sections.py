@@ -1302,3 +1302,17 @@ def test_an_eval_whose_herald_is_another_recipe_is_not_tabled_as_the_recipes_shi
         assert not any("for `shipped`" in line for line in lines), other
         assert any("are not shown" in line or "is not shown" in line for line in lines), other
         assert any(line.startswith("| logistic |") for line in lines), other
+
+
+def test_a_highlight_some_recipe_rows_lack_is_still_a_column_with_a_dash_there(tmp_path):
+    # Re-tester: rows filled from an eval without a jailbreak-wrapped set hid that column for the recipes that had it
+    results = main_results()
+    write(tmp_path, "results.json", results)
+    wrapped = {**recipe_block(0.7, 0.9), "highlights": {"recall jailbreak-wrapped": {"value": 0.974}}}
+    write(tmp_path, "recipes.json", {"description": "…", "templated_n": 0, "corpus_sha256": LABELED_CORPUS_SHA256,
+                                     "results": {"logistic+jailbreak": wrapped}})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| recipe | LOSO pooled F1 |"))
+    assert header.endswith("| recall jailbreak-wrapped |")
+    assert next(line for line in lines if line.startswith("| logistic+jailbreak |")).endswith("| 97.4 |")
+    assert next(line for line in lines if line.startswith("| shipped |")).endswith("| – |")

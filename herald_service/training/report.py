@@ -1013,18 +1013,20 @@ def _recipe_section(results: dict) -> list[str]:
     command = f" From {code_span(recipes['command'])}." if recipes.get("command") else ""
     out = [f"## {SIDE_SECTIONS['recipes']}", "", text + command, ""]
     blocks = recipes["results"].values()
-    # Rows read from `herald eval` get today's highlights, rows from an older recipes.json those of its day: a column
-    # is shown only when every row has it, so no row's numbers slide under another column's name.
-    # A highlight that no row has (None: the data has no source of its kind) is left out too.
-    columns = [k for k in next(iter(blocks)).get("highlights", {})
-               if all(k in b.get("highlights", {}) for b in blocks) and any(b["highlights"][k] for b in blocks)]
+    # Rows read from `herald eval` get today's highlights, rows from an older recipes.json those of its day: each
+    # highlight any row has is a column, by name, with "–" in the rows without it (a column only every row had hid the
+    # wrapped recall of the recipes that had it when a filled row lacked it: re-tester). A highlight that no row has
+    # (None: the data has no source of its kind) is left out.
+    columns = list(dict.fromkeys(k for b in blocks for k in b.get("highlights", {})))
+    columns = [k for k in columns if any((b.get("highlights") or {}).get(k) for b in blocks)]
     rows = []
     for name, block in recipes["results"].items():
         pooled = block["loso_pooled"]  # a metric is absent where a skipped fold left one class, a highlight None where
         # the data has no source of its kind (herald recipes on a researcher's own data)
         rows.append([name, _fmt(pooled.get("f1")), _fmt(pooled.get("auroc")), _fmt(pooled.get("false_positive_rate"), pct=True),
                      _fmt(pooled.get("recall"), pct=True)]
-                    + [f"{_val(block['highlights'][k]) * 100:.1f}" if block["highlights"][k] else "–" for k in columns])
+                    + [f"{_val(block['highlights'][k]) * 100:.1f}" if (block.get("highlights") or {}).get(k) else "–"
+                       for k in columns])
     out += [_table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + columns, rows), ""]
     out += [recipe_decision(recipes), ""]
     notes = recipes.get("notes") or []
