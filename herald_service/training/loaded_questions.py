@@ -201,7 +201,13 @@ al., "XSTest", NAACL 2024); the prompts are ours."""
 def loaded_questions() -> list[Example]:
     """Every question of :data:`QUESTIONS` as a benign training row (label 0, source :data:`SOURCE`, category its
     kind), in the order written."""
-    return [Example(q, 0, SOURCE, kind, "loaded-question") for kind, questions in QUESTIONS.items() for q in questions]
+    return _rows(QUESTIONS, 0, SOURCE, "loaded-question")
+
+
+def _rows(table: dict[str, tuple[str, ...]], label: int, source: str, file: str) -> list[Example]:
+    """Every question of ``table`` (kind -> questions) as a training row of ``label`` and ``source``, category its
+    kind, in the order written."""
+    return [Example(q, label, source, kind, file) for kind, questions in table.items() for q in questions]
 
 
 HARMFUL_SOURCE = "written harmful questions (Herald, training only)"
@@ -390,8 +396,7 @@ question, which the study's diagnostic asks about."""
 def harmful_questions() -> list[Example]:
     """Every question of :data:`HARMFUL_QUESTIONS` as a harmful training row (label 1, source :data:`HARMFUL_SOURCE`,
     category its kind), in the order written."""
-    return [Example(q, 1, HARMFUL_SOURCE, kind, "harmful-question")
-            for kind, questions in HARMFUL_QUESTIONS.items() for q in questions]
+    return _rows(HARMFUL_QUESTIONS, 1, HARMFUL_SOURCE, "harmful-question")
 
 
 EVERYDAY_SOURCE = "written everyday how-to questions (Herald, training only)"
@@ -577,5 +582,4 @@ Written by us, not from any corpus source; none is a corpus row."""
 def everyday_questions() -> list[Example]:
     """Every question of :data:`EVERYDAY_QUESTIONS` as a benign training row (label 0, source :data:`EVERYDAY_SOURCE`,
     category its kind), in the order written."""
-    return [Example(q, 0, EVERYDAY_SOURCE, kind, "everyday-question")
-            for kind, questions in EVERYDAY_QUESTIONS.items() for q in questions]
+    return _rows(EVERYDAY_QUESTIONS, 0, EVERYDAY_SOURCE, "everyday-question")
