@@ -470,10 +470,11 @@ def loaded_questions_record(questions) -> dict | None:
 
     record = {"n": int(len(questions.labels)), "label": "benign", "source": SOURCE,
               "module": "herald_service/training/loaded_questions.py", "doc": "docs/eval/recipe_studies.md, seventh study"}
-    sets = {name: int((questions.sources == source).sum()) for name, source in
-            (("benign", SOURCE), ("harmful", HARMFUL_SOURCE), ("everyday", EVERYDAY_SOURCE))}
+    sources = {"benign": SOURCE, "harmful": HARMFUL_SOURCE, "everyday": EVERYDAY_SOURCE}
+    sets = {name: int((questions.sources == source).sum()) for name, source in sources.items()}
     if sets["harmful"] or sets["everyday"]:
         record.update(label="benign and harmful" if sets["harmful"] else "benign", sets=sets,
+                      source=", ".join(sources[name] for name, rows in sets.items() if rows),
                       doc="docs/eval/recipe_studies.md, seventh to tenth studies")
     return record
 
