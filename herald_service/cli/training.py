@@ -105,9 +105,10 @@ RECIPES_HELP = (
     " logistic+jailbreak+crossfit,"
     " logistic-C0.03+jailbreak, logistic-C0.3+jailbreak, logistic+jailbreak+sensitive,"
     " logistic-C0.3+jailbreak+sensitive, logistic+jailbreak+questions (our loaded-word benign questions in"
-    " training: the shipped SmolLM2 probe's recipe), logistic+jailbreak+paired-questions (their harmful"
-    " counterparts too), logistic+jailbreak+balanced-questions (and everyday how-to questions opening as the"
-    " harmful ones do) and logistic+jailbreak+templated+balanced-questions (and the templated benign prompts)."
+    " training), logistic+jailbreak+paired-questions (their harmful counterparts too),"
+    " logistic+jailbreak+balanced-questions (and everyday how-to questions opening as the harmful ones do) and"
+    " logistic+jailbreak+templated+balanced-questions (and the templated benign prompts: the shipped SmolLM2"
+    " probe's recipe)."
     " Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
     " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
 """``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the

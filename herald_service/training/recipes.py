@@ -16,10 +16,10 @@ Recipes:
   trajectories), ``logistic-C<c>+jailbreak`` (another L2 strength of the directions), ``logistic+jailbreak+sensitive``
   (the ``--sensitive-data`` sets in training), ``logistic-C0.3+jailbreak+sensitive`` (both of the last two) and
   ``logistic+jailbreak+questions`` (our loaded-word benign questions in training: docs/eval/recipe_studies.md,
-  seventh study; the shipped SmolLM2 recipe since), ``logistic+jailbreak+paired-questions`` (their harmful
-  counterparts too: eighth study), ``logistic+jailbreak+balanced-questions`` (and everyday how-to questions in
-  their openings: ninth study) and ``logistic+jailbreak+templated+balanced-questions`` (and the templated benign
-  prompts: tenth study).
+  seventh study; the shipped SmolLM2 recipe from then to the tenth), ``logistic+jailbreak+paired-questions`` (their
+  harmful counterparts too: eighth study), ``logistic+jailbreak+balanced-questions`` (and everyday how-to questions
+  in their openings: ninth study) and ``logistic+jailbreak+templated+balanced-questions`` (and the templated benign
+  prompts: tenth study; the shipped SmolLM2 recipe since).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
