@@ -416,7 +416,7 @@ class BackboneSettings(BaseSettings):
     dtype: DType = Field("auto", description="Backbone weight dtype; auto: bfloat16 on CUDA, float32 on the CPU.")
     matmul_dtype: Literal["auto", "weights", "bfloat16"] = Field(
         "auto", description="The decoder's linear layers on the CPU: bfloat16 runs them in bf16 over an fp32 residual"
-        " stream, 1.5-1.8x faster on the embedded backbone with the shipped probe deciding as in fp32 on 581 of 584"
+        " stream, 1.4-1.7x faster on the embedded backbone with the shipped probe deciding as in fp32 on 579 of 584"
         " held-out prompts (benchmarks/cpu_dtype.py); weights keeps every multiply in the weight dtype; auto is"
         " bfloat16 for an fp32 model on a CPU with native bf16 (AVX512-BF16 or AMX), weights elsewhere (HFBackbone)."
     )

@@ -338,8 +338,11 @@ def test_shipped_probe_records_the_corpus_hash_and_command():
     assert data["corpus_sha256"] == corpus_sha256([SHARED_DATA])
     assert data["command"] == manifest["command"] == (  # refitted in place
         "herald fit --max-per-source 150 --direction-estimator logistic --jailbreak-train-per-class 80"
-        " --loaded-questions --threads 1 --overwrite")
-    assert data["loaded_questions"]["n"] == 148  # docs/eval/recipe_studies.md, seventh study
+        " --loaded-questions --harmful-questions --everyday-questions --templated-n 150 --threads 1 --overwrite")
+    # docs/eval/recipe_studies.md, tenth study: the three written sets and the templated prompts
+    assert data["loaded_questions"]["sets"] == {"benign": 148, "harmful": 148, "everyday": 148}
+    assert data["loaded_questions"]["n"] == 444
+    assert data["templated_benign"]["n"] == 150
     for entry in data["files"]:
         assert entry["sha256"] == sha((SHARED_DATA / entry["file"]).read_bytes()), entry["file"]
 

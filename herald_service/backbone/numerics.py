@@ -80,8 +80,8 @@ def resolve_matmul_dtype(matmul_dtype: str, device: torch.device, dtype: torch.d
 
     ``weights``: no, every multiply is in the weight dtype. ``bfloat16``: yes (an fp32 model on the CPU; with bf16
     weights it changes nothing). ``auto``: yes for an fp32 model on a CPU with native bf16 (:func:`cpu_has_native_bf16`),
-    where the embedded backbone answers 1.5-1.8x sooner and the shipped probe, fitted on fp32 states, decides as in
-    fp32 on 581 of its 584 held-out prompts (``benchmarks/cpu_dtype.py``, ``benchmarks/results/cpu_dtype_cpu.json``).
+    where the embedded backbone answers 1.4-1.7x sooner and the shipped probe, fitted on fp32 states, decides as in
+    fp32 on 579 of its 584 held-out prompts (``benchmarks/cpu_dtype.py``, ``benchmarks/results/cpu_dtype_cpu.json``).
 
     Raises:
         BackboneError: an unknown value, or ``bfloat16`` on CUDA (there the weights themselves should be bf16:
