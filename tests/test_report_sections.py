@@ -1316,3 +1316,49 @@ def test_a_highlight_some_recipe_rows_lack_is_still_a_column_with_a_dash_there(t
     assert header.endswith("| recall jailbreak-wrapped |")
     assert next(line for line in lines if line.startswith("| logistic+jailbreak |")).endswith("| 97.4 |")
     assert next(line for line in lines if line.startswith("| shipped |")).endswith("| – |")
+
+
+def test_loso_plot_marks_a_zero_bar_with_a_tick_in_its_methods_colour(tmp_path, monkeypatch):
+    # a recall of 0 (MLPM on the in-the-wild fold) drew no bar at all, indistinguishable from a missing method
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from herald_service.training.report import plot_loso_bars
+
+    results = {"loso": loso({"herald": (pooled(0.6, 0.8), 0.9, 0.9), "mlpm": (pooled(0.5, 0.7), 0.8, 0.8)})}
+    results["loso"]["folds"]["A harmful"]["methods"]["mlpm"]["held_out"]["recall"] = m(0.0, 0.0, 0.0)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    assert plot_loso_bars(results, tmp_path / "loso.png").stat().st_size > 0
+    (ax,) = figures[0].axes
+    (zero,) = ax.texts
+    mlpm_bars = [c for c in ax.containers if c.get_label() == "multi-layer Mahalanobis (MLPM-style)"][0]
+    assert zero.get_text() == "0"
+    assert zero.get_position()[1] == mlpm_bars.patches[0].get_y() + mlpm_bars.patches[0].get_height() / 2
+    assert zero.get_color() == mlpm_bars.patches[0].get_facecolor()
+
+
+def test_loso_plot_legend_wraps_long_labels_inside_the_figure(tmp_path, monkeypatch):
+    # Herald's label names every added set of training rows (230 characters for the shipped recipe); unwrapped, the
+    # two legend columns ran off both sides of the figure
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from herald_service.training import report
+
+    long_label = "Herald (" + ", ".join(f"added set number {i} of training rows" for i in range(8)) + ")"
+    monkeypatch.setitem(report.METHOD_LABELS, "herald", long_label)
+    results = {"loso": loso({"herald": (pooled(0.6, 0.8), 0.9, 0.9), "mlpm": (pooled(0.5, 0.7), 0.8, 0.8)})}
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    report.plot_loso_bars(results, tmp_path / "loso.png")
+    fig = figures[0]
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0
+    assert max(len(line) for t in legend.get_texts() for line in t.get_text().split("\n")) <= 80

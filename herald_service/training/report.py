@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -279,7 +280,11 @@ def plot_loso_bars(results: dict, path: Path) -> Path | None:
 
     sources = list(loso["folds"])
     methods = list(next(iter(loso["folds"].values()))["methods"])
-    legend_in = 0.18 * -(-len(methods) // 2) + 0.1  # inches below the axes for the legend, two columns
+    # long labels (Herald's names its added training rows) wrapped, so the two legend columns fit the figure's width
+    labels = {name: textwrap.fill(METHOD_LABELS.get(name, name), 80) for name in methods}
+    lines = [max(labels[name].count("\n") + 1 for name in methods[i::-(-len(methods) // 2)])
+             for i in range(-(-len(methods) // 2))]
+    legend_in = 0.15 * sum(lines) + 0.04 * len(lines) + 0.1  # inches below the axes for the legend, two columns
     fig, ax = plt.subplots(figsize=(12, 0.38 * len(sources) + 1.5 + legend_in))
     height = 0.8 / len(methods)
     for j, name in enumerate(methods):
@@ -294,7 +299,11 @@ def plot_loso_bars(results: dict, path: Path) -> Path | None:
             errs[0].append(max(v - lo, 0))
             errs[1].append(max(hi - v, 0))
         y = np.arange(len(sources)) + j * height
-        ax.barh(y, values, height, xerr=errs, label=METHOD_LABELS.get(name, name), error_kw={"lw": 0.6})
+        bars = ax.barh(y, values, height, xerr=errs, label=labels[name], error_kw={"lw": 0.6})
+        # a bar of length 0 draws nothing: a "0" in the method's colour says it is there (re-tester, session 35)
+        for k, v in enumerate(values):
+            if v == 0:
+                ax.text(0.004, y[k], "0", color=bars.patches[0].get_facecolor(), fontsize=7, va="center", fontweight="bold")
     ax.set_yticks(np.arange(len(sources)) + 0.4 - height / 2)
     ax.set_yticklabels([_short(s, 48) for s in sources], fontsize=7)
     ax.set_xlabel("correct rate on the held-out source (recall if harmful, 1 − FPR if benign; F1 if mixed), 95% CI")
