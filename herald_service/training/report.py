@@ -303,7 +303,8 @@ def plot_loso_bars(results: dict, path: Path) -> Path | None:
         # a bar of length 0 draws nothing: a "0" in the method's colour says it is there (re-tester, session 35)
         for k, v in enumerate(values):
             if v == 0:
-                ax.text(0.004, y[k], "0", color=bars.patches[0].get_facecolor(), fontsize=7, va="center", fontweight="bold")
+                ax.text(0.004, y[k], "0", color=bars.patches[0].get_facecolor(), fontsize=7, fontweight="bold",
+                        va="center")
     ax.set_yticks(np.arange(len(sources)) + 0.4 - height / 2)
     ax.set_yticklabels([_short(s, 48) for s in sources], fontsize=7)
     ax.set_xlabel("correct rate on the held-out source (recall if harmful, 1 − FPR if benign; F1 if mixed), 95% CI")
