@@ -520,9 +520,9 @@ def test_eval_adds_the_tenth_studys_rows_to_every_fold_and_names_them(tmp_path):
     meta = results["meta"]
     assert meta["loaded_questions"]["sets"] == {"benign": 148, "harmful": 148, "everyday": 148}
     assert meta["loaded_questions"]["label"] == "benign and harmful"
-    assert meta["loaded_questions"]["source"] == ("written loaded-word benign questions (Herald, training only), written"
-                                                  " harmful questions (Herald, training only), written everyday how-to"
-                                                  " questions (Herald, training only)")
+    assert meta["loaded_questions"]["source"] == (
+        "written loaded-word benign questions (Herald, training only), written harmful questions (Herald, training"
+        " only), written everyday how-to questions (Herald, training only)")
     assert meta["templated_benign"]["n"] == 8
     assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {444 + 8}
     assert herald_label(meta) == ("Herald (LDA trajectory + 288-param MLP, 8 templated benign prompts, 148 loaded-word"
