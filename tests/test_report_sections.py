@@ -242,8 +242,8 @@ def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_p
     for gone in ("saturated", "README.md compares"):  # claims about this project's corpus (re-test)
         assert gone not in text, gone
     assert "## Random stratified split\n" in text
-    assert "the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`" in text
-    assert "- Prompts longer than the token limit: none in these files;" in text
+    assert "\n- The jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`" in text
+    assert "- Prompts longer than the token limit: none in these files.\n" in text
     assert "## Leave-one-source-out" in text  # its own results stay
     write(tmp_path, "results.json", {**main_results(), "meta": {**main_results()["meta"],  # the development corpus
                                                                   "herald_direction_estimator": "logistic"}})
@@ -550,7 +550,7 @@ def test_a_skipped_jailbreak_wrapped_set_is_a_target_row_and_a_line_of_what_is_n
     write(tmp_path, "results.json", results)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert f"| Jailbreak-wrapped held-out harmful requests: recall >= 95% | – | n/a | set skipped: {why} |" in text
-    assert f"; the jailbreak-wrapped held-out harmful requests were skipped: {why}.\n" in text
+    assert f"\n- The jailbreak-wrapped held-out harmful requests were skipped: {why}.\n" in text
     assert text.count(why) == 2  # the target row and the line, not a third time (tester nit: every reason was listed)
 
 

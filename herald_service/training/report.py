@@ -806,14 +806,15 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str, 
         "- The paper's benchmarks, models and numbers: not reproduced (only its abstract is public to us).",
         f"- Other backbones: only `{meta.get('backbone', {}).get('id', '?')}` is evaluated here.",
         ("- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
-         "under-represented" if sum((meta.get("skipped_over_max_tokens") or {}).values()) else
-         "- Prompts longer than the token limit: none in these files") + (
-            f"; the jailbreak-wrapped set uses only templates of at most {meta.get('jailbreak_max_chars', 2500)} characters."
-            if "jailbreak_wrapped" in (meta.get("extra_sets") or {}) else
-            f"; the jailbreak-wrapped held-out harmful requests were skipped: {meta['jailbreak_wrapped_skipped']}."
-            if meta.get("jailbreak_wrapped_skipped") else
-            "; the jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`,"
-            " or no held-out request)."),
+         "under-represented." if sum((meta.get("skipped_over_max_tokens") or {}).values()) else
+         "- Prompts longer than the token limit: none in these files."),
+        # its own line: a skipped set's reason is not about the token limit (re-tester, session 35)
+        (f"- The jailbreak-wrapped set uses only templates of at most {meta.get('jailbreak_max_chars', 2500)} characters."
+         if "jailbreak_wrapped" in (meta.get("extra_sets") or {}) else
+         f"- The jailbreak-wrapped held-out harmful requests were skipped: {meta['jailbreak_wrapped_skipped']}."
+         if meta.get("jailbreak_wrapped_skipped") else
+         "- The jailbreak-wrapped set was not evaluated (no templates, `--jailbreak-templates null`, `--jailbreak-n 0`,"
+         " or no held-out request)."),
         *([] if results.get("loso") else [
             "- Leave-one-source-out: not run (`--no-loso`), so no source was held out of training: the tables score"
             " prompts of sources the models were trained on (the extra sets aside)."]),
