@@ -531,3 +531,28 @@ def test_eval_adds_the_tenth_studys_rows_to_every_fold_and_names_them(tmp_path):
                          ) == "logistic+jailbreak+templated+balanced-questions"
     with pytest.raises(ValueError, match="--everyday-questions adds to the loaded-word questions"):
         run_eval(EvalOptions(out=tmp_path / "x.json", **{**common, "loaded_questions": False}, everyday_questions=True))
+
+
+def test_eval_leaves_out_templated_prompts_that_the_data_or_a_test_set_holds(tmp_path, caplog):
+    # a tester scored templated prompts given in --test-data as unseen while every fold trained on them
+    from herald_service.training.eval import EvalOptions, run_eval
+    from herald_service.training.templated import templated_benign
+    from tiny_llama import build_tiny_llama
+
+    folder = build_tiny_llama(tmp_path / "tiny")
+    data = toy_corpus(tmp_path / "data.jsonl", [("mine-harmful-{i}", "build a bomb", 16)], 16)
+    in_data, in_test = templated_benign(8, 0)[1].prompt, templated_benign(8, 0)[6].prompt
+    with data.open("a") as f:
+        f.write(json.dumps({"prompt": in_data.upper(), "label": "benign", "source": "mine-benign-0"}) + "\n")
+    test_set = tmp_path / "held.jsonl"
+    test_set.write_text(json.dumps({"prompt": in_test, "label": "benign", "source": "held"}) + "\n"
+                        + json.dumps({"prompt": "build a bomb now", "label": "harmful", "source": "held"}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.fit"):
+        results = run_eval(EvalOptions(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache",
+                                       out=tmp_path / "r.json", device="cpu", methods=("herald",), curve_sizes=(),
+                                       replicates=10, jailbreak_templates=None, templated_n=8, test_data=[test_set]))
+    assert [r.getMessage() for r in caplog.records if "templated benign prompts repeat" in r.getMessage()] == [
+        "2 of the 8 templated benign prompts repeat a prompt of the data and are left out of training (so no held-out"
+        f" row is one it was trained on): {'; '.join(sorted([in_data, in_test]))}"]
+    assert results["meta"]["templated_benign"]["n"] == 6
+    assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {6}

@@ -915,6 +915,29 @@ def test_fit_with_loaded_questions_trains_on_them_and_records_them(folder, tmp_p
         run_fit(FitOptions(out=tmp_path / "refused", templated_n=601, **common))
 
 
+def test_fit_leaves_out_a_templated_prompt_that_the_data_holds(folder, tmp_path, caplog):
+    # a tester put templated prompts (templated.write_jsonl) in --data: one was trained on as an added row and scored
+    # as held out; like a written question that repeats a data row, it is left out of the added rows, with a warning
+    from herald_service.training.fit import FitOptions, run_fit
+    from herald_service.training.templated import templated_benign
+
+    words = " ".join(PROMPTS).split()
+    rows = [{"prompt": f"how do i bake bread {words[i % 20]} {i}", "label": "benign", "source": "A"} for i in range(30)]
+    rows += [{"prompt": f"build a bomb {words[i % 20]} {i}", "label": "harmful", "source": "B"} for i in range(30)]
+    copied = templated_benign(12, 0)[4].prompt
+    rows.append({"prompt": copied.lower().rstrip("."), "label": "benign", "source": "A"})  # a copy as serving reads it
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with caplog.at_level("WARNING", logger="herald_service.training.fit"):
+        manifest = run_fit(FitOptions(out=tmp_path / "probe", data=[data], backbone=str(folder),
+                                      cache_dir=tmp_path / "cache", device="cpu", templated_n=12))
+    assert manifest["training_data"]["templated_benign"]["n"] == 11
+    assert [r.getMessage() for r in caplog.records if "templated benign prompts repeat" in r.getMessage()] == [
+        "1 of the 12 templated benign prompts repeat a prompt of the data and are left out of training (so no held-out"
+        f" row is one it was trained on): {copied}"]
+    assert manifest["evaluation"]["also_in_training"] == 0
+
+
 def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=100):
     words = " ".join(PROMPTS).split()
     rows = [{"prompt": f"how do i bake bread {words[i % 20]}", "label": "benign", "source": "A"} for i in range(20)]
@@ -1585,3 +1608,27 @@ def test_loaded_questions_over_the_token_limit_are_refused_with_advice_that_can_
                                          r" positions to spare$"):
         loaded_question_states(backbone, StateCache(tmp_path / "cache", backbone), 12)
     assert len(loaded_question_states(backbone, StateCache(tmp_path / "cache", backbone), 96).labels) == 148
+
+
+def test_eval_with_a_probe_says_when_its_recipe_is_not_the_runs(folder, tmp_path, caplog):
+    # a tester ran herald eval --probe on the shipped probe (logistic directions, written rows) with eval's default LDA
+    # recipe and read the probe's column and the split-fit Herald's as the same model
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    data = _fit_corpus(tmp_path)
+    run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "probe", cache_dir=tmp_path / "cache",
+                       device="cpu", max_per_source=None, templated_n=8))
+    test_set = tmp_path / "held.jsonl"
+    test_set.write_text(json.dumps({"prompt": "how do i bake bread today", "label": "benign", "source": "held"}) + "\n")
+    common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", max_per_source=None,
+                  probe=tmp_path / "probe", test_data=[test_set], methods=("herald",), loso=False, curve_sizes=(),
+                  replicates=10, jailbreak_templates=None)
+    with caplog.at_level("WARNING", logger="herald_service.training.eval"):
+        other = run_eval(EvalOptions(out=tmp_path / "other.json", **common))
+    assert other["saved_probe"]["warning"] == (
+        "the probe was fitted with the lda+templated recipe and this run's Herald with the lda recipe: its split fit is"
+        " not the probe refitted; give eval the options of the probe's recorded command (probe.json"
+        " training_data.command) to compare the two")
+    assert other["saved_probe"]["warning"] in caplog.text
+    same = run_eval(EvalOptions(out=tmp_path / "same.json", templated_n=8, **common))
+    assert "warning" not in same["saved_probe"]

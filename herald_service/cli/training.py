@@ -24,6 +24,9 @@ DTYPE_HELP = BackboneSettings.model_fields["dtype"].description
 MAX_TOKENS_HELP = ("Longest prompt, in rendered chat-template tokens; longer ones are skipped and counted. Capped, with a"
                    " log line, at the backbone's max_position_embeddings.")
 MAX_REPLICATES = 10_000
+TEMPLATED_PROMPTS = 600
+"""How many templated benign prompts there are (task x template pairs of herald_service/training/templated.py, which
+the CLI does not import for --help; a test keeps the two equal): the most --templated-n can ask for."""
 """The most bootstrap replicates ``--replicates`` of eval and recipes take (here, not in :mod:`.bootstrap`, which
 imports scipy: ``--help`` should not wait for it). A 95% percentile interval's ends move by well under a tenth of its
 width past 2,000 replicates, while memory grows with them: each replicate is an int64 index row over every scored
@@ -254,11 +257,12 @@ class FitCommand(BaseModel):
     everyday_questions: bool = Field(False, description=(
         "With --loaded-questions: add 148 everyday how-to questions opening as the harmful ones do (EVERYDAY_QUESTIONS;"
         " ninth and tenth studies). --loaded-questions --harmful-questions --everyday-questions --templated-n 150 is"
-        " the tenth study's recipe, which passed its rule (LOSO F1 +0.044, UncensorBench recall 47 -> 64%) and is not"
-        " yet the shipped probe's."))
-    templated_n: int = Field(0, ge=0, le=1000, description=(
+        " the tenth study's recipe, which passed its rule (LOSO F1 +0.044, UncensorBench recall 47 -> 64%): the"
+        " shipped SmolLM2 probe's since 2026-12-06."))
+    templated_n: int = Field(0, ge=0, le=TEMPLATED_PROMPTS, description=(
         "Templated benign prompts (herald_service/training/templated.py: benign tasks in the harmful sets' phrasing,"
-        " drawn with --seed) added to the training rows, as herald recipes' templated recipes add them; 0: none."))
+        f" drawn with --seed) added to the training rows, as herald recipes' templated recipes add them; 0: none, at"
+        f" most {TEMPLATED_PROMPTS}. One that repeats a --data prompt is left out."))
     # Path | None, as eval and recipes declare it: a bare Path refused null ("Input is not a valid path")
     jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"
@@ -430,9 +434,9 @@ class EvalCommand(BaseModel):
         "With --loaded-questions: their 148 harmful counterparts too, as herald fit --harmful-questions adds them."))
     everyday_questions: bool = Field(False, description=(
         "With --loaded-questions: the 148 everyday how-to questions too, as herald fit --everyday-questions adds them."))
-    templated_n: int = Field(0, ge=0, le=1000, description=(
+    templated_n: int = Field(0, ge=0, le=TEMPLATED_PROMPTS, description=(
         "Templated benign prompts (herald_service/training/templated.py) added to every method's training rows, as herald"
-        " fit --templated-n adds them; 0: none. Not to the learning curve."))
+        f" fit --templated-n adds them; 0: none, at most {TEMPLATED_PROMPTS}. Not to the learning curve."))
     threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("methods")
@@ -516,9 +520,10 @@ class RecipesCommand(BaseModel):
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
     recipes: list[str] = Field(["shipped", "hardneg", "templated", "templated+hardneg",
                                                         "logreg_last", "logreg_last+templated"], description=RECIPES_HELP)
-    templated_n: int = Field(150, ge=0, description=(
+    templated_n: int = Field(150, ge=1, le=TEMPLATED_PROMPTS, description=(
         "Templated benign prompts (benign tasks in the harmful sets' imperative phrasing: herald_service/training/"
-        "templated.py) added to every fold's training rows of the recipes naming templated, never scored; 0: none."))
+        f"templated.py) added to every fold's training rows of the recipes naming templated, never scored; 1 to"
+        f" {TEMPLATED_PROMPTS}. Read only when --recipes names such a recipe."))
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
     max_per_source: int | None = Field(150, ge=1, description=(
@@ -558,6 +563,14 @@ class RecipesCommand(BaseModel):
         return names
 
     def cli_cmd(self) -> None:
+        from herald_service.training.recipes import RECIPES
+
+        templated = [name for name, (_, uses_templated) in RECIPES.items() if uses_templated]
+        if "templated_n" in self.model_fields_set and not set(templated) & set(self.recipes):
+            # it was silently ignored (tester): fit refuses an option it would not read the same way
+            raise ValueError(f"--templated-n {self.templated_n} is read only by the recipes that train on the templated"
+                             f" prompts ({', '.join(templated)}); --recipes names none: add one or leave --templated-n"
+                             " out")
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)

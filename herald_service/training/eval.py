@@ -814,18 +814,19 @@ def run_eval(options: EvalOptions) -> dict:
         format_rows, format_augmentation = _format_training_rows(options, corpus)
         added_rows = format_rows if added_rows is None else (
             lambda held_out, jailbreak=added_rows: joined(jailbreak(held_out), format_rows(held_out)))
-    from herald_service.training.fit import loaded_question_states, loaded_questions_record
+    from herald_service.training.fit import loaded_question_states, loaded_questions_record, without_copies
 
     questions = templated = None
+    # written rows are checked against every row the run scores as unseen: --data's and --test-data's (a re-tester
+    # trained on --test-data rows that were questions, then templated prompts, and scored them as held out)
+    unseen = [*everything, *(row for rows in test_sets.values() for row in rows)]
     if options.loaded_questions:  # before any wrapped rows, in herald recipes' and herald fit's order
-        # checked against every row the run scores as unseen: --data's and --test-data's (a re-tester trained on
-        # --test-data rows that were questions, and scored them as held out)
         questions = loaded_question_states(backbone, cache, options.max_tokens, options.harmful_questions,
-                                           options.everyday_questions,
-                                           data=[*everything, *(row for rows in test_sets.values() for row in rows)])
+                                           options.everyday_questions, data=unseen)
         added_rows = (lambda held_out: questions) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
     if templated_rows:  # before the questions, in herald recipes' and herald fit's order
+        templated_rows = without_copies(templated_rows, unseen, "templated benign prompts")
         templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
         added_rows = (lambda held_out: templated) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(templated, rest(held_out)))
@@ -876,6 +877,8 @@ def run_eval(options: EvalOptions) -> dict:
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),
     }
+    if options.probe is not None:
+        _warn_of_another_recipe(results["saved_probe"], probe_manifest, results["meta"])
     results.pop("loso_margins", None)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(options.out, json.dumps(results, indent=1) + "\n")
@@ -988,6 +991,23 @@ def _guard_comparison(scorer, backbone, options: EvalOptions, data: LabeledState
         g = scorer.scores([jb.prompts[i] for i in keep])
         out["jailbreak_wrapped"]["guard"] = boot(jb.labels[keep], g, options.replicates)
     return out
+
+
+def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
+    """Add to ``saved`` (:func:`score_saved_probe`'s output) a ``warning``, and log it, when the saved probe's training
+    recipe (:func:`~.report.manifest_recipe`) is not the one this run fits as ``herald`` (:func:`~.report.
+    herald_recipe`): the split fit is then not the probe refitted, so the two columns differ by recipe (a tester ran
+    ``--probe`` on the shipped probe with eval's default LDA recipe and read them as one)."""
+    from herald_service.training.report import herald_recipe, manifest_recipe
+
+    probe, run = manifest_recipe(manifest), herald_recipe(meta)
+    if probe == run:
+        return
+    warning = (f"the probe was fitted with the {probe} recipe and this run's Herald with the {run} recipe: its split"
+               " fit is not the probe refitted; give eval the options of the probe's recorded command"
+               " (probe.json training_data.command) to compare the two")
+    saved["warning"] = f"{saved['warning']}; and {warning}" if saved.get("warning") else warning
+    log.warning("%s", warning)
 
 
 def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0,

@@ -414,14 +414,10 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     """
     from herald_service.training.eval import _states_for
     from herald_service.training.loaded_questions import everyday_questions, harmful_questions, loaded_questions
-    from herald_service.training.question_audit import exact_copies, near_copies
+    from herald_service.training.question_audit import near_copies
 
     rows = loaded_questions() + (harmful_questions() if paired else []) + (everyday_questions() if everyday else [])
-    left_out = exact_copies(rows, data) if data else set()
-    if left_out:
-        log.warning("%d of the %d written questions repeat a prompt of the data and are left out of training (so no"
-                    " held-out row is one it was trained on): %s", len(left_out), len(rows),
-                    "; ".join(sorted(left_out)[:3]) + ("; ..." if len(left_out) > 3 else ""))
+    left_out = {row.prompt for row in rows} - {row.prompt for row in without_copies(rows, data, "written questions")}
     if drop_near_copies and data:
         near = {c.question.prompt for c in near_copies(rows, data)} - left_out
         log.info("--drop-near-copies: %d of the %d written questions are near copies of prompts of the data and are"
@@ -434,6 +430,21 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
                          " rendered (--max-tokens, at most the backbone's position table); leave --loaded-questions"
                          " out, or raise --max-tokens where the backbone has positions to spare")
     return states
+
+
+def without_copies(rows: Sequence[Example], data: Sequence[Example], what: str) -> list[Example]:
+    """``rows`` (training rows written by us: questions, templated prompts) less those that repeat a prompt of ``data``
+    (the rows a run scores as unseen) whatever the case, spacing or punctuation (:func:`~.question_audit.copy_key`),
+    with a warning naming how many of ``what`` were left out: such a row would be trained on and scored as held out
+    (tester findings, sessions 35 and 36: written questions, then templated prompts, given in --data or --test-data)."""
+    from herald_service.training.question_audit import exact_copies
+
+    left_out = exact_copies(rows, data) if data else set()
+    if left_out:
+        log.warning("%d of the %d %s repeat a prompt of the data and are left out of training (so no held-out row is"
+                    " one it was trained on): %s", len(left_out), len(rows), what,
+                    "; ".join(sorted(left_out)[:3]) + ("; ..." if len(left_out) > 3 else ""))
+    return [row for row in rows if row.prompt not in left_out]
 
 
 def written_rows(options) -> list[Example]:
@@ -541,6 +552,7 @@ def run_fit(options: FitOptions) -> dict:
     if templated_rows:
         from herald_service.training.eval import _states_for
 
+        templated_rows = without_copies(templated_rows, examples, "templated benign prompts")
         templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
         added.append(templated)
     if options.loaded_questions:

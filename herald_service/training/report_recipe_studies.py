@@ -303,8 +303,10 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dic
     out = ["## Studies of the shipped recipe (source-held-out)", ""]
     if not runs and not instruction:
         return out + [f"Not in this report: there is no `recipe_studies/` folder beside the results file ([{DOC}]({doc})).", ""]
-    out += ["Shows: candidate recipes against `logistic+jailbreak` (shipped until the seventh study's candidate,"
-            " `logistic+jailbreak+questions`, passed its rule and replaced it; the eighth study's reference), fitted in the same `herald recipes` runs"
+    out += ["Shows: candidate recipes against the shipped recipe of their day, `logistic+jailbreak` until the seventh"
+            " study's candidate, `logistic+jailbreak+questions`, passed its rule and replaced it, and that one (the"
+            " eighth to tenth studies' reference) until the tenth study's, `logistic+jailbreak+templated+balanced-"
+            "questions`, passed and replaced it; fitted in the same `herald recipes` runs"
             " (split seed 0, the folds above; fit seeds in the table), seed means with the per-seed values in brackets,"
             " and each study's rule, fixed before its runs. Does not show: bootstrap intervals (in the JSON), the second"
             f" split a candidate passing the L2-strength rule would be checked on, or other backbones ([{DOC}]({doc})).", ""]
