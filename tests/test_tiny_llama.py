@@ -874,7 +874,7 @@ def test_fit_with_jailbreak_augmentation_trains_on_wrapped_training_requests_onl
     assert len(keys) == EVALUATION_TEMPLATES and not keys & {template_key(loaded[i]["prompt"]) for i in split.train}
 
 
-def test_fit_with_loaded_questions_trains_on_them_and_records_them(folder, tmp_path):
+def test_fit_with_loaded_questions_trains_on_them_and_records_them(folder, tmp_path, caplog):
     # docs/eval/recipe_studies.md, seventh study: the benign loaded-word questions join the training rows only
     from herald_service.training.loaded_questions import SOURCE, loaded_questions
 
@@ -898,8 +898,15 @@ def test_fit_with_loaded_questions_trains_on_them_and_records_them(folder, tmp_p
     dirs = {n: load_file(str(tmp_path / n / "probe.safetensors"))["directions"].float() for n in ("plain", "questions")}
     assert not torch.equal(dirs["plain"], dirs["questions"])  # they reached the direction fit
     # the tenth study's rows (docs/eval/recipe_studies.md): harmful and everyday questions, and templated prompts
-    tenth = run_fit(FitOptions(out=tmp_path / "tenth", loaded_questions=True, harmful_questions=True,
-                               everyday_questions=True, templated_n=12, **common))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="herald_service.training.fit"):
+        tenth = run_fit(FitOptions(out=tmp_path / "tenth", loaded_questions=True, harmful_questions=True,
+                                   everyday_questions=True, templated_n=12, **common))
+    # 456 added rows beside the data's 48 training rows: said (a tester fitted 40 rows beside 1,124 without a word)
+    assert [r.getMessage() for r in caplog.records if "outnumber" in r.getMessage()] == [
+        "the added training rows (456; written questions, templated prompts, wrapped requests; source-label groups:"
+        " 4) outnumber the data's 48 training rows (groups: 2; each group weighs alike within its label): the probe"
+        " learns mostly from rows Herald adds, not from your data; add data or leave those options out"]
     record = tenth["training_data"]["loaded_questions"]
     assert record["sets"] == {"benign": 148, "harmful": 148, "everyday": 148} and record["n"] == 444
     assert record["label"] == "benign and harmful"
@@ -932,6 +939,7 @@ def test_fit_leaves_out_a_templated_prompt_that_the_data_holds(folder, tmp_path,
         manifest = run_fit(FitOptions(out=tmp_path / "probe", data=[data], backbone=str(folder),
                                       cache_dir=tmp_path / "cache", device="cpu", templated_n=12))
     assert manifest["training_data"]["templated_benign"]["n"] == 11
+    assert not [r for r in caplog.records if "outnumber" in r.getMessage()]  # 11 added rows beside 48 of the data
     assert [r.getMessage() for r in caplog.records if "templated benign prompts repeat" in r.getMessage()] == [
         "1 of the 12 templated benign prompts repeat a prompt of the data and are left out of training (so no held-out"
         f" row is one it was trained on): {copied}"]

@@ -569,6 +569,13 @@ def run_fit(options: FitOptions) -> dict:
         fit_states = np.concatenate([fit_states, wrapped.states])
         fit_labels = np.concatenate([fit_labels, [e.label for e in wrapped.examples]])
         fit_groups = np.concatenate([fit_groups, [f"{e.source}|{e.label}" for e in wrapped.examples]])
+    if len(fit_labels) - len(train) > len(train):  # a tester's 40 rows beside 1,124 added ones fitted without a word
+        data_groups = set(groups[train])
+        log.warning("the added training rows (%d; written questions, templated prompts, wrapped requests; source-label"
+                    " groups: %d) outnumber the data's %d training rows (groups: %d; each group weighs alike within its"
+                    " label): the probe learns mostly from rows Herald adds, not from your data; add data or leave"
+                    " those options out", len(fit_labels) - len(train), len(set(fit_groups) - data_groups), len(train),
+                    len(data_groups))
     weights = balanced_weights(fit_groups, fit_labels)
     probe = HeraldProbe(threshold_method=options.threshold_method, target_fpr=options.target_fpr, seed=options.seed,
                         feature_set=options.feature_set, direction_estimator=options.direction_estimator)
