@@ -24,14 +24,14 @@ DTYPE_HELP = BackboneSettings.model_fields["dtype"].description
 MAX_TOKENS_HELP = ("Longest prompt, in rendered chat-template tokens; longer ones are skipped and counted. Capped, with a"
                    " log line, at the backbone's max_position_embeddings.")
 MAX_REPLICATES = 10_000
-TEMPLATED_PROMPTS = 600
-"""How many templated benign prompts there are (task x template pairs of herald_service/training/templated.py, which
-the CLI does not import for --help; a test keeps the two equal): the most --templated-n can ask for."""
 """The most bootstrap replicates ``--replicates`` of eval and recipes take (here, not in :mod:`.bootstrap`, which
 imports scipy: ``--help`` should not wait for it). A 95% percentile interval's ends move by well under a tenth of its
 width past 2,000 replicates, while memory grows with them: each replicate is an int64 index row over every scored
 prompt, times several float copies (the pooled LOSO block of the development corpus scores about 2,900 prompts, so
 10,000 replicates hold a few 0.2 GB matrices); 10**9 asked for 60 GB and ended in a traceback (tester finding)."""
+TEMPLATED_PROMPTS = 600
+"""How many templated benign prompts there are (task x template pairs of herald_service/training/templated.py, which
+the CLI does not import for --help; a test keeps the two equal): the most --templated-n can ask for."""
 REPLICATES_HELP = (f"Bootstrap replicates of the 95% intervals, 10 to {MAX_REPLICATES:,}: memory grows with them (an index"
                    " row over every scored prompt each) and the intervals' ends barely move past 2,000.")
 THREADS_ALIASES = AliasChoices("threads", "num_threads")
