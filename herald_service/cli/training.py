@@ -563,14 +563,15 @@ class RecipesCommand(BaseModel):
         return names
 
     def cli_cmd(self) -> None:
-        from herald_service.training.recipes import RECIPES
+        if "templated_n" in self.model_fields_set:  # only then: the recipes module imports torch (test_layering)
+            from herald_service.training.recipes import RECIPES
 
-        templated = [name for name, (_, uses_templated) in RECIPES.items() if uses_templated]
-        if "templated_n" in self.model_fields_set and not set(templated) & set(self.recipes):
-            # it was silently ignored (tester): fit refuses an option it would not read the same way
-            raise ValueError(f"--templated-n {self.templated_n} is read only by the recipes that train on the templated"
-                             f" prompts ({', '.join(templated)}); --recipes names none: add one or leave --templated-n"
-                             " out")
+            templated = [name for name, (_, uses_templated) in RECIPES.items() if uses_templated]
+            if not set(templated) & set(self.recipes):
+                # it was silently ignored (tester): fit refuses an option it would not read the same way
+                raise ValueError(f"--templated-n {self.templated_n} is read only by the recipes that train on the"
+                                 f" templated prompts ({', '.join(templated)}); --recipes names none: add one or leave"
+                                 " --templated-n out")
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
         check_data_and_backbone(self)
