@@ -111,7 +111,7 @@ RECIPES_HELP = (
     " training), logistic+jailbreak+paired-questions (their harmful counterparts too),"
     " logistic+jailbreak+balanced-questions (and everyday how-to questions opening as the harmful ones do) and"
     " logistic+jailbreak+templated+balanced-questions (and the templated benign prompts: the shipped SmolLM2"
-    " probe's recipe)."
+    " probe's recipe), templated+balanced-questions (the same written rows on the LDA recipe)."
     " Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
     " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
 """``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the

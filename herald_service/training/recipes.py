@@ -19,7 +19,8 @@ Recipes:
   seventh study; the shipped SmolLM2 recipe from then to the tenth), ``logistic+jailbreak+paired-questions`` (their
   harmful counterparts too: eighth study), ``logistic+jailbreak+balanced-questions`` (and everyday how-to questions
   in their openings: ninth study) and ``logistic+jailbreak+templated+balanced-questions`` (and the templated benign
-  prompts: tenth study; the shipped SmolLM2 recipe since).
+  prompts: tenth study; the shipped SmolLM2 recipe since). ``templated+balanced-questions`` trains the LDA recipe
+  (``shipped``) on the same written rows, without wrapped ones (twelfth study, on Gemma-3-270M).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -78,6 +79,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic+jailbreak+paired-questions": ("herald_logistic", False),
     "logistic+jailbreak+balanced-questions": ("herald_logistic", False),
     "logistic+jailbreak+templated+balanced-questions": ("herald_logistic", True),
+    "templated+balanced-questions": ("herald", True),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
