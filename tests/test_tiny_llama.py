@@ -944,6 +944,12 @@ def test_fit_leaves_out_a_templated_prompt_that_the_data_holds(folder, tmp_path,
         "1 of the 12 templated benign prompts repeat a prompt of the data and are left out of training (so no held-out"
         f" row is one it was trained on): {copied}"]
     assert manifest["evaluation"]["also_in_training"] == 0
+    # every templated prompt asked for repeats a data row: none is added, and none recorded (reviewer)
+    only = templated_benign(1, 0)[0].prompt
+    data.write_text("\n".join(json.dumps(r) for r in [*rows, {"prompt": only, "label": "benign", "source": "A"}]) + "\n")
+    none_left = run_fit(FitOptions(out=tmp_path / "none", data=[data], backbone=str(folder), cache_dir=tmp_path / "cache",
+                                   device="cpu", templated_n=1))
+    assert "templated_benign" not in none_left["training_data"]
 
 
 def _jailbreak_inputs(tmp_path, sources=("AdvBench", "HarmBench"), n_templates=100):
@@ -1634,9 +1640,15 @@ def test_eval_with_a_probe_says_when_its_recipe_is_not_the_runs(folder, tmp_path
     with caplog.at_level("WARNING", logger="herald_service.training.eval"):
         other = run_eval(EvalOptions(out=tmp_path / "other.json", **common))
     assert other["saved_probe"]["warning"] == (
-        "the probe was fitted with the lda+templated recipe and this run's Herald with the lda recipe: its split fit is"
-        " not the probe refitted; give eval the options of the probe's recorded command (probe.json"
+        "the probe was fitted with the lda+templated recipe (0 wrapped per class, 8 templated, 0 written questions) and"
+        " this run's Herald with the lda recipe (0 wrapped per class, 0 templated, 0 written questions): its split fit"
+        " is not the probe refitted; give eval the options of the probe's recorded command (probe.json"
         " training_data.command) to compare the two")
     assert other["saved_probe"]["warning"] in caplog.text
     same = run_eval(EvalOptions(out=tmp_path / "same.json", templated_n=8, **common))
     assert "warning" not in same["saved_probe"]
+    fewer = run_eval(EvalOptions(out=tmp_path / "fewer.json", templated_n=4, **common))  # the same name, other rows
+    assert "(0 wrapped per class, 4 templated, 0 written questions)" in fewer["saved_probe"]["warning"]
+    # without Herald among the methods there is no split-fit Herald to compare the probe with (reviewer)
+    assert "warning" not in run_eval(EvalOptions(out=tmp_path / "none.json", **{**common, "methods": ("logreg_last",)})
+                                     )["saved_probe"]

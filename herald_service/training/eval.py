@@ -825,8 +825,8 @@ def run_eval(options: EvalOptions) -> dict:
                                            options.everyday_questions, data=unseen)
         added_rows = (lambda held_out: questions) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
+    templated_rows = without_copies(templated_rows, unseen, "templated benign prompts") if templated_rows else []
     if templated_rows:  # before the questions, in herald recipes' and herald fit's order
-        templated_rows = without_copies(templated_rows, unseen, "templated benign prompts")
         templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
         added_rows = (lambda held_out: templated) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(templated, rest(held_out)))
@@ -877,7 +877,7 @@ def run_eval(options: EvalOptions) -> dict:
         "replicates": options.replicates,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    if options.probe is not None:
+    if options.probe is not None and "herald" in options.methods:  # without it, no Herald of this run to compare
         _warn_of_another_recipe(results["saved_probe"], probe_manifest, results["meta"])
     results.pop("loso_margins", None)
     options.out.parent.mkdir(parents=True, exist_ok=True)
@@ -1000,10 +1000,18 @@ def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
     ``--probe`` on the shipped probe with eval's default LDA recipe and read them as one)."""
     from herald_service.training.report import herald_recipe, manifest_recipe
 
-    probe, run = manifest_recipe(manifest), herald_recipe(meta)
+    training = manifest.get("training_data") or {}
+
+    def counts(record: dict) -> str:  # the added rows' sizes, which the recipe's name does not give
+        return (f"{(record.get('jailbreak_augmentation') or {}).get('per_class', 0)} wrapped per class,"
+                f" {(record.get('templated_benign') or {}).get('n', 0)} templated,"
+                f" {(record.get('loaded_questions') or {}).get('n', 0)} written questions")
+
+    probe = f"{manifest_recipe(manifest)} recipe ({counts(training)})"
+    run = f"{herald_recipe(meta)} recipe ({counts(meta)})"
     if probe == run:
         return
-    warning = (f"the probe was fitted with the {probe} recipe and this run's Herald with the {run} recipe: its split"
+    warning = (f"the probe was fitted with the {probe} and this run's Herald with the {run}: its split"
                " fit is not the probe refitted; give eval the options of the probe's recorded command"
                " (probe.json training_data.command) to compare the two")
     saved["warning"] = f"{saved['warning']}; and {warning}" if saved.get("warning") else warning

@@ -549,10 +549,10 @@ def run_fit(options: FitOptions) -> dict:
     fit_states, fit_labels, fit_groups = states[train], labels[train], groups[train]
     augmentation = questions = templated = None
     added = []  # after the corpus rows and before any wrapped ones, in herald recipes' order: templated, questions
-    if templated_rows:
+    templated_rows = without_copies(templated_rows, examples, "templated benign prompts") if templated_rows else []
+    if templated_rows:  # none left when every one repeats a data prompt: no templated rows, and none recorded
         from herald_service.training.eval import _states_for
 
-        templated_rows = without_copies(templated_rows, examples, "templated benign prompts")
         templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
         added.append(templated)
     if options.loaded_questions:

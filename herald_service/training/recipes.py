@@ -302,6 +302,10 @@ def run_recipes(options: RecipeOptions) -> dict:
         # --sensitive-data's rows are scored as unseen too: a templated prompt repeating one is left out as well
         templated = without_copies(templated_benign(options.templated_n, options.seed), [*everything, *sensitive_rows],
                                    "templated benign prompts")
+        if not templated:
+            raise ValueError(f"every one of the {options.templated_n} templated benign prompts (--templated-n)"
+                             " repeats a prompt of --data or --sensitive-data: the templated recipes would train on"
+                             " none")
         augment, _, _ = _states_for(backbone, templated, cache, options.max_tokens, "templated states")
     jailbreak = jailbreak_extended = pool = None
     if template_file is not None and not template_file.is_file():  # the default path: the CLI refuses one given

@@ -1,10 +1,13 @@
 """The section of ``docs/EVALUATION.md`` (``herald report``) for the studies of docs/eval/recipe_studies.md: scorer
 inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training,
 the last two together, the wrapped training rows after the template fix, loaded-word benign questions (and the audit
-run without their near copies), their harmful counterparts, everyday how-to questions beside those;
-each candidate recipe against its study's reference (:attr:`Study.reference`: ``logistic+jailbreak``, the shipped
-recipe until the seventh study, or ``logistic+jailbreak+questions`` after it) of the same ``herald recipes`` runs
-(three fit seeds), with the rule fixed before the runs. The sixth study (states read at the end of a moderation instruction) compares
+run without their near copies), their harmful counterparts, everyday how-to questions beside those, and the templated
+benign prompts beside both (the tenth study, shipped since); each candidate recipe against its study's reference
+(:attr:`Study.reference`: ``logistic+jailbreak``, the shipped recipe until the seventh study, or
+``logistic+jailbreak+questions`` from the seventh to the tenth) of the same ``herald recipes`` runs (three fit seeds),
+with the rule fixed before the runs. The eleventh and twelfth studies ran on Gemma-3-270M and are judged by
+docs/eval/recipe_studies/gemma/summarize.py, not here. The sixth study (states read at the end of a moderation
+instruction) compares
 two ``herald eval`` runs instead: the corpus as it is and the copy of
 :mod:`~herald_service.training.instruction_corpus`.
 

@@ -49,4 +49,6 @@ def main(folder: Path = HERE, candidate: str = CANDIDATE) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) not in (1, 3):
+        sys.exit("usage: summarize.py [FOLDER CANDIDATE] (no arguments: the eleventh study, beside this file)")
     main(Path(sys.argv[1]), sys.argv[2]) if len(sys.argv) == 3 else main()
