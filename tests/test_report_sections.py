@@ -1318,7 +1318,7 @@ def test_a_highlight_some_recipe_rows_lack_is_still_a_column_with_a_dash_there(t
     assert next(line for line in lines if line.startswith("| shipped |")).endswith("| – |")
 
 
-def test_loso_plot_marks_a_zero_bar_with_a_tick_in_its_methods_colour(tmp_path, monkeypatch):
+def test_loso_plot_marks_a_zero_bar_with_a_0_in_its_methods_colour(tmp_path, monkeypatch):
     # a recall of 0 (MLPM on the in-the-wild fold) drew no bar at all, indistinguishable from a missing method
     import matplotlib
 
