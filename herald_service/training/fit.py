@@ -417,13 +417,13 @@ def loaded_question_states(backbone, cache, max_tokens: int, paired: bool = Fals
     from herald_service.training.question_audit import near_copies
 
     rows = loaded_questions() + (harmful_questions() if paired else []) + (everyday_questions() if everyday else [])
-    left_out = {row.prompt for row in rows} - {row.prompt for row in without_copies(rows, data, "written questions")}
-    if drop_near_copies and data:
-        near = {c.question.prompt for c in near_copies(rows, data)} - left_out
+    written = len(rows)
+    rows = without_copies(rows, data, "written questions")
+    if drop_near_copies and data:  # each question's nearest data row is its own: the copies left out change no other
+        near = {c.question.prompt for c in near_copies(rows, data)}
         log.info("--drop-near-copies: %d of the %d written questions are near copies of prompts of the data and are"
-                 " left out of training", len(near), len(rows))
-        left_out |= near
-    rows = [row for row in rows if row.prompt not in left_out]
+                 " left out of training", len(near), written)
+        rows = [row for row in rows if row.prompt not in near]
     states, _, skipped = _states_for(backbone, rows, cache, max_tokens, "loaded-question states")
     if sum(skipped.values()):
         raise ValueError(f"{sum(skipped.values())} of the loaded-word questions exceed the token limit {max_tokens} once"

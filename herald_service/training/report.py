@@ -33,6 +33,10 @@ from herald_service.training.attacks import JAILBREAK_SOURCE, SEEN_TEMPLATE_SOUR
 from herald_service.training.report_markdown import code_span, escape
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, SENSITIVE_BENIGN, SHORTCUT_SOURCES, in_group
 
+ADDED_ROWS = ("jailbreak_augmentation", "loaded_questions", "templated_benign")
+"""The ``herald eval`` meta keys (and ``probe.json`` ``training_data`` keys) of training rows a recipe adds to the
+corpus rows: wrapped requests, written questions, templated prompts; they name the recipe (:func:`herald_recipe`)."""
+
 METHOD_LABELS = {
     "herald": "Herald (LDA trajectory + 288-param MLP)",
     "lda_best_layer": "best single-layer LDA",
@@ -79,8 +83,7 @@ def added_rows_words(meta: dict) -> str:
 def curve_label(method: str, meta: dict) -> str:
     """A method's label in the learning curve, whose draws get no added training rows (:func:`~.eval.evaluate_states`):
     Herald's without their count (reviewer's audit: the curve's Herald was labelled with the 80 it never had)."""
-    return (herald_label({**meta, "jailbreak_augmentation": None, "loaded_questions": None, "templated_benign": None})
-            if method == "herald"
+    return (herald_label({**meta, **dict.fromkeys(ADDED_ROWS)}) if method == "herald"
             else METHOD_LABELS.get(method, method))
 
 
@@ -114,8 +117,7 @@ def manifest_recipe(manifest: dict) -> str:
     rows, written questions and templated prompts)."""
     training = manifest.get("training_data") or {}
     return herald_recipe({"herald_direction_estimator": (manifest.get("directions") or {}).get("estimator", "lda"),
-                          **{key: training.get(key) for key in ("jailbreak_augmentation", "loaded_questions",
-                                                                 "templated_benign")}})
+                          **{key: training.get(key) for key in ADDED_ROWS}})
 
 
 def _study_base(results: dict) -> dict:
@@ -1415,8 +1417,7 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
         # So are the corpus sample and folds, where the recipes file records them (a re-tester's recipes run with another
         # --max-per-source and --seed got this eval's rows).
         base_meta = _study_base(results).get("meta", {})
-        plain = not any(base_meta.get(k) for k in ("jailbreak_augmentation", "loaded_questions", "format_augmentation",
-                                                   "templated_benign"))
+        plain = not any(base_meta.get(k) for k in (*ADDED_ROWS, "format_augmentation"))
         split = results["recipes"].get("split")
         keys = {"seed": "seed", "max_per_source": "max_per_source_and_label", "max_tokens": "max_tokens",
                 "test_fraction": "test_fraction"}  # the recipes file's name -> herald eval's meta name
