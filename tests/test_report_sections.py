@@ -113,6 +113,33 @@ def test_report_has_both_sections_with_their_numbers(tmp_path):
     assert any("held-out benign sensitive-topic sets (section above) were only scored" in line for line in lines)
 
 
+def test_report_tables_recall_on_the_harmful_category_sets_and_says_when_they_are_absent(tmp_path):
+    write(tmp_path, "results.json", main_results())
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    at = lines.index("## Harmful requests by category (held-out sets)")
+    assert lines[at + 2].startswith("Not in this report: there is no `harmful_categories/results.json`")
+
+    def harmful(n, recall, lo=None, hi=None):
+        return {"pooled": {"n": m(n), "n_harmful": m(n), "recall": m(recall, lo, hi)}}
+
+    write(tmp_path / "harmful_categories", "results.json", {
+        "extra": {"hate.jsonl": {"herald": harmful(35, 0.771, 0.629, 0.914), "logreg_last": harmful(35, 0.714)},
+                  "sexual.jsonl": {"herald": harmful(24, 0.25, 0.083, 0.417), "logreg_last": harmful(24, 0.5)},
+                  # a benign set beside them is not a harmful-category set
+                  "law.jsonl": {"herald": {"pooled": {"n": m(40), "n_harmful": m(0), "false_positive_rate": m(0.05)}},
+                                "logreg_last": {"pooled": {"n": m(40), "n_harmful": m(0), "false_positive_rate": m(0.1)}}}},
+        "saved_probe": {"sets": {"hate.jsonl": harmful(35, 0.8, 0.657, 0.914)}},
+        "meta": {"command": "herald eval --test-data hate.jsonl", "replicates": 30, "backbone": {"id": "tiny"}}})
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    assert "`harmful_categories/`" in lines[2]
+    at = lines.index("## Harmful requests by category (held-out sets)")
+    assert lines[at + 2].startswith("Shows: the recall on 2 sets of harmful requests by harm category")
+    assert "30-replicate bootstrap intervals; backbone `tiny`" in lines[at + 2]
+    table = lines[lines.index("| set | n | shipped probe | Herald (split fit) | logistic last (split fit) |"):][:4]
+    assert table[2:] == ["| hate | 35 | 80.0 [65.7, 91.4] | 77.1 [62.9, 91.4] | 71.4 |",
+                         "| sexual | 24 | - | 25.0 [8.3, 41.7] | 50.0 |"]
+
+
 def test_a_report_of_another_recipe_keeps_the_studies_on_the_lda_recipe_beside_it(tmp_path):
     # Shipping logistic+jailbreak (2026-12-02): the main results' baselines trained on wrapped rows, the feature-set
     # runs' did not; the studies must keep borrowing the LDA recipe's baselines, and the report say what `shipped` is.

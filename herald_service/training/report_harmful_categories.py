@@ -1,0 +1,79 @@
+"""The harmful-category section of ``docs/EVALUATION.md`` (``herald report``), from the JSON of ``herald eval
+--test-data <out>/harmful_categories/... --probe ...`` (docs/HARMFUL_CATEGORIES.md): recall on held-out harmful
+requests by harm category (hate and harassment, sexual content, violence, self-harm), written by another author than
+any corpus set.
+
+``python -m herald_service.training.report_harmful_categories RESULTS.json`` prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from herald_service.training.report_markdown import code_span
+from herald_service.training.report_sensitive import METHOD_NAMES, pct
+
+SECTION = "Harmful requests by category (held-out sets)"
+"""The section's heading (also :data:`~herald_service.training.report.SIDE_SECTIONS`' entry)."""
+
+
+def _harmful_sets(results: dict) -> list[str]:
+    """The ``--test-data`` sets of ``results`` whose rows are all harmful, by name (the jailbreak-wrapped set aside)."""
+    names = []
+    for name, per in results.get("extra", {}).items():
+        pooled = next(iter(per.values()), {}).get("pooled", {})
+        if name != "jailbreak_wrapped" and pooled.get("n", {}).get("value") == pooled.get("n_harmful", {}).get("value"):
+            names.append(name)
+    return sorted(names)
+
+
+def recall_table(results: dict) -> str:
+    """Harmful held-out sets x methods: recall (percent) of the saved (shipped) probe, with its 95% interval, and of
+    every method fitted on the random split (Herald's with its interval); a last row pools the sets."""
+    extra = results["extra"]
+    names = _harmful_sets(results)
+    methods = [m for m in METHOD_NAMES if all(m in extra[n] for n in names)]
+    saved = results.get("saved_probe", {}).get("sets", {})
+    head = ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        n = extra[name][methods[0]]["pooled"]["n"]["value"] if methods else "-"
+        cells = [name.removesuffix(".jsonl"), str(n), pct(saved.get(name, {}).get("pooled", {}).get("recall"), True)]
+        cells += [pct(extra[name][m]["pooled"]["recall"], m == "herald") for m in methods]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def section(results: dict | None) -> list[str]:
+    """Markdown lines of the report's section; one line saying what is missing when ``results`` is ``None``."""
+    out = [f"## {SECTION}", ""]
+    if results is None:
+        return out + ["Not in this report: there is no `harmful_categories/results.json` beside the results file "
+                      "(`herald eval --test-data <out>/harmful_categories/... --probe ...`, docs/HARMFUL_CATEGORIES.md).",
+                      ""]
+    meta = results.get("meta", {})
+    names = _harmful_sets(results)
+    if not names:
+        return out + ["Not in this report: `harmful_categories/results.json` scores no set whose rows are all "
+                      "harmful.", ""]
+    out += [f"Shows: the recall on {len(names)} sets of harmful requests by harm category (objectives written by "
+            "Microsoft's AI Red Team for PyRIT's scorer evaluations; kept where two independent readings by a written "
+            "rule both called the prompt harmful: docs/HARMFUL_CATEGORIES.md) that no fit trained on, for the shipped "
+            "probe and for every method fitted on the random split, each at its own calibrated threshold, every row "
+            f"scored ({meta.get('replicates')}-replicate bootstrap intervals; backbone "
+            f"`{meta.get('backbone', {}).get('id', '?')}`). Does not show: false-positive rates on benign prompts on "
+            "the same topics (the benign sensitive-topic section), a fit that trained on these sets, other backbones, "
+            "or the guard-style baseline.", "",
+            "### Recall on the held-out harmful sets (percent)", "",
+            f"From {code_span(meta.get('command', 'herald eval'))}.", "", recall_table(results), ""]
+    return out
+
+
+def main(argv: list[str]) -> None:
+    print(recall_table(json.loads(Path(argv[0]).read_text())))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
