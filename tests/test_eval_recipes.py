@@ -144,6 +144,16 @@ def test_held_out_sets_score_each_sensitive_set_with_a_model_that_never_saw_it()
     # docs/eval/recipe_studies.md, fourth study: C = 0.3 directions, wrapped harmful rows and the sensitive sets
     combo = "logistic-C0.3+jailbreak+sensitive"
     assert RECIPES[combo] == ("herald_logistic_C0.3", False) and jailbreak_labels(combo) == (1,) and uses_sensitive(combo)
+    # thirteenth study: the shipped SmolLM2 recipe plus the --sensitive-data sets; names are read part by part
+    from herald_service.training import recipes
+
+    thirteenth = "logistic+jailbreak+templated+balanced-questions+sensitive"
+    assert RECIPES[thirteenth] == ("herald_logistic", True) and jailbreak_labels(thirteenth) == (1,)
+    assert uses_sensitive(thirteenth) and recipes.uses_questions(thirteenth)
+    assert recipes.uses_paired_questions(thirteenth) and recipes.uses_everyday_questions(thirteenth)
+    assert not uses_sensitive("logistic+jailbreak+templated+balanced-questions")
+    assert jailbreak_labels("logistic+jailbreak+benign+sensitive") == (1, 0)  # "benign" right after the jailbreak part
+    assert recipes.jailbreak_scale("logistic+jailbreak-x2+sensitive") == 2
 
 
 def test_hard_negative_herald_repeats_training_false_positives():

@@ -1038,6 +1038,53 @@ def test_the_eighth_studys_rule_asks_harmful_recall_up_3_points_and_keeps_the_se
     assert list(paired_criteria({**cand, "uncensor": 0.40}, ref, flat).values()) == [False] + [True] * 5
 
 
+def test_the_thirteenth_studys_rule_asks_harmful_category_recall_up_10_points_and_nothing_lost():
+    from herald_service.training.report_recipe_studies import STUDIES, category_criteria
+
+    study = next(s for s in STUDIES if s.folder == "harmful_categories")
+    assert study.reference == "logistic+jailbreak+templated+balanced-questions"
+    assert study.candidates == ("logistic+jailbreak+templated+balanced-questions+sensitive",)
+    ref = {"category_recall": 0.50, "harm_recall": 0.47, "uncensor": 0.5, "rho": 0.20, "security": 0.50,
+           "recall_n40": 0.906, "recall_enlarged": 0.896, "instr_ok": 10.0, "sens_max": 0.14}
+    cand = {**ref, "category_recall": 0.60, "harm_recall": 0.46, "rho": 0.25, "security": 0.5625,
+            "recall_n40": 0.880, "recall_enlarged": 0.870}
+    flat = {"f1": {"mean": -0.01}, "auroc": {"mean": -0.01}}
+    assert all(category_criteria(cand, ref, flat).values())  # every bound met exactly
+    # 9.9 points of category recall; AUROC lost 0.011; 1.1 points of fold recall lost; a wrapped prompt more lost;
+    # a fold fewer; a benign sensitive set higher
+    worse = {**cand, "category_recall": 0.599, "harm_recall": 0.459, "recall_enlarged": 0.86, "instr_ok": 9.7,
+             "sens_max": 0.15}
+    assert list(category_criteria(worse, ref, {"f1": {"mean": 0.0}, "auroc": {"mean": -0.011}}).values()) == [False] * 6
+    assert list(category_criteria({**cand, "security": 0.625}, ref, flat).values()) == [True] * 5 + [False]
+    # without harmful held-out sets (a run without --sensitive-data <out>/harmful_categories), (a) cannot pass
+    assert not category_criteria({**cand, "category_recall": None}, ref, flat)["(a) mean harmful-category-set recall >= ref + 10 points"]
+
+
+def test_seed_row_reads_benign_held_out_sets_as_fpr_and_harmful_ones_as_recall(tmp_path):
+    from herald_service.training import report_recipe_studies
+
+    block = _recipes_block(0.6, 0.85, 0.9, (0.05, 0.08, 0.12), (0.10, 0.18))
+    block["held_out_sets"].update({"hate": {"recall": {"value": 0.8}}, "sexual": {"recall": {"value": 0.3}}})
+    row = report_recipe_studies.seed_row(block)
+    assert row["sens_max"] == 0.18 and row["category_recall"] == pytest.approx(0.55)
+    assert report_recipe_studies.seed_row(_recipes_block(0.6, 0.85, 0.9, (0.05,), (0.1,)))["category_recall"] is None
+    # a study whose runs scored harmful sets gets a column for them
+    runs = []
+    for seed, gain in ((9, 0.10), (10, 0.12), (11, 0.08)):
+        ref = _recipes_block(0.6, 0.85, 0.9, (0.05, 0.08, 0.12), (0.10, 0.18))
+        ref["held_out_sets"]["hate"] = {"recall": {"value": 0.5}}
+        cand = _recipes_block(0.6, 0.85, 0.9, (0.05, 0.08, 0.12), (0.10, 0.18))
+        cand["held_out_sets"]["hate"] = {"recall": {"value": 0.5 + gain}}
+        runs.append({"fit_seed": seed, "results": {"logistic+jailbreak+templated+balanced-questions": ref,
+                                                   "logistic+jailbreak+templated+balanced-questions+sensitive": cand}})
+    lines = report_recipe_studies.section({"harmful_categories": runs})
+    header = next(line for line in lines if line.startswith("| recipe |"))
+    assert header.endswith("| recall, mean of held-out harmful-category sets |")
+    row = next(line for line in lines if line.startswith("| `logistic+jailbreak+templated+balanced-questions+sensitive` |"))
+    assert row.endswith("| 60.0% (0.600, 0.620, 0.580) |")
+    assert "**Passes its study's rule: `logistic+jailbreak+templated+balanced-questions+sensitive`**" in "\n".join(lines)
+
+
 def recipe_block(f1, auroc):
     return {"loso_pooled": pooled(f1, auroc), "highlights": {}}
 

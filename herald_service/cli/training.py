@@ -111,8 +111,9 @@ RECIPES_HELP = (
     " training), logistic+jailbreak+paired-questions (their harmful counterparts too),"
     " logistic+jailbreak+balanced-questions (and everyday how-to questions opening as the harmful ones do) and"
     " logistic+jailbreak+templated+balanced-questions (and the templated benign prompts: the shipped SmolLM2"
-    " probe's recipe), templated+balanced-questions (the same written rows on the LDA recipe)."
-    " Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
+    " probe's recipe), templated+balanced-questions (the same written rows on the LDA recipe),"
+    " logistic+jailbreak+templated+balanced-questions+sensitive (the shipped SmolLM2 recipe and the --sensitive-data"
+    " sets). Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
     " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
 """``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the
 reason of :data:`METHODS_HELP`."""
@@ -548,8 +549,9 @@ class RecipesCommand(BaseModel):
         " prompt's (Jaccard >= 0.55; herald_service/training/question_audit.py, docs/eval/recipe_studies/"
         "near_copies.md). Exact copies are always left out."))
     sensitive_data: list[Path] = Field(default_factory=list, description=(
-        "Benign sensitive-topic JSONL files or folders (e.g. <herald data build --out>/benign_sensitive): recipes "
-        "`sensitive` and `logreg_last+sensitive` train on them; every recipe reports each one held out. Default: none."))
+        "Held-out JSONL files or folders, of either label (e.g. <herald data build --out>/benign_sensitive or "
+        "/harmful_categories): the recipes ending in sensitive train on them; every recipe reports each source held "
+        "out (FPR for benign, recall for harmful rows). Default: none."))
     threads: int = Field(1, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=THREADS_HELP)
 
     @field_validator("recipes")

@@ -21,6 +21,9 @@ Recipes:
   in their openings: ninth study) and ``logistic+jailbreak+templated+balanced-questions`` (and the templated benign
   prompts: tenth study; the shipped SmolLM2 recipe since). ``templated+balanced-questions`` trains the LDA recipe
   (``shipped``) on the same written rows, without wrapped ones (twelfth study, on Gemma-3-270M).
+  ``logistic+jailbreak+templated+balanced-questions+sensitive`` adds the ``--sensitive-data`` sets to the shipped
+  SmolLM2 recipe (thirteenth study: the benign sensitive-topic sets and the harmful-category sets of
+  docs/HARMFUL_CATEGORIES.md, both labels).
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.
 
@@ -80,6 +83,7 @@ RECIPES: dict[str, tuple[str, bool]] = {
     "logistic+jailbreak+balanced-questions": ("herald_logistic", False),
     "logistic+jailbreak+templated+balanced-questions": ("herald_logistic", True),
     "templated+balanced-questions": ("herald", True),
+    "logistic+jailbreak+templated+balanced-questions+sensitive": ("herald_logistic", True),
 }
 """Recipe -> (method, whether the templated benign prompts join training). Recipes named ``*sensitive`` also train
 on the ``--sensitive-data`` sets (:func:`uses_sensitive`); recipes naming ``jailbreak`` train on wrapped prompts
@@ -88,40 +92,49 @@ docs/eval/recipe_studies.md, fifth study); recipes named ``logistic*`` fit Heral
 (docs/eval/direction_estimators.md, round 3)."""
 
 
+def _parts(recipe: str) -> list[str]:
+    """A recipe's name split at ``+`` (``logistic+jailbreak+templated`` -> three parts): each part names what it adds."""
+    return recipe.split("+")
+
+
 def uses_sensitive(recipe: str) -> bool:
-    """True for recipes that also train on the ``--sensitive-data`` sets (named ``*sensitive``)."""
-    return recipe.endswith("sensitive")
+    """True for recipes that also train on the ``--sensitive-data`` sets (a part ``sensitive``, last by convention)."""
+    return "sensitive" in _parts(recipe)
 
 
 def uses_questions(recipe: str) -> bool:
-    """True for recipes that also train on the loaded-word benign questions (:mod:`.loaded_questions`; named
-    ``*questions``; docs/eval/recipe_studies.md, seventh study)."""
-    return recipe.endswith("questions")
+    """True for recipes that also train on the loaded-word benign questions (:mod:`.loaded_questions`; a part
+    ``questions``, ``paired-questions`` or ``balanced-questions``; docs/eval/recipe_studies.md, seventh study)."""
+    return any(part.endswith("questions") for part in _parts(recipe))
 
 
 def uses_paired_questions(recipe: str) -> bool:
     """True for recipes that also train on the harmful counterparts of the loaded-word questions
-    (:func:`.loaded_questions.harmful_questions`; named ``*paired-questions``; docs/eval/recipe_studies.md, eighth
-    study), and ``*balanced-questions`` (ninth study)."""
-    return recipe.endswith(("paired-questions", "balanced-questions"))
+    (:func:`.loaded_questions.harmful_questions`; a part ``paired-questions``; docs/eval/recipe_studies.md, eighth
+    study), and ``balanced-questions`` (ninth study)."""
+    return any(part in ("paired-questions", "balanced-questions") for part in _parts(recipe))
 
 
 def uses_everyday_questions(recipe: str) -> bool:
     """True for recipes that also train on the everyday how-to questions (:func:`.loaded_questions.everyday_questions`;
-    named ``*balanced-questions``; docs/eval/recipe_studies.md, ninth study)."""
-    return recipe.endswith("balanced-questions")
+    a part ``balanced-questions``; docs/eval/recipe_studies.md, ninth study)."""
+    return "balanced-questions" in _parts(recipe)
 
 
 def jailbreak_labels(recipe: str) -> tuple[int, ...]:
-    """Labels of the jailbreak-wrapped rows a recipe trains on: (1,) for ``*jailbreak``, (1, 0) for ``*jailbreak+benign``."""
-    if "jailbreak" not in recipe:
+    """Labels of the jailbreak-wrapped rows a recipe trains on: (1,) for a part ``jailbreak`` (or ``jailbreak-x2``),
+    (1, 0) when the part after it is ``benign`` (``*jailbreak+benign``)."""
+    parts = _parts(recipe)
+    at = next((i for i, part in enumerate(parts) if part.startswith("jailbreak")), None)
+    if at is None:
         return ()
-    return (1, 0) if recipe.endswith("jailbreak+benign") else (1,)
+    return (1, 0) if parts[at + 1:at + 2] == ["benign"] else (1,)
 
 
 def jailbreak_scale(recipe: str) -> int:
-    """Wrapped rows per label a recipe trains on, in units of ``--jailbreak-train-per-class``: 2 for ``*jailbreak-x2``."""
-    return 2 if recipe.endswith("jailbreak-x2") else 1
+    """Wrapped rows per label a recipe trains on, in units of ``--jailbreak-train-per-class``: 2 for a part
+    ``jailbreak-x2``."""
+    return 2 if "jailbreak-x2" in _parts(recipe) else 1
 
 
 @dataclass(frozen=True)

