@@ -154,6 +154,9 @@ def test_held_out_sets_score_each_sensitive_set_with_a_model_that_never_saw_it()
     assert not uses_sensitive("logistic+jailbreak+templated+balanced-questions")
     assert jailbreak_labels("logistic+jailbreak+benign+sensitive") == (1, 0)  # "benign" right after the jailbreak part
     assert recipes.jailbreak_scale("logistic+jailbreak-x2+sensitive") == 2
+    # the last-layer probe on the same rows, so the recipe's gain can be told from the data's
+    assert RECIPES["logreg_last+jailbreak+templated+balanced-questions+sensitive"] == ("logreg_last", True)
+    assert RECIPES["logreg_last+jailbreak+templated+balanced-questions"] == ("logreg_last", True)
 
 
 def test_hard_negative_herald_repeats_training_false_positives():
