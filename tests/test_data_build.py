@@ -345,13 +345,17 @@ def test_harmful_category_sources_are_held_out_in_their_own_folder_and_keep_only
         f"{HARMFUL_CATEGORIES_DIR}/pyrit_objectives_{name}.jsonl" for name in ("hate", "sexual", "violence", "self_harm")]
     assert all(s.keep_list and s.keep_path.is_file() for s in HARMFUL_CATEGORY_SOURCES)
     kept = [read_keep_list(s.keep_path) for s in HARMFUL_CATEGORY_SOURCES]
-    assert [len(k) for k in kept] == [35, 24, 48, 48]
+    assert [len(k) for k in kept] == [34, 24, 48, 47]
     annotations = json.loads((REPO / "docs" / "eval" / "harmful_categories" / "annotations.json").read_text())["rows"]
+    near_copies = {"11527d57c6ebec6b590ac6b6a7434bed4e70e257ed86d179ef0132f337ad6aa1": "hate",  # a kept prompt less one '-'
+                   "31988360804044889a4adb5fdb540e128a438da2a0c3b74a08c7d669cf510391": "self_harm"}  # '-' for '--'
     for source, hashes in zip(HARMFUL_CATEGORY_SOURCES, kept):
         set_name = source.file.removeprefix(f"{HARMFUL_CATEGORIES_DIR}/pyrit_objectives_").removesuffix(".jsonl")
         candidates = {h for h, a in annotations.items() if a["set"] == set_name}
         both = {h for h in candidates if annotations[h]["A"] == annotations[h]["B"] == "harmful"}
-        assert set(hashes) == both, source.file  # no row kept by one reading alone, none of both dropped
+        # no row kept by one reading alone; of the rows both call harmful, only the near copies are left out
+        assert set(hashes) == both - set(near_copies), source.file
+    assert {h: annotations[h]["set"] for h in near_copies} == near_copies
     docs = (REPO / "docs" / "HARMFUL_CATEGORIES.md").read_text()
     assert f"{PYRIT.name}=={PYRIT.version}" in docs and all(m in docs for m in HARMFUL_CATEGORY_SOURCES[0].members)
 
@@ -406,10 +410,12 @@ def test_real_build_reproduces_shared_data_byte_for_byte(tmp_path):
     held = sorted(p.name for p in (tmp_path / BENIGN_SENSITIVE_DIR).glob("*.jsonl"))
     assert held == sorted(s.file.rsplit("/", 1)[1] for s in BENIGN_SENSITIVE_SOURCES)
     assert manifest["held_out"][BENIGN_SENSITIVE_DIR]["counts"] == {"harmful": 0, "benign": 50 + 286 + 340 + 143 + 300 + 39}
-    assert manifest["held_out"][HARMFUL_CATEGORIES_DIR]["counts"] == {"harmful": 35 + 24 + 48 + 48, "benign": 0}
+    assert manifest["held_out"][HARMFUL_CATEGORIES_DIR]["counts"] == {"harmful": 34 + 24 + 48 + 47, "benign": 0}
     training = {json.loads(line)["prompt"].casefold() for p in SHARED_DATA.glob("*.jsonl") for line in p.open()}
     held = [json.loads(line)["prompt"] for p in (tmp_path / HARMFUL_CATEGORIES_DIR).glob("*.jsonl") for line in p.open()]
-    assert len(held) == 155 and not [p for p in held if p.casefold() in training]
+    assert len(held) == 153 and not [p for p in held if p.casefold() in training]
+    letters = [re.sub(r"[^0-9a-z]", "", p.casefold()) for p in held]
+    assert len(set(letters)) == len(letters)  # no two kept prompts differ only in punctuation, spaces or case
     by_file = {f["file"]: f for f in manifest["files"]}
     assert (by_file["alpaca_eval.jsonl"]["candidates"], by_file["alpaca_eval.jsonl"]["rows"]) == (805, 802)
     assert (by_file["inthewild_jailbreak_prompts.jsonl"]["candidates"], by_file["inthewild_jailbreak_prompts.jsonl"]["rows"]) == (650, 650)

@@ -133,11 +133,22 @@ def test_report_tables_recall_on_the_harmful_category_sets_and_says_when_they_ar
     lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
     assert "`harmful_categories/`" in lines[2]
     at = lines.index("## Harmful requests by category (held-out sets)")
-    assert lines[at + 2].startswith("Shows: the recall on 2 sets of harmful requests by harm category")
+    assert lines[at + 2].startswith("Shows: the recall on 2 sets of harmful requests (`herald data build`'s")
+    assert "docs/HARMFUL_CATEGORIES.md) that no fit trained on, for the shipped probe" in lines[at + 2]
     assert "30-replicate bootstrap intervals; backbone `tiny`" in lines[at + 2]
     table = lines[lines.index("| set | n | shipped probe | Herald (split fit) | logistic last (split fit) |"):][:4]
     assert table[2:] == ["| hate | 35 | 80.0 [65.7, 91.4] | 77.1 [62.9, 91.4] | 71.4 |",
                          "| sexual | 24 | - | 25.0 [8.3, 41.7] | 50.0 |"]
+
+    # a set that shares prompts with the training data is not called unseen (tester finding)
+    results = json.loads((tmp_path / "harmful_categories" / "results.json").read_text())
+    results["meta"]["test_data_overlap"] = {"hate.jsonl": {"rows": 35, "also_in_data": 3}}
+    results["saved_probe"]["sets"]["sexual.jsonl"] = {**harmful(24, 0.3), "trained_on": True, "in_training_files": 24, "rows": 24}
+    write(tmp_path / "harmful_categories", "results.json", results)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+    shows = lines[lines.index("## Harmful requests by category (held-out sets)") + 2]
+    assert "that no fit trained on" not in shows
+    assert "(not all unseen: hate: 3 of 35 prompts also appear in --data; sexual: " in shows
 
 
 def test_a_report_of_another_recipe_keeps_the_studies_on_the_lda_recipe_beside_it(tmp_path):
@@ -1081,8 +1092,21 @@ def test_seed_row_reads_benign_held_out_sets_as_fpr_and_harmful_ones_as_recall(t
     header = next(line for line in lines if line.startswith("| recipe |"))
     assert header.endswith("| recall, mean of held-out harmful-category sets |")
     row = next(line for line in lines if line.startswith("| `logistic+jailbreak+templated+balanced-questions+sensitive` |"))
-    assert row.endswith("| 60.0% (0.600, 0.620, 0.580) |")
+    assert row.endswith("| 60.0% (60.0, 62.0, 58.0) |")  # percent, as the column's mean
     assert "**Passes its study's rule: `logistic+jailbreak+templated+balanced-questions+sensitive`**" in "\n".join(lines)
+
+
+def test_the_sensitive_recipe_table_gives_a_held_out_harmful_set_its_recall():
+    # --sensitive-data takes harmful sets since the thirteenth study; their rows read "FPR" with a dash (tester finding)
+    from herald_service.training.report_sensitive import recipe_table
+
+    def block(fpr, recall):
+        return {"held_out_sets": {"law": {"false_positive_rate": m(fpr, fpr, fpr)}, "hate": {"recall": m(recall, recall, recall)}},
+                "loso_folds": {}, "loso_pooled": {"recall": m(0.5), "false_positive_rate": m(0.05), "f1": m(0.6), "auroc": m(0.8)}}
+
+    lines = recipe_table({"results": {"shipped": block(0.1, 0.5), "sensitive": block(0.05, 0.7)}}).splitlines()
+    assert "| hate | recall | 50.0 [50.0, 50.0] | 70.0 [70.0, 70.0] |" in lines
+    assert "| law | FPR | 10.0 [10.0, 10.0] | 5.0 [5.0, 5.0] |" in lines
 
 
 def recipe_block(f1, auroc):

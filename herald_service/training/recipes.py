@@ -475,6 +475,9 @@ def describe(names: list[str], templated_n: int, written_rows: dict[str, int] | 
                      " everyday how-to questions opening as they do (EVERYDAY_QUESTIONS)")
     if any("hardneg" in n for n in names):
         parts.append("`hardneg` repeats training false positives twice in a second fit")
+    if any(uses_sensitive(n) for n in names if n in RECIPES):
+        parts.append("`sensitive` adds the --sensitive-data sets (benign or harmful) to every fold's training set, each"
+                     " set scored by a refit without it")
     text = ("Herald trained with different recipes, judged on leave-one-source-out (each source scored by a model that"
             " never saw it; pooled over all sources).") + (" " + "; ".join(parts) + "." if parts else "")
     if written_rows:  # what was trained on, which copies of the data's prompts left out can make fewer (re-tester)

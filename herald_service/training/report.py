@@ -848,7 +848,8 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str, 
             + (_sensitive_sets_line((results.get("benign_sensitive") or {}).get("results"))
                if (results.get("benign_sensitive") or {}).get("results") else
                "no new benign sensitive-topic sets were added from the registries (issue 3, item 4 beyond what the corpus"
-               " has)."))
+               " has).")
+            + (" " + _harmful_sets_line(results["harmful_categories"]) if results.get("harmful_categories") else ""))
     if development:
         lines += [
             "- Held out means no verbatim match (after the prompt-text fold): close paraphrases of training prompts exist"
@@ -883,6 +884,14 @@ def _sensitive_sets_line(sensitive: dict) -> str:
         return "the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped probe."
     return ("the held-out benign sensitive-topic sets (section above) were only scored; "
             + "; ".join(_set_notes(seen)) + ".")
+
+
+def _harmful_sets_line(harmful: dict) -> str:
+    """The same for the held-out harmful-category sets (:mod:`.report_harmful_categories`)."""
+    seen = report_saved_probe.trained_on_sets(harmful.get("saved_probe"))
+    if not seen:
+        return "The held-out harmful-category sets were only scored too, never trained on by the shipped probe."
+    return "The held-out harmful-category sets were only scored too; " + "; ".join(_set_notes(seen)) + "."
 
 
 NEAR_CHANCE_AUROC = 0.6

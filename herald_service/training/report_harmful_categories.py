@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from herald_service.training.report_markdown import code_span
+from herald_service.training.report_saved_probe import trained_on_sets
 from herald_service.training.report_sensitive import METHOD_NAMES, pct
 
 SECTION = "Harmful requests by category (held-out sets)"
@@ -24,14 +25,31 @@ def _harmful_sets(results: dict) -> list[str]:
     names = []
     for name, per in results.get("extra", {}).items():
         pooled = next(iter(per.values()), {}).get("pooled", {})
-        if name != "jailbreak_wrapped" and pooled.get("n", {}).get("value") == pooled.get("n_harmful", {}).get("value"):
+        n = pooled.get("n", {}).get("value")
+        if name != "jailbreak_wrapped" and n and n == pooled.get("n_harmful", {}).get("value"):
             names.append(name)
     return sorted(names)
 
 
+def _seen_notes(results: dict, names: list[str]) -> list[str]:
+    """``"<set>: <note>"`` for each of ``names`` that holds training prompts: of the random-split fits' ``--data``
+    (``meta.test_data_overlap``) or of the saved probe's training files (:func:`.report_saved_probe.trained_on_sets`),
+    so that the section does not call such a set never trained on."""
+    counted = results.get("meta", {}).get("test_data_overlap", {})
+    saved = trained_on_sets(results.get("saved_probe"))
+    notes = []
+    for name in names:
+        seen = counted.get(name) or {}
+        if seen.get("also_in_data"):
+            notes.append(f"{name.removesuffix('.jsonl')}: {seen['also_in_data']} of {seen['rows']} prompts also appear in --data")
+        if name in saved:
+            notes.append(f"{name.removesuffix('.jsonl')}: {saved[name]} (shipped probe)")
+    return notes
+
+
 def recall_table(results: dict) -> str:
     """Harmful held-out sets x methods: recall (percent) of the saved (shipped) probe, with its 95% interval, and of
-    every method fitted on the random split (Herald's with its interval); a last row pools the sets."""
+    every method fitted on the random split (Herald's with its interval)."""
     extra = results["extra"]
     names = _harmful_sets(results)
     methods = [m for m in METHOD_NAMES if all(m in extra[n] for n in names)]
@@ -58,9 +76,12 @@ def section(results: dict | None) -> list[str]:
     if not names:
         return out + ["Not in this report: `harmful_categories/results.json` scores no set whose rows are all "
                       "harmful.", ""]
-    out += [f"Shows: the recall on {len(names)} sets of harmful requests by harm category (objectives written by "
-            "Microsoft's AI Red Team for PyRIT's scorer evaluations; kept where two independent readings by a written "
-            "rule both called the prompt harmful: docs/HARMFUL_CATEGORIES.md) that no fit trained on, for the shipped "
+    seen = _seen_notes(results, names)
+    trained = f" (not all unseen: {'; '.join(seen)})" if seen else " that no fit trained on"
+    out += [f"Shows: the recall on {len(names)} {'set' if len(names) == 1 else 'sets'} of harmful requests (`herald data "
+            "build`'s harmful_categories sets are by harm category: objectives written by Microsoft's AI Red Team for "
+            "PyRIT's scorer evaluations, kept where two readings by a written rule both called the prompt harmful, "
+            f"docs/HARMFUL_CATEGORIES.md){trained}, for the shipped "
             "probe and for every method fitted on the random split, each at its own calibrated threshold, every row "
             f"scored ({meta.get('replicates')}-replicate bootstrap intervals; backbone "
             f"`{meta.get('backbone', {}).get('id', '?')}`). Does not show: false-positive rates on benign prompts on "
@@ -72,7 +93,19 @@ def section(results: dict | None) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    print(recall_table(json.loads(Path(argv[0]).read_text())))
+    """Print the table of ``argv[0]``, a ``herald eval --test-data`` results file; one line and exit 1 on a file that
+    is missing, not JSON or not such results."""
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m herald_service.training.report_harmful_categories RESULTS.json")
+    try:
+        results = json.loads(Path(argv[0]).read_text())
+        if not isinstance(results, dict) or not isinstance(results.get("extra"), dict):
+            raise ValueError("not herald eval results with --test-data sets (no 'extra' object)")
+        if not _harmful_sets(results):
+            raise ValueError("it scores no set whose rows are all harmful")
+        print(recall_table(results))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"report_harmful_categories: {argv[0]}: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -341,6 +341,10 @@ def _per_seed(values: list[float]) -> str:
     return ", ".join(f"{v:.3f}" for v in values)
 
 
+def _per_seed_percent(values: list[float]) -> str:
+    return ", ".join(f"{v * 100:.1f}" for v in values)
+
+
 def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dict | None = None) -> list[str]:
     """Markdown lines of the section; one line when there are no runs. ``doc``: the link to the studies' page;
     ``instruction``: the sixth study (:func:`load_instruction_study`), its lines last."""
@@ -377,7 +381,7 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dic
                        f" {m['recall_n40'] * 100:.1f}% / {m['recall_enlarged'] * 100:.1f}% |"
                        f" {m['instr_ok']:.1f} of {seeds[0]['instr_n']} | {m['rho'] * 100:.1f}% / {m['security'] * 100:.1f}% |"
                        f" {m['sens_max'] * 100:.1f}% | {m['harm_recall'] * 100:.1f}% / {m['uncensor'] * 100:.1f}% |"
-                       + (f" {m['category_recall'] * 100:.1f}% ({_per_seed([s['category_recall'] for s in seeds])}) |"
+                       + (f" {m['category_recall'] * 100:.1f}% ({_per_seed_percent([s['category_recall'] for s in seeds])}) |"
                           if categories else ""))
         out.append("")
         passing = []

@@ -63,8 +63,8 @@ def _fold(block: dict, key: str) -> tuple[str, dict] | None:
 
 
 def recipe_table(recipes: dict) -> str:
-    """Sources x recipes: held-out FPR on the sensitive-topic sources, held-out recall on the harmful sources, and
-    the pooled LOSO numbers."""
+    """Sources x recipes: held-out FPR on the sensitive-topic sources (recall on a held-out set of harmful rows),
+    held-out recall on the harmful sources, and the pooled LOSO numbers."""
     results = recipes["results"]
     names = list(results)
     sensitive = sorted({s for b in results.values() for s in b.get("held_out_sets", {})})
@@ -75,7 +75,11 @@ def recipe_table(recipes: dict) -> str:
         lines.append(f"| {label} | {metric} | " + " | ".join(pct(v, True) for v in values) + " |")
 
     for key in sensitive + list(SENSITIVE_CORPUS_SOURCES):
-        add(escape(key), "FPR", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("false_positive_rate"))
+        found = [(_fold(b, key) or (None, {}))[1] for b in results.values()]
+        # a held-out set of harmful rows (--sensitive-data <out>/harmful_categories) has a recall, no FPR
+        metric = "recall" if any(f and "false_positive_rate" not in f and "recall" in f for f in found) else "false_positive_rate"
+        add(escape(key), "recall" if metric == "recall" else "FPR",
+            lambda b, key=key, metric=metric: (_fold(b, key) or (None, {}))[1].get(metric))
     for key in HARMFUL_SOURCES:
         add(key, "recall", lambda b, key=key: (_fold(b, key) or (None, {}))[1].get("recall"))
     add("jailbreak-wrapped (split fit)", "recall", lambda b: b.get("jailbreak_wrapped", {}).get("recall"))
@@ -151,7 +155,7 @@ def section(results: dict | None, recipes: dict | None, more_seeds: dict[int, di
         return out + ["No `benign_sensitive/recipes.json` (`herald recipes --sensitive-data ...`): the recipe "
                       "comparison is not in this report.", ""]
     out += ["### Training on the sets: recipe `sensitive` (source-held-out, percent)", "",
-            "`sensitive` and `logreg_last+sensitive` add the sets to every fold's training rows; each set S is scored "
+            "The recipes ending in `sensitive` add the sets to every fold's training rows; each set S is scored "
             "by a fit that never saw S, and every corpus source by the LOSO fold that left it out. The other recipes "
             "score the sets with their random-split fit. The recipe runs cap each set at `--max-per-source` rows "
             "(150 by default), so a larger set's FPR can differ slightly from the table above.", "", recipe_table(recipes), ""]
