@@ -33,6 +33,7 @@ from herald_service.data.sources import (
     HARMFUL_CATEGORY_SOURCES,
     LABELED_CORPUS_SHA256,
     PYRIT,
+    PYRIT_OBJECTIVES_SOURCE,
     SOURCES,
     Package,
     Source,
@@ -344,6 +345,8 @@ def test_harmful_category_sources_are_held_out_in_their_own_folder_and_keep_only
     assert [s.file for s in HARMFUL_CATEGORY_SOURCES] == [
         f"{HARMFUL_CATEGORIES_DIR}/pyrit_objectives_{name}.jsonl" for name in ("hate", "sexual", "violence", "self_harm")]
     assert all(s.keep_list and s.keep_path.is_file() for s in HARMFUL_CATEGORY_SOURCES)
+    # one author, one source: weighted as one source in training and held out together (fourteenth study)
+    assert {s.source for s in HARMFUL_CATEGORY_SOURCES} == {PYRIT_OBJECTIVES_SOURCE}
     kept = [read_keep_list(s.keep_path) for s in HARMFUL_CATEGORY_SOURCES]
     assert [len(k) for k in kept] == [34, 24, 48, 47]
     annotations = json.loads((REPO / "docs" / "eval" / "harmful_categories" / "annotations.json").read_text())["rows"]

@@ -214,16 +214,20 @@ HARMFUL_CATEGORIES_DIR = "harmful_categories"
 _PYRIT_OBJECTIVES = ("pyrit/datasets/scorer_evals/harm/*.csv", "pyrit/datasets/scorer_evals/objective/*.csv")
 _PYRIT_OBJECTIVES_LICENSE = "package MIT; objectives written by Microsoft's AI Red Team for PyRIT's scorer evaluations"
 
+PYRIT_OBJECTIVES_SOURCE = "PyRIT red-team objectives (Microsoft AI Red Team)"
+"""The ``source`` of every harmful-category row: one author, so one source, whatever the file (a row's set is its
+``category``). Source-balanced weights then give the four files one source's weight together, and a fit that holds
+the source out holds the author out (``herald recipes --sensitive-data``: docs/eval/recipe_studies.md, fourteenth
+study); the thirteenth study ran with one source per file."""
+
 HARMFUL_CATEGORY_SOURCES: tuple[Source, ...] = tuple(
     Source(f"{HARMFUL_CATEGORIES_DIR}/pyrit_objectives_{harm_set}.jsonl", PYRIT, _PYRIT_OBJECTIVES,
-           readers.pyrit_scorer_objectives(harm_set), f"PyRIT red-team objectives: {title}", _PYRIT_OBJECTIVES_LICENSE,
-           keep_list=True)
-    for harm_set, title in (("hate", "hate and harassment"), ("sexual", "sexual content"), ("violence", "violence"),
-                            ("self_harm", "self-harm")))
+           readers.pyrit_scorer_objectives(harm_set), PYRIT_OBJECTIVES_SOURCE, _PYRIT_OBJECTIVES_LICENSE, keep_list=True)
+    for harm_set in ("hate", "sexual", "violence", "self_harm"))
 """Harmful requests in the categories the training corpus holds least of (hate, sexual content) and two it holds more
-of (violence, self-harm), by another author than any corpus set: the README's "Known misses" measured on a set.
-Not trained on by the shipped probe; kept only where two independent readings by a written rule both call the prompt
-harmful (docs/HARMFUL_CATEGORIES.md)."""
+of (violence, self-harm), by another author than any corpus set: the README's "Known misses" measured on a set, one
+file per category (hate and harassment, sexual content, violence, self-harm). Not trained on by the shipped probe;
+kept only where two independent readings by a written rule both call the prompt harmful (docs/HARMFUL_CATEGORIES.md)."""
 
 ALL_SOURCES: tuple[Source, ...] = SOURCES + BENIGN_SENSITIVE_SOURCES + HARMFUL_CATEGORY_SOURCES
 """What ``herald data build`` writes."""

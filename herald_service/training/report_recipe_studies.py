@@ -3,9 +3,9 @@ inputs cross-fitted by source, the L2 strength of the logistic directions, benig
 the last two together, the wrapped training rows after the template fix, loaded-word benign questions (and the audit
 run without their near copies), their harmful counterparts, everyday how-to questions beside those, and the templated
 benign prompts beside both (the tenth study, shipped since), and the held-out sets of both labels in training (the
-thirteenth); each candidate recipe against its study's reference (:attr:`Study.reference`: ``logistic+jailbreak``,
+thirteenth; the fourteenth with the harmful sets as one source); each candidate recipe against its study's reference (:attr:`Study.reference`: ``logistic+jailbreak``,
 the shipped recipe until the seventh study, ``logistic+jailbreak+questions`` from the seventh to the tenth, or the
-tenth's for the thirteenth) of the same ``herald recipes`` runs (three fit seeds),
+tenth's for the thirteenth and fourteenth) of the same ``herald recipes`` runs (three fit seeds),
 with the rule fixed before the runs. The eleventh and twelfth studies ran on Gemma-3-270M and are judged by
 docs/eval/recipe_studies/gemma/summarize.py, not here. The sixth study (states read at the end of a moderation
 instruction) compares
@@ -184,6 +184,9 @@ STUDIES = (
     Study("templated_balanced", "Templated benign prompts beside the balanced questions",
           ("logistic+jailbreak+templated+balanced-questions",), paired_criteria, "logistic+jailbreak+questions"),
     Study("harmful_categories", "The held-out sets of both labels in training",
+          ("logistic+jailbreak+templated+balanced-questions+sensitive",), category_criteria,
+          "logistic+jailbreak+templated+balanced-questions"),
+    Study("harmful_one_source", "The held-out sets of both labels in training, the harmful sets as one source",
           ("logistic+jailbreak+templated+balanced-questions+sensitive",), category_criteria,
           "logistic+jailbreak+templated+balanced-questions"),
 )
