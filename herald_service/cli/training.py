@@ -113,7 +113,8 @@ RECIPES_HELP = (
     " logistic+jailbreak+templated+balanced-questions (and the templated benign prompts: the shipped SmolLM2"
     " probe's recipe), templated+balanced-questions (the same written rows on the LDA recipe),"
     " logistic+jailbreak+templated+balanced-questions+sensitive (the shipped SmolLM2 recipe and the --sensitive-data"
-    " sets), logreg_last+jailbreak+templated+balanced-questions[+sensitive] (the last-layer probe on the same rows)."
+    " sets), logreg_last+jailbreak+templated+balanced-questions and"
+    " logreg_last+jailbreak+templated+balanced-questions+sensitive (the last-layer probe on the same rows)."
     " Recipes ending in sensitive need --sensitive-data; those naming jailbreak"
     " train on prompts wrapped in --jailbreak-templates. herald_service/training/recipes.py describes each.")
 """``herald recipes --recipes``: every name of :data:`~herald_service.training.recipes.RECIPES`, written out for the
