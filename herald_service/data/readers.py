@@ -15,7 +15,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import yaml
 
@@ -287,21 +287,28 @@ share a set); the other categories (exploits, privacy, information integrity, ..
 def _pyrit_objective_categories(files: Files) -> dict[str, str]:
     """Each distinct ``objective`` of PyRIT's scorer-eval CSVs -> its first ``harm_category``, in member path order.
 
-    Each CSV starts with a ``# dataset_version=...`` line before its header; an objective is repeated once per scored
-    response, and a few appear under two categories (the first is kept, so each objective belongs to one set)."""
+    Each CSV starts with a ``# dataset_version=...`` line before its header (skipped where present); an objective is
+    repeated once per scored response, and a few appear under two categories (the first is kept, so each objective
+    belongs to one set)."""
     first: dict[str, str] = {}
     for data in files.values():
-        _, text = _text(data).split("\n", 1)
+        text = _text(data)
+        if text.startswith("#"):
+            text = text.split("\n", 1)[1]
         for record in csv.DictReader(io.StringIO(text, newline="")):
             first.setdefault(record["objective"].strip(), record["harm_category"])
     return first
 
 
-def pyrit_scorer_objectives(harm_set: str):
+def pyrit_scorer_objectives(harm_set: str) -> Callable[[Files, str], list[dict]]:
     """A reader of PyRIT's red-team scorer-eval objectives (``pyrit/datasets/scorer_evals/{harm,objective}/*.csv``)
     whose first category maps to ``harm_set`` in :data:`PYRIT_HARM_CATEGORIES`: rows labelled harmful, category =
     the set, ``harm_category`` = PyRIT's value. Objectives are written by Microsoft's AI Red Team to test scorers; some
-    are neutral questions, so the sets are filtered by keep lists (docs/HARMFUL_CATEGORIES.md)."""
+    are neutral questions, so the sets are filtered by keep lists (docs/HARMFUL_CATEGORIES.md).
+
+    Raises:
+        ValueError: for a ``harm_set`` no PyRIT category maps to.
+    """
     if harm_set not in set(PYRIT_HARM_CATEGORIES.values()):
         raise ValueError(f"harm_set: {harm_set!r} is none of {sorted(set(PYRIT_HARM_CATEGORIES.values()))}")
 

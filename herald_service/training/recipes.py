@@ -23,7 +23,8 @@ Recipes:
   (``shipped``) on the same written rows, without wrapped ones (twelfth study, on Gemma-3-270M).
   ``logistic+jailbreak+templated+balanced-questions+sensitive`` adds the ``--sensitive-data`` sets to the shipped
   SmolLM2 recipe (thirteenth study: the benign sensitive-topic sets and the harmful-category sets of
-  docs/HARMFUL_CATEGORIES.md, both labels); ``logreg_last+jailbreak+templated+balanced-questions`` with and without
+  docs/HARMFUL_CATEGORIES.md, both labels; the fourteenth with the harmful sets as one source, as
+  ``herald data build`` writes them now); ``logreg_last+jailbreak+templated+balanced-questions`` with and without
   ``+sensitive`` train the last-layer logistic probe on the same rows, to compare the two alike.
 The last-layer logistic probe (the strongest latent baseline in ``herald eval``) runs with and without the templated
 prompts too, so a gain can be attributed to the data rather than to Herald.

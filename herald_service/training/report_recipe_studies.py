@@ -3,9 +3,10 @@ inputs cross-fitted by source, the L2 strength of the logistic directions, benig
 the last two together, the wrapped training rows after the template fix, loaded-word benign questions (and the audit
 run without their near copies), their harmful counterparts, everyday how-to questions beside those, and the templated
 benign prompts beside both (the tenth study, shipped since), and the held-out sets of both labels in training (the
-thirteenth; the fourteenth with the harmful sets as one source); each candidate recipe against its study's reference (:attr:`Study.reference`: ``logistic+jailbreak``,
-the shipped recipe until the seventh study, ``logistic+jailbreak+questions`` from the seventh to the tenth, or the
-tenth's for the thirteenth and fourteenth) of the same ``herald recipes`` runs (three fit seeds),
+thirteenth; the fourteenth with the harmful sets as one source); each candidate recipe against its study's reference
+(:attr:`Study.reference`: ``logistic+jailbreak``, the shipped recipe until the seventh study,
+``logistic+jailbreak+questions`` from the seventh to the tenth, or the tenth's for the thirteenth and fourteenth) of
+the same ``herald recipes`` runs (three fit seeds),
 with the rule fixed before the runs. The eleventh and twelfth studies ran on Gemma-3-270M and are judged by
 docs/eval/recipe_studies/gemma/summarize.py, not here. The sixth study (states read at the end of a moderation
 instruction) compares
@@ -125,8 +126,9 @@ def paired_criteria(cand: dict, ref: dict, gains: dict) -> dict[str, bool]:
 
 
 CATEGORY_RECALL_GAIN = 0.10
-"""Criterion (a) of the thirteenth study: the seed-mean recall over the four held-out harmful-category sets (each
-scored by a fit that never saw it) must rise by at least this."""
+"""Criterion (a) of the thirteenth and fourteenth studies: the seed-mean recall over the held-out harmful-category
+sets (four sources in the thirteenth, one in the fourteenth; each scored by a fit that never saw it) must rise by at
+least this."""
 HARM_RECALL_LOSS_ALLOWED = 0.01
 """Criterion (c) of the thirteenth study: the seed-mean recall over the six harmful LOSO folds may fall this much."""
 
@@ -357,7 +359,7 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dic
     out += ["Shows: candidate recipes against the shipped recipe of their day, `logistic+jailbreak` until the seventh"
             " study's candidate, `logistic+jailbreak+questions`, passed its rule and replaced it, and that one (the"
             " eighth to tenth studies' reference) until the tenth study's, `logistic+jailbreak+templated+balanced-"
-            "questions`, passed and replaced it (the thirteenth study's reference); fitted in the same `herald recipes` runs"
+            "questions`, passed and replaced it (the thirteenth and fourteenth studies' reference); fitted in the same `herald recipes` runs"
             " (split seed 0, the folds above; fit seeds in the table), seed means with the per-seed values in brackets,"
             " and each study's rule, fixed before its runs. Does not show: bootstrap intervals (in the JSON), the second"
             f" split a candidate passing the L2-strength rule would be checked on, or other backbones ([{DOC}]({doc})).", ""]
