@@ -658,6 +658,14 @@ def test_recipes_names_missing_sensitive_data_and_a_recipe_that_needs_it_before_
     (tmp_path / "empty.jsonl").write_text("\n")  # a sensitive recipe would have run on no rows
     out = herald("recipes", "--sensitive-data", str(tmp_path / "empty.jsonl"), *results)
     assert out.returncode == 1 and out.stderr.strip() == f"herald: --sensitive-data {tmp_path / 'empty.jsonl'} holds no row"
+    # the training corpus given as held-out data ran on past the model load (tester finding)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text('{"prompt": "hi", "label": "benign", "source": "A"}\n')
+    out = herald("recipes", "--data", str(tmp_path / "data"), "--sensitive-data", str(tmp_path / "data" / "a.jsonl"),
+                 *results)
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --sensitive-data {tmp_path / 'data' / 'a.jsonl'} is also a --data file: its rows would be trained on"
+        " as corpus rows and scored as a held-out set; give held-out files only"), out.stderr
     assert not (tmp_path / "cache").exists()
 
 

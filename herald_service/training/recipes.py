@@ -294,8 +294,15 @@ def run_recipes(options: RecipeOptions) -> dict:
     if without:
         raise ValueError(f"recipe {without[0]} needs --sensitive-data")
     # read before the corpus and the backbone (a missing path was named 37 s into a run: tester finding)
-    sensitive_rows = (cap_per_group(load_corpus(expand_data(options.sensitive_data, "--sensitive-data")),
-                                    options.max_per_source, options.seed) if options.sensitive_data else [])
+    sensitive_files = expand_data(options.sensitive_data, "--sensitive-data") if options.sensitive_data else []
+    if sensitive_files:  # the corpus root given as --sensitive-data ran on past the model load (tester finding)
+        data_files = {f.resolve() for p in options.data for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])}
+        shared = [f for f in sensitive_files if f.resolve() in data_files]
+        if shared:
+            raise ValueError(f"--sensitive-data {shared[0]} is also a --data file: its rows would be trained on as"
+                             " corpus rows and scored as a held-out set; give held-out files only")
+    sensitive_rows = (cap_per_group(load_corpus(sensitive_files), options.max_per_source, options.seed)
+                      if sensitive_files else [])
     if options.sensitive_data and not sensitive_rows:
         raise ValueError(f"--sensitive-data {', '.join(map(str, options.sensitive_data))} holds no row")
     def check_rows(capped: list) -> None:  # before the backbone loads (it failed after the load and 150 extractions)
