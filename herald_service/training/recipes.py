@@ -276,6 +276,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.out_path import refuse_an_existing_out
     from herald_service.probes.artifact import backbone_manifest
     from herald_service.training.attacks import load_templates
+    from herald_service.data.hashing import corpus_files
     from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
                                               missing_templates)
@@ -296,7 +297,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     # read before the corpus and the backbone (a missing path was named 37 s into a run: tester finding)
     sensitive_files = expand_data(options.sensitive_data, "--sensitive-data") if options.sensitive_data else []
     if sensitive_files:  # the corpus root given as --sensitive-data ran on past the model load (tester finding)
-        data_files = {f.resolve() for p in options.data for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])}
+        data_files = {f.resolve() for f in corpus_files(options.data)}
         shared = [f for f in sensitive_files if f.resolve() in data_files]
         if shared:
             raise ValueError(f"--sensitive-data {shared[0]} is also a --data file: its rows would be trained on as"

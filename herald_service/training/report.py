@@ -373,7 +373,7 @@ def _targets(results: dict) -> list[list[str]]:
         values = {name: _val(metric) for name, metric in held.items()}
         worst = max(values, key=values.get)
         counted = sensitive.get("meta", {}).get("test_data_overlap", {})
-        seen = _set_notes({name: note for name in counted if (note := in_data_note(sensitive, name))})
+        seen = _set_notes({name: note for name in counted if (note := report_saved_probe.in_data_note(sensitive, name))})
         if who == "shipped probe":  # the probe's own training files, not this run's --data
             seen += _set_notes(report_saved_probe.trained_on_sets(sensitive.get("saved_probe")))
         rows.append([f"Benign sensitive-topic held-out sets ({'; '.join(seen) if seen else 'never trained on'}, {who}):"
@@ -879,19 +879,21 @@ def _set_notes(notes: dict[str, str]) -> list[str]:
 def _sensitive_sets_line(sensitive: dict) -> str:
     """The end of the "Not shown" line on the held-out benign sensitive-topic sets: never trained on by the shipped
     probe, unless its ``herald eval --probe`` counted prompts of its training files in them."""
-    seen = report_saved_probe.trained_on_sets(sensitive.get("saved_probe"))
-    if not seen:
-        return "the held-out benign sensitive-topic sets (section above) were only scored, never trained on by the shipped probe."
-    return ("the held-out benign sensitive-topic sets (section above) were only scored; "
-            + "; ".join(_set_notes(seen)) + ".")
+    return _only_scored("the held-out benign sensitive-topic sets (section above) were only scored", sensitive)
 
 
 def _harmful_sets_line(harmful: dict) -> str:
     """The same for the held-out harmful-category sets (:mod:`.report_harmful_categories`)."""
-    seen = report_saved_probe.trained_on_sets(harmful.get("saved_probe"))
+    return _only_scored("The held-out harmful-category sets were only scored too", harmful)
+
+
+def _only_scored(lead: str, results: dict) -> str:
+    """``lead`` and ", never trained on by the shipped probe." or, where ``results``' saved probe counted prompts of
+    its training files in some set, those sets' notes (:func:`.report_saved_probe.trained_on_sets`)."""
+    seen = report_saved_probe.trained_on_sets(results.get("saved_probe"))
     if not seen:
-        return "The held-out harmful-category sets were only scored too, never trained on by the shipped probe."
-    return "The held-out harmful-category sets were only scored too; " + "; ".join(_set_notes(seen)) + "."
+        return f"{lead}, never trained on by the shipped probe."
+    return f"{lead}; " + "; ".join(_set_notes(seen)) + "."
 
 
 NEAR_CHANCE_AUROC = 0.6
@@ -973,7 +975,7 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
         return []  # a researcher's own data, without these sources or extra sets: nothing to show
     for name, block in extra.items():
         meta = results.get("meta", {}).get("extra_sets", {}).get(name, {})
-        out += [f"### Extra set {code_span(name)} (n = {meta.get('n')}), {in_data_note(results, name) or 'never trained on'}", ""]
+        out += [f"### Extra set {code_span(name)} (n = {meta.get('n')}), {report_saved_probe.in_data_note(results, name) or 'never trained on'}", ""]
         kinds = [k for k in (JAILBREAK_SOURCE, SEEN_TEMPLATE_SOURCE) if k in next(iter(block.values())).get("per_source", {})]
         if name == "jailbreak_wrapped":
             out += ["Harmful AdvBench / HarmBench-standard requests that the per-source cap left out of the training pool, "
@@ -995,16 +997,6 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
         out += [_table(header, [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=True), _fmt(b["pooled"].get("auroc")),
                                  *split_cells(b)] for m, b in block.items()]), ""]
     return out
-
-
-def in_data_note(results: dict, name: str) -> str | None:
-    """``"k of n prompts also appear in --data"`` for a ``--test-data`` set of ``herald eval`` whose prompts are also
-    training rows (``meta.test_data_overlap``), so that the report does not call it "never trained on" (it did for
-    the training file itself: breaker finding); None when none is, or the results predate the count."""
-    counted = results.get("meta", {}).get("test_data_overlap", {}).get(name)
-    if not counted or not counted.get("also_in_data"):
-        return None
-    return f"{counted['also_in_data']} of {counted['rows']} prompts also appear in --data"
 
 
 def _guard_section(results: dict) -> list[str]:

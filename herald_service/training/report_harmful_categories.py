@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from herald_service.training.report_markdown import code_span
-from herald_service.training.report_saved_probe import trained_on_sets
-from herald_service.training.report_sensitive import METHOD_NAMES, pct
+from herald_service.training.report_saved_probe import in_data_note, trained_on_sets
+from herald_service.training.report_sensitive import METHOD_NAMES, set_row, set_table_head
 
 SECTION = "Harmful requests by category (held-out sets)"
 """The section's heading (also :data:`~herald_service.training.report.SIDE_SECTIONS`' entry)."""
@@ -33,15 +33,13 @@ def _harmful_sets(results: dict) -> list[str]:
 
 def _seen_notes(results: dict, names: list[str]) -> list[str]:
     """``"<set>: <note>"`` for each of ``names`` that holds training prompts: of the random-split fits' ``--data``
-    (``meta.test_data_overlap``) or of the saved probe's training files (:func:`.report_saved_probe.trained_on_sets`),
+    (:func:`.report_saved_probe.in_data_note`) or of the saved probe's training files (:func:`.report_saved_probe.trained_on_sets`),
     so that the section does not call such a set never trained on."""
-    counted = results.get("meta", {}).get("test_data_overlap", {})
     saved = trained_on_sets(results.get("saved_probe"))
     notes = []
     for name in names:
-        seen = counted.get(name) or {}
-        if seen.get("also_in_data"):
-            notes.append(f"{name.removesuffix('.jsonl')}: {seen['also_in_data']} of {seen['rows']} prompts also appear in --data")
+        if in_data := in_data_note(results, name):
+            notes.append(f"{name.removesuffix('.jsonl')}: {in_data}")
         if name in saved:
             notes.append(f"{name.removesuffix('.jsonl')}: {saved[name]} (shipped probe)")
     return notes
@@ -54,13 +52,8 @@ def recall_table(results: dict) -> str:
     names = _harmful_sets(results)
     methods = [m for m in METHOD_NAMES if all(m in extra[n] for n in names)]
     saved = results.get("saved_probe", {}).get("sets", {})
-    head = ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name in names:
-        n = extra[name][methods[0]]["pooled"]["n"]["value"] if methods else "-"
-        cells = [name.removesuffix(".jsonl"), str(n), pct(saved.get(name, {}).get("pooled", {}).get("recall"), True)]
-        cells += [pct(extra[name][m]["pooled"]["recall"], m == "herald") for m in methods]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = set_table_head(methods)
+    lines += [set_row(name.removesuffix(".jsonl"), extra[name], saved.get(name, {}), "recall", methods) for name in names]
     return "\n".join(lines)
 
 

@@ -122,6 +122,16 @@ def section(saved: dict | None, meta: dict) -> list[str]:
     return out + [""]
 
 
+def in_data_note(results: dict, name: str) -> str | None:
+    """``"k of n prompts also appear in --data"`` for a ``--test-data`` set of ``herald eval`` whose prompts are also
+    training rows (``meta.test_data_overlap``), so that the report does not call it "never trained on" (it did for
+    the training file itself: breaker finding); None when none is, or the results predate the count."""
+    counted = results.get("meta", {}).get("test_data_overlap", {}).get(name)
+    if not counted or not counted.get("also_in_data"):
+        return None
+    return f"{counted['also_in_data']} of {counted['rows']} prompts also appear in --data"
+
+
 def trained_on_sets(saved: dict | None) -> dict[str, str]:
     """``{set name: note}`` (:func:`trained_on_note`) of the saved probe's sets that hold prompts it may have been
     trained on, or that could not be checked in full (``checked_all: false``), for the report's lines that would

@@ -33,25 +33,34 @@ def pct(metric: dict | None, interval: bool = False) -> str:
     return text
 
 
+def set_table_head(methods: list[str]) -> list[str]:
+    """The header lines of a held-out-set table: set, n, the saved (shipped) probe, then each method's split fit."""
+    head = ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+
+def set_row(label: str, per: dict, saved: dict, metric: str, methods: list[str]) -> str:
+    """One held-out set's row: its ``metric`` (``false_positive_rate`` or ``recall``, percent) for the saved probe
+    (``saved``: its block for the set, ``{}`` if none) and for each of ``methods`` (``per``: the set's blocks by
+    method), with 95% intervals for the saved probe and Herald."""
+    cells = [label, str(next(iter(per.values()))["pooled"]["n"]["value"]),
+             pct(saved.get("pooled", {}).get(metric), True)]
+    cells += [pct(per[m]["pooled"][metric], m == "herald") for m in methods]
+    return "| " + " | ".join(cells) + " |"
+
+
 def fpr_table(results: dict) -> str:
     """Held-out sets x methods: FPR of the saved (shipped) probe and of every method fitted on the random split."""
     extra = {k: v for k, v in results["extra"].items() if k != "jailbreak_wrapped"}
     methods = [m for m in METHOD_NAMES if any(m in per for per in extra.values())]
     saved = results.get("saved_probe", {}).get("sets", {})
-    head = ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name in sorted(extra):
-        per = extra[name]
-        n = next(iter(per.values()))["pooled"]["n"]["value"]
-        cells = [name.removesuffix(".jsonl"), str(n), pct(saved.get(name, {}).get("pooled", {}).get("false_positive_rate"), True)]
-        cells += [pct(per[m]["pooled"]["false_positive_rate"], m == "herald") for m in methods]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = set_table_head(methods)
+    lines += [set_row(name.removesuffix(".jsonl"), extra[name], saved.get(name, {}), "false_positive_rate", methods)
+              for name in sorted(extra)]
     jb = results["extra"].get("jailbreak_wrapped")
     if jb:
-        cells = ["jailbreak_wrapped (harmful: recall)", str(next(iter(jb.values()))["pooled"]["n"]["value"]),
-                 pct(saved.get("jailbreak_wrapped", {}).get("pooled", {}).get("recall"), True)]
-        cells += [pct(jb[m]["pooled"]["recall"], m == "herald") for m in methods]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(set_row("jailbreak_wrapped (harmful: recall)", jb, saved.get("jailbreak_wrapped", {}), "recall",
+                             methods))
     return "\n".join(lines)
 
 
