@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import f1_score, roc_auc_score
 from threadpoolctl import threadpool_limits
 
-from herald_service.training.bootstrap import bootstrap_metrics
+from herald_service.training.bootstrap import bootstrap_metrics, operating_points
 from herald_service.training.corpus import Example, stratified_split
 from herald_service.training.eval import LabeledStates, Plan, evaluate_states
 from herald_service.training.evaluation import tpr_at_fpr
@@ -70,6 +70,35 @@ def test_bootstrap_interval_narrows_with_n():
         widths.append(out["auroc"]["hi"] - out["auroc"]["lo"])
     # Interval width shrinks like 1/sqrt(n): 16x the data should give roughly a quarter of the width.
     assert widths[1] < widths[0] / 2.5
+
+
+def test_operating_points_read_each_method_at_the_same_false_positive_rate():
+    rng = np.random.default_rng(3)
+    y = np.repeat([1, 0], [300, 700])
+    strong = y * 2.0 + rng.normal(0, 1.0, 1000)
+    weak = y * 1.0 + rng.normal(0, 1.0, 1000)
+    shifted = strong * 5 - 40  # same ranking, other scale: every operating point must be the same
+    out = operating_points(y, {"strong": strong, "weak": weak, "shifted": shifted}, reference="strong", replicates=200)
+    one = out["methods"]["strong"]["fpr=0.01"]
+    assert one["recall"]["value"] == pytest.approx(tpr_at_fpr(y, strong, 0.01))
+    assert out["methods"]["shifted"] == out["methods"]["strong"]
+    for fpr in (0.01, 0.05, 0.1):
+        point = out["methods"]["strong"][f"fpr={fpr:g}"]
+        assert point["false_positive_rate"]["value"] <= fpr
+        benign_above = int(round(point["false_positive_rate"]["value"] * 700))
+        flagged = int(round(point["recall"]["value"] * 300))
+        assert point["f1"]["value"] == pytest.approx(2 * flagged / (2 * flagged + benign_above + 300 - flagged))
+        assert out["differences"]["weak"][f"fpr={fpr:g}"]["recall"]["lo"] > 0  # 2 vs 1 sd apart: clearly better
+    # the highest F1 over every threshold, against a brute-force sweep
+    sweep = max(f1_score(y, strong >= t) for t in np.unique(strong))
+    assert out["methods"]["strong"]["best_f1"]["f1"]["value"] == pytest.approx(sweep)
+    assert out["differences"]["shifted"]["best_f1"]["f1"] == {"value": 0.0, "lo": 0.0, "hi": 0.0}
+    with pytest.raises(ValueError, match="both classes"):
+        operating_points(np.ones(5), {"a": np.arange(5.0)})
+    with pytest.raises(ValueError, match="reference 'b'"):
+        operating_points(y, {"a": strong}, reference="b")
+    with pytest.raises(ValueError, match="shape"):
+        operating_points(y, {"a": strong[:10]})
 
 
 def test_single_label_sets_report_recall_or_fpr_only():
@@ -155,6 +184,9 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
     assert results["learning_curve"]["actual_per_class"]["10"] == {"benign": 10, "harmful": 10}
     assert len(results["trajectories"]["harmful"]["mean"]) == 5
     assert results["extra"]["jailbreak_wrapped"]["herald"]["pooled"]["recall"]["value"] > 0.8
+    points = results["loso"]["operating_points"]
+    assert points["reference"] == "herald" and set(points["differences"]) == {"logreg_last", "mlpm", "lda_best_layer"}
+    assert points["methods"]["herald"]["fpr=0.01"]["recall"]["value"] == pytest.approx(pooled["tpr_at_1pct_fpr"]["value"])
     results.pop("loso_margins")
     results["meta"] = {"n": len(data.labels), "replicates": 50}
     path = tmp_path / "results.json"
@@ -162,6 +194,10 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
     md = write_report(path, tmp_path / "EVALUATION.md", tmp_path / "eval")
     text = md.read_text()
     assert "## Leave-one-source-out" in text and "not the paper's benchmarks" in text
+    matched = text.split("### Pooled at matched false-positive rates")[1].split("###")[0]
+    herald_row = next(line for line in matched.splitlines() if line.startswith("| Herald"))
+    assert herald_row.split(" | ")[1] == f"{points['methods']['herald']['fpr=0.01']['recall']['value'] * 100:.1f}"
+    assert "- Herald minus logistic, last layer: recall @1% FPR " in matched and "Reading: " in matched
     assert "| s0 |" in text.replace("| s0 | ", "| s0 |")
     # Not the development corpus: no issue targets, no sections of this project's studies (tests/test_report_sections.py
     # shows them on the corpus, each absent study one line saying so)

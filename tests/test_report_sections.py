@@ -151,6 +151,43 @@ def test_report_tables_recall_on_the_harmful_category_sets_and_says_when_they_ar
     assert "(not all unseen: hate: 3 of 35 prompts also appear in --data; sexual: " in shows
 
 
+def test_the_pooled_f1_target_row_and_the_matched_fpr_part_read_the_operating_points(tmp_path):
+    results = main_results()
+    results["loso"] = loso({"herald": (pooled(0.62, 0.86), 0.97, 0.9), "logreg_last": (pooled(0.66, 0.82), 0.99, 0.5)})
+
+    def point(recall, f1, fpr):
+        return {"recall": m(recall, recall - 0.03, recall + 0.03), "f1": m(f1, f1 - 0.03, f1 + 0.03),
+                "false_positive_rate": m(fpr, fpr, fpr)}
+
+    def diff(value, lo, hi):
+        return {"recall": m(value, lo, hi), "f1": m(value, lo, hi)}
+
+    results["loso"]["operating_points"] = {
+        "fprs": [0.01, 0.1], "replicates": 1000, "reference": "herald",
+        "methods": {"herald": {"fpr=0.01": point(0.32, 0.48, 0.01), "fpr=0.1": point(0.62, 0.675, 0.1),
+                               "best_f1": point(0.73, 0.692, 0.178)},
+                    "logreg_last": {"fpr=0.01": point(0.25, 0.40, 0.01), "fpr=0.1": point(0.62, 0.676, 0.1),
+                                    "best_f1": point(0.67, 0.685, 0.131)}},
+        "differences": {"logreg_last": {"fpr=0.01": diff(0.07, 0.01, 0.10), "fpr=0.1": diff(0.0, -0.03, 0.03),
+                                        "best_f1": diff(0.007, -0.009, 0.024)}}}
+    write(tmp_path, "results.json", results)
+    lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
+
+    assert ("| LOSO pooled F1 >= best latent + 2 points | Herald 62.0 vs logreg_last 66.0 | not met | highest F1 at any"
+            " threshold: Herald 69.2 vs logreg_last 68.5 (Herald leads by under 2 points at their best); section Pooled"
+            " at matched false-positive rates |") in lines
+    at = lines.index("### Pooled at matched false-positive rates (diagnostic: thresholds read off the held-out rows)")
+    assert lines[at + 4] == ("| method | recall @1% FPR | F1 @1% FPR | recall @10% FPR | F1 @10% FPR | highest F1 "
+                             "(recall, FPR) |")
+    assert lines[at + 7] == "| logistic, last layer | 25.0 | 40.0 | 62.0 | 67.6 | 68.5 (67.0, 13.1) |"
+    assert ("- Herald minus logistic, last layer: recall @1% FPR +7.0 [+1.0, +10.0]; recall @10% FPR +0.0 [-3.0, +3.0];"
+            " highest F1 +0.7 [-0.9, +2.4] (points)") in lines
+    reading = next(line for line in lines if line.startswith("Reading: Herald's recall"))
+    assert reading.startswith("Reading: Herald's recall is higher than logistic, last layer's at 1% FPR; within noise of"
+                              " logistic, last layer's at 10% FPR. The highest F1 either reaches at any threshold"
+                              " differs by +0.7 points (69.2 vs 68.5): read at their best thresholds, Herald does not")
+
+
 def test_a_report_of_another_recipe_keeps_the_studies_on_the_lda_recipe_beside_it(tmp_path):
     # Shipping logistic+jailbreak (2026-12-02): the main results' baselines trained on wrapped rows, the feature-set
     # runs' did not; the studies must keep borrowing the LDA recipe's baselines, and the report say what `shipped` is.

@@ -113,3 +113,96 @@ def bootstrap_metrics(
         lo, hi = np.nanpercentile(boot[name], [2.5, 97.5])
         out[name] = {"value": value, "lo": float(lo), "hi": float(hi)}
     return out
+
+
+OPERATING_FPRS = (0.01, 0.05, 0.10)
+"""False-positive rates at which :func:`operating_points` compares methods: 1% (TPR@1%FPR's), 5% (about the shipped
+probe's pooled source-held-out rate, docs/EVALUATION.md) and 10% (issue 3's limit for unseen instruction sources)."""
+
+
+def _at_fpr(pos: np.ndarray, neg: np.ndarray, max_fpr: float) -> dict[str, np.ndarray]:
+    """Recall, F1 and false-positive rate of each row at :func:`_tpr_at_fpr`'s threshold (flag scores strictly above
+    the (k+1)-th largest benign score, ``k = floor(max_fpr * n_neg)``). Shapes ``(replicate, n_pos)``,
+    ``(replicate, n_neg)``."""
+    allowed = int(np.floor(max_fpr * neg.shape[1]))
+    cut = -np.sort(-neg, axis=1)[:, allowed]
+    tp = (pos > cut[:, None]).sum(1)
+    fp = (neg > cut[:, None]).sum(1)
+    n_pos = pos.shape[1]
+    return {"recall": tp / n_pos, "f1": 2 * tp / np.maximum(tp + fp + n_pos, 1), "false_positive_rate": fp / neg.shape[1]}
+
+
+def _best_f1(pos: np.ndarray, neg: np.ndarray) -> dict[str, np.ndarray]:
+    """The highest F1 of each row over every threshold (flag ``score >= t``; ties move together), with its recall and
+    false-positive rate. Shapes ``(replicate, n_pos)``, ``(replicate, n_neg)``."""
+    scores = np.concatenate([pos, neg], axis=1)
+    harmful = np.concatenate([np.ones_like(pos, dtype=bool), np.zeros_like(neg, dtype=bool)], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    s = np.take_along_axis(scores, order, axis=1)
+    tp = np.cumsum(np.take_along_axis(harmful, order, axis=1), axis=1)
+    fp = np.arange(1, scores.shape[1] + 1)[None, :] - tp
+    last_of_tie = np.concatenate([s[:, 1:] != s[:, :-1], np.ones((len(s), 1), dtype=bool)], axis=1)
+    n_pos = pos.shape[1]
+    f1 = np.where(last_of_tie, 2 * tp / (tp + fp + n_pos), -1.0)
+    best = np.argmax(f1, axis=1)
+    rows = np.arange(len(s))
+    return {"f1": f1[rows, best], "recall": tp[rows, best] / n_pos, "false_positive_rate": fp[rows, best] / neg.shape[1]}
+
+
+def operating_points(labels: np.ndarray, scores: dict[str, np.ndarray], fprs: tuple[float, ...] = OPERATING_FPRS,
+                     reference: str | None = None, replicates: int = DEFAULT_REPLICATES, seed: int = 0) -> dict:
+    """Methods compared at the same false-positive rate, with thresholds chosen on the scored rows themselves.
+
+    A diagnostic of ranking at an operating point, not a deployable result: each threshold is read off the very rows
+    it is scored on (as TPR@1%FPR's is), so it says what a method's scores allow, not what its calibrated threshold
+    gives. Every method is resampled with the same stratified index rows (seed ``seed``), so the differences against
+    ``reference`` are paired.
+
+    Args:
+        labels: ``(n,)`` 1 = harmful; both classes needed.
+        scores: method name -> ``(n,)`` float scores (higher = more harmful), all on the same rows.
+        fprs: false-positive rates: each method's recall, F1 and actual false-positive rate at the strictest threshold
+            whose false-positive rate is <= the rate (:func:`_tpr_at_fpr`'s rule).
+        reference: a name of ``scores`` whose paired differences (reference minus each other method) are added.
+        replicates: bootstrap resamples (stratified by label).
+
+    Returns:
+        ``{"fprs": [...], "methods": {name: {point: {metric: {"value", "lo", "hi"}}}}}``, a point being ``"fpr=0.05"``
+        or ``"best_f1"`` (the highest F1 over every threshold); with ``reference``, ``"differences"``: ``{name: {point:
+        {"f1"|"recall": {"value", "lo", "hi"}}}}`` of ``reference`` minus ``name``.
+
+    Raises:
+        ValueError: a sample without both classes, a score of another length than ``labels``, or an unknown
+            ``reference``.
+    """
+    labels = np.asarray(labels).astype(int)
+    if labels.min() == labels.max():
+        raise ValueError("operating points need both classes")
+    if reference is not None and reference not in scores:
+        raise ValueError(f"reference {reference!r} is not one of the scored methods {sorted(scores)}")
+    index = np.concatenate([np.argsort(labels, kind="stable")[None, :], stratified_resamples(labels, replicates, seed)])
+    pos_cols = labels[index[0]] == 1
+    values: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for name, score in scores.items():
+        score = np.asarray(score, dtype=np.float64)
+        if score.shape != labels.shape:
+            raise ValueError(f"scores of {name!r} have shape {score.shape}, labels {labels.shape}")
+        s = score[index]
+        pos, neg = s[:, pos_cols], s[:, ~pos_cols]
+        values[name] = {f"fpr={fpr:g}": _at_fpr(pos, neg, fpr) for fpr in fprs}
+        values[name]["best_f1"] = _best_f1(pos, neg)
+
+    def summary(row: np.ndarray) -> dict[str, float]:
+        lo, hi = np.percentile(row[1:], [2.5, 97.5])
+        return {"value": float(row[0]), "lo": float(lo), "hi": float(hi)}
+
+    out: dict = {"fprs": list(fprs), "replicates": replicates,
+                 "methods": {name: {point: {metric: summary(row) for metric, row in metrics.items()}
+                                    for point, metrics in points.items()} for name, points in values.items()}}
+    if reference is not None:
+        out["reference"] = reference
+        out["differences"] = {name: {point: {metric: summary(values[reference][point][metric] - row)
+                                             for metric, row in metrics.items() if metric in ("f1", "recall")}
+                                     for point, metrics in values[name].items()}
+                              for name in scores if name != reference}
+    return out

@@ -27,7 +27,7 @@ from herald_service.out_path import refuse_an_existing_out, write_text_atomicall
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
-from herald_service.training.bootstrap import bootstrap_metrics
+from herald_service.training.bootstrap import bootstrap_metrics, operating_points
 from herald_service.training.corpus import JAILBREAK_SET
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, FeatureLogistic, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
@@ -216,7 +216,9 @@ def pooled_metrics(labels: np.ndarray, held: np.ndarray, replicates: int) -> dic
 
 def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) -> tuple[dict, dict]:
     """The leave-one-source-out protocol: ``{"folds", "pooled", "skipped_folds"}`` (skipped: source -> reason,
-    :func:`unlearnable_fold`, also logged as a warning) and every row's held-out margin per method."""
+    :func:`unlearnable_fold`, also logged as a warning) with, where the pooled rows hold both classes,
+    ``"operating_points"`` (:func:`~.bootstrap.operating_points` of the pooled held-out margins, Herald the reference),
+    and every row's held-out margin per method."""
     folds_out: dict = {}
     skipped: dict[str, str] = {}
     held_margins = {name: np.full(len(data.labels), np.nan) for name in plan.methods}
@@ -249,8 +251,14 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
         folds_out[fold.source] = fold_out
         progress(f"LOSO fold done: {fold.source}")
     pooled = {name: pooled_metrics(data.labels, held_margins[name], plan.replicates) for name in plan.methods}
+    loso = {"folds": folds_out, "pooled": pooled, "skipped_folds": skipped}
+    done = ~np.isnan(held_margins[plan.methods[0]]) if plan.methods else np.zeros(0, dtype=bool)
+    if done.any() and len(set(data.labels[done].tolist())) == 2:  # every method scored the same rows (skips are per fold)
+        loso["operating_points"] = operating_points(
+            data.labels[done], {name: held_margins[name][done] for name in plan.methods},
+            reference="herald" if "herald" in plan.methods else None, replicates=plan.replicates)
     margins_json = {name: [None if np.isnan(v) else round(float(v), 5) for v in held_margins[name]] for name in plan.methods}
-    return {"folds": folds_out, "pooled": pooled, "skipped_folds": skipped}, margins_json
+    return loso, margins_json
 
 
 def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict:

