@@ -62,7 +62,7 @@ def test_artifact_has_no_pickle(tmp_path, fitted):
 def test_mismatched_backbone_is_refused(tmp_path, fitted, change, problem):
     backbone, probe, _ = fitted
     save_probe(probe, tmp_path, {"backbone": backbone_manifest(backbone.info)})
-    advice = ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`."
+    advice = ". Give a probe fitted on this backbone (--probe; HERALD_PROBE for herald serve), or fit one with `herald fit`."
     same_id = dataclasses.replace(backbone.info, **change)
     # Breaker: with equal ids this read "probe was fitted on 'X' but the backbone is 'X': num_layers 31 != ...", a
     # contradiction; the file names the loaded backbone and does not match it

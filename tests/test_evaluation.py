@@ -15,7 +15,7 @@ from herald_service.training.corpus import Example, stratified_split
 from herald_service.training.eval import LabeledStates, Plan, evaluate_states
 from herald_service.training.evaluation import tpr_at_fpr
 from herald_service.probes.probe import HeraldProbe, balanced_weights, calibration_mask
-from herald_service.training.methods import FACTORIES, make_method
+from herald_service.training.methods import FACTORIES, make_method, separation
 from herald_service.training.protocol import class_sample, loso_folds
 from herald_service.training.report import write_report
 
@@ -159,6 +159,22 @@ def test_every_method_beats_chance_on_a_separable_problem(name):
     assert f1_score(data.labels[test], flagged) > 0.7
 
 
+def test_the_best_single_layer_breaks_a_tie_of_perfect_calibration_aurocs_by_separation():
+    # Every layer orders the small calibration part perfectly; the harm shift grows with depth, so the deepest layer
+    # separates the classes most. Taking the first of the tied layers (the tester's layer 1) ignored that.
+    rng = np.random.default_rng(5)
+    labels = np.repeat([1, 0], 24)
+    states = rng.normal(0, 0.05, size=(48, 6, 4)).astype(np.float32)
+    states[:, :, 0] += labels[:, None] * np.linspace(1.0, 3.0, 6)
+    groups = np.array([f"s|{y}" for y in labels])
+    method = make_method("lda_best_layer", 0).fit(states, labels, groups)
+    calib = calibration_mask(groups, 0.25, 0)
+    projected = method.directions_.project(states[calib])
+    assert all(roc_auc_score(labels[calib], projected[:, layer]) == 1.0 for layer in range(6))  # a six-way tie
+    assert method.layer_ == int(np.argmax(separation(projected, labels[calib])))
+    assert method.layer_ != 0
+
+
 @pytest.mark.parametrize(("estimator", "method_name"), [("lda", "herald"), ("logistic", "herald_logistic")])
 def test_herald_method_reproduces_herald_probe(estimator, method_name):
     data = synthetic(n=200)
@@ -242,6 +258,23 @@ def test_added_training_rows_join_every_methods_training_set_but_the_learning_cu
     curve = text[text.index("## Learning curve"):]
     curve = curve[:curve.index("\n## ")] if "\n## " in curve else curve
     assert "| Herald (logistic-direction trajectory + 288-param MLP) |" in curve and "wrapped training requests" not in curve
+
+
+def test_learning_curve_sizes_past_the_train_part_are_named_as_repeats(caplog):
+    data = synthetic()
+    train, test = split(data)
+    benign, harmful = (int((data.labels[train] == label).sum()) for label in (0, 1))
+    plan = Plan(methods=("logreg_last",), curve_sizes=(10, 400, 800), curve_seeds=(0,), replicates=1, loso=False)
+    with caplog.at_level("WARNING", logger="herald_service.training.eval"):
+        results = evaluate_states(data, train, test, plan)
+    assert (f"--curve-sizes 400, 800 are each at least the train part's {benign} benign and {harmful} harmful rows, so"
+            " each draws all of them: the points from 400 on repeat one another") in caplog.text
+    assert results["learning_curve"]["actual_per_class"]["800"] == {"benign": benign, "harmful": harmful}
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="herald_service.training.eval"):
+        evaluate_states(data, train, test, Plan(methods=("logreg_last",), curve_sizes=(10, 400), curve_seeds=(0,),
+                                                replicates=1, loso=False))
+    assert "repeat one another" not in caplog.text  # one such size is the whole train part once: nothing repeats
 
 
 def test_the_spread_over_seeds_is_the_sample_standard_deviation():

@@ -501,7 +501,7 @@ def test_fit_command_takes_threads_and_records_its_command(folder, tmp_path):
     assert printed["held_out_pooled_excluding_also_in_training"] == evaluation["excluding_also_in_training"]["pooled"]
 
 
-def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path):
+def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path, caplog):
     data = _fit_corpus(tmp_path)
     options = FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache", device="cpu",
                          max_per_source=None, command="herald fit --data data.jsonl")
@@ -526,8 +526,55 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path)
     distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in map(json.loads, data.read_text().splitlines())])}
     assert len(cached) == len(distinct)  # one file per distinct token sequence
     mtimes = {p: p.stat().st_mtime_ns for p in cached}
-    run_fit(dataclasses.replace(options, overwrite=True))  # second run reads states from the cache (same --out)
+    with caplog.at_level("INFO", logger="herald_service.training.extract"):
+        run_fit(dataclasses.replace(options, overwrite=True))  # second run reads states from the cache (same --out)
     assert {p: p.stat().st_mtime_ns for p in cached} == mtimes
+    rows = len(data.read_text().splitlines())
+    assert f"extracting states: {rows} of {rows} prompts' states read from the cache, 0 to compute" in caplog.text
+
+
+def test_a_fit_refuses_to_write_where_another_fit_wrote_a_probe_while_it_ran(folder, tmp_path, monkeypatch):
+    # Two fits given one --out both passed the check before the load; the second to finish replaced the first's
+    # probe, and both printed success (tester finding).
+    import herald_service.training.fit as fit_module
+
+    out = tmp_path / "out"
+    other = b'{"written": "by another fit"}'
+    real = fit_module.reference_block
+
+    def another_fit_finishes_first(*args, **kwargs):
+        out.mkdir(exist_ok=True)
+        (out / "probe.json").write_bytes(other)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "reference_block", another_fit_finishes_first)
+    options = FitOptions(data=[_fit_corpus(tmp_path)], backbone=str(folder), out=out, cache_dir=tmp_path / "cache",
+                         device="cpu", max_per_source=None)
+    with pytest.raises(ValueError, match=re.escape(f"--out {out} received a probe (probe.json) while this fit ran")):
+        run_fit(options)
+    assert (out / "probe.json").read_bytes() == other and not (out / "probe.safetensors").exists()
+    run_fit(dataclasses.replace(options, overwrite=True))  # --overwrite replaces it, as it says
+    assert json.loads((out / "probe.json").read_text())["format_version"]
+
+
+def test_a_probe_write_that_fails_names_the_folder_and_leaves_no_tensors_alone(tmp_path, monkeypatch):
+    # A full disk stopped the manifest after the tensors: "herald: [Errno 28] No space left on device" named no file,
+    # and the folder of tensors alone was refused by the next fit as "already holds a probe" (tester finding).
+    import errno
+
+    import herald_service.probes.artifact as artifact
+
+    rng = np.random.default_rng(0)
+    probe = HeraldProbe().fit(rng.standard_normal((40, 4, 32)), np.repeat([0, 1], 20))
+
+    def full_disk(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(artifact, "write_text_atomically", full_disk)
+    with pytest.raises(OSError, match=re.escape(f"could not write the probe into {tmp_path / 'p'}: No space left on"
+                                                " device; nothing was left there")):
+        save_probe(probe.fitted_, tmp_path / "p", {"backbone": {}})
+    assert list((tmp_path / "p").iterdir()) == []
 
 
 def test_fit_counts_held_out_rows_that_repeat_a_training_prompt_and_scores_the_rest_alone(folder, tmp_path):

@@ -67,6 +67,10 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         manifest: must hold ``backbone`` (see :func:`backbone_manifest`); training data, metrics and the command
             go in as given. Format version, feature set, threshold, its method (and the target false-positive rate of
             ``target_fpr``), peak layer and Herald version are filled in here.
+
+    Raises:
+        OSError: a file could not be written (a full disk, a read-only folder), naming ``folder``; tensors written
+            into a folder that held none are removed again, so the folder does not look like a probe.
     """
     folder.mkdir(parents=True, exist_ok=True)
     state = {f"scorer.{k}": v.detach().cpu().numpy().astype(np.float32) for k, v in probe.scorer.state_dict().items()}
@@ -82,7 +86,22 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
     # mode a new file gets under the umask (0644 as a rule: safetensors' own writer made it 0600, and a probe fitted by
     # one user could not be served by another, the image's uid 10001 on a mounted volume: breaker finding).
     tensor_bytes = save_bytes(tensors, metadata=TENSORS_METADATA)
-    write_bytes_atomically(folder / TENSORS_FILE, tensor_bytes)
+    had_tensors = (folder / TENSORS_FILE).exists()
+    try:
+        write_bytes_atomically(folder / TENSORS_FILE, tensor_bytes)
+        _write_manifest(probe, folder, manifest, tensors, tensor_bytes)
+    except OSError as exc:
+        # a full disk stopped the manifest after the tensors: a folder of tensors alone is no probe, and the next fit
+        # into it was refused as "already holds a probe" (tester finding); the message named no file
+        if not had_tensors and not (folder / MANIFEST_FILE).exists():
+            (folder / TENSORS_FILE).unlink(missing_ok=True)
+        raise OSError(exc.errno, f"could not write the probe into {folder}: {exc.strerror or exc}"
+                      + ("" if had_tensors else "; nothing was left there")) from exc
+
+
+def _write_manifest(probe: FittedProbe, folder: Path, manifest: dict[str, Any], tensors: dict[str, np.ndarray],
+                    tensor_bytes: bytes) -> None:
+    """Write ``probe.json`` for :func:`save_probe`, once the tensors it records are in place."""
     full = {
         "format_version": FORMAT_VERSION,
         "herald_version": __version__,
@@ -386,7 +405,8 @@ def check_compatible(manifest: dict[str, Any], info: BackboneInfo) -> None:
                 else f"probe was fitted on {fitted.get('id')!r} but the backbone is {info.model_id!r}")
         raise ProbeMismatch(
             f"{head}: " + "; ".join(problems)
-            + ". Point HERALD_PROBE at a probe for this backbone, or fit one with `herald fit`.",
+            + ". Give a probe fitted on this backbone (--probe; HERALD_PROBE for herald serve), or fit one with"
+            " `herald fit`.",
             field="probe",
         )
 

@@ -263,6 +263,12 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
 
 def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict:
     test = data.take(test_index)
+    available = [int((data.labels[train_index] == label).sum()) for label in (0, 1)]
+    full = [size for size in plan.curve_sizes if size >= max(available)]
+    if len(full) > 1:  # each such size draws every train-part row: the same fits again (tester finding)
+        log.warning("learning curve: --curve-sizes %s are each at least the train part's %d benign and %d harmful rows,"
+                    " so each draws all of them: the points from %d on repeat one another", ", ".join(map(str, full)),
+                    *available, full[0])
     out: dict = {"sizes": list(plan.curve_sizes), "seeds": list(plan.curve_seeds), "methods": {}, "actual_per_class": {}}
     for size in plan.curve_sizes:
         for seed in plan.curve_seeds:

@@ -309,6 +309,9 @@ def states_of_token_ids(
         return np.zeros((0, backbone.info.num_layers, backbone.info.hidden_size), np.float32)
     states: list[np.ndarray | None] = [cache.get(ids) if cache else None for ids in token_ids]
     missing = [i for i, s in enumerate(states) if s is None]
+    if cache and len(missing) < len(token_ids):  # else the bar's total looked short of the prompts counted (tester)
+        log.info("%s: %d of %d prompts' states read from the cache, %d to compute", desc,
+                 len(token_ids) - len(missing), len(token_ids), len(missing))
     batches = plan_batches([len(token_ids[i]) for i in missing], token_budget, max_rows)
     with tqdm(total=len(missing), desc=desc, unit="prompt", disable=not missing) as bar:
         for batch in batches:

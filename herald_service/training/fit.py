@@ -506,7 +506,9 @@ def run_fit(options: FitOptions) -> dict:
             tokenized and before any state is extracted, rows that ``max_tokens`` leaves unusable
             (:func:`~.extract.require_rows_within_max_tokens`), and with ``loaded_questions`` a question over
             ``max_tokens`` (:func:`loaded_question_states`); or, after extraction, a label too thin for the calibration
-            or fit part (:meth:`~herald_service.probes.probe.HeraldProbe.fit`).
+            or fit part (:meth:`~herald_service.probes.probe.HeraldProbe.fit`); at the end, without ``overwrite``, a
+            probe that appeared in ``out`` while the fit ran (another fit given the same folder): nothing is written.
+        OSError: the probe files could not be written (:func:`~herald_service.probes.artifact.save_probe`).
     """
     started = time.perf_counter()
     if options.out is not None:
@@ -627,5 +629,12 @@ def run_fit(options: FitOptions) -> dict:
         "mean_prompt_tokens": float(tokens.mean()),
         "cpu_threads": threads_manifest(options.threads),
     }
+    if not options.overwrite:  # checked before the load too; another fit may have written here since (tester finding)
+        appeared = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
+        if appeared:
+            where = f"--out {out}" if options.out is not None else f"{out} (the default --out for this backbone)"
+            raise ValueError(f"{where} received a probe ({', '.join(appeared)}) while this fit ran, perhaps from"
+                             " another herald fit given the same folder; this fit's probe was not written: pass"
+                             " another --out, or --overwrite to replace that one")
     save_probe(probe.fitted_, out, manifest)
     return {**manifest, "out": str(out)}

@@ -264,16 +264,43 @@ class HardNegativeHerald(HeraldMethod):
         return self
 
 
+def separation(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Standardized mean difference of each column, ``(mean_harmful - mean_benign) / sqrt((var_harmful +
+    var_benign) / 2)`` (Cohen's d with equal class weights): how far apart the classes lie, where AUROC only says
+    whether they are ordered.
+
+    Args:
+        scores: ``(n, k)`` float scores; ``labels``: ``(n,)`` 1 = harmful, both classes present.
+
+    Returns:
+        ``(k,)`` float64; 0 where both classes have zero variance and equal means, ``inf`` where the variance is zero
+        and the means differ.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    harmful, benign = scores[np.asarray(labels) == 1], scores[np.asarray(labels) == 0]
+    gap = harmful.mean(0) - benign.mean(0)
+    spread = np.sqrt((harmful.var(0) + benign.var(0)) / 2)
+    out = np.where(gap > 0, np.inf, np.where(gap < 0, -np.inf, 0.0))
+    positive = spread > 0
+    out[positive] = gap[positive] / spread[positive]
+    return out
+
+
 class LDABestLayer(_Calibrated):
-    """One layer's LDA projection; layer picked by calibration-part AUROC (training data only)."""
+    """One layer's LDA projection; layer picked by calibration-part AUROC (training data only), ties broken by the
+    calibration part's standardized mean difference (:func:`separation`).
+
+    A small calibration part ranks perfectly on many layers: 16 rows gave AUROC 1.0 on all 30 of SmolLM2's, the first
+    (layer 1) was taken, and it scored 0.44 on the test part where layer 22 scored 1.0 (tester, 2026-12-06)."""
 
     name = "lda_best_layer"
 
     def _fit(self, X, y, groups, X_calib, y_calib) -> None:
         self.directions_ = shared_directions(X, y, groups, "lda")
         s = self.directions_.project(X_calib)
-        aurocs = [roc_auc_score(y_calib, s[:, l]) for l in range(s.shape[1])]
-        self.layer_ = int(np.argmax(aurocs))
+        aurocs = np.array([roc_auc_score(y_calib, s[:, l]) for l in range(s.shape[1])])
+        tied = np.flatnonzero(aurocs == aurocs.max())
+        self.layer_ = int(tied[np.argmax(separation(s[:, tied], y_calib))]) if len(tied) > 1 else int(tied[0])
 
     def score(self, X: np.ndarray) -> np.ndarray:
         return self.directions_.project(X)[:, self.layer_]
