@@ -1455,7 +1455,8 @@ def test_eval_names_a_missing_test_data_file_or_probe_before_it_refuses_an_exist
             (("--probe", str(tmp_path / "empty")),
              f"no probe at {tmp_path / 'empty'}: probe.json is missing (--probe; fit one with `herald fit`)"),
             (("--probe", str(tmp_path / "holder" / "probe.json")),
-             f"the probe (--probe) must be its folder, the one holding probe.json: use {tmp_path / 'holder'}")):
+             f"the probe (--probe) must be its folder, the one holding probe.json: use {tmp_path / 'holder'}"),
+            (("--trimmed-views",), "--trimmed-views scores a saved probe's sets as herald serve does: give --probe too")):
         out = herald("eval", "--data", str(data), *args, "--out", str(results), "--backbone", str(missing),
                      "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
         assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", (args, out.stderr)

@@ -417,6 +417,10 @@ class EvalCommand(BaseModel):
         " fits the backbone's max_position_embeddings."))
     probe: Path | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
                                                  "and the jailbreak-wrapped set at its own threshold.")
+    trimmed_views: bool = Field(False, description=(
+        "With --probe: also score its sets as herald serve does by default (HERALD_TRIMMED_VIEWS), each prompt's"
+        " verdict the highest score of the prompt whole and its trimmed views (herald_service/trimmed_views.py); extra"
+        " prefills, about one per prompt. Without it the saved probe reads each prompt whole only."))
     direction_estimator: Literal["lda", "logistic"] = Field("lda", description=(
         "Per-layer direction estimator of the method herald (herald fit --direction-estimator), so that Herald's rows "
         "are the recipe of the probe evaluated; the baselines are unchanged."))
@@ -495,6 +499,8 @@ class EvalCommand(BaseModel):
         check_jailbreak_templates(self)
         check_test_data_paths(self.test_data)
         check_probe_folder(self.probe)
+        if self.trimmed_views and self.probe is None:  # views of which verdicts: refused, not ignored
+            raise ValueError("--trimmed-views scores a saved probe's sets as herald serve does: give --probe too")
         # after the inputs: with the committed default --out, a missing --data (or --test-data, or --probe: tester
         # finding) was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)

@@ -364,6 +364,9 @@ class EvalOptions:
     guard_per_source: int = 0
     guard_max_tokens: int = 768
     probe: Path | None = None
+    trimmed_views: bool = False
+    """With ``probe``: also score its sets with the trimmed views ``herald serve`` adds by default
+    (:func:`score_saved_probe`'s ``views``)."""
     overwrite: bool = False
     """Replace an existing ``out`` file (``--overwrite``); without it :func:`~herald_service.out_path.refuse_an_existing_out` refuses."""
     direction_estimator: str = DIRECTION_ESTIMATORS[0]
@@ -853,8 +856,9 @@ def run_eval(options: EvalOptions) -> dict:
     if guard_scorer is not None:
         results["guard"] = _guard_comparison(guard_scorer, backbone, options, data, test_index, results, extra)
     if options.probe is not None:
+        views = trimmed_view_states(backbone, cache, extra, options.max_tokens) if options.trimmed_views else None
         results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
-                                                   probe_overlap, options.max_per_source)
+                                                   probe_overlap, options.max_per_source, views)
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -1032,8 +1036,48 @@ def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
     log.warning("%s", warning)
 
 
+@dataclass(frozen=True)
+class ViewStates:
+    """The trimmed views of one set's prompts (:func:`~herald_service.trimmed_views.trimmed_views`), as ``herald
+    serve`` scores them beside each prompt by default.
+
+    Attributes:
+        states: ``(views, layer, d_model)`` float32, each view rendered as one user turn.
+        owner: ``(views,)`` int: the row of the set each view was cut from.
+    """
+
+    states: np.ndarray
+    owner: np.ndarray
+
+
+def trimmed_view_states(backbone, cache, sets: dict[str, LabeledStates], max_tokens: int) -> dict[str, ViewStates]:
+    """States of every trimmed view of every prompt of ``sets`` (extracted, or read from ``cache``), for
+    :func:`score_saved_probe`. A view is never longer than its prompt, so ``max_tokens`` (which the prompts passed)
+    holds for it; it is checked all the same."""
+    from herald_service.training.extract import extract_states
+    from herald_service.trimmed_views import trimmed_views
+    from herald_service.types import user_turn
+
+    out = {}
+    for name, rows in sets.items():
+        texts, owner = [], []
+        for row, prompt in enumerate(rows.prompts):
+            for view in trimmed_views(prompt):
+                texts.append(view)
+                owner.append(row)
+        if not texts:
+            out[name] = ViewStates(np.zeros((0, *rows.states.shape[1:]), np.float32), np.zeros(0, dtype=int))
+            continue
+        states, tokens = extract_states(backbone, [user_turn(text) for text in texts], cache,
+                                        desc=f"{name}: trimmed views")
+        keep = tokens <= max_tokens
+        out[name] = ViewStates(states[keep], np.asarray(owner)[keep])
+    return out
+
+
 def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], replicates: int, seed: int = 0,
-                      overlap: ProbeTrainingOverlap | None = None, max_per_source: int | None = 150) -> dict:
+                      overlap: ProbeTrainingOverlap | None = None, max_per_source: int | None = 150,
+                      views: dict[str, ViewStates] | None = None) -> dict:
     """Score the extra sets with a saved probe artifact (e.g. the shipped one, fitted on the whole capped corpus)
     at its own stored threshold; margins are ``logit - threshold`` as in :func:`margins`.
 
@@ -1045,6 +1089,10 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
     Args:
         overlap: the ``--test-data`` prompts in the probe's training files (:func:`probe_training_overlap`).
         max_per_source: this run's ``--max-per-source`` (None: no cap), compared with the probe's.
+        views: ``--trimmed-views``: each set's :class:`ViewStates` (:func:`trimmed_view_states`); each such set gets
+            ``"with_trimmed_views"``: ``{"pooled", "per_source", "views", "prompts_with_views", "flagged_by_a_view"}``,
+            every prompt's margin the highest of its whole prompt's and its views' (as ``herald serve`` decides),
+            ``flagged_by_a_view`` the prompts flagged only by a view.
 
     Returns:
         ``{"folder", "threshold", "tensors_sha256", "sha256", "sets": {name: {"pooled", "per_source"}}}``
@@ -1093,6 +1141,17 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         m = np.asarray(output.logits, dtype=np.float64) - probe.threshold
         out["sets"][name] = {"pooled": boot(extra.labels, m, replicates),
                              "per_source": by_source(extra.labels, m, extra.sources, replicates)}
+        if views is not None and name in views:
+            cut = views[name]
+            served = m.copy()
+            if len(cut.owner):
+                view_margins = np.asarray(probe.predict(cut.states).logits, dtype=np.float64) - probe.threshold
+                np.maximum.at(served, cut.owner, view_margins)
+            out["sets"][name]["with_trimmed_views"] = {
+                "pooled": boot(extra.labels, served, replicates),
+                "per_source": by_source(extra.labels, served, extra.sources, replicates),
+                "views": int(len(cut.owner)), "prompts_with_views": int(len(set(cut.owner.tolist()))),
+                "flagged_by_a_view": int(((served >= 0) & (m < 0)).sum())}
         if overlap is not None and name in overlap.sets:
             counted = overlap.sets[name]
             out["sets"][name].update(counted, trained_on=counted["in_training_files"] > 0)

@@ -111,6 +111,13 @@ def section(saved: dict | None, meta: dict) -> list[str]:
             else "not checked (results from before the check)")
         n = (block.get("pooled") or {}).get("n", {}).get("value")
         rows.append([code_span(name), str(n), note, *(_fmt((block.get("pooled") or {}).get(key), pct) for key, _, pct in METRICS)])
+        served = block.get("with_trimmed_views")
+        if served:  # herald eval --trimmed-views: as herald serve decides by default
+            rows.append([f"{code_span(name)}, with trimmed views (as herald serve decides)",
+                         str(served["pooled"].get("n", {}).get("value")),
+                         f"{served['views']} views of {served['prompts_with_views']} prompts; flagged by a view only:"
+                         f" {served['flagged_by_a_view']}",
+                         *(_fmt(served["pooled"].get(key), pct) for key, _, pct in METRICS)])
         unseen = block.get("unseen")
         if unseen:
             rows.append([f"{code_span(name)}, unseen rows only", str(unseen["pooled"].get("n", {}).get("value")),
