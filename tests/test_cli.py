@@ -2011,3 +2011,25 @@ def test_the_clis_templated_prompt_limit_is_the_number_of_templated_prompts():
     from herald_service.training.templated import TASKS, TEMPLATES, templated_benign
 
     assert TEMPLATED_PROMPTS == len(TASKS) * len(TEMPLATES) == len(templated_benign(TEMPLATED_PROMPTS))
+
+
+@pytest.mark.parametrize(("command", "module", "function", "kept"), [
+    ("fit", "herald_service.training.fit", "run_fit", "no probe was written"),
+    ("eval", "herald_service.training.eval", "run_eval", "no results were written"),
+])
+def test_ctrl_c_during_a_training_command_says_what_it_kept(tmp_path, monkeypatch, command, module, function, kept):
+    # A fit stopped at 16 s exited 130 after '^C' and nothing else (tester finding).
+    import importlib
+
+    def interrupted(options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(module), function, interrupted)
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    out = herald(command, "--data", str(data), "--out", str(tmp_path / "out"), "--backbone", str(unloadable_backbone(tmp_path)),
+                 "--jailbreak-templates", "null", "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 130 and out.stdout == ""
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"herald {command}: stopped (Ctrl+C); {kept}; the states extracted so far are cached, so the same command"
+        " resumes from them"), out.stderr

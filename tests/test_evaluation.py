@@ -465,3 +465,18 @@ def test_fit_held_out_auroc_lies_inside_its_interval_where_scikit_learn_reads_a_
     evaluation = held_out_evaluation(labels, margins, margins >= 0, ["s"] * 120, np.zeros(120, dtype=bool), seed=0)
     auroc = evaluation["pooled_95ci"]["auroc"]
     assert auroc["lo"] <= auroc["value"] == evaluation["pooled"]["auroc"] <= auroc["hi"]
+
+
+def test_a_test_data_set_with_few_rows_of_a_label_is_warned_about(caplog):
+    from pathlib import Path
+
+    from herald_service.training.eval import few_rows_warning
+
+    with caplog.at_level("WARNING", logger="herald_service.training.eval"):
+        one = few_rows_warning(Path("one.jsonl"), np.array([1]))
+        mixed = few_rows_warning(Path("m.jsonl"), np.array([1] * 5 + [0] * 30))
+        enough = few_rows_warning(Path("e.jsonl"), np.array([1] * 20 + [0] * 20))
+    assert one == ("--test-data one.jsonl holds only 1 harmful scored row (fewer than 20 of a label): its metrics and"
+                   " their 95% intervals say little (an interval over few rows all decided right is a point)")
+    assert mixed.startswith("--test-data m.jsonl holds only 5 harmful scored rows (fewer than 20")  # benign: 30, enough
+    assert enough is None and caplog.text.count("say little") == 2

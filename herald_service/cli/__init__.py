@@ -168,6 +168,16 @@ def _usage_error(args: list[str], exc: Exception) -> SystemExit:
     return SystemExit(2)
 
 
+STOPPED_WORDS = {
+    "fit": "no probe was written; the states extracted so far are cached, so the same command resumes from them",
+    "eval": "no results were written; the states extracted so far are cached, so the same command resumes from them",
+    "recipes": ("the recipes finished before the stop are in --out; the states extracted so far are cached, so the"
+                " same command (with --overwrite) resumes from them"),
+}
+"""What a training command kept when Ctrl+C stopped it (the state cache keeps every prompt extracted:
+herald_service/training/extract.py), printed before the exit status 130."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``herald`` console script."""
     from pydantic import ValidationError
@@ -185,6 +195,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         CliApp.run(Herald, cli_args=args)
     except KeyboardInterrupt:  # Ctrl+C, in any command at any point: exit as a shell expects, without a traceback
+        stopped = STOPPED_WORDS.get(args[0] if args else "")
+        if stopped:  # a fit stopped at 16 s said nothing of what it kept (tester finding)
+            print(f"herald {args[0]}: stopped (Ctrl+C); {stopped}", file=sys.stderr)
         raise SystemExit(130) from None
     except SettingsError as exc:
         raise _usage_error(args, exc) from None

@@ -823,6 +823,7 @@ def run_eval(options: EvalOptions) -> dict:
                         path, test_skipped[path.name], len(rows), limit)
         if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
             raise ValueError(f"every prompt of {path} (--test-data) exceeds {limit} once rendered; {advice}")
+        few_rows_warning(path, extra[path.name].labels)
 
     added_rows, augmentation, format_augmentation = None, None, None
     if options.jailbreak_train_per_class > 0:
@@ -1048,6 +1049,23 @@ class ViewStates:
 
     states: np.ndarray
     owner: np.ndarray
+
+
+def few_rows_warning(path: Path, labels: np.ndarray) -> str | None:
+    """Log, and return, a warning for a ``--test-data`` set holding fewer than
+    :data:`~.fit.FEW_HELD_OUT_PER_LABEL` rows of a label it has: as ``herald fit`` warns of its held-out part, since
+    an interval over few rows all decided right is a point (a tester's one-row set read recall 100.0 [100.0, 100.0])."""
+    from herald_service.training.fit import FEW_HELD_OUT_PER_LABEL
+
+    few = {name: int((labels == label).sum()) for label, name in ((1, "harmful"), (0, "benign"))
+           if 0 < (labels == label).sum() < FEW_HELD_OUT_PER_LABEL}
+    if not few:
+        return None
+    shown = " and ".join(f"{n} {name}" for name, n in few.items())
+    text = (f"--test-data {path} holds only {shown} scored row{'s' if sum(few.values()) != 1 else ''} (fewer than {FEW_HELD_OUT_PER_LABEL} of a label): its metrics and their 95% intervals say little (an"
+            " interval over few rows all decided right is a point)")
+    log.warning("%s", text)
+    return text
 
 
 def trimmed_view_states(backbone, cache, sets: dict[str, LabeledStates], max_tokens: int) -> dict[str, ViewStates]:
