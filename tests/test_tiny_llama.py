@@ -1259,7 +1259,8 @@ def test_eval_refuses_a_probe_of_another_architecture_before_it_reads_the_corpus
     assert not (tmp_path / "cache" / "states").exists()
 
 
-def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_refused(folder, tmp_path, monkeypatch):
+def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_refused(folder, tmp_path, monkeypatch,
+                                                                                        caplog):
     # Weights of the same architecture that differ from the fitted ones (a damaged copy, another fine-tune) only drew
     # the revision warning, and the probe read states it was not fitted on.
     import shutil
@@ -1281,6 +1282,26 @@ def test_fit_records_reference_logits_and_other_weights_of_the_architecture_are_
     assert [round(r.logit, 4) for r in logits] == [e["logit"] for e in reference["prompts"]]
     # bf16 linear layers (the CPU default where the CPU has bf16) stay within the tolerance
     load_runtime(settings.model_copy(update={"matmul_dtype": "bfloat16"}))
+    # moved by more than NOTABLE_REFERENCE_DISTANCE (recorded logits shifted 0.5) with bf16 linear layers: a warning
+    # that verdicts near the threshold can differ from fit's and eval's; in the weights' dtype, the usual info line
+    import logging
+
+    from herald_service.probes.reference import NOTABLE_REFERENCE_DISTANCE
+
+    shifted = tmp_path / "shifted"
+    shutil.copytree(tmp_path / "probe", shifted)
+    manifest = json.loads((shifted / "probe.json").read_text())
+    for entry in manifest["reference"]["prompts"]:
+        entry["logit"] += 0.5
+    (shifted / "probe.json").write_text(json.dumps(manifest))
+    assert NOTABLE_REFERENCE_DISTANCE < 0.5
+    with caplog.at_level(logging.INFO, logger="herald_service.engine.runtime"):
+        load_runtime(settings.model_copy(update={"matmul_dtype": "bfloat16", "probe": shifted}))
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING and "verdicts near the threshold" in r.message]
+        assert len(warned) == 1 and "with bfloat16 linear layers" in warned[0].message
+        caplog.clear()
+        load_runtime(settings.model_copy(update={"probe": shifted}))
+        assert "verdicts near the threshold" not in caplog.text and "moved by a median of 0.50" in caplog.text
     # the probe's hash is that of the bytes loaded: a probe written over the folder while the backbone loaded (herald
     # fit --overwrite into the folder serve loads) was named by the new files' hash while the old probe served
     from herald_service.backbone.hf import HFBackbone

@@ -18,7 +18,7 @@ from herald_service.probes.artifact import (backbone_manifest, check_chat_templa
                                             compatibility_warnings, LoadedProbe, load_probe_files)
 from herald_service.probes.folder import require_probe_folder
 from herald_service.probes.probe import FittedProbe, HeraldProbe
-from herald_service.probes.reference import REFERENCE_TOLERANCE, check_reference
+from herald_service.probes.reference import NOTABLE_REFERENCE_DISTANCE, REFERENCE_TOLERANCE, check_reference
 from herald_service.types import AS_SENT, Classification, user_turn
 
 log = logging.getLogger(__name__)
@@ -244,6 +244,12 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
             log.warning("probe %s records no reference logits (fitted before Herald recorded them): this backbone's"
                         " weights are not checked against the ones it was fitted on; record them with `herald"
                         " reference` on the weights it was fitted on, or refit with `herald fit`", folder)
+        elif distance > NOTABLE_REFERENCE_DISTANCE and backbone.info.matmul_dtype:
+            # a tester's small probe moved 0.47 in bf16: 3 of its 30 benign verdicts differed from herald eval's
+            log.warning("reference prompts' logits moved by a median of %.2f from those the probe records (tolerance"
+                        " %g) with %s linear layers: verdicts near the threshold can differ from those herald fit and"
+                        " eval report; HERALD_MATMUL_DTYPE=weights serves in the weights' dtype, as the probe was"
+                        " recorded", distance, REFERENCE_TOLERANCE, backbone.info.matmul_dtype)
         else:
             log.info("reference prompts' logits moved by a median of %.2f from those the probe records (tolerance"
                      " %g)", distance, REFERENCE_TOLERANCE)

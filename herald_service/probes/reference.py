@@ -51,6 +51,12 @@ tolerance is 6.9 times it), the smallest median of a damage that changed a verdi
 bf16 the recorded fp32 CPU logits moved by a median of 0.122 (docs/PERFORMANCE.md, 2026-12-04)."""
 
 
+NOTABLE_REFERENCE_DISTANCE = 0.3
+"""Median reference-logit distance, in logits, above which ``herald serve`` warns (instead of informing) that bf16
+linear layers move verdicts near the threshold away from those ``herald fit`` and ``eval`` report (both fp32): twice
+the most the serving numerics moved the embedded backbone's shipped probe (0.15, above). A tester's 80-row probe
+moved 0.47 and 3 of its 30 benign verdicts with it (2026-12-06)."""
+
 BF16_PLAUSIBLE_MEDIAN = 1.5
 """Largest median reference-logit distance the refusal message attributes to bf16 linear layers (or bf16 weights)
 against the fp32 fit: ten times the most they moved the embedded backbone's (0.069 bf16 linear layers, 0.145 bf16
