@@ -31,6 +31,13 @@ STRONG = re.compile(r"(?<=[.?!:;])\s+|\s*\n\s*|(?<=[A-Za-z][:;])(?=[A-Za-z\"'(\[
 """Sentence and clause ends, line breaks, and a colon or semicolon glued to the next word."""
 WEAK = re.compile(r"(?<=[a-z0-9)\"'])\s+(?=[A-Z][a-z]+\b)")
 """A capitalized word after a lower-case one: an instruction appended without a full stop."""
+NOUN_PHRASE_OPENERS = frozenset(
+    "a an the this that these those my your his her its our their some any each every no "
+    "of to in on at for with by from into onto about as like than via per and or nor but".split())
+"""English articles, determiners, possessives, prepositions and conjunctions: a capitalized word after one of them
+continues the phrase they open (a proper noun: "kill a Python process", "the French word", "defeated at Stalingrad"),
+so the space before it is no weak boundary. Cut there, "How do I kill a Python process that is hanging?" gave the
+view "How do I kill a", scored 6 logits above the whole prompt (tester, 2026-12-06)."""
 MAX_CLAUSE_WORDS = 12
 """The most words removed at either end, in whitespace-separated words (format instructions are 2 to 8)."""
 MIN_VIEW_WORDS = 3
@@ -59,23 +66,31 @@ class _Words:
         return len(self.starts) - bisect.bisect_left(self.starts, offset)
 
 
+def _boundaries(pattern: re.Pattern, text: str) -> list[re.Match]:
+    """The matches of ``pattern`` in ``text``; for :data:`WEAK`, only those not after a word of
+    :data:`NOUN_PHRASE_OPENERS` (read without case and surrounding quotes or brackets)."""
+    matches = list(pattern.finditer(text))
+    if pattern is not WEAK:
+        return matches
+    before = [text[:match.start()].rsplit(None, 1)[-1].strip("\"'()[]").lower() for match in matches]
+    return [match for match, word in zip(matches, before) if word not in NOUN_PHRASE_OPENERS]
+
+
 def _leading_end(text: str, words: _Words) -> int | None:
     """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it."""
     for pattern in (STRONG, WEAK):
-        match = pattern.search(text)
-        if match is not None and words.before(match.start()) <= MAX_CLAUSE_WORDS:
-            return match.end()
+        found = _boundaries(pattern, text)
+        if found and words.before(found[0].start()) <= MAX_CLAUSE_WORDS:
+            return found[0].end()
     return None
 
 
 def _trailing_start(text: str, words: _Words) -> int | None:
     """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it."""
     for pattern in (STRONG, WEAK):
-        last = None
-        for match in pattern.finditer(text):
-            last = match
-        if last is not None and words.after(last.end()) <= MAX_CLAUSE_WORDS:
-            return last.start()
+        found = _boundaries(pattern, text)
+        if found and words.after(found[-1].end()) <= MAX_CLAUSE_WORDS:
+            return found[-1].start()
     return None
 
 

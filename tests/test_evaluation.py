@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import f1_score, roc_auc_score
 from threadpoolctl import threadpool_limits
 
-from herald_service.training.bootstrap import bootstrap_metrics, operating_points
+from herald_service.training.bootstrap import bootstrap_metrics, operating_points, paired_auroc_differences
 from herald_service.training.corpus import Example, stratified_split
 from herald_service.training.eval import LabeledStates, Plan, evaluate_states
 from herald_service.training.evaluation import tpr_at_fpr
@@ -200,6 +200,11 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
     assert results["learning_curve"]["actual_per_class"]["10"] == {"benign": 10, "harmful": 10}
     assert len(results["trajectories"]["harmful"]["mean"]) == 5
     assert results["extra"]["jailbreak_wrapped"]["herald"]["pooled"]["recall"]["value"] > 0.8
+    for fold in results["loso"]["folds"].values():  # Herald's AUROC minus each method's, on the fold's own rows
+        methods = fold["methods"]
+        for name, difference in fold["auroc_differences"].items():
+            gap = methods["herald"]["with_contrast"]["auroc"]["value"] - methods[name]["with_contrast"]["auroc"]["value"]
+            assert difference["value"] == pytest.approx(gap) and difference["lo"] <= difference["value"] <= difference["hi"]
     points = results["loso"]["operating_points"]
     assert points["reference"] == "herald" and set(points["differences"]) == {"logreg_last", "mlpm", "lda_best_layer"}
     assert points["methods"]["herald"]["fpr=0.01"]["recall"]["value"] == pytest.approx(pooled["tpr_at_1pct_fpr"]["value"])
@@ -210,6 +215,7 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
     md = write_report(path, tmp_path / "EVALUATION.md", tmp_path / "eval")
     text = md.read_text()
     assert "## Leave-one-source-out" in text and "not the paper's benchmarks" in text
+    assert "| Herald minus best latent AUROC [95%, paired] |" in text
     matched = text.split("### Pooled at matched false-positive rates")[1].split("###")[0]
     herald_row = next(line for line in matched.splitlines() if line.startswith("| Herald"))
     assert herald_row.split(" | ")[1] == f"{points['methods']['herald']['fpr=0.01']['recall']['value'] * 100:.1f}"
@@ -480,3 +486,16 @@ def test_a_test_data_set_with_few_rows_of_a_label_is_warned_about(caplog):
                    " their 95% intervals say little (an interval over few rows all decided right is a point)")
     assert mixed.startswith("--test-data m.jsonl holds only 5 harmful scored rows (fewer than 20")  # benign: 30, enough
     assert enough is None and caplog.text.count("say little") == 2
+
+
+def test_paired_auroc_differences_are_zero_for_one_ranking_and_negative_for_a_worse_one():
+    rng = np.random.default_rng(4)
+    y = np.repeat([1, 0], [60, 140])
+    good = y * 2.0 + rng.normal(0, 1.0, 200)
+    noisy = y * 0.5 + rng.normal(0, 1.0, 200)
+    out = paired_auroc_differences(y, {"good": good, "same": good * 3 + 1, "noisy": noisy}, "good", replicates=300)
+    assert out["same"] == {"value": 0.0, "lo": 0.0, "hi": 0.0}
+    assert out["noisy"]["value"] == pytest.approx(roc_auc_score(y, good) - roc_auc_score(y, noisy))
+    assert out["noisy"]["lo"] > 0  # 2 sd apart against 0.5: clearly better, every resample
+    with pytest.raises(ValueError, match="both classes"):
+        paired_auroc_differences(np.zeros(4), {"good": np.arange(4.0)}, "good")

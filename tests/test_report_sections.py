@@ -154,6 +154,8 @@ def test_report_tables_recall_on_the_harmful_category_sets_and_says_when_they_ar
 def test_the_pooled_f1_target_row_and_the_matched_fpr_part_read_the_operating_points(tmp_path):
     results = main_results()
     results["loso"] = loso({"herald": (pooled(0.62, 0.86), 0.97, 0.9), "logreg_last": (pooled(0.66, 0.82), 0.99, 0.5)})
+    results["loso"]["folds"]["A harmful"]["auroc_differences"] = {"logreg_last": m(-0.02, -0.05, 0.01)}
+    results["loso"]["folds"]["B benign"]["auroc_differences"] = {"logreg_last": m(0.4, 0.3, 0.5)}
 
     def point(recall, f1, fpr):
         return {"recall": m(recall, recall - 0.03, recall + 0.03), "f1": m(f1, f1 - 0.03, f1 + 0.03),
@@ -173,6 +175,11 @@ def test_the_pooled_f1_target_row_and_the_matched_fpr_part_read_the_operating_po
     write(tmp_path, "results.json", results)
     lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
 
+    assert ("| LOSO: Herald AUROC >= best latent baseline, every fold | 1/2 folds | not met | 1 of the 1 folds below are"
+            " within noise (the paired 95% interval of Herald's AUROC minus the best latent's holds 0); A harmful"
+            " 0.970<0.990 |") in lines
+    assert any(line.startswith("| A harmful | 20 | recall |") and line.endswith("| -0.020 [-0.050, +0.010] |")
+               for line in lines)
     assert ("| LOSO pooled F1 >= best latent + 2 points | Herald 62.0 vs logreg_last 66.0 | not met | highest F1 at any"
             " threshold: Herald 69.2 vs logreg_last 68.5 (Herald leads by under 2 points at their best); section Pooled"
             " at matched false-positive rates |") in lines

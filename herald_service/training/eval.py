@@ -27,7 +27,7 @@ from herald_service.out_path import refuse_an_existing_out, write_text_atomicall
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
-from herald_service.training.bootstrap import bootstrap_metrics, operating_points
+from herald_service.training.bootstrap import bootstrap_metrics, operating_points, paired_auroc_differences
 from herald_service.training.corpus import JAILBREAK_SET
 from herald_service.training.methods import FACTORIES, LATENT_BASELINES, FeatureLogistic, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
@@ -236,6 +236,7 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
             continue
         fold_out = {"n_train": int(len(fold.train_index)), "n_held_out": int(len(fold.held_out_index)),
                     "n_contrast": int(len(fold.contrast_index)), "methods": {}}
+        contrast_margins = {}
         if added_rows is not None:
             fold_out["n_train_added"] = int(added)
         for name in plan.methods:
@@ -248,6 +249,11 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
                 "held_out": boot(data.labels[fold.held_out_index], held, plan.replicates),
                 "with_contrast": boot(data.labels[test_idx], m, plan.replicates),
             }
+            contrast_margins[name] = m
+        if "herald" in contrast_margins and len(contrast_margins) > 1 and len(set(data.labels[fold.test_index])) == 2:
+            # Herald's AUROC minus each method's on the fold's rows, paired (issue 3's every-fold AUROC target)
+            fold_out["auroc_differences"] = paired_auroc_differences(data.labels[fold.test_index], contrast_margins,
+                                                                     "herald", plan.replicates)
         folds_out[fold.source] = fold_out
         progress(f"LOSO fold done: {fold.source}")
     pooled = {name: pooled_metrics(data.labels, held_margins[name], plan.replicates) for name in plan.methods}

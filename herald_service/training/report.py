@@ -333,18 +333,26 @@ def _targets(results: dict) -> list[list[str]]:
     rows = []
     loso = results.get("loso")
     if loso:
-        met, total, misses = 0, 0, []
+        met, total, misses, noise, paired = 0, 0, [], 0, 0
         for source, fold in loso["folds"].items():
             m = fold["methods"]
             h = _val(m["herald"]["with_contrast"].get("auroc"))
-            best = max(_val(m[b]["with_contrast"].get("auroc")) for b in LATENT if b in m)
+            best_name = max((b for b in LATENT if b in m), key=lambda b: _val(m[b]["with_contrast"].get("auroc")))
+            best = _val(m[best_name]["with_contrast"].get("auroc"))
             total += 1
             if h >= best:
                 met += 1
             else:
                 misses.append(f"{_source_text(source, 24)} {h:.3f}<{best:.3f}")
+                difference = (fold.get("auroc_differences") or {}).get(best_name)
+                if difference is not None:
+                    paired += 1
+                    noise += difference["hi"] >= 0
+        within = (f"{noise} of the {paired} folds below are within noise (the paired 95% interval of Herald's AUROC minus"
+                  " the best latent's holds 0); " if paired else "")
         rows.append(["LOSO: Herald AUROC >= best latent baseline, every fold", f"{met}/{total} folds",
-                     "met" if met == total else "not met", "; ".join(misses[:6]) + (" …" if len(misses) > 6 else "")])
+                     "met" if met == total else "not met",
+                     within + "; ".join(misses[:6]) + (" …" if len(misses) > 6 else "")])
         pooled = loso["pooled"]
         h_f1 = _val(pooled["herald"].get("f1")) * 100
         best_name = max((b for b in LATENT if b in pooled), key=lambda b: np.nan_to_num(_val(pooled[b].get("f1")), nan=-1))
@@ -710,6 +718,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     if loso and loso["folds"]:
         fold_methods = list(next(iter(loso["folds"].values()))["methods"])
         header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC", "best latent AUROC"]
+        differences = any(fold.get("auroc_differences") for fold in loso["folds"].values())
+        if differences:
+            header.append("Herald minus best latent AUROC [95%, paired]")
         rows = []
         for source, fold in loso["folds"].items():
             m = fold["methods"]
@@ -722,6 +733,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             best = max(latent, key=lambda b: np.nan_to_num(_val(m[b]["with_contrast"].get("auroc")), nan=-1), default=None)
             cells += [f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}",
                       f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})" if best else "–"]
+            if differences:
+                d = (fold.get("auroc_differences") or {}).get(best) if best else None
+                cells.append(f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]" if d else "–")
             rows.append(cells)
         out += ["### Per held-out source (percent; Herald with its 95% interval)", "", table(header, rows), ""]
         if plots.get("loso"):
