@@ -149,6 +149,21 @@ def _best_f1(pos: np.ndarray, neg: np.ndarray) -> dict[str, np.ndarray]:
     return {"f1": f1[rows, best], "recall": tp[rows, best] / n_pos, "false_positive_rate": fp[rows, best] / neg.shape[1]}
 
 
+def _paired_index(labels: np.ndarray, replicates: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(1 + replicates, n)`` index rows, the sample itself (sorted by label) first and then
+    :func:`stratified_resamples`, and the ``(n,)`` bool mask of their harmful columns: one set of rows that every
+    method is scored on, so that differences between methods are paired."""
+    index = np.concatenate([np.argsort(labels, kind="stable")[None, :], stratified_resamples(labels, replicates, seed)])
+    return index, labels[index[0]] == 1
+
+
+def _interval(row: np.ndarray) -> dict[str, float]:
+    """``{"value", "lo", "hi"}`` of a row from :func:`_paired_index`'s rows: the sample's value and the 95% percentile
+    interval of the resamples'."""
+    lo, hi = np.percentile(row[1:], [2.5, 97.5])
+    return {"value": float(row[0]), "lo": float(lo), "hi": float(hi)}
+
+
 def operating_points(labels: np.ndarray, scores: dict[str, np.ndarray], fprs: tuple[float, ...] = OPERATING_FPRS,
                      reference: str | None = None, replicates: int = DEFAULT_REPLICATES, seed: int = 0) -> dict:
     """Methods compared at the same false-positive rate, with thresholds chosen on the scored rows themselves.
@@ -180,8 +195,7 @@ def operating_points(labels: np.ndarray, scores: dict[str, np.ndarray], fprs: tu
         raise ValueError("operating points need both classes")
     if reference is not None and reference not in scores:
         raise ValueError(f"reference {reference!r} is not one of the scored methods {sorted(scores)}")
-    index = np.concatenate([np.argsort(labels, kind="stable")[None, :], stratified_resamples(labels, replicates, seed)])
-    pos_cols = labels[index[0]] == 1
+    index, pos_cols = _paired_index(labels, replicates, seed)
     values: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     for name, score in scores.items():
         score = np.asarray(score, dtype=np.float64)
@@ -191,17 +205,12 @@ def operating_points(labels: np.ndarray, scores: dict[str, np.ndarray], fprs: tu
         pos, neg = s[:, pos_cols], s[:, ~pos_cols]
         values[name] = {f"fpr={fpr:g}": _at_fpr(pos, neg, fpr) for fpr in fprs}
         values[name]["best_f1"] = _best_f1(pos, neg)
-
-    def summary(row: np.ndarray) -> dict[str, float]:
-        lo, hi = np.percentile(row[1:], [2.5, 97.5])
-        return {"value": float(row[0]), "lo": float(lo), "hi": float(hi)}
-
     out: dict = {"fprs": list(fprs), "replicates": replicates,
-                 "methods": {name: {point: {metric: summary(row) for metric, row in metrics.items()}
+                 "methods": {name: {point: {metric: _interval(row) for metric, row in metrics.items()}
                                     for point, metrics in points.items()} for name, points in values.items()}}
     if reference is not None:
         out["reference"] = reference
-        out["differences"] = {name: {point: {metric: summary(values[reference][point][metric] - row)
+        out["differences"] = {name: {point: {metric: _interval(values[reference][point][metric] - row)
                                              for metric, row in metrics.items() if metric in ("f1", "recall")}
                                      for point, metrics in values[name].items()}
                               for name in scores if name != reference}
@@ -229,8 +238,7 @@ def paired_auroc_differences(labels: np.ndarray, scores: dict[str, np.ndarray], 
         raise ValueError("an AUROC difference needs both classes")
     if reference not in scores:
         raise ValueError(f"reference {reference!r} is not one of the scored methods {sorted(scores)}")
-    index = np.concatenate([np.argsort(labels, kind="stable")[None, :], stratified_resamples(labels, replicates, seed)])
-    pos_cols = labels[index[0]] == 1
+    index, pos_cols = _paired_index(labels, replicates, seed)
 
     def aurocs(score: np.ndarray) -> np.ndarray:
         s = np.asarray(score, dtype=np.float64)[index]
@@ -241,7 +249,5 @@ def paired_auroc_differences(labels: np.ndarray, scores: dict[str, np.ndarray], 
     for name, score in scores.items():
         if name == reference:
             continue
-        gap = ours - aurocs(score)
-        lo, hi = np.percentile(gap[1:], [2.5, 97.5])
-        out[name] = {"value": float(gap[0]), "lo": float(lo), "hi": float(hi)}
+        out[name] = _interval(ours - aurocs(score))
     return out
