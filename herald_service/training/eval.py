@@ -1043,6 +1043,24 @@ def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
     log.warning("%s", warning)
 
 
+def few_rows_warning(path: Path, labels: np.ndarray) -> str | None:
+    """Log, and return, a warning for a ``--test-data`` set holding fewer than
+    :data:`~.fit.FEW_HELD_OUT_PER_LABEL` rows of a label it has: as ``herald fit`` warns of its held-out part, since
+    an interval over few rows all decided right is a point (a tester's one-row set read recall 100.0 [100.0, 100.0])."""
+    from herald_service.training.fit import FEW_HELD_OUT_PER_LABEL
+
+    few = {name: int((labels == label).sum()) for label, name in ((1, "harmful"), (0, "benign"))
+           if 0 < (labels == label).sum() < FEW_HELD_OUT_PER_LABEL}
+    if not few:
+        return None
+    shown = " and ".join(f"{n} {name}" for name, n in few.items())
+    text = (f"--test-data {path} holds only {shown} scored row{'s' if sum(few.values()) != 1 else ''} (fewer than"
+            f" {FEW_HELD_OUT_PER_LABEL} of a label): its metrics and their 95% intervals say little (an interval over few"
+            " rows all decided right is a point)")
+    log.warning("%s", text)
+    return text
+
+
 @dataclass(frozen=True)
 class ViewStates:
     """The trimmed views of one set's prompts (:func:`~herald_service.trimmed_views.trimmed_views`), as ``herald
@@ -1055,23 +1073,6 @@ class ViewStates:
 
     states: np.ndarray
     owner: np.ndarray
-
-
-def few_rows_warning(path: Path, labels: np.ndarray) -> str | None:
-    """Log, and return, a warning for a ``--test-data`` set holding fewer than
-    :data:`~.fit.FEW_HELD_OUT_PER_LABEL` rows of a label it has: as ``herald fit`` warns of its held-out part, since
-    an interval over few rows all decided right is a point (a tester's one-row set read recall 100.0 [100.0, 100.0])."""
-    from herald_service.training.fit import FEW_HELD_OUT_PER_LABEL
-
-    few = {name: int((labels == label).sum()) for label, name in ((1, "harmful"), (0, "benign"))
-           if 0 < (labels == label).sum() < FEW_HELD_OUT_PER_LABEL}
-    if not few:
-        return None
-    shown = " and ".join(f"{n} {name}" for name, n in few.items())
-    text = (f"--test-data {path} holds only {shown} scored row{'s' if sum(few.values()) != 1 else ''} (fewer than {FEW_HELD_OUT_PER_LABEL} of a label): its metrics and their 95% intervals say little (an"
-            " interval over few rows all decided right is a point)")
-    log.warning("%s", text)
-    return text
 
 
 def trimmed_view_states(backbone, cache, sets: dict[str, LabeledStates], max_tokens: int) -> dict[str, ViewStates]:
