@@ -13,8 +13,10 @@ colon or a zero-width space around one split nothing on the text as sent: tester
 after ``.``, ``?``, ``!``, ``:`` or ``;``, a line break, or a colon or semicolon right before a letter, quote or
 bracket (:data:`STRONG`: "Answer in Spanish:How ..."); where no strong boundary is in reach, whitespace between a
 lower-case letter, digit, quote or bracket and a capitalized word (:data:`WEAK`: "... crack passwords Thanks in
-advance!"). The leading clause ends at the first boundary with at most :data:`MAX_CLAUSE_WORDS` words before it;
-the trailing clause starts at the last boundary with at most that many after it. Two short instructions at one end
+advance!"), unless the word before opens a phrase the capitalized word continues (:data:`NOUN_PHRASE_OPENERS`: "kill a
+Python process"; docs/eval/trimmed_views.md, fourth run): then that end has no weak cut. The leading clause ends at
+the first boundary with at most :data:`MAX_CLAUSE_WORDS` words before it; the trailing clause starts at the last
+boundary with at most that many after it. Two short instructions at one end
 ("R Answer in Spanish. Use bullet points.") still hide the request: cutting also at the farthest boundary in reach
 caught them but failed the study's rule (3.5% of CISSP exam questions flagged, up from 0%: their answer lines are
 short clauses; docs/eval/trimmed_views.md, second run).
@@ -66,31 +68,33 @@ class _Words:
         return len(self.starts) - bisect.bisect_left(self.starts, offset)
 
 
-def _boundaries(pattern: re.Pattern, text: str) -> list[re.Match]:
-    """The matches of ``pattern`` in ``text``; for :data:`WEAK`, only those not after a word of
-    :data:`NOUN_PHRASE_OPENERS` (read without case and surrounding quotes or brackets)."""
-    matches = list(pattern.finditer(text))
-    if pattern is not WEAK:
-        return matches
-    before = [text[:match.start()].rsplit(None, 1)[-1].strip("\"'()[]").lower() for match in matches]
-    return [match for match, word in zip(matches, before) if word not in NOUN_PHRASE_OPENERS]
+def _opens_a_phrase(text: str, match: re.Match) -> bool:
+    """Whether the word before a :data:`WEAK` boundary is one of :data:`NOUN_PHRASE_OPENERS` (read without case and
+    surrounding quotes or brackets): the capitalized word after it continues that phrase."""
+    before = text[:match.start()].rsplit(None, 1)
+    return bool(before) and before[-1].strip("\"'()[]").lower() in NOUN_PHRASE_OPENERS
 
 
 def _leading_end(text: str, words: _Words) -> int | None:
-    """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it."""
+    """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it.
+    A weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no cut: taking the next one instead moved the cut
+    to another capitalized word ("What poison did | Socrates drink according to Plato?")."""
     for pattern in (STRONG, WEAK):
-        found = _boundaries(pattern, text)
-        if found and words.before(found[0].start()) <= MAX_CLAUSE_WORDS:
-            return found[0].end()
+        match = pattern.search(text)
+        if match is not None and words.before(match.start()) <= MAX_CLAUSE_WORDS:
+            return None if pattern is WEAK and _opens_a_phrase(text, match) else match.end()
     return None
 
 
 def _trailing_start(text: str, words: _Words) -> int | None:
-    """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it."""
+    """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it; a
+    weak boundary inside a phrase gives no cut, as in :func:`_leading_end`."""
     for pattern in (STRONG, WEAK):
-        found = _boundaries(pattern, text)
-        if found and words.after(found[-1].end()) <= MAX_CLAUSE_WORDS:
-            return found[-1].start()
+        last = None
+        for match in pattern.finditer(text):
+            last = match
+        if last is not None and words.after(last.end()) <= MAX_CLAUSE_WORDS:
+            return None if pattern is WEAK and _opens_a_phrase(text, last) else last.start()
     return None
 
 
