@@ -176,13 +176,13 @@ def test_the_pooled_f1_target_row_and_the_matched_fpr_part_read_the_operating_po
     lines = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text().splitlines()
 
     assert ("| LOSO: Herald AUROC >= best latent baseline, every fold | 1/2 folds | not met | 1 of the 1 folds below are"
-            " within noise (the paired 95% interval of Herald's AUROC minus the best latent's holds 0); A harmful"
-            " 0.970<0.990 |") in lines
-    assert any(line.startswith("| A harmful | 20 | recall |") and line.endswith("| -0.020 [-0.050, +0.010] |")
+            " within noise (the paired 95% interval of Herald's AUROC minus the best latent's holds 0), 0 clearly below;"
+            " A harmful 0.970<0.990 |") in lines
+    assert any(line.startswith("| A harmful | 20 | recall |") and line.endswith("| -0.0200 [-0.0500, +0.0100] |")
                for line in lines)
     assert ("| LOSO pooled F1 >= best latent + 2 points | Herald 62.0 vs logreg_last 66.0 | not met | highest F1 at any"
-            " threshold: Herald 69.2 vs logreg_last 68.5 (Herald leads by under 2 points at their best); section Pooled"
-            " at matched false-positive rates |") in lines
+            " threshold: Herald 69.2 vs logreg_last 68.5, paired difference +0.7 [-0.9, +2.4] (the target asks +2.0);"
+            " section Pooled at matched false-positive rates |") in lines
     at = lines.index("### Pooled at matched false-positive rates (diagnostic: thresholds read off the held-out rows)")
     assert lines[at + 4] == ("| method | recall @1% FPR | F1 @1% FPR | recall @10% FPR | F1 @10% FPR | highest F1 "
                              "(recall, FPR) |")
@@ -853,7 +853,9 @@ def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
     assert ("has median 0.433, and its recall at the in-distribution threshold has median 50%: unseen harmful sources"
             " are ranked little or no better than unseen benign prompts (0.5 is chance), so what the threshold catches"
             " there is not evidence of detection. Pooled over folds, the best AUROC is logistic, last layer's (0.500,"
-            " near chance).") in text
+            " near chance); within a held-out source (the table below), the best AUROC is logistic, last layer's in 2 of"
+            " 2 folds and Herald's in 1 (a tie counts for each method tied): the pooled AUROC also depends on how"
+            " comparable each fold model's scores are, so it is not a ranking within sources.") in text
     assert "saturated" not in text and "## Random stratified split\n" in text
     assert "## Targets of issue 3" in text  # still the development corpus
     inverted = pooled(0.3, 0.40)  # interval [0.38, 0.42]: wholly under 0.5
@@ -861,7 +863,8 @@ def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
     write(tmp_path, "results.json", weak)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert " Pooled over folds, the best AUROC is Herald (LDA trajectory + 288-param MLP)'s (0.400, below chance" \
-           " (inverted ranking))." in text
+           " (inverted ranking)); within a held-out source (the table below), the best AUROC is Herald (LDA trajectory" \
+           " + 288-param MLP)'s in 2 of 2 folds (a tie counts" in text
 
 
 def saved_probe_block() -> dict:
