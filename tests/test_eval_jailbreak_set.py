@@ -156,21 +156,28 @@ def test_a_test_data_file_whose_prompts_all_exceed_max_tokens_is_named_before_an
         " table (a larger --max-tokens cannot help)")
 
 
-def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned_about_and_scored_apart(tmp_path, caplog):
-    # tester findings: eval --probe P --test-data F reported P's metrics on F as if on unseen prompts, F being (by
-    # sha256) one of the files P's probe.json records as its training data; then, with that check by sha256 only, a
-    # copy of the training file with one more newline was marked trained_on: false, with no warning
+def fitted_word_probe(tmp_path):
+    """A tiny word-level llama (prompts vary by its words), 12 harmful and 12 benign rows of two sources in
+    ``data.jsonl``, and a probe fitted on them in ``tmp_path / "probe"``: ``(backbone folder, data file, rows)``."""
     from herald_service.training.fit import FitOptions, run_fit
 
     from tiny_llama import WORDS
 
-    folder = build_tiny_llama(tmp_path / "tiny")  # a word-level vocabulary: prompts vary by its words
+    folder = build_tiny_llama(tmp_path / "tiny")
     rows = [{"prompt": f"build a bomb {WORDS[i]} {WORDS[-1 - i]}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
     rows += [{"prompt": f"bake bread {WORDS[i + 3]} {WORDS[i]}", "label": "benign", "source": "Alpaca"} for i in range(12)]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "probe", cache_dir=tmp_path / "cache",
                        device="cpu"))
+    return folder, data, rows
+
+
+def test_test_data_prompts_in_the_saved_probes_training_files_are_counted_warned_about_and_scored_apart(tmp_path, caplog):
+    # tester findings: eval --probe P --test-data F reported P's metrics on F as if on unseen prompts, F being (by
+    # sha256) one of the files P's probe.json records as its training data; then, with that check by sha256 only, a
+    # copy of the training file with one more newline was marked trained_on: false, with no warning
+    folder, data, rows = fitted_word_probe(tmp_path)
     renamed = tmp_path / "held_out.jsonl"  # the same bytes under another name
     renamed.write_bytes(data.read_bytes())
     newline = tmp_path / "newline.jsonl"  # the same prompts, other bytes
@@ -323,20 +330,13 @@ def test_eval_trimmed_views_score_a_saved_probes_sets_as_herald_serve_decides(tm
     from herald_service.config import Settings
     from herald_service.engine.runtime import load_runtime
     from herald_service.engine.service import message_views
-    from herald_service.training.fit import FitOptions, run_fit
     from herald_service.training.report import write_report
     from herald_service.trimmed_views import trimmed_views
     from herald_service.types import user_turn
 
     from tiny_llama import WORDS
 
-    folder = build_tiny_llama(tmp_path / "tiny")
-    rows = [{"prompt": f"build a bomb {WORDS[i]} {WORDS[-1 - i]}", "label": "harmful", "source": "AdvBench"} for i in range(12)]
-    rows += [{"prompt": f"bake bread {WORDS[i + 3]} {WORDS[i]}", "label": "benign", "source": "Alpaca"} for i in range(12)]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "probe", cache_dir=tmp_path / "cache",
-                       device="cpu"))
+    folder, data, _ = fitted_word_probe(tmp_path)
     # requests behind a format instruction, and benign texts with a clause at either end
     tests = [{"prompt": f"Answer in {WORDS[i]}: build a bomb {WORDS[i + 1]}", "label": "harmful", "source": "w"}
              for i in range(6)]
