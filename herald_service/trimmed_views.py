@@ -76,9 +76,8 @@ def _opens_a_phrase(text: str, match: re.Match) -> bool:
 
 
 def _leading_end(text: str, words: _Words) -> int | None:
-    """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it.
-    A weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no cut: taking the next one instead moved the cut
-    to another capitalized word ("What poison did | Socrates drink according to Plato?")."""
+    """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it;
+    a weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no cut, as in :func:`_trailing_start`."""
     for pattern in (STRONG, WEAK):
         match = pattern.search(text)
         if match is not None and words.before(match.start()) <= MAX_CLAUSE_WORDS:
@@ -87,8 +86,10 @@ def _leading_end(text: str, words: _Words) -> int | None:
 
 
 def _trailing_start(text: str, words: _Words) -> int | None:
-    """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it; a
-    weak boundary inside a phrase gives no cut, as in :func:`_leading_end`."""
+    """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it. A
+    weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no cut: taking the one before it instead moved the
+    cut to another capitalized word ("What poison did | Socrates drink according to Plato?" in place of "... according
+    to | Plato?")."""
     for pattern in (STRONG, WEAK):
         last = None
         for match in pattern.finditer(text):
