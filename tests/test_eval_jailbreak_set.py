@@ -366,6 +366,11 @@ def test_eval_trimmed_views_score_a_saved_probes_sets_as_herald_serve_decides(tm
     assert served["pooled"]["false_positive_rate"]["value"] == pytest.approx(sum(flagged[6:]) / 6)
     assert block["pooled"]["recall"]["value"] == pytest.approx(sum(whole[:6]) / 6)  # the whole prompts, as before
     assert served["flagged_by_a_view"] == sum(f and not w for f, w in zip(flagged, whole)) > 0  # views decided some
+    from herald_service.cli.training import saved_probe_summary
+
+    printed = saved_probe_summary(json.loads(out.read_text()))["sets"]["wrapped.jsonl"]["with_trimmed_views"]
+    assert printed["flagged_by_a_view"] == served["flagged_by_a_view"]
+    assert printed["recall"] == round(served["pooled"]["recall"]["value"], 4)
     text = write_report(out, tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert (f"| `wrapped.jsonl`, with trimmed views (as herald serve decides) | 12 | {served['views']} views of"
             f" {served['prompts_with_views']} prompts; flagged by a view only: {served['flagged_by_a_view']} |") in text

@@ -343,7 +343,8 @@ def saved_probe_summary(results: dict) -> dict | None:
     folder and threshold, per set its F1, AUROC, recall and false-positive rate (:func:`rounded_metric`: None where the
     set lacks a class), the prompts of the set in its training files (with ``checked_all: false`` where some training
     files could not be checked) and the same metrics on the other rows alone
-    (``unseen``) where recorded, and its warnings (:func:`~herald_service.training.report_saved_probe.warnings`). The
+    (``unseen``) where recorded, the metrics as ``herald serve`` decides (``with_trimmed_views``, with
+    ``--trimmed-views``), and its warnings (:func:`~herald_service.training.report_saved_probe.warnings`). The
     summary printed only the methods fitted in the run, so a saved probe's numbers, and whether it had been trained on
     a set, were read only in the JSON (tester finding)."""
     from herald_service.training.report_saved_probe import warnings
@@ -362,6 +363,10 @@ def saved_probe_summary(results: dict) -> dict | None:
         if block.get("unseen"):
             sets[name]["unseen"] = {"n": block["unseen"]["pooled"]["n"]["value"],
                                     **{key: rounded_metric(block["unseen"]["pooled"], key) for key in keys}}
+        served = block.get("with_trimmed_views")
+        if served:  # --trimmed-views: printed too, or read only in the JSON
+            sets[name]["with_trimmed_views"] = {**{key: rounded_metric(served["pooled"], key) for key in keys},
+                                                "flagged_by_a_view": served["flagged_by_a_view"]}
     return {"folder": saved.get("folder"), "threshold": saved.get("threshold"), "sets": sets, "warnings": warnings(saved)}
 
 
