@@ -113,6 +113,12 @@ def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_an
     few = [r.getMessage() for r in caplog.records if "say little" in r.getMessage()]  # both sets are small
     assert [m.split(" (fewer")[0] for m in few] == [f"--test-data {data} holds only 12 harmful and 12 benign scored rows",
                                                     f"--test-data {mixed} holds only 2 harmful and 3 benign scored rows"]
+    recorded = meta["test_data_few_rows"]  # kept in the results and said beside the set in the report (re-tester)
+    assert recorded["mixed.jsonl"] == few[1].replace(f"--test-data {mixed} ", "")
+    from herald_service.training.report import write_report
+
+    report = write_report(out, tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert f"**Warning**: this set {recorded['mixed.jsonl']}." in report
     written = out.read_text()
     with pytest.raises(ValueError) as caught:  # a second run into the same file is refused before any model loads
         run_eval(EvalOptions(data=[data], backbone=str(tmp_path / "nope"), cache_dir=tmp_path / "cache", out=out))
@@ -368,7 +374,9 @@ def test_eval_trimmed_views_score_a_saved_probes_sets_as_herald_serve_decides(tm
     assert served["flagged_by_a_view"] == sum(f and not w for f, w in zip(flagged, whole)) > 0  # views decided some
     from herald_service.cli.training import saved_probe_summary
 
-    printed = saved_probe_summary(json.loads(out.read_text()))["sets"]["wrapped.jsonl"]["with_trimmed_views"]
+    summary = saved_probe_summary(json.loads(out.read_text()))
+    assert any(w.startswith("wrapped.jsonl: holds only 6 harmful and 6 benign scored rows") for w in summary["warnings"])
+    printed = summary["sets"]["wrapped.jsonl"]["with_trimmed_views"]
     assert printed["flagged_by_a_view"] == served["flagged_by_a_view"]
     assert printed["recall"] == round(served["pooled"]["recall"]["value"], 4)
     text = write_report(out, tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()

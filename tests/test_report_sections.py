@@ -187,6 +187,8 @@ def test_the_pooled_f1_target_row_and_the_matched_fpr_part_read_the_operating_po
     assert lines[at + 4] == ("| method | recall @1% FPR | F1 @1% FPR | recall @10% FPR | F1 @10% FPR | highest F1 "
                              "(recall, FPR) |")
     assert lines[at + 7] == "| logistic, last layer | 25.0 | 40.0 | 62.0 | 67.6 | 68.5 (67.0, 13.1) |"
+    assert lines[at + 9] == ("False-positive rate each point reaches (Herald; the strictest threshold at or under it):"
+                             " 1%: 1.00%, 10%: 10.00%.")
     assert ("- Herald minus logistic, last layer: recall @1% FPR +7.0 [+1.0, +10.0]; recall @10% FPR +0.0 [-3.0, +3.0];"
             " highest F1 +0.7 [-0.9, +2.4] (points)") in lines
     reading = next(line for line in lines if line.startswith("Reading: Herald's recall"))

@@ -367,7 +367,10 @@ def saved_probe_summary(results: dict) -> dict | None:
         if served:  # --trimmed-views: printed too, or read only in the JSON
             sets[name]["with_trimmed_views"] = {**{key: rounded_metric(served["pooled"], key) for key in keys},
                                                 "flagged_by_a_view": served["flagged_by_a_view"]}
-    return {"folder": saved.get("folder"), "threshold": saved.get("threshold"), "sets": sets, "warnings": warnings(saved)}
+    few = results.get("meta", {}).get("test_data_few_rows", {})  # herald eval's few-row warnings, as the report says
+    notes = [f"{name}: {text}" for name, text in few.items() if name in sets]
+    return {"folder": saved.get("folder"), "threshold": saved.get("threshold"), "sets": sets,
+            "warnings": warnings(saved) + notes}
 
 
 class EvalCommand(BaseModel):

@@ -820,6 +820,7 @@ def run_eval(options: EvalOptions) -> dict:
     from herald_service.training.extract import token_limit_words
 
     test_skipped: dict[str, int] = {}
+    test_few_rows: dict[str, str] = {}
     _, limit, advice = token_limit_words(backbone, options.max_tokens)
     for path, rows in test_sets.items():
         extra[path.name], _, over = _states_for(backbone, rows, cache, options.max_tokens, path.name)
@@ -829,7 +830,9 @@ def run_eval(options: EvalOptions) -> dict:
                         path, test_skipped[path.name], len(rows), limit)
         if not len(extra[path.name].labels):  # token counts need the backbone: refused here, before any fit
             raise ValueError(f"every prompt of {path} (--test-data) exceeds {limit} once rendered; {advice}")
-        few_rows_warning(path, extra[path.name].labels)
+        few = few_rows_warning(path, extra[path.name].labels)
+        if few:  # recorded, so the report says it beside the set (a log line alone was lost: re-tester)
+            test_few_rows[path.name] = few.replace(f"--test-data {path} ", "", 1)
 
     added_rows, augmentation, format_augmentation = None, None, None
     if options.jailbreak_train_per_class > 0:
@@ -881,6 +884,7 @@ def run_eval(options: EvalOptions) -> dict:
         "jailbreak_template_rule": TEMPLATE_RULE,
         "skipped_over_max_tokens": skipped,
         "test_data_skipped_over_max_tokens": test_skipped,  # per --test-data file name
+        **({"test_data_few_rows": test_few_rows} if test_few_rows else {}),  # per file name: few_rows_warning's text
         "seed": options.seed,
         "command": options.command,
         "jailbreak_max_chars": options.jailbreak_max_chars,

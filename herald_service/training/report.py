@@ -1013,6 +1013,9 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
     for name, block in extra.items():
         meta = results.get("meta", {}).get("extra_sets", {}).get(name, {})
         out += [f"### Extra set {code_span(name)} (n = {meta.get('n')}), {report_saved_probe.in_data_note(results, name) or 'never trained on'}", ""]
+        few = results.get("meta", {}).get("test_data_few_rows", {}).get(name)
+        if few:  # herald eval's warning, kept beside the set's numbers
+            out += [f"**Warning**: this set {few}.", ""]
         kinds = [k for k in (JAILBREAK_SOURCE, SEEN_TEMPLATE_SOURCE) if k in next(iter(block.values())).get("per_source", {})]
         if name == "jailbreak_wrapped":
             out += ["Harmful AdvBench / HarmBench-standard requests that the per-source cap left out of the training pool, "

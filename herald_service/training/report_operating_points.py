@@ -77,6 +77,8 @@ def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...]) -> list
         best = by_point["best_f1"]
         cells.append(f"{_pct(best['f1'])} ({_pct(best['recall'])}, {_pct(best['false_positive_rate'])})")
         rows.append(cells)
+    reached = ", ".join(f"{fpr * 100:g}%: {methods['herald'][_fpr_key(fpr)]['false_positive_rate']['value'] * 100:.2f}%"
+                        for fpr in fprs) if "herald" in methods else ""
     out = [HEADING, "",
            "The target above compares each method at its own calibrated threshold, which mixes how well it ranks unseen "
            "prompts with where its threshold lands on them. Here every method is read at the same pooled "
@@ -84,6 +86,8 @@ def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...]) -> list
            "giving its highest F1. These thresholds are chosen on the held-out rows and their labels, so they show what "
            "each method's scores allow on sources it never saw, not what a deployed threshold gives (percent; "
            f"{points['replicates']} paired bootstrap replicates, stratified by label).", "", table(header, rows), ""]
+    if reached:  # with few benign rows the steps are coarse: 30 of them make "1%" a rate of 0 (re-tester)
+        out += [f"False-positive rate each point reaches (Herald; the strictest threshold at or under it): {reached}.", ""]
     differences = points.get("differences")
     if differences and points.get("reference") == "herald":
         best = best_latent_by_f1(loso.get("pooled", {}), latent)
