@@ -482,9 +482,12 @@ def test_a_test_data_set_with_few_rows_of_a_label_is_warned_about(caplog):
         one = few_rows_warning(Path("one.jsonl"), np.array([1]))
         mixed = few_rows_warning(Path("m.jsonl"), np.array([1] * 5 + [0] * 30))
         enough = few_rows_warning(Path("e.jsonl"), np.array([1] * 20 + [0] * 20))
-    assert one == ("--test-data one.jsonl holds only 1 harmful scored row (fewer than 20 of a label): its metrics and"
-                   " their 95% intervals say little (an interval over few rows all decided right is a point)")
-    assert mixed.startswith("--test-data m.jsonl holds only 5 harmful scored rows (fewer than 20")  # benign: 30, enough
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged[0] == ("--test-data one.jsonl holds only 1 harmful scored row (fewer than 20 of a label): its metrics"
+                         " and their 95% intervals say little (an interval over few rows all decided right is a point)")
+    assert one == logged[0].removeprefix("--test-data one.jsonl ")  # the note the results record, without the file
+    assert logged[1].startswith("--test-data m.jsonl holds only 5 harmful scored rows (fewer than 20")  # benign: 30
+    assert mixed == logged[1].removeprefix("--test-data m.jsonl ")
     assert enough is None and caplog.text.count("say little") == 2
 
 

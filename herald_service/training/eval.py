@@ -832,7 +832,7 @@ def run_eval(options: EvalOptions) -> dict:
             raise ValueError(f"every prompt of {path} (--test-data) exceeds {limit} once rendered; {advice}")
         few = few_rows_warning(path, extra[path.name].labels)
         if few:  # recorded, so the report says it beside the set (a log line alone was lost: re-tester)
-            test_few_rows[path.name] = few.replace(f"--test-data {path} ", "", 1)
+            test_few_rows[path.name] = few
 
     added_rows, augmentation, format_augmentation = None, None, None
     if options.jailbreak_train_per_class > 0:
@@ -1048,21 +1048,19 @@ def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
 
 
 def few_rows_warning(path: Path, labels: np.ndarray) -> str | None:
-    """Log, and return, a warning for a ``--test-data`` set holding fewer than
-    :data:`~.fit.FEW_HELD_OUT_PER_LABEL` rows of a label it has: as ``herald fit`` warns of its held-out part, since
-    an interval over few rows all decided right is a point (a tester's one-row set read recall 100.0 [100.0, 100.0])."""
-    from herald_service.training.fit import FEW_HELD_OUT_PER_LABEL
+    """Log a warning for a ``--test-data`` set holding fewer than :data:`~.fit.FEW_HELD_OUT_PER_LABEL` rows of a
+    label it has, as ``herald fit`` warns of its held-out part (:func:`~.fit.few_rows_note`), since an interval over
+    few rows all decided right is a point (a tester's one-row set read recall 100.0 [100.0, 100.0]).
 
-    few = {name: int((labels == label).sum()) for label, name in ((1, "harmful"), (0, "benign"))
-           if 0 < (labels == label).sum() < FEW_HELD_OUT_PER_LABEL}
-    if not few:
-        return None
-    shown = " and ".join(f"{n} {name}" for name, n in few.items())
-    text = (f"--test-data {path} holds only {shown} scored row{'s' if sum(few.values()) != 1 else ''} (fewer than"
-            f" {FEW_HELD_OUT_PER_LABEL} of a label): its metrics and their 95% intervals say little (an interval over few"
-            " rows all decided right is a point)")
-    log.warning("%s", text)
-    return text
+    Returns:
+        The note without the file ("holds only ..."), for the results' ``meta.test_data_few_rows``, or None.
+    """
+    from herald_service.training.fit import few_rows_note
+
+    few = few_rows_note(labels, "scored row", count_absent=False)
+    if few:
+        log.warning("--test-data %s %s", path, few)
+    return few
 
 
 @dataclass(frozen=True)

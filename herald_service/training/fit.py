@@ -322,6 +322,22 @@ interval [1, 1], where the exact binomial 95% interval of 2 of 2 is [0.16, 1] (t
 out). The warning, not the interval, is what tells the reader then."""
 
 
+def few_rows_note(labels: np.ndarray, noun: str = "row", count_absent: bool = True) -> str | None:
+    """``"holds only 5 harmful and 3 benign rows (fewer than 20 of a label): ..."`` for rows ``labels`` (``(n,)``, 1 =
+    harmful) holding fewer than :data:`FEW_HELD_OUT_PER_LABEL` of a label, or None: the caveat of ``herald fit``'s
+    held-out part and of ``herald eval``'s ``--test-data`` sets (``noun`` ``"scored row"``; ``count_absent`` False:
+    a label the set has none of, as a benign-only set, is not named)."""
+    names = {value: name for name, value in LABELS.items()}
+    counts = {names[label]: int((labels == label).sum()) for label in (1, 0)}
+    few = {name: n for name, n in counts.items() if n < FEW_HELD_OUT_PER_LABEL and (n or count_absent)}
+    if not few:
+        return None
+    shown = " and ".join(f"{n} {name}" for name, n in few.items())
+    return (f"holds only {shown} {noun}{'s' if sum(few.values()) != 1 else ''} (fewer than {FEW_HELD_OUT_PER_LABEL} of a"
+            " label): its metrics and their 95% intervals say little (an interval over few rows all decided right is a"
+            " point)")
+
+
 def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.ndarray,
                         sources: list[str], also_in_training: np.ndarray, seed: int,
                         replicates: int = DEFAULT_REPLICATES) -> dict:
@@ -351,8 +367,6 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
         each ``value`` is its ``pooled`` metric. ``note`` (here and in ``excluding_also_in_training``) when the rows
         hold fewer than :data:`FEW_HELD_OUT_PER_LABEL` of a label, also logged as a warning.
     """
-    names = {value: name for name, value in LABELS.items()}
-
     def block(index: np.ndarray, part: str) -> dict:
         if not len(index):  # every held-out row has a copy in training (re-tester: a bare n 0, no word)
             return {"pooled": {"n": 0, "n_harmful": 0}, "per_source": {},
@@ -365,13 +379,9 @@ def held_out_evaluation(labels: np.ndarray, margins: np.ndarray, flagged: np.nda
                 if "lo" in bounds:
                     bounds["lo"], bounds["hi"] = min(bounds["lo"], bounds["value"]), max(bounds["hi"], bounds["value"])
         out = {**metrics, "pooled_95ci": interval}
-        counts = {names[label]: int((labels[index] == label).sum()) for label in (1, 0)}
-        few = {name: n for name, n in counts.items() if n < FEW_HELD_OUT_PER_LABEL}
+        few = few_rows_note(labels[index])
         if few:  # written beside the metrics too: read in probe.json or /v1/info, [1.0, 1.0] carried no caveat
-            shown = " and ".join(f"{n} {name}" for name, n in few.items())
-            out["note"] = (f"{part} holds only {shown} row{'s' if sum(few.values()) != 1 else ''} (fewer than "
-                           f"{FEW_HELD_OUT_PER_LABEL} of a label): its metrics and their 95% intervals say little (an "
-                           "interval over few rows all decided right is a point)")
+            out["note"] = f"{part} {few}"
             log.warning("%s; give more rows of that label", out["note"])
         return out
 
