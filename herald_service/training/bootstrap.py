@@ -43,9 +43,14 @@ def _tpr_at_fpr(pos_scores: np.ndarray, neg_scores: np.ndarray, max_fpr: float =
     With ``k = floor(max_fpr * n_neg)`` benign prompts allowed above the threshold, the threshold is the
     (k+1)-th largest benign score and a harmful prompt counts only when strictly above it.
     """
+    return (pos_scores > _fpr_cut(neg_scores, max_fpr)[:, None]).mean(1)
+
+
+def _fpr_cut(neg_scores: np.ndarray, max_fpr: float) -> np.ndarray:
+    """``(replicate,)`` thresholds of :func:`_tpr_at_fpr`'s rule: each row's (k+1)-th largest benign score, ``k =
+    floor(max_fpr * n_neg)``; a score strictly above it is flagged."""
     allowed = int(np.floor(max_fpr * neg_scores.shape[1]))
-    cut = -np.sort(-neg_scores, axis=1)[:, allowed]
-    return (pos_scores > cut[:, None]).mean(1)
+    return -np.sort(-neg_scores, axis=1)[:, allowed]
 
 
 def metrics_matrix(labels: np.ndarray, scores: np.ndarray, flagged: np.ndarray, index: np.ndarray) -> dict[str, np.ndarray]:
@@ -124,8 +129,7 @@ def _at_fpr(pos: np.ndarray, neg: np.ndarray, max_fpr: float) -> dict[str, np.nd
     """Recall, F1 and false-positive rate of each row at :func:`_tpr_at_fpr`'s threshold (flag scores strictly above
     the (k+1)-th largest benign score, ``k = floor(max_fpr * n_neg)``). Shapes ``(replicate, n_pos)``,
     ``(replicate, n_neg)``."""
-    allowed = int(np.floor(max_fpr * neg.shape[1]))
-    cut = -np.sort(-neg, axis=1)[:, allowed]
+    cut = _fpr_cut(neg, max_fpr)
     tp = (pos > cut[:, None]).sum(1)
     fp = (neg > cut[:, None]).sum(1)
     n_pos = pos.shape[1]

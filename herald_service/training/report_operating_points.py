@@ -31,9 +31,10 @@ def _fpr_key(fpr: float) -> str:
 
 def best_latent_by_f1(pooled: dict, latent: tuple[str, ...]) -> str | None:
     """The latent baseline with the highest pooled LOSO F1 at its own calibrated threshold (the one issue 3's pooled-F1
-    target names), or None where the run has none."""
-    names = [name for name in latent if name in pooled and "f1" in pooled[name]]
-    return max(names, key=lambda name: pooled[name]["f1"]["value"], default=None)
+    target names; a pooled block without F1, one class left by a skipped fold, counts as lowest), or None where the run
+    has none."""
+    names = [name for name in latent if name in pooled]
+    return max(names, key=lambda name: pooled[name].get("f1", {}).get("value", -1.0), default=None)
 
 
 def best_f1_detail(loso: dict, latent: tuple[str, ...]) -> str:

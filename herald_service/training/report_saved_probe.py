@@ -8,7 +8,7 @@ finding).
 from __future__ import annotations
 
 from herald_service.training.corpus import JAILBREAK_SET
-from herald_service.training.report_markdown import code_span
+from herald_service.training.report_markdown import code_span, table
 
 METRICS = (("f1", "F1", False), ("auroc", "AUROC", False), ("recall", "recall %", True),
            ("false_positive_rate", "FPR %", True))
@@ -124,9 +124,7 @@ def section(saved: dict | None, meta: dict) -> list[str]:
                          "none (the rest of the file)",
                          *(_fmt(unseen["pooled"].get(key), pct) for key, _, pct in METRICS)])
     header = ["set", "n scored", "prompts in the probe's training files", *(title for _, title, _ in METRICS)]
-    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out + [""]
+    return out + [table(header, rows), ""]
 
 
 def in_data_note(results: dict, name: str) -> str | None:
