@@ -329,6 +329,13 @@ def plot_loso_bars(results: dict, path: Path) -> Path | None:
 # -------------------------------------------------------------------------------------------------------- report
 
 
+def _best_latent_auroc(methods: dict) -> str | None:
+    """The latent baseline with the highest AUROC in one LOSO fold (``methods``: the fold's ``methods`` block; an AUROC
+    that is not there counts as lowest), or None where the fold has none (``--methods herald``)."""
+    return max((b for b in LATENT if b in methods),
+               key=lambda b: np.nan_to_num(_val(methods[b]["with_contrast"].get("auroc")), nan=-1), default=None)
+
+
 def _targets(results: dict) -> list[list[str]]:
     rows = []
     loso = results.get("loso")
@@ -337,7 +344,7 @@ def _targets(results: dict) -> list[list[str]]:
         for source, fold in loso["folds"].items():
             m = fold["methods"]
             h = _val(m["herald"]["with_contrast"].get("auroc"))
-            best_name = max((b for b in LATENT if b in m), key=lambda b: _val(m[b]["with_contrast"].get("auroc")))
+            best_name = _best_latent_auroc(m)
             best = _val(m[best_name]["with_contrast"].get("auroc"))
             total += 1
             if h >= best:
@@ -732,8 +739,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             for name in fold_methods:
                 metric = _held_metric(m[name]["held_out"])[1]
                 cells.append(_fmt(metric, pct=True) if name == "herald" else f"{metric['value'] * 100:.1f}")
-            latent = [b for b in LATENT if b in m]  # none under --methods herald: a KeyError for lda_best_layer
-            best = max(latent, key=lambda b: np.nan_to_num(_val(m[b]["with_contrast"].get("auroc")), nan=-1), default=None)
+            best = _best_latent_auroc(m)  # none under --methods herald: a KeyError for lda_best_layer
             cells += [f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}",
                       f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})" if best else "–"]
             if differences:
