@@ -291,6 +291,11 @@ def refuse_an_out_in_the_backbone(out: Path, backbone: str, cache_dir: Path) -> 
                          f" as --out {default_out(backbone)}")
 
 
+def probe_files(out: Path) -> list[str]:
+    """The probe files (``probe.json``, ``probe.safetensors``) that folder ``out`` holds, by name."""
+    return [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
+
+
 def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) -> None:
     """Refuse to write into a folder that already holds a probe unless ``overwrite`` (``--overwrite``), before any model
     loads: ``herald fit`` without ``--out`` silently replaced the committed probe that ``herald serve`` loads (breaker
@@ -303,7 +308,7 @@ def refuse_a_probe_there(out: Path, overwrite: bool, served: bool, given: bool) 
     Raises:
         ValueError: naming the folder, the probe files in it, and what to pass instead.
     """
-    held = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
+    held = probe_files(out)
     if held and not overwrite:
         where = f"--out {out}" if given else f"{out} (the default --out for this backbone)"
         what = ", the probe `herald serve` loads by default" if served else ""
@@ -640,7 +645,7 @@ def run_fit(options: FitOptions) -> dict:
         "cpu_threads": threads_manifest(options.threads),
     }
     if not options.overwrite:  # checked before the load too; another fit may have written here since (tester finding)
-        appeared = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (out / name).exists()]
+        appeared = probe_files(out)
         if appeared:
             where = f"--out {out}" if options.out is not None else f"{out} (the default --out for this backbone)"
             raise ValueError(f"{where} received a probe ({', '.join(appeared)}) while this fit ran, perhaps from"
