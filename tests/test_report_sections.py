@@ -1509,3 +1509,19 @@ def test_loso_plot_legend_wraps_long_labels_inside_the_figure(tmp_path, monkeypa
     box = legend.get_window_extent()
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0
     assert max(len(line) for t in legend.get_texts() for line in t.get_text().split("\n")) <= 80
+
+
+def test_targets_of_a_run_without_latent_baselines_are_not_applicable_not_a_crash(tmp_path):
+    # `herald eval --methods herald` on the development corpus: the report raised KeyError: None (the best latent
+    # baseline of a fold with none)
+    results = main_results()
+    results["loso"] = loso({"herald": (pooled(0.5, 0.7), 0.90, 0.80)})
+    results["random_split"] = {"herald": results["random_split"]["herald"]}
+    results["learning_curve"] = {"sizes": [100], "seeds": [0, 1], "methods": {"herald": {"100": {"auroc": [0.9, 0.92], "f1": [0.8, 0.82]}}}}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    why = "no latent baseline in these results (`herald eval --methods` left them all out)"
+    for target in ("LOSO: Herald AUROC >= best latent baseline, every fold", "LOSO pooled F1 >= best latent + 2 points",
+                   "100 per class: Herald AUROC >= best latent baseline"):
+        assert f"| {target} | – | n/a | {why} |" in text
+    assert "| A harmful | 20 | recall | 50.0 [30.0, 70.0] | 0.900 | – |" in text
