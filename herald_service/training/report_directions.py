@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from herald_service.training.report_markdown import table as markdown_table
 from herald_service.training.report_scorer import beats_by_rule
 
 SHIPPED = "lw"
@@ -71,17 +72,18 @@ def later_checks(name: str, summary: dict) -> list[tuple[str, bool | None]]:
 def _table(estimators: dict, out: list[str]) -> None:
     head = ["estimator", "scorer", "pooled F1", "pooled AUROC", "ΔF1 vs lw", "ΔAUROC vs lw", "FPR", "recall",
             "folds: AUROC >= best latent", "max instruction FPR", "mean instruction FPR"]
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for name, scorers in estimators.items():
         for scorer, runs in scorers.items():
             deltas = ["–", "–"] if (name, scorer) == (SHIPPED, SCORER) else [_cell(runs, "d_f1", "+.3f"), _cell(runs, "d_auroc", "+.3f")]
-            out.append("| " + " | ".join([
+            rows.append([
                 f"`{name}`", f"`{scorer}`", _cell(runs, "f1"), _cell(runs, "auroc"), *deltas,
                 f"{np.mean([r['fpr'] for r in runs]):.3f}", f"{np.mean([r['recall'] for r in runs]):.3f}",
                 f"{np.mean([r['folds_at_best_latent'] for r in runs]):.1f}",
                 f"{100 * np.mean([r['max_instruction_fpr'] for r in runs]):.1f}%",
                 f"{100 * np.mean([r['mean_instruction_fpr'] for r in runs]):.1f}%",
-            ]) + " |")
+            ])
+    out += markdown_table(head, rows).split("\n")
 
 
 def section(summary: dict | None, doc: str, round3: list[str] = ()) -> list[str]:
@@ -221,12 +223,10 @@ def round3_section(table: dict[str, dict[str, list[float]]] | None, seeds: list[
            f"seed means over fit seeds {', '.join(map(str, seeds))} (max - min in brackets). Does not show: the data, "
            f"templates and the rule fixed before the runs ([{doc}]({doc})), other splits, or other backbones.", ""]
     keys = list(next(iter(table.values())))
-    out += ["| recipe | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-    for name, cols in table.items():
-        out.append(f"| `{name}` | " + " | ".join(
-            "–" if np.isnan(v).any() else
-            f"{np.mean(v):.1f} ({np.ptp(v):.0f})" if k.startswith("instr. folds") else f"{np.mean(v):.3f} ({np.ptp(v):.3f})"
-            for k, v in cols.items()) + " |")
+    out += markdown_table(["recipe", *keys], [[f"`{name}`", *(
+        "–" if np.isnan(v).any() else
+        f"{np.mean(v):.1f} ({np.ptp(v):.0f})" if k.startswith("instr. folds") else f"{np.mean(v):.3f} ({np.ptp(v):.3f})"
+        for k, v in cols.items())] for name, cols in table.items()]).split("\n")
     out += ["", "The last column is the random-split fit's largest false-positive rate on the six held-out benign "
             f"sensitive-topic sets (`shipped` was not run on them here; its saved probe's is "
             f"{ROUND3_SHIPPED_SENSITIVE_FPR[prompt_text]:.3f}); the rule reads it at fit seed 0 only, against "

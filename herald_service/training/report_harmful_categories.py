@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from herald_service.training.report_markdown import code_span
+from herald_service.training.report_markdown import code_span, table
 from herald_service.training.report_saved_probe import in_data_note, trained_on_sets
 from herald_service.training.report_sensitive import METHOD_NAMES, set_row, set_table_head
 
@@ -52,9 +52,8 @@ def recall_table(results: dict) -> str:
     names = _harmful_sets(results)
     methods = [m for m in METHOD_NAMES if all(m in extra[n] for n in names)]
     saved = results.get("saved_probe", {}).get("sets", {})
-    lines = set_table_head(methods)
-    lines += [set_row(name.removesuffix(".jsonl"), extra[name], saved.get(name, {}), "recall", methods) for name in names]
-    return "\n".join(lines)
+    return table(set_table_head(methods),
+                 [set_row(name.removesuffix(".jsonl"), extra[name], saved.get(name, {}), "recall", methods) for name in names])
 
 
 def section(results: dict | None) -> list[str]:

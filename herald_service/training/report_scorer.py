@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from herald_service.training.report_markdown import table
+
 CURRENT = "current"
 DIAGNOSTIC_PREFIX = "l2="
 """Fixed-strength L2 rows: a grid looked at on the outer folds, so shown but never eligible to win."""
@@ -63,7 +65,7 @@ def split_table(split: dict) -> str:
     base = recipes.get(CURRENT)
     head = ["recipe", "init seeds", "pooled F1", "pooled AUROC", "ΔF1 vs current", "ΔAUROC vs current", "FPR", "recall",
             "folds: AUROC >= best latent", "mean fold AUROC"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     order = [CURRENT] * (base is not None) + [n for n in recipes if n != CURRENT and not n.startswith(DIAGNOSTIC_PREFIX)]
     order += [n for n in recipes if n.startswith(DIAGNOSTIC_PREFIX)]
     for name in order:
@@ -74,12 +76,12 @@ def split_table(split: dict) -> str:
                      for k in ("f1", "auroc")]
         folds = b["folds_at_best_latent"]
         label = f"`{name}`" + (" (diagnostic)" if name.startswith(DIAGNOSTIC_PREFIX) else "")
-        lines.append("| " + " | ".join([
+        rows.append([
             label, str(len(b["seeds"])), _spread(b["f1"]), _spread(b["auroc"]), *gains,
             f"{np.mean(b['false_positive_rate']):.3f}", f"{np.mean(b['recall']):.3f}",
             f"{np.mean(folds):.1f} ({min(folds)}–{max(folds)}) / {b['n_folds']}", f"{np.mean(b['mean_fold_auroc']):.3f}",
-        ]) + " |")
-    return "\n".join(lines)
+        ])
+    return table(head, rows)
 
 
 def section(summary: dict | None, doc: str, results_seed: int | None) -> list[str]:

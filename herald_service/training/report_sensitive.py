@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from herald_service.training.report_markdown import code_span, escape
+from herald_service.training.report_markdown import code_span, escape, table
 
 METHOD_NAMES = {"herald": "Herald", "lda_best_layer": "best-layer LDA", "logreg_last": "logistic last",
                 "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM"}
@@ -34,19 +34,18 @@ def pct(metric: dict | None, interval: bool = False) -> str:
 
 
 def set_table_head(methods: list[str]) -> list[str]:
-    """The header lines of a held-out-set table: set, n, the saved (shipped) probe, then each method's split fit."""
-    head = ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    """The header cells of a held-out-set table: set, n, the saved (shipped) probe, then each method's split fit."""
+    return ["set", "n", "shipped probe", *(f"{METHOD_NAMES[m]} (split fit)" for m in methods)]
 
 
-def set_row(label: str, per: dict, saved: dict, metric: str, methods: list[str]) -> str:
+def set_row(label: str, per: dict, saved: dict, metric: str, methods: list[str]) -> list[str]:
     """One held-out set's row: its ``metric`` (``false_positive_rate`` or ``recall``, percent) for the saved probe
     (``saved``: its block for the set, ``{}`` if none) and for each of ``methods`` (``per``: the set's blocks by
     method), with 95% intervals for the saved probe and Herald."""
     cells = [label, str(next(iter(per.values()))["pooled"]["n"]["value"]),
              pct(saved.get("pooled", {}).get(metric), True)]
     cells += [pct(per[m]["pooled"][metric], m == "herald") for m in methods]
-    return "| " + " | ".join(cells) + " |"
+    return cells
 
 
 def fpr_table(results: dict) -> str:
@@ -54,14 +53,13 @@ def fpr_table(results: dict) -> str:
     extra = {k: v for k, v in results["extra"].items() if k != "jailbreak_wrapped"}
     methods = [m for m in METHOD_NAMES if any(m in per for per in extra.values())]
     saved = results.get("saved_probe", {}).get("sets", {})
-    lines = set_table_head(methods)
-    lines += [set_row(name.removesuffix(".jsonl"), extra[name], saved.get(name, {}), "false_positive_rate", methods)
-              for name in sorted(extra)]
+    rows = [set_row(name.removesuffix(".jsonl"), extra[name], saved.get(name, {}), "false_positive_rate", methods)
+            for name in sorted(extra)]
     jb = results["extra"].get("jailbreak_wrapped")
     if jb:
-        lines.append(set_row("jailbreak_wrapped (harmful: recall)", jb, saved.get("jailbreak_wrapped", {}), "recall",
-                             methods))
-    return "\n".join(lines)
+        rows.append(set_row("jailbreak_wrapped (harmful: recall)", jb, saved.get("jailbreak_wrapped", {}), "recall",
+                            methods))
+    return table(set_table_head(methods), rows)
 
 
 def _fold(block: dict, key: str) -> tuple[str, dict] | None:
@@ -77,11 +75,10 @@ def recipe_table(recipes: dict) -> str:
     results = recipes["results"]
     names = list(results)
     sensitive = sorted({s for b in results.values() for s in b.get("held_out_sets", {})})
-    lines = ["| held-out source | metric | " + " | ".join(f"`{n}`" for n in names) + " |", "|" + "---|" * (len(names) + 2)]
+    rows = []
 
     def add(label: str, metric: str, pick) -> None:
-        values = [pick(results[n]) for n in names]
-        lines.append(f"| {label} | {metric} | " + " | ".join(pct(v, True) for v in values) + " |")
+        rows.append([label, metric, *(pct(pick(results[n]), True) for n in names)])
 
     for key in sensitive + list(SENSITIVE_CORPUS_SOURCES):
         found = [(_fold(b, key) or (None, {}))[1] for b in results.values()]
@@ -94,9 +91,9 @@ def recipe_table(recipes: dict) -> str:
     add("jailbreak-wrapped (split fit)", "recall", lambda b: b.get("jailbreak_wrapped", {}).get("recall"))
     add("all corpus folds, pooled", "recall", lambda b: b["loso_pooled"]["recall"])
     add("all corpus folds, pooled", "FPR", lambda b: b["loso_pooled"]["false_positive_rate"])
-    lines.append("| all corpus folds, pooled | F1 | " + " | ".join(f"{b['loso_pooled']['f1']['value']:.3f}" for b in results.values()) + " |")
-    lines.append("| all corpus folds, pooled | AUROC | " + " | ".join(f"{b['loso_pooled']['auroc']['value']:.3f}" for b in results.values()) + " |")
-    return "\n".join(lines)
+    for key, metric in (("f1", "F1"), ("auroc", "AUROC")):
+        rows.append(["all corpus folds, pooled", metric, *(f"{b['loso_pooled'][key]['value']:.3f}" for b in results.values())])
+    return table(["held-out source", "metric", *(f"`{n}`" for n in names)], rows)
 
 
 def held_out_fprs(results: dict) -> tuple[str, dict[str, dict]]:

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from herald_service.training.report_markdown import table
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, in_group
 
 REFERENCE = "herald"
@@ -122,15 +123,12 @@ def section(runs: dict[int, dict] | None, doc: str = DOC) -> list[str]:
             f" `+shift`; pooled AUROC does, a little, since each fold's margins move by their own offset. Does not show:"
             f" seeds of the fit within a split, bootstrap intervals (in the JSON), or other backbones ([{DOC}]({doc})).", ""]
     for seed, split in summary["splits"].items():
-        out += [f"### Split seed {seed}", "",
-                "| method | LOSO F1 | LOSO AUROC | FPR | recall | instr. folds <= 10% FPR | max instr. FPR | jailbreak-wrapped recall | max held-out sensitive-set FPR |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for method, r in split["rows"].items():
-            out.append(f"| {_label(method)} | {r['f1']:.3f} | {r['auroc']:.3f} | {r['fpr'] * 100:.1f}% |"
-                       f" {r['recall'] * 100:.1f}% |"
-                       f" {r['instr_ok']}/{r['instr_n']} | {r['instr_max'] * 100:.1f}% | {r['wrapped'] * 100:.1f}% |"
-                       f" {r['sens_max'] * 100:.1f}% |")
-        out.append("")
+        rows = [[_label(method), f"{r['f1']:.3f}", f"{r['auroc']:.3f}", f"{r['fpr'] * 100:.1f}%", f"{r['recall'] * 100:.1f}%",
+                 f"{r['instr_ok']}/{r['instr_n']}", f"{r['instr_max'] * 100:.1f}%", f"{r['wrapped'] * 100:.1f}%",
+                 f"{r['sens_max'] * 100:.1f}%"] for method, r in split["rows"].items()]
+        out += [f"### Split seed {seed}", "", table(["method", "LOSO F1", "LOSO AUROC", "FPR", "recall", "instr. folds <= 10% FPR",
+                                                     "max instr. FPR", "jailbreak-wrapped recall",
+                                                     "max held-out sensitive-set FPR"], rows), ""]
         for candidate, checks in split["criteria"].items():
             verdicts = "; ".join(f"{k}: {'pass' if v else '**fail**'}" for k, v in checks.items())
             out.append(f"- {_label(candidate)}: {verdicts}")
