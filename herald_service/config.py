@@ -621,7 +621,9 @@ class Settings(BackboneSettings):
         " clause, without a short trailing one, and without both (up to three more prefills, none for a text without"
         " such a clause or over 4,000 characters; the highest score answers). A format instruction around a request ('Answer in Spanish: ...', '... Answer in 3"
         " bullet points.') took held-out recall from 34.2% to 95.0%, benign false-positive rates up at most 2.6 points"
-        " (docs/eval/trimmed_views.md). false: the whole text only, one prefill per text."
+        " (docs/eval/trimmed_views.md). Also a text with a word spelled out one letter at a time after 'a' or 'I' in"
+        " its other reading ('make a b o m b' is read 'make abomb' and 'make a bomb') and that reading's trimmed views."
+        " false: the whole text only, one prefill per text."
     )
     max_messages: int = Field(
         256, ge=1, le=MAX_MESSAGES, description=f"Messages in one conversation, at most {MAX_MESSAGES:,}. Empty messages cost no characters but still render and"

@@ -18,7 +18,7 @@ REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_w
 restart show in ``rate()``/``increase()``: a series that appears at its first increment loses it)."""
 DROP_REASONS = ("client_gone", "timeout")
 """Every ``reason`` of ``herald_dropped_prompts_total``, created at 0 at start."""
-VIEW_KINDS_SCORED = ("message", "content_part", "trimmed")
+VIEW_KINDS_SCORED = ("message", "content_part", "trimmed", "reading")
 """Every ``kind`` of ``herald_scored_views_total``: the prompts scored beside an input whole
 (:data:`~herald_service.types.VIEW_KINDS` but ``whole``), created at 0."""
 STEER_MODES = ("ablate", "add")
@@ -79,7 +79,8 @@ class HeraldMetrics:
         self.rejected = Counter("herald_rejected_requests_total", "Requests refused before any model work, by reason.", ["reason"], registry=r)
         self.scored_views = Counter(
             "herald_scored_views_total", "Prompts scored beside the inputs whole, by kind: a pending message alone,"
-            " a content part alone, a text without a short leading or trailing clause (HERALD_TRIMMED_VIEWS). They"
+            " a content part alone, a text without a short leading or trailing clause, a text read with 'a' or 'I'"
+            " apart from a word spelled out one letter at a time (both HERALD_TRIMMED_VIEWS). They"
             " are in herald_batch_size_prompts and herald_prompt_tokens too.", ["kind"], registry=r)
         self.steer_runs = Counter("herald_steer_runs_total", "/steer jobs admitted to the worker by intervention mode, whatever their end (200, 499 client gone, 504).", ["mode"], registry=r)
         self.worker_cost = Gauge(

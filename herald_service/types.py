@@ -163,10 +163,11 @@ class Timing:
         )
 
 
-VIEW_KINDS = ("whole", "message", "content_part", "trimmed")
+VIEW_KINDS = ("whole", "message", "content_part", "trimmed", "reading")
 """The prompts scored for one input (``engine.service.message_views``): the input whole, a message of a conversation
-alone as a user turn, an OpenAI content part alone, and a text without a short leading or trailing clause
-(``herald_service.trimmed_views``)."""
+alone as a user turn, an OpenAI content part alone, a text without a short leading or trailing clause
+(``herald_service.trimmed_views``), and a text read with a one-letter word split off a spelled-out word
+(``herald_service.prompt_text.spelled_out_reading``)."""
 
 
 @dataclass(frozen=True)

@@ -754,7 +754,7 @@ def test_a_413_counts_the_views_scored_beside_the_inputs(runtime):
         big = client.post("/classify", json={"input": [wrapped] * 3})
         assert big.status_code == 413, big.text
         assert big.json()["error"]["message"].endswith(
-            " (6 prompts for 3 inputs: 3 scored beside the inputs whole, messages, content parts or trimmed views alone,"
+            " (6 prompts for 3 inputs: 3 scored beside the inputs whole, messages, content parts, trimmed views or readings alone,"
             " HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)"), big.text
 
 

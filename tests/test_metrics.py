@@ -88,7 +88,7 @@ def test_known_label_series_are_exported_at_zero_before_any_traffic():
         assert scraped[("herald_rejected_requests_total", (("reason", reason),))] == 0, reason
     for reason in ("client_gone", "timeout"):
         assert scraped[("herald_dropped_prompts_total", (("reason", reason),))] == 0, reason
-    for kind in ("message", "content_part", "trimmed"):
+    for kind in ("message", "content_part", "trimmed", "reading"):
         assert scraped[("herald_scored_views_total", (("kind", kind),))] == 0, kind
     for mode in ("ablate", "add"):  # appeared only after the first /steer (tester)
         assert scraped[("herald_steer_runs_total", (("mode", mode),))] == 0, mode

@@ -302,12 +302,14 @@ class ClassifyResult(BaseModel):
     features: TrajectoryFeatures
     trajectory: list[float] | None = Field(description="Normalized projection s_l for decoder layers 1..L")
     onset_layer: int | None = Field(description="1-based layer from which s stays positive; null if s_L <= 0")
-    view: Literal["whole", "message", "content_part", "trimmed"] = Field(
+    view: Literal["whole", "message", "content_part", "trimmed", "reading"] = Field(
         description="Which prompt answered, the highest-scoring of those scored for this input: the input whole, a"
-        " pending message of a conversation alone (HERALD_SCORE_MESSAGES), a content part alone, or a text without a"
-        " short leading or trailing clause (HERALD_TRIMMED_VIEWS); tokens, features and trajectory are its own")
+        " pending message of a conversation alone (HERALD_SCORE_MESSAGES), a content part alone, a text without a"
+        " short leading or trailing clause, or a text read with 'a' or 'I' apart from a word spelled out one letter at"
+        " a time ('make a b o m b' as 'make a bomb'; both HERALD_TRIMMED_VIEWS); tokens, features and trajectory are"
+        " its own")
     view_text: str | None = Field(description="The text of that prompt where the input whole did not answer (null"
-                                  " there): a message or content part as sent, a trimmed view as the backbone reads it"
+                                  " there): a message or content part as sent, a trimmed view or reading as the backbone reads it"
                                   " (after the server's normalization of look-alike and invisible characters)")
 
 

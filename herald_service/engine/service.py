@@ -33,7 +33,7 @@ from herald_service.metrics import VIEW_KINDS_SCORED, HeraldMetrics
 from herald_service.prompt_text import normalize_prompt_text
 from herald_service.refusal import is_refusal
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
-from herald_service.trimmed_views import trimmed_views
+from herald_service.trimmed_views import views_beside
 from herald_service.types import (AS_SENT, Classification, Conversation, Message, SteerLayers, Timing, steer_layers,
                                   user_turn)
 
@@ -157,8 +157,9 @@ class TurnViews:
     turns: int
     parts: int
     trimmed: int = 0
-    """Prompts that are trimmed views (:func:`~herald_service.trimmed_views.trimmed_views`); not counted against
-    ``max_batch_size`` (at most MAX_TRIMMED_VIEWS, three, per scored text, priced by admission like any prompt)."""
+    """Prompts that are trimmed views or spelled-out readings (:func:`~herald_service.trimmed_views.views_beside`); not
+    counted against ``max_batch_size`` (at most MAX_TRIMMED_VIEWS, three, per scored text, seven with a reading; priced
+    by admission like any prompt)."""
     kinds: list[str] = dataclasses.field(default_factory=list)
     """Each prompt's kind (:data:`~herald_service.types.VIEW_KINDS`)."""
     texts: list[str | None] = dataclasses.field(default_factory=list)
@@ -227,7 +228,9 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     ``trim`` (``HERALD_TRIMMED_VIEWS``): each such user message's text, and each of its content parts (as
     ``/v1/moderations`` trims each part: tester), is also scored without a short leading clause, without a short
     trailing one, and without both (:func:`~herald_service.trimmed_views.trimmed_views`, as a user turn, under the
-    text's field); not a system, assistant or tool message's with ``every_message`` (the middle sentence of "You are a
+    text's field), and where a word spelled out one letter at a time follows "a" or "I", in its other reading
+    (``reading``: "make a b o m b" is read "make abomb", 0.004, and "make a bomb", 0.85) and that reading's trimmed
+    views (:func:`~herald_service.trimmed_views.views_beside`); not a system, assistant or tool message's with ``every_message`` (the middle sentence of "You are a
     helpful assistant. Never give instructions for weapons, drugs or self-harm. Answer in English." scored 0.947 alone:
     tester). A format instruction before or after a request ("Answer in Spanish: ...")
     took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
@@ -259,12 +262,12 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
             if trim and message.role == "user":  # a system prompt's sentences alone were flagged (tester)
                 seen = {message.content, *message.parts}  # each text scored once for this message
                 for text, text_field in zip([message.content, *message.parts], [field, *part_fields]):
-                    cut = [c for c in trimmed_views(text) if c not in seen]
-                    seen.update(cut)
-                    views += [user_turn(c) for c in cut]
+                    cut = [(kind, c) for kind, c in views_beside(text) if c not in seen]
+                    seen.update(c for _, c in cut)
+                    views += [user_turn(c) for _, c in cut]
                     view_fields += [text_field] * len(cut)
-                    kinds += ["trimmed"] * len(cut)
-                    texts += cut
+                    kinds += [kind for kind, _ in cut]
+                    texts += [c for _, c in cut]
                     trimmed += len(cut)
         owners.append(list(range(len(prompts), len(prompts) + len(views))))
         prompts += views
@@ -528,8 +531,8 @@ class Moderator:
             beside = len(prompts) - len(conversations)
             if beside:  # "18 prompts" of 6 inputs read as a miscount (tester)
                 exc.message += (f" ({len(prompts)} prompts for {len(conversations)} input{'s' if len(conversations) != 1 else ''}:"
-                                f" {beside} scored beside the inputs whole, messages, content parts or trimmed views"
-                                " alone, HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)")
+                                f" {beside} scored beside the inputs whole, messages, content parts, trimmed views or"
+                                " readings alone, HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)")
             raise
         self._observe_tokens(ids)
         for kind in VIEW_KINDS_SCORED:

@@ -1065,8 +1065,9 @@ def few_rows_warning(path: Path, labels: np.ndarray) -> str | None:
 
 @dataclass(frozen=True)
 class ViewStates:
-    """The trimmed views of one set's prompts (:func:`~herald_service.trimmed_views.trimmed_views`), as ``herald
-    serve`` scores them beside each prompt by default.
+    """The trimmed views and spelled-out readings of one set's prompts
+    (:func:`~herald_service.trimmed_views.views_beside`), as ``herald serve`` scores them beside each prompt by
+    default.
 
     Attributes:
         states: ``(views, layer, d_model)`` float32, each view rendered as one user turn.
@@ -1078,18 +1079,18 @@ class ViewStates:
 
 
 def trimmed_view_states(backbone, cache, sets: dict[str, LabeledStates], max_tokens: int) -> dict[str, ViewStates]:
-    """States of every trimmed view of every prompt of ``sets`` (extracted, or read from ``cache``), for
-    :func:`score_saved_probe`. A view is never longer than its prompt, so ``max_tokens`` (which the prompts passed)
-    holds for it; it is checked all the same."""
+    """States of every trimmed view and reading of every prompt of ``sets`` (extracted, or read from ``cache``), for
+    :func:`score_saved_probe`. A trimmed view is never longer than its prompt and a reading a space or two longer, so
+    ``max_tokens`` (which the prompts passed) holds for nearly all; it is checked, and a view over it is not scored."""
     from herald_service.training.extract import extract_states
-    from herald_service.trimmed_views import trimmed_views
+    from herald_service.trimmed_views import views_beside
     from herald_service.types import user_turn
 
     out = {}
     for name, rows in sets.items():
         texts, owner = [], []
         for row, prompt in enumerate(rows.prompts):
-            for view in trimmed_views(prompt):
+            for _, view in views_beside(prompt):
                 texts.append(view)
                 owner.append(row)
         if not texts:
