@@ -328,6 +328,30 @@ def one_harmful_source(n: int = 120, layers: int = 4, width: int = 8) -> Labeled
     return LabeledStates(states, labels, sources, np.full(n, 12), [f"prompt {i}" for i in range(n)])
 
 
+def test_a_loso_fold_whose_training_rows_give_calibration_no_harmful_row_is_skipped_and_named(caplog):
+    # tester finding: 10 harmful rows, 9 of source "a" and 1 of "h1": without "a" the lone harmful row stays in the
+    # fit part (a group of one row), calibration has no harmful row, and herald eval ended after the random split
+    # with "calibration needs both classes", naming no fold
+    import logging
+
+    rng = np.random.default_rng(0)
+    sources = np.array(["a"] * 9 + ["h1"] + ["b1"] * 20 + ["b2"] * 20)
+    labels = np.array([1] * 10 + [0] * 40)
+    states = rng.normal(size=(len(labels), 4, 8)).astype(np.float32)
+    states[:, :, 0] += 3.0 * labels[:, None]
+    data = LabeledStates(states, labels, sources, np.full(len(labels), 12), [f"prompt {i}" for i in range(len(labels))])
+    index = np.arange(len(labels))
+    plan = Plan(methods=("herald", "logreg_last"), curve_sizes=(), replicates=20)
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        results = evaluate_states(data, index, index, plan)
+    why = ("without source 'a' the training rows leave no harmful row in its calibration part (a quarter of each"
+           " (source, label) group, rounded, so groups of 1 or 2 rows give calibration none); its rows are left out of"
+           " the pooled metrics")
+    assert results["loso"]["skipped_folds"]["a"] == why
+    assert f"LOSO fold skipped: {why}" in [r.getMessage() for r in caplog.records]
+    assert "a" not in results["loso"]["folds"] and "b1" in results["loso"]["folds"]
+
+
 def test_a_loso_fold_without_a_label_to_train_on_is_named_recorded_and_left_out_of_the_pooled_metrics(tmp_path, caplog):
     # tester finding: h's fold was skipped silently, the pooled block lacked a class, and herald eval ended in a
     # KeyError: 'auroc' traceback, herald report in KeyError: 'f1'

@@ -190,17 +190,40 @@ def joined(a: LabeledStates, b: LabeledStates) -> LabeledStates:
                          np.concatenate([a.sources, b.sources]), np.concatenate([a.tokens, b.tokens]), a.prompts + b.prompts)
 
 
-def unlearnable_fold(source: str, train_labels: np.ndarray) -> str | None:
+def unlearnable_fold(source: str, train: LabeledStates, seed: int) -> str | None:
     """Why the leave-one-source-out fold of ``source`` cannot be fitted, or None when it can: its training rows
-    (``train_labels``, ``(n,)`` 1 = harmful, after ``source`` is held out) lack a label, as when ``source`` holds
-    every harmful row of the data. Such a fold was skipped without a word, so the pooled block lacked a class and
-    ``herald eval`` ended in a ``KeyError: 'auroc'`` traceback (tester finding); its callers log this reason once and
-    record it under the results' ``skipped_folds``."""
-    missing = [name for name, label in (("benign", 0), ("harmful", 1)) if not (train_labels == label).any()]
-    if not missing:
+    (``train``, after ``source`` is held out) lack a label, as when ``source`` holds every harmful row of the data, or
+    leave one out of a method's calibration part or with fewer than 2 rows in its fit part (:func:`split_problem`
+    with the fit ``seed``). The first was skipped without a word, so the pooled block lacked a class and ``herald
+    eval`` ended in a ``KeyError: 'auroc'`` traceback; the second ended the run after the random split with
+    "calibration needs both classes", naming no fold (tester findings: 10 harmful rows, 9 of one source). Callers log
+    this reason once and record it under the results' ``skipped_folds``."""
+    missing = [name for name, label in (("benign", 0), ("harmful", 1)) if not (train.labels == label).any()]
+    if missing:
+        return (f"source {source!r} holds every {' and '.join(missing)} training row, so a model fitted without it"
+                " has none to learn from; its rows are left out of the pooled metrics")
+    why = split_problem(train.labels, groups_of(train), seed)
+    if why is None:
         return None
-    return (f"source {source!r} holds every {' and '.join(missing)} training row, so a model fitted without it has"
-            " none to learn from; its rows are left out of the pooled metrics")
+    return (f"without source {source!r} the training rows leave {why} (a quarter of each (source, label) group,"
+            " rounded, so groups of 1 or 2 rows give calibration none); its rows are left out of the pooled metrics")
+
+
+def split_problem(labels: np.ndarray, groups: np.ndarray, seed: int) -> str | None:
+    """What a method's fit (:meth:`~.methods.HeraldMethod.fit`: its calibration part,
+    :func:`~herald_service.probes.probe.calibration_mask` of ``groups`` with ``seed``) would lack on rows of
+    ``labels`` (``(n,)`` int, 1 = harmful): ``"no harmful row in its calibration part"``, ``"fewer than 2 benign rows
+    in its fit part"`` and the like, or None where both parts hold both labels."""
+    from herald_service.probes.probe import calibration_mask
+    from herald_service.training.methods import CALIBRATION_FRACTION
+
+    calibration = calibration_mask(groups, CALIBRATION_FRACTION, seed)
+    for name, label in (("harmful", 1), ("benign", 0)):
+        if not (labels[calibration] == label).any():
+            return f"no {name} row in its calibration part"
+        if (labels[~calibration] == label).sum() < 2:
+            return f"fewer than 2 {name} rows in its fit part"
+    return None
 
 
 def pooled_metrics(labels: np.ndarray, held: np.ndarray, replicates: int) -> dict:
@@ -229,7 +252,7 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
         if added_rows is not None:
             extra = added_rows(fold.source)
             train, added = joined(train, extra), len(extra.labels)
-        reason = unlearnable_fold(fold.source, train.labels)
+        reason = unlearnable_fold(fold.source, train, plan.seed)
         if reason is not None:
             log.warning("LOSO fold skipped: %s", reason)
             skipped[fold.source] = reason
@@ -309,9 +332,7 @@ def require_curve_draws(examples: list, test_fraction: float, seed: int, sizes: 
         ValueError: naming ``--curve-sizes``, the first size and seed that fail, the label and part, and the smallest
             size whose draws all work on these rows (or that none does).
     """
-    from herald_service.probes.probe import calibration_mask
     from herald_service.training.corpus import stratified_split
-    from herald_service.training.methods import CALIBRATION_FRACTION
 
     train_index, _ = stratified_split(examples, test_fraction, seed)
     labels = np.array([e.label for e in examples], dtype=int)
@@ -319,13 +340,7 @@ def require_curve_draws(examples: list, test_fraction: float, seed: int, sizes: 
 
     def problem(size: int, draw_seed: int) -> str | None:
         pick = class_sample(labels, train_index, size, draw_seed)
-        calibration = calibration_mask(groups[pick], CALIBRATION_FRACTION, draw_seed)
-        for name, label in (("harmful", 1), ("benign", 0)):
-            if not (labels[pick][calibration] == label).any():
-                return f"no {name} row in its calibration part"
-            if (labels[pick][~calibration] == label).sum() < 2:
-                return f"fewer than 2 {name} rows in its fit part"
-        return None
+        return split_problem(labels[pick], groups[pick], draw_seed)
 
     failing = next(((size, s, why) for size in sizes for s in seeds if (why := problem(size, s))), None)
     if failing is None:

@@ -184,7 +184,7 @@ def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augme
             train = concat(train, augment)
         if wrapped_labels:
             train = concat(train, wrapped.for_fold(fold.source, wrapped_labels, wrapped_scale))
-        reason = unlearnable_fold(fold.source, train.labels)
+        reason = unlearnable_fold(fold.source, train, seed)
         if reason is not None:
             log.warning("LOSO fold skipped: %s", reason)
             skipped[fold.source] = reason
