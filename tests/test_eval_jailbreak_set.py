@@ -41,6 +41,10 @@ def test_no_request_outside_the_cap_skips_the_set_naming_the_option(caplog):
      "the data has no AdvBench or HarmBench request to wrap (plain requests: no copyright or contextual rows)"),
     (corpus(6), [], "no template has only the {{ prompt }} slot and at most 2500 characters (--jailbreak-templates,"
                     " --jailbreak-max-chars)"),
+    # a researcher's lower-case source names: matched exactly, and the message says so (tester)
+    (corpus(6, "advbench") + corpus(2, "harmbench")[:2], TEMPLATES,
+     "the data has no AdvBench or HarmBench request to wrap (plain requests: no copyright or contextual rows); source"
+     " names are matched exactly, and the data's 'advbench', 'harmbench' are not 'AdvBench' or 'HarmBench'"),
 ])
 def test_no_request_or_no_template_skips_the_set(caplog, everything, templates, reason):
     assert wrapped(everything, 2, caplog, templates=templates) == (None, reason)

@@ -428,6 +428,18 @@ def training_wrappers(templates: list[dict], everything: list[Example], capped: 
     return split, requests, wrap_training_prompts(templates, split, wrappable(train_rows), benign, per_class, seed)
 
 
+def request_source_near_misses(rows: list[Example]) -> str:
+    """``""``, or a clause naming the harmful sources of ``rows`` that are :data:`REQUEST_SOURCES` in another case
+    (``"advbench"``): source names are matched exactly, and a researcher's lower-case names read as "no AdvBench or
+    HarmBench request" with 97 of them in the data (tester). Added to the messages that say none was found."""
+    wanted = {name.lower() for name in REQUEST_SOURCES}
+    near = sorted({e.source for e in rows if e.label == 1 and e.source not in REQUEST_SOURCES and e.source.lower() in wanted})
+    if not near:
+        return ""
+    return (f"; source names are matched exactly, and the data's {', '.join(repr(n) for n in near)}"
+            f" {'is' if len(near) == 1 else 'are'} not {' or '.join(repr(n) for n in REQUEST_SOURCES)}")
+
+
 def wrappable(rows: list[Example]) -> list[Example]:
     """The harmful rows that may be wrapped: plain requests of :data:`REQUEST_SOURCES` (no copyright rows, no
     contextual rows, which carry a blank line and their context)."""

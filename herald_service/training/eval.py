@@ -702,7 +702,8 @@ def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything:
     Returns:
         ``(states, None)``, or ``(None, reason)`` (the reason is also logged).
     """
-    from herald_service.training.attacks import REQUEST_SOURCES, held_out_requests, wrap_requests, wrappable
+    from herald_service.training.attacks import (REQUEST_SOURCES, held_out_requests, request_source_near_misses,
+                                                 wrap_requests, wrappable)
 
     sources = " or ".join(REQUEST_SOURCES)
     wrappable_rows = wrappable(everything)
@@ -712,7 +713,8 @@ def jailbreak_wrapped_states(backbone, cache, templates: list[dict], everything:
         reason = (f"no template has only the {{{{ prompt }}}} slot and at most {max_chars} characters "
                   "(--jailbreak-templates, --jailbreak-max-chars)")
     elif not wrappable_rows:
-        reason = f"the data has no {sources} request to wrap (plain requests: no copyright or contextual rows)"
+        reason = (f"the data has no {sources} request to wrap (plain requests: no copyright or contextual rows)"
+                  f"{request_source_near_misses(everything)}")
     elif not requests:
         cap = "null" if max_per_source is None else max_per_source
         reason = (f"no {sources} request is left outside the per-source cap: --max-per-source {cap} keeps all "

@@ -178,12 +178,13 @@ def check_jailbreak_inputs(templates: list[dict], everything: list, capped: list
             ``herald eval`` (same ``--seed``) or a near-duplicate of one, leaving none to train on.
     """
     from herald_service.training.attacks import (EVALUATION_TEMPLATES, REQUEST_SOURCES, near_duplicate_groups,
-                                                 training_template_split, wrappable)
+                                                 request_source_near_misses, training_template_split, wrappable)
 
     per_class = options.jailbreak_train_per_class
     if not wrappable(capped):
         raise ValueError(f"--jailbreak-train-per-class {per_class}: --data has no harmful row of source "
-                         f"{' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no blank line)")
+                         f"{' or '.join(REQUEST_SOURCES)} to wrap (plain requests: not category copyright, no blank line)"
+                         f"{request_source_near_misses(capped)}")
     known = training_template_split(templates, everything, capped, EVALUATION_TEMPLATES, options.seed)
     split = known[1]
     if not len(split.train):
