@@ -916,6 +916,28 @@ def test_headers_over_the_bound_get_400_and_a_closed_connection_but_bodies_do_no
         assert again.status_code == 200
 
 
+def test_a_request_asking_to_switch_protocols_is_answered_over_http_1_1_without_a_websocket_warning(server):
+    # tester: `curl --http2` (Upgrade: h2c) got its answer, and the log told the operator to install a WebSocket library
+    import logging
+    import socket
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addHandler(handler)
+    try:
+        with socket.create_connection(server) as sock:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                         b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+            sock.settimeout(5)
+            answer = sock.recv(65536)
+    finally:
+        uvicorn_log.removeHandler(handler)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    assert not [r for r in records if r.levelno >= logging.WARNING], [r.getMessage() for r in records]
+
+
 def rejected_counts(app, reasons) -> list[float]:
     """``herald_rejected_requests_total`` of ``app`` for each of ``reasons``."""
     registry = app.state.herald.metrics.registry

@@ -393,6 +393,13 @@ if HttpToolsProtocol is not None:
             if self.header_timeout_s is not None and self._header_timer is None:
                 self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_timed_out)
 
+        def _unsupported_upgrade_warning(self) -> None:
+            """A request that asks to switch protocols (``Upgrade: h2c`` from ``curl --http2``, or a WebSocket) is
+            answered over HTTP/1.1 as if it had not asked, as RFC 9110 section 7.8 allows; uvicorn logged two
+            warnings for it, the second telling the operator to install a WebSocket library Herald has no use for
+            (tester). Logged at debug level instead."""
+            log.debug("a request asked to switch protocols (Upgrade header); answered over HTTP/1.1")
+
         def _end_headers(self) -> None:
             self._in_headers = self._headers_begun = False
             if self._header_timer is not None:
