@@ -150,6 +150,8 @@ def test_a_steer_that_starts_too_late_for_its_prefills_answers_504_at_once_witho
         asyncio.run(steer(moderator, "make a bomb"))
     moderator.engine.stop()
     assert backbone.calls == []  # neither the probe's prefills nor any generation ran
+    # counted as a prompt dropped for its timeout, as the README says (it was not: tester)
+    assert moderator.engine.metrics.registry.get_sample_value("herald_dropped_prompts_total", {"reason": "timeout"}) == 1
     assert late.value.message == ("no answer within request_timeout_s 10 s: this /steer job needs 2.4 s for the prefills"
                                   " still to run and had 2.0 s left, having started 7.5 s after admission; retry, or"
                                   " send a shorter prompt")

@@ -667,7 +667,8 @@ class InferenceEngine:
     def _run_exclusive(self, job: _Exclusive) -> None:
         """Run ``job`` and answer its future once. A job whose request ended (:meth:`cancel`) before it started is
         dropped; one that stops part-way for it (a /steer job checks between its passes, chunks and decode steps) is
-        counted dropped too, under the same reason, as a chunked /classify prompt stopped at a chunk is."""
+        counted dropped too, under the same reason, as a chunked /classify prompt stopped at a chunk is; and one that
+        stops itself with :class:`RequestTimeout` (it cannot end by its deadline) is counted under ``timeout``."""
         if not job.future.set_running_or_notify_cancel():
             self.metrics.dropped.labels(_cancel_reason(job.future)).inc()
             return
@@ -681,8 +682,10 @@ class InferenceEngine:
             result = job.run()
         except HeraldError as exc:
             self._job_done()
-            reason = getattr(job.future, "herald_cancel_reason", None)
-            if reason is not None:  # its request had ended: the job stopped early for no one
+            reason = getattr(job.future, "herald_cancel_reason", None)  # its request had ended: stopped for no one
+            if reason is None and isinstance(exc, RequestTimeout):
+                reason = "timeout"  # the job saw it could not end by its deadline (a /steer's prefills): its 504 (tester)
+            if reason is not None:
                 self.metrics.dropped.labels(reason).inc()
             job.future.set_exception(exc)
         except Exception:
