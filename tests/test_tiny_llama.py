@@ -517,6 +517,19 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path,
     assert saved["training_data"]["command"] == saved["command"] == "herald fit --data data.jsonl"
     assert saved["directions"] == {"estimator": "lda", "shrinkage": "ledoit-wolf", "source": "DESIGN section 1.3"}
     assert saved["cpu_threads"] == {"torch": torch.get_num_threads(), "given": False}  # no --threads: torch's own
+    # the code and libraries that fitted it (tester: herald_version alone stays 0.1.0 across commits)
+    import subprocess
+
+    import transformers
+    software = saved["software"]
+    assert software["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert software["transformers"] == transformers.__version__
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    if head.returncode == 0:  # the suite runs from a checkout (CI's fresh clone): its commit
+        assert software["herald_commit"] == head.stdout.strip() and isinstance(software["herald_commit_dirty"], bool)
+    else:
+        assert software["herald_commit"] is None
     older = json.loads((tmp_path / "out" / "probe.json").read_text())
     del older["cpu_threads"]  # a manifest written before the field (the committed probes') still loads
     (tmp_path / "out" / "probe.json").write_text(json.dumps(older))

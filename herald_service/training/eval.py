@@ -25,6 +25,7 @@ import numpy as np
 
 from herald_service.out_path import refuse_an_existing_out, write_text_atomically
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
+from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics, operating_points, paired_auroc_differences
@@ -889,6 +890,7 @@ def run_eval(options: EvalOptions) -> dict:
 
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "software": software(),  # herald_service/provenance.py
         "backbone": {**backbone_manifest(backbone.info), **backbone_numerics(backbone.info)},
         "corpus_sha256": corpus_sha256(files),
         "files": [p.name for p in files],

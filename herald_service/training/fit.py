@@ -22,6 +22,7 @@ from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set
 from herald_service.probes.probe import HeraldProbe, balanced_weights
 from herald_service.probes.reference import reference_block
+from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.corpus import (
     LABELS,
@@ -613,6 +614,7 @@ def run_fit(options: FitOptions) -> dict:
     manifest = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": options.command,  # where it always was (/v1/info shows it); training_data repeats it
+        "software": software(),  # the code and libraries that fitted it (herald_service/provenance.py)
         "backbone": backbone_manifest(backbone.info),
         "training_data": {
             "files": file_manifest(files),

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from herald_service.out_path import write_text_atomically
+from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics
@@ -512,6 +513,7 @@ def _write(options: RecipeOptions, results: dict, augment: LabeledStates | None,
         "split": {"seed": options.seed, "max_per_source": options.max_per_source, "max_tokens": options.max_tokens,
                   "test_fraction": options.test_fraction},
         "command": options.command,
+        "software": software(),  # herald_service/provenance.py
         "backbone": identity["backbone"],
         "corpus_sha256": identity["corpus_sha256"],
         "fit_seed": options.seed if options.fit_seed is None else options.fit_seed,
