@@ -195,6 +195,12 @@ def test_the_pooled_f1_target_row_and_the_matched_fpr_part_read_the_operating_po
     assert reading.startswith("Reading: Herald's recall is higher than logistic, last layer's at 1% FPR; within noise of"
                               " logistic, last layer's at 10% FPR. The highest F1 either reaches at any threshold"
                               " differs by +0.7 points (69.2 vs 68.5): read at their best thresholds, Herald does not")
+    # a researcher's own data: the gap alone, no word of this project's pooled-F1 target (tester)
+    results["meta"] = {**results["meta"], "files": ["mine.jsonl"], "corpus_sha256": "0" * 64}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert ("at 10% FPR. The highest F1 either reaches at any threshold differs by +0.7 points (69.2 vs 68.5).\n"
+            in text) and "target" not in text
 
 
 def test_a_report_of_another_recipe_keeps_the_studies_on_the_lda_recipe_beside_it(tmp_path):
@@ -320,7 +326,8 @@ def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_p
         write(tmp_path, "results.json", own)
         text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
         for gone in ("Targets of issue 3", "Not in this report", "UncensorBench", "WritingBench", "at most 2500 characters",
-                     "the development corpus in", "Recipe names in the study sections", "very long writing tasks"):
+                     "the development corpus in", "Recipe names in the study sections", "very long writing tasks",
+                     "only its abstract is public to us"):  # this project's caveat about the paper (tester)
             assert gone not in text, (files, gone)
     assert "- **Labels are those of the files given**, read as written." in text
     for gone in ("saturated", "README.md compares"):  # claims about this project's corpus (re-test)
@@ -333,7 +340,7 @@ def test_a_report_on_own_data_leaves_out_this_projects_targets_and_studies(tmp_p
                                                                   "herald_direction_estimator": "logistic"}})
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
     assert "## Targets of issue 3" in text and "Not in this report" in text and "UncensorBench" in text
-    assert "Recipe names in the study sections" in text
+    assert "Recipe names in the study sections" in text and text.count("only its abstract is public to us") == 2
 
 
 def test_report_says_whether_the_prompts_were_folded_as_serving_folds_them(tmp_path):
@@ -1276,7 +1283,7 @@ def test_an_extra_set_shows_fpr_when_benign_only_recall_when_harmful_only_and_f1
     assert (f"`benign_only.jsonl` (n = 30), never trained on\n\n| method | FPR | AUROC |\n|---|---|---|\n"
             f"| {label} | 10.0 [2.0, 20.0] | – |") in text
     assert f"| method | recall | AUROC |\n|---|---|---|\n| {label} | 80.0 [70.0, 90.0] | – |" in text
-    assert f"| method | f1 | AUROC |\n|---|---|---|\n| {label} | 90.0 [85.0, 95.0] | 0.950 |" in text
+    assert f"| method | F1 | AUROC |\n|---|---|---|\n| {label} | 0.900 [0.850, 0.950] | 0.950 |" in text  # a fraction, as elsewhere
 
 
 def test_source_names_are_markdown_text_in_the_tables_and_no_loso_is_named_among_what_is_not_shown(tmp_path):

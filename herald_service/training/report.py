@@ -693,8 +693,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                            _older_text_line(results), _older_templates_line(results, doc("template_audit.md"))]),
             *(f"- **{line.removesuffix('.')}**; the study sections read without it." for key, line in
               (results.get("side_files_left_out") or {}).items() if key not in SIDE_SECTIONS),
-            "- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not reproduced "
-            "here; only its abstract is public to us. Numbers below are about this one backbone and this corpus.",
+            *(["- **These are not the paper's benchmarks.** The HERALD paper's datasets, models and numbers are not "
+               "reproduced here; only its abstract is public to us. Numbers below are about this one backbone and this "
+               "corpus."] if development else []),  # a researcher's own report: this project's caveat (tester)
             ("- **Labels are the source datasets' labels.** Some harmful sets contain borderline rows (UncensorBench topics, "
              "HarmBench copyright, Do-Not-Answer help-seeking) and ShareGPT may contain some label noise." if development
              else "- **Labels are those of the files given**, read as written."),
@@ -736,7 +737,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                        [[METHOD_LABELS.get(m, m), *(_fmt(pooled[m].get(k)) for k in LOSO_POOLED_COLUMNS)] for m in pooled]), ""]
         out += _skipped_folds_lines(loso, pooled)
         out += _reading(loso)
-        out += report_operating_points.section(loso, METHOD_LABELS, LATENT)
+        out += report_operating_points.section(loso, METHOD_LABELS, LATENT, development)
     if loso and loso["folds"]:
         fold_methods = list(next(iter(loso["folds"].values()))["methods"])
         header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC", "best latent AUROC"]
@@ -848,7 +849,8 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str, 
     lines = [
         "## Not shown by this report",
         "",
-        "- The paper's benchmarks, models and numbers: not reproduced (only its abstract is public to us).",
+        *(["- The paper's benchmarks, models and numbers: not reproduced (only its abstract is public to us)."]
+          if development else []),
         f"- Other backbones: only `{meta.get('backbone', {}).get('id', '?')}` is evaluated here.",
         ("- Prompts longer than the token limit: skipped, so very long writing tasks and long jailbreak templates are "
          "under-represented." if sum((meta.get("skipped_over_max_tokens") or {}).values()) else
@@ -1046,13 +1048,14 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
                         " apart." if len(kinds) == 2 else "."), ""]
         # a one-class set has recall (harmful) or FPR (benign) only: a benign-only set showed "–" under recall
         key, _ = _held_metric(next(iter(block.values()))["pooled"])
-        header, split_cells = ["method", {"false_positive_rate": "FPR"}.get(key, key), "AUROC"], lambda b: []  # noqa: E731
+        # F1 (a set of both labels) as a fraction, as every other table gives it; it read "17.4" under "f1" (tester)
+        header, split_cells = ["method", {"false_positive_rate": "FPR", "f1": "F1"}.get(key, key), "AUROC"], lambda b: []  # noqa: E731
         if name == "jailbreak_wrapped" and len(kinds) == 2:
             sizes = [next(iter(block.values()))["per_source"][k]["n"]["value"] for k in kinds]
             header += [f"recall, template in no training prompt (n = {sizes[0]})",
                        f"recall, template in a training prompt (n = {sizes[1]})"]
             split_cells = lambda b: [_fmt(b["per_source"][k].get("recall"), pct=True) for k in kinds]  # noqa: E731
-        out += [table(header, [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=True), _fmt(b["pooled"].get("auroc")),
+        out += [table(header, [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=key != "f1"), _fmt(b["pooled"].get("auroc")),
                                  *split_cells(b)] for m, b in block.items()]), ""]
     return out
 

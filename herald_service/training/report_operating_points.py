@@ -51,7 +51,7 @@ def best_f1_detail(loso: dict, latent: tuple[str, ...]) -> str:
             " section Pooled at matched false-positive rates")
 
 
-def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...]) -> list[str]:
+def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...], target: bool = True) -> list[str]:
     """Markdown lines of the part (heading, explanation, table, paired differences, reading), or ``[]`` where the
     results carry no operating points.
 
@@ -59,6 +59,8 @@ def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...]) -> list
         loso: the results' ``loso`` block.
         labels: method name -> the label the report's tables use.
         latent: the latent baselines' names, in the report's order.
+        target: the reading judges the gap against issue 3's pooled-F1 target (this project's corpus); False for a
+            researcher's own data, whose report states the gap alone.
     """
     points = loso.get("operating_points")
     if not points:
@@ -81,7 +83,8 @@ def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...]) -> list
     reached = ", ".join(f"{fpr * 100:g}%: {methods['herald'][_fpr_key(fpr)]['false_positive_rate']['value'] * 100:.2f}%"
                         for fpr in fprs) if "herald" in methods else ""
     out = [HEADING, "",
-           "The target above compares each method at its own calibrated threshold, which mixes how well it ranks unseen "
+           ("The target above compares" if target else "The pooled table above compares") +
+           " each method at its own calibrated threshold, which mixes how well it ranks unseen "
            "prompts with where its threshold lands on them. Here every method is read at the same pooled "
            "false-positive rate (the strictest threshold at or under it, as TPR@1%FPR is read), and at the threshold "
            "giving its highest F1. These thresholds are chosen on the held-out rows and their labels, so they show what "
@@ -101,13 +104,14 @@ def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...]) -> list
             lines.append(f"- Herald minus {labels.get(name, name)}: " + "; ".join(parts) + " (points)")
         out += ["Paired differences (95% interval over the same resamples):", "", *lines, ""]
         if best is not None and best in differences:
-            out += [_reading(methods, differences[best], best, labels, fprs), ""]
+            out += [_reading(methods, differences[best], best, labels, fprs, target), ""]
     return out
 
 
-def _reading(methods: dict, difference: dict, best: str, labels: dict[str, str], fprs: list[float]) -> str:
-    """One paragraph: where Herald leads the best latent baseline (an interval above 0), where they tie, and whether
-    any threshold gives Herald the pooled-F1 target's 2 points."""
+def _reading(methods: dict, difference: dict, best: str, labels: dict[str, str], fprs: list[float],
+             target: bool = True) -> str:
+    """One paragraph: where Herald leads the best latent baseline (an interval above 0), where they tie, and (with
+    ``target``) whether any threshold gives Herald the pooled-F1 target's 2 points."""
     leads, ties, trails = [], [], []
     for fpr in fprs:
         d = difference[_fpr_key(fpr)]["recall"]
@@ -120,7 +124,10 @@ def _reading(methods: dict, difference: dict, best: str, labels: dict[str, str],
             said.append(f"{words} {labels.get(best, best)}'s at {', '.join(rates)} FPR")
     gap = herald - other
     head = ("Reading: Herald's recall is " + "; ".join(said) + f". The highest F1 either reaches at any threshold "
-            f"differs by {gap:+.1f} points ({herald:.1f} vs {other:.1f}): ")
+            f"differs by {gap:+.1f} points ({herald:.1f} vs {other:.1f})")
+    if not target:
+        return head + "."
+    head += ": "
     if gap >= 2:
         return head + "read at their best thresholds, Herald leads by the pooled-F1 target's 2 points or more."
     return head + ("read at their best thresholds, Herald does not lead by the pooled-F1 target's 2 points, so a "
