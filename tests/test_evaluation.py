@@ -214,7 +214,7 @@ def test_evaluate_states_and_report_on_a_tiny_synthetic_cache(tmp_path):
     path.write_text(json.dumps(results))
     md = write_report(path, tmp_path / "EVALUATION.md", tmp_path / "eval")
     text = md.read_text()
-    assert "## Leave-one-source-out" in text and "not the paper's benchmarks" in text
+    assert "## Leave-one-source-out" in text and "Bootstrap intervals cover prompt sampling only" in text
     assert "| Herald minus best latent AUROC [95%, paired] |" in text
     matched = text.split("### Pooled at matched false-positive rates")[1].split("###")[0]
     herald_row = next(line for line in matched.splitlines() if line.startswith("| Herald"))
@@ -526,3 +526,16 @@ def test_paired_auroc_differences_are_zero_for_one_ranking_and_negative_for_a_wo
     assert out["noisy"]["lo"] > 0  # 2 sd apart against 0.5: clearly better, every resample
     with pytest.raises(ValueError, match="both classes"):
         paired_auroc_differences(np.zeros(4), {"good": np.arange(4.0)}, "good")
+
+
+def test_precision_is_left_out_where_nothing_is_flagged_not_reported_as_zero():
+    # tester: a guard that flagged nothing had precision "0.0 [0, 0]", a measured value it never had
+    from herald_service.training.evaluation import binary_metrics
+
+    labels, scores = np.array([1, 1, 0, 0, 0]), np.array([0.4, 0.3, 0.2, 0.1, 0.0])
+    none = np.zeros(5, dtype=bool)
+    assert "precision" not in bootstrap_metrics(labels, scores, none, replicates=50)
+    assert "precision" not in binary_metrics(labels, scores, none)
+    some = scores >= 0.3  # both harmful rows flagged, no benign one
+    assert bootstrap_metrics(labels, scores, some, replicates=50)["precision"] == {"value": 1.0, "lo": 1.0, "hi": 1.0}
+    assert binary_metrics(labels, scores, some)["precision"] == 1.0

@@ -24,7 +24,7 @@ def _rates(labels: np.ndarray, flagged: np.ndarray) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
             "f1": np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0),
-            "precision": np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0),
+            "precision": np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), np.nan),  # nothing flagged: undefined
             "recall": np.where(pos > 0, tp / np.maximum(pos, 1), np.nan),
             "false_positive_rate": np.where(neg > 0, fp / np.maximum(neg, 1), np.nan),
         }
@@ -100,7 +100,8 @@ def bootstrap_metrics(
     Returns:
         ``{metric: {"value", "lo", "hi"}}`` plus ``{"n": {"value": n}, "n_harmful": ...}``. Two-class samples get
         f1, precision, recall, false_positive_rate, auroc, tpr_at_1pct_fpr; one-class samples recall or
-        false_positive_rate only.
+        false_positive_rate only. Precision is left out where nothing is flagged (it is undefined there; it read
+        ``0.0 [0, 0]``, tester), and its interval is over the replicates that flag something.
 
     Raises:
         ValueError: for an empty sample or mismatched lengths.
@@ -115,6 +116,8 @@ def bootstrap_metrics(
     boot = metrics_matrix(labels, scores, flagged, stratified_resamples(labels, replicates, seed))
     out: dict[str, dict[str, float]] = {"n": {"value": int(len(labels))}, "n_harmful": {"value": int(labels.sum())}}
     for name, value in point.items():
+        if np.isnan(value) or np.isnan(boot[name]).all():
+            continue  # not computable on this sample: absent, as a one-class sample's F1 is
         lo, hi = np.nanpercentile(boot[name], [2.5, 97.5])
         out[name] = {"value": value, "lo": float(lo), "hi": float(hi)}
     return out

@@ -16,7 +16,8 @@ def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, max_fpr: float = 0.01) ->
 
 
 def binary_metrics(labels: np.ndarray, scores: np.ndarray, flagged: np.ndarray) -> dict[str, float | int]:
-    """F1, precision, recall, AUROC and TPR@1%FPR, or recall / false-positive rate for a single-class set.
+    """F1, precision (where something is flagged: undefined otherwise, and left out), recall, AUROC and TPR@1%FPR,
+    or recall / false-positive rate for a single-class set.
 
     Args:
         labels: ``(n,)`` 1 = harmful.
@@ -34,12 +35,13 @@ def binary_metrics(labels: np.ndarray, scores: np.ndarray, flagged: np.ndarray) 
         return out
     out.update(
         f1=float(f1_score(labels, flagged, zero_division=0)),
-        precision=float(precision_score(labels, flagged, zero_division=0)),
         recall=float(recall_score(labels, flagged, zero_division=0)),
         false_positive_rate=float(flagged[labels == 0].mean()),
         auroc=float(roc_auc_score(labels, scores)),
         tpr_at_1pct_fpr=tpr_at_fpr(labels, scores, 0.01),
     )
+    if flagged.any():
+        out["precision"] = float(precision_score(labels, flagged))
     return out
 
 
