@@ -682,11 +682,12 @@ class InferenceEngine:
             result = job.run()
         except HeraldError as exc:
             self._job_done()
-            reason = getattr(job.future, "herald_cancel_reason", None)  # its request had ended: stopped for no one
-            if reason is None and isinstance(exc, RequestTimeout):
-                reason = "timeout"  # the job saw it could not end by its deadline (a /steer's prefills): its 504 (tester)
-            if reason is not None:
-                self.metrics.dropped.labels(reason).inc()
+            # its request had ended (stopped for no one), or it saw it could not end by its deadline (a /steer's
+            # prefills): its 504, counted as a timeout (tester)
+            stopped_for = getattr(job.future, "herald_cancel_reason", None) or (
+                "timeout" if isinstance(exc, RequestTimeout) else None)
+            if stopped_for is not None:
+                self.metrics.dropped.labels(stopped_for).inc()
             job.future.set_exception(exc)
         except Exception:
             log.exception("exclusive job failed (request_id=%s)", job.request_id or "-",
