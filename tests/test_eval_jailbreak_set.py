@@ -88,7 +88,12 @@ def test_eval_writes_its_results_without_the_set_and_says_why(tmp_path, caplog, 
     assert {k: results["meta"]["backbone"][k] for k in ("device", "dtype", "matmul_dtype")} == {
         "device": "cpu", "dtype": "float32", "matmul_dtype": "float32"}
     assert results["meta"]["jailbreak_wrapped_skipped"] == why
-    assert [r.getMessage() for r in caplog.records] == [f"jailbreak-wrapped set skipped: {why}"]
+    few = ("holds only 2 harmful and 2 benign rows (fewer than 20 of a label): its metrics and their 95% intervals say"
+           " little (an interval over few rows all decided right is a point)")
+    # the random split's 4 test rows are warned of and recorded, as herald fit warns of its held-out part (tester)
+    assert [r.getMessage() for r in caplog.records] == [f"jailbreak-wrapped set skipped: {why}",
+                                                        f"the random split's test part {few}"]
+    assert results["meta"]["random_split_few_rows"] == few
     assert results["random_split"]["logreg_last"]["pooled"]["auroc"]["value"] >= 0
 
 
@@ -114,7 +119,8 @@ def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_an
         " numbers are not those of unseen prompts",
         f"--test-data {mixed}: 2 of its 5 prompts also appear in --data; they may have been trained on, so its"
         " numbers are not those of unseen prompts"]
-    few = [r.getMessage() for r in caplog.records if "say little" in r.getMessage()]  # both sets are small
+    few = [r.getMessage() for r in caplog.records if "say little" in r.getMessage()
+           and not r.getMessage().startswith("the random split's")]  # both sets are small (and the split's test part)
     assert [m.split(" (fewer")[0] for m in few] == [f"--test-data {data} holds only 12 harmful and 12 benign scored rows",
                                                     f"--test-data {mixed} holds only 2 harmful and 3 benign scored rows"]
     recorded = meta["test_data_few_rows"]  # kept in the results and said beside the set in the report (re-tester)

@@ -143,5 +143,7 @@ def test_eval_leaves_the_guard_out_and_records_why(tmp_path, caplog):
     why = ("the tokenizer has no single token for 'unsafe' or 'safe' (other than its unknown token), so the backbone"
            " cannot answer the guard instruction")
     assert "guard" not in results and results["meta"]["guard_skipped"] == why
-    assert [r.getMessage() for r in caplog.records] == [f"guard-style baseline left out: {why}"]
+    # the one warning besides the tiny random split's few test rows
+    assert [r.getMessage() for r in caplog.records if not r.getMessage().startswith("the random split's test part")] \
+        == [f"guard-style baseline left out: {why}"]
     assert not (tmp_path / "cache" / "guard").exists()

@@ -1532,3 +1532,16 @@ def test_targets_of_a_run_without_latent_baselines_are_not_applicable_not_a_cras
                    "100 per class: Herald AUROC >= best latent baseline"):
         assert f"| {target} | – | n/a | {why} |" in text
     assert "| A harmful | 20 | recall | 50.0 [30.0, 70.0] | 0.900 | – |" in text
+
+
+def test_a_random_split_with_few_test_rows_carries_herald_evals_warning_beside_its_table(tmp_path):
+    results = main_results()
+    results["meta"]["random_split_few_rows"] = "holds only 2 harmful and 2 benign rows (fewer than 20 of a label): ..."
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    section = text.split("## Random stratified split")[1].split("\n## ")[0]
+    assert "\n**Warning**: the test part holds only 2 harmful and 2 benign rows (fewer than 20 of a label): ....\n" in section
+    del results["meta"]["random_split_few_rows"]
+    write(tmp_path, "results.json", results)
+    assert "**Warning**: the test part" not in write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md",
+                                                             tmp_path / "eval").read_text()

@@ -888,6 +888,12 @@ def run_eval(options: EvalOptions) -> dict:
         results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
                                                    probe_overlap, options.max_per_source, views)
 
+    from herald_service.training.fit import few_rows_note
+
+    # as herald fit warns of its held-out part: 2 + 2 test rows gave "F1 0.800 [0.667, 1.000]" with no word (tester)
+    split_few = few_rows_note(data.labels[test_index])
+    if split_few:
+        log.warning("the random split's test part %s", split_few)
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "software": software(),  # herald_service/provenance.py
@@ -909,6 +915,7 @@ def run_eval(options: EvalOptions) -> dict:
         "jailbreak_max_chars": options.jailbreak_max_chars,
         "test_fraction": options.test_fraction,
         "n": int(len(data.labels)), "n_train": int(len(train_index)), "n_test": int(len(test_index)),
+        **({"random_split_few_rows": split_few} if split_few else {}),
         "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
         "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},

@@ -720,7 +720,10 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             table(["method", "F1", "AUROC", "TPR@1%FPR", "FPR"],
                    [[METHOD_LABELS.get(m, m), _fmt(rs[m]["pooled"]["f1"]), _fmt(rs[m]["pooled"]["auroc"]),
                      _fmt(rs[m]["pooled"]["tpr_at_1pct_fpr"]), _fmt(rs[m]["pooled"]["false_positive_rate"])] for m in methods]),
-            "", _layers_line(results), ""]
+            ""]
+    if meta.get("random_split_few_rows"):  # herald eval's warning, kept beside the numbers it is about
+        out += [f"**Warning**: the test part {meta['random_split_few_rows']}.", ""]
+    out += [_layers_line(results), ""]
     if plots.get("trajectories"):
         out += [f"![trajectories]({rel(plots['trajectories'])})", ""]
 
