@@ -472,6 +472,19 @@ def test_probe_for_another_backbone_is_refused_at_startup(folder, tmp_path, monk
         assert r.status_code == 503 and "hidden_size 32" in r.json()["error"]["message"]
 
 
+def test_a_folder_of_a_config_alone_is_refused_for_its_missing_files_not_as_a_probe_mismatch(probe_dir, tmp_path):
+    # tester: config.json {"model_type": "llama"} alone was refused as "num_layers ... 32 in the backbone; hidden_size
+    # ... 4096" (transformers' defaults) by classify and serve, where fit named the missing tokenizer
+    from herald_service.errors import BackboneError
+
+    bare = tmp_path / "cfgonly"
+    bare.mkdir()
+    (bare / "config.json").write_text('{"model_type": "llama"}')
+    settings = Settings(_env_file=None, backbone=str(bare), probe=probe_dir, cache_dir=tmp_path, device="cpu")
+    with pytest.raises(BackboneError, match=f"no tokenizer files holding the vocabulary in {bare}"):
+        load_runtime(settings)
+
+
 def test_fit_command_takes_threads_and_records_its_command(folder, tmp_path):
     # eval and recipes had --threads; fit refused it ("unexpected arguments": researcher pass)
     import subprocess

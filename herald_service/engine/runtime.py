@@ -218,6 +218,7 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
 
     from herald_service.backbone.hf import HFBackbone, config_info
     from herald_service.backbone.loader import resolve_backbone
+    from herald_service.backbone.model_checks import refuse_a_folder_without_tokenizer
 
     from transformers.utils import logging as transformers_logging
 
@@ -227,6 +228,9 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
     folder, loaded = checked_probe(settings)  # before a backbone load of seconds to minutes
     probe, manifest = loaded.probe, loaded.manifest
     resolved = resolve_backbone(settings.backbone, settings.cache_dir)
+    # a folder of config.json alone read as a probe mismatch ("32 layers, hidden 4096": transformers' defaults) where
+    # fit named the missing tokenizer (tester): its files first, then the probe against its config
+    refuse_a_folder_without_tokenizer(resolved.folder)
     check_compatible(manifest, config_info(resolved))  # another architecture: refused before its weights load
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
