@@ -255,8 +255,11 @@ def test_fit_refuses_an_out_in_the_backbones_folder_before_the_corpus_is_read(fo
     gguf_folder.mkdir()
     (gguf_folder / "model.gguf").write_bytes(b"GGUF")  # never read: refused first
     cases = ((str(folder), folder, "is the backbone's folder"),
-             (str(folder), folder / "probe", f"is inside the backbone's folder {folder.resolve()}"),
-             (str(gguf_folder / "model.gguf"), gguf_folder / "probe", f"is inside the backbone's folder {gguf_folder.resolve()}"))
+             (str(folder), folder / "probe", f"is inside the backbone's folder {folder.resolve()}"))
+    # a .gguf file's revision is its own sha256: a probe folder beside it changes nothing (tester: it was refused)
+    from herald_service.training.fit import refuse_an_out_in_the_backbone
+    refuse_an_out_in_the_backbone(gguf_folder / "probe", str(gguf_folder / "model.gguf"), tmp_path / "cache")
+    refuse_an_out_in_the_backbone(gguf_folder, str(gguf_folder / "model.gguf"), tmp_path / "cache")
     before = sorted(p.name for p in folder.iterdir())
     for backbone, out, where in cases:
         with pytest.raises(ValueError) as refused:

