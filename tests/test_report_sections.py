@@ -846,20 +846,34 @@ def test_sensitive_study_rule_needs_both_sensitive_folds_lower_and_no_loss():
         False, True, True, False, True]
 
 
+def test_the_reading_of_a_run_of_one_method_names_no_best_and_calls_a_low_auroc_below_chance(tmp_path):
+    # re-tester: with --methods herald the reading called Herald's pooled AUROC of 0.312 "the best" and "near chance"
+    results = main_results()
+    results["loso"] = loso({"herald": ({**pooled(0.3, 0.5), "auroc": m(0.312, 0.2, 0.55)}, 0.4, 0.5)})
+    results["random_split"] = {"herald": results["random_split"]["herald"]}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert (" Pooled over folds, Herald (LDA trajectory + 288-param MLP)'s AUROC is 0.312, below chance, though its 95%"
+            " interval holds 0.5.\n") in text
+    assert "the best AUROC is" not in text
+
+
 def test_the_reading_and_saturated_follow_the_numbers_not_the_corpus(tmp_path):
     # a random 4-layer backbone on the development corpus: "saturated" at a random-split AUROC of 0.64, and "ranked
     # above benign prompts" at a median fold AUROC of 0.433 (researcher pass)
     write(tmp_path, "results.json", main_results())  # herald's harmful fold: AUROC 0.90, recall 0.5
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    assert ("Herald's AUROC (against unseen benign rows) has median 0.900, but its recall at the in-distribution threshold"
-            " has median 50%: unseen harmful sources are ranked above benign prompts more often") in text
+    # one harmful-only fold: its AUROC and recall, not medians (re-tester: "on the 1 ... sources ... has median")
+    assert ("Reading: on the harmful-only held-out source Herald's AUROC (against unseen benign rows) is 0.900, but its"
+            " recall at the in-distribution threshold is 50%: unseen harmful sources are ranked above benign prompts more"
+            " often") in text
     assert "- **Random split numbers are saturated**" in text and "## Random stratified split (reference only: saturated)" in text
     weak = main_results()
     weak["loso"] = loso({"herald": (pooled(0.3, 0.45), 0.433, 0.5), "logreg_last": (pooled(0.3, 0.5), 0.5, 0.5)})
     weak["random_split"] = {name: {"pooled": pooled(0.6, 0.64), "per_source": {}} for name in ("herald", "logreg_last")}
     write(tmp_path, "results.json", weak)
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    assert ("has median 0.433, and its recall at the in-distribution threshold has median 50%: unseen harmful sources"
+    assert ("is 0.433, and its recall at the in-distribution threshold is 50%: unseen harmful sources"
             " are ranked little or no better than unseen benign prompts (0.5 is chance), so what the threshold catches"
             " there is not evidence of detection. Pooled over folds, the best AUROC is logistic, last layer's (0.500,"
             " near chance); within a held-out source (the table below), the best AUROC is logistic, last layer's in 2 of"

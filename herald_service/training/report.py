@@ -944,9 +944,12 @@ to 0.994 on SmolLM2; the brief's plain run: F1 0.96-0.98 for every method)."""
 def _chance_note(auroc: dict) -> str:
     """``", below chance (inverted ranking)"`` for an AUROC whose whole 95% interval lies under 0.5 (the scores rank
     benign prompts above harmful ones: "near chance" said otherwise, tester finding), ``", near chance"`` for one
-    under :data:`NEAR_CHANCE_AUROC`, else nothing."""
+    under :data:`NEAR_CHANCE_AUROC`, else nothing; one under 0.5 whose interval holds 0.5 is below chance within noise
+    (0.312 read "near chance": re-tester)."""
     if auroc.get("hi") is not None and auroc["hi"] < 0.5:
         return ", below chance (inverted ranking)"
+    if auroc["value"] < 0.5:
+        return ", below chance, though its 95% interval holds 0.5" if auroc.get("hi") is not None else ", below chance"
     return ", near chance" if auroc["value"] < NEAR_CHANCE_AUROC else ""
 
 
@@ -963,19 +966,25 @@ def _reading(loso: dict) -> list[str]:
     auroc, recall = float(np.median(aurocs)) if aurocs else float("nan"), float(np.median(recalls))
     fpr = pooled.get("herald", {}).get("false_positive_rate", {}).get("value")
     if auroc < NEAR_CHANCE_AUROC:
-        gist = ("and its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked "
+        gist = ("and its recall at the in-distribution threshold {r}: unseen harmful sources are ranked "
                 "little or no better than unseen benign prompts (0.5 is chance), so what the threshold catches there is "
                 "not evidence of detection")
     elif auroc > recall:
-        gist = ("but its recall at the in-distribution threshold has median {r}: unseen harmful sources are ranked above "
+        gist = ("but its recall at the in-distribution threshold {r}: unseen harmful sources are ranked above "
                 "benign prompts more often than they cross a threshold calibrated on the training sources")
     else:
-        gist = ("and its recall at the in-distribution threshold has median {r}"
+        gist = ("and its recall at the in-distribution threshold {r}"
                 + (f", at a pooled false-positive rate of {fpr * 100:.0f}% on held-out benign sources" if fpr is not None else "")
                 + ": read the two together, since a threshold can reach that recall by flagging benign prompts too")
-    text = (f"Reading: on the {len(harmful)} harmful-only held-out sources Herald's AUROC (against unseen benign rows) has "
-            f"median {auroc:.3f}, {gist.format(r=f'{recall * 100:.0f}%')}.")
-    if pooled:  # a skipped fold can leave the pooled rows one class, without an AUROC
+    sources = "the harmful-only held-out source" if len(harmful) == 1 else f"the {len(harmful)} harmful-only held-out sources"
+    has = "is " if len(harmful) == 1 else "has median "
+    text = (f"Reading: on {sources} Herald's AUROC (against unseen benign rows) {has}{auroc:.3f}, "
+            f"{gist.format(r=f'{has}{recall * 100:.0f}%')}.")
+    if len(pooled) == 1:  # herald eval --methods herald: nothing to be best among
+        only = next(iter(pooled))
+        text += (f" Pooled over folds, {METHOD_LABELS.get(only, only)}'s AUROC is {pooled[only]['auroc']['value']:.3f}"
+                 + _chance_note(pooled[only]["auroc"]) + ".")
+    elif pooled:  # a skipped fold can leave the pooled rows one class, without an AUROC
         best = max(pooled, key=lambda n: pooled[n]["auroc"]["value"])
         best_auroc = pooled[best]["auroc"]["value"]
         text += (f" Pooled over folds, the best AUROC is {METHOD_LABELS.get(best, best)}'s ({best_auroc:.3f}"
