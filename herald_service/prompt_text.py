@@ -621,8 +621,8 @@ def _english_words() -> frozenset[str]:
 
 def _starts_with_a_one_letter_word(word: str) -> bool:
     """Whether a word spelled out after "a", "A", "i" or "I" with the same gap reads better as that word and the rest:
-    the joined word is no English word and the rest is one ("abomb": "bomb"; "ikill": "kill"), by :func:`_english_words`.
-    "apple", "ammo", "assault" and "airplane" are words and stay whole: split, "a pple" scored 0.91 on a benign
+    the joined word is no English word and the rest is one ("abomb": "bomb"; "ikill": "kill"), by
+    :func:`_english_words`. "apple", "ammo", "assault" and "airplane" are words and stay whole: split, "a pple" scored 0.91 on a benign
     spelling request where "apple" scores 0.11 (re-tester: 11 of 12 such requests were flagged on the split)."""
     if len(word) < 4 or word[0] not in _SPLIT_FIRST_LETTERS:
         return False

@@ -29,7 +29,8 @@ def software() -> dict[str, str | bool | None]:
     ``herald_commit_dirty`` whether its tracked files under ``herald_service/`` differ from that commit; both None
     for an installed package outside a checkout, or where git is missing. A package that is not installed reads None.
     """
-    out: dict[str, str | bool | None] = {"herald_version": __version__, **_git_commit(), "python": platform.python_version()}
+    out: dict[str, str | bool | None] = {"herald_version": __version__, **_git_commit(),
+                                         "python": platform.python_version()}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
