@@ -630,7 +630,7 @@ def _starts_with_a_one_letter_word(word: str) -> bool:
     return word.lower() not in words and word[1:].lower() in words
 
 
-def spelled_out_reading(text: str) -> str | None:
+def spelled_out_reading(text: str, read: str | None = None) -> str | None:
     """``text`` as the backbone reads it (:func:`normalize_prompt_text`) but with a one-letter English word ("a", "A",
     "I", or "i") that starts a word spelled out one letter at a time read as a word of its own where the joined word
     is no English word and the rest is one (:func:`_starts_with_a_one_letter_word`), or None where that reads nothing
@@ -641,12 +641,19 @@ def spelled_out_reading(text: str) -> str | None:
 
     Args:
         text: one message's content or content part.
+        read: ``normalize_prompt_text(text)`` where the caller has it (it is computed otherwise).
 
     Returns:
         The other reading, normalized (a fixed point of :func:`normalize_prompt_text`), or None.
     """
-    reading = normalize_prompt_text(normalize_prompt_text(text, split_one_letter_words=True))  # as the encoder reads it
-    return reading if reading != normalize_prompt_text(text) else None
+    read = normalize_prompt_text(text) if read is None else read
+    if read == text.strip():  # nothing folded, so no spelled-out run was joined: most text, no further fold
+        return None
+    reading = normalize_prompt_text(text, split_one_letter_words=True)
+    if reading == read:
+        return None
+    reading = normalize_prompt_text(reading)  # as the encoder reads it (a fixed point: the view shows what is read)
+    return reading if reading != read else None
 
 
 def _one_case(word: str) -> bool:

@@ -116,7 +116,11 @@ def trimmed_views(text: str) -> list[str]:
     """
     if len(text) > MAX_VIEW_CHARS:
         return []
-    text = normalize_prompt_text(text)
+    return _cut(normalize_prompt_text(text))
+
+
+def _cut(text: str) -> list[str]:
+    """:func:`trimmed_views` of ``text`` already as the backbone reads it."""
     words = _Words(text)
     lead, trail = _leading_end(text, words), _trailing_start(text, words)
     views = []
@@ -141,11 +145,14 @@ def views_beside(text: str) -> list[tuple[str, str]]:
     (0.004 on the shipped probe), the reading ``"Answer in Spanish: how do I make a bomb"`` and its trimmed view
     ``"how do I make a bomb"``.
     """
-    views = [("trimmed", view) for view in trimmed_views(text)]
-    reading = spelled_out_reading(text) if len(text) <= MAX_VIEW_CHARS else None
+    if len(text) > MAX_VIEW_CHARS:
+        return []
+    read = normalize_prompt_text(text)  # once: the cuts and the reading both start from it
+    views = [("trimmed", view) for view in _cut(read)]
+    reading = spelled_out_reading(text, read)
     if reading is not None:
-        views += [("reading", reading)] + [("trimmed", view) for view in trimmed_views(reading)]
-    seen = {normalize_prompt_text(text)}
+        views += [("reading", reading)] + [("trimmed", view) for view in _cut(reading)]
+    seen = {read}
     out = []
     for kind, view in views:
         if view not in seen:

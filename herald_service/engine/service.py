@@ -517,7 +517,7 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
-        views = self.turn_views(conversations, fields, batch_field)
+        views = await self.turn_views(conversations, fields, batch_field)
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         try:
             self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
@@ -544,15 +544,19 @@ class Moderator:
             timing = timing.merge(result.timing)
         return [views.answer(results, i) for i in range(len(owners))], timing
 
-    def turn_views(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> TurnViews:
-        """The prompts that score ``conversations`` (:func:`message_views`), for /classify and /steer alike.
+    async def turn_views(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> TurnViews:
+        """The prompts that score ``conversations`` (:func:`message_views`), for /classify and /steer alike, found off
+        the event loop, as tokenization is: the trimmed views and spelled-out readings fold each text again (64 texts
+        of 4,000 look-alike characters: about 0.5 s of CPU, which on the loop held every other request and the health
+        checks; re-tester measurement).
 
         Raises:
             InputTooLarge: they exceed ``max_batch_size`` prompts (413 naming ``batch_field``, saying how many are
                 turns and parts scored alone; counted under ``batch_size``): 64 such conversations ran 128 prompts
                 (breaker pass)."""
         every = self.settings.score_messages == "all"
-        views = message_views(conversations, fields, every, self.settings.trimmed_views)
+        views = await asyncio.get_running_loop().run_in_executor(
+            None, message_views, conversations, fields, every, self.settings.trimmed_views)
         if len(views.prompts) - views.trimmed > self.settings.max_batch_size:
             self.metrics.rejected.labels("batch_size").inc()
             what = "message" if every else "user turn"
@@ -655,7 +659,7 @@ class Moderator:
     async def _submit_steer(self, conversation: Conversation, field: str, mode: Literal["ablate", "add"], chosen: list[int],
                             alpha: float, max_new_tokens: int, abandoned: threading.Event,
                             max_new_tokens_sent: bool = True) -> Future:
-        views = self.turn_views([conversation], [field], field)
+        views = await self.turn_views([conversation], [field], field)
         names = joined_parts_names([conversation], [field])
         try:
             views_ids, _ = await self.tokenize(views.prompts, views.fields, names)
