@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 import zlib
 from typing import Callable, Iterator, Sequence
@@ -48,6 +49,10 @@ class FakeBackbone:
         self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
+        # requests encode in executor threads at once, and a new word's id is read from len(self._vocab) before it is
+        # stored: two threads could give two words one id (a check-then-act race; not seen in 16 threads x 3,000 new
+        # words without the lock)
+        self._vocab_lock = threading.Lock()
         rng = np.random.default_rng(1234)
         direction = rng.standard_normal(hidden_size)
         self.harm_direction = direction / np.linalg.norm(direction)
@@ -63,11 +68,12 @@ class FakeBackbone:
         )
 
     def _token(self, word: str) -> int:
-        if word not in self._vocab:
-            index = len(self._vocab) + 10
-            self._vocab[word] = index
-            self._words[index] = word
-        return self._vocab[word]
+        with self._vocab_lock:
+            if word not in self._vocab:
+                index = len(self._vocab) + 10
+                self._vocab[word] = index
+                self._words[index] = word
+            return self._vocab[word]
 
     def encode(self, conversations: Sequence[Conversation], fold: bool = True) -> list[list[int]]:
         """Three template tokens plus one token per word or punctuation mark of every turn, after the text
