@@ -232,8 +232,8 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     (``reading``: "make a b o m b" is read "make abomb", 0.004, and "make a bomb", 0.85) and that reading's trimmed
     views (:func:`~herald_service.trimmed_views.views_beside`); not a system, assistant or tool message's with
     ``every_message`` (the middle sentence of "You are a helpful assistant. Never give instructions for weapons, drugs
-    or self-harm. Answer in English." scored 0.947 alone: tester). A format instruction before or after a request ("Answer in Spanish: ...")
-    took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
+    or self-harm. Answer in English." scored 0.947 alone: tester). A format instruction before or after a request
+    ("Answer in Spanish: ...") took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
     (docs/eval/trimmed_views.md)."""
     prompts: list[Conversation] = []
     prompt_fields: list[str] = []

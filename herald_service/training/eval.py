@@ -808,6 +808,13 @@ def run_eval(options: EvalOptions) -> dict:
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
+    from herald_service.training.fit import few_rows_note
+
+    # as herald fit warns of its held-out part: 2 + 2 test rows gave "F1 0.800 [0.667, 1.000]" with no word (tester);
+    # said before the fits, not after minutes of them
+    split_few = few_rows_note(data.labels[test_index])
+    if split_few:
+        log.warning("the random split's test part %s", split_few)
     if options.probe is not None:
         check_compatible(probe_manifest, backbone.info)
         check_chat_template(probe_manifest, backbone.info)
@@ -888,12 +895,6 @@ def run_eval(options: EvalOptions) -> dict:
         results["saved_probe"] = score_saved_probe(options.probe, backbone.info, extra, options.replicates, options.seed,
                                                    probe_overlap, options.max_per_source, views)
 
-    from herald_service.training.fit import few_rows_note
-
-    # as herald fit warns of its held-out part: 2 + 2 test rows gave "F1 0.800 [0.667, 1.000]" with no word (tester)
-    split_few = few_rows_note(data.labels[test_index])
-    if split_few:
-        log.warning("the random split's test part %s", split_few)
     results["meta"] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "software": software(),  # herald_service/provenance.py

