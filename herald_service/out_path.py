@@ -75,19 +75,23 @@ def check_cache_dir(path: Path, option: str = "--cache-dir") -> None:
         raise ValueError(f"{option} {path}: cannot make a file in {where} ({problem}); {give}")
 
 
-def refuse_an_existing_out(out: Path, overwrite: bool) -> None:
+def refuse_an_existing_out(out: Path, overwrite: bool, option: str = "--out", give: str = "the JSON file to write") -> None:
     """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
     ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json
     (breaker finding), as ``herald fit`` once replaced the shipped probe. A path that cannot be written is refused
     whatever ``overwrite`` says (:func:`check_out_path`: a folder, or a file in a folder
     that does not exist; writing to a folder failed after the whole run).
 
+    ``option`` and ``give``: how the errors name the path and what to give instead (``--scores-out`` of ``herald
+    eval``, a JSON-lines file).
+
     Raises:
-        ValueError: naming ``--out``, the path, and ``--overwrite``.
+        ValueError: naming ``option``, the path, and ``--overwrite``.
     """
-    check_out_path(out, "--out", "the JSON file to write", folder=False)
+    check_out_path(out, option, give, folder=False)
     if out.exists() and not overwrite:
-        raise ValueError(f"--out {out} already exists; pass --out FILE to write elsewhere, or --overwrite to replace it")
+        raise ValueError(f"{option} {out} already exists; pass {option} FILE to write elsewhere, or --overwrite to"
+                         " replace it")
     if out.exists():
         check_replaceable(out, "--out")
 

@@ -264,6 +264,16 @@ def test_every_option_of_every_command_has_a_description():
             assert described.strip() and not described.startswith("(default"), (name, option, text)
 
 
+def test_eval_runs_the_default_methods_of_the_evaluation_module():
+    # the CLI writes its default out (importing scikit-learn would slow --help); a new baseline in DEFAULT_METHODS
+    # alone was left out of every `herald eval` run
+    from herald_service.cli.training import EvalCommand
+    from herald_service.training.eval import DEFAULT_METHODS
+
+    assert EvalCommand.model_fields["methods"].default == list(DEFAULT_METHODS)
+    assert "text_logreg" in DEFAULT_METHODS
+
+
 def test_help_names_the_valid_values_and_units():
     from herald_service.training.eval import available_methods
     from herald_service.training.recipes import RECIPES
@@ -1418,6 +1428,30 @@ def test_eval_and_recipes_refuse_an_existing_out_unless_overwrite_before_the_bac
             assert out.returncode == 1 and UNLOADABLE in out.stderr, (command, out.stderr)
         assert (tmp_path / default).read_text() == "{}" and mine.read_text() == "{}"
     assert nothing_cached(tmp_path / "cache")
+
+
+def test_eval_refuses_a_scores_out_it_could_not_write_or_would_overwrite_before_the_backbone_loads(tmp_path):
+    data = tmp_path / "data.jsonl"
+    labeled_rows(data)
+    base = ("eval", "--data", str(data), "--backbone", str(unloadable_backbone(tmp_path)), "--jailbreak-templates",
+            "null", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "results.json"))
+    kept = tmp_path / "scores.jsonl"
+    kept.write_text("mine\n")
+    for more, error in (
+            (("--scores-out", str(kept)), f"--scores-out {kept} already exists; pass --scores-out FILE to write"
+                                          " elsewhere, or --overwrite to replace it"),
+            (("--scores-out", str(tmp_path / "results.json")), f"--scores-out {tmp_path / 'results.json'} is the --out"
+                                                               " file; give another path"),
+            (("--scores-out", str(tmp_path / "no" / "s.jsonl")), f"--scores-out {tmp_path / 'no' / 's.jsonl'}: folder"
+                                                                 f" {tmp_path / 'no'} does not exist; create it or"
+                                                                 " choose another path"),
+            (("--scores-out", str(tmp_path)), f"--scores-out {tmp_path} is a folder; give the JSON-lines file to write")):
+        out = herald(*base, *more)
+        assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", (more, out.stderr)
+    out = herald(*base, "--scores-out", str(kept), "--overwrite")  # allowed: on to the backbone, which fails
+    assert out.returncode == 1 and UNLOADABLE in out.stderr
+    assert kept.read_text() == "mine\n" and not (tmp_path / "results.json").exists()
+    assert "--scores-out" in option_help("eval") and "flagged_by" in option_help("eval")["--scores-out"]
 
 
 def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_loads(tmp_path):

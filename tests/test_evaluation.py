@@ -15,7 +15,7 @@ from herald_service.training.corpus import Example, stratified_split
 from herald_service.training.eval import LabeledStates, Plan, evaluate_states
 from herald_service.training.evaluation import tpr_at_fpr
 from herald_service.probes.probe import HeraldProbe, balanced_weights, calibration_mask
-from herald_service.training.methods import FACTORIES, make_method, separation
+from herald_service.training.methods import FACTORIES, TEXT_BASELINES, make_method, separation
 from herald_service.training.protocol import class_sample, loso_folds
 from herald_service.training.report import write_report
 
@@ -147,16 +147,80 @@ def test_class_sample_and_weights():
     assert mask[:20].sum() == 5 and mask[20:30].sum() == 2 and mask[30:].sum() == 2
 
 
-@pytest.mark.parametrize("name", sorted(FACTORIES))
+@pytest.mark.parametrize("name", sorted(name for name in FACTORIES if name not in TEXT_BASELINES))
 def test_every_method_beats_chance_on_a_separable_problem(name):
     data = synthetic(n=320)
     train, test = split(data)
     groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
     method = make_method(name, 0).fit(data.states[train], data.labels[train], groups[train])
+    assert method.reads == "states"
     scores = method.score(data.states[test])
     assert roc_auc_score(data.labels[test], scores) > 0.85
     flagged = scores >= method.threshold_
     assert f1_score(data.labels[test], flagged) > 0.7
+
+
+def worded(n: int = 320, seed: int = 0) -> LabeledStates:
+    """States of pure noise; the prompts' words carry the label: harmful ones name one of a few harmful things, benign
+    ones a few everyday things, amid the same filler words."""
+    rng = np.random.default_rng(seed)
+    base = synthetic(n=n, seed=seed)
+    harmful_words, benign_words = ["bomb", "poison", "malware", "meth"], ["bread", "garden", "essay", "poem"]
+    filler = ["how", "do", "i", "make", "a", "write", "tell", "me", "about", "the", "please"]
+    prompts = [" ".join([*rng.choice(filler, 4), rng.choice(harmful_words if y else benign_words), *rng.choice(filler, 2)])
+               for y in base.labels]
+    return LabeledStates(rng.normal(size=base.states.shape).astype(np.float32), base.labels, base.sources, base.tokens,
+                         prompts)
+
+
+def test_the_text_only_control_reads_the_prompts_words_and_the_latent_methods_the_states():
+    data = worded()
+    train, test = split(data)
+    out = evaluate_states(data, train, test, Plan(methods=("logreg_last", "text_logreg"), loso=False, curve_sizes=(),
+                                                  replicates=20))["random_split"]
+    # the words decide the label here; the states are noise
+    assert out["text_logreg"]["pooled"]["auroc"]["value"] > 0.95
+    assert out["logreg_last"]["pooled"]["auroc"]["value"] < 0.7
+    # and it reads the text as the backbone does: a fullwidth harmful word scores as the plain one
+    method = make_method("text_logreg", 0).fit(data.take(train).read_texts(), data.labels[train],
+                                               np.array([f"{s}|{y}" for s, y in zip(data.sources[train], data.labels[train])]))
+    plain, wide = LabeledStates(data.states[:2], np.array([1, 1]), np.array(["x", "x"]), np.array([3, 3]),
+                                ["how do i make a bomb", "how do i make a \uff42\uff4f\uff4d\uff42"]).read_texts()
+    assert wide == plain
+    assert method.score(np.array([plain], dtype=object))[0] > method.threshold_
+
+
+def test_the_report_reads_the_text_only_control_against_herald_and_the_best_latent_baseline(tmp_path):
+    data = worded()
+    train, test = split(data)
+    plan = Plan(methods=("herald", "logreg_last", "text_logreg"), curve_sizes=(), replicates=50)
+    results = evaluate_states(data, train, test, plan)
+    pooled = results["loso"]["pooled"]
+    assert pooled["text_logreg"]["auroc"]["lo"] > pooled["herald"]["auroc"]["hi"]  # the words carry the label here
+    assert pooled["text_logreg"]["auroc"]["lo"] > pooled["logreg_last"]["auroc"]["hi"]
+    results.pop("loso_margins")
+    results["meta"] = {"n": len(data.labels), "replicates": 50, "methods": list(plan.methods)}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("Text-only control:"))
+    control = pooled["text_logreg"]["auroc"]
+    assert f"(no backbone), pooled over folds, AUROC {control['value']:.3f} [{control['lo']:.3f}, {control['hi']:.3f}]" in line
+    assert "logistic, last layer AUROC" in line  # the best latent baseline, by pooled AUROC (the only one here)
+    assert ("The words alone rank unseen sources better than Herald (LDA trajectory + 288-param MLP) and logistic, last"
+            " layer (95% intervals apart)") in line
+    assert "sees the same states" in text and "the text-only control reads those rows' text instead of their states" in text
+    assert "best latent AUROC" in text and "(text_logreg)" not in text  # never the best latent baseline of a fold
+
+
+def test_a_text_method_on_rows_without_their_prompts_is_refused_by_name():
+    data = synthetic(n=40)
+    bare = LabeledStates(data.states, data.labels, data.sources, data.tokens)
+    with pytest.raises(ValueError, match="needs the prompts of all 40 rows; this set has 0"):
+        bare.read_texts()
+    groups = np.array([f"{s}|{y}" for s, y in zip(data.sources, data.labels)])
+    fit_part = int((~calibration_mask(groups, 0.25, 0)).sum())  # the rest calibrates the threshold
+    with pytest.raises(ValueError, match=f"text_logreg: none of the {fit_part} training prompts holds a word"):
+        make_method("text_logreg", 0).fit(np.array(["?!"] * 40, dtype=object), data.labels, groups)
 
 
 def test_the_best_single_layer_breaks_a_tie_of_perfect_calibration_aurocs_by_separation():

@@ -92,7 +92,8 @@ CacheDir = Annotated[Path, BeforeValidator(_no_empty_cache_dir)]
 
 METHODS_HELP = (
     "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
-    " the latent baselines lda_best_layer, logreg_last, logreg_mid, features_logreg and mlpm (the default set); also"
+    " the latent baselines lda_best_layer, logreg_last, logreg_mid, features_logreg and mlpm, and the text-only control"
+    " text_logreg (TF-IDF words, no backbone) (the default set); also"
     " herald_hardneg, herald_logistic, herald_logistic_crossfit, herald_logistic_C0.03, herald_logistic_C0.3, and with"
     " the threshold moved for unseen sources (docs/eval/threshold_rule.md) herald+shift, herald_logistic+shift,"
     " lda_best_layer+shift, logreg_last+shift, logreg_mid+shift, features_logreg+shift and mlpm+shift."
@@ -385,7 +386,11 @@ class EvalCommand(BaseModel):
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Path = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
-    overwrite: bool = Field(False, description="Replace the --out file if it exists.")
+    overwrite: bool = Field(False, description="Replace the --out (and --scores-out) file if it exists.")
+    scores_out: Path | None = Field(None, description=(
+        "Also write every scored prompt, one JSON object per line: part (random_split, loso or extra), set, source,"
+        " label, prompt, each method's margins (score minus its threshold: flagged at >= 0) and flagged_by; the rows"
+        " every metric is computed from. A file that exists is refused unless --overwrite is given. Default: none."))
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
     max_per_source: int | None = Field(150, ge=1, description=(
@@ -397,8 +402,8 @@ class EvalCommand(BaseModel):
     seed: Seed = Field(0, description=(
         "Seed of the --max-per-source draw, the random split, the jailbreak-wrapped set and every method's fit"
         " (calibration split, initialisation); the learning curve's draws use --curve-seeds. 0 to 4294967295."))
-    methods: list[str] = Field(["herald", "lda_best_layer", "logreg_last", "logreg_mid",
-                                                        "features_logreg", "mlpm"], description=METHODS_HELP)
+    methods: list[str] = Field(["herald", "lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm",
+                                "text_logreg"], description=METHODS_HELP)
     loso: bool = Field(True, description=(
         "Run leave-one-source-out: one fold per source, every method fitted without it and scored on its prompts"
         " (a fit per source and method, the longest protocol); --no-loso skips it."))
@@ -502,6 +507,10 @@ class EvalCommand(BaseModel):
     def cli_cmd(self) -> None:
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
+        if self.scores_out is not None:
+            check_out_path(self.scores_out, "--scores-out", "the JSON-lines file to write", folder=False)
+            if self.scores_out.resolve() == self.out.resolve():  # one would overwrite the other at the end of the run
+                raise ValueError(f"--scores-out {self.scores_out} is the --out file; give another path")
         check_data_and_backbone(self)
         check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
@@ -512,6 +521,8 @@ class EvalCommand(BaseModel):
         # after the inputs: with the committed default --out, a missing --data (or --test-data, or --probe: tester
         # finding) was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
+        if self.scores_out is not None:
+            refuse_an_existing_out(self.scores_out, self.overwrite, "--scores-out", "the JSON-lines file to write")
         from herald_service.training.eval import EvalOptions, run_eval
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)

@@ -30,7 +30,15 @@ from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics, operating_points, paired_auroc_differences
 from herald_service.training.corpus import JAILBREAK_SET
-from herald_service.training.methods import FACTORIES, LATENT_BASELINES, FeatureLogistic, HeraldMethod, Method, make_method
+from herald_service.training.methods import (
+    FACTORIES,
+    LATENT_BASELINES,
+    TEXT_BASELINES,
+    FeatureLogistic,
+    HeraldMethod,
+    Method,
+    make_method,
+)
 from herald_service.training.protocol import class_sample, loso_folds
 
 if TYPE_CHECKING:
@@ -38,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METHODS = ("herald", *LATENT_BASELINES)
+DEFAULT_METHODS = ("herald", *LATENT_BASELINES, *TEXT_BASELINES)
 CURVE_SIZES = (25, 50, 100, 250, 500, 1000)
 CURVE_SEEDS = (0, 1, 2)
 
@@ -64,6 +72,23 @@ class LabeledStates:
     def take(self, index: np.ndarray) -> "LabeledStates":
         return LabeledStates(self.states[index], self.labels[index], self.sources[index], self.tokens[index],
                              [self.prompts[i] for i in index] if self.prompts else [])
+
+    def read_texts(self) -> np.ndarray:
+        """``(n,)`` object array: the prompts as the backbone reads them
+        (:func:`~herald_service.prompt_text.normalize_prompt_text`), for methods that read text (``text_logreg``).
+
+        Raises:
+            ValueError: the set was built without its prompts."""
+        if len(self.prompts) != len(self.labels):
+            raise ValueError(f"a text-reading method needs the prompts of all {len(self.labels)} rows; this set has"
+                             f" {len(self.prompts)}")
+        return np.array([normalize_prompt_text(p) for p in self.prompts], dtype=object)
+
+
+def method_inputs(method: Method, rows: LabeledStates) -> np.ndarray:
+    """What ``method`` fits on and scores: ``rows.states`` ``(n, layer, d_model)``, or for a method that reads text
+    (``method.reads == "text"``) :meth:`LabeledStates.read_texts` ``(n,)``."""
+    return rows.read_texts() if method.reads == "text" else rows.states
 
 
 @dataclass(frozen=True)
@@ -98,12 +123,13 @@ def fit_method(name: str, data: LabeledStates, seed: int, direction_estimator: s
         method = FeatureLogistic(seed, direction_estimator)
     else:
         method = make_method(name, seed)
-    return method.fit(data.states, data.labels, groups_of(data))
+    return method.fit(method_inputs(method, data), data.labels, groups_of(data))
 
 
-def margins(method: Method, states: np.ndarray) -> np.ndarray:
-    """``score - threshold``: 0 is each method's own decision boundary, so margins from different fits pool."""
-    return method.score(states) - method.threshold_
+def margins(method: Method, rows: LabeledStates) -> np.ndarray:
+    """``score - threshold`` ``(n,)`` of ``rows``: 0 is each method's own decision boundary, so margins from
+    different fits pool."""
+    return method.score(method_inputs(method, rows)) - method.threshold_
 
 
 def boot(labels, m, replicates, seed=0) -> dict:
@@ -150,11 +176,13 @@ def evaluate_states(
 
     Returns:
         A JSON-ready dict with ``random_split``, ``extra``, ``loso`` (``folds`` and ``pooled``), ``learning_curve``,
-        ``trajectories`` and, for the guard comparison, ``loso_margins`` (every row's margin from the fold that
-        held its source out).
+        ``trajectories`` and, for the guard comparison and ``herald eval --scores-out``, ``loso_margins`` (every row's
+        margin from the fold that held its source out) and ``row_margins`` (``{"random_split": {method: [margin of each
+        test-part row]}, "extra": {set: {method: [...]}}}``); :func:`run_eval` writes neither into the results file.
     """
     extra_sets = extra_sets or {}
     results: dict = {"random_split": {}, "extra": {name: {} for name in extra_sets}}
+    row_margins: dict = {"random_split": {}, "extra": {name: {} for name in extra_sets}}
     train, test = data.take(train_index), data.take(test_index)
     if added_rows is not None:
         train = joined(train, added_rows(None))
@@ -163,7 +191,8 @@ def evaluate_states(
         started = time.perf_counter()
         method = fit_method(name, train, plan.seed, plan.direction_estimator)
         timing[name] = round(time.perf_counter() - started, 2)
-        m = margins(method, test.states)
+        m = margins(method, test)
+        row_margins["random_split"][name] = rounded(m)
         results["random_split"][name] = {"pooled": boot(test.labels, m, plan.replicates),
                                          "per_source": by_source(test.labels, m, test.sources, plan.replicates)}
         if name == "herald":
@@ -172,17 +201,24 @@ def evaluate_states(
         if name == "lda_best_layer":
             results["lda_best_layer_layer"] = int(method.layer_) + 1
         for set_name, extra in extra_sets.items():
-            em = margins(method, extra.states)
+            em = margins(method, extra)
+            row_margins["extra"][set_name][name] = rounded(em)
             results["extra"][set_name][name] = {"pooled": boot(extra.labels, em, plan.replicates),
                                                 "per_source": by_source(extra.labels, em, extra.sources, plan.replicates)}
         progress(f"random split: {name} fitted in {timing[name]} s")
     results["fit_seconds"] = timing
+    results["row_margins"] = row_margins
 
     if plan.loso:
         results["loso"], results["loso_margins"] = _loso(data, train_index, test_index, plan, progress, added_rows)
     if plan.curve_sizes:
         results["learning_curve"] = _learning_curve(data, train_index, test_index, plan, progress)
     return results
+
+
+def rounded(m: np.ndarray) -> list[float | None]:
+    """Margins ``(n,)`` as JSON: 5 decimals, None for NaN (a row no model scored)."""
+    return [None if np.isnan(v) else round(float(v), 5) for v in m]
 
 
 def joined(a: LabeledStates, b: LabeledStates) -> LabeledStates:
@@ -266,7 +302,7 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
         for name in plan.methods:
             method = fit_method(name, train, plan.seed, plan.direction_estimator)
             test_idx = fold.test_index
-            m = margins(method, data.states[test_idx])
+            m = margins(method, data.take(test_idx))
             held = m[: len(fold.held_out_index)]
             held_margins[name][fold.held_out_index] = held
             fold_out["methods"][name] = {
@@ -287,8 +323,7 @@ def _loso(data, train_index, test_index, plan: Plan, progress, added_rows=None) 
         loso["operating_points"] = operating_points(
             data.labels[done], {name: held_margins[name][done] for name in plan.methods},
             reference="herald" if "herald" in plan.methods else None, replicates=plan.replicates)
-    margins_json = {name: [None if np.isnan(v) else round(float(v), 5) for v in held_margins[name]] for name in plan.methods}
-    return loso, margins_json
+    return loso, {name: rounded(held_margins[name]) for name in plan.methods}
 
 
 def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict:
@@ -306,7 +341,7 @@ def _learning_curve(data, train_index, test_index, plan: Plan, progress) -> dict
             sub = data.take(pick)
             out["actual_per_class"][str(size)] = {"benign": int((sub.labels == 0).sum()), "harmful": int((sub.labels == 1).sum())}
             for name in plan.methods:
-                m = margins(fit_method(name, sub, seed, plan.direction_estimator), test.states)
+                m = margins(fit_method(name, sub, seed, plan.direction_estimator), test)
                 point = bootstrap_metrics(test.labels, m, m >= 0, replicates=1)
                 row = out["methods"].setdefault(name, {}).setdefault(str(size), {"auroc": [], "f1": [], "false_positive_rate": []})
                 for key in row:
@@ -412,6 +447,9 @@ class EvalOptions:
     rows in the random split and every LOSO fold, as ``herald fit --templated-n`` adds them; 0: none."""
     command: str | None = None
     """The command line to record in the results (``herald eval ...``); None outside the CLI."""
+    scores_out: Path | None = None
+    """Where to write every scored prompt's margins (:func:`write_scores`); None: nowhere. Refused, as ``out``, when it
+    exists without ``overwrite``."""
 
 
 def read_test_data(paths: list[Path]) -> dict[Path, list]:
@@ -795,6 +833,8 @@ def run_eval(options: EvalOptions) -> dict:
     # after the inputs, as the CLI: a --test-data or --probe path that does not exist was answered "--out ... already
     # exists" (tester finding)
     refuse_an_existing_out(options.out, options.overwrite)
+    if options.scores_out is not None:
+        refuse_an_existing_out(options.scores_out, options.overwrite, "--scores-out", "the JSON-lines file to write")
     resolved = None
     if options.probe is not None:
         # a probe of another architecture is refused by the backbone's config.json, before the corpus is read and its
@@ -935,10 +975,49 @@ def run_eval(options: EvalOptions) -> dict:
     }
     if options.probe is not None and "herald" in options.methods:  # without it, no Herald of this run to compare
         _warn_of_another_recipe(results["saved_probe"], probe_manifest, results["meta"])
+    if options.scores_out is not None:
+        write_scores(options.scores_out, data, test_index, extra, results)
     results.pop("loso_margins", None)
+    results.pop("row_margins", None)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(options.out, json.dumps(results, indent=1) + "\n")
     return results
+
+
+def write_scores(path: Path, data: LabeledStates, test_index: np.ndarray, extra: dict[str, LabeledStates],
+                 results: dict) -> int:
+    """Write every prompt a method scored, one JSON object per line (``herald eval --scores-out``), and return the
+    number of lines.
+
+    Each line: ``part`` (``"random_split"``: the test part, scored by models fitted on the train part; ``"loso"``: a
+    corpus row scored by the models of the fold that held its source out; ``"extra"``: a row of the set named by
+    ``set``, a ``--test-data`` file or the jailbreak-wrapped set, scored by the random split's models), ``source``,
+    ``label`` (1 = harmful), ``prompt`` (as the file gives it), ``margins`` (method -> score minus the method's own
+    threshold: the decision boundary is 0) and ``flagged_by`` (the methods whose margin is >= 0). A row of a skipped
+    LOSO fold (``loso.skipped_folds``) has no ``loso`` line. These are the numbers every metric of the results file is
+    computed from, so errors can be read one prompt at a time.
+    """
+    def line(part: str, rows: LabeledStates, i: int, margins_by_method: dict[str, list],
+             set_name: str | None = None) -> str | None:
+        scored = {name: m[i] for name, m in margins_by_method.items() if m[i] is not None}
+        if not scored:
+            return None
+        return json.dumps({"part": part, **({"set": set_name} if set_name is not None else {}),
+                           "source": str(rows.sources[i]), "label": int(rows.labels[i]), "prompt": rows.prompts[i],
+                           "margins": scored, "flagged_by": [name for name, m in scored.items() if m >= 0]},
+                          ensure_ascii=False)
+
+    row_margins = results["row_margins"]
+    test = data.take(test_index)
+    lines = [line("random_split", test, i, row_margins["random_split"]) for i in range(len(test.labels))]
+    if "loso_margins" in results:
+        lines += [line("loso", data, i, results["loso_margins"]) for i in range(len(data.labels))]
+    for name, rows in extra.items():
+        lines += [line("extra", rows, i, row_margins["extra"][name], name) for i in range(len(rows.labels))]
+    kept = [text for text in lines if text is not None]
+    write_text_atomically(path, "".join(text + "\n" for text in kept))
+    log.info("per-prompt margins: %d lines in %s", len(kept), path)
+    return len(kept)
 
 
 def backbone_numerics(info) -> dict[str, str]:

@@ -15,6 +15,9 @@ Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
 - ``mlpm``: multi-layer Mahalanobis prototypes (MLPM style): per layer, squared Mahalanobis distances to the benign
   and harmful class means under class-specific Ledoit-Wolf covariances; a logistic regression combines the
   per-layer distance differences (every third layer and the last, to bound the cost).
+- ``text_logreg``: a control that never runs the backbone: TF-IDF of the prompt's words and word pairs (as the backbone
+  reads the prompt: :func:`~herald_service.prompt_text.normalize_prompt_text`), scored by logistic regression. Where it
+  matches the latent methods on a source held out, their states carry nothing its words do not.
 - ``herald_logistic``: Herald with logistic directions; ``herald_logistic_crossfit`` trains its scorer on
   cross-fitted trajectories (:func:`cross_fitted_projections`), ``herald_logistic_C<c>`` fits the directions at
   another L2 strength (:data:`DIRECTION_C_GRID`); docs/eval/recipe_studies.md.
@@ -142,10 +145,14 @@ def cross_fitted_projections(states: np.ndarray, labels: np.ndarray, groups: np.
 
 
 class Method(Protocol):
-    """What the evaluation protocol needs from a method."""
+    """What the evaluation protocol needs from a method.
+
+    ``reads``: ``"states"`` (``X`` is ``(n, layer, d_model)`` float32 states) or ``"text"`` (``X`` is ``(n,)`` object
+    array of prompt texts as the backbone reads them: :class:`TextLogistic`)."""
 
     name: str
     threshold_: float
+    reads: str
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> "Method": ...
 
@@ -156,6 +163,7 @@ class _Calibrated:
     """Shared recipe: fit ``_fit_scores`` on the fit part, pick the max-F1 threshold on the calibration part."""
 
     name = "base"
+    reads = "states"
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -188,6 +196,8 @@ class HeraldMethod:
         direction_estimator: a name in :data:`~herald_service.probes.directions.DIRECTION_ESTIMATORS` (default: the
             first, that of ``herald fit``); another than the default adds ``_<estimator>`` to the name.
     """
+
+    reads = "states"
 
     def __init__(self, seed: int = 0, feature_set: str = FEATURE_SET,
                  direction_estimator: str = DIRECTION_ESTIMATORS[0], cross_fit: bool = False,
@@ -361,6 +371,42 @@ class FeatureLogistic(_Calibrated):
         return self.model_.decision_function(self.scaler_.transform(compute_features(self.directions_.project(X))))
 
 
+TEXT_LOGREG_C = 1.0
+"""Fixed (scikit-learn's default, not tuned on any test data): the inverse L2 strength of :class:`TextLogistic`."""
+
+
+class TextLogistic(_Calibrated):
+    """The text-only control: no backbone, the prompt's words alone.
+
+    TF-IDF (scikit-learn's ``TfidfVectorizer``: lower-cased words, one-letter ones included, and word pairs of the
+    fit-part prompts; sublinear term frequency; L2-normalized rows) and an L2 logistic regression (``C`` =
+    :data:`TEXT_LOGREG_C`) with source-balanced weights; threshold at max F1 on the calibration part, as every method.
+    ``X``: ``(n,)`` object array of prompt texts as the backbone reads them (``herald eval`` passes them: ``reads =
+    "text"``). The question it answers: do the latent methods' states carry more than the prompt's words, on sources
+    held out?
+
+    Raises:
+        ValueError: (from ``fit``) no fit-part prompt holds a word.
+    """
+
+    name = "text_logreg"
+    reads = "text"
+
+    def _fit(self, X, y, groups, X_calib, y_calib) -> None:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        self.vectorizer_ = TfidfVectorizer(ngram_range=(1, 2), token_pattern=r"(?u)\b\w+\b", sublinear_tf=True)
+        try:
+            words = self.vectorizer_.fit_transform(list(X))
+        except ValueError as error:  # scikit-learn's "empty vocabulary"
+            raise ValueError(f"{self.name}: none of the {len(X)} training prompts holds a word to weigh") from error
+        self.model_ = LogisticRegression(C=TEXT_LOGREG_C, max_iter=2000)
+        self.model_.fit(words, y, sample_weight=balanced_weights(groups, y))
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function(self.vectorizer_.transform(list(X)))
+
+
 class MahalanobisPrototypes(_Calibrated):
     """Multi-layer Mahalanobis prototype score (MLPM style).
 
@@ -441,6 +487,8 @@ class SourceShifted:
         ValueError: (from ``fit``) training rows from fewer than two sources, or a group whose removal leaves one class.
     """
 
+    reads = "states"
+
     def __init__(self, base: str, seed: int = 0, n_groups: int = SHIFT_GROUPS) -> None:
         self.base = base
         self.seed = seed
@@ -476,6 +524,9 @@ DIRECTION_C_GRID = (0.03, 0.3)
 """Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/recipe_studies.md, second study)."""
 
 LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
+TEXT_BASELINES = ("text_logreg",)
+"""Controls that read the prompt's text, not the backbone's states: never "the best latent baseline" of issue 3's
+targets."""
 
 FACTORIES: dict[str, Callable[[int], Method]] = {
     "herald": lambda seed: HeraldMethod(seed),
@@ -484,6 +535,7 @@ FACTORIES: dict[str, Callable[[int], Method]] = {
     "logreg_mid": lambda seed: LayerLogistic("mid", seed),
     "features_logreg": lambda seed: FeatureLogistic(seed),
     "mlpm": lambda seed: MahalanobisPrototypes(seed),
+    "text_logreg": lambda seed: TextLogistic(seed),
     "herald_hardneg": lambda seed: HardNegativeHerald(seed),
     "herald_logistic": lambda seed: HeraldMethod(seed, direction_estimator="logistic"),
     "herald_logistic_crossfit": lambda seed: HeraldMethod(seed, direction_estimator="logistic", cross_fit=True),

@@ -190,7 +190,7 @@ def recipe_loso(data: LabeledStates, train_index, test_index, method: str, augme
             log.warning("LOSO fold skipped: %s", reason)
             skipped[fold.source] = reason
             continue
-        m = margins(fit_method(method, train, seed), data.states[fold.held_out_index])
+        m = margins(fit_method(method, train, seed), data.take(fold.held_out_index))
         held[fold.held_out_index] = m
         per_fold[fold.source] = bootstrap_metrics(data.labels[fold.held_out_index], m, m >= 0, replicates=replicates)
     return {"pooled": pooled_metrics(data.labels, held, replicates), "folds": per_fold, "skipped_folds": skipped}
@@ -387,16 +387,16 @@ def run_recipes(options: RecipeOptions) -> dict:
             train = concat(train, pool.for_fold(None, wrapped_labels, scale))
         model = fit_method(method, train, fit_seed)
         test = data.take(test_index)
-        m = margins(model, test.states)
+        m = margins(model, test)
         block = {"loso_pooled": loso["pooled"], "loso_folds": loso["folds"], "loso_skipped_folds": loso["skipped_folds"],
                  "highlights": highlights(loso["folds"]),
                  "random_split_pooled": bootstrap_metrics(test.labels, m, m >= 0, replicates=options.replicates)}
         if jailbreak is not None:
-            jm = margins(model, jailbreak.states)
+            jm = margins(model, jailbreak)
             block["jailbreak_wrapped"] = bootstrap_metrics(jailbreak.labels, jm, jm >= 0, replicates=options.replicates)
             block["highlights"]["recall jailbreak-wrapped"] = block["jailbreak_wrapped"]["recall"]
         if jailbreak_extended is not None:
-            jm = margins(model, jailbreak_extended.states)
+            jm = margins(model, jailbreak_extended)
             block["jailbreak_wrapped_enlarged"] = bootstrap_metrics(jailbreak_extended.labels, jm, jm >= 0,
                                                                     replicates=options.replicates)
         if sensitive is not None:  # a refit without one set trains on what the model did, wrapped rows included
@@ -461,7 +461,7 @@ def held_out_sets(train: LabeledStates, extra: list[LabeledStates], sensitive: L
         if with_sensitive:
             fit_on = _join([train, *extra, sensitive.take(np.nonzero(~in_s)[0])])
             model = fit_method(method, fit_on, seed)
-        m = margins(model, sensitive.states[in_s])
+        m = margins(model, sensitive.take(np.flatnonzero(in_s)))
         out[source] = bootstrap_metrics(sensitive.labels[in_s], m, m >= 0, replicates=replicates)
     return out
 

