@@ -202,12 +202,16 @@ def test_the_report_reads_the_text_only_control_against_herald_and_the_best_late
     results["meta"] = {"n": len(data.labels), "replicates": 50, "methods": list(plan.methods)}
     (tmp_path / "results.json").write_text(json.dumps(results))
     text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
-    line = next(line for line in text.splitlines() if line.startswith("Text-only control:"))
+    line = next(line for line in text.splitlines() if line.startswith("Text-only control ("))
     control = pooled["text_logreg"]["auroc"]
-    assert f"(no backbone), pooled over folds, AUROC {control['value']:.3f} [{control['lo']:.3f}, {control['hi']:.3f}]" in line
-    assert "logistic, last layer AUROC" in line  # the best latent baseline, by pooled AUROC (the only one here)
-    assert ("The words alone rank unseen sources better than Herald (LDA trajectory + 288-param MLP) and logistic, last"
-            " layer (95% intervals apart)") in line
+    assert (f"(TF-IDF words + logistic, no backbone), pooled over folds: AUROC {control['value']:.3f}"
+            f" [{control['lo']:.3f}, {control['hi']:.3f}]") in line
+    herald = pooled["herald"]["auroc"]
+    assert f"; Herald: AUROC {herald['value']:.3f} [{herald['lo']:.3f}, {herald['hi']:.3f}]" in line
+    # the best latent baseline, by pooled AUROC (the only one here)
+    assert "; the best latent baseline by pooled AUROC (logistic, last layer): AUROC" in line
+    assert ("The words alone rank unseen sources better than Herald and logistic, last layer (95% intervals apart)"
+            in line)
     assert "sees the same states" in text and "the text-only control reads those rows' text instead of their states" in text
     assert "best latent AUROC" in text and "(text_logreg)" not in text  # never the best latent baseline of a fold
 
