@@ -364,7 +364,9 @@ def test_eval_trimmed_views_score_a_saved_probes_sets_as_herald_serve_decides(tm
     common = dict(data=[data], backbone=str(folder), cache_dir=tmp_path / "cache", device="cpu", test_data=[test],
                   probe=tmp_path / "probe", methods=("logreg_last",), loso=False, curve_sizes=(), replicates=10,
                   jailbreak_templates=None)
-    run_eval(EvalOptions(out=out, trimmed_views=True, **common))
+    scores = tmp_path / "scores.jsonl"
+    run_eval(EvalOptions(out=out, trimmed_views=True, scores_out=scores, **common))
+    assert "row_margins" not in json.loads(out.read_text())["saved_probe"]  # only in the scores file
     block = json.loads(out.read_text())["saved_probe"]["sets"]["wrapped.jsonl"]
     served = block["with_trimmed_views"]
     prompts = [r["prompt"] for r in tests]
@@ -382,6 +384,13 @@ def test_eval_trimmed_views_score_a_saved_probes_sets_as_herald_serve_decides(tm
     assert served["pooled"]["false_positive_rate"]["value"] == pytest.approx(sum(flagged[6:]) / 6)
     assert block["pooled"]["recall"]["value"] == pytest.approx(sum(whole[:6]) / 6)  # the whole prompts, as before
     assert served["flagged_by_a_view"] == sum(f and not w for f, w in zip(flagged, whole)) > 0  # views decided some
+    # --scores-out: the saved probe's verdict on each prompt, whole and as the server decides
+    lines = [json.loads(line) for line in scores.read_text().splitlines()]
+    extra = [line for line in lines if line["part"] == "extra" and line["set"] == "wrapped.jsonl"]
+    assert [line["prompt"] for line in extra] == prompts
+    assert [set(line["margins"]) for line in extra] == [{"logreg_last", "saved_probe", "saved_probe+views"}] * 12
+    assert [("saved_probe" in line["flagged_by"]) for line in extra] == whole
+    assert [("saved_probe+views" in line["flagged_by"]) for line in extra] == flagged
     from herald_service.cli.training import saved_probe_summary
 
     summary = saved_probe_summary(json.loads(out.read_text()))

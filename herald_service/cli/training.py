@@ -389,8 +389,9 @@ class EvalCommand(BaseModel):
     overwrite: bool = Field(False, description="Replace the --out (and --scores-out) file if it exists.")
     scores_out: Path | None = Field(None, description=(
         "Also write every scored prompt, one JSON object per line: part (random_split, loso or extra), set, source,"
-        " label, prompt, each method's margins (score minus its threshold: flagged at >= 0) and flagged_by; the rows"
-        " every metric is computed from. A file that exists is refused unless --overwrite is given. Default: none."))
+        " label, prompt, each method's margins (score minus its threshold: flagged at >= 0; with --probe, the saved"
+        " probe's too, as saved_probe and with --trimmed-views saved_probe+views) and flagged_by; the rows every metric"
+        " is computed from. A file that exists is refused unless --overwrite is given. Default: none."))
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
     max_per_source: int | None = Field(150, ge=1, description=(

@@ -979,6 +979,7 @@ def run_eval(options: EvalOptions) -> dict:
         write_scores(options.scores_out, data, test_index, extra, results)
     results.pop("loso_margins", None)
     results.pop("row_margins", None)
+    results.get("saved_probe", {}).pop("row_margins", None)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(options.out, json.dumps(results, indent=1) + "\n")
     return results
@@ -993,9 +994,11 @@ def write_scores(path: Path, data: LabeledStates, test_index: np.ndarray, extra:
     corpus row scored by the models of the fold that held its source out; ``"extra"``: a row of the set named by
     ``set``, a ``--test-data`` file or the jailbreak-wrapped set, scored by the random split's models), ``source``,
     ``label`` (1 = harmful), ``prompt`` (as the file gives it), ``margins`` (method -> score minus the method's own
-    threshold: the decision boundary is 0) and ``flagged_by`` (the methods whose margin is >= 0). A row of a skipped
-    LOSO fold (``loso.skipped_folds``) has no ``loso`` line. These are the numbers every metric of the results file is
-    computed from, so errors can be read one prompt at a time.
+    threshold: the decision boundary is 0; on ``extra`` lines of a run with ``--probe`` also ``saved_probe``, that
+    probe at its stored threshold, and with ``--trimmed-views`` ``saved_probe+views``, the highest of the prompt's and
+    its views' margins, as ``herald serve`` decides) and ``flagged_by`` (the names whose margin is >= 0). A row of a
+    skipped LOSO fold (``loso.skipped_folds``) has no ``loso`` line. These are the numbers every metric of the results
+    file is computed from, so errors can be read one prompt at a time.
     """
     def line(part: str, rows: LabeledStates, i: int, margins_by_method: dict[str, list],
              set_name: str | None = None) -> str | None:
@@ -1012,8 +1015,10 @@ def write_scores(path: Path, data: LabeledStates, test_index: np.ndarray, extra:
     lines = [line("random_split", test, i, row_margins["random_split"]) for i in range(len(test.labels))]
     if "loso_margins" in results:
         lines += [line("loso", data, i, results["loso_margins"]) for i in range(len(data.labels))]
+    saved = results.get("saved_probe", {}).get("row_margins", {})
     for name, rows in extra.items():
-        lines += [line("extra", rows, i, row_margins["extra"][name], name) for i in range(len(rows.labels))]
+        scored = {**row_margins["extra"][name], **saved.get(name, {})}
+        lines += [line("extra", rows, i, scored, name) for i in range(len(rows.labels))]
     kept = [text for text in lines if text is not None]
     write_text_atomically(path, "".join(text + "\n" for text in kept))
     log.info("per-prompt margins: %d lines in %s", len(kept), path)
@@ -1238,7 +1243,8 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         ``"trained_on"`` (any), ``"same_file"`` and ``"checked_all"`` (false: some training files could not be
         checked, so neither a count of 0 nor ``trained_on: false`` means unseen); a set with both seen and unseen
         scored rows also has ``"unseen": {"pooled", "per_source"}``, its metrics on the scored rows that are in none
-        of the checked training files.
+        of the checked training files. ``"row_margins"``: ``{set: {"saved_probe": [margin of each row], and with
+        views "saved_probe+views": [...]}}``, for ``--scores-out`` (:func:`run_eval` writes it into no results file).
     """
     from herald_service.probes.artifact import TENSORS_FILE, load_probe_files
 
@@ -1270,9 +1276,11 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
         log.warning("%s", out["warning"])
     if overlap is not None:
         out["training_files"] = overlap.record()
+    row_margins: dict[str, dict[str, list]] = {}
     for name, extra in extra_sets.items():
         output = probe.predict(extra.states)
         m = np.asarray(output.logits, dtype=np.float64) - probe.threshold
+        row_margins[name] = {"saved_probe": rounded(m)}
         out["sets"][name] = {"pooled": boot(extra.labels, m, replicates),
                              "per_source": by_source(extra.labels, m, extra.sources, replicates)}
         if views is not None and name in views:
@@ -1281,6 +1289,7 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
             if len(cut.owner):
                 view_margins = np.asarray(probe.predict(cut.states).logits, dtype=np.float64) - probe.threshold
                 np.maximum.at(served, cut.owner, view_margins)
+            row_margins[name]["saved_probe+views"] = rounded(served)
             out["sets"][name]["with_trimmed_views"] = {
                 "pooled": boot(extra.labels, served, replicates),
                 "per_source": by_source(extra.labels, served, extra.sources, replicates),
@@ -1295,6 +1304,7 @@ def score_saved_probe(folder: Path, info, extra_sets: dict[str, LabeledStates], 
                 out["sets"][name]["unseen"] = {"pooled": boot(extra.labels[unseen], m[unseen], replicates),
                                                "per_source": by_source(extra.labels[unseen], m[unseen],
                                                                        extra.sources[unseen], replicates)}
+    out["row_margins"] = row_margins
     return out
 
 
