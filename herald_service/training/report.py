@@ -459,6 +459,7 @@ def _targets(results: dict) -> list[list[str]]:
 NO_SOURCE = "no such source in the data"
 
 NO_LATENT = "no latent baseline in these results (`herald eval --methods` left them all out)"
+NO_LATENT_CELL = "– (no latent baseline run)"
 
 LOSO_POOLED_COLUMNS = {"f1": "F1", "auroc": "AUROC", "tpr_at_1pct_fpr": "TPR@1%FPR", "recall": "recall",
                        "false_positive_rate": "FPR"}
@@ -751,8 +752,11 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
         out += report_operating_points.section(loso, METHOD_LABELS, LATENT, development)
     if loso and loso["folds"]:
         fold_methods = list(next(iter(loso["folds"].values()))["methods"])
-        header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC", "best latent AUROC"]
-        differences = any(fold.get("auroc_differences") for fold in loso["folds"].values())
+        # without a latent baseline (herald eval --methods herald,text_logreg) its columns held "–" only (researcher)
+        latent = any(name in LATENT for name in fold_methods)
+        header = ["held-out source", "n", "metric"] + [m for m in fold_methods] + ["Herald AUROC"] + (
+            ["best latent AUROC"] if latent else [])
+        differences = latent and any(fold.get("auroc_differences") for fold in loso["folds"].values())
         if differences:
             header.append("Herald minus best latent AUROC [95%, paired]")
         rows = []
@@ -764,8 +768,9 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
                 metric = _held_metric(m[name]["held_out"])[1]
                 cells.append(_fmt(metric, pct=True) if name == "herald" else f"{metric['value'] * 100:.1f}")
             best = _best_latent_auroc(m)  # none under --methods herald: a KeyError for lda_best_layer
-            cells += [f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}",
-                      f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})" if best else "–"]
+            cells.append(f"{_val(m['herald']['with_contrast'].get('auroc')):.3f}")
+            if latent:
+                cells.append(f"{_val(m[best]['with_contrast'].get('auroc')):.3f} ({best})" if best else "–")
             if differences:
                 d = (fold.get("auroc_differences") or {}).get(best) if best else None
                 cells.append(f"{d['value']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]" if d else "–")
@@ -965,8 +970,10 @@ def _chance_note(auroc: dict) -> str:
 
 def _text_control(loso: dict) -> list[str]:
     """One computed paragraph on the text-only control (``text_logreg``: TF-IDF words, no backbone) against Herald and
-    the best latent baseline, pooled over folds: where the control matches a latent method, that method's states showed
-    nothing on these held-out sources that the prompt's words do not. Nothing without the control or an AUROC."""
+    the best latent baseline: pooled over folds (95% intervals apart or not), and within held-out sources (the folds
+    where the control's AUROC is above Herald's), since the pooled AUROC also rewards scores comparable across fold
+    models and is no ranking within a source (a researcher's run: pooled 0.178 for the control, its fold AUROCs 0.93,
+    0.93, 0.53). Nothing without the control or an AUROC."""
     pooled = {name: block for name, block in loso["pooled"].items() if "auroc" in block}
     if "text_logreg" not in pooled:
         return []
@@ -974,7 +981,7 @@ def _text_control(loso: dict) -> list[str]:
     def said(name: str) -> str:
         block = pooled[name]
         f1 = f", F1 {_fmt(block['f1'])}" if "f1" in block else ""
-        return f"AUROC {_fmt(block['auroc'])}{f1}"
+        return f"AUROC {_fmt(block['auroc'])}{_chance_note(block['auroc'])}{f1}"
 
     best = max((b for b in LATENT if b in pooled), default=None, key=lambda b: pooled[b]["auroc"]["value"])
     short = {"herald": "Herald", best: f"the best latent baseline by pooled AUROC ({METHOD_LABELS.get(best, best)})"}
@@ -987,12 +994,21 @@ def _text_control(loso: dict) -> list[str]:
         ahead = [named[name] for name in others if pooled[name]["auroc"].get("lo", 0) > control.get("hi", 1)]
         behind = [named[name] for name in others if pooled[name]["auroc"].get("hi", 1) < control.get("lo", 0)]
         if ahead:
-            text += f". {' and '.join(ahead)} rank{'s' if len(ahead) == 1 else ''} unseen sources better than the words alone (95% intervals apart)"
+            text += (f". Pooled, {' and '.join(ahead)} rank{'s' if len(ahead) == 1 else ''} the unseen prompts better"
+                     " than the words alone (95% intervals apart)")
         if behind:
-            text += (f". The words alone rank unseen sources better than {' and '.join(behind)} (95% intervals apart):"
-                     " on these sources the states add nothing the prompt's words do not")
+            text += f". Pooled, the words alone rank the unseen prompts better than {' and '.join(behind)} (95% intervals apart)"
         if not ahead and not behind:
-            text += ". The intervals overlap: on these sources the states are not shown to add to the prompt's words"
+            text += ". The pooled intervals overlap: the states are not shown to rank the unseen prompts better than the words"
+    folds = {source: fold["methods"] for source, fold in loso["folds"].items()
+             if "auroc" in fold["methods"].get("text_logreg", {}).get("with_contrast", {})
+             and "auroc" in fold["methods"]["herald"]["with_contrast"]}
+    above = [source for source, m in folds.items()
+             if m["text_logreg"]["with_contrast"]["auroc"]["value"] > m["herald"]["with_contrast"]["auroc"]["value"]]
+    if folds:
+        names = f" ({', '.join(_source_text(source, 44) for source in above)})" if 0 < len(above) <= 4 else ""
+        text += (f". Within a held-out source (its AUROC against unseen rows of the other class), the words alone rank"
+                 f" above Herald in {len(above)} of {len(folds)} folds{names}")
     return [text + ".", ""]
 
 
@@ -1071,9 +1087,12 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
         key, _ = _held_metric(fold["herald"]["held_out"])
         label = "FPR" if key == "false_positive_rate" else "recall"
         random_metric = rs["herald"]["per_source"].get(source, {}).get(key)
-        best = min(LATENT, key=lambda b: _val(fold[b]["held_out"][key]) if key == "false_positive_rate" else -_val(fold[b]["held_out"][key]))
+        present = [b for b in LATENT if b in fold]  # none under herald eval --methods herald: a KeyError (researcher)
+        best = min(present, default=None, key=lambda b: _val(fold[b]["held_out"][key]) if key == "false_positive_rate"
+                   else -_val(fold[b]["held_out"][key]))
         rows.append([_source_text(source, 48), label, _fmt(fold["herald"]["held_out"][key], pct=True),
-                     _fmt(random_metric, pct=True), f"{_val(fold[best]['held_out'][key]) * 100:.1f} ({best})"])
+                     _fmt(random_metric, pct=True), f"{_val(fold[best]['held_out'][key]) * 100:.1f} ({best})" if best
+                     else NO_LATENT_CELL])
     if rows:
         out += ["Benign writing tasks and sensitive-topic questions (false-positive rate), tense rewrites and in-the-wild "
                 "jailbreaks (recall): Herald trained without the source (LOSO) and with it (random split).", "",
@@ -1097,8 +1116,8 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
                     "each put into the `{{ prompt }}` slot of a different PyRIT jailbreak template, rendered as Jinja renders"
                     " it (templates of at most "
                     f"{results.get('meta', {}).get('jailbreak_max_chars', 2500)} characters, a random subsample; long templates were "
-                    "not tried, to keep new forward passes few). Models are those fitted on the random split's train part, "
-                    "which contains in-the-wild jailbreak prompts" + (
+                    "not tried, to keep new forward passes few). Models are those fitted on the random split's train part"
+                    + (", which contains in-the-wild jailbreak prompts" if _holds_in_the_wild(results) else "") + (
                         "; a template found in one of its prompts (half of its 8-word sequences in that prompt) is counted"
                         " apart." if len(kinds) == 2 else "."), ""]
         # a one-class set has recall (harmful) or FPR (benign) only: a benign-only set showed "–" under recall
@@ -1113,6 +1132,12 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
         out += [table(header, [[METHOD_LABELS.get(m, m), _fmt(b["pooled"].get(key), pct=key != "f1"), _fmt(b["pooled"].get("auroc")),
                                  *split_cells(b)] for m, b in block.items()]), ""]
     return out
+
+
+def _holds_in_the_wild(results: dict) -> bool:
+    """Whether the run's corpus rows (``meta.counts``) hold in-the-wild jailbreak prompts: the report said so of every
+    run's training part, a researcher's own data too (researcher pass)."""
+    return any(in_group(row["source"], ("In-the-wild jailbreak",)) for row in results.get("meta", {}).get("counts", []))
 
 
 def _guard_section(results: dict) -> list[str]:

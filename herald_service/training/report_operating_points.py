@@ -95,14 +95,16 @@ def section(loso: dict, labels: dict[str, str], latent: tuple[str, ...], target:
     differences = points.get("differences")
     if differences and points.get("reference") == "herald":
         best = best_latent_by_f1(loso.get("pooled", {}), latent)
-        compared = [name for name in latent if name in differences]
+        # the latent baselines first, then any other method of the run (the text-only control, +shift variants)
+        compared = [name for name in latent if name in differences] + [name for name in differences if name not in latent]
         lines = []
         for name in compared:
             parts = [f"recall @{fpr * 100:g}% FPR {_pct_interval(differences[name][_fpr_key(fpr)]['recall'])}"
                      for fpr in fprs]
             parts.append(f"highest F1 {_pct_interval(differences[name]['best_f1']['f1'])}")
             lines.append(f"- Herald minus {labels.get(name, name)}: " + "; ".join(parts) + " (points)")
-        out += ["Paired differences (95% interval over the same resamples):", "", *lines, ""]
+        if lines:  # none under herald eval --methods herald: the heading stood alone (researcher pass)
+            out += ["Paired differences (95% interval over the same resamples):", "", *lines, ""]
         if best is not None and best in differences:
             out += [_reading(methods, differences[best], best, labels, fprs, target), ""]
     return out
