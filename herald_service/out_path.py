@@ -75,6 +75,33 @@ def check_cache_dir(path: Path, option: str = "--cache-dir") -> None:
         raise ValueError(f"{option} {path}: cannot make a file in {where} ({problem}); {give}")
 
 
+def refuse_an_input(path: Path, option: str, inputs: dict[str, list[Path | None]]) -> None:
+    """Refuse an output ``path`` that the command also reads, before any work: ``herald eval --data d.jsonl --out
+    d.jsonl --overwrite`` replaced its data with results, and ``herald report --results r.json --out r.json`` its
+    results with Markdown (researcher pass). A ``.jsonl`` file inside an input folder is refused too: the next run
+    given that folder would read it as labeled rows and stop on its first line.
+
+    Args:
+        path: the output file (``--out``, ``--scores-out``).
+        option: how the error names it.
+        inputs: option name -> the paths it gives (files or folders; None entries are skipped).
+
+    Raises:
+        ValueError: naming ``option``, the path and the input option it would overwrite or be read by.
+    """
+    target = path.resolve()
+    for name, given in inputs.items():
+        for source in given:
+            if source is None:
+                continue
+            resolved = source.resolve()
+            if resolved == target:
+                raise ValueError(f"{option} {path} is the {name} file this command reads; give another path")
+            if resolved.is_dir() and target.parent == resolved and target.suffix == ".jsonl":
+                raise ValueError(f"{option} {path} is inside the {name} folder {source}, whose .jsonl files are read as"
+                                 f" labeled rows: a later run given {name} {source} would read it; write it elsewhere")
+
+
 def refuse_an_existing_out(out: Path, overwrite: bool, option: str = "--out", give: str = "the JSON file to write") -> None:
     """Refuse an ``--out`` results file that exists unless ``overwrite``, before any model loads: ``herald eval`` and
     ``herald recipes`` without ``--out`` silently replaced the committed docs/eval/results.json and recipes.json

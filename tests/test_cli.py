@@ -1454,6 +1454,38 @@ def test_eval_refuses_a_scores_out_it_could_not_write_or_would_overwrite_before_
     assert "--scores-out" in option_help("eval") and "flagged_by" in option_help("eval")["--scores-out"]
 
 
+def test_eval_recipes_and_report_refuse_to_write_over_a_file_they_read(tmp_path):
+    # `eval --data d.jsonl --out d.jsonl --overwrite` replaced the data with results; `report --results r.json --out
+    # r.json` the results with Markdown; a --scores-out inside a --data folder broke the next run (researcher pass)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    data = folder / "train.jsonl"
+    labeled_rows(data)
+    extra = tmp_path / "extra.jsonl"
+    labeled_rows(extra)
+    before = data.read_bytes(), extra.read_bytes()
+    base = ("--backbone", str(unloadable_backbone(tmp_path)), "--jailbreak-templates", "null", "--cache-dir",
+            str(tmp_path / "cache"), "--overwrite")
+    for args, error in (
+            (("eval", "--data", str(data), "--out", str(data)), f"--out {data} is the --data file this command reads"),
+            (("eval", "--data", str(folder), "--test-data", str(extra), "--out", str(tmp_path / "r.json"), "--scores-out",
+              str(extra)), f"--scores-out {extra} is the --test-data file this command reads"),
+            (("eval", "--data", str(folder), "--out", str(tmp_path / "r.json"), "--scores-out", str(folder / "s.jsonl")),
+             f"--scores-out {folder / 's.jsonl'} is inside the --data folder {folder}, whose .jsonl files are read as"
+             f" labeled rows: a later run given --data {folder} would read it; write it elsewhere"),
+            (("recipes", "--data", str(data), "--out", str(data)), f"--out {data} is the --data file this command reads")):
+        out = herald(*args, *base)
+        assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}" + (
+            "; give another path" if "this command reads" in error else ""), (args, out.stderr)
+    assert (data.read_bytes(), extra.read_bytes()) == before
+    results = tmp_path / "results.json"
+    results.write_text("{}")
+    out = herald("report", "--results", str(results), "--out", str(results))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald report: --out {results} is the --results file this command reads; give another path")
+    assert results.read_text() == "{}"
+
+
 def test_eval_names_a_missing_test_data_file_by_its_option_before_the_backbone_loads(tmp_path):
     # it printed "herald: [Errno 2] No such file or directory: ..." after the backbone load and the extraction
     data = tmp_path / "data.jsonl"
@@ -1604,7 +1636,9 @@ def test_report_checks_its_results_and_paths_before_writing_anything(tmp_path):
         ('{"random_split": {"herald": {"pooled": {}}}}', (), f"--results {results} is not herald eval output:"
          " random_split.herald.pooled.f1 needs a numeric \"value\"; give the file herald eval --out wrote"),
         ("[1, 2", (), f"--results {results} is not JSON (line 1, column 6: Expecting ',' delimiter); give the file herald"
-                      " eval wrote"),
+                      " eval --out wrote"),
+        ('{"part": "loso"}\n{"part": "loso"}\n', (), f"--results {results} is not JSON (line 2, column 1: Extra data) (one"
+         " JSON value per line: the --scores-out file of herald eval?); give the file herald eval --out wrote"),
         (json.dumps(good), ("--out", str(tmp_path)),
          f"--out {tmp_path} is a folder; give the Markdown file to write, such as --out EVALUATION.md"),
         (json.dumps(good), ("--out", str(tmp_path / "docs" / "E.md")),

@@ -12,7 +12,13 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, Validation
 
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, training_cache_dir
-from herald_service.out_path import check_cache_dir, check_out_path, check_probe_out, refuse_an_existing_out
+from herald_service.out_path import (
+    check_cache_dir,
+    check_out_path,
+    check_probe_out,
+    refuse_an_existing_out,
+    refuse_an_input,
+)
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
 
 
@@ -388,10 +394,12 @@ class EvalCommand(BaseModel):
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out (and --scores-out) file if it exists.")
     scores_out: Path | None = Field(None, description=(
-        "Also write every scored prompt, one JSON object per line: part (random_split, loso or extra), set, source,"
-        " label, prompt, each method's margins (score minus its threshold: flagged at >= 0; with --probe, the saved"
-        " probe's too, as saved_probe and with --trimmed-views saved_probe+views) and flagged_by; the rows every metric"
-        " is computed from. A file that exists is refused unless --overwrite is given. Default: none."))
+        "Also write every scored prompt, one JSON object per line: part (random_split, loso or extra), set (extra"
+        " lines: the --test-data file or jailbreak_wrapped), source, label (1 harmful, 0 benign), prompt, each method's"
+        " margins (score minus its threshold: flagged at >= 0; with --probe, the saved probe's too, as saved_probe and"
+        " with --trimmed-views saved_probe+views) and flagged_by; the rows the random-split, leave-one-source-out and"
+        " extra-set metrics are computed from (not the learning curve's or the guard's). A file that exists is refused"
+        " unless --overwrite is given; so is an input file, or a .jsonl file in a --data folder. Default: none."))
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
     max_per_source: int | None = Field(150, ge=1, description=(
@@ -508,10 +516,14 @@ class EvalCommand(BaseModel):
     def cli_cmd(self) -> None:
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
+        inputs = {"--data": list(self.data), "--test-data": list(self.test_data),
+                  "--jailbreak-templates": [self.jailbreak_templates]}
+        refuse_an_input(self.out, "--out", inputs)
         if self.scores_out is not None:
             check_out_path(self.scores_out, "--scores-out", "the JSON-lines file to write", folder=False)
             if self.scores_out.resolve() == self.out.resolve():  # one would overwrite the other at the end of the run
                 raise ValueError(f"--scores-out {self.scores_out} is the --out file; give another path")
+            refuse_an_input(self.scores_out, "--scores-out", inputs)
         check_data_and_backbone(self)
         check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
@@ -604,6 +616,8 @@ class RecipesCommand(BaseModel):
                                  " --templated-n out")
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
+        refuse_an_input(self.out, "--out", {"--data": list(self.data), "--jailbreak-templates": [self.jailbreak_templates],
+                                            "--sensitive-data": list(self.sensitive_data)})
         check_data_and_backbone(self)
         check_cache_dir(self.cache_dir)
         check_jailbreak_templates(self)
@@ -641,6 +655,7 @@ class ReportCommand(BaseModel):
         plots = self.plot_dir()
         try:  # every path is checked before anything is written: a bad --results left an empty plots folder behind
             check_out_path(self.out, "--out", "the Markdown file to write, such as --out EVALUATION.md", folder=False)
+            refuse_an_input(self.out, "--out", {"--results": [self.results]})
             check_out_path(plots, "--plots", "a folder for the PNG plots", folder=True)
         except ValueError as exc:
             raise SystemExit(f"herald report: {exc}") from None

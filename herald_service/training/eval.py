@@ -216,6 +216,23 @@ def evaluate_states(
     return results
 
 
+def repeated_prompts(prompts: list[str], sources: np.ndarray, train_index: np.ndarray, test_index: np.ndarray
+                     ) -> dict[str, int]:
+    """How many scored rows a model was also trained on because the data gives their prompt more than once (compared
+    as the backbone reads them: :func:`~herald_service.prompt_text.normalize_prompt_text`; ``load_training_corpus``
+    keeps such copies and warns): ``random_split_test_in_train`` (test-part rows whose prompt is a train-part row's)
+    and ``loso_held_out_in_training`` (rows of a source whose prompt is a train-part row of another source, which
+    its leave-one-source-out fold trains on). A researcher's data with 144 repeated prompts gave a random split of
+    AUROC 0.987 with one log line only."""
+    read = [normalize_prompt_text(p) for p in prompts]
+    trained: dict[str, set[str]] = {}
+    for i in train_index:
+        trained.setdefault(read[i], set()).add(str(sources[i]))
+    in_train = sum(read[i] in trained for i in test_index)
+    in_fold = sum(bool(trained.get(read[i], set()) - {str(sources[i])}) for i in range(len(read)))
+    return {"random_split_test_in_train": int(in_train), "loso_held_out_in_training": int(in_fold)}
+
+
 def rounded(m: np.ndarray) -> list[float | None]:
     """Margins ``(n,)`` as JSON: 5 decimals, None for NaN (a row no model scored)."""
     return [None if np.isnan(v) else round(float(v), 5) for v in m]
@@ -855,6 +872,12 @@ def run_eval(options: EvalOptions) -> dict:
     split_few = few_rows_note(data.labels[test_index])
     if split_few:
         log.warning("the random split's test part %s", split_few)
+    repeated = repeated_prompts(data.prompts, data.sources, train_index, test_index)
+    if any(repeated.values()):
+        log.warning("%d of the random split's %d test prompts are also in its train part, and %d leave-one-source-out"
+                    " held-out prompts also in their fold's training rows (prompts given more than once in --data):"
+                    " those are scored by models trained on them", repeated["random_split_test_in_train"],
+                    len(test_index), repeated["loso_held_out_in_training"])
     if options.probe is not None:
         check_compatible(probe_manifest, backbone.info)
         check_chat_template(probe_manifest, backbone.info)
@@ -957,6 +980,7 @@ def run_eval(options: EvalOptions) -> dict:
         "test_fraction": options.test_fraction,
         "n": int(len(data.labels)), "n_train": int(len(train_index)), "n_test": int(len(test_index)),
         **({"random_split_few_rows": split_few} if split_few else {}),
+        "repeated_prompts": repeated,
         "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
         "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},

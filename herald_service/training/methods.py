@@ -383,7 +383,9 @@ class TextLogistic(_Calibrated):
     :data:`TEXT_LOGREG_C`) with source-balanced weights; threshold at max F1 on the calibration part, as every method.
     ``X``: ``(n,)`` object array of prompt texts as the backbone reads them (``herald eval`` passes them: ``reads =
     "text"``). The question it answers: do the latent methods' states carry more than the prompt's words, on sources
-    held out?
+    held out? A prompt with no word seen in the fit part (another language, gibberish) scores the intercept alone,
+    the same for all of them, which may lie above the threshold (a researcher's run flagged 8 of 10 such benign
+    prompts): it is a control, not a moderation method.
 
     Raises:
         ValueError: (from ``fit``) no fit-part prompt holds a word.

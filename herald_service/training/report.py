@@ -709,6 +709,7 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
              "leave-one-source-out (LOSO) results." if saturated else
              "- **Random split numbers** score prompts of sources the models were trained on; leave-one-source-out "
              "(LOSO) results, where present, score sources they never saw."),
+            *_repeated_lines(meta),
             "- **Intervals** are 95% percentile bootstrap intervals (resampling prompts within each class, "
             f"{meta.get('replicates')} replicates). They ignore the randomness of fitting (seeds) and of the corpus sample.",
             "- **Every method** sees the same states, the same training rows, and the same calibration rule (threshold at "
@@ -1134,6 +1135,20 @@ def _shortcut_section(results: dict, development: bool) -> list[str]:
     return out
 
 
+def _repeated_lines(meta: dict) -> list[str]:
+    """The bullet on scored rows whose prompt the data also gives to the model's training rows (``meta.repeated_prompts``
+    of herald eval: :func:`~herald_service.training.eval.repeated_prompts`); none where there are none or the results
+    predate the count."""
+    repeated = meta.get("repeated_prompts") or {}
+    split, folds = repeated.get("random_split_test_in_train", 0), repeated.get("loso_held_out_in_training", 0)
+    if not split and not folds:
+        return []
+    return [f"- **Repeated prompts**: {split} of the random split's {meta.get('n_test')} test prompts are also in its"
+            f" train part, and {folds} leave-one-source-out held-out prompts also in their fold's training rows (the"
+            " data gives these prompts more than once, as the same text once the backbone's fold reads it): those rows"
+            " were scored by models trained on them."]
+
+
 def _holds_in_the_wild(results: dict) -> bool:
     """Whether the run's corpus rows (``meta.counts``) hold in-the-wild jailbreak prompts: the report said so of every
     run's training part, a researcher's own data too (researcher pass)."""
@@ -1429,8 +1444,11 @@ def read_eval_results(path: Path) -> dict:
     except UnicodeDecodeError:
         raise NotEvalResults(f"{where} is not UTF-8 text; give the JSON file herald eval wrote") from None
     except json.JSONDecodeError as exc:
-        raise NotEvalResults(f"{where} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); give the file "
-                             "herald eval wrote") from None
+        # JSON lines (one value per line) stop at the second line with "Extra data": herald eval --scores-out's file
+        lines = " (one JSON value per line: the --scores-out file of herald eval?)" if exc.msg == "Extra data" and \
+            exc.colno == 1 else ""
+        raise NotEvalResults(f"{where} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}){lines}; give the"
+                             " file herald eval --out wrote") from None
     split = results.get("random_split") if isinstance(results, dict) else None
     if not isinstance(split, dict) or not split or not all(
             isinstance(block, dict) and isinstance(block.get("pooled"), dict) for block in split.values()):
