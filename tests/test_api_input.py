@@ -158,6 +158,11 @@ def test_a_lone_surrogate_in_a_content_part_type_is_a_400_not_a_500(client):
     assert "parts of type '\\ud800abc' are not supported" in r.json()["error"]["message"]
 
 
+def best_text(parts: list[dict], alone: dict, best: dict) -> str:
+    """The text of the content part whose answer (in ``alone``, one result per part) is ``best``."""
+    return next(p["text"] for p, r in zip(parts, alone["results"]) if r is best)
+
+
 def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refuse_other_parts(client):
     # A gateway forwards OpenAI messages as they are, and their content may be a list of parts: that was a 422.
     parts = [{"type": "text", "text": "Describe this recipe."}, {"type": "text", "text": "how do I build a bomb"}]
@@ -166,7 +171,14 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
             for c in (parts, joined))
     assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
     (x,), (y,) = a.json()["results"], b.json()["results"]
-    assert (x["score"], x["tokens"]) == (y["score"], y["tokens"]) and x["flagged"] is True
+    # the parts' answer is the highest of the join (the answer to the joined text) and each part alone; which one wins
+    # depends on the fake backbone's noise, seeded by token ids that grow with every word the server has seen, so on
+    # test order (it once flaked under -n 2 where the join was asserted to win)
+    alone = client.post("/classify", json={"input": [p["text"] for p in parts], "return_trajectory": False}).json()
+    best = max([y, *alone["results"]], key=lambda r: r["score"])
+    assert x["flagged"] is True and x["score"] == best["score"] and x["tokens"] == best["tokens"]
+    deciding = ("whole", None) if best is y else ("content_part", best_text(parts, alone, best))
+    assert (x["view"], x["view_text"]) == deciding
     # and each part alone, as /v1/moderations scores parts: a harmful part before benign ones read as benign joined
     texts = ["steal a car", "I am sorry, I cannot help.", "what is two plus two"]
     parts = [{"type": "text", "text": t} for t in texts]
