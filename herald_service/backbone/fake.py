@@ -24,6 +24,8 @@ from herald_service.types import BackboneInfo, Conversation
 
 HARM_WORDS = frozenset({"bomb", "phishing", "malware", "poison", "weapon", "kill", "steal", "explosive"})
 _TEMPLATE_TOKENS = 3
+VOCAB_IDS = 2**31
+"""Word ids run over 10 .. 10 + VOCAB_IDS - 1 (:meth:`FakeBackbone._token`): collisions are rare at test sizes."""
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -49,9 +51,7 @@ class FakeBackbone:
         self.overlaps_host = overlaps_host  # True: the engine pipelines batches as it does on CUDA (tests)
         self._vocab: dict[str, int] = {}
         self._words: dict[int, str] = {}
-        # requests encode in executor threads at once, and a new word's id is read from len(self._vocab) before it is
-        # stored: two threads could give two words one id (a check-then-act race; not seen in 16 threads x 3,000 new
-        # words without the lock)
+        # requests encode in executor threads at once: a word's id is checked against the ids taken and then stored
         self._vocab_lock = threading.Lock()
         rng = np.random.default_rng(1234)
         direction = rng.standard_normal(hidden_size)
@@ -68,9 +68,15 @@ class FakeBackbone:
         )
 
     def _token(self, word: str) -> int:
+        """The word's id: from its SHA-256 (the next free id on the rare collision), so a text's ids, and so its
+        seeded states and scores, do not depend on which words the backbone saw before. Ids counted up in order of
+        first sight made a test's scores depend on the tests run before it in the same process (a flake under -n 2:
+        which of two harmful texts scored higher changed with test order)."""
         with self._vocab_lock:
             if word not in self._vocab:
-                index = len(self._vocab) + 10
+                index = 10 + int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % VOCAB_IDS
+                while index in self._words:
+                    index = 10 + (index - 9) % VOCAB_IDS
                 self._vocab[word] = index
                 self._words[index] = word
             return self._vocab[word]
