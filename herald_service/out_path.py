@@ -120,10 +120,10 @@ def refuse_an_existing_out(out: Path, overwrite: bool, option: str = "--out", gi
         raise ValueError(f"{option} {out} already exists; pass {option} FILE to write elsewhere, or --overwrite to"
                          " replace it")
     if out.exists():
-        check_replaceable(out, "--out")
+        check_replaceable(out, option, give)
 
 
-def check_replaceable(path: Path, option: str) -> None:
+def check_replaceable(path: Path, option: str, give: str = "the JSON file to write") -> None:
     """Refuse an existing file that ``--overwrite`` would replace but that cannot be written (read-only, immutable,
     append-only, or without a write bit: root could open one, and its owner marked it read-only) or is not a regular
     file (``/dev/null`` would have been replaced by one), before any work: the run
@@ -131,10 +131,10 @@ def check_replaceable(path: Path, option: str) -> None:
     extraction). Opens it for reading and writing, and writes nothing.
 
     Raises:
-        ValueError: naming ``option``, the path and the reason.
+        ValueError: naming ``option``, the path and the reason (``give``: what to give instead of a special file).
     """
     if not path.resolve().is_file():
-        raise ValueError(f"{option} {path} is not a regular file; give the JSON file to write")
+        raise ValueError(f"{option} {path} is not a regular file; give {give}")
     mode = path.stat().st_mode
     if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):  # root may open it: its owner marked it read-only
         raise ValueError(f"{option} {path} cannot be replaced (read-only: mode {stat.S_IMODE(mode):04o}); make it"

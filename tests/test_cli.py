@@ -1451,6 +1451,10 @@ def test_eval_refuses_a_scores_out_it_could_not_write_or_would_overwrite_before_
     out = herald(*base, "--scores-out", str(kept), "--overwrite")  # allowed: on to the backbone, which fails
     assert out.returncode == 1 and UNLOADABLE in out.stderr
     assert kept.read_text() == "mine\n" and not (tmp_path / "results.json").exists()
+    kept.chmod(0o444)  # named as --scores-out (it said --out)
+    out = herald(*base, "--scores-out", str(kept), "--overwrite")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: --scores-out {kept} cannot be replaced (read-only: mode 0444); make it writable or choose another path")
     assert "--scores-out" in option_help("eval") and "flagged_by" in option_help("eval")["--scores-out"]
 
 
