@@ -1021,9 +1021,11 @@ def write_scores(path: Path, data: LabeledStates, test_index: np.ndarray, extra:
     threshold: the decision boundary is 0; on ``extra`` lines of a run with ``--probe`` also ``saved_probe``, that
     probe at its stored threshold, and with ``--trimmed-views`` ``saved_probe+views``, the highest of the prompt's and
     its views' margins, as ``herald serve`` decides) and ``flagged_by`` (the names whose margin is >= 0). A row of a
-    skipped LOSO fold (``loso.skipped_folds``) has no ``loso`` line. These are the numbers every metric of the results
-    file is computed from, so errors can be read one prompt at a time.
+    skipped LOSO fold (``loso.skipped_folds``) has no ``loso`` line. These are the numbers the random-split,
+    leave-one-source-out and extra-set metrics of the results file are computed from (not the learning curve's or the
+    guard's), so errors can be read one prompt at a time.
     """
+
     def line(part: str, rows: LabeledStates, i: int, margins_by_method: dict[str, list],
              set_name: str | None = None) -> str | None:
         scored = {name: m[i] for name, m in margins_by_method.items() if m[i] is not None}
