@@ -17,7 +17,7 @@ Methods (``score`` is higher = more harmful; ``flagged = score >= threshold_``):
   per-layer distance differences (every third layer and the last, to bound the cost).
 - ``text_logreg``: a control that never runs the backbone: TF-IDF of the prompt's words and word pairs (as the backbone
   reads the prompt: :func:`~herald_service.prompt_text.normalize_prompt_text`), scored by logistic regression. Where it
-  matches the latent methods on a source held out, their states carry nothing its words do not.
+  matches a latent method on held-out sources, that method's states are not shown to carry more than the words.
 - ``herald_logistic``: Herald with logistic directions; ``herald_logistic_crossfit`` trains its scorer on
   cross-fitted trajectories (:func:`cross_fitted_projections`), ``herald_logistic_C<c>`` fits the directions at
   another L2 strength (:data:`DIRECTION_C_GRID`); docs/eval/recipe_studies.md.
