@@ -1467,6 +1467,10 @@ def test_eval_recipes_and_report_refuse_to_write_over_a_file_they_read(tmp_path)
     labeled_rows(data)
     extra = tmp_path / "extra.jsonl"
     labeled_rows(extra)
+    probe = tmp_path / "probe"  # eval --probe models/x --out models/x/probe.json replaced the probe (re-tester)
+    probe.mkdir()
+    (probe / "probe.json").write_text("{}")
+    (probe / "probe.safetensors").write_bytes(b"x")
     before = data.read_bytes(), extra.read_bytes()
     base = ("--backbone", str(unloadable_backbone(tmp_path)), "--jailbreak-templates", "null", "--cache-dir",
             str(tmp_path / "cache"), "--overwrite")
@@ -1477,11 +1481,17 @@ def test_eval_recipes_and_report_refuse_to_write_over_a_file_they_read(tmp_path)
             (("eval", "--data", str(folder), "--out", str(tmp_path / "r.json"), "--scores-out", str(folder / "s.jsonl")),
              f"--scores-out {folder / 's.jsonl'} is inside the --data folder {folder}, whose .jsonl files are read as"
              f" labeled rows: a later run given --data {folder} would read it; write it elsewhere"),
-            (("recipes", "--data", str(data), "--out", str(data)), f"--out {data} is the --data file this command reads")):
+            (("recipes", "--data", str(data), "--out", str(data)), f"--out {data} is the --data file this command reads"),
+            (("eval", "--data", str(data), "--probe", str(probe), "--out", str(probe / "probe.json")),
+             f"--out {probe / 'probe.json'} is the --probe file this command reads"),
+            (("eval", "--data", str(data), "--probe", str(probe), "--out", str(tmp_path / "r.json"), "--scores-out",
+              str(probe / "probe.safetensors")), f"--scores-out {probe / 'probe.safetensors'} is the --probe file this"
+                                                 " command reads")):
         out = herald(*args, *base)
         assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}" + (
             "; give another path" if "this command reads" in error else ""), (args, out.stderr)
     assert (data.read_bytes(), extra.read_bytes()) == before
+    assert (probe / "probe.json").read_text() == "{}" and (probe / "probe.safetensors").read_bytes() == b"x"
     results = tmp_path / "results.json"
     results.write_text("{}")
     out = herald("report", "--results", str(results), "--out", str(results))

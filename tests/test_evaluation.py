@@ -247,6 +247,46 @@ def test_the_report_of_a_run_without_latent_baselines_builds_and_leaves_their_co
     assert "which contains in-the-wild jailbreak prompts" not in text
 
 
+def test_repeated_prompts_count_the_rows_a_model_scored_after_training_on_the_same_text():
+    from herald_service.training.eval import repeated_prompts
+
+    prompts = ["make a bomb", "make a \uff42\uff4f\uff4d\uff42", "bake bread", "bake bread", "hello", "write a poem"]
+    sources = np.array(["A", "B", "C", "C", "D", "B"])
+    # train: rows 0 (A), 2 (C), 4 (D); test: 1 (B: a fullwidth copy of A's), 3 (C: a copy of C's), 5
+    repeated = repeated_prompts(prompts, sources, np.array([0, 2, 4]), np.array([1, 3, 5]))
+    assert repeated.random_split_test_in_train == 2
+    assert repeated.loso_by_source == {"B": 1}  # C's copy is held out with its own source; A's row trains B's fold
+    assert repeated.record(None) == {"random_split_test_in_train": 2}  # --no-loso: no fold count
+    assert repeated.record({"folds": {"A": {}, "B": {}}}) == {"random_split_test_in_train": 2,
+                                                             "loso_held_out_in_training": 1}
+    assert repeated.record({"folds": {"A": {}}})["loso_held_out_in_training"] == 0  # B's fold skipped: nothing scored
+    from herald_service.training.report import _repeated_lines
+
+    assert _repeated_lines({"n_test": 3, "repeated_prompts": repeated.record(None)}) == [
+        "- **Repeated prompts**: 2 of the random split's 3 test prompts are also in its train part (the data gives these"
+        " prompts more than once, as the same text once the backbone's fold reads it): those rows were scored by models"
+        " trained on them."]
+
+
+def test_the_text_control_paragraph_does_not_praise_a_ranking_below_chance():
+    from herald_service.training.report import _text_control
+
+    def block(value, lo, hi):
+        return {"auroc": {"value": value, "lo": lo, "hi": hi}, "f1": {"value": 0.1, "lo": 0.0, "hi": 0.2}}
+
+    fold = {"methods": {"herald": {"with_contrast": {"auroc": {"value": 0.3}}},
+                        "text_logreg": {"with_contrast": {"auroc": {"value": 0.1}}}}}
+    loso = {"pooled": {"herald": block(0.229, 0.2, 0.26), "text_logreg": block(0.0, 0.0, 0.01)},
+            "folds": {"Past/future-tense reformulations (Andriushchenko and Flammarion)": fold}}
+    text = _text_control(loso)[0]
+    assert "Pooled, Herald ranks the unseen prompts better than the words alone (95% intervals apart), though not" \
+           " well: near or below chance." in text
+    loso["folds"]["Past/future-tense reformulations (Andriushchenko and Flammarion)"]["methods"]["text_logreg"][
+        "with_contrast"]["auroc"]["value"] = 0.9
+    assert _text_control(loso)[0].endswith("above Herald in 1 of 1 folds (Past/future-tense reformulations"
+                                           " (Andriushchenko and Flammarion)).")  # named in full, not cut
+
+
 def test_a_text_method_on_rows_without_their_prompts_is_refused_by_name():
     data = synthetic(n=40)
     bare = LabeledStates(data.states, data.labels, data.sources, data.tokens)

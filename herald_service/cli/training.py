@@ -516,8 +516,13 @@ class EvalCommand(BaseModel):
     def cli_cmd(self) -> None:
         check_default_data(self)
         check_out_path(self.out, "--out", "the JSON file to write", folder=False)
+        from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE
+
         inputs = {"--data": list(self.data), "--test-data": list(self.test_data),
-                  "--jailbreak-templates": [self.jailbreak_templates]}
+                  "--jailbreak-templates": [self.jailbreak_templates],
+                  # the probe's files, not its folder: results beside a probe are fine (re-tester: --out
+                  # models/x/probe.json --overwrite replaced the probe it read)
+                  "--probe": [self.probe / MANIFEST_FILE, self.probe / TENSORS_FILE] if self.probe is not None else []}
         refuse_an_input(self.out, "--out", inputs)
         if self.scores_out is not None:
             check_out_path(self.scores_out, "--scores-out", "the JSON-lines file to write", folder=False)

@@ -216,21 +216,41 @@ def evaluate_states(
     return results
 
 
+@dataclass(frozen=True)
+class RepeatedPrompts:
+    """Scored rows a model was also trained on because the data gives their prompt more than once
+    (:func:`repeated_prompts`).
+
+    Attributes:
+        random_split_test_in_train: test-part rows whose prompt is a train-part row's.
+        loso_by_source: per source, its rows whose prompt is a train-part row of another source, which its
+            leave-one-source-out fold trains on.
+    """
+
+    random_split_test_in_train: int
+    loso_by_source: dict[str, int]
+
+    def record(self, loso: dict | None) -> dict[str, int]:
+        """``meta.repeated_prompts``: the random split's count, and with ``loso`` (the results' block) the count over
+        the folds that ran (a skipped fold scores nothing: re-tester)."""
+        out = {"random_split_test_in_train": self.random_split_test_in_train}
+        if loso is not None:
+            out["loso_held_out_in_training"] = sum(n for source, n in self.loso_by_source.items() if source in loso["folds"])
+        return out
+
+
 def repeated_prompts(prompts: list[str], sources: np.ndarray, train_index: np.ndarray, test_index: np.ndarray
-                     ) -> dict[str, int]:
-    """How many scored rows a model was also trained on because the data gives their prompt more than once (compared
-    as the backbone reads them: :func:`~herald_service.prompt_text.normalize_prompt_text`; ``load_training_corpus``
-    keeps such copies and warns): ``random_split_test_in_train`` (test-part rows whose prompt is a train-part row's)
-    and ``loso_held_out_in_training`` (rows of a source whose prompt is a train-part row of another source, which
-    its leave-one-source-out fold trains on). A researcher's data with 144 repeated prompts gave a random split of
-    AUROC 0.987 with one log line only."""
+                     ) -> RepeatedPrompts:
+    """Count the scored rows whose prompt the data also gives to the model's training rows, compared as the backbone
+    reads them (:func:`~herald_service.prompt_text.normalize_prompt_text`; ``load_training_corpus`` keeps such copies
+    and warns). A researcher's data with 144 repeated prompts gave a random split of AUROC 0.987 with one log line."""
     read = [normalize_prompt_text(p) for p in prompts]
     trained: dict[str, set[str]] = {}
     for i in train_index:
         trained.setdefault(read[i], set()).add(str(sources[i]))
-    in_train = sum(read[i] in trained for i in test_index)
-    in_fold = sum(bool(trained.get(read[i], set()) - {str(sources[i])}) for i in range(len(read)))
-    return {"random_split_test_in_train": int(in_train), "loso_held_out_in_training": int(in_fold)}
+    by_source: Counter = Counter(str(sources[i]) for i in range(len(read))
+                                 if trained.get(read[i], set()) - {str(sources[i])})
+    return RepeatedPrompts(int(sum(read[i] in trained for i in test_index)), dict(by_source))
 
 
 def rounded(m: np.ndarray) -> list[float | None]:
@@ -873,11 +893,10 @@ def run_eval(options: EvalOptions) -> dict:
     if split_few:
         log.warning("the random split's test part %s", split_few)
     repeated = repeated_prompts(data.prompts, data.sources, train_index, test_index)
-    if any(repeated.values()):
-        log.warning("%d of the random split's %d test prompts are also in its train part, and %d leave-one-source-out"
-                    " held-out prompts also in their fold's training rows (prompts given more than once in --data):"
-                    " those are scored by models trained on them", repeated["random_split_test_in_train"],
-                    len(test_index), repeated["loso_held_out_in_training"])
+    if repeated.random_split_test_in_train:
+        log.warning("%d of the random split's %d test prompts are also in its train part (prompts given more than once"
+                    " in --data): those are scored by models trained on them", repeated.random_split_test_in_train,
+                    len(test_index))
     if options.probe is not None:
         check_compatible(probe_manifest, backbone.info)
         check_chat_template(probe_manifest, backbone.info)
@@ -950,6 +969,10 @@ def run_eval(options: EvalOptions) -> dict:
     plan = Plan(options.methods, options.loso, options.curve_sizes, options.curve_seeds, options.replicates, options.seed,
                 options.direction_estimator)
     results = evaluate_states(data, train_index, test_index, plan, extra, added_rows=added_rows)
+    in_folds = repeated.record(results.get("loso")).get("loso_held_out_in_training")
+    if in_folds:
+        log.warning("%d leave-one-source-out held-out prompts are also in their fold's training rows (prompts given"
+                    " more than once in --data, in two sources): those were scored by models trained on them", in_folds)
 
     if guard_scorer is not None:
         results["guard"] = _guard_comparison(guard_scorer, backbone, options, data, test_index, results, extra)
@@ -980,7 +1003,7 @@ def run_eval(options: EvalOptions) -> dict:
         "test_fraction": options.test_fraction,
         "n": int(len(data.labels)), "n_train": int(len(train_index)), "n_test": int(len(test_index)),
         **({"random_split_few_rows": split_few} if split_few else {}),
-        "repeated_prompts": repeated,
+        "repeated_prompts": repeated.record(results.get("loso")),
         "counts": [{"source": s, "label": int(y), "n": n} for (s, y), n in sorted(Counter(zip(data.sources.tolist(), data.labels.tolist())).items())],
         "mean_tokens_by_label": {"benign": float(data.tokens[data.labels == 0].mean()), "harmful": float(data.tokens[data.labels == 1].mean())},
         "extra_sets": {k: {"n": int(len(v.labels)), "example": v.prompts[0][:300] if v.prompts else None} for k, v in extra.items()},

@@ -997,6 +997,9 @@ def _text_control(loso: dict) -> list[str]:
         if ahead:
             text += (f". Pooled, {' and '.join(ahead)} rank{'s' if len(ahead) == 1 else ''} the unseen prompts better"
                      " than the words alone (95% intervals apart)")
+            if any(pooled[name]["auroc"]["value"] < NEAR_CHANCE_AUROC for name in others
+                   if named[name] in ahead):  # better than an inverted ranking is no praise (re-tester)
+                text += ", though not well: near or below chance"
         if behind:
             text += f". Pooled, the words alone rank the unseen prompts better than {' and '.join(behind)} (95% intervals apart)"
         if not ahead and not behind:
@@ -1007,7 +1010,7 @@ def _text_control(loso: dict) -> list[str]:
     above = [source for source, m in folds.items()
              if m["text_logreg"]["with_contrast"]["auroc"]["value"] > m["herald"]["with_contrast"]["auroc"]["value"]]
     if folds:
-        names = f" ({', '.join(_source_text(source, 44) for source in above)})" if 0 < len(above) <= 4 else ""
+        names = f" ({', '.join(escape(source) for source in above)})" if 0 < len(above) <= 4 else ""
         text += (f". Within a held-out source (its AUROC against unseen rows of the other class), the words alone rank"
                  f" above Herald in {len(above)} of {len(folds)} folds{names}")
     return [text + ".", ""]
@@ -1143,10 +1146,11 @@ def _repeated_lines(meta: dict) -> list[str]:
     split, folds = repeated.get("random_split_test_in_train", 0), repeated.get("loso_held_out_in_training", 0)
     if not split and not folds:
         return []
+    loso = (f", and {folds} leave-one-source-out held-out prompts also in their fold's training rows"
+            if "loso_held_out_in_training" in repeated else "")  # --no-loso: no fold to speak of (re-tester)
     return [f"- **Repeated prompts**: {split} of the random split's {meta.get('n_test')} test prompts are also in its"
-            f" train part, and {folds} leave-one-source-out held-out prompts also in their fold's training rows (the"
-            " data gives these prompts more than once, as the same text once the backbone's fold reads it): those rows"
-            " were scored by models trained on them."]
+            f" train part{loso} (the data gives these prompts more than once, as the same text once the backbone's fold"
+            " reads it): those rows were scored by models trained on them."]
 
 
 def _holds_in_the_wild(results: dict) -> bool:
