@@ -172,8 +172,8 @@ def test_classify_messages_read_openai_text_parts_joined_with_newlines_and_refus
     assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
     (x,), (y,) = a.json()["results"], b.json()["results"]
     # the parts' answer is the highest of the join (the answer to the joined text) and each part alone; which one wins
-    # depends on the fake backbone's noise, seeded by token ids that grow with every word the server has seen, so on
-    # test order (it once flaked under -n 2 where the join was asserted to win)
+    # is the fake backbone's seeded noise (the join was asserted to win, and once lost under -n 2, when the fake's
+    # token ids, so its noise, depended on the tests run before)
     alone = client.post("/classify", json={"input": [p["text"] for p in parts], "return_trajectory": False}).json()
     best = max([y, *alone["results"]], key=lambda r: r["score"])
     assert x["flagged"] is True and x["score"] == best["score"] and x["tokens"] == best["tokens"]
