@@ -265,8 +265,8 @@ def test_every_option_of_every_command_has_a_description():
 
 
 def test_eval_runs_the_default_methods_of_the_evaluation_module():
-    # the CLI writes its default out (importing scikit-learn would slow --help); a new baseline in DEFAULT_METHODS
-    # alone was left out of every `herald eval` run
+    # the CLI's default list was written out beside eval's (importing scikit-learn would slow --help), and the new
+    # text-only control, added to eval's alone, was left out of every `herald eval` run: both read method_names
     from herald_service.cli.training import EvalCommand
     from herald_service.training.eval import DEFAULT_METHODS
 

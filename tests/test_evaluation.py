@@ -15,7 +15,8 @@ from herald_service.training.corpus import Example, stratified_split
 from herald_service.training.eval import LabeledStates, Plan, evaluate_states
 from herald_service.training.evaluation import tpr_at_fpr
 from herald_service.probes.probe import HeraldProbe, balanced_weights, calibration_mask
-from herald_service.training.methods import FACTORIES, TEXT_BASELINES, make_method, separation
+from herald_service.training.method_names import TEXT_BASELINES
+from herald_service.training.methods import FACTORIES, make_method, separation
 from herald_service.training.protocol import class_sample, loso_folds
 from herald_service.training.report import write_report
 

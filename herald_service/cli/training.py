@@ -20,6 +20,7 @@ from herald_service.out_path import (
     refuse_an_input,
 )
 from herald_service.training.corpus import DEFAULT_TEST_FRACTION, check_test_data_paths
+from herald_service.training.method_names import DEFAULT_METHODS
 
 
 TRAINING_BACKBONE_HELP = ("The backbone whose hidden states are read: a local Hugging Face model folder, a .gguf file (or"
@@ -411,8 +412,7 @@ class EvalCommand(BaseModel):
     seed: Seed = Field(0, description=(
         "Seed of the --max-per-source draw, the random split, the jailbreak-wrapped set and every method's fit"
         " (calibration split, initialisation); the learning curve's draws use --curve-seeds. 0 to 4294967295."))
-    methods: list[str] = Field(["herald", "lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm",
-                                "text_logreg"], description=METHODS_HELP)
+    methods: list[str] = Field(list(DEFAULT_METHODS), description=METHODS_HELP)
     loso: bool = Field(True, description=(
         "Run leave-one-source-out: one fold per source, every method fitted without it and scored on its prompts"
         " (a fit per source and method, the longest protocol); --no-loso skips it."))

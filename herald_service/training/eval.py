@@ -30,15 +30,8 @@ from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics, operating_points, paired_auroc_differences
 from herald_service.training.corpus import JAILBREAK_SET
-from herald_service.training.methods import (
-    FACTORIES,
-    LATENT_BASELINES,
-    TEXT_BASELINES,
-    FeatureLogistic,
-    HeraldMethod,
-    Method,
-    make_method,
-)
+from herald_service.training.method_names import DEFAULT_METHODS
+from herald_service.training.methods import FACTORIES, FeatureLogistic, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
 
 if TYPE_CHECKING:
@@ -46,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METHODS = ("herald", *LATENT_BASELINES, *TEXT_BASELINES)
 CURVE_SIZES = (25, 50, 100, 250, 500, 1000)
 CURVE_SEEDS = (0, 1, 2)
 

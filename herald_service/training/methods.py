@@ -47,6 +47,7 @@ from herald_service.probes.directions import (
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats, compute_features
 from herald_service.probes.probe import FittedProbe, balanced_weights, calibration_mask
 from herald_service.probes.scorer import calibrate_threshold, train_scorer
+from herald_service.training.method_names import LATENT_BASELINES
 
 CALIBRATION_FRACTION = 0.25
 LOGREG_C = 0.1
@@ -525,10 +526,6 @@ class SourceShifted:
 DIRECTION_C_GRID = (0.03, 0.3)
 """Inverse L2 strengths of the logistic directions next to :data:`LOGISTIC_C` (docs/eval/recipe_studies.md, second study)."""
 
-LATENT_BASELINES = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
-TEXT_BASELINES = ("text_logreg",)
-"""Controls that read the prompt's text, not the backbone's states: never "the best latent baseline" of issue 3's
-targets."""
 
 FACTORIES: dict[str, Callable[[int], Method]] = {
     "herald": lambda seed: HeraldMethod(seed),

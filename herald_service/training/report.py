@@ -32,6 +32,8 @@ from herald_service.training import (
     report_threshold,
 )
 from herald_service.training.attacks import JAILBREAK_SOURCE, SEEN_TEMPLATE_SOURCE, TEMPLATE_RULE
+from herald_service.training.method_names import LATENT_BASELINES as LATENT
+from herald_service.training.method_names import TEXT_BASELINES as TEXT
 from herald_service.training.report_markdown import code_span, escape, table
 from herald_service.training.source_kinds import INSTRUCTION_BENIGN, SENSITIVE_BENIGN, SHORTCUT_SOURCES, in_group
 
@@ -48,10 +50,6 @@ METHOD_LABELS = {
     "mlpm": "multi-layer Mahalanobis (MLPM-style)",
     "text_logreg": "text only: TF-IDF words + logistic (no backbone)",
 }
-LATENT = ("lda_best_layer", "logreg_last", "logreg_mid", "features_logreg", "mlpm")
-TEXT = ("text_logreg",)
-"""Controls that read the prompt's text, not the states (``methods.TEXT_BASELINES``): never the best latent baseline,
-and not part of the saturation reading (:data:`SATURATED_AUROC`)."""
 
 
 def herald_label(meta: dict) -> str:
