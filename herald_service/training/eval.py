@@ -1041,26 +1041,28 @@ def write_scores(path: Path, data: LabeledStates, test_index: np.ndarray, extra:
     guard's), so errors can be read one prompt at a time.
     """
 
-    def line(part: str, rows: LabeledStates, i: int, margins_by_method: dict[str, list],
-             set_name: str | None = None) -> str | None:
-        scored = {name: m[i] for name, m in margins_by_method.items() if m[i] is not None}
-        if not scored:
-            return None
-        return json.dumps({"part": part, **({"set": set_name} if set_name is not None else {}),
-                           "source": str(rows.sources[i]), "label": int(rows.labels[i]), "prompt": rows.prompts[i],
-                           "margins": scored, "flagged_by": [name for name, m in scored.items() if m >= 0]},
-                          ensure_ascii=False)
+    def lines_of(part: str, rows: LabeledStates, index: np.ndarray, margins_by_method: dict[str, list],
+                 set_name: str | None = None) -> list[str]:
+        """A line per row ``index[j]`` of ``rows`` scored (margins at position ``j``)."""
+        out = []
+        for j, i in enumerate(index):
+            scored = {name: m[j] for name, m in margins_by_method.items() if m[j] is not None}
+            if scored:
+                flagged_by = [name for name, m in scored.items() if m >= 0]
+                out.append(json.dumps({"part": part, **({"set": set_name} if set_name is not None else {}),
+                                       "source": str(rows.sources[i]), "label": int(rows.labels[i]),
+                                       "prompt": rows.prompts[i], "margins": scored, "flagged_by": flagged_by},
+                                      ensure_ascii=False))
+        return out
 
     row_margins = results["row_margins"]
-    test = data.take(test_index)
-    lines = [line("random_split", test, i, row_margins["random_split"]) for i in range(len(test.labels))]
+    kept = lines_of("random_split", data, test_index, row_margins["random_split"])
     if "loso_margins" in results:
-        lines += [line("loso", data, i, results["loso_margins"]) for i in range(len(data.labels))]
+        kept += lines_of("loso", data, np.arange(len(data.labels)), results["loso_margins"])
     saved = results.get("saved_probe", {}).get("row_margins", {})
     for name, rows in extra.items():
-        scored = {**row_margins["extra"][name], **saved.get(name, {})}
-        lines += [line("extra", rows, i, scored, name) for i in range(len(rows.labels))]
-    kept = [text for text in lines if text is not None]
+        scored = {**row_margins["extra"][name], **saved.get(name, {})}  # the saved probe's beside the run's methods
+        kept += lines_of("extra", rows, np.arange(len(rows.labels)), scored, name)
     write_text_atomically(path, "".join(text + "\n" for text in kept))
     log.info("per-prompt margins: %d lines in %s", len(kept), path)
     return len(kept)
