@@ -88,11 +88,12 @@ LINGERING_LIMIT = 32
 at the client's end of stream or after 1 s); half of the 64 descriptors ``herald serve`` keeps beyond the bound
 (:data:`~herald_service.config.FILE_DESCRIPTOR_RESERVE`). Past it a refused connection is closed at once."""
 
-REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections")
+REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections", "health_connections")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
 over the bound (400), headers not complete in time (408), not HTTP/1.1 (400), a connection past the open-connection
-bound (the main port's ``max_connections``: the new one is answered 503; the health port's
-:data:`~herald_service.config.HEALTH_PORT_CONNECTIONS`: its oldest idle connection is closed to make room)."""
+bound (``connections``: the main port's ``max_connections``, the new one is answered 503; ``health_connections``: the
+health port's :data:`~herald_service.config.HEALTH_PORT_CONNECTIONS`, its oldest idle connection is closed to make
+room)."""
 
 
 LAYER_ERROR_TYPES = {400: "invalid_request", 408: "timeout", 503: "overloaded"}
@@ -342,16 +343,16 @@ if HttpToolsProtocol is not None:
                     cycle.disconnected = True
                     cycle.message_event.set()
 
-        def _warn_full(self, bound: str, what_happens: str, limit: int) -> None:
-            """Count one more ``connections`` refusal and log that ``limit`` connections are open under ``bound``
-            (what then happens to new ones: ``what_happens``), at most once a minute per bound: not a line per
-            connection of a flood, and a flood on one port does not hide the other's line."""
-            self.refused("connections")
+        def _warn_full(self, bound: str, what_happens: str, limit: int, reason: str = "connections") -> None:
+            """Count one more ``reason`` refusal and log that ``limit`` connections are open under ``bound`` (what
+            then happens to new ones: ``what_happens``), at most once a minute per bound: not a line per connection of
+            a flood, and a flood on one port does not hide the other's line."""
+            self.refused(reason)
             warned_at = BoundedHeadersProtocol._full_warned_at.get(bound, float("-inf"))
             if self.loop.time() - warned_at >= 60.0:
                 BoundedHeadersProtocol._full_warned_at[bound] = self.loop.time()
-                log.warning("%d connections open (%s): %s; herald_rejected_requests_total{reason=\"connections\"}"
-                            " counts them", limit, bound, what_happens)
+                log.warning("%d connections open (%s): %s; herald_rejected_requests_total{reason=\"%s\"}"
+                            " counts them", limit, bound, what_happens, reason)
 
         def _refuse_connection(self) -> None:
             """Answer a connection past :attr:`max_connections` 503 before reading it, and close it."""
@@ -379,12 +380,15 @@ if HttpToolsProtocol is not None:
 
         def _close_oldest_health_connection(self) -> None:
             """Make room on the health port, whose :attr:`health_connections` are all open: close the oldest of them
-            that is idle (:attr:`_idle`, or already closing), else the oldest, and count it as a ``connections``
-            refusal. It stops being counted as open at once (as a refused connection does), not at its close."""
+            that is idle (:attr:`_idle`, or already closing), else the oldest, and count it as a
+            ``health_connections`` refusal: not ``connections``, which counts the 503s of the main port and which
+            HeraldConnectionsRefused reads as clients turned away (idle probe connections closed there fired it:
+            tester). It stops being counted as open at once (as a refused connection does), not at its close."""
             oldest = next(iter(self._on_health_port))
             victim = next((conn for conn in self._on_health_port if conn._idle or conn.transport.is_closing()), oldest)
             self._warn_full("on the health port, HERALD_HEALTH_PORT",
-                            "for each new one the oldest idle one (else the oldest) is closed", self.health_connections)
+                            "for each new one the oldest idle one (else the oldest) is closed", self.health_connections,
+                            "health_connections")
             del self._on_health_port[victim]
             self.connections.discard(victim)
             victim.transport.close()
