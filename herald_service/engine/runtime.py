@@ -52,8 +52,10 @@ class Runtime:
 
     @property
     def probe_name(self) -> str:
-        """The probe folder's name (``smollm2-135m-instruct``): what answers say ran, without the server's path."""
-        return Path(self.probe_path).name
+        """The probe folder's name (``smollm2-135m-instruct``): what answers say ran, without the server's path. Read
+        from the resolved path: ``HERALD_PROBE=.`` (or a path ending in ``..``) named it ``""``, so answers said
+        ``herald/`` and ``herald_model_info`` could not tell replicas' probes apart (tester)."""
+        return Path(self.probe_path).resolve().name
 
     def token_limit(self, max_tokens: int | None) -> tuple[int | None, str]:
         """:func:`~herald_service.backbone.base.token_limit` of this runtime's backbone: prompts past it are refused
