@@ -106,8 +106,17 @@ def test_a_backbone_without_its_slugs_folder_uses_a_shipped_probe_fitted_on_its_
         "WARNING", f"no probe at models/mymodel; using the shipped probe {found}, fitted on this backbone's revision"
         f" {revision} (HERALD_PROBE or --probe names another)")]
     shutil.rmtree(checkout / "models" / "b-fitted-here")  # the working directory's probe is never taken: the error
-    with pytest.raises(ProbeMismatch, match=r"^no probe for backbone 'mymodel' at models/mymodel or "):
+    with pytest.raises(ProbeMismatch, match=r"^no probe for backbone 'mymodel' at models/mymodel or ") as info:
         runtime.checked_probe(settings)
+    assert "looked for only in a source checkout" not in str(info.value)
+    # an installed package (the Docker image: site-packages has no models/) is not searched, and the error says so
+    # and how to name the probe (tester: the embedded GGUF given by its path was refused with no hint there)
+    monkeypatch.setattr(runtime, "REPO_ROOT", tmp_path / "site-packages")
+    with pytest.raises(ProbeMismatch) as info:
+        runtime.checked_probe(settings)
+    assert str(info.value).endswith(
+        " (a shipped probe fitted on the same weights is looked for only in a source checkout's models/; this install"
+        " has none: name the folder, e.g. HERALD_PROBE=models/smollm2-135m-instruct); set --probe or HERALD_PROBE")
 
 
 def test_a_file_rewritten_in_place_with_its_mtime_restored_is_hashed_again(tmp_path: Path):

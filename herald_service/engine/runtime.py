@@ -196,6 +196,11 @@ def checked_probe(settings: BackboneSettings) -> tuple[Path, LoadedProbe]:
             local = Path("models") / slug  # `herald fit`'s default, under the working directory, not named)
             looked = [local, folder] if local.resolve() != folder.resolve() else [folder]
         where = " or ".join(map(str, looked))
+        if settings.probe is None and not (REPO_ROOT / "models").is_dir():
+            # an installed package (the Docker image): the shipped probes are a working directory's models/, which
+            # probe_of_same_revision does not search (tester: the embedded GGUF given by its path was refused there)
+            hint += (" (a shipped probe fitted on the same weights is looked for only in a source checkout's models/;"
+                     " this install has none: name the folder, e.g. HERALD_PROBE=models/smollm2-135m-instruct)")
         raise ProbeMismatch(f"no probe for backbone {slug!r} at {where}{hint}; set --probe or HERALD_PROBE", field="probe")
     return folder, load_probe_files(folder)
 
