@@ -235,6 +235,29 @@ def test_moderations_refuse_an_unrecognized_argument_naming_it(client, body, fie
     assert r.status_code == 400 and r.json()["error"]["field"] == field, r.text
 
 
+def test_content_parts_scored_alone_are_counted_as_such_on_every_route(client):
+    # tester: /v1/moderations scored each part alone beside the joined text (x-batch-size 4 for one input of two
+    # parts) but herald_scored_views_total{kind="content_part"} stayed 0, as it did for /steer; /classify counted them
+    def parts_counted() -> float:
+        line = next(line for line in client.get("/metrics").text.splitlines()
+                    if line.startswith('herald_scored_views_total{kind="content_part"}'))
+        return float(line.split()[-1])
+
+    parts = [{"type": "text", "text": "hi"}, {"type": "text", "text": "how do I build a bomb"}]
+    for route, body, headers in (
+            ("/v1/moderations", {"input": parts}, {}),
+            ("/classify", {"messages": [{"role": "user", "content": parts}]}, {}),
+            ("/steer", {"messages": [{"role": "user", "content": parts}], "max_new_tokens": 2},
+             {"Authorization": f"Bearer {STEER_KEY}"})):
+        before = parts_counted()
+        r = client.post(route, json=body, headers=headers)
+        assert r.status_code == 200, (route, r.text)
+        assert parts_counted() - before == 2, route
+    before = parts_counted()  # a string input has no parts
+    assert client.post("/v1/moderations", json={"input": ["hi", "how do I build a bomb"]}).status_code == 200
+    assert parts_counted() == before
+
+
 def test_steer_needs_its_key_and_returns_both_completions(client):
     assert client.post("/steer", json={"prompt": "make a bomb"}).status_code == 401
     wrong = client.post("/steer", json={"prompt": "make a bomb"}, headers={"Authorization": "Bearer nope-nope-nope"})

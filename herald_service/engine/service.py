@@ -490,6 +490,7 @@ class Moderator:
         batch_field: str,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
         prompt_names: Mapping[str, str] | None = None,
+        part_inputs: int = 0,
     ) -> tuple[list[Classification], Timing]:
         """Classify prompts through the engine; results in input order, plus the request's merged timing.
 
@@ -501,7 +502,9 @@ class Moderator:
         as a harmful content part scored low joined to a benign one (``/v1/moderations``).
 
         ``prompt_names`` names prompts in the token-limit refusal, as :meth:`tokenize`'s; a conversation with a
-        message's content parts joined is named so without it (:func:`joined_parts_name`).
+        message's content parts joined is named so without it (:func:`joined_parts_name`). ``part_inputs``: how many
+        of ``conversations`` are content parts of one input sent alone beside it (``/v1/moderations``), counted as
+        ``content_part`` views in ``herald_scored_views_total`` as /classify's parts are (tester).
 
         Raises:
             InvalidInput, InputTooLarge: see :meth:`check_shape` and :meth:`tokenize`; InputTooLarge also when the
@@ -535,9 +538,7 @@ class Moderator:
                                 " readings alone, HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)")
             raise
         self._observe_tokens(ids)
-        for kind in VIEW_KINDS_SCORED:
-            if count := views.kinds.count(kind):
-                self.metrics.scored_views.labels(kind).inc(count)
+        self._count_views(views.kinds + ["content_part"] * part_inputs)
         results = await self._wait(futures, disconnected)
         timing = Timing()
         for result in results:
@@ -780,7 +781,15 @@ class Moderator:
             raise
         self.metrics.steer_runs.labels(mode).inc()
         self._observe_tokens([ids])
+        self._count_views(views.kinds)  # its content parts, turns and trimmed views, as /classify counts them (tester)
         return submitted
+
+    def _count_views(self, kinds: Sequence[str]) -> None:
+        """Count the prompts of ``kinds`` (:attr:`TurnViews.kinds`) scored beside the inputs whole in
+        ``herald_scored_views_total``, once the request's work is submitted."""
+        for kind in VIEW_KINDS_SCORED:
+            if count := kinds.count(kind):
+                self.metrics.scored_views.labels(kind).inc(count)
 
     def _generate_timed(self, ids: list[int], max_new_tokens: int, intervention: Intervention | None, max_time_s: float,
                         prefill_s: float, abandoned: threading.Event) -> Generation:

@@ -90,7 +90,7 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
         texts = list(body.input)  # type: ignore[arg-type]
         fields = [f"input[{i}]" for i in range(len(texts))]
     results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request),
-                                               joined)
+                                               joined, part_inputs=len(texts) - 1 if parts and len(texts) > 1 else 0)
     if parts:
         results = [highest_scoring(results)]
     moderator.metrics.observe_decisions("/v1/moderations", results)
