@@ -268,6 +268,22 @@ def test_feature_logistic_uses_the_direction_estimator_of_the_herald_it_is_compa
     assert np.array_equal(herald.trajectories(data.states), logistic.directions_.project(data.states))
 
 
+def test_a_herald_feature_set_variant_uses_the_runs_direction_estimator():
+    short = _style_shortcut_data(2)  # 4 layers; bands-v1 needs 7: repeat each layer twice
+    data = replace(short, states=np.repeat(short.states, 2, axis=1))
+    with threadpool_limits(1):
+        herald = fit_method("herald", data, 0, "logistic")
+        bands = fit_method("herald:bands-v1", data, 0, "logistic")
+        bands_lda = fit_method("herald:bands-v1", data, 0)
+    assert bands.feature_set == "bands-v1" and bands.direction_estimator == "logistic"
+    # the same logistic trajectories as the run's herald, scored from another set of seven features
+    assert np.array_equal(bands.trajectories(data.states), herald.trajectories(data.states))
+    assert not np.allclose(bands_lda.trajectories(data.states), bands.trajectories(data.states))
+    assert bands.fitted_.feature_names == tuple(f"band_{i}" for i in range(1, 8))
+    with pytest.raises(KeyError, match="herald:nope"):
+        fit_method("herald:nope", data, 0, "logistic")
+
+
 def herald_calibration_mask(data: LabeledStates) -> np.ndarray:
     from herald_service.training.methods import CALIBRATION_FRACTION, calibration_mask
 

@@ -53,6 +53,19 @@ def test_every_registered_set_has_seven_named_features():
         assert compute_features(s, name).shape == (3, 7)
 
 
+def test_bands_v1_is_the_mean_of_seven_contiguous_depth_bands_alone_and_in_any_batch():
+    s = np.arange(30, dtype=np.float64)[None, :]  # 30 layers: bands of 5, 5, 4, 4, 4, 4, 4
+    np.testing.assert_array_equal(compute_features(s, "bands-v1"), [[2.0, 7.0, 11.5, 15.5, 19.5, 23.5, 27.5]])
+    assert get_feature_set("bands-v1").names == ("band_1", "band_2", "band_3", "band_4", "band_5", "band_6", "band_7")
+    rows = np.random.default_rng(3).normal(size=(9, 30))
+    batch = compute_features(rows, "bands-v1")
+    for i in range(len(rows)):  # the same bits for a row alone (row_sums, as herald-v1)
+        assert np.array_equal(compute_features(rows[i : i + 1], "bands-v1")[0], batch[i])
+    np.testing.assert_allclose(batch, np.stack([b.mean(axis=1) for b in np.array_split(rows, 7, axis=1)], axis=1))
+    with pytest.raises(ValueError, match="bands-v1 needs >= 7 layers, got 6"):
+        compute_features(np.zeros((1, 6)), "bands-v1")
+
+
 def test_too_few_layers_for_a_set_is_refused(edge_set):
     with pytest.raises(ValueError, match="test-edges needs >= 7 layers, got 5"):
         compute_features(np.zeros((1, 5)), "test-edges")

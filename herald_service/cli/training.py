@@ -100,8 +100,8 @@ CacheDir = Annotated[Path, BeforeValidator(_no_empty_cache_dir)]
 METHODS_HELP = (
     "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
     " the latent baselines lda_best_layer, logreg_last, logreg_mid, features_logreg and mlpm, and the text-only control"
-    " text_logreg (TF-IDF words, no backbone) (the default set); also"
-    " herald_hardneg, herald_logistic, herald_logistic_crossfit, herald_logistic_C0.03, herald_logistic_C0.3, and with"
+    " text_logreg (TF-IDF words, no backbone) (the default set); also herald:bands-v1 (Herald with another feature set,"
+    " also with --direction-estimator; docs/eval/feature_sets.md), herald_hardneg, herald_logistic, herald_logistic_crossfit, herald_logistic_C0.03, herald_logistic_C0.3, and with"
     " the threshold moved for unseen sources (docs/eval/threshold_rule.md) herald+shift, herald_logistic+shift,"
     " lda_best_layer+shift, logreg_last+shift, logreg_mid+shift, features_logreg+shift and mlpm+shift."
     " herald_service/training/methods.py describes each.")
@@ -444,8 +444,9 @@ class EvalCommand(BaseModel):
         " verdict the highest score of the prompt whole and its trimmed views (herald_service/trimmed_views.py); extra"
         " prefills, about one per prompt. Without it the saved probe reads each prompt whole only."))
     direction_estimator: Literal["lda", "logistic"] = Field("lda", description=(
-        "Per-layer direction estimator of the method herald (herald fit --direction-estimator), so that Herald's rows "
-        "are the recipe of the probe evaluated; the baselines are unchanged."))
+        "Per-layer direction estimator of the methods herald and herald:<feature set> (herald fit "
+        "--direction-estimator), so that Herald's rows are the recipe of the probe evaluated; the baselines are "
+        "unchanged."))
     jailbreak_train_per_class: int = Field(0, ge=0, le=1000, description=(
         "Harmful requests wrapped in jailbreak training templates added to every method's training rows (random split "
         "and each leave-one-source-out fold, never rows made from the held-out source), as herald fit "

@@ -118,6 +118,18 @@ def _herald_v1(s: np.ndarray) -> np.ndarray:
     return np.stack([slope, curvature, monotonicity, onset_x, late_level, peak, volatility], axis=1)
 
 
+BANDS = 7
+"""Depth bands of ``bands-v1``."""
+
+
+def _bands_v1(s: np.ndarray) -> np.ndarray:
+    """``bands-v1``: the mean of ``s`` over :data:`BANDS` contiguous depth bands (``np.array_split`` of the layers,
+    the first bands one layer longer where the count does not divide; 30 layers: 5, 5, 4, 4, 4, 4, 4), by
+    :func:`row_sums`. Validated trajectories ``(batch, layer)`` float64 -> ``(batch, 7)`` float64. A candidate of
+    docs/eval/feature_sets.md (``cand-bands`` there)."""
+    return np.stack([_row_means(band) for band in np.array_split(s, BANDS, axis=1)], axis=1)
+
+
 @dataclass(frozen=True)
 class FeatureSet:
     """A named, versioned set of seven trajectory features.
@@ -137,6 +149,7 @@ class FeatureSet:
 
 FEATURE_SETS: dict[str, FeatureSet] = {
     FEATURE_SET: FeatureSet(FEATURE_SET, FEATURE_NAMES, 3, _herald_v1),
+    "bands-v1": FeatureSet("bands-v1", tuple(f"band_{i}" for i in range(1, BANDS + 1)), BANDS, _bands_v1),
 }
 """Every feature set Herald can fit and serve, by name."""
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from herald_service.out_path import refuse_an_existing_out, write_text_atomically
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
+from herald_service.probes.features import FEATURE_SET, FEATURE_SETS
 from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
@@ -94,8 +95,9 @@ class Plan:
     replicates: int = 1000
     seed: int = 0
     direction_estimator: str = DIRECTION_ESTIMATORS[0]
-    """The per-layer direction estimator of the method named ``herald`` (``herald fit --direction-estimator``), so that
-    "Herald" in the results is the recipe of the probe evaluated; the other methods are unchanged."""
+    """The per-layer direction estimator of the methods named ``herald`` and ``herald:<feature set>`` (``herald fit
+    --direction-estimator``), so that "Herald" in the results is the recipe of the probe evaluated; the other methods
+    are unchanged."""
 
 
 def groups_of(data: LabeledStates) -> np.ndarray:
@@ -103,14 +105,18 @@ def groups_of(data: LabeledStates) -> np.ndarray:
 
 
 def fit_method(name: str, data: LabeledStates, seed: int, direction_estimator: str = DIRECTION_ESTIMATORS[0]) -> Method:
-    """Fit method ``name`` on ``data``; ``herald`` and ``features_logreg`` (the MLP's contribution: Herald's
-    directions, a logistic scorer) with ``direction_estimator`` (:class:`~.methods.HeraldMethod`,
-    :class:`~.methods.FeatureLogistic`).
+    """Fit method ``name`` on ``data``; ``herald``, ``herald:<feature set>`` and ``features_logreg`` (the MLP's
+    contribution: Herald's directions, a logistic scorer) with ``direction_estimator`` (:class:`~.methods.HeraldMethod`,
+    :class:`~.methods.FeatureLogistic`), so that every Herald variant of a run is the recipe of the probe evaluated
+    and differs only where its name says.
 
     Raises:
         KeyError: an unknown method name."""
-    if name == "herald":
-        method = HeraldMethod(seed, direction_estimator=direction_estimator)
+    if name == "herald" or name.startswith("herald:"):
+        feature_set = name.split(":", 1)[1] if ":" in name else FEATURE_SET
+        if feature_set not in FEATURE_SETS:
+            raise KeyError(name)
+        method = HeraldMethod(seed, feature_set=feature_set, direction_estimator=direction_estimator)
     elif name == "features_logreg":
         method = FeatureLogistic(seed, direction_estimator)
     else:
@@ -456,7 +462,7 @@ class EvalOptions:
     overwrite: bool = False
     """Replace an existing ``out`` file (``--overwrite``); without it :func:`~herald_service.out_path.refuse_an_existing_out` refuses."""
     direction_estimator: str = DIRECTION_ESTIMATORS[0]
-    """Of the method ``herald`` (:attr:`Plan.direction_estimator`)."""
+    """Of the methods ``herald`` and ``herald:<feature set>`` (:attr:`Plan.direction_estimator`)."""
     jailbreak_train_per_class: int = 0
     """Harmful requests wrapped in jailbreak training templates, added to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
