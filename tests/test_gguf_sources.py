@@ -598,9 +598,11 @@ def test_a_full_disk_during_the_conversion_is_one_line_naming_the_folder_the_siz
 def test_a_read_only_backbones_folder_is_named_with_herald_cache_dir_not_a_traceback(whole: Path, tmp_path: Path, monkeypatch):
     import transformers
 
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: type("M", (), {"config": type("C", (), {})(), "hf_quantizer": None})())
+    def not_loaded(*args, **kwargs):  # refused before the GGUF loads (about 18 s for the embedded one: tester)
+        raise AssertionError("the GGUF was loaded for a conversion that cannot be written")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", not_loaded)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", not_loaded)
 
     def read_only(*args, **kwargs):
         raise PermissionError(30, "Read-only file system")

@@ -396,6 +396,10 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         log.warning("the cached conversion %s %s (%s); converting the GGUF again", target,
                     "was written by an older Herald" if older else "is damaged", damage)
     backbone_cache_folder(cache_dir)
+    try:  # before the GGUF loads (about 18 s for the embedded one): a read-only cache failed only after it (tester)
+        os.rmdir(tempfile.mkdtemp(prefix=conversion_prefix(), dir=target.parent))
+    except OSError as exc:
+        raise conversion_write_error(target, exc, None) from None
     with single_gguf(source, target.parent) as gguf:
         return _convert(gguf, source, target, sha256)
 
@@ -645,8 +649,9 @@ def _weight_bytes(model: Any) -> int | None:
 
 def conversion_write_error(target: Path, exc: BaseException, needed_bytes: int | None) -> BackboneError:
     """The one-line error for a conversion that could not be written into ``target``'s folder, naming the folder,
-    the reason (no space left, a read-only file system ...), about how many bytes the conversion needs
-    (``needed_bytes``, its weights; None: not said) against the bytes free there, and HERALD_CACHE_DIR.
+    the reason (no space left, a read-only file system ...), where the disk is full about how many bytes the
+    conversion needs (``needed_bytes``, its weights; None: not said) against the bytes free there, and
+    HERALD_CACHE_DIR.
 
     ``exc``: the ``OSError`` (its ``strerror``) or safetensors' ``SafetensorError`` (its message, which holds the
     OS's: "No space left on device").
@@ -657,7 +662,7 @@ def conversion_write_error(target: Path, exc: BaseException, needed_bytes: int |
     if full:
         reason = "no space left on device"
     size = ""
-    if needed_bytes is not None:
+    if needed_bytes is not None and full:  # "74,322 MB free there" beside "Read-only file system" misled (tester)
         try:
             free = f"; {shutil.disk_usage(folder).free / 1e6:,.0f} MB free there"
         except OSError:
