@@ -67,12 +67,28 @@ def write(folder, name, data):
 def test_feature_set_runs_merge_by_split_and_borrow_the_results_baselines():
     splits = feature_set_splits(feature_set_runs(), main_results())
     assert [(s["seed"], s["from_results"], sorted(s["pooled"])) for s in splits] == [
-        (0, True, ["herald", "herald:cand-x", "logreg_last"]), (1, False, ["herald", "herald:cand-x", "logreg_last"])]
+        (0, "results", ["herald", "herald:cand-x", "logreg_last"]), (1, False, ["herald", "herald:cand-x", "logreg_last"])]
     assert splits[0]["auroc"] == {"A harmful": {"herald": 0.90, "herald:cand-x": 0.95, "logreg_last": 0.93},
                                   "B benign": {"herald": 0.80, "herald:cand-x": 0.70, "logreg_last": 0.85}}
     # cand-x gains F1 but loses AUROC on seed 0: no winner, though it wins both on seed 1.
     assert feature_set_decision(splits).startswith("No candidate beats `herald-v1`")
     assert feature_set_decision(splits[1:]).endswith(": `cand-x`.")
+
+
+def test_feature_set_runs_of_another_recipe_are_another_split_with_the_baselines_of_their_own_results():
+    # the results file is the logistic recipe's; lda_recipe/results.json beside it the LDA recipe's, on one seed
+    logistic = {**SPLIT, "herald_direction_estimator": "logistic"}
+    results = {**main_results(), "meta": {**main_results()["meta"], **logistic},
+               "loso": loso({"herald": (pooled(0.6, 0.8), 0.91, 0.81), "mlpm": (pooled(0.5, 0.7), 0.99, 0.99)}),
+               "lda_recipe": main_results()}
+    runs = feature_set_runs()[:1] + [{"meta": {**logistic, "command": "herald eval --direction-estimator logistic"},
+                                      "loso": loso({"herald": (pooled(0.6, 0.8), 0.91, 0.81),
+                                                    "herald:cand-x": (pooled(0.7, 0.75), 0.92, 0.60)})}]
+    splits = feature_set_splits(runs, results)
+    assert [(s["seed"], s["recipe"], s["from_results"], sorted(s["pooled"])) for s in splits] == [
+        (0, "lda", "lda_recipe", ["herald", "herald:cand-x", "logreg_last"]),
+        (0, "logistic", "results", ["herald", "herald:cand-x", "mlpm"])]
+    assert splits[1]["auroc"]["A harmful"] == {"herald": 0.91, "herald:cand-x": 0.92, "mlpm": 0.99}
 
 
 def test_report_has_both_sections_with_their_numbers(tmp_path):
@@ -109,7 +125,8 @@ def test_report_has_both_sections_with_their_numbers(tmp_path):
     shows = next(line for line in lines if line.startswith("Shows: Herald's recipe"))
     assert "with the candidate set of seven trajectory features in place of `herald-v1`, on 2 splits (seed 0, 1)," in shows
     assert "`cand-x` is not a registered feature set now" in shows and "Does not show:" in shows
-    assert "No candidate beats `herald-v1` on both pooled LOSO F1 and AUROC on every split it ran on. Registered feature sets now: `herald-v1`." in lines
+    assert ("No candidate beats `herald-v1` on both pooled LOSO F1 and AUROC on every split it ran on. Registered"
+            " feature sets now: `herald-v1`, `bands-v1`.") in lines
     assert any("held-out benign sensitive-topic sets (section above) were only scored" in line for line in lines)
 
 
@@ -218,7 +235,9 @@ def test_a_report_of_another_recipe_keeps_the_studies_on_the_lda_recipe_beside_i
     assert "from `lda_recipe/`, `feature_sets/` beside it" in lines[2]
     names = next(line for line in lines if line.startswith("- **Recipe names in the study sections**"))
     assert "this report's Herald is the `logistic+jailbreak` recipe" in names and "`lda_recipe/results.json`" in names
-    at = lines.index("### Seed 0 (the split of the results above)")
+    at = lines.index("### Seed 0 (the split of the results above, LDA recipe)")
+    assert lines[at + 2] == ("From `herald eval --methods cand0`; latent baselines from `lda_recipe/results.json` (same"
+                             " split and recipe).")
     assert lines[at + 8] == (  # the LDA recipe's logreg_last (0.600, folds 0.93 / 0.85), not the shipped run's 0.630
         "| logistic, last layer | 0.600 [0.550, 0.650] | 0.800 [0.780, 0.820] | 0.100 | 0.400 | 2/2 | 2/2 | 0.890 |")
     assert "| LOSO pooled F1 >= best latent + 2 points | Herald 62.0 vs logreg_last 63.0 | not met |  |" in lines

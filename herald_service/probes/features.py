@@ -126,7 +126,8 @@ def _bands_v1(s: np.ndarray) -> np.ndarray:
     """``bands-v1``: the mean of ``s`` over :data:`BANDS` contiguous depth bands (``np.array_split`` of the layers,
     the first bands one layer longer where the count does not divide; 30 layers: 5, 5, 4, 4, 4, 4, 4), by
     :func:`row_sums`. Validated trajectories ``(batch, layer)`` float64 -> ``(batch, 7)`` float64. A candidate of
-    docs/eval/feature_sets.md (``cand-bands`` there)."""
+    docs/eval/feature_sets.md (``cand-bands`` there) that failed its confirmation on a second split (2026-12-07):
+    registered so that the committed results can be refit, not recommended over ``herald-v1``."""
     return np.stack([_row_means(band) for band in np.array_split(s, BANDS, axis=1)], axis=1)
 
 

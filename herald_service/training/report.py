@@ -1240,19 +1240,23 @@ def recipe_decision(recipes: dict) -> str:
 
 
 def _split_key(meta: dict) -> tuple:
-    """What makes two ``herald eval`` runs share their split, folds and training rows: seed, corpus, caps, backbone and
-    the wrapped training rows every method got."""
+    """What makes two ``herald eval`` runs share their split, folds and training rows: seed, corpus, caps, backbone,
+    the wrapped and written training rows every method got, and Herald's recipe (:func:`herald_recipe`: its direction
+    estimator, which its ``herald:<set>`` variants share)."""
     return (meta.get("seed"), meta.get("corpus_sha256"), meta.get("max_per_source_and_label"), meta.get("max_tokens"),
             meta.get("backbone", {}).get("id"), (meta.get("jailbreak_augmentation") or {}).get("per_class", 0),
-            (meta.get("loaded_questions") or {}).get("n", 0), (meta.get("templated_benign") or {}).get("n", 0))
+            (meta.get("loaded_questions") or {}).get("n", 0), (meta.get("templated_benign") or {}).get("n", 0),
+            herald_recipe(meta))
 
 
 def feature_set_splits(runs: list[dict], results: dict) -> list[dict]:
-    """The feature-set runs (``herald eval --methods herald:<set> ...``) merged by split.
+    """The feature-set runs (``herald eval --methods herald:<set> ...``) merged by split (:func:`_split_key`).
 
-    Each split holds ``seed``, ``commands``, ``pooled`` (method -> pooled LOSO metrics) and ``auroc`` (source -> method
-    -> the fold's AUROC against unseen rows of the other class). Runs on the split of ``results`` also take its latent
-    baselines (``from_results``): the same split has the same folds, so they need not be rerun.
+    Each split holds ``seed``, ``recipe`` (:func:`herald_recipe`), ``commands``, ``pooled`` (method -> pooled LOSO
+    metrics) and ``auroc`` (source -> method -> the fold's AUROC against unseen rows of the other class). Runs on the
+    split of ``results``, or of its ``lda_recipe`` results (the recipe the first feature-set study ran), also take
+    that file's latent baselines (``from_results``: ``"results"`` or ``"lda_recipe"``, else False): the same split has
+    the same folds, so they need not be rerun.
     """
     splits: dict[tuple, dict] = {}
 
@@ -1264,14 +1268,15 @@ def feature_set_splits(runs: list[dict], results: dict) -> list[dict]:
 
     for run in runs:
         meta = run.get("meta", {})
-        split = splits.setdefault(_split_key(meta), {"seed": meta.get("seed"), "commands": [], "pooled": {}, "auroc": {},
-                                                     "from_results": False})
+        split = splits.setdefault(_split_key(meta), {"seed": meta.get("seed"), "recipe": herald_recipe(meta),
+                                                     "commands": [], "pooled": {}, "auroc": {}, "from_results": False})
         split["commands"].append(meta.get("command") or "herald eval")
         add(split, run["loso"], list(run["loso"]["pooled"]))
-    mine = splits.get(_split_key(results.get("meta", {})))
-    if mine is not None and results.get("loso"):
-        add(mine, results["loso"], [m for m in LATENT if m in results["loso"]["pooled"]])
-        mine["from_results"] = True
+    for name, base in (("results", results), ("lda_recipe", results.get("lda_recipe") or {})):
+        mine = splits.get(_split_key(base.get("meta", {})))
+        if mine is not None and base.get("loso") and not mine["from_results"]:
+            add(mine, base["loso"], [m for m in LATENT if m in base["loso"]["pooled"]])
+            mine["from_results"] = name
     return [s for s in splits.values() if any(m.startswith("herald:") for m in s["pooled"])]
 
 
@@ -1313,13 +1318,15 @@ def _feature_set_section(results: dict) -> list[str]:
                       "results beside the results file (docs/eval/feature_sets.md).", ""]
     from herald_service.probes.features import FEATURE_SETS
 
-    splits = feature_set_splits(runs, _study_base(results))
+    splits = feature_set_splits(runs, results)
     candidates = sorted({m.removeprefix("herald:") for s in splits for m in s["pooled"] if m.startswith("herald:")})
     gone = [c for c in candidates if c not in FEATURE_SETS]
     each = "the candidate set" if len(candidates) == 1 else f"each of {len(candidates)} candidate sets"
     out += [f"Shows: Herald's recipe (the same 288-parameter scorer, calibration and LOSO folds) with {each} of "
             "seven trajectory features in place of `herald-v1`, on "
-            f"{len(splits)} split{'s' * (len(splits) > 1)} (seed {', '.join(str(s['seed']) for s in splits)}), pooled over folds and "
+            f"{len(splits)} split{'s' * (len(splits) > 1)} (seed "
+            + ", ".join(f"{s['seed']}" + (f" with the `{s['recipe']}` recipe" if s["recipe"] != "lda" else "") for s in splits)
+            + "), pooled over folds and "
             "counted per fold against the latent baselines of the same split. Does not show: per-fold numbers, the "
             "candidates' definitions and the rule fixed before the runs (docs/eval/feature_sets.md), random-split "
             "numbers (saturated), other backbones, or fitting randomness"
@@ -1338,17 +1345,23 @@ def _feature_set_section(results: dict) -> list[str]:
             rows.append([_feature_set_label(m), _fmt(pooled["f1"]), _fmt(pooled["auroc"]),
                          f"{_val(pooled['false_positive_rate']):.3f}", f"{_val(pooled['recall']):.3f}",
                          f"{at_best}/{folds}", "–" if m == "herald" else f"{above_v1}/{folds}", f"{mean:.3f}"])
-        out += [f"### Seed {split['seed']}" + (" (the split of the results above)" if split["from_results"] else ""), "",
+        out += [f"### Seed {split['seed']}" + (f", recipe `{split['recipe']}`" if split["recipe"] != "lda" else "")
+                + {"results": " (the split of the results above)",
+                   "lda_recipe": " (the split of the results above, LDA recipe)"}.get(split["from_results"], ""), "",
                 "From " + "; ".join(code_span(c) for c in split["commands"])
-                + ("; latent baselines from the results file (same split)" if split["from_results"] else "") + ".", "",
+                + {"results": "; latent baselines from the results file (same split)",
+                   "lda_recipe": "; latent baselines from `lda_recipe/results.json` (same split and recipe)"}.get(
+                       split["from_results"], "") + ".", "",
                 table(["method", "pooled F1", "pooled AUROC", "FPR", "recall", "folds: AUROC >= best latent",
                         "folds: AUROC > herald-v1", "mean fold AUROC"], rows), ""]
     return out
 
 
 def _feature_set_targets(results: dict) -> list[list[str]]:
-    """The two LOSO targets, met by any candidate feature set on the split of the results file?"""
-    mine = [s for s in feature_set_splits(results.get("feature_sets") or [], _study_base(results)) if s["from_results"]]
+    """The two LOSO targets, met by any candidate feature set on the split of the results file (else of its
+    ``lda_recipe`` results)?"""
+    mine = sorted((s for s in feature_set_splits(results.get("feature_sets") or [], results) if s["from_results"]),
+                  key=lambda s: s["from_results"] != "results")
     if not mine:
         return []
     split = mine[0]
@@ -1360,12 +1373,14 @@ def _feature_set_targets(results: dict) -> list[list[str]]:
     most = max(candidates, key=lambda c: counts[c][0])
     f1 = {m: _val(split["pooled"][m]["f1"]) * 100 for m in candidates + latent}
     best_c, best_b = max(candidates, key=f1.get), max(latent, key=f1.get)
+    where = (f"seed {split['seed']}" + (f", recipe {split['recipe']}" if split["recipe"] != "lda" else "")
+             + "; section Trajectory feature sets")
     return [["LOSO, any candidate feature set: AUROC >= best latent baseline, every fold",
              f"best {most.removeprefix('herald:')}: {counts[most][0]}/{counts[most][2]} folds",
-             "met" if counts[most][0] == counts[most][2] else "not met", f"seed {split['seed']}; section Trajectory feature sets"],
+             "met" if counts[most][0] == counts[most][2] else "not met", where],
             ["LOSO, any candidate feature set: pooled F1 >= best latent + 2 points",
              f"best {best_c.removeprefix('herald:')} {f1[best_c]:.1f} vs {best_b} {f1[best_b]:.1f}",
-             "met" if f1[best_c] >= f1[best_b] + 2 else "not met", f"seed {split['seed']}; section Trajectory feature sets"]]
+             "met" if f1[best_c] >= f1[best_b] + 2 else "not met", where]]
 
 
 def _identity(part: Any) -> dict[str, str]:
