@@ -101,7 +101,8 @@ METHODS_HELP = (
     "Methods to compare, comma-separated or a JSON list: herald (herald fit's recipe, with --direction-estimator) and"
     " the latent baselines lda_best_layer, logreg_last, logreg_mid, features_logreg and mlpm, and the text-only control"
     " text_logreg (TF-IDF words, no backbone) (the default set); also herald:bands-v1 (Herald with another feature set,"
-    " also with --direction-estimator; docs/eval/feature_sets.md), herald_hardneg, herald_logistic, herald_logistic_crossfit, herald_logistic_C0.03, herald_logistic_C0.3, and with"
+    " also with --direction-estimator; docs/eval/feature_sets.md), herald_hardneg, herald_logistic,"
+    " herald_logistic_crossfit, herald_logistic_C0.03, herald_logistic_C0.3, and with"
     " the threshold moved for unseen sources (docs/eval/threshold_rule.md) herald+shift, herald_logistic+shift,"
     " lda_best_layer+shift, logreg_last+shift, logreg_mid+shift, features_logreg+shift and mlpm+shift."
     " herald_service/training/methods.py describes each.")
