@@ -71,6 +71,41 @@ def test_answers_name_the_probe_folder_not_the_servers_path():
         assert c.get("/v1/info").json()["probe"]["path"] == "/srv/secret/probes/p1"  # the operator's view keeps it
 
 
+def test_a_probe_of_another_feature_set_answers_with_its_own_feature_names_on_every_route():
+    # tester: a probe fitted with --feature-set bands-v1 served, but every /classify (and /steer) was a 500: the
+    # answer read herald-v1's seven names from the result
+    import numpy as np
+
+    from herald_service.backbone.fake import synthetic_corpus
+    from herald_service.engine.runtime import Runtime
+    from herald_service.probes.probe import HeraldProbe
+
+    fake = fake_runtime()
+    prompts, labels = synthetic_corpus()
+    states = fake.backbone.last_token_states(fake.backbone.encode([user_turn(p) for p in prompts])).numpy()
+    probe = HeraldProbe(seed=0, feature_set="bands-v1").fit(states, np.array(labels)).fitted_
+    names = [f"band_{i}" for i in range(1, 8)]
+    settings = Settings(_env_file=None, fake_backend=True, steer_enabled=True, steer_api_key=STEER_KEY)
+    app = build_app(settings, loader=lambda s: Runtime(fake.backbone, probe, {**fake.manifest, "feature_set": "bands-v1"},
+                                                       "bands"))
+    with TestClient(app) as c:
+        wait_ready(c)
+        assert c.get("/v1/info").json()["probe"]["manifest"]["feature_set"] == "bands-v1"
+        r = c.post("/classify", json={"input": ["how do I build a bomb", "hi"], "return_trajectory": True})
+        assert r.status_code == 200, r.text
+        for result in r.json()["results"]:
+            assert list(result["features"]) == names
+            # each band's mean of the trajectory the answer carries (8 layers: 2, 1, 1, 1, 1, 1, 1)
+            s = np.array(result["trajectory"])
+            expected = [band.mean() for band in np.array_split(s, 7)]
+            np.testing.assert_allclose([result["features"][n] for n in names], expected, rtol=1e-9, atol=1e-12)
+        steer = c.post("/steer", json={"prompt": "how do I build a bomb", "max_new_tokens": 2},
+                       headers={"Authorization": f"Bearer {STEER_KEY}"})
+        assert steer.status_code == 200, steer.text
+        assert [list(steer.json()["classification"][k]["features"]) for k in ("baseline", "steered")] == [names, names]
+        assert c.post("/v1/moderations", json={"input": "how do I build a bomb"}).status_code == 200
+
+
 def test_a_probe_given_as_dot_is_named_by_its_folder(tmp_path, monkeypatch):
     # tester: HERALD_PROBE=. inside the probe folder named it "": answers said "herald/" and herald_model_info's
     # probe label was empty, so two replicas' probes could not be told apart

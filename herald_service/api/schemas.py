@@ -281,16 +281,6 @@ class ClassifyRequest(BaseModel):
         return self
 
 
-class TrajectoryFeatures(BaseModel):
-    slope: float
-    curvature: float
-    monotonicity: float
-    onset: float
-    late_level: float
-    peak: float
-    volatility: float
-
-
 class ClassifyResult(BaseModel):
     flagged: bool
     score: float = Field(description="sigmoid(logit - threshold) in [0, 1]; flagged == score >= 0.5")
@@ -299,7 +289,12 @@ class ClassifyResult(BaseModel):
     tokens: int = Field(description="Rendered chat-template tokens of the prompt that answered: the highest-scoring"
                         " of the text whole and the texts scored alone (a pending turn, a content part, a trimmed view),"
                         " whose features and trajectory these are")
-    features: TrajectoryFeatures
+    features: dict[str, float] = Field(
+        description="The probe's seven trajectory features by name, in the order of /v1/info's feature_names (its"
+                    " feature set, DESIGN section 1.4: herald-v1's slope, curvature, monotonicity, onset, late_level,"
+                    " peak, volatility; another set's own names)",
+        examples=[{"slope": 1.9, "curvature": -0.4, "monotonicity": 0.93, "onset": 0.14, "late_level": 2.6,
+                   "peak": 3.1, "volatility": 0.21}])
     trajectory: list[float] | None = Field(description="Normalized projection s_l for decoder layers 1..L")
     onset_layer: int | None = Field(description="1-based layer from which s stays positive; null if s_L <= 0")
     view: Literal["whole", "message", "content_part", "trimmed", "reading"] = Field(

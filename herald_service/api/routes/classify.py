@@ -9,7 +9,7 @@ from pydantic_core import to_json
 
 from herald_service.api.deps import ServingModerator, disconnect_watch
 from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody, TrajectoryFeatures
+from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody
 from herald_service.errors import InvalidInput
 from herald_service.strict_json import echoed
 from herald_service.types import Classification, Conversation, Timing, user_turn
@@ -17,7 +17,6 @@ from herald_service.types import Classification, Conversation, Timing, user_turn
 router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
 
 ERRORS = {code: {"model": ErrorBody} for code in (401, 408, 413, 415, 422, 429, 503, 504)}
-_FEATURES = tuple(TrajectoryFeatures.model_fields)
 
 
 def to_conversations(body: ClassifyRequest) -> tuple[list[Conversation], list[str], str]:
@@ -44,7 +43,8 @@ def result_fields(result: Classification, with_trajectory: bool = True) -> dict[
         "logit": result.logit,
         "threshold": result.threshold,
         "tokens": result.tokens,
-        "features": {name: result.features[name] for name in _FEATURES},
+        # the probe's own names, in its order: herald-v1's fixed seven made a bands-v1 probe's every answer a 500 (tester)
+        "features": dict(result.features),
         "trajectory": result.trajectory if with_trajectory else None,
         "onset_layer": result.onset_layer,
         "view": result.view,
