@@ -15,15 +15,34 @@ class NotUtf8Error(ValueError):
         self.path, self.line, self.byte = path, line, byte
 
 
-def read_utf8(path: Path) -> str:
+class TooLargeError(ValueError):
+    """A file holds more than the bytes its reader takes; ``str()`` names it and the limit."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        super().__init__(f"{path} holds more than {max_bytes:,} bytes")
+        self.path, self.max_bytes = path, max_bytes
+
+
+def read_utf8(path: Path, max_bytes: int | None = None) -> str:
     """The text of ``path``, without a leading byte-order mark (Windows editors write one; Python's JSON reader
     refused the first row for it, though HTTP bodies with one are accepted).
 
+    Args:
+        max_bytes: read at most this many bytes (None: all): ``/dev/zero`` or a sparse 4 GB file given as a prompt
+            file ended in a MemoryError traceback (tester), where a pipe such as ``/dev/stdin`` must still be read.
+
     Raises:
         NotUtf8Error: the file is not UTF-8.
+        TooLargeError: it holds more than ``max_bytes``.
         OSError: it cannot be read (missing, a folder, no permission).
     """
-    data = path.read_bytes()
+    if max_bytes is None:
+        data = path.read_bytes()
+    else:
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise TooLargeError(path, max_bytes)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -143,6 +143,19 @@ def _bad_prompt_files(tmp_path):
             (tmp_path / "blank.txt", "holds no prompt")]
 
 
+def test_a_prompt_file_past_its_byte_limit_is_refused_in_one_line_without_reading_it_all(tmp_path, monkeypatch):
+    # tester: --file /dev/zero (or a sparse 4 GB file) read it whole and ended in a MemoryError traceback
+    from herald_service.cli import local
+
+    monkeypatch.setattr(local, "PROMPT_FILE_MAX_BYTES", 2 * 2**20)
+    with pytest.raises(SystemExit) as refused:
+        local.read_prompt_lines(Path("/dev/zero"), "herald classify: --file /dev/zero")
+    assert str(refused.value) == "herald classify: --file /dev/zero holds more than 2 MiB; split it into smaller files"
+    exact = tmp_path / "exact.txt"
+    exact.write_bytes(b"hi\n" + b"x" * (2 * 2**20 - 4) + b"\n")  # at the limit: read
+    assert local.read_prompt_lines(exact, "f")[0] == "hi"
+
+
 def test_classify_names_a_bad_file_by_option_path_and_line(tmp_path):
     # were "herald: [Errno 2] No such file ...", "herald: 'utf-8' codec can't decode byte 0xe8 in position 14" (no
     # file, no line), and for an empty file "give TEXT or --file", though --file was given

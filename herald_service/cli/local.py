@@ -44,6 +44,11 @@ def prompt_words(words: list[str], command: str) -> list[str]:
     return words[:cut] + words[cut + 1:]
 
 
+PROMPT_FILE_MAX_BYTES = 256 * 2**20
+"""The most bytes ``herald classify --file`` reads (256 MiB: a million prompts of 250 characters), so that a device or
+a huge file is refused in one line instead of filling memory."""
+
+
 def read_prompt_lines(path: Path, where: str) -> list[str]:
     """The lines of a prompt file, split at "\n" only (as training.corpus does: ``str.splitlines`` also cuts at a
     U+2028, U+0085 or form feed, which JSON allows inside a string and a prompt may hold); a "\r" before the "\n" of a
@@ -54,14 +59,16 @@ def read_prompt_lines(path: Path, where: str) -> list[str]:
 
     Raises:
         SystemExit: one line starting with ``where``, for a file that does not exist, a folder, a file that cannot be
-            read, or one that is not UTF-8 (naming the line and byte).
+            read, one of more than :data:`PROMPT_FILE_MAX_BYTES`, or one that is not UTF-8 (naming the line and byte).
     """
-    from herald_service.text_file import NotUtf8Error, read_utf8
+    from herald_service.text_file import NotUtf8Error, TooLargeError, read_utf8
 
     try:
-        text = read_utf8(path)
+        text = read_utf8(path, PROMPT_FILE_MAX_BYTES)
     except NotUtf8Error as exc:
         raise SystemExit(f"{where} is not UTF-8 text (line {exc.line}: byte 0x{exc.byte:02x}); save it as UTF-8") from None
+    except TooLargeError:
+        raise SystemExit(f"{where} holds more than {PROMPT_FILE_MAX_BYTES // 2**20} MiB; split it into smaller files") from None
     except FileNotFoundError:
         raise SystemExit(f"{where} does not exist") from None
     except IsADirectoryError:
