@@ -585,3 +585,24 @@ def test_eval_leaves_out_templated_prompts_that_the_data_or_a_test_set_holds(tmp
         f" row is one it was trained on): {'; '.join(sorted([in_data, in_test]))}"]
     assert results["meta"]["templated_benign"]["n"] == 6
     assert {fold["n_train_added"] for fold in results["loso"]["folds"].values()} == {6}
+
+
+def test_a_saved_probe_of_another_feature_set_is_said_to_differ_from_the_runs_herald(caplog):
+    # tester: herald eval --probe with a bands-v1 probe compared it with the run's herald-v1 Herald without a word
+    from herald_service.training.eval import _warn_of_another_recipe
+
+    meta = {"herald_direction_estimator": "logistic"}
+    manifest = {"directions": {"estimator": "logistic"}, "feature_set": "bands-v1"}
+    saved: dict = {}
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.eval"):
+        _warn_of_another_recipe(saved, manifest, meta)
+    assert saved["warning"] == (
+        "the probe was fitted with the logistic recipe (0 wrapped per class, 0 templated, 0 written questions; feature"
+        " set bands-v1) and this run's Herald with the logistic recipe (0 wrapped per class, 0 templated, 0 written"
+        " questions; feature set herald-v1): its split fit is not the probe refitted; give eval the options of the"
+        " probe's recorded command (probe.json training_data.command) to compare the two")
+    assert caplog.records[-1].getMessage() == saved["warning"]
+    for same in ({**manifest, "feature_set": "herald-v1"}, {"directions": {"estimator": "logistic"}}):
+        saved = {}
+        _warn_of_another_recipe(saved, same, meta)
+        assert saved == {}  # herald-v1, named or not (a manifest without the field means herald-v1)

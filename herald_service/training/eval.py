@@ -1184,8 +1184,8 @@ def _guard_comparison(scorer, backbone, options: EvalOptions, data: LabeledState
 
 def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
     """Add to ``saved`` (:func:`score_saved_probe`'s output) a ``warning``, and log it, when the saved probe's training
-    recipe (:func:`~.report.manifest_recipe`) is not the one this run fits as ``herald`` (:func:`~.report.
-    herald_recipe`): the split fit is then not the probe refitted, so the two columns differ by recipe (a tester ran
+    recipe (:func:`~.report.manifest_recipe`) or feature set is not the one this run fits as ``herald``
+    (:func:`~.report.herald_recipe`, ``herald-v1``): the split fit is then not the probe refitted, so the two columns differ by recipe (a tester ran
     ``--probe`` on the shipped probe with eval's default LDA recipe and read them as one)."""
     from herald_service.training.report import herald_recipe, manifest_recipe
 
@@ -1196,8 +1196,12 @@ def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
                 f" {(record.get('templated_benign') or {}).get('n', 0)} templated,"
                 f" {(record.get('loaded_questions') or {}).get('n', 0)} written questions")
 
-    probe = f"{manifest_recipe(manifest)} recipe ({counts(training)})"
-    run = f"{herald_recipe(meta)} recipe ({counts(meta)})"
+    # herald eval fits herald with herald-v1; a probe of another feature set was compared without a word (tester)
+    probe_set = manifest.get("feature_set") or FEATURE_SET
+    probe_note, run_note = ("", "") if probe_set == FEATURE_SET else (f"; feature set {probe_set}",
+                                                                     f"; feature set {FEATURE_SET}")
+    probe = f"{manifest_recipe(manifest)} recipe ({counts(training)}{probe_note})"
+    run = f"{herald_recipe(meta)} recipe ({counts(meta)}{run_note})"
     if probe == run:
         return
     warning = (f"the probe was fitted with the {probe} and this run's Herald with the {run}: its split"
