@@ -1185,8 +1185,9 @@ def _guard_comparison(scorer, backbone, options: EvalOptions, data: LabeledState
 def _warn_of_another_recipe(saved: dict, manifest: dict, meta: dict) -> None:
     """Add to ``saved`` (:func:`score_saved_probe`'s output) a ``warning``, and log it, when the saved probe's training
     recipe (:func:`~.report.manifest_recipe`) or feature set is not the one this run fits as ``herald``
-    (:func:`~.report.herald_recipe`, ``herald-v1``): the split fit is then not the probe refitted, so the two columns differ by recipe (a tester ran
-    ``--probe`` on the shipped probe with eval's default LDA recipe and read them as one)."""
+    (:func:`~.report.herald_recipe`, ``herald-v1``): the split fit is then not the probe refitted, so the two columns
+    differ by recipe (a tester ran ``--probe`` on the shipped probe with eval's default LDA recipe and read them as
+    one)."""
     from herald_service.training.report import herald_recipe, manifest_recipe
 
     training = manifest.get("training_data") or {}

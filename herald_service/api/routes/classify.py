@@ -43,7 +43,7 @@ def result_fields(result: Classification, with_trajectory: bool = True) -> dict[
         "logit": result.logit,
         "threshold": result.threshold,
         "tokens": result.tokens,
-        # the probe's own names, in its order: herald-v1's fixed seven made a bands-v1 probe's every answer a 500 (tester)
+        # the probe's own names, in its order: herald-v1's seven made a bands-v1 probe's answers 500s (tester)
         "features": dict(result.features),
         "trajectory": result.trajectory if with_trajectory else None,
         "onset_layer": result.onset_layer,

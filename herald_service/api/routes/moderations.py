@@ -89,8 +89,9 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
     else:
         texts = list(body.input)  # type: ignore[arg-type]
         fields = [f"input[{i}]" for i in range(len(texts))]
+    part_inputs = len(texts) - 1 if parts and len(texts) > 1 else 0  # the parts scored alone beside their join
     results, timing = await moderator.classify([user_turn(t) for t in texts], fields, "input", disconnect_watch(request),
-                                               joined, part_inputs=len(texts) - 1 if parts and len(texts) > 1 else 0)
+                                               joined, part_inputs=part_inputs)
     if parts:
         results = [highest_scoring(results)]
     moderator.metrics.observe_decisions("/v1/moderations", results)
