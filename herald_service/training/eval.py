@@ -25,7 +25,7 @@ import numpy as np
 
 from herald_service.out_path import refuse_an_existing_out, write_text_atomically
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
-from herald_service.probes.features import FEATURE_SET, FEATURE_SETS
+from herald_service.probes.features import FEATURE_SET
 from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
@@ -112,11 +112,9 @@ def fit_method(name: str, data: LabeledStates, seed: int, direction_estimator: s
 
     Raises:
         KeyError: an unknown method name."""
-    if name == "herald" or name.startswith("herald:"):
-        feature_set = name.split(":", 1)[1] if ":" in name else FEATURE_SET
-        if feature_set not in FEATURE_SETS:
-            raise KeyError(name)
-        method = HeraldMethod(seed, feature_set=feature_set, direction_estimator=direction_estimator)
+    if name == "herald" or (name.startswith("herald:") and name in FACTORIES):  # an unknown set: make_method's KeyError
+        method = HeraldMethod(seed, feature_set=name.partition(":")[2] or FEATURE_SET,
+                              direction_estimator=direction_estimator)
     elif name == "features_logreg":
         method = FeatureLogistic(seed, direction_estimator)
     else:
