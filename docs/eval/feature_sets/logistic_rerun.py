@@ -3,8 +3,9 @@ with the shipped SmolLM2 recipe (logistic directions and written training rows),
 
 The candidates were removed from ``herald_service/probes/features.py`` in c428127; this script reads them from commit
 80987ac through ``git show`` (so it needs the repository's history), registers them as ``cand-<set>`` before
-``herald_service.training.methods`` builds its method table, and runs ``herald eval`` with every ``herald:<set>``
-method fitted with the run's ``--direction-estimator`` (the CLI fits only the ``herald`` method with it otherwise).
+``herald_service.training.methods`` builds its method table, and runs ``herald eval``, which fits every
+``herald:<set>`` with the run's ``--direction-estimator`` (since 31535e7; the run of 2026-12-07 replaced
+``fit_method`` here to the same effect).
 
 Usage, from the repository root::
 
@@ -40,19 +41,8 @@ def run(argv: list[str]) -> None:
 
     for name, entry in load_candidates().items():
         features.FEATURE_SETS[name] = features.FeatureSet(entry.name, entry.names, entry.min_layers, entry.compute)
-    import herald_service.training.eval as evaluation
-    from herald_service.cli import main
-    from herald_service.training.methods import HeraldMethod
+    from herald_service.cli import main  # builds the method table (herald:<set> for every registered set) on import
 
-    shipped_fit_method = evaluation.fit_method
-
-    def fit_method(name, data, seed, direction_estimator="lda"):
-        if not name.startswith("herald:"):
-            return shipped_fit_method(name, data, seed, direction_estimator)
-        method = HeraldMethod(seed, feature_set=name.split(":", 1)[1], direction_estimator=direction_estimator)
-        return method.fit(data.states, data.labels, evaluation.groups_of(data))
-
-    evaluation.fit_method = fit_method
     main(argv)
 
 
