@@ -44,6 +44,16 @@ NOUN_PHRASE_OPENERS = frozenset(
 continues the phrase they open (a proper noun: "kill a Python process", "the French word", "defeated at Stalingrad"),
 so the space before it is no weak boundary. Cut there, "How do I kill a Python process that is hanging?" gave the
 view "How do I kill a", scored 6 logits above the whole prompt (tester, 2026-12-06)."""
+SEQUENCE_WORDS = r"(?:then|afterwards|after\s+that|finally|also)\b"
+"""Words that join a further task after a request ("... and then write an essay about safety"): a closed list written
+before the fifth run of docs/eval/trimmed_views.md, chosen on no set."""
+CONJUNCTION = re.compile(rf",\s*(?=(?:and\s+)?{SEQUENCE_WORDS})|\s+(?=and\s+{SEQUENCE_WORDS})", re.IGNORECASE)
+"""A comma before a sequence word (", then", ", and afterwards"), or the space before "and" and one ("and then",
+"and also"): a further task joined without a sentence end, which :data:`STRONG` and :data:`WEAK` do not see
+(docs/eval/trimmed_views.md, fifth run)."""
+CUT_PATTERNS = (STRONG, WEAK, CONJUNCTION)
+"""The boundaries tried at each end, in this order; the first with a boundary in reach makes that end's cut. The
+conjunction comes last, so every view of the fourth run's cut is still cut (views are only added)."""
 MAX_CLAUSE_WORDS = 12
 """The most words removed at either end, in whitespace-separated words (format instructions are 2 to 8)."""
 MIN_VIEW_WORDS = 3
@@ -79,31 +89,36 @@ def _opens_a_phrase(text: str, match: re.Match) -> bool:
     return bool(before) and before[-1].strip("\"'()[]").lower() in NOUN_PHRASE_OPENERS
 
 
-def _leading_end(text: str, words: _Words) -> int | None:
-    """Start of the text after the leading clause, or None where no boundary has at most MAX_CLAUSE_WORDS before it;
-    a weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no cut, as in :func:`_trailing_start`."""
-    for pattern in (STRONG, WEAK):
+def _leading_end(text: str, words: _Words, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> int | None:
+    """Start of the text after the leading clause, or None where no boundary of ``patterns`` (tried in order) has at
+    most MAX_CLAUSE_WORDS before it; a weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no weak cut, as in
+    :func:`_trailing_start`."""
+    for pattern in patterns:
         match = pattern.search(text)
         if match is not None and words.before(match.start()) <= MAX_CLAUSE_WORDS:
-            return None if pattern is WEAK and _opens_a_phrase(text, match) else match.end()
+            if pattern is WEAK and _opens_a_phrase(text, match):
+                continue
+            return match.end()
     return None
 
 
-def _trailing_start(text: str, words: _Words) -> int | None:
-    """End of the text before the trailing clause, or None where no boundary has at most MAX_CLAUSE_WORDS after it. A
-    weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no cut: taking the one before it instead moved the
-    cut to another capitalized word ("What poison did | Socrates drink according to Plato?" in place of "... according
-    to | Plato?")."""
-    for pattern in (STRONG, WEAK):
+def _trailing_start(text: str, words: _Words, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> int | None:
+    """End of the text before the trailing clause, or None where no boundary of ``patterns`` (tried in order) has at
+    most MAX_CLAUSE_WORDS after it. A weak boundary inside a phrase (:func:`_opens_a_phrase`) gives no weak cut: taking
+    the one before it instead moved the cut to another capitalized word ("What poison did | Socrates drink according to
+    Plato?" in place of "... according to | Plato?")."""
+    for pattern in patterns:
         last = None
         for match in pattern.finditer(text):
             last = match
         if last is not None and words.after(last.end()) <= MAX_CLAUSE_WORDS:
-            return None if pattern is WEAK and _opens_a_phrase(text, last) else last.start()
+            if pattern is WEAK and _opens_a_phrase(text, last):
+                continue
+            return last.start()
     return None
 
 
-def trimmed_views(text: str) -> list[str]:
+def trimmed_views(text: str, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> list[str]:
     """The texts scored beside ``text``, cut from it as the backbone reads it: without its leading clause, without its
     trailing clause, then without both; each once, none of fewer than :data:`MIN_VIEW_WORDS` words
     or equal to the whole; none for a text over :data:`MAX_VIEW_CHARS` characters.
@@ -116,13 +131,13 @@ def trimmed_views(text: str) -> list[str]:
     """
     if len(text) > MAX_VIEW_CHARS:
         return []
-    return _cut(normalize_prompt_text(text))
+    return _cut(normalize_prompt_text(text), patterns)
 
 
-def _cut(text: str) -> list[str]:
+def _cut(text: str, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> list[str]:
     """:func:`trimmed_views` of ``text`` already as the backbone reads it."""
     words = _Words(text)
-    lead, trail = _leading_end(text, words), _trailing_start(text, words)
+    lead, trail = _leading_end(text, words, patterns), _trailing_start(text, words, patterns)
     views = []
     if lead is not None:
         views.append(text[lead:])
