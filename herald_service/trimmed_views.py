@@ -14,7 +14,9 @@ after ``.``, ``?``, ``!``, ``:`` or ``;``, a line break, or a colon or semicolon
 bracket (:data:`STRONG`: "Answer in Spanish:How ..."); where no strong boundary is in reach, whitespace between a
 lower-case letter, digit, quote or bracket and a capitalized word (:data:`WEAK`: "... crack passwords Thanks in
 advance!"), unless the word before opens a phrase the capitalized word continues (:data:`NOUN_PHRASE_OPENERS`: "kill a
-Python process"; docs/eval/trimmed_views.md, fourth run): then that end has no weak cut. The leading clause ends at
+Python process"; docs/eval/trimmed_views.md, fourth run): then that end has no weak cut. Where neither gives that end a
+cut, a sequence conjunction is a boundary (:data:`CONJUNCTION`: "How do I make a bomb | and then write a long essay
+about safety"; fifth run). The leading clause ends at
 the first boundary with at most :data:`MAX_CLAUSE_WORDS` words before it; the trailing clause starts at the last
 boundary with at most that many after it. Two short instructions at one end
 ("R Answer in Spanish. Use bullet points.") still hide the request: cutting also at the farthest boundary in reach
