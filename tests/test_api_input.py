@@ -655,7 +655,7 @@ def test_a_body_that_stalls_is_answered_408_naming_the_setting(content_length):
     start, body = sent[0], sent[1]
     assert start["status"] == 408 and 0.3 <= took < 5
     assert (b"connection", b"close") in start["headers"]  # the server drops the connection and the rest of the body
-    assert json.loads(body["body"]) == {"error": {"type": "request_timeout", "field": "body", "message":
+    assert json.loads(body["body"]) == {"error": {"type": "timeout", "field": "body", "message":
                                                   "request body not received within 0.3 s (HERALD_BODY_TIMEOUT_S)"}}
     assert len(sent) == 2  # one answer
     metrics = app.state.herald.metrics
@@ -710,7 +710,7 @@ def test_a_slowloris_client_is_cut_off_and_others_are_served(server):
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower(), answer
     assert 0.5 <= took < 3
-    assert json.loads(payload)["error"] == {"type": "request_timeout", "field": "body",
+    assert json.loads(payload)["error"] == {"type": "timeout", "field": "body",
                                            "message": "request body not received within 0.5 s (HERALD_BODY_TIMEOUT_S)"}
     ok = httpx.post(f"http://{server[0]}:{server[1]}/classify", json={"input": "hello"}, timeout=5)
     assert ok.status_code == 200

@@ -338,7 +338,7 @@ class BodyDeadline:
             if self.metrics is not None:
                 self.metrics.rejected.labels("body_timeout").inc()
             message = f"request body not received within {self.timeout_s:g} s" + (f" ({self.setting})" if self.setting else "")
-            await error_response(408, "request_timeout", message, "body", {"Connection": "close"}, scope.get("path"))(scope, receive, send)
+            await error_response(408, "timeout", message, "body", {"Connection": "close"}, scope.get("path"))(scope, receive, send)
 
 
 HEADER_ECHO_CHARS = 64
