@@ -760,17 +760,21 @@ class Settings(BackboneSettings):
         key.
 
         Raises:
-            ValueError: for a JSON list (it was read as one key holding its brackets and quotes), for separators
-                without a key (meant to set keys, would silently leave the service open), or for an empty key
-                between separators, named by its position (``key,,key2`` dropped it without a word).
+            ValueError: for a JSON list (it was read as one key holding its brackets and quotes), for separators or
+                whitespace without a key (meant to set keys, would silently leave the service open: ``" "`` started
+                an open API with a warning while ``","`` was refused, tester), or for an empty key between separators,
+                named by its position (``key,,key2`` dropped it without a word).
         """
         if not isinstance(value, str):
             return value
         text = value.strip()
         if text.startswith("[") and text.endswith("]"):
             raise ValueError("looks like a JSON list; give the keys comma-separated, without brackets or quotes: key1,key2")
-        if not text:
+        if not value:
             return []
+        if not text:
+            raise ValueError("holds only whitespace, no key; set comma-separated keys, or leave it empty to run without"
+                             " keys")
         keys = [k.strip() for k in text.split(",")]
         if not any(keys):
             raise ValueError("holds separators but no key; set comma-separated keys, or leave it empty to run without keys")

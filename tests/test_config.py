@@ -155,6 +155,14 @@ def test_api_keys_of_only_separators_are_refused_not_read_as_open(monkeypatch, v
     assert Settings(_env_file=None).api_keys == []  # empty still means open, as documented
 
 
+@pytest.mark.parametrize("value", [" ", "\t", "  \n "])
+def test_api_keys_of_only_whitespace_are_refused_not_read_as_open(monkeypatch, value):
+    # a tester's HERALD_API_KEYS=' ' started an open API with a warning, while ',' was refused
+    monkeypatch.setenv("HERALD_API_KEYS", value)
+    with pytest.raises(ValidationError, match="only whitespace, no key"):
+        Settings(_env_file=None)
+
+
 def _dotenv_refusal(tmp_path, monkeypatch, text: str | bytes) -> str:
     """The message of the SettingsFileError that Settings() raises in a folder whose .env holds ``text``."""
     from herald_service.errors import SettingsFileError
