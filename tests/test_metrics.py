@@ -176,3 +176,16 @@ def test_a_probe_without_reference_logits_exports_no_reference_distance():
         assert "# HELP herald_probe_reference_logit_distance Median distance, in logits" in text
         assert "herald_probe_reference_logit_distance{" not in text
         assert client.get("/v1/info").json()["probe"]["reference_check"] is None
+
+
+def test_a_client_address_that_is_not_one_is_logged_as_a_json_string_not_as_more_fields():
+    # a forwarded value is the client's to write: "10.9.9.9 status=200 request_id=FORGED" added fields (tester)
+    from herald_service.api.middleware import client_host
+
+    for host in ("10.9.9.9", "2001:db8::1", "fe80::1%eth0", "[2001:db8::1]", "unknown", "_hidden", "proxy-1.local"):
+        assert client_host({"client": (host, 1)}) == host
+    assert client_host({"client": ("10.9.9.9 status=200 request_id=FORGED", 1)}) == \
+        '"10.9.9.9 status=200 request_id=FORGED"'
+    assert client_host({"client": ('a"\nb', 1)}) == '"a\\"\\nb"'
+    assert client_host({"client": ("x" * 100, 1)}) == '"' + "x" * 64 + '"'
+    assert client_host({}) == "-" and client_host({"client": None}) == "-"
