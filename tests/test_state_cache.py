@@ -26,36 +26,57 @@ class CountingBackbone(FakeBackbone):
         return super().last_token_states(token_ids, *args, **kwargs)
 
 
+def _write_entry(path, states: np.ndarray, sha256: str | None = "auto") -> None:
+    """An entry in the cache's own form (safetensors, the sha256 of its bytes in the metadata), or with another or
+    no recorded sha256: a well-formed file whose content is wrong."""
+    import hashlib
+
+    from safetensors.numpy import save
+
+    digest = hashlib.sha256(states.tobytes()).hexdigest() if sha256 == "auto" else sha256
+    path.write_bytes(save({"states": states}, metadata=None if digest is None else {"sha256": digest}))
+
+
 def test_a_damaged_cache_entry_is_named_extracted_again_and_replaced(tmp_path, caplog):
-    # tester finding: a truncated, wrong-shape or NaN-filled entry failed with "EOF: reading array header...", "all
-    # input arrays must have the same shape" or "decoder layer 1: Input X contains NaN.", naming no file
+    # tester findings: a truncated, wrong-shape or NaN-filled entry failed with "EOF: reading array header...", "all
+    # input arrays must have the same shape" or "decoder layer 1: Input X contains NaN.", naming no file; finite values
+    # written over part of an entry were read without a word and changed the refitted probe
     backbone = CountingBackbone()
-    ids = backbone.encode([user_turn(p) for p in PROMPTS])
+    prompts = PROMPTS + ["tell me a joke", "how do i pick a lock"]
+    ids = backbone.encode([user_turn(p) for p in prompts])
     cache = StateCache(tmp_path, backbone)
     fresh = states_of_token_ids(backbone, ids, cache)
-    assert backbone.forwarded == 5 and fresh.shape == (5, 8, 16)
+    assert backbone.forwarded == 7 and fresh.shape == (7, 8, 16)
     paths = [cache.path(i) for i in ids]
     whole = paths[0].read_bytes()
     paths[0].write_bytes(whole[:40])  # truncated inside the header
     paths[1].write_bytes(paths[1].read_bytes()[:-100])  # truncated inside the data
-    np.save(paths[2], np.zeros((7, 16), np.float32))  # another backbone's shape
-    np.save(paths[3], np.full((8, 16), np.nan, np.float32))  # NaN-filled
+    _write_entry(paths[2], np.zeros((7, 16), np.float32))  # another backbone's shape
+    _write_entry(paths[3], np.full((8, 16), np.nan, np.float32))  # NaN-filled
     paths[4].write_bytes(b"")  # empty
+    changed = bytearray(paths[5].read_bytes())
+    changed[-64:] = np.full(16, 12.0, np.float32).tobytes()  # finite values over the last row: only the hash tells
+    paths[5].write_bytes(bytes(changed))
+    _write_entry(paths[6], fresh[6], sha256=None)  # no recorded hash
     backbone.forwarded = 0
     cache = StateCache(tmp_path, backbone)  # a later run
     with caplog.at_level(logging.WARNING, logger="herald_service.training.extract"):
         again = states_of_token_ids(backbone, ids + ids[:2], cache)  # the first two twice: warned about once each
-    np.testing.assert_array_equal(again[:5], fresh)
-    np.testing.assert_array_equal(again[5:], fresh[:2])
-    assert backbone.forwarded == 7  # every damaged entry was a miss (each repeat too: none was written back yet)
+    np.testing.assert_array_equal(again[:7], fresh)
+    np.testing.assert_array_equal(again[7:], fresh[:2])
+    assert backbone.forwarded == 9  # every damaged entry was a miss (each repeat too: none was written back yet)
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 5 and [w.split(" ")[3] for w in warnings] == [str(p) for p in paths]
-    assert warnings[0].startswith(f"extracted-state cache entry {paths[0]} cannot be read (ValueError: ")
+    assert len(warnings) == 7 and [w.split(" ")[3] for w in warnings] == [str(p) for p in paths]
+    assert warnings[0].startswith(f"extracted-state cache entry {paths[0]} cannot be read (SafetensorError: ")
+    assert warnings[1].startswith(f"extracted-state cache entry {paths[1]} cannot be read (SafetensorError: ")
     assert warnings[2] == (f"extracted-state cache entry {paths[2]} holds a float32 array of shape (7, 16), not float32"
                            " (8, 16) (layer, d_model); extracting its states again and replacing it")
     assert warnings[3] == (f"extracted-state cache entry {paths[3]} holds 128 non-finite values (NaN or infinity);"
                            " extracting its states again and replacing it")
-    assert warnings[4].startswith(f"extracted-state cache entry {paths[4]} cannot be read (EOFError: ")
+    assert warnings[4].startswith(f"extracted-state cache entry {paths[4]} cannot be read (SafetensorError: ")
+    assert warnings[5] == (f"extracted-state cache entry {paths[5]} does not match the sha256 recorded when it was"
+                           " written (changed on disk); extracting its states again and replacing it")
+    assert warnings[6].startswith(f"extracted-state cache entry {paths[6]} records no sha256 of its states;")
     assert paths[0].read_bytes() == whole  # replaced by the states extracted again
     assert sorted(p.name for p in paths[0].parent.iterdir()) == [paths[0].name]  # no temporary file left
     backbone.forwarded = 0
@@ -76,12 +97,13 @@ def test_a_pickled_entry_and_a_folder_in_an_entry_s_place_are_named(tmp_path, ca
     cache = StateCache(tmp_path, backbone)
     states_of_token_ids(backbone, ids, cache)
     pickled, folder = cache.path(ids[0]), cache.path(ids[1])
-    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pickled.open("wb") as fh:
+        np.save(fh, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     folder.unlink()
     folder.mkdir()
     with caplog.at_level(logging.WARNING):
         assert cache.get(ids[0]) is None
-    assert f"extracted-state cache entry {pickled} holds pickled (object) data, not a states array" in caplog.text
+    assert f"extracted-state cache entry {pickled} cannot be read (SafetensorError: " in caplog.text
     assert "unsafely" not in caplog.text
     with pytest.raises(OSError) as refused:
         cache.put(ids[1], np.zeros((8, 16), dtype=np.float32))

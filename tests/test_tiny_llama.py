@@ -550,7 +550,7 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path,
     del older["cpu_threads"]  # a manifest written before the field (the committed probes') still loads
     (tmp_path / "out" / "probe.json").write_text(json.dumps(older))
     assert load_probe(tmp_path / "out")[1]["threshold"] == saved["threshold"]
-    cached = list((tmp_path / "cache" / "states").rglob("*.npy"))
+    cached = list((tmp_path / "cache" / "states").rglob("*.safetensors"))
     backbone = HFBackbone(resolve_backbone(str(folder), tmp_path), "cpu", "float32")
     distinct = {tuple(ids) for ids in backbone.encode([user_turn(r["prompt"]) for r in map(json.loads, data.read_text().splitlines())])}
     assert len(cached) == len(distinct)  # one file per distinct token sequence

@@ -1,7 +1,7 @@
 """Extract last-token residual states for a corpus, with a progress bar and an on-disk cache.
 
-Cache layout: ``<cache_dir>/states/<key>/<hh>/<sha256>.npy``, one float32 ``(layer, d_model)`` array per prompt,
-where ``key`` hashes the backbone revision and config hash, the numerics, :data:`FORWARD_VERSION` and the torch and
+Cache layout: ``<cache_dir>/states/<key>/<hh>/<sha256>.safetensors``, one float32 ``(layer, d_model)`` tensor per
+prompt with the sha256 of its bytes in the file's metadata (:class:`StateCache`), where ``key`` hashes the backbone revision and config hash, the numerics, :data:`FORWARD_VERSION` and the torch and
 transformers versions, and the file name hashes the prompt's token ids. A second fit, eval or baseline over the same prompts reads states instead of
 recomputing them.
 """
@@ -19,6 +19,8 @@ from typing import Sequence
 import numpy as np
 import torch
 import transformers
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as save_safetensors
 from tqdm import tqdm
 
 from herald_service.backbone.base import Backbone, position_table_key, token_limit
@@ -92,14 +94,16 @@ class StateCache:
 
     def path(self, token_ids: Sequence[int]) -> Path:
         digest = hashlib.sha256(np.asarray(token_ids, dtype=np.int64).tobytes()).hexdigest()
-        return self.folder / digest[:2] / f"{digest}.npy"
+        return self.folder / digest[:2] / f"{digest}.safetensors"
 
     def get(self, token_ids: Sequence[int]) -> np.ndarray | None:
         """The cached ``(layer, d_model)`` float32 states of ``token_ids``, or None for a miss.
 
-        A damaged entry is a miss too: a file that cannot be read as a ``.npy`` array (a truncated write, a disk
-        fault), or one of another shape or dtype, or holding a NaN or infinity. Read as it was, a damaged entry failed
-        far from its cause, naming no file ("EOF: reading array header", "all input arrays must have the same shape",
+        A damaged entry is a miss too: a file that cannot be read as safetensors (a truncated write, a disk fault),
+        one whose tensor's bytes no longer hash to the sha256 :meth:`put` recorded beside them (finite values written
+        over part of an entry changed a refitted probe's threshold from -0.087 to 1.187 without a word: tester), one
+        of another shape or dtype, or one holding a NaN or infinity. Read as it was, a damaged entry failed far from
+        its cause, naming no file ("EOF: reading array header", "all input arrays must have the same shape",
         scikit-learn's "Input X contains NaN": tester finding). It is warned about once per file, naming it; the caller
         extracts the states again and :meth:`put` replaces the file, so the cache heals itself.
         """
@@ -107,13 +111,13 @@ class StateCache:
         if not path.is_file():
             return None
         try:
-            states = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file; ValueError: a bad header or size
-            # numpy's own message for an object array advises loading it unsafely, which a cache entry never needs
-            problem = ("holds pickled (object) data, not a states array" if "pickle" in str(exc) else
-                       f"cannot be read ({type(exc).__name__}: {exc})")
+            with safe_open(path, framework="np") as entry:
+                recorded = (entry.metadata() or {}).get("sha256")
+                states = entry.get_tensor("states")
+        except (OSError, SafetensorError) as exc:  # a bad header, a short file, no "states" tensor
+            problem = f"cannot be read ({type(exc).__name__}: {exc})"
         else:
-            problem = self._problem(states)
+            problem = self._problem(states, recorded)
             if problem is None:
                 return states
         if path not in self._warned:
@@ -121,9 +125,14 @@ class StateCache:
             log.warning("extracted-state cache entry %s %s; extracting its states again and replacing it", path, problem)
         return None
 
-    def _problem(self, states: np.ndarray) -> str | None:
-        """What makes a read entry unusable, or None: another dtype or shape than :meth:`put` writes for this
-        backbone, or a value that is not finite (NaN-filled: no probe or baseline can fit on it)."""
+    def _problem(self, states: np.ndarray, recorded: str | None) -> str | None:
+        """What makes a read entry unusable, or None: bytes that do not hash to the ``recorded`` sha256, another dtype
+        or shape than :meth:`put` writes for this backbone, or a value that is not finite (NaN-filled: no probe or
+        baseline can fit on it)."""
+        if recorded is None:
+            return "records no sha256 of its states"
+        if hashlib.sha256(states.tobytes()).hexdigest() != recorded:
+            return "does not match the sha256 recorded when it was written (changed on disk)"
         if states.dtype != np.float32 or states.shape != self.shape:
             return (f"holds a {states.dtype} array of shape {states.shape}, not float32 {self.shape} (layer, d_model)")
         if not np.isfinite(states).all():
@@ -131,8 +140,9 @@ class StateCache:
         return None
 
     def put(self, token_ids: Sequence[int], states: np.ndarray) -> None:
-        """Write ``states`` ``(layer, d_model)`` as float32 to the entry of ``token_ids``, atomically (a temporary file
-        renamed over it): a reader sees the old entry or the new one, never half of one.
+        """Write ``states`` ``(layer, d_model)`` as float32 to the entry of ``token_ids``, with the sha256 of its bytes
+        in the file's metadata (which :meth:`get` checks), atomically (a temporary file renamed over it): a reader sees
+        the old entry or the new one, never half of one.
 
         Raises:
             OSError: the entry cannot be replaced (a folder in its place), naming it; the temporary file is removed.
@@ -140,8 +150,8 @@ class StateCache:
         path = self.path(token_ids)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with tmp.open("wb") as fh:
-            np.save(fh, states.astype(np.float32))
+        states = np.ascontiguousarray(states, dtype=np.float32)
+        tmp.write_bytes(save_safetensors({"states": states}, metadata={"sha256": hashlib.sha256(states.tobytes()).hexdigest()}))
         try:
             os.replace(tmp, path)
         except OSError as exc:  # a folder where the entry goes: the raw "[Errno 21] Is a directory", a .tmp left behind
