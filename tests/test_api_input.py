@@ -1518,6 +1518,38 @@ def test_a_client_that_leaves_with_a_request_pipelined_is_counted_499_for_the_on
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 
+def test_an_answer_started_on_a_closing_connection_is_counted_499_not_200():
+    # a client that half-closed after its request: uvicorn (asyncio) closes the transport on the EOF, and a write to a
+    # closing transport is dropped without raising, so the access log and herald_requests_total said 200 for an
+    # answer never delivered (tester: GET /v1/info, 5 of 5)
+    import asyncio
+
+    from herald_service.api.middleware import RequestMetrics
+    from herald_service.metrics import HeraldMetrics
+
+    async def answer(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    written: list[dict] = []
+
+    async def dropping_send(message):  # what a closing asyncio transport does with a write
+        written.append(message)
+
+    metrics = HeraldMetrics()
+    count = metrics.registry.get_sample_value
+    scope = {"type": "http", "method": "GET", "path": "/v1/info", "headers": [],
+             "extensions": {"herald.connection_closed": lambda: True}}
+    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/v1/info"}))(scope, None, dropping_send))
+    assert count("herald_requests_total", {"route": "/v1/info", "status": "499"}) == 1
+    assert count("herald_requests_total", {"route": "/v1/info", "status": "200"}) in (None, 0.0)
+    assert written == []  # nothing is sent to a connection that is going
+    scope["extensions"] = {"herald.connection_closed": lambda: False}  # open: answered and counted 200
+    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/v1/info"}))(scope, None, dropping_send))
+    assert count("herald_requests_total", {"route": "/v1/info", "status": "200"}) == 1
+    assert [m["type"] for m in written] == ["http.response.start", "http.response.body"]
+
+
 def test_an_answer_that_cannot_be_written_to_a_closed_connection_is_counted_499_without_an_error(caplog):
     # breaker pass: the middleware logged "unhandled error on /classify" with a traceback and counted 200
     import asyncio

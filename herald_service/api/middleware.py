@@ -105,7 +105,9 @@ class RequestMetrics:
     An answer that cannot be written because the connection is gone (``send`` raises ``OSError``, as ASGI 2.4 asks of
     servers, or any error while the scope's ``herald.connection_closed`` extension from
     :mod:`herald_service.api.http_protocol` says the connection is closing) is counted 499, like a client that left
-    before its answer, and the rest of it is dropped. Breaker pass: uvicorn (uvloop) raised ``RuntimeError: unable to
+    before its answer, and the rest of it is dropped; so is one whose connection is already closing when it starts
+    (uvicorn drops an answer to a lost connection without raising: a client that half-closed after its request, which
+    uvicorn reads as gone, got no answer while the access log and ``herald_requests_total`` said 200, tester). Breaker pass: uvicorn (uvloop) raised ``RuntimeError: unable to
     perform operation on <TCPTransport closed=True>``, logged here as an ERROR with a traceback, and the answer never
     delivered was counted 200. A request the HTTP layer answered 400 for its body's framing (:func:`refused_by_http`)
     is neither counted nor logged here: ``herald_rejected_requests_total{reason="invalid_http"}`` counts it (it was
@@ -149,6 +151,9 @@ class RequestMetrics:
                 return
             if message["type"] == "http.response.start":
                 started_response["response"] = True
+                if connection_closed(scope):  # gone before its answer: uvicorn drops what is sent to it without a word
+                    gone["gone"], status["code"] = True, 499
+                    return
                 status["code"] = message["status"]
                 elapsed = time.perf_counter() - started
                 message["headers"] = [*message.get("headers", []), (b"x-total-time", f"{elapsed * 1000:.2f}".encode()),
