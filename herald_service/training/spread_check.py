@@ -124,6 +124,74 @@ def judge(results: dict) -> dict[str, bool]:
     }
 
 
+FRESH_SPREADS = ("three_spaces", "word_per_line")
+"""The seventh run's spreads (docs/eval/trimmed_views.md): three spaces, and one word per line."""
+FRESH_GAPS = {"three_spaces": "   ", "word_per_line": "\n"}
+FRESH_RULE = {"pooled_rise_over_written_max": 0.01, "each_rise_over_written_max": 0.03}
+"""The seventh run's rule: spread benign prompts read with the candidate against the same prompts as written (both
+with the served views), fractions."""
+
+
+def fresh_sets(data: Path, sensitive: Path, seed: int, max_per_source: int, per_source: int, fresh_seed: int = 7,
+               fresh_per_source: int = 20) -> dict[str, list[dict]]:
+    """The seventh run's sets: ``fresh_per_source`` left-out benign rows of every benign source that no set of the
+    sixth run holds (drawn with ``fresh_seed``), as written (``fresh_written``) and with each of
+    :data:`FRESH_SPREADS` (``fresh/<spread>``)."""
+    import numpy as np
+
+    from herald_service.training.corpus import expand_data, load_corpus
+    from herald_service.training.format_wrapped import left_out_rows
+
+    used = {r["prompt"] for rows in check_sets(data, sensitive, seed, max_per_source, per_source).values() for r in rows}
+    left = [e for e in left_out_rows(load_corpus(expand_data([data])), max_per_source, seed)
+            if e.label == 0 and e.prompt.strip() not in used]
+    rng = np.random.default_rng(fresh_seed)
+    rows = []
+    for source in sorted({e.source for e in left}):
+        members = [e for e in left if e.source == source]
+        rows += [{"prompt": members[j].prompt.strip(), "label": "benign", "source": source}
+                 for j in sorted(rng.permutation(len(members))[:fresh_per_source])]
+    out = {"fresh_written": rows}
+    for spread in FRESH_SPREADS:
+        out[f"fresh/{spread}"] = [{**r, "prompt": r["prompt"].replace(" ", FRESH_GAPS[spread])} for r in rows]
+    return out
+
+
+def fresh_main(args: argparse.Namespace) -> int:
+    """The seventh run: the candidate's false-positive rate on spread benign prompts against the same prompts as
+    written, on rows no earlier run of the candidate saw."""
+    sets = fresh_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
+    prompts = sorted({r["prompt"] for rows in sets.values() for r in rows})
+    views = {p: [v for _, v in views_beside(p)] for p in prompts}
+    texts = set(prompts) | {v for vs in views.values() for v in vs}
+    scored = score(sorted(texts), texts, args.max_tokens)
+    written = sets["fresh_written"]
+    # a row counts where its whole prompt fits the token limit as written and in every spread
+    kept = [i for i, r in enumerate(written) if all(scored[rows[i]["prompt"]][1] <= args.max_tokens
+                                                     for rows in sets.values())]
+
+    def flagged(p: str) -> bool:
+        return max([scored[p][0]] + [scored[v][0] for v in views[p] if scored[v][0] is not None]) >= 0.5
+
+    def without_reading(p: str) -> bool:
+        reference = [v for _, v in views_beside(p, spread=False)]
+        return max([scored[p][0]] + [scored[v][0] for v in reference if scored[v][0] is not None]) >= 0.5
+    results = {name: {"n": len(kept), "flagged": sum(flagged(rows[i]["prompt"]) for i in kept),
+                      "flagged_without_reading": sum(without_reading(rows[i]["prompt"]) for i in kept),
+                      "with_reading": sum(views[rows[i]["prompt"]] != [v for _, v in views_beside(rows[i]["prompt"], spread=False)] for i in kept)}
+               for name, rows in sets.items()}
+    base = results["fresh_written"]["flagged"]
+    rises = {s: (results[f"fresh/{s}"]["flagged"] - base) / max(len(kept), 1) for s in FRESH_SPREADS}
+    verdict = {"a": sum(rises.values()) / len(rises) <= FRESH_RULE["pooled_rise_over_written_max"],
+               "b": all(r <= FRESH_RULE["each_rise_over_written_max"] for r in rises.values())}
+    report = {"rule": FRESH_RULE, "passed": verdict, "pass": all(verdict.values()), "results": results,
+              "rises_over_written": rises, "not_scored": len(written) - len(kept),
+              "options": {k: str(v) for k, v in vars(args).items()}}
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m herald_service.training.spread_check",
                                      description=__doc__.split("\n\n")[0])
@@ -134,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-per-source", type=int, default=150)
     parser.add_argument("--per-source", type=int, default=40)
     parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--seventh", action="store_true", help="run the seventh run's check (fresh benign rows)")
     args = parser.parse_args(argv)
+    if args.seventh:
+        return fresh_main(args)
     sets = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
     sets.update(spread_sets(sets))
     prompts = sorted({r["prompt"] for rows in sets.values() for r in rows})
