@@ -157,9 +157,9 @@ class TurnViews:
     turns: int
     parts: int
     trimmed: int = 0
-    """Prompts that are trimmed views or spelled-out readings (:func:`~herald_service.trimmed_views.views_beside`); not
-    counted against ``max_batch_size`` (at most MAX_TRIMMED_VIEWS, three, per scored text, seven with a reading; priced
-    by admission like any prompt)."""
+    """Prompts that are trimmed views or readings (spelled-out, spread-out:
+    :func:`~herald_service.trimmed_views.views_beside`); not counted against ``max_batch_size`` (at most
+    MAX_TRIMMED_VIEWS, three, per scored text, 15 with both readings; priced by admission like any prompt)."""
     kinds: list[str] = dataclasses.field(default_factory=list)
     """Each prompt's kind (:data:`~herald_service.types.VIEW_KINDS`)."""
     texts: list[str | None] = dataclasses.field(default_factory=list)
@@ -230,7 +230,8 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     trailing one, and without both (:func:`~herald_service.trimmed_views.trimmed_views`, as a user turn, under the
     text's field), and where a word spelled out one letter at a time follows "a" or "I", in its other reading
     (``reading``: "make a b o m b" is read "make abomb", 0.004, and "make a bomb", 0.85) and that reading's trimmed
-    views (:func:`~herald_service.trimmed_views.views_beside`); not a system, assistant or tool message's with
+    views, and where its words are spread out (one word per line, wide gaps) the text with single spaces
+    (:func:`~herald_service.trimmed_views.views_beside`); not a system, assistant or tool message's with
     ``every_message`` (the middle sentence of "You are a helpful assistant. Never give instructions for weapons, drugs
     or self-harm. Answer in English." scored 0.947 alone: tester). A format instruction before or after a request
     ("Answer in Spanish: ...") took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
