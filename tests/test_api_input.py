@@ -1518,6 +1518,12 @@ def test_a_client_that_leaves_with_a_request_pipelined_is_counted_499_for_the_on
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 
+async def _answer_200(scope, receive, send):
+    """An app that answers 200 ``{}`` in two sends."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
 def test_an_answer_started_on_a_closing_connection_is_counted_499_not_200():
     # a client that half-closed after its request: uvicorn (asyncio) closes the transport on the EOF, and a write to a
     # closing transport is dropped without raising, so the access log and herald_requests_total said 200 for an
@@ -1526,10 +1532,6 @@ def test_an_answer_started_on_a_closing_connection_is_counted_499_not_200():
 
     from herald_service.api.middleware import RequestMetrics
     from herald_service.metrics import HeraldMetrics
-
-    async def answer(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
 
     written: list[dict] = []
 
@@ -1540,40 +1542,41 @@ def test_an_answer_started_on_a_closing_connection_is_counted_499_not_200():
     count = metrics.registry.get_sample_value
     scope = {"type": "http", "method": "GET", "path": "/v1/info", "headers": [],
              "extensions": {"herald.connection_closed": lambda: True}}
-    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/v1/info"}))(scope, None, dropping_send))
+    asyncio.run(RequestMetrics(_answer_200, metrics, frozenset({"/v1/info"}))(scope, None, dropping_send))
     assert count("herald_requests_total", {"route": "/v1/info", "status": "499"}) == 1
     assert count("herald_requests_total", {"route": "/v1/info", "status": "200"}) in (None, 0.0)
     assert written == []  # nothing is sent to a connection that is going
     scope["extensions"] = {"herald.connection_closed": lambda: False}  # open: answered and counted 200
-    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/v1/info"}))(scope, None, dropping_send))
+    asyncio.run(RequestMetrics(_answer_200, metrics, frozenset({"/v1/info"}))(scope, None, dropping_send))
     assert count("herald_requests_total", {"route": "/v1/info", "status": "200"}) == 1
     assert [m["type"] for m in written] == ["http.response.start", "http.response.body"]
 
 
 def test_an_answer_that_cannot_be_written_to_a_closed_connection_is_counted_499_without_an_error(caplog):
-    # breaker pass: the middleware logged "unhandled error on /classify" with a traceback and counted 200
+    # breaker pass: the middleware logged "unhandled error on /classify" with a traceback and counted 200. The
+    # connection closes while the answer is written: open when it starts, closed once a write has failed
     import asyncio
 
     from herald_service.api.middleware import RequestMetrics
     from herald_service.metrics import HeraldMetrics
 
-    async def answer(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
+    closed = {"now": False}
 
     async def closed_send(message):
+        closed["now"] = True
         raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
 
     metrics = HeraldMetrics()
     count = metrics.registry.get_sample_value
     scope = {"type": "http", "method": "POST", "path": "/classify", "headers": [],
-             "extensions": {"herald.connection_closed": lambda: True}}
-    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/classify"}))(scope, None, closed_send))
+             "extensions": {"herald.connection_closed": lambda: closed["now"]}}
+    asyncio.run(RequestMetrics(_answer_200, metrics, frozenset({"/classify"}))(scope, None, closed_send))
+    assert closed["now"]  # the write was tried and failed
     assert count("herald_requests_total", {"route": "/classify", "status": "499"}) == 1
     assert count("herald_requests_total", {"route": "/classify", "status": "200"}) in (None, 0.0)
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
     scope["extensions"] = {"herald.connection_closed": lambda: False}  # open: the error is ours, and it is logged
-    asyncio.run(RequestMetrics(answer, metrics, frozenset({"/classify"}))(scope, None, closed_send))
+    asyncio.run(RequestMetrics(_answer_200, metrics, frozenset({"/classify"}))(scope, None, closed_send))
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["unhandled error on /classify"]
 
 

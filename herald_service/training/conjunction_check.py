@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from herald_service.training.trimmed_views_check import check_sets, score_texts, summarize
+from herald_service.training.trimmed_views_check import add_check_arguments, check_sets, score_texts, summarize
 from herald_service.trimmed_views import CUT_PATTERNS, STRONG, WEAK, trimmed_views
 
 EVALUATION_TAILS = (
@@ -91,13 +90,7 @@ def judge(reference: dict, candidate: dict) -> dict[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m herald_service.training.conjunction_check",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", type=Path)
-    parser.add_argument("sensitive", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-per-source", type=int, default=150)
-    parser.add_argument("--per-source", type=int, default=40)
-    parser.add_argument("--max-tokens", type=int, default=1024)
+    add_check_arguments(parser)
     args = parser.parse_args(argv)
     sets = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
     sets.update(tail_sets(sets))

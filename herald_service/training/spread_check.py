@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from herald_service.training.trimmed_views_check import check_sets
+from herald_service.training.trimmed_views_check import add_check_arguments, check_sets, encode_and_score
 from herald_service.trimmed_views import views_beside
 
 SPREADS = {"two_spaces": "  ", "three_nbsp": "\u00a0" * 3, "word_per_line": "\n", "word_per_crlf_line": "\r\n"}
@@ -44,27 +43,6 @@ def spread_sets(sets: dict[str, list[dict]]) -> dict[str, list[dict]]:
             out[f"spread_{name}/{spread}"] = [
                 {"prompt": r["prompt"].replace(" ", gap), "label": r["label"], "source": f"{r['source']} + {spread}"}
                 for r in sets[f"format_{name}_plain"]]
-    return out
-
-
-def score(texts: list[str], forward: set[str], max_tokens: int, batch: int = 8) -> dict[str, tuple[float | None, int]]:
-    """``text -> (score, tokens)`` by the configured backbone and probe: every text tokenized, those in ``forward``
-    of at most ``max_tokens`` tokens scored (the score None for the others)."""
-    from herald_service.config import BackboneSettings
-    from herald_service.engine.runtime import load_runtime
-    from herald_service.types import user_turn
-
-    runtime = load_runtime(BackboneSettings())
-    backbone, probe = runtime.backbone, runtime.probe
-    ids = dict(zip(texts, backbone.encode([user_turn(t) for t in texts])))
-    order = sorted((t for t in forward if len(ids[t]) <= max_tokens), key=lambda t: len(ids[t]))
-    out: dict[str, tuple[float | None, int]] = {t: (None, len(ids[t])) for t in texts}
-    for start in range(0, len(order), batch):
-        chunk = order[start:start + batch]
-        scores = probe.predict(backbone.last_token_states([ids[t] for t in chunk]).numpy()).scores
-        out.update({t: (float(s), len(ids[t])) for t, s in zip(chunk, scores)})
-        print(f"\rscored {start + len(chunk)} of {len(order)}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
     return out
 
 
@@ -164,7 +142,7 @@ def fresh_main(args: argparse.Namespace) -> int:
     prompts = sorted({r["prompt"] for rows in sets.values() for r in rows})
     views = {p: [v for _, v in views_beside(p)] for p in prompts}
     texts = set(prompts) | {v for vs in views.values() for v in vs}
-    scored = score(sorted(texts), texts, args.max_tokens)
+    scored = encode_and_score(sorted(texts), texts, args.max_tokens)
     written = sets["fresh_written"]
     # a row counts where its whole prompt fits the token limit as written and in every spread
     kept = [i for i, r in enumerate(written) if all(scored[rows[i]["prompt"]][1] <= args.max_tokens
@@ -195,13 +173,7 @@ def fresh_main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m herald_service.training.spread_check",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", type=Path)
-    parser.add_argument("sensitive", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-per-source", type=int, default=150)
-    parser.add_argument("--per-source", type=int, default=40)
-    parser.add_argument("--max-tokens", type=int, default=1024)
+    add_check_arguments(parser)
     parser.add_argument("--seventh", action="store_true", help="run the seventh run's check (fresh benign rows)")
     args = parser.parse_args(argv)
     if args.seventh:
@@ -216,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         p for p in prompts if views["reference"][p] != views["candidate"][p]}
     texts = set(prompts) | {v for cut in views.values() for vs in cut.values() for v in vs}
     forward = needed | {v for p in needed for label in views for v in views[label][p]}
-    scored = score(sorted(texts), forward, args.max_tokens)
+    scored = encode_and_score(sorted(texts), forward, args.max_tokens)
     results = {name: summarize(rows, views, scored, name in full, args.max_tokens) for name, rows in sets.items()}
     left = sets["left_out_benign"]
     results["left_out_benign_by_source"] = {

@@ -50,6 +50,14 @@ def check_sets(data: Path, sensitive: Path, seed: int, max_per_source: int, per_
 
 def score_texts(texts: list[str], max_tokens: int, batch: int = 8) -> dict[str, tuple[float, int]]:
     """``text -> (score, tokens)`` by the configured backbone and probe; texts over ``max_tokens`` tokens left out."""
+    return {t: (s, n) for t, (s, n) in encode_and_score(texts, set(texts), max_tokens, batch).items() if s is not None}
+
+
+def encode_and_score(texts: list[str], forward: set[str], max_tokens: int, batch: int = 8
+                     ) -> dict[str, tuple[float | None, int]]:
+    """``text -> (score, tokens)`` by the configured backbone (``HERALD_BACKBONE``) and probe (``HERALD_PROBE``), each
+    text as a user turn: every text tokenized, those in ``forward`` of at most ``max_tokens`` tokens run through a
+    prefill and scored (sorted by length, ``batch`` at a time), the score None for the others."""
     from herald_service.config import BackboneSettings
     from herald_service.engine.runtime import load_runtime
     from herald_service.types import user_turn
@@ -57,8 +65,8 @@ def score_texts(texts: list[str], max_tokens: int, batch: int = 8) -> dict[str, 
     runtime = load_runtime(BackboneSettings())
     backbone, probe = runtime.backbone, runtime.probe
     ids = dict(zip(texts, backbone.encode([user_turn(t) for t in texts])))
-    order = sorted((t for t in texts if len(ids[t]) <= max_tokens), key=lambda t: len(ids[t]))
-    out = {}
+    order = sorted((t for t in forward if len(ids[t]) <= max_tokens), key=lambda t: len(ids[t]))
+    out: dict[str, tuple[float | None, int]] = {t: (None, len(ids[t])) for t in texts}
     for start in range(0, len(order), batch):
         chunk = order[start:start + batch]
         scores = probe.predict(backbone.last_token_states([ids[t] for t in chunk]).numpy()).scores
@@ -66,6 +74,18 @@ def score_texts(texts: list[str], max_tokens: int, batch: int = 8) -> dict[str, 
         print(f"\rscored {start + len(chunk)} of {len(order)}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return out
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every held-out check of the views takes: the corpus, the benign sensitive-topic sets, the output
+    file, and the draws and limits of :func:`check_sets` and the scoring."""
+    parser.add_argument("data", type=Path, help="the labeled corpus folder (../shared/data)")
+    parser.add_argument("sensitive", type=Path, help="the benign_sensitive folder herald data build writes")
+    parser.add_argument("out", type=Path, help="the results JSON to write")
+    parser.add_argument("--seed", type=int, default=0, help="the per-source cap's draw, as herald fit's (default 0)")
+    parser.add_argument("--max-per-source", type=int, default=150, help="as herald fit's (default 150)")
+    parser.add_argument("--per-source", type=int, default=40, help="left-out benign rows per source (default 40)")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="longer prompts are not scored (default 1024)")
 
 
 def summarize(rows: list[dict], views: dict[str, list[str]], scored: dict[str, tuple[float, int]]) -> dict:
@@ -103,13 +123,7 @@ def judge(results: dict) -> dict[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m herald_service.training.trimmed_views_check",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", type=Path)
-    parser.add_argument("sensitive", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-per-source", type=int, default=150)
-    parser.add_argument("--per-source", type=int, default=40)
-    parser.add_argument("--max-tokens", type=int, default=1024)
+    add_check_arguments(parser)
     args = parser.parse_args(argv)
     sets = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
     views = {r["prompt"]: trimmed_views(r["prompt"]) for rows in sets.values() for r in rows}
