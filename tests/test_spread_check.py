@@ -50,5 +50,6 @@ def test_the_rule_passes_within_every_bound_and_fails_each_part_alone():
     assert not judge(pooled)["b"] and RULE["spread_benign_pooled_rise_max"] == 0.03
     sixth = copy.deepcopy(good)  # the sixth run's own numbers: 14 of 428 over a spread reference of 2
     sixth |= {"spread_benign/two_spaces": _summary(108, 2, 4), "spread_benign/three_nbsp": _summary(108, 0, 4),
-              "spread_benign/word_per_line": _summary(108, 0, 4), "spread_benign/word_per_crlf_line": _summary(104, 0, 4)}
+              "spread_benign/word_per_line": _summary(108, 0, 4),
+              "spread_benign/word_per_crlf_line": _summary(104, 0, 4)}
     assert not judge(sixth)["b"]

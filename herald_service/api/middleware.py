@@ -107,11 +107,12 @@ class RequestMetrics:
     :mod:`herald_service.api.http_protocol` says the connection is closing) is counted 499, like a client that left
     before its answer, and the rest of it is dropped; so is one whose connection is already closing when it starts
     (uvicorn drops an answer to a lost connection without raising: a client that half-closed after its request, which
-    uvicorn reads as gone, got no answer while the access log and ``herald_requests_total`` said 200, tester). Breaker pass: uvicorn (uvloop) raised ``RuntimeError: unable to
-    perform operation on <TCPTransport closed=True>``, logged here as an ERROR with a traceback, and the answer never
-    delivered was counted 200. A request the HTTP layer answered 400 for its body's framing (:func:`refused_by_http`)
-    is neither counted nor logged here: ``herald_rejected_requests_total{reason="invalid_http"}`` counts it (it was
-    counted there and again 499 here, breaker pass).
+    uvicorn reads as gone, got no answer while the access log and ``herald_requests_total`` said 200, tester). Breaker
+    pass: uvicorn (uvloop) raised ``RuntimeError: unable to perform operation on <TCPTransport closed=True>``, logged
+    here as an ERROR with a traceback, and the answer never delivered was counted 200. A request the HTTP layer
+    answered 400 for its body's framing (:func:`refused_by_http`) is neither counted nor logged here:
+    ``herald_rejected_requests_total{reason="invalid_http"}`` counts it (it was counted there and again 499 here,
+    breaker pass).
     """
 
     def __init__(self, app: ASGIApp, metrics: HeraldMetrics, paths: frozenset[str] = frozenset(),
@@ -354,7 +355,8 @@ class BodyDeadline:
             if self.metrics is not None:
                 self.metrics.rejected.labels("body_timeout").inc()
             message = f"request body not received within {self.timeout_s:g} s" + (f" ({self.setting})" if self.setting else "")
-            await error_response(408, "timeout", message, "body", {"Connection": "close"}, scope.get("path"))(scope, receive, send)
+            answer = error_response(408, "timeout", message, "body", {"Connection": "close"}, scope.get("path"))
+            await answer(scope, receive, send)
 
 
 HEADER_ECHO_CHARS = 64

@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         results[label] = {name: summarize(rows, cut, scored) for name, rows in sets.items()}
         left = sets["left_out_benign"]
         results[label]["left_out_benign_by_source"] = {
-            s: summarize([r for r in left if r["source"] == s], cut, scored) for s in sorted({r["source"] for r in left})}
+            s: summarize([r for r in left if r["source"] == s], cut, scored)
+            for s in sorted({r["source"] for r in left})}
     verdict = judge(results["reference"], results["candidate"])
     report = {"rule": RULE, "passed": verdict, "pass": all(verdict.values()), "results": results,
               "tails": list(EVALUATION_TAILS), "options": {k: str(v) for k, v in vars(args).items()}}

@@ -1,8 +1,9 @@
 """Extract last-token residual states for a corpus, with a progress bar and an on-disk cache.
 
 Cache layout: ``<cache_dir>/states/<key>/<hh>/<sha256>.safetensors``, one float32 ``(layer, d_model)`` tensor per
-prompt with the sha256 of its bytes in the file's metadata (:class:`StateCache`), where ``key`` hashes the backbone revision and config hash, the numerics, :data:`FORWARD_VERSION` and the torch and
-transformers versions, and the file name hashes the prompt's token ids. A second fit, eval or baseline over the same prompts reads states instead of
+prompt with the sha256 of its bytes in the file's metadata (:class:`StateCache`), where ``key`` hashes the backbone
+revision and config hash, the numerics, :data:`FORWARD_VERSION` and the torch and transformers versions, and the file
+name hashes the prompt's token ids. A second fit, eval or baseline over the same prompts reads states instead of
 recomputing them.
 """
 
@@ -151,7 +152,8 @@ class StateCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         states = np.ascontiguousarray(states, dtype=np.float32)
-        tmp.write_bytes(save_safetensors({"states": states}, metadata={"sha256": hashlib.sha256(states.tobytes()).hexdigest()}))
+        digest = hashlib.sha256(states.tobytes()).hexdigest()
+        tmp.write_bytes(save_safetensors({"states": states}, metadata={"sha256": digest}))
         try:
             os.replace(tmp, path)
         except OSError as exc:  # a folder where the entry goes: the raw "[Errno 21] Is a directory", a .tmp left behind

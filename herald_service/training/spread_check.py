@@ -86,8 +86,10 @@ def judge(results: dict) -> dict[str, bool]:
     benign = [results[f"spread_benign/{s}"] for s in SPREADS]
 
     def pooled_rise(summaries: list[dict]) -> float:
-        return sum(s["flagged_candidate"] - s["flagged_reference"] for s in summaries) / max(sum(s["n"] for s in summaries), 1)
-    held_out = [n for n in results if n.startswith("sensitive/") or n in ("format_benign_wrapped", "format_benign_plain")]
+        rises = sum(s["flagged_candidate"] - s["flagged_reference"] for s in summaries)
+        return rises / max(sum(s["n"] for s in summaries), 1)
+    held_out = [n for n in results
+                if n.startswith("sensitive/") or n in ("format_benign_wrapped", "format_benign_plain")]
     left = results["left_out_benign"]
     return {
         "a": all(rate(s, "candidate") >= RULE["spread_recall_min"] for s in harmful)
@@ -120,7 +122,8 @@ def fresh_sets(data: Path, sensitive: Path, seed: int, max_per_source: int, per_
     from herald_service.training.corpus import expand_data, load_corpus
     from herald_service.training.format_wrapped import left_out_rows
 
-    used = {r["prompt"] for rows in check_sets(data, sensitive, seed, max_per_source, per_source).values() for r in rows}
+    earlier = check_sets(data, sensitive, seed, max_per_source, per_source)
+    used = {r["prompt"] for rows in earlier.values() for r in rows}
     left = [e for e in left_out_rows(load_corpus(expand_data([data])), max_per_source, seed)
             if e.label == 0 and e.prompt.strip() not in used]
     rng = np.random.default_rng(fresh_seed)
@@ -151,12 +154,14 @@ def fresh_main(args: argparse.Namespace) -> int:
     def flagged(p: str) -> bool:
         return max([scored[p][0]] + [scored[v][0] for v in views[p] if scored[v][0] is not None]) >= 0.5
 
+    def before(p: str) -> list[str]:  # the views served before the reading
+        return [v for _, v in views_beside(p, spread=False)]
+
     def without_reading(p: str) -> bool:
-        reference = [v for _, v in views_beside(p, spread=False)]
-        return max([scored[p][0]] + [scored[v][0] for v in reference if scored[v][0] is not None]) >= 0.5
+        return max([scored[p][0]] + [scored[v][0] for v in before(p) if scored[v][0] is not None]) >= 0.5
     results = {name: {"n": len(kept), "flagged": sum(flagged(rows[i]["prompt"]) for i in kept),
                       "flagged_without_reading": sum(without_reading(rows[i]["prompt"]) for i in kept),
-                      "with_reading": sum(views[rows[i]["prompt"]] != [v for _, v in views_beside(rows[i]["prompt"], spread=False)] for i in kept)}
+                      "with_reading": sum(views[rows[i]["prompt"]] != before(rows[i]["prompt"]) for i in kept)}
                for name, rows in sets.items()}
     base = results["fresh_written"]["flagged"]
     rises = {s: (results[f"fresh/{s}"]["flagged"] - base) / max(len(kept), 1) for s in FRESH_SPREADS}
