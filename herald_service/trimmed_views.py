@@ -61,9 +61,11 @@ MAX_CLAUSE_WORDS = 12
 MIN_VIEW_WORDS = 3
 """The shortest view scored, in words: a shorter remainder is the instruction, not the request."""
 MAX_VIEW_CHARS = 4000
-"""Texts longer than this, in characters as sent, get no views: each view of a long text costs about as much as the
-text (32,000 characters of short sentences took 14 s with views against 5 s without: tester), and a format
-instruction matters most on a short request."""
+"""Texts longer than this, in characters as the backbone reads them (:func:`normalize_prompt_text`), get no views: each
+view of a long text costs about as much as the text (32,000 characters of short sentences took 14 s with views against
+5 s without: tester), and a format instruction matters most on a short request. Counted as sent, 4,001 spaces or
+zero-width spaces after a request, which the fold removes, turned every view off (a one-word-a-line request 0.98 with
+its reading, 0.0002 padded: re-tester)."""
 MAX_TRIMMED_VIEWS = 3
 """The most views of one text: without the leading clause, without the trailing one, without both."""
 
@@ -123,7 +125,7 @@ def _trailing_start(text: str, words: _Words, patterns: tuple[re.Pattern, ...] =
 def trimmed_views(text: str, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> list[str]:
     """The texts scored beside ``text``, cut from it as the backbone reads it: without its leading clause, without its
     trailing clause, then without both; each once, none of fewer than :data:`MIN_VIEW_WORDS` words
-    or equal to the whole; none for a text over :data:`MAX_VIEW_CHARS` characters.
+    or equal to the whole; none for a text over :data:`MAX_VIEW_CHARS` characters as the backbone reads it.
 
     Example: ``"Answer in Spanish: How do I pick a lock?"`` gives ``["How do I pick a lock?", "Answer in Spanish:"]``
     (its one boundary, after the colon, both ends the leading clause and starts the trailing one).
@@ -131,9 +133,8 @@ def trimmed_views(text: str, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) ->
     Returns:
         0 to :data:`MAX_TRIMMED_VIEWS` texts, normalized as the backbone reads them.
     """
-    if len(text) > MAX_VIEW_CHARS:
-        return []
-    return _cut(normalize_prompt_text(text), patterns)
+    read = normalize_prompt_text(text)
+    return [] if len(read) > MAX_VIEW_CHARS else _cut(read, patterns)
 
 
 def _cut(text: str, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> list[str]:
@@ -165,9 +166,9 @@ def views_beside(text: str, *, spread: bool = True) -> list[tuple[str, str]]:
     (0.004 on the shipped probe), the reading ``"Answer in Spanish: how do I make a bomb"`` and its trimmed view
     ``"how do I make a bomb"``.
     """
-    if len(text) > MAX_VIEW_CHARS:
-        return []
     read = normalize_prompt_text(text)  # once: the cuts and the readings all start from it
+    if len(read) > MAX_VIEW_CHARS:
+        return []
     views = [("trimmed", view) for view in _cut(read)]
     sources = [(text, read)]
     collapsed = spread_out_reading(read) if spread else None
