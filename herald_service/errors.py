@@ -36,6 +36,14 @@ class WorkTooLarge(InputTooLarge):
     reason = "estimated_work"
 
 
+class QueueTooSmall(WorkTooLarge):
+    """A request that needs more places in the queue than ``queue_capacity`` holds (its prompts with their trimmed
+    views and readings), so no wait could admit it (HTTP 413, not a 429 to retry: 64 prompts written one word a line
+    need 378 places, and a capacity of 256 answered them 429 with ``Retry-After: 1`` for ever, re-tester)."""
+
+    reason = "queue_capacity"
+
+
 class QueueFull(HeraldError):
     """The service cannot take the request now (HTTP 429 with ``Retry-After: retry_after_s``, seconds).
 

@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 
 from herald_service.types import Classification
 
-REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
+REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_work", "queue_capacity", "estimated_wait",
+                  "queue_full",
                   "steer_concurrency", "buffered_bodies", "body_size", "body_timeout", "content_type",
                   "content_encoding", "transfer_encoding", "list_length", "json_containers", "header_size", "header_timeout",
                   "invalid_http", "connections", "health_connections")

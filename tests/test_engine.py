@@ -10,7 +10,7 @@ import torch
 from herald_service.backbone.fake import FakeBackbone
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import fake_runtime
-from herald_service.errors import InferenceFailed, NotReady, QueueFull
+from herald_service.errors import InferenceFailed, InputTooLarge, NotReady, QueueFull, QueueTooSmall
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import user_turn
 
@@ -70,6 +70,21 @@ def test_full_queue_refuses_before_queueing(runtime):
     assert engine.depth == 3  # the refused prompts were not queued
     wait(first + queued, timeout=10)
     assert all(f.done() and f.exception() is None for f in first + queued)
+    engine.stop()
+
+
+def test_a_request_larger_than_the_queue_is_refused_413_not_429(runtime):
+    # 64 prompts written one word a line need 378 places with their views; a capacity of 256 answered them 429 with
+    # Retry-After: 1 for ever (re-tester). On an idle engine: never admissible, so a 413 naming the capacity
+    engine = make_engine(runtime, queue_capacity=3)
+    with pytest.raises(QueueTooSmall) as refused:
+        engine.submit(ids(runtime, ["a", "b", "c", "d"]))
+    assert isinstance(refused.value, InputTooLarge) and refused.value.reason == "queue_capacity"
+    assert refused.value.message == ("this request needs 4 places in the queue, more than its capacity of 3"
+                                     " (queue_capacity, HERALD_QUEUE_CAPACITY): no wait could admit it; send fewer"
+                                     " prompts, or raise the capacity")
+    assert engine.depth == 0
+    assert [f.result(timeout=10).flagged for f in engine.submit(ids(runtime, ["a", "b", "c"]))] == [False] * 3
     engine.stop()
 
 

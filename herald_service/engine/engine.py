@@ -32,7 +32,7 @@ from herald_service.engine.admission import (
     TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
 )
 from herald_service.errors import (
-    HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, RequestTimeout, WorkTooLarge,
+    HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, QueueTooSmall, RequestTimeout, WorkTooLarge,
 )
 from herald_service.metrics import HeraldMetrics
 from herald_service.probes.probe import FittedProbe
@@ -352,12 +352,16 @@ class InferenceEngine:
     def _check_room(self, own: Work, own_job_s: float = 0.0, partial: bool = False) -> None:
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
+        needed = own.prompts + own.jobs
+        if needed > self.limits.queue_capacity:
+            raise QueueTooSmall(f"this request needs {needed} places in the queue, more than its capacity of"
+                                f" {self.limits.queue_capacity} (queue_capacity, HERALD_QUEUE_CAPACITY): no wait could"
+                                " admit it; send fewer prompts, or raise the capacity")
         excess = self.depth + own.prompts + own.jobs - self.limits.queue_capacity
         if excess > 0:
             retry_s = self._drain_s(excess)
             # the waiting count, the capacity and this request's need: it printed the capacity as the count waiting
             # (tester), and a request larger than the room left was refused with no word of why
-            needed = own.prompts + own.jobs
             raise QueueFull(f"queue is full: {self.depth} {_prompts(self.depth)} waiting of a capacity of"
                             f" {self.limits.queue_capacity} (queue_capacity, HERALD_QUEUE_CAPACITY), and this request"
                             f" needs {needed} more; retry in {retry_s} s", retry_after_s=retry_s)
