@@ -10,6 +10,10 @@ requests and benign instruction prompts the per-source cap leaves out) with the 
 each of :data:`SPREADS`. A row's verdict changes only where its views do (views are only added), so only the rows whose
 views differ, and every row of the spread sets, are scored; the rule reads rises in flag rates.
 
+These runs measured the first version of the reading (at commit c03d272: the whole text with single spaces where half
+of its gaps were wide); :func:`~herald_service.prompt_text.spread_out_reading` now gives the eighth run's
+(:mod:`.spread_layout_check`), so rerun them at that commit to reproduce them.
+
 Run ``python -m herald_service.training.spread_check <data folder> <benign_sensitive folder> <out.json> [--seed 0]
 [--max-per-source 150] [--per-source 40] [--max-tokens 1024]``; the backbone and probe are the configured ones
 (``HERALD_BACKBONE``, ``HERALD_PROBE``: the embedded default and its shipped probe).
