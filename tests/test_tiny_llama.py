@@ -1238,11 +1238,13 @@ def test_fit_and_eval_cap_max_tokens_at_the_backbones_position_table(folder, tmp
     data = _fit_corpus(tmp_path)
     long_rows = [{"prompt": f"tell me story {i}" + " hello" * 300, "label": "benign", "source": "L"} for i in range(10)]
     data.write_text(data.read_text() + "".join(json.dumps(r) + "\n" for r in long_rows))
-    with caplog.at_level(logging.INFO, logger="herald_service.training.extract"):
+    with caplog.at_level(logging.INFO):
         manifest = run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", cache_dir=tmp_path / "cache",
                                       device="cpu", max_per_source=None))
     assert manifest["training_data"]["max_tokens"] == 256  # the limit applied is the one recorded
     assert manifest["training_data"]["skipped_over_max_tokens"] == {"L": 10}
+    # the log names the sources of the skipped prompts, not only their count (tester: a 5 MB prompt was "1 skipped")
+    assert any(m.endswith("(10 over 256 tokens skipped: L 10)") for m in caplog.messages), caplog.messages
     assert ("--max-tokens 1024 capped at 256, the backbone's max_position_embeddings: longer prompts are skipped"
             in caplog.messages)
     corpus = load_corpus_states([data], str(folder), tmp_path / "cache", "cpu", "float32", None, 1024, 0.2, 0)

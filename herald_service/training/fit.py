@@ -556,8 +556,9 @@ def run_fit(options: FitOptions) -> dict:
     out = options.out or Path("models") / backbone.info.slug
     cache = StateCache(options.cache_dir, backbone)
     tokenized = tokenize_within_limit(backbone, capped, options.max_tokens)
-    log.info("%d prompts after caps (%d over %d tokens skipped)", len(tokenized.examples), sum(tokenized.skipped.values()),
-             options.max_tokens)
+    by_source = ", ".join(f"{source} {n}" for source, n in tokenized.skipped.items())
+    log.info("%d prompts after caps (%d over %d tokens skipped%s)", len(tokenized.examples),
+             sum(tokenized.skipped.values()), options.max_tokens, f": {by_source}" if by_source else "")
     require_rows_within_max_tokens(capped, tokenized, options.max_tokens, options.test_fraction, options.seed,
                                    options.max_per_source, backbone)
     corpus = extract_tokenized_states(backbone, tokenized, cache, options.token_budget)
