@@ -154,10 +154,10 @@ def _cut(text: str, patterns: tuple[re.Pattern, ...] = CUT_PATTERNS) -> list[str
 def views_beside(text: str, *, spread: bool = True) -> list[tuple[str, str]]:
     """Every text scored beside ``text`` and its kind (:data:`~herald_service.types.VIEW_KINDS`): its
     :func:`trimmed_views` (``"trimmed"``), then its :func:`~herald_service.prompt_text.spelled_out_reading`
-    (``"reading"``) and that reading's trimmed views (``"trimmed"``); then, where its words are spread out
-    (:func:`~herald_service.prompt_text.spread_out_reading`: one word per line, three spaces between words), the text
-    with each run of whitespace as one space (``"reading"``), its trimmed views, and its spelled-out reading and that
-    reading's views. Each text once, none equal to ``text`` as the backbone reads it. Most texts have no reading and
+    (``"reading"``) and that reading's trimmed views (``"trimmed"``); then, where words are spread out
+    (:func:`~herald_service.prompt_text.spread_out_reading`: a sentence one word a line, wide gaps between words), the
+    text with those words read with single spaces (``"reading"``), its trimmed views, and its spelled-out reading and
+    that reading's views. Each text once, none equal to ``text`` as the backbone reads it. Most texts have no reading and
     get their trimmed views alone: 0 to :data:`MAX_TRIMMED_VIEWS` texts; up to 4 x (1 + :data:`MAX_TRIMMED_VIEWS`) - 1
     with every reading. ``spread=False`` leaves the spread-out reading out (the views before the sixth run of
     docs/eval/trimmed_views.md: its check's reference).
