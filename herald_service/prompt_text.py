@@ -737,7 +737,7 @@ def spread_out_reading(read: str) -> str | None:
     """
     lines = read.split("\n")
     runs = _spread_lines(lines)
-    wide = [i for i, line in enumerate(lines) if _wide_line(line)]
+    wide = {i for i, line in enumerate(lines) if _wide_line(line)}  # a set: a list made each line's test linear
     if not runs and not wide:
         return None
     out = [_GAP.sub(" ", line.strip()) if i in wide else line for i, line in enumerate(lines)]
