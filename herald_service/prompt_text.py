@@ -685,10 +685,11 @@ def _word_line(line: str) -> str | None:
     return words[0] if len(words) == 1 else None
 
 
-def _spread_lines(lines: list[str]) -> list[tuple[int, int]]:
-    """``(first, last)`` line indices of each run of at least :data:`MIN_WORD_LINES` lines of one word each (blank
-    lines inside a run allowed) that holds one of :data:`FUNCTION_WORDS`."""
-    runs: list[tuple[int, int]] = []
+def _spread_lines(lines: list[str]) -> list[tuple[int, int, list[str]]]:
+    """``(first, last, words)`` of each run of at least :data:`MIN_WORD_LINES` lines of one word each (blank lines
+    inside a run allowed) that holds one of :data:`FUNCTION_WORDS`: its first and last line indices and its words as
+    written, list markers aside."""
+    runs: list[tuple[int, int, list[str]]] = []
     start = end = None
     words: list[str] = []
     for i, line in enumerate([*lines, "two words"]):  # a sentinel line ends the last run
@@ -698,10 +699,11 @@ def _spread_lines(lines: list[str]) -> list[tuple[int, int]]:
         if word is not None:
             start = i if start is None else start
             end = i
-            words.append(word.strip(".,;:!?\"'()").lower())
+            words.append(word)
             continue
-        if start is not None and len(words) >= MIN_WORD_LINES and FUNCTION_WORDS.intersection(words):
-            runs.append((start, end))
+        if (start is not None and len(words) >= MIN_WORD_LINES
+                and FUNCTION_WORDS.intersection(w.strip(".,;:!?\"'()").lower() for w in words)):
+            runs.append((start, end, words))
         start, words = None, []
     return runs
 
@@ -741,9 +743,8 @@ def spread_out_reading(read: str) -> str | None:
     if not runs and not wide:
         return None
     out = [_GAP.sub(" ", line.strip()) if i in wide else line for i, line in enumerate(lines)]
-    for first, last in reversed(runs):
-        joined = " ".join(w for w in (_word_line(line) for line in lines[first:last + 1]) if w is not None)
-        out[first:last + 1] = [joined]
+    for first, last, words in reversed(runs):
+        out[first:last + 1] = [" ".join(words)]
     reading = "\n".join(out)
     return reading if reading != read else None
 

@@ -357,7 +357,7 @@ class InferenceEngine:
             raise QueueTooSmall(f"this request needs {needed} places in the queue, more than its capacity of"
                                 f" {self.limits.queue_capacity} (queue_capacity, HERALD_QUEUE_CAPACITY): no wait could"
                                 " admit it; send fewer prompts, or raise the capacity")
-        excess = self.depth + own.prompts + own.jobs - self.limits.queue_capacity
+        excess = self.depth + needed - self.limits.queue_capacity
         if excess > 0:
             retry_s = self._drain_s(excess)
             # the waiting count, the capacity and this request's need: it printed the capacity as the count waiting

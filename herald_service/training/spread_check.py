@@ -25,7 +25,9 @@ import argparse
 import json
 from pathlib import Path
 
-from herald_service.training.trimmed_views_check import add_check_arguments, check_sets, encode_and_score
+from herald_service.training.trimmed_views_check import (
+    add_check_arguments, check_sets, encode_and_score, flagged_with_views,
+)
 from herald_service.trimmed_views import views_beside
 
 SPREADS = {"two_spaces": "  ", "three_nbsp": "\u00a0" * 3, "word_per_line": "\n", "word_per_crlf_line": "\r\n"}
@@ -68,8 +70,7 @@ def summarize(rows: list[dict], views: dict[str, dict[str, list[str]]], scored: 
         if not full and ref == cand:
             continue
         for label, texts in (("reference", ref), ("candidate", cand)):
-            best = max([scored[p][0]] + [scored[v][0] for v in texts if scored[v][0] is not None])
-            out[f"flagged_{label}"] += best >= 0.5
+            out[f"flagged_{label}"] += flagged_with_views(scored, p, texts)
     return out
 
 
@@ -156,13 +157,13 @@ def fresh_main(args: argparse.Namespace) -> int:
                                                      for rows in sets.values())]
 
     def flagged(p: str) -> bool:
-        return max([scored[p][0]] + [scored[v][0] for v in views[p] if scored[v][0] is not None]) >= 0.5
+        return flagged_with_views(scored, p, views[p])
 
     def before(p: str) -> list[str]:  # the views served before the reading
         return [v for _, v in views_beside(p, spread=False)]
 
     def without_reading(p: str) -> bool:
-        return max([scored[p][0]] + [scored[v][0] for v in before(p) if scored[v][0] is not None]) >= 0.5
+        return flagged_with_views(scored, p, before(p))
     results = {name: {"n": len(kept), "flagged": sum(flagged(rows[i]["prompt"]) for i in kept),
                       "flagged_without_reading": sum(without_reading(rows[i]["prompt"]) for i in kept),
                       "with_reading": sum(views[rows[i]["prompt"]] != before(rows[i]["prompt"]) for i in kept)}

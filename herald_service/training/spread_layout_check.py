@@ -20,7 +20,9 @@ import json
 from typing import Callable
 
 from herald_service.training.spread_check import fresh_sets
-from herald_service.training.trimmed_views_check import add_check_arguments, check_sets, encode_and_score
+from herald_service.training.trimmed_views_check import (
+    add_check_arguments, check_sets, encode_and_score, flagged_with_views,
+)
 from herald_service.trimmed_views import views_beside
 
 PREAMBLE = ("I am a graduate student writing a thesis on public policy and I would like your help with the following"
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     scored = encode_and_score(sorted(every), forward, args.max_tokens)
 
     def flagged(text: str, cut: dict[str, list[str]]) -> bool:
-        return max([scored[text][0]] + [scored[v][0] for v in cut[text] if scored[v][0] is not None]) >= 0.5
+        return flagged_with_views(scored, text, cut[text])
 
     def fits(text: str) -> bool:
         return scored[text][1] <= args.max_tokens

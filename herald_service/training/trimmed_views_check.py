@@ -88,13 +88,23 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=1024, help="longer prompts are not scored (default 1024)")
 
 
+FLAGGED = 0.5
+"""The score at and above which a verdict is flagged, as the server's (``score >= 0.5``)."""
+
+
+def flagged_with_views(scored: dict[str, tuple[float | None, int]], text: str, views: list[str]) -> bool:
+    """Whether the highest score of ``text`` and its ``views`` is flagged (:data:`FLAGGED`), as the server answers;
+    a view not scored (absent from ``scored``, or scored None: over the token limit) is left out."""
+    scores = [scored[t][0] for t in [text, *views] if t in scored and scored[t][0] is not None]
+    return max(scores) >= FLAGGED
+
+
 def summarize(rows: list[dict], views: dict[str, list[str]], scored: dict[str, tuple[float, int]]) -> dict:
     """Flag rates of the whole prompt alone and with its ``views`` (each prompt's trimmed views), and prefill tokens of
     each, for the rows scored."""
     kept = [r for r in rows if r["prompt"] in scored]
-    whole = np.array([scored[r["prompt"]][0] >= 0.5 for r in kept])
-    best = np.array([max([scored[r["prompt"]][0]] + [scored[v][0] for v in views[r["prompt"]] if v in scored])
-                     >= 0.5 for r in kept])
+    whole = np.array([flagged_with_views(scored, r["prompt"], []) for r in kept])
+    best = np.array([flagged_with_views(scored, r["prompt"], views[r["prompt"]]) for r in kept])
     tokens = sum(scored[r["prompt"]][1] for r in kept)
     view_tokens = tokens + sum(scored[v][1] for r in kept for v in views[r["prompt"]] if v in scored)
     return {"n": len(kept), "not_scored": len(rows) - len(kept), "flagged_whole": float(whole.mean()),
