@@ -45,8 +45,8 @@ def prompt_words(words: list[str], command: str) -> list[str]:
 
 
 PROMPT_FILE_MAX_BYTES = 256 * 2**20
-"""The most bytes ``herald classify --file`` and ``herald steer-eval --file`` read (256 MiB: a million prompts of 250 characters), so that a device or
-a huge file is refused in one line instead of filling memory."""
+"""The most bytes ``herald classify --file`` and ``herald steer-eval --file`` read (256 MiB: a million prompts of 250
+characters), so that a device or a huge file is refused in one line instead of filling memory."""
 
 
 def read_prompt_lines(path: Path, where: str) -> list[str]:
