@@ -66,33 +66,33 @@ RULE = {"layout_recall_drop_max": 0.05, "benign_pooled_rise_max": 0.01, "benign_
 """The eighth run's rule (fractions; the token ratio is a multiple)."""
 
 
-def layout_sets(sets: dict[str, list[dict]]) -> dict[str, list[tuple[str, str]]]:
-    """``layout/<label>/<name>`` -> (spread form, single-spaced form) of every format-check plain row."""
+def layout_sets(sets: dict[str, list[dict]], layouts: dict | None = None) -> dict[str, list[tuple[str, str]]]:
+    """``layout/<label>/<name>`` -> (spread form, single-spaced form) of every format-check plain row in each of
+    ``layouts`` (:data:`LAYOUTS` by default)."""
     out = {}
     for label in ("harmful", "benign"):
         rows = sets[f"format_{label}_plain"]
-        for name, (spread, single) in LAYOUTS.items():
+        for name, (spread, single) in (LAYOUTS if layouts is None else layouts).items():
             out[f"layout/{label}/{name}"] = [(spread(r["prompt"]), single(r["prompt"])) for r in rows]
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m herald_service.training.spread_layout_check",
-                                     description=__doc__.split("\n\n")[0])
-    add_check_arguments(parser)
-    args = parser.parse_args(argv)
+def layout_check(args: argparse.Namespace, pairs: dict[str, list[tuple[str, str]]], lists: tuple[str, ...],
+                 before_views: Callable[[str], list[tuple[str, str]]], rule: dict,
+                 candidate_views: Callable[[str], list[tuple[str, str]]] = views_beside) -> dict:
+    """Score a layout check and judge it by ``rule`` (:data:`RULE`'s keys): ``pairs`` (``layout/<label>/<name>`` or
+    ``fresh/benign/<name>`` -> (spread form, single-spaced form)) and ``lists`` (benign texts that may not be flagged
+    where the views before did not flag them) with ``candidate_views`` (the served :func:`views_beside` by default)
+    and with ``before_views``, and the earlier held-out sets of :func:`check_sets` against ``before_views``. Returns the report
+    written to ``args.out``: per-set counts, the verdict of each part (a) to (e), and whether all hold."""
     earlier = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
-    pairs = layout_sets(earlier)
-    fresh = fresh_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
-    pairs["fresh/benign/word_per_line"] = [(s["prompt"], w["prompt"])
-                                           for s, w in zip(fresh["fresh/word_per_line"], fresh["fresh_written"])]
-    texts = {t for rows in pairs.values() for pair in rows for t in pair} | set(LISTS)
+    texts = {t for rows in pairs.values() for pair in rows for t in pair} | set(lists)
     texts |= {r["prompt"] for name, rows in earlier.items() for r in rows}
-    views = {t: [v for _, v in views_beside(t)] for t in texts}
-    before = {t: [v for _, v in views_beside(t, spread=False)] for t in texts}
+    views = {t: [v for _, v in candidate_views(t)] for t in texts}
+    before = {t: [v for _, v in before_views(t)] for t in texts}
     changed_earlier = {r["prompt"] for rows in earlier.values() for r in rows
                        if views[r["prompt"]] != before[r["prompt"]]}
-    forward = {t for rows in pairs.values() for pair in rows for t in pair} | set(LISTS) | changed_earlier
+    forward = {t for rows in pairs.values() for pair in rows for t in pair} | set(lists) | changed_earlier
     forward |= {v for t in forward for v in views[t] + before[t]}
     every = texts | {v for t in texts for v in views[t] + before[t]}
     scored = encode_and_score(sorted(every), forward, args.max_tokens)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "tokens_before": sum(scored[p][1] + sum(scored[v][1] for v in before[p])
                                                            for p in kept)}
     results["lists"] = {t: {"score": scored[t][0], "flagged": flagged(t, views), "flagged_before": flagged(t, before),
-                            "with_reading": views[t] != before[t]} for t in LISTS}
+                            "with_reading": views[t] != before[t]} for t in lists}
 
     def drop(name: str) -> float:
         r = results[name]
@@ -129,19 +129,33 @@ def main(argv: list[str] | None = None) -> int:
                    / max(sum(results[n]["n"] for n in benign), 1))
     left = results["earlier/left_out_benign"]
     verdict = {
-        "a": all(drop(n) <= RULE["layout_recall_drop_max"] for n in pairs if "/harmful/" in n),
-        "b": pooled_rise <= RULE["benign_pooled_rise_max"]
-        and all(-drop(n) <= RULE["benign_each_rise_max"] for n in benign),
-        "c": all(r["rise"] / max(r["n"], 1) <= RULE["earlier_rise_max"]
+        "a": all(drop(n) <= rule["layout_recall_drop_max"] for n in pairs if "/harmful/" in n),
+        "b": pooled_rise <= rule["benign_pooled_rise_max"]
+        and all(-drop(n) <= rule["benign_each_rise_max"] for n in benign),
+        "c": all(r["rise"] / max(r["n"], 1) <= rule["earlier_rise_max"]
                  for n, r in results.items() if n.startswith("earlier/") and "harmful" not in n),
         "d": all(not r["flagged"] or r["flagged_before"] for r in results["lists"].values()),
-        "e": left["tokens"] <= RULE["token_ratio_max"] * left["tokens_before"],
+        "e": left["tokens"] <= rule["token_ratio_max"] * left["tokens_before"],
     }
-    report = {"rule": RULE, "passed": verdict, "pass": all(verdict.values()), "results": results,
+    report = {"rule": rule, "passed": verdict, "pass": all(verdict.values()), "results": results,
               "benign_pooled_rise_over_single": pooled_rise, "options": {k: str(v) for k, v in vars(args).items()}}
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({"passed": verdict, "benign_pooled_rise_over_single": pooled_rise,
                       **{n: r for n, r in results.items() if n != "lists"}}, indent=1))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m herald_service.training.spread_layout_check",
+                                     description=__doc__.split("\n\n")[0])
+    add_check_arguments(parser)
+    args = parser.parse_args(argv)
+    earlier = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
+    pairs = layout_sets(earlier)
+    fresh = fresh_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
+    pairs["fresh/benign/word_per_line"] = [(s["prompt"], w["prompt"])
+                                           for s, w in zip(fresh["fresh/word_per_line"], fresh["fresh_written"])]
+    layout_check(args, pairs, LISTS, lambda text: views_beside(text, spread=False), RULE)
     return 0
 
 
