@@ -1,12 +1,13 @@
-"""The held-out check of the spread-out reading's ninth run (docs/eval/trimmed_views.md): the wider reading of
-:func:`~herald_service.prompt_text.spread_out_reading` (lines of up to three words, any list marker, CR line breaks,
-words set apart by separators, quotes, dots or underscores, emoji) against the eighth run's (``wider=False``).
+"""The held-out check of the spread-out reading's tenth run (docs/eval/trimmed_views.md; the ninth's, whose candidate
+failed, with fresh rows): the wider reading of :func:`~herald_service.prompt_text.spread_out_reading` (lines of up to
+three words, any list marker, CR line breaks, words set apart by separators, quotes, dots or underscores, emoji)
+against the eighth run's (``wider=False``).
 
 Each layout of a prompt is judged against the same prompt single-spaced (:func:`.spread_layout_check.layout_check`):
 the format check's plain rows (120 held-out AdvBench / HarmBench requests, 120 benign instruction prompts the
-per-source cap leaves out) in the eighth run's layouts and in :data:`LAYOUTS`; fresh benign rows no earlier run drew,
-two words a line; the earlier held-out sets against the eighth run's reading; and benign short-line texts
-(:data:`SHORT_TEXTS`) beside the eighth run's lists.
+per-source cap leaves out) in the eighth run's layouts and in :data:`LAYOUTS`; 120 fresh held-out requests no earlier
+run drew in :data:`LAYOUTS`; fresh benign rows no earlier run drew, two words a line; the earlier held-out sets against
+the eighth run's reading; and benign short-line texts (:data:`SHORT_TEXTS`) beside the eighth run's lists.
 
 Run ``python -m herald_service.training.layout_reading_check <data folder> <benign_sensitive folder> <out.json>
 [--seed 0] [--max-per-source 150] [--per-source 40] [--max-tokens 1024]``; the backbone and probe are the configured
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+from herald_service.training.attacks import REQUEST_SOURCES
 from herald_service.training.spread_check import fresh_sets
 from herald_service.training.spread_layout_check import LISTS, RULE, layout_check, layout_sets
 from herald_service.training.trimmed_views_check import add_check_arguments, check_sets
@@ -80,13 +82,15 @@ SHORT_TEXTS = (
 short lines with function words, markers the eighth run did not know, emoji, quoted words, a menu set apart by bars,
 code."""
 
-NINTH_RULE = RULE
-"""The ninth run's rule: the eighth run's bounds (:data:`.spread_layout_check.RULE`)."""
+TENTH_RULE = RULE
+"""The ninth and tenth runs' rule: the eighth run's bounds (:data:`.spread_layout_check.RULE`)."""
 
 
-def ninth_fresh_rows(args: argparse.Namespace, fresh_seed: int = 9, per_source: int = 20) -> list[str]:
-    """``per_source`` left-out benign rows of every benign source that no set of the sixth, seventh or eighth run
-    holds (drawn with ``fresh_seed``)."""
+def fresh_rows(args: argparse.Namespace, label: int, fresh_seed: int, per_source: int,
+               sources: tuple[str, ...] | None = None, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """``per_source`` left-out rows of ``label`` (1 harmful, 0 benign) of each of ``sources`` (every source of that
+    label by default) that no set of the sixth, seventh or eighth run holds, nor ``exclude`` (drawn with
+    ``fresh_seed``)."""
     import numpy as np
 
     from herald_service.training.corpus import expand_data, load_corpus
@@ -97,10 +101,10 @@ def ninth_fresh_rows(args: argparse.Namespace, fresh_seed: int = 9, per_source: 
     used |= {r["prompt"] for r in fresh_sets(args.data, args.sensitive, args.seed, args.max_per_source,
                                              args.per_source)["fresh_written"]}
     left = [e for e in left_out_rows(load_corpus(expand_data([args.data])), args.max_per_source, args.seed)
-            if e.label == 0 and e.prompt.strip() not in used]
+            if e.label == label and e.prompt.strip() not in used | exclude]
     rng = np.random.default_rng(fresh_seed)
     rows = []
-    for source in sorted({e.source for e in left}):
+    for source in sources or sorted({e.source for e in left}):
         members = [e for e in left if e.source == source]
         rows += [members[j].prompt.strip() for j in sorted(rng.permutation(len(members))[:per_source])]
     return rows
@@ -117,8 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = earlier[f"format_{label}_plain"]
         for name, layout in LAYOUTS.items():
             pairs[f"layout/{label}/{name}"] = [(layout(r["prompt"], k), r["prompt"]) for k, r in enumerate(rows)]
-    pairs["fresh/benign/two_per_line"] = [(LAYOUTS["two_per_line"](p, 0), p) for p in ninth_fresh_rows(args)]
-    layout_check(args, pairs, LISTS + SHORT_TEXTS, lambda text: views_beside(text, wider=False), NINTH_RULE,
+    ninth = fresh_rows(args, 0, 9, 20)  # the ninth run's fresh benign rows
+    tenth = fresh_rows(args, 0, 10, 20, exclude=frozenset(ninth))
+    pairs["fresh/benign/two_per_line"] = [(LAYOUTS["two_per_line"](p, 0), p) for p in tenth]
+    harmful = fresh_rows(args, 1, 10, 60, REQUEST_SOURCES)  # none of the ninth run's: its failures were read
+    for name, layout in LAYOUTS.items():
+        pairs[f"fresh/harmful/{name}"] = [(layout(p, k), p) for k, p in enumerate(harmful)]
+    layout_check(args, pairs, LISTS + SHORT_TEXTS, lambda text: views_beside(text, wider=False), TENTH_RULE,
                  lambda text: views_beside(text, wider=True))
     return 0
 
