@@ -647,7 +647,7 @@ def test_a_save_stopped_mid_write_leaves_the_previous_probe_whole(tmp_path, fitt
     assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)
 
 
-def test_tensors_of_another_fit_beside_the_manifest_are_refused_naming_both_files(tmp_path, fitted):
+def test_tensors_of_another_fit_beside_the_manifest_are_refused_naming_both_files(tmp_path, fitted, caplog):
     # tester finding: one fit's probe.safetensors beside another's probe.json was refused with a numerics message
     # ("moved by a median of 2.71 ... bfloat16 linear layers"); probe.json now records the tensors' sha256
     import hashlib
@@ -669,11 +669,17 @@ def test_tensors_of_another_fit_beside_the_manifest_are_refused_naming_both_file
         f"probe.safetensors is not the one probe.json was written with in {tmp_path / 'b'} (its sha256 is"
         f" {manifest['tensors_sha256'][:16]}…, probe.json records {recorded[:16]}…): refit, or copy both files together"
         " (HERALD_PROBE)")
-    # a manifest without the field (every probe saved before it, the committed ones too) loads as before
+    # a manifest without the field (every probe saved before it) loads as before, with a warning that says so
+    assert not [r for r in caplog.records if "tensors_sha256" in r.getMessage()]
     del manifest["tensors_sha256"]
     (tmp_path / "a" / "probe.json").write_text(json.dumps(manifest))
     loaded, _ = load_probe(tmp_path / "a", backbone.info)
     assert np.array_equal(loaded.predict(states).flagged, probe.predict(states).flagged)
+    warned = [r for r in caplog.records if "tensors_sha256" in r.getMessage()]
+    assert [r.levelname for r in warned] == ["WARNING"]
+    assert warned[0].getMessage() == (
+        f"probe.json in {tmp_path / 'a'} records no tensors_sha256 (written before the field), so probe.safetensors is"
+        " not checked against it: refit, or use the probe only with the tensors it was written with")
     (tmp_path / "a" / "probe.json").write_text(json.dumps({**manifest, "tensors_sha256": "ABC"}))
     with pytest.raises(ProbeMismatch) as refused:
         load_probe(tmp_path / "a", backbone.info)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from herald_service.probes.scorer import TrajectoryScorer
 from herald_service.prompt_text import PROMPT_TEXT
 from herald_service.strict_json import StrictJsonError, loads_unique
 from herald_service.types import BackboneInfo
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
@@ -487,6 +490,7 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
         ProbeMismatch: missing, unreadable or incomplete files, a manifest field out of range (:func:`check_manifest`),
             tensors of other bytes than the manifest's ``tensors_sha256`` (another fit's), unusable tensors
             (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a backbone mismatch.
+            A manifest without ``tensors_sha256`` (written before the field) loads with a warning logged.
     """
     manifest_path = _manifest_path(folder)
     manifest_bytes = _read_probe_file(manifest_path)
@@ -527,7 +531,11 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
     # another fit were refused by the reference check with a message about numerics (tester finding). Probes saved
     # before the field have none.
     recorded, actual = manifest.get("tensors_sha256"), hashlib.sha256(tensor_bytes).hexdigest()
-    if recorded is not None and recorded != actual:
+    if recorded is None:  # loaded as before, but said: another fit's tensors beside it would not be noticed (tester)
+        log.warning("%s in %s records no tensors_sha256 (written before the field), so %s is not checked against it:"
+                    " refit, or use the probe only with the tensors it was written with", MANIFEST_FILE, folder,
+                    TENSORS_FILE)
+    elif recorded != actual:
         raise ProbeMismatch(f"{TENSORS_FILE} is not the one {MANIFEST_FILE} was written with in {folder} (its sha256 is"
                             f" {actual[:16]}…, {MANIFEST_FILE} records {recorded[:16]}…): refit, or copy both files"
                             " together (HERALD_PROBE)", field="probe")
