@@ -358,6 +358,11 @@ class ModerationResult(BaseModel):
     categories: dict[str, bool]
     category_scores: dict[str, float]
     category_applied_input_types: dict[str, list[str]]
+    view: Literal["whole", "message", "content_part", "trimmed", "reading"] = Field(
+        description="Herald's, beside OpenAI's fields: which prompt decided, as /classify's view (the input whole, a"
+        " content part alone, a trimmed view or a reading)")
+    view_text: str | None = Field(description="Herald's: the text of that prompt where the input whole did not decide"
+                                  " (null there), as /classify's view_text")
 
 
 class ModerationResponse(BaseModel):

@@ -105,6 +105,8 @@ async def moderations(body: ModerationRequest, request: Request, moderator: Serv
                     "categories": dict.fromkeys(CATEGORIES, r.flagged),
                     "category_scores": dict.fromkeys(CATEGORIES, r.score),
                     "category_applied_input_types": {name: ["text"] for name in CATEGORIES},
+                    "view": r.view,  # Herald's: which prompt decided (/classify's fields; OpenAI's SDK keeps extras)
+                    "view_text": r.view_text,
                 }
                 for r in results
             ],
