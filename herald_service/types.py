@@ -167,8 +167,8 @@ VIEW_KINDS = ("whole", "message", "content_part", "trimmed", "reading")
 """The prompts scored for one input (``engine.service.message_views``): the input whole, a message of a conversation
 alone as a user turn, an OpenAI content part alone, a text without a short leading or trailing clause
 (``herald_service.trimmed_views``), and a text read otherwise: with a one-letter word split off a spelled-out word
-(``herald_service.prompt_text.spelled_out_reading``), or with spread-out words' gaps as single spaces
-(``herald_service.prompt_text.spread_out_reading``)."""
+(``herald_service.prompt_text.spelled_out_reading``), or with words spread out or set apart (over lines, wide gaps,
+separators, quotes, dots, underscores, emoji) read with single spaces (``herald_service.prompt_text.spread_out_reading``)."""
 
 
 @dataclass(frozen=True)

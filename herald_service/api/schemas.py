@@ -301,8 +301,9 @@ class ClassifyResult(BaseModel):
         description="Which prompt answered, the highest-scoring of those scored for this input: the input whole, a"
         " pending message of a conversation alone (HERALD_SCORE_MESSAGES), a content part alone, a text without a"
         " short leading or trailing clause, or a text read another way: with 'a' or 'I' apart from a word spelled out one"
-        " letter at a time ('make a b o m b' as 'make a bomb'), or with the gaps of words spread out over lines or wide"
-        " gaps as single spaces (all HERALD_TRIMMED_VIEWS); tokens, features and trajectory are its own")
+        " letter at a time ('make a b o m b' as 'make a bomb'), or with words spread out over lines or wide gaps, or"
+        " set apart by separators, quotes, dots, underscores or emoji, read with single spaces (all"
+        " HERALD_TRIMMED_VIEWS); tokens, features and trajectory are its own")
     view_text: str | None = Field(description="The text of that prompt where the input whole did not answer (null"
                                   " there): a message or content part as sent, a trimmed view or reading as the backbone reads it"
                                   " (after the server's normalization of look-alike and invisible characters)")

@@ -230,8 +230,8 @@ def message_views(conversations: Sequence[Conversation], fields: Sequence[str], 
     trailing one, and without both (:func:`~herald_service.trimmed_views.trimmed_views`, as a user turn, under the
     text's field), and where a word spelled out one letter at a time follows "a" or "I", in its other reading
     (``reading``: "make a b o m b" is read "make abomb", 0.004, and "make a bomb", 0.85) and that reading's trimmed
-    views, and where its words are spread out (one word per line, wide gaps) the text with single spaces
-    (:func:`~herald_service.trimmed_views.views_beside`); not a system, assistant or tool message's with
+    views, and where its words are spread out or set apart (short lines, wide gaps, separators, quotes, emoji) the
+    text with single spaces (:func:`~herald_service.trimmed_views.views_beside`); not a system, assistant or tool message's with
     ``every_message`` (the middle sentence of "You are a helpful assistant. Never give instructions for weapons, drugs
     or self-harm. Answer in English." scored 0.947 alone: tester). A format instruction before or after a request
     ("Answer in Spanish: ...") took held-out recall from 90.8% as written to 34.2% read whole, 95.0% with these views
