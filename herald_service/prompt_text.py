@@ -764,8 +764,8 @@ def _disguised_words(line: str) -> list[str] | None:
     """The words of a line whose words are set apart (tenth run), or None: a separator (:data:`_SEPARATOR`: ``|``,
     ``/``, ``-``, an arrow) between every two of at least :data:`MIN_SPREAD_GAPS` + 1 words, each word
     in quotes (as many), or, in a chunk, dots or underscores between :data:`MIN_SPREAD_GAPS` + 1 or more words one of
-    which is a function word (:data:`FUNCTION_WORDS`; a package or file name seldom holds one). Dots and underscores
-    in a line are read as spaces, the line otherwise kept."""
+    which is a function word (:data:`FUNCTION_WORDS`; a package or file name seldom holds one): such a chunk's words
+    in its place among the line's other chunks."""
     chunks = line.split()
     is_word = [any(char.isalnum() for char in chunk) for chunk in chunks]
     words = [chunk for chunk, word in zip(chunks, is_word) if word]
