@@ -8,7 +8,7 @@ from typing import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 
-from herald_service.types import Classification
+from herald_service.types import VIEW_KINDS, Classification
 
 REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_work", "queue_capacity",
                   "estimated_wait", "queue_full", "steer_concurrency", "buffered_bodies", "body_size", "body_timeout", "content_type",
@@ -79,9 +79,14 @@ class HeraldMetrics:
         self.rejected = Counter("herald_rejected_requests_total", "Requests refused before any model work, by reason.", ["reason"], registry=r)
         self.scored_views = Counter(
             "herald_scored_views_total", "Prompts scored beside the inputs whole, by kind: a pending message alone,"
-            " a content part alone, a text without a short leading or trailing clause, a text read with 'a' or 'I'"
-            " apart from a word spelled out one letter at a time (both HERALD_TRIMMED_VIEWS). They"
+            " a content part alone, a text without a short leading or trailing clause, a text read another way (a"
+            " word spelled out one letter at a time, words spread out or set apart; both HERALD_TRIMMED_VIEWS). They"
             " are in herald_batch_size_prompts and herald_prompt_tokens too.", ["kind"], registry=r)
+        # which prompt decided a flag: how often a verdict rests on a view (an evasion caught) rather than the input
+        # whole showed in no metric (tester)
+        self.flagged_by_view = Counter(
+            "herald_flagged_by_view_total", "Flagged verdicts by route and the prompt that decided them (view: whole,"
+            " message, content_part, trimmed, reading; the answer's view field).", ["route", "view"], registry=r)
         self.steer_runs = Counter("herald_steer_runs_total", "/steer jobs admitted to the worker by intervention mode, whatever their end (200, 499 client gone, 504).", ["mode"], registry=r)
         self.worker_cost = Gauge(
             "herald_worker_cost_seconds",
@@ -139,14 +144,16 @@ class HeraldMetrics:
 
     def start_routes(self, routes: Sequence[str], decision_routes: Sequence[str] = ()) -> None:
         """Create at 0 the series a restart would otherwise lose the first increment of: each of ``routes`` (route
-        templates) with each of :data:`STARTING_STATUSES`, their latency histograms, and both verdicts of each of
-        ``decision_routes``."""
+        templates) with each of :data:`STARTING_STATUSES`, their latency histograms, and both verdicts and every
+        deciding view (:data:`~herald_service.types.VIEW_KINDS`) of each of ``decision_routes``."""
         for route in routes:
             for status in STARTING_STATUSES:
                 self._request_children(route, status)
         for route in decision_routes:
             for flagged in (True, False):
                 self._decision_child(route, flagged)
+            for view in VIEW_KINDS:
+                self.flagged_by_view.labels(route, view)
 
     def _request_children(self, route: str, status: int) -> tuple[Counter, Histogram]:
         series = self._request_series.get((route, status))
@@ -180,7 +187,10 @@ class HeraldMetrics:
         histogram.observe(seconds)
 
     def observe_decisions(self, route: str, results: Sequence[Classification]) -> None:
-        """Count each verdict as ``flagged`` or ``allowed`` and observe its score."""
+        """Count each verdict as ``flagged`` or ``allowed``, a flagged one by the view that decided it, and observe its
+        score."""
         for result in results:
             self._decision_child(route, result.flagged).inc()
+            if result.flagged:
+                self.flagged_by_view.labels(route, result.view).inc()
             self.score.observe(result.score)

@@ -1,5 +1,7 @@
 """The metric helpers the request path calls: cached labelled children count into the declared series."""
 
+from dataclasses import replace
+
 from herald_service.metrics import HeraldMetrics
 from herald_service.types import Classification
 
@@ -49,6 +51,13 @@ def test_observe_decisions_counts_each_verdict_and_its_score():
     assert sample(metrics, "herald_moderation_decisions_total", route="/classify", decision="flagged") == 1
     assert sample(metrics, "herald_moderation_score_ratio_count") == 4
     assert sample(metrics, "herald_moderation_score_ratio_bucket", le="0.05") == 1
+    # flagged verdicts by the prompt that decided them (allowed ones are not: every prompt scored under the threshold)
+    assert sample(metrics, "herald_flagged_by_view_total", route="/v1/moderations", view="whole") == 1
+    metrics.observe_decisions("/classify", [replace(_verdict(True, 0.9), view="reading", view_text="how to ..."),
+                                            replace(_verdict(False, 0.1), view="trimmed", view_text="x y z")])
+    assert sample(metrics, "herald_flagged_by_view_total", route="/classify", view="reading") == 1
+    assert sample(metrics, "herald_flagged_by_view_total", route="/classify", view="whole") == 1
+    assert sample(metrics, "herald_flagged_by_view_total", route="/classify", view="trimmed") == 0
 
 
 def test_two_apps_keep_their_own_series():
@@ -82,6 +91,8 @@ def test_known_label_series_are_exported_at_zero_before_any_traffic():
     for route in ("/classify", "/v1/moderations"):
         for decision in ("flagged", "allowed"):
             assert scraped[("herald_moderation_decisions_total", (("decision", decision), ("route", route)))] == 0
+        for view in ("whole", "message", "content_part", "trimmed", "reading"):
+            assert scraped[("herald_flagged_by_view_total", (("route", route), ("view", view)))] == 0, (route, view)
     for reason in ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
                    "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding",
                    "transfer_encoding"):
