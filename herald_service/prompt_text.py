@@ -682,6 +682,8 @@ dash, an emoji, ``>``), ``#`` and a number, a number, letter or roman numeral wi
 box; one or more of them."""
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 """A line break (tenth run: CR alone too; the eighth split at LF only, so lines ended by CR read as one line)."""
+_LF = re.compile(r"(\n)")
+"""The eighth run's line break."""
 _SEPARATOR = re.compile(r"^[|/\\~.,:;>\u2010-\u2015\u2022\u00b7\u2190-\u21ff-]+$")
 """A chunk that sets words apart: bars, slashes, dashes, dots, arrows (``a = b + c`` is code, not words set apart)."""
 _QUOTED = re.compile(r"""^[(\[]?(["'`])(\S+)\1[)\],;:.!?]*$""")
@@ -827,9 +829,8 @@ def spread_out_reading(read: str, *, wider: bool = True) -> str | None:
         The reading, or None. Joining can make what the fold reads further (letters one per line become "b o m b",
         which it joins), so the backbone reads ``normalize_prompt_text`` of it.
     """
-    pieces = _LINE_BREAK.split(read) if wider else read.split("\n")
-    lines = pieces[0::2] if wider else pieces
-    breaks = pieces[1::2] if wider else ["\n"] * (len(lines) - 1)
+    pieces = (_LINE_BREAK if wider else _LF).split(read)
+    lines, breaks = pieces[0::2], pieces[1::2]  # each line, and the break after it
     out = list(lines)
     if wider:
         for i, line in enumerate(lines):
