@@ -94,16 +94,18 @@ def test_the_tenth_runs_fresh_rows_hold_none_of_the_earlier_runs_rows():
 
     import pytest
 
-    from herald_service.training.layout_reading_check import fresh_rows
+    from herald_service.training.layout_reading_check import fresh_rows, unused_left_out_rows
     from herald_service.training.trimmed_views_check import check_sets
 
     data = Path(__file__).resolve().parents[1].parent / "shared" / "data"
     if not data.is_dir():
         pytest.skip("../shared/data is not present")
     args = argparse.Namespace(data=data, sensitive=Path("/nonexistent"), seed=0, max_per_source=150, per_source=40)
-    earlier = {r["prompt"] for rows in check_sets(data, args.sensitive, 0, 150, 40).values() for r in rows}
-    ninth = fresh_rows(args, 0, 9, 20)
-    tenth = fresh_rows(args, 0, 10, 20, exclude=frozenset(ninth))
-    harmful = fresh_rows(args, 1, 10, 60, ("AdvBench", "HarmBench"))
+    sets = check_sets(data, args.sensitive, 0, 150, 40)
+    earlier = {r["prompt"] for rows in sets.values() for r in rows}
+    left = unused_left_out_rows(args, sets)
+    ninth = fresh_rows(left, 0, 9, 20)
+    tenth = fresh_rows(left, 0, 10, 20, exclude=frozenset(ninth))
+    harmful = fresh_rows(left, 1, 10, 60, ("AdvBench", "HarmBench"))
     assert len(harmful) == 120 and len(ninth) == len(tenth) > 100
     assert not (set(ninth) & set(tenth)) and not ((set(ninth) | set(tenth) | set(harmful)) & earlier)

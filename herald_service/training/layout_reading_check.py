@@ -20,6 +20,7 @@ import argparse
 from typing import Callable
 
 from herald_service.training.attacks import REQUEST_SOURCES
+from herald_service.training.corpus import Example
 from herald_service.training.spread_check import fresh_sets
 from herald_service.training.spread_layout_check import LISTS, RULE, layout_check, layout_sets
 from herald_service.training.trimmed_views_check import add_check_arguments, check_sets
@@ -86,22 +87,26 @@ TENTH_RULE = RULE
 """The ninth and tenth runs' rule: the eighth run's bounds (:data:`.spread_layout_check.RULE`)."""
 
 
-def fresh_rows(args: argparse.Namespace, label: int, fresh_seed: int, per_source: int,
-               sources: tuple[str, ...] | None = None, exclude: frozenset[str] = frozenset()) -> list[str]:
-    """``per_source`` left-out rows of ``label`` (1 harmful, 0 benign) of each of ``sources`` (every source of that
-    label by default) that no set of the sixth, seventh or eighth run holds, nor ``exclude`` (drawn with
-    ``fresh_seed``)."""
-    import numpy as np
-
+def unused_left_out_rows(args: argparse.Namespace, earlier: dict[str, list[dict]]) -> list[Example]:
+    """The rows the per-source cap of ``args`` leaves out of training that no set of the sixth, seventh or eighth run
+    holds (``earlier``: :func:`check_sets` of ``args``; and the seventh run's fresh rows), in corpus order."""
     from herald_service.training.corpus import expand_data, load_corpus
     from herald_service.training.format_wrapped import left_out_rows
 
-    used = {r["prompt"] for rows in check_sets(args.data, args.sensitive, args.seed, args.max_per_source,
-                                                args.per_source).values() for r in rows}
+    used = {r["prompt"] for rows in earlier.values() for r in rows}
     used |= {r["prompt"] for r in fresh_sets(args.data, args.sensitive, args.seed, args.max_per_source,
                                              args.per_source)["fresh_written"]}
-    left = [e for e in left_out_rows(load_corpus(expand_data([args.data])), args.max_per_source, args.seed)
-            if e.label == label and e.prompt.strip() not in used | exclude]
+    return [e for e in left_out_rows(load_corpus(expand_data([args.data])), args.max_per_source, args.seed)
+            if e.prompt.strip() not in used]
+
+
+def fresh_rows(left: list[Example], label: int, fresh_seed: int, per_source: int,
+               sources: tuple[str, ...] | None = None, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """``per_source`` rows of ``left`` (:func:`unused_left_out_rows`) of ``label`` (1 harmful, 0 benign) of each of
+    ``sources`` (every source of that label by default), none of ``exclude``, drawn with ``fresh_seed``."""
+    import numpy as np
+
+    left = [e for e in left if e.label == label and e.prompt.strip() not in exclude]
     rng = np.random.default_rng(fresh_seed)
     rows = []
     for source in sources or sorted({e.source for e in left}):
@@ -121,13 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = earlier[f"format_{label}_plain"]
         for name, layout in LAYOUTS.items():
             pairs[f"layout/{label}/{name}"] = [(layout(r["prompt"], k), r["prompt"]) for k, r in enumerate(rows)]
-    ninth = fresh_rows(args, 0, 9, 20)  # the ninth run's fresh benign rows
-    tenth = fresh_rows(args, 0, 10, 20, exclude=frozenset(ninth))
+    left = unused_left_out_rows(args, earlier)
+    ninth = fresh_rows(left, 0, 9, 20)  # the ninth run's fresh benign rows
+    tenth = fresh_rows(left, 0, 10, 20, exclude=frozenset(ninth))
     pairs["fresh/benign/two_per_line"] = [(LAYOUTS["two_per_line"](p, 0), p) for p in tenth]
-    harmful = fresh_rows(args, 1, 10, 60, REQUEST_SOURCES)  # none of the ninth run's: its failures were read
+    harmful = fresh_rows(left, 1, 10, 60, REQUEST_SOURCES)  # none of the ninth run's: its failures were read
     for name, layout in LAYOUTS.items():
         pairs[f"fresh/harmful/{name}"] = [(layout(p, k), p) for k, p in enumerate(harmful)]
-    layout_check(args, pairs, LISTS + SHORT_TEXTS, lambda text: views_beside(text, wider=False), TENTH_RULE,
+    layout_check(args, earlier, pairs, LISTS + SHORT_TEXTS, lambda text: views_beside(text, wider=False), TENTH_RULE,
                  lambda text: views_beside(text, wider=True))
     return 0
 

@@ -77,15 +77,15 @@ def layout_sets(sets: dict[str, list[dict]], layouts: dict | None = None) -> dic
     return out
 
 
-def layout_check(args: argparse.Namespace, pairs: dict[str, list[tuple[str, str]]], lists: tuple[str, ...],
-                 before_views: Callable[[str], list[tuple[str, str]]], rule: dict,
+def layout_check(args: argparse.Namespace, earlier: dict[str, list[dict]], pairs: dict[str, list[tuple[str, str]]],
+                 lists: tuple[str, ...], before_views: Callable[[str], list[tuple[str, str]]], rule: dict,
                  candidate_views: Callable[[str], list[tuple[str, str]]] = views_beside) -> dict:
     """Score a layout check and judge it by ``rule`` (:data:`RULE`'s keys): ``pairs`` (``layout/<label>/<name>`` or
     ``fresh/benign/<name>`` -> (spread form, single-spaced form)) and ``lists`` (benign texts that may not be flagged
     where the views before did not flag them) with ``candidate_views`` (the served :func:`views_beside` by default)
-    and with ``before_views``, and the earlier held-out sets of :func:`check_sets` against ``before_views``. Returns the report
-    written to ``args.out``: per-set counts, the verdict of each part (a) to (e), and whether all hold."""
-    earlier = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
+    and with ``before_views``, and the ``earlier`` held-out sets (:func:`check_sets` of ``args``) against
+    ``before_views``. Returns the report written to ``args.out``: per-set counts, the verdict of each part (a) to (e),
+    and whether all hold."""
     texts = {t for rows in pairs.values() for pair in rows for t in pair} | set(lists)
     texts |= {r["prompt"] for name, rows in earlier.items() for r in rows}
     views = {t: [v for _, v in candidate_views(t)] for t in texts}
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     fresh = fresh_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
     pairs["fresh/benign/word_per_line"] = [(s["prompt"], w["prompt"])
                                            for s, w in zip(fresh["fresh/word_per_line"], fresh["fresh_written"])]
-    layout_check(args, pairs, LISTS, lambda text: views_beside(text, spread=False), RULE)
+    layout_check(args, earlier, pairs, LISTS, lambda text: views_beside(text, spread=False), RULE)
     return 0
 
 
