@@ -693,6 +693,8 @@ def test_a_slowloris_client_is_cut_off_and_others_are_served(server):
 
     import httpx
 
+    from herald_service.api.http_protocol import UNREAD_BODY_LINGER_S
+
     slow = socket.create_connection(server)
     body = b'{"input": "hello there"}'
     slow.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -704,12 +706,12 @@ def test_a_slowloris_client_is_cut_off_and_others_are_served(server):
             slow.sendall(bytes([byte]))
         except OSError:
             break
-    answer = read_until_closed(slow, 5)  # the server answers and then closes: the connection does not linger
+    answer = read_until_closed(slow, 5)  # the server answers and then closes, lingering at most a bounded time
     slow.close()
     took = time.monotonic() - started
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower(), answer
-    assert 0.5 <= took < 3
+    assert 0.5 <= took < 0.5 + UNREAD_BODY_LINGER_S + 1
     assert json.loads(payload)["error"] == {"type": "timeout", "field": "body",
                                            "message": "request body not received within 0.5 s (HERALD_BODY_TIMEOUT_S)"}
     ok = httpx.post(f"http://{server[0]}:{server[1]}/classify", json={"input": "hello"}, timeout=5)
@@ -758,6 +760,36 @@ def test_an_answer_sent_before_the_body_is_read_closes_the_connection(keyed_serv
     head = answer.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 %d " % status) and b"\r\nconnection: close" in head, answer
     assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize("key, status, kind", [("Bearer " + "w" * 16, 401, "unauthorized"),
+                                               ("Bearer " + "k" * 16, 413, "input_too_large")])
+def test_an_answer_sent_before_a_large_body_is_read_reaches_an_async_client(keyed_server, key, status, kind):
+    # breaker pass: closed at once with megabytes of body unread, the kernel reset the connection and httpx's async
+    # client (the OpenAI SDK's AsyncOpenAI too) saw "connection error" instead of the 401 or 413, while the server
+    # counted the answer; the connection now closes lingering, as one refused past max_connections does
+    import asyncio
+
+    import httpx
+
+    async def post() -> httpx.Response:
+        async with httpx.AsyncClient(base_url=f"http://{keyed_server[0]}:{keyed_server[1]}", timeout=10) as client:
+            return await client.post("/classify", content=b'{"input": "' + b"a" * 4_000_000 + b'"}',
+                                     headers={"Authorization": key, "Content-Type": "application/json"})
+
+    import time
+
+    from herald_service.api.http_protocol import BoundedHeadersProtocol
+
+    for _ in range(3):
+        answer = asyncio.run(post())
+        assert answer.status_code == status, answer.text
+        assert answer.headers["connection"] == "close"
+        assert answer.json()["error"]["type"] == kind, answer.text
+    deadline = time.monotonic() + 5
+    while BoundedHeadersProtocol._lingering and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert BoundedHeadersProtocol._lingering == 0  # each closed at its client's end of stream
 
 
 def test_answers_to_requests_without_a_body_or_with_a_body_read_keep_the_connection(keyed_server):
@@ -2009,3 +2041,30 @@ def test_the_body_budget_must_hold_a_body_at_the_size_limit():
         Settings(_env_file=None, max_batch_size=1, max_chars=100, max_buffered_body_bytes=66_135)
     assert Settings(_env_file=None, max_batch_size=1, max_chars=100, max_buffered_body_bytes=66_136)
     assert Settings(_env_file=None).max_buffered_body_bytes == 512 * 1024 * 1024
+
+
+def test_a_connection_answered_before_its_body_is_read_closes_within_its_lingering_bound(keyed_server):
+    # the lingering close discards what the client still sends and ends at its end of stream or after
+    # UNREAD_BODY_LINGER_S: a client that keeps sending does not hold the connection longer
+    import socket
+    import time
+
+    from herald_service.api.http_protocol import UNREAD_BODY_LINGER_S
+
+    with socket.create_connection(keyed_server) as sock:
+        sock.sendall(b"POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 50000000\r\n\r\n" + b"{" * 200_000)
+        started = time.monotonic()
+        answer = read_until_closed(sock, 3)  # the answer, then the end of the server's side at once
+        sock.settimeout(1)
+        sent_after, failed_at = 0, None
+        while time.monotonic() - started < UNREAD_BODY_LINGER_S + 3:  # still sending: read and discarded, not reset
+            try:
+                sent_after += sock.send(b"{" * 65536)
+            except OSError:
+                failed_at = time.monotonic() - started
+                break
+            time.sleep(0.01)
+    assert answer.startswith(b"HTTP/1.1 401 ") and answer.count(b"HTTP/1.1 ") == 1, answer[:300]
+    assert sent_after > 1_000_000
+    assert failed_at is not None and UNREAD_BODY_LINGER_S - 0.5 <= failed_at < UNREAD_BODY_LINGER_S + 1.5, failed_at

@@ -84,9 +84,22 @@ class ParserKeepingItsError:
 
 
 LINGERING_LIMIT = 32
-"""Connections refused past ``max_connections`` that may linger at once (answered 503, write side closed, closing
-at the client's end of stream or after 1 s); half of the 64 descriptors ``herald serve`` keeps beyond the bound
-(:data:`~herald_service.config.FILE_DESCRIPTOR_RESERVE`). Past it a refused connection is closed at once."""
+"""Connections that may linger at once, closing with what their client sends unread (write side closed, what
+arrives discarded, closed at the client's end of stream or after :data:`REFUSAL_LINGER_S` or
+:data:`UNREAD_BODY_LINGER_S`): those refused past ``max_connections`` and those answered before their request's
+body was read; half of the 64 descriptors ``herald serve`` keeps beyond the bound
+(:data:`~herald_service.config.FILE_DESCRIPTOR_RESERVE`). Past it such a connection is closed at once."""
+
+REFUSAL_LINGER_S = 1.0
+"""Seconds a connection refused past ``max_connections`` (answered 503 before its request is read) lingers at most:
+its client sends a request line and headers, not a body."""
+
+UNREAD_BODY_LINGER_S = 2.0
+"""Seconds a connection answered before its request's body was read (401, 413, 415, 404, 405 with
+``Connection: close``: :class:`~herald_service.api.middleware.CloseUnreadBodies`) lingers at most, discarding the
+rest of the body: enough for a client on a 100 Mbit/s link to finish sending a body at the 12 MB limit of the
+embedded default (breaker pass: with megabytes unread the kernel reset the connection and httpx's async client, and
+the OpenAI SDK's, saw a connection error in place of the answer). A client still sending after it reads a reset."""
 
 REFUSAL_REASONS = ("header_size", "header_timeout", "invalid_http", "connections", "health_connections")
 """What the HTTP layer refuses before a route is known, as ``refused`` callbacks name it: request line and headers
@@ -118,6 +131,19 @@ def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, b
     if retry_after_s is not None:
         head.append(b"retry-after: %d\r\n" % retry_after_s)
     return b"".join([*head, b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body])
+
+
+class _ClosingAfterAnswer:
+    """The transport a request's cycle writes its answer to: the connection's own, but for ``close``, which calls
+    ``close`` (the protocol's :meth:`BoundedHeadersProtocol._close_after_answer`): uvicorn closes a connection after
+    an answer with ``Connection: close`` from the cycle, with no hook of its own."""
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
+        self._transport = transport
+        self.close = close
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def header_bounded_protocol(header_timeout_s: float, refused: Callable[[str], None] | None = None,
@@ -224,7 +250,7 @@ if HttpToolsProtocol is not None:
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
-            self._refusing = False  # a connection past max_connections, answered 503 and closing
+            self._discarding = False  # lingering (_linger): answered, closing, what the client sends is not read
             self._lingers = False  # ... and counted in _lingering until its connection is lost
             self._idle = True  # nothing received since the last answer, or nothing at all (health-port eviction)
 
@@ -253,8 +279,8 @@ if HttpToolsProtocol is not None:
                        for cycle in (self.cycle, self._running, *(queued for queued, _ in self.pipeline)))
 
         def data_received(self, data: bytes) -> None:
-            if self._refusing:
-                return  # a connection past max_connections, answered 503 (_refuse_connection)
+            if self._discarding:
+                return  # answered and closing (_linger)
             self._idle = False
             if self._deferred_400 is not None:
                 return  # the connection ends with that 400; what the client sends after the bad request is not read
@@ -302,6 +328,8 @@ if HttpToolsProtocol is not None:
                 raise UnservedRequest  # answered by send_400_response, as a request whose headers are still being read
             self._end_headers()
             super().on_headers_complete()
+            if self.cycle is not None and self.cycle.transport is self.transport:
+                self.cycle.transport = _ClosingAfterAnswer(self.transport, self._close_after_answer)
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
@@ -318,7 +346,7 @@ if HttpToolsProtocol is not None:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self.transport.is_closing() or self._answer_pending():
+            if self.transport.is_closing() or self._discarding or self._answer_pending():
                 return
             if self._deferred_400 is not None:
                 self._write_400(self._deferred_400)
@@ -360,10 +388,25 @@ if HttpToolsProtocol is not None:
             self.transport.write(layer_answer(503, (
                 f"Too many open connections (limit {self.max_connections}, HERALD_MAX_CONNECTIONS): retry shortly,"
                 " or reuse a connection."), self.server_state.default_headers, retry_after_s=1))
-            # a lingering close: closed at once with a request unread, the kernel resets the connection and the client
-            # may read the reset instead of the 503; so the write side ends here, what the client sends is discarded
-            # (data_received), and the connection closes at the client's end of stream or after 1 s
-            self._refusing = True
+            self._linger(REFUSAL_LINGER_S)
+
+        def _close_after_answer(self) -> None:
+            """Close the connection once an answer with ``Connection: close`` is written (uvicorn's close), lingering
+            (:meth:`_linger`) if the request's body is still being read: an answer a middleware gave before reading
+            it (:class:`~herald_service.api.middleware.CloseUnreadBodies`)."""
+            if self._in_headers or self.transport.is_closing():  # the request read to its end, or already closing
+                self.transport.close()
+            else:
+                self.pipeline.clear()  # nothing more is read from this connection, so nothing more is answered
+                self._linger(UNREAD_BODY_LINGER_S)
+
+        def _linger(self, seconds: float) -> None:
+            """A lingering close of an answered connection whose client may still be sending: closed at once with
+            bytes unread, the kernel resets the connection and the client may read the reset instead of the answer.
+            So the write side ends here (after the answer is flushed), what the client sends is discarded
+            (:meth:`data_received`), and the connection closes at the client's end of stream or after ``seconds``;
+            at most :data:`LINGERING_LIMIT` at once."""
+            self._discarding = True
             # no longer counted as open: closing connections counted for their second, and a stream of connects past
             # the bound kept every client out with no served connection open (tester)
             self.connections.discard(self)
@@ -375,8 +418,9 @@ if HttpToolsProtocol is not None:
                 return
             BoundedHeadersProtocol._lingering += 1
             self._lingers = True
+            self.flow.resume_reading()  # uvicorn pauses reading at its body buffer's high-water mark
             self.transport.write_eof()
-            self.loop.call_later(1.0, self.transport.close)
+            self.loop.call_later(seconds, self.transport.close)
 
         def _close_oldest_health_connection(self) -> None:
             """Make room on the health port, whose :attr:`health_connections` are all open: close the oldest of them
