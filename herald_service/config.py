@@ -353,13 +353,26 @@ def unknown_setting_names(fields: Sequence[str], env_file: EnvFiles) -> tuple[li
     :data:`CLOSE_MATCH` of a field (the line names it), or look like a credential (:func:`looks_like_a_key`; the line
     ends with :data:`CREDENTIAL_HINT`); Kubernetes service links (:data:`KUBERNETES_SERVICE_LINK`) are left
     out. pydantic-settings ignores such names (``extra="ignore"``): a typo in ``HERALD_API_KEYS`` left the API open
-    without a word (breaker pass), and ``HERALD_API_TOKEN`` with only a warning (tester)."""
+    without a word (breaker pass), and ``HERALD_API_TOKEN`` with only a warning (tester).
+
+    Also refused: names in the process environment that differ only in case (``HERALD_API_KEYS`` and
+    ``HERALD_api_keys``), which pydantic-settings reads as one setting, the one it meets last winning without a word
+    (breaker pass: the key the operator meant was refused 401 and another served), as a ``.env`` file's are
+    (:func:`_unparsed_line`)."""
     import difflib
 
     known = {field.lower() for field in fields}
     names = _env_file_names(env_file)
-    names.update({key.upper(): "the environment" for key in os.environ if key.upper().startswith("HERALD_")})
-    refused, unknown = [], []
+    spellings: dict[str, list[str]] = {}
+    for key in os.environ:
+        if key.upper().startswith("HERALD_"):
+            spellings.setdefault(key.upper(), []).append(key)
+    names.update({name: "the environment" for name in spellings})
+    refused = [f"{' and '.join(sorted(_shown_name(key) for key in keys))} are {'both' if len(keys) == 2 else 'all'}"
+               " set in the environment and are one"
+               " setting, as names are read in any case: only one would be read, without a word; unset the others"
+               for keys in spellings.values() if len(keys) > 1]
+    unknown = []
     for name, where in sorted(names.items()):
         field = name.removeprefix("HERALD_").lower()
         if field in known or KUBERNETES_SERVICE_LINK.fullmatch(name):

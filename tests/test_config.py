@@ -327,6 +327,22 @@ def test_a_misspelt_setting_is_refused_naming_it_and_the_setting_meant(monkeypat
         Settings(_env_file=env)
 
 
+def test_names_in_the_environment_that_differ_only_in_case_are_refused_naming_both(monkeypatch):
+    # breaker pass: HERALD_API_KEYS and HERALD_api_keys were read as one setting, the later one winning silently
+    from herald_service.errors import MisspeltSetting
+
+    monkeypatch.setenv("HERALD_API_KEYS", "client-key-0123456789")
+    monkeypatch.setenv("HERALD_api_keys", "other-key-9876543210")
+    with pytest.raises(MisspeltSetting) as refused:
+        Settings(_env_file=None)
+    assert refused.value.message == ("HERALD_API_KEYS and HERALD_api_keys are both set in the environment and are one"
+                                     " setting, as names are read in any case: only one would be read, without a"
+                                     " word; unset the others")
+    assert "client-key" not in refused.value.message and "other-key" not in refused.value.message
+    monkeypatch.delenv("HERALD_api_keys")
+    assert Settings(_env_file=None).api_keys is not None
+
+
 @pytest.mark.parametrize("name", ["HERALD_API_KEYS_FILE", "HERALD_API_TOKEN", "HERALD_KEYS", "HERALD_AUTH_KEYS",
                                   "herald_client_secret", "HERALD_ADMIN_PASSWORD", "HERALD_ACCESS_TOKENS"])
 def test_an_unknown_name_that_looks_like_a_key_is_refused_naming_it_and_the_key_settings(monkeypatch, tmp_path, name):
