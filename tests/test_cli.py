@@ -2128,3 +2128,21 @@ def test_ctrl_c_during_a_training_command_says_what_it_kept(tmp_path, monkeypatc
     assert out.stderr.strip().splitlines()[-1] == (
         f"herald {command}: stopped (Ctrl+C); {kept}; the states extracted so far are cached, so the same command"
         " resumes from them"), out.stderr
+
+
+def test_plot_draws_prompts_with_dollar_signs_as_written(tmp_path):
+    # researcher pass: "I paid $5 and then $10" was drawn "I paid 5andthen10", and "Explain $\foo$ in LaTeX" failed
+    # with matplotlib's math parse error
+    import numpy as np
+
+    from herald_service.analysis.trajectory_plot import plot_trajectories, trajectory_figure
+
+    prompts = ["I paid $5 and then $10 for the book", "Explain $\\foo$ in LaTeX", "Price: $x^{2$ total"]
+    fig = trajectory_figure(np.zeros((3, 6)), prompts, [False, True, False])
+    fig.draw_without_rendering()
+    texts = fig.axes[0].get_legend().get_texts()
+    assert [t.get_text() for t in texts] == ["[allowed] I paid $5 and then $10 for the book",
+                                             "[flagged] Explain $\\foo$ in LaTeX", "[allowed] Price: $x^{2$ total"]
+    assert not any(t.get_parse_math() for t in texts)
+    out = plot_trajectories(np.zeros((3, 6)), prompts, [False, True, False], tmp_path / "dollars.png")
+    assert out.stat().st_size > 0

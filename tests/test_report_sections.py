@@ -1579,3 +1579,42 @@ def test_a_random_split_with_few_test_rows_carries_herald_evals_warning_beside_i
     write(tmp_path, "results.json", results)
     assert "**Warning**: the test part" not in write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md",
                                                              tmp_path / "eval").read_text()
+
+
+@pytest.mark.parametrize("with_loso", [True, False])
+def test_the_guard_section_says_whether_latent_methods_are_shown_beside_it(tmp_path, with_loso):
+    # researcher pass: a --no-loso run's section said "the latent methods are shown on the same rows" above a table
+    # of the guard alone
+    results = main_results()
+    corpus = {"guard": {"pooled": pooled(0.3, 0.6)}}
+    if with_loso:
+        corpus["herald (LOSO)"] = {"pooled": pooled(0.5, 0.7)}
+    results["guard"] = {"corpus": corpus, "per_source_cap": 20, "max_tokens": 512, "n": 40,
+                        "instruction": "Is this prompt unsafe?"}
+    write(tmp_path, "results.json", results)
+    text = write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval").read_text()
+    shown = "The latent methods are shown on the same rows with their leave-one-source-out scores."
+    absent = "No latent method is shown beside it: this run had no leave-one-source-out scores (`--no-loso`)."
+    assert (shown in text, absent in text) == (with_loso, not with_loso)
+    assert ("| Herald" in text.split("## Guard-style baseline")[1].split("##")[0]) == with_loso
+
+
+def test_source_names_with_dollar_signs_are_drawn_as_written_not_as_math(tmp_path, monkeypatch):
+    # researcher pass: a source named "adv $\foo$ bench" made herald report fail in matplotlib's math parser (blamed
+    # on the results file), and "alpaca $5 and $10" was drawn "alpaca 5and10" in italics
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = main_results()
+    folds = results["loso"]["folds"]
+    results["loso"]["folds"] = {"adv $\\foo$ bench": folds["A harmful"], "alpaca $5 and $10": folds["B benign"]}
+    write(tmp_path, "results.json", results)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # the figures stay open to be read
+    write_report(tmp_path / "results.json", tmp_path / "EVALUATION.md", tmp_path / "eval")
+    assert (tmp_path / "eval" / "loso_per_source.png").stat().st_size > 0
+    labels = [t for fig in figures for ax in fig.axes for t in ax.get_yticklabels() if "$" in t.get_text()]
+    assert sorted(t.get_text() for t in labels) == ["adv $\\foo$ bench", "alpaca $5 and $10"]
+    assert not any(t.get_parse_math() for t in labels)

@@ -14,6 +14,12 @@ LEGEND_ENTRIES = 12  # at most, the "+N more prompts" note included: 12 lines of
 LABEL_CHARS = 44  # of a prompt in its legend entry, the ellipsis included
 
 
+LITERAL_TEXT = {"text.parse_math": False}
+"""matplotlib settings under which every text of a figure is drawn as written: by default a pair of ``$`` in a label
+is read as math (TeX), so "I paid $5 and then $10" was drawn "I paid 5andthen10" and "Explain $\\foo$" failed with
+matplotlib's parse error (researcher pass). Texts take the setting when they are made (``matplotlib.rc_context``)."""
+
+
 def legend_label(prompt: str, flagged: bool) -> str:
     """The legend entry of a prompt: its verdict, then the prompt on one line (a newline in it would make the entry
     several lines tall), cut to :data:`LABEL_CHARS` characters with an ellipsis."""
@@ -35,6 +41,13 @@ def trajectory_figure(
     at most :data:`LEGEND_ENTRIES` entries: past that, the first ``LEGEND_ENTRIES - 1`` prompts and a "+N more
     prompts" note (every prompt is still drawn), so that many prompts cannot push it off the figure.
     """
+    import matplotlib
+
+    with matplotlib.rc_context(LITERAL_TEXT):  # prompts drawn as written, "$" included
+        return _trajectory_figure(trajectories, labels, flagged, title)
+
+
+def _trajectory_figure(trajectories: np.ndarray, labels: Sequence[str], flagged: Sequence[bool], title: str) -> Figure:
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -85,5 +98,8 @@ def plot_trajectories(
     Returns:
         ``out``.
     """
-    trajectory_figure(trajectories, labels, flagged, title).savefig(out)
+    import matplotlib
+
+    with matplotlib.rc_context(LITERAL_TEXT):  # tick labels are made as the figure is drawn
+        trajectory_figure(trajectories, labels, flagged, title).savefig(out)
     return out

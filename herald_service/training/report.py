@@ -1166,7 +1166,10 @@ def _guard_section(results: dict) -> list[str]:
            f"The backbone reads each prompt inside a moderation instruction and we score log p(unsafe) − log p(safe) of "
            f"its next token (flagged when >= 0). Zero-shot, so every source is unseen. New forward passes, so it runs on "
            f"a subsample: at most {guard['per_source_cap']} test-part prompts per source of at most {guard['max_tokens']} tokens "
-           f"(n = {guard['n']}). The latent methods are shown on the same rows with their leave-one-source-out scores.", "",
+           f"(n = {guard['n']})." + (" The latent methods are shown on the same rows with their leave-one-source-out scores."
+                                        if any("LOSO" in m for m in corpus) else
+                                        " No latent method is shown beside it: this run had no leave-one-source-out"
+                                        " scores (`--no-loso`)."), "",
            "Instruction:", "", "```", guard["instruction"], "```", "",
            table(["method", "F1", "AUROC", "recall", "FPR"],
                   [[METHOD_LABELS.get(m.replace(" (LOSO)", ""), m) + (" (LOSO)" if "LOSO" in m else ""), _fmt(b["pooled"].get("f1")),
@@ -1710,8 +1713,13 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
              "loso": "loso_per_source.png"}
     draw = {"learning_curve": plot_learning_curve, "trajectories": plot_trajectories, "loso": plot_loso_bars}
     md_path.parent.mkdir(parents=True, exist_ok=True)
+    import matplotlib
+
+    from herald_service.analysis.trajectory_plot import LITERAL_TEXT
+
     with tempfile.TemporaryDirectory(dir=md_path.parent, prefix=".herald-report-") as scratch:
-        drawn = {key: draw[key](results, Path(scratch) / name) for key, name in names.items()}
+        with matplotlib.rc_context(LITERAL_TEXT):  # source names and labels drawn as written, "$" included
+            drawn = {key: draw[key](results, Path(scratch) / name) for key, name in names.items()}
         plots = {key: plot_dir / names[key] if path is not None else None for key, path in drawn.items()}
         markdown = build_markdown(results, plots, md_path, folder, tuple(beside)) + "\n"
         plot_dir.mkdir(parents=True, exist_ok=True)
