@@ -1751,3 +1751,32 @@ def test_eval_with_a_probe_says_when_its_recipe_is_not_the_runs(folder, tmp_path
     # without Herald among the methods there is no split-fit Herald to compare the probe with (reviewer)
     assert "warning" not in run_eval(EvalOptions(out=tmp_path / "none.json", **{**common, "methods": ("logreg_last",)})
                                      )["saved_probe"]
+
+
+def test_fit_and_eval_refuse_a_backbone_of_too_few_layers_before_extracting_states(tmp_path):
+    # researcher pass: on a 2-layer model both extracted every state, then failed "feature set herald-v1 needs >= 3
+    # layers, got 2"; the minimum is now checked once the backbone loads
+    from herald_service.training import extract, fit
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    shallow = build_tiny_llama(tmp_path / "shallow", num_layers=2)
+    extracted = []
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (extract, fit):
+            patch.setattr(module, "extract_tokenized_states", lambda *a, **k: extracted.append(a) or pytest.fail("extracted"))
+        message = f"feature set herald-v1 needs a backbone of at least 3 decoder layers; {shallow} has 2"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            run_fit(FitOptions(backbone=str(shallow), data=[_fit_corpus(tmp_path)], out=tmp_path / "probe",
+                               cache_dir=tmp_path / "cache", device="cpu", dtype="float32"))
+        with pytest.raises(ValueError, match=re.escape(message)):
+            run_eval(EvalOptions(data=[_fit_corpus(tmp_path)], backbone=str(shallow), cache_dir=tmp_path / "cache",
+                                 out=tmp_path / "eval.json", device="cpu", max_per_source=None))
+        bands = "feature set bands-v1 needs a backbone of at least 7 decoder layers; "
+        with pytest.raises(ValueError, match=re.escape(bands)):
+            run_eval(EvalOptions(data=[_fit_corpus(tmp_path)], backbone=str(shallow), cache_dir=tmp_path / "cache",
+                                 out=tmp_path / "eval.json", device="cpu", max_per_source=None,
+                                 methods=("logreg_last", "herald:bands-v1")))
+    assert not extracted and not (tmp_path / "probe").exists() and not (tmp_path / "eval.json").exists()
+    from herald_service.training.eval import feature_sets_of
+    assert feature_sets_of(["herald", "herald:bands-v1", "features_logreg+shift", "logreg_last", "mlpm"]) == [
+        "herald-v1", "bands-v1", "herald-v1"]

@@ -167,6 +167,20 @@ def get_feature_set(name: str) -> FeatureSet:
         raise ValueError(f"unknown feature set {name!r}; known: {', '.join(sorted(FEATURE_SETS))}") from None
 
 
+def require_layers(feature_set: str, num_layers: int, backbone: str) -> None:
+    """Refuse a backbone of fewer decoder layers than ``feature_set`` is defined for (:attr:`FeatureSet.min_layers`),
+    at its load, before any state is extracted: ``herald fit`` and ``herald eval`` on a 2-layer model extracted every
+    state and then failed in :func:`compute_features` (researcher pass).
+
+    Raises:
+        ValueError: too few layers, naming the feature set, its minimum and ``backbone``; or an unknown set.
+    """
+    spec = get_feature_set(feature_set)
+    if num_layers < spec.min_layers:
+        raise ValueError(f"feature set {spec.name} needs a backbone of at least {spec.min_layers} decoder layers;"
+                         f" {backbone} has {num_layers}")
+
+
 def compute_features(s: np.ndarray, feature_set: str = FEATURE_SET) -> np.ndarray:
     """Compute the seven features of ``feature_set`` (default ``herald-v1``) for projection trajectories.
 

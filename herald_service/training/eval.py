@@ -19,13 +19,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from herald_service.out_path import refuse_an_existing_out, write_text_atomically
 from herald_service.probes.directions import DIRECTION_ESTIMATORS
-from herald_service.probes.features import FEATURE_SET
+from herald_service.probes.features import FEATURE_SET, require_layers
 from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
@@ -120,6 +120,13 @@ def fit_method(name: str, data: LabeledStates, seed: int, direction_estimator: s
     else:
         method = make_method(name, seed)
     return method.fit(method_inputs(method, data), data.labels, groups_of(data))
+
+
+def feature_sets_of(methods: Sequence[str]) -> list[str]:
+    """The trajectory feature sets that ``methods`` compute (:func:`fit_method`): ``herald:<set>`` its set; Herald's
+    other variants and ``features_logreg`` (with or without ``+shift``) the default set."""
+    return [name.split("+")[0].partition(":")[2] or FEATURE_SET for name in methods
+            if name.startswith(("herald", "features_logreg"))]
 
 
 def margins(method: Method, rows: LabeledStates) -> np.ndarray:
@@ -704,7 +711,8 @@ class CorpusStates:
 def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device: str = "auto", dtype: str = "auto",
                        max_per_source: int | None = 150, max_tokens: int = 1024, test_fraction: float = 0.2,
                        seed: int = 0, resolved: ResolvedBackbone | None = None,
-                       check_rows: Callable[[list], None] | None = None) -> CorpusStates:
+                       check_rows: Callable[[list], None] | None = None,
+                       feature_sets: Sequence[str] = ()) -> CorpusStates:
     """Load the backbone, read and cap the corpus, extract (or read cached) states, split: the common start of
     ``herald eval``, ``herald recipes`` and the studies in docs/eval/.
 
@@ -713,6 +721,9 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
             resolved again, which re-hashed the embedded GGUF's 98 MB.
         check_rows: called with the capped rows before the backbone loads, to refuse what the caller's protocols
             cannot run on (``herald eval``'s learning curve: :func:`require_curve_draws`); raises ValueError.
+        feature_sets: the trajectory feature sets the caller's methods compute: a backbone with fewer decoder layers
+            than one of them needs is refused once loaded, before any state is extracted
+            (:func:`~herald_service.probes.features.require_layers`).
         data: JSONL files or folders (:func:`~herald_service.training.corpus.expand_data`).
         max_tokens: rendered tokens; longer prompts are skipped and counted. Capped at the backbone's position
             table (:func:`~herald_service.training.extract.capped_max_tokens`).
@@ -722,7 +733,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
             corpus is read).
         ValueError: before the load, a data path that is missing, a bad row, a prompt with both labels, fewer than
             8 rows of a label before or after the ``max_per_source`` cap, or a split that leaves a label out of the
-            probe's calibration or fit part (:mod:`~herald_service.training.corpus`).
+            probe's calibration or fit part (:mod:`~herald_service.training.corpus`); after it, a backbone of too
+            few layers for ``feature_sets``.
     """
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import backbone_slug, resolve_backbone
@@ -741,6 +753,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     if check_rows is not None:
         check_rows(capped)
     loaded = HFBackbone(resolved or resolve_backbone(backbone, cache_dir), device, dtype)
+    for feature_set in dict.fromkeys(feature_sets):
+        require_layers(feature_set, loaded.info.num_layers, str(backbone))
     cache = StateCache(cache_dir, loaded)
     max_tokens = capped_max_tokens(loaded, max_tokens)
     tokenized = tokenize_within_limit(loaded, capped, max_tokens)
@@ -877,7 +891,8 @@ def run_eval(options: EvalOptions) -> dict:
     corpus = load_corpus_states(options.data, options.backbone, options.cache_dir, options.device, options.dtype,
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed,
                                 resolved, check_rows=lambda rows: require_curve_draws(
-                                    rows, options.test_fraction, options.seed, options.curve_sizes, options.curve_seeds))
+                                    rows, options.test_fraction, options.seed, options.curve_sizes, options.curve_seeds),
+                                feature_sets=feature_sets_of(options.methods))
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index

@@ -19,7 +19,7 @@ from herald_service.data.hashing import corpus_sha256
 from herald_service.out_path import check_out_path, check_probe_out, check_replaceable
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
-from herald_service.probes.features import FEATURE_SET, get_feature_set
+from herald_service.probes.features import FEATURE_SET, get_feature_set, require_layers
 from herald_service.probes.probe import HeraldProbe, balanced_weights
 from herald_service.probes.reference import reference_block
 from herald_service.provenance import software
@@ -552,6 +552,7 @@ def run_fit(options: FitOptions) -> dict:
     require_split_parts(capped, options.test_fraction, options.seed, options.max_per_source)
     known = check_jailbreak_inputs(templates, rows, capped, options) if templates else None
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
+    require_layers(options.feature_set, backbone.info.num_layers, str(options.backbone))  # before any extraction
     options = replace(options, max_tokens=capped_max_tokens(backbone, options.max_tokens))  # the manifest records it
     out = options.out or Path("models") / backbone.info.slug
     cache = StateCache(options.cache_dir, backbone)
