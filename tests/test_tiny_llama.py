@@ -1780,3 +1780,39 @@ def test_fit_and_eval_refuse_a_backbone_of_too_few_layers_before_extracting_stat
     from herald_service.training.eval import feature_sets_of
     assert feature_sets_of(["herald", "herald:bands-v1", "features_logreg+shift", "logreg_last", "mlpm"]) == [
         "herald-v1", "bands-v1", "herald-v1"]
+
+
+def test_eval_adds_set_apart_word_training_rows_of_both_labels_to_the_random_split_and_every_fold(folder, tmp_path):
+    # the fifteenth study's option (docs/eval/recipe_studies.md): --layout-train-per-class, drawn and held out by
+    # source as --format-train-per-class's rows are (which rows a fold may take: tests/test_layouts.py)
+    from herald_service.training import eval as eval_module
+    from herald_service.training.eval import EvalOptions, run_eval
+    from herald_service.training.layouts import LAYOUT_BENIGN_SOURCE, LAYOUT_HARMFUL_SOURCE, TRAIN_LAYOUTS
+
+    rows = [{"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]} {i}", "label": "benign", "source": s}
+            for s in ("AlpacaEval", "IFEval") for i in range(20)]
+    rows += [{"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]} {i}", "label": "harmful", "source": s}
+             for s in ("AdvBench", "HarmBench") for i in range(20)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trained: dict = {}
+    evaluate = eval_module.evaluate_states
+
+    def recording(data, train_index, test_index, plan, extra=None, added_rows=None):
+        for held_out in (None, "AdvBench", "IFEval"):
+            added = added_rows(held_out)
+            trained[held_out] = list(zip(added.sources.tolist(), added.labels.tolist()))
+        return evaluate(data, train_index, test_index, plan, extra, added_rows=added_rows)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(eval_module, "evaluate_states", recording)
+        results = run_eval(EvalOptions(data=[data], backbone=str(folder), out=tmp_path / "results.json",
+                                       cache_dir=tmp_path / "cache", device="cpu", jailbreak_templates=None,
+                                       methods=("herald",), curve_sizes=(), guard_per_source=0, replicates=20,
+                                       layout_train_per_class=6))
+    assert results["meta"]["layout_augmentation"] == {"per_class": 6, "labels": [1, 0], "random_split_rows": 12,
+                                                      "layouts": list(TRAIN_LAYOUTS)}
+    for held_out, added in trained.items():
+        assert sorted(set(added)) == [(LAYOUT_BENIGN_SOURCE, 0), (LAYOUT_HARMFUL_SOURCE, 1)]
+        assert len(added) == 12, held_out  # 6 of each label in every fold
+    assert "herald" in results["loso"]["pooled"]

@@ -457,6 +457,11 @@ class EvalCommand(BaseModel):
         " wrapped in format instructions (\"Answer in German: ...\", \"... Be concise.\";"
         " herald_service/training/format_wrapped.py) and added to every method's training rows as"
         " --jailbreak-train-per-class adds its rows; 0 = none (docs/eval/format_wrapped.md)."))
+    layout_train_per_class: int = Field(0, ge=0, le=1000, description=(
+        "Harmful (AdvBench / HarmBench) and benign (instruction and help-seeking) training prompts, of each label,"
+        " laid out as set-apart words (one word a line, words behind list markers, between bars, quoted;"
+        " herald_service/training/layouts.py) and added to every method's training rows as"
+        " --format-train-per-class adds its rows; 0 = none (docs/eval/recipe_studies.md, fifteenth study)."))
     loaded_questions: bool = Field(False, description=(
         "Add our 148 benign questions with loaded words (herald_service/training/loaded_questions.py) to every"
         " method's training rows (random split and each leave-one-source-out fold), as herald fit --loaded-questions"

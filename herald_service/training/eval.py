@@ -472,6 +472,7 @@ class EvalOptions:
     """Harmful requests wrapped in jailbreak training templates, added to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
     format_train_per_class: int = 0
+    layout_train_per_class: int = 0
     """Harmful and benign training prompts wrapped in format instructions (:func:`.format_wrapped.training_rows`),
     added to every method's training rows in the random split and every LOSO fold; 0: none
     (docs/eval/format_wrapped.md)."""
@@ -959,6 +960,11 @@ def run_eval(options: EvalOptions) -> dict:
         format_rows, format_augmentation = _format_training_rows(options, corpus)
         added_rows = format_rows if added_rows is None else (
             lambda held_out, jailbreak=added_rows: joined(jailbreak(held_out), format_rows(held_out)))
+    layout_augmentation = None
+    if options.layout_train_per_class > 0:
+        layout_rows, layout_augmentation = _layout_training_rows(options, corpus)
+        added_rows = layout_rows if added_rows is None else (
+            lambda held_out, rest=added_rows: joined(rest(held_out), layout_rows(held_out)))
     from herald_service.training.fit import loaded_question_states, loaded_questions_record, without_copies
 
     questions = templated = None
@@ -1025,6 +1031,7 @@ def run_eval(options: EvalOptions) -> dict:
         "herald_direction_estimator": options.direction_estimator,
         **({"jailbreak_augmentation": augmentation} if augmentation else {}),
         **({"format_augmentation": format_augmentation} if format_augmentation else {}),
+        **({"layout_augmentation": layout_augmentation} if layout_augmentation else {}),
         **({"loaded_questions": loaded_questions_record(questions)} if questions is not None else {}),
         **({"templated_benign": {"n": int(len(templated.labels)), "seed": options.seed, "label": "benign",
                                  "module": "herald_service/training/templated.py"}} if templated is not None else {}),
@@ -1144,6 +1151,26 @@ def _format_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[C
     record = {"per_class": options.format_train_per_class, "labels": [1, 0],
               "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)),
               "instructions": list(TRAINING_INSTRUCTIONS)}
+    return (lambda held_out: pool.for_fold(held_out, (1, 0))), record
+
+
+def _layout_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[Callable[[str | None], LabeledStates], dict]:
+    """The set-apart-word training rows of ``--layout-train-per-class`` (:func:`.layouts.training_rows` of the random
+    split's train part) and their states; a fold never gets a row made from its held-out source
+    (:meth:`~.recipes.WrappedPool.for_fold`), as :func:`_format_training_rows`.
+
+    Returns:
+        rows by held-out source (``None``: the random split), for :func:`evaluate_states`; and the record for the
+        results' ``meta.layout_augmentation``.
+    """
+    from herald_service.training.layouts import TRAIN_LAYOUTS, training_rows
+    from herald_service.training.recipes import wrapped_pool
+
+    rows = training_rows([corpus.examples[i] for i in corpus.train_index], options.layout_train_per_class, options.seed)
+    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, options.max_tokens, options.layout_train_per_class,
+                        "set-apart-word training states")
+    record = {"per_class": options.layout_train_per_class, "labels": [1, 0],
+              "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)), "layouts": list(TRAIN_LAYOUTS)}
     return (lambda held_out: pool.for_fold(held_out, (1, 0))), record
 
 

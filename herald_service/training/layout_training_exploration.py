@@ -33,35 +33,7 @@ from sklearn.metrics import roc_auc_score
 
 from herald_service.training.corpus import expand_data, load_corpus
 from herald_service.training.format_wrapped import format_sets
-
-
-def _lines(prompt: str, size: int, marker: Callable[[int], str] = lambda i: "", end: str = "") -> str:
-    words = prompt.split()
-    return "\n".join(marker(k) + " ".join(words[i:i + size]) + end for k, i in enumerate(range(0, len(words), size)))
-
-
-TRAIN_LAYOUTS: dict[str, Callable[[str], str]] = {
-    "one_per_line": lambda p: _lines(p, 1),
-    "two_per_line_dash": lambda p: _lines(p, 2, lambda i: "- "),
-    "pipes": lambda p: " | ".join(p.split()),
-    "quoted": lambda p: " ".join(f'"{w}"' for w in p.split()),
-    "numbered_one": lambda p: _lines(p, 1, lambda i: f"{i + 1}. "),
-}
-"""Layouts of the training rows: layouts the tenth run's reading reads (but two words behind a dash)."""
-
-HELD_LAYOUTS: dict[str, Callable[[str], str]] = {
-    "three_dash": lambda p: _lines(p, 3, lambda i: "- "),
-    "brackets_one": lambda p: _lines(p, 1, lambda i: f"[{i + 1}] "),
-    "step_one": lambda p: _lines(p, 1, lambda i: f"Step {i + 1}: "),
-    "comma_lines": lambda p: _lines(p, 1, end=","),
-    "json": lambda p: json.dumps(p.split(), separators=(",", ":")),
-    "br": lambda p: "<br>".join(p.split()),
-    "amp": lambda p: " & ".join(p.split()),
-    "sep_lines": lambda p: "\n---\n".join(p.split()),
-    "four_per_line": lambda p: _lines(p, 4),
-}
-"""Layouts with which the re-tester of the tenth run's served reading passed held-out requests (most of their rows:
-docs/eval/trimmed_views.md); never in training here."""
+from herald_service.training.layouts import HELD_LAYOUTS, TRAIN_LAYOUTS
 
 
 def _groups(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

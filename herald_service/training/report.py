@@ -1601,7 +1601,7 @@ def _write_report(results: dict, results_path: Path, md_path: Path, plot_dir: Pa
         # So are the corpus sample and folds, where the recipes file records them (a re-tester's recipes run with another
         # --max-per-source and --seed got this eval's rows).
         base_meta = _study_base(results).get("meta", {})
-        plain = not any(base_meta.get(k) for k in (*ADDED_ROWS, "format_augmentation"))
+        plain = not any(base_meta.get(k) for k in (*ADDED_ROWS, "format_augmentation", "layout_augmentation"))
         split = results["recipes"].get("split")
         keys = {"seed": "seed", "max_per_source": "max_per_source_and_label", "max_tokens": "max_tokens",
                 "test_fraction": "test_fraction"}  # the recipes file's name -> herald eval's meta name

@@ -1,0 +1,128 @@
+"""Prompts laid out as set-apart words (one word a line, words behind list markers, between separators, quoted), for
+training rows and held-out sets of the layout study (docs/eval/trimmed_views.md, "Exploration: layouts in training"
+and the fifteenth study of docs/eval/recipe_studies.md).
+
+The served reading of set-apart words (:func:`~herald_service.prompt_text.spread_out_reading`) reads the layouts its
+runs named, and each re-tester then passed requests in others. Fitting on prompts in some layouts (:data:`TRAIN_LAYOUTS`)
+is the other road; :data:`HELD_LAYOUTS`, the tenth run's re-tester's layouts, are never trained on and judge it.
+
+Run ``python -m herald_service.training.layouts <data folder> <out folder> [--seed 0] [--max-per-source 150]`` to
+write the held-out sets for ``herald eval --test-data``: ``held_layouts_harmful.jsonl`` and
+``held_layouts_benign.jsonl``, the format check's plain rows (:func:`~.format_wrapped.format_sets`: held-out
+AdvBench / HarmBench requests and benign instruction prompts the per-source cap leaves out) in every held-out layout,
+each row's source naming its layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from herald_service.training.attacks import REQUEST_SOURCES, WrappedRow
+from herald_service.training.corpus import Example
+from herald_service.training.format_wrapped import BENIGN_SOURCES
+
+
+def _lines(prompt: str, size: int, marker: Callable[[int], str] = lambda i: "", end: str = "") -> str:
+    words = prompt.split()
+    return "\n".join(marker(k) + " ".join(words[i:i + size]) + end for k, i in enumerate(range(0, len(words), size)))
+
+
+TRAIN_LAYOUTS: dict[str, Callable[[str], str]] = {
+    "one_per_line": lambda p: _lines(p, 1),
+    "two_per_line_dash": lambda p: _lines(p, 2, lambda i: "- "),
+    "pipes": lambda p: " | ".join(p.split()),
+    "quoted": lambda p: " ".join(f'"{w}"' for w in p.split()),
+    "numbered_one": lambda p: _lines(p, 1, lambda i: f"{i + 1}. "),
+}
+"""Layouts of training rows: one word a line, two words behind ``- ``, `` | `` between words, each word quoted,
+``1.`` before each word."""
+
+HELD_LAYOUTS: dict[str, Callable[[str], str]] = {
+    "three_dash": lambda p: _lines(p, 3, lambda i: "- "),
+    "brackets_one": lambda p: _lines(p, 1, lambda i: f"[{i + 1}] "),
+    "step_one": lambda p: _lines(p, 1, lambda i: f"Step {i + 1}: "),
+    "comma_lines": lambda p: _lines(p, 1, end=","),
+    "json": lambda p: json.dumps(p.split(), separators=(",", ":")),
+    "br": lambda p: "<br>".join(p.split()),
+    "amp": lambda p: " & ".join(p.split()),
+    "sep_lines": lambda p: "\n---\n".join(p.split()),
+    "four_per_line": lambda p: _lines(p, 4),
+}
+"""Layouts with which the re-tester of the tenth run's served reading passed held-out requests (most of their rows:
+docs/eval/trimmed_views.md); never in training."""
+
+LAYOUT_HARMFUL_SOURCE = "Set-apart-word training requests (augmentation)"
+LAYOUT_BENIGN_SOURCE = "Set-apart-word benign training prompts (augmentation)"
+
+
+def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> list[WrappedRow]:
+    """Training prompts in :data:`TRAIN_LAYOUTS`: ``2 * per_class`` rows of each label, for
+    ``herald eval --layout-train-per-class``, drawn as ``--format-train-per-class`` draws its rows
+    (:func:`.format_wrapped.training_rows`): harmful rows lay out :data:`~.attacks.REQUEST_SOURCES` requests, half
+    from each source, so the fold that holds one out (:func:`~.attacks.fold_rows`) still finds ``per_class``; benign
+    rows lay out :data:`~.format_wrapped.BENIGN_SOURCES` prompts. Each row's layout is drawn at random;
+    ``WrappedRow.template`` is its index in :data:`TRAIN_LAYOUTS`.
+
+    Args:
+        train_rows: the random split's training rows (never the held-out sets': those lay out rows the cap left out).
+
+    Raises:
+        ValueError: ``train_rows`` has no row of a request source or of any benign source.
+    """
+    rng = np.random.default_rng(seed)
+    layouts = list(TRAIN_LAYOUTS.values())
+    out = []
+    cells = [(1, (source,), per_class) for source in REQUEST_SOURCES] + [(0, BENIGN_SOURCES, 2 * per_class)]
+    for label, sources, n in cells:
+        pool = [e for e in train_rows if e.label == label and e.source in sources]
+        if not pool:
+            raise ValueError(f"no training row of {', '.join(sources)} to lay out as set-apart words")
+        order = rng.permutation(len(pool))
+        for j in range(n):
+            e = pool[order[j % len(pool)]]
+            index = int(rng.integers(len(layouts)))
+            source = LAYOUT_HARMFUL_SOURCE if label else LAYOUT_BENIGN_SOURCE
+            out.append(WrappedRow(Example(layouts[index](e.prompt), label, source, e.source, "layout-train"),
+                                  e.source, index, False, e.prompt))
+    return [out[j] for j in rng.permutation(len(out))]
+
+
+def held_out_layout_sets(examples: list[Example], max_per_source: int | None = 150, seed: int = 0
+                         ) -> dict[str, list[dict]]:
+    """``held_layouts_harmful.jsonl`` and ``held_layouts_benign.jsonl``: corpus-style rows (``prompt``, ``label``,
+    ``source``) of the format check's plain rows in every layout of :data:`HELD_LAYOUTS`, the source
+    ``"<layout> layout"``."""
+    from herald_service.training.format_wrapped import format_sets
+
+    sets = format_sets(examples, max_per_source, seed)
+    out = {}
+    for label in ("harmful", "benign"):
+        rows = [r["prompt"].strip() for r in sets[f"format_{label}_plain.jsonl"]]
+        out[f"held_layouts_{label}.jsonl"] = [{"prompt": layout(p), "label": label, "source": f"{name} layout"}
+                                              for name, layout in HELD_LAYOUTS.items() for p in rows]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from herald_service.training.corpus import expand_data, load_corpus
+
+    parser = argparse.ArgumentParser(prog="python -m herald_service.training.layouts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("data", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-per-source", type=int, default=150)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, rows in held_out_layout_sets(load_corpus(expand_data([args.data])), args.max_per_source, args.seed).items():
+        (args.out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        print(args.out / name, len(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
