@@ -1135,42 +1135,40 @@ def _wrapped_training_rows(options: EvalOptions, corpus: CorpusStates, templates
 
 def _format_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[Callable[[str | None], LabeledStates], dict]:
     """The format-instruction wrapped training rows of ``--format-train-per-class``
-    (:func:`.format_wrapped.training_rows` of the random split's train part) and their states; a fold never gets a
-    row made from its held-out source (:meth:`~.recipes.WrappedPool.for_fold`).
-
-    Returns:
-        rows by held-out source (``None``: the random split), for :func:`evaluate_states`; and the record for the
-        results' ``meta.format_augmentation``.
-    """
+    (:func:`.format_wrapped.training_rows` of the random split's train part) and their states
+    (:func:`_augmentation_pool`), with the record for the results' ``meta.format_augmentation``."""
     from herald_service.training.format_wrapped import TRAINING_INSTRUCTIONS, training_rows
-    from herald_service.training.recipes import wrapped_pool
 
-    rows = training_rows([corpus.examples[i] for i in corpus.train_index], options.format_train_per_class, options.seed)
-    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, options.max_tokens, options.format_train_per_class,
-                        "format-wrapped training states")
-    record = {"per_class": options.format_train_per_class, "labels": [1, 0],
-              "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)),
-              "instructions": list(TRAINING_INSTRUCTIONS)}
-    return (lambda held_out: pool.for_fold(held_out, (1, 0))), record
+    return _augmentation_pool(corpus, training_rows, options.format_train_per_class, options, "format-wrapped",
+                              {"instructions": list(TRAINING_INSTRUCTIONS)})
 
 
 def _layout_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[Callable[[str | None], LabeledStates], dict]:
     """The set-apart-word training rows of ``--layout-train-per-class`` (:func:`.layouts.training_rows` of the random
-    split's train part) and their states; a fold never gets a row made from its held-out source
-    (:meth:`~.recipes.WrappedPool.for_fold`), as :func:`_format_training_rows`.
+    split's train part) and their states (:func:`_augmentation_pool`), with the record for the results'
+    ``meta.layout_augmentation``."""
+    from herald_service.training.layouts import TRAIN_LAYOUTS, training_rows
+
+    return _augmentation_pool(corpus, training_rows, options.layout_train_per_class, options, "set-apart-word",
+                              {"layouts": list(TRAIN_LAYOUTS)})
+
+
+def _augmentation_pool(corpus: CorpusStates, make_rows: Callable, per_class: int, options: EvalOptions, kind: str,
+                       described: dict) -> tuple[Callable[[str | None], LabeledStates], dict]:
+    """Training rows of both labels made by ``make_rows(train rows, per_class, seed)`` from the random split's train
+    part, their states extracted (rows over ``max_tokens`` dropped); a fold never gets a row made from its held-out
+    source (:meth:`~.recipes.WrappedPool.for_fold`).
 
     Returns:
-        rows by held-out source (``None``: the random split), for :func:`evaluate_states`; and the record for the
-        results' ``meta.layout_augmentation``.
+        rows by held-out source (``None``: the random split), for :func:`evaluate_states`; and the record of the
+        results' meta (``per_class``, ``labels``, ``random_split_rows`` and ``described``).
     """
-    from herald_service.training.layouts import TRAIN_LAYOUTS, training_rows
     from herald_service.training.recipes import wrapped_pool
 
-    rows = training_rows([corpus.examples[i] for i in corpus.train_index], options.layout_train_per_class, options.seed)
-    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, options.max_tokens, options.layout_train_per_class,
-                        "set-apart-word training states")
-    record = {"per_class": options.layout_train_per_class, "labels": [1, 0],
-              "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)), "layouts": list(TRAIN_LAYOUTS)}
+    rows = make_rows([corpus.examples[i] for i in corpus.train_index], per_class, options.seed)
+    pool = wrapped_pool(corpus.backbone, corpus.cache, rows, options.max_tokens, per_class, f"{kind} training states")
+    record = {"per_class": per_class, "labels": [1, 0], "random_split_rows": int(len(pool.for_fold(None, (1, 0)).labels)),
+              **described}
     return (lambda held_out: pool.for_fold(held_out, (1, 0))), record
 
 

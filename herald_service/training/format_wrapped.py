@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -139,12 +140,8 @@ FORMAT_BENIGN_SOURCE = "Format-instruction wrapped benign training prompts (augm
 
 def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> list[WrappedRow]:
     """Training prompts wrapped in :data:`TRAINING_INSTRUCTIONS`: ``2 * per_class`` rows of each label, for
-    ``herald eval --format-train-per-class`` (docs/eval/format_wrapped.md's candidate recipe).
-
-    Harmful rows wrap :data:`~.attacks.REQUEST_SOURCES` requests, half from each source, so the fold that holds one
-    of them out (:func:`~.attacks.fold_rows`: never a row made from the held-out source) still finds ``per_class``;
-    benign rows wrap :data:`BENIGN_SOURCES` prompts. Requests are reused when a source has fewer rows; each row's
-    instruction is drawn at random, so a reused request may meet the same one again. ``WrappedRow.template`` is the instruction's index.
+    ``herald eval --format-train-per-class`` (docs/eval/format_wrapped.md's candidate recipe), drawn by
+    :func:`augmentation_rows`; ``WrappedRow.template`` is the instruction's index.
 
     Args:
         train_rows: the random split's training rows (never the evaluation's: these sets wrap rows the cap left out).
@@ -152,20 +149,42 @@ def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> l
     Raises:
         ValueError: ``train_rows`` has no row of a request source or of any benign source.
     """
+    return augmentation_rows(train_rows, per_class, seed, len(TRAINING_INSTRUCTIONS),
+                             lambda prompt, index: wrap(prompt, TRAINING_INSTRUCTIONS[index]),
+                             (FORMAT_BENIGN_SOURCE, FORMAT_HARMFUL_SOURCE), "format-train", "wrap in a format instruction")
+
+
+def augmentation_rows(train_rows: list[Example], per_class: int, seed: int, variants: int,
+                      dress: Callable[[str, int], str], sources: tuple[str, str], file: str, verb: str
+                      ) -> list[WrappedRow]:
+    """``2 * per_class`` training rows of each label, each a training prompt dressed in one of ``variants`` ways
+    (``dress(prompt, index)``, the index drawn at random and kept as ``WrappedRow.template``), in random order.
+
+    Harmful rows dress :data:`~.attacks.REQUEST_SOURCES` requests, half from each source, so the fold that holds one
+    of them out (:func:`~.attacks.fold_rows`: never a row made from the held-out source) still finds ``per_class``;
+    benign rows dress :data:`BENIGN_SOURCES` prompts. Requests are reused when a source has fewer rows, and a reused
+    request may meet the same variant again.
+
+    Args:
+        sources: the rows' source names, (benign, harmful); ``file``: their ``Example.file``; ``verb``: what is done to
+            a row, for the error.
+
+    Raises:
+        ValueError: ``train_rows`` has no row of a request source or of any benign source.
+    """
     rng = np.random.default_rng(seed)
     out = []
     cells = [(1, (source,), per_class) for source in REQUEST_SOURCES] + [(0, BENIGN_SOURCES, 2 * per_class)]
-    for label, sources, n in cells:
-        pool = [e for e in train_rows if e.label == label and e.source in sources]
+    for label, from_sources, n in cells:
+        pool = [e for e in train_rows if e.label == label and e.source in from_sources]
         if not pool:
-            raise ValueError(f"no training row of {', '.join(sources)} to wrap in a format instruction")
+            raise ValueError(f"no training row of {', '.join(from_sources)} to {verb}")
         order = rng.permutation(len(pool))
         for j in range(n):
             e = pool[order[j % len(pool)]]
-            index = int(rng.integers(len(TRAINING_INSTRUCTIONS)))
-            source = FORMAT_HARMFUL_SOURCE if label else FORMAT_BENIGN_SOURCE
-            out.append(WrappedRow(Example(wrap(e.prompt, TRAINING_INSTRUCTIONS[index]), label, source, e.source,
-                                          "format-train"), e.source, index, False, e.prompt))
+            index = int(rng.integers(variants))
+            out.append(WrappedRow(Example(dress(e.prompt, index), label, sources[label], e.source, file), e.source,
+                                  index, False, e.prompt))
     return [out[j] for j in rng.permutation(len(out))]
 
 

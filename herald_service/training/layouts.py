@@ -20,11 +20,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
-from herald_service.training.attacks import REQUEST_SOURCES, WrappedRow
+from herald_service.training.attacks import WrappedRow
 from herald_service.training.corpus import Example
-from herald_service.training.format_wrapped import BENIGN_SOURCES
+from herald_service.training.format_wrapped import augmentation_rows
 
 
 def _lines(prompt: str, size: int, marker: Callable[[int], str] = lambda i: "", end: str = "") -> str:
@@ -63,10 +61,9 @@ LAYOUT_BENIGN_SOURCE = "Set-apart-word benign training prompts (augmentation)"
 def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> list[WrappedRow]:
     """Training prompts in :data:`TRAIN_LAYOUTS`: ``2 * per_class`` rows of each label, for
     ``herald eval --layout-train-per-class``, drawn as ``--format-train-per-class`` draws its rows
-    (:func:`.format_wrapped.training_rows`): harmful rows lay out :data:`~.attacks.REQUEST_SOURCES` requests, half
-    from each source, so the fold that holds one out (:func:`~.attacks.fold_rows`) still finds ``per_class``; benign
-    rows lay out :data:`~.format_wrapped.BENIGN_SOURCES` prompts. Each row's layout is drawn at random;
-    ``WrappedRow.template`` is its index in :data:`TRAIN_LAYOUTS`.
+    (:func:`.format_wrapped.augmentation_rows`: requests half from each request source, benign prompts from
+    :data:`~.format_wrapped.BENIGN_SOURCES`, a fold never trained on a row made from its held-out source); each row's
+    layout is drawn at random, ``WrappedRow.template`` its index in :data:`TRAIN_LAYOUTS`.
 
     Args:
         train_rows: the random split's training rows (never the held-out sets': those lay out rows the cap left out).
@@ -74,22 +71,9 @@ def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> l
     Raises:
         ValueError: ``train_rows`` has no row of a request source or of any benign source.
     """
-    rng = np.random.default_rng(seed)
     layouts = list(TRAIN_LAYOUTS.values())
-    out = []
-    cells = [(1, (source,), per_class) for source in REQUEST_SOURCES] + [(0, BENIGN_SOURCES, 2 * per_class)]
-    for label, sources, n in cells:
-        pool = [e for e in train_rows if e.label == label and e.source in sources]
-        if not pool:
-            raise ValueError(f"no training row of {', '.join(sources)} to lay out as set-apart words")
-        order = rng.permutation(len(pool))
-        for j in range(n):
-            e = pool[order[j % len(pool)]]
-            index = int(rng.integers(len(layouts)))
-            source = LAYOUT_HARMFUL_SOURCE if label else LAYOUT_BENIGN_SOURCE
-            out.append(WrappedRow(Example(layouts[index](e.prompt), label, source, e.source, "layout-train"),
-                                  e.source, index, False, e.prompt))
-    return [out[j] for j in rng.permutation(len(out))]
+    return augmentation_rows(train_rows, per_class, seed, len(layouts), lambda prompt, index: layouts[index](prompt),
+                             (LAYOUT_BENIGN_SOURCE, LAYOUT_HARMFUL_SOURCE), "layout-train", "lay out as set-apart words")
 
 
 def held_out_layout_sets(examples: list[Example], max_per_source: int | None = 150, seed: int = 0
