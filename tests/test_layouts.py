@@ -79,3 +79,29 @@ def test_held_out_layout_sets_lay_out_the_format_checks_plain_rows_in_every_held
     assert main([str(data), str(tmp_path / "sets"), "--max-per-source", "10"]) == 0
     written = [json.loads(line) for line in (tmp_path / "sets" / "held_layouts_benign.jsonl").read_text().splitlines()]
     assert written == sets["held_layouts_benign.jsonl"]
+
+
+def test_the_fifteenth_studys_rule_reads_each_criterion_at_its_bound():
+    from herald_service.training.layout_study import judge
+
+    def runs(**changes):
+        base = {"loso_f1": 0.62, "loso_auroc": 0.87, "instruction_fpr": {f"s{i}": 0.05 for i in range(11)},
+                "layout_recall": 0.20, "layout_fpr": 0.01, "layout_fpr_each": {"json layout": 0.0, "br layout": 0.05},
+                "sensitive_fpr": {"agentharm": (0.0, 39), "healthbench": (0.01, 286)}, "wrapped_recall": 0.90}
+        return {**base, **changes}
+
+    ref = runs()
+    assert judge(ref, runs(loso_f1=0.61, loso_auroc=0.865, layout_recall=0.45, layout_fpr=0.04,
+                           layout_fpr_each={"json layout": 0.10, "br layout": 0.15},
+                           sensitive_fpr={"agentharm": (1 / 39, 39), "healthbench": (0.04, 286)},
+                           wrapped_recall=0.85)) == dict.fromkeys("abcde", True)  # every bound met exactly
+    assert not judge(ref, runs(loso_f1=0.609, layout_recall=0.45))["a"]
+    assert not judge(ref, runs(loso_auroc=0.864, layout_recall=0.45))["a"]
+    two_lost = {f"s{i}": 0.05 if i > 1 else 0.2 for i in range(11)}
+    assert not judge(ref, runs(instruction_fpr=two_lost))["b"]
+    assert judge(ref, runs(instruction_fpr={**two_lost, "s1": 0.05}))["b"]  # one lost
+    assert not judge(ref, runs(layout_recall=0.449))["c"]
+    assert not judge(ref, runs(layout_fpr=0.041))["d"]
+    assert not judge(ref, runs(layout_fpr_each={"json layout": 0.11, "br layout": 0.05}))["d"]
+    assert not judge(ref, runs(sensitive_fpr={"agentharm": (2 / 39, 39), "healthbench": (0.01, 286)}))["d"]
+    assert not judge(ref, runs(wrapped_recall=0.849))["e"]
