@@ -472,10 +472,12 @@ class EvalOptions:
     """Harmful requests wrapped in jailbreak training templates, added to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --jailbreak-train-per-class`` adds them to a probe's; 0: none."""
     format_train_per_class: int = 0
-    layout_train_per_class: int = 0
     """Harmful and benign training prompts wrapped in format instructions (:func:`.format_wrapped.training_rows`),
     added to every method's training rows in the random split and every LOSO fold; 0: none
     (docs/eval/format_wrapped.md)."""
+    layout_train_per_class: int = 0
+    """Harmful and benign training prompts laid out as set-apart words (:func:`.layouts.training_rows`), added as
+    ``format_train_per_class``'s are; 0: none (docs/eval/recipe_studies.md, fifteenth study)."""
     loaded_questions: bool = False
     """Add the benign loaded-word questions (:mod:`.loaded_questions`) to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --loaded-questions`` adds them to a probe's."""
