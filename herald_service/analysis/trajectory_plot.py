@@ -100,6 +100,7 @@ def plot_trajectories(
     """
     import matplotlib
 
+    figure = trajectory_figure(trajectories, labels, flagged, title)
     with matplotlib.rc_context(LITERAL_TEXT):  # tick labels are made as the figure is drawn
-        trajectory_figure(trajectories, labels, flagged, title).savefig(out)
+        figure.savefig(out)
     return out

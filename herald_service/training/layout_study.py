@@ -37,7 +37,6 @@ def numbers(results: dict) -> dict:
     loso = results["loso"]
     folds = loso["folds"]
     extra = results["extra"]
-    layouts = {name: block for name, block in extra[BENIGN_SET]["herald"]["per_source"].items()}
     return {
         "loso_f1": _value(loso["pooled"]["herald"], "f1"),
         "loso_auroc": _value(loso["pooled"]["herald"], "auroc"),
@@ -47,7 +46,8 @@ def numbers(results: dict) -> dict:
         "layout_recall_each": {name: _value(block, "recall")
                                for name, block in extra[HARMFUL_SET]["herald"]["per_source"].items()},
         "layout_fpr": _value(extra[BENIGN_SET]["herald"]["pooled"], "false_positive_rate"),
-        "layout_fpr_each": {name: _value(block, "false_positive_rate") for name, block in layouts.items()},
+        "layout_fpr_each": {name: _value(block, "false_positive_rate")
+                            for name, block in extra[BENIGN_SET]["herald"]["per_source"].items()},
         "sensitive_fpr": {name: (_value(extra[name]["herald"]["pooled"], "false_positive_rate"),
                                  int(extra[name]["herald"]["pooled"]["n"]["value"])) for name in SENSITIVE_SETS},
         "wrapped_recall": _value(extra["jailbreak_wrapped"]["herald"]["pooled"], "recall"),
