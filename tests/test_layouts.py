@@ -81,11 +81,11 @@ def test_held_out_layout_sets_lay_out_the_format_checks_plain_rows_in_every_held
     assert written == sets["held_layouts_benign.jsonl"]
 
 
-def test_the_fifteenth_studys_rule_reads_each_criterion_at_its_bound():
-    from herald_service.training.layout_study import judge
+def test_the_fifteenth_and_sixteenth_studies_rules_read_each_criterion_at_its_bound():
+    from herald_service.training.layout_study import RULE_16, judge
 
     def runs(**changes):
-        base = {"loso_f1": 0.62, "loso_auroc": 0.87, "instruction_fpr": {f"s{i}": 0.05 for i in range(11)},
+        base = {"loso_f1": 0.62, "loso_auroc": 0.87, "loso_fpr": 0.045, "instruction_fpr": {f"s{i}": 0.05 for i in range(11)},
                 "layout_recall": 0.20, "layout_fpr": 0.01, "layout_fpr_each": {"json layout": 0.0, "br layout": 0.05},
                 "sensitive_fpr": {"agentharm": (0.0, 39), "healthbench": (0.01, 286)}, "wrapped_recall": 0.90}
         return {**base, **changes}
@@ -105,3 +105,24 @@ def test_the_fifteenth_studys_rule_reads_each_criterion_at_its_bound():
     assert not judge(ref, runs(layout_fpr_each={"json layout": 0.11, "br layout": 0.05}))["d"]
     assert not judge(ref, runs(sensitive_fpr={"agentharm": (2 / 39, 39), "healthbench": (0.01, 286)}))["d"]
     assert not judge(ref, runs(wrapped_recall=0.849))["e"]
+    # the sixteenth study's rule: no instruction source lost, and (f) the LOSO FPR at most 1 point higher
+    assert judge(ref, runs(loso_fpr=0.055, layout_recall=0.45), RULE_16) == dict.fromkeys("abcdef", True)
+    assert not judge(ref, runs(loso_fpr=0.0551), RULE_16)["f"]
+    assert not judge(ref, runs(instruction_fpr={**two_lost, "s1": 0.05}), RULE_16)["b"]
+    assert "f" not in judge(ref, runs(loso_fpr=0.2))
+
+
+def test_laid_out_questions_keep_each_question_and_label_in_a_training_layout():
+    from herald_service.training.layouts import LAYOUT_QUESTIONS_SOURCE, laid_out_questions
+    from herald_service.training.loaded_questions import harmful_questions, loaded_questions
+
+    questions = loaded_questions()[:40] + harmful_questions()[:40]
+    rows = laid_out_questions(questions, seed=3)
+    assert [r.label for r in rows] == [q.label for q in questions] and sum(r.label for r in rows) == 40
+    assert {r.source for r in rows} == {LAYOUT_QUESTIONS_SOURCE}
+    for row, question in zip(rows, questions):  # each the same question in one training layout, none held out
+        assert [name for name, layout in TRAIN_LAYOUTS.items() if layout(question.prompt) == row.prompt]
+        assert not any(layout(question.prompt) == row.prompt for layout in HELD_LAYOUTS.values())
+    used = {name for name, layout in TRAIN_LAYOUTS.items() for r, q in zip(rows, questions) if layout(q.prompt) == r.prompt}
+    assert used == set(TRAIN_LAYOUTS)
+    assert laid_out_questions(questions, seed=3) == rows and laid_out_questions(questions, seed=4) != rows

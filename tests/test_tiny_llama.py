@@ -1816,3 +1816,46 @@ def test_eval_adds_set_apart_word_training_rows_of_both_labels_to_the_random_spl
         assert sorted(set(added)) == [(LAYOUT_BENIGN_SOURCE, 0), (LAYOUT_HARMFUL_SOURCE, 1)]
         assert len(added) == 12, held_out  # 6 of each label in every fold
     assert "herald" in results["loso"]["pooled"]
+
+
+def test_eval_lays_out_every_written_question_once_more_with_its_label(folder, tmp_path):
+    # the sixteenth study's option (docs/eval/recipe_studies.md): --layout-questions, beside --loaded-questions
+    from herald_service.training import eval as eval_module
+    from herald_service.training.eval import EvalOptions, run_eval
+    from herald_service.training.layouts import LAYOUT_QUESTIONS_SOURCE, TRAIN_LAYOUTS
+    from herald_service.training.loaded_questions import HARMFUL_SOURCE, SOURCE
+
+    rows = [{"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]} {i}", "label": "benign", "source": s}
+            for s in ("AlpacaEval", "IFEval") for i in range(12)]
+    rows += [{"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]} {i}", "label": "harmful", "source": s}
+             for s in ("AdvBench", "HarmBench") for i in range(12)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = dict(data=[data], backbone=str(folder), out=tmp_path / "results.json", cache_dir=tmp_path / "cache",
+                  device="cpu", jailbreak_templates=None, methods=("herald",), curve_sizes=(), guard_per_source=0,
+                  replicates=20, loaded_questions=True, harmful_questions=True)
+    with pytest.raises(ValueError, match="--layout-questions lays out the written questions: give --loaded-questions"):
+        run_eval(EvalOptions(**{**common, "loaded_questions": False, "harmful_questions": False,
+                                "layout_questions": True}))
+    trained: dict = {}
+    evaluate = eval_module.evaluate_states
+
+    def recording(data, train_index, test_index, plan, extra=None, added_rows=None):
+        for held_out in (None, "AdvBench"):
+            added = added_rows(held_out)
+            trained[held_out] = added
+        return evaluate(data, train_index, test_index, plan, extra, added_rows=added_rows)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(eval_module, "evaluate_states", recording)
+        results = run_eval(EvalOptions(**common, layout_questions=True))
+    assert results["meta"]["layout_questions"] == {"n": 296, "harmful": 148, "seed": 0, "layouts": list(TRAIN_LAYOUTS)}
+    for held_out, added in trained.items():
+        sources = added.sources.tolist()
+        assert sources.count(SOURCE) == sources.count(HARMFUL_SOURCE) == 148, held_out
+        laid = added.labels[added.sources == LAYOUT_QUESTIONS_SOURCE]
+        assert len(laid) == 296 and int(laid.sum()) == 148, held_out
+        written = [p for p, s in zip(added.prompts, sources) if s in (SOURCE, HARMFUL_SOURCE)]
+        laid_out = [p for p, s in zip(added.prompts, sources) if s == LAYOUT_QUESTIONS_SOURCE]
+        assert all(any(layout(w) == p for layout in TRAIN_LAYOUTS.values()) for w, p in zip(written, laid_out))
+    assert results["meta"]["loaded_questions"]["n"] == 296  # the written rows themselves, as without the option

@@ -462,6 +462,10 @@ class EvalCommand(BaseModel):
         " laid out as set-apart words (one word a line, words behind list markers, between bars, quoted;"
         " herald_service/training/layouts.py) and added to every method's training rows as"
         " --format-train-per-class adds its rows; 0 = none (docs/eval/recipe_studies.md, fifteenth study)."))
+    layout_questions: bool = Field(False, description=(
+        "With --loaded-questions: each written question (and its --harmful-questions / --everyday-questions"
+        " companions) added once more, laid out as set-apart words in a training layout drawn at random, its label"
+        " kept (herald_service/training/layouts.py; docs/eval/recipe_studies.md, sixteenth study)."))
     loaded_questions: bool = Field(False, description=(
         "Add our 148 benign questions with loaded words (herald_service/training/loaded_questions.py) to every"
         " method's training rows (random split and each leave-one-source-out fold), as herald fit --loaded-questions"

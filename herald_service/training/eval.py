@@ -478,6 +478,9 @@ class EvalOptions:
     layout_train_per_class: int = 0
     """Harmful and benign training prompts laid out as set-apart words (:func:`.layouts.training_rows`), added as
     ``format_train_per_class``'s are; 0: none (docs/eval/recipe_studies.md, fifteenth study)."""
+    layout_questions: bool = False
+    """With ``loaded_questions``, each written question added once more laid out as set-apart words
+    (:func:`.layouts.laid_out_questions`), its label kept (docs/eval/recipe_studies.md, sixteenth study)."""
     loaded_questions: bool = False
     """Add the benign loaded-word questions (:mod:`.loaded_questions`) to every method's training rows in the random
     split and every LOSO fold, as ``herald fit --loaded-questions`` adds them to a probe's."""
@@ -877,6 +880,8 @@ def run_eval(options: EvalOptions) -> dict:
     from herald_service.training.fit import written_rows
 
     templated_rows = written_rows(options)  # refused now, not after the load
+    if options.layout_questions and not options.loaded_questions:
+        raise ValueError("--layout-questions lays out the written questions: give --loaded-questions too")
     test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         saved_probe, probe_manifest = load_probe(options.probe)
@@ -969,15 +974,23 @@ def run_eval(options: EvalOptions) -> dict:
             lambda held_out, rest=added_rows: joined(rest(held_out), layout_rows(held_out)))
     from herald_service.training.fit import loaded_question_states, loaded_questions_record, without_copies
 
-    questions = templated = None
+    questions = templated = layout_questions = None
     # written rows are checked against every row the run scores as unseen: --data's and --test-data's (a re-tester
     # trained on --test-data rows that were questions, then templated prompts, and scored them as held out)
     unseen = [*everything, *(row for rows in test_sets.values() for row in rows)]
     if options.loaded_questions:  # before any wrapped rows, in herald recipes' and herald fit's order
         questions = loaded_question_states(backbone, cache, options.max_tokens, options.harmful_questions,
                                            options.everyday_questions, data=unseen)
-        added_rows = (lambda held_out: questions) if added_rows is None else (
-            lambda held_out, rest=added_rows: joined(questions, rest(held_out)))
+        written = questions
+        if options.layout_questions:
+            from herald_service.training.layouts import TRAIN_LAYOUTS
+
+            laid_out_rows = _laid_out_question_states(backbone, cache, questions, options)
+            layout_questions = {"n": int(len(laid_out_rows.labels)), "harmful": int(laid_out_rows.labels.sum()),
+                                "seed": options.seed, "layouts": list(TRAIN_LAYOUTS)}
+            written = joined(questions, laid_out_rows)
+        added_rows = (lambda held_out: written) if added_rows is None else (
+            lambda held_out, rest=added_rows: joined(written, rest(held_out)))
     templated_rows = without_copies(templated_rows, unseen, "templated benign prompts") if templated_rows else []
     if templated_rows:  # before the questions, in herald recipes' and herald fit's order
         templated, _, _ = _states_for(backbone, templated_rows, cache, options.max_tokens, "templated states")
@@ -1035,6 +1048,7 @@ def run_eval(options: EvalOptions) -> dict:
         **({"format_augmentation": format_augmentation} if format_augmentation else {}),
         **({"layout_augmentation": layout_augmentation} if layout_augmentation else {}),
         **({"loaded_questions": loaded_questions_record(questions)} if questions is not None else {}),
+        **({"layout_questions": layout_questions} if layout_questions else {}),
         **({"templated_benign": {"n": int(len(templated.labels)), "seed": options.seed, "label": "benign",
                                  "module": "herald_service/training/templated.py"}} if templated is not None else {}),
         "replicates": options.replicates,
@@ -1153,6 +1167,23 @@ def _layout_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[C
 
     return _augmentation_pool(corpus, training_rows, options.layout_train_per_class, options, "set-apart-word",
                               {"layouts": list(TRAIN_LAYOUTS)})
+
+
+def _laid_out_question_states(backbone, cache, questions: LabeledStates, options: EvalOptions) -> LabeledStates:
+    """The states of ``--layout-questions``' rows: each written question of ``questions`` (their states, prompts and
+    labels) laid out in a training layout (:func:`.layouts.laid_out_questions` with ``options.seed``); a laid-out row
+    over ``max_tokens`` is left out with a warning (the questions as written fit, so few if any)."""
+    from herald_service.training.corpus import Example
+    from herald_service.training.layouts import laid_out_questions
+
+    written = [Example(p, int(y), str(s), None, "") for p, y, s in zip(questions.prompts, questions.labels,
+                                                                       questions.sources)]
+    states, _, skipped = _states_for(backbone, laid_out_questions(written, options.seed), cache, options.max_tokens,
+                                     "laid-out question states")
+    if sum(skipped.values()):
+        log.warning("%d laid-out written questions exceed --max-tokens %d once rendered and are left out",
+                    sum(skipped.values()), options.max_tokens)
+    return states
 
 
 def _augmentation_pool(corpus: CorpusStates, make_rows: Callable, per_class: int, options: EvalOptions, kind: str,

@@ -1,9 +1,10 @@
-"""The rule of the fifteenth recipe study (docs/eval/recipe_studies.md, "Fifteenth study: set-apart words in
-training"), read off a reference's and a candidate's ``herald eval`` results of one split.
+"""The rules of the fifteenth and sixteenth recipe studies (docs/eval/recipe_studies.md, "Fifteenth study:
+set-apart words in training", "Sixteenth study: the written questions laid out too"), read off a reference's and a
+candidate's ``herald eval`` results of one split.
 
-Run ``python -m herald_service.training.layout_study <reference.json> <candidate.json> [...]``, the files in pairs
-(reference, candidate) of each split; it prints each split's numbers and verdicts, and whether the candidate passes
-on every split given (exit status 0 either way).
+Run ``python -m herald_service.training.layout_study [--study 16] <reference.json> <candidate.json> [...]``, the
+files in pairs (reference, candidate) of each split; it prints each split's numbers and verdicts, and whether the
+candidate passes on every split given (exit status 0 either way).
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ sensitive-topic sets of ``herald data build``."""
 RULE = {"f1_drop_max": 0.01, "auroc_drop_max": 0.005, "instruction_folds_lost_max": 1, "layout_recall_gain_min": 0.25,
         "layout_fpr_pooled_rise_max": 0.03, "layout_fpr_each_rise_max": 0.10, "sensitive_fpr_rise_max": 0.03,
         "wrapped_recall_drop_max": 0.05, "instruction_fpr_max": 0.10}
-"""The rule's bounds, as fractions (criteria (a) to (e) of the study)."""
+"""The fifteenth study's bounds, as fractions (its criteria (a) to (e))."""
+
+RULE_16 = {**RULE, "instruction_folds_lost_max": 0, "loso_fpr_rise_max": 0.01}
+"""The sixteenth study's bounds: the fifteenth's, with (b) losing no instruction source at <= 10% FPR (the issue-3
+target, 11 of 11, which the fifteenth's candidate would have missed on both splits) and (f) the LOSO FPR pooled over
+the benign folds at most 1 point over the reference's (the fifteenth's rose 4.5% -> 6.7% on split 0)."""
+
+RULES = {15: RULE, 16: RULE_16}
 
 
 def _value(block: dict, metric: str) -> float:
@@ -40,6 +48,7 @@ def numbers(results: dict) -> dict:
     return {
         "loso_f1": _value(loso["pooled"]["herald"], "f1"),
         "loso_auroc": _value(loso["pooled"]["herald"], "auroc"),
+        "loso_fpr": _value(loso["pooled"]["herald"], "false_positive_rate"),
         "instruction_fpr": {source: _value(fold["methods"]["herald"]["held_out"], "false_positive_rate")
                             for source, fold in folds.items() if in_group(source, INSTRUCTION_BENIGN)},
         "layout_recall": _value(extra[HARMFUL_SET]["herald"]["pooled"], "recall"),
@@ -55,9 +64,11 @@ def numbers(results: dict) -> dict:
 
 
 def judge(reference: dict, candidate: dict, rule: dict = RULE) -> dict:
-    """Verdicts (a) to (e) of one split: ``reference`` and ``candidate`` are :func:`numbers` of its two runs."""
+    """Verdicts (a) to (e) of one split, and (f) where ``rule`` bounds the LOSO FPR (:data:`RULE_16`): ``reference``
+    and ``candidate`` are :func:`numbers` of its two runs."""
     ref, cand = reference, candidate
     at_most = lambda fprs: sum(v <= rule["instruction_fpr_max"] for v in fprs.values())  # noqa: E731
+    extra = {"f": cand["loso_fpr"] <= ref["loso_fpr"] + rule["loso_fpr_rise_max"]} if "loso_fpr_rise_max" in rule else {}
     return {
         "a": cand["loso_f1"] >= ref["loso_f1"] - rule["f1_drop_max"]
         and cand["loso_auroc"] >= ref["loso_auroc"] - rule["auroc_drop_max"],
@@ -70,12 +81,14 @@ def judge(reference: dict, candidate: dict, rule: dict = RULE) -> dict:
                 + max(rule["sensitive_fpr_rise_max"], 1 / max(ref["sensitive_fpr"][k][1], 1))
                 for k in ref["sensitive_fpr"]),
         "e": cand["wrapped_recall"] >= ref["wrapped_recall"] - rule["wrapped_recall_drop_max"],
+        **extra,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m herald_service.training.layout_study",
                                      description=__doc__.split("\n\n")[0])
+    parser.add_argument("--study", type=int, choices=sorted(RULES), default=15, help="whose rule to apply")
     parser.add_argument("files", type=Path, nargs="+", help="reference and candidate results of each split, in pairs")
     args = parser.parse_args(argv)
     if len(args.files) % 2:
@@ -84,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     for ref_path, cand_path in zip(args.files[0::2], args.files[1::2]):
         ref, cand = (numbers(json.loads(p.read_text())) for p in (ref_path, cand_path))
         report.append({"reference": str(ref_path), "candidate": str(cand_path), "numbers": {"reference": ref,
-                       "candidate": cand}, "passed": judge(ref, cand)})
-    json.dump({"splits": report, "pass": all(all(s["passed"].values()) for s in report)}, sys.stdout, indent=1)
+                       "candidate": cand}, "passed": judge(ref, cand, RULES[args.study])})
+    json.dump({"study": args.study, "splits": report, "pass": all(all(s["passed"].values()) for s in report)}, sys.stdout, indent=1)
     print()
     return 0
 

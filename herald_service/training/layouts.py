@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from herald_service.training.attacks import WrappedRow
 from herald_service.training.corpus import Example
 from herald_service.training.format_wrapped import augmentation_rows
@@ -56,6 +58,7 @@ docs/eval/trimmed_views.md); never in training."""
 
 LAYOUT_HARMFUL_SOURCE = "Set-apart-word training requests (augmentation)"
 LAYOUT_BENIGN_SOURCE = "Set-apart-word benign training prompts (augmentation)"
+LAYOUT_QUESTIONS_SOURCE = "Set-apart-word written questions (augmentation)"
 
 
 def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> list[WrappedRow]:
@@ -74,6 +77,22 @@ def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> l
     layouts = list(TRAIN_LAYOUTS.values())
     return augmentation_rows(train_rows, per_class, seed, len(layouts), lambda prompt, index: layouts[index](prompt),
                              (LAYOUT_BENIGN_SOURCE, LAYOUT_HARMFUL_SOURCE), "layout-train", "lay out as set-apart words")
+
+
+def laid_out_questions(questions: list[Example], seed: int = 0) -> list[Example]:
+    """Each written question (:mod:`.loaded_questions`: the benign loaded-word questions, their harmful counterparts,
+    the everyday how-to questions, as ``--loaded-questions`` and its companions add them) once more, laid out in a
+    :data:`TRAIN_LAYOUTS` layout drawn at random with ``seed``, its label kept, for ``herald eval --layout-questions``
+    (docs/eval/recipe_studies.md, sixteenth study): the same words in the same layouts under both labels, so that a
+    layout alone says nothing of a prompt's label.
+
+    Returns:
+        one row a question, in ``questions``' order, the source :data:`LAYOUT_QUESTIONS_SOURCE`.
+    """
+    rng = np.random.default_rng(seed)
+    layouts = list(TRAIN_LAYOUTS.values())
+    return [Example(layouts[int(rng.integers(len(layouts)))](q.prompt), q.label, LAYOUT_QUESTIONS_SOURCE, q.category,
+                    "layout-questions") for q in questions]
 
 
 def held_out_layout_sets(examples: list[Example], max_per_source: int | None = 150, seed: int = 0
