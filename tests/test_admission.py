@@ -1,6 +1,7 @@
 """Admission by estimated wait and the /steer concurrency cap: overload is answered 429 with Retry-After at once,
 not 504 after ``request_timeout_s``; every accepted request still gets exactly one answer."""
 
+import re
 import threading
 import time
 from concurrent.futures import wait
@@ -16,7 +17,7 @@ from herald_service.backbone.fake import FakeBackbone
 from herald_service.config import Settings
 from herald_service.engine.admission import (DECODE_MEMORY, MIN_TIMED_STEPS, OWN_WORK_HEADROOM, BatchCost, BatchTiming, CostFit, JobClock, Refusal,
                                              STOPPING_S, StepSeconds, TooMuchWork, Work, admission_verdict, ahead_seconds,
-                                             exceeding_texts, jobs_left_s)
+                                             exceeding_texts, jobs_left_s, may_be_too_much_work)
 from herald_service.engine.engine import EngineLimits, InferenceEngine
 from herald_service.engine.runtime import Runtime, fake_runtime
 from herald_service.errors import QueueFull, WorkTooLarge
@@ -271,6 +272,18 @@ def test_one_prompt_over_twice_the_longest_live_prompt_is_not_refused_by_extrapo
     assert admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=49) is None
     assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=50), TooMuchWork)
     assert isinstance(admission_verdict(Work(), one, slow_seed, limit_s=2.0, checked_tokens=400), TooMuchWork)
+
+
+def test_a_request_not_yet_tokenized_may_be_over_its_own_limit_by_its_prompts_at_the_most_tokens_they_can_have():
+    per_token = lin(0.0, 0.01)  # 10 ms a token; a 2 s limit refuses own work over 1.7 s
+    assert not may_be_too_much_work([50, 50, 50], per_token, 2.0, checked_tokens=100)  # 1.5 s at most: a 429 is true
+    assert may_be_too_much_work([50, 50, 80], per_token, 2.0, checked_tokens=100)  # 1.8 s at most: maybe 413
+    assert may_be_too_much_work([10, None], per_token, 2.0, checked_tokens=100)  # unbounded
+    # one prompt is priced up to twice the longest live prompt only (longer: run on an idle worker, never 413)
+    assert not may_be_too_much_work([None], per_token, 2.0, checked_tokens=80)  # 160 tokens at most: 1.6 s
+    assert may_be_too_much_work([None], per_token, 2.0, checked_tokens=90)  # 1.8 s
+    assert not may_be_too_much_work([None], per_token, 2.0, checked_tokens=0)  # no live batch: nothing priced
+    assert not may_be_too_much_work([None, None], None, 2.0) and not may_be_too_much_work([None, None], per_token, None)
 
 
 def test_the_fit_is_checked_as_far_as_the_longest_prompt_of_the_live_batches_it_holds():
@@ -619,6 +632,38 @@ def test_prompts_whose_own_work_exceeds_the_limit_are_refused_on_an_idle_engine_
     engine.stop()
 
 
+def test_a_request_that_may_be_over_its_own_limit_gets_no_429_before_its_tokens_are_known(runtime):
+    # Known low, reproduced on the embedded backbone: 3 prompts of 1,294 tokens (9.3 s against a 10 s timeout) got 413
+    # idle and 429 "retry in 1 s" under load, from the check before tokenizing (their tokens counted as none). 10 ms
+    # a token, seeded with the true cost; a 2 s limit: waits to 1.6 s, own work to 1.7 s; prompts of any length.
+    hold = threading.Event()
+
+    class Held(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            hold.wait(10)
+            return super().last_token_states(token_ids, intervention)
+
+    slow = sharing_vocab(runtime, Held(token_delay_s=0.01))
+    engine = InferenceEngine(slow, runtime.probe, EngineLimits(max_wait_s=2.0, max_rows=1), HeraldMetrics(), seed=PER_TOKEN)
+    engine.start()
+    try:
+        (first,) = engine.submit(slow.encode([user_turn(prompt_of(5))]))  # held by the worker
+        time.sleep(0.1)  # past its estimated end: it counts for nothing more
+        (queued,) = engine.submit(slow.encode([user_turn(prompt_of(165))]))  # 1.65 s waiting, over the 1.6 s
+        engine.check_room(3)  # may be over 1.7 s alone: its verdict waits for its tokens
+        engine.check_work([120], 2)  # 1.2 s or more: still may be
+        with pytest.raises(WorkTooLarge) as refused:
+            engine.submit(slow.encode([user_turn(prompt_of(120))] * 3))  # 3.6 s: 413, as on an idle engine
+        assert "estimated at 3.6 s of model time on this backbone (3 prompts, 360 tokens)" in refused.value.message
+        with pytest.raises(QueueFull) as busy:  # one prompt is never refused 413 before a live batch: a true 429
+            engine.check_room(1)
+        assert busy.value.reason == "estimated_wait" and busy.value.retry_after_s == 1
+    finally:
+        hold.set()
+    assert first.result(timeout=10).tokens == 5 and queued.result(timeout=10).tokens == 165
+    engine.stop()
+
+
 def test_work_accepted_and_then_cancelled_or_failed_gives_its_share_back(runtime):
     gate = threading.Event()
 
@@ -742,6 +787,61 @@ def test_a_request_too_large_for_the_limit_is_refused_413_on_an_idle_server_and_
         assert big.status_code == 400 and big.json()["error"]["field"] == "input"
         assert big.json()["error"]["code"] == "input_too_large"
         assert rejected(metrics, "estimated_work") == 2
+
+
+def test_a_request_too_large_for_the_limit_is_refused_413_under_load_too_and_one_that_fits_429_before_tokenizing(
+        runtime, monkeypatch):
+    # Known low: under load, a request no wait could admit got the full queue's (or the wait's) 429 before its own work
+    # was priced, so its client retried in vain (embedded backbone: 413 idle, 429 "retry in 1 s" 81 times of 82 under
+    # load). 1 ms a token, a 2 s timeout (1.7 s of own work), prompts of at most 300 tokens, 8 queue places.
+    hold = threading.Event()
+    hold.set()
+
+    class Held(FakeBackbone):
+        def last_token_states(self, token_ids, intervention=None):
+            hold.wait(10)
+            return super().last_token_states(token_ids, intervention)
+
+    slow = sharing_vocab(runtime, Held(token_delay_s=0.001))
+    with slow_app(runtime, slow, request_timeout_s=2.0, max_tokens=300, max_batch_size=8, queue_capacity=8,
+                  batch_max_prompts=1, trimmed_views=False) as client:
+        wait_ready(client)
+        engine = client.app.state.herald.engine
+        hold.clear()
+        load = []
+        loader = threading.Thread(target=lambda: load.append(client.post("/classify", json={"input": [prompt_of(20)] * 8})))
+        loader.start()
+        try:
+            deadline = time.monotonic() + 5
+            while engine.depth != 7 and time.monotonic() < deadline:  # one prompt held by the worker, 7 waiting
+                time.sleep(0.01)
+            assert engine.depth == 7
+            encode, seen = slow.encode, []
+
+            def counting(conversations, fold=True):
+                seen.append(len(conversations))
+                return encode(conversations, fold)
+
+            monkeypatch.setattr(slow, "encode", counting)
+            big = client.post("/classify", json={"input": [prompt_of(300)] * 8})  # 2.4 s, over 1.7 s on any worker
+            assert big.status_code == 413, big.text
+            assert "Retry-After" not in big.headers
+            error = big.json()["error"]
+            assert error["type"] == "input_too_large" and error["field"] == "input"
+            assert re.match(r"this request is estimated at 2\.\d s of model time on this backbone \(8 prompts, 2,400"
+                            r" tokens\); the limit is 1\.7 s", error["message"]), error["message"]
+            assert seen == [8]
+            seen.clear()
+            fits = client.post("/classify", json={"input": [prompt_of(300)] * 2})  # at most 0.6 s: it fits once drained
+            assert fits.status_code == 429 and int(fits.headers["Retry-After"]) >= 1, fits.text
+            assert fits.json()["error"]["message"].startswith("queue is full: 7 prompts waiting of a capacity of 8")
+            assert seen == []  # refused before it was tokenized
+        finally:
+            hold.set()
+            loader.join(10)
+        assert [r.status_code for r in load] == [200]
+        metrics = client.app.state.herald.metrics
+        assert rejected(metrics, "estimated_work") == 1 and rejected(metrics, "queue_full") == 1
 
 
 def test_a_413_counts_the_views_scored_beside_the_inputs(runtime):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -489,6 +489,35 @@ def priced_by_extrapolation(tokens: int, checked_tokens: int) -> bool:
     (:func:`admission_verdict` for /classify, the /steer prefills of ``Moderator.steer``): it runs on an idle worker,
     and its timing corrects the model at its length."""
     return checked_tokens == 0 or tokens > 2 * checked_tokens
+
+
+def may_be_too_much_work(most: Sequence[int | None], fit: CostFit | None, limit_s: float | None,
+                         checked_tokens: int | None = None) -> bool:
+    """Whether a request whose prompts have at most these lengths, tokens (``None``: not bounded), may be refused as
+    :class:`TooMuchWork` by :func:`admission_verdict` once all its tokens are known, whatever the work ahead.
+
+    Before its prompts are tokenized, a request is known only by such bounds (each prompt at most the token limit:
+    one past it is refused 413 at tokenization). While this holds, a 429 for the work ahead or a full queue must wait
+    for its tokens: it would tell a client to retry a request that no wait admits (3 prompts of 1,294 tokens,
+    estimated at 9.3 s against a 10 s timeout, got 413 on an idle server and 429 "retry in 1 s" 81 times of 82 under
+    load, on the embedded backbone). The cost only grows with each length, so the bound's price decides; a request of
+    one prompt is priced up to twice ``checked_tokens`` only (:func:`priced_by_extrapolation`: longer, it runs on an
+    idle worker, never 413).
+
+    Args:
+        most: per prompt, the most tokens it can have.
+        fit, limit_s, checked_tokens: as :func:`admission_verdict`'s.
+    """
+    if fit is None or limit_s is None:
+        return False
+    if len(most) == 1 and checked_tokens is not None:
+        if checked_tokens == 0:
+            return False
+        most = [2 * checked_tokens if most[0] is None else min(most[0], 2 * checked_tokens)]
+    lengths = [length for length in most if length is not None]
+    if len(lengths) < len(most):
+        return True
+    return fit.seconds(Work.of_prompts(lengths)) > OWN_WORK_HEADROOM * limit_s
 
 
 def admission_verdict(ahead: Work, own: Work, fit: CostFit | None, limit_s: float | None, horizon_s: float | None = None,

@@ -29,7 +29,8 @@ from herald_service.backbone.base import Backbone, runs_in_chunks
 from herald_service.backbone.batching import batch_tokens, plan_in_arrival_order
 from herald_service.config import resolved_chunk_tokens
 from herald_service.engine.admission import (
-    TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, Work, admission_verdict, ahead_seconds, jobs_left_s,
+    TERMS, WAIT_HEADROOM, BatchCost, BatchTiming, JobClock, Refusal, TooMuchWork, Work, admission_verdict, ahead_seconds,
+    jobs_left_s, may_be_too_much_work,
 )
 from herald_service.errors import (
     HeraldError, InferenceFailed, InputTooLarge, NotReady, QueueFull, QueueTooSmall, RequestTimeout, WorkTooLarge,
@@ -67,6 +68,10 @@ class EngineLimits:
             ``None``: admission by queue places only.
         chunk_tokens: a prompt longer than this many tokens is prefilled in chunks of it, with shorter prompts
             answered between two chunks (``prefill_chunk_tokens``); 0: off; ``None``: :func:`chunk_tokens_for`.
+        prompt_tokens: the most tokens a prompt can have (the token limit: ``max_tokens`` or the backbone's position
+            table, past which a prompt is refused at tokenization); ``None``: unbounded. A request not yet tokenized
+            is priced with its prompts at it to tell whether it may be over its own work limit
+            (:func:`~herald_service.engine.admission.may_be_too_much_work`).
     """
 
     token_budget: int = 8192
@@ -75,6 +80,7 @@ class EngineLimits:
     queue_capacity: int = 1024
     max_wait_s: float | None = None
     chunk_tokens: int | None = None
+    prompt_tokens: int | None = None
 
 
 @dataclass
@@ -243,14 +249,17 @@ class InferenceEngine:
     def check_room(self, prompts: int) -> None:
         """Refuse now if ``prompts`` would not fit in the queue as it is, or if they alone, or the work accepted
         earlier and they, would take longer than ``max_wait_s`` (a cheap check before any work, their tokens not yet
-        known and counted as none; :meth:`submit` checks again with them, since the queue can fill in between).
+        known and counted as none; :meth:`submit` checks again with them, since the queue can fill in between). A
+        request that may turn out over its own work limit, its prompts at ``prompt_tokens``
+        (:func:`~herald_service.engine.admission.may_be_too_much_work`), is not refused 429 here: its 413 or 429 waits
+        for its tokens, so that a request no wait could admit is answered 413 whatever the load.
 
         Raises:
             NotReady: if the worker is not running.
             WorkTooLarge, QueueFull: as :meth:`submit`.
         """
         with self._cond:
-            self._check_room(Work(prompts))
+            self._check_room(Work(prompts), most=[self.limits.prompt_tokens] * prompts)
 
     def check_work(self, lengths: Sequence[int], more_prompts: int) -> None:
         """:meth:`check_room` part-way through tokenizing a request: its prompts of these token ``lengths``, and
@@ -259,11 +268,15 @@ class InferenceEngine:
         requests of 64 prompts of ~1,500 tokens each were all tokenized, 71 s of CPU, before their 413s, and a
         one-word request beside them took 9.6-15 s).
 
+        A 429 waits for the rest as :meth:`check_room`'s does, while the rest at ``prompt_tokens`` may put the request
+        over its own work limit.
+
         Raises:
             NotReady, WorkTooLarge, QueueFull: as :meth:`submit` (a :class:`WorkTooLarge` message says "or more").
         """
         with self._cond:
-            self._check_room(Work.of_prompts(list(lengths)).plus(Work(more_prompts)), partial=True)
+            self._check_room(Work.of_prompts(list(lengths)).plus(Work(more_prompts)), partial=True,
+                             most=[*lengths, *[self.limits.prompt_tokens] * more_prompts])
 
     @property
     def ahead(self) -> Work:
@@ -349,7 +362,12 @@ class InferenceEngine:
             return 1
         return max(1, math.ceil(self.estimated_wait_s() * min(prompts / self.depth, 1.0)))
 
-    def _check_room(self, own: Work, own_job_s: float = 0.0, partial: bool = False) -> None:
+    def _check_room(self, own: Work, own_job_s: float = 0.0, partial: bool = False,
+                    most: Sequence[int | None] | None = None) -> None:
+        """Refuse ``own`` (NotReady, QueueTooSmall, WorkTooLarge, QueueFull), or return to admit it. The refusals no
+        wait could clear (413) come before those of the queue as it is (429), which would have the client retry in
+        vain; ``most``: per prompt, the most tokens it can have where ``own`` is not all known yet, so that no 429 is
+        given while its own work may still be over the limit. Under ``_cond``."""
         if not self.alive:
             raise NotReady(self.failure or "inference worker is not running")
         needed = own.prompts + own.jobs
@@ -357,6 +375,14 @@ class InferenceEngine:
             raise QueueTooSmall(f"this request needs {needed} places in the queue, more than its capacity of"
                                 f" {self.limits.queue_capacity} (queue_capacity, HERALD_QUEUE_CAPACITY): no wait could"
                                 " admit it; send fewer prompts, or raise the capacity")
+        fit = self.cost.fit  # one snapshot: the price and the length it was checked to come from the same fit
+        checked = 0 if fit is None else fit.checked_tokens
+        verdict = admission_verdict(self._queued(), own, fit, self.limits.max_wait_s, self._horizon_s(), self._started_s(),
+                                    own_job_s, checked, partial)
+        if isinstance(verdict, TooMuchWork):
+            raise WorkTooLarge(verdict.message)
+        if most is not None and may_be_too_much_work(most, fit, self.limits.max_wait_s, checked):
+            return
         excess = self.depth + needed - self.limits.queue_capacity
         if excess > 0:
             retry_s = self._drain_s(excess)
@@ -365,14 +391,8 @@ class InferenceEngine:
             raise QueueFull(f"queue is full: {self.depth} {_prompts(self.depth)} waiting of a capacity of"
                             f" {self.limits.queue_capacity} (queue_capacity, HERALD_QUEUE_CAPACITY), and this request"
                             f" needs {needed} more; retry in {retry_s} s", retry_after_s=retry_s)
-        fit = self.cost.fit  # one snapshot: the price and the length it was checked to come from the same fit
-        checked = 0 if fit is None else fit.checked_tokens
-        verdict = admission_verdict(self._queued(), own, fit, self.limits.max_wait_s, self._horizon_s(), self._started_s(),
-                                    own_job_s, checked, partial)
         if isinstance(verdict, Refusal):
             raise QueueFull(verdict.message, retry_after_s=verdict.retry_after_s, reason="estimated_wait")
-        if verdict is not None:
-            raise WorkTooLarge(verdict.message)
 
     def _settled(self, share: Work, item: _Prompt | _Exclusive) -> Callable[[Future], None]:
         def give_back(future: Future) -> None:

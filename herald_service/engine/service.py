@@ -142,7 +142,7 @@ def engine_limits(settings: Settings, backbone: Backbone) -> EngineLimits:
     except ValueError as exc:
         raise SettingsConflict(str(exc)) from None
     return EngineLimits(budget, settings.batch_max_prompts, settings.batch_delay_ms / 1000, settings.queue_capacity,
-                        settings.request_timeout_s, chunk)
+                        settings.request_timeout_s, chunk, max_tokens)
 
 
 @dataclass(frozen=True)
