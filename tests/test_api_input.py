@@ -1685,22 +1685,40 @@ def test_messages_mixing_conversations_and_messages_are_named_by_the_odd_item(cl
         "message": "/steer takes one conversation: messages is a list of message objects, not of conversations"}
 
 
-def test_a_large_body_sent_before_the_server_is_ready_gets_the_503_a_small_one_gets():
-    # validated in its parsing thread, a large invalid body was a 422 where the same body small was a 503 (re-tester)
+def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_size():
+    # Known low: while the backbone loaded, a body that could never be valid got 503 with Retry-After (the client sent
+    # it again, to fail again) where a large one got its 422 (re-tester); bad JSON was a 422 even then. Now the schema
+    # is checked first, after the API key; only a request that fits it waits for the model (503).
     slow_loader, gate = held_loader(30)
-
-    with TestClient(build_app(Settings(_env_file=None, fake_backend=True), loader=slow_loader)) as c:
+    settings = Settings(_env_file=None, fake_backend=True, steer_enabled=True, steer_api_key=STEER_KEY)
+    with TestClient(build_app(settings, loader=slow_loader)) as c:
         try:
             small = b'{"input": 5}'
             large = small[:-1] + b" " * 70_000 + b"}"
             answers = [c.post("/classify", content=body, headers={"content-type": "application/json"}) for body in (small, large)]
-            assert [a.status_code for a in answers] == [503, 503]
+            assert [a.status_code for a in answers] == [422, 422]
             assert answers[0].json() == answers[1].json()
+            assert answers[0].json()["error"]["field"] == "input" and "retry-after" not in answers[0].headers
+            for path, body, headers, field in (("/classify", {"inpt": "hi"}, None, "inpt"),
+                                               ("/v1/moderations", {"input": 42}, None, "input"),
+                                               ("/steer", {"prompt": "hi", "mode": "erase"}, STEER, "mode")):
+                r = c.post(path, json=body, headers=headers)
+                assert r.status_code == (400 if path == "/v1/moderations" else 422), (path, r.text)
+                assert r.json()["error"]["field"] == field, (path, r.text)
+            empty = c.post("/classify", content=b"", headers={"content-type": "application/json"})
+            assert empty.status_code == 422 and empty.json()["error"]["message"] == "request body is required (a JSON object)"
+            for path, headers in (("/classify", None), ("/v1/moderations", None), ("/steer", STEER)):
+                fits = c.post(path, json={"input": "hi"} if path != "/steer" else {"prompt": "hi"}, headers=headers)
+                assert (fits.status_code, fits.headers["retry-after"], fits.json()["error"]["type"]) == (503, "5", "not_ready")
+            # limits the moderator checks wait for it: over max_chars is a 413 once ready, a 503 until then
+            long = c.post("/classify", json={"input": "a" * (settings.max_chars + 1)})
+            assert long.status_code == 503
         finally:
             gate.set()
         wait_ready(c)
         r = c.post("/classify", content=large, headers={"content-type": "application/json"})
-        assert r.status_code == 422 and r.json()["error"]["field"] == "input"  # ready: validated, in the thread
+        assert r.status_code == 422 and r.json() == answers[0].json()  # ready: the same answer
+        assert c.post("/classify", json={"input": "a" * (settings.max_chars + 1)}).status_code == 413
 
 
 @pytest.mark.parametrize("path, body, field, message", [

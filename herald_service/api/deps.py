@@ -11,6 +11,7 @@ from typing import Annotated, Awaitable, Callable
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from herald_service.api.json_body import UniqueKeysRequest
 from herald_service.config import Settings
 from herald_service.engine.engine import InferenceEngine
 from herald_service.engine.runtime import Runtime
@@ -66,17 +67,25 @@ async def get_state(request: Request) -> AppState:
 State = Annotated[AppState, Depends(get_state)]
 
 
-def _ready_moderator(state: AppState) -> Moderator:
+async def _ready_moderator(request: Request, state: AppState) -> Moderator:
+    """The moderator, or NotReady; a body that does not fit the route's model is refused first, ready or not
+    (:meth:`~herald_service.api.json_body.UniqueKeysRequest.check_body`): a malformed request is the client's fault
+    whatever the server's state, and a 503 with ``Retry-After`` had it sent again to fail again. Only the schema is
+    checked so: the limits the moderator checks (prompts, characters, messages, and tokens, which need the backbone's
+    tokenizer) are answered once it is up, 503 until then."""
     reason = state.not_ready_reason()
     if reason is not None:
+        if isinstance(request, UniqueKeysRequest):
+            await request.check_body()
         raise NotReady(reason, state.retry_after_s())
     assert state.moderator is not None
     return state.moderator
 
 
-async def get_moderator(state: State) -> Moderator:
-    """The moderator, or 503 while loading / after the worker died."""
-    return _ready_moderator(state)
+async def get_moderator(request: Request) -> Moderator:
+    """The moderator, or 503 while loading / after the worker died (after a 422 for a body that does not fit the
+    route's model)."""
+    return await _ready_moderator(request, request.app.state.herald)
 
 
 _bearer = HTTPBearer(auto_error=False, description="one of HERALD_API_KEYS (moderation routes and /v1/info)")
@@ -116,11 +125,12 @@ async def serving_moderator(request: Request, credentials: Credentials) -> Moder
 
     Raises:
         Unauthorized: missing or wrong key (401).
+        RequestValidationError: not ready, and the body does not fit the route's model (422, as once ready).
         NotReady: loading, or the worker died (503).
     """
     state: AppState = request.app.state.herald
     _check_api_key(state, credentials)
-    return _ready_moderator(state)
+    return await _ready_moderator(request, state)
 
 
 STEER_DISABLED = "/steer is disabled; set HERALD_STEER_ENABLED=true and HERALD_STEER_API_KEY"

@@ -44,6 +44,33 @@ class UniqueKeysRequest(Request):
     body_field: Any = None
     """The route's body field (FastAPI's ``APIRoute.body_field``), which validates a large body in the parsing thread;
     None: FastAPI validates it, on the event loop."""
+    route_body_field: Any = None
+    """The route's body field whether or not the service is ready, for :meth:`check_body`; None: a route without one."""
+
+    async def check_body(self) -> None:
+        """Validate the body as the route's body model now, as FastAPI only would after the route's dependencies: for a
+        dependency that must answer a malformed request before refusing it for its own reasons (readiness while
+        loading: a 422 naming the field, not a 503 whose ``Retry-After`` has the client send again a request that can
+        never succeed). A large body is validated off the event loop, as :meth:`json` parses it.
+
+        Raises:
+            RequestValidationError: no body, or one that does not fit the model (answered 422, as FastAPI's own).
+        """
+        if self.route_body_field is None:
+            return
+        body = await self.body()
+        if not body:
+            raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+        document = await self.json()
+        if len(body) > THREAD_PARSE_BYTES:
+            await asyncio.to_thread(self._checked, document)
+        else:
+            self._checked(document)
+
+    def _checked(self, document: Any) -> None:
+        _, errors = self.route_body_field.validate(document, {}, loc=("body",))
+        if errors:
+            raise RequestValidationError(errors, body=document)
 
     async def json(self) -> Any:
         if not hasattr(self, "_unique_json"):
@@ -180,9 +207,10 @@ class UniqueKeysRoute(APIRoute):
             request = UniqueKeysRequest(request.scope, request.receive)
             request.list_limit = list_limit(request.app.state.herald.settings)
             request.container_limit = container_limit(request.app.state.herald.settings)
-            # not ready: the route's dependency answers 503 before any validation, whatever the body's size (a large
-            # invalid body was a 422 where a small one was a 503: re-tester)
+            # not ready: the route's dependency validates the body (check_body) after the API key and before its 503,
+            # whatever the body's size (a large invalid body was a 422 where a small one was a 503: re-tester)
             request.body_field = self.body_field if request.app.state.herald.not_ready_reason() is None else None
+            request.route_body_field = self.body_field
             try:
                 body = await request.body()
             except ClientDisconnect:
