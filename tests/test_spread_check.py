@@ -115,6 +115,8 @@ def test_the_eleventh_runs_hidden_forms_and_fresh_rows():
     import argparse
     from pathlib import Path
 
+    import pytest
+
     from herald_service.prompt_text import invisible_gap_reading, normalize_prompt_text
     from herald_service.training.invisible_gap_check import IN_TURN, LAYOUTS, SHORT_TEXTS, hide
     from herald_service.training.layout_reading_check import fresh_rows, unused_left_out_rows
