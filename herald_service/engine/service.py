@@ -157,10 +157,9 @@ class TurnViews:
     turns: int
     parts: int
     trimmed: int = 0
-    """Prompts that are trimmed views or readings (spelled-out, spread-out, invisible gaps:
+    """Prompts that are trimmed views or readings (spelled-out, spread-out:
     :func:`~herald_service.trimmed_views.views_beside`); not counted against ``max_batch_size`` (at most
-    MAX_TRIMMED_VIEWS, three, per scored text, 15 with the spelled-out and spread-out readings, 31 with the invisible
-    gaps' too; priced by admission like any prompt)."""
+    MAX_TRIMMED_VIEWS, three, per scored text, 15 with both readings; priced by admission like any prompt)."""
     kinds: list[str] = dataclasses.field(default_factory=list)
     """Each prompt's kind (:data:`~herald_service.types.VIEW_KINDS`)."""
     texts: list[str | None] = dataclasses.field(default_factory=list)

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, separator in LAYOUTS.items():
         pairs[f"fresh/harmful/{name}"] = [(hide(p, separator), " ".join(p.split())) for p in harmful]
     layout_check(args, earlier, pairs, LISTS + TENTH_SHORT_TEXTS + SHORT_TEXTS,
-                 lambda text: views_beside(text, invisible=False), TENTH_RULE, views_beside)
+                 lambda text: views_beside(text, invisible=False), TENTH_RULE,
+                 lambda text: views_beside(text, invisible=True))
     return 0
 
 
