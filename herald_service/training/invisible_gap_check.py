@@ -10,9 +10,14 @@ each separator of :data:`SEPARATORS` and with all of them in turn; 120 fresh hel
 zero-width spaces; the earlier held-out sets; and benign texts with invisible characters of their own
 (:data:`SHORT_TEXTS`) beside the earlier runs' lists and short texts.
 
+The twelfth run (``--candidate 12``) judges candidate 12 on the same sets: the fold reads each such run as a space in
+place of removing it, so a text is read as its invisible-gap reading is by the fold before (``nfkc-ascii-v5``), and
+scored with candidate 10's views of that reading (:func:`.spread_layout_check.layout_check`'s ``candidate_read``);
+this check emulates it on the fold before, which it must run on.
+
 Run ``python -m herald_service.training.invisible_gap_check <data folder> <benign_sensitive folder> <out.json>
-[--seed 0] [--max-per-source 150] [--per-source 40] [--max-tokens 1024]``; the backbone and probe are the configured
-ones (``HERALD_BACKBONE``, ``HERALD_PROBE``: the embedded default and its shipped probe).
+[--candidate 11|12] [--seed 0] [--max-per-source 150] [--per-source 40] [--max-tokens 1024]``; the backbone and probe
+are the configured ones (``HERALD_BACKBONE``, ``HERALD_PROBE``: the embedded default and its shipped probe).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from herald_service.training.layout_reading_check import SHORT_TEXTS as TENTH_SH
 from herald_service.training.layout_reading_check import TENTH_RULE, fresh_rows, unused_left_out_rows
 from herald_service.training.spread_layout_check import LISTS, layout_check
 from herald_service.training.trimmed_views_check import add_check_arguments, check_sets
+from herald_service.prompt_text import PROMPT_TEXT, invisible_gap_reading
 from herald_service.trimmed_views import views_beside
 
 SEPARATORS = {
@@ -79,7 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m herald_service.training.invisible_gap_check",
                                      description=__doc__.split("\n\n")[0])
     add_check_arguments(parser)
+    parser.add_argument("--candidate", type=int, choices=(11, 12), default=11,
+                        help="11: the reading as a view beside the text; 12: the reading in place of the text")
     args = parser.parse_args(argv)
+    if args.candidate == 12 and PROMPT_TEXT != "nfkc-ascii-v5":
+        parser.error(f"--candidate 12 emulates its fold on nfkc-ascii-v5's; this tree folds by {PROMPT_TEXT}: run it"
+                     " at the commit of its rule")
     earlier = check_sets(args.data, args.sensitive, args.seed, args.max_per_source, args.per_source)
     pairs: dict[str, list[tuple[str, str]]] = {}
     for label in ("harmful", "benign"):
@@ -95,9 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     harmful = fresh_rows(left, 1, 11, 60, REQUEST_SOURCES, exclude=frozenset(tenth_harmful))
     for name, separator in LAYOUTS.items():
         pairs[f"fresh/harmful/{name}"] = [(hide(p, separator), " ".join(p.split())) for p in harmful]
-    layout_check(args, earlier, pairs, LISTS + TENTH_SHORT_TEXTS + SHORT_TEXTS,
-                 lambda text: views_beside(text, invisible=False), TENTH_RULE,
-                 lambda text: views_beside(text, invisible=True))
+    before = lambda text: views_beside(text, invisible=False)  # noqa: E731
+    if args.candidate == 11:
+        layout_check(args, earlier, pairs, LISTS + TENTH_SHORT_TEXTS + SHORT_TEXTS, before, TENTH_RULE,
+                     lambda text: views_beside(text, invisible=True))
+    else:
+        layout_check(args, earlier, pairs, LISTS + TENTH_SHORT_TEXTS + SHORT_TEXTS, before, TENTH_RULE, before,
+                     candidate_read=lambda text: invisible_gap_reading(text) or text)
     return 0
 
 
