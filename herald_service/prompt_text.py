@@ -814,33 +814,54 @@ _INVISIBLE = "\uffff"
 
 _INVISIBLE_MARKS = _CodePointTable(_invisible_mark)
 
-_INVISIBLE_GAP = re.compile(r"(?<=[^\W_])\uffff+(?=[^\W_])|(?<=[A-Za-z0-9])[\u200c\u200d]+(?=[A-Za-z0-9])")
-"""A run of removed characters between two letters or digits, or of joiners between two ASCII letters or digits (a
-joiner elsewhere is the fold's to keep: Persian, emoji sequences)."""
+_INVISIBLE_GAP = re.compile(r"([A-Za-z]+)([\uffff\u200c\u200d]+)(?=([A-Za-z]+))")
+"""A run of invisible characters (:data:`_INVISIBLE`, or joiners) between two runs of ASCII letters: the letters
+before it, the run, and (not consumed, so that the next gap finds them) the letters after it."""
 
 _HAS_INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""An ASCII control character the fold removes: the cheap test of an ASCII text."""
+
+
+@lru_cache(maxsize=4096)
+def sets_words_apart(before: str, after: str) -> bool:
+    """Whether an invisible run between the ASCII letters ``before`` and ``after`` stands where a space was meant: both
+    are English words of two letters or more, or "a" or "I" (:data:`_SPLIT_FIRST_LETTERS`), common enough
+    (:data:`MIN_WORD_ZIPF`; wordfreq's English), and the two joined are clearly rarer than either
+    (:data:`SPLIT_MARGIN_ZIPF`): "build"+"a" ("builda"), "pipe"+"bomb", "to"+"kill" set words apart; "W"+"rite",
+    "p"+"hishing", "e"+"mail", "bo"+"mb", "k"+"i", "kid"+"nap" are a word with an invisible character inside it,
+    which the fold removes (the breaker's attack of 2026-12-01: a zero-width joiner inside each word)."""
+    if not all(len(piece) > 1 or piece in _SPLIT_FIRST_LETTERS for piece in (before, after)):
+        return False
+    from wordfreq import zipf_frequency  # about 0.2 s the first time: only for a text with such a run
+
+    apart = min(zipf_frequency(before.lower(), "en"), zipf_frequency(after.lower(), "en"))
+    return apart >= MIN_WORD_ZIPF and zipf_frequency((before + after).lower(), "en") + SPLIT_MARGIN_ZIPF <= apart
 
 
 def invisible_gap_reading(text: str) -> str | None:
-    """``text`` (as the client sent it) with each run of invisible characters between two letters or digits read as
-    one space, or None where it has none: the fold removes them (:func:`normalize_prompt_text`), which joins the words
-    they set apart ("build\u200ba\u200bbomb" is read "buildabomb"). Invisible: format and default-ignorable
-    characters (zero-width space, word joiner, soft hyphen, byte order mark, invisible separator, Mongolian vowel
-    separator), the zero-width joiner and non-joiner between ASCII letters or digits, control characters other than
-    tab and line ends (vertical tab, form feed, NEL), private use and noncharacters.
+    """``text`` (as the client sent it) with each run of invisible characters that sets two English words apart read
+    as one space (:func:`sets_words_apart`), or None where it has none. The fold removes invisible characters
+    (:func:`normalize_prompt_text`): inside a word they hide it (a zero-width joiner inside each word took harmful
+    requests from 1.0 to 0.001-0.25, breaker 2026-12-01), but between words they joined them ("build\u200ba\u200bbomb"
+    is read "buildabomb": the tenth run's re-tester of docs/eval/trimmed_views.md passed 8 of 12 requests flagged
+    single-spaced so). Invisible: format and default-ignorable characters (zero-width space, word joiner, soft hyphen,
+    byte order mark, invisible separator, Mongolian vowel separator, the zero-width joiner and non-joiner), control
+    characters other than tab and line ends (vertical tab, form feed, NEL), private use and noncharacters; tag
+    characters are the fold's to decode. Only runs between ASCII letters are read so (the word test is English).
 
-    A re-tester of the tenth run of docs/eval/trimmed_views.md passed 8 of 12 requests flagged single-spaced with such
-    a character alone between words; the eleventh run judges this reading (served as a view beside the text,
-    :func:`~herald_service.trimmed_views.views_beside`).
+    The eleventh run scored a reading with every such run between two letters or digits a space as a view beside the
+    text, and failed (the joined text's own false positives stayed); the thirteenth judges this one read in place of
+    the text, by the fold.
 
     Returns:
-        The text with those runs as single spaces, the other invisible characters left for the fold; None where no
-        run sits between two letters or digits.
+        The text with those runs as single spaces (the other invisible characters left for the fold), or None.
     """
     if text.isascii() and not _HAS_INVISIBLE.search(text):
         return None
     marked = text.translate(_INVISIBLE_MARKS)  # one character for one: a match's span is the same in ``text``
-    gaps = [match.span() for match in _INVISIBLE_GAP.finditer(marked)]
+    if marked.isascii():  # neither an invisible character (each marked U+FFFF) nor a joiner
+        return None
+    gaps = [match.span(2) for match in _INVISIBLE_GAP.finditer(marked) if sets_words_apart(match[1], match[3])]
     if not gaps:
         return None
     out, last = [], 0
