@@ -825,12 +825,14 @@ _HAS_INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 @lru_cache(maxsize=4096)
 def sets_words_apart(before: str, after: str) -> bool:
     """Whether an invisible run between the ASCII letters ``before`` and ``after`` stands where a space was meant: both
-    are English words of two letters or more, or "a" or "I" (:data:`_SPLIT_FIRST_LETTERS`), common enough
+    are English words of three letters or more or function words (:data:`FUNCTION_WORDS`: "a", "I", "to", "of"; a
+    piece of one or two letters is more often part of a word: "st"+"ea" in "steals", "i"+"te" in "Write"), not both
+    single letters (a word spelled out: "a"+"i" in "e\u200bm\u200ba\u200bi\u200bl"), common enough
     (:data:`MIN_WORD_ZIPF`; wordfreq's English), and the two joined are clearly rarer than either
     (:data:`SPLIT_MARGIN_ZIPF`): "build"+"a" ("builda"), "pipe"+"bomb", "to"+"kill" set words apart; "W"+"rite",
     "p"+"hishing", "e"+"mail", "bo"+"mb", "k"+"i", "kid"+"nap" are a word with an invisible character inside it,
     which the fold removes (the breaker's attack of 2026-12-01: a zero-width joiner inside each word)."""
-    if not all(len(piece) > 1 or piece in _SPLIT_FIRST_LETTERS for piece in (before, after)):
+    if not all(len(piece) > 2 or piece.lower() in FUNCTION_WORDS for piece in (before, after)) or len(before + after) < 3:
         return False
     from wordfreq import zipf_frequency  # about 0.2 s the first time: only for a text with such a run
 
