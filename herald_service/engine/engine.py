@@ -246,20 +246,24 @@ class InferenceEngine:
         self._enqueue([job], Work(jobs=1), least_s)
         return job.future
 
-    def check_room(self, prompts: int) -> None:
+    def check_room(self, prompts: int, most: Sequence[int | None] | None = None) -> None:
         """Refuse now if ``prompts`` would not fit in the queue as it is, or if they alone, or the work accepted
         earlier and they, would take longer than ``max_wait_s`` (a cheap check before any work, their tokens not yet
         known and counted as none; :meth:`submit` checks again with them, since the queue can fill in between). A
-        request that may turn out over its own work limit, its prompts at ``prompt_tokens``
-        (:func:`~herald_service.engine.admission.may_be_too_much_work`), is not refused 429 here: its 413 or 429 waits
-        for its tokens, so that a request no wait could admit is answered 413 whatever the load.
+        request that may turn out over its own work limit, each prompt at ``most`` tokens (per prompt, the most it can
+        have; None: ``prompt_tokens`` each; :func:`~herald_service.engine.admission.may_be_too_much_work`), is not
+        refused 429 here: its 413 or 429 waits for its tokens, so that a request no wait could admit is answered 413
+        whatever the load, while the others keep a 429 that costs no tokenizing.
 
         Raises:
             NotReady: if the worker is not running.
             WorkTooLarge, QueueFull: as :meth:`submit`.
         """
+        bounds = [self.limits.prompt_tokens] * prompts if most is None else [
+            length if self.limits.prompt_tokens is None or length is None else min(length, self.limits.prompt_tokens)
+            for length in most]
         with self._cond:
-            self._check_room(Work(prompts), most=[self.limits.prompt_tokens] * prompts)
+            self._check_room(Work(prompts), most=bounds)
 
     def check_work(self, lengths: Sequence[int], more_prompts: int) -> None:
         """:meth:`check_room` part-way through tokenizing a request: its prompts of these token ``lengths``, and

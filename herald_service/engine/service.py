@@ -344,6 +344,12 @@ def planned_states(backbone: Any, token_ids: Sequence[Sequence[int]], plan: Sequ
     return torch.stack([rows[i] for i in range(len(token_ids))])
 
 
+FOLDED_BYTES_PER_BYTE = 2
+"""Tokens counted per UTF-8 byte of a message by :meth:`Moderator.most_tokens`: the fold writes at most as many bytes
+as it reads for all but a few compatibility characters (a ligature, "\u33d8" -> "p.m.", U+FDFA's 18 letters), and a
+token holds at least one byte; twice covers all but texts dense with those. A bound too low only gives such a text
+the 429 it got before its tokens were known (then its 413 once the queue drains)."""
+
 ENCODE_CHUNK_CHARS = 16_000
 """Characters of prompt text encoded in one executor hop by :meth:`Moderator.tokenize` before the token limit is
 checked: short prompts still go in one hop (the hot path), long ones a few at a time."""
@@ -392,6 +398,23 @@ class Moderator:
         self.decode_step_s = StepSeconds()
         if decode_timing is not None:
             self.decode_step_s.observe(*decode_timing)
+        try:  # rendered tokens of a one-letter user turn, for most_tokens: the template's share of each message
+            self._turn_tokens: int | None = len(runtime.backbone.encode([user_turn("x")])[0])
+        except HeraldError:  # a backbone that cannot render it: prompts are priced at the token limit
+            self._turn_tokens = None
+
+    def most_tokens(self, conversation: Conversation) -> int | None:
+        """The most tokens ``conversation`` can render to, from its characters, before it is folded or tokenized: per
+        message the rendered tokens of a one-letter user turn (the template's system prompt and turn markers, measured
+        when the moderator is made) and :data:`FOLDED_BYTES_PER_BYTE` tokens a byte of its text (a token holds at least
+        one byte, in byte-level BPE and byte-fallback vocabularies alike); None where the backbone could not render
+        that turn. The price of a request before tokenizing (:meth:`InferenceEngine.check_room`): a request of short
+        prompts is refused 429 at once under load, where priced at the token limit each it was tokenized first
+        (breaker: twice the CPU a 429 under a retry flood)."""
+        if self._turn_tokens is None:
+            return None
+        return sum(self._turn_tokens + FOLDED_BYTES_PER_BYTE * len(message.content.encode("utf-8", "surrogatepass"))
+                   for message in conversation)
 
     def check_shape(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> None:
         """Batch-size and character limits, before any tokenization.
@@ -524,7 +547,8 @@ class Moderator:
         views = await self.turn_views(conversations, fields, batch_field)
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         try:
-            self.engine.check_room(len(prompts))  # 429 before any work (DESIGN section 4), not after tokenizing
+            # 429 before any work (DESIGN section 4), not after tokenizing, unless the request may be too much work
+            self.engine.check_room(len(prompts), [self.most_tokens(p) for p in prompts])
             ids, tokenize_s = await self.tokenize(prompts, prompt_fields,
                                                   {**joined_parts_names(conversations, fields), **(prompt_names or {})})
             futures = self.engine.submit(ids, tokenize_s)
