@@ -851,9 +851,11 @@ def invisible_gap_reading(text: str) -> str | None:
     characters other than tab and line ends (vertical tab, form feed, NEL), private use and noncharacters; tag
     characters are the fold's to decode. Only runs between ASCII letters are read so (the word test is English).
 
-    The eleventh run scored a reading with every such run between two letters or digits a space as a view beside the
-    text, and failed (the joined text's own false positives stayed); the thirteenth judges this one read in place of
-    the text, by the fold.
+    Not part of the fold: the thirteenth run's candidate (its check, :mod:`~herald_service.training.
+    invisible_gap_check`, reads it in place of the text), which failed its rule (fresh requests 6.7 points under
+    single-spaced: gaps beside punctuation and rare words stay joined; docs/eval/trimmed_views.md). The eleventh run
+    scored a reading of every run between two letters or digits as a view beside the text, and failed too (the joined
+    text's own false positives stayed).
 
     Returns:
         The text with those runs as single spaces (the other invisible characters left for the fold), or None.
