@@ -85,6 +85,8 @@ def test_a_full_queue_is_refused_before_tokenizing():
             self._queue.extend([object(), object()])
 
     moderator = Moderator(Runtime(backbone, runtime.probe, runtime.manifest, runtime.probe_path), Full(), settings, metrics)
+    assert encoded == [1]  # a one-letter turn, once, when the moderator is made (Moderator.most_tokens)
+    encoded.clear()
     with pytest.raises(QueueFull) as full:
         asyncio.run(moderator.classify([user_turn("a long prompt " * 50)], ["input"], "input"))
     # no batch timed yet: nothing to estimate the drain from
