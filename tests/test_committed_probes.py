@@ -80,3 +80,19 @@ def test_committed_probe_records_the_sha256_of_its_tensors(folder: Path):
 
     recorded = load_probe(folder)[1]["tensors_sha256"]
     assert recorded == hashlib.sha256((folder / "probe.safetensors").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
+def test_a_threshold_that_flags_none_or_all_of_the_reference_prompts_is_named_at_start_up(folder: Path):
+    # breaker: probe.json's threshold edited to 50 loaded with an INFO line only, and nothing would ever be flagged
+    from herald_service.probes.reference import threshold_warning
+
+    probe, manifest = load_probe(folder)
+    logits = [entry["logit"] for entry in manifest["reference"]["prompts"]]
+    assert threshold_warning(manifest, probe.threshold) is None  # as fitted: among the recorded logits
+    high = threshold_warning(manifest, 50.0)
+    assert high.startswith("the probe's threshold 50 logit flags none of its 12 reference prompts (recorded logits"
+                           f" {min(logits):.2f} to {max(logits):.2f}; six are harmful requests")
+    assert "flags every one of its 12" in threshold_warning(manifest, min(logits))  # at the lowest: all flagged
+    assert threshold_warning(manifest, max(logits)) is None  # the highest still flagged
+    assert threshold_warning({k: v for k, v in manifest.items() if k != "reference"}, 50.0) is None

@@ -18,7 +18,9 @@ from herald_service.probes.artifact import (backbone_manifest, check_chat_templa
                                             compatibility_warnings, LoadedProbe, load_probe_files)
 from herald_service.probes.folder import require_probe_folder
 from herald_service.probes.probe import FittedProbe, HeraldProbe
-from herald_service.probes.reference import NOTABLE_REFERENCE_DISTANCE, REFERENCE_TOLERANCE, check_reference
+from herald_service.probes.reference import (
+    NOTABLE_REFERENCE_DISTANCE, REFERENCE_TOLERANCE, check_reference, threshold_warning,
+)
 from herald_service.types import AS_SENT, Classification, user_turn
 
 log = logging.getLogger(__name__)
@@ -266,6 +268,9 @@ def load_runtime(settings: BackboneSettings, check_weights: bool = True) -> Runt
                      " %g)", distance, REFERENCE_TOLERANCE)
     for warning in compatibility_warnings(manifest, backbone.info):
         log.warning("%s (probe %s)", warning, folder)
+    edited = threshold_warning(manifest, probe.threshold)
+    if edited is not None:
+        log.warning("%s (probe %s)", edited, folder)
     numerics = backbone.info.dtype + (f", {backbone.info.matmul_dtype} linear layers" if backbone.info.matmul_dtype else "")
     # the threshold as served: probe.json's, which an operator may have edited (nothing else says so at start-up)
     log.info("loaded %s on %s (%s) with probe %s (threshold %.4f logit, %s)", backbone.info.model_id,

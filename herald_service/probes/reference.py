@@ -127,6 +127,24 @@ def reference_block(probe: FittedProbe, backbone: ScoringBackbone) -> dict[str, 
             "prompts": [{"text": text, "logit": round(float(logit), 4)} for text, logit in zip(REFERENCE_PROMPTS, logits)]}
 
 
+def threshold_warning(manifest: dict[str, Any], threshold: float) -> str | None:
+    """A line for ``herald serve``'s log where ``threshold`` (the probe's served logit threshold) is above the logits
+    recorded for every reference prompt or at or below them all: the probe then flags none of six harmful requests, or
+    every benign prompt too. ``herald fit`` never writes such a threshold; a hand edit of probe.json can (breaker: a
+    threshold of 50 loaded with an INFO line only, and nothing would ever be flagged). None where the threshold falls
+    among the recorded logits, or the manifest records none."""
+    block = manifest.get("reference")
+    if not block or not block.get("prompts"):
+        return None
+    logits = [float(entry["logit"]) for entry in block["prompts"]]
+    if min(logits) < threshold <= max(logits):
+        return None
+    which = "none" if threshold > max(logits) else "every one"
+    return (f"the probe's threshold {threshold:g} logit flags {which} of its {len(logits)} reference prompts (recorded"
+            f" logits {min(logits):.2f} to {max(logits):.2f}; six are harmful requests, six benign): was probe.json's"
+            " threshold edited? herald fit --threshold-method sets one from data")
+
+
 def check_reference(manifest: dict[str, Any], probe: FittedProbe, backbone: ScoringBackbone) -> float | None:
     """Score the manifest's reference prompts with ``probe`` on ``backbone`` (one prefill batch) and refuse the pair
     when their logits moved from those recorded at fit time by a median of more than :data:`REFERENCE_TOLERANCE`.
