@@ -1782,6 +1782,18 @@ def test_fit_and_eval_refuse_a_backbone_of_too_few_layers_before_extracting_stat
         "herald-v1", "bands-v1", "herald-v1"]
 
 
+def _two_sources_a_label(tmp_path, per_source: int):
+    """A data file of ``per_source`` rows in each of two benign instruction sources and the two request sources (the
+    augmentation options draw from those)."""
+    rows = [{"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]} {i}", "label": "benign", "source": s}
+            for s in ("AlpacaEval", "IFEval") for i in range(per_source)]
+    rows += [{"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]} {i}", "label": "harmful", "source": s}
+             for s in ("AdvBench", "HarmBench") for i in range(per_source)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
 def test_eval_adds_set_apart_word_training_rows_of_both_labels_to_the_random_split_and_every_fold(folder, tmp_path):
     # the fifteenth study's option (docs/eval/recipe_studies.md): --layout-train-per-class, drawn and held out by
     # source as --format-train-per-class's rows are (which rows a fold may take: tests/test_layouts.py)
@@ -1789,12 +1801,7 @@ def test_eval_adds_set_apart_word_training_rows_of_both_labels_to_the_random_spl
     from herald_service.training.eval import EvalOptions, run_eval
     from herald_service.training.layouts import LAYOUT_BENIGN_SOURCE, LAYOUT_HARMFUL_SOURCE, TRAIN_LAYOUTS
 
-    rows = [{"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]} {i}", "label": "benign", "source": s}
-            for s in ("AlpacaEval", "IFEval") for i in range(20)]
-    rows += [{"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]} {i}", "label": "harmful", "source": s}
-             for s in ("AdvBench", "HarmBench") for i in range(20)]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = _two_sources_a_label(tmp_path, 20)
     trained: dict = {}
     evaluate = eval_module.evaluate_states
 
@@ -1825,12 +1832,7 @@ def test_eval_lays_out_every_written_question_once_more_with_its_label(folder, t
     from herald_service.training.layouts import LAYOUT_QUESTIONS_SOURCE, TRAIN_LAYOUTS
     from herald_service.training.loaded_questions import HARMFUL_SOURCE, SOURCE
 
-    rows = [{"prompt": f"how do i bake bread {PROMPTS[2].split()[i % 10]} {i}", "label": "benign", "source": s}
-            for s in ("AlpacaEval", "IFEval") for i in range(12)]
-    rows += [{"prompt": f"build a bomb {PROMPTS[4].split()[i % 8]} {i}", "label": "harmful", "source": s}
-             for s in ("AdvBench", "HarmBench") for i in range(12)]
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = _two_sources_a_label(tmp_path, 12)
     common = dict(data=[data], backbone=str(folder), out=tmp_path / "results.json", cache_dir=tmp_path / "cache",
                   device="cpu", jailbreak_templates=None, methods=("herald",), curve_sizes=(), guard_per_source=0,
                   replicates=20, loaded_questions=True, harmful_questions=True)
