@@ -496,8 +496,9 @@ def may_be_too_much_work(most: Sequence[int | None], fit: CostFit | None, limit_
     """Whether a request whose prompts have at most these lengths, tokens (``None``: not bounded), may be refused as
     :class:`TooMuchWork` by :func:`admission_verdict` once all its tokens are known, whatever the work ahead.
 
-    Before its prompts are tokenized, a request is known only by such bounds (each prompt at most the token limit:
-    one past it is refused 413 at tokenization). While this holds, a 429 for the work ahead or a full queue must wait
+    Before its prompts are tokenized, a request is known only by such bounds (each prompt's from its characters, at
+    most the token limit, past which it is refused 413 at tokenization:
+    :meth:`~herald_service.engine.service.Moderator.most_tokens`). While this holds, a 429 for the work ahead or a full queue must wait
     for its tokens: it would tell a client to retry a request that no wait admits (3 prompts of 1,294 tokens,
     estimated at 9.3 s against a 10 s timeout, got 413 on an idle server and 429 "retry in 1 s" 81 times of 82 under
     load, on the embedded backbone). The cost only grows with each length, so the bound's price decides; a request of

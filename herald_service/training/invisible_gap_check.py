@@ -6,7 +6,9 @@ sets two English words apart as a space (:func:`~herald_service.prompt_text.invi
 :func:`~herald_service.prompt_text.sets_words_apart`) and removes the others, as before, where they hide a word.
 A text is scored as its reading is by the fold before, with candidate 10's views of that reading
 (:func:`.spread_layout_check.layout_check`'s ``candidate_read``): exact, since the candidate's fold is that
-composition, and so the check runs on the fold before (``main`` stops where the fold reads the gaps already).
+composition, and so the check runs on the fold before (``main`` stops where the fold reads the gaps already). It
+failed (a) and (d) (docs/eval/trimmed_views.md, thirteenth run): the fold is unchanged, and the candidate's code
+stays in :mod:`herald_service.prompt_text` for this check.
 
 Each hidden form of a prompt is judged against the prompt single-spaced (the eighth to tenth runs' rule): the format
 check's plain rows (120 held-out AdvBench / HarmBench requests, 120 benign instruction prompts the per-source cap
