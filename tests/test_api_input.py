@@ -1686,6 +1686,8 @@ def test_messages_mixing_conversations_and_messages_are_named_by_the_odd_item(cl
 
 
 def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_size():
+    from herald_service.text_file import LONE_SURROGATE
+
     # Known low: while the backbone loaded, a body that could never be valid got 503 with Retry-After (the client sent
     # it again, to fail again) where a large one got its 422 (re-tester); bad JSON was a 422 even then. Now the schema
     # is checked first, after the API key; only a request that fits it waits for the model (503).
@@ -1707,6 +1709,17 @@ def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_
                 assert r.json()["error"]["field"] == field, (path, r.text)
             empty = c.post("/classify", content=b"", headers={"content-type": "application/json"})
             assert empty.status_code == 422 and empty.json()["error"]["message"] == "request body is required (a JSON object)"
+            # bodies that fit the types but hold no prompt, or a lone surrogate, were 503 while loading (breaker)
+            for path, body, field, message in (
+                    ("/classify", '{"input": []}', "input", "at least one prompt is required"),
+                    ("/classify", '{"messages": []}', "messages", "at least one prompt is required"),
+                    ("/classify", '{"messages": [[]]}', "messages[0]", "a conversation needs at least one message"),
+                    ("/classify", '{"input": ["ok", "\\ud800"]}', "input[1]", LONE_SURROGATE),
+                    ("/v1/moderations", '{"input": []}', "input", "at least one prompt is required"),
+                    ("/v1/moderations", '{"input": "\\ud800"}', "input", LONE_SURROGATE)):
+                r = c.post(path, content=body.encode(), headers={"content-type": "application/json"})
+                assert r.status_code == (400 if path == "/v1/moderations" else 422), (path, body, r.text)
+                assert (r.json()["error"]["field"], r.json()["error"]["message"]) == (field, message), (path, r.text)
             for path, headers in (("/classify", None), ("/v1/moderations", None), ("/steer", STEER)):
                 fits = c.post(path, json={"input": "hi"} if path != "/steer" else {"prompt": "hi"}, headers=headers)
                 assert (fits.status_code, fits.headers["retry-after"], fits.json()["error"]["type"]) == (503, "5", "not_ready")

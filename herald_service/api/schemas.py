@@ -230,6 +230,25 @@ class ChatMessage(BaseModel):
         return Message(role, self.text(), parts)
 
 
+def prompts_given(value: object, field: str) -> None:
+    """Refuse an ``input`` that can never be scored, in the schema, so that it is refused naming the field while the
+    service loads too (the moderator's own checks wait for it, and a 503 with ``Retry-After`` had the client send
+    again what could never succeed: breaker): an empty list, and a string with a lone surrogate (at ``input``, or
+    ``input[i]`` in a list). Content parts are checked by their own model.
+
+    Raises:
+        FieldConflict: naming the field, with the moderator's message (at least one prompt; :data:`LONE_SURROGATE`).
+    """
+    if value == []:
+        raise FieldConflict("at least one prompt is required", field)
+    if isinstance(value, str) and not is_valid_unicode(value):
+        raise FieldConflict(LONE_SURROGATE, field)
+    if isinstance(value, list):
+        bad = next((i for i, item in enumerate(value) if isinstance(item, str) and not is_valid_unicode(item)), None)
+        if bad is not None:
+            raise FieldConflict(LONE_SURROGATE, f"{field}[{bad}]")
+
+
 class ClassifyRequest(BaseModel):
     """``input`` (a string or a list of strings) or ``messages`` (one conversation or a list of them).
 
@@ -278,6 +297,13 @@ class ClassifyRequest(BaseModel):
     @model_validator(mode="after")
     def _one_of(self) -> "ClassifyRequest":
         exactly_one(self, "input", "messages")
+        if self.input is not None:  # refused in the schema, so while the service loads too (prompts_given)
+            prompts_given(self.input, "input")
+        elif self.messages == []:
+            raise FieldConflict("at least one prompt is required", "messages")
+        elif any(conversation == [] for conversation in self.messages):
+            raise FieldConflict("a conversation needs at least one message",
+                                f"messages[{next(i for i, c in enumerate(self.messages) if c == [])}]")
         return self
 
 
@@ -351,6 +377,7 @@ class ModerationRequest(BaseModel):
                 if odd is not None:  # pydantic named whichever element its first union branch tripped on
                     raise FieldConflict("input mixes strings and content parts: give a list of strings (one result"
                                         " each) or a list of parts (one input)", f"input[{odd}]")
+        prompts_given(value, "input")
         return value
 
 
