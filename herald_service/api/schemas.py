@@ -301,9 +301,10 @@ class ClassifyRequest(BaseModel):
             prompts_given(self.input, "input")
         elif self.messages == []:
             raise FieldConflict("at least one prompt is required", "messages")
-        elif any(conversation == [] for conversation in self.messages):
-            raise FieldConflict("a conversation needs at least one message",
-                                f"messages[{next(i for i, c in enumerate(self.messages) if c == [])}]")
+        else:
+            empty = next((i for i, conversation in enumerate(self.messages) if conversation == []), None)
+            if empty is not None:
+                raise FieldConflict("a conversation needs at least one message", f"messages[{empty}]")
         return self
 
 
