@@ -652,6 +652,9 @@ def test_a_request_that_may_be_over_its_own_limit_gets_no_429_before_its_tokens_
         (queued,) = engine.submit(slow.encode([user_turn(prompt_of(165))]))  # 1.65 s waiting, over the 1.6 s
         engine.check_room(3)  # may be over 1.7 s alone: its verdict waits for its tokens
         engine.check_work([120], 2)  # 1.2 s or more: still may be
+        with pytest.raises(QueueFull) as rest_short:  # the rest bounded to 10 tokens each (their characters): 1.4 s
+            engine.check_work([120], 2, [10, 10])
+        assert rest_short.value.reason == "estimated_wait"
         with pytest.raises(WorkTooLarge) as refused:
             engine.submit(slow.encode([user_turn(prompt_of(120))] * 3))  # 3.6 s: 413, as on an idle engine
         assert "estimated at 3.6 s of model time on this backbone (3 prompts, 360 tokens)" in refused.value.message

@@ -259,28 +259,33 @@ class InferenceEngine:
             NotReady: if the worker is not running.
             WorkTooLarge, QueueFull: as :meth:`submit`.
         """
-        bounds = [self.limits.prompt_tokens] * prompts if most is None else [
-            length if self.limits.prompt_tokens is None or length is None else min(length, self.limits.prompt_tokens)
-            for length in most]
         with self._cond:
-            self._check_room(Work(prompts), most=bounds)
+            self._check_room(Work(prompts), most=self._bounded(prompts, most))
 
-    def check_work(self, lengths: Sequence[int], more_prompts: int) -> None:
+    def check_work(self, lengths: Sequence[int], more_prompts: int, most: Sequence[int | None] | None = None) -> None:
         """:meth:`check_room` part-way through tokenizing a request: its prompts of these token ``lengths``, and
         ``more_prompts`` not yet tokenized counted as prompts of no tokens. A lower bound on the request's work, so a
         refusal here is one the whole request would get, before the rest is folded and encoded (a breaker pass: 40
         requests of 64 prompts of ~1,500 tokens each were all tokenized, 71 s of CPU, before their 413s, and a
         one-word request beside them took 9.6-15 s).
 
-        A 429 waits for the rest as :meth:`check_room`'s does, while the rest at ``prompt_tokens`` may put the request
-        over its own work limit.
+        A 429 waits for the rest as :meth:`check_room`'s does, while the rest, each at ``most`` tokens (None:
+        ``prompt_tokens`` each), may put the request over its own work limit.
 
         Raises:
             NotReady, WorkTooLarge, QueueFull: as :meth:`submit` (a :class:`WorkTooLarge` message says "or more").
         """
         with self._cond:
             self._check_room(Work.of_prompts(list(lengths)).plus(Work(more_prompts)), partial=True,
-                             most=[*lengths, *[self.limits.prompt_tokens] * more_prompts])
+                             most=[*lengths, *self._bounded(more_prompts, most)])
+
+    def _bounded(self, prompts: int, most: Sequence[int | None] | None) -> list[int | None]:
+        """Per prompt of ``prompts`` not yet tokenized, the most tokens it can have: ``most``'s bound (from its
+        characters) capped at ``prompt_tokens``, or ``prompt_tokens`` where ``most`` is None."""
+        cap = self.limits.prompt_tokens
+        if most is None:
+            return [cap] * prompts
+        return [length if cap is None or length is None else min(length, cap) for length in most]
 
     @property
     def ahead(self) -> Work:

@@ -479,6 +479,7 @@ class Moderator:
         encode = functools.partial(self.runtime.backbone.encode, fold=fold)
         ids: list[list[int]] = []
         lengths: list[int] = []  # of ids, for the admission check after each chunk
+        bounds = [self.most_tokens(c) for c in conversations]  # of the prompts not yet tokenized, for that check
         for first, end in chunks_by_characters(conversations, ENCODE_CHUNK_CHARS):
             # run_in_executor, not asyncio.to_thread: the same default pool without copying the contextvars context
             # into the thread, which encode never reads (57 -> 35 us of CPU per hop on the 2-core dev VM).
@@ -499,7 +500,7 @@ class Moderator:
             ids += chunk
             lengths += (len(token_ids) for token_ids in chunk)
             if end < len(conversations):
-                self.engine.check_work(lengths, len(conversations) - end)
+                self.engine.check_work(lengths, len(conversations) - end, bounds[end:])
         return ids, time.perf_counter() - started
 
     def _observe_tokens(self, ids: Sequence[Sequence[int]]) -> None:
