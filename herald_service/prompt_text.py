@@ -818,9 +818,6 @@ _INVISIBLE_GAP = re.compile(r"([A-Za-z]+)([\uffff\u200c\u200d]+)(?=([A-Za-z]+))"
 """A run of invisible characters (:data:`_INVISIBLE`, or joiners) between two runs of ASCII letters: the letters
 before it, the run, and (not consumed, so that the next gap finds them) the letters after it."""
 
-_HAS_INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-"""An ASCII control character the fold removes: the cheap test of an ASCII text."""
-
 
 @lru_cache(maxsize=4096)
 def sets_words_apart(before: str, after: str) -> bool:
@@ -860,7 +857,7 @@ def invisible_gap_reading(text: str) -> str | None:
     Returns:
         The text with those runs as single spaces (the other invisible characters left for the fold), or None.
     """
-    if text.isascii() and not _HAS_INVISIBLE.search(text):
+    if text.isascii() and not _C0_CONTROLS.search(text):  # the only characters an ASCII text has for it
         return None
     marked = text.translate(_INVISIBLE_MARKS)  # one character for one: a match's span is the same in ``text``
     if marked.isascii():  # neither an invisible character (each marked U+FFFF) nor a joiner

@@ -85,10 +85,10 @@ def layout_check(args: argparse.Namespace, earlier: dict[str, list[dict]], pairs
     ``fresh/benign/<name>`` -> (spread form, single-spaced form)) and ``lists`` (benign texts that may not be flagged
     where the views before did not flag them) with ``candidate_views`` (the served :func:`views_beside` by default)
     and with ``before_views``, and the ``earlier`` held-out sets (:func:`check_sets` of ``args``) against
-    ``before_views``. ``candidate_read``: where the candidate reads a text otherwise than the fold (the twelfth run of
-    docs/eval/trimmed_views.md), the text it scores in place of each, and the candidate's views are that text's;
-    None: each text as written. Returns the report written to ``args.out``: per-set counts, the verdict of each part
-    (a) to (e), and whether all hold."""
+    ``before_views``. ``candidate_read``: where the candidate reads a text otherwise than the fold (the twelfth and
+    thirteenth runs of docs/eval/trimmed_views.md), the text it scores in place of each, and the candidate's views
+    are that text's; None: each text as written. Returns the report written to ``args.out``: per-set counts, the
+    verdict of each part (a) to (e), and whether all hold."""
     texts = {t for rows in pairs.values() for pair in rows for t in pair} | set(lists)
     texts |= {r["prompt"] for name, rows in earlier.items() for r in rows}
     reads = {t: t if candidate_read is None else candidate_read(t) for t in texts}
@@ -101,8 +101,11 @@ def layout_check(args: argparse.Namespace, earlier: dict[str, list[dict]], pairs
     every = texts | set(reads.values()) | {v for t in texts for v in views[t] + before[t]}
     scored = encode_and_score(sorted(every), forward, args.max_tokens)
 
-    def flagged(text: str, cut: dict[str, list[str]]) -> bool:
-        return flagged_with_views(scored, reads[text] if cut is views else text, cut[text])
+    def flagged(text: str) -> bool:  # by the candidate: its reading of the text, with its views of that reading
+        return flagged_with_views(scored, reads[text], views[text])
+
+    def flagged_before(text: str) -> bool:
+        return flagged_with_views(scored, text, before[text])
 
     def fits(text: str) -> bool:
         return scored[text][1] <= args.max_tokens
@@ -110,21 +113,20 @@ def layout_check(args: argparse.Namespace, earlier: dict[str, list[dict]], pairs
     for name, rows in pairs.items():
         kept = [(s, w) for s, w in rows if fits(s) and fits(w)]
         results[name] = {"n": len(kept), "not_scored": len(rows) - len(kept),
-                         "flagged_spread": sum(flagged(s, views) for s, _ in kept),
-                         "flagged_spread_before": sum(flagged(s, before) for s, _ in kept),
-                         "flagged_single": sum(flagged(w, views) for _, w in kept),
+                         "flagged_spread": sum(flagged(s) for s, _ in kept),
+                         "flagged_spread_before": sum(flagged_before(s) for s, _ in kept),
+                         "flagged_single": sum(flagged(w) for _, w in kept),
                          "with_reading": sum(views[s] != before[s] or reads[s] != s for s, _ in kept)}
     for name, rows in earlier.items():
         kept = [r["prompt"] for r in rows if fits(r["prompt"])]
         moved = [p for p in kept if p in changed_earlier]
         results[f"earlier/{name}"] = {"n": len(kept), "with_reading": len(moved),
-                                      "rise": sum(flagged(p, views) - flagged(p, before) for p in moved),
+                                      "rise": sum(flagged(p) - flagged_before(p) for p in moved),
                                       "tokens": sum(scored[reads[p]][1] + sum(scored[v][1] for v in views[p])
                                                     for p in kept),
                                       "tokens_before": sum(scored[p][1] + sum(scored[v][1] for v in before[p])
                                                            for p in kept)}
-    results["lists"] = {t: {"score": scored[reads[t]][0], "flagged": flagged(t, views),
-                            "flagged_before": flagged(t, before),
+    results["lists"] = {t: {"score": scored[reads[t]][0], "flagged": flagged(t), "flagged_before": flagged_before(t),
                             "with_reading": views[t] != before[t] or reads[t] != t} for t in lists}
 
     def drop(name: str) -> float:
