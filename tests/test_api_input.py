@@ -1720,7 +1720,18 @@ def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_
                 r = c.post(path, content=body.encode(), headers={"content-type": "application/json"})
                 assert r.status_code == (400 if path == "/v1/moderations" else 422), (path, body, r.text)
                 assert (r.json()["error"]["field"], r.json()["error"]["message"]) == (field, message), (path, r.text)
-            for path, headers in (("/classify", None), ("/v1/moderations", None), ("/steer", STEER)):
+            # a query string on a route that reads none was 503 while loading, 422 once ready (breaker); the body's
+            # own error comes first, as once ready
+            for path, body, headers in (("/classify?return_trajectory=false", {"input": "hi"}, None),
+                                        ("/steer?mode=add", {"prompt": "hi"}, STEER)):
+                r = c.post(path, json=body, headers=headers)
+                assert r.status_code == 422 and "retry-after" not in r.headers, (path, r.text)
+                name = path.split("?")[1].split("=")[0]
+                assert r.json()["error"]["field"] == f"query.{name}", (path, r.text)
+            r = c.post("/classify?return_trajectory=false", json={"inpt": "hi"})
+            assert r.status_code == 422 and r.json()["error"]["field"] == "inpt", r.text
+            for path, headers in (("/classify", None), ("/v1/moderations", None), ("/steer", STEER),
+                                  ("/v1/moderations?api-version=2024-02-01", None)):
                 fits = c.post(path, json={"input": "hi"} if path != "/steer" else {"prompt": "hi"}, headers=headers)
                 assert (fits.status_code, fits.headers["retry-after"], fits.json()["error"]["type"]) == (503, "5", "not_ready")
             # limits the moderator checks wait for it: over max_chars is a 413 once ready, a 503 until then
@@ -1731,6 +1742,8 @@ def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_
         wait_ready(c)
         r = c.post("/classify", content=large, headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json() == answers[0].json()  # ready: the same answer
+        r = c.post("/classify?return_trajectory=false", json={"inpt": "hi"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "inpt", r.text  # the body's error first, ready too
         assert c.post("/classify", json={"input": "a" * (settings.max_chars + 1)}).status_code == 413
 
 

@@ -23,8 +23,8 @@ from herald_service.config import Settings
 from herald_service.engine.service import ClientGone
 from herald_service.errors import InputTooLarge, InvalidInput
 from herald_service.strict_json import (
-    MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, NotUtf8, TooManyKeys, containers_outside_strings, loads_unique,
-    longest_list, utf8_text,
+    MAX_KEYS, BadNumber, DuplicateKey, InvalidKey, NotUtf8, TooManyKeys, containers_outside_strings, echoed,
+    loads_unique, longest_list, utf8_text,
 )
 
 THREAD_PARSE_BYTES = 65_536
@@ -46,15 +46,37 @@ class UniqueKeysRequest(Request):
     None: FastAPI validates it, on the event loop."""
     route_body_field: Any = None
     """The route's body field whether or not the service is ready, for :meth:`check_body`; None: a route without one."""
+    reads_query: bool = True
+    """False on a route whose options are in its JSON body only (:class:`BodyOptionsRoute`): a query string is refused
+    (:meth:`refuse_query`)."""
+
+    def refuse_query(self) -> None:
+        """Refuse a query string on a route that reads its options from the JSON body only: ``POST
+        /classify?return_trajectory=false`` answered with trajectories, the parameter ignored without a word (breaker
+        finding). ``POST /v1/moderations`` keeps ignoring them, as OpenAI's endpoint does (Azure-style clients add
+        ``?api-version=``).
+
+        Raises:
+            InvalidInput: naming the first parameter as ``query.<name>``, or ``query`` when it has no name (422).
+        """
+        if self.reads_query or not self.scope.get("query_string"):
+            return
+        name = echoed(next(iter(self.query_params), ""))
+        if name or self.query_params:  # "?" alone and "?&" read as no parameter; "?=1" has an empty name
+            raise InvalidInput(f"{self.url.path} reads no query parameters (got '{name}'); its options go in the"
+                               " JSON body", field=f"query.{name}" if name else "query")
 
     async def check_body(self) -> None:
-        """Validate the body as the route's body model now, as FastAPI only would after the route's dependencies: for a
-        dependency that must answer a malformed request before refusing it for its own reasons (readiness while
+        """Check the request as the route would once ready, now, as FastAPI only would after the route's dependencies:
+        for a dependency that must answer a malformed request before refusing it for its own reasons (readiness while
         loading: a 422 naming the field, not a 503 whose ``Retry-After`` has the client send again a request that can
-        never succeed). A large body is validated off the event loop, as :meth:`json` parses it.
+        never succeed). The body is validated as the route's body model (a large one off the event loop, as
+        :meth:`json` parses it), then a query string the route refuses (:meth:`refuse_query`), the order the ready
+        route checks them in.
 
         Raises:
             RequestValidationError: no body, or one that does not fit the model (answered 422, as FastAPI's own).
+            InvalidInput: a query string on a route that reads none (422).
         """
         if self.route_body_field is None:
             return
@@ -66,6 +88,7 @@ class UniqueKeysRequest(Request):
             await asyncio.to_thread(self._checked, document)
         else:
             self._checked(document)
+        self.refuse_query()
 
     def _checked(self, document: Any) -> None:
         _, errors = self.route_body_field.validate(document, {}, loc=("body",))
@@ -200,6 +223,9 @@ class UniqueKeysRoute(APIRoute):
     (:func:`not_json_reason`).
     """
 
+    reads_query = True
+    """Whether the route reads (or ignores) a query string; :class:`BodyOptionsRoute` refuses one."""
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
@@ -211,6 +237,7 @@ class UniqueKeysRoute(APIRoute):
             # whatever the body's size (a large invalid body was a 422 where a small one was a 503: re-tester)
             request.body_field = self.body_field if request.app.state.herald.not_ready_reason() is None else None
             request.route_body_field = self.body_field
+            request.reads_query = self.reads_query
             try:
                 body = await request.body()
             except ClientDisconnect:
@@ -251,3 +278,11 @@ class UniqueKeysRoute(APIRoute):
             return await handler(request)
 
         return unique_keys_handler
+
+
+class BodyOptionsRoute(UniqueKeysRoute):
+    """A :class:`UniqueKeysRoute` whose options are in its JSON body only (``/classify``, ``/steer``): a query string
+    is refused with a 422 naming it (:meth:`UniqueKeysRequest.refuse_query`), while loading too (before the 503:
+    the parameter is as wrong then as once ready, and a ``Retry-After`` had the client send it again)."""
+
+    reads_query = False

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from pydantic_core import to_json
 
 from herald_service.api.deps import ServingModerator, disconnect_watch
-from herald_service.api.json_body import UniqueKeysRoute
+from herald_service.api.json_body import BodyOptionsRoute, UniqueKeysRequest
 from herald_service.api.schemas import ChatMessage, ClassifyRequest, ClassifyResponse, ErrorBody
-from herald_service.errors import InvalidInput
-from herald_service.strict_json import echoed
 from herald_service.types import Classification, Conversation, Timing, user_turn
 
-router = APIRouter(tags=["moderation"], route_class=UniqueKeysRoute)
+router = APIRouter(tags=["moderation"], route_class=BodyOptionsRoute)
 
 ERRORS = {code: {"model": ErrorBody} for code in (401, 408, 413, 415, 422, 429, 503, 504)}
 
@@ -74,26 +72,10 @@ def json_answer(fields: dict[str, Any], timing: Timing) -> Response:
     return Response(to_json(fields, inf_nan_mode="null"), media_type="application/json", headers=timing_headers(timing))
 
 
-def refuse_query_parameters(request: Request) -> None:
-    """Refuse a query string on a route that reads its options from the JSON body only: ``POST
-    /classify?return_trajectory=false`` answered with trajectories, the parameter ignored without a word (breaker
-    finding). ``POST /v1/moderations`` keeps ignoring them, as OpenAI's endpoint does (Azure-style clients add
-    ``?api-version=``).
-
-    Raises:
-        InvalidInput: naming the first parameter as ``query.<name>``, or ``query`` when it has no name (422).
-    """
-    if request.scope.get("query_string"):
-        name = echoed(next(iter(request.query_params), ""))
-        if name or request.query_params:  # "?" alone and "?&" read as no parameter; "?=1" has an empty name
-            raise InvalidInput(f"{request.url.path} reads no query parameters (got '{name}'); its options go in the"
-                               " JSON body", field=f"query.{name}" if name else "query")
-
-
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS)
-async def classify(body: ClassifyRequest, request: Request, moderator: ServingModerator) -> Response:
+async def classify(body: ClassifyRequest, request: UniqueKeysRequest, moderator: ServingModerator) -> Response:
     """Classify one or more prompts or conversations; results in input order."""
-    refuse_query_parameters(request)
+    request.refuse_query()
     conversations, fields, batch_field = to_conversations(body)
     results, timing = await moderator.classify(conversations, fields, batch_field, disconnect_watch(request))
     moderator.metrics.observe_decisions("/classify", results)

@@ -6,21 +6,21 @@ ablation experiments only.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from herald_service.api.deps import ModeratorDep, SteerKey, disconnect_watch
-from herald_service.api.json_body import UniqueKeysRoute
-from herald_service.api.routes.classify import ERRORS, refuse_query_parameters, result_fields
+from herald_service.api.json_body import BodyOptionsRoute, UniqueKeysRequest
+from herald_service.api.routes.classify import ERRORS, result_fields
 from herald_service.api.schemas import ClassifyResult, Completion, SteerRequest, SteerResponse
 from herald_service.types import user_turn
 
-router = APIRouter(tags=["research"], route_class=UniqueKeysRoute)
+router = APIRouter(tags=["research"], route_class=BodyOptionsRoute)
 
 
 @router.post("/steer", response_model=SteerResponse, responses={**ERRORS, 404: ERRORS[401]}, dependencies=[SteerKey])
-async def steer(body: SteerRequest, request: Request, moderator: ModeratorDep) -> SteerResponse:
+async def steer(body: SteerRequest, request: UniqueKeysRequest, moderator: ModeratorDep) -> SteerResponse:
     """Baseline and steered greedy completions, refusal judgments, and Herald's verdict with and without the edit."""
-    refuse_query_parameters(request)
+    request.refuse_query()
     conversation = user_turn(body.prompt) if body.prompt is not None else tuple(m.turn() for m in body.messages or [])
     # the default (64) is capped at HERALD_STEER_MAX_NEW_TOKENS: under it, a request without the field was refused
     # naming a field it never sent (re-tester); a value sent is checked against it
