@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from herald_service.training.augmentation import BENIGN_SOURCES
 from herald_service.training.corpus import Example, cap_per_group
 from herald_service.training.format_wrapped import (
-    BENIGN_SOURCES, EVALUATION_INSTRUCTIONS, FILES, SLOT, TRAINING_INSTRUCTIONS, format_sets, left_out_rows, main, wrap,
+    EVALUATION_INSTRUCTIONS, FILES, SLOT, TRAINING_INSTRUCTIONS, format_sets, left_out_rows, main, wrap,
 )
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from herald_service.training.corpus import Example
-from herald_service.training.format_wrapped import BENIGN_SOURCES
+from herald_service.training.augmentation import BENIGN_SOURCES
 from herald_service.training.layouts import (HELD_LAYOUTS, LAYOUT_BENIGN_SOURCE, LAYOUT_HARMFUL_SOURCE, TRAIN_LAYOUTS,
                                              held_out_layout_sets, main, training_rows)
 

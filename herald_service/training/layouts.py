@@ -24,7 +24,7 @@ import numpy as np
 
 from herald_service.training.attacks import WrappedRow
 from herald_service.training.corpus import Example
-from herald_service.training.format_wrapped import augmentation_rows
+from herald_service.training.augmentation import augmentation_rows
 
 
 def _lines(prompt: str, size: int, marker: Callable[[int], str] = lambda i: "", end: str = "") -> str:
@@ -64,8 +64,8 @@ LAYOUT_QUESTIONS_SOURCE = "Set-apart-word written questions (augmentation)"
 def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> list[WrappedRow]:
     """Training prompts in :data:`TRAIN_LAYOUTS`: ``2 * per_class`` rows of each label, for
     ``herald eval --layout-train-per-class``, drawn as ``--format-train-per-class`` draws its rows
-    (:func:`.format_wrapped.augmentation_rows`: requests half from each request source, benign prompts from
-    :data:`~.format_wrapped.BENIGN_SOURCES`, a fold never trained on a row made from its held-out source); each row's
+    (:func:`.augmentation.augmentation_rows`: requests half from each request source, benign prompts from
+    :data:`~.augmentation.BENIGN_SOURCES`, a fold never trained on a row made from its held-out source); each row's
     layout is drawn at random, ``WrappedRow.template`` its index in :data:`TRAIN_LAYOUTS`.
 
     Args:

@@ -1,0 +1,59 @@
+"""Training rows dressed from the training split's own prompts: the one sampler behind the format-instruction
+(:func:`.format_wrapped.training_rows`) and layout (:func:`.layouts.training_rows`) recipes of ``herald eval``.
+
+Each draws harmful requests half from each of :data:`~.attacks.REQUEST_SOURCES` and benign prompts from
+:data:`BENIGN_SOURCES`, so a leave-one-source-out fold still finds its rows when one source is held out
+(:func:`~.attacks.fold_rows` never trains on a row made from the held-out source).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from herald_service.training.attacks import REQUEST_SOURCES, WrappedRow
+from herald_service.training.corpus import Example
+
+BENIGN_SOURCES = (
+    "AlpacaEval", "Arena-Hard-Auto v2.0", "IFEval", "IFBench", "WritingBench (via inspect_evals)",
+    "ShareGPT V3 (unfiltered_cleaned_split, later user turns: how/can-you questions, filtered)",
+    "TruthfulQA (questions, via Project Moonshot)",
+)
+"""Benign instruction and help-seeking sources, where a user writes a format instruction or lays a prompt out (the
+chit-chat and jailbreak-adjacent sources are not): the augmentation recipes dress their training rows, and the format
+check (:func:`.format_wrapped.format_sets`) wraps their left-out rows."""
+
+
+def augmentation_rows(train_rows: list[Example], per_class: int, seed: int, variants: int,
+                      dress: Callable[[str, int], str], sources: tuple[str, str], file: str, verb: str
+                      ) -> list[WrappedRow]:
+    """``2 * per_class`` training rows of each label, each a training prompt dressed in one of ``variants`` ways
+    (``dress(prompt, index)``, the index drawn at random and kept as ``WrappedRow.template``), in random order.
+
+    Harmful rows dress :data:`~.attacks.REQUEST_SOURCES` requests, half from each source, so the fold that holds one
+    of them out (:func:`~.attacks.fold_rows`: never a row made from the held-out source) still finds ``per_class``;
+    benign rows dress :data:`BENIGN_SOURCES` prompts. Requests are reused when a source has fewer rows, and a reused
+    request may meet the same variant again.
+
+    Args:
+        sources: the rows' source names, (benign, harmful); ``file``: their ``Example.file``; ``verb``: what is done to
+            a row, for the error.
+
+    Raises:
+        ValueError: ``train_rows`` has no row of a request source or of any benign source.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    cells = [(1, (source,), per_class) for source in REQUEST_SOURCES] + [(0, BENIGN_SOURCES, 2 * per_class)]
+    for label, from_sources, n in cells:
+        pool = [e for e in train_rows if e.label == label and e.source in from_sources]
+        if not pool:
+            raise ValueError(f"no training row of {', '.join(from_sources)} to {verb}")
+        order = rng.permutation(len(pool))
+        for j in range(n):
+            e = pool[order[j % len(pool)]]
+            index = int(rng.integers(variants))
+            out.append(WrappedRow(Example(dress(e.prompt, index), label, sources[label], e.source, file), e.source,
+                                  index, False, e.prompt))
+    return [out[j] for j in rng.permutation(len(out))]
