@@ -128,6 +128,7 @@ class HeraldMetrics:
         # values under a lock on every call and cost more than the update itself (benchmarks/host_cost.py).
         self._request_series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self._decision_series: dict[tuple[str, bool], Counter] = {}
+        self._view_series: dict[tuple[str, str], Counter] = {}
         for reason in REJECT_REASONS:
             self.rejected.labels(reason)
         for reason in DROP_REASONS:
@@ -153,7 +154,7 @@ class HeraldMetrics:
             for flagged in (True, False):
                 self._decision_child(route, flagged)
             for view in VIEW_KINDS:
-                self.flagged_by_view.labels(route, view)
+                self._view_child(route, view)
 
     def _request_children(self, route: str, status: int) -> tuple[Counter, Histogram]:
         series = self._request_series.get((route, status))
@@ -180,6 +181,12 @@ class HeraldMetrics:
             counter = self._decision_series[(route, flagged)] = self.decisions.labels(route, "flagged" if flagged else "allowed")
         return counter
 
+    def _view_child(self, route: str, view: str) -> Counter:
+        counter = self._view_series.get((route, view))
+        if counter is None:
+            counter = self._view_series[(route, view)] = self.flagged_by_view.labels(route, view)
+        return counter
+
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """Count one HTTP request by route template and status, and observe its latency (``seconds``)."""
         counter, histogram = self._request_children(route, status)
@@ -192,5 +199,5 @@ class HeraldMetrics:
         for result in results:
             self._decision_child(route, result.flagged).inc()
             if result.flagged:
-                self.flagged_by_view.labels(route, result.view).inc()
+                self._view_child(route, result.view).inc()
             self.score.observe(result.score)
