@@ -250,3 +250,44 @@ def test_a_templates_file_in_a_data_folder_is_left_out_with_a_line_saying_so(tmp
         assert expand_data([tmp_path]) == [tmp_path / "a.jsonl"]
     assert caplog.messages == [f"--data folder {tmp_path}: {JAILBREAK_TEMPLATE_FILE} is not read as labeled rows (a file"
                                " of that name holds jailbreak templates, read only as --jailbreak-templates)"]
+
+
+def _one_source_rows(harmful: int, benign: int, source: str = "MyData") -> list:
+    from herald_service.training.corpus import Example
+
+    return ([Example(f"harmful {i}", 1, source, None, "mine.jsonl") for i in range(harmful)]
+            + [Example(f"benign {i}", 0, source, None, "mine.jsonl") for i in range(benign)])
+
+
+def test_the_per_source_cap_names_the_rows_it_left_out_per_source_and_label(caplog):
+    # tester finding: a researcher's 400 rows of one source were fitted on 300, with only "300 prompts after caps"
+    from herald_service.training.corpus import cap_per_group, left_out_by_cap, warn_of_cap
+
+    rows = _one_source_rows(200, 200) + _one_source_rows(3, 160, source="Other")
+    capped = cap_per_group(rows, 150, seed=0)
+    left_out = left_out_by_cap(rows, capped)
+    assert left_out == {("MyData", 0): (50, 200), ("MyData", 1): (50, 200), ("Other", 0): (10, 160)}
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"):
+        warn_of_cap(left_out, 150, 0, "probe.json's training_data.left_out_by_max_per_source")
+    assert [r.getMessage() for r in caplog.records] == [
+        "--max-per-source 150 left out 110 rows (at most 150 per source and label, drawn with --seed 0): MyData benign"
+        " 50 of 200, MyData harmful 50 of 200, Other benign 10 of 160; give --max-per-source null to keep every row, or"
+        " a larger N"]
+
+
+def test_the_per_source_cap_says_nothing_when_it_left_nothing_out_and_shows_the_largest_groups(caplog):
+    from herald_service.training.corpus import CAP_GROUPS_LOGGED, cap_per_group, left_out_by_cap, warn_of_cap
+
+    rows = _one_source_rows(20, 20)
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"):
+        warn_of_cap(left_out_by_cap(rows, cap_per_group(rows, 20)), 20, 0, "x")  # kept every row
+        warn_of_cap(left_out_by_cap(rows, cap_per_group(rows, None)), None, 0, "x")  # no cap
+    assert not caplog.records
+    rows = [row for n in range(CAP_GROUPS_LOGGED + 2) for row in _one_source_rows(0, 5 + n, source=f"S{n}")]
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"):
+        warn_of_cap(left_out_by_cap(rows, cap_per_group(rows, 4)), 4, 3, "the results' meta.left_out_by_max_per_source")
+    shown = ", ".join(f"S{n} benign {1 + n} of {5 + n}" for n in range(CAP_GROUPS_LOGGED + 1, 1, -1))
+    assert caplog.records[0].getMessage() == (
+        f"--max-per-source 4 left out 36 rows (at most 4 per source and label, drawn with --seed 3): {shown} and 2 more"
+        " groups (the results' meta.left_out_by_max_per_source lists each); give --max-per-source null to keep every"
+        " row, or a larger N")

@@ -562,6 +562,43 @@ def test_fit_pipeline_writes_artifact_metrics_and_reuses_cache(folder, tmp_path,
     assert f"extracting states: {rows} of {rows} prompts' states read from the cache, 0 to compute" in caplog.text
 
 
+def test_fit_and_eval_warn_of_and_record_the_rows_the_per_source_cap_left_out(folder, tmp_path, caplog):
+    # tester finding: --max-per-source (default 150) fitted a researcher's 400 rows of one source on 300 and said only
+    # "300 prompts after caps" at INFO
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    data = _fit_corpus(tmp_path)  # 30 rows in each of 3 (source, label) groups
+    with caplog.at_level("WARNING", logger="herald_service.training.corpus"):
+        manifest = run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "out", max_per_source=20,
+                                      cache_dir=tmp_path / "cache", device="cpu"))
+    warning = ("--max-per-source 20 left out 30 rows (at most 20 per source and label, drawn with --seed 0): A benign"
+               " 10 of 30, B harmful 10 of 30, C benign 10 of 30; give --max-per-source null to keep every row, or a"
+               " larger N")
+    assert [r.getMessage() for r in caplog.records if "--max-per-source" in r.getMessage()] == [warning]
+    saved = json.loads((tmp_path / "out" / "probe.json").read_text())["training_data"]
+    assert saved == manifest["training_data"]
+    assert saved["max_per_source_and_label"] == 20
+    assert saved["left_out_by_max_per_source"] == [{"source": "A", "label": "benign", "n": 10},
+                                                   {"source": "B", "label": "harmful", "n": 10},
+                                                   {"source": "C", "label": "benign", "n": 10}]
+    assert sum(c["n"] for c in saved["counts"]) == 60
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="herald_service.training.corpus"):  # no cap: nothing left out, nothing said
+        manifest = run_fit(FitOptions(data=[data], backbone=str(folder), out=tmp_path / "all", max_per_source=None,
+                                      cache_dir=tmp_path / "cache", device="cpu"))
+    assert manifest["training_data"]["left_out_by_max_per_source"] == []
+    assert not [r for r in caplog.records if "--max-per-source" in r.getMessage()]
+    with caplog.at_level("WARNING", logger="herald_service.training.corpus"):
+        results = run_eval(EvalOptions(data=[data], backbone=str(folder), out=tmp_path / "results.json",
+                                       max_per_source=20, cache_dir=tmp_path / "cache", device="cpu",
+                                       methods=("herald",), loso=False, curve_sizes=(), replicates=10,
+                                       guard_per_source=0, jailbreak_templates=None))
+    assert [r.getMessage() for r in caplog.records if "--max-per-source" in r.getMessage()] == [warning]
+    assert results["meta"]["left_out_by_max_per_source"] == [{"source": "A", "label": 0, "n": 10},
+                                                             {"source": "B", "label": 1, "n": 10},
+                                                             {"source": "C", "label": 0, "n": 10}]
+
+
 def test_a_fit_refuses_to_write_where_another_fit_wrote_a_probe_while_it_ran(folder, tmp_path, monkeypatch):
     # Two fits given one --out both passed the check before the load; the second to finish replaced the first's
     # probe, and both printed success (tester finding).

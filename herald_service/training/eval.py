@@ -30,7 +30,7 @@ from herald_service.provenance import software
 from herald_service.prompt_text import PROMPT_TEXT, normalize_prompt_text
 from herald_service.training.attacks import TEMPLATE_RULE
 from herald_service.training.bootstrap import bootstrap_metrics, operating_points, paired_auroc_differences
-from herald_service.training.corpus import JAILBREAK_SET
+from herald_service.training.corpus import JAILBREAK_SET, left_out_by_cap
 from herald_service.training.method_names import DEFAULT_METHODS
 from herald_service.training.methods import FACTORIES, FeatureLogistic, HeraldMethod, Method, make_method
 from herald_service.training.protocol import class_sample, loso_folds
@@ -718,7 +718,7 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
                        max_per_source: int | None = 150, max_tokens: int = 1024, test_fraction: float = 0.2,
                        seed: int = 0, resolved: ResolvedBackbone | None = None,
                        check_rows: Callable[[list], None] | None = None,
-                       feature_sets: Sequence[str] = ()) -> CorpusStates:
+                       feature_sets: Sequence[str] = (), cap_recorded_in: str | None = None) -> CorpusStates:
     """Load the backbone, read and cap the corpus, extract (or read cached) states, split: the common start of
     ``herald eval``, ``herald recipes`` and the studies in docs/eval/.
 
@@ -731,6 +731,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
             than one of them needs is refused once loaded, before any state is extracted
             (:func:`~herald_service.probes.features.require_layers`).
         data: JSONL files or folders (:func:`~herald_service.training.corpus.expand_data`).
+        cap_recorded_in: where the caller records the rows ``max_per_source`` left out, named by the warning that
+            counts them (:func:`~herald_service.training.corpus.warn_of_cap`) when it shows only the largest groups.
         max_tokens: rendered tokens; longer prompts are skipped and counted. Capped at the backbone's position
             table (:func:`~herald_service.training.extract.capped_max_tokens`).
 
@@ -744,8 +746,8 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     """
     from herald_service.backbone.hf import HFBackbone
     from herald_service.backbone.loader import backbone_slug, resolve_backbone
-    from herald_service.training.corpus import (cap_per_group, expand_data, load_training_corpus, require_both_labels,
-                                                require_split_parts, stratified_split)
+    from herald_service.training.corpus import (cap_per_group, expand_data, left_out_by_cap, load_training_corpus,
+                                                require_both_labels, require_split_parts, stratified_split, warn_of_cap)
     from herald_service.training.extract import (StateCache, capped_max_tokens, extract_tokenized_states,
                                                  require_rows_within_max_tokens, tokenize_within_limit)
 
@@ -758,6 +760,7 @@ def load_corpus_states(data: list[Path], backbone: str, cache_dir: Path, device:
     require_split_parts(capped, test_fraction, seed, max_per_source)
     if check_rows is not None:
         check_rows(capped)
+    warn_of_cap(left_out_by_cap(everything, capped), max_per_source, seed, cap_recorded_in)
     loaded = HFBackbone(resolved or resolve_backbone(backbone, cache_dir), device, dtype)
     for feature_set in dict.fromkeys(feature_sets):
         require_layers(feature_set, loaded.info.num_layers, str(backbone))
@@ -900,7 +903,8 @@ def run_eval(options: EvalOptions) -> dict:
                                 options.max_per_source, options.max_tokens, options.test_fraction, options.seed,
                                 resolved, check_rows=lambda rows: require_curve_draws(
                                     rows, options.test_fraction, options.seed, options.curve_sizes, options.curve_seeds),
-                                feature_sets=feature_sets_of(options.methods))
+                                feature_sets=feature_sets_of(options.methods),
+                                cap_recorded_in="the results' meta.left_out_by_max_per_source")
     options = replace(options, max_tokens=corpus.max_tokens)  # capped at the backbone's positions: meta records it
     backbone, cache, files, everything, capped = corpus.backbone, corpus.cache, corpus.files, corpus.everything, corpus.capped
     data, skipped, train_index, test_index = corpus.data, corpus.skipped, corpus.train_index, corpus.test_index
@@ -1023,6 +1027,9 @@ def run_eval(options: EvalOptions) -> dict:
         "data_files": file_manifest(files),
         "test_data_files": file_manifest(list(test_sets)),
         "max_per_source_and_label": options.max_per_source,
+        # the rows the cap drew out of each (source, label) group it cut, in the form of counts below
+        "left_out_by_max_per_source": [{"source": s, "label": y, "n": out}
+                                       for (s, y), (out, _) in left_out_by_cap(everything, capped).items()],
         "max_tokens": options.max_tokens,
         "prompt_text": PROMPT_TEXT,
         "jailbreak_template_rule": TEMPLATE_RULE,

@@ -30,10 +30,12 @@ from herald_service.training.corpus import (
     cap_per_group,
     expand_data,
     file_manifest,
+    left_out_by_cap,
     load_training_corpus,
     require_both_labels,
     require_split_parts,
     stratified_split,
+    warn_of_cap,
 )
 from herald_service.training.bootstrap import DEFAULT_REPLICATES, bootstrap_metrics
 from herald_service.training.evaluation import metrics_by_source
@@ -551,6 +553,9 @@ def run_fit(options: FitOptions) -> dict:
     require_both_labels(capped, files, options.max_per_source)  # the cap can leave too few: named before the load
     require_split_parts(capped, options.test_fraction, options.seed, options.max_per_source)
     known = check_jailbreak_inputs(templates, rows, capped, options) if templates else None
+    left_out = left_out_by_cap(rows, capped)
+    warn_of_cap(left_out, options.max_per_source, options.seed,
+                "probe.json's training_data.left_out_by_max_per_source")
     backbone = HFBackbone(resolve_backbone(options.backbone, options.cache_dir), options.device, options.dtype)
     require_layers(options.feature_set, backbone.info.num_layers, str(options.backbone))  # before any extraction
     options = replace(options, max_tokens=capped_max_tokens(backbone, options.max_tokens))  # the manifest records it
@@ -626,6 +631,9 @@ def run_fit(options: FitOptions) -> dict:
             "corpus_sha256": corpus_sha256(options.data),
             "command": options.command,
             "max_per_source_and_label": options.max_per_source,
+            # the rows the cap drew out of each (source, label) group it cut, beside the counts it kept
+            "left_out_by_max_per_source": [{"source": s, "label": "harmful" if y else "benign", "n": out}
+                                           for (s, y), (out, _) in left_out.items()],
             "max_tokens": options.max_tokens,
             "prompt_text": PROMPT_TEXT,
             "skipped_over_max_tokens": corpus.skipped,
