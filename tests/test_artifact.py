@@ -685,3 +685,120 @@ def test_tensors_of_another_fit_beside_the_manifest_are_refused_naming_both_file
         load_probe(tmp_path / "a", backbone.info)
     assert refused.value.message == (f"probe file {tmp_path / 'a' / 'probe.json'}: tensors_sha256 must be the sha256 of"
                                      ' probe.safetensors (64 lower-case hex digits); got "ABC"')
+
+
+class _Waiting:
+    """A log handler that sets an event once :func:`~herald_service.probes.folder.probe_folder_lock` says it waits:
+    the point from which the writer is blocked on the lock (it has logged and is in, or about to enter, ``flock``)."""
+
+    def __init__(self):
+        import logging
+        import threading
+
+        self.event = threading.Event()
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: ("waiting for it to finish" in record.getMessage()) and self.event.set()
+
+
+@pytest.fixture
+def waiting(caplog):
+    import logging
+
+    seen = _Waiting()
+    logger = logging.getLogger("herald_service.probes.folder")
+    logger.addHandler(seen.handler)
+    with caplog.at_level(logging.INFO, logger="herald_service.probes.folder"):
+        yield seen.event
+    logger.removeHandler(seen.handler)
+
+
+def _other_pairs(tmp_path, fitted):
+    """Two probes of other seeds saved in their own folders (``b`` and ``c``), each a whole pair."""
+    from herald_service.backbone.fake import synthetic_corpus
+
+    backbone, _, states = fitted
+    labels = np.array(synthetic_corpus(60)[1])
+    folders = []
+    for seed, name in ((1, "b"), (2, "c")):
+        probe = HeraldProbe(seed=seed).fit(states, labels).fitted_
+        save_probe(probe, tmp_path / name, {"backbone": backbone_manifest(backbone.info), "writer": name})
+        folders.append(tmp_path / name)
+    return folders
+
+
+def _in_a_thread(call):
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except Exception as exc:  # handed to the test, which asserts on it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_probe_write_waits_for_another_writer_of_its_folder_and_then_writes_a_whole_pair(tmp_path, fitted, waiting):
+    # tester finding: two `herald fit --overwrite` into one --out both exited 0 and left probe.json of one and
+    # probe.safetensors of the other (1 in 4 tries); the pair is now checked and written under the folder's lock
+    import shutil
+
+    from herald_service.probes.folder import probe_folder_lock
+
+    backbone, probe, _ = fitted
+    b, c = _other_pairs(tmp_path, fitted)
+    out = tmp_path / "out"
+    save_probe(probe, out, {"backbone": backbone_manifest(backbone.info), "writer": "a"})
+    with probe_folder_lock(out):  # another writer holds the folder ...
+        thread, outcome = _in_a_thread(lambda: save_probe(load_probe(b)[0], out, {
+            "backbone": backbone_manifest(backbone.info), "writer": "b"}))
+        assert waiting.wait(timeout=60), "the second writer never said it waits"
+        for name in ("probe.safetensors", "probe.json"):  # ... and writes its pair meanwhile
+            shutil.copyfile(c / name, out / name)
+        assert thread.is_alive() and load_probe(out)[1]["writer"] == "c"  # the waiting one wrote nothing yet
+    thread.join()
+    assert outcome == {"value": None}
+    loaded, manifest = load_probe(out, backbone.info)  # a whole pair: its tensors are those its manifest records
+    assert manifest["writer"] == "b"
+    assert (out / "probe.safetensors").read_bytes() == (b / "probe.safetensors").read_bytes()
+
+
+def test_a_probe_write_that_must_not_replace_one_refuses_a_pair_written_while_it_waited(tmp_path, fitted, waiting):
+    # herald fit without --overwrite: the "received a probe while this fit ran" check is made under the same lock as
+    # the write, so a probe another fit wrote between the check and the write is not replaced either
+    import shutil
+
+    from herald_service.probes.folder import ProbeAlreadyThere, probe_folder_lock
+
+    backbone, probe, _ = fitted
+    _, c = _other_pairs(tmp_path, fitted)
+    out = tmp_path / "out"
+    out.mkdir()
+    with probe_folder_lock(out):
+        thread, outcome = _in_a_thread(lambda: save_probe(probe, out, {"backbone": backbone_manifest(backbone.info)},
+                                                          keep_existing=True))
+        assert waiting.wait(timeout=60), "the second writer never said it waits"
+        for name in ("probe.safetensors", "probe.json"):
+            shutil.copyfile(c / name, out / name)
+    thread.join()
+    assert isinstance(outcome.get("error"), ProbeAlreadyThere)
+    assert outcome["error"].files == ["probe.json", "probe.safetensors"]
+    assert str(outcome["error"]) == f"{out} holds a probe (probe.json, probe.safetensors)"
+    for name in ("probe.safetensors", "probe.json"):  # the other writer's pair, untouched
+        assert (out / name).read_bytes() == (c / name).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == ["probe.json", "probe.safetensors"]  # no lock file left either
+
+
+def test_a_probe_folder_held_by_another_writer_is_refused_when_told_not_to_wait(tmp_path):
+    from herald_service.probes.folder import ProbeFolderBusy, probe_folder_lock
+
+    with probe_folder_lock(tmp_path):
+        with pytest.raises(ProbeFolderBusy, match=f"^another process is writing the probe in {re.escape(str(tmp_path))}$"):
+            with probe_folder_lock(tmp_path, wait=False):
+                pass
+    with probe_folder_lock(tmp_path, wait=False):  # let go when the holder's block ended
+        pass

@@ -1462,12 +1462,15 @@ def test_herald_reference_records_a_probes_reference_logits_and_replaces_them_on
     out = herald("reference", *on_other, "--overwrite", "--accept-other-weights")
     assert out.returncode == 1 and "cannot be replaced (read-only: mode 0444)" in out.stderr, out.stderr
     manifest_file.chmod(0o644)
-    import fcntl
+    from herald_service.probes.folder import probe_folder_lock
 
-    with open(manifest_file, "rb") as held:  # another run recording into it (two runs both wrote: tester finding)
-        fcntl.flock(held, fcntl.LOCK_EX)
+    # another run recording into it (two runs both wrote: tester finding), or a fit writing a probe there
+    with probe_folder_lock(tmp_path / "probe"):
         out = herald("reference", *on_other, "--overwrite", "--accept-other-weights")
-    assert out.returncode == 1 and f"another herald reference is recording into {manifest_file}" in out.stderr
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1] == (
+        f"herald reference: another herald reference or herald fit is writing the probe in {tmp_path / 'probe'}; run"
+        " it again once that one is done")
+    assert json.loads(manifest_file.read_text()) == recorded
     out = herald("reference", *on_other, "--overwrite", "--accept-other-weights")
     assert out.returncode == 0, out.stderr
     assert "its directions and threshold may not hold for these weights" in out.stderr  # the revision warning

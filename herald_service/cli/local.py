@@ -251,12 +251,13 @@ class ReferenceCommand(LocalCommand):
 
     def cli_cmd(self) -> None:
         self.start_logging()
-        import fcntl
+        from contextlib import ExitStack
         from datetime import datetime, timezone
 
         from herald_service.engine.runtime import checked_probe, load_runtime
         from herald_service.out_path import check_replaceable, write_text_atomically
         from herald_service.probes.artifact import MANIFEST_FILE, read_manifest
+        from herald_service.probes.folder import ProbeFolderBusy, probe_folder_lock
         from herald_service.probes.reference import reference_block
 
         if self.fake_backend:
@@ -265,11 +266,14 @@ class ReferenceCommand(LocalCommand):
         folder, _ = checked_probe(self)  # before the backbone loads: a refusal costs no load
         path = folder / MANIFEST_FILE
         check_replaceable(path, "--probe's")
-        with open(path, "rb") as held:
-            try:  # two runs at once both passed the check below and the last one's block stood (tester finding)
-                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SystemExit(f"herald reference: another herald reference is recording into {path}") from None
+        # two runs at once both passed the check below and the last one's block stood (tester finding); the lock is
+        # the folder's, which herald fit holds while it writes a probe there, so neither writes over the other's pair
+        with ExitStack() as held:
+            try:
+                held.enter_context(probe_folder_lock(folder, wait=False))
+            except ProbeFolderBusy:
+                raise SystemExit(f"herald reference: another herald reference or herald fit is writing the probe in"
+                                 f" {folder}; run it again once that one is done") from None
             manifest = read_manifest(folder)  # under the lock: as on disk, the rest written back as it is
             if "reference" in manifest and not self.overwrite:
                 raise SystemExit(f"herald reference: {path} already records reference logits (in"

@@ -25,7 +25,7 @@ from herald_service import __version__
 from herald_service.errors import ProbeMismatch
 from herald_service.out_path import write_bytes_atomically, write_text_atomically
 from herald_service.probes.directions import LayerDirections
-from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE
+from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE, ProbeAlreadyThere, probe_folder_lock
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
 from herald_service.probes.scorer import TrajectoryScorer
@@ -58,10 +58,12 @@ def backbone_manifest(info: BackboneInfo) -> dict[str, Any]:
     }
 
 
-def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> None:
+def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any], keep_existing: bool = False) -> None:
     """Write ``probe.safetensors`` and ``probe.json`` into ``folder`` (created if needed), each through a temporary
-    file renamed over the old one: a fit stopped during the write leaves each file whole, old or new. Two fits writing
-    one folder at once can still pair one's tensors with the other's manifest, as can a copy of one file alone:
+    file renamed over the old one: a fit stopped during the write leaves each file whole, old or new. The pair is
+    written under the folder's lock (:func:`~herald_service.probes.folder.probe_folder_lock`), waiting for another
+    writer to finish: two fits given one ``--out --overwrite`` paired one's tensors with the other's manifest (tester
+    finding), and now leave the pair of the one that wrote last. A copy of one file alone can still pair them:
     ``probe.json`` records the sha256 of the ``probe.safetensors`` bytes (``tensors_sha256``), and loading refuses
     tensors of other bytes (:func:`load_probe_files`); it spoke of numerics where the manifest's ``reference`` logits
     were not reproduced (tester finding). Probes saved before the field load as before.
@@ -70,8 +72,12 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
         manifest: must hold ``backbone`` (see :func:`backbone_manifest`); training data, metrics and the command
             go in as given. Format version, feature set, threshold, its method (and the target false-positive rate of
             ``target_fpr``), peak layer and Herald version are filled in here.
+        keep_existing: write nothing where ``folder`` holds a probe file, found under the lock (another fit given the
+            folder may have written one since the caller last looked: ``herald fit`` without ``--overwrite``).
 
     Raises:
+        ProbeAlreadyThere: with ``keep_existing``, ``folder`` holds ``probe.json`` or ``probe.safetensors``; nothing
+            was written.
         OSError: a file could not be written (a full disk, a read-only folder), naming ``folder``; tensors written
             into a folder that held none are removed again, so the folder does not look like a probe.
     """
@@ -89,17 +95,21 @@ def save_probe(probe: FittedProbe, folder: Path, manifest: dict[str, Any]) -> No
     # mode a new file gets under the umask (0644 as a rule: safetensors' own writer made it 0600, and a probe fitted by
     # one user could not be served by another, the image's uid 10001 on a mounted volume: breaker finding).
     tensor_bytes = save_bytes(tensors, metadata=TENSORS_METADATA)
-    had_tensors = (folder / TENSORS_FILE).exists()
-    try:
-        write_bytes_atomically(folder / TENSORS_FILE, tensor_bytes)
-        _write_manifest(probe, folder, manifest, tensors, tensor_bytes)
-    except OSError as exc:
-        # a full disk stopped the manifest after the tensors: a folder of tensors alone is no probe, and the next fit
-        # into it was refused as "already holds a probe" (tester finding); the message named no file
-        if not had_tensors and not (folder / MANIFEST_FILE).exists():
-            (folder / TENSORS_FILE).unlink(missing_ok=True)
-        raise OSError(exc.errno, f"could not write the probe into {folder}: {exc.strerror or exc}"
-                      + ("" if had_tensors else "; nothing was left there")) from exc
+    with probe_folder_lock(folder):  # the check and both writes, as one step against another writer
+        present = [name for name in (MANIFEST_FILE, TENSORS_FILE) if (folder / name).exists()]
+        if keep_existing and present:
+            raise ProbeAlreadyThere(folder, present)
+        had_tensors = TENSORS_FILE in present
+        try:
+            write_bytes_atomically(folder / TENSORS_FILE, tensor_bytes)
+            _write_manifest(probe, folder, manifest, tensors, tensor_bytes)
+        except OSError as exc:
+            # a full disk stopped the manifest after the tensors: a folder of tensors alone is no probe, and the next
+            # fit into it was refused as "already holds a probe" (tester finding); the message named no file
+            if not had_tensors and not (folder / MANIFEST_FILE).exists():
+                (folder / TENSORS_FILE).unlink(missing_ok=True)
+            raise OSError(exc.errno, f"could not write the probe into {folder}: {exc.strerror or exc}"
+                          + ("" if had_tensors else "; nothing was left there")) from exc
 
 
 def _write_manifest(probe: FittedProbe, folder: Path, manifest: dict[str, Any], tensors: dict[str, np.ndarray],

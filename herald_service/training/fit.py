@@ -20,6 +20,7 @@ from herald_service.out_path import check_out_path, check_probe_out, check_repla
 from herald_service.probes.artifact import MANIFEST_FILE, TENSORS_FILE, backbone_manifest, save_probe
 from herald_service.probes.directions import DIRECTION_ESTIMATORS, LOGISTIC_C
 from herald_service.probes.features import FEATURE_SET, get_feature_set, require_layers
+from herald_service.probes.folder import ProbeAlreadyThere
 from herald_service.probes.probe import HeraldProbe, balanced_weights
 from herald_service.probes.reference import reference_block
 from herald_service.provenance import software
@@ -658,12 +659,12 @@ def run_fit(options: FitOptions) -> dict:
         "mean_prompt_tokens": float(tokens.mean()),
         "cpu_threads": threads_manifest(options.threads),
     }
-    if not options.overwrite:  # checked before the load too; another fit may have written here since (tester finding)
-        appeared = probe_files(out)
-        if appeared:
-            where = f"--out {out}" if options.out is not None else f"{out} (the default --out for this backbone)"
-            raise ValueError(f"{where} received a probe ({', '.join(appeared)}) while this fit ran, perhaps from"
-                             " another herald fit given the same folder; this fit's probe was not written: pass"
-                             " another --out, or --overwrite to replace that one")
-    save_probe(probe.fitted_, out, manifest)
+    try:  # checked before the load too; another fit may have written here since (tester finding), so checked again
+        # under the folder's lock, with the write
+        save_probe(probe.fitted_, out, manifest, keep_existing=not options.overwrite)
+    except ProbeAlreadyThere as exc:
+        where = f"--out {out}" if options.out is not None else f"{out} (the default --out for this backbone)"
+        raise ValueError(f"{where} received a probe ({', '.join(exc.files)}) while this fit ran, perhaps from"
+                         " another herald fit given the same folder; this fit's probe was not written: pass"
+                         " another --out, or --overwrite to replace that one") from None
     return {**manifest, "out": str(out)}
