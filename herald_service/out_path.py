@@ -15,6 +15,26 @@ import tempfile
 from pathlib import Path
 
 
+def refuse_an_empty_path(value: object, give: str, means: str = "the current directory") -> object:
+    """Refuse a path given empty or as whitespace alone, before it becomes ``Path("")``, which is ``.``: ``herald fit
+    --out ''`` (an unset shell variable) wrote ``probe.json`` and ``probe.safetensors`` into the current directory and
+    exited 0, and ``herald plot --out ' '`` wrote `` .png`` (tester findings). The before-validator of every command's
+    output path (``--out``, ``--scores-out``, ``--plots``), whose error pydantic names by the option; ``herald
+    reference`` checks its ``--probe`` with it too. Other values pass unchanged.
+
+    Args:
+        give: what to give instead, ending the error (``"the JSON file to write"``).
+        means: what the empty path would have meant.
+
+    Raises:
+        ValueError: ``value`` is an empty string (named with ``means``) or whitespace alone (a name no one would find).
+    """
+    if isinstance(value, str) and not value.strip():
+        what = f"empty (it would be {means})" if not value else "blank (whitespace alone, a name no one would find)"
+        raise ValueError(f"is {what}; give {give}")
+    return value
+
+
 def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
     """Refuse a path a command could not write, naming the option.
 

@@ -1208,9 +1208,47 @@ def test_steer_eval_names_a_number_python_cannot_hold_by_file_line_and_key(tmp_p
 
 
 def test_plot_refuses_an_out_that_names_no_file():
-    out = herald("plot", "--out", "", "hello", HERALD_FAKE_BACKEND="true")
+    out = herald("plot", "--out", ".", "hello", HERALD_FAKE_BACKEND="true")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip() == "herald plot: --out '.' names no file; give a path such as --out trajectory.png"
+
+
+@pytest.mark.parametrize(("args", "named", "give"), [
+    (("fit", "--out", "{}"), "out (--out)",
+     "a folder for probe.json and probe.safetensors, or leave --out out for models/<backbone-slug>/"),
+    (("eval", "--out", "{}"), "out (--out)", "the JSON file to write"),
+    (("eval", "--scores-out", "{}"), "scores_out (--scores-out)", "the JSON-lines file to write, or leave --scores-out out"),
+    (("recipes", "--out", "{}"), "out (--out)", "the JSON file to write"),
+    (("report", "--out", "{}"), "out (--out)", "the Markdown file to write, such as --out EVALUATION.md"),
+    (("report", "--plots", "{}"), "plots (--plots)",
+     "a folder for the PNG plots, or leave --plots out for the folder eval beside --out"),
+    (("plot", "--out", "{}", "hello"), "out (--out)", "an image file path such as --out trajectory.png"),
+    (("data", "build", "--out", "{}"), "out (--out)", "a folder for the corpus"),
+])
+def test_an_empty_or_blank_output_path_is_refused_naming_the_option_before_anything_is_written(tmp_path, args, named,
+                                                                                               give):
+    # tester finding: herald fit --out '' (an unset shell variable) wrote probe.json and probe.safetensors into the
+    # current directory and exited 0; herald plot --out ' ' wrote " .png"
+    for value, what in (("", "empty (it would be the current directory)"),
+                        ("  ", "blank (whitespace alone, a name no one would find)")):
+        out = herald(*[value if word == "{}" else word for word in args], cwd=tmp_path, HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert out.stderr.strip() == f"herald: invalid settings\n  {named}: is {what}; give {give}"
+        assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("args", "what"), [
+    (("--probe", ""), "empty (it would be the default probe, as an empty HERALD_PROBE is)"),
+    (("--probe=",), "empty (it would be the default probe, as an empty HERALD_PROBE is)"),
+    (("--probe", " ", "--overwrite"), "blank (whitespace alone, a name no one would find)"),
+])
+def test_herald_reference_refuses_a_probe_given_empty_on_the_command_line(tmp_path, args, what):
+    # an empty --probe is HERALD_PROBE's "unset": herald reference --probe "$UNSET" --overwrite would have recorded into
+    # the default probe, the one herald serve loads
+    out = herald("reference", *args, cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (f"herald reference: --probe is {what}; give the probe folder to record into, or"
+                                  " leave --probe out for the default probe (models/<backbone-slug>/)")
 
 
 def unloadable_backbone(tmp_path):

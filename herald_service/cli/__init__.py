@@ -52,6 +52,8 @@ def _setting_name(loc: tuple) -> str:
     parts = [str(p) for p in loc]
     if not parts:
         return "settings"
+    if parts[:2] == ["data", "build"] and len(parts) > 2:  # a field of `herald data build`, named as typed there
+        parts = ["data", *parts[2:]]
     command = Herald.model_fields.get(parts[0])
     if len(parts) == 1 or command is None:
         return parts[0].replace("_", "-") + " settings" if command is not None else ".".join(parts)
@@ -100,6 +102,31 @@ def _refuse_both_thread_spellings(argv: list[str]) -> None:
     given = {word.split("=", 1)[0] for word in words} & {"--threads", "--num-threads"}
     if len(given) == 2:
         raise SystemExit(f"herald {argv[0]}: --threads and --num-threads are one option; give it once")
+
+
+def _refuse_an_empty_reference_probe(argv: list[str]) -> None:
+    """``herald reference --probe ''`` (an unset shell variable) recorded into the default probe, the one ``herald
+    serve`` loads: its ``--probe`` is the ``HERALD_PROBE`` setting, where empty means unset (a ConfigMap's blank
+    value), so the command line is read here, for the one command whose probe is a path it writes. ``--probe`` given
+    empty on the command line is refused (:func:`~herald_service.out_path.refuse_an_empty_path`); an empty
+    ``HERALD_PROBE`` still means the default.
+
+    Raises:
+        SystemExit: naming ``--probe`` and what to give.
+    """
+    if not argv or argv[0] != "reference":
+        return
+    from herald_service.out_path import refuse_an_empty_path
+
+    words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    given = [value for option, value in zip(words, words[1:]) if option == "--probe"]
+    given += [word.split("=", 1)[1] for word in words if word.startswith("--probe=")]
+    for value in given:
+        try:
+            refuse_an_empty_path(value, "the probe folder to record into, or leave --probe out for the default probe"
+                                 " (models/<backbone-slug>/)", means="the default probe, as an empty HERALD_PROBE is")
+        except ValueError as exc:
+            raise SystemExit(f"herald reference: --probe {exc}") from None
 
 
 def _given(error: dict) -> str:
@@ -192,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     _refuse_valued_switches(args)
     _refuse_both_thread_spellings(args)
+    _refuse_an_empty_reference_probe(args)
     try:
         CliApp.run(Herald, cli_args=args)
     except KeyboardInterrupt:  # Ctrl+C, in any command at any point: exit as a shell expects, without a traceback

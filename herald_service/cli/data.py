@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_settings import CliApp, CliSubCommand
 
 from herald_service.cli.conventions import invoked_command
 from herald_service.config import training_cache_dir
-from herald_service.out_path import check_out_path
+from herald_service.out_path import check_out_path, refuse_an_empty_path
 
 
 class DataBuildCommand(BaseModel):
@@ -19,7 +20,8 @@ class DataBuildCommand(BaseModel):
     benign_sensitive/ (docs/BENIGN_SENSITIVE.md), the held-out harmful sets by harm category in harmful_categories/
     (docs/HARMFUL_CATEGORIES.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
 
-    out: Path = Field(Path("data"), description=(
+    out: Annotated[Path, BeforeValidator(lambda value: refuse_an_empty_path(value, "a folder for the corpus"))] = Field(
+        Path("data"), description=(
         "Folder for the corpus: its JSONL files, benign_sensitive/, harmful_categories/ and MANIFEST.json (made if"
         " missing; its parent must exist; not the current directory)."))
     # its own words: the shared help said "Converted backbones and extracted states", which this cache never holds, and

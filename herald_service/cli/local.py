@@ -18,7 +18,7 @@ from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, D
 
 from herald_service.cli.conventions import invoked_command, log_formatter, route_library_output
 from herald_service.config import BackboneSettings, LogLevel
-from herald_service.out_path import check_out_path
+from herald_service.out_path import check_out_path, refuse_an_empty_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
 logger = logging.getLogger(__name__)
@@ -318,7 +318,9 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
     text: CliUnknownArgs = Field(description=(  # exactly as given (prompt_words)
         "PROMPT ...: each word or quoted sentence is one prompt, exactly as the shell passed it; put -- before one"
         " that starts with --."))
-    out: Annotated[Path, BeforeValidator(_not_a_folder_path)] = Field(Path("trajectory.png"), description=(
+    out: Annotated[Path, BeforeValidator(_not_a_folder_path), BeforeValidator(
+        lambda value: refuse_an_empty_path(value, "an image file path such as --out trajectory.png"))] = Field(
+        Path("trajectory.png"), description=(
         "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
 
     def cli_cmd(self) -> None:

@@ -16,6 +16,7 @@ from herald_service.out_path import (
     check_cache_dir,
     check_out_path,
     check_probe_out,
+    refuse_an_empty_path,
     refuse_an_existing_out,
     refuse_an_input,
 )
@@ -86,6 +87,12 @@ def _no_empty_cache_dir(value: object) -> object:
         raise ValueError("is empty (it would be the current directory); give a folder for converted backbones and"
                          " extracted states, or leave --cache-dir out for HERALD_CACHE_DIR or ~/.cache/herald")
     return value
+
+
+def _not_empty(give: str) -> BeforeValidator:
+    """The before-validator refusing an empty output path (:func:`~herald_service.out_path.refuse_an_empty_path`),
+    ``give`` ending its error."""
+    return BeforeValidator(lambda value: refuse_an_empty_path(value, give))
 
 
 def given_twice(values: list) -> list:
@@ -222,7 +229,8 @@ class FitCommand(BaseModel):
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = Field(EMBEDDED_BACKBONE, description=(
         TRAINING_BACKBONE_HELP + " The probe is for this backbone: herald serve refuses it on another architecture."))
-    out: Path | None = Field(None, description=(
+    out: Annotated[Path | None, _not_empty("a folder for probe.json and probe.safetensors, or leave --out out for"
+                                          " models/<backbone-slug>/")] = Field(None, description=(
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
         "already holds a probe is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the probe already in the --out folder.")
@@ -392,10 +400,11 @@ class EvalCommand(BaseModel):
         "about and reported. Default: none."))
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
-    out: Path = Field(Path("docs/eval/results.json"), description=(
+    out: Annotated[Path, _not_empty("the JSON file to write")] = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out (and --scores-out) file if it exists.")
-    scores_out: Path | None = Field(None, description=(
+    scores_out: Annotated[Path | None, _not_empty("the JSON-lines file to write, or leave --scores-out out")] = Field(
+        None, description=(
         "Also write every scored prompt, one JSON object per line: part (random_split, loso or extra), set (extra"
         " lines: the --test-data file or jailbreak_wrapped), source, label (1 harmful, 0 benign), prompt, each method's"
         " margins (score minus its threshold: flagged at >= 0; with --probe, the saved probe's too, as saved_probe and"
@@ -572,7 +581,7 @@ class RecipesCommand(BaseModel):
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
-    out: Path = Field(Path("docs/eval/recipes.json"), description=(
+    out: Annotated[Path, _not_empty("the JSON file to write")] = Field(Path("docs/eval/recipes.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
     recipes: list[str] = Field(["shipped", "hardneg", "templated", "templated+hardneg",
@@ -655,10 +664,12 @@ class ReportCommand(BaseModel):
     """Write docs/EVALUATION.md and its PNG plots from the JSON that `herald eval` wrote."""
 
     results: Path = Field(Path("docs/eval/results.json"), description="The JSON file herald eval --out wrote.")
-    out: Path = Field(Path("docs/EVALUATION.md"), description="Markdown file to write (replaced if it exists).")
+    out: Annotated[Path, _not_empty("the Markdown file to write, such as --out EVALUATION.md")] = Field(
+        Path("docs/EVALUATION.md"), description="Markdown file to write (replaced if it exists).")
     # beside --out: a fixed docs/eval default put the plots of `--out /tmp/r.md` over the repository's committed ones
     # (tester); the folder eval beside the default --out is docs/eval, so a bare `herald report` writes as before
-    plots: Path | None = Field(None, description="Folder for the PNG plots (made if missing; its parent must exist);"
+    plots: Annotated[Path | None, _not_empty("a folder for the PNG plots, or leave --plots out for the folder eval"
+                                            " beside --out")] = Field(None, description="Folder for the PNG plots (made if missing; its parent must exist);"
                                " default: the folder eval beside --out (docs/eval for the default --out).")
 
     def plot_dir(self) -> Path:
