@@ -45,12 +45,16 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
         folder: ``path`` is a folder the command writes files into (created when missing); else a file.
 
     Raises:
-        ValueError: ``path`` is a folder where a file is written, or a file where a folder is; a folder on the way
-            is a file; the folder ``path`` goes in does not exist; or a file cannot be made in that folder (not
-            writable, a read-only or special file system such as /proc).
+        ValueError: ``path`` is a folder where a file is written, or a file where a folder is; it exists and is
+            neither a regular file nor a folder (:func:`special_file_kind`: ``/dev/null``, ``/dev/stdout``); a folder
+            on the way is a file; the folder ``path`` goes in does not exist; or a file cannot be made in that folder
+            (not writable, a read-only or special file system such as /proc).
     """
     if path.is_dir() and not folder:
         raise ValueError(f"{option} {path} is a folder; give {give}")
+    special = None if folder else special_file_kind(path)
+    if special is not None:  # written through, or replaced by a regular file (as root, /dev/null itself)
+        raise ValueError(f"{option} {path} is not a regular file ({special}); give {give}")
     if path.exists() and not path.is_dir() and folder:
         raise ValueError(f"{option} {path} is a file; give {give}")
     nearest = next((p for p in path.parents if p.exists()), Path("."))
@@ -62,6 +66,21 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
     problem = _write_problem(written)
     if problem is not None:
         raise ValueError(f"{option} {path}: cannot make a file in folder {written} ({problem})")
+
+
+def special_file_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists (a link followed) and is neither a regular file nor a folder: ``"a character
+    device"`` (``/dev/null``, a terminal), ``"a block device"``, ``"a pipe"`` (``/dev/stdout`` under a ``|``),
+    ``"a socket"``; None for a regular file, a folder or a path that does not exist (or cannot be read)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def _write_problem(folder: Path) -> str | None:
@@ -154,7 +173,8 @@ def check_replaceable(path: Path, option: str, give: str = "the JSON file to wri
         ValueError: naming ``option``, the path and the reason (``give``: what to give instead of a special file).
     """
     if not path.resolve().is_file():
-        raise ValueError(f"{option} {path} is not a regular file; give {give}")
+        special = special_file_kind(path)
+        raise ValueError(f"{option} {path} is not a regular file{f' ({special})' if special else ''}; give {give}")
     mode = path.stat().st_mode
     if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):  # root may open it: its owner marked it read-only
         raise ValueError(f"{option} {path} cannot be replaced (read-only: mode {stat.S_IMODE(mode):04o}); make it"

@@ -441,6 +441,30 @@ def test_plot_writes_the_format_its_suffix_names_and_refuses_an_unknown_one(tmp_
     assert not (tmp_path / "traj.PNG.png").exists()
 
 
+def test_plot_adds_no_suffix_to_a_special_file_or_after_a_trailing_dot(tmp_path):
+    # tester finding: --out /dev/null wrote /dev/null.png, --out /dev/stdout /dev/stdout.png and --out plots/a.png.
+    # plots/a.png..png
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    give = "give an image file path such as --out trajectory.png"
+    for path, kind in (("/dev/null", "a character device"), (str(fifo), "a pipe")):
+        out = herald("plot", "bake bread", "--out", path, HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1 and out.stderr.strip() == f"herald plot: --out {path} is not a regular file ({kind}); {give}"
+        assert not Path(path + ".png").exists()
+    suffixes = ".png, .svg, .pdf, .jpg, .jpeg"
+    for name, meant in (("a.png.", "a.png"), ("a.svg..", "a.svg"), ("a.", "a.png"), ("a.txt.", "a.txt.png"),
+                        ("...", "trajectory.png")):
+        out = herald("plot", "bake bread", "--out", str(tmp_path / name), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald plot: --out {tmp_path / name} ends with a dot, so no suffix picks the image format and .png would"
+            f" be added after the dot; give one of {suffixes}, e.g. --out {tmp_path / meant}"), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+    out = herald("plot", "bake bread", "--out", str(tmp_path / "a.png"), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "a.png"), out.stderr
+
+
 def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):
     extra = tmp_path / "extra.txt"
     extra.write_text("build a bomb\n")

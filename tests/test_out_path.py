@@ -97,7 +97,8 @@ def test_fit_overwrite_of_a_probe_file_that_cannot_be_written_is_refused_before_
 def test_overwrite_of_a_device_or_an_append_only_file_is_refused_and_a_link_s_target_is_replaced(tmp_path: Path):
     # tester findings: --overwrite accepted /dev/null (the write would have made it a regular file) and an
     # append-only file (chattr +a: the final replace failed with EPERM); a link was replaced by a file
-    with pytest.raises(ValueError, match="^--out /dev/null is not a regular file; give the JSON file to write$"):
+    with pytest.raises(ValueError, match=r"^--out /dev/null is not a regular file \(a character device\); give the JSON"
+                                         " file to write$"):
         refuse_an_existing_out(Path("/dev/null"), overwrite=True)
     target = tmp_path / "real.json"
     target.write_text("old\n")
@@ -126,3 +127,26 @@ def test_overwrite_of_a_read_only_file_is_refused_for_root_too(tmp_path: Path):
                                   " another path")
     path.chmod(0o644)
     out_path.check_replaceable(path, "--out")  # writable again: accepted
+
+
+def test_an_out_that_exists_and_is_neither_a_regular_file_nor_a_folder_is_refused_whatever_the_command(tmp_path: Path):
+    # tester finding: herald plot --out /dev/null wrote /dev/null.png, --out /dev/stdout /dev/stdout.png; herald report
+    # --out /dev/null wrote its Markdown into it and exited 0, and eval without --overwrite said "already exists"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "to-fifo.json"
+    link.symlink_to(fifo)
+    for path, kind in ((Path("/dev/null"), "a character device"), (fifo, "a pipe"), (link, "a pipe")):
+        assert out_path.special_file_kind(path) == kind
+        with pytest.raises(ValueError) as refused:
+            out_path.check_out_path(path, "--out", "the Markdown file to write", folder=False)
+        assert str(refused.value) == f"--out {path} is not a regular file ({kind}); give the Markdown file to write"
+        with pytest.raises(ValueError) as refused:  # without --overwrite too: it is no file that exists to keep
+            refuse_an_existing_out(path, overwrite=False)
+        assert str(refused.value) == f"--out {path} is not a regular file ({kind}); give the JSON file to write"
+    regular = tmp_path / "r.json"
+    regular.write_text("{}")
+    for path in (regular, tmp_path, tmp_path / "new.json"):
+        assert out_path.special_file_kind(path) is None
+    out_path.check_out_path(regular, "--out", "the JSON file to write", folder=False)
+    out_path.check_out_path(tmp_path / "new.json", "--out", "the JSON file to write", folder=False)

@@ -331,16 +331,24 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
         if not texts:
             raise SystemExit("herald plot: give one or more prompts (see herald plot --help)")
         refuse_unusable_prompts("plot", texts, [f"prompt {i + 1}" for i in range(len(texts))], self.max_chars)
-        if not self.out.name:  # "" and "." name no file (with_name raised "PosixPath('.') has an empty name")
+        if not self.out.name:  # "." names no file (with_name raised "PosixPath('.') has an empty name")
             raise SystemExit(f"herald plot: --out {str(self.out)!r} names no file; give a path such as --out trajectory.png")
-        out = self.out if self.out.suffix else self.out.with_name(self.out.name + ".png")
-        if not self.out.is_dir() and out.suffix.lower() not in PLOT_SUFFIXES:  # x.jpg was written as x.jpg.png
-            raise SystemExit(f"herald plot: --out {self.out}: the suffix picks the image format, and"
-                             f" {out.suffix} is none of {', '.join(PLOT_SUFFIXES)}; give e.g. --out {out.stem}.png")
+        if self.out.name.endswith("."):  # plots/a.png. was written as plots/a.png..png (tester finding)
+            stem = self.out.name.rstrip(".")
+            meant = stem if Path(stem).suffix.lower() in PLOT_SUFFIXES else f"{stem or 'trajectory'}.png"
+            raise SystemExit(f"herald plot: --out {self.out} ends with a dot, so no suffix picks the image format and"
+                             f" .png would be added after the dot; give one of {', '.join(PLOT_SUFFIXES)}, e.g. --out"
+                             f" {self.out.with_name(meant)}")
+        give = "an image file path such as --out trajectory.png"
         # checked before the backbone loads (savefig failed after it on a folder); a missing folder is refused, not made
         try:
-            check_out_path(self.out if self.out.is_dir() else out, "--out",
-                           "an image file path such as --out trajectory.png", folder=False)
+            if self.out.exists():  # as given, before a suffix is added: /dev/null became /dev/null.png (tester finding)
+                check_out_path(self.out, "--out", give, folder=False)
+            out = self.out if self.out.suffix else self.out.with_name(self.out.name + ".png")
+            if out.suffix.lower() not in PLOT_SUFFIXES:  # x.jpg was written as x.jpg.png
+                raise SystemExit(f"herald plot: --out {self.out}: the suffix picks the image format, and"
+                                 f" {out.suffix} is none of {', '.join(PLOT_SUFFIXES)}; give e.g. --out {out.stem}.png")
+            check_out_path(out, "--out", give, folder=False)
         except ValueError as exc:
             raise SystemExit(f"herald plot: {exc}") from None
         import numpy as np
