@@ -628,6 +628,24 @@ def test_the_training_commands_take_num_threads_as_the_other_commands_spell_it(c
     assert model.model_validate({"num_threads": 3}).threads == 3 == model.model_validate({"threads": 3}).threads
 
 
+@pytest.mark.parametrize("command", ["eval", "recipes"])
+def test_eval_and_recipes_name_herald_num_threads_when_it_is_set_and_threads_is_not_given(command, monkeypatch, caplog):
+    # as herald fit (tests/test_tiny_llama.py): they read --threads (default 1), never the variable
+    from herald_service.cli.training import EvalCommand, RecipesCommand, warn_of_the_thread_setting
+
+    model = {"eval": EvalCommand, "recipes": RecipesCommand}[command]
+    monkeypatch.setenv("HERALD_NUM_THREADS", "4")
+    with caplog.at_level("WARNING", logger="herald_service.cli.training"):
+        warn_of_the_thread_setting(model(), command, 1)
+        warn_of_the_thread_setting(model(threads=1), command, 1)  # --threads given: what was asked for
+        monkeypatch.setenv("HERALD_NUM_THREADS", "1")
+        warn_of_the_thread_setting(model(), command, 1)  # the same count
+    assert [r.getMessage() for r in caplog.records] == [
+        f"HERALD_NUM_THREADS=4 is not read by herald {command}, which reads --threads only (the command it records must"
+        " give the thread count, which changes the numbers it writes): this run uses the --threads default, 1 thread;"
+        " give --threads 4 to use 4"]
+
+
 @pytest.mark.parametrize("args", [("--threads", "1", "--num-threads", "2"), ("--num-threads=2", "--threads=1")])
 def test_the_two_spellings_of_threads_together_are_refused(args):
     # re-tester: --threads 1 --num-threads 2 ran with 2, silently

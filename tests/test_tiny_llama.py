@@ -599,6 +599,30 @@ def test_fit_and_eval_warn_of_and_record_the_rows_the_per_source_cap_left_out(fo
                                                              {"source": "C", "label": 0, "n": 10}]
 
 
+def test_fit_names_herald_num_threads_when_it_is_set_and_threads_is_not_given(folder, tmp_path):
+    # tester finding: HERALD_NUM_THREADS=1, as README tells a shared host's operator, was ignored by herald fit (which
+    # reads --threads, so that its recorded command gives the count) without a word, and 1 vs 2 threads write other
+    # tensors
+    import torch
+    from conftest import herald
+
+    own = torch.get_num_threads()
+    common = ("--backbone", str(folder), "--data", str(_fit_corpus(tmp_path)), "--cache-dir", str(tmp_path / "cache"),
+              "--device", "cpu", "--max-per-source", "null")
+    out = herald("fit", *common, "--out", str(tmp_path / "a"), HERALD_NUM_THREADS=str(own + 1))
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "HERALD_NUM_THREADS" in line]
+    assert len(warnings) == 1 and warnings[0].endswith(
+        f"WARNING herald_service.cli.training: HERALD_NUM_THREADS={own + 1} is not read by herald fit, which reads"
+        " --threads only (the command it records must give the thread count, which changes the numbers it writes):"
+        f" this run uses torch's own count, {own} thread{'s' if own > 1 else ''}; give --threads {own + 1} to use"
+        f" {own + 1}")
+    assert json.loads((tmp_path / "a" / "probe.json").read_text())["cpu_threads"] == {"torch": own, "given": False}
+    for out_folder, args, setting in (("b", ("--threads", str(own)), str(own + 1)), ("c", (), str(own)), ("d", (), " ")):
+        out = herald("fit", *common, "--out", str(tmp_path / out_folder), *args, HERALD_NUM_THREADS=setting)
+        assert out.returncode == 0 and "HERALD_NUM_THREADS" not in out.stderr, (args, setting, out.stderr)
+
+
 def test_a_fit_refuses_to_write_where_another_fit_wrote_a_probe_while_it_ran(folder, tmp_path, monkeypatch):
     # Two fits given one --out both passed the check before the load; the second to finish replaced the first's
     # probe, and both printed success (tester finding).

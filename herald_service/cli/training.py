@@ -213,6 +213,29 @@ def check_probe_folder(probe: Path | None) -> None:
         raise ValueError(f"no probe at {probe}: {MANIFEST_FILE} is missing (--probe; fit one with `herald fit`)")
 
 
+def warn_of_the_thread_setting(options: BaseModel, command: str, threads: int) -> None:
+    """Warn, naming both, when ``HERALD_NUM_THREADS`` is set to another count than the ``threads`` a fit, eval or
+    recipes run uses because ``--threads`` was not given: these commands read ``--threads`` only, so that the command
+    they record (``probe.json``'s ``command``, the results' ``meta.command``) gives the thread count that made their
+    tensors (1 and 2 threads write other ones), while README tells a shared host's operator to set the variable, and
+    ``herald fit`` ran on every core beside ``HERALD_NUM_THREADS=1`` without a word (tester finding).
+
+    Args:
+        command: ``"fit"``, ``"eval"`` or ``"recipes"``; ``threads``: the count the run uses (torch's own without
+            ``--threads`` for fit).
+    """
+    import os
+
+    value = os.environ.get("HERALD_NUM_THREADS", "").strip()
+    if not value or "threads" in options.model_fields_set or value == str(threads):
+        return
+    whose = "torch's own count" if command == "fit" else "the --threads default"
+    logging.getLogger(__name__).warning(
+        "HERALD_NUM_THREADS=%s is not read by herald %s, which reads --threads only (the command it records must give"
+        " the thread count, which changes the numbers it writes): this run uses %s, %d thread%s; give --threads %s to"
+        " use %s", value, command, whose, threads, "s" if threads > 1 else "", value, value)
+
+
 def limit_threads(threads: int) -> None:
     """Run torch and the BLAS libraries (through threadpoolctl) on ``threads`` threads: ``--threads`` of fit, eval
     and recipes. BLAS threads spin-wait on a shared CPU, where one thread was 4x faster for these small fits."""
@@ -319,6 +342,9 @@ class FitCommand(BaseModel):
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         if self.threads is not None:
             limit_threads(self.threads)
+        import torch
+
+        warn_of_the_thread_setting(self, "fit", torch.get_num_threads())
         options = FitOptions(**self.model_dump(), command=invoked_command())
         manifest = run_fit(options)
         print(json.dumps(fit_summary(manifest), indent=2))
@@ -565,6 +591,7 @@ class EvalCommand(BaseModel):
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         limit_threads(self.threads)
+        warn_of_the_thread_setting(self, "eval", self.threads)
         fields = self.model_dump(exclude={"threads"})
         for key in ("methods", "curve_sizes", "curve_seeds"):
             fields[key] = tuple(fields[key])
@@ -652,6 +679,7 @@ class RecipesCommand(BaseModel):
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         limit_threads(self.threads)
+        warn_of_the_thread_setting(self, "recipes", self.threads)
         fields = self.model_dump(exclude={"threads"})
         fields["recipes"] = tuple(fields["recipes"])
         out = run_recipes(RecipeOptions(**fields, command=invoked_command()))
