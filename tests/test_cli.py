@@ -1406,6 +1406,20 @@ def test_fit_and_eval_refuse_a_source_name_that_splits_a_log_line_or_a_table_row
     assert not (tmp_path / "cache").exists()
 
 
+def test_fit_and_eval_name_a_dangling_link_in_a_data_folder_by_option_and_path(tmp_path):
+    # tester finding: "herald: [Errno 2] No such file or directory: 'link_dir/dangling.jsonl'", no option named
+    folder = tmp_path / "link_dir"
+    folder.mkdir()
+    labeled_rows(folder / "rows.jsonl")
+    (folder / "dangling.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    for command, out in fit_and_eval(tmp_path, "--data", str(folder)):
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald: {folder / 'dangling.jsonl'} is a link to {tmp_path / 'gone.jsonl'}, which does not exist (in the"
+            f" --data folder {folder}, whose *.jsonl files are all read as labeled rows); remove it from the folder, or"
+            " point it at a labeled JSONL file"), (command, out.stderr)
+    assert not (tmp_path / "cache").exists()
+
+
 def test_fit_takes_jailbreak_templates_null_as_eval_and_recipes_do(tmp_path):
     # fit refused null ("Input is not a valid path for <class 'pathlib.Path'>"), which eval and recipes take for none
     from unittest import mock

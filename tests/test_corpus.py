@@ -291,3 +291,35 @@ def test_the_per_source_cap_says_nothing_when_it_left_nothing_out_and_shows_the_
         f"--max-per-source 4 left out 36 rows (at most 4 per source and label, drawn with --seed 3): {shown} and 2 more"
         " groups (the results' meta.left_out_by_max_per_source lists each); give --max-per-source null to keep every"
         " row, or a larger N")
+
+
+def test_a_dangling_link_or_a_folder_among_a_data_folders_jsonl_is_named_with_the_option(tmp_path):
+    # tester finding: "herald: [Errno 2] No such file or directory: 'link_dir/dangling.jsonl'" and "[Errno 21] Is a
+    # directory", naming no option, as the direct --test-data path already was
+    from herald_service.training.corpus import check_test_data_paths
+
+    folder = tmp_path / "link_dir"
+    folder.mkdir()
+    (folder / "rows.jsonl").write_text(ROW % ("x", "harmful") + "\n")
+    dangling = folder / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "gone.jsonl")
+    where = f"in the --data folder {folder}, whose *.jsonl files are all read as labeled rows"
+    with pytest.raises(ValueError) as refused:
+        expand_data([folder])
+    assert str(refused.value) == (f"{dangling} is a link to {tmp_path / 'gone.jsonl'}, which does not exist ({where});"
+                                  " remove it from the folder, or point it at a labeled JSONL file")
+    with pytest.raises(ValueError) as refused:
+        check_test_data_paths([dangling])
+    assert str(refused.value) == (f"{dangling} is a link to {tmp_path / 'gone.jsonl'}, which does not exist"
+                                  " (--test-data); give a labeled JSONL file")
+    dangling.unlink()
+    (tmp_path / "elsewhere").mkdir()
+    linked = folder / "dir.jsonl"
+    linked.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError) as refused:
+        expand_data([folder], "--sensitive-data")
+    assert str(refused.value) == (f"{linked} is a folder (in the --sensitive-data folder {folder}, whose *.jsonl files"
+                                  " are all read as labeled rows); rename it or move it out of the folder")
+    linked.unlink()
+    (folder / "to-rows.jsonl").symlink_to(folder / "rows.jsonl")  # a link to a file is that file, read once
+    assert expand_data([folder]) == [folder / "rows.jsonl"]

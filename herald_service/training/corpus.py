@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -353,6 +354,35 @@ def require_regular_file(path: Path, option: str) -> None:
                      " first and give that")
 
 
+def require_data_file(path: Path, option: str, folder: Path | None = None) -> None:
+    """Refuse a labeled data file that cannot be read as one, naming it, ``option`` and what is wrong, before any model
+    loads: a path that does not exist (a link whose target does not, named with its target), a folder, or no regular
+    file (:func:`require_regular_file`). The one check of a ``--test-data`` path (:func:`check_test_data_paths`) and
+    of each ``*.jsonl`` a ``--data`` (or ``--sensitive-data``) folder holds, where a dangling link or a link to a
+    folder stopped ``herald fit`` with a bare ``[Errno 2] No such file or directory: 'data/dangling.jsonl'`` or
+    ``[Errno 21] Is a directory``, naming no option (tester finding).
+
+    Args:
+        folder: the folder given to ``option`` that ``path`` was found in (its ``*.jsonl`` are read), named in the
+            error with what to do; None for a path given itself.
+
+    Raises:
+        ValueError: as above; ``"<path> does not exist (--test-data)"`` for a path given itself.
+    """
+    where = (f"({option})" if folder is None
+             else f"(in the {option} folder {folder}, whose *.jsonl files are all read as labeled rows)")
+    if not path.exists():
+        if path.is_symlink():
+            advice = "; give" if folder is None else "; remove it from the folder, or point it at"
+            raise ValueError(f"{path} is a link to {os.readlink(path)}, which does not exist {where}{advice} a labeled"
+                             " JSONL file")
+        raise ValueError(f"{path} does not exist {where}")
+    if path.is_dir():
+        advice = "give labeled JSONL files" if folder is None else "rename it or move it out of the folder"
+        raise ValueError(f"{path} is a folder {where}; {advice}")
+    require_regular_file(path, option)
+
+
 def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
     """Files as given; a folder stands for its ``*.jsonl`` minus the jailbreak-template file (an info line says so).
     A file reached twice
@@ -364,8 +394,9 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
 
     Raises:
         ValueError: a path that does not exist, a folder without such files, a file that is not a regular file
-            (:func:`require_regular_file`: a pipe such as ``/dev/stdin``), two files with one name
-            (:func:`distinct_files`), or no path at all, naming ``option``.
+            (:func:`require_regular_file`: a pipe such as ``/dev/stdin``), a folder's ``*.jsonl`` that is a dangling
+            link or a folder (:func:`require_data_file`), two files with one name (:func:`distinct_files`), or no
+            path at all, naming ``option``.
     """
     files: list[Path] = []
     for path in paths:
@@ -376,6 +407,8 @@ def expand_data(paths: list[Path], option: str = "--data") -> list[Path]:
                          " read only as --jailbreak-templates)", option, path, JAILBREAK_TEMPLATE_FILE)
             if not found:
                 raise ValueError(f"{option}: folder {path} holds no .jsonl file")
+            for file in found:
+                require_data_file(file, option, folder=path)
             files.extend(found)
         elif path.exists():
             files.append(path)
@@ -423,18 +456,14 @@ def check_test_data_paths(paths: list[Path]) -> list[Path]:
 
     Raises:
         ValueError: a path that does not exist or is a folder (naming it and ``--test-data``; a missing file printed
-            a raw "[Errno 2] No such file or directory": breaker finding), one that is not a regular file (a pipe:
-            :func:`require_regular_file`; ``--probe``'s check hashes it again), two files with one name
+            a raw "[Errno 2] No such file or directory": breaker finding), one that is not a regular file (a pipe;
+            ``--probe``'s check hashes it again: :func:`require_data_file`), two files with one name
             (:func:`distinct_files`: the results key sets by it, and one set was silently lost: tester
             finding), or a file named as the jailbreak-wrapped set (:data:`JAILBREAK_SET`), whose results it would
             replace.
     """
     for path in paths:
-        if not path.exists():
-            raise ValueError(f"{path} does not exist (--test-data)")
-        if path.is_dir():
-            raise ValueError(f"{path} is a folder (--test-data); give labeled JSONL files")
-        require_regular_file(path, "--test-data")
+        require_data_file(path, "--test-data")
         if path.name == JAILBREAK_SET:
             raise ValueError(f"--test-data {path} is named {JAILBREAK_SET}, the results' name of the jailbreak-wrapped"
                              " set; rename it")
