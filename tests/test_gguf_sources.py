@@ -621,3 +621,47 @@ def test_only_the_file_systems_refusals_are_taken_for_a_write_failure_of_the_con
     assert loader._write_failure(OSError(28, "No space left on device"), SafetensorError)
     assert loader._write_failure(Exception("No space left on device (os error 28)"), SafetensorError)
     assert not loader._write_failure(ValueError("tokenizer config is invalid"), SafetensorError)  # a bug stays a bug
+
+
+def test_the_same_gguf_under_another_name_or_in_chunks_reuses_its_whole_conversion(whole: Path, tmp_path: Path,
+                                                                                    monkeypatch, caplog):
+    # tester finding: a chunked copy (smol.gguf.part00 ...) or a renamed copy of the embedded GGUF was converted again
+    # (about 25 s) into a second 517 MB folder, smol-b179c9523d0e beside smollm2-135m-instruct.q4-1-b179c9523d0e
+    import shutil
+
+    converted: list[Path] = []
+    monkeypatch.setattr(loader, "_convert", lambda gguf, source, target, sha: converted.append(target)
+                        or _fake_conversion(target, sha256=sha))
+    sha = hashlib.sha256(whole.read_bytes()).hexdigest()
+    cache = tmp_path / "cache"
+    first = resolve_backbone(str(whole), cache)
+    assert first.folder == cache / "backbones" / f"tiny-model-{sha[:12]}" and converted == [first.folder]
+    renamed = tmp_path / "renamed" / "smol.gguf"
+    renamed.parent.mkdir()
+    shutil.copyfile(whole, renamed)
+    chunks = tmp_path / "chunks"
+    chunks.mkdir()
+    _chunk(renamed, chunks, 3)  # smol.gguf.part0 ...
+    with caplog.at_level("INFO", logger=loader.__name__):
+        for spec in (renamed, chunks):
+            resolved = resolve_backbone(str(spec), cache)
+            assert resolved.folder == first.folder and resolved.revision == first.revision == f"gguf-sha256:{sha}"
+            assert resolved.slug == resolved.model_id == "smol"  # named as given: the probe folder models/smol
+    assert converted == [first.folder]  # converted once
+    assert [p.name for p in (cache / "backbones").iterdir()] == [first.folder.name]
+    assert f"{first.folder} holds the GGUF converted from {renamed} under another name (sha256 {sha}); using it" in caplog.text
+
+    # only a whole conversion of that very content and kind stands in: one cut short, one whose record gives another
+    # sha256 with the same first 12 digits, or shards' (the sha256 of other bytes) are not taken
+    weights = first.folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])
+    other_sha = _fake_conversion(cache / "backbones" / f"a-other-{sha[:12]}", sha256=sha[:12] + "0" * 52)
+    shards = _fake_conversion(cache / "backbones" / f"b-shards-{sha[:12]}", sha256=sha)
+    loader.write_source_record(shards, loader.GGUFSource("shards", (shards / "x-00001-of-00002.gguf",), "x"), sha)
+    assert loader.conversion_damage(shards) is None
+    assert loader.same_content_conversion(cache / "backbones", find_gguf(renamed), sha) is None
+    resolved = resolve_backbone(str(renamed), cache)
+    assert resolved.folder == cache / "backbones" / f"smol-{sha[:12]}" and converted == [first.folder, resolved.folder]
+    assert other_sha.is_dir()  # left alone
+    shards_source = loader.GGUFSource("shards", (tmp_path / "x-00001-of-00002.gguf",), "x")
+    assert loader.same_content_conversion(cache / "backbones", shards_source, sha) == shards

