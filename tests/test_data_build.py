@@ -439,11 +439,13 @@ def test_cli_refuses_a_tampered_cached_wheel_with_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("out", ["", "."])
-def test_cli_refuses_to_write_the_corpus_into_the_current_directory(tmp_path, out):
+@pytest.mark.parametrize("out, message", [
+    ("", "out (--out): is empty (it would be the current directory); give a folder for the corpus"),
+    (".", "herald data build: --out must name a folder for the corpus, not the current directory")])
+def test_cli_refuses_to_write_the_corpus_into_the_current_directory(tmp_path, out, message):
     run = herald("data", "build", "--out", out, "--cache-dir", str(tmp_path), cwd=tmp_path)
     assert run.returncode == 1 and "Traceback" not in run.stderr
-    assert run.stderr.strip().splitlines()[-1] == "herald data build: --out must name a folder for the corpus, not the current directory"
+    assert run.stderr.strip().splitlines()[-1].strip() == message
     assert list(tmp_path.iterdir()) == []
 
 

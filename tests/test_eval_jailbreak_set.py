@@ -115,6 +115,8 @@ def test_test_data_prompts_also_in_the_training_data_are_counted_warned_about_an
     assert meta["test_data_overlap"] == {"data.jsonl": {"rows": 24, "also_in_data": 24},
                                          "mixed.jsonl": {"rows": 5, "also_in_data": 2}}
     assert [r.getMessage() for r in caplog.records if "say little" not in r.getMessage()] == [
+        "--max-per-source 10 left out 4 rows (at most 10 per source and label, drawn with --seed 0): AdvBench harmful 2"
+        " of 12, Alpaca benign 2 of 12; give --max-per-source null to keep every row, or a larger N",
         f"--test-data {data}: 24 of its 24 prompts also appear in --data; they may have been trained on, so its"
         " numbers are not those of unseen prompts",
         f"--test-data {mixed}: 2 of its 5 prompts also appear in --data; they may have been trained on, so its"
