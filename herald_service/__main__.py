@@ -1,31 +1,25 @@
 """``python -m herald_service`` and the ``herald`` console script: a small entry that acts on a signal before the
 command's modules have imported (about 0.4 s for the CLI, 3 s with torch), then runs :func:`herald_service.cli.main`."""
 
-import signal
 import sys
 
-
-def _stopped_before_serving(signum: int, frame: object) -> None:
-    # `herald serve` installs its own SIGTERM handling when its server starts; a SIGTERM before that (the pod ended
-    # during the imports and the probe check: nothing is loading yet) took the default action, status 143, where the
-    # README promises 0 (tester)
-    print("herald serve: SIGTERM before the server started; nothing was loading, exiting", file=sys.stderr)
-    raise SystemExit(0)
+from herald_service import start_signals
 
 
 def main() -> None:
     """Run the ``herald`` command line (``sys.argv``).
 
     Raises:
-        SystemExit: 130 on Ctrl+C while the command's modules import; 0 on SIGTERM to ``herald serve`` before its
-            server starts; else as :func:`herald_service.cli.main`.
+        SystemExit: as :func:`herald_service.cli.main`. A SIGINT while the command starts (its modules import; for
+            ``herald serve``, until its server runs), and a SIGTERM to ``herald serve`` then, end the process at once
+            with one line and status 130 or 0 (:mod:`herald_service.start_signals`).
     """
-    if sys.argv[1:2] == ["serve"]:
-        signal.signal(signal.SIGTERM, _stopped_before_serving)
-    try:
-        from herald_service.cli import main as run_command
-    except KeyboardInterrupt:  # Ctrl+C while the command's modules import
-        raise SystemExit(130) from None
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    start_signals.stop_at_once(command)
+    from herald_service.cli import main as run_command
+
+    if command != "serve":  # serve hands over just before its server runs
+        start_signals.hand_over()
     run_command()
 
 

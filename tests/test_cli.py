@@ -1134,6 +1134,47 @@ def test_sigterm_before_serve_starts_its_server_exits_0():
     assert proc.returncode == 0 and "Traceback" not in output, output
 
 
+SIGNAL_AT_IMPORT = """
+import os, signal, sys
+moment, signame = sys.argv[1], sys.argv[2]
+class SignalAtImport:  # sends the signal once, as the import of `moment` begins
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == moment:
+            sys.meta_path.remove(SignalAtImport)
+            print("sent", flush=True)
+            os.kill(os.getpid(), getattr(signal, signame))
+        return None
+assert moment not in sys.modules, moment
+sys.meta_path.insert(0, SignalAtImport)
+sys.argv = ["herald", "serve", "--fake-backend", *sys.argv[3:]]
+import herald_service.__main__ as entry
+entry.main()
+"""
+"""``herald serve`` through its entry, stopped by a signal (argv[2]) sent as the import of a module (argv[1]) begins:
+a moment of the start defined by what it is doing, where a signal at a time (Popen, sleep, kill) lands somewhere
+different on each machine."""
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_serve_starts_ends_it_with_one_line_and_no_traceback(signame):
+    import signal
+
+    # Ctrl+C early in a start printed a traceback: KeyboardInterrupt (SystemExit for SIGTERM) raised in whatever was
+    # importing. pydantic-core's Rust init imports datetime and turned it into pyo3_runtime.PanicException (status 1).
+    # The moments: the first module the entry imports, datetime (first imported by pydantic-core's init), torch and
+    # uvicorn (serve's own imports, after the command line is read).
+    expected = (130, "herald serve: SIGINT (Ctrl+C) before the server started; nothing was loading, exiting") \
+        if signame == "SIGINT" else (0, "herald serve: SIGTERM before the server started; nothing was loading, exiting")
+    for moment in ("herald_service.cli", "datetime", "torch", "uvicorn"):
+        # SIGINT at its default disposition, as a terminal's Ctrl+C finds it (interrupted_serve says why)
+        out = subprocess.run([sys.executable, "-c", SIGNAL_AT_IMPORT, moment, signame, "--port", str(free_port())],
+                             capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert out.stdout == "sent\n", (moment, out.stdout, out.stderr)  # the signal came at that moment
+        assert (out.returncode, out.stderr.strip()) == expected, (moment, out.returncode, out.stderr)
+
+
 def test_max_header_bytes_has_a_floor_every_client_clears():
     from herald_service.config import Settings
 

@@ -13,6 +13,7 @@ import sys
 import typing
 from typing import Any
 
+from herald_service import start_signals
 from herald_service.cli.conventions import log_config, route_library_output
 from herald_service.config import Settings
 
@@ -254,6 +255,9 @@ class ServeCommand(Settings):
         # was swallowed, and the server came up and served until killed (re-tester). (A Python handler, not SIG_IGN,
         # which child processes would inherit across exec.)
         signal.signal(signal.SIGTERM, lambda signum, frame: stop())
+        # and Ctrl+C raises KeyboardInterrupt again, which uvicorn re-raises once it has shut down (the entry's
+        # handler ends the process at once: right while the modules import, wrong once a load may be under way)
+        start_signals.hand_over()
         raised: BaseException | None = None
         try:
             server.run(sockets=sockets)  # on Ctrl+C uvicorn shuts down, then re-raises it: main() exits with 130
