@@ -45,11 +45,16 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
         folder: ``path`` is a folder the command writes files into (created when missing); else a file.
 
     Raises:
-        ValueError: ``path`` is a folder where a file is written, or a file where a folder is; it exists and is
-            neither a regular file nor a folder (:func:`special_file_kind`: ``/dev/null``, ``/dev/stdout``); a folder
-            on the way is a file; the folder ``path`` goes in does not exist; or a file cannot be made in that folder
-            (not writable, a read-only or special file system such as /proc).
+        ValueError: ``path`` is a folder where a file is written, or a file where a folder is; it is a link to
+            nothing (``herald fit --out`` such a link ran the whole fit, then failed with "[Errno 17] File exists",
+            and ``herald eval --out`` created the link's target: tester finding); it exists and is neither a regular
+            file nor a folder (:func:`special_file_kind`: ``/dev/null``, ``/dev/stdout``); a folder on the way is a
+            file; the folder ``path`` goes in does not exist; or a file cannot be made in that folder (not writable, a
+            read-only or special file system such as /proc).
     """
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{option} {path} is a link to {os.readlink(path)}, which does not exist; give {give}, or"
+                         " point the link at an existing one")
     if path.is_dir() and not folder:
         raise ValueError(f"{option} {path} is a folder; give {give}")
     special = None if folder else special_file_kind(path)

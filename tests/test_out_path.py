@@ -150,3 +150,24 @@ def test_an_out_that_exists_and_is_neither_a_regular_file_nor_a_folder_is_refuse
         assert out_path.special_file_kind(path) is None
     out_path.check_out_path(regular, "--out", "the JSON file to write", folder=False)
     out_path.check_out_path(tmp_path / "new.json", "--out", "the JSON file to write", folder=False)
+
+
+def test_an_out_that_is_a_link_to_nothing_is_refused_before_any_work(tmp_path: Path):
+    # tester finding: herald fit --out <a dangling link> extracted and fitted, then failed with "[Errno 17] File
+    # exists"; herald eval --out <a link to a missing file> ran the evaluation and failed on the link's missing folder,
+    # or wrote through the link and created its target
+    (tmp_path / "real").mkdir()
+    for target in ("nowhere", "nodir/x.json", "real/missing.json"):
+        link = tmp_path / f"link-{len(target)}"
+        link.symlink_to(target)
+        for folder, give in ((True, "a folder"), (False, "the JSON file to write")):
+            with pytest.raises(ValueError) as refused:
+                out_path.check_out_path(link, "--out", give, folder=folder)
+            assert str(refused.value) == (f"--out {link} is a link to {target}, which does not exist; give {give}, or"
+                                          " point the link at an existing one")
+        with pytest.raises(ValueError):
+            refuse_an_existing_out(link, overwrite=True)
+        assert not (tmp_path / target).exists()
+    kept = tmp_path / "link-to-folder"
+    kept.symlink_to("real")  # a link to a folder that exists is a folder
+    out_path.check_out_path(kept, "--out", "a folder", folder=True)
