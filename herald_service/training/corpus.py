@@ -511,7 +511,7 @@ write record every group."""
 
 
 def warn_of_cap(left_out: dict[tuple[str, int], tuple[int, int]], cap: int | None, seed: int,
-                recorded_in: str | None = None) -> None:
+                recorded_in: str | None = None, rows: str = "rows") -> None:
     """Log one warning line naming the rows ``--max-per-source`` left out (``left_out``: :func:`left_out_by_cap`),
     per source and label, how the cap draws them, and how to keep them; nothing when it left none out. ``herald fit``
     trained a researcher's 400 rows of one source on 300 and said only "300 prompts after caps" (tester finding).
@@ -520,6 +520,8 @@ def warn_of_cap(left_out: dict[tuple[str, int], tuple[int, int]], cap: int | Non
         cap: the ``--max-per-source`` given; ``seed``: the ``--seed`` of the draw.
         recorded_in: where the run records every group (``probe.json's training_data.left_out_by_max_per_source``),
             named when the line shows only the largest :data:`CAP_GROUPS_LOGGED`; None: nowhere.
+        rows: what the rows are, in the plural (``"--sensitive-data rows"``: ``herald recipes`` caps its held-out
+            sets too, and said nothing of it: tester finding).
     """
     if not left_out or cap is None:
         return
@@ -531,9 +533,9 @@ def warn_of_cap(left_out: dict[tuple[str, int], tuple[int, int]], cap: int | Non
     if more > 0:
         shown += f" and {more} more group{'s' if more > 1 else ''}" + (f" ({recorded_in} lists each)" if recorded_in else "")
     total = sum(out for out, _ in left_out.values())
-    log.warning("--max-per-source %d left out %d row%s (at most %d per source and label, drawn with --seed %d): %s;"
-                " give --max-per-source null to keep every row, or a larger N", cap, total, "s" if total > 1 else "",
-                cap, seed, shown)
+    log.warning("--max-per-source %d left out %d %s (at most %d per source and label, drawn with --seed %d): %s;"
+                " give --max-per-source null to keep every row, or a larger N", cap, total,
+                rows if total > 1 else rows.removesuffix("s"), cap, seed, shown)
 
 
 def stratified_split(examples: list[Example], test_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

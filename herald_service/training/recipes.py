@@ -278,7 +278,7 @@ def run_recipes(options: RecipeOptions) -> dict:
     from herald_service.probes.artifact import backbone_manifest
     from herald_service.training.attacks import load_templates
     from herald_service.data.hashing import corpus_files
-    from herald_service.training.corpus import cap_per_group, expand_data, load_corpus
+    from herald_service.training.corpus import cap_per_group, expand_data, left_out_by_cap, load_corpus, warn_of_cap
     from herald_service.training.eval import (_states_for, jailbreak_wrapped_states, load_corpus_states,
                                               missing_templates)
     from herald_service.training.fit import loaded_question_states, without_copies
@@ -303,8 +303,10 @@ def run_recipes(options: RecipeOptions) -> dict:
         if shared:
             raise ValueError(f"--sensitive-data {shared[0]} is also a --data file: its rows would be trained on as"
                              " corpus rows and scored as a held-out set; give held-out files only")
-    sensitive_rows = (cap_per_group(load_corpus(sensitive_files), options.max_per_source, options.seed)
-                      if sensitive_files else [])
+    sensitive_given = load_corpus(sensitive_files) if sensitive_files else []
+    sensitive_rows = cap_per_group(sensitive_given, options.max_per_source, options.seed)
+    warn_of_cap(left_out_by_cap(sensitive_given, sensitive_rows), options.max_per_source, options.seed,
+                rows="--sensitive-data rows")
     if options.sensitive_data and not sensitive_rows:
         raise ValueError(f"--sensitive-data {', '.join(map(str, options.sensitive_data))} holds no row")
     def check_rows(capped: list) -> None:  # before the backbone loads (it failed after the load and 150 extractions)
