@@ -18,7 +18,7 @@ def main() -> None:
     start_signals.stop_at_once(command)
     from herald_service.cli import main as run_command
 
-    if command != "serve":  # serve hands over just before its server runs
+    if command not in start_signals.HANDS_OVER_ITSELF:  # those hand over once torch has imported
         start_signals.hand_over()
     run_command()
 

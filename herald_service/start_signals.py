@@ -32,6 +32,13 @@ STOPPED = {_signal.SIGINT: ("SIGINT (Ctrl+C)", 130), _signal.SIGTERM: ("SIGTERM"
 every ``herald`` command exits on Ctrl+C later; 0 for SIGTERM, which ``herald serve`` exits with after a drain too (a
 status 143 read as a failure to Kubernetes and systemd)."""
 
+HANDS_OVER_ITSELF = frozenset({"serve", "fit", "eval", "recipes", "classify", "plot", "reference", "steer-eval"})
+"""The commands that call :func:`hand_over` themselves, once torch has imported (``herald serve``: just before its
+server runs); the entry hands over for the others once the command line's modules have imported. Torch imports after
+the command line has checked its options, and a SIGINT during that import, raised as KeyboardInterrupt, ended
+``herald fit`` killed by SIGINT (status -2, not 130) 6 times in 40 at 0.9-2 s in (re-tester), as ``herald serve``
+did before its handlers (above)."""
+
 _command = ""
 """The command starting (``"serve"``, ``""`` for another), for :func:`_end_now`'s line."""
 
@@ -65,7 +72,7 @@ def stop_at_once(command: str) -> None:
 def hand_over() -> None:
     """Give SIGINT back to Python's KeyboardInterrupt if :func:`stop_at_once` holds it (a process that did not start
     through the entry, such as a test calling the command in-process, keeps its own handler). ``herald serve`` calls
-    it just before its server runs, having given SIGTERM a handler of its own; the other commands once their modules
-    have imported."""
+    it just before its server runs, having given SIGTERM a handler of its own; the other commands of
+    :data:`HANDS_OVER_ITSELF` once torch has imported, and the entry for the rest once their modules have imported."""
     if _signal.getsignal(_signal.SIGINT) is _end_now:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)

@@ -1175,6 +1175,31 @@ def test_a_signal_while_serve_starts_ends_it_with_one_line_and_no_traceback(sign
         assert (out.returncode, out.stderr.strip()) == expected, (moment, out.returncode, out.stderr)
 
 
+@pytest.mark.parametrize("command", ["fit", "classify"])
+def test_ctrl_c_while_torch_imports_ends_a_command_with_one_line_and_status_130(tmp_path, command):
+    import signal
+
+    from tiny_llama import build_tiny_llama
+
+    # re-tester: the entry gave SIGINT back to KeyboardInterrupt once the command line had imported, but fit, eval,
+    # recipes and the local commands import torch after that, and a KeyboardInterrupt inside torch's import ended fit
+    # killed by SIGINT (-2, not 130) 6 times in 40, after "no probe was written; the states extracted so far are
+    # cached" when nothing had started. They hand over once torch has imported.
+    folder = build_tiny_llama(tmp_path / "tiny")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"prompt {i}", "label": "harmful" if i % 2 else "benign",
+                                        "source": "S"}) + "\n" for i in range(40)))
+    args = {"fit": ["--data", str(data), "--out", str(tmp_path / "probe")], "classify": ["hello"]}[command]
+    script = SIGNAL_AT_IMPORT.replace('["herald", "serve", "--fake-backend", *sys.argv[3:]]', "sys.argv[3:]")
+    out = subprocess.run([sys.executable, "-c", script, "torch", "SIGINT", "herald", command, "--backbone", str(folder),
+                          "--cache-dir", str(tmp_path / "cache"), *args], capture_output=True, text=True, timeout=120,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert out.stdout == "sent\n", (out.stdout, out.stderr)
+    assert (out.returncode, out.stderr.strip()) == (
+        130, "herald: SIGINT (Ctrl+C) before the command started; nothing was done, exiting"), out.stderr
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "cache").exists()
+
+
 def test_max_header_bytes_has_a_floor_every_client_clears():
     from herald_service.config import Settings
 

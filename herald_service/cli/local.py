@@ -16,6 +16,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, DotEnvSettingsSource, EnvSettingsSource,
                                PydanticBaseSettingsSource)
 
+from herald_service import start_signals
 from herald_service.cli.conventions import invoked_command, log_formatter, route_library_output
 from herald_service.config import BackboneSettings, LogLevel
 from herald_service.out_path import check_out_path, refuse_an_empty_path
@@ -202,6 +203,8 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
         from herald_service.engine.service import message_views
         from herald_service.types import user_turn
 
+        start_signals.hand_over()
+
         runtime = load_runtime(self)
         # the prompts the server scores for these texts: each whole, then its trimmed views (named as their prompt)
         views = message_views([user_turn(p) for p in prompts], sources, trim=self.trimmed_views)
@@ -259,6 +262,8 @@ class ReferenceCommand(LocalCommand):
         from herald_service.probes.artifact import MANIFEST_FILE, read_manifest
         from herald_service.probes.folder import ProbeFolderBusy, probe_folder_lock
         from herald_service.probes.reference import reference_block
+
+        start_signals.hand_over()
 
         if self.fake_backend:
             raise SystemExit("herald reference: the fake backend fits its probe at start-up; there is no probe file to"
@@ -355,6 +360,8 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
 
         from herald_service.analysis.trajectory_plot import plot_trajectories  # torch, matplotlib: after the checks
         from herald_service.engine.runtime import load_runtime
+
+        start_signals.hand_over()
 
         try:
             results = load_runtime(self).classify_texts(texts, self.max_tokens, max_tokens_name=LIMIT_NAMES["max_tokens"])
@@ -493,6 +500,8 @@ class SteerEvalCommand(LocalCommand):
         from herald_service.analysis.steer_eval import SteerEvalInterrupted, steer_eval  # torch: after the checks
         from herald_service.engine.runtime import load_runtime
         from herald_service.errors import InputTooLarge
+
+        start_signals.hand_over()
 
         try:
             runtime = load_runtime(self)

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
+from herald_service import start_signals
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, training_cache_dir
 from herald_service.out_path import (
@@ -339,6 +340,8 @@ class FitCommand(BaseModel):
         check_cache_dir(self.cache_dir)
         from herald_service.training.fit import FitOptions, run_fit
 
+        start_signals.hand_over()  # torch has imported: a Ctrl+C from here on is the fit's (STOPPED_WORDS)
+
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         if self.threads is not None:
             limit_threads(self.threads)
@@ -589,6 +592,8 @@ class EvalCommand(BaseModel):
             refuse_an_existing_out(self.scores_out, self.overwrite, "--scores-out", "the JSON-lines file to write")
         from herald_service.training.eval import EvalOptions, run_eval
 
+        start_signals.hand_over()  # torch has imported: a Ctrl+C from here on is the evaluation's (STOPPED_WORDS)
+
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         limit_threads(self.threads)
         warn_of_the_thread_setting(self, "eval", self.threads)
@@ -676,6 +681,8 @@ class RecipesCommand(BaseModel):
         # after the inputs: with the committed default --out, a missing --data was reported as "--out exists"
         refuse_an_existing_out(self.out, self.overwrite)
         from herald_service.training.recipes import RecipeOptions, run_recipes
+
+        start_signals.hand_over()  # torch has imported: a Ctrl+C from here on is the run's (STOPPED_WORDS)
 
         logging.basicConfig(level="INFO", format=LOG_FORMAT)
         limit_threads(self.threads)
