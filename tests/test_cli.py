@@ -642,10 +642,17 @@ def test_eval_and_recipes_name_herald_num_threads_when_it_is_set_and_threads_is_
         warn_of_the_thread_setting(model(threads=1), command, 1)  # --threads given: what was asked for
         monkeypatch.setenv("HERALD_NUM_THREADS", "1")
         warn_of_the_thread_setting(model(), command, 1)  # the same count
+        monkeypatch.setenv("HERALD_NUM_THREADS", "01")
+        warn_of_the_thread_setting(model(), command, 1)  # the same count, written otherwise (re-tester)
+        for value in ("abc", "0"):  # advised as "--threads abc", which --threads refuses (re-tester)
+            monkeypatch.setenv("HERALD_NUM_THREADS", value)
+            warn_of_the_thread_setting(model(), command, 1)
+    head = (f" is not read by herald {command}, which reads --threads only (the command it records must give the thread"
+            " count, which changes the numbers it writes): this run uses the --threads default, 1 thread; ")
     assert [r.getMessage() for r in caplog.records] == [
-        f"HERALD_NUM_THREADS=4 is not read by herald {command}, which reads --threads only (the command it records must"
-        " give the thread count, which changes the numbers it writes): this run uses the --threads default, 1 thread;"
-        " give --threads 4 to use 4"]
+        f"HERALD_NUM_THREADS=4{head}give --threads 4 to use 4",
+        f"HERALD_NUM_THREADS=abc{head}it is no thread count (--threads takes 1 to 1,024)",
+        f"HERALD_NUM_THREADS=0{head}it is no thread count (--threads takes 1 to 1,024)"]
 
 
 @pytest.mark.parametrize("args", [("--threads", "1", "--num-threads", "2"), ("--num-threads=2", "--threads=1")])

@@ -228,13 +228,22 @@ def warn_of_the_thread_setting(options: BaseModel, command: str, threads: int) -
     import os
 
     value = os.environ.get("HERALD_NUM_THREADS", "").strip()
-    if not value or "threads" in options.model_fields_set or value == str(threads):
+    if not value or "threads" in options.model_fields_set:
         return
+    try:
+        asked: int | None = int(value)
+    except ValueError:
+        asked = None
+    if asked == threads:
+        return
+    # advice only for a count --threads takes ("abc" or 0 was advised as "--threads abc": re-tester)
+    advice = (f"give --threads {asked} to use {asked}" if asked is not None and 1 <= asked <= MAX_THREADS
+              else f"it is no thread count (--threads takes 1 to {MAX_THREADS:,})")
     whose = "torch's own count" if command == "fit" else "the --threads default"
     logging.getLogger(__name__).warning(
         "HERALD_NUM_THREADS=%s is not read by herald %s, which reads --threads only (the command it records must give"
-        " the thread count, which changes the numbers it writes): this run uses %s, %d thread%s; give --threads %s to"
-        " use %s", value, command, whose, threads, "s" if threads > 1 else "", value, value)
+        " the thread count, which changes the numbers it writes): this run uses %s, %d thread%s; %s", value, command,
+        whose, threads, "s" if threads > 1 else "", advice)
 
 
 def limit_threads(threads: int) -> None:
