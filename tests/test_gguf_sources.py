@@ -665,3 +665,12 @@ def test_the_same_gguf_under_another_name_or_in_chunks_reuses_its_whole_conversi
     assert other_sha.is_dir()  # left alone
     shards_source = loader.GGUFSource("shards", (tmp_path / "x-00001-of-00002.gguf",), "x")
     assert loader.same_content_conversion(cache / "backbones", shards_source, sha) == shards
+    # the first name again, its own folder damaged: the whole one under another name is used, and the warning says
+    # so (it said "converting the GGUF again", then converted nothing: re-tester)
+    caplog.clear()
+    with caplog.at_level("INFO", logger=loader.__name__):
+        again = resolve_backbone(str(whole), cache)
+    assert again.folder == resolved.folder and converted == [first.folder, resolved.folder]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and warned[0].startswith(f"the cached conversion {first.folder} is damaged (")
+    assert warned[0].endswith(f"); using {resolved.folder}, a whole one of the same GGUF"), warned

@@ -389,15 +389,18 @@ def convert_gguf(source: GGUFSource | Path, cache_dir: Path, sha256: str) -> Pat
     if isinstance(source, Path):
         source = GGUFSource("file", (source,), source.stem)
     target = cache_dir / "backbones" / f"{slugify(source.stem)}-{sha256[:12]}"
+    damage = None
     if target.exists():  # a folder without config.json is damaged too (it was converted into, and never replaced)
         damage = conversion_damage(target, cache_dir)
         if damage is None:
             return target
         _set_aside(target, damage)  # before the warning: a read-only cache is refused, not "converted again"
-        older = damage.endswith("(written by an older Herald)")
-        log.warning("the cached conversion %s %s (%s); converting the GGUF again", target,
-                    "was written by an older Herald" if older else "is damaged", damage)
     same = same_content_conversion(target.parent, source, sha256, cache_dir)
+    if damage is not None:  # "converting the GGUF again" was said where a whole conversion was then used (re-tester)
+        older = damage.endswith("(written by an older Herald)")
+        log.warning("the cached conversion %s %s (%s); %s", target,
+                    "was written by an older Herald" if older else "is damaged", damage,
+                    "converting the GGUF again" if same is None else f"using {same}, a whole one of the same GGUF")
     if same is not None:
         log.info("%s holds the GGUF converted from %s under another name (sha256 %s); using it", same,
                  source.files[0], sha256)
