@@ -57,11 +57,11 @@ def check_out_path(path: Path, option: str, give: str, *, folder: bool) -> None:
                          " point the link at an existing one")
     if path.is_dir() and not folder:
         raise ValueError(f"{option} {path} is a folder; give {give}")
-    special = None if folder else special_file_kind(path)
-    if special is not None:  # written through, or replaced by a regular file (as root, /dev/null itself)
+    special = special_file_kind(path)
+    if special is not None and not folder:  # written through, or replaced by a regular file (as root, /dev/null itself)
         raise ValueError(f"{option} {path} is not a regular file ({special}); give {give}")
-    if path.exists() and not path.is_dir() and folder:
-        raise ValueError(f"{option} {path} is a file; give {give}")
+    if path.exists() and not path.is_dir() and folder:  # a pipe was "a file" (re-tester)
+        raise ValueError(f"{option} {path} is {'a file' if special is None else f'not a folder ({special})'}; give {give}")
     nearest = next((p for p in path.parents if p.exists()), Path("."))
     if not nearest.is_dir():
         raise ValueError(f"{option} {path}: {nearest} is a file; give {give}")

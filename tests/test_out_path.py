@@ -144,8 +144,14 @@ def test_an_out_that_exists_and_is_neither_a_regular_file_nor_a_folder_is_refuse
         with pytest.raises(ValueError) as refused:  # without --overwrite too: it is no file that exists to keep
             refuse_an_existing_out(path, overwrite=False)
         assert str(refused.value) == f"--out {path} is not a regular file ({kind}); give the JSON file to write"
+    with pytest.raises(ValueError) as refused:  # a probe's --out: it said "is a file" (re-tester)
+        out_path.check_out_path(fifo, "--out", "a folder", folder=True)
+    assert str(refused.value) == f"--out {fifo} is not a folder (a pipe); give a folder"
     regular = tmp_path / "r.json"
     regular.write_text("{}")
+    with pytest.raises(ValueError) as refused:
+        out_path.check_out_path(regular, "--out", "a folder", folder=True)
+    assert str(refused.value) == f"--out {regular} is a file; give a folder"
     for path in (regular, tmp_path, tmp_path / "new.json"):
         assert out_path.special_file_kind(path) is None
     out_path.check_out_path(regular, "--out", "the JSON file to write", folder=False)
