@@ -453,7 +453,8 @@ class Moderator:
                 )
 
     async def tokenize(self, conversations: Sequence[Conversation], fields: Sequence[str],
-                       prompt_names: Mapping[str, str] | None = None, fold: bool = True) -> tuple[list[list[int]], float]:
+                       prompt_names: Mapping[str, str] | None = None, fold: bool = True,
+                       bounds: Sequence[int | None] | None = None) -> tuple[list[list[int]], float]:
         """Render and tokenize off the event loop, applying the token limit and admission as it goes: prompts are
         encoded in chunks of about :data:`ENCODE_CHUNK_CHARS` characters, and the first prompt over the limit ends the
         work (a breaker pass: 64 prompts of 32,000 look-alike characters took 4 s of CPU to fold and tokenize before
@@ -465,6 +466,8 @@ class Moderator:
                 tokens" ("prompt" for a field not in it).
             fold: as ``Backbone.encode``'s: false for the ids /steer generates from (the text as sent), which face
                 the same token limit.
+            bounds: :meth:`most_tokens` of each conversation, where the caller has them already (for its
+                :meth:`InferenceEngine.check_room`); None: computed here.
 
         Returns:
             token ids per prompt and the seconds it took.
@@ -479,7 +482,8 @@ class Moderator:
         encode = functools.partial(self.runtime.backbone.encode, fold=fold)
         ids: list[list[int]] = []
         lengths: list[int] = []  # of ids, for the admission check after each chunk
-        bounds = [self.most_tokens(c) for c in conversations]  # of the prompts not yet tokenized, for that check
+        if bounds is None:  # of the prompts not yet tokenized, for that check
+            bounds = [self.most_tokens(c) for c in conversations]
         for first, end in chunks_by_characters(conversations, ENCODE_CHUNK_CHARS):
             # run_in_executor, not asyncio.to_thread: the same default pool without copying the contextvars context
             # into the thread, which encode never reads (57 -> 35 us of CPU per hop on the 2-core dev VM).
@@ -549,9 +553,11 @@ class Moderator:
         prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
         try:
             # 429 before any work (DESIGN section 4), not after tokenizing, unless the request may be too much work
-            self.engine.check_room(len(prompts), [self.most_tokens(p) for p in prompts])
+            bounds = [self.most_tokens(p) for p in prompts]
+            self.engine.check_room(len(prompts), bounds)
             ids, tokenize_s = await self.tokenize(prompts, prompt_fields,
-                                                  {**joined_parts_names(conversations, fields), **(prompt_names or {})})
+                                                  {**joined_parts_names(conversations, fields), **(prompt_names or {})},
+                                                  bounds=bounds)
             futures = self.engine.submit(ids, tokenize_s)
         except (QueueFull, WorkTooLarge) as exc:
             self.metrics.rejected.labels(exc.reason).inc()
