@@ -620,6 +620,18 @@ def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
 
 
+@pytest.mark.parametrize(("command", "spelling"), [("fit", "none"), ("eval", "ALL"), ("recipes", "null")])
+def test_max_per_source_takes_none_and_all_as_null(tmp_path, command, spelling):
+    # `--max-per-source none` got pydantic's bare "unable to parse string as an integer" (a known low, session 46):
+    # none and all mean what null means, no cap, so the run goes on to the next check (the missing data here)
+    missing = tmp_path / "missing.jsonl"
+    out = herald(command, "--max-per-source", spelling, "--data", str(missing), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "(--max-per-source)" not in out.stderr and f"--data {missing} does not exist" in out.stderr, out.stderr
+    refused = herald(command, "--max-per-source", "nonee", "--data", str(missing), "--cache-dir", str(tmp_path / "cache"))
+    assert "max_per_source (--max-per-source): Input should be a valid integer" in refused.stderr, refused.stderr
+
+
 @pytest.mark.parametrize("command", ["fit", "eval", "recipes"])
 def test_the_training_commands_take_num_threads_as_the_other_commands_spell_it(command):
     # classify, plot, steer-eval, reference and serve take --num-threads (also HERALD_NUM_THREADS), these --threads

@@ -7,11 +7,27 @@ import logging
 import os
 import shlex
 import sys
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 
 CACHE_DIR_HELP = ("Converted backbones and extracted states (default: HERALD_CACHE_DIR, as herald serve reads it, else"
                   " $XDG_CACHE_HOME/herald or ~/.cache/herald).")
+
+
+def _no_count_spelled(value: object) -> object:
+    """Read ``none`` or ``all`` (any case, as ``null``) as None, no count: pydantic-settings spells None ``null``, and
+    ``--max-per-source none`` got pydantic's bare "unable to parse string as an integer" (a tester finding, session
+    46). Any other value goes on to the integer check, whose error names the option."""
+    if isinstance(value, str) and value.strip().lower() in ("none", "all", "null"):
+        return None
+    return value
+
+
+CountOrAll = Annotated[int | None, BeforeValidator(_no_count_spelled)]
+"""A count option that can also mean every row (``--max-per-source`` of fit, eval and recipes, ``--limit`` of
+steer-eval): an integer (its own ``ge``), or null, none or all (any case) for None."""
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -17,7 +17,7 @@ from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, D
                                PydanticBaseSettingsSource)
 
 from herald_service import start_signals
-from herald_service.cli.conventions import invoked_command, log_formatter, route_library_output
+from herald_service.cli.conventions import CountOrAll, invoked_command, log_formatter, route_library_output
 from herald_service.config import BackboneSettings, LogLevel
 from herald_service.out_path import check_out_path, refuse_an_empty_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
@@ -400,7 +400,7 @@ class SteerEvalCommand(LocalCommand):
     max_new_tokens: int = Field(48, ge=1, le=2048, description=(
         "Tokens generated per prompt, with and without steering; up to 2048, above POST /steer's default cap of 128"
         " (HERALD_STEER_MAX_NEW_TOKENS), which is there to keep a server's moderation moving, not needed here."))
-    limit: int | None = Field(50, ge=1, description="Prompts read from the file; null for all.")
+    limit: CountOrAll = Field(50, ge=1, description="Prompts read from the file; null (or none, all) for all.")
 
     @field_validator("layers", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, ValidationInfo, field_validator
 
 from herald_service import start_signals
-from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, invoked_command
+from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, CountOrAll, invoked_command
 from herald_service.config import EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, training_cache_dir
 from herald_service.out_path import (
     check_cache_dir,
@@ -270,8 +270,9 @@ class FitCommand(BaseModel):
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
-    max_per_source: int | None = Field(150, ge=1, description=(
-        "Most prompts kept per (source, label) group, drawn with --seed, so no large source dominates; null for all."))
+    max_per_source: CountOrAll = Field(150, ge=1, description=(
+        "Most prompts kept per (source, label) group, drawn with --seed, so no large source dominates; null (or none, all)"
+        " for every row."))
     max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
     test_fraction: float = Field(DEFAULT_TEST_FRACTION, gt=0, lt=1, allow_inf_nan=False, description=(
         "Share of each (source, label) group (rounded; a group of one prompt stays in training) held out of the fit"
@@ -451,8 +452,8 @@ class EvalCommand(BaseModel):
         " unless --overwrite is given; so is an input file, or a .jsonl file in a --data folder. Default: none."))
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
-    max_per_source: int | None = Field(150, ge=1, description=(
-        "Most prompts kept per (source, label) group, drawn with --seed, as in `herald fit`; null for all."))
+    max_per_source: CountOrAll = Field(150, ge=1, description=(
+        "Most prompts kept per (source, label) group, drawn with --seed, as in `herald fit`; null (or none, all) for every row."))
     max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
     test_fraction: float = Field(DEFAULT_TEST_FRACTION, gt=0, lt=1, allow_inf_nan=False, description=(
         "Share of each (source, label) group (rounded; a group of one prompt stays in training) held out as the"
@@ -633,9 +634,9 @@ class RecipesCommand(BaseModel):
         f" {TEMPLATED_PROMPTS}. Read only when --recipes names such a recipe."))
     device: Device = Field("auto", description=DEVICE_HELP)
     dtype: DType = Field("auto", description=DTYPE_HELP)
-    max_per_source: int | None = Field(150, ge=1, description=(
+    max_per_source: CountOrAll = Field(150, ge=1, description=(
         "Most prompts kept per (source, label) group of --data and of --sensitive-data, drawn with --seed, as in"
-        " `herald fit`; null for all."))
+        " `herald fit`; null (or none, all) for every row."))
     max_tokens: int = Field(1024, ge=1, description=MAX_TOKENS_HELP)
     seed: Seed = Field(0, description=(
         "Seed of the --max-per-source draw, the random split, the templated prompts, the jailbreak-wrapped sets and,"
