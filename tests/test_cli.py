@@ -441,7 +441,7 @@ def test_plot_writes_the_format_its_suffix_names_and_refuses_an_unknown_one(tmp_
     assert not (tmp_path / "traj.PNG.png").exists()
 
 
-def test_plot_adds_no_suffix_to_a_special_file_or_after_a_trailing_dot(tmp_path):
+def test_plot_adds_no_suffix_to_a_special_file_a_trailing_dot_or_a_bare_suffix(tmp_path):
     # tester finding: --out /dev/null wrote /dev/null.png, --out /dev/stdout /dev/stdout.png and --out plots/a.png.
     # plots/a.png..png
     import os
@@ -462,6 +462,11 @@ def test_plot_adds_no_suffix_to_a_special_file_or_after_a_trailing_dot(tmp_path)
         assert out.returncode == 1 and out.stderr.strip() == (
             f"herald plot: --out {tmp_path / name} ends with a dot, so no suffix picks the image format and .png would"
             f" be added after the dot; give one of {suffixes}, e.g. --out {tmp_path / meant}"), out.stderr
+    for name in (".png", ".SVG"):  # a hidden file without a suffix: .png was written as .png.png (known low, session 46)
+        out = herald("plot", "bake bread", "--out", str(tmp_path / name), HERALD_FAKE_BACKEND="true")
+        assert out.returncode == 1 and out.stderr.strip() == (
+            f"herald plot: --out {tmp_path / name} is a suffix without a name (a hidden file, which would be written as"
+            f" {name}.png); give a name before it, e.g. --out {tmp_path / ('trajectory' + name)}"), out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
     out = herald("plot", "bake bread", "--out", str(tmp_path / "a.png"), HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "a.png"), out.stderr

@@ -344,6 +344,10 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
             raise SystemExit(f"herald plot: --out {self.out} ends with a dot, so no suffix picks the image format and"
                              f" .png would be added after the dot; give one of {', '.join(PLOT_SUFFIXES)}, e.g. --out"
                              f" {self.out.with_name(meant)}")
+        if self.out.name.lower() in PLOT_SUFFIXES:  # .png is a hidden file without a suffix: written as .png.png
+            raise SystemExit(f"herald plot: --out {self.out} is a suffix without a name (a hidden file, which would be"
+                             f" written as {self.out.name}.png); give a name before it, e.g. --out"
+                             f" {self.out.with_name('trajectory' + self.out.name)}")
         give = "an image file path such as --out trajectory.png"
         # checked before the backbone loads (savefig failed after it on a folder); a missing folder is refused, not made
         try:
