@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -192,6 +192,25 @@ def pass_limits(budget: int | None, chunk: int | None, max_tokens: int, on_host:
 
 _AUTO_OR_TOKENS = {"prefill_chunk_tokens": f"0 (off), auto, or a whole number of tokens from 16 to {MAX_PROMPT_TOKENS:,}",
                    "batch_token_budget": f"auto or a whole number of tokens from 64 to {MAX_BATCH_TOKENS:,}"}
+
+
+def _expand_user(path: Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` read as that home folder, as the shell does unquoted: a path option or
+    setting given as ``'~/x'`` (quoted, or in ``.env``, a ConfigMap or a Docker ``-e``, where no shell expands it) made
+    a folder named ``~`` in the working directory (a tester finding, session 46).
+
+    Raises:
+        ValueError: ``~user`` naming no user of this machine (pathlib's RuntimeError, which would end in a traceback).
+    """
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise ValueError(f"{str(path)!r} starts with {path.parts[0]!r}, and no user of this machine has that name (a"
+                         " leading ~ is read as a home folder)") from None
+
+
+UserPath = Annotated[Path, AfterValidator(_expand_user)]
+"""A file or folder path option or setting, ``~`` expanded (:func:`_expand_user`)."""
 
 
 def default_cache_dir() -> Path:
@@ -424,7 +443,7 @@ class BackboneSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERALD_", env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True)
 
     backbone: str = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
-    probe: Path | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
+    probe: UserPath | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
     device: Device = Field("auto", description="Where the backbone runs; auto: CUDA if present.")
     dtype: DType = Field("auto", description="Backbone weight dtype; auto: bfloat16 on CUDA, float32 on the CPU.")
     matmul_dtype: Literal["auto", "weights", "bfloat16"] = Field(
@@ -447,7 +466,7 @@ class BackboneSettings(BaseSettings):
         " and warmed at start): 64 x 128 tokens 233.4 -> 189.6 ms on an H200 (Llama-3.1-8B; benchmarks/compile_batches.py),"
         " for about 20-30 s more at start (HFBackbone). Ignored on the CPU, where compiling takes minutes."
     )
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Converted backbones and extracted states"
+    cache_dir: UserPath = Field(default_factory=default_cache_dir, description="Converted backbones and extracted states"
                             " (default: HERALD_CACHE_DIR, else $XDG_CACHE_HOME/herald or ~/.cache/herald).")
 
     max_chars: int = Field(32_000, ge=1, le=MAX_PROMPT_CHARS, description="Characters in one prompt (under herald"
@@ -516,7 +535,7 @@ class CacheDirSetting(BaseSettings):
     ``HERALD_DEVICE=cuda`` with fp32 varlen padding) must not refuse a fit: hence not the whole settings object."""
 
     model_config = BackboneSettings.model_config
-    cache_dir: Path = BackboneSettings.model_fields["cache_dir"]
+    cache_dir: UserPath = BackboneSettings.model_fields["cache_dir"]
 
 
 def training_cache_dir() -> Path:

@@ -625,6 +625,30 @@ def test_fit_eval_and_recipes_options_are_checked_before_anything_loads(tmp_path
     assert not (tmp_path / "cache").exists()  # nothing converted, nothing extracted
 
 
+def test_a_leading_tilde_in_a_path_option_or_setting_is_the_home_folder(tmp_path):
+    # '~/t.png' quoted (or HERALD_CACHE_DIR=~/cache in .env, a ConfigMap, docker -e: no shell expands it) made a folder
+    # named ~ in the working directory (a known low, session 46)
+    home = tmp_path / "home"
+    home.mkdir()
+    out = herald("plot", "bake bread", "--out", "~/t.png", cwd=tmp_path, HOME=str(home), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0 and out.stdout.strip() == str(home / "t.png"), out.stderr
+    assert (home / "t.png").stat().st_size > 0 and not (tmp_path / "~").exists()
+    missing = tmp_path / "missing.jsonl"
+    out = herald("fit", "--cache-dir", "~/cache", "--out", "~/probe", "--data", str(missing), cwd=tmp_path, HOME=str(home))
+    assert out.returncode == 1 and out.stderr.strip() == f"herald: --data {missing} does not exist", out.stderr
+    from unittest import mock
+
+    from herald_service.config import BackboneSettings, training_cache_dir
+    with mock.patch.dict(os.environ, {"HOME": str(home), "HERALD_CACHE_DIR": "~/cache", "HERALD_PROBE": "~/probe"}):
+        settings = BackboneSettings()
+        assert (settings.cache_dir, settings.probe, training_cache_dir()) == (home / "cache", home / "probe", home / "cache")
+    out = herald("fit", "--out", "~nosuchuser4711/probe", "--data", str(missing), cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr and (
+        "out (--out): '~nosuchuser4711/probe' starts with '~nosuchuser4711', and no user of this machine has that name"
+        in out.stderr), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+
+
 @pytest.mark.parametrize(("command", "spelling"), [("fit", "none"), ("eval", "ALL"), ("recipes", "null")])
 def test_max_per_source_takes_none_and_all_as_null(tmp_path, command, spelling):
     # `--max-per-source none` got pydantic's bare "unable to parse string as an integer" (a known low, session 46):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_settings import CliApp, CliSubCommand
 
 from herald_service.cli.conventions import invoked_command
-from herald_service.config import training_cache_dir
+from herald_service.config import UserPath, training_cache_dir
 from herald_service.out_path import check_out_path, refuse_an_empty_path
 
 
@@ -20,13 +20,13 @@ class DataBuildCommand(BaseModel):
     benign_sensitive/ (docs/BENIGN_SENSITIVE.md), the held-out harmful sets by harm category in harmful_categories/
     (docs/HARMFUL_CATEGORIES.md), plus MANIFEST.json (packages, members, licenses, counts, sha256)."""
 
-    out: Annotated[Path, BeforeValidator(lambda value: refuse_an_empty_path(value, "a folder for the corpus"))] = Field(
+    out: Annotated[UserPath, BeforeValidator(lambda value: refuse_an_empty_path(value, "a folder for the corpus"))] = Field(
         Path("data"), description=(
         "Folder for the corpus: its JSONL files, benign_sensitive/, harmful_categories/ and MANIFEST.json (made if"
         " missing; its parent must exist; not the current directory)."))
     # its own words: the shared help said "Converted backbones and extracted states", which this cache never holds, and
     # its default read HERALD_CACHE_DIR while this one did not (tester nit)
-    cache_dir: Path = Field(default_factory=training_cache_dir, description=(
+    cache_dir: UserPath = Field(default_factory=training_cache_dir, description=(
         "Cache of the downloaded PyPI wheels, kept in <cache-dir>/packages (default: HERALD_CACHE_DIR, as herald serve"
         " reads it, else $XDG_CACHE_HOME/herald or ~/.cache/herald)."))
 

@@ -18,7 +18,7 @@ from pydantic_settings import (BaseSettings, CliPositionalArg, CliUnknownArgs, D
 
 from herald_service import start_signals
 from herald_service.cli.conventions import CountOrAll, invoked_command, log_formatter, route_library_output
-from herald_service.config import BackboneSettings, LogLevel
+from herald_service.config import BackboneSettings, LogLevel, UserPath
 from herald_service.out_path import check_out_path, refuse_an_empty_path
 from herald_service.types import MIN_ADD_ALPHA, SteerLayers, checked_steer_layers, steer_layers
 
@@ -166,7 +166,7 @@ class ClassifyCommand(LocalCommand, cli_ignore_unknown_args=True):
     text: CliUnknownArgs = Field(description=(  # exactly as given (prompt_words)
         "TEXT: its words, joined with spaces into one prompt, exactly as the shell passed them; put -- before text"
         " that starts with --."))
-    file: Path | None = Field(None, description=(
+    file: UserPath | None = Field(None, description=(
         "UTF-8 text file, one prompt per line (split at newlines only; blank lines skipped); each result names its line."))
     trajectory: bool = Field(False, description="Add each prompt's per-layer projections (one per decoder layer).")
     trimmed_views: bool = Field(True, description=(
@@ -323,7 +323,7 @@ class PlotCommand(LocalCommand, cli_ignore_unknown_args=True):
     text: CliUnknownArgs = Field(description=(  # exactly as given (prompt_words)
         "PROMPT ...: each word or quoted sentence is one prompt, exactly as the shell passed it; put -- before one"
         " that starts with --."))
-    out: Annotated[Path, BeforeValidator(_not_a_folder_path), BeforeValidator(
+    out: Annotated[UserPath, BeforeValidator(_not_a_folder_path), BeforeValidator(
         lambda value: refuse_an_empty_path(value, "an image file path such as --out trajectory.png"))] = Field(
         Path("trajectory.png"), description=(
         "Image path; its suffix picks the format: .png, .svg, .pdf or .jpg (.png is added to a name without one)."))
@@ -389,7 +389,7 @@ class SteerEvalCommand(LocalCommand):
     server's own cap (default 128) keeps one /steer request from holding the moderation worker, and this command serves
     no one while it generates."""
 
-    file: CliPositionalArg[Path] = Field(description=(
+    file: CliPositionalArg[UserPath] = Field(description=(
         "UTF-8 prompt file: one prompt per line, or JSONL rows with a \"prompt\" string (and a \"label\", \"harmful\" or"
         " \"benign\", for rates per label); blank lines are skipped and the first --limit prompts are run."))
     layers: SteerLayers = Field(None, description=(

@@ -12,7 +12,8 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, Validation
 
 from herald_service import start_signals
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, CountOrAll, invoked_command
-from herald_service.config import EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, training_cache_dir
+from herald_service.config import (EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, UserPath,
+                                   training_cache_dir)
 from herald_service.out_path import (
     check_cache_dir,
     check_out_path,
@@ -74,7 +75,7 @@ def _no_empty_entries(value: object) -> object:
     return value
 
 
-DataPaths = Annotated[list[Path], BeforeValidator(_no_empty_entries)]
+DataPaths = Annotated[list[UserPath], BeforeValidator(_no_empty_entries)]
 """``--data``: files or folders, none empty."""
 
 def _no_empty_cache_dir(value: object) -> object:
@@ -102,7 +103,7 @@ def given_twice(values: list) -> list:
     return sorted({v for v in values if values.count(v) > 1})
 
 
-CacheDir = Annotated[Path, BeforeValidator(_no_empty_cache_dir)]
+CacheDir = Annotated[UserPath, BeforeValidator(_no_empty_cache_dir)]
 """``--cache-dir`` of fit, eval and recipes: a folder, not empty."""
 
 METHODS_HELP = (
@@ -262,7 +263,7 @@ class FitCommand(BaseModel):
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = Field(EMBEDDED_BACKBONE, description=(
         TRAINING_BACKBONE_HELP + " The probe is for this backbone: herald serve refuses it on another architecture."))
-    out: Annotated[Path | None, _not_empty("a folder for probe.json and probe.safetensors, or leave --out out for"
+    out: Annotated[UserPath | None, _not_empty("a folder for probe.json and probe.safetensors, or leave --out out for"
                                           " models/<backbone-slug>/")] = Field(None, description=(
         "Artifact folder; default models/<backbone-slug>/ (the probe `herald serve` loads by default). A folder that "
         "already holds a probe is refused unless --overwrite is given."))
@@ -318,7 +319,7 @@ class FitCommand(BaseModel):
         f" drawn with --seed) added to the training rows, as herald recipes' templated recipes add them; 0: none, at"
         f" most {TEMPLATED_PROMPTS}. One that repeats a --data prompt is left out."))
     # Path | None, as eval and recipes declare it: a bare Path refused null ("Input is not a valid path")
-    jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
+    jailbreak_templates: UserPath | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for --jailbreak-train-per-class (read only when it is above 0);"
         " null: none, as in eval and recipes."))
     threads: int | None = Field(None, ge=1, le=MAX_THREADS, validation_alias=THREADS_ALIASES, description=(
@@ -434,15 +435,15 @@ class EvalCommand(BaseModel):
     learning curve, jailbreak-wrapped and extra labeled files; 95% bootstrap intervals. Writes one JSON file."""
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
-    test_data: list[Path] = Field(default_factory=list, description=(
+    test_data: list[UserPath] = Field(default_factory=list, description=(
         "Extra labeled JSONL files to score, not trained on; prompts that are also in --data are counted, warned "
         "about and reported. Default: none."))
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
-    out: Annotated[Path, _not_empty("the JSON file to write")] = Field(Path("docs/eval/results.json"), description=(
+    out: Annotated[UserPath, _not_empty("the JSON file to write")] = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out (and --scores-out) file if it exists.")
-    scores_out: Annotated[Path | None, _not_empty("the JSON-lines file to write, or leave --scores-out out")] = Field(
+    scores_out: Annotated[UserPath | None, _not_empty("the JSON-lines file to write, or leave --scores-out out")] = Field(
         None, description=(
         "Also write every scored prompt, one JSON object per line: part (random_split, loso or extra), set (extra"
         " lines: the --test-data file or jailbreak_wrapped), source, label (1 harmful, 0 benign), prompt, each method's"
@@ -473,7 +474,7 @@ class EvalCommand(BaseModel):
         "Seeds of the learning curve: each size is drawn and fitted once per seed (its spread shows in the report);"
         " each 0 to 4294967295."))
     replicates: int = Field(1000, ge=10, le=MAX_REPLICATES, description=REPLICATES_HELP)
-    jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
+    jailbreak_templates: UserPath | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot for the jailbreak-wrapped set; null: no such set. A path given "
         "must exist; a missing default skips the set with a warning."))
     jailbreak_n: int = Field(40, ge=0, description=(
@@ -486,7 +487,7 @@ class EvalCommand(BaseModel):
     guard_max_tokens: int = Field(768, ge=1, description=(
         "Longest prompt (rendered tokens) the guard baseline scores; capped so the prompt inside the guard instruction"
         " fits the backbone's max_position_embeddings."))
-    probe: Path | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
+    probe: UserPath | None = Field(None, description="A saved probe (e.g. the shipped one) that also scores --test-data "
                                                  "and the jailbreak-wrapped set at its own threshold.")
     trimmed_views: bool = Field(False, description=(
         "With --probe: also score its sets as herald serve does by default (HERALD_TRIMMED_VIEWS), each prompt's"
@@ -623,7 +624,7 @@ class RecipesCommand(BaseModel):
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
     backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
-    out: Annotated[Path, _not_empty("the JSON file to write")] = Field(Path("docs/eval/recipes.json"), description=(
+    out: Annotated[UserPath, _not_empty("the JSON file to write")] = Field(Path("docs/eval/recipes.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
     overwrite: bool = Field(False, description="Replace the --out file if it exists.")
     recipes: list[str] = Field(["shipped", "hardneg", "templated", "templated+hardneg",
@@ -642,7 +643,7 @@ class RecipesCommand(BaseModel):
         "Seed of the --max-per-source draw, the random split, the templated prompts, the jailbreak-wrapped sets and,"
         " without --fit-seed, every fit; 0 to 4294967295."))
     replicates: int = Field(1000, ge=10, le=MAX_REPLICATES, description=REPLICATES_HELP)
-    jailbreak_templates: Path | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
+    jailbreak_templates: UserPath | None = Field(DEFAULT_DATA / "pyrit_jailbreak_templates.jsonl", description=(
         "Jailbreak templates with a {{ prompt }} slot, for the jailbreak-wrapped sets and the `*jailbreak` recipes; "
         "null: none. A path given must exist; a missing default skips the wrapped sets with a warning."))
     jailbreak_extra_n: int = Field(80, ge=0, description=(
@@ -655,7 +656,7 @@ class RecipesCommand(BaseModel):
         "Leave out of the *questions recipes' rows our written questions whose content words are near a --data"
         " prompt's (Jaccard >= 0.55; herald_service/training/question_audit.py, docs/eval/recipe_studies/"
         "near_copies.md). Exact copies are always left out."))
-    sensitive_data: list[Path] = Field(default_factory=list, description=(
+    sensitive_data: list[UserPath] = Field(default_factory=list, description=(
         "Held-out JSONL files or folders, of either label (e.g. <herald data build --out>/benign_sensitive or "
         "/harmful_categories): the recipes ending in sensitive train on them; every recipe reports each source held "
         "out (FPR for benign, recall for harmful rows). Default: none."))
@@ -708,12 +709,12 @@ class RecipesCommand(BaseModel):
 class ReportCommand(BaseModel):
     """Write docs/EVALUATION.md and its PNG plots from the JSON that `herald eval` wrote."""
 
-    results: Path = Field(Path("docs/eval/results.json"), description="The JSON file herald eval --out wrote.")
-    out: Annotated[Path, _not_empty("the Markdown file to write, such as --out EVALUATION.md")] = Field(
+    results: UserPath = Field(Path("docs/eval/results.json"), description="The JSON file herald eval --out wrote.")
+    out: Annotated[UserPath, _not_empty("the Markdown file to write, such as --out EVALUATION.md")] = Field(
         Path("docs/EVALUATION.md"), description="Markdown file to write (replaced if it exists).")
     # beside --out: a fixed docs/eval default put the plots of `--out /tmp/r.md` over the repository's committed ones
     # (tester); the folder eval beside the default --out is docs/eval, so a bare `herald report` writes as before
-    plots: Annotated[Path | None, _not_empty("a folder for the PNG plots, or leave --plots out for the folder eval"
+    plots: Annotated[UserPath | None, _not_empty("a folder for the PNG plots, or leave --plots out for the folder eval"
                                             " beside --out")] = Field(None, description="Folder for the PNG plots (made if missing; its parent must exist);"
                                " default: the folder eval beside --out (docs/eval for the default --out).")
 
