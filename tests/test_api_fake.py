@@ -328,6 +328,9 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     shouted = client.post("/steer", json={"prompt": "x", "layers": "ALL", "max_new_tokens": 2},
                           headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert shouted.status_code == 200 and shouted.json()["layers"] == list(range(1, 9))  # was "a valid list" (tester)
+    one = client.post("/steer", json={"prompt": "x", "layers": 3, "max_new_tokens": 2},
+                      headers={"Authorization": f"Bearer {STEER_KEY}"})
+    assert one.status_code == 200 and one.json()["layers"] == [3]  # README's `4`: was 422 "a valid list" (new user)
     word = client.post("/steer", json={"prompt": "x", "layers": "peak"}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert word.status_code == 422 and word.json()["error"] == {
         "type": "invalid_request", "field": "layers",
@@ -1420,6 +1423,9 @@ def test_the_openapi_document_refuses_what_the_server_refuses_one_prompt_field_u
             ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": [2, 2]}, False),
             ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": "ALL"}, True),
             ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": "every"}, False),
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": 3}, True),  # as [3]: new user
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": 0}, False),
+            ("/steer", "SteerRequest", {"prompt": "hi", "max_new_tokens": 2, "layers": True}, False),
             ("/steer", "SteerRequest", {"prompt": "hi", "messages": conversation, "max_new_tokens": 2}, False),
             ("/steer", "SteerRequest", {"max_new_tokens": 2}, False),
         ]

@@ -1720,6 +1720,14 @@ def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_
                 r = c.post(path, content=body.encode(), headers={"content-type": "application/json"})
                 assert r.status_code == (400 if path == "/v1/moderations" else 422), (path, body, r.text)
                 assert (r.json()["error"]["field"], r.json()["error"]["message"]) == (field, message), (path, r.text)
+            # /steer layers no backbone can take were 503 while loading (new-user pass)
+            for layers, message in (([0], "layers lists 0: layers are 1-based (1 is the first decoder layer)"),
+                                    (0, "layers lists 0: layers are 1-based (1 is the first decoder layer)"),
+                                    ([2, 2], "layers lists 2 more than once; list each layer once"),
+                                    ([], "layers must be a non-empty list of 1-based layers (1 is the first decoder layer)")):
+                r = c.post("/steer", json={"prompt": "hi", "layers": layers}, headers=STEER)
+                assert r.status_code == 422 and "retry-after" not in r.headers, (layers, r.text)
+                assert r.json()["error"] == {"type": "invalid_request", "field": "layers", "message": message}, r.text
             # a query string on a route that reads none was 503 while loading, 422 once ready (breaker); the body's
             # own error comes first, as once ready
             for path, body, headers in (("/classify?return_trajectory=false", {"input": "hi"}, None),
@@ -1732,7 +1740,8 @@ def test_a_body_sent_before_the_server_is_ready_is_validated_first_whatever_its_
             assert r.status_code == 422 and r.json()["error"]["field"] == "inpt", r.text
             for path, headers in (("/classify", None), ("/v1/moderations", None), ("/steer", STEER),
                                   ("/v1/moderations?api-version=2024-02-01", None)):
-                fits = c.post(path, json={"input": "hi"} if path != "/steer" else {"prompt": "hi"}, headers=headers)
+                fits = c.post(path, json={"input": "hi"} if path != "/steer" else {"prompt": "hi", "layers": 99},
+                              headers=headers)  # layer 99: the backbone's bound, checked once it is up
                 assert (fits.status_code, fits.headers["retry-after"], fits.json()["error"]["type"]) == (503, "5", "not_ready")
             # limits the moderator checks wait for it: over max_chars is a 413 once ready, a 503 until then
             long = c.post("/classify", json={"input": "a" * (settings.max_chars + 1)})

@@ -93,6 +93,7 @@ def with_request_limits(document: dict[str, Any], settings: Settings) -> dict[st
     every = next(b for b in schemas["SteerRequest"]["properties"]["layers"]["anyOf"] if b.get("const") == "all")
     del every["const"]
     every["pattern"] = "^[Aa][Ll][Ll]$"  # "ALL" is taken as "all" (SteerRequest's validator): the re-tester's 200
+    schemas["SteerRequest"]["properties"]["layers"]["anyOf"].insert(1, {"type": "integer", "minimum": 1})  # 4 as [4]
     for name, first, second in (("ClassifyRequest", "input", "messages"), ("SteerRequest", "prompt", "messages")):
         _exactly_one(schemas[name], first, second)
     _retry_after(document)

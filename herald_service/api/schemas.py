@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, FailFast, Field, ValidationInfo, fie
 
 from herald_service.strict_json import echoed
 from herald_service.text_file import LONE_SURROGATE, is_valid_unicode
-from herald_service.types import MIN_ADD_ALPHA, Message, SteerLayers
+from herald_service.types import MIN_ADD_ALPHA, Message, SteerLayers, checked_steer_layers
 
 
 class _FailFast(FailFast):
@@ -415,13 +415,28 @@ class SteerRequest(BaseModel):
     @field_validator("layers", mode="before")
     @classmethod
     def _all_in_any_case(cls, value: object) -> object:
-        """``"ALL"`` as ``"all"``; any other string named with the choices (it read "Input should be a valid list",
-        tester)."""
+        """``"ALL"`` as ``"all"``, a lone layer ``4`` as ``[4]`` (README and ``herald steer-eval --layers`` take it: a
+        new user's 422); any other string named with the choices (it read "Input should be a valid list", tester)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return [value]
         if not isinstance(value, str):
             return value
         if value.lower() == "all":
             return "all"
         raise ValueError(f"layers is a list of 1-based decoder layers ([4] or [4, 8]) or 'all', not '{echoed(value)}'")
+
+    @field_validator("layers")
+    @classmethod
+    def _layers_without_the_backbone(cls, value: SteerLayers) -> SteerLayers:
+        """An empty list, a layer below 1 or one listed twice refused by the schema, so while the server loads too
+        (a 503 with Retry-After had it sent again to fail again: new-user pass); the top bound is the backbone's,
+        checked once it is up (:func:`~herald_service.types.checked_steer_layers`)."""
+        if isinstance(value, list):
+            try:
+                checked_steer_layers(value, None)
+            except ValueError as exc:
+                raise ValueError(f"layers {exc}") from None
+        return value
 
     @field_validator("alpha")
     @classmethod
