@@ -542,7 +542,7 @@ def test_a_transfer_coding_other_than_chunked_is_answered_501_naming_it(path):
     assert metrics.get_sample_value("herald_requests_total", {"route": path, "status": "501"}) == 2
 
 
-def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):
+def test_a_charset_other_than_utf8_or_ascii_or_given_twice_is_refused_naming_content_type(client):
     # JSON is UTF-8 (RFC 8259 section 8.1); a latin-1 body passed the gate and was answered "not UTF-8, or nested too
     # deeply" (breaker pass)
     r = client.post("/classify", content='{"input": "café"}'.encode("latin-1"),
@@ -552,6 +552,14 @@ def test_a_charset_other_than_utf8_is_refused_naming_content_type(client):
         "message": "request body must be UTF-8 JSON: charset 'iso-8859-1' is not supported; send UTF-8"}
     fine = client.post("/classify", content='{"input": "café"}'.encode(), headers={"content-type": "application/json; charset=UTF-8"})
     assert fine.status_code == 200, fine.text
+    # US-ASCII is a subset of UTF-8 that older clients name: it was a 415; two charsets were read as the first (new user)
+    ascii_ = client.post("/classify", content=b'{"input": "bread"}', headers={"content-type": 'application/json;charset="US-ASCII"'})
+    assert ascii_.status_code == 200, ascii_.text
+    twice = client.post("/classify", content='{"input": "café"}'.encode(),
+                        headers={"content-type": "application/json; charset=utf-8; charset=latin1"})
+    assert twice.status_code == 415 and twice.json()["error"] == {
+        "type": "unsupported_media_type", "field": "content-type",
+        "message": "Content-Type gives charset 2 times ('utf-8, latin1'); give it once, as utf-8, or leave it out"}
 
 
 @pytest.mark.parametrize(("body", "offset", "byte"), [(b'{"input": "a\xff"}', 12, 0xFF),

@@ -196,12 +196,19 @@ def is_json_content_type(content_type: str) -> bool:
     return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def json_charset(content_type: str) -> str | None:
-    """The ``charset`` parameter of a ``Content-Type`` value, lower case; ``None`` when it has none."""
+UTF8_CHARSETS = ("utf-8", "utf8", "us-ascii", "ascii")
+"""The ``charset`` values of a JSON body Herald reads (lower case): UTF-8, and US-ASCII, a subset of it that some older
+clients name (a new-user pass: it was a 415). JSON is UTF-8 (RFC 8259 section 8.1)."""
+
+
+def json_charsets(content_type: str) -> list[str]:
+    """The ``charset`` parameters of a ``Content-Type`` value, lower case, in order; empty when it has none (more than
+    one is an ambiguous header, ``charset=utf-8; charset=latin1``, which the stdlib's ``get_param`` read as the
+    first)."""
     header = email.message.Message()
     header["content-type"] = content_type
-    charset = header.get_param("charset")
-    return charset.lower() if isinstance(charset, str) else None
+    return [value.lower() for name, value in header.get_params(failobj=[])[1:] if name.lower() == "charset"
+            and isinstance(value, str)]
 
 
 class UniqueKeysRoute(APIRoute):
