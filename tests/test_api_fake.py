@@ -1332,14 +1332,29 @@ def test_each_request_is_logged_once_with_its_route_status_duration_and_request_
         sent = client.post("/classify", json={"input": "hello"}, headers={"X-Request-ID": "abc-123:x/y=z"})
         stray = client.get("/no/such/path?q=1")
         probe = client.get("/health/live")
+        bad = client.post("/classify", json={"input": 5}, headers={"X-Request-ID": "r2"})
+        odd = client.post("/classify", json={"input": "hi", "x y\n=1": 1}, headers={"X-Request-ID": "r3"})
+        typed = client.post("/classify", content=b"{}", headers={"content-type": "text/plain", "X-Request-ID": "r4"})
+        openai = client.post("/v1/moderations", json={"input": []}, headers={"X-Request-ID": "r5"})
     assert sent.status_code == 200 and sent.headers["x-request-id"] == "abc-123:x/y=z"
     lines = [r.getMessage() for r in caplog.records if r.name == "herald_service.access"]
-    assert len(lines) == 2, lines  # probes stay out of the log, as out of the metrics
+    assert len(lines) == 6, lines  # probes stay out of the log, as out of the metrics
     # Starlette's test client connects from "testclient"
     assert re.fullmatch(r"POST /classify 200 \d+\.\d ms request_id=abc-123:x/y=z client=testclient", lines[0]), lines[0]
     generated = stray.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", generated)  # none sent: a new UUID4
-    assert lines[1] == lines[1].split(" request_id=")[0] + f" request_id={generated} client=testclient"
+    assert lines[1] == lines[1].split(" request_id=")[0] + f" request_id={generated} client=testclient error=not_found"
+    # why each was refused: the error type, and the field where it is a plain path (a 422 was logged with its status
+    # alone: new-user pass); a client's odd key is not written into the line
+    assert (bad.status_code, odd.status_code, typed.status_code, openai.status_code) == (422, 422, 415, 400)
+    assert lines[2].startswith("POST /classify 422 ") and lines[2].endswith(
+        " request_id=r2 client=testclient error=invalid_request field=input"), lines[2]
+    assert lines[3].endswith(" request_id=r3 client=testclient error=invalid_request") and "x y" not in lines[3], lines[3]
+    assert lines[4].endswith(" request_id=r4 client=testclient error=unsupported_media_type field=content-type"), lines[4]
+    assert lines[5].startswith("POST /v1/moderations 400 ") and lines[5].endswith(
+        " request_id=r5 client=testclient error=invalid_request field=input"), lines[5]  # Herald's type, not OpenAI's
+    refused = [r for r in caplog.records if r.name == "herald_service.access"][2]
+    assert (refused.error, refused.field) == ("invalid_request", "input")  # fields of the record too, for json logs
     # the same values as fields of the record, which HERALD_LOG_FORMAT=json writes apart
     record = next(r for r in caplog.records if r.name == "herald_service.access")
     assert (record.method, record.route, record.status, record.request_id, record.client) == (

@@ -46,7 +46,24 @@ STATUS: dict[type[HeraldError], int] = {
 }
 
 
-class _AsciiJSONResponse(JSONResponse):
+ERROR_SCOPE_KEY = "herald.error"
+"""The ASGI scope key under which an error answer leaves Herald's ``error.type`` and its field as it is sent, for the
+access log line of :class:`~herald_service.api.middleware.RequestMetrics` (a 422 was logged with its status alone:
+an operator could not tell why a gateway's request was refused, new-user pass)."""
+
+
+class _ErrorAnswer(JSONResponse):
+    """The error body of :func:`error_response`, which records ``(error_type, field)`` under
+    :data:`ERROR_SCOPE_KEY` in the request's scope when it is sent."""
+
+    logged: tuple[str, str | None] = ("internal_error", None)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope[ERROR_SCOPE_KEY] = self.logged
+        await super().__call__(scope, receive, send)
+
+
+class _AsciiJSONResponse(_ErrorAnswer):
     """JSON with every non-ASCII character escaped: for an error that echoes text which is not valid UTF-8."""
 
     def render(self, content: Any) -> bytes:
@@ -70,7 +87,8 @@ def error_response(status: int, error_type: str, message: str, field: str | None
     ``invalid_request_error`` (a 401 keeps its status with that type, as OpenAI's does): the OpenAI SDK raises
     ``BadRequestError`` for a 400 but ``UnprocessableEntityError`` for a 422 and a bare ``APIStatusError`` for a 413,
     and read ``param`` and ``code`` as None, so a gateway's ``except openai.BadRequestError`` missed Herald's
-    refusals (a new-user pass with the SDK)."""
+    refusals (a new-user pass with the SDK). As it is sent, it leaves ``(error_type, field)`` in the request's scope
+    for the access log (:data:`ERROR_SCOPE_KEY`)."""
     body: dict = {"type": error_type, "message": message}
     if field is not None:
         body["field"] = field
@@ -81,9 +99,11 @@ def error_response(status: int, error_type: str, message: str, field: str | None
         if status in (400, 401):
             body["type"] = "invalid_request_error"
     try:
-        return JSONResponse({"error": body}, status_code=status, headers=headers)
+        answer: _ErrorAnswer = _ErrorAnswer({"error": body}, status_code=status, headers=headers)
     except UnicodeEncodeError:
-        return _AsciiJSONResponse({"error": body}, status_code=status, headers=headers)
+        answer = _AsciiJSONResponse({"error": body}, status_code=status, headers=headers)
+    answer.logged = (error_type, field)
+    return answer
 
 
 def _status_of(exc: HeraldError) -> int:

@@ -12,7 +12,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from herald_service.api.errors import error_response
+from herald_service.api.errors import ERROR_SCOPE_KEY, error_response
 from herald_service.api.json_body import UTF8_CHARSETS, is_json_content_type, json_charsets
 from herald_service.metrics import HeraldMetrics
 from herald_service.request_context import CURRENT_REQUEST_ID
@@ -38,6 +38,11 @@ def arrived_on(scope: Scope, port: int | None) -> bool:
 
 access_log = logging.getLogger("herald_service.access")
 """One INFO line per request (:class:`RequestMetrics`); uvicorn's own access log is off (``herald serve``)."""
+
+LOGGED_FIELD = re.compile(r"[A-Za-z0-9_.\[\]-]{1,80}")
+"""An error's field logged on the access line (``input``, ``messages[0].content``, ``query.mode``,
+``content-type``): a field naming a client's own key (an unknown key is named by it) in other characters, or longer,
+is left out of the line, so it cannot forge or split it; the error type always comes."""
 
 REQUEST_ID = re.compile(rb"[A-Za-z0-9._:=+/-]{1,128}")
 """An ``X-Request-ID`` kept as the client sent it: up to 128 characters without spaces, quotes or control characters,
@@ -88,8 +93,10 @@ class RequestMetrics:
     Every HTTP answer carries ``X-Request-ID`` (:func:`request_id`: the client's, or a new one), and every request but
     the probes and ``/metrics`` is logged once at INFO on ``herald_service.access``: method, route template, status,
     duration in milliseconds, request id and client address (``POST /classify 200 12.3 ms request_id=... client=...``;
-    :func:`client_host`), the same values as the record's fields ``method``, ``route``, ``status``, ``duration_ms``,
-    ``request_id`` and ``client``, which ``HERALD_LOG_FORMAT=json`` writes apart. The id is also
+    :func:`client_host`), and for an error answer its type and field (``... error=invalid_request field=input``;
+    :data:`~herald_service.api.errors.ERROR_SCOPE_KEY`, :data:`LOGGED_FIELD`), the same values as the record's
+    fields ``method``, ``route``, ``status``, ``duration_ms``, ``request_id``, ``client``, ``error`` and ``field``,
+    which ``HERALD_LOG_FORMAT=json`` writes apart. The id is also
     :data:`~herald_service.request_context.CURRENT_REQUEST_ID` while the request runs, for lines logged elsewhere
     about it (the engine's worker thread).
 
@@ -185,8 +192,16 @@ class RequestMetrics:
         # the template, not the path: a client cannot put its own text in the log (nor in label values)
         fields = {"method": scope["method"], "route": template, "status": status,
                   "duration_ms": round(seconds * 1000, 1), "request_id": rid.decode("ascii"), "client": client_host(scope)}
-        access_log.info("%(method)s %(route)s %(status)d %(duration_ms).1f ms request_id=%(request_id)s"
-                        " client=%(client)s", fields, extra=fields)
+        line = "%(method)s %(route)s %(status)d %(duration_ms).1f ms request_id=%(request_id)s client=%(client)s"
+        error = scope.get(ERROR_SCOPE_KEY)
+        if error is not None:  # why it was refused: the error body's type, and its field where it is a plain path
+            error_type, field = error
+            fields["error"] = error_type
+            line += " error=%(error)s"
+            if field is not None and LOGGED_FIELD.fullmatch(field):
+                fields["field"] = field
+                line += " field=%(field)s"
+        access_log.info(line, fields, extra=fields)
 
 
 class OperationsPortOnly:
