@@ -196,7 +196,7 @@ def is_json_content_type(content_type: str) -> bool:
     return header.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-UTF8_CHARSETS = ("utf-8", "utf8", "us-ascii", "ascii")
+JSON_CHARSETS = ("utf-8", "utf8", "us-ascii", "ascii")
 """The ``charset`` values of a JSON body Herald reads (lower case): UTF-8, and US-ASCII, a subset of it that some older
 clients name (a new-user pass: it was a 415). JSON is UTF-8 (RFC 8259 section 8.1)."""
 

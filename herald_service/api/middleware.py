@@ -13,7 +13,7 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald_service.api.errors import ERROR_SCOPE_KEY, error_response
-from herald_service.api.json_body import UTF8_CHARSETS, is_json_content_type, json_charsets
+from herald_service.api.json_body import JSON_CHARSETS, is_json_content_type, json_charsets
 from herald_service.metrics import HeraldMetrics
 from herald_service.request_context import CURRENT_REQUEST_ID
 from herald_service.strict_json import echoed
@@ -430,7 +430,7 @@ class JsonBodies:
             reason, field = "content_type", "content-type"
             message = (f"Content-Type gives charset {len(charsets)} times ('{_cut(', '.join(charsets))}'); give it once,"
                        " as utf-8, or leave it out")
-        elif charsets and charsets[0] not in UTF8_CHARSETS:
+        elif charsets and charsets[0] not in JSON_CHARSETS:
             # JSON is UTF-8 (RFC 8259 section 8.1); a latin-1 body was answered "not UTF-8, or nested too deeply"
             reason, field = "content_type", "content-type"
             message = f"request body must be UTF-8 JSON: charset '{_cut(charsets[0])}' is not supported; send UTF-8"
