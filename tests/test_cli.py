@@ -470,6 +470,10 @@ def test_plot_adds_no_suffix_to_a_special_file_a_trailing_dot_or_a_bare_suffix(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
     out = herald("plot", "bake bread", "--out", str(tmp_path / "a.png"), HERALD_FAKE_BACKEND="true")
     assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "a.png"), out.stderr
+    # "..svg" was said written and written as a PNG at "..svg.png": savefig read no suffix in it (re-tester)
+    out = herald("plot", "bake bread", "--out", str(tmp_path / "..svg"), HERALD_FAKE_BACKEND="true")
+    assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / "..svg"), out.stderr
+    assert (tmp_path / "..svg").read_bytes().startswith(b"<?xml") and not (tmp_path / "..svg.png").exists()
 
 
 def test_a_dotenv_sets_backbone_settings_but_not_command_options(tmp_path):

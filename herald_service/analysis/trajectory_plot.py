@@ -102,5 +102,7 @@ def plot_trajectories(
 
     figure = trajectory_figure(trajectories, labels, flagged, title)
     with matplotlib.rc_context(LITERAL_TEXT):  # tick labels are made as the figure is drawn
-        figure.savefig(out)
+        # the format named, not left to savefig: it reads "..svg" as a name without a suffix (os.path.splitext) and
+        # wrote a PNG at "..svg.png" where the path returned is "..svg" (re-tester)
+        figure.savefig(out, format=out.suffix.lstrip(".").lower() or None)
     return out
