@@ -555,6 +555,11 @@ def test_a_charset_other_than_utf8_or_ascii_or_given_twice_is_refused_naming_con
     # US-ASCII is a subset of UTF-8 that older clients name: it was a 415; two charsets were read as the first (new user)
     ascii_ = client.post("/classify", content=b'{"input": "bread"}', headers={"content-type": 'application/json;charset="US-ASCII"'})
     assert ascii_.status_code == 200, ascii_.text
+    for header in ("application/json; charset*=utf-8''latin1", "application/json; charset*=''LATIN1"):  # RFC 2231 forms
+        r = client.post("/classify", content=b'{"input": "bread"}', headers={"content-type": header})  # were a 200
+        assert r.status_code == 415 and "charset 'latin1' is not supported" in r.json()["error"]["message"], (header, r.text)
+    assert client.post("/classify", content=b'{"input": "bread"}',
+                       headers={"content-type": "application/json; charset*=''utf-8"}).status_code == 200
     twice = client.post("/classify", content='{"input": "café"}'.encode(),
                         headers={"content-type": "application/json; charset=utf-8; charset=latin1"})
     assert twice.status_code == 415 and twice.json()["error"] == {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.message
+import email.utils
 import json
 import sys
 from typing import Any, Callable, Coroutine
@@ -204,11 +205,12 @@ clients name (a new-user pass: it was a 415). JSON is UTF-8 (RFC 8259 section 8.
 def json_charsets(content_type: str) -> list[str]:
     """The ``charset`` parameters of a ``Content-Type`` value, lower case, in order; empty when it has none (more than
     one is an ambiguous header, ``charset=utf-8; charset=latin1``, which the stdlib's ``get_param`` read as the
-    first)."""
+    first); RFC 2231 forms (``charset*=utf-8''latin1``) decoded."""
     header = email.message.Message()
     header["content-type"] = content_type
-    return [value.lower() for name, value in header.get_params(failobj=[])[1:] if name.lower() == "charset"
-            and isinstance(value, str)]
+    # an RFC 2231 value (charset*=utf-8''latin1) comes as a tuple, which was dropped: latin1 passed (re-tester)
+    return [email.utils.collapse_rfc2231_value(value).lower() for name, value in header.get_params(failobj=[])[1:]
+            if name.lower() == "charset"]
 
 
 class UniqueKeysRoute(APIRoute):
