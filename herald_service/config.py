@@ -15,7 +15,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from pydantic import AfterValidator, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -545,12 +546,17 @@ def training_cache_dir() -> Path:
 
     Raises:
         SettingsFileError: a ``.env`` file that is not UTF-8 or has a line python-dotenv would misread, as for serve.
+        ValueError: a ``HERALD_CACHE_DIR`` it refuses (``~user`` of no user), naming it.
     """
     env_file = CacheDirSetting.model_config.get("env_file")
     error = _not_utf8(env_file) or _unparsed_line(env_file)  # before python-dotenv fails or warns on its own
     if error is not None:
         raise error
-    return CacheDirSetting().cache_dir
+    try:
+        return CacheDirSetting().cache_dir
+    except ValidationError as exc:  # named as the user set it: a bare "cache_dir: ..." gave no pointer (re-tester)
+        raise ValueError("; ".join(f"HERALD_CACHE_DIR (the --cache-dir default): {e['msg'].removeprefix('Value error, ')}"
+                                   for e in exc.errors())) from None
 
 
 class Settings(BackboneSettings):

@@ -650,6 +650,14 @@ def test_a_leading_tilde_in_a_path_option_or_setting_is_the_home_folder(tmp_path
     assert out.returncode == 1 and "Traceback" not in out.stderr and (
         "out (--out): '~nosuchuser4711/probe' starts with '~nosuchuser4711', and no user of this machine has that name"
         in out.stderr), out.stderr
+    # named as the user gave them (re-tester): the --cache-dir default read from HERALD_CACHE_DIR was "cache_dir", and
+    # steer-eval's positional FILE "file (--file)", an option it does not have
+    out = herald("fit", "--data", str(missing), cwd=tmp_path, HERALD_CACHE_DIR="~nosuchuser4711/cache")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        "herald: HERALD_CACHE_DIR (the --cache-dir default): '~nosuchuser4711/cache' starts with '~nosuchuser4711', and no"
+        " user of this machine has that name (a leading ~ is read as a home folder)"), out.stderr
+    out = herald("steer-eval", "~nosuchuser4711/prompts.txt", cwd=tmp_path)
+    assert out.returncode == 1 and "  file (FILE): '~nosuchuser4711/prompts.txt' starts with" in out.stderr, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
 
 

@@ -16,7 +16,7 @@ import sys
 import typing
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, CliApp, CliSubCommand, SettingsError
+from pydantic_settings import BaseSettings, CliApp, CliPositionalArg, CliSubCommand, SettingsError
 
 from herald_service.cli.data import DataCommand
 from herald_service.cli.local import ClassifyCommand, LocalCommand, PlotCommand, ReferenceCommand, SteerEvalCommand
@@ -44,6 +44,10 @@ class Herald(BaseSettings, cli_prog_name="herald", cli_kebab_case=True, cli_impl
         CliApp.run_subcommand(self)
 
 
+_POSITIONAL = typing.get_args(CliPositionalArg[int])[1]
+"""The marker pydantic-settings puts in the metadata of a positional argument's field (``CliPositionalArg``)."""
+
+
 def _setting_name(loc: tuple) -> str:
     """A validation error's location as the user wrote it: ``("serve", "max_tokens")`` ->
     ``max_tokens (--max-tokens or HERALD_MAX_TOKENS)``; the environment variable only for options read from it (every
@@ -60,6 +64,9 @@ def _setting_name(loc: tuple) -> str:
     field = parts[1]
     where = f"--{field.replace('_', '-')}"
     command_class = next((a for a in typing.get_args(command.annotation) if isinstance(a, type)), None)
+    info = command_class.model_fields.get(field) if command_class is not None else None
+    if info is not None and _POSITIONAL in info.metadata:
+        where = field.upper()  # steer-eval's FILE, as its usage line names it: "file (--file)" named no option
     from_env: dict = {}
     if command_class is not None and issubclass(command_class, LocalCommand):
         from_env = BackboneSettings.model_fields
