@@ -334,7 +334,11 @@ def test_steer_needs_its_key_and_returns_both_completions(client):
     word = client.post("/steer", json={"prompt": "x", "layers": "peak"}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert word.status_code == 422 and word.json()["error"] == {
         "type": "invalid_request", "field": "layers",
-        "message": "layers is a list of 1-based decoder layers ([4] or [4, 8]) or 'all', not 'peak'"}
+        "message": "layers is a 1-based decoder layer (4), a list of them ([4, 8]) or 'all', not 'peak'"}
+    for sent, shown in ((4.0, "4.0"), (True, "true")):  # "a valid list" (re-tester), now that 4 is taken
+        r = client.post("/steer", json={"prompt": "x", "layers": sent}, headers={"Authorization": f"Bearer {STEER_KEY}"})
+        assert r.status_code == 422 and r.json()["error"]["message"] == (
+            f"layers is a 1-based decoder layer (4), a list of them ([4, 8]) or 'all', not {shown}"), r.text
     long = client.post("/steer", json={"prompt": "x", "max_new_tokens": 100_000}, headers={"Authorization": f"Bearer {STEER_KEY}"})
     assert long.status_code == 422 and long.json()["error"]["field"] == "max_new_tokens"
     both = client.post("/steer", json={"prompt": "x", "messages": [{"role": "user", "content": "x"}]},

@@ -419,11 +419,14 @@ class SteerRequest(BaseModel):
         new user's 422); any other string named with the choices (it read "Input should be a valid list", tester)."""
         if isinstance(value, int) and not isinstance(value, bool):
             return [value]
+        if isinstance(value, (bool, float)):  # "a valid list" of 4.0 or true, since 4 is taken (re-tester)
+            shown = "true" if value is True else "false" if value is False else repr(value)
+            raise ValueError(f"layers is a 1-based decoder layer (4), a list of them ([4, 8]) or 'all', not {shown}")
         if not isinstance(value, str):
             return value
         if value.lower() == "all":
             return "all"
-        raise ValueError(f"layers is a list of 1-based decoder layers ([4] or [4, 8]) or 'all', not '{echoed(value)}'")
+        raise ValueError(f"layers is a 1-based decoder layer (4), a list of them ([4, 8]) or 'all', not '{echoed(value)}'")
 
     @field_validator("layers")
     @classmethod
