@@ -213,6 +213,10 @@ def _expand_user(path: Path) -> Path:
 UserPath = Annotated[Path, AfterValidator(_expand_user)]
 """A file or folder path option or setting, ``~`` expanded (:func:`_expand_user`)."""
 
+BackboneSpec = Annotated[str, AfterValidator(lambda spec: str(_expand_user(Path(spec))) if spec.startswith("~") else spec)]
+"""``HERALD_BACKBONE`` / ``--backbone``: ``embedded`` or a path, a leading ``~`` expanded as :data:`UserPath`'s (the
+loader's own ``expanduser`` ended ``~nosuchuser/m`` in a RuntimeError traceback)."""
+
 
 def default_cache_dir() -> Path:
     """Folder for converted backbones and extracted-state caches: ``$XDG_CACHE_HOME/herald`` or ``~/.cache/herald``."""
@@ -443,7 +447,7 @@ class BackboneSettings(BaseSettings):
     # env_ignore_empty: a ConfigMap or Secret often sets a variable to "" to mean "not set".
     model_config = SettingsConfigDict(env_prefix="HERALD_", env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True)
 
-    backbone: str = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
+    backbone: BackboneSpec = Field(EMBEDDED_BACKBONE, description="Local HF model folder, a .gguf file, or 'embedded'.")
     probe: UserPath | None = Field(None, description="Probe artifact folder; default: models/<backbone-slug>/.")
     device: Device = Field("auto", description="Where the backbone runs; auto: CUDA if present.")
     dtype: DType = Field("auto", description="Backbone weight dtype; auto: bfloat16 on CUDA, float32 on the CPU.")

@@ -656,6 +656,9 @@ def test_a_leading_tilde_in_a_path_option_or_setting_is_the_home_folder(tmp_path
     assert out.returncode == 1 and out.stderr.strip() == (
         "herald: HERALD_CACHE_DIR (the --cache-dir default): '~nosuchuser4711/cache' starts with '~nosuchuser4711', and no"
         " user of this machine has that name (a leading ~ is read as a home folder)"), out.stderr
+    out = herald("fit", "--backbone", "~nosuchuser4711/model", "--data", str(missing), cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr and (  # was the loader's RuntimeError traceback
+        "  backbone (--backbone): '~nosuchuser4711/model' starts with '~nosuchuser4711', and no user" in out.stderr), out.stderr
     out = herald("steer-eval", "~nosuchuser4711/prompts.txt", cwd=tmp_path)
     assert out.returncode == 1 and "  file (FILE): '~nosuchuser4711/prompts.txt' starts with" in out.stderr, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]

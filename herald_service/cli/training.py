@@ -12,8 +12,8 @@ from pydantic import AliasChoices, BaseModel, BeforeValidator, Field, Validation
 
 from herald_service import start_signals
 from herald_service.cli.conventions import CACHE_DIR_HELP, LOG_FORMAT, CountOrAll, invoked_command
-from herald_service.config import (EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, Device, DType, UserPath,
-                                   training_cache_dir)
+from herald_service.config import (EMBEDDED_BACKBONE, MAX_THREADS, BackboneSettings, BackboneSpec, Device, DType,
+                                   UserPath, training_cache_dir)
 from herald_service.out_path import (
     check_cache_dir,
     check_out_path,
@@ -261,7 +261,7 @@ class FitCommand(BaseModel):
     """Fit a probe: extract states (cached), fit the per-layer directions and the scorer, calibrate, evaluate, save."""
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
-    backbone: str = Field(EMBEDDED_BACKBONE, description=(
+    backbone: BackboneSpec = Field(EMBEDDED_BACKBONE, description=(
         TRAINING_BACKBONE_HELP + " The probe is for this backbone: herald serve refuses it on another architecture."))
     out: Annotated[UserPath | None, _not_empty("a folder for probe.json and probe.safetensors, or leave --out out for"
                                           " models/<backbone-slug>/")] = Field(None, description=(
@@ -438,7 +438,7 @@ class EvalCommand(BaseModel):
     test_data: list[UserPath] = Field(default_factory=list, description=(
         "Extra labeled JSONL files to score, not trained on; prompts that are also in --data are counted, warned "
         "about and reported. Default: none."))
-    backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
+    backbone: BackboneSpec = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Annotated[UserPath, _not_empty("the JSON file to write")] = Field(Path("docs/eval/results.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
@@ -622,7 +622,7 @@ class RecipesCommand(BaseModel):
     evaluation; writes one JSON file that `herald report` includes."""
 
     data: DataPaths = Field([DEFAULT_DATA], description=DATA_HELP)
-    backbone: str = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
+    backbone: BackboneSpec = Field(EMBEDDED_BACKBONE, description=TRAINING_BACKBONE_HELP)
     cache_dir: CacheDir = Field(default_factory=training_cache_dir, description=CACHE_DIR_HELP)
     out: Annotated[UserPath, _not_empty("the JSON file to write")] = Field(Path("docs/eval/recipes.json"), description=(
         "Results JSON file. A file that exists (the default is committed) is refused unless --overwrite is given."))
