@@ -13,7 +13,7 @@ from herald_service.types import VIEW_KINDS, Classification
 REJECT_REASONS = ("batch_size", "messages", "characters", "tokens", "estimated_work", "queue_capacity",
                   "estimated_wait", "queue_full", "steer_concurrency", "buffered_bodies", "body_size", "body_timeout", "content_type",
                   "content_encoding", "transfer_encoding", "list_length", "json_containers", "header_size", "header_timeout",
-                  "invalid_http", "connections", "health_connections")
+                  "invalid_http", "connections", "health_connections", "invalid_request")
 """Every ``reason`` of ``herald_rejected_requests_total`` (created at 0 at start, so the first refusals after a
 restart show in ``rate()``/``increase()``: a series that appears at its first increment loses it)."""
 DROP_REASONS = ("client_gone", "timeout")

@@ -1511,3 +1511,32 @@ def test_a_steer_cap_below_the_default_caps_the_default_and_the_document_stays_v
         assert r.status_code == 422 and r.json()["error"]["field"] == "max_new_tokens"
         field = c.get("/openapi.json").json()["components"]["schemas"]["SteerRequest"]["properties"]["max_new_tokens"]
         assert (field["default"], field["maximum"]) == (3, 3)
+
+
+def test_every_invalid_request_is_counted_once_under_its_own_reason():
+    # A 422 (a 400 on /v1/moderations) was in herald_requests_total by status alone: an operator could not tell invalid
+    # input from malformed HTTP, which /v1/moderations answers 400 too, nor see it by reason beside the 413s.
+    with client_for(max_batch_size=2) as c:
+        wait_ready(c)
+
+        def invalid() -> float:
+            return c.app.state.herald.metrics.registry.get_sample_value(
+                "herald_rejected_requests_total", {"reason": "invalid_request"})
+
+        assert invalid() == 0
+        answers = [
+            c.post("/classify", json={"input": "hi", "threshold": "high"}),  # schema (pydantic)
+            c.post("/classify", json={"inptu": "hi"}),  # unknown field beside a missing one
+            c.post("/classify", content=b'{"input": "hi",}', headers={"Content-Type": "application/json"}),  # not JSON
+            c.post("/v1/moderations", json={"input": []}),  # the moderator's own InvalidInput: an empty batch
+            c.post("/v1/moderations", content=b'{"input": "a", "input": "b"}', headers={"Content-Type": "application/json"}),
+            c.post("/classify", json={"messages": [[]]}),  # a conversation without turns
+        ]
+        assert [r.status_code for r in answers] == [422, 422, 422, 400, 400, 422], [r.text for r in answers]
+        assert invalid() == 6
+        # other refusals keep their own reason and are not counted again here
+        assert c.post("/classify", json={"input": ["a", "b", "c"]}).status_code == 413
+        assert c.post("/classify", json={"input": "hi"}, headers={"Content-Type": "text/plain"}).status_code == 415
+        assert c.post("/classify", json={"input": "fine"}).status_code == 200
+        assert invalid() == 6
+        assert 'herald_rejected_requests_total{reason="invalid_request"} 6.0' in c.get("/metrics").text

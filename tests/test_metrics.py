@@ -95,7 +95,7 @@ def test_known_label_series_are_exported_at_zero_before_any_traffic():
             assert scraped[("herald_flagged_by_view_total", (("route", route), ("view", view)))] == 0, (route, view)
     for reason in ("batch_size", "messages", "characters", "tokens", "estimated_work", "estimated_wait", "queue_full",
                    "steer_concurrency", "body_size", "body_timeout", "content_type", "content_encoding",
-                   "transfer_encoding"):
+                   "transfer_encoding", "invalid_request"):
         assert scraped[("herald_rejected_requests_total", (("reason", reason),))] == 0, reason
     for reason in ("client_gone", "timeout"):
         assert scraped[("herald_dropped_prompts_total", (("reason", reason),))] == 0, reason

@@ -106,6 +106,19 @@ def error_response(status: int, error_type: str, message: str, field: str | None
     return answer
 
 
+INVALID_REQUEST_REASON = "invalid_request"
+"""The ``herald_rejected_requests_total`` reason of every 422 (Herald's status for invalid input, a 400 on
+/v1/moderations): a body that is not JSON or not the route's schema, a value out of its range. The status alone did
+not tell an operator why a route's requests were refused, and /v1/moderations answers malformed HTTP 400 too."""
+
+
+def _count_invalid(request: Request) -> None:
+    """One more ``herald_rejected_requests_total{reason="invalid_request"}`` (:data:`INVALID_REQUEST_REASON`)."""
+    herald = getattr(request.app.state, "herald", None)
+    if herald is not None:
+        herald.metrics.rejected.labels(INVALID_REQUEST_REASON).inc()
+
+
 def _status_of(exc: HeraldError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
@@ -121,6 +134,8 @@ async def _herald_error(request: Request, exc: HeraldError) -> JSONResponse:
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     if isinstance(exc, Unauthorized):
         headers = {"WWW-Authenticate": "Bearer"}
+    if status == STATUS[InvalidInput]:
+        _count_invalid(request)
     return error_response(status, exc.error_type, exc.message, exc.field, headers, path)
 
 
@@ -138,6 +153,7 @@ def _field_path(loc: tuple) -> str | None:
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    _count_invalid(request)  # every answer below is a 422
     path = request.url.path
     errors = exc.errors()
     # For a union field pydantic reports one error per branch; the one with the deepest location names the element
@@ -197,6 +213,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     path = request.url.path
     if exc.status_code == 400:  # FastAPI's "error parsing the body": invalid UTF-8, nesting too deep
+        _count_invalid(request)
         return error_response(422, "invalid_request", "request body could not be parsed: it is not UTF-8, or its JSON is nested too deeply", "body", path=path)
     kinds = {404: "not_found", 405: "method_not_allowed"}
     headers = getattr(exc, "headers", None)
