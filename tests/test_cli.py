@@ -672,8 +672,14 @@ def test_max_per_source_takes_none_and_all_as_null(tmp_path, command, spelling):
     out = herald(command, "--max-per-source", spelling, "--data", str(missing), "--cache-dir", str(tmp_path / "cache"))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert "(--max-per-source)" not in out.stderr and f"--data {missing} does not exist" in out.stderr, out.stderr
-    refused = herald(command, "--max-per-source", "nonee", "--data", str(missing), "--cache-dir", str(tmp_path / "cache"))
-    assert "max_per_source (--max-per-source): Input should be a valid integer" in refused.stderr, refused.stderr
+    # a string that is neither says both forms ('' and nul got the bare integer error, which named no none/all)
+    for wrong in ("nonee", "", "nul", "1.5"):
+        refused = herald(command, "--max-per-source", wrong, "--data", str(missing), "--cache-dir", str(tmp_path / "cache"))
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert ("max_per_source (--max-per-source): give a whole number of rows, or none (or all) for every row"
+                in refused.stderr), refused.stderr
+    refused = herald(command, "--max-per-source", "0", "--data", str(missing), "--cache-dir", str(tmp_path / "cache"))
+    assert "max_per_source (--max-per-source): Input should be greater than or equal to 1" in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize("command", ["fit", "eval", "recipes"])

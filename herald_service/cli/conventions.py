@@ -9,7 +9,7 @@ import shlex
 import sys
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, TypeAdapter, ValidationError
 
 
 CACHE_DIR_HELP = ("Converted backbones and extracted states (default: HERALD_CACHE_DIR, as herald serve reads it, else"
@@ -19,10 +19,23 @@ CACHE_DIR_HELP = ("Converted backbones and extracted states (default: HERALD_CAC
 def _no_count_spelled(value: object) -> object:
     """Read ``none`` or ``all`` (any case, as ``null``) as None, no count: pydantic-settings spells None ``null``, and
     ``--max-per-source none`` got pydantic's bare "unable to parse string as an integer" (a tester finding, session
-    46). Any other value goes on to the integer check, whose error names the option."""
+    46). Any other string that is not an integer is refused saying both forms (``''`` or ``nul`` got the bare integer
+    error); the rest goes on to the integer check, whose error names the option.
+
+    Raises:
+        ValueError: a string that is neither an integer nor none/all/null (pydantic reports it under the option).
+    """
     if isinstance(value, str) and value.strip().lower() in ("none", "all", "null"):
         return None
+    if isinstance(value, str):
+        try:
+            _WHOLE_NUMBER.validate_python(value)
+        except ValidationError:  # '' or 'nul' got the bare integer error, which did not say none/all are read too
+            raise ValueError("give a whole number of rows, or none (or all) for every row") from None
     return value
+
+
+_WHOLE_NUMBER = TypeAdapter(int)
 
 
 CountOrAll = Annotated[int | None, BeforeValidator(_no_count_spelled)]
