@@ -1540,3 +1540,14 @@ def test_every_invalid_request_is_counted_once_under_its_own_reason():
         assert c.post("/classify", json={"input": "fine"}).status_code == 200
         assert invalid() == 6
         assert 'herald_rejected_requests_total{reason="invalid_request"} 6.0' in c.get("/metrics").text
+
+
+def test_an_unknown_path_under_v1_is_answered_404_in_openai_s_form(client):
+    # a gateway's typo of /v1/moderations got Herald's form alone: the OpenAI SDK read code None (known low)
+    for path, message in (("/v1/moderation", "no route /v1/moderation"),
+                          ("/v1/moderations/", "no route /v1/moderations/; did you mean /v1/moderations (no trailing slash)?")):
+        r = client.post(path, json={"input": "hi"})
+        assert r.status_code == 404 and r.json()["error"] == {
+            "type": "not_found", "message": message, "param": None, "code": "not_found"}, r.text
+    # elsewhere the form stays Herald's
+    assert set(client.get("/v2/moderations").json()["error"]) == {"type", "message"}

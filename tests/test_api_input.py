@@ -2134,3 +2134,40 @@ def test_a_connection_answered_before_its_body_is_read_closes_within_its_lingeri
     assert answer.startswith(b"HTTP/1.1 401 ") and answer.count(b"HTTP/1.1 ") == 1, answer[:300]
     assert sent_after > 1_000_000
     assert failed_at is not None and UNREAD_BODY_LINGER_S - 0.5 <= failed_at < UNREAD_BODY_LINGER_S + 1.5, failed_at
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"POST /v1/moderations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"zz\r\n{}\r\n0\r\n\r\n",  # the body's framing: a bad chunk size
+    b"POST /v1/moderations?x=1 HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",  # headers over the bound
+    b"POST http://x/v1/moderations HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",  # not allowed by HTTP
+])
+def test_the_http_layer_s_400_on_v1_moderations_has_openai_s_fields_as_the_route_s_own_400s(request_bytes):
+    # a malformed request to /v1/moderations was the one 400 there without OpenAI's type, param and code (known low):
+    # an OpenAI client read code None from it where every other 400 of the route gives one
+    import socket
+
+    with serving(build_app(Settings(_env_file=None, fake_backend=True))) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(request_bytes)
+            data = read_until_closed(sock, 10)
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # the same framing to a Herald route: Herald's form
+            sock.sendall(request_bytes.replace(b"/v1/moderations", b"/classify"))
+            herald = read_until_closed(sock, 10)
+    assert _answers(data) == [b"HTTP/1.1 400 Bad Request"], data[-300:]
+    error = layer_error(data)
+    assert error["type"] == "invalid_request_error" and error["param"] is None and error["code"] == "invalid_request", error
+    assert error["message"] == layer_error(herald)["message"] and error["message"], error
+    assert set(layer_error(herald)) == {"type", "message"} and layer_error(herald)["type"] == "invalid_request"
+
+
+def test_the_http_layer_s_408_on_v1_moderations_has_openai_s_fields():
+    import socket
+
+    with serving(build_app(Settings(_env_file=None, fake_backend=True)), header_timeout_s=0.5) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /v1/moderations HTTP/1.1\r\nHost: x\r\nX-A: ")
+            data = read_until_closed(sock, 5)
+    assert _answers(data) == [b"HTTP/1.1 408 Request Timeout"], data[-300:]
+    assert layer_error(data) == {"type": "timeout", "param": None, "code": "timeout",
+                                 "message": "Request headers not complete within 0.5 s (HERALD_HEADER_TIMEOUT_S)."}

@@ -82,8 +82,9 @@ def error_response(status: int, error_type: str, message: str, field: str | None
     """The one error body. A message or field holding a lone surrogate (a ``"\\ud800"`` JSON escape echoed back) is
     sent with non-ASCII characters escaped rather than failing to encode (which was a 500).
 
-    On an OpenAI-compatible route (``path`` in :data:`OPENAI_PATHS`) the body also carries OpenAI's ``param`` (the
-    field, or null) and ``code`` (Herald's error type), and invalid or too-large input is OpenAI's 400 with type
+    On an OpenAI-compatible route (``path`` in :data:`OPENAI_PATHS`, and the 404 of any path under ``/v1/``) the body
+    also carries OpenAI's ``param`` (the field, or null) and ``code`` (Herald's error type), and invalid or too-large
+    input is OpenAI's 400 with type
     ``invalid_request_error`` (a 401 keeps its status with that type, as OpenAI's does): the OpenAI SDK raises
     ``BadRequestError`` for a 400 but ``UnprocessableEntityError`` for a 422 and a bare ``APIStatusError`` for a 413,
     and read ``param`` and ``code`` as None, so a gateway's ``except openai.BadRequestError`` missed Herald's
@@ -92,7 +93,8 @@ def error_response(status: int, error_type: str, message: str, field: str | None
     body: dict = {"type": error_type, "message": message}
     if field is not None:
         body["field"] = field
-    if path in OPENAI_PATHS:
+    # an unknown path under /v1/ (a gateway's typo of /v1/moderations) is answered as OpenAI's API answers one
+    if path in OPENAI_PATHS or (status == 404 and path is not None and path.startswith("/v1/")):
         if status in OPENAI_BAD_REQUEST:
             status = 400
         body = {**body, "param": field, "code": error_type}

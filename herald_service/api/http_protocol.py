@@ -16,8 +16,11 @@ import logging
 import uuid
 from typing import Any, Callable
 
+from urllib.parse import unquote, urlsplit
+
 from uvicorn.config import Config
 
+from herald_service.api.errors import OPENAI_PATHS
 from herald_service.config import HEALTH_PORT_CONNECTIONS, HEALTH_PORT_IDLE_S
 
 try:
@@ -113,7 +116,8 @@ LAYER_ERROR_TYPES = {400: "invalid_request", 408: "timeout", 503: "overloaded"}
 """The ``error.type`` of each answer the HTTP layer writes itself, from the API's own types (DESIGN section 3)."""
 
 
-def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, bytes]], retry_after_s: int | None = None) -> bytes:
+def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, bytes]], retry_after_s: int | None = None,
+                 openai: bool = False) -> bytes:
     """The bytes of an answer the HTTP layer writes before any route runs (400, 408, 503): the API's error body
     ``{"error": {"type", "message"}}`` (:data:`LAYER_ERROR_TYPES`) as JSON, a new ``X-Request-ID`` (UUID4 in hex, as
     the middleware gives a request without one: the request's own could not be read), uvicorn's default headers
@@ -123,8 +127,18 @@ def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, b
     Args:
         status: 400, 408 or 503; ``message`` ASCII text naming the cause and the setting (``HERALD_*``) that bounds it;
             ``retry_after_s`` the ``Retry-After`` header in seconds, or None for none.
+        openai: the request's path is an OpenAI-compatible route (:data:`~herald_service.api.errors.OPENAI_PATHS`):
+            the body also carries OpenAI's ``param`` (null) and ``code`` (the type), and a 400's type is OpenAI's
+            ``invalid_request_error``, as the routes' own errors there (:func:`~herald_service.api.errors.error_response`;
+            a malformed request to /v1/moderations was the one 400 there an OpenAI client read ``code`` None from).
     """
-    error = {"error": {"type": LAYER_ERROR_TYPES[status], "message": message}}
+    error_type = LAYER_ERROR_TYPES[status]
+    body: dict[str, Any] = {"type": error_type, "message": message}
+    if openai:
+        body = {**body, "param": None, "code": error_type}
+        if status == 400:
+            body["type"] = "invalid_request_error"
+    error = {"error": body}
     body = json.dumps(error, separators=(",", ":")).encode("ascii")  # compact, as the routes' JSONResponse writes it
     head = [STATUS_LINE[status], *(b"%s: %s\r\n" % (name, value) for name, value in default_headers),
             b"content-type: application/json\r\n", b"x-request-id: %s\r\n" % uuid.uuid4().hex.encode("ascii")]
@@ -248,6 +262,7 @@ if HttpToolsProtocol is not None:
             self._header_timer: asyncio.TimerHandle | None = None
             self._headers_begun = False  # the request being read has sent its first byte, not yet its last header
             self._deferred_400: str | None = None  # the 400 to write once the answers before it are out
+            self._openai_400 = False  # that 400 answers a request to an OpenAI-compatible route (layer_answer)
             self._running: RequestResponseCycle | None = None  # the request whose app runs (self.cycle: the last read)
             self._refused: RequestResponseCycle | None = None  # the request a body-framing 400 answers
             self._discarding = False  # lingering (_linger): answered, closing, what the client sends is not read
@@ -470,6 +485,7 @@ if HttpToolsProtocol is not None:
                 msg = self._unserved
             elif self.parser.error:  # llhttp's own reason (ParserKeepingItsError)
                 msg = f"Invalid HTTP request received: {PARSER_REASONS.get(self.parser.error, self.parser.error)}."
+            self._openai_400 = self._target_path() in OPENAI_PATHS
             if self._answer_pending():
                 # written after the answers to the requests before it (on_response_complete); uvicorn writes a
                 # parser error's 400 at once and closes, which dropped those answers (breaker pass)
@@ -481,8 +497,17 @@ if HttpToolsProtocol is not None:
 
         def _write_400(self, msg: str) -> None:
             """Write the 400 (:func:`layer_answer`) and close: uvicorn's own send_400_response wrote plain text."""
-            self.transport.write(layer_answer(400, msg, self.server_state.default_headers))
+            self.transport.write(layer_answer(400, msg, self.server_state.default_headers, openai=self._openai_400))
             self.transport.close()
+
+        def _target_path(self) -> str | None:
+            """The path of the request a 400 answers: the parsed one of a request whose headers were read (its body
+            is malformed), else read from its request target as far as it came (uvicorn's ``self.url``, bytes:
+            origin form ``/v1/moderations?x`` or absolute form ``http://host/v1/moderations``); None if none."""
+            if not self._in_headers and self.cycle is not None:
+                return self.cycle.scope.get("path")
+            target = bytes(getattr(self, "url", b"") or b"").decode("latin-1")
+            return unquote(urlsplit(target).path) if target else None
 
         def _refuses(self, scope: dict[str, Any]) -> Callable[[], bool]:
             """The ``herald.refused`` extension of the request whose ``scope`` this is: whether a body-framing 400
@@ -505,5 +530,6 @@ if HttpToolsProtocol is not None:
             log.warning("request headers not complete within %g s: answered 408", self.header_timeout_s)
             self.refused("header_timeout")
             msg = f"Request headers not complete within {self.header_timeout_s:g} s (HERALD_HEADER_TIMEOUT_S)."
-            self.transport.write(layer_answer(408, msg, self.server_state.default_headers))
+            openai = self._target_path() in OPENAI_PATHS  # as far as the request target came
+            self.transport.write(layer_answer(408, msg, self.server_state.default_headers, openai=openai))
             self.transport.close()
