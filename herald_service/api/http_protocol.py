@@ -15,7 +15,6 @@ import json
 import logging
 import uuid
 from typing import Any, Callable
-
 from urllib.parse import unquote, urlsplit
 
 from uvicorn.config import Config
@@ -133,13 +132,12 @@ def layer_answer(status: int, message: str, default_headers: list[tuple[bytes, b
             a malformed request to /v1/moderations was the one 400 there an OpenAI client read ``code`` None from).
     """
     error_type = LAYER_ERROR_TYPES[status]
-    body: dict[str, Any] = {"type": error_type, "message": message}
+    error: dict[str, Any] = {"type": error_type, "message": message}
     if openai:
-        body = {**body, "param": None, "code": error_type}
+        error = {**error, "param": None, "code": error_type}
         if status == 400:
-            body["type"] = "invalid_request_error"
-    error = {"error": body}
-    body = json.dumps(error, separators=(",", ":")).encode("ascii")  # compact, as the routes' JSONResponse writes it
+            error["type"] = "invalid_request_error"
+    body = json.dumps({"error": error}, separators=(",", ":")).encode("ascii")  # compact, as the routes' JSONResponse writes it
     head = [STATUS_LINE[status], *(b"%s: %s\r\n" % (name, value) for name, value in default_headers),
             b"content-type: application/json\r\n", b"x-request-id: %s\r\n" % uuid.uuid4().hex.encode("ascii")]
     if retry_after_s is not None:
