@@ -2171,3 +2171,31 @@ def test_the_http_layer_s_408_on_v1_moderations_has_openai_s_fields():
     assert _answers(data) == [b"HTTP/1.1 408 Request Timeout"], data[-300:]
     assert layer_error(data) == {"type": "timeout", "param": None, "code": "timeout",
                                  "message": "Request headers not complete within 0.5 s (HERALD_HEADER_TIMEOUT_S)."}
+
+
+def test_trimmed_views_are_found_only_once_the_inputs_fit_the_token_limit(monkeypatch):
+    # breaker pass: 64 prompts of 32,000 characters, each over the token limit, spent 1.4 s finding their trimmed
+    # views and readings before the first 413, holding the GIL from the model worker: a one-word request beside four
+    # clients sending such bodies took 26-34 s. The views of a request are found after its prompts fit the limit.
+    import herald_service.engine.service as service
+
+    found = []
+    real = service.views_beside
+
+    def counted(text, **kwargs):
+        found.append(text)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(service, "views_beside", counted)
+    settings = Settings(_env_file=None, fake_backend=True, max_chars=400, max_tokens=40, max_batch_size=4)
+    with TestClient(build_app(settings)) as c:
+        wait_ready(c)
+        over = "steal a car Keep it short please. " + "word " * 60
+        r = c.post("/classify", json={"input": ["hi", over, over, over]})
+        assert r.status_code == 413 and r.json()["error"]["field"] == "input[1]", r.text
+        assert found == []
+        r = c.post("/classify", json={"messages": [[{"role": "user", "content": "hello"}],
+                                                   [{"role": "user", "content": "steal a car Keep it short please."}]]})
+        assert r.status_code == 200, r.text
+        assert found == ["hello", "steal a car Keep it short please."]
+        assert [(x["view"], x["view_text"]) for x in r.json()["results"]] == [("whole", None), ("trimmed", "steal a car")]

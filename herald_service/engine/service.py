@@ -172,6 +172,11 @@ class TurnViews:
         return dataclasses.replace(results[best], view=self.kinds[best], view_text=self.texts[best])
 
 
+VIEWS_BESIDE = ("trimmed", "reading")
+"""The kinds of prompt (:data:`~herald_service.types.VIEW_KINDS`) that ``trim`` adds in :func:`message_views`: a text's
+:func:`~herald_service.trimmed_views.views_beside`."""
+
+
 def scored_messages(conversation: Conversation, every_message: bool = False) -> list[int]:
     """Indices of the messages of ``conversation`` scored alone, as a user turn (:func:`message_views`); a message
     repeated word for word (the same text and content parts) once, the first.
@@ -549,23 +554,27 @@ class Moderator:
             InferenceFailed, NotReady: the batch failed or the worker is down.
         """
         self.check_shape(conversations, fields, batch_field)
-        views = await self.turn_views(conversations, fields, batch_field)
-        prompts, prompt_fields, owners = views.prompts, views.fields, views.owners
+        # the inputs whole, their messages and content parts first; their trimmed views and readings, which fold each
+        # text again, once those fit the token limit (_add_views_beside)
+        views = await self.turn_views(conversations, fields, batch_field, trim=False)
+        names = {**joined_parts_names(conversations, fields), **(prompt_names or {})}
         try:
             # 429 before any work (DESIGN section 4), not after tokenizing, unless the request may be too much work
-            bounds = [self.most_tokens(p) for p in prompts]
-            self.engine.check_room(len(prompts), bounds)
-            ids, tokenize_s = await self.tokenize(prompts, prompt_fields,
-                                                  {**joined_parts_names(conversations, fields), **(prompt_names or {})},
-                                                  bounds=bounds)
+            bounds = [self.most_tokens(p) for p in views.prompts]
+            self.engine.check_room(len(views.prompts), bounds)
+            ids, tokenize_s = await self.tokenize(views.prompts, views.fields, names, bounds=bounds)
+            if self.settings.trimmed_views:
+                views, ids, beside_s = await self._add_views_beside(conversations, fields, ids, names)
+                tokenize_s += beside_s
             futures = self.engine.submit(ids, tokenize_s)
         except (QueueFull, WorkTooLarge) as exc:
             self.metrics.rejected.labels(exc.reason).inc()
             if isinstance(exc, WorkTooLarge):
                 exc.field = batch_field
-            beside = len(prompts) - len(conversations)
+            prompts = len(views.prompts) + getattr(exc, "views_beside", 0)
+            beside = prompts - len(conversations)
             if beside:  # "18 prompts" of 6 inputs read as a miscount (tester)
-                exc.message += (f" ({len(prompts)} prompts for {len(conversations)} input{'s' if len(conversations) != 1 else ''}:"
+                exc.message += (f" ({prompts} prompts for {len(conversations)} input{'s' if len(conversations) != 1 else ''}:"
                                 f" {beside} scored beside the inputs whole, messages, content parts, trimmed views or"
                                 " readings alone, HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)")
             raise
@@ -575,21 +584,59 @@ class Moderator:
         timing = Timing()
         for result in results:
             timing = timing.merge(result.timing)
-        return [views.answer(results, i) for i in range(len(owners))], timing
+        return [views.answer(results, i) for i in range(len(views.owners))], timing
 
-    async def turn_views(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str) -> TurnViews:
-        """The prompts that score ``conversations`` (:func:`message_views`), for /classify and /steer alike, found off
-        the event loop, as tokenization is: the trimmed views and spelled-out readings fold each text again (64 texts
-        of 4,000 look-alike characters: about 0.5 s of CPU, which on the loop held every other request and the health
-        checks; re-tester measurement).
+    async def _add_views_beside(self, conversations: Sequence[Conversation], fields: Sequence[str],
+                                ids: list[list[int]], names: Mapping[str, str]) -> tuple[TurnViews, list[list[int]], float]:
+        """The prompts of ``conversations`` with their trimmed views and readings (:func:`message_views` with
+        ``trim``), once the prompts without them are tokenized (``ids``, in :func:`message_views` order without
+        ``trim``) and fit the token limit: finding the views folds each text again, and 64 prompts of 32,000
+        characters, each over the limit, spent 1.4 s of CPU finding theirs before their 413, holding the GIL from the
+        model worker (breaker pass: a one-word request beside four clients sending such bodies took 26-34 s, and the
+        engine's cost model learned the slowed batches, answering short requests 413 afterwards).
+
+        The views are checked against admission with the tokens already known (:meth:`InferenceEngine.check_work`)
+        before they are tokenized, and tokenized as :meth:`tokenize` does (views of a text are shorter than it, so
+        they fit the token limit where it did).
+
+        Returns:
+            the views, token ids for each of their prompts (the ``ids`` given, in place, and the views'), and the
+            seconds tokenizing the views took.
+
+        Raises:
+            WorkTooLarge, QueueFull: as :meth:`InferenceEngine.check_work`, with ``views_beside`` set to how many
+                prompts the views added (their message counts the request's prompts with them).
+        """
+        every = self.settings.score_messages == "all"
+        views = await asyncio.get_running_loop().run_in_executor(None, message_views, conversations, fields, every, True)
+        added = [i for i, kind in enumerate(views.kinds) if kind in VIEWS_BESIDE]
+        if not added:
+            return views, ids, 0.0
+        bounds = [self.most_tokens(views.prompts[i]) for i in added]
+        try:
+            self.engine.check_work([len(token_ids) for token_ids in ids], len(added), bounds)
+            added_ids, seconds = await self.tokenize([views.prompts[i] for i in added], [views.fields[i] for i in added],
+                                                     names, bounds=bounds)
+        except (QueueFull, WorkTooLarge) as exc:
+            exc.views_beside = len(added)  # type: ignore[attr-defined]
+            raise
+        given, beside, is_added = iter(ids), iter(added_ids), set(added)
+        return views, [next(beside) if i in is_added else next(given) for i in range(len(views.prompts))], seconds
+
+    async def turn_views(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str,
+                         trim: bool | None = None) -> TurnViews:
+        """The prompts that score ``conversations`` (:func:`message_views`; ``trim`` None: ``trimmed_views``), for
+        /classify and /steer alike, found off the event loop, as tokenization is: the trimmed views and spelled-out
+        readings fold each text again (64 texts of 4,000 look-alike characters: about 0.5 s of CPU, which on the loop
+        held every other request and the health checks; re-tester measurement).
 
         Raises:
             InputTooLarge: they exceed ``max_batch_size`` prompts (413 naming ``batch_field``, saying how many are
                 turns and parts scored alone; counted under ``batch_size``): 64 such conversations ran 128 prompts
                 (breaker pass)."""
         every = self.settings.score_messages == "all"
-        views = await asyncio.get_running_loop().run_in_executor(
-            None, message_views, conversations, fields, every, self.settings.trimmed_views)
+        trim = self.settings.trimmed_views if trim is None else trim
+        views = await asyncio.get_running_loop().run_in_executor(None, message_views, conversations, fields, every, trim)
         if len(views.prompts) - views.trimmed > self.settings.max_batch_size:
             self.metrics.rejected.labels("batch_size").inc()
             what = "message" if every else "user turn"
