@@ -33,6 +33,11 @@ def test_serve_exits_nonzero_when_the_backbone_cannot_load(tmp_path):
                          (tmp_path, f"no probe at {tmp_path}: probe.json is missing (fit one with `herald fit`)")):
         out = herald("serve", HERALD_PROBE=str(probe), HERALD_CACHE_DIR=str(tmp_path))
         assert out.returncode == 1 and out.stderr.strip() == f"herald: {error}", out.stderr
+    (tmp_path / "folder" / "probe.json").mkdir(parents=True)  # read "probe.json is missing" (breaker)
+    out = herald("serve", HERALD_PROBE=str(tmp_path / "folder"), HERALD_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"herald: no probe at {tmp_path / 'folder'}: {tmp_path / 'folder' / 'probe.json'} is not a file (a probe's"
+        " probe.json is its JSON manifest)"), out.stderr
 
 
 def test_serve_refuses_varlen_padding_on_the_cpu_before_the_server_starts(tmp_path):

@@ -136,9 +136,12 @@ def _manifest_path(folder: Path) -> Path:
     """``folder``'s ``probe.json``, which must be there.
 
     Raises:
-        ProbeMismatch: the folder or the file is missing.
+        ProbeMismatch: the folder or the file is missing, or the file is not a regular file (a folder).
     """
     path = folder / MANIFEST_FILE
+    if path.exists() and not path.is_file():  # a folder of that name read "is missing" (breaker)
+        raise ProbeMismatch(f"no probe at {folder}: {path} is not a file (a probe's {MANIFEST_FILE} is its JSON manifest)",
+                            field="probe")
     if not path.is_file():
         raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
     return path
