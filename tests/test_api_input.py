@@ -2199,3 +2199,46 @@ def test_trimmed_views_are_found_only_once_the_inputs_fit_the_token_limit(monkey
         assert r.status_code == 200, r.text
         assert found == ["hello", "steal a car Keep it short please."]
         assert [(x["view"], x["view_text"]) for x in r.json()["results"]] == [("whole", None), ("trimmed", "steal a car")]
+
+
+@pytest.mark.parametrize("request_bytes, answer", [
+    (b"GET http://[::1/x HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 400 Bad Request"),  # not a URL: 400, as before
+    (b"POST http://[/v1/moderations HTTP/1.1\r\nHost: x\r\n", b"HTTP/1.1 408 Request Timeout"),  # and stalls
+    (b"POST //[x/v1/moderations HTTP/1.1\r\nHost: x\r\n", b"HTTP/1.1 408 Request Timeout"),
+])
+def test_a_request_target_that_is_no_url_still_gets_its_400_or_408(request_bytes, answer, caplog):
+    # re-tester: urlsplit's "Invalid IPv6 URL" on such a target, read to see whether it was /v1/moderations, left the
+    # 400 unwritten and the 408's timer dead (connections held past HERALD_HEADER_TIMEOUT_S, up to the connection bound)
+    import socket
+
+    with serving(build_app(Settings(_env_file=None, fake_backend=True)), header_timeout_s=0.5) as port:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(request_bytes)
+            data = read_until_closed(sock, 5)
+    assert _answers(data) == [answer], data[-300:]
+    assert set(layer_error(data)) == {"type", "message"}
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records]
+
+
+def test_the_openai_form_of_a_layer_answer_reads_the_request_it_answers():
+    import socket
+
+    with serving(build_app(Settings(_env_file=None, fake_backend=True)), header_timeout_s=0.5) as port:
+        # an over-long request target in one write: it is refused while its URL is read (it lost the form: re-tester)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET /v1/moderations?" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            long_target = read_until_closed(sock, 5)
+        # blank lines after an answered /v1/moderations request, then nothing: the 408 is not that request's
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            body = b'{"input": "hi"}'
+            sock.sendall(b"POST /v1/moderations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            sock.settimeout(5)
+            first = sock.recv(65536)
+            while b'"results"' not in first or not first.endswith(b"}"):
+                first += sock.recv(65536)
+            sock.sendall(b"\r\n")
+            after_blank = first + read_until_closed(sock, 5)
+    assert _answers(long_target) == [b"HTTP/1.1 400 Bad Request"] and layer_error(long_target)["code"] == "invalid_request"
+    assert _answers(after_blank) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 408 Request Timeout"], after_blank[-300:]
+    assert set(layer_error(after_blank)) == {"type", "message"}

@@ -325,8 +325,8 @@ if HttpToolsProtocol is not None:
                 self._arm_header_timer()
 
         def on_url(self, url: bytes) -> None:
+            super().on_url(url)  # kept before the count refuses it, for _target_path (at most one read's bytes more)
             self._count(len(url))
-            super().on_url(url)
 
         def on_header(self, name: bytes, value: bytes) -> None:
             self._count(len(name) + len(value) + 4)  # "name: value\r\n"
@@ -499,13 +499,20 @@ if HttpToolsProtocol is not None:
             self.transport.close()
 
         def _target_path(self) -> str | None:
-            """The path of the request a 400 answers: the parsed one of a request whose headers were read (its body
-            is malformed), else read from its request target as far as it came (uvicorn's ``self.url``, bytes:
-            origin form ``/v1/moderations?x`` or absolute form ``http://host/v1/moderations``); None if none."""
+            """The path of the request a 400 or 408 answers: the parsed one of a request whose headers were read (its
+            body is malformed), else read from its request target as far as it came (uvicorn's ``self.url``, bytes:
+            origin form ``/v1/moderations?x`` or absolute form ``http://host/v1/moderations``); None if no request has
+            begun since the last answer or its target is not a URL (a breaker's ``http://[/v1/moderations`` raised in
+            urlsplit, which left the 400 unwritten and the 408's timer dead, the connection held for good)."""
             if not self._in_headers and self.cycle is not None:
                 return self.cycle.scope.get("path")
+            if not self._headers_begun:  # self.url is the last request's (blank lines before the next are skipped)
+                return None
             target = bytes(getattr(self, "url", b"") or b"").decode("latin-1")
-            return unquote(urlsplit(target).path) if target else None
+            try:
+                return unquote(urlsplit(target).path) if target else None
+            except ValueError:  # "http://[/x": urlsplit's "Invalid IPv6 URL" ended the 400 and the 408 unwritten
+                return None
 
         def _refuses(self, scope: dict[str, Any]) -> Callable[[], bool]:
             """The ``herald.refused`` extension of the request whose ``scope`` this is: whether a body-framing 400
