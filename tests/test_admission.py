@@ -863,6 +863,17 @@ def test_a_413_counts_the_views_scored_beside_the_inputs(runtime):
         assert big.json()["error"]["message"].endswith(
             " (6 prompts for 3 inputs: 3 scored beside the inputs whole, messages, content parts, trimmed views or readings alone,"
             " HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)"), big.text
+    # refused on the inputs' own prompts, before the views are looked for (two prompts of 18,000 characters: the
+    # first is tokenized alone and already over the limit): the message says they are not counted (re-tester:
+    # "(8 prompts, ...)" read as the request's count where its views would have doubled it)
+    with slow_app(runtime, slow, request_timeout_s=1.0, max_chars=32_000, max_tokens=8_000) as client:
+        wait_ready(client)
+        bigger = client.post("/classify", json={"input": [prompt_of(6000) + " Keep it short. Be nice."] * 2})
+        assert bigger.status_code == 413, bigger.text
+        message = bigger.json()["error"]["message"]
+        assert "(2 prompts" in message and message.endswith(
+            " (not counting trimmed views or readings, HERALD_TRIMMED_VIEWS: they are found once a request's prompts"
+            " fit the token limit, and add to its work)"), message
 
 
 def test_a_request_whose_first_prompts_already_exceed_the_limit_is_refused_before_the_rest_is_tokenized(runtime, monkeypatch):

@@ -558,12 +558,14 @@ class Moderator:
         # text again, once those fit the token limit (_add_views_beside)
         views = await self.turn_views(conversations, fields, batch_field, trim=False)
         names = {**joined_parts_names(conversations, fields), **(prompt_names or {})}
+        views_found = not self.settings.trimmed_views
         try:
             # 429 before any work (DESIGN section 4), not after tokenizing, unless the request may be too much work
             bounds = [self.most_tokens(p) for p in views.prompts]
             self.engine.check_room(len(views.prompts), bounds)
             ids, tokenize_s = await self.tokenize(views.prompts, views.fields, names, bounds=bounds)
             if self.settings.trimmed_views:
+                views_found = True  # counted from here (its refusals carry views_beside)
                 views, ids, beside_s = await self._add_views_beside(conversations, fields, ids, names)
                 tokenize_s += beside_s
             futures = self.engine.submit(ids, tokenize_s)
@@ -573,10 +575,14 @@ class Moderator:
                 exc.field = batch_field
             prompts = len(views.prompts) + getattr(exc, "views_beside", 0)
             beside = prompts - len(conversations)
+            inputs = f"{len(conversations)} input{'s' if len(conversations) != 1 else ''}"
             if beside:  # "18 prompts" of 6 inputs read as a miscount (tester)
-                exc.message += (f" ({prompts} prompts for {len(conversations)} input{'s' if len(conversations) != 1 else ''}:"
-                                f" {beside} scored beside the inputs whole, messages, content parts, trimmed views or"
-                                " readings alone, HERALD_SCORE_MESSAGES and HERALD_TRIMMED_VIEWS)")
+                exc.message += (f" ({prompts} prompts for {inputs}: {beside} scored beside the inputs whole, messages,"
+                                " content parts, trimmed views or readings alone, HERALD_SCORE_MESSAGES and"
+                                " HERALD_TRIMMED_VIEWS)")
+            if not views_found:  # refused before the views were looked for: they are in no count (re-tester)
+                exc.message += (" (not counting trimmed views or readings, HERALD_TRIMMED_VIEWS: they are found once a"
+                                " request's prompts fit the token limit, and add to its work)")
             raise
         self._observe_tokens(ids)
         self._count_views(views.kinds + ["content_part"] * part_inputs)
