@@ -1777,9 +1777,12 @@ def test_eval_names_a_missing_test_data_file_or_probe_before_it_refuses_an_exist
     (tmp_path / "empty").mkdir()
     (tmp_path / "holder").mkdir()
     (tmp_path / "holder" / "probe.json").write_text("{}")
+    (tmp_path / "odd" / "probe.json").mkdir(parents=True)  # read "probe.json is missing" (re-tester)
     missing = unloadable_backbone(tmp_path)
     for args, error in (
             (("--test-data", str(tmp_path / "nonexist.jsonl")), f"{tmp_path / 'nonexist.jsonl'} does not exist (--test-data)"),
+            (("--probe", str(tmp_path / "odd")), f"no probe at {tmp_path / 'odd'}: {tmp_path / 'odd' / 'probe.json'} is not"
+                                                 " a file (a probe's probe.json is its JSON manifest; --probe)"),
             (("--probe", str(tmp_path / "nope")), f"probe folder {tmp_path / 'nope'} does not exist (--probe)"),
             (("--probe", str(tmp_path / "empty")),
              f"no probe at {tmp_path / 'empty'}: probe.json is missing (--probe; fit one with `herald fit`)"),

@@ -204,14 +204,19 @@ def check_probe_folder(probe: Path | None) -> None:
 
     Raises:
         ProbeMismatch: a path that does not exist or is a file (:func:`~herald_service.probes.folder.require_probe_folder`,
-            as ``herald serve`` checks its probe); ValueError: a folder without ``probe.json``, naming ``--probe``.
+            as ``herald serve`` checks its probe); ValueError: a folder without ``probe.json``, or whose ``probe.json``
+            is not a file, naming ``--probe``.
     """
     from herald_service.probes.folder import MANIFEST_FILE, require_probe_folder
 
     if probe is None:
         return
     require_probe_folder(probe, "--probe")
-    if not (probe / MANIFEST_FILE).is_file():
+    manifest = probe / MANIFEST_FILE
+    if manifest.exists() and not manifest.is_file():  # read "is missing" (re-tester), as the probe loader did
+        raise ValueError(f"no probe at {probe}: {manifest} is not a file (a probe's {MANIFEST_FILE} is its JSON"
+                         " manifest; --probe)")
+    if not manifest.is_file():
         raise ValueError(f"no probe at {probe}: {MANIFEST_FILE} is missing (--probe; fit one with `herald fit`)")
 
 
