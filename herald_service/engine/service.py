@@ -580,7 +580,8 @@ class Moderator:
                 exc.message += (f" ({prompts} prompts for {inputs}: {beside} scored beside the inputs whole, messages,"
                                 " content parts, trimmed views or readings alone, HERALD_SCORE_MESSAGES and"
                                 " HERALD_TRIMMED_VIEWS)")
-            if not views_found:  # refused before the views were looked for: they are in no count (re-tester)
+            if not views_found and isinstance(exc, WorkTooLarge):  # refused before the views were looked for: they
+                # are in none of the 413's counts, which tell the client how much less to send (re-tester)
                 exc.message += (" (not counting trimmed views or readings, HERALD_TRIMMED_VIEWS: they are found once a"
                                 " request's prompts fit the token limit, and add to its work)")
             raise
