@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from benchmarks.common import exit_on_sigterm, head_commit, post_load, require_bench_extra
 
@@ -117,6 +118,22 @@ def export(ref: str, into: Path) -> Path:
     archive = subprocess.run(["git", "archive", ref, "herald_service"], cwd=REPO, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
+
+
+def each_build(before: str | None, start: Callable[[str, Path], Any]) -> Iterator[Any]:
+    """The servers of a before/after benchmark, one at a time (the other must not share the CPU with the one
+    measured): ``start("before", <herald_service/ exported at before>)`` if ``before`` is given, then
+    ``start("after", REPO)``; each yielded once ready (its ``wait_ready()``) and stopped (``stop()``) when the loop
+    moves on or leaves."""
+    with tempfile.TemporaryDirectory(prefix="herald-before-") as tmp:
+        sources = ([("before", export(before, Path(tmp)))] if before else []) + [("after", REPO)]
+        for name, source in sources:
+            server = start(name, source)
+            try:
+                server.wait_ready()
+                yield server
+            finally:
+                server.stop()
 
 
 def working_tree() -> str:

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.common import RESULTS, exit_on_sigterm, print_table, require_bench_extra
-from benchmarks.host_cost import REPO, Build, export, working_tree
+from benchmarks.host_cost import Build, each_build, working_tree
 
 
 def _parts(text: object) -> bytes:
@@ -125,15 +124,8 @@ def main() -> None:
     require_bench_extra()
     rows: list[dict] = []
     raw: dict = {}
-    with tempfile.TemporaryDirectory(prefix="herald-before-") as tmp:
-        sources = ([("before", export(args.before, Path(tmp)))] if args.before else []) + [("after", REPO)]
-        for name, source in sources:  # one at a time: the other must not share the CPU with the one measured
-            build = Build(name, source)
-            try:
-                build.wait_ready()
-                run(build, args.rounds, rows, raw)
-            finally:
-                build.stop()
+    for build in each_build(args.before, Build):
+        run(build, args.rounds, rows, raw)
     if args.before:
         by = {(r["build"], r["body"]): r for r in rows}
         for name in BODIES:

@@ -33,14 +33,13 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 from benchmarks.common import RESULTS, exit_on_sigterm, print_table, require_bench_extra
-from benchmarks.host_cost import REPO, export, working_tree
+from benchmarks.host_cost import REPO, each_build, working_tree
 
 ATTACKERS = 4
 ALONE_S = 10.0
@@ -159,15 +158,8 @@ def main() -> None:
     require_bench_extra()
     body = refused_body()
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="herald-before-") as tmp:
-        sources = ([("before", export(args.before, Path(tmp)))] if args.before else []) + [("after", REPO)]
-        for name, source in sources:  # one at a time: the other must not share the CPU with the one measured
-            server = Server(name, source)
-            try:
-                server.wait_ready()
-                rows.append(run(server, body))
-            finally:
-                server.stop()
+    for server in each_build(args.before, Server):
+        rows.append(run(server, body))
     if args.before and rows[0]["victim_flood_p50_s"] and rows[1]["victim_flood_p50_s"]:
         rows[1]["flood_p50_after_over_before"] = round(rows[1]["victim_flood_p50_s"] / rows[0]["victim_flood_p50_s"], 3)
     payload = {
