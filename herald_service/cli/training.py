@@ -204,20 +204,15 @@ def check_probe_folder(probe: Path | None) -> None:
 
     Raises:
         ProbeMismatch: a path that does not exist or is a file (:func:`~herald_service.probes.folder.require_probe_folder`,
-            as ``herald serve`` checks its probe); ValueError: a folder without ``probe.json``, or whose ``probe.json``
-            is not a file, naming ``--probe``.
+            as ``herald serve`` checks its probe), or a folder without ``probe.json`` as a file
+            (:func:`~herald_service.probes.folder.manifest_path`, as the probe loader checks it), naming ``--probe``.
     """
-    from herald_service.probes.folder import MANIFEST_FILE, require_probe_folder
+    from herald_service.probes.folder import manifest_path, require_probe_folder
 
     if probe is None:
         return
     require_probe_folder(probe, "--probe")
-    manifest = probe / MANIFEST_FILE
-    if manifest.exists() and not manifest.is_file():  # read "is missing" (re-tester), as the probe loader did
-        raise ValueError(f"no probe at {probe}: {manifest} is not a file (a probe's {MANIFEST_FILE} is its JSON"
-                         " manifest; --probe)")
-    if not manifest.is_file():
-        raise ValueError(f"no probe at {probe}: {MANIFEST_FILE} is missing (--probe; fit one with `herald fit`)")
+    manifest_path(probe, "--probe")
 
 
 def warn_of_the_thread_setting(options: BaseModel, command: str, threads: int) -> None:

@@ -25,7 +25,7 @@ from herald_service import __version__
 from herald_service.errors import ProbeMismatch
 from herald_service.out_path import write_bytes_atomically, write_text_atomically
 from herald_service.probes.directions import LayerDirections
-from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE, ProbeAlreadyThere, probe_folder_lock
+from herald_service.probes.folder import MANIFEST_FILE, TENSORS_FILE, ProbeAlreadyThere, manifest_path, probe_folder_lock
 from herald_service.probes.features import FEATURE_SET, FEATURE_SETS, FeatureStats
 from herald_service.probes.probe import FittedProbe
 from herald_service.probes.scorer import TrajectoryScorer
@@ -132,21 +132,6 @@ def _write_manifest(probe: FittedProbe, folder: Path, manifest: dict[str, Any], 
     write_text_atomically(folder / MANIFEST_FILE, json.dumps(full, indent=2, sort_keys=False) + "\n")
 
 
-def _manifest_path(folder: Path) -> Path:
-    """``folder``'s ``probe.json``, which must be there.
-
-    Raises:
-        ProbeMismatch: the folder or the file is missing, or the file is not a regular file (a folder).
-    """
-    path = folder / MANIFEST_FILE
-    if path.exists() and not path.is_file():  # a folder of that name read "is missing" (breaker)
-        raise ProbeMismatch(f"no probe at {folder}: {path} is not a file (a probe's {MANIFEST_FILE} is its JSON manifest)",
-                            field="probe")
-    if not path.is_file():
-        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing (fit one with `herald fit`)", field="probe")
-    return path
-
-
 def read_manifest(folder: Path, data: bytes | None = None) -> dict[str, Any]:
     """Parse ``probe.json`` (``data``: its bytes, already read).
 
@@ -155,7 +140,7 @@ def read_manifest(folder: Path, data: bytes | None = None) -> dict[str, Any]:
             is not a JSON object. ``herald fit`` writes none of these, so the message says the file is corrupt or
             hand-edited and names the field.
     """
-    path = folder / MANIFEST_FILE if data is not None else _manifest_path(folder)
+    path = folder / MANIFEST_FILE if data is not None else manifest_path(folder)
     corrupt = f"probe file {path} is corrupt or hand-edited"
     try:
         manifest = loads_unique(path.read_bytes() if data is None else data, check_numbers=True)
@@ -505,10 +490,10 @@ def load_probe_files(folder: Path, info: BackboneInfo | None = None) -> LoadedPr
             (:func:`check_tensors`) or scores (:func:`_check_scores`), an unknown feature set, or a backbone mismatch.
             A manifest without ``tensors_sha256`` (written before the field) loads with a warning logged.
     """
-    manifest_path = _manifest_path(folder)
-    manifest_bytes = _read_probe_file(manifest_path)
+    manifest_file = manifest_path(folder)
+    manifest_bytes = _read_probe_file(manifest_file)
     manifest = read_manifest(folder, manifest_bytes)
-    feature_set = check_manifest(manifest, manifest_path)
+    feature_set = check_manifest(manifest, manifest_file)
     if info is not None:
         check_compatible(manifest, info)
     path = folder / TENSORS_FILE

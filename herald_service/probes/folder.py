@@ -34,6 +34,24 @@ def require_probe_folder(folder: Path, option: str) -> None:
                             field="probe")
 
 
+def manifest_path(folder: Path, option: str | None = None) -> Path:
+    """``folder``'s ``probe.json``, which must be a file there; ``option`` (``--probe``) names the setting that gave the
+    folder, where the message should (the probe loader's has none).
+
+    Raises:
+        ProbeMismatch: the file is missing, or is not a regular file (a folder of that name read "is missing":
+            breaker and re-tester).
+    """
+    path = folder / MANIFEST_FILE
+    if path.exists() and not path.is_file():
+        raise ProbeMismatch(f"no probe at {folder}: {path} is not a file (a probe's {MANIFEST_FILE} is its JSON manifest"
+                            f"{'; ' + option if option else ''})", field="probe")
+    if not path.is_file():
+        raise ProbeMismatch(f"no probe at {folder}: {MANIFEST_FILE} is missing ({option + '; ' if option else ''}fit one"
+                            " with `herald fit`)", field="probe")
+    return path
+
+
 class ProbeFolderBusy(Exception):
     """Another process holds the probe folder's lock (:func:`probe_folder_lock` with ``wait`` off)."""
 
