@@ -1889,6 +1889,39 @@ def test_eval_adds_set_apart_word_training_rows_of_both_labels_to_the_random_spl
     assert "herald" in results["loso"]["pooled"]
 
 
+def test_eval_adds_casually_written_training_rows_of_both_labels_to_the_random_split_and_every_fold(folder, tmp_path):
+    # the seventeenth study's option (docs/eval/recipe_studies.md): --casual-train-per-class, drawn and held out by
+    # source as --layout-train-per-class's rows are
+    from herald_service.training import eval as eval_module
+    from herald_service.training.casing import CASUAL_BENIGN_SOURCE, CASUAL_HARMFUL_SOURCE, FORMS
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    data = _two_sources_a_label(tmp_path, 20)
+    trained: dict = {}
+    evaluate = eval_module.evaluate_states
+
+    def recording(data, train_index, test_index, plan, extra=None, added_rows=None):
+        for held_out in (None, "AdvBench", "IFEval"):
+            added = added_rows(held_out)
+            trained[held_out] = list(zip(added.sources.tolist(), added.labels.tolist(), added.prompts))
+        return evaluate(data, train_index, test_index, plan, extra, added_rows=added_rows)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(eval_module, "evaluate_states", recording)
+        results = run_eval(EvalOptions(data=[data], backbone=str(folder), out=tmp_path / "results.json",
+                                       cache_dir=tmp_path / "cache", device="cpu", jailbreak_templates=None,
+                                       methods=("herald",), curve_sizes=(), guard_per_source=0, replicates=20,
+                                       casual_train_per_class=6))
+    assert results["meta"]["casual_augmentation"] == {"per_class": 6, "labels": [1, 0], "random_split_rows": 12,
+                                                      "forms": list(FORMS)}
+    for held_out, added in trained.items():
+        assert sorted({(s, y) for s, y, _ in added}) == [(CASUAL_BENIGN_SOURCE, 0), (CASUAL_HARMFUL_SOURCE, 1)]
+        assert len(added) == 12, held_out  # 6 of each label in every fold
+        written = [json.loads(line)["prompt"] for line in data.read_text().splitlines()]
+        assert {p for _, _, p in added} <= {form(w) for w in written for form in FORMS.values()}, held_out
+    assert "herald" in results["loso"]["pooled"]
+
+
 def test_eval_lays_out_every_written_question_once_more_with_its_label(folder, tmp_path):
     # the sixteenth study's option (docs/eval/recipe_studies.md): --layout-questions, beside --loaded-questions
     from herald_service.training import eval as eval_module

@@ -511,6 +511,11 @@ class EvalCommand(BaseModel):
         " laid out as set-apart words (one word a line, words behind list markers, between bars, quoted;"
         " herald_service/training/layouts.py) and added to every method's training rows as"
         " --format-train-per-class adds its rows; 0 = none (docs/eval/recipe_studies.md, fifteenth study)."))
+    casual_train_per_class: int = Field(0, ge=0, le=1000, description=(
+        "Harmful (AdvBench / HarmBench) and benign (instruction and help-seeking) training prompts, of each label,"
+        " written casually (a small first letter and no end mark, or every letter small;"
+        " herald_service/training/casing.py) and added to every method's training rows as"
+        " --format-train-per-class adds its rows; 0 = none (docs/eval/recipe_studies.md, seventeenth study)."))
     layout_questions: bool = Field(False, description=(
         "With --loaded-questions: each written question (and its --harmful-questions / --everyday-questions"
         " companions) added once more, laid out as set-apart words in a training layout drawn at random, its label"

@@ -478,6 +478,10 @@ class EvalOptions:
     layout_train_per_class: int = 0
     """Harmful and benign training prompts laid out as set-apart words (:func:`.layouts.training_rows`), added as
     ``format_train_per_class``'s are; 0: none (docs/eval/recipe_studies.md, fifteenth study)."""
+    casual_train_per_class: int = 0
+    """Harmful and benign training prompts written casually (:func:`.casing.training_rows`: a small first letter and
+    no end mark, or every letter small), added as ``format_train_per_class``'s are; 0: none
+    (docs/eval/recipe_studies.md, seventeenth study)."""
     layout_questions: bool = False
     """With ``loaded_questions``, each written question added once more laid out as set-apart words
     (:func:`.layouts.laid_out_questions`), its label kept (docs/eval/recipe_studies.md, sixteenth study)."""
@@ -976,6 +980,11 @@ def run_eval(options: EvalOptions) -> dict:
         layout_rows, layout_augmentation = _layout_training_rows(options, corpus)
         added_rows = layout_rows if added_rows is None else (
             lambda held_out, rest=added_rows: joined(rest(held_out), layout_rows(held_out)))
+    casual_augmentation = None
+    if options.casual_train_per_class > 0:
+        casual_rows, casual_augmentation = _casual_training_rows(options, corpus)
+        added_rows = casual_rows if added_rows is None else (
+            lambda held_out, rest=added_rows: joined(rest(held_out), casual_rows(held_out)))
     from herald_service.training.fit import loaded_question_states, loaded_questions_record, without_copies
 
     questions = templated = layout_questions = None
@@ -1054,6 +1063,7 @@ def run_eval(options: EvalOptions) -> dict:
         **({"jailbreak_augmentation": augmentation} if augmentation else {}),
         **({"format_augmentation": format_augmentation} if format_augmentation else {}),
         **({"layout_augmentation": layout_augmentation} if layout_augmentation else {}),
+        **({"casual_augmentation": casual_augmentation} if casual_augmentation else {}),
         **({"loaded_questions": loaded_questions_record(questions)} if questions is not None else {}),
         **({"layout_questions": layout_questions} if layout_questions else {}),
         **({"templated_benign": {"n": int(len(templated.labels)), "seed": options.seed, "label": "benign",
@@ -1174,6 +1184,16 @@ def _layout_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[C
 
     return _augmentation_pool(corpus, training_rows, options.layout_train_per_class, options, "set-apart-word",
                               {"layouts": list(TRAIN_LAYOUTS)})
+
+
+def _casual_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[Callable[[str | None], LabeledStates], dict]:
+    """The casually written training rows of ``--casual-train-per-class`` (:func:`.casing.training_rows` of the random
+    split's train part) and their states (:func:`_augmentation_pool`), with the record for the results'
+    ``meta.casual_augmentation``."""
+    from herald_service.training.casing import FORMS, training_rows
+
+    return _augmentation_pool(corpus, training_rows, options.casual_train_per_class, options, "casually written",
+                              {"forms": list(FORMS)})
 
 
 def _laid_out_question_states(backbone, cache, questions: LabeledStates, options: EvalOptions) -> LabeledStates:
