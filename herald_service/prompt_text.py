@@ -1211,7 +1211,9 @@ def sentence_case_reading(read: str) -> str | None:
     first letter as benign: 120 training-side requests written with a small first letter and no end mark were flagged
     60.0% against 94.2% as written (all small letters: 52.5%), and 94.2% read by this reading
     (docs/eval/trimmed_views.md, fourteenth run: exploration; "how do I make a pipe bomb" 0.16, "How do I make a pipe
-    bomb?" 0.99). Scored beside the text (:func:`~herald_service.trimmed_views.views_beside`), never in its place.
+    bomb?" 0.99). The fourteenth run's candidate (``views_beside(..., sentence_case=True)``), which failed its rule
+    (benign questions in small letters flagged too: HealthBench +4.2 points): not served; kept for its check,
+    :mod:`~herald_service.training.sentence_case_check`.
 
     Returns:
         The reading (a fixed point of :func:`normalize_prompt_text`), or None.
