@@ -1858,45 +1858,27 @@ def _two_sources_a_label(tmp_path, per_source: int):
     return data
 
 
-def test_eval_adds_set_apart_word_training_rows_of_both_labels_to_the_random_split_and_every_fold(folder, tmp_path):
-    # the fifteenth study's option (docs/eval/recipe_studies.md): --layout-train-per-class, drawn and held out by
-    # source as --format-train-per-class's rows are (which rows a fold may take: tests/test_layouts.py)
+@pytest.mark.parametrize("module, option, record", [
+    # the fifteenth study's option (docs/eval/recipe_studies.md): set-apart words (which rows a fold may take:
+    # tests/test_layouts.py)
+    ("layouts", "layout_train_per_class", ("layout_augmentation", "layouts", "TRAIN_LAYOUTS", "LAYOUT")),
+    # the seventeenth study's: casually written rows (tests/test_casing.py)
+    ("casing", "casual_train_per_class", ("casual_augmentation", "forms", "FORMS", "CASUAL")),
+])
+def test_eval_adds_dressed_training_rows_of_both_labels_to_the_random_split_and_every_fold(folder, tmp_path, module,
+                                                                                           option, record):
+    # drawn and held out by source as --format-train-per-class's rows are; each row a dressing of a training prompt
+    import importlib
+
     from herald_service.training import eval as eval_module
     from herald_service.training.eval import EvalOptions, run_eval
-    from herald_service.training.layouts import LAYOUT_BENIGN_SOURCE, LAYOUT_HARMFUL_SOURCE, TRAIN_LAYOUTS
 
+    key, described, dressings_name, prefix = record
+    dressing = importlib.import_module(f"herald_service.training.{module}")
+    dressings = getattr(dressing, dressings_name)
+    sources = [(getattr(dressing, f"{prefix}_BENIGN_SOURCE"), 0), (getattr(dressing, f"{prefix}_HARMFUL_SOURCE"), 1)]
     data = _two_sources_a_label(tmp_path, 20)
-    trained: dict = {}
-    evaluate = eval_module.evaluate_states
-
-    def recording(data, train_index, test_index, plan, extra=None, added_rows=None):
-        for held_out in (None, "AdvBench", "IFEval"):
-            added = added_rows(held_out)
-            trained[held_out] = list(zip(added.sources.tolist(), added.labels.tolist()))
-        return evaluate(data, train_index, test_index, plan, extra, added_rows=added_rows)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(eval_module, "evaluate_states", recording)
-        results = run_eval(EvalOptions(data=[data], backbone=str(folder), out=tmp_path / "results.json",
-                                       cache_dir=tmp_path / "cache", device="cpu", jailbreak_templates=None,
-                                       methods=("herald",), curve_sizes=(), guard_per_source=0, replicates=20,
-                                       layout_train_per_class=6))
-    assert results["meta"]["layout_augmentation"] == {"per_class": 6, "labels": [1, 0], "random_split_rows": 12,
-                                                      "layouts": list(TRAIN_LAYOUTS)}
-    for held_out, added in trained.items():
-        assert sorted(set(added)) == [(LAYOUT_BENIGN_SOURCE, 0), (LAYOUT_HARMFUL_SOURCE, 1)]
-        assert len(added) == 12, held_out  # 6 of each label in every fold
-    assert "herald" in results["loso"]["pooled"]
-
-
-def test_eval_adds_casually_written_training_rows_of_both_labels_to_the_random_split_and_every_fold(folder, tmp_path):
-    # the seventeenth study's option (docs/eval/recipe_studies.md): --casual-train-per-class, drawn and held out by
-    # source as --layout-train-per-class's rows are
-    from herald_service.training import eval as eval_module
-    from herald_service.training.casing import CASUAL_BENIGN_SOURCE, CASUAL_HARMFUL_SOURCE, FORMS
-    from herald_service.training.eval import EvalOptions, run_eval
-
-    data = _two_sources_a_label(tmp_path, 20)
+    written = [json.loads(line)["prompt"] for line in data.read_text().splitlines()]
     trained: dict = {}
     evaluate = eval_module.evaluate_states
 
@@ -1911,14 +1893,13 @@ def test_eval_adds_casually_written_training_rows_of_both_labels_to_the_random_s
         results = run_eval(EvalOptions(data=[data], backbone=str(folder), out=tmp_path / "results.json",
                                        cache_dir=tmp_path / "cache", device="cpu", jailbreak_templates=None,
                                        methods=("herald",), curve_sizes=(), guard_per_source=0, replicates=20,
-                                       casual_train_per_class=6))
-    assert results["meta"]["casual_augmentation"] == {"per_class": 6, "labels": [1, 0], "random_split_rows": 12,
-                                                      "forms": list(FORMS)}
+                                       **{option: 6}))
+    assert results["meta"][key] == {"per_class": 6, "labels": [1, 0], "random_split_rows": 12,
+                                    described: list(dressings)}
     for held_out, added in trained.items():
-        assert sorted({(s, y) for s, y, _ in added}) == [(CASUAL_BENIGN_SOURCE, 0), (CASUAL_HARMFUL_SOURCE, 1)]
+        assert sorted({(s, y) for s, y, _ in added}) == sources
         assert len(added) == 12, held_out  # 6 of each label in every fold
-        written = [json.loads(line)["prompt"] for line in data.read_text().splitlines()]
-        assert {p for _, _, p in added} <= {form(w) for w in written for form in FORMS.values()}, held_out
+        assert {p for _, _, p in added} <= {dress(w) for w in written for dress in dressings.values()}, held_out
     assert "herald" in results["loso"]["pooled"]
 
 

@@ -1,5 +1,6 @@
 """Training rows dressed from the training split's own prompts: the one sampler behind the format-instruction
-(:func:`.format_wrapped.training_rows`) and layout (:func:`.layouts.training_rows`) recipes of ``herald eval``.
+(:func:`.format_wrapped.training_rows`), layout (:func:`.layouts.training_rows`) and casual-writing
+(:func:`.casing.training_rows`) recipes of ``herald eval``, and the writer of their held-out sets.
 
 Each draws harmful requests half from each of :data:`~.attacks.REQUEST_SOURCES` and benign prompts from
 :data:`BENIGN_SOURCES`, so a leave-one-source-out fold still finds its rows when one source is held out
@@ -57,3 +58,44 @@ def augmentation_rows(train_rows: list[Example], per_class: int, seed: int, vari
             out.append(WrappedRow(Example(dress(e.prompt, index), label, sources[label], e.source, file), e.source,
                                   index, False, e.prompt))
     return [out[j] for j in rng.permutation(len(out))]
+
+
+def held_out_dressed_sets(examples: list[Example], dressings: dict[str, Callable[[str], str]], stem: str, kind: str,
+                          max_per_source: int | None = 150, seed: int = 0) -> dict[str, list[dict]]:
+    """``<stem>_harmful.jsonl`` and ``<stem>_benign.jsonl``: corpus-style rows (``prompt``, ``label``, ``source``) of
+    the format check's plain rows (:func:`.format_wrapped.format_sets`: held-out AdvBench / HarmBench requests and
+    benign instruction prompts the per-source cap leaves out) dressed in each of ``dressings`` in turn, the source
+    ``"<name> <kind>"`` (``"three_dash layout"``, ``"casual form"``)."""
+    from herald_service.training.format_wrapped import format_sets
+
+    sets = format_sets(examples, max_per_source, seed)
+    out = {}
+    for label in ("harmful", "benign"):
+        rows = [r["prompt"].strip() for r in sets[f"format_{label}_plain.jsonl"]]
+        out[f"{stem}_{label}.jsonl"] = [{"prompt": dress(p), "label": label, "source": f"{name} {kind}"}
+                                        for name, dress in dressings.items() for p in rows]
+    return out
+
+
+def write_held_out_sets(argv: list[str] | None, prog: str, description: str,
+                        make_sets: Callable[[list[Example], int | None, int], dict[str, list[dict]]]) -> int:
+    """The command line of a module that writes held-out sets for ``herald eval --test-data``: ``<data folder> <out
+    folder> [--seed 0] [--max-per-source 150]``; ``make_sets(examples, max_per_source, seed)`` gives each file's rows.
+    Prints each file written and its row count; returns the exit status."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from herald_service.training.corpus import expand_data, load_corpus
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("data", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-per-source", type=int, default=150)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, rows in make_sets(load_corpus(expand_data([args.data])), args.max_per_source, args.seed).items():
+        (args.out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        print(args.out / name, len(rows))
+    return 0

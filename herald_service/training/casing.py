@@ -17,14 +17,11 @@ instruction prompts the per-source cap leaves out) in each form of :data:`FORMS`
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-from pathlib import Path
 from typing import Callable
 
 from herald_service.training.attacks import WrappedRow
-from herald_service.training.augmentation import augmentation_rows
+from herald_service.training.augmentation import augmentation_rows, held_out_dressed_sets, write_held_out_sets
 from herald_service.training.corpus import Example
 
 END_MARKS = re.compile(r"[.?!]+$")
@@ -73,31 +70,11 @@ def held_out_casual_sets(examples: list[Example], max_per_source: int | None = 1
                          ) -> dict[str, list[dict]]:
     """``held_casual_harmful.jsonl`` and ``held_casual_benign.jsonl``: corpus-style rows (``prompt``, ``label``,
     ``source``) of the format check's plain rows in every form of :data:`FORMS`, the source ``"<form> form"``."""
-    from herald_service.training.format_wrapped import format_sets
-
-    sets = format_sets(examples, max_per_source, seed)
-    out = {}
-    for label in ("harmful", "benign"):
-        rows = [r["prompt"].strip() for r in sets[f"format_{label}_plain.jsonl"]]
-        out[f"held_casual_{label}.jsonl"] = [{"prompt": form(p), "label": label, "source": f"{name} form"}
-                                             for name, form in FORMS.items() for p in rows]
-    return out
+    return held_out_dressed_sets(examples, FORMS, "held_casual", "form", max_per_source, seed)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from herald_service.training.corpus import expand_data, load_corpus
-
-    parser = argparse.ArgumentParser(prog="python -m herald_service.training.casing", description=__doc__.split("\n\n")[0])
-    parser.add_argument("data", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-per-source", type=int, default=150)
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, rows in held_out_casual_sets(load_corpus(expand_data([args.data])), args.max_per_source, args.seed).items():
-        (args.out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        print(args.out / name, len(rows))
-    return 0
+    return write_held_out_sets(argv, "python -m herald_service.training.casing", __doc__.split("\n\n")[0], held_out_casual_sets)
 
 
 if __name__ == "__main__":
