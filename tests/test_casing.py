@@ -86,3 +86,20 @@ def test_the_seventeenth_studys_rule_reads_the_casual_sets_and_asks_ten_points_o
     assert not judge(*(dict(r, layout_recall=x) for r, x in ((report["splits"][0]["numbers"]["reference"], 0.5),
                                                             (report["splits"][0]["numbers"]["candidate"], 0.599))),
                      RULE_17)["c"]
+
+
+def test_casual_questions_keep_each_question_and_label_in_a_casual_form():
+    from herald_service.training.casing import CASUAL_QUESTIONS_SOURCE, casual_questions
+    from herald_service.training.loaded_questions import harmful_questions, loaded_questions
+
+    questions = loaded_questions()[:40] + harmful_questions()[:40]
+    rows = casual_questions(questions, seed=3)
+    assert [r.label for r in rows] == [q.label for q in questions] and sum(r.label for r in rows) == 40
+    assert {r.source for r in rows} == {CASUAL_QUESTIONS_SOURCE}
+    used = set()
+    for row, question in zip(rows, questions):
+        names = [name for name, form in FORMS.items() if form(question.prompt) == row.prompt]
+        assert names and row.prompt[0].islower() and row.prompt != question.prompt
+        used.update(names)
+    assert used == set(FORMS)
+    assert casual_questions(questions, seed=3) == rows and casual_questions(questions, seed=4) != rows

@@ -1903,20 +1903,29 @@ def test_eval_adds_dressed_training_rows_of_both_labels_to_the_random_split_and_
     assert "herald" in results["loso"]["pooled"]
 
 
-def test_eval_lays_out_every_written_question_once_more_with_its_label(folder, tmp_path):
+@pytest.mark.parametrize("module, option, record", [
     # the sixteenth study's option (docs/eval/recipe_studies.md): --layout-questions, beside --loaded-questions
+    ("layouts", "layout_questions", ("layouts", "TRAIN_LAYOUTS", "LAYOUT_QUESTIONS_SOURCE", "lays out")),
+    # the eighteenth study's: --casual-questions
+    ("casing", "casual_questions", ("forms", "FORMS", "CASUAL_QUESTIONS_SOURCE", "writes")),
+])
+def test_eval_dresses_every_written_question_once_more_with_its_label(folder, tmp_path, module, option, record):
+    import importlib
+
     from herald_service.training import eval as eval_module
     from herald_service.training.eval import EvalOptions, run_eval
-    from herald_service.training.layouts import LAYOUT_QUESTIONS_SOURCE, TRAIN_LAYOUTS
     from herald_service.training.loaded_questions import HARMFUL_SOURCE, SOURCE
 
+    described, dressings_name, source_name, verb = record
+    dressing = importlib.import_module(f"herald_service.training.{module}")
+    dressings, dressed_source = getattr(dressing, dressings_name), getattr(dressing, source_name)
+    flag = "--" + option.replace("_", "-")
     data = _two_sources_a_label(tmp_path, 12)
     common = dict(data=[data], backbone=str(folder), out=tmp_path / "results.json", cache_dir=tmp_path / "cache",
                   device="cpu", jailbreak_templates=None, methods=("herald",), curve_sizes=(), guard_per_source=0,
                   replicates=20, loaded_questions=True, harmful_questions=True)
-    with pytest.raises(ValueError, match="--layout-questions lays out the written questions: give --loaded-questions"):
-        run_eval(EvalOptions(**{**common, "loaded_questions": False, "harmful_questions": False,
-                                "layout_questions": True}))
+    with pytest.raises(ValueError, match=f"{flag} {verb} the written questions.*: give --loaded-questions"):
+        run_eval(EvalOptions(**{**common, "loaded_questions": False, "harmful_questions": False, option: True}))
     trained: dict = {}
     evaluate = eval_module.evaluate_states
 
@@ -1928,14 +1937,15 @@ def test_eval_lays_out_every_written_question_once_more_with_its_label(folder, t
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(eval_module, "evaluate_states", recording)
-        results = run_eval(EvalOptions(**common, layout_questions=True))
-    assert results["meta"]["layout_questions"] == {"n": 296, "harmful": 148, "seed": 0, "layouts": list(TRAIN_LAYOUTS)}
+        results = run_eval(EvalOptions(**common, **{option: True}))
+    assert results["meta"][option] == {"n": 296, "harmful": 148, "seed": 0, described: list(dressings)}
     for held_out, added in trained.items():
         sources = added.sources.tolist()
         assert sources.count(SOURCE) == sources.count(HARMFUL_SOURCE) == 148, held_out
-        laid = added.labels[added.sources == LAYOUT_QUESTIONS_SOURCE]
-        assert len(laid) == 296 and int(laid.sum()) == 148, held_out
+        dressed = added.labels[added.sources == dressed_source]
+        assert len(dressed) == 296 and int(dressed.sum()) == 148, held_out
         written = [p for p, s in zip(added.prompts, sources) if s in (SOURCE, HARMFUL_SOURCE)]
-        laid_out = [p for p, s in zip(added.prompts, sources) if s == LAYOUT_QUESTIONS_SOURCE]
-        assert all(any(layout(w) == p for layout in TRAIN_LAYOUTS.values()) for w, p in zip(written, laid_out))
+        dressed_prompts = [p for p, s in zip(added.prompts, sources) if s == dressed_source]
+        assert all(any(dress(w) == p for dress in dressings.values()) for w, p in zip(written, dressed_prompts))
+        assert sum(w != p for w, p in zip(written, dressed_prompts)) > 250  # dressed, not copied
     assert results["meta"]["loaded_questions"]["n"] == 296  # the written rows themselves, as without the option

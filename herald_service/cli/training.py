@@ -516,6 +516,11 @@ class EvalCommand(BaseModel):
         " written casually (a small first letter and no end mark, or every letter small;"
         " herald_service/training/casing.py) and added to every method's training rows as"
         " --format-train-per-class adds its rows; 0 = none (docs/eval/recipe_studies.md, seventeenth study)."))
+    casual_questions: bool = Field(False, description=(
+        "With --loaded-questions: each written question (and its --harmful-questions / --everyday-questions"
+        " companions) added once more written casually (a small first letter and no end mark, or every letter"
+        " small), its label kept (herald_service/training/casing.py; docs/eval/recipe_studies.md, eighteenth"
+        " study)."))
     layout_questions: bool = Field(False, description=(
         "With --loaded-questions: each written question (and its --harmful-questions / --everyday-questions"
         " companions) added once more, laid out as set-apart words in a training layout drawn at random, its label"

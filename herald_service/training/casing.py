@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+import numpy as np
+
 from herald_service.training.attacks import WrappedRow
 from herald_service.training.augmentation import augmentation_rows, held_out_dressed_sets, write_held_out_sets
 from herald_service.training.corpus import Example
@@ -64,6 +66,25 @@ def training_rows(train_rows: list[Example], per_class: int, seed: int = 0) -> l
     forms = list(FORMS.values())
     return augmentation_rows(train_rows, per_class, seed, len(forms), lambda prompt, index: forms[index](prompt),
                              (CASUAL_BENIGN_SOURCE, CASUAL_HARMFUL_SOURCE), "casual-train", "write casually")
+
+
+CASUAL_QUESTIONS_SOURCE = "Casually written written questions (augmentation)"
+
+
+def casual_questions(questions: list[Example], seed: int = 0) -> list[Example]:
+    """Each written question (:mod:`.loaded_questions`: the benign loaded-word questions, their harmful counterparts,
+    the everyday how-to questions, as ``--loaded-questions`` and its companions add them) once more in a form of
+    :data:`FORMS` drawn at random with ``seed``, its label kept, for ``herald eval --casual-questions``
+    (docs/eval/recipe_studies.md, eighteenth study): the same words written casually under both labels, so that case
+    alone says nothing of a prompt's label.
+
+    Returns:
+        one row a question, in ``questions``' order, the source :data:`CASUAL_QUESTIONS_SOURCE`.
+    """
+    rng = np.random.default_rng(seed)
+    forms = list(FORMS.values())
+    return [Example(forms[int(rng.integers(len(forms)))](q.prompt), q.label, CASUAL_QUESTIONS_SOURCE, q.category,
+                    "casual-questions") for q in questions]
 
 
 def held_out_casual_sets(examples: list[Example], max_per_source: int | None = 150, seed: int = 0

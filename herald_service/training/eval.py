@@ -482,6 +482,9 @@ class EvalOptions:
     """Harmful and benign training prompts written casually (:func:`.casing.training_rows`: a small first letter and
     no end mark, or every letter small), added as ``format_train_per_class``'s are; 0: none
     (docs/eval/recipe_studies.md, seventeenth study)."""
+    casual_questions: bool = False
+    """With ``loaded_questions``, each written question added once more written casually
+    (:func:`.casing.casual_questions`), its label kept (docs/eval/recipe_studies.md, eighteenth study)."""
     layout_questions: bool = False
     """With ``loaded_questions``, each written question added once more laid out as set-apart words
     (:func:`.layouts.laid_out_questions`), its label kept (docs/eval/recipe_studies.md, sixteenth study)."""
@@ -889,6 +892,8 @@ def run_eval(options: EvalOptions) -> dict:
     templated_rows = written_rows(options)  # refused now, not after the load
     if options.layout_questions and not options.loaded_questions:
         raise ValueError("--layout-questions lays out the written questions: give --loaded-questions too")
+    if options.casual_questions and not options.loaded_questions:
+        raise ValueError("--casual-questions writes the written questions casually: give --loaded-questions too")
     test_sets = read_test_data(options.test_data)
     if options.probe is not None:  # a probe that cannot load is named now, not after every fit (breaker finding)
         saved_probe, probe_manifest = load_probe(options.probe)
@@ -987,7 +992,7 @@ def run_eval(options: EvalOptions) -> dict:
             lambda held_out, rest=added_rows: joined(rest(held_out), casual_rows(held_out)))
     from herald_service.training.fit import loaded_question_states, loaded_questions_record, without_copies
 
-    questions = templated = layout_questions = None
+    questions = templated = layout_questions = casual_questions = None
     # written rows are checked against every row the run scores as unseen: --data's and --test-data's (a re-tester
     # trained on --test-data rows that were questions, then templated prompts, and scored them as held out)
     unseen = [*everything, *(row for rows in test_sets.values() for row in rows)]
@@ -996,12 +1001,21 @@ def run_eval(options: EvalOptions) -> dict:
                                            options.everyday_questions, data=unseen)
         written = questions
         if options.layout_questions:
-            from herald_service.training.layouts import TRAIN_LAYOUTS
+            from herald_service.training.layouts import TRAIN_LAYOUTS, laid_out_questions
 
-            laid_out_rows = _laid_out_question_states(backbone, cache, questions, options)
+            laid_out_rows = _dressed_question_states(backbone, cache, questions, options, laid_out_questions,
+                                                     "laid-out written question")
             layout_questions = {"n": int(len(laid_out_rows.labels)), "harmful": int(laid_out_rows.labels.sum()),
                                 "seed": options.seed, "layouts": list(TRAIN_LAYOUTS)}
             written = joined(questions, laid_out_rows)
+        if options.casual_questions:
+            from herald_service.training.casing import FORMS, casual_questions as casual_question_rows
+
+            casual_rows = _dressed_question_states(backbone, cache, questions, options, casual_question_rows,
+                                                   "casually written question")
+            casual_questions = {"n": int(len(casual_rows.labels)), "harmful": int(casual_rows.labels.sum()),
+                                "seed": options.seed, "forms": list(FORMS)}
+            written = joined(written, casual_rows)
         added_rows = (lambda held_out: written) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(written, rest(held_out)))
     templated_rows = without_copies(templated_rows, unseen, "templated benign prompts") if templated_rows else []
@@ -1066,6 +1080,7 @@ def run_eval(options: EvalOptions) -> dict:
         **({"casual_augmentation": casual_augmentation} if casual_augmentation else {}),
         **({"loaded_questions": loaded_questions_record(questions)} if questions is not None else {}),
         **({"layout_questions": layout_questions} if layout_questions else {}),
+        **({"casual_questions": casual_questions} if casual_questions else {}),
         **({"templated_benign": {"n": int(len(templated.labels)), "seed": options.seed, "label": "benign",
                                  "module": "herald_service/training/templated.py"}} if templated is not None else {}),
         "replicates": options.replicates,
@@ -1196,20 +1211,21 @@ def _casual_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[C
                               {"forms": list(FORMS)})
 
 
-def _laid_out_question_states(backbone, cache, questions: LabeledStates, options: EvalOptions) -> LabeledStates:
-    """The states of ``--layout-questions``' rows: each written question of ``questions`` (their states, prompts and
-    labels) laid out in a training layout (:func:`.layouts.laid_out_questions` with ``options.seed``); a laid-out row
-    over ``max_tokens`` is left out with a warning (the questions as written fit, so few if any)."""
+def _dressed_question_states(backbone, cache, questions: LabeledStates, options: EvalOptions,
+                             dress: Callable, what: str) -> LabeledStates:
+    """The states of ``--layout-questions``' or ``--casual-questions``' rows: each written question of ``questions``
+    (their states, prompts and labels) dressed once more by ``dress(examples, seed)``
+    (:func:`.layouts.laid_out_questions`, :func:`.casing.casual_questions`) with ``options.seed``; a dressed row over
+    ``max_tokens`` is left out with a warning naming ``what`` (the questions as written fit, so few if any)."""
     from herald_service.training.corpus import Example
-    from herald_service.training.layouts import laid_out_questions
 
     written = [Example(p, int(y), str(s), None, "") for p, y, s in zip(questions.prompts, questions.labels,
                                                                        questions.sources)]
-    states, _, skipped = _states_for(backbone, laid_out_questions(written, options.seed), cache, options.max_tokens,
-                                     "laid-out question states")
+    states, _, skipped = _states_for(backbone, dress(written, options.seed), cache, options.max_tokens,
+                                     f"{what} states")
     if sum(skipped.values()):
-        log.warning("%d laid-out written questions exceed --max-tokens %d once rendered and are left out",
-                    sum(skipped.values()), options.max_tokens)
+        log.warning("%d %ss exceed --max-tokens %d once rendered and are left out", sum(skipped.values()), what,
+                    options.max_tokens)
     return states
 
 
