@@ -165,7 +165,7 @@ def views_beside(text: str, *, spread: bool = True, wider: bool = True, sentence
     with every reading. ``spread=False`` leaves the spread-out reading out (the views before the sixth run of
     docs/eval/trimmed_views.md: its check's reference); ``wider=False`` gives the eighth run's spread-out reading (the
     tenth run's reference; the tenth run's wider reading is served). ``sentence_case=True`` (the fourteenth run's
-    candidate) adds, for a text that starts with a small letter, its
+    candidate, which failed its rule: not served) adds, for a text that starts with a small letter, its
     :func:`~herald_service.prompt_text.sentence_case_reading` (``"reading"``; its cuts are the text's), and reads
     every view that starts with a small letter in sentence case in its place (no extra prefill): one text more.
 
