@@ -1949,3 +1949,24 @@ def test_eval_dresses_every_written_question_once_more_with_its_label(folder, tm
         assert all(any(dress(w) == p for dress in dressings.values()) for w, p in zip(written, dressed_prompts))
         assert sum(w != p for w, p in zip(written, dressed_prompts)) > 250  # dressed, not copied
     assert results["meta"]["loaded_questions"]["n"] == 296  # the written rows themselves, as without the option
+
+
+def test_eval_takes_casual_training_rows_and_casual_questions_together(folder, tmp_path):
+    # the eighteenth study's C1: its first run raised "'LabeledStates' object is not callable" (the casual questions'
+    # states took the name the casual rows' closure read)
+    from herald_service.training.casing import CASUAL_BENIGN_SOURCE, CASUAL_HARMFUL_SOURCE, CASUAL_QUESTIONS_SOURCE
+    from herald_service.training.eval import EvalOptions, run_eval
+
+    results = run_eval(EvalOptions(data=[_two_sources_a_label(tmp_path, 20)], backbone=str(folder),
+                                   out=tmp_path / "results.json", cache_dir=tmp_path / "cache", device="cpu",
+                                   jailbreak_templates=None, methods=("herald",), curve_sizes=(), guard_per_source=0,
+                                   replicates=20, loaded_questions=True, harmful_questions=True,
+                                   casual_questions=True, casual_train_per_class=6, layout_train_per_class=6))
+    # (an augmentation before the casual rows, as the shipped recipe's jailbreak rows are, chains them in a closure)
+    assert results["meta"]["casual_augmentation"]["random_split_rows"] == 12
+    assert results["meta"]["layout_augmentation"]["random_split_rows"] == 12
+    assert results["meta"]["casual_questions"]["n"] == 296
+    sources = {row["source"] for row in results["meta"]["counts"]}  # the corpus's: the added rows train only
+    assert sources == {"AlpacaEval", "IFEval", "AdvBench", "HarmBench"}
+    assert not sources & {CASUAL_BENIGN_SOURCE, CASUAL_HARMFUL_SOURCE, CASUAL_QUESTIONS_SOURCE}
+    assert "herald" in results["loso"]["pooled"]

@@ -989,7 +989,7 @@ def run_eval(options: EvalOptions) -> dict:
     if options.casual_train_per_class > 0:
         casual_rows, casual_augmentation = _casual_training_rows(options, corpus)
         added_rows = casual_rows if added_rows is None else (
-            lambda held_out, rest=added_rows: joined(rest(held_out), casual_rows(held_out)))
+            lambda held_out, rest=added_rows, casual=casual_rows: joined(rest(held_out), casual(held_out)))
     from herald_service.training.fit import loaded_question_states, loaded_questions_record, without_copies
 
     questions = templated = layout_questions = casual_questions = None
@@ -1011,11 +1011,11 @@ def run_eval(options: EvalOptions) -> dict:
         if options.casual_questions:
             from herald_service.training.casing import FORMS, casual_questions as casual_question_rows
 
-            casual_rows = _dressed_question_states(backbone, cache, questions, options, casual_question_rows,
-                                                   "casually written question")
-            casual_questions = {"n": int(len(casual_rows.labels)), "harmful": int(casual_rows.labels.sum()),
+            casual_written = _dressed_question_states(backbone, cache, questions, options, casual_question_rows,
+                                                      "casually written question")
+            casual_questions = {"n": int(len(casual_written.labels)), "harmful": int(casual_written.labels.sum()),
                                 "seed": options.seed, "forms": list(FORMS)}
-            written = joined(written, casual_rows)
+            written = joined(written, casual_written)
         added_rows = (lambda held_out: written) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(written, rest(held_out)))
     templated_rows = without_copies(templated_rows, unseen, "templated benign prompts") if templated_rows else []
