@@ -1070,6 +1070,12 @@ def test_jailbreak_recall_is_given_apart_for_templates_no_training_prompt_holds_
     link = re.search(r"measured apart, for the SmolLM2-135M-Instruct recipe only, on held-out requests and prompts in"
                      r" \[format_wrapped\.md\]\(([^)]+)\)", text)
     assert link and (tmp_path / link.group(1)).resolve() == (Path(__file__).parents[1] / "docs/eval/format_wrapped.md").resolve()
+    # so is casual writing (the fourteenth views run, the seventeenth and eighteenth recipe studies)
+    line = next(line for line in text.splitlines() if line.startswith("- Casual writing"))
+    assert "flags 114 unchanged, 98 casual, 84 in small letters" in line
+    for name in ("trimmed_views.md", "recipe_studies.md"):
+        link = re.search(rf"\[{re.escape(name)}\]\(([^)]+)\)", line)
+        assert link and (tmp_path / link.group(1)).resolve() == (Path(__file__).parents[1] / "docs/eval" / name).resolve()
     # the fifth study's reference (the shipped recipe on rendered templates) joins the row, as a seed mean
     for seed, recall in enumerate((0.92, 0.95, 0.926)):
         write(tmp_path / "recipe_studies" / "rendered", f"seed{seed}.json", {"fit_seed": seed, "results": {

@@ -840,7 +840,8 @@ def build_markdown(results: dict, plots: dict[str, Path | None], md_path: Path, 
     if shown(results.get("recipe_studies") or results.get("instruction_study"), "recipe_studies"):
         out += report_recipe_studies.section(results.get("recipe_studies"), doc("recipe_studies.md"),
                                              results.get("instruction_study"))
-    out += _not_shown(results, development, doc("template_audit.md"), doc("format_wrapped.md"), doc("trimmed_views.md"))
+    out += _not_shown(results, development, doc("template_audit.md"), doc("format_wrapped.md"), doc("trimmed_views.md"),
+                      doc("recipe_studies.md"))
     return "\n".join(out)
 
 
@@ -856,7 +857,8 @@ def _round3_prompt_text(round3: dict, study: dict) -> str | None:
     return rules.pop()
 
 
-def _not_shown(results: dict, development: bool, audit: str, format_check: str, trimmed: str) -> list[str]:
+def _not_shown(results: dict, development: bool, audit: str, format_check: str, trimmed: str,
+               studies: str) -> list[str]:
     meta = results.get("meta", {})
     curve = results.get("learning_curve", {})
     actual = curve.get("actual_per_class", {})
@@ -909,6 +911,13 @@ def _not_shown(results: dict, development: bool, audit: str, format_check: str, 
             f" prompts in [format_wrapped.md]({format_check}), where they take most harmful requests below the threshold"
             " read whole; the server also scores a text without a short leading or trailing clause, which brings them"
             f" back ([trimmed_views.md]({trimmed}), the same probe).",
+            "- Casual writing (a small first letter, no end mark, or every letter small): not in these tables; the"
+            " corpus's harmful requests are written as sentences and its real chat is not, and the SmolLM2-135M-Instruct"
+            " probe misses held-out requests so written far more often (of 120 held-out AdvBench / HarmBench requests"
+            f" the server flags 114 unchanged, 98 casual, 84 in small letters: [trimmed_views.md]({trimmed}),"
+            " fourteenth run, where scoring a sentence-case reading beside each text failed its rule); two recipes"
+            " with rows written casually brought them back and failed their rules on benign false positives"
+            f" ([recipe_studies.md]({studies}), seventeenth and eighteenth studies).",
             "- Recipe choice: this report's recipe was chosen over several studies judged on the same split-0"
             " leave-one-source-out folds its headline numbers come from; expect some optimism from that selection (the"
             " threshold study's second split gave Herald lower pooled numbers than split 0).",
