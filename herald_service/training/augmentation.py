@@ -60,6 +60,16 @@ def augmentation_rows(train_rows: list[Example], per_class: int, seed: int, vari
     return [out[j] for j in rng.permutation(len(out))]
 
 
+def dressed_copies(questions: list[Example], dressings: list[Callable[[str], str]], seed: int, source: str,
+                   file: str) -> list[Example]:
+    """Each of ``questions`` once more, dressed by one of ``dressings`` drawn at random with ``seed``, its label and
+    category kept, the source ``source`` and file ``file``: the written questions laid out
+    (:func:`.layouts.laid_out_questions`) or written casually (:func:`.casing.casual_questions`)."""
+    rng = np.random.default_rng(seed)
+    return [Example(dressings[int(rng.integers(len(dressings)))](q.prompt), q.label, source, q.category, file)
+            for q in questions]
+
+
 def held_out_dressed_sets(examples: list[Example], dressings: dict[str, Callable[[str], str]], stem: str, kind: str,
                           max_per_source: int | None = 150, seed: int = 0) -> dict[str, list[dict]]:
     """``<stem>_harmful.jsonl`` and ``<stem>_benign.jsonl``: corpus-style rows (``prompt``, ``label``, ``source``) of

@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-import numpy as np
-
 from herald_service.training.attacks import WrappedRow
-from herald_service.training.augmentation import augmentation_rows, held_out_dressed_sets, write_held_out_sets
+from herald_service.training.augmentation import (
+    augmentation_rows, dressed_copies, held_out_dressed_sets, write_held_out_sets,
+)
 from herald_service.training.corpus import Example
 
 END_MARKS = re.compile(r"[.?!]+$")
@@ -81,10 +81,7 @@ def casual_questions(questions: list[Example], seed: int = 0) -> list[Example]:
     Returns:
         one row a question, in ``questions``' order, the source :data:`CASUAL_QUESTIONS_SOURCE`.
     """
-    rng = np.random.default_rng(seed)
-    forms = list(FORMS.values())
-    return [Example(forms[int(rng.integers(len(forms)))](q.prompt), q.label, CASUAL_QUESTIONS_SOURCE, q.category,
-                    "casual-questions") for q in questions]
+    return dressed_copies(questions, list(FORMS.values()), seed, CASUAL_QUESTIONS_SOURCE, "casual-questions")
 
 
 def held_out_casual_sets(examples: list[Example], max_per_source: int | None = 150, seed: int = 0

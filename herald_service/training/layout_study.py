@@ -1,7 +1,8 @@
 """The rules of the fifteenth to seventeenth recipe studies (docs/eval/recipe_studies.md, "Fifteenth study:
 set-apart words in training", "Sixteenth study: the written questions laid out too", "Seventeenth study: casually
 written rows in training"), read off a reference's and a candidate's ``herald eval`` results of one split. The
-seventeenth reads its held-out casual forms (:mod:`.casing`) where the others read the held-out layouts.
+seventeenth reads its held-out casual forms (:mod:`.casing`) where the others read the held-out layouts; the
+eighteenth study's candidates are judged by the seventeenth's rule (``--study 17``).
 
 Run ``python -m herald_service.training.layout_study [--study 16|17] <reference.json> <candidate.json> [...]``, the
 files in pairs (reference, candidate) of each split; it prints each split's numbers and verdicts, and whether the

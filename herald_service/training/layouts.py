@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-import numpy as np
-
 from herald_service.training.attacks import WrappedRow
 from herald_service.training.corpus import Example
-from herald_service.training.augmentation import augmentation_rows, held_out_dressed_sets, write_held_out_sets
+from herald_service.training.augmentation import (
+    augmentation_rows, dressed_copies, held_out_dressed_sets, write_held_out_sets,
+)
 
 
 def _lines(prompt: str, size: int, marker: Callable[[int], str] = lambda i: "", end: str = "") -> str:
@@ -87,10 +87,7 @@ def laid_out_questions(questions: list[Example], seed: int = 0) -> list[Example]
     Returns:
         one row a question, in ``questions``' order, the source :data:`LAYOUT_QUESTIONS_SOURCE`.
     """
-    rng = np.random.default_rng(seed)
-    layouts = list(TRAIN_LAYOUTS.values())
-    return [Example(layouts[int(rng.integers(len(layouts)))](q.prompt), q.label, LAYOUT_QUESTIONS_SOURCE, q.category,
-                    "layout-questions") for q in questions]
+    return dressed_copies(questions, list(TRAIN_LAYOUTS.values()), seed, LAYOUT_QUESTIONS_SOURCE, "layout-questions")
 
 
 def held_out_layout_sets(examples: list[Example], max_per_source: int | None = 150, seed: int = 0
