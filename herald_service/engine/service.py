@@ -566,7 +566,7 @@ class Moderator:
             ids, tokenize_s = await self.tokenize(views.prompts, views.fields, names, bounds=bounds)
             if self.settings.trimmed_views:
                 views_found = True  # counted from here (its refusals carry views_beside)
-                views, ids, beside_s = await self._add_views_beside(conversations, fields, ids, names)
+                views, ids, beside_s = await self._add_views_beside(conversations, fields, batch_field, ids, names)
                 tokenize_s += beside_s
             futures = self.engine.submit(ids, tokenize_s)
         except (QueueFull, WorkTooLarge) as exc:
@@ -593,10 +593,10 @@ class Moderator:
             timing = timing.merge(result.timing)
         return [views.answer(results, i) for i in range(len(views.owners))], timing
 
-    async def _add_views_beside(self, conversations: Sequence[Conversation], fields: Sequence[str],
+    async def _add_views_beside(self, conversations: Sequence[Conversation], fields: Sequence[str], batch_field: str,
                                 ids: list[list[int]], names: Mapping[str, str]) -> tuple[TurnViews, list[list[int]], float]:
-        """The prompts of ``conversations`` with their trimmed views and readings (:func:`message_views` with
-        ``trim``), once the prompts without them are tokenized (``ids``, in :func:`message_views` order without
+        """The prompts of ``conversations`` with their trimmed views and readings (:meth:`turn_views` with ``trim``:
+        its ``max_batch_size`` check counts no view, so it passes as it did without them), once the prompts without them are tokenized (``ids``, in :func:`message_views` order without
         ``trim``) and fit the token limit: finding the views folds each text again, and 64 prompts of 32,000
         characters, each over the limit, spent 1.4 s of CPU finding theirs before their 413, holding the GIL from the
         model worker (breaker pass: a one-word request beside four clients sending such bodies took 26-34 s, and the
@@ -614,8 +614,7 @@ class Moderator:
             WorkTooLarge, QueueFull: as :meth:`InferenceEngine.check_work`, with ``views_beside`` set to how many
                 prompts the views added (their message counts the request's prompts with them).
         """
-        every = self.settings.score_messages == "all"
-        views = await asyncio.get_running_loop().run_in_executor(None, message_views, conversations, fields, every, True)
+        views = await self.turn_views(conversations, fields, batch_field, trim=True)
         added = [i for i, kind in enumerate(views.kinds) if kind in VIEWS_BESIDE]
         if not added:
             return views, ids, 0.0
