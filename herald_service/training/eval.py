@@ -1003,18 +1003,16 @@ def run_eval(options: EvalOptions) -> dict:
         if options.layout_questions:
             from herald_service.training.layouts import TRAIN_LAYOUTS, laid_out_questions
 
-            laid_out_rows = _dressed_question_states(backbone, cache, questions, options, laid_out_questions,
-                                                     "laid-out written question")
-            layout_questions = {"n": int(len(laid_out_rows.labels)), "harmful": int(laid_out_rows.labels.sum()),
-                                "seed": options.seed, "layouts": list(TRAIN_LAYOUTS)}
+            laid_out_rows, layout_questions = _dressed_question_states(
+                backbone, cache, questions, options, laid_out_questions, "laid-out written question",
+                {"layouts": list(TRAIN_LAYOUTS)})
             written = joined(questions, laid_out_rows)
         if options.casual_questions:
             from herald_service.training.casing import FORMS, casual_questions as casual_question_rows
 
-            casual_written = _dressed_question_states(backbone, cache, questions, options, casual_question_rows,
-                                                      "casually written question")
-            casual_questions = {"n": int(len(casual_written.labels)), "harmful": int(casual_written.labels.sum()),
-                                "seed": options.seed, "forms": list(FORMS)}
+            casual_written, casual_questions = _dressed_question_states(
+                backbone, cache, questions, options, casual_question_rows, "casually written question",
+                {"forms": list(FORMS)})
             written = joined(written, casual_written)
         added_rows = (lambda held_out: written) if added_rows is None else (
             lambda held_out, rest=added_rows: joined(written, rest(held_out)))
@@ -1211,12 +1209,17 @@ def _casual_training_rows(options: EvalOptions, corpus: CorpusStates) -> tuple[C
                               {"forms": list(FORMS)})
 
 
-def _dressed_question_states(backbone, cache, questions: LabeledStates, options: EvalOptions,
-                             dress: Callable, what: str) -> LabeledStates:
+def _dressed_question_states(backbone, cache, questions: LabeledStates, options: EvalOptions, dress: Callable,
+                             what: str, described: dict) -> tuple[LabeledStates, dict]:
     """The states of ``--layout-questions``' or ``--casual-questions``' rows: each written question of ``questions``
     (their states, prompts and labels) dressed once more by ``dress(examples, seed)``
     (:func:`.layouts.laid_out_questions`, :func:`.casing.casual_questions`) with ``options.seed``; a dressed row over
-    ``max_tokens`` is left out with a warning naming ``what`` (the questions as written fit, so few if any)."""
+    ``max_tokens`` is left out with a warning naming ``what`` (the questions as written fit, so few if any).
+
+    Returns:
+        the states, and the results' record of them (``n``, ``harmful``, ``seed``, then ``described``: the
+        dressings' names).
+    """
     from herald_service.training.corpus import Example
 
     written = [Example(p, int(y), str(s), None, "") for p, y, s in zip(questions.prompts, questions.labels,
@@ -1226,7 +1229,7 @@ def _dressed_question_states(backbone, cache, questions: LabeledStates, options:
     if sum(skipped.values()):
         log.warning("%d %ss exceed --max-tokens %d once rendered and are left out", sum(skipped.values()), what,
                     options.max_tokens)
-    return states
+    return states, {"n": int(len(states.labels)), "harmful": int(states.labels.sum()), "seed": options.seed, **described}
 
 
 def _augmentation_pool(corpus: CorpusStates, make_rows: Callable, per_class: int, options: EvalOptions, kind: str,
